@@ -1,0 +1,177 @@
+# Makefile - the build.
+#
+#   make              jobd, jobworker, jobctl into build/ (CPU only)
+#   make CUDA=1       also kernels/cuda with nvcc (sm_80, sm_90 + PTX), linked with cuBLAS
+#   make test         install deps, build with ASan+UBSan, run every suite; one summary line
+#   make run          run the main job on the embedded default
+#   make bench        benchmarks, printing ratios against a peer measured in the same run
+#   make fuzz         libFuzzer targets for every parser of outside input (FUZZ_SECONDS each)
+#   make check        static checks: -Werror build, cppcheck, banned calls
+#   make clean
+#
+# Two object trees: build/obj (optimised, the shipped binaries) and
+# build/asan/obj (sanitised, for the tests). Header dependencies are tracked
+# with -MMD; the flags of each tree are recorded in a stamp file, so changing
+# CUDA=1 or CFLAGS rebuilds what it affects. Parallel-safe (make -j).
+
+CC       ?= cc
+ifeq ($(origin CC),default)
+CC       := gcc
+endif
+CLANG    ?= clang
+NVCC     ?= nvcc
+CUDA     ?= 0
+BUILD    ?= build
+VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+PKGS     := libuv sqlite3 libzstd jansson libcurl openssl libpcre2-8
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wformat=2 -Wvla -Wno-unused-parameter
+CSTD     := -std=c11 -D_GNU_SOURCE
+DEFS     := -DPROJECT_VERSION='"$(VERSION)"' -DPROJECT_REV='"$(GIT_REV)"'
+INCS     := -I. $(PKG_CFLAGS)
+CFLAGS_REL  := $(CSTD) $(WARN) $(DEFS) $(INCS) -O2 -g -pthread -MMD -MP
+CFLAGS_ASAN := $(CSTD) $(WARN) $(DEFS) $(INCS) -O1 -g -pthread -MMD -MP \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+               -fno-omit-frame-pointer
+LDFLAGS_REL  := -g -pthread
+LDFLAGS_ASAN := -g -pthread -fsanitize=address,undefined
+LDLIBS   := $(PKG_LIBS) -lm -pthread
+
+# ---- CUDA -------------------------------------------------------------------
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),1)
+  ifeq ($(shell command -v $(NVCC) 2>/dev/null || test -x $(CUDA_HOME)/bin/nvcc && echo y),)
+    $(error CUDA=1 needs nvcc, which is not on PATH nor in $(CUDA_HOME)/bin: install the CUDA Toolkit, or build the CPU-only binaries with plain 'make')
+  endif
+  ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
+    NVCC := $(CUDA_HOME)/bin/nvcc
+  endif
+  CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
+  CUDA_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+  NVCCFLAGS  := -std=c++17 -O3 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+  CFLAGS_REL += -DKN_HAVE_CUDA
+  LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+endif
+
+# ---- sources ------------------------------------------------------------------
+LIB_SRC   := $(wildcard common/*.c) $(wildcard jobd/*.c) $(wildcard worker/*.c) \
+             $(wildcard kernels/cpu/*.c)
+BINS      := jobd jobworker jobctl
+UNIT_SRC  := $(wildcard tests/unit/*.c)
+INTEG_SRC := $(wildcard tests/integration/*.c)
+CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
+TH_SRC    := tests/th.c tests/th_proc.c
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
+
+REL_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/obj/%.o)
+
+REL_BINS  := $(BINS:%=$(BUILD)/%)
+ASAN_BINS := $(BINS:%=$(BUILD)/asan/%)
+TEST_BINS := $(BUILD)/asan/tests/unit $(if $(INTEG_SRC),$(BUILD)/asan/tests/integration)
+ifeq ($(CUDA),1)
+TEST_BINS += $(BUILD)/tests/cuda
+endif
+
+.PHONY: all test run bench fuzz check clean deps test-build
+.DEFAULT_GOAL := all
+.SECONDARY:
+
+# V=1 shows full command lines
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+all: $(REL_BINS) $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda)
+
+# ---- flag stamps: rebuild a tree when its flags change -----------------------
+define flagstamp
+$(1): FORCE
+	@mkdir -p $$(dir $$@)
+	@echo '$(2)' | cmp -s - $$@ || echo '$(2)' > $$@
+endef
+$(eval $(call flagstamp,$(BUILD)/obj/.flags,$(CC) $(CFLAGS_REL) $(NVCCFLAGS)))
+$(eval $(call flagstamp,$(BUILD)/asan/obj/.flags,$(CC) $(CFLAGS_ASAN)))
+.PHONY: FORCE
+FORCE:
+
+# ---- compile ------------------------------------------------------------------
+$(BUILD)/obj/%.o: %.c $(BUILD)/obj/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  CC      $<')
+	$(Q)$(CC) $(CFLAGS_REL) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu $(BUILD)/obj/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  NVCC    $<')
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/asan/obj/%.o: %.c $(BUILD)/asan/obj/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  CC asan $<')
+	$(Q)$(CC) $(CFLAGS_ASAN) -c $< -o $@
+
+# ---- link ---------------------------------------------------------------------
+$(BUILD)/%: $(BUILD)/obj/cmd/%/main.o $(REL_LIB_OBJ)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/asan/%: $(BUILD)/asan/obj/cmd/%/main.o $(ASAN_LIB_OBJ)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/asan/tests/unit: $(UNIT_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/asan/tests/integration: $(INTEG_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
+
+# GPU parity tests: optimised build (ASan and the CUDA runtime do not mix).
+$(BUILD)/tests/cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(TH_SRC:%.c=$(BUILD)/obj/%.o) $(REL_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
+
+# ---- top-level targets --------------------------------------------------------
+deps:
+	@scripts/install-deps
+
+test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS)
+
+# The build runs in a sub-make so that it happens after deps (pkg-config
+# flags are computed when make starts).
+test: deps
+	@$(MAKE) --no-print-directory test-build
+	@tests/run $(TEST_BINS)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-default
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/bench
+
+fuzz: deps
+	@scripts/fuzz
+
+check: deps
+	@$(MAKE) --no-print-directory all $(ASAN_BINS)
+	@scripts/check
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

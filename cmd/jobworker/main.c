@@ -1,0 +1,88 @@
+/* jobworker - runs a model for jobd (see README and spec/worker-protocol.md).
+ *
+ * Today: option parsing and the device self-check. The engine (CPU engine
+ * issue), the scheduler and jobd client (worker issue) plug in here. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/cli.h"
+#include "common/err.h"
+#include "kernels/kn.h"
+#include "worker/devcheck.h"
+
+static const char *usage_text =
+    "usage: jobworker --jobd URL --model M.gguf [--device cpu|cuda] [--threads N]\n"
+    "       jobworker --model M.gguf --prompt TEXT | --chat TEXT   (one-off run, no jobd)\n"
+    "       jobworker --self-check [--device cpu|cuda]\n"
+    "\n"
+    "Pulls leased requests from jobd and runs them through the engine.\n"
+    "--self-check runs every kernel op on the device against a reference and\n"
+    "prints the error and time of each (exit 0 when all are within tolerance).\n"
+    "\n"
+    "example: jobworker --self-check --device cuda\n"
+    "\noptions:\n";
+
+int main(int argc, char **argv)
+{
+    struct cli_log lg = {0};
+    const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL;
+    int64_t threads = 0;
+    int self_check = 0, help = 0, version = 0;
+    struct cfg_opt opts[] = {
+        {"jobd", "JOBD_URL", CFG_STR, &jobd_url, "URL", "jobd to pull work from"},
+        {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
+        {"device", "JOBWORKER_DEVICE", CFG_STR, &device, "DEV", "cpu or cuda (default cpu)"},
+        {"threads", "JOBWORKER_THREADS", CFG_INT, &threads, "N", "CPU threads (default: all cores)"},
+        {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
+        {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
+        {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
+        CLI_LOG_OPTS(&lg),
+        {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
+        {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
+    };
+    size_t n_opts = sizeof opts / sizeof opts[0];
+    char err[256];
+    int n_pos = 0;
+    char *pos[1];
+    if (cfg_parse(opts, n_opts, argc - 1, argv + 1, pos, 0, &n_pos, err, sizeof err)) {
+        cli_error("jobworker", "see jobworker --help", "%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (help) {
+        fputs(usage_text, stdout);
+        cfg_usage(opts, n_opts, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (version) {
+        cli_print_version("jobworker", stdout);
+        return CLI_EXIT_OK;
+    }
+    if (cli_log_apply("jobworker", &lg))
+        return CLI_EXIT_USAGE;
+    enum kn_device dev;
+    if (kn_device_parse(device, &dev)) {
+        cli_error("jobworker", "use --device cpu or --device cuda", "unknown device '%s'", device);
+        return CLI_EXIT_USAGE;
+    }
+    if (dev == KN_DEVICE_CUDA && !kn_cuda_built()) {
+        cli_error("jobworker", "rebuild with 'make CUDA=1' on a machine with the CUDA Toolkit",
+                  "--device cuda: this build has no CUDA backend");
+        return CLI_EXIT_FAIL;
+    }
+    if (self_check) {
+        int rc = devcheck_run(dev, stdout);
+        if (rc == ERR_NODEVICE)
+            cli_error("jobworker", "check nvidia-smi and the driver", "--device cuda: no usable GPU");
+        else if (rc)
+            cli_error("jobworker", NULL, "self-check failed: %s", err_msg(rc));
+        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    }
+    (void)threads;
+    if (prompt || chat || model || jobd_url) {
+        cli_error("jobworker", "see README.md, feature status",
+                  "the inference engine is not built yet; only --self-check works today");
+        return CLI_EXIT_FAIL;
+    }
+    cli_error("jobworker", "see jobworker --help", "nothing to do: give --jobd and --model, or --self-check");
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,184 @@
+/* cfg.c - flags and environment variables (see cfg.h). */
+#include "cfg.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "err.h"
+
+int cfg_parse_int(const char *s, int64_t *out)
+{
+    if (!*s)
+        return ERR_INVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end)
+        return ERR_INVAL;
+    *out = v;
+    return 0;
+}
+
+/* Parse a non-negative whole number prefix; *rest gets the suffix. */
+static int cfg_parse_prefix(const char *s, uint64_t *out, const char **rest)
+{
+    if (*s < '0' || *s > '9')
+        return ERR_INVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return ERR_INVAL;
+    *out = v;
+    *rest = end;
+    return 0;
+}
+
+static int cfg_mul(uint64_t v, uint64_t m, uint64_t *out)
+{
+    if (m && v > UINT64_MAX / m)
+        return ERR_INVAL;
+    *out = v * m;
+    return 0;
+}
+
+int cfg_parse_size(const char *s, uint64_t *out)
+{
+    uint64_t v;
+    const char *u;
+    if (cfg_parse_prefix(s, &v, &u))
+        return ERR_INVAL;
+    static const struct { const char *unit; uint64_t mul; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"M", 1ull << 20},
+        {"MiB", 1ull << 20}, {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"T", 1ull << 40},
+        {"TiB", 1ull << 40},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(u, units[i].unit) == 0)
+            return cfg_mul(v, units[i].mul, out);
+    return ERR_INVAL;
+}
+
+int cfg_parse_duration_ms(const char *s, int64_t *out)
+{
+    uint64_t v, r;
+    const char *u;
+    if (cfg_parse_prefix(s, &v, &u))
+        return ERR_INVAL;
+    static const struct { const char *unit; uint64_t mul; } units[] = {
+        {"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(u, units[i].unit) == 0) {
+            if (cfg_mul(v, units[i].mul, &r) || r > (uint64_t)INT64_MAX)
+                return ERR_INVAL;
+            *out = (int64_t)r;
+            return 0;
+        }
+    }
+    return ERR_INVAL;
+}
+
+int cfg_parse_bool(const char *s, int *out)
+{
+    if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on"))
+        *out = 1;
+    else if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") ||
+             !strcasecmp(s, "off"))
+        *out = 0;
+    else
+        return ERR_INVAL;
+    return 0;
+}
+
+static int cfg_set(const struct cfg_opt *o, const char *val, const char *origin, char *err,
+                   size_t err_len)
+{
+    int rc = 0;
+    const char *what = "a value";
+    switch (o->type) {
+    case CFG_STR: *(const char **)o->dst = val; break;
+    case CFG_INT: rc = cfg_parse_int(val, (int64_t *)o->dst); what = "an integer"; break;
+    case CFG_BOOL: rc = cfg_parse_bool(val, (int *)o->dst); what = "true or false"; break;
+    case CFG_SIZE: rc = cfg_parse_size(val, (uint64_t *)o->dst); what = "a size like 64M"; break;
+    case CFG_DURATION:
+        rc = cfg_parse_duration_ms(val, (int64_t *)o->dst);
+        what = "a duration like 30s or 24h";
+        break;
+    }
+    if (rc)
+        snprintf(err, err_len, "%s: '%s' is not %s", origin, val, what);
+    return rc ? ERR_INVAL : 0;
+}
+
+int cfg_parse(const struct cfg_opt *opts, size_t n_opts, int argc, char **argv,
+              char **positionals, int max_pos, int *n_pos, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < n_opts; i++) {
+        const char *v = opts[i].env ? getenv(opts[i].env) : NULL;
+        if (v && *v && cfg_set(&opts[i], v, opts[i].env, err, err_len))
+            return ERR_INVAL;
+    }
+    int np = 0, only_pos = 0;
+    for (int a = 0; a < argc; a++) {
+        char *arg = argv[a];
+        if (!only_pos && strcmp(arg, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        if (only_pos || arg[0] != '-' || arg[1] == '\0') { /* "-" alone means stdin */
+            if (np >= max_pos) {
+                snprintf(err, err_len, "unexpected argument '%s'", arg);
+                return ERR_INVAL;
+            }
+            positionals[np++] = arg;
+            continue;
+        }
+        if (arg[1] != '-') {
+            snprintf(err, err_len, "unknown option '%s' (options are spelled --name)", arg);
+            return ERR_INVAL;
+        }
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const struct cfg_opt *o = NULL;
+        for (size_t i = 0; i < n_opts; i++)
+            if (strlen(opts[i].name) == nlen && strncmp(opts[i].name, name, nlen) == 0)
+                o = &opts[i];
+        if (!o) {
+            snprintf(err, err_len, "unknown option '--%.*s'", (int)nlen, name);
+            return ERR_INVAL;
+        }
+        const char *val;
+        if (eq)
+            val = eq + 1;
+        else if (o->type == CFG_BOOL)
+            val = "true";
+        else if (a + 1 < argc)
+            val = argv[++a];
+        else {
+            snprintf(err, err_len, "option '--%s' needs a value", o->name);
+            return ERR_INVAL;
+        }
+        char origin[80];
+        snprintf(origin, sizeof origin, "--%s", o->name);
+        if (cfg_set(o, val, origin, err, err_len))
+            return ERR_INVAL;
+    }
+    *n_pos = np;
+    return 0;
+}
+
+void cfg_usage(const struct cfg_opt *opts, size_t n_opts, FILE *out)
+{
+    for (size_t i = 0; i < n_opts; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", opts[i].name, opts[i].metavar ? " " : "",
+                 opts[i].metavar ? opts[i].metavar : "");
+        fprintf(out, "  %-26s %s", left, opts[i].help);
+        if (opts[i].env)
+            fprintf(out, " [env: %s]", opts[i].env);
+        fputc('\n', out);
+    }
+}

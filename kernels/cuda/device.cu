@@ -1,0 +1,97 @@
+// device.cu - CUDA device context: stream, cuBLAS handle, scratch arena.
+//
+// One struct kn_cuda per device. The scratch arena is one cudaMalloc at
+// creation, carved per call by the host-copy entry points; nothing is
+// allocated per op. CUDA/cuBLAS errors are logged with their names and
+// returned as ERR_* values (common/err.h).
+#include <cstdio>
+
+#include "device.cuh"
+
+extern "C" {
+#include "common/err.h"
+#include "common/log.h"
+}
+
+int kn_cuda_check(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    log_error("cuda: %s: %s", what, cudaGetErrorString(e));
+    return (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) ? ERR_NODEVICE
+                                                                          : ERR_INTERNAL;
+}
+
+int kn_cublas_check(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    log_error("cublas: %s: status %d", what, (int)s);
+    return ERR_INTERNAL;
+}
+
+extern "C" int kn_cuda_new(int ordinal, size_t scratch_bytes, struct kn_cuda **out)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        log_error("cuda: no usable GPU (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return ERR_NODEVICE;
+    }
+    if (ordinal < 0 || ordinal >= n)
+        return ERR_NODEVICE;
+    kn_cuda *c = new (std::nothrow) kn_cuda();
+    if (!c)
+        return ERR_NOMEM;
+    int rc = kn_cuda_check(cudaSetDevice(ordinal), "cudaSetDevice");
+    if (!rc)
+        rc = kn_cuda_check(cudaGetDeviceProperties(&c->prop, ordinal), "cudaGetDeviceProperties");
+    if (!rc)
+        rc = kn_cuda_check(cudaStreamCreate(&c->stream), "cudaStreamCreate");
+    if (!rc)
+        rc = kn_cublas_check(cublasCreate(&c->blas), "cublasCreate");
+    if (!rc)
+        rc = kn_cublas_check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+    if (!rc)
+        rc = kn_cublas_check(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    if (!rc)
+        rc = kn_cuda_check(cudaMalloc(&c->scratch, scratch_bytes), "cudaMalloc(scratch)");
+    if (rc) {
+        kn_cuda_free(c);
+        return rc;
+    }
+    c->ordinal = ordinal;
+    c->scratch_bytes = scratch_bytes;
+    *out = c;
+    return 0;
+}
+
+extern "C" void kn_cuda_free(struct kn_cuda *c)
+{
+    if (!c)
+        return;
+    if (c->scratch)
+        cudaFree(c->scratch);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    delete c;
+}
+
+extern "C" const char *kn_cuda_describe(const struct kn_cuda *c, char *out, size_t out_len)
+{
+    snprintf(out, out_len, "%s (sm_%d%d, %.1f GiB)", c->prop.name, c->prop.major, c->prop.minor,
+             (double)c->prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return out;
+}
+
+int kn_cuda_scratch_carve(struct kn_cuda *c, size_t *offset, size_t bytes, float **out)
+{
+    size_t aligned = (bytes + 255) & ~(size_t)255;
+    if (*offset > c->scratch_bytes || c->scratch_bytes - *offset < aligned)
+        return ERR_TOOBIG;
+    *out = (float *)((char *)c->scratch + *offset);
+    *offset += aligned;
+    return 0;
+}
