@@ -144,6 +144,13 @@ $(BUILD)/tests/cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(TH_SRC:%.c=$(BUILD)
 	@$(if $(Q),echo '  LD      $@')
 	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
 
+# Benchmark programs: optimised build.
+BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
+
 # ---- top-level targets --------------------------------------------------------
 deps:
 	@scripts/install-deps
@@ -161,7 +168,7 @@ run: deps
 	@scripts/run-default
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@scripts/bench
 
 fuzz: deps

@@ -1,5 +1,4 @@
 /* th.c - test runner: one forked process per test, with a timeout (see th.h). */
-#define _GNU_SOURCE
 #include "th.h"
 
 #include <errno.h>
@@ -13,6 +12,8 @@
 #include <unistd.h>
 
 #define TH_MAX_TESTS 1024
+#define TH_EXIT_CHECK 99 /* a CHECK failed and printed its FAIL line */
+#define TH_EXIT_SKIP 77
 
 static struct { const char *name; th_fn fn; } th_tests[TH_MAX_TESTS];
 static int th_n_tests;
@@ -42,14 +43,14 @@ void th_fail(const char *file, int line, const char *expr, const char *fmt, ...)
     }
     printf("\n");
     fflush(stdout);
-    exit(1);
+    exit(TH_EXIT_CHECK);
 }
 
 void th_skip(const char *reason)
 {
     printf("skip %s: %s\n", th_current, reason);
     fflush(stdout);
-    exit(77);
+    exit(TH_EXIT_SKIP);
 }
 
 static int th_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -114,9 +115,9 @@ static int th_run_one(int i, int timeout_s, const char *tmp_root)
         printf("ok %s\n", name);
         return 0;
     }
-    if (code == 77)
+    if (code == TH_EXIT_SKIP)
         return 2;
-    if (code != 1) /* 1 means a CHECK already printed its FAIL line */
+    if (code != TH_EXIT_CHECK)
         printf("FAIL %s: exit status %d (sanitizer or leak report above?)\n", name, code);
     return 1;
 }

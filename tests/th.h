@@ -84,7 +84,7 @@ const char *th_bin(const char *name);
 
 struct th_proc {
     int pid;
-    char log_path[512];   /* stdout+stderr of the child */
+    char log_path[700];   /* stdout+stderr of the child */
 };
 
 /* Start argv[0] with argv, extra environment entries "K=V" (NULL-terminated

@@ -1,5 +1,4 @@
 /* th_proc.c - integration-test helpers: temp dirs, ports, child processes (see th.h). */
-#define _GNU_SOURCE
 #include "th.h"
 
 #include <arpa/inet.h>

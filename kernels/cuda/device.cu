@@ -5,6 +5,7 @@
 // allocated per op. CUDA/cuBLAS errors are logged with their names and
 // returned as ERR_* values (common/err.h).
 #include <cstdio>
+#include <new>
 
 #include "device.cuh"
 

@@ -1,0 +1,16 @@
+-- schema.sql - jobd's SQLite schema: the single source of truth.
+--
+-- Embedded into jobd at build time and applied at start. Conventions every
+-- table here follows:
+--   * a comment on every table and column: meaning, unit, invariants;
+--   * times are integer seconds since the Unix epoch (UTC) unless the column
+--     name ends in _ms; sizes are bytes; token counts are tokens;
+--   * ids are the prefixed, time-sortable strings of common/id.h
+--     ("batch_...", "file-...", "req_..."), so ORDER BY id is creation order;
+--   * migrations are numbered by PRAGMA user_version: the block for version N
+--     runs once, in one transaction, when the database is at N-1.
+--
+-- The tables (tenants, API keys, files, batches, requests, idempotency keys,
+-- dead letters, leases, results, webhook deliveries, usage ledger) arrive
+-- with the jobd intake issue; this file holds no tables yet.
+PRAGMA user_version;
