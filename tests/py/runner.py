@@ -71,8 +71,11 @@ def main():
             print(p.stdout.strip().splitlines()[-1], flush=True)
             skipped += 1
         else:
-            last = [l for l in p.stdout.strip().splitlines() if l.strip()]
-            reason = last[-1] if last else f"exit status {p.returncode}"
+            lines = [l for l in p.stdout.strip().splitlines() if l.strip()]
+            # the exception line of the traceback, else the last line
+            exc = [l for l in lines if l.split(":")[0].endswith(("Error", "Exception"))]
+            reason = (exc[-1] if exc else lines[-1] if lines else f"exit status {p.returncode}")
+            reason = reason.replace("\n", " ")[:400]
             print(f"FAIL {name}: {reason}", flush=True)
             if os.environ.get("TH_VERBOSE"):
                 print(p.stdout)
