@@ -161,7 +161,7 @@ test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS)
 # flags are computed when make starts).
 test: deps
 	@$(MAKE) --no-print-directory test-build
-	@tests/run $(TEST_BINS)
+	@BUILD=$(BUILD) tests/run $(TEST_BINS)
 
 run: deps
 	@$(MAKE) --no-print-directory all

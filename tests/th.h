@@ -78,8 +78,8 @@ const char *th_tmpdir(void);
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int th_free_port(void);
 
-/* Path of a built binary ("jobd") in the release build dir (TH_BIN_DIR,
- * default build/). */
+/* Path of a built binary ("jobd") in $TH_BIN_DIR (tests/run sets it to the
+ * sanitised build, build/asan; default build/). */
 const char *th_bin(const char *name);
 
 struct th_proc {

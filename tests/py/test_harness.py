@@ -3,11 +3,11 @@ and a timeout each count as failed, the suite exits non-zero, and tests/run fold
 it all into one summary line."""
 import os
 
-from harness import ROOT, run
+from harness import ROOT, binary, run, tmpdir
 
 
 def test_c_runner_reports_failures_crashes_timeouts():
-    unit = os.path.join(ROOT, "build/asan/tests/unit")
+    unit = binary("tests/unit")
     r = run([unit, "th_demo_"], env={"TH_DEMO": "1", "TH_TIMEOUT": "2"}, timeout=60)
     out = r.stdout
     assert r.returncode == 1, out
@@ -24,9 +24,9 @@ def test_c_runner_reports_failures_crashes_timeouts():
 
 
 def test_summary_line_and_exit_status():
-    unit = os.path.join(ROOT, "build/asan/tests/unit")
+    unit = binary("tests/unit")
     # a failing suite: tests/run must exit non-zero and end with the summary
-    wrapper = os.path.join(ROOT, "build/asan/tests/demo-suite.sh")
+    wrapper = os.path.join(tmpdir(), "demo-suite.sh")
     with open(wrapper, "w") as f:
         f.write(f'#!/bin/sh\nTH_DEMO=1 TH_TIMEOUT=2 exec "{unit}" th_demo_\n')
     os.chmod(wrapper, 0o755)
