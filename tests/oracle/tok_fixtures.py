@@ -127,6 +127,19 @@ def export_vocab():
     return v
 
 
+def detok(llm, ids):
+    """llama.cpp's llama_detokenize with a large buffer (Llama.detokenize
+    truncates pieces longer than 32 bytes)."""
+    import ctypes
+    import llama_cpp
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_detokenize(vocab, arr, len(ids), buf, 1 << 16, False, False)
+    assert n >= 0
+    return buf.raw[:n].decode("utf-8")
+
+
 def llama_ids(texts):
     from llama_cpp import Llama
     res = {}
@@ -136,7 +149,7 @@ def llama_ids(texts):
         res[pre] = [llm.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
         if pre == "smollm":
             res["smollm_special"] = [llm.tokenize(t.encode(), add_bos=False, special=True) for t in texts]
-            res["smollm_detok"] = [llm.detokenize(ids).decode("utf-8", "replace") for ids in res["smollm"]]
+            res["smollm_detok"] = [detok(llm, ids) for ids in res["smollm"]]
         del llm
     res["oracle"] = "llama-cpp-python Llama(vocab_only=True).tokenize(text.encode(), add_bos=False, special=...)"
     dump("smollm2_ids.json", res)
