@@ -1101,10 +1101,10 @@ int tok_piece(const struct tok *t, int32_t id, int flags, struct buf *out)
  * (three in-place passes over out[from..]). */
 static void clean_spaces(struct buf *out, size_t from)
 {
-    char *text = out->data + from;
     size_t total = out->len - from;
     if (total == 0)
         return;
+    char *text = out->data + from;
     /* " ?", " !", " .", " ," lose the space */
     size_t t1 = total;
     total = 1;
