@@ -572,8 +572,8 @@ static int parse_tensors(struct rd *r, struct gguf *g, uint64_t n_t)
 {
     int rc;
     if (n_t > (r->size - r->off) / MIN_TENSOR_BYTES)
-        return fail(r, ERR_PARSE, "tensor count %llu does not fit in the %llu bytes after the metadata",
-                    (unsigned long long)n_t, (unsigned long long)(r->size - r->off));
+        return fail(r, ERR_PARSE, "truncated file (%llu tensor infos cannot fit in the %llu bytes left at offset %llu)",
+                    (unsigned long long)n_t, (unsigned long long)(r->size - r->off), (unsigned long long)r->off);
     g->tensors = calloc(n_t ? n_t : 1, sizeof *g->tensors);
     if (!g->tensors || hash_init(&g->t_hash, n_t))
         return fail(r, ERR_NOMEM, "out of memory");
@@ -632,8 +632,8 @@ static int parse(struct gguf *g, char *err, size_t err_len)
         return fail(&r, ERR_TOOBIG, "metadata count %llu exceeds the limit of %u", (unsigned long long)n_kv,
                     GGUF_MAX_KV);
     if (n_kv > (r.size - r.off) / MIN_KV_BYTES)
-        return fail(&r, ERR_PARSE, "metadata count %llu does not fit in the %llu bytes of the file",
-                    (unsigned long long)n_kv, (unsigned long long)r.size);
+        return fail(&r, ERR_PARSE, "truncated file (%llu metadata records cannot fit in the %llu bytes left at offset %llu)",
+                    (unsigned long long)n_kv, (unsigned long long)(r.size - r.off), (unsigned long long)r.off);
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     if ((rc = parse_kvs(&r, g, n_kv)) || (rc = parse_tensors(&r, g, n_t)))
         return rc;
