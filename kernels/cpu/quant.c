@@ -296,8 +296,9 @@ static void k4_scale_min(const uint8_t sc[12], int s, int *scale, int *min)
         *scale = sc[s] & 63;
         *min = sc[s + 4] & 63;
     } else {
-        *scale = (sc[s + 4] & 0x0F) | ((sc[s - 4] >> 6) << 4);
-        *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        int k = s - 4; /* 0..3 */
+        *scale = (sc[k + 8] & 0x0F) | ((sc[k] >> 6) << 4);
+        *min = (sc[k + 8] >> 4) | ((sc[k + 4] >> 6) << 4);
     }
 }
 
