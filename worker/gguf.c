@@ -617,7 +617,7 @@ static int parse(struct gguf *g, char *err, size_t err_len)
     snprintf(r.what, sizeof r.what, "version");
     if ((rc = rd_u32(&r, &g->version)))
         return rc;
-    if ((g->version & 0xFFFFu) == 0)
+    if (g->version != 0 && (g->version & 0xFFFFu) == 0)
         return fail(&r, ERR_UNSUPPORTED, "unsupported GGUF version 0x%x (a big-endian file? only little-endian is supported)",
                     g->version);
     if (g->version != 2 && g->version != 3)

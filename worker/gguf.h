@@ -38,6 +38,9 @@
  * Not checked (as ggml): that tensor offsets are contiguous, that padding is
  * zero, that strings are valid UTF-8 (callers that need UTF-8 check it).
  *
+ * The mapped file must not be truncated while open (reads past its new end
+ * would raise SIGBUS); model files are replaced, not rewritten in place.
+ *
  * Thread use: open on one thread; after that a struct gguf is immutable and
  * may be read from any number of threads.
  */
@@ -135,7 +138,8 @@ const char *gguf_architecture(const struct gguf *g);
 
 /* ---- metadata ---- */
 
-/* Number of key/value pairs; keys by index 0..n-1 in file order. */
+/* Number of key/value pairs; keys by index 0..n-1 in file order (key NULL
+ * and type -1 for an index out of range). */
 size_t gguf_kv_count(const struct gguf *g);
 const char *gguf_kv_key(const struct gguf *g, size_t i);       /* NUL-terminated */
 enum gguf_vtype gguf_kv_type(const struct gguf *g, size_t i);
