@@ -9,11 +9,13 @@
 #include "common/err.h"
 #include "kernels/kn.h"
 #include "worker/devcheck.h"
+#include "worker/inspect.h"
 
 static const char *usage_text =
     "usage: jobworker --jobd URL --model M.gguf [--device cpu|cuda] [--threads N]\n"
     "       jobworker --model M.gguf --prompt TEXT | --chat TEXT   (one-off run, no jobd)\n"
     "       jobworker --self-check [--device cpu|cuda]\n"
+    "       jobworker --model M.gguf --inspect   (print the model's metadata and tensor summary)\n"
     "\n"
     "Pulls leased requests from jobd and runs them through the engine.\n"
     "--self-check runs every kernel op on the device against a reference and\n"
@@ -27,7 +29,7 @@ int main(int argc, char **argv)
     struct cli_log lg = {0};
     const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL;
     int64_t threads = 0;
-    int self_check = 0, help = 0, version = 0;
+    int self_check = 0, inspect = 0, help = 0, version = 0;
     struct cfg_opt opts[] = {
         {"jobd", "JOBD_URL", CFG_STR, &jobd_url, "URL", "jobd to pull work from"},
         {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
@@ -36,6 +38,7 @@ int main(int argc, char **argv)
         {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
         {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
         {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
+        {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
         {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
@@ -75,6 +78,16 @@ int main(int argc, char **argv)
             cli_error("jobworker", "check nvidia-smi and the driver", "--device cuda: no usable GPU");
         else if (rc)
             cli_error("jobworker", NULL, "self-check failed: %s", err_msg(rc));
+        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    }
+    if (inspect) {
+        if (!model) {
+            cli_error("jobworker", "see jobworker --help", "--inspect needs --model M.gguf");
+            return CLI_EXIT_USAGE;
+        }
+        int rc = inspect_model(model, stdout, err, sizeof err);
+        if (rc)
+            cli_error("jobworker", NULL, "cannot load model '%s': %s", model, err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
     (void)threads;
