@@ -259,6 +259,8 @@ static int cb_headers_complete(http_parser *p)
         return -1;
     if (p->method == HTTP_CONNECT)
         return rx_fail(rx, 400, "CONNECT is not supported");
+    if (p->http_major != 1)
+        return rx_fail(rx, 505, "HTTP version not supported");
     req->method = p->method;
     req->http_major = p->http_major;
     req->http_minor = p->http_minor;
@@ -449,6 +451,8 @@ int http_rx_feed(struct http_rx *rx, const char *data, size_t len, size_t *consu
     *consumed = 0;
     if (rx->dead)
         return HTTP_RX_ERROR;
+    if (len == 0)
+        return HTTP_RX_MORE; /* http-parser would take an empty feed as end of stream */
     rx->event = HTTP_RX_MORE;
     rx->chunk = NULL;
     rx->chunk_len = 0;

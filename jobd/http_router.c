@@ -175,7 +175,7 @@ int http_router_match(const struct http_router *rt, struct http_req *req, struct
         for (;;) {
             const char *slash = strchr(p, '/');
             size_t len = slash ? (size_t)(slash - p) : strlen(p);
-            if (n >= HTTP_MAX_SEGMENTS) {
+            if (n >= HTTP_MAX_SEGMENTS || len == 0) {
                 buf_release(&dec);
                 return HTTP_MATCH_NOPATH;
             }
