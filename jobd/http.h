@@ -252,8 +252,10 @@ int http_req_body_buffer(struct http_req *req, uint64_t max_bytes);
 typedef int (*http_body_fn)(struct http_req *req, const char *data, size_t len, void *arg);
 int http_req_body_stream(struct http_req *req, uint64_t max_bytes, http_body_fn fn, void *arg);
 
-/* Resume delivery after HTTP_BODY_PAUSE (loop thread; any time later, even
- * from within fn). Returns 0 or ERR_BADSTATE (not paused). */
+/* Resume delivery after fn returned HTTP_BODY_PAUSE (loop thread, from
+ * any callback after fn has returned, e.g. a uv_fs_write completion). Do not
+ * call it once the request's data_free has run (the client went away and
+ * the request is gone). Returns 0 or ERR_BADSTATE (not paused). */
 int http_req_body_resume(struct http_req *req);
 
 /* ---- responses ---------------------------------------------------------------- */

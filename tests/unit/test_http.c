@@ -38,12 +38,14 @@ struct ts {
     int port;
     volatile int done_called;
     volatile int shutdown_requested;
+    volatile int slow_answered_at_done;
     pthread_t loop_tid;
 };
 
 static struct ts *g_ts;
 static char g_file_path[512];
 static volatile int g_worker_other_thread;
+static volatile int g_slow_answered;
 /* streamed upload state (loop thread only) */
 static struct http_req *g_paused;
 static uint64_t g_up_bytes, g_up_hash;
@@ -53,6 +55,7 @@ static void on_done(void *arg)
 {
     struct ts *t = arg;
     t->done_called = 1;
+    t->slow_answered_at_done = g_slow_answered;
     http_server_free(t->srv);
     t->srv = NULL;
     uv_close((uv_handle_t *)&t->async, NULL);
@@ -124,6 +127,7 @@ static void slow_work(void *arg)
 
 static void slow_after(struct http_req *req, int status, void *arg)
 {
+    g_slow_answered = 1;
     http_respond(req, status == 0 ? 200 : 500, "text/plain", "slow done", 9);
 }
 
@@ -1346,4 +1350,51 @@ TEST(http_access_log_line)
     close(fd);
     CHECK(strstr(text, id));
     CHECK(strstr(text, "http method=GET path=/v1/batches/abc status=200 bytes=9 duration_ms="));
+}
+
+TEST(http_body_progress_deadline)
+{
+    struct http_config cfg;
+    http_config_default(&cfg);
+    cfg.body_timeout_ms = 300;
+    struct ts t;
+    ts_start_cfg(&t, &cfg);
+    struct cl c;
+    cl_open(&c, t.port);
+    cl_send(&c, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+    uint64_t t0 = clock_mono_ms();
+    struct resp r;
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_INT(r.status, 408);
+    CHECK(strstr(r.body.data, "\"type\":\"invalid_request_error\""));
+    resp_release(&r);
+    CHECK(peer_closed(c.fd, 5000));
+    CHECK(clock_mono_ms() - t0 < 8000);
+    cl_close(&c);
+    ts_stop(&t);
+}
+
+TEST(http_shutdown_deadline_waits_for_deferred_answer)
+{
+    struct http_config cfg;
+    http_config_default(&cfg);
+    cfg.shutdown_timeout_ms = 100;
+    struct ts t;
+    ts_start_cfg(&t, &cfg);
+    log_init("test", LOG_ERROR, LOG_TEXT, 2); /* the deadline's warning is expected */
+    g_slow_answered = 0;
+    struct cl c;
+    cl_open(&c, t.port);
+    cl_send(&c, "GET /slow HTTP/1.1\r\n\r\n"); /* 400 ms on the thread pool */
+    clock_sleep_ms(50);
+    t.shutdown_requested = 1;
+    uv_async_send(&t.async);
+    /* the deadline cuts the connection before the answer exists */
+    CHECK_EQ_INT(cl_read_to_eof(&c), 0);
+    CHECK(c.in.len == 0);
+    cl_close(&c);
+    pthread_join(t.thread, NULL);
+    CHECK(t.done_called);
+    CHECK(t.slow_answered_at_done); /* done came only after the late answer */
+    CHECK_EQ_INT(uv_loop_close(&t.loop), 0);
 }
