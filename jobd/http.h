@@ -39,7 +39,8 @@
  * optionally, average at least body_min_rate_bps after the first
  * body_timeout_ms); a response write must make progress every
  * send_timeout_ms. Header and body timeouts answer 408 (best effort, no
- * waiting) and close; idle timeouts close silently.
+ * waiting) and close; idle timeouts close silently. A timeout of 0 turns
+ * that deadline off (the min-rate grace period is then 10 s).
  *
  * Connection cap: at max_connections open connections, a new connection
  * first evicts the connection that has been idle longest (no request bytes

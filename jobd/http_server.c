@@ -860,18 +860,21 @@ static void conn_update_io(struct http_conn *c)
         return;
     }
 
+    /* a timeout of 0 disables that deadline */
+#define AFTER(t0, ms) ((ms) ? (t0) + (ms) : 0)
     switch (c->phase) {
     case PH_IDLE:
         want_read = 1;
-        deadline = c->phase_since + (c->fresh ? cfg->header_timeout_ms : cfg->idle_timeout_ms);
+        deadline = c->fresh ? AFTER(c->phase_since, cfg->header_timeout_ms)
+                            : AFTER(c->phase_since, cfg->idle_timeout_ms);
         break;
     case PH_HEAD:
         want_read = 1;
-        deadline = c->head_start + cfg->header_timeout_ms;
+        deadline = AFTER(c->head_start, cfg->header_timeout_ms);
         break;
     case PH_BODY:
         want_read = 1;
-        deadline = c->last_rx + cfg->body_timeout_ms;
+        deadline = AFTER(c->last_rx, cfg->body_timeout_ms);
         break;
     case PH_PAUSED:
         break;
@@ -879,13 +882,14 @@ static void conn_update_io(struct http_conn *c)
     case PH_SENDING:
         want_read = c->in.len < cfg->max_pipeline_bytes && !c->stop_parse;
         if (c->writes_pending)
-            deadline = c->last_tx + cfg->send_timeout_ms;
+            deadline = AFTER(c->last_tx, cfg->send_timeout_ms);
         break;
     case PH_LINGER:
         want_read = 1;
         deadline = c->phase_since + LINGER_MS;
         break;
     }
+#undef AFTER
     if (c->peer_eof)
         want_read = 0;
     if (want_read && !c->reading) {
@@ -926,7 +930,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
         if (c->phase == PH_BODY) {
             c->last_rx = now;
             uint64_t rate = srv->cfg.body_min_rate_bps;
-            if (rate && c->req && now - c->body_start > srv->cfg.body_timeout_ms &&
+            uint64_t grace = srv->cfg.body_timeout_ms ? srv->cfg.body_timeout_ms : 10000;
+            if (rate && c->req && now - c->body_start > grace &&
                 c->req->body_bytes * 1000 / (now - c->body_start) < rate) {
                 srv->st.conns_timed_out++;
                 conn_try_write_error(c, 408, "Request body arriving too slowly.");
