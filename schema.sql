@@ -74,7 +74,7 @@ CREATE TABLE batches (
     completion_window_s  INTEGER NOT NULL CHECK (completion_window_s > 0),  -- seconds ("24h" = 86400)
     status               TEXT NOT NULL CHECK (status IN ('validating', 'failed', 'in_progress', 'finalizing',
                                                       'completed', 'expired', 'cancelling', 'cancelled')),
-    model                TEXT,              -- the one model every line names; NULL until validated
+    model                TEXT,              -- the one model every line names; set by ingest (checkpointed), NULL before
     metadata             TEXT,              -- JSON object of up to 16 string pairs (key <= 64, value <= 512 bytes), or NULL
     errors               TEXT,              -- JSON array of {code,line,message,param} (<= 100), or NULL; final once status is failed
     output_file_id       TEXT,              -- files.id of the success lines, set at finalization

@@ -380,10 +380,10 @@ int store_request_add(struct store *st, const struct store_request_new *r, int64
 
 /* Record ingest progress of a validating batch (inside the caller's chunk
  * transaction): lines 1..line done, n_requests committed, errors so far
- * (JSON array or NULL). ERR_BADSTATE if the batch left 'validating' (it was
+ * (JSON array or NULL), the batch's model so far (or NULL). ERR_BADSTATE if the batch left 'validating' (it was
  * cancelled): the caller stops. */
 int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,
-                            int64_t n_requests, const char *errors);
+                            int64_t n_requests, const char *errors, const char *model);
 
 /* End of a successful ingest, atomically: n_total = requests of the batch,
  * model set, validating -> in_progress. ERR_BADSTATE if no longer validating. */

@@ -80,7 +80,7 @@
     X(BATCH_COUNT_DONE, "UPDATE batches SET n_completed = n_completed + ?2, "                 \
                         "n_failed = n_failed + ?3 WHERE id = ?1")                             \
     X(INGEST_CHECKPOINT, "UPDATE batches SET ingest_line = ?2, ingest_requests = ?3, "        \
-                         "errors = ?4 WHERE id = ?1 AND status = 'validating'")               \
+                         "errors = ?4, model = ?5 WHERE id = ?1 AND status = 'validating'")               \
     X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
                     "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
                     "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \

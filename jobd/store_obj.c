@@ -631,7 +631,7 @@ int store_request_add(struct store *st, const struct store_request_new *q, int64
 }
 
 int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,
-                            int64_t n_requests, const char *errors)
+                            int64_t n_requests, const char *errors, const char *model)
 {
     int rc = 0;
     sqlite3_stmt *s = store_stmt(st, S_INGEST_CHECKPOINT, &rc);
@@ -641,6 +641,7 @@ int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line
         return rc;
     if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_int(st, s, 2, line)) &&
         !(rc = store_bind_int(st, s, 3, n_requests)) && !(rc = store_bind_text(st, s, 4, errors)) &&
+        !(rc = store_bind_text(st, s, 5, model)) &&
         !(rc = store_step_done(st, s, "ingest checkpoint")) && sqlite3_changes(st->db) == 0)
         rc = batch_why_unchanged(st, batch_id);
     return store_w_end(st, rc);
