@@ -122,7 +122,7 @@ CREATE TABLE requests (
     line               INTEGER NOT NULL CHECK (line >= 1),  -- 1-based line number in the input file
     custom_id          TEXT NOT NULL,      -- caller's id, unique within the batch
     model              TEXT NOT NULL,      -- body.model
-    body               TEXT NOT NULL,      -- compact JSON of the line's body (what the worker runs)
+    body               TEXT NOT NULL,      -- the line's body JSON text exactly as sent (what the worker runs)
     status             TEXT NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'leased', 'succeeded', 'failed')),
     attempts           INTEGER NOT NULL DEFAULT 0,  -- times the request was leased (incremented on queued -> leased)
     next_attempt_at    INTEGER NOT NULL DEFAULT 0,  -- unix seconds; a queued request is not leased before this (retry backoff)

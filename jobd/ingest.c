@@ -156,6 +156,7 @@ struct ingest {
     char model[128];      /* the batch's model (first valid line) */
     int64_t n_requests;   /* committed + pending rows */
     int64_t rows_in_tx;
+    int64_t now;          /* created_at of the rows: refreshed at each checkpoint */
     int in_tx;
 };
 
@@ -242,6 +243,7 @@ static int tx_checkpoint(struct ingest *g, int64_t line)
         rc = store_tx_commit(g->st);
     }
     g->rows_in_tx = 0;
+    g->now = clock_wall_s();
     return rc;
 }
 
@@ -265,13 +267,14 @@ static int handle_line(struct ingest *g, const char *p, size_t n, int64_t ln)
         goto out;
     }
     buf_reset(&g->body);
-    if ((rc = js_dump(&g->body, l.body)) || (rc = tx_open(g)))
+    if ((!l.body_raw && (rc = js_dump(&g->body, l.body))) || (rc = tx_open(g)))
         goto out;
     struct store_request_new q = {
         .batch_id = g->b.id, .tenant_id = g->b.tenant_id, .line = ln, .custom_id = l.custom_id,
-        .model = l.model, .body = g->body.data, .body_len = g->body.len,
+        .model = l.model, .body = l.body_raw ? l.body_raw : g->body.data,
+        .body_len = l.body_raw ? l.body_raw_len : g->body.len,
         .prompt_tokens_est = l.prompt_tokens_est, .max_tokens = l.max_tokens,
-        .now = clock_wall_s(),
+        .now = g->now,
     };
     int64_t dup = 0;
     rc = store_request_add(g->st, &q, &dup);
@@ -393,7 +396,7 @@ int ingest_batch(struct store *st, const char *batch_id, const struct ingest_lim
         ingest_limits_default(&deflim);
         lim = &deflim;
     }
-    struct ingest g = {.st = st, .lim = lim, .hooks = hooks};
+    struct ingest g = {.st = st, .lim = lim, .hooks = hooks, .now = clock_wall_s()};
     struct ingest_report rep = {0};
     g.rd.fd = -1;
     g.rd.max_line = lim->max_line_bytes;

@@ -69,6 +69,10 @@ struct ingest_line {
     const char *custom_id;
     const char *model;
     json_t *body;
+    const char *body_raw;      /* the body's JSON text exactly as in the line (borrowed
+                                  from the caller's line bytes), or NULL if it could not
+                                  be located (escaped key): then serialise body */
+    size_t body_raw_len;
     int64_t prompt_tokens_est; /* bytes of prompt text / 4, rounded up, + 4 per message */
     int64_t max_tokens;        /* requested output cap, or lim->max_output_tokens */
 };

@@ -353,6 +353,89 @@ void ingest_line_release(struct ingest_line *l)
     }
 }
 
+/* ---- the raw text of the body ---------------------------------------------------------
+ * Stored as sent: re-serialising costs more than parsing, and would rewrite
+ * numbers (0.2 -> 0.20000000000000001). Only ever run on a line jansson has
+ * accepted, so the scanner can assume well-formed JSON. */
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    return i;
+}
+
+static size_t skip_string(const char *s, size_t i, size_t n)
+{
+    for (i++; i < n; i++) {
+        if (s[i] == '\\')
+            i++;
+        else if (s[i] == '"')
+            return i + 1;
+    }
+    return n;
+}
+
+static size_t skip_value(const char *s, size_t i, size_t n)
+{
+    if (i < n && s[i] == '"')
+        return skip_string(s, i, n);
+    if (i < n && (s[i] == '{' || s[i] == '[')) {
+        int depth = 0;
+        while (i < n) {
+            char c = s[i];
+            if (c == '"') {
+                i = skip_string(s, i, n);
+                continue;
+            }
+            if (c == '{' || c == '[')
+                depth++;
+            else if ((c == '}' || c == ']') && --depth == 0)
+                return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' &&
+           s[i] != '\r' && s[i] != '\n')
+        i++;
+    return i;
+}
+
+/* Span of the top-level member `key` of the object text s. 0 or ERR_NOTFOUND. */
+static int member_span(const char *s, size_t n, const char *key, size_t *off, size_t *len)
+{
+    size_t klen = strlen(key), i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{')
+        return ERR_NOTFOUND;
+    i++;
+    for (;;) {
+        i = skip_ws(s, i, n);
+        if (i >= n || s[i] != '"')
+            return ERR_NOTFOUND;
+        size_t kstart = i + 1, kend = skip_string(s, i, n);
+        if (kend >= n || kend - kstart < 1)
+            return ERR_NOTFOUND;
+        size_t kl = kend - 1 - kstart;
+        if (memchr(s + kstart, '\\', kl))
+            return ERR_NOTFOUND; /* escaped key: let the caller serialise */
+        i = skip_ws(s, kend, n);
+        if (i >= n || s[i] != ':')
+            return ERR_NOTFOUND;
+        i = skip_ws(s, i + 1, n);
+        size_t vend = skip_value(s, i, n);
+        if (kl == klen && memcmp(s + kstart, key, klen) == 0) {
+            *off = i;
+            *len = vend - i;
+            return 0;
+        }
+        i = skip_ws(s, vend, n);
+        if (i >= n || s[i] != ',')
+            return ERR_NOTFOUND;
+        i++;
+    }
+}
+
 static const char *const endpoints[] = {"/v1/chat/completions", "/v1/completions", NULL};
 
 int ingest_line_check(const char *line, size_t len, const char *endpoint,
@@ -470,6 +553,11 @@ int ingest_line_check(const char *line, size_t len, const char *endpoint,
     if ((rc = check_params(body, chat, lim, &l.max_tokens, e)))
         goto out;
     l.prompt_tokens_est = (bytes + 3) / 4;
+    size_t boff, blen;
+    if (member_span(line, len, "body", &boff, &blen) == 0) {
+        l.body_raw = line + boff;
+        l.body_raw_len = blen;
+    }
     *out = l;
     return 0;
 out:

@@ -367,7 +367,7 @@ struct store_request_new {
     int64_t line;
     const char *custom_id;
     const char *model;
-    const char *body;       /* compact JSON */
+    const char *body;       /* the body's JSON text */
     size_t body_len;
     int64_t prompt_tokens_est, max_tokens;
     int64_t now;

@@ -131,6 +131,9 @@ struct store {
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */
     sqlite3_stmt *stmts[S__COUNT];
+    /* request ids (store_request_id): ULID monotonic mode */
+    int64_t rid_ms;      /* timestamp of the last id */
+    uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
 };
 
 /* The kept statement id, reset and unbound; NULL after logging on failure

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
 #include "common/log.h"
@@ -592,12 +593,49 @@ int store_request_count(struct store *st, const char *batch_id, int64_t *n, int6
 
 /* ---- ingest support ------------------------------------------------------------------------- */
 
+/* A new "req_" id of the common/id.h shape (48-bit ms + 80 bits, Crockford
+ * base32), generated as ULIDs in monotonic mode: the 80 bits are drawn from
+ * the CSPRNG when the millisecond changes and incremented within one. Ids
+ * from one store therefore sort in insertion order (line order within a
+ * batch), stay unguessable across milliseconds, and cost one random draw per
+ * ms instead of one per row (ingest inserts ~10^5 rows/s). */
+static int store_request_id(struct store *st, char out[ID_MAX])
+{
+    static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+    int64_t ms = clock_wall_ms();
+    if (ms > st->rid_ms) {
+        if (crypto_random(st->rid_rnd, sizeof st->rid_rnd))
+            return ERR_CRYPTO;
+        st->rid_rnd[0] &= 0x7f; /* headroom: increments never wrap */
+        st->rid_ms = ms;
+    } else {
+        for (int i = 9; i >= 0 && ++st->rid_rnd[i] == 0; i--)
+            ;
+    }
+    uint8_t bits[16];
+    uint64_t t = (uint64_t)st->rid_ms & 0xffffffffffffull;
+    for (int i = 0; i < 6; i++)
+        bits[i] = (uint8_t)(t >> (40 - 8 * i));
+    memcpy(bits + 6, st->rid_rnd, 10);
+    memcpy(out, "req_", 4);
+    /* 26 digits of 5 bits over 130 bits, the top two zero (as id.c) */
+    unsigned __int128 v = 0;
+    for (int i = 0; i < 16; i++)
+        v = v << 8 | bits[i];
+    for (int d = ID_BODY_LEN - 1; d >= 0; d--) {
+        out[4 + d] = alphabet[(unsigned)(v & 31)];
+        v >>= 5;
+    }
+    out[4 + ID_BODY_LEN] = '\0';
+    return 0;
+}
+
 int store_request_add(struct store *st, const struct store_request_new *q, int64_t *dup_line)
 {
     if (st->depth == 0)
         return ERR_BADSTATE;
     char id[ID_MAX];
-    int rc = id_new("req_", id, sizeof id);
+    int rc = store_request_id(st, id);
     if (rc)
         return rc;
     sqlite3_stmt *s = store_stmt(st, S_REQ_INSERT, &rc);

@@ -13,6 +13,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/id.h"
 #include "common/zst.h"
 #include "jobd/ingest.h"
 #include "jobd/store.h"
@@ -439,6 +440,29 @@ TEST(ingest_reads_zstd_compressed_input)
     CHECK_EQ_INT(store_request_count(fx.st, id, &n, &nd), 0);
     CHECK_EQ_INT(n, 3000);
     CHECK_EQ_INT(nd, 3000);
+    /* request ids have the common/id.h shape and sort in line order; bodies
+     * are stored exactly as sent */
+    char path[800];
+    snprintf(path, sizeof path, "%s/jobd.db", fx.dir);
+    sqlite3 *db;
+    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *s;
+    CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT id, line, body FROM requests WHERE batch_id = ? ORDER BY id",
+                                    -1, &s, NULL), SQLITE_OK);
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    int64_t prev = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        CHECK(id_valid("req_", (const char *)sqlite3_column_text(s, 0)));
+        CHECK(sqlite3_column_int64(s, 1) > prev);
+        prev = sqlite3_column_int64(s, 1);
+        if (prev == 7)
+            CHECK_EQ_STR((const char *)sqlite3_column_text(s, 2),
+                         "{\"model\":\"smollm\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                         "{\"role\":\"user\",\"content\":\"Say hello to z-7\"}],\"max_tokens\":32}");
+    }
+    CHECK_EQ_INT(prev, 3000);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
     buf_release(&in);
     buf_release(&l);
     buf_release(&z);
