@@ -69,8 +69,12 @@ CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
 TH_SRC    := tests/th.c tests/th_proc.c
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 
-REL_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
-ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/obj/%.o)
+# Generated sources (build/gen/): schema.sql embedded as store_schema_sql[].
+GEN_SRC   := $(BUILD)/gen/schema_sql.c
+
+REL_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o) \
+                $(GEN_SRC:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o)
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/obj/%.o) $(GEN_SRC:$(BUILD)/gen/%.c=$(BUILD)/asan/obj/gen/%.o)
 
 REL_BINS  := $(BINS:%=$(BUILD)/%)
 ASAN_BINS := $(BINS:%=$(BUILD)/asan/%)
@@ -115,6 +119,21 @@ $(BUILD)/obj/%.cu.o: %.cu $(BUILD)/obj/.flags
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/asan/obj/%.o: %.c $(BUILD)/asan/obj/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  CC asan $<')
+	$(Q)$(CC) $(CFLAGS_ASAN) -c $< -o $@
+
+$(BUILD)/gen/schema_sql.c: schema.sql scripts/embed-c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  GEN     $@')
+	$(Q)python3 scripts/embed-c store_schema_sql $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/obj/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  CC      $<')
+	$(Q)$(CC) $(CFLAGS_REL) -c $< -o $@
+
+$(BUILD)/asan/obj/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/asan/obj/.flags
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  CC asan $<')
 	$(Q)$(CC) $(CFLAGS_ASAN) -c $< -o $@

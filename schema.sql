@@ -10,7 +10,233 @@
 --   * migrations are numbered by PRAGMA user_version: the block for version N
 --     runs once, in one transaction, when the database is at N-1.
 --
--- The tables (tenants, API keys, files, batches, requests, idempotency keys,
--- dead letters, leases, results, webhook deliveries, usage ledger) arrive
--- with the jobd intake issue; this file holds no tables yet.
-PRAGMA user_version;
+-- The runner (jobd/store.c) splits this file at lines "-- @migration N":
+-- everything before the first marker is this comment; block N holds the DDL
+-- that moves a database from user_version N-1 to N. Blocks are append-only:
+-- never edit a released block, add block N+1 below the last one instead (and
+-- update the comments of the tables it changes so this file keeps describing
+-- the current schema). A database whose user_version is newer than the last
+-- block is refused (no silent downgrade).
+--
+-- Tables are STRICT (column types enforced) and foreign keys are on
+-- (PRAGMA foreign_keys=ON on every connection).
+
+-- @migration 1
+
+-- A tenant: the unit of isolation. Every other object belongs to exactly one
+-- tenant, and every query the API makes carries the tenant of the
+-- authenticated key (never one taken from the request).
+CREATE TABLE tenants (
+    id          TEXT PRIMARY KEY,          -- "ten_..." (common/id.h)
+    name        TEXT NOT NULL UNIQUE,      -- operator-chosen name, 1..64 bytes of [A-Za-z0-9._-]
+    created_at  INTEGER NOT NULL           -- unix seconds
+) STRICT;
+
+-- API keys. The plaintext ("sk-jobd-<key id>_<secret>") is shown once at
+-- creation and never stored: only the SHA-256 of the secret is kept (keys
+-- carry 240 random bits, so a fast hash is adequate). Lookup is by key id,
+-- then the hash is compared in constant time.
+CREATE TABLE api_keys (
+    id           TEXT PRIMARY KEY,         -- key id: 10 lowercase Crockford base32 chars, public (shown in lists)
+    tenant_id    TEXT NOT NULL REFERENCES tenants(id),  -- owner; requests with this key act as this tenant
+    secret_hash  BLOB NOT NULL CHECK (length(secret_hash) = 32),  -- SHA-256 of the secret part
+    created_at   INTEGER NOT NULL,         -- unix seconds
+    revoked_at   INTEGER                   -- unix seconds; NULL while the key is valid. Revocation is final
+) STRICT;
+CREATE INDEX api_keys_tenant ON api_keys(tenant_id, created_at);
+
+-- Uploaded and generated files. The bytes live under the data directory at
+-- storage_path; this row is the metadata. Deleting a file deletes the row
+-- (batches keep the id as plain text, so they are not FK-bound to files).
+CREATE TABLE files (
+    id            TEXT PRIMARY KEY,        -- "file-..."
+    tenant_id     TEXT NOT NULL REFERENCES tenants(id),  -- owner
+    purpose       TEXT NOT NULL CHECK (purpose IN ('batch', 'batch_output')),  -- OpenAI purpose
+    filename      TEXT NOT NULL,           -- client-supplied name, display only, never used as a path
+    bytes         INTEGER NOT NULL CHECK (bytes >= 0),  -- logical (uncompressed) size in bytes
+    sha256        TEXT NOT NULL,           -- lowercase hex SHA-256 of the logical content (64 chars)
+    storage_path  TEXT NOT NULL,           -- path of the stored bytes, relative to the data directory; server-generated
+    encoding      TEXT NOT NULL DEFAULT 'identity' CHECK (encoding IN ('identity', 'zstd')),  -- how the stored bytes are encoded
+    status        TEXT NOT NULL DEFAULT 'processed' CHECK (status IN ('uploaded', 'processed', 'error')),  -- OpenAI's (deprecated) file status
+    created_at    INTEGER NOT NULL,        -- unix seconds
+    expires_at    INTEGER                  -- unix seconds after which the file may be purged; NULL = kept until deleted
+) STRICT;
+CREATE INDEX files_tenant ON files(tenant_id, id);
+
+-- Batches (OpenAI batch objects). status follows the state machine in
+-- jobd/store.h (store_batch_transition is the only writer of status); each
+-- *_at column is set when the batch enters that state.
+CREATE TABLE batches (
+    id                   TEXT PRIMARY KEY,  -- "batch_..."
+    tenant_id            TEXT NOT NULL REFERENCES tenants(id),  -- owner
+    endpoint             TEXT NOT NULL CHECK (endpoint IN ('/v1/chat/completions', '/v1/completions')),  -- every line's url must equal it
+    input_file_id        TEXT NOT NULL,     -- files.id of the JSONL input (plain text: the file may be deleted later)
+    completion_window_s  INTEGER NOT NULL CHECK (completion_window_s > 0),  -- seconds ("24h" = 86400)
+    status               TEXT NOT NULL CHECK (status IN ('validating', 'failed', 'in_progress', 'finalizing',
+                                                      'completed', 'expired', 'cancelling', 'cancelled')),
+    model                TEXT,              -- the one model every line names; set by ingest (checkpointed), NULL before
+    metadata             TEXT,              -- JSON object of up to 16 string pairs (key <= 64, value <= 512 bytes), or NULL
+    errors               TEXT,              -- JSON array of {code,line,message,param} (<= 100), or NULL; final once status is failed
+    output_file_id       TEXT,              -- files.id of the success lines, set at finalization
+    error_file_id        TEXT,              -- files.id of the failure lines, set at finalization
+    n_total              INTEGER NOT NULL DEFAULT 0,  -- request_counts.total: requests persisted (set on entering in_progress)
+    n_completed          INTEGER NOT NULL DEFAULT 0,  -- request_counts.completed: requests in state succeeded
+    n_failed             INTEGER NOT NULL DEFAULT 0,  -- request_counts.failed: requests in state failed
+    ingest_line          INTEGER NOT NULL DEFAULT 0,  -- ingest checkpoint: input lines 1..ingest_line are validated and their requests committed
+    ingest_requests      INTEGER NOT NULL DEFAULT 0,  -- requests committed by ingest so far (= n_total once in_progress)
+    created_at           INTEGER NOT NULL,  -- unix seconds
+    expires_at           INTEGER NOT NULL,  -- created_at + completion_window_s
+    in_progress_at       INTEGER,           -- unix seconds of entering in_progress, else NULL
+    finalizing_at        INTEGER,           -- ... finalizing
+    completed_at         INTEGER,           -- ... completed
+    failed_at            INTEGER,           -- ... failed
+    expired_at           INTEGER,           -- ... expired
+    cancelling_at        INTEGER,           -- ... cancelling
+    cancelled_at         INTEGER,           -- ... cancelled
+    CHECK (n_completed + n_failed <= n_total OR status = 'validating')
+) STRICT;
+CREATE INDEX batches_tenant ON batches(tenant_id, id);
+CREATE INDEX batches_status ON batches(status, id);
+
+-- Leases: a worker's claim on a pack of requests, renewed by heartbeats.
+-- A request in state leased names its lease; when expires_at passes the
+-- sweeper returns the lease's requests to queued.
+CREATE TABLE leases (
+    id          TEXT PRIMARY KEY,          -- "lease_..."
+    worker_id   TEXT NOT NULL,             -- worker's self-reported id (host/pid/gpu), for logs and metrics
+    model       TEXT NOT NULL,             -- the model the worker serves; every leased request has this model
+    created_at  INTEGER NOT NULL,          -- unix seconds
+    expires_at  INTEGER NOT NULL,          -- unix seconds; heartbeats move it forward
+    released_at INTEGER                    -- unix seconds the lease ended (all results in, expired or given back), else NULL
+) STRICT;
+CREATE INDEX leases_expiry ON leases(expires_at) WHERE released_at IS NULL;
+
+-- Requests: one row per input line of a validated batch. status follows the
+-- state machine in jobd/store.h (store_request_transition is the only writer
+-- of status). Rows of a batch still in 'validating' are not visible to work
+-- distribution (it only leases requests whose batch is in_progress).
+CREATE TABLE requests (
+    id                 TEXT PRIMARY KEY,   -- "req_..."; also the id of its output line
+    batch_id           TEXT NOT NULL REFERENCES batches(id) ON DELETE CASCADE,  -- owning batch
+    tenant_id          TEXT NOT NULL,      -- = batches.tenant_id (denormalised for tenant-scoped queries)
+    line               INTEGER NOT NULL CHECK (line >= 1),  -- 1-based line number in the input file
+    custom_id          TEXT NOT NULL,      -- caller's id, unique within the batch
+    model              TEXT NOT NULL,      -- body.model
+    body               TEXT NOT NULL,      -- the line's body JSON text exactly as sent (what the worker runs)
+    status             TEXT NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'leased', 'succeeded', 'failed')),
+    attempts           INTEGER NOT NULL DEFAULT 0,  -- times the request was leased (incremented on queued -> leased)
+    next_attempt_at    INTEGER NOT NULL DEFAULT 0,  -- unix seconds; a queued request is not leased before this (retry backoff)
+    lease_id           TEXT,               -- leases.id while status = leased, else NULL
+    prompt_tokens_est  INTEGER NOT NULL DEFAULT 0,  -- tokens, estimated at ingest as prompt bytes / 4 (for packing and quotas)
+    max_tokens         INTEGER NOT NULL DEFAULT 0,  -- output token cap: max_completion_tokens / max_tokens, or the model limit
+    last_error         TEXT,               -- last failure message (retry or terminal), NULL if none
+    created_at         INTEGER NOT NULL,   -- unix seconds
+    updated_at         INTEGER NOT NULL,   -- unix seconds of the last status change
+    finished_at        INTEGER,            -- unix seconds of entering succeeded/failed, else NULL
+    UNIQUE (batch_id, custom_id),
+    CHECK ((status = 'leased') = (lease_id IS NOT NULL))
+) STRICT;
+CREATE INDEX requests_ready ON requests(model, next_attempt_at) WHERE status = 'queued';
+CREATE INDEX requests_lease ON requests(lease_id) WHERE lease_id IS NOT NULL;
+
+-- Idempotency keys (Idempotency-Key header on POSTs), per tenant. A row with
+-- status_code NULL is a reservation in flight; completing it stores the
+-- response in the same transaction as the effect, so a retry either replays
+-- the committed response or finds no trace of the effect.
+CREATE TABLE idempotency_keys (
+    tenant_id    TEXT NOT NULL REFERENCES tenants(id),  -- keys are scoped per tenant
+    key          TEXT NOT NULL,            -- client's key, 1..255 bytes
+    fingerprint  BLOB NOT NULL CHECK (length(fingerprint) = 32),  -- SHA-256 of method, path and body of the first request
+    status_code  INTEGER,                  -- HTTP status of the stored response; NULL while in flight
+    response     BLOB,                     -- response body replayed on retries; NULL while in flight
+    created_at   INTEGER NOT NULL,         -- unix seconds of the reservation (retention counts from here)
+    completed_at INTEGER,                  -- unix seconds the response was stored
+    PRIMARY KEY (tenant_id, key)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX idempotency_keys_age ON idempotency_keys(created_at);
+
+-- Dead letters: requests that exhausted their attempts. The request itself
+-- is in state failed; this row keeps why, and its line goes to the error file.
+CREATE TABLE dead_letters (
+    request_id  TEXT PRIMARY KEY REFERENCES requests(id) ON DELETE CASCADE,  -- the failed request
+    batch_id    TEXT NOT NULL,             -- its batch (denormalised for the error file)
+    attempts    INTEGER NOT NULL,          -- attempts made before giving up
+    reason      TEXT NOT NULL,             -- machine code: 'max_attempts', 'lease_expired', 'worker_error'
+    last_error  TEXT,                      -- last error message seen, if any
+    created_at  INTEGER NOT NULL           -- unix seconds
+) STRICT;
+CREATE INDEX dead_letters_batch ON dead_letters(batch_id);
+
+-- Results: the outcome of each request, written exactly once (the primary
+-- key is the request id: a second commit for the same request is refused).
+CREATE TABLE results (
+    request_id         TEXT PRIMARY KEY REFERENCES requests(id) ON DELETE CASCADE,  -- exactly one result per request
+    batch_id           TEXT NOT NULL,      -- its batch (finalization scans by batch)
+    lease_id           TEXT,               -- lease under which it was produced (fencing audit)
+    status_code        INTEGER,            -- HTTP-like status of the response (200, 400...); NULL for non-HTTP errors
+    body               BLOB,               -- response body JSON (may be zstd-compressed: see encoding), NULL if none
+    encoding           TEXT NOT NULL DEFAULT 'identity' CHECK (encoding IN ('identity', 'zstd')),  -- encoding of body
+    error_code         TEXT,               -- output line error.code for non-HTTP failures, else NULL
+    error_message      TEXT,               -- output line error.message, else NULL
+    prompt_tokens      INTEGER NOT NULL DEFAULT 0,  -- tokens actually read
+    completion_tokens  INTEGER NOT NULL DEFAULT 0,  -- tokens generated
+    gpu_ms             INTEGER NOT NULL DEFAULT 0,  -- milliseconds of device time the worker attributes to it
+    created_at         INTEGER NOT NULL    -- unix seconds
+) STRICT;
+CREATE INDEX results_batch ON results(batch_id);
+
+-- Webhook endpoints registered by tenants.
+CREATE TABLE webhook_endpoints (
+    id           TEXT PRIMARY KEY,         -- "whep_..."
+    tenant_id    TEXT NOT NULL REFERENCES tenants(id),  -- owner
+    url          TEXT NOT NULL,            -- https URL events are POSTed to (SSRF-checked at registration and delivery)
+    secret       TEXT NOT NULL,            -- "whsec_<base64>" signing secret (Standard Webhooks)
+    event_types  TEXT NOT NULL DEFAULT '*',  -- comma-separated event types ("batch.completed,...") or "*"
+    created_at   INTEGER NOT NULL,         -- unix seconds
+    disabled_at  INTEGER                   -- unix seconds; NULL = active (410 Gone or persistent failure disables)
+) STRICT;
+CREATE INDEX webhook_endpoints_tenant ON webhook_endpoints(tenant_id);
+
+-- Webhook events: the transactional outbox. An event row is inserted in the
+-- same transaction as the state change it reports (e.g. a batch entering
+-- completed); the dispatcher fans it out into deliveries.
+CREATE TABLE webhook_events (
+    id          TEXT PRIMARY KEY,          -- "evt_..."; also the webhook-id header (dedupe key for receivers)
+    tenant_id   TEXT NOT NULL REFERENCES tenants(id),  -- whose endpoints receive it
+    type        TEXT NOT NULL,             -- "batch.completed", "batch.failed", "batch.expired", "batch.cancelled"
+    object_id   TEXT NOT NULL,             -- id of the object the event is about (data.id)
+    payload     TEXT NOT NULL,             -- exact JSON body to send
+    created_at  INTEGER NOT NULL,          -- unix seconds
+    fanned_out  INTEGER NOT NULL DEFAULT 0 CHECK (fanned_out IN (0, 1))  -- 1 once deliveries rows exist for every endpoint
+) STRICT;
+CREATE INDEX webhook_events_pending ON webhook_events(id) WHERE fanned_out = 0;
+
+-- Webhook deliveries: one event to one endpoint, retried with backoff.
+CREATE TABLE webhook_deliveries (
+    id               INTEGER PRIMARY KEY,  -- row id
+    event_id         TEXT NOT NULL REFERENCES webhook_events(id) ON DELETE CASCADE,
+    endpoint_id      TEXT NOT NULL REFERENCES webhook_endpoints(id) ON DELETE CASCADE,
+    status           TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'failed')),  -- failed = gave up
+    attempts         INTEGER NOT NULL DEFAULT 0,  -- POSTs made
+    next_attempt_at  INTEGER NOT NULL,     -- unix seconds of the next POST while pending
+    last_status      INTEGER,              -- HTTP status of the last attempt, NULL if it got no response
+    last_error       TEXT,                 -- transport error or response excerpt of the last attempt
+    delivered_at     INTEGER,              -- unix seconds of the 2xx, else NULL
+    UNIQUE (event_id, endpoint_id)
+) STRICT;
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) WHERE status = 'pending';
+
+-- Usage ledger: one row per request that consumed compute, written in the
+-- same transaction as its result. Append-only; usage reports sum it.
+CREATE TABLE usage_ledger (
+    id                 INTEGER PRIMARY KEY,  -- row id (append order)
+    tenant_id          TEXT NOT NULL REFERENCES tenants(id),  -- who is billed
+    batch_id           TEXT NOT NULL,      -- batch of the request
+    request_id         TEXT NOT NULL UNIQUE,  -- at most one charge per request
+    model              TEXT NOT NULL,      -- model that served it
+    prompt_tokens      INTEGER NOT NULL CHECK (prompt_tokens >= 0),      -- tokens
+    completion_tokens  INTEGER NOT NULL CHECK (completion_tokens >= 0),  -- tokens
+    cost_micros        INTEGER NOT NULL CHECK (cost_micros >= 0),        -- cost in millionths of the currency unit
+    created_at         INTEGER NOT NULL    -- unix seconds
+) STRICT;
+CREATE INDEX usage_ledger_tenant ON usage_ledger(tenant_id, created_at);

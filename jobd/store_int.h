@@ -1,0 +1,165 @@
+/*
+ * store_int.h - internals shared by the jobd/store*.c files (not an API).
+ *
+ * Every SQL statement the store runs is in STORE_SQL below, so the queries
+ * and the indexes in schema.sql can be read side by side. Statements are
+ * prepared on first use (store_stmt) and kept in st->stmts until
+ * store_close; a fetched statement is already reset and unbound.
+ *
+ * Write helpers: store_w_begin opens BEGIN IMMEDIATE at depth 0 and a
+ * SAVEPOINT inside an open transaction; store_w_end commits / releases on
+ * rc == 0 and rolls back (to the savepoint) otherwise, returning rc or the
+ * commit's error.
+ */
+#ifndef JOBD_STORE_INT_H
+#define JOBD_STORE_INT_H
+
+#include <sqlite3.h>
+
+#include "jobd/store.h"
+
+/* Columns read into struct store_batch, in this order (store_batch_row). */
+#define STORE_BATCH_COLS                                                                    \
+    "id, tenant_id, endpoint, input_file_id, completion_window_s, status, model, metadata, " \
+    "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
+    "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
+    "cancelling_at, cancelled_at, ingest_line, ingest_requests"
+
+#define STORE_FILE_COLS                                                                   \
+    "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
+    "created_at, expires_at"
+
+#define STORE_SQL(X)                                                                          \
+    X(BEGIN, "BEGIN IMMEDIATE")                                                               \
+    X(COMMIT, "COMMIT")                                                                       \
+    X(ROLLBACK, "ROLLBACK")                                                                   \
+    X(SAVEPOINT, "SAVEPOINT w")                                                               \
+    X(RELEASE, "RELEASE w")                                                                   \
+    X(ROLLBACK_TO, "ROLLBACK TO w")                                                           \
+    X(USER_VERSION, "PRAGMA user_version")                                                    \
+    X(TENANT_INSERT, "INSERT INTO tenants(id, name, created_at) VALUES (?1, ?2, ?3)")         \
+    X(TENANT_BY_NAME, "SELECT id, name, created_at FROM tenants WHERE name = ?1")             \
+    X(TENANT_BY_ID, "SELECT id, name, created_at FROM tenants WHERE id = ?1")                 \
+    X(KEY_INSERT, "INSERT INTO api_keys(id, tenant_id, secret_hash, created_at) "             \
+                  "VALUES (?1, ?2, ?3, ?4)")                                                  \
+    X(KEY_LOOKUP, "SELECT k.tenant_id, k.secret_hash, k.created_at, t.name FROM api_keys k "  \
+                  "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = ?1 AND k.revoked_at IS NULL") \
+    X(KEY_LIST, "SELECT k.id, k.tenant_id, t.name, k.created_at, k.revoked_at FROM api_keys k " \
+                "JOIN tenants t ON t.id = k.tenant_id WHERE ?1 IS NULL OR k.tenant_id = ?1 "  \
+                "ORDER BY k.created_at, k.id")                                                \
+    X(KEY_REVOKE, "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1")  \
+    X(FILE_INSERT, "INSERT INTO files(" STORE_FILE_COLS ") VALUES "                           \
+                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")                          \
+    X(FILE_GET, "SELECT " STORE_FILE_COLS " FROM files WHERE id = ?1 AND tenant_id = ?2")     \
+    X(FILE_LIST_DESC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 "           \
+                      "AND (?2 IS NULL OR purpose = ?2) AND (?3 IS NULL OR id < ?3) "         \
+                      "ORDER BY id DESC LIMIT ?4")                                            \
+    X(FILE_LIST_ASC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 "            \
+                     "AND (?2 IS NULL OR purpose = ?2) AND (?3 IS NULL OR id > ?3) "          \
+                     "ORDER BY id ASC LIMIT ?4")                                              \
+    X(FILE_DELETE, "DELETE FROM files WHERE id = ?1 AND tenant_id = ?2 RETURNING storage_path") \
+    X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
+                    "completion_window_s, status, metadata, created_at, expires_at) "         \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8)")                  \
+    X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
+                 "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
+    X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
+                  "AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3")                    \
+    X(BATCH_IDS_IN, "SELECT id FROM batches WHERE status = ?1 ORDER BY id")                   \
+    X(BATCH_EXISTS, "SELECT status FROM batches WHERE id = ?1")                               \
+    X(BATCH_TRANSITION,                                                                       \
+      "UPDATE batches SET status = ?2, "                                                      \
+      "in_progress_at = CASE WHEN ?2 = 'in_progress' THEN ?4 ELSE in_progress_at END, "       \
+      "finalizing_at = CASE WHEN ?2 = 'finalizing' THEN ?4 ELSE finalizing_at END, "          \
+      "completed_at = CASE WHEN ?2 = 'completed' THEN ?4 ELSE completed_at END, "             \
+      "failed_at = CASE WHEN ?2 = 'failed' THEN ?4 ELSE failed_at END, "                      \
+      "expired_at = CASE WHEN ?2 = 'expired' THEN ?4 ELSE expired_at END, "                   \
+      "cancelling_at = CASE WHEN ?2 = 'cancelling' THEN ?4 ELSE cancelling_at END, "          \
+      "cancelled_at = CASE WHEN ?2 = 'cancelled' THEN ?4 ELSE cancelled_at END "              \
+      "WHERE id = ?1 AND status = ?3")                                                        \
+    X(BATCH_COUNT_DONE, "UPDATE batches SET n_completed = n_completed + ?2, "                 \
+                        "n_failed = n_failed + ?3 WHERE id = ?1")                             \
+    X(INGEST_CHECKPOINT, "UPDATE batches SET ingest_line = ?2, ingest_requests = ?3, "        \
+                         "errors = ?4, model = ?5 WHERE id = ?1 AND status = 'validating'")               \
+    X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
+                    "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
+                    "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \
+    X(INGEST_ERRORS, "UPDATE batches SET errors = ?2, n_total = 0, ingest_requests = 0 "      \
+                     "WHERE id = ?1")                                                         \
+    X(REQ_DELETE_BATCH, "DELETE FROM requests WHERE batch_id = ?1")                           \
+    X(REQ_INSERT, "INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
+                  "prompt_tokens_est, max_tokens, created_at, updated_at) "                   \
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) "                    \
+                  "ON CONFLICT (batch_id, custom_id) DO NOTHING")                             \
+    X(REQ_DUP_LINE, "SELECT line FROM requests WHERE batch_id = ?1 AND custom_id = ?2")       \
+    X(REQ_GET, "SELECT id, batch_id, line, custom_id, model, status, attempts, "              \
+               "next_attempt_at, lease_id, prompt_tokens_est, max_tokens FROM requests "      \
+               "WHERE id = ?1")                                                               \
+    X(REQ_COUNT, "SELECT count(*), count(DISTINCT custom_id) FROM requests WHERE batch_id = ?1") \
+    X(REQ_TRANSITION,                                                                         \
+      "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
+      "attempts = attempts + (?2 = 'leased'), "                                               \
+      "lease_id = CASE WHEN ?2 = 'leased' THEN ?6 ELSE NULL END, "                            \
+      "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, "          \
+      "last_error = coalesce(?8, last_error), "                                               \
+      "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END "          \
+      "WHERE id = ?1 AND status = ?3 AND (?4 IS NULL OR lease_id = ?4) "                      \
+      "RETURNING batch_id")                                                                   \
+    X(IDEM_GET, "SELECT fingerprint, status_code, response, created_at FROM idempotency_keys " \
+                "WHERE tenant_id = ?1 AND key = ?2")                                          \
+    X(IDEM_PUT, "INSERT OR REPLACE INTO idempotency_keys(tenant_id, key, fingerprint, "       \
+                "created_at) VALUES (?1, ?2, ?3, ?4)")                                        \
+    X(IDEM_COMPLETE, "UPDATE idempotency_keys SET status_code = ?3, response = ?4, "          \
+                     "completed_at = ?5 WHERE tenant_id = ?1 AND key = ?2 "                   \
+                     "AND status_code IS NULL")                                               \
+    X(IDEM_RELEASE, "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2 "         \
+                    "AND status_code IS NULL")                                                \
+    X(IDEM_EXPIRE, "DELETE FROM idempotency_keys WHERE created_at <= ?1")
+
+enum store_stmt_id {
+#define STORE_SQL_ENUM_(name, sql) S_##name,
+    STORE_SQL(STORE_SQL_ENUM_)
+#undef STORE_SQL_ENUM_
+    S__COUNT
+};
+
+struct store {
+    sqlite3 *db;
+    char *dir;
+    char *db_path;
+    struct store_opts opts;
+    int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
+    int user_tx; /* the outermost level was opened by store_tx_begin */
+    sqlite3_stmt *stmts[S__COUNT];
+    /* request ids (store_request_id): ULID monotonic mode */
+    int64_t rid_ms;      /* timestamp of the last id */
+    uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
+};
+
+/* The kept statement id, reset and unbound; NULL after logging on failure
+ * (*rc gets the ERR_*). */
+sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc);
+
+/* Translate an SQLite result code into an ERR_*, logging the original with
+ * `what` (the operation) and sqlite3_errmsg. */
+int store_sqlerr(struct store *st, int sqlite_rc, const char *what);
+
+/* Step a statement that returns no rows (or whose rows are ignored). */
+int store_step_done(struct store *st, sqlite3_stmt *s, const char *what);
+
+int store_w_begin(struct store *st);
+int store_w_end(struct store *st, int rc);
+
+/* Bind helpers: NULL text binds SQL NULL. Return 0 or an ERR_*. */
+int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v);
+int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v);
+
+/* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
+void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap);
+/* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
+char *store_col_dup(sqlite3_stmt *s, int col, int *err);
+
+/* Fill *b from a row selected with STORE_BATCH_COLS. ERR_NOMEM/ERR_CORRUPT. */
+int store_batch_row(sqlite3_stmt *s, struct store_batch *b);
+
+#endif
