@@ -2,7 +2,8 @@
 """tests/py/runner.py - run the Python test suites the way tests/th.c runs C tests.
 
 Every function named test_* in tests/py/test_*.py runs in its own
-subprocess with a timeout (TH_TIMEOUT, default 120 s). Output: one line per
+subprocess with a timeout (TH_TIMEOUT, default 120 s; a module may raise it
+for its own tests with a module-level TIMEOUT = seconds). Output: one line per
 test ("ok NAME", "FAIL NAME: reason", "skip NAME: reason"), then
 "# tally PASSED FAILED SKIPPED" for tests/run to fold into the summary line.
 A test skips by raising harness.Skip. An optional argument filters test names.
@@ -25,7 +26,7 @@ def discover():
             spec.loader.exec_module(mod)
             for name in sorted(vars(mod)):
                 if name.startswith("test_") and callable(getattr(mod, name)):
-                    yield fname[:-3], name
+                    yield fname[:-3], name, getattr(mod, "TIMEOUT", None)
 
 
 def run_child(module, func):
@@ -52,14 +53,14 @@ def main():
     filt = sys.argv[1] if len(sys.argv) > 1 else None
     timeout = int(os.environ.get("TH_TIMEOUT", "120"))
     passed = failed = skipped = 0
-    for module, func in discover():
+    for module, func, mod_timeout in discover():
         name = f"{module}.{func}"
         if filt and filt not in name:
             continue
         try:
             p = subprocess.run([sys.executable, __file__, "--child", name],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=timeout, text=True, start_new_session=True)
+                               timeout=max(timeout, mod_timeout or 0), text=True, start_new_session=True)
         except subprocess.TimeoutExpired:
             print(f"FAIL {name}: timed out after {timeout} s", flush=True)
             failed += 1
