@@ -1,0 +1,490 @@
+/*
+ * sample.c - per-request token sampling (see sample.h for the order of the
+ * steps and the logprob definition).
+ *
+ * The candidate set lives in scratch->idx[0..nc) and each candidate's
+ * unnormalised probability in scratch->val[id]. Orders are total: (p desc,
+ * id asc), so top_k / top_p are unique whatever the selection algorithm.
+ * Sorting is an in-place heapsort and top_k an in-place quickselect: no
+ * allocation, no recursion, no library qsort (which may allocate).
+ */
+#include "worker/sample.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* ---- random stream -------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+void smp_rng_init(struct smp_rng *r, uint64_t seed, uint64_t choice)
+{
+    /* Two SplitMix64 rounds give independent-looking 64-bit keys for seed and
+     * choice; the state is the SplitMix64 sequence started from their mix. */
+    uint64_t a = seed, b = choice ^ 0x6a09e667f3bcc908ull;
+    uint64_t x = splitmix64(&a) ^ rotl(splitmix64(&b), 17);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+    if (!(r->s[0] | r->s[1] | r->s[2] | r->s[3]))
+        r->s[0] = 1;
+}
+
+uint64_t smp_rng_next(struct smp_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return res;
+}
+
+double smp_rng_uniform(struct smp_rng *r) { return (double)(smp_rng_next(r) >> 11) * 0x1.0p-53; }
+
+/* ---- parameters and scratch ----------------------------------------------- */
+
+void smp_params_init(struct smp_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->temperature = 1.0;
+    p->top_p = 1.0;
+    p->repetition_penalty = 1.0;
+    p->n_top_logprobs = -1;
+}
+
+int smp_scratch_init(struct smp_scratch *s, size_t n_vocab)
+{
+    memset(s, 0, sizeof *s);
+    if (n_vocab == 0 || n_vocab > (1u << 24))
+        return ERR_INVAL;
+    s->val = malloc(n_vocab * sizeof *s->val);
+    s->idx = malloc(n_vocab * sizeof *s->idx);
+    s->count = calloc(n_vocab, sizeof *s->count);
+    s->mark = calloc(n_vocab, sizeof *s->mark);
+    if (!s->val || !s->idx || !s->count || !s->mark) {
+        smp_scratch_release(s);
+        return ERR_NOMEM;
+    }
+    s->n_vocab = n_vocab;
+    return 0;
+}
+
+void smp_scratch_release(struct smp_scratch *s)
+{
+    if (!s)
+        return;
+    free(s->val);
+    free(s->idx);
+    free(s->count);
+    free(s->mark);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- ordering helpers ----------------------------------------------------- */
+
+static double sane(float x)
+{
+    if (isnan(x))
+        return -INFINITY;
+    if (isinf(x))
+        return x > 0 ? (double)FLT_MAX : -INFINITY;
+    return (double)x;
+}
+
+/* a comes before b in the order (v desc, id asc). */
+static int before(const double *v, int32_t a, int32_t b)
+{
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+}
+
+static void swap32(int32_t *a, int32_t *b)
+{
+    int32_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void sift_down(int32_t *x, size_t start, size_t end, const double *v)
+{
+    size_t root = start;
+    for (;;) {
+        size_t child = 2 * root + 1;
+        if (child >= end)
+            return;
+        /* max-heap w.r.t. "comes later" so the heap root is the last element */
+        if (child + 1 < end && before(v, x[child], x[child + 1]))
+            child++;
+        if (!before(v, x[root], x[child]))
+            return;
+        swap32(&x[root], &x[child]);
+        root = child;
+    }
+}
+
+/* Sort x[0..n) into the order (v desc, id asc). In place, O(n log n). */
+static void sort_by_val(int32_t *x, size_t n, const double *v)
+{
+    if (n < 2)
+        return;
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(x, i, n, v);
+    for (size_t end = n - 1; end > 0; end--) {
+        swap32(&x[0], &x[end]);
+        sift_down(x, 0, end, v);
+    }
+}
+
+/* Sort ids ascending (heapsort). */
+static void sift_down_id(int32_t *x, size_t start, size_t end)
+{
+    size_t root = start;
+    for (;;) {
+        size_t child = 2 * root + 1;
+        if (child >= end)
+            return;
+        if (child + 1 < end && x[child] < x[child + 1])
+            child++;
+        if (x[root] >= x[child])
+            return;
+        swap32(&x[root], &x[child]);
+        root = child;
+    }
+}
+
+static void sort_by_id(int32_t *x, size_t n)
+{
+    if (n < 2)
+        return;
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down_id(x, i, n);
+    for (size_t end = n - 1; end > 0; end--) {
+        swap32(&x[0], &x[end]);
+        sift_down_id(x, 0, end);
+    }
+}
+
+/* Rearrange x[0..n) so that its first k elements (0 < k < n) are the k that
+ * come first in the order (v desc, id asc). Iterative quickselect with a
+ * median-of-three pivot; the order is total so ties cannot degrade it. */
+static void select_top(int32_t *x, size_t n, size_t k, const double *v)
+{
+    size_t lo = 0, hi = n - 1;  /* the k-th element (index k-1) lies in [lo, hi] */
+    size_t target = k - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (before(v, x[mid], x[lo]))
+            swap32(&x[mid], &x[lo]);
+        if (before(v, x[hi], x[lo]))
+            swap32(&x[hi], &x[lo]);
+        if (before(v, x[hi], x[mid]))
+            swap32(&x[hi], &x[mid]);
+        int32_t pivot = x[mid];
+        swap32(&x[mid], &x[hi]);
+        size_t store = lo;
+        for (size_t i = lo; i < hi; i++)
+            if (before(v, x[i], pivot))
+                swap32(&x[i], &x[store++]);
+        swap32(&x[store], &x[hi]);
+        if (store == target)
+            return;
+        if (store < target)
+            lo = store + 1;
+        else
+            hi = store - 1;
+    }
+}
+
+/* ---- the pipeline --------------------------------------------------------- */
+
+static int check_ids(const int32_t *ids, size_t n, size_t n_vocab)
+{
+    if (n && !ids)
+        return ERR_INVAL;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (size_t)ids[i] >= n_vocab)
+            return ERR_INVAL;
+    return 0;
+}
+
+/* Steps 0-2: sanitise, bias, penalties into s->val. */
+static int process(const struct smp_params *p, const float *logits, size_t n_vocab,
+                   const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
+                   struct smp_scratch *s)
+{
+    if (!p || !logits || !s || n_vocab != s->n_vocab)
+        return ERR_INVAL;
+    if (p->n_bias && !p->bias)
+        return ERR_INVAL;
+    for (size_t i = 0; i < p->n_bias; i++)
+        if (p->bias[i].id < 0 || (size_t)p->bias[i].id >= n_vocab)
+            return ERR_INVAL;
+    if (check_ids(gen, n_gen, n_vocab) || check_ids(prompt, n_prompt, n_vocab))
+        return ERR_INVAL;
+
+    double *v = s->val;
+    for (size_t i = 0; i < n_vocab; i++)
+        v[i] = sane(logits[i]);
+    for (size_t i = 0; i < p->n_bias; i++)
+        if (isfinite(p->bias[i].bias))
+            v[p->bias[i].id] += (double)p->bias[i].bias;  /* -inf stays -inf */
+
+    double r = p->repetition_penalty;
+    if (r > 0 && r != 1.0) {
+        size_t nm = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *h = pass ? gen : prompt;
+            size_t nh = pass ? n_gen : n_prompt;
+            for (size_t i = 0; i < nh; i++)
+                if (!s->mark[h[i]]) {
+                    s->mark[h[i]] = 1;
+                    s->idx[nm++] = h[i];
+                }
+        }
+        for (size_t i = 0; i < nm; i++) {
+            int32_t id = s->idx[i];
+            if (v[id] > 0)
+                v[id] /= r;
+            else
+                v[id] *= r;
+            s->mark[id] = 0;
+        }
+    }
+
+    if (p->frequency_penalty != 0 || p->presence_penalty != 0) {
+        size_t nd = 0;
+        for (size_t i = 0; i < n_gen; i++)
+            if (s->count[gen[i]]++ == 0)
+                s->idx[nd++] = gen[i];
+        for (size_t i = 0; i < nd; i++) {
+            int32_t id = s->idx[i];
+            v[id] -= (double)s->count[id] * p->frequency_penalty + p->presence_penalty;
+            s->count[id] = 0;
+        }
+    }
+    return 0;
+}
+
+/* Steps 3-7 on s->val: survivors in s->idx[0..*nc), their unnormalised
+ * probabilities in s->val[id]. */
+static int filter(const struct smp_params *p, struct smp_scratch *s, size_t *nc_out)
+{
+    double *v = s->val;
+    int32_t *idx = s->idx;
+    size_t n = s->n_vocab, nc = 0;
+
+    if (!(p->temperature >= SMP_GREEDY_EPS)) {
+        int32_t best = -1;
+        for (size_t i = 0; i < n; i++)
+            if (v[i] > -INFINITY && (best < 0 || v[i] > v[best]))
+                best = (int32_t)i;
+        if (best < 0)
+            return ERR_CORRUPT;
+        v[best] = 1.0;
+        idx[0] = best;
+        *nc_out = 1;
+        return 0;
+    }
+
+    double m = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] > -INFINITY) {
+            v[i] /= p->temperature;
+            if (v[i] > m)
+                m = v[i];
+        }
+    if (!(m > -INFINITY))
+        return ERR_CORRUPT;
+    for (size_t i = 0; i < n; i++) {
+        double e = v[i] > -INFINITY ? exp(v[i] - m) : 0.0;
+        v[i] = e;
+        if (e > 0)
+            idx[nc++] = (int32_t)i;
+    }
+    /* the max token has e == 1, so nc >= 1 */
+
+    if (p->top_k > 0 && (uint64_t)p->top_k < nc) {
+        select_top(idx, nc, (size_t)p->top_k, v);
+        nc = (size_t)p->top_k;
+    }
+
+    if (p->top_p < 1.0) {
+        double z = 0;
+        for (size_t i = 0; i < nc; i++)
+            z += v[idx[i]];
+        double want = p->top_p * z;
+        /* Only tokens with p >= t can be in the prefix if the tokens >= t
+         * already reach the mass: try small candidate sets first. */
+        static const double thresholds[] = {1e-3, 1e-6, 1e-12, 0.0};
+        size_t keep = nc;
+        for (size_t ti = 0; ti < sizeof thresholds / sizeof thresholds[0]; ti++) {
+            double t = thresholds[ti];
+            size_t nk = 0;
+            for (size_t i = 0; i < nc; i++)
+                if (v[idx[i]] >= t)
+                    swap32(&idx[i], &idx[nk++]);
+            sort_by_val(idx, nk, v);
+            double cum = 0;
+            size_t j = 0;
+            for (; j < nk; j++) {
+                cum += v[idx[j]];
+                if (cum >= want)
+                    break;
+            }
+            if (j < nk) {
+                keep = j + 1;
+                break;
+            }
+            if (t == 0.0)
+                keep = nk;  /* rounding kept the sum just under: keep all */
+        }
+        nc = keep;
+    }
+
+    if (p->min_p > 0) {
+        double pmax = 0;
+        for (size_t i = 0; i < nc; i++)
+            if (v[idx[i]] > pmax)
+                pmax = v[idx[i]];
+        double thr = p->min_p * pmax;
+        size_t nk = 0;
+        for (size_t i = 0; i < nc; i++)
+            if (v[idx[i]] >= thr)
+                idx[nk++] = idx[i];
+        nc = nk;
+    }
+    sort_by_id(idx, nc);
+    *nc_out = nc;
+    return 0;
+}
+
+int smp_filter(const struct smp_params *p, const float *logits, size_t n_vocab,
+               const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
+               struct smp_scratch *scratch, int32_t *ids, double *prob, size_t *n_out)
+{
+    size_t nc = 0;
+    int rc = process(p, logits, n_vocab, gen, n_gen, prompt, n_prompt, scratch);
+    if (rc == 0)
+        rc = filter(p, scratch, &nc);
+    if (rc)
+        return rc;
+    double z = 0;
+    for (size_t i = 0; i < nc; i++)
+        z += scratch->val[scratch->idx[i]];
+    for (size_t i = 0; i < nc; i++) {
+        ids[i] = scratch->idx[i];
+        prob[i] = scratch->val[scratch->idx[i]] / z;
+    }
+    *n_out = nc;
+    return 0;
+}
+
+int smp_logprobs(const float *logits, size_t n_vocab, int32_t token, int n_top,
+                 struct smp_result *out)
+{
+    if (!logits || !out || token < 0 || (size_t)token >= n_vocab || n_top < 0 ||
+        n_top > SMP_MAX_TOP_LOGPROBS)
+        return ERR_INVAL;
+    double m = -INFINITY;
+    for (size_t i = 0; i < n_vocab; i++) {
+        double x = sane(logits[i]);
+        if (x > m)
+            m = x;
+    }
+    if (!(m > -INFINITY))
+        return ERR_CORRUPT;
+    double sum = 0;
+    for (size_t i = 0; i < n_vocab; i++) {
+        double x = sane(logits[i]);
+        if (x > -INFINITY)
+            sum += exp(x - m);
+    }
+    double lse = m + log(sum);  /* sum >= 1 */
+
+    /* top n_top by (logit desc, id asc): insertion into a small sorted list */
+    int k = 0;
+    int32_t *tid = out->top_id;
+    double *tv = out->top_logprob;
+    for (size_t i = 0; i < n_vocab && n_top > 0; i++) {
+        double x = sane(logits[i]);
+        if (!(x > -INFINITY))
+            continue;
+        if (k == n_top && !(x > tv[k - 1]))
+            continue;  /* not better than the last (ids ascend, so ties lose) */
+        int j = k < n_top ? k++ : k - 1;
+        while (j > 0 && x > tv[j - 1]) {
+            tv[j] = tv[j - 1];
+            tid[j] = tid[j - 1];
+            j--;
+        }
+        tv[j] = x;
+        tid[j] = (int32_t)i;
+    }
+    for (int j = 0; j < k; j++) {
+        double lp = tv[j] - lse;
+        tv[j] = lp > SMP_LOGPROB_FLOOR ? lp : SMP_LOGPROB_FLOOR;
+    }
+    out->n_top = k;
+    double lp = sane(logits[token]) - lse;
+    out->logprob = lp > SMP_LOGPROB_FLOOR ? lp : SMP_LOGPROB_FLOOR;
+    return 0;
+}
+
+int smp_sample(const struct smp_params *p, const float *logits, size_t n_vocab,
+               const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
+               struct smp_rng *rng, struct smp_scratch *scratch, struct smp_result *out)
+{
+    size_t nc = 0;
+    if (!rng || !out)
+        return ERR_INVAL;
+    int rc = process(p, logits, n_vocab, gen, n_gen, prompt, n_prompt, scratch);
+    if (rc == 0)
+        rc = filter(p, scratch, &nc);
+    if (rc)
+        return rc;
+    const double *v = scratch->val;
+    const int32_t *idx = scratch->idx;
+    int32_t tok = idx[0];
+    if (p->temperature >= SMP_GREEDY_EPS && nc > 1) {
+        double z = 0;
+        for (size_t i = 0; i < nc; i++)
+            z += v[idx[i]];
+        double target = smp_rng_uniform(rng) * z, cum = 0;
+        tok = -1;
+        for (size_t i = 0; i < nc; i++) {
+            cum += v[idx[i]];
+            if (cum > target) {
+                tok = idx[i];
+                break;
+            }
+        }
+        if (tok < 0)  /* rounding: u * z at the very top, take the last one */
+            tok = idx[nc - 1];
+    } else if (p->temperature >= SMP_GREEDY_EPS) {
+        (void)smp_rng_uniform(rng);  /* one draw per non-greedy step, always */
+    }
+    struct smp_result r;
+    memset(&r, 0, sizeof r);
+    r.token = tok;
+    if (p->n_top_logprobs >= 0) {
+        rc = smp_logprobs(logits, n_vocab, tok, p->n_top_logprobs, &r);
+        if (rc)
+            return rc;
+    }
+    *out = r;
+    return 0;
+}
