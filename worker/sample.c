@@ -413,14 +413,17 @@ int smp_logprobs(const float *logits, size_t n_vocab, int32_t token, int n_top,
         if (x > -INFINITY)
             sum += exp(x - m);
     }
-    double lse = m + log(sum);  /* sum >= 1 */
+    double lsum = log(sum);  /* sum >= 1; logprob = (x - m) - lsum, which keeps
+                              * precision when m is huge (FLT_MAX from +inf) */
 
-    /* top n_top by (logit desc, id asc): insertion into a small sorted list */
+    /* top n_top by (logprob desc, id asc), ordering on x - m as computed in
+     * double (so tokens whose logprobs round equal tie by id): insertion into
+     * a small sorted list */
     int k = 0;
     int32_t *tid = out->top_id;
     double *tv = out->top_logprob;
     for (size_t i = 0; i < n_vocab && n_top > 0; i++) {
-        double x = sane(logits[i]);
+        double x = sane(logits[i]) - m;
         if (!(x > -INFINITY))
             continue;
         if (k == n_top && !(x > tv[k - 1]))
@@ -435,11 +438,11 @@ int smp_logprobs(const float *logits, size_t n_vocab, int32_t token, int n_top,
         tid[j] = (int32_t)i;
     }
     for (int j = 0; j < k; j++) {
-        double lp = tv[j] - lse;
+        double lp = tv[j] - lsum;
         tv[j] = lp > SMP_LOGPROB_FLOOR ? lp : SMP_LOGPROB_FLOOR;
     }
     out->n_top = k;
-    double lp = sane(logits[token]) - lse;
+    double lp = (sane(logits[token]) - m) - lsum;
     out->logprob = lp > SMP_LOGPROB_FLOOR ? lp : SMP_LOGPROB_FLOOR;
     return 0;
 }
