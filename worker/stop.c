@@ -44,21 +44,25 @@ void stop_release(struct stop_match *m)
         buf_release(&m->pend);
 }
 
-/* Earliest start of any stop string in s[0..n), or n if none. */
+/* Start of the stop string occurrence in s[0..n) that ENDS first (ties: the
+ * one starting first, i.e. the longest), or n if none. "Ends first" is what
+ * a byte-by-byte stream would see first, so the result does not depend on
+ * how the text was split into pieces. */
 static size_t find_first(const struct stop_match *m, const char *s, size_t n)
 {
-    size_t best = n;
+    size_t best_start = n, best_end = (size_t)-1;
     for (size_t k = 0; k < m->n_stops; k++) {
         size_t l = m->lens[k];
-        if (l > n)
-            continue;
-        for (size_t i = 0; i + l <= n && i < best; i++)
+        for (size_t i = 0; i + l <= n && i + l <= best_end; i++)
             if (s[i] == m->stops[k][0] && memcmp(s + i, m->stops[k], l) == 0) {
-                best = i;
+                if (i + l < best_end || i < best_start) {
+                    best_end = i + l;
+                    best_start = i;
+                }
                 break;
             }
     }
-    return best;
+    return best_start;
 }
 
 /* Length of the longest suffix of s[0..n) that is a proper prefix of a stop. */

@@ -4,7 +4,9 @@
  * Text arrives piece by piece (the UTF-8-safe output of tok_stream_push, one
  * token at a time) and a stop string may straddle any number of pieces. The
  * matcher keeps a small pending buffer: after each piece it looks for the
- * earliest occurrence of any stop string in the pending text; on a hit it
+ * stop-string occurrence that is completed first (smallest end; on equal
+ * ends the longer one), so the result is the same for every split of the
+ * text into pieces - what a byte-by-byte stream would see; on a hit it
  * emits the text before it and reports the stop (the stop string and
  * anything after it are never emitted). Otherwise it emits everything except
  * the longest suffix that is a proper prefix of some stop string, which it
