@@ -56,9 +56,11 @@
  *                          GP_MAX_PROMPTS prompts and GP_MAX_CHOICES choices
  *                          in all; token ids must be < n_vocab; each prompt
  *                          must be non-empty.
- *   tools, tool_choice, functions, function_call, response_format (other than
- *   {"type":"text"}), audio, modalities, prediction, parallel_tool_calls with
- *   tools: rejected as unsupported rather than silently ignored.
+ *   Refused rather than silently ignored (code "unsupported_parameter" /
+ *   "unsupported_value"): non-empty tools / functions (no tool calling),
+ *   response_format other than {"type":"text"}, modalities other than
+ *   ["text"], audio, prediction. tool_choice, function_call and
+ *   parallel_tool_calls mean nothing without tools and are ignored.
  *
  * Thread: any. A gen_params owns its heap copies (release with gp_release).
  */

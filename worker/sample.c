@@ -109,7 +109,10 @@ static double sane(float x)
 /* a comes before b in the order (v desc, id asc). */
 static int before(const double *v, int32_t a, int32_t b)
 {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
+    double va = v[a], vb = v[b];
+    if (va != vb)
+        return va > vb;
+    return a < b;
 }
 
 static void swap32(int32_t *a, int32_t *b)
@@ -396,7 +399,7 @@ int smp_filter(const struct smp_params *p, const float *logits, size_t n_vocab,
 int smp_logprobs(const float *logits, size_t n_vocab, int32_t token, int n_top,
                  struct smp_result *out)
 {
-    if (!logits || !out || token < 0 || (size_t)token >= n_vocab || n_top < 0 ||
+    if (!logits || !out || n_vocab == 0 || token < 0 || (size_t)token >= n_vocab || n_top < 0 ||
         n_top > SMP_MAX_TOP_LOGPROBS)
         return ERR_INVAL;
     double m = -INFINITY;
@@ -413,6 +416,8 @@ int smp_logprobs(const float *logits, size_t n_vocab, int32_t token, int n_top,
         if (x > -INFINITY)
             sum += exp(x - m);
     }
+    if (!(sum >= 1.0))  /* the max term is exp(0) = 1 */
+        return ERR_CORRUPT;
     double lsum = log(sum);  /* sum >= 1; logprob = (x - m) - lsum, which keeps
                               * precision when m is huge (FLT_MAX from +inf) */
 
