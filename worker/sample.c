@@ -5,8 +5,10 @@
  * The candidate set lives in scratch->idx[0..nc) and each candidate's
  * unnormalised probability in scratch->val[id]. Orders are total: (p desc,
  * id asc), so top_k / top_p are unique whatever the selection algorithm.
- * Sorting is an in-place heapsort and top_k an in-place quickselect: no
- * allocation, no recursion, no library qsort (which may allocate).
+ * top_k is an in-place quickselect and top_p a weighted quickselect (the
+ * prefix reaching the mass, found without sorting); the survivors are put
+ * back in id order by a scan over a byte mask. No allocation, no recursion,
+ * no library qsort (which may allocate).
  */
 #include "worker/sample.h"
 
@@ -122,65 +124,6 @@ static void swap32(int32_t *a, int32_t *b)
     *b = t;
 }
 
-static void sift_down(int32_t *x, size_t start, size_t end, const double *v)
-{
-    size_t root = start;
-    for (;;) {
-        size_t child = 2 * root + 1;
-        if (child >= end)
-            return;
-        /* max-heap w.r.t. "comes later" so the heap root is the last element */
-        if (child + 1 < end && before(v, x[child], x[child + 1]))
-            child++;
-        if (!before(v, x[root], x[child]))
-            return;
-        swap32(&x[root], &x[child]);
-        root = child;
-    }
-}
-
-/* Sort x[0..n) into the order (v desc, id asc). In place, O(n log n). */
-static void sort_by_val(int32_t *x, size_t n, const double *v)
-{
-    if (n < 2)
-        return;
-    for (size_t i = n / 2; i-- > 0;)
-        sift_down(x, i, n, v);
-    for (size_t end = n - 1; end > 0; end--) {
-        swap32(&x[0], &x[end]);
-        sift_down(x, 0, end, v);
-    }
-}
-
-/* Sort ids ascending (heapsort). */
-static void sift_down_id(int32_t *x, size_t start, size_t end)
-{
-    size_t root = start;
-    for (;;) {
-        size_t child = 2 * root + 1;
-        if (child >= end)
-            return;
-        if (child + 1 < end && x[child] < x[child + 1])
-            child++;
-        if (x[root] >= x[child])
-            return;
-        swap32(&x[root], &x[child]);
-        root = child;
-    }
-}
-
-static void sort_by_id(int32_t *x, size_t n)
-{
-    if (n < 2)
-        return;
-    for (size_t i = n / 2; i-- > 0;)
-        sift_down_id(x, i, n);
-    for (size_t end = n - 1; end > 0; end--) {
-        swap32(&x[0], &x[end]);
-        sift_down_id(x, 0, end);
-    }
-}
-
 /* Rearrange x[0..n) so that its first k elements (0 < k < n) are the k that
  * come first in the order (v desc, id asc). Iterative quickselect with a
  * median-of-three pivot; the order is total so ties cannot degrade it. */
@@ -210,6 +153,48 @@ static void select_top(int32_t *x, size_t n, size_t k, const double *v)
         else
             hi = store - 1;
     }
+}
+
+/* Smallest prefix, in the order (v desc, id asc), of x[0..n) whose mass
+ * (sum of v) reaches want: rearranges x so that prefix comes first and
+ * returns its length (>= 1; n if rounding keeps the total just under want).
+ * Weighted quickselect, O(n) expected, no sort: each round partitions the
+ * open range around a median-of-three pivot into "before pivot" and "after",
+ * and continues on the side where the boundary lies. */
+static size_t select_mass(int32_t *x, size_t n, double want, const double *v)
+{
+    size_t lo = 0, hi = n;   /* the boundary element lies in x[lo..hi) */
+    double acc = 0;          /* mass of x[0..lo), all before x[lo..hi) */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        if (before(v, x[mid], x[lo]))
+            swap32(&x[mid], &x[lo]);
+        if (before(v, x[last], x[lo]))
+            swap32(&x[last], &x[lo]);
+        if (before(v, x[last], x[mid]))
+            swap32(&x[last], &x[mid]);
+        int32_t pivot = x[mid];
+        swap32(&x[mid], &x[last]);
+        size_t store = lo;
+        double mb = 0;
+        for (size_t i = lo; i < last; i++)
+            if (before(v, x[i], pivot)) {
+                mb += v[x[i]];
+                swap32(&x[i], &x[store++]);
+            }
+        swap32(&x[store], &x[last]);   /* pivot at store */
+        if (store > lo && acc + mb >= want) {
+            hi = store;                 /* boundary among the elements before the pivot */
+        } else if (acc + mb + v[pivot] >= want) {
+            return store + 1;           /* the pivot is the last one kept */
+        } else {
+            acc += mb + v[pivot];
+            lo = store + 1;
+        }
+    }
+    if (lo >= n)
+        return n;
+    return lo + 1;
 }
 
 /* ---- the pipeline --------------------------------------------------------- */
@@ -320,42 +305,19 @@ static int filter(const struct smp_params *p, struct smp_scratch *s, size_t *nc_
     }
     /* the max token has e == 1, so nc >= 1 */
 
+    int reordered = 0;  /* idx is in ascending id order until a filter permutes it */
     if (p->top_k > 0 && (uint64_t)p->top_k < nc) {
         select_top(idx, nc, (size_t)p->top_k, v);
         nc = (size_t)p->top_k;
+        reordered = 1;
     }
 
     if (p->top_p < 1.0) {
         double z = 0;
         for (size_t i = 0; i < nc; i++)
             z += v[idx[i]];
-        double want = p->top_p * z;
-        /* Only tokens with p >= t can be in the prefix if the tokens >= t
-         * already reach the mass: try small candidate sets first. */
-        static const double thresholds[] = {1e-3, 1e-6, 1e-12, 0.0};
-        size_t keep = nc;
-        for (size_t ti = 0; ti < sizeof thresholds / sizeof thresholds[0]; ti++) {
-            double t = thresholds[ti];
-            size_t nk = 0;
-            for (size_t i = 0; i < nc; i++)
-                if (v[idx[i]] >= t)
-                    swap32(&idx[i], &idx[nk++]);
-            sort_by_val(idx, nk, v);
-            double cum = 0;
-            size_t j = 0;
-            for (; j < nk; j++) {
-                cum += v[idx[j]];
-                if (cum >= want)
-                    break;
-            }
-            if (j < nk) {
-                keep = j + 1;
-                break;
-            }
-            if (t == 0.0)
-                keep = nk;  /* rounding kept the sum just under: keep all */
-        }
-        nc = keep;
+        nc = select_mass(idx, nc, p->top_p * z, v);
+        reordered = 1;
     }
 
     if (p->min_p > 0) {
@@ -370,7 +332,17 @@ static int filter(const struct smp_params *p, struct smp_scratch *s, size_t *nc_
                 idx[nk++] = idx[i];
         nc = nk;
     }
-    sort_by_id(idx, nc);
+    if (reordered && nc > 1) {
+        /* back to ascending ids: O(n_vocab) byte scan instead of a sort */
+        for (size_t i = 0; i < nc; i++)
+            s->mark[idx[i]] = 1;
+        size_t k = 0;
+        for (size_t i = 0; i < n && k < nc; i++)
+            if (s->mark[i]) {
+                s->mark[i] = 0;
+                idx[k++] = (int32_t)i;
+            }
+    }
     *nc_out = nc;
     return 0;
 }
