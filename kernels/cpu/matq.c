@@ -169,6 +169,9 @@ static inline void k4_scales(const uint8_t sc[12], uint8_t scale[8], uint8_t min
 /* ---- scalar dot kernels: the reference ------------------------------------------------ */
 
 typedef float (*dot_fn)(int k, const uint8_t *w, const void *a);
+/* Four activation rows against one weight row, with exactly the operations
+ * of four dot_fn calls (it only shares the weight unpacking). */
+typedef void (*dot4_fn)(int k, const uint8_t *w, const void *const *a, float *out);
 
 /* lanes[j] = fma(dv, sum_{e=4j..4j+3} wq[e] * aq[e], lanes[j]) */
 static inline void lanes_block(float lanes[8], float dv, const int wq[QUANT_QK], const int8_t *aq)
@@ -181,41 +184,6 @@ static inline void lanes_block(float lanes[8], float dv, const int wq[QUANT_QK],
     }
 }
 
-static float dot_q4_0_s(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    float lanes[8] = {0};
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        struct quant_block_q4_0 blk;
-        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
-        int wq[QUANT_QK];
-        for (int j = 0; j < 16; j++) {
-            wq[j] = (blk.qs[j] & 0x0F) - 8;
-            wq[j + 16] = (blk.qs[j] >> 4) - 8;
-        }
-        lanes_block(lanes, quant_fp16_to_fp32(blk.d) * a[b].d, wq, a[b].q);
-    }
-    return sum8(lanes);
-}
-
-static float dot_q4_1_s(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    float lanes[8] = {0}, accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        struct quant_block_q4_1 blk;
-        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
-        int wq[QUANT_QK];
-        for (int j = 0; j < 16; j++) {
-            wq[j] = blk.qs[j] & 0x0F;
-            wq[j + 16] = blk.qs[j] >> 4;
-        }
-        lanes_block(lanes, quant_fp16_to_fp32(blk.d) * a[b].d, wq, a[b].q);
-        accm = fmaf(quant_fp16_to_fp32(blk.m), a[b].s, accm);
-    }
-    return sum8(lanes) + accm;
-}
-
 static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int wq[QUANT_QK])
 {
     uint32_t qh;
@@ -226,49 +194,64 @@ static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int 
     }
 }
 
-static float dot_q5_0_s(int k, const uint8_t *w, const void *av)
+static void q4_unpack(const uint8_t qs[16], int bias, int wq[QUANT_QK])
 {
-    const struct act32 *a = av;
-    float lanes[8] = {0};
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        struct quant_block_q5_0 blk;
-        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
-        int wq[QUANT_QK];
-        q5_unpack(blk.qs, blk.qh, 16, wq);
-        lanes_block(lanes, quant_fp16_to_fp32(blk.d) * a[b].d, wq, a[b].q);
+    for (int j = 0; j < 16; j++) {
+        wq[j] = (qs[j] & 0x0F) - bias;
+        wq[j + 16] = (qs[j] >> 4) - bias;
     }
-    return sum8(lanes);
 }
 
-static float dot_q5_1_s(int k, const uint8_t *w, const void *av)
+/* Block of a 32-value type -> integer values (offset -8/-16 of Q4_0/Q5_0
+ * included), scale d, offset m (0 for the types without one). */
+static void unpack32_s(int type, const uint8_t *p, int wq[QUANT_QK], float *d, float *m)
 {
-    const struct act32 *a = av;
-    float lanes[8] = {0}, accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        struct quant_block_q5_1 blk;
-        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
-        int wq[QUANT_QK];
-        q5_unpack(blk.qs, blk.qh, 0, wq);
-        lanes_block(lanes, quant_fp16_to_fp32(blk.d) * a[b].d, wq, a[b].q);
-        accm = fmaf(quant_fp16_to_fp32(blk.m), a[b].s, accm);
-    }
-    return sum8(lanes) + accm;
-}
-
-static float dot_q8_0_s(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    float lanes[8] = {0};
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        struct quant_block_q8_0 blk;
-        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
-        int wq[QUANT_QK];
+    *d = quant_fp16_to_fp32(rd16(p));
+    *m = 0.0f;
+    switch (type) {
+    case QUANT_Q4_0: q4_unpack(p + 2, 8, wq); break;
+    case QUANT_Q4_1: *m = quant_fp16_to_fp32(rd16(p + 2)); q4_unpack(p + 4, 0, wq); break;
+    case QUANT_Q5_0: q5_unpack(p + 6, p + 2, 16, wq); break;
+    case QUANT_Q5_1: *m = quant_fp16_to_fp32(rd16(p + 2)); q5_unpack(p + 8, p + 4, 0, wq); break;
+    default: /* Q8_0 */
         for (int j = 0; j < QUANT_QK; j++)
-            wq[j] = blk.qs[j];
-        lanes_block(lanes, quant_fp16_to_fp32(blk.d) * a[b].d, wq, a[b].q);
+            wq[j] = (int8_t)p[2 + j];
+        break;
     }
-    return sum8(lanes);
 }
+
+static int has_offset32(int type)
+{
+    return type == QUANT_Q4_1 || type == QUANT_Q5_1;
+}
+
+/* 16 lanes: block b goes to lanes 8 * (b & 1) + j; offsets to accm[b & 1]. */
+static float dot32_s(int type, int k, const uint8_t *w, const struct act32 *a)
+{
+    size_t bs = quant_block_bytes((uint32_t)type);
+    float lanes[16] = {0}, accm[2] = {0.0f, 0.0f};
+    for (int b = 0; b < k / QUANT_QK; b++) {
+        int wq[QUANT_QK];
+        float d, m;
+        unpack32_s(type, w + (size_t)b * bs, wq, &d, &m);
+        lanes_block(lanes + 8 * (b & 1), d * a[b].d, wq, a[b].q);
+        if (has_offset32(type))
+            accm[b & 1] = fmaf(m, a[b].s, accm[b & 1]);
+    }
+    float v[8];
+    for (int j = 0; j < 8; j++)
+        v[j] = lanes[j] + lanes[8 + j];
+    float r = sum8(v);
+    return has_offset32(type) ? r + (accm[0] + accm[1]) : r;
+}
+
+#define DOT32_S(name, T) \
+    static float name(int k, const uint8_t *w, const void *a) { return dot32_s(T, k, w, a); }
+DOT32_S(dot_q4_0_s, QUANT_Q4_0)
+DOT32_S(dot_q4_1_s, QUANT_Q4_1)
+DOT32_S(dot_q5_0_s, QUANT_Q5_0)
+DOT32_S(dot_q5_1_s, QUANT_Q5_1)
+DOT32_S(dot_q8_0_s, QUANT_Q8_0)
 
 /* Q4_K/Q5_K: isum = sum_s scale_s * sum_{l} q * qa over sub-block s;
  * imin = sum_s min_s * (sum of qa over sub-block s). */
@@ -440,77 +423,103 @@ AVX2 static inline __m256 lanes_fma(__m256 acc, float dv, __m256i isum)
     return _mm256_fmadd_ps(_mm256_set1_ps(dv), _mm256_cvtepi32_ps(isum), acc);
 }
 
-AVX2 static float dot_q4_0_avx2(int k, const uint8_t *w, const void *av)
+/* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
+ * unsigned), as 32 bytes in element order. */
+AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
 {
-    const struct act32 *a = av;
-    __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q4_0);
-        __m256i q = _mm256_sub_epi8(nibbles32(blk + 2), _mm256_set1_epi8(8));
-        __m256i y = _mm256_loadu_si256((const __m256i *)a[b].q);
-        acc = lanes_fma(acc, h2f_avx2(rd16(blk)) * a[b].d, dot_ss(q, y));
+    switch (type) {
+    case QUANT_Q4_0: return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
+    case QUANT_Q4_1: return nibbles32(p + 4);
+    case QUANT_Q5_0: /* nibble | 0xF0 where the 5th bit is clear: q - 16 as int8 */
+        return _mm256_or_si256(nibbles32(p + 6),
+                               _mm256_andnot_si256(bits32(p + 2), _mm256_set1_epi8((char)0xF0)));
+    case QUANT_Q5_1:
+        return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
+    default: return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
-    return hsum8_avx2(acc);
 }
 
-AVX2 static float dot_q4_1_avx2(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q4_1);
-        __m256i q = nibbles32(blk + 4);
-        __m256i y = _mm256_loadu_si256((const __m256i *)a[b].q);
-        acc = lanes_fma(acc, h2f_avx2(rd16(blk)) * a[b].d, dot_us(q, y));
-        accm = fmaf(h2f_avx2(rd16(blk + 2)), a[b].s, accm);
-    }
-    return hsum8_avx2(acc) + accm;
-}
+/* One block against NR activation rows, into accumulator set P (0 or 1). */
+#define DOT32_STEP(P)                                                                        \
+    do {                                                                                     \
+        const uint8_t *blk = w + (size_t)b * bs;                                             \
+        __m256i q = unpack32_avx2(type, blk);                                                \
+        __m256i ax = sgn ? _mm256_sign_epi8(q, q) : q;                                       \
+        float dw = h2f_avx2(rd16(blk)), mw = off ? h2f_avx2(rd16(blk + 2)) : 0.0f;          \
+        for (int r = 0; r < NR; r++) {                                                       \
+            __m256i y = _mm256_loadu_si256((const __m256i *)a[r][b].q);                      \
+            __m256i sy = sgn ? _mm256_sign_epi8(y, q) : y;                                   \
+            acc##P[r] = lanes_fma(acc##P[r], dw * a[r][b].d, dot_us(ax, sy));                \
+        }                                                                                    \
+        if (off && NR == 4) /* lane r: the same fma as the scalar accm of row r */           \
+            accv##P = _mm_fmadd_ps(_mm_set1_ps(mw),                                          \
+                                   _mm_setr_ps(a[0][b].s, a[NR > 1][b].s, a[NR > 2 ? 2 : 0][b].s, \
+                                               a[NR > 3 ? 3 : 0][b].s),                      \
+                                   accv##P);                                                 \
+        else if (off)                                                                        \
+            for (int r = 0; r < NR; r++)                                                     \
+                accm##P[r] = fmaf(mw, a[r][b].s, accm##P[r]);                                 \
+        b++;                                                                                 \
+    } while (0)
 
-AVX2 static float dot_q5_0_avx2(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q5_0);
-        /* nibble | 0xF0 where the 5th bit is clear: that is q - 16 as int8 */
-        __m256i hi = _mm256_andnot_si256(bits32(blk + 2), _mm256_set1_epi8((char)0xF0));
-        __m256i q = _mm256_or_si256(nibbles32(blk + 6), hi);
-        __m256i y = _mm256_loadu_si256((const __m256i *)a[b].q);
-        acc = lanes_fma(acc, h2f_avx2(rd16(blk)) * a[b].d, dot_ss(q, y));
+/* NR rows at once: the weight block is unpacked once for all of them. Two
+ * accumulator sets alternate by block parity (see dot32_s). */
+#define DOT32_AVX2(name, T, NR_)                                                             \
+    AVX2 static void name(int k, const uint8_t *w, const struct act32 *const *a, float *out) \
+    {                                                                                        \
+        enum { NR = NR_ };                                                                   \
+        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
+        const size_t bs = T == QUANT_Q4_0 ? 18 : T == QUANT_Q4_1 ? 20 : T == QUANT_Q5_0 ? 22 \
+                        : T == QUANT_Q5_1 ? 24 : 34;                                         \
+        __m256 acc0[NR], acc1[NR];                                                           \
+        float accm0[NR], accm1[NR];                                                          \
+        __m128 accv0 = _mm_setzero_ps(), accv1 = _mm_setzero_ps();                           \
+        for (int r = 0; r < NR; r++) {                                                       \
+            acc0[r] = acc1[r] = _mm256_setzero_ps();                                         \
+            accm0[r] = accm1[r] = 0.0f;                                                      \
+        }                                                                                    \
+        int b = 0, nb = k / QUANT_QK;                                                        \
+        while (b + 1 < nb) {                                                                 \
+            DOT32_STEP(0);                                                                   \
+            DOT32_STEP(1);                                                                   \
+        }                                                                                    \
+        if (b < nb)                                                                          \
+            DOT32_STEP(0);                                                                   \
+        if (off && NR == 4) {                                                                \
+            float m0[4], m1[4];                                                              \
+            _mm_storeu_ps(m0, accv0);                                                        \
+            _mm_storeu_ps(m1, accv1);                                                        \
+            for (int r = 0; r < NR; r++) {                                                   \
+                accm0[r] = m0[r];                                                            \
+                accm1[r] = m1[r];                                                            \
+            }                                                                                \
+        }                                                                                    \
+        for (int r = 0; r < NR; r++) {                                                       \
+            float v = hsum8_avx2(_mm256_add_ps(acc0[r], acc1[r]));                           \
+            out[r] = off ? v + (accm0[r] + accm1[r]) : v;                                    \
+        }                                                                                    \
     }
-    return hsum8_avx2(acc);
-}
 
-AVX2 static float dot_q5_1_avx2(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q5_1);
-        __m256i hi = _mm256_and_si256(bits32(blk + 4), _mm256_set1_epi8(0x10));
-        __m256i q = _mm256_or_si256(nibbles32(blk + 8), hi);
-        __m256i y = _mm256_loadu_si256((const __m256i *)a[b].q);
-        acc = lanes_fma(acc, h2f_avx2(rd16(blk)) * a[b].d, dot_us(q, y));
-        accm = fmaf(h2f_avx2(rd16(blk + 2)), a[b].s, accm);
+#define DOT32_AVX2_PAIR(T, n1, n4)                                                           \
+    DOT32_AVX2(n4, T, 4)                                                                     \
+    DOT32_AVX2(n1##_rows, T, 1)                                                              \
+    AVX2 static float n1(int k, const uint8_t *w, const void *av)                            \
+    {                                                                                        \
+        const struct act32 *a[1] = {av};                                                     \
+        float out;                                                                           \
+        n1##_rows(k, w, a, &out);                                                            \
+        return out;                                                                          \
+    }                                                                                        \
+    static void n4##_v(int k, const uint8_t *w, const void *const *a, float *out)            \
+    {                                                                                        \
+        n4(k, w, (const struct act32 *const *)a, out);                                       \
     }
-    return hsum8_avx2(acc) + accm;
-}
 
-AVX2 static float dot_q8_0_avx2(int k, const uint8_t *w, const void *av)
-{
-    const struct act32 *a = av;
-    __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q8_0);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        __m256i y = _mm256_loadu_si256((const __m256i *)a[b].q);
-        acc = lanes_fma(acc, h2f_avx2(rd16(blk)) * a[b].d, dot_ss(q, y));
-    }
-    return hsum8_avx2(acc);
-}
+DOT32_AVX2_PAIR(QUANT_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
+DOT32_AVX2_PAIR(QUANT_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
+DOT32_AVX2_PAIR(QUANT_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
+DOT32_AVX2_PAIR(QUANT_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
+DOT32_AVX2_PAIR(QUANT_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
 
 /* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
  * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
@@ -726,31 +735,34 @@ const char *kn_simd_name(int level)
 enum act_kind { ACT_NONE, ACT_32, ACT_256 };
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED. */
-static int pick(int type, int level, dot_fn *dot, enum act_kind *act)
+static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, enum act_kind *act)
 {
     dot_fn s = NULL, v = NULL;
+    dot4_fn v4 = NULL;
     enum act_kind ak = ACT_32;
     switch (type) {
 #if MATQ_X86
-#define K(T, S, V, A) case T: s = S; v = V; ak = A; break;
+#define K(T, S, V, V4, A) case T: s = S; v = V; v4 = V4; ak = A; break;
 #else
-#define K(T, S, V, A) case T: s = S; ak = A; break;
+#define K(T, S, V, V4, A) case T: s = S; ak = A; break;
 #endif
-    K(QUANT_F32, dot_f32_s, dot_f32_avx2, ACT_NONE)
-    K(QUANT_F16, dot_f16_s, dot_f16_avx2, ACT_NONE)
-    K(QUANT_BF16, dot_bf16_s, dot_bf16_avx2, ACT_NONE)
-    K(QUANT_Q4_0, dot_q4_0_s, dot_q4_0_avx2, ACT_32)
-    K(QUANT_Q4_1, dot_q4_1_s, dot_q4_1_avx2, ACT_32)
-    K(QUANT_Q5_0, dot_q5_0_s, dot_q5_0_avx2, ACT_32)
-    K(QUANT_Q5_1, dot_q5_1_s, dot_q5_1_avx2, ACT_32)
-    K(QUANT_Q8_0, dot_q8_0_s, dot_q8_0_avx2, ACT_32)
-    K(QUANT_Q4_K, dot_q4_k_s, dot_q4_k_avx2, ACT_256)
-    K(QUANT_Q5_K, dot_q5_k_s, dot_q5_k_avx2, ACT_256)
-    K(QUANT_Q6_K, dot_q6_k_s, dot_q6_k_avx2, ACT_256)
+    K(QUANT_F32, dot_f32_s, dot_f32_avx2, NULL, ACT_NONE)
+    K(QUANT_F16, dot_f16_s, dot_f16_avx2, NULL, ACT_NONE)
+    K(QUANT_BF16, dot_bf16_s, dot_bf16_avx2, NULL, ACT_NONE)
+    K(QUANT_Q4_0, dot_q4_0_s, dot_q4_0_avx2, dot4_q4_0_avx2_v, ACT_32)
+    K(QUANT_Q4_1, dot_q4_1_s, dot_q4_1_avx2, dot4_q4_1_avx2_v, ACT_32)
+    K(QUANT_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
+    K(QUANT_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
+    K(QUANT_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
+    K(QUANT_Q4_K, dot_q4_k_s, dot_q4_k_avx2, NULL, ACT_256)
+    K(QUANT_Q5_K, dot_q5_k_s, dot_q5_k_avx2, NULL, ACT_256)
+    K(QUANT_Q6_K, dot_q6_k_s, dot_q6_k_avx2, NULL, ACT_256)
 #undef K
     default: return ERR_UNSUPPORTED;
     }
-    *dot = (level >= KN_SIMD_AVX2 && v) ? v : s;
+    int simd = level >= KN_SIMD_AVX2 && v;
+    *dot = simd ? v : s;
+    *dot4 = simd ? v4 : NULL;
     *act = ak;
     return 0;
 }
@@ -766,10 +778,10 @@ static size_t act_row_bytes(enum act_kind ak, int k)
 }
 
 /* Validate the arguments that need no pointers; fills dot/act/row bytes. */
-static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, enum act_kind *ak,
-                      size_t *w_row_bytes)
+static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, dot4_fn *dot4,
+                      enum act_kind *ak, size_t *w_row_bytes)
 {
-    int rc = pick(w_type, level, dot, ak);
+    int rc = pick(w_type, level, dot, dot4, ak);
     if (rc)
         return rc;
     int64_t rb;
@@ -785,9 +797,10 @@ static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, e
 size_t kn_matmul_w_scratch(int n, int k, int w_type)
 {
     dot_fn dot;
+    dot4_fn dot4;
     enum act_kind ak;
     size_t rb;
-    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &ak, &rb) || ak == ACT_NONE || n == 0)
+    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, &ak, &rb) || ak == ACT_NONE || n == 0)
         return 0;
     size_t row = act_row_bytes(ak, k);
     if ((size_t)n > (SIZE_MAX - SCRATCH_ALIGN) / row)
@@ -807,6 +820,7 @@ struct matq_job {
     int n, k, m;
     enum act_kind ak;
     dot_fn dot;
+    dot4_fn dot4; /* NULL: no 4-row kernel */
     int64_t n_tiles_m, n_tiles;
     atomic_llong next_tile;
 };
@@ -831,6 +845,12 @@ static void quant_worker(void *ctx, int ith, int nth)
         quant_rows(j, r0, r1);
 }
 
+static inline const void *act_row(const struct matq_job *j, int r)
+{
+    return j->act ? (const void *)(j->act + (size_t)r * j->act_row)
+                  : (const void *)(j->x + (size_t)r * (size_t)j->k);
+}
+
 static void dot_worker(void *ctx, int ith, int nth)
 {
     (void)ith;
@@ -843,9 +863,21 @@ static void dot_worker(void *ctx, int ith, int nth)
         int tm = (int)(t % j->n_tiles_m), tn = (int)(t / j->n_tiles_m);
         int c0 = tm * TILE_M, c1 = c0 + TILE_M < j->m ? c0 + TILE_M : j->m;
         int r0 = tn * TILE_N, r1 = r0 + TILE_N < j->n ? r0 + TILE_N : j->n;
-        for (int r = r0; r < r1; r++) {
-            const void *a = j->act ? (const void *)(j->act + (size_t)r * j->act_row)
-                                   : (const void *)(j->x + (size_t)r * (size_t)j->k);
+        int r = r0;
+        if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
+            for (; r + 4 <= r1; r += 4) {
+                const void *a[4];
+                for (int i = 0; i < 4; i++)
+                    a[i] = act_row(j, r + i);
+                for (int c = c0; c < c1; c++) {
+                    float o[4];
+                    j->dot4(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    for (int i = 0; i < 4; i++)
+                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                }
+            }
+        for (; r < r1; r++) {
+            const void *a = act_row(j, r);
             float *o = j->out + (size_t)r * (size_t)j->m;
             for (int c = c0; c < c1; c++)
                 o[c] = j->dot(j->k, j->w + (size_t)c * j->w_row_bytes, a);
@@ -858,7 +890,7 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
 {
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    int rc = check_args(n, k, w_type, m, kn_simd_level(), &j.dot, &j.ak, &j.w_row_bytes);
+    int rc = check_args(n, k, w_type, m, kn_simd_level(), &j.dot, &j.dot4, &j.ak, &j.w_row_bytes);
     if (rc)
         return rc;
     if (n == 0 || m == 0)

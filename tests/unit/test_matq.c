@@ -531,8 +531,8 @@ static void pool_runs(int n_threads, int runs, int uneven)
 
 TEST(pool_many_runs)
 {
-    pool_runs(4, 20000, 0);
-    pool_runs(3, 2000, 0);
+    pool_runs(4, 3000, 0);
+    pool_runs(3, 1000, 0);
 }
 
 TEST(pool_uneven_work)
