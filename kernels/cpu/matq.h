@@ -21,11 +21,12 @@
  *
  * Reduction order (fixed: the same for every n, thread count and SIMD path,
  * so results are bit-identical across them; tests/unit/test_matq.c checks):
- *   - 32-value types: eight float lanes; lane j takes, for each block in
- *     order, the exact integer dot of block elements 4j..4j+3 and does
- *     lane = fma(d_w * d_a, (float)isum_j, lane). Offsets (Q4_1, Q5_1:
- *     m * sum(x)) go to a ninth accumulator, accm = fma(m_w, s_a, accm).
- *     Result ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) [+ accm].
+ *   - 32-value types: sixteen float lanes; block b (in order) goes to lanes
+ *     8 * (b & 1) + j, j = 0..7, lane j taking the exact integer dot of
+ *     block elements 4j..4j+3: lane = fma(d_w * d_a, (float)isum_j, lane).
+ *     Offsets (Q4_1, Q5_1: m * sum(x)) go to accm[b & 1] = fma(m_w, s_a,
+ *     accm[b & 1]). With v_j = l_j + l_{8+j}: result
+ *     ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)) [+ (accm0 + accm1)].
  *   - K-quants: per 256-value super-block the whole integer sum (sub-block
  *     scales applied in integers) is exact; then acc = fma(d_w * d_a,
  *     (float)isum, acc), and for Q4_K/Q5_K accm = fma(dmin_w * d_a,
@@ -44,7 +45,15 @@
  * SIMD: a portable scalar path (the reference) and an AVX2+FMA+F16C path,
  * chosen at run time (see kn_simd_*); integer sums are exact and the float
  * steps are the same operations in the same order, so both give
- * bit-identical results.
+ * bit-identical results. For the 32-value types and n >= 4 the AVX2 path
+ * uses a kernel that takes 4 activation rows per weight row (the weight
+ * block is unpacked once); per output it performs the very same operations.
+ *
+ * Performance notes for callers: quantizing the activations costs O(n k)
+ * per call, so fuse products that share x (q/k/v, gate/up) into one call
+ * on concatenated weight rows when the layout allows. Work is split into
+ * tiles of 16 weight rows x 64 activation rows handed out dynamically, so
+ * any thread count works; use no more threads than physical cores.
  *
  * Threads: kn_matmul_w may be called from any thread; calls sharing a pool
  * must not overlap (kn_pool_run rule). kn_simd_set is for start-up/tests.
@@ -71,9 +80,13 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k,
                 const void *w, int w_type, int m, void *scratch, size_t scratch_bytes);
 
 /* Scratch bytes kn_matmul_w needs for these arguments: n * (k / 32) * 40 for
- * the 32-value types, n * (k / 256) * 292 for the K-quants, 0 for F32, F16,
- * BF16 and for arguments kn_matmul_w would reject. Can't fail. A buffer
- * sized for (n_max, k_max) serves every smaller call of the same family. */
+ * the 32-value types, n * (k / 256) * 292 for the K-quants, each plus 64
+ * (the activations are placed at a 64-byte boundary inside the buffer); 0
+ * for F32, F16, BF16, for n == 0 and for arguments kn_matmul_w would reject;
+ * SIZE_MAX if the size overflows. Can't fail. Since 40/32 > 292/256,
+ * kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0) is enough for every call
+ * with n <= n_max and k <= k_max, whatever the weight type: allocate that
+ * once at model load. */
 size_t kn_matmul_w_scratch(int n, int k, int w_type);
 
 /* ---- SIMD path selection --------------------------------------------------------- */

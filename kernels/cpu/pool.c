@@ -12,6 +12,7 @@
 #include "kernels/cpu/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,13 @@
 
 #include "common/err.h"
 
-/* Busy-wait rounds (each one pause instruction, ~10-140 cycles depending on
- * the CPU) before a thread blocks: tens of microseconds, enough to bridge
- * the gap between two ops of a forward pass. */
-#define POOL_SPIN 4096
+/* Waiting rounds before a thread blocks: POOL_PAUSES rounds of the CPU's
+ * pause hint (~10-140 cycles each: tens of microseconds, enough to bridge
+ * the gap between two ops of a forward pass), then a few sched_yield()
+ * rounds, so that on an oversubscribed machine a spinning thread hands its
+ * core to the thread it is waiting for instead of burning its time slice. */
+#define POOL_PAUSES 2048
+#define POOL_SPIN (POOL_PAUSES + 64)
 
 struct pool_worker {
     struct kn_pool *pool;
@@ -45,8 +49,12 @@ struct kn_pool {
     struct pool_worker *workers; /* n_threads - 1 */
 };
 
-static inline void cpu_relax(void)
+static inline void spin_round(int i)
 {
+    if (i >= POOL_PAUSES) {
+        sched_yield();
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -65,7 +73,7 @@ static void *worker_main(void *arg)
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&p->stop, memory_order_acquire)) {
             if (++spins < POOL_SPIN) {
-                cpu_relax();
+                spin_round(spins);
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -175,7 +183,7 @@ void kn_pool_run(struct kn_pool *p, void (*fn)(void *ctx, int ith, int nth), voi
     for (int spins = 0; spins < POOL_SPIN; spins++) {
         if (atomic_load_explicit(&p->n_done, memory_order_acquire) == n_workers)
             return;
-        cpu_relax();
+        spin_round(spins);
     }
     pthread_mutex_lock(&p->mu);
     p->caller_sleeping = 1;

@@ -117,6 +117,46 @@ static double time_call(struct call *c, double secs)
     return best;
 }
 
+/* Every weight matrix of SmolLM2-135M (30 layers of q, k, v, o 576->576/192,
+ * gate, up 576->1536, down 1536->576, all Q4_1; the tied Q8_0 LM head
+ * 576->49152), 97 MB: one sweep is the matmul work of one decode step
+ * (n = 1) or of a 64-token prefill chunk, with weights streaming from DRAM
+ * as in the real engine. Returns seconds per sweep (best of a few). */
+static double model_sweep(struct kn_pool *pool, int n, double secs)
+{
+    enum { L = 30, D = 576, KV = 192, F = 1536, V = 49152 };
+    const int shape[7][2] = {{D, D}, {D, KV}, {D, KV}, {D, D}, {D, F}, {D, F}, {F, D}};
+    uint8_t *w[L * 7 + 1];
+    size_t rb;
+    for (int i = 0; i < L * 7; i++)
+        w[i] = make_weights(QUANT_Q4_1, shape[i % 7][0], shape[i % 7][1], &rb);
+    w[L * 7] = make_weights(QUANT_Q8_0, D, V, &rb);
+    float *x = malloc((size_t)n * F * sizeof *x), *out = malloc((size_t)n * V * sizeof *out);
+    for (int i = 0; i < n * F; i++)
+        x[i] = (float)((double)rnd() / 2147483648.0 - 1.0);
+    size_t sb = kn_matmul_w_scratch(n, F, QUANT_Q8_0);
+    void *scratch = malloc(sb);
+    double best = 1e30;
+    uint64_t start = clock_mono_ns();
+    do {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i <= L * 7; i++) {
+            int k = i < L * 7 ? shape[i % 7][0] : D, m = i < L * 7 ? shape[i % 7][1] : V;
+            if (kn_matmul_w(pool, out, x, n, k, w[i], i < L * 7 ? QUANT_Q4_1 : QUANT_Q8_0, m,
+                            scratch, sb))
+                abort();
+        }
+        double t = (double)(clock_mono_ns() - t0) / 1e9;
+        best = t < best ? t : best;
+    } while ((double)(clock_mono_ns() - start) / 1e9 < secs * 3);
+    for (int i = 0; i <= L * 7; i++)
+        free(w[i]);
+    free(scratch);
+    free(out);
+    free(x);
+    return best;
+}
+
 static void noop(void *ctx, int ith, int nth)
 {
     (void)ctx;
@@ -176,6 +216,11 @@ int main(int argc, char **argv)
             kn_pool_run(pool, noop, NULL);
         printf("empty kn_pool_run, %d threads: %.2f us\n", threads[ti],
                (double)(clock_mono_ns() - t0) / 1e3 / runs);
+        for (int ni = 0; ni < 2; ni++) {
+            double t = model_sweep(pool, ns[ni], secs);
+            printf("SmolLM2-135M all matmuls, n=%d, %d threads: %.2f ms/sweep = %.0f tok/s ceiling\n",
+                   ns[ni], threads[ti], t * 1e3, ns[ni] / t);
+        }
         kn_pool_free(pool);
     }
     return 0;

@@ -479,6 +479,9 @@ TEST(matq_errors)
     out[0] = out[1] = 5;
     CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 32, w, QUANT_Q8_0, 1, scratch, 10), ERR_TOOBIG);
     CHECK(out[0] == 5 && out[1] == 5);
+    /* the documented "one buffer for every type" rule */
+    CHECK(kn_matmul_w_scratch(9, 1536, QUANT_Q8_0) >= kn_matmul_w_scratch(9, 1536, QUANT_Q6_K));
+    CHECK(kn_matmul_w_scratch(9, 1536, QUANT_Q8_0) >= kn_matmul_w_scratch(9, 1536, QUANT_Q4_K));
     /* float types need no scratch; empty products are fine */
     CHECK_EQ_INT(kn_matmul_w_scratch(3, 7, QUANT_F32), 0);
     CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 7, w, QUANT_F32, 2, NULL, 0), 0);
