@@ -21,12 +21,12 @@
 #include "common/err.h"
 
 /* Waiting rounds before a thread blocks: POOL_PAUSES rounds of the CPU's
- * pause hint (~10-140 cycles each: tens of microseconds, enough to bridge
- * the gap between two ops of a forward pass), then a few sched_yield()
+ * pause hint (~10-140 cycles each: microseconds, enough to bridge
+ * the gap between two ops of a forward pass), then sched_yield()
  * rounds, so that on an oversubscribed machine a spinning thread hands its
  * core to the thread it is waiting for instead of burning its time slice. */
-#define POOL_PAUSES 2048
-#define POOL_SPIN (POOL_PAUSES + 64)
+#define POOL_PAUSES 256
+#define POOL_SPIN (POOL_PAUSES + 1024)
 
 struct pool_worker {
     struct kn_pool *pool;
