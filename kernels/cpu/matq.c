@@ -1,0 +1,923 @@
+/*
+ * matq.c - quantized-weight matrix products (see matq.h for the scheme, the
+ * reduction order and the error bound).
+ *
+ * Layout of this file: activation quantizers (scalar: they cost O(n k)
+ * against the product's O(n m k)); the scalar dot kernels, which define the
+ * results; the AVX2 kernels, compiled with per-function target attributes
+ * so the file builds and runs on any x86-64 (and compiles to nothing
+ * elsewhere); the driver, which quantizes the activations into the
+ * caller's scratch and splits the output into tiles of (TILE_M weight rows
+ * x TILE_N activation rows) handed out to the pool's threads through an
+ * atomic counter. Each output element is computed by one call of one dot
+ * kernel whose operation sequence depends only on (k, weight row,
+ * activation row), so the result never depends on n, on the tiling or on
+ * the thread that computed it.
+ *
+ * Every float step that could round differently is written out: fmaf() in
+ * the scalar path (correctly rounded, like the vfmadd instructions), an
+ * explicit multiply for the two block scales, an explicit pairwise sum.
+ * GCC does not contract a*b+c under -std=c11; the pragma covers clang.
+ */
+#include "kernels/cpu/matq.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/cpu/quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MATQ_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#define MATQ_X86 0
+#endif
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* ---- activation blocks ------------------------------------------------------------- */
+
+struct act32 {
+    float d;          /* scale: x ~ d * q */
+    float s;          /* d * sum(q), for the offset of Q4_1/Q5_1 */
+    int8_t q[QUANT_QK];
+};
+
+struct act256 {
+    float d;
+    int16_t bsums[QUANT_QK_K / 16]; /* sum of q[16g .. 16g+15] */
+    int8_t q[QUANT_QK_K];
+};
+
+_Static_assert(sizeof(struct act32) == 40, "act32 size");
+_Static_assert(sizeof(struct act256) == 292, "act256 size");
+
+#define SCRATCH_ALIGN 64
+
+/* Round to nearest, ties to even, for |v| <= 2^22: adding 1.5 * 2^23 leaves
+ * no fraction bits. Needs float arithmetic in float (SSE, not x87). */
+static inline float round_even(float v)
+{
+#if FLT_EVAL_METHOD == 0
+    return (v + 12582912.0f) - 12582912.0f;
+#else
+    return nearbyintf(v);
+#endif
+}
+
+/* q = round(x / d) with d = amax / 127, as x * (1 / d). NaN and values that
+ * round past 127 (cannot happen for finite x) are clamped, so the int8
+ * conversion is always defined. */
+static inline int8_t quant_one(float x, float id)
+{
+    float v = round_even(x * id);
+    if (!(v >= -127.0f))
+        v = v < 0 ? -127.0f : 0.0f; /* -big, or NaN -> 0 */
+    if (v > 127.0f)
+        v = 127.0f;
+    return (int8_t)v;
+}
+
+static float block_scale(const float *x, int n, float *id)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax)
+            amax = a;
+    }
+    float d = amax / 127.0f;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+static void quant_act32_row(const float *x, int k, struct act32 *out)
+{
+    for (int b = 0; b < k / QUANT_QK; b++, x += QUANT_QK) {
+        float id, d = block_scale(x, QUANT_QK, &id);
+        int sum = 0;
+        for (int i = 0; i < QUANT_QK; i++) {
+            out[b].q[i] = quant_one(x[i], id);
+            sum += out[b].q[i];
+        }
+        out[b].d = d;
+        out[b].s = d * (float)sum;
+    }
+}
+
+static void quant_act256_row(const float *x, int k, struct act256 *out)
+{
+    for (int b = 0; b < k / QUANT_QK_K; b++, x += QUANT_QK_K) {
+        float id, d = block_scale(x, QUANT_QK_K, &id);
+        for (int g = 0; g < QUANT_QK_K / 16; g++) {
+            int sum = 0;
+            for (int i = 16 * g; i < 16 * g + 16; i++) {
+                out[b].q[i] = quant_one(x[i], id);
+                sum += out[b].q[i];
+            }
+            out[b].bsums[g] = (int16_t)sum;
+        }
+        out[b].d = d;
+    }
+}
+
+/* ---- shared scalar helpers ----------------------------------------------------------- */
+
+static inline uint16_t rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The fixed 8-lane sum: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), which is what
+ * the AVX2 horizontal sum computes. */
+static inline float sum8(const float l[8])
+{
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+static float sum32(const float l[32])
+{
+    float v[8];
+    for (int j = 0; j < 8; j++)
+        v[j] = (l[j] + l[j + 8]) + (l[j + 16] + l[j + 24]);
+    return sum8(v);
+}
+
+/* Scale and min (6 bits) of sub-block s of a Q4_K/Q5_K block (ggml's
+ * get_scale_min_k4), for all 8 sub-blocks. */
+static inline void k4_scales(const uint8_t sc[12], uint8_t scale[8], uint8_t min[8])
+{
+    for (int s = 0; s < 4; s++) {
+        scale[s] = sc[s] & 63;
+        min[s] = sc[s + 4] & 63;
+        scale[s + 4] = (uint8_t)((sc[s + 8] & 0x0F) | ((sc[s] >> 6) << 4));
+        min[s + 4] = (uint8_t)((sc[s + 8] >> 4) | ((sc[s + 4] >> 6) << 4));
+    }
+}
+
+/* ---- scalar dot kernels: the reference ------------------------------------------------ */
+
+typedef float (*dot_fn)(int k, const uint8_t *w, const void *a);
+/* Four activation rows against one weight row, with exactly the operations
+ * of four dot_fn calls (it only shares the weight unpacking). */
+typedef void (*dot4_fn)(int k, const uint8_t *w, const void *const *a, float *out);
+
+/* lanes[j] = fma(dv, sum_{e=4j..4j+3} wq[e] * aq[e], lanes[j]) */
+static inline void lanes_block(float lanes[8], float dv, const int wq[QUANT_QK], const int8_t *aq)
+{
+    for (int j = 0; j < 8; j++) {
+        int isum = 0;
+        for (int e = 4 * j; e < 4 * j + 4; e++)
+            isum += wq[e] * aq[e];
+        lanes[j] = fmaf(dv, (float)isum, lanes[j]);
+    }
+}
+
+static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int wq[QUANT_QK])
+{
+    uint32_t qh;
+    memcpy(&qh, qh4, sizeof qh);
+    for (int j = 0; j < 16; j++) {
+        wq[j] = ((qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4)) - bias;
+        wq[j + 16] = ((qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - bias;
+    }
+}
+
+static void q4_unpack(const uint8_t qs[16], int bias, int wq[QUANT_QK])
+{
+    for (int j = 0; j < 16; j++) {
+        wq[j] = (qs[j] & 0x0F) - bias;
+        wq[j + 16] = (qs[j] >> 4) - bias;
+    }
+}
+
+/* Block of a 32-value type -> integer values (offset -8/-16 of Q4_0/Q5_0
+ * included), scale d, offset m (0 for the types without one). */
+static void unpack32_s(int type, const uint8_t *p, int wq[QUANT_QK], float *d, float *m)
+{
+    *d = quant_fp16_to_fp32(rd16(p));
+    *m = 0.0f;
+    switch (type) {
+    case QUANT_Q4_0: q4_unpack(p + 2, 8, wq); break;
+    case QUANT_Q4_1: *m = quant_fp16_to_fp32(rd16(p + 2)); q4_unpack(p + 4, 0, wq); break;
+    case QUANT_Q5_0: q5_unpack(p + 6, p + 2, 16, wq); break;
+    case QUANT_Q5_1: *m = quant_fp16_to_fp32(rd16(p + 2)); q5_unpack(p + 8, p + 4, 0, wq); break;
+    default: /* Q8_0 */
+        for (int j = 0; j < QUANT_QK; j++)
+            wq[j] = (int8_t)p[2 + j];
+        break;
+    }
+}
+
+static int has_offset32(int type)
+{
+    return type == QUANT_Q4_1 || type == QUANT_Q5_1;
+}
+
+/* 16 lanes: block b goes to lanes 8 * (b & 1) + j; offsets to accm[b & 1]. */
+static float dot32_s(int type, int k, const uint8_t *w, const struct act32 *a)
+{
+    size_t bs = quant_block_bytes((uint32_t)type);
+    float lanes[16] = {0}, accm[2] = {0.0f, 0.0f};
+    for (int b = 0; b < k / QUANT_QK; b++) {
+        int wq[QUANT_QK];
+        float d, m;
+        unpack32_s(type, w + (size_t)b * bs, wq, &d, &m);
+        lanes_block(lanes + 8 * (b & 1), d * a[b].d, wq, a[b].q);
+        if (has_offset32(type))
+            accm[b & 1] = fmaf(m, a[b].s, accm[b & 1]);
+    }
+    float v[8];
+    for (int j = 0; j < 8; j++)
+        v[j] = lanes[j] + lanes[8 + j];
+    float r = sum8(v);
+    return has_offset32(type) ? r + (accm[0] + accm[1]) : r;
+}
+
+#define DOT32_S(name, T) \
+    static float name(int k, const uint8_t *w, const void *a) { return dot32_s(T, k, w, a); }
+DOT32_S(dot_q4_0_s, QUANT_Q4_0)
+DOT32_S(dot_q4_1_s, QUANT_Q4_1)
+DOT32_S(dot_q5_0_s, QUANT_Q5_0)
+DOT32_S(dot_q5_1_s, QUANT_Q5_1)
+DOT32_S(dot_q8_0_s, QUANT_Q8_0)
+
+/* Q4_K/Q5_K: isum = sum_s scale_s * sum_{l} q * qa over sub-block s;
+ * imin = sum_s min_s * (sum of qa over sub-block s). */
+static float dot_q4_k_s(int k, const uint8_t *w, const void *av)
+{
+    const struct act256 *a = av;
+    float acc = 0.0f, accm = 0.0f;
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        struct quant_block_q4_k blk;
+        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
+        uint8_t sc[8], mn[8];
+        k4_scales(blk.scales, sc, mn);
+        int isum = 0, imin = 0;
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q = blk.qs + 32 * (s / 2);
+            int shift = (s & 1) ? 4 : 0, t = 0;
+            for (int l = 0; l < 32; l++)
+                t += ((q[l] >> shift) & 0x0F) * a[b].q[32 * s + l];
+            isum += sc[s] * t;
+            imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+        }
+        acc = fmaf(quant_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
+        accm = fmaf(quant_fp16_to_fp32(blk.dmin) * a[b].d, (float)imin, accm);
+    }
+    return acc - accm;
+}
+
+static float dot_q5_k_s(int k, const uint8_t *w, const void *av)
+{
+    const struct act256 *a = av;
+    float acc = 0.0f, accm = 0.0f;
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        struct quant_block_q5_k blk;
+        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
+        uint8_t sc[8], mn[8];
+        k4_scales(blk.scales, sc, mn);
+        int isum = 0, imin = 0;
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q = blk.qs + 32 * (s / 2);
+            int shift = (s & 1) ? 4 : 0, t = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = ((q[l] >> shift) & 0x0F) | (((blk.qh[l] >> s) & 1) << 4);
+                t += v * a[b].q[32 * s + l];
+            }
+            isum += sc[s] * t;
+            imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+        }
+        acc = fmaf(quant_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
+        accm = fmaf(quant_fp16_to_fp32(blk.dmin) * a[b].d, (float)imin, accm);
+    }
+    return acc - accm;
+}
+
+/* Q6_K: isum = sum_g scale_g * sum_{e in group g of 16} (q_e - 32) * qa_e. */
+static float dot_q6_k_s(int k, const uint8_t *w, const void *av)
+{
+    const struct act256 *a = av;
+    float acc = 0.0f;
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        struct quant_block_q6_k blk;
+        memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
+        int isum = 0;
+        for (int g = 0; g < QUANT_QK_K / 16; g++) {
+            int t = 0;
+            for (int e = 16 * g; e < 16 * g + 16; e++) {
+                int h = e / 128, r = e % 128, grp = r / 32, l = r % 32;
+                uint8_t lb = blk.ql[64 * h + l + 32 * (grp & 1)];
+                int low4 = grp < 2 ? (lb & 0x0F) : (lb >> 4);
+                int high2 = (blk.qh[32 * h + l] >> (2 * grp)) & 3;
+                t += ((low4 | (high2 << 4)) - 32) * a[b].q[e];
+            }
+            isum += blk.scales[g] * t;
+        }
+        acc = fmaf(quant_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
+static float dot_f32_s(int k, const uint8_t *w, const void *av)
+{
+    const float *x = av;
+    float lanes[32] = {0};
+    for (int i = 0; i < k; i++) {
+        float wv;
+        memcpy(&wv, w + 4 * (size_t)i, sizeof wv);
+        lanes[i & 31] = fmaf(x[i], wv, lanes[i & 31]);
+    }
+    return sum32(lanes);
+}
+
+static float dot_f16_s(int k, const uint8_t *w, const void *av)
+{
+    const float *x = av;
+    float lanes[32] = {0};
+    for (int i = 0; i < k; i++)
+        lanes[i & 31] = fmaf(x[i], quant_fp16_to_fp32(rd16(w + 2 * (size_t)i)), lanes[i & 31]);
+    return sum32(lanes);
+}
+
+static float dot_bf16_s(int k, const uint8_t *w, const void *av)
+{
+    const float *x = av;
+    float lanes[32] = {0};
+    for (int i = 0; i < k; i++)
+        lanes[i & 31] = fmaf(x[i], quant_bf16_to_fp32(rd16(w + 2 * (size_t)i)), lanes[i & 31]);
+    return sum32(lanes);
+}
+
+/* ---- AVX2 kernels ----------------------------------------------------------------------- */
+
+#if MATQ_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum8_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+AVX2 static inline int hsum_i32_avx2(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+AVX2 static inline float h2f_avx2(uint16_t h)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15), then high. */
+AVX2 static inline __m256i nibbles32(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits -> 32 bytes, 0xFF where bit j of the LE u32 is set. */
+AVX2 static inline __m256i bits32(const uint8_t *p)
+{
+    uint32_t x;
+    memcpy(&x, p, sizeof x);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+/* unsigned u8 x signed s8 -> 8 x i32, lane j = sum of bytes 4j..4j+3. No
+ * saturation: |u * s| pair sums stay below 2 * 128 * 127 < 32768. */
+AVX2 static inline __m256i dot_us(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* signed x signed: move the sign of x onto y. */
+AVX2 static inline __m256i dot_ss(__m256i x, __m256i y)
+{
+    return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+AVX2 static inline __m256 lanes_fma(__m256 acc, float dv, __m256i isum)
+{
+    return _mm256_fmadd_ps(_mm256_set1_ps(dv), _mm256_cvtepi32_ps(isum), acc);
+}
+
+/* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
+ * unsigned), as 32 bytes in element order. */
+AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
+{
+    switch (type) {
+    case QUANT_Q4_0: return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
+    case QUANT_Q4_1: return nibbles32(p + 4);
+    case QUANT_Q5_0: /* nibble | 0xF0 where the 5th bit is clear: q - 16 as int8 */
+        return _mm256_or_si256(nibbles32(p + 6),
+                               _mm256_andnot_si256(bits32(p + 2), _mm256_set1_epi8((char)0xF0)));
+    case QUANT_Q5_1:
+        return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
+    default: return _mm256_loadu_si256((const __m256i *)(p + 2));
+    }
+}
+
+/* One block against NR activation rows, into accumulator set P (0 or 1). */
+#define DOT32_STEP(P)                                                                        \
+    do {                                                                                     \
+        const uint8_t *blk = w + (size_t)b * bs;                                             \
+        __m256i q = unpack32_avx2(type, blk);                                                \
+        __m256i ax = sgn ? _mm256_sign_epi8(q, q) : q;                                       \
+        float dw = h2f_avx2(rd16(blk)), mw = off ? h2f_avx2(rd16(blk + 2)) : 0.0f;          \
+        for (int r = 0; r < NR; r++) {                                                       \
+            __m256i y = _mm256_loadu_si256((const __m256i *)a[r][b].q);                      \
+            __m256i sy = sgn ? _mm256_sign_epi8(y, q) : y;                                   \
+            acc##P[r] = lanes_fma(acc##P[r], dw * a[r][b].d, dot_us(ax, sy));                \
+        }                                                                                    \
+        if (off && NR == 4) /* lane r: the same fma as the scalar accm of row r */           \
+            accv##P = _mm_fmadd_ps(_mm_set1_ps(mw),                                          \
+                                   _mm_setr_ps(a[0][b].s, a[NR > 1][b].s, a[NR > 2 ? 2 : 0][b].s, \
+                                               a[NR > 3 ? 3 : 0][b].s),                      \
+                                   accv##P);                                                 \
+        else if (off)                                                                        \
+            for (int r = 0; r < NR; r++)                                                     \
+                accm##P[r] = fmaf(mw, a[r][b].s, accm##P[r]);                                 \
+        b++;                                                                                 \
+    } while (0)
+
+/* NR rows at once: the weight block is unpacked once for all of them. Two
+ * accumulator sets alternate by block parity (see dot32_s). */
+#define DOT32_AVX2(name, T, NR_)                                                             \
+    AVX2 static void name(int k, const uint8_t *w, const struct act32 *const *a, float *out) \
+    {                                                                                        \
+        enum { NR = NR_ };                                                                   \
+        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
+        const size_t bs = T == QUANT_Q4_0 ? 18 : T == QUANT_Q4_1 ? 20 : T == QUANT_Q5_0 ? 22 \
+                        : T == QUANT_Q5_1 ? 24 : 34;                                         \
+        __m256 acc0[NR], acc1[NR];                                                           \
+        float accm0[NR], accm1[NR];                                                          \
+        __m128 accv0 = _mm_setzero_ps(), accv1 = _mm_setzero_ps();                           \
+        for (int r = 0; r < NR; r++) {                                                       \
+            acc0[r] = acc1[r] = _mm256_setzero_ps();                                         \
+            accm0[r] = accm1[r] = 0.0f;                                                      \
+        }                                                                                    \
+        int b = 0, nb = k / QUANT_QK;                                                        \
+        while (b + 1 < nb) {                                                                 \
+            DOT32_STEP(0);                                                                   \
+            DOT32_STEP(1);                                                                   \
+        }                                                                                    \
+        if (b < nb)                                                                          \
+            DOT32_STEP(0);                                                                   \
+        if (off && NR == 4) {                                                                \
+            float m0[4], m1[4];                                                              \
+            _mm_storeu_ps(m0, accv0);                                                        \
+            _mm_storeu_ps(m1, accv1);                                                        \
+            for (int r = 0; r < NR; r++) {                                                   \
+                accm0[r] = m0[r];                                                            \
+                accm1[r] = m1[r];                                                            \
+            }                                                                                \
+        }                                                                                    \
+        for (int r = 0; r < NR; r++) {                                                       \
+            float v = hsum8_avx2(_mm256_add_ps(acc0[r], acc1[r]));                           \
+            out[r] = off ? v + (accm0[r] + accm1[r]) : v;                                    \
+        }                                                                                    \
+    }
+
+#define DOT32_AVX2_PAIR(T, n1, n4)                                                           \
+    DOT32_AVX2(n4, T, 4)                                                                     \
+    DOT32_AVX2(n1##_rows, T, 1)                                                              \
+    AVX2 static float n1(int k, const uint8_t *w, const void *av)                            \
+    {                                                                                        \
+        const struct act32 *a[1] = {av};                                                     \
+        float out;                                                                           \
+        n1##_rows(k, w, a, &out);                                                            \
+        return out;                                                                          \
+    }                                                                                        \
+    static void n4##_v(int k, const uint8_t *w, const void *const *a, float *out)            \
+    {                                                                                        \
+        n4(k, w, (const struct act32 *const *)a, out);                                       \
+    }
+
+DOT32_AVX2_PAIR(QUANT_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
+DOT32_AVX2_PAIR(QUANT_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
+DOT32_AVX2_PAIR(QUANT_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
+DOT32_AVX2_PAIR(QUANT_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
+DOT32_AVX2_PAIR(QUANT_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
+
+/* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
+ * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
+AVX2 static inline __m256i scaled_dot(__m256i u, __m256i s, __m256i scale16)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
+}
+
+AVX2 static float dot_q4_k_avx2(int k, const uint8_t *w, const void *av)
+{
+    const struct act256 *a = av;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    float acc = 0.0f, accm = 0.0f;
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q4_k);
+        uint8_t sc[8], mn[8];
+        k4_scales(blk + 4, sc, mn);
+        const uint8_t *qs = blk + 16;
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c + 32));
+            isum = _mm256_add_epi32(isum, scaled_dot(lo, y0, _mm256_set1_epi16(sc[2 * c])));
+            isum = _mm256_add_epi32(isum, scaled_dot(hi, y1, _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        int imin = 0;
+        for (int s = 0; s < 8; s++)
+            imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+        acc = fmaf(h2f_avx2(rd16(blk)) * a[b].d, (float)hsum_i32_avx2(isum), acc);
+        accm = fmaf(h2f_avx2(rd16(blk + 2)) * a[b].d, (float)imin, accm);
+    }
+    return acc - accm;
+}
+
+AVX2 static float dot_q5_k_avx2(int k, const uint8_t *w, const void *av)
+{
+    const struct act256 *a = av;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    float acc = 0.0f, accm = 0.0f;
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q5_k);
+        uint8_t sc[8], mn[8];
+        k4_scales(blk + 4, sc, mn);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        const uint8_t *qs = blk + 48;
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            /* bit 2c of qh[l] is the 5th bit of sub-block 2c, bit 2c+1 of 2c+1 */
+            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
+            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
+            qh = _mm256_srli_epi16(qh, 2);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c + 32));
+            isum = _mm256_add_epi32(isum, scaled_dot(lo, y0, _mm256_set1_epi16(sc[2 * c])));
+            isum = _mm256_add_epi32(isum, scaled_dot(hi, y1, _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        int imin = 0;
+        for (int s = 0; s < 8; s++)
+            imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+        acc = fmaf(h2f_avx2(rd16(blk)) * a[b].d, (float)hsum_i32_avx2(isum), acc);
+        accm = fmaf(h2f_avx2(rd16(blk + 2)) * a[b].d, (float)imin, accm);
+    }
+    return acc - accm;
+}
+
+AVX2 static float dot_q6_k_avx2(int k, const uint8_t *w, const void *av)
+{
+    const struct act256 *a = av;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    float acc = 0.0f;
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
+        const uint8_t *ql = blk, *qhp = blk + 128;
+        const int8_t *scales = (const int8_t *)(blk + 192);
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            for (int g = 0; g < 4; g++) {
+                int si = 8 * h + 2 * g;
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(scales[si + 1]), _mm_set1_epi16(scales[si]));
+                __m256i y = _mm256_loadu_si256((const __m256i *)(a[b].q + 128 * h + 32 * g));
+                isum = _mm256_add_epi32(isum, scaled_dot(q[g], y, scv));
+            }
+        }
+        int corr = 0; /* the -32 offset: 32 * sum_g scale_g * bsum_g */
+        for (int g = 0; g < 16; g++)
+            corr += scales[g] * a[b].bsums[g];
+        int total = hsum_i32_avx2(isum) - 32 * corr;
+        acc = fmaf(h2f_avx2(rd16(blk + 208)) * a[b].d, (float)total, acc);
+    }
+    return acc;
+}
+
+/* Float weights: four 8-lane accumulators = lanes 0-31; the tail (k % 32)
+ * goes through the same lanes in scalar code; sum32 combines them. */
+#define FLOAT_DOT_AVX2(name, LOAD8, LOAD1)                                              \
+    AVX2 static float name(int k, const uint8_t *w, const void *av)                     \
+    {                                                                                   \
+        const float *x = av;                                                            \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), \
+                         _mm256_setzero_ps()};                                          \
+        int i = 0;                                                                      \
+        for (; i + 32 <= k; i += 32)                                                    \
+            for (int v = 0; v < 4; v++)                                                 \
+                acc[v] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * v), LOAD8(i + 8 * v), acc[v]); \
+        float lanes[32];                                                                \
+        for (int v = 0; v < 4; v++)                                                     \
+            _mm256_storeu_ps(lanes + 8 * v, acc[v]);                                    \
+        for (; i < k; i++)                                                              \
+            lanes[i & 31] = fmaf(x[i], LOAD1(i), lanes[i & 31]);                        \
+        return sum32(lanes);                                                            \
+    }
+
+#define F32_LOAD8(i) _mm256_loadu_ps((const float *)(w + 4 * (size_t)(i)))
+#define F16_LOAD8(i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * (size_t)(i))))
+#define BF16_LOAD8(i) \
+    _mm256_castsi256_ps(_mm256_slli_epi32( \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * (size_t)(i)))), 16))
+static inline float f32_load1(const uint8_t *w, int i)
+{
+    float v;
+    memcpy(&v, w + 4 * (size_t)i, sizeof v);
+    return v;
+}
+#define F32_LOAD1(i) f32_load1(w, i)
+#define F16_LOAD1(i) h2f_avx2(rd16(w + 2 * (size_t)(i)))
+#define BF16_LOAD1(i) quant_bf16_to_fp32(rd16(w + 2 * (size_t)(i)))
+
+FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
+FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
+FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
+
+static int cpu_has_avx2(void)
+{
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    return (c & bit_F16C) != 0;
+}
+#endif /* MATQ_X86 */
+
+/* ---- SIMD level ------------------------------------------------------------------------- */
+
+static atomic_int simd_level = -1;
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+
+int kn_simd_best(void)
+{
+#if MATQ_X86
+    if (cpu_has_avx2())
+        return KN_SIMD_AVX2;
+#endif
+    return KN_SIMD_SCALAR;
+}
+
+static void simd_init(void)
+{
+    int best = kn_simd_best(), lv = best;
+    const char *e = getenv("KN_SIMD");
+    if (e && strcmp(e, "scalar") == 0)
+        lv = KN_SIMD_SCALAR;
+    else if (e && strcmp(e, "avx2") == 0 && best >= KN_SIMD_AVX2)
+        lv = KN_SIMD_AVX2;
+    int unset = -1;
+    atomic_compare_exchange_strong(&simd_level, &unset, lv);
+}
+
+int kn_simd_level(void)
+{
+    pthread_once(&simd_once, simd_init);
+    return atomic_load(&simd_level);
+}
+
+int kn_simd_set(int level)
+{
+    if (level < KN_SIMD_SCALAR || level > kn_simd_best())
+        return ERR_UNSUPPORTED;
+    pthread_once(&simd_once, simd_init);
+    atomic_store(&simd_level, level);
+    return 0;
+}
+
+const char *kn_simd_name(int level)
+{
+    switch (level) {
+    case KN_SIMD_SCALAR: return "scalar";
+    case KN_SIMD_AVX2: return "avx2";
+    default: return "?";
+    }
+}
+
+/* ---- driver ------------------------------------------------------------------------------ */
+
+enum act_kind { ACT_NONE, ACT_32, ACT_256 };
+
+/* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED. */
+static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, enum act_kind *act)
+{
+    dot_fn s = NULL, v = NULL;
+    dot4_fn v4 = NULL;
+    enum act_kind ak = ACT_32;
+    switch (type) {
+#if MATQ_X86
+#define K(T, S, V, V4, A) case T: s = S; v = V; v4 = V4; ak = A; break;
+#else
+#define K(T, S, V, V4, A) case T: s = S; ak = A; break;
+#endif
+    K(QUANT_F32, dot_f32_s, dot_f32_avx2, NULL, ACT_NONE)
+    K(QUANT_F16, dot_f16_s, dot_f16_avx2, NULL, ACT_NONE)
+    K(QUANT_BF16, dot_bf16_s, dot_bf16_avx2, NULL, ACT_NONE)
+    K(QUANT_Q4_0, dot_q4_0_s, dot_q4_0_avx2, dot4_q4_0_avx2_v, ACT_32)
+    K(QUANT_Q4_1, dot_q4_1_s, dot_q4_1_avx2, dot4_q4_1_avx2_v, ACT_32)
+    K(QUANT_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
+    K(QUANT_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
+    K(QUANT_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
+    K(QUANT_Q4_K, dot_q4_k_s, dot_q4_k_avx2, NULL, ACT_256)
+    K(QUANT_Q5_K, dot_q5_k_s, dot_q5_k_avx2, NULL, ACT_256)
+    K(QUANT_Q6_K, dot_q6_k_s, dot_q6_k_avx2, NULL, ACT_256)
+#undef K
+    default: return ERR_UNSUPPORTED;
+    }
+    int simd = level >= KN_SIMD_AVX2 && v;
+    *dot = simd ? v : s;
+    *dot4 = simd ? v4 : NULL;
+    *act = ak;
+    return 0;
+}
+
+/* Bytes of one quantized activation row; 0 for ACT_NONE. */
+static size_t act_row_bytes(enum act_kind ak, int k)
+{
+    switch (ak) {
+    case ACT_32: return (size_t)(k / QUANT_QK) * sizeof(struct act32);
+    case ACT_256: return (size_t)(k / QUANT_QK_K) * sizeof(struct act256);
+    default: return 0;
+    }
+}
+
+/* Validate the arguments that need no pointers; fills dot/act/row bytes. */
+static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, dot4_fn *dot4,
+                      enum act_kind *ak, size_t *w_row_bytes)
+{
+    int rc = pick(w_type, level, dot, dot4, ak);
+    if (rc)
+        return rc;
+    int64_t rb;
+    if (n < 0 || m < 0 || k <= 0)
+        return ERR_INVAL;
+    rc = quant_row_bytes((uint32_t)w_type, k, &rb);
+    if (rc)
+        return rc; /* ERR_INVAL: k not a multiple of the block */
+    *w_row_bytes = (size_t)rb;
+    return 0;
+}
+
+size_t kn_matmul_w_scratch(int n, int k, int w_type)
+{
+    dot_fn dot;
+    dot4_fn dot4;
+    enum act_kind ak;
+    size_t rb;
+    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, &ak, &rb) || ak == ACT_NONE || n == 0)
+        return 0;
+    size_t row = act_row_bytes(ak, k);
+    if ((size_t)n > (SIZE_MAX - SCRATCH_ALIGN) / row)
+        return SIZE_MAX; /* cannot be provided: kn_matmul_w will say ERR_TOOBIG */
+    return (size_t)n * row + SCRATCH_ALIGN;
+}
+
+#define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
+#define TILE_N 64 /* activation rows per tile */
+
+struct matq_job {
+    float *out;            /* (n, m) */
+    const float *x;        /* (n, k) */
+    const uint8_t *w;      /* m rows of w_row_bytes */
+    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
+    size_t w_row_bytes, act_row;
+    int n, k, m;
+    enum act_kind ak;
+    dot_fn dot;
+    dot4_fn dot4; /* NULL: no 4-row kernel */
+    int64_t n_tiles_m, n_tiles;
+    atomic_llong next_tile;
+};
+
+static void quant_rows(struct matq_job *j, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        const float *xr = j->x + (size_t)r * (size_t)j->k;
+        uint8_t *dst = j->act + (size_t)r * j->act_row;
+        if (j->ak == ACT_32)
+            quant_act32_row(xr, j->k, (struct act32 *)(void *)dst);
+        else
+            quant_act256_row(xr, j->k, (struct act256 *)(void *)dst);
+    }
+}
+
+static void quant_worker(void *ctx, int ith, int nth)
+{
+    struct matq_job *j = ctx;
+    int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
+    if (r0 < r1)
+        quant_rows(j, r0, r1);
+}
+
+static inline const void *act_row(const struct matq_job *j, int r)
+{
+    return j->act ? (const void *)(j->act + (size_t)r * j->act_row)
+                  : (const void *)(j->x + (size_t)r * (size_t)j->k);
+}
+
+static void dot_worker(void *ctx, int ith, int nth)
+{
+    (void)ith;
+    (void)nth;
+    struct matq_job *j = ctx;
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&j->next_tile, 1, memory_order_relaxed);
+        if (t >= j->n_tiles)
+            break;
+        int tm = (int)(t % j->n_tiles_m), tn = (int)(t / j->n_tiles_m);
+        int c0 = tm * TILE_M, c1 = c0 + TILE_M < j->m ? c0 + TILE_M : j->m;
+        int r0 = tn * TILE_N, r1 = r0 + TILE_N < j->n ? r0 + TILE_N : j->n;
+        int r = r0;
+        if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
+            for (; r + 4 <= r1; r += 4) {
+                const void *a[4];
+                for (int i = 0; i < 4; i++)
+                    a[i] = act_row(j, r + i);
+                for (int c = c0; c < c1; c++) {
+                    float o[4];
+                    j->dot4(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    for (int i = 0; i < 4; i++)
+                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                }
+            }
+        for (; r < r1; r++) {
+            const void *a = act_row(j, r);
+            float *o = j->out + (size_t)r * (size_t)j->m;
+            for (int c = c0; c < c1; c++)
+                o[c] = j->dot(j->k, j->w + (size_t)c * j->w_row_bytes, a);
+        }
+    }
+}
+
+int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, const void *w,
+                int w_type, int m, void *scratch, size_t scratch_bytes)
+{
+    struct matq_job j;
+    memset(&j, 0, sizeof j);
+    int rc = check_args(n, k, w_type, m, kn_simd_level(), &j.dot, &j.dot4, &j.ak, &j.w_row_bytes);
+    if (rc)
+        return rc;
+    if (n == 0 || m == 0)
+        return 0;
+    if (!out || !x || !w)
+        return ERR_INVAL;
+    size_t need = kn_matmul_w_scratch(n, k, w_type);
+    if (need > scratch_bytes || (need && !scratch))
+        return ERR_TOOBIG;
+    j.out = out;
+    j.x = x;
+    j.w = w;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.act_row = act_row_bytes(j.ak, k);
+    if (j.ak != ACT_NONE) {
+        uintptr_t p = (uintptr_t)scratch;
+        j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
+        if (n >= 4 && kn_pool_threads(pool) > 1)
+            kn_pool_run(pool, quant_worker, &j);
+        else
+            quant_rows(&j, 0, n);
+    }
+    j.n_tiles_m = ((int64_t)m + TILE_M - 1) / TILE_M;
+    j.n_tiles = j.n_tiles_m * (((int64_t)n + TILE_N - 1) / TILE_N);
+    atomic_init(&j.next_tile, 0);
+    kn_pool_run(pool, dot_worker, &j);
+    return 0;
+}

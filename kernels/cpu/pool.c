@@ -1,0 +1,194 @@
+/*
+ * pool.c - persistent thread pool with a spin-then-sleep handshake (see
+ * pool.h for the design).
+ *
+ * Memory ordering: the caller writes fn/ctx, then increments `gen` with
+ * release order (under the mutex, so a sleeping worker cannot miss it);
+ * a worker that reads the new `gen` with acquire order sees fn/ctx. Each
+ * worker increments `n_done` with release order after fn returns; the
+ * caller reads it with acquire order, so the workers' writes are visible
+ * when kn_pool_run returns. The two counters live on separate cache lines.
+ */
+#include "kernels/cpu/pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+
+/* Waiting rounds before a thread blocks: POOL_PAUSES rounds of the CPU's
+ * pause hint (~10-140 cycles each: microseconds, enough to bridge
+ * the gap between two ops of a forward pass), then sched_yield()
+ * rounds, so that on an oversubscribed machine a spinning thread hands its
+ * core to the thread it is waiting for instead of burning its time slice. */
+#define POOL_PAUSES 256
+#define POOL_SPIN (POOL_PAUSES + 1024)
+
+struct pool_worker {
+    struct kn_pool *pool;
+    int ith;
+    pthread_t tid;
+};
+
+struct kn_pool {
+    _Alignas(64) atomic_uint gen;   /* bumped once per run */
+    _Alignas(64) atomic_int n_done; /* workers finished with the current run */
+    _Alignas(64) int n_threads;
+    atomic_int stop;
+    void (*fn)(void *ctx, int ith, int nth);
+    void *ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work; /* workers sleep here waiting for gen to move */
+    pthread_cond_t cv_done; /* the caller sleeps here waiting for n_done */
+    int caller_sleeping;    /* under mu */
+    int n_workers_created;
+    struct pool_worker *workers; /* n_threads - 1 */
+};
+
+static inline void spin_round(int i)
+{
+    if (i >= POOL_PAUSES) {
+        sched_yield();
+        return;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void *worker_main(void *arg)
+{
+    struct pool_worker *wk = arg;
+    struct kn_pool *p = wk->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               !atomic_load_explicit(&p->stop, memory_order_acquire)) {
+            if (++spins < POOL_SPIN) {
+                spin_round(spins);
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen &&
+                   !atomic_load_explicit(&p->stop, memory_order_acquire))
+                pthread_cond_wait(&p->cv_work, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (g == seen) /* stop, and no run pending */
+            break;
+        seen = g;
+        p->fn(p->ctx, wk->ith, p->n_threads);
+        int done = atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel) + 1;
+        if (done == p->n_threads - 1) {
+            pthread_mutex_lock(&p->mu);
+            if (p->caller_sleeping)
+                pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+static int online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > KN_POOL_MAX_THREADS ? KN_POOL_MAX_THREADS : (int)n;
+}
+
+int kn_pool_new(int n_threads, struct kn_pool **out)
+{
+    if (n_threads <= 0)
+        n_threads = online_cpus();
+    if (n_threads > KN_POOL_MAX_THREADS)
+        n_threads = KN_POOL_MAX_THREADS;
+    size_t sz = (sizeof(struct kn_pool) + 63) / 64 * 64;
+    struct kn_pool *p = aligned_alloc(64, sz);
+    if (!p)
+        return ERR_NOMEM;
+    memset(p, 0, sz);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->n_done, 0);
+    atomic_init(&p->stop, 0);
+    p->n_threads = n_threads;
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) {
+            free(p);
+            return ERR_NOMEM;
+        }
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_work, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    for (int i = 0; i < n_threads - 1; i++) {
+        p->workers[i].pool = p;
+        p->workers[i].ith = i + 1;
+        if (pthread_create(&p->workers[i].tid, NULL, worker_main, &p->workers[i]) != 0) {
+            kn_pool_free(p);
+            return ERR_NOMEM;
+        }
+        p->n_workers_created++;
+    }
+    *out = p;
+    return 0;
+}
+
+void kn_pool_free(struct kn_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_workers_created; i++)
+        pthread_join(p->workers[i].tid, NULL);
+    pthread_cond_destroy(&p->cv_done);
+    pthread_cond_destroy(&p->cv_work);
+    pthread_mutex_destroy(&p->mu);
+    free(p->workers);
+    free(p);
+}
+
+int kn_pool_threads(const struct kn_pool *p)
+{
+    return p ? p->n_threads : 1;
+}
+
+void kn_pool_run(struct kn_pool *p, void (*fn)(void *ctx, int ith, int nth), void *ctx)
+{
+    if (!p || p->n_threads == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    int n_workers = p->n_threads - 1;
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+
+    fn(ctx, 0, p->n_threads);
+
+    for (int spins = 0; spins < POOL_SPIN; spins++) {
+        if (atomic_load_explicit(&p->n_done, memory_order_acquire) == n_workers)
+            return;
+        spin_round(spins);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->caller_sleeping = 1;
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != n_workers)
+        pthread_cond_wait(&p->cv_done, &p->mu);
+    p->caller_sleeping = 0;
+    pthread_mutex_unlock(&p->mu);
+}

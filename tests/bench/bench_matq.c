@@ -1,0 +1,227 @@
+/* bench_matq - GFLOP/s of kn_matmul_w on SmolLM2-135M-like shapes, next to
+ * a straightforward dequantize-then-float-dot loop measured in the same run
+ * with the same threads (ratio = ours / naive), plus the cost of an empty
+ * kn_pool_run.
+ *
+ * usage: bench_matq [seconds per measurement] (default 0.3)
+ *
+ * Shapes: k=576 -> m=1536 (q/k/v/gate/up-like) and k=1536 -> m=576
+ * (down-like); n=1 (decode) and n=64 (prefill); 1 and 2 threads. Weights
+ * are random blocks with sane scales (the timing does not depend on the
+ * values). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "kernels/cpu/matq.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/quant.h"
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static uint8_t *make_weights(int type, int k, int m, size_t *rb_out)
+{
+    int64_t rb;
+    quant_row_bytes((uint32_t)type, k, &rb);
+    size_t total = (size_t)rb * (size_t)m, bb = quant_block_bytes((uint32_t)type);
+    uint8_t *w = malloc(total);
+    for (size_t i = 0; i < total; i++)
+        w[i] = (uint8_t)rnd();
+    /* every fp16 field a block may have at 0, 2 or 208: make them finite */
+    for (size_t b = 0; b < total / bb; b++) {
+        uint16_t h = quant_fp32_to_fp16(0.01f);
+        memcpy(w + b * bb, &h, 2);
+        if (bb >= 20)
+            memcpy(w + b * bb + 2, &h, 2);
+        if (type == QUANT_Q6_K)
+            memcpy(w + b * bb + 208, &h, 2);
+    }
+    *rb_out = (size_t)rb;
+    return w;
+}
+
+/* ---- the naive peer: dequantize a weight row, float dot with each x row ---- */
+
+struct naive_job {
+    float *out;
+    const float *x;
+    const uint8_t *w;
+    size_t rb;
+    int n, k, m, type;
+    float *tmp; /* one k-row per thread */
+};
+
+static void naive_worker(void *ctx, int ith, int nth)
+{
+    struct naive_job *j = ctx;
+    float *row = j->tmp + (size_t)ith * (size_t)j->k;
+    for (int c = ith; c < j->m; c += nth) {
+        quant_dequant_row((uint32_t)j->type, j->w + (size_t)c * j->rb, row, j->k);
+        for (int r = 0; r < j->n; r++) {
+            const float *xr = j->x + (size_t)r * (size_t)j->k;
+            float s = 0;
+            for (int i = 0; i < j->k; i++)
+                s += xr[i] * row[i];
+            j->out[(size_t)r * (size_t)j->m + (size_t)c] = s;
+        }
+    }
+}
+
+/* ---- timing ---- */
+
+struct call {
+    struct kn_pool *pool;
+    float *out;
+    const float *x;
+    const uint8_t *w;
+    int n, k, m, type;
+    void *scratch;
+    size_t sb;
+    struct naive_job *naive; /* non-NULL: run the naive peer */
+};
+
+static void one(struct call *c)
+{
+    if (c->naive)
+        kn_pool_run(c->pool, naive_worker, c->naive);
+    else if (kn_matmul_w(c->pool, c->out, c->x, c->n, c->k, c->w, c->type, c->m, c->scratch, c->sb))
+        abort();
+}
+
+/* best time per call (seconds) over repeated batches for about `secs` */
+static double time_call(struct call *c, double secs)
+{
+    one(c); /* warm up */
+    uint64_t start = clock_mono_ns();
+    double best = 1e30;
+    int reps = 1;
+    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i < reps; i++)
+            one(c);
+        double t = (double)(clock_mono_ns() - t0) / 1e9 / reps;
+        if (t < best)
+            best = t;
+        if (t * reps < 0.01)
+            reps *= 2;
+    }
+    return best;
+}
+
+/* Every weight matrix of SmolLM2-135M (30 layers of q, k, v, o 576->576/192,
+ * gate, up 576->1536, down 1536->576, all Q4_1; the tied Q8_0 LM head
+ * 576->49152), 97 MB: one sweep is the matmul work of one decode step
+ * (n = 1) or of a 64-token prefill chunk, with weights streaming from DRAM
+ * as in the real engine. Returns seconds per sweep (best of a few). */
+static double model_sweep(struct kn_pool *pool, int n, double secs)
+{
+    enum { L = 30, D = 576, KV = 192, F = 1536, V = 49152 };
+    const int shape[7][2] = {{D, D}, {D, KV}, {D, KV}, {D, D}, {D, F}, {D, F}, {F, D}};
+    uint8_t *w[L * 7 + 1];
+    size_t rb;
+    for (int i = 0; i < L * 7; i++)
+        w[i] = make_weights(QUANT_Q4_1, shape[i % 7][0], shape[i % 7][1], &rb);
+    w[L * 7] = make_weights(QUANT_Q8_0, D, V, &rb);
+    float *x = malloc((size_t)n * F * sizeof *x), *out = malloc((size_t)n * V * sizeof *out);
+    for (int i = 0; i < n * F; i++)
+        x[i] = (float)((double)rnd() / 2147483648.0 - 1.0);
+    size_t sb = kn_matmul_w_scratch(n, F, QUANT_Q8_0);
+    void *scratch = malloc(sb);
+    double best = 1e30;
+    uint64_t start = clock_mono_ns();
+    do {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i <= L * 7; i++) {
+            int k = i < L * 7 ? shape[i % 7][0] : D, m = i < L * 7 ? shape[i % 7][1] : V;
+            if (kn_matmul_w(pool, out, x, n, k, w[i], i < L * 7 ? QUANT_Q4_1 : QUANT_Q8_0, m,
+                            scratch, sb))
+                abort();
+        }
+        double t = (double)(clock_mono_ns() - t0) / 1e9;
+        best = t < best ? t : best;
+    } while ((double)(clock_mono_ns() - start) / 1e9 < secs * 3);
+    for (int i = 0; i <= L * 7; i++)
+        free(w[i]);
+    free(scratch);
+    free(out);
+    free(x);
+    return best;
+}
+
+static void noop(void *ctx, int ith, int nth)
+{
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
+int main(int argc, char **argv)
+{
+    double secs = argc > 1 ? strtod(argv[1], NULL) : 0.3;
+    if (!(secs > 0))
+        secs = 0.3;
+    printf("simd path: %s\n", kn_simd_name(kn_simd_level()));
+    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    const int shapes[][2] = {{576, 1536}, {1536, 576}};
+    const int ns[] = {1, 64};
+    const int threads[] = {1, 2};
+    printf("%-5s %5s %5s %3s %3s  %9s %9s  %7s\n", "type", "k", "m", "n", "thr", "ours", "naive",
+           "ratio");
+    for (int ti = 0; ti < 2; ti++) {
+        struct kn_pool *pool;
+        if (kn_pool_new(threads[ti], &pool))
+            return 1;
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            for (int s = 0; s < 2; s++)
+                for (int ni = 0; ni < 2; ni++) {
+                    int k = shapes[s][0], m = shapes[s][1], n = ns[ni], type = types[t];
+                    if (k % (int)quant_block_elems((uint32_t)type) != 0)
+                        continue; /* 576 is not a multiple of the K-quants' 256 */
+                    size_t rb;
+                    uint8_t *w = make_weights(type, k, m, &rb);
+                    float *x = malloc((size_t)n * (size_t)k * sizeof *x);
+                    for (size_t i = 0; i < (size_t)n * (size_t)k; i++)
+                        x[i] = (float)((double)rnd() / 2147483648.0 - 1.0);
+                    float *out = malloc((size_t)n * (size_t)m * sizeof *out);
+                    size_t sb = kn_matmul_w_scratch(n, k, type);
+                    void *scratch = malloc(sb ? sb : 1);
+                    float *tmp = malloc((size_t)threads[ti] * (size_t)k * sizeof *tmp);
+                    struct naive_job nj = {out, x, w, rb, n, k, m, type, tmp};
+                    struct call c = {pool, out, x, w, n, k, m, type, scratch, sb, NULL};
+                    double ours = time_call(&c, secs);
+                    c.naive = &nj;
+                    double naive = time_call(&c, secs);
+                    double flop = 2.0 * n * m * k;
+                    printf("%-5s %5d %5d %3d %3d  %6.2f GF %6.2f GF  %6.2fx\n",
+                           quant_type_name((uint32_t)type), k, m, n, threads[ti], flop / ours / 1e9,
+                           flop / naive / 1e9, naive / ours);
+                    free(tmp);
+                    free(scratch);
+                    free(out);
+                    free(x);
+                    free(w);
+                }
+        uint64_t t0 = clock_mono_ns();
+        int runs = 20000;
+        for (int i = 0; i < runs; i++)
+            kn_pool_run(pool, noop, NULL);
+        printf("empty kn_pool_run, %d threads: %.2f us\n", threads[ti],
+               (double)(clock_mono_ns() - t0) / 1e3 / runs);
+        for (int ni = 0; ni < 2; ni++) {
+            double t = model_sweep(pool, ns[ni], secs);
+            printf("SmolLM2-135M all matmuls, n=%d, %d threads: %.2f ms/sweep = %.0f tok/s ceiling\n",
+                   ns[ni], threads[ti], t * 1e3, ns[ni] / t);
+        }
+        kn_pool_free(pool);
+    }
+    return 0;
+}
