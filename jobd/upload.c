@@ -114,10 +114,12 @@ int upload_write(struct upload *u, const void *data, size_t n)
         ZSTD_inBuffer in = {data, n, 0};
         for (;;) {
             ZSTD_outBuffer o = {u->dec, DEC_CHUNK, 0};
+            size_t before = in.pos;
             size_t r = ZSTD_decompressStream(u->zd, &o, &in);
             if (ZSTD_isError(r))
                 return ERR_CORRUPT;
-            u->zd_last = r;
+            if (in.pos > before || o.pos > 0)
+                u->zd_last = r; /* a call without progress says nothing new */
             if ((rc = sink(u, u->dec, o.pos)))
                 return rc;
             if (in.pos == in.size && o.pos < o.size)
