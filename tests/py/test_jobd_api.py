@@ -174,3 +174,26 @@ def test_jobd_error_envelopes_and_metrics():
     assert 'jobd_http_requests_total{method="GET",route="/v1/batches/{id}",status="404"} 1' in m, m
     assert "jobd_ingest_lines_total 4" in m and f"jobd_ingest_bytes_total {len(jsonl(4))}" in m, m
     assert b["request_counts"]["total"] == 4
+
+
+def test_jobd_openapi_lists_exactly_the_served_routes():
+    """Every path+method in spec/openapi.yaml is routed, and nothing else is."""
+    import re
+    spec = open(os.path.join(os.path.dirname(__file__), "..", "..", "spec", "openapi.yaml")).read()
+    paths = spec[spec.index("\npaths:"):spec.index("\ncomponents:")]
+    routes, cur = set(), None
+    for ln in paths.splitlines():
+        m = re.match(r"^  (/\S*):$", ln)
+        if m:
+            cur = m.group(1)
+        m = re.match(r"^    (get|post|delete|put|patch):$", ln)
+        if m and cur:
+            routes.add((m.group(1).upper(), cur))
+    assert len(routes) == 13, routes
+    d = Jobd()
+    for method, path in sorted(routes):
+        p = re.sub(r"\{[^}]+\}", "x", path)
+        r = d.call(method, p, b"" if method == "POST" else None)
+        assert r.status != 405 and b"Invalid URL" not in r.body, (method, path, r)
+    for method, path in [("PUT", "/v1/files"), ("DELETE", "/v1/batches/x"), ("GET", "/v1/jobs")]:
+        assert d.call(method, path).status == 405, (method, path)
