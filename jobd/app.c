@@ -232,6 +232,7 @@ struct op *app_op_new(struct http_req *req, op_fn fn)
         return NULL;
     op->app = rc->app;
     op->fn = fn;
+    op->writes = strcmp(http_req_method(req), "GET") != 0 && strcmp(http_req_method(req), "HEAD") != 0;
     op->fd = -1;
     snprintf(op->tenant, sizeof op->tenant, "%s", rc->tenant);
     snprintf(op->idem_key, sizeof op->idem_key, "%s", rc->idem_key);
@@ -332,9 +333,13 @@ struct op_job {
 static void op_work(void *arg)
 {
     struct op *op = arg;
+    if (op->writes)
+        atomic_fetch_add(&op->app->writers, 1);
     struct store *st = dbpool_get(&op->app->pool);
     op->fn(op, st);
     dbpool_put(&op->app->pool, st);
+    if (op->writes)
+        atomic_fetch_sub(&op->app->writers, 1);
 }
 
 static void op_after(struct http_req *req, int status, void *arg)
@@ -536,7 +541,7 @@ int app_run(const struct app_config *cfg)
         log_error("cannot listen on %s: %s", cfg->listen, err_msg(rc));
         goto out_shutdown;
     }
-    if ((rc = ingestq_start(cfg->data_dir, &cfg->store, &cfg->limits, &app->iq)))
+    if ((rc = ingestq_start(cfg->data_dir, &cfg->store, &cfg->limits, &app->writers, &app->iq)))
         goto out_shutdown;
     uv_signal_start(&app->sig_term, on_signal, SIGTERM);
     uv_signal_start(&app->sig_int, on_signal, SIGINT);

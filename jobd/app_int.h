@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -46,6 +47,7 @@ struct app {
     int auth_required;
     char default_tenant[ID_MAX];
     int draining;            /* SIGTERM seen: /readyz answers 503 */
+    atomic_int writers;      /* write ops running on the pool (the ingest thread yields to them) */
     char files_dir[1024], tmp_dir[1024];
 };
 
@@ -76,6 +78,7 @@ struct op {
     char tenant[ID_MAX];
     char idem_key[STORE_IDEM_KEY_MAX + 1];
     op_fn fn;
+    int writes;                  /* fn writes (POST/DELETE): counted in app->writers */
     /* inputs (route-specific) */
     char id[ID_MAX];
     char after_id[ID_MAX];

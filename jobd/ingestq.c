@@ -32,6 +32,7 @@ struct ingestq {
     struct store_opts opts;
     struct ingest_limits lim;
     atomic_uint_fast64_t lines, bytes, n_valid, n_invalid, n_cancelled;
+    atomic_int *writers_waiting;
 };
 
 static int on_line(void *ctx, int64_t line)
@@ -40,6 +41,17 @@ static int on_line(void *ctx, int64_t line)
     (void)line;
     atomic_fetch_add(&q->lines, 1);
     return atomic_load(&q->stop);
+}
+
+/* After a chunk commit: let waiting API writers take the lock first. */
+static void on_commit(void *ctx, int64_t line)
+{
+    struct ingestq *q = ctx;
+    (void)line;
+    for (int i = 0; i < 1000 && q->writers_waiting && atomic_load(q->writers_waiting) > 0 &&
+                    !atomic_load(&q->stop);
+         i++)
+        clock_sleep_ms(1);
 }
 
 /* Wait up to ms for a stop request (or a push). Returns 1 when stopping. */
@@ -65,7 +77,7 @@ static int nap(struct ingestq *q, int ms)
  * errors. Returns 1 if stopped. */
 static int run_one(struct ingestq *q, struct store *st, const char *id)
 {
-    struct ingest_hooks hooks = {on_line, q};
+    struct ingest_hooks hooks = {on_line, q, on_commit};
     for (;;) {
         if (atomic_load(&q->stop))
             return 1;
@@ -152,7 +164,8 @@ static void *thread_main(void *arg)
 }
 
 int ingestq_start(const char *data_dir, const struct store_opts *opts,
-                  const struct ingest_limits *lim, struct ingestq **out)
+                  const struct ingest_limits *lim, atomic_int *writers_waiting,
+                  struct ingestq **out)
 {
     struct ingestq *q = calloc(1, sizeof *q);
     if (!q || !(q->data_dir = strdup(data_dir))) {
@@ -160,6 +173,7 @@ int ingestq_start(const char *data_dir, const struct store_opts *opts,
         return ERR_NOMEM;
     }
     q->opts = opts ? *opts : STORE_OPTS_DEFAULT;
+    q->writers_waiting = writers_waiting;
     if (lim)
         q->lim = *lim;
     else

@@ -17,11 +17,19 @@
  * last committed checkpoint (the batch resumes after restart), and the
  * thread exits; ingestq_free joins it.
  *
+ * Fairness: SQLite's busy handler polls, so a writer waiting for the lock
+ * can starve behind the ingest's back-to-back chunk transactions. When
+ * *writers_waiting (maintained by the API's write handlers) is non-zero,
+ * the thread pauses after each chunk commit (up to 1 s) until it is zero,
+ * so an upload or batch creation is never refused as "busy" because of an
+ * ingest in progress.
+ *
  * Counters are atomics readable from any thread (the metrics route).
  */
 #ifndef JOBD_INGESTQ_H
 #define JOBD_INGESTQ_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "jobd/ingest.h"
@@ -39,10 +47,11 @@ struct ingestq_stats {
 
 /* Start the thread: it opens its own store on data_dir with opts, scans for
  * 'validating' batches, then serves the queue. lim is copied (NULL =
- * defaults). Returns 0, ERR_NOMEM, ERR_INTERNAL (thread). A store that
+ * defaults). writers_waiting (may be NULL) must outlive the queue. Returns 0, ERR_NOMEM, ERR_INTERNAL (thread). A store that
  * fails to open is logged and the thread retries every second until stopped. */
 int ingestq_start(const char *data_dir, const struct store_opts *opts,
-                  const struct ingest_limits *lim, struct ingestq **out);
+                  const struct ingest_limits *lim, atomic_int *writers_waiting,
+                  struct ingestq **out);
 
 /* Queue a batch id (copied). Any thread. 0 or ERR_NOMEM / ERR_BADSTATE (stopping). */
 int ingestq_push(struct ingestq *q, const char *batch_id);
