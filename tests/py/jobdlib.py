@@ -18,6 +18,13 @@ import uuid
 from harness import Proc, binary, free_port, run, tmpdir
 
 
+def create_key(data, tenant, asan=True):
+    """jobd keys create on a data directory (the daemon need not run)."""
+    r = run([binary("jobd", asan), "keys", "create", "--tenant", tenant, "--data", data])
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def chat_line(i, model="smollm", content=None, custom_id=None):
     return json.dumps({
         "custom_id": custom_id or f"t-{i}", "method": "POST", "url": "/v1/chat/completions",

@@ -8,7 +8,7 @@ import sqlite3
 import threading
 
 from harness import Proc, free_port, tmpdir
-from jobdlib import Jobd, jsonl
+from jobdlib import Jobd, create_key, jsonl
 
 
 def test_jobd_refuses_public_address_without_keys():
@@ -27,10 +27,8 @@ def test_jobd_no_auth_mode_is_logged():
 
 def test_jobd_keys_and_tenant_isolation():
     data = os.path.join(tmpdir(), "data")
-    admin = Jobd(data=data, wait=False)
-    admin.proc.stop()
-    ka = admin.create_key("alpha")
-    kb = admin.create_key("beta")
+    ka = create_key(data, "alpha")
+    kb = create_key(data, "beta")
     d = Jobd(data=data, key=ka)
     assert "API keys required" in d.proc.log()
     r = d.call("GET", "/v1/batches", key=None)
