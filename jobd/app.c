@@ -31,7 +31,7 @@ void app_config_default(struct app_config *cfg)
     cfg->max_upload_bytes = 512ull << 20;
     cfg->max_json_bytes = 1u << 20;
     cfg->db_threads = 4;
-    cfg->zstd_level = 3;
+    cfg->zstd_level = 1;
 }
 
 int app_parse_listen(const char *s, char *host, size_t cap, int *port)

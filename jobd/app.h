@@ -42,7 +42,7 @@ struct app_config {
     uint64_t max_upload_bytes;       /* raw body of POST /v1/files and /v1/jobs; default 512 MiB */
     uint64_t max_json_bytes;         /* body of POST /v1/batches; default 1 MiB */
     int db_threads;                  /* thread-pool threads / pooled connections; default 4 */
-    int zstd_level;                  /* stored files; default 3 */
+    int zstd_level;                  /* stored files; default 1 (fastest: uploads compress on the loop) */
     const char *port_file;           /* if set: the bound port is written there (tests) */
 };
 
