@@ -241,6 +241,8 @@ static int tx_checkpoint(struct ingest *g, int64_t line)
     if (!rc) {
         g->in_tx = 0;
         rc = store_tx_commit(g->st);
+        if (!rc && g->hooks && g->hooks->on_commit)
+            g->hooks->on_commit(g->hooks->ctx, line);
     }
     g->rows_in_tx = 0;
     g->now = clock_wall_s();

@@ -92,13 +92,18 @@ void ingest_line_release(struct ingest_line *l);
  * points above U+10FFFF), else 0. */
 int ingest_utf8_valid(const char *s, size_t n);
 
-/* Optional callbacks. on_line runs after each line is handled (before its
- * transaction commits); returning non-zero stops the ingest at once with
+/* Optional callbacks. on_line runs after each line is handled (after the
+ * chunk commit that line may have triggered); returning non-zero stops the ingest at once with
  * ERR_BUSY, leaving the last checkpoint in place (used for shutdown, and by
  * tests to simulate a crash). */
 struct ingest_hooks {
     int (*on_line)(void *ctx, int64_t line);
     void *ctx;
+    /* Optional: called after each chunk transaction committed (no
+     * transaction is open then), e.g. to let other writers take the
+     * database write lock before the next chunk (jobd's API handlers would
+     * otherwise starve behind back-to-back chunk transactions). */
+    void (*on_commit)(void *ctx, int64_t line);
 };
 
 enum ingest_outcome {

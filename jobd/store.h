@@ -307,6 +307,10 @@ int store_batch_cancel(struct store *st, const char *tenant_id, const char *id, 
 int store_batch_ids_in(struct store *st, enum store_batch_status status, char (**ids)[ID_MAX],
                        size_t *n);
 
+/* Number of batches in each status (all tenants; the metrics endpoint):
+ * counts[s] for every enum store_batch_status s. 0 or store errors. */
+int store_batch_count_by_status(struct store *st, int64_t counts[STORE_BATCH__COUNT]);
+
 /* ---- requests -------------------------------------------------------------------- */
 
 #define STORE_CUSTOM_ID_MAX 512 /* bytes */

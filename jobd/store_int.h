@@ -66,6 +66,7 @@
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
                   "AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3")                    \
     X(BATCH_IDS_IN, "SELECT id FROM batches WHERE status = ?1 ORDER BY id")                   \
+    X(BATCH_STATUS_COUNTS, "SELECT status, count(*) FROM batches GROUP BY status")            \
     X(BATCH_EXISTS, "SELECT status FROM batches WHERE id = ?1")                               \
     X(BATCH_TRANSITION,                                                                       \
       "UPDATE batches SET status = ?2, "                                                      \

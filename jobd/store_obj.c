@@ -460,6 +460,27 @@ int store_batch_cancel(struct store *st, const char *tenant_id, const char *id, 
     return store_w_end(st, rc);
 }
 
+int store_batch_count_by_status(struct store *st, int64_t counts[STORE_BATCH__COUNT])
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_STATUS_COUNTS, &rc);
+    if (!s)
+        return rc;
+    int64_t tmp[STORE_BATCH__COUNT] = {0};
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        enum store_batch_status b;
+        if (store_batch_status_parse((const char *)sqlite3_column_text(s, 0), &b) == 0)
+            tmp[b] = sqlite3_column_int64(s, 1);
+    }
+    if (r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "count batches");
+    sqlite3_reset(s);
+    if (!rc)
+        memcpy(counts, tmp, sizeof tmp);
+    return rc;
+}
+
 /* ---- requests ------------------------------------------------------------------------------ */
 
 static const char *const req_status_names[STORE_REQ__COUNT] = {"queued", "leased", "succeeded",

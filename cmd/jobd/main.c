@@ -6,6 +6,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "jobd/app.h"
 #include "jobd/store.h"
 
 static const char *usage_text =
@@ -92,11 +93,35 @@ static int keys_main(const char *data, const char *tenant_name, char **pos, int 
 int main(int argc, char **argv)
 {
     struct cli_log lg = {0};
-    const char *listen = "127.0.0.1:8080", *data = "./data", *tenant = NULL;
+    struct app_config ac;
+    app_config_default(&ac);
+    const char *listen = ac.listen, *data = ac.data_dir, *tenant = NULL, *durability = "full";
+    const char *port_file = NULL;
     int help = 0, version = 0;
+    int64_t header_ms = (int64_t)ac.http.header_timeout_ms, body_ms = (int64_t)ac.http.body_timeout_ms;
+    int64_t idle_ms = (int64_t)ac.http.idle_timeout_ms, shutdown_ms = (int64_t)ac.http.shutdown_timeout_ms;
+    int64_t idem_ms = ac.store.idem_retention_s * 1000, max_conns = (int64_t)ac.http.max_connections;
+    int64_t max_requests = ac.limits.max_requests, db_threads = ac.db_threads;
+    uint64_t max_upload = ac.max_upload_bytes, max_file = ac.limits.max_file_bytes;
+    uint64_t max_json = ac.max_json_bytes, max_line = ac.limits.max_line_bytes;
     struct cfg_opt opts[] = {
-        {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080)"},
+        {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
         {"data", "JOBD_DATA", CFG_STR, &data, "DIR", "data directory: database and files (default ./data)"},
+        {"durability", "JOBD_DURABILITY", CFG_STR, &durability, "full|normal",
+         "full (default): every accepted request is synced to disk before the answer; normal: synced at checkpoints (survives a crash of jobd, not of the OS)"},
+        {"max-upload", "JOBD_MAX_UPLOAD", CFG_SIZE, &max_upload, "SIZE", "request body of POST /v1/files and /v1/jobs (default 512M)"},
+        {"max-file", "JOBD_MAX_FILE", CFG_SIZE, &max_file, "SIZE", "input file size after decompression (default 512M)"},
+        {"max-requests", "JOBD_MAX_REQUESTS", CFG_INT, &max_requests, "N", "requests (lines) per batch (default 200000)"},
+        {"max-line", "JOBD_MAX_LINE", CFG_SIZE, &max_line, "SIZE", "one JSONL line (default 4M)"},
+        {"max-json", NULL, CFG_SIZE, &max_json, "SIZE", "JSON request bodies (default 1M)"},
+        {"max-connections", "JOBD_MAX_CONNECTIONS", CFG_INT, &max_conns, "N", "open HTTP connections (default 4096)"},
+        {"header-timeout", "JOBD_HEADER_TIMEOUT", CFG_DURATION, &header_ms, "DUR", "a request's header block must arrive within this (default 10s)"},
+        {"body-timeout", "JOBD_BODY_TIMEOUT", CFG_DURATION, &body_ms, "DUR", "a body must make progress within this (default 30s)"},
+        {"idle-timeout", "JOBD_IDLE_TIMEOUT", CFG_DURATION, &idle_ms, "DUR", "keep-alive idle connections are closed after this (default 60s)"},
+        {"shutdown-timeout", NULL, CFG_DURATION, &shutdown_ms, "DUR", "on SIGTERM, in-flight requests get this long (default 30s)"},
+        {"idempotency-retention", NULL, CFG_DURATION, &idem_ms, "DUR", "Idempotency-Key responses are kept this long (default 24h)"},
+        {"db-threads", NULL, CFG_INT, &db_threads, "N", "threads (and database connections) for request handlers (default 4)"},
+        {"port-file", NULL, CFG_STR, &port_file, "PATH", "write the bound port there once listening (for scripts and tests)"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
@@ -127,7 +152,39 @@ int main(int argc, char **argv)
     }
     if (n_pos > 0)
         return keys_main(data, tenant, pos, n_pos);
-    cli_error("jobd", "see README.md, feature status",
-              "the daemon (HTTP API and store) is not built yet");
-    return CLI_EXIT_FAIL;
+    if (strcmp(durability, "full") == 0) {
+        ac.store.durability = STORE_DURABILITY_FULL;
+    } else if (strcmp(durability, "normal") == 0) {
+        ac.store.durability = STORE_DURABILITY_NORMAL;
+    } else {
+        cli_error("jobd", "use full or normal", "--durability: unknown value '%s'", durability);
+        return CLI_EXIT_USAGE;
+    }
+    if (max_requests < 1 || max_conns < 1 || db_threads < 1 || db_threads > 64 || idem_ms < 1000 ||
+        header_ms < 0 || body_ms < 0 || idle_ms < 0 || shutdown_ms < 0) {
+        cli_error("jobd", "see jobd --help", "a limit is out of range");
+        return CLI_EXIT_USAGE;
+    }
+    ac.listen = listen;
+    ac.data_dir = data;
+    ac.port_file = port_file;
+    ac.max_upload_bytes = max_upload;
+    ac.max_json_bytes = max_json;
+    ac.limits.max_file_bytes = max_file;
+    ac.limits.max_requests = max_requests;
+    ac.limits.max_line_bytes = (size_t)max_line;
+    ac.http.max_connections = (size_t)max_conns;
+    ac.http.header_timeout_ms = (uint64_t)header_ms;
+    ac.http.body_timeout_ms = (uint64_t)body_ms;
+    ac.http.idle_timeout_ms = (uint64_t)idle_ms;
+    ac.http.shutdown_timeout_ms = (uint64_t)shutdown_ms;
+    ac.store.idem_retention_s = idem_ms / 1000;
+    ac.db_threads = (int)db_threads;
+    int rc = app_run(&ac);
+    if (rc == ERR_AUTH)
+        cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",
+                  "refusing to serve %s without API keys", listen);
+    else if (rc)
+        cli_error("jobd", "see the log above", "jobd failed: %s", err_msg(rc));
+    return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

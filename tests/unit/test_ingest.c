@@ -505,7 +505,7 @@ TEST(ingest_cancelled_while_validating_ends_cancelled_with_no_requests)
     ingest_limits_default(&lim);
     lim.rows_per_tx = 100;
     struct stop_at s = {250, 0};
-    struct ingest_hooks h = {stop_hook, &s};
+    struct ingest_hooks h = {stop_hook, &s, NULL};
     struct ingest_report rep;
     CHECK_EQ_INT(ingest_batch(fx.st, id, &lim, &h, &rep), ERR_BUSY);
     struct store_batch b;
@@ -557,7 +557,7 @@ static void crash_child_at(const char *dir, const char *id, const struct ingest_
         if (store_open(dir, NULL, &st))
             _exit(3);
         struct stop_at s = {line, 1};
-        struct ingest_hooks h = {stop_hook, &s};
+        struct ingest_hooks h = {stop_hook, &s, NULL};
         struct ingest_report rep;
         ingest_batch(st, id, lim, &h, &rep);
         _exit(4); /* finished without reaching the crash point */

@@ -1,0 +1,170 @@
+/*
+ * app_int.h - internals shared by jobd/app.c and the route files
+ * (routes_files.c, routes_batches.c, routes_ops.c) and api_json.c.
+ *
+ * Request flow. Every /v1 route has an on_head hook that authenticates
+ * (app_on_head_auth, loop thread) and attaches a struct rctx to the request.
+ * Handlers then describe their database work as a struct op and hand it to
+ * app_op_run: op->fn runs on a thread-pool thread with a pooled store
+ * connection and fills op->status / op->out (the response body, also the
+ * body stored for idempotent replay); the after-callback (loop thread) adds
+ * headers, answers, queues a new batch for ingestion and frees the op.
+ */
+#ifndef JOBD_APP_INT_H
+#define JOBD_APP_INT_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/buf.h"
+#include "common/crypto.h"
+#include "jobd/app.h"
+#include "jobd/http.h"
+#include "jobd/ingestq.h"
+#include "jobd/store.h"
+
+struct dbpool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct store **all;  /* n connections */
+    struct store **idle; /* n_idle of them, free to check out */
+    size_t n, n_idle;
+};
+
+struct app {
+    struct app_config cfg;
+    char host[256];
+    int port;
+    uv_loop_t *loop;
+    struct http_server *srv;
+    struct store *loop_st;   /* loop thread: authentication only */
+    struct dbpool pool;      /* thread-pool threads */
+    struct ingestq *iq;
+    uv_signal_t sig_term, sig_int;
+    int auth_required;
+    char default_tenant[ID_MAX];
+    int draining;            /* SIGTERM seen: /readyz answers 503 */
+    atomic_int writers;      /* write ops running on the pool (the ingest thread yields to them) */
+    char files_dir[1024], tmp_dir[1024];
+};
+
+/* Per-request context (http_req_data), created by app_on_head_auth. */
+struct rctx {
+    struct app *app;
+    char tenant[ID_MAX];
+    char idem_key[STORE_IDEM_KEY_MAX + 1]; /* "" = none */
+    void *route_data;                      /* a route's streaming state */
+    void (*route_free)(void *route_data);
+};
+
+/* Authenticate (Bearer key, or the default tenant in no-auth mode), check
+ * Idempotency-Key, attach a new rctx. Returns the rctx, or NULL when the
+ * request was answered (401, 400, 500). Loop thread, from on_head. */
+struct rctx *app_on_head_auth(struct http_req *req, struct app *app);
+
+/* on_head of buffered /v1 routes: just app_on_head_auth. */
+void app_head_auth(struct http_req *req, void *arg);
+
+/* ---- ops: database work on the thread pool ------------------------------------ */
+
+struct op;
+typedef void (*op_fn)(struct op *op, struct store *st);
+
+struct op {
+    struct app *app;
+    char tenant[ID_MAX];
+    char idem_key[STORE_IDEM_KEY_MAX + 1];
+    op_fn fn;
+    int writes;                  /* fn writes (POST/DELETE): counted in app->writers */
+    /* inputs (route-specific) */
+    char id[ID_MAX];
+    char after_id[ID_MAX];
+    int has_after;
+    int limit, desc;
+    char purpose[32];
+    int has_purpose;
+    char if_none_match[128];
+    int accept_zstd;             /* client sent Accept-Encoding: zstd */
+    uint8_t fp[SHA256_LEN];      /* idempotency fingerprint */
+    void *in;                    /* route-specific input (freed by in_free) */
+    void (*in_free)(void *in);
+    /* outputs */
+    int status;                  /* 0: not answered by fn (internal error) */
+    struct buf out;              /* response body (JSON) */
+    const char *content_type;    /* NULL: application/json */
+    char etag[80];
+    int retry_after;             /* seconds, 0 = none */
+    int replayed;
+    char push_batch[ID_MAX];     /* queue for ingest once answered */
+    int fd;                      /* >= 0: answer with this file (content route) */
+    uint64_t fd_len;
+    int fd_zstd_raw;             /* fd is the raw zstd stream, send Content-Encoding: zstd */
+    int fd_decompress;           /* fd is zstd: stream decompressed */
+    char unlink_path[1100];      /* remove after answering (deleted file bytes) */
+    void (*after)(struct http_req *req, struct op *op); /* custom answer (metrics) */
+};
+
+/* A new op for req (tenant and idempotency key copied from its rctx). NULL on no memory. */
+struct op *app_op_new(struct http_req *req, op_fn fn);
+void app_op_free(struct op *op);
+/* Queue op->fn on the thread pool and answer from op afterwards. On failure
+ * answers 500 itself. Takes ownership of op. */
+void app_op_run(struct http_req *req, struct op *op);
+
+/* Answer with op->fd (routes_files.c: raw file, or decompressed as a
+ * chunked stream with backpressure). Takes the fd. */
+void app_send_file(struct http_req *req, struct op *op);
+
+/* Fill op->status / op->out with OpenAI's error envelope. */
+void op_error(struct op *op, int status, const char *type, const char *code, const char *param,
+              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* 500 for an unexpected store error rc (logged with what). */
+void op_internal(struct op *op, int rc, const char *what);
+
+/* Idempotency, inside fn. op_idem_begin: no key -> 0 (go on); reserve:
+ * NEW -> 0 (go on, then complete inside the effect's transaction), REPLAY ->
+ * answers with the stored response (replayed = 1) and returns 1, IN_FLIGHT
+ * -> 409 + Retry-After, MISMATCH -> 422, errors -> 500; each returns 1. */
+int op_idem_begin(struct op *op, struct store *st);
+/* Inside the effect transaction: store op->status/op->out as the response.
+ * No key: 0. */
+int op_idem_complete(struct op *op, struct store *st);
+/* The effect failed before committing: drop the reservation. */
+void op_idem_release(struct op *op, struct store *st);
+
+/* Borrow / return a pooled connection (blocks while none is idle). */
+struct store *dbpool_get(struct dbpool *p);
+void dbpool_put(struct dbpool *p, struct store *st);
+
+/* ---- JSON (api_json.c) --------------------------------------------------------- */
+
+int api_error_json(struct buf *out, const char *type, const char *code, const char *param,
+                   const char *msg);
+int api_file_json(struct buf *out, const struct store_file *f);
+int api_batch_json(struct buf *out, const struct store_batch *b);
+/* "24h" for 86400, "7d" for 604800, "90m", "45s". */
+void api_window_format(int64_t seconds, char *out, size_t cap);
+/* Parse a completion window ("24h", "1h", "7d", "90m"): 60 s .. 30 d.
+ * 0 or ERR_INVAL. */
+int api_window_parse(const char *s, int64_t *seconds);
+#define API_WINDOW_MIN_S 60
+#define API_WINDOW_MAX_S (30 * 86400)
+/* Check metadata (a JSON object of <= 16 string pairs, key <= 64, value
+ * <= 512 bytes). 0, or ERR_INVAL with a message in msg. */
+struct json_t;
+int api_metadata_check(const struct json_t *md, char *msg, size_t cap);
+
+/* ---- routes ------------------------------------------------------------------------ */
+
+int routes_files_add(struct app *app);
+int routes_batches_add(struct app *app);
+int routes_ops_add(struct app *app);
+
+/* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
+int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,
+                  int64_t *out);
+
+#endif
