@@ -116,6 +116,12 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
         fail(err, err_len, rc, "forward pass failed: %s", err_msg(rc));
         goto out;
     }
+    if (o->print_ids) {
+        fputs("prompt ids:", errout);
+        for (size_t i = 0; i < n_prompt; i++)
+            fprintf(errout, " %d", ids[i]);
+        fputc('\n', errout);
+    }
     struct tok_stream ts;
     tok_stream_init(&ts, t, 0);
     int n_gen = 0, n_dec = 0;
@@ -128,7 +134,7 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
             break;
         n_gen++;
         if (o->print_ids)
-            fprintf(errout, "%s%d", n_gen == 1 ? "ids:" : " ", next);
+            fprintf(errout, "%s%d", n_gen == 1 ? "completion ids: " : " ", next);
         buf_reset(&piece);
         if ((rc = tok_stream_push(&ts, next, &piece)))
             goto out;

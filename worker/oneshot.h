@@ -22,7 +22,8 @@ struct oneshot_opts {
     const char *text;
     int chat;              /* 1: text is a user message for the chat template */
     int max_tokens;        /* tokens to generate at most (> 0) */
-    int print_ids;         /* 1: also print the generated token ids on errout */
+    int print_ids;         /* 1: also print the prompt's and the completion's token ids on
+                            * errout ("prompt ids: 1 2 3" / "completion ids: 4 5") */
 };
 
 /* Run it. Returns 0, or an error with a one-line message in err: the
