@@ -20,9 +20,11 @@
  * All cases run as one batch: slot i free-running (HF pass), slot n+i
  * teacher-forced (llama.cpp pass); every prompt is prefilled in the same
  * step, then 64 decode steps of 2n tokens. make test runs two cases (the
- * reference matmul under ASan is slow); E2E_CASES=all runs the 20, e.g.
- *   E2E_CASES=all TH_TIMEOUT=900 build/asan/tests/unit model_smollm2
- * (results of the full run: tests/fixtures/model/NOTES.md).
+ * reference matmul under ASan is slow); E2E_CASES=all runs the 20 x 64:
+ *   E2E_CASES=all TH_TIMEOUT=1800 build/asan/tests/unit model_smollm2
+ * (~20 min under ASan; ~3 min when this file is linked with th.c and the
+ * -O2 objects of build/obj. Results of the full run:
+ * tests/fixtures/model/NOTES.md).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -43,7 +45,7 @@
 #define N_GEN 64
 /* Cases run by default: one raw prompt and one chat prompt, 64 steps, or
  * 16 under ASan (make test; the sanitised reference matmul is ~7x slower).
- * E2E_CASES=all runs all 20 cases x 64 steps (release build: ~3 min). */
+ * E2E_CASES=all runs all 20 cases x 64 steps. */
 static const int default_cases[] = {0, 10};
 #if defined(__SANITIZE_ADDRESS__)
 #define DEFAULT_STEPS 16
