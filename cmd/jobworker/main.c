@@ -1,6 +1,7 @@
 /* jobworker - runs a model for jobd (see README and spec/worker-protocol.md).
  *
- * Today: option parsing and the device self-check. The engine (CPU engine
+ * Today: option parsing, the device self-check, --inspect and the one-off
+ * --prompt/--chat run (worker/oneshot.c). The engine (CPU engine
  * issue), the scheduler and jobd client (worker issue) plug in here. */
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "kernels/kn.h"
 #include "worker/devcheck.h"
 #include "worker/inspect.h"
+#include "worker/oneshot.h"
 
 static const char *usage_text =
     "usage: jobworker --jobd URL --model M.gguf [--device cpu|cuda] [--threads N]\n"
@@ -28,8 +30,8 @@ int main(int argc, char **argv)
 {
     struct cli_log lg = {0};
     const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL;
-    int64_t threads = 0;
-    int self_check = 0, inspect = 0, help = 0, version = 0;
+    int64_t threads = 0, max_tokens = 256;
+    int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0;
     struct cfg_opt opts[] = {
         {"jobd", "JOBD_URL", CFG_STR, &jobd_url, "URL", "jobd to pull work from"},
         {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
@@ -37,6 +39,8 @@ int main(int argc, char **argv)
         {"threads", "JOBWORKER_THREADS", CFG_INT, &threads, "N", "CPU threads (default: all cores)"},
         {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
         {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
+        {"max-tokens", NULL, CFG_INT, &max_tokens, "N", "--prompt/--chat: tokens to generate (default 256)"},
+        {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat: also print the token ids on stderr"},
         {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
         {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
         CLI_LOG_OPTS(&lg),
@@ -91,9 +95,22 @@ int main(int argc, char **argv)
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
     (void)threads;
-    if (prompt || chat || model || jobd_url) {
+    if (prompt || chat) {
+        if (!model || (prompt && chat) || max_tokens < 1 || max_tokens > 1000000) {
+            cli_error("jobworker", "see jobworker --help",
+                      "--prompt/--chat need --model, one of the two, and --max-tokens 1..1000000");
+            return CLI_EXIT_USAGE;
+        }
+        struct oneshot_opts o = {model, prompt ? prompt : chat, chat != NULL, (int)max_tokens,
+                                 print_ids};
+        int rc = oneshot_run(&o, stdout, stderr, err, sizeof err);
+        if (rc)
+            cli_error("jobworker", NULL, "%s", err);
+        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    }
+    if (model || jobd_url) {
         cli_error("jobworker", "see README.md, feature status",
-                  "the inference engine is not built yet; only --self-check works today");
+                  "serving jobd is not built yet; use --prompt/--chat for a one-off run");
         return CLI_EXIT_FAIL;
     }
     cli_error("jobworker", "see jobworker --help", "nothing to do: give --jobd and --model, or --self-check");

@@ -1,0 +1,32 @@
+/* rope.c - rotary position embedding, NORM and NEOX layouts, CPU reference.
+ * See ops.h for the contract. The per-pair angle is computed in double
+ * (freq_base^(-2i/n_rot) with pow, not by repeated multiplication as ggml
+ * does), which keeps it within an ulp of HF's float32 inv_freq * pos. */
+#include "kernels/cpu/ops.h"
+
+#include <math.h>
+
+void kn_rope_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
+                 float freq_base, float freq_scale, const float *freq_factors,
+                 enum kn_rope_mode mode)
+{
+    int half = n_rot / 2;
+    for (int t = 0; t < n_tok; t++) {
+        double p = (double)pos[t];
+        for (int i = 0; i < half; i++) {
+            double theta = p * (double)freq_scale *
+                           pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+            if (freq_factors)
+                theta /= (double)freq_factors[i];
+            float c = (float)cos(theta), s = (float)sin(theta);
+            for (int h = 0; h < n_head; h++) {
+                float *xh = x + ((size_t)t * (size_t)n_head + (size_t)h) * (size_t)head_dim;
+                int a = mode == KN_ROPE_NEOX ? i : 2 * i;
+                int b = mode == KN_ROPE_NEOX ? i + half : 2 * i + 1;
+                float x0 = xh[a], x1 = xh[b];
+                xh[a] = x0 * c - x1 * s;
+                xh[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+/* libFuzzer target: model loading (worker/model.c: hyperparameters, tensor
+ * validation), the tokenizer built from the file (worker/tok_gguf.c) and,
+ * for small models that load, one forward step of two tokens - which reads
+ * every weight row, so a wrong shape or stride check shows up as an
+ * overread of the input buffer. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "worker/chat.h"
+#include "worker/gguf.h"
+#include "worker/model.h"
+#include "worker/tok.h"
+#include "worker/tok_gguf.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct gguf *g;
+    char err[256];
+    if (gguf_open_mem(data, size, &g, err, sizeof err))
+        return 0;
+    struct tok *t;
+    if (tok_gguf_new(g, &t, err, sizeof err) == 0) {
+        struct chat_tmpl *ct;
+        if (tok_gguf_chat_new(g, t, &ct) == 0)
+            chat_tmpl_free(ct);
+        tok_free(t);
+    }
+    struct model *m;
+    if (model_load_gguf(g, &m, err, sizeof err)) {
+        gguf_free(g);
+        return 0;
+    }
+    const struct model_hparams *hp = &m->hp;
+    double work = (double)hp->n_layer * hp->n_embd * (hp->n_ff + hp->n_head * hp->head_dim) +
+                  (double)hp->n_vocab * hp->n_embd;
+    struct model_ctx_params p;
+    model_ctx_params_init(&p);
+    p.n_ctx = hp->n_ctx_train < 8 ? hp->n_ctx_train : 8;
+    p.n_batch_max = 2;
+    p.n_out_max = 2;
+    p.max_bytes = 64u << 20;
+    struct model_ctx *c;
+    if (work < 4e6 && model_ctx_new(m, &p, &c) == 0) {
+        int32_t tok[2] = {0, hp->n_vocab - 1}, pos[2] = {0, 1}, seq[2] = {0, 0};
+        uint8_t out[2] = {1, 1};
+        struct model_batch b = {p.n_ctx >= 2 ? 2 : 1, tok, pos, seq, out};
+        const float *lg;
+        int n_out;
+        (void)model_forward(c, &b, &lg, &n_out);
+        model_ctx_free(c);
+    }
+    model_free(m);
+    return 0;
+}

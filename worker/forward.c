@@ -1,0 +1,329 @@
+/*
+ * forward.c - the batched forward pass of a llama/qwen2 model on the CPU.
+ *
+ * Per step (model_forward), for a flat batch of n tokens (shapes in the
+ * buffer comments of struct model_ctx):
+ *
+ *   x = token_embd[token]                                  embedding rows, dequantized
+ *   per layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = h @ Wq^T (+bq), h @ Wk^T (+bk), h @ Wv^T (+bv)
+ *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (qwen2)
+ *     K/V cache[slot][pos] = k, v                         all tokens first ...
+ *     a = softmax(q.K^T / sqrt(hd)) V over 0..pos         ... then attention (GQA)
+ *     x += a @ Wo^T
+ *     h = rmsnorm(x) * ffn_norm
+ *     x += (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
+ *   logits = rmsnorm(x[marked]) * output_norm @ Wout^T
+ *
+ * Every op works per token with a fixed accumulation order, so a token's
+ * numbers do not depend on its batch neighbours. All matmuls go through
+ * model_linear (one place), which today calls the reference
+ * linref_matmul_w and will call the kernels' kn_matmul_w (same contract).
+ * Nothing here allocates: model_ctx_new sizes every buffer.
+ */
+#include "worker/model.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/kn.h"
+#include "worker/linear_ref.h"
+
+struct model_ctx {
+    const struct model *m;
+    struct model_ctx_params p;   /* with defaults filled in */
+    struct kv_cache *kv;
+    float *x;          /* (n_batch_max, n_embd) residual stream */
+    float *xb;         /* (n_batch_max, n_embd) normed input of a block */
+    float *q;          /* (n_batch_max, n_head*hd) */
+    float *k, *v;      /* (n_batch_max, n_head_kv*hd) */
+    float *att;        /* (n_batch_max, n_head*hd) attention output */
+    float *proj;       /* (n_batch_max, n_embd) output of Wo / Wd */
+    float *hb, *hb2;   /* (n_batch_max, n_ff) gate / up */
+    float *xo;         /* (n_out_max, n_embd) rows of the marked tokens */
+    float *logits;     /* (n_out_max, n_vocab) */
+    float *scores;     /* (n_ctx) attention scratch */
+    void *mm_scratch;  /* matmul scratch, mm_scratch_bytes */
+    size_t mm_scratch_bytes;
+    int32_t *new_len;  /* (n_seq_max) slot lengths after the step (validation) */
+    int32_t *out_rows; /* (n_out_max) batch index of each marked token */
+};
+
+/* The one call site of the weight matmul: out (n, w->rows) = x (n, w->cols) @ W^T. */
+static int model_linear(struct model_ctx *c, float *out, const float *x, int n,
+                        const struct model_mat *w)
+{
+    return linref_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
+                           c->mm_scratch, c->mm_scratch_bytes);
+}
+
+/* Scratch model_linear needs for rows of up to k_max values and n_max
+ * activation rows (the reference needs one dequantized row; kn_matmul_w
+ * may need the activations quantized: sized for that too). */
+static size_t model_linear_scratch_bytes(int n_max, int k_max)
+{
+    size_t a = linref_scratch_bytes(k_max);
+    size_t b = (size_t)n_max * (size_t)k_max * 2 + 4096;
+    return a > b ? a : b;
+}
+
+void model_ctx_params_init(struct model_ctx_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_batch_max = 512;
+    p->n_seq_max = 1;
+}
+
+struct kv_cache *model_ctx_kv(struct model_ctx *c)
+{
+    return c->kv;
+}
+
+int model_ctx_n_ctx(const struct model_ctx *c)
+{
+    return c->p.n_ctx;
+}
+
+/* *total += n * size, with overflow detection. */
+static int add_bytes(size_t *total, size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return ERR_TOOBIG;
+    if (*total > SIZE_MAX - n * size)
+        return ERR_TOOBIG;
+    *total += n * size;
+    return 0;
+}
+
+int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, struct model_ctx **out)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct model_ctx_params p = *pin;
+    if (p.n_ctx == 0)
+        p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_out_max == 0)
+        p.n_out_max = p.n_seq_max;
+    if (p.n_ctx < 1 || p.n_ctx > hp->n_ctx_train || p.n_batch_max < 1 || p.n_seq_max < 1 ||
+        p.n_out_max < 1 || p.n_out_max > p.n_batch_max || p.n_kv_blocks < 0 ||
+        p.n_batch_max > (1 << 20) || p.n_seq_max > (1 << 20))
+        return ERR_INVAL;
+    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    int k_max = hp->n_embd;
+    if (q_dim > k_max)
+        k_max = q_dim;
+    if (hp->n_ff > k_max)
+        k_max = hp->n_ff;
+    size_t nb = (size_t)p.n_batch_max, no = (size_t)p.n_out_max;
+    size_t mm = model_linear_scratch_bytes(p.n_batch_max, k_max);
+    size_t total = 0;
+    if (add_bytes(&total, nb * 3, (size_t)hp->n_embd * sizeof(float)) ||
+        add_bytes(&total, nb * 2, (size_t)q_dim * sizeof(float)) ||
+        add_bytes(&total, nb * 2, (size_t)kv_dim * sizeof(float)) ||
+        add_bytes(&total, nb * 2, (size_t)hp->n_ff * sizeof(float)) ||
+        add_bytes(&total, no, (size_t)hp->n_embd * sizeof(float)) ||
+        add_bytes(&total, no, (size_t)hp->n_vocab * sizeof(float)) ||
+        add_bytes(&total, (size_t)p.n_ctx, sizeof(float)) || add_bytes(&total, 1, mm))
+        return ERR_TOOBIG;
+    int per_seq = (p.n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    int64_t blocks = p.n_kv_blocks ? p.n_kv_blocks : (int64_t)per_seq * p.n_seq_max;
+    if (blocks > INT32_MAX)
+        return ERR_TOOBIG;
+    size_t kvb = kv_cache_bytes(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks);
+    if (kvb == 0 || add_bytes(&total, 1, kvb) || (p.max_bytes && total > p.max_bytes))
+        return ERR_TOOBIG;
+
+    int rc = ERR_NOMEM;
+    struct model_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return ERR_NOMEM;
+    c->m = m;
+    c->p = p;
+    rc = kv_cache_new(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx, 0,
+                      &c->kv);
+    if (rc)
+        goto out;
+    rc = ERR_NOMEM;
+    c->x = malloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->xb = malloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->proj = malloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->q = malloc(nb * (size_t)q_dim * sizeof(float));
+    c->att = malloc(nb * (size_t)q_dim * sizeof(float));
+    c->k = malloc(nb * (size_t)kv_dim * sizeof(float));
+    c->v = malloc(nb * (size_t)kv_dim * sizeof(float));
+    c->hb = malloc(nb * (size_t)hp->n_ff * sizeof(float));
+    c->hb2 = malloc(nb * (size_t)hp->n_ff * sizeof(float));
+    c->xo = malloc(no * (size_t)hp->n_embd * sizeof(float));
+    c->logits = malloc(no * (size_t)hp->n_vocab * sizeof(float));
+    c->scores = malloc((size_t)p.n_ctx * sizeof(float));
+    c->mm_scratch = malloc(mm);
+    c->mm_scratch_bytes = mm;
+    c->new_len = malloc((size_t)p.n_seq_max * sizeof(int32_t));
+    c->out_rows = malloc(no * sizeof(int32_t));
+    if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
+        !c->xo || !c->logits || !c->scores || !c->mm_scratch || !c->new_len || !c->out_rows)
+        goto out;
+    *out = c;
+    c = NULL;
+    rc = 0;
+out:
+    model_ctx_free(c);
+    return rc;
+}
+
+void model_ctx_free(struct model_ctx *c)
+{
+    if (!c)
+        return;
+    kv_cache_free(c->kv);
+    free(c->x);
+    free(c->xb);
+    free(c->proj);
+    free(c->q);
+    free(c->att);
+    free(c->k);
+    free(c->v);
+    free(c->hb);
+    free(c->hb2);
+    free(c->xo);
+    free(c->logits);
+    free(c->scores);
+    free(c->mm_scratch);
+    free(c->new_len);
+    free(c->out_rows);
+    free(c);
+}
+
+/* Check the batch against the model and the cache; fills new_len and
+ * out_rows, returns the number of marked tokens in *n_out. Changes no
+ * state visible outside the context. */
+static int check_batch(struct model_ctx *c, const struct model_batch *b, int *n_out)
+{
+    const struct kv_cache *kv = c->kv;
+    if (!b || b->n_tokens < 1 || b->n_tokens > c->p.n_batch_max || !b->token || !b->pos || !b->seq)
+        return ERR_INVAL;
+    for (int s = 0; s < kv->n_seq; s++)
+        c->new_len[s] = kv->seqs[s].n_pos;
+    int no = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        int32_t t = b->token[i], s = b->seq[i], p = b->pos[i];
+        if (t < 0 || t >= c->m->hp.n_vocab || s < 0 || s >= kv->n_seq)
+            return ERR_INVAL;
+        if (p != c->new_len[s] || p >= c->p.n_ctx)
+            return ERR_INVAL;
+        c->new_len[s] = p + 1;
+        if (b->out && b->out[i]) {
+            if (no >= c->p.n_out_max)
+                return ERR_INVAL;
+            c->out_rows[no++] = i;
+        }
+    }
+    int64_t need = 0;
+    for (int s = 0; s < kv->n_seq; s++)
+        if (c->new_len[s] > kv->seqs[s].n_pos)
+            need += kv_seq_blocks_needed(kv, s, c->new_len[s]);
+    if (need > kv->n_free)
+        return ERR_BUSY;
+    *n_out = no;
+    return 0;
+}
+
+static int run_layer(struct model_ctx *c, const struct model_batch *b, int l)
+{
+    const struct model *m = c->m;
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *L = &m->layers[l];
+    struct kv_cache *kv = c->kv;
+    int n = b->n_tokens;
+    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    enum kn_rope_mode mode = hp->rope_neox ? KN_ROPE_NEOX : KN_ROPE_NORM;
+    int rc;
+
+    kn_rmsnorm_f32(c->xb, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    if ((rc = model_linear(c, c->q, c->xb, n, &L->wq)) ||
+        (rc = model_linear(c, c->k, c->xb, n, &L->wk)) ||
+        (rc = model_linear(c, c->v, c->xb, n, &L->wv)))
+        return rc;
+    if (L->bq)
+        kn_add_bias_f32(c->q, L->bq, n, q_dim);
+    if (L->bk)
+        kn_add_bias_f32(c->k, L->bk, n, kv_dim);
+    if (L->bv)
+        kn_add_bias_f32(c->v, L->bv, n, kv_dim);
+    kn_rope_f32(c->q, n, hp->n_head, hp->head_dim, hp->n_rot, b->pos, hp->rope_freq_base,
+                hp->rope_freq_scale, m->rope_freqs, mode);
+    kn_rope_f32(c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, b->pos, hp->rope_freq_base,
+                hp->rope_freq_scale, m->rope_freqs, mode);
+
+    /* append every token's K/V before any attention: a token may attend to
+     * earlier tokens of its own sequence in this same batch */
+    float *kl = kv->k + (size_t)l * kv->layer_stride, *vl = kv->v + (size_t)l * kv->layer_stride;
+    for (int i = 0; i < n; i++) {
+        const struct kv_seq *s = &kv->seqs[b->seq[i]];
+        int p = b->pos[i];
+        size_t off = (size_t)s->blocks[p / kv->block_tokens] * kv->block_stride +
+                     (size_t)(p % kv->block_tokens) * (size_t)kv_dim;
+        memcpy(kl + off, c->k + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(vl + off, c->v + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
+    }
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int i = 0; i < n; i++)
+        kn_attn_paged_f32(c->att + (size_t)i * (size_t)q_dim, c->q + (size_t)i * (size_t)q_dim, kl,
+                          vl, kv->seqs[b->seq[i]].blocks, kv->block_tokens, kv->block_stride,
+                          b->pos[i] + 1, hp->n_head, hp->n_head_kv, hp->head_dim, scale,
+                          c->scores);
+    if ((rc = model_linear(c, c->proj, c->att, n, &L->wo)))
+        return rc;
+    if (L->bo)
+        kn_add_bias_f32(c->proj, L->bo, n, hp->n_embd);
+    kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
+
+    kn_rmsnorm_f32(c->xb, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    if ((rc = model_linear(c, c->hb, c->xb, n, &L->w_gate)) ||
+        (rc = model_linear(c, c->hb2, c->xb, n, &L->w_up)))
+        return rc;
+    kn_swiglu_f32(c->hb, c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff);
+    if ((rc = model_linear(c, c->proj, c->hb, n, &L->w_down)))
+        return rc;
+    kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
+    return 0;
+}
+
+int model_forward(struct model_ctx *c, const struct model_batch *b, const float **logits,
+                  int *n_out)
+{
+    const struct model *m = c->m;
+    const struct model_hparams *hp = &m->hp;
+    struct kv_cache *kv = c->kv;
+    int no = 0;
+    int rc = check_batch(c, b, &no);
+    if (rc)
+        return rc;
+    for (int s = 0; s < kv->n_seq; s++)
+        if (c->new_len[s] > kv->seqs[s].n_pos && kv_seq_reserve(kv, s, c->new_len[s]))
+            return ERR_INTERNAL; /* counted in check_batch: cannot happen */
+    int n = b->n_tokens;
+    kn_get_rows(c->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, b->token, n,
+                hp->n_embd);
+    for (int l = 0; l < hp->n_layer; l++)
+        if ((rc = run_layer(c, b, l)))
+            return ERR_INTERNAL; /* types validated at load: cannot happen */
+    for (int s = 0; s < kv->n_seq; s++)
+        if (c->new_len[s] > kv->seqs[s].n_pos)
+            kv->seqs[s].n_pos = c->new_len[s];
+    for (int o = 0; o < no; o++)
+        memcpy(c->xo + (size_t)o * (size_t)hp->n_embd, c->x + (size_t)c->out_rows[o] * (size_t)hp->n_embd,
+               (size_t)hp->n_embd * sizeof(float));
+    if (no) {
+        kn_rmsnorm_f32(c->xo, c->xo, m->output_norm, no, hp->n_embd, hp->rms_eps);
+        if (model_linear(c, c->logits, c->xo, no, &m->output))
+            return ERR_INTERNAL;
+    }
+    *logits = c->logits;
+    *n_out = no;
+    return 0;
+}
