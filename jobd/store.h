@@ -51,10 +51,18 @@
  *
  *   request: queued        -> leased (attempts+1, lease_id set), failed
  *            leased        -> queued (lease expired / transient error; lease_id
- *                             cleared, next_attempt_at = backoff),
- *                             succeeded, failed
- *            succeeded, failed: terminal (a dead letter is a failed request
- *                             plus a dead_letters row)
+ *                             cleared, next_attempt_at = backoff; a release
+ *                             by a draining worker also gives the attempt
+ *                             back: attempts-1), succeeded, failed
+ *            failed        -> queued (dead-letter retry only, while the batch is
+ *                             in_progress: attempts reset to 0, n_failed-1)
+ *            succeeded: terminal; failed: terminal except for that retry (a dead
+ *                             letter is a failed request plus a dead_letters row)
+ *
+ *   Every request that ends (succeeded or failed) has exactly one results row
+ *   (results.request_id is the primary key): the worker's response, the 4xx
+ *   envelope of an invalid request, or an error code (max_attempts_exceeded,
+ *   batch_cancelled, batch_expired). Finalization streams that table.
  *
  * Times are unix seconds passed in by the caller (now), so tests control them.
  */
@@ -238,6 +246,8 @@ int store_batch_edge_allowed(enum store_batch_status from, enum store_batch_stat
 #define STORE_METADATA_MAX_VALUE 512
 #define STORE_BATCH_MAX_ERRORS 100
 
+#define STORE_PRIORITY_MAX 1000 /* metadata "priority": "-1000".."1000" */
+
 struct store_batch {
     char id[ID_MAX];
     char tenant_id[ID_MAX];
@@ -255,6 +265,8 @@ struct store_batch {
     int64_t at[STORE_BATCH__COUNT]; /* unix seconds of entering each state, 0 = never
                                        (at[STORE_BATCH_VALIDATING] = created_at) */
     int64_t ingest_line, ingest_requests; /* ingest checkpoint (see ingest.h) */
+    int64_t priority;                     /* metadata "priority" (0 if absent) */
+    int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
 };
 
 /* Free metadata and errors of b (not b itself). NULL ok. */
@@ -270,7 +282,10 @@ struct store_batch_new {
                                      values, key <= 64 bytes, value <= 512 bytes */
 };
 
-/* Create a batch in status validating (expires_at = now + window). Checks
+/* Create a batch in status validating (expires_at = now + window). A
+ * metadata "priority" value must be the decimal text of an integer in
+ * -1000..1000 (else ERR_INVAL); it orders the tenant's own batches for
+ * leasing (jobd/lease.h). Checks
  * the input file exists for this tenant with purpose batch (ERR_NOTFOUND).
  * ERR_INVAL for a bad endpoint, window or metadata. *out (may be NULL) gets
  * the row; release it with store_batch_release. */
@@ -342,6 +357,8 @@ struct store_request_change {
                                 stale worker cannot complete a re-leased request) */
     int64_t next_attempt_at; /* -> queued: earliest next lease time */
     const char *error;       /* -> queued / failed: last_error (may be NULL) */
+    int give_back;           /* leased -> queued only: 1 = the attempt does not count
+                                (attempts-1: a draining worker released it) */
 };
 
 /* THE request state change: UPDATE requests SET status=to ... WHERE id=? AND

@@ -23,7 +23,8 @@
     "id, tenant_id, endpoint, input_file_id, completion_window_s, status, model, metadata, " \
     "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
     "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
-    "cancelling_at, cancelled_at, ingest_line, ingest_requests"
+    "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
+    "usage_completion_tokens, usage_cached_tokens"
 
 #define STORE_FILE_COLS                                                                   \
     "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
@@ -59,8 +60,8 @@
                      "ORDER BY id ASC LIMIT ?4")                                              \
     X(FILE_DELETE, "DELETE FROM files WHERE id = ?1 AND tenant_id = ?2 RETURNING storage_path") \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
-                    "completion_window_s, status, metadata, created_at, expires_at) "         \
-                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8)")                  \
+                    "completion_window_s, status, metadata, created_at, expires_at, priority) "         \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9)")                  \
     X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
                  "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
@@ -98,7 +99,7 @@
     X(REQ_COUNT, "SELECT count(*), count(DISTINCT custom_id) FROM requests WHERE batch_id = ?1") \
     X(REQ_TRANSITION,                                                                         \
       "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
-      "attempts = attempts + (?2 = 'leased'), "                                               \
+      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \
       "lease_id = CASE WHEN ?2 = 'leased' THEN ?6 ELSE NULL END, "                            \
       "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, "          \
       "last_error = coalesce(?8, last_error), "                                               \
