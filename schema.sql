@@ -102,8 +102,6 @@ CREATE TABLE batches (
 ) STRICT;
 CREATE INDEX batches_tenant ON batches(tenant_id, id);
 CREATE INDEX batches_status ON batches(status, id);
--- Work distribution: the in_progress batches of a model, per tenant, in lease order.
-CREATE INDEX batches_leasable ON batches(model, tenant_id, priority DESC, id) WHERE status = 'in_progress';
 
 -- Workers: inference processes registered with jobd (spec/worker-protocol.md).
 -- A worker re-registers after a restart and gets a new id; old rows simply

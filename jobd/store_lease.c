@@ -13,7 +13,7 @@
  * results.request_id is a primary key (first committed result wins).
  *
  * Fair leasing (store_lease_acquire): the in_progress batches of the asked
- * model are loaded grouped by tenant (batches_leasable index); tenants are
+ * model are loaded grouped by tenant (batches_status index); tenants are
  * visited round-robin, one request per visit, starting after the tenant
  * served last for this model (lease_rr), so a pack of N requests shared by
  * k tenants with work gives each about N/k, and a tenant's backlog cannot

@@ -1002,6 +1002,7 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
     fx.st = NULL;
     srandom((unsigned)getpid());
     int64_t now = NOW + 10;
+    int killed = 0;
     /* phase 1: workers SIGKILLed at random instants (inside transactions too) */
     for (int round = 0; round < 10; round++) {
         unsigned seed = (unsigned)random();
@@ -1017,6 +1018,7 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
         int status = 0;
         waitpid(pid, &status, 0);
         CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+        killed += WIFSIGNALED(status);
         now += 5000; /* every lease of the dead worker has expired */
     }
     /* phase 2: run the work to the end without finalizing */
@@ -1053,6 +1055,8 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
     CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, now, &rep), 0);
     int fin = 0;
     CHECK_EQ_INT(finalize_sweep(fx.st, now, 10, &fin), 0);
+    printf("crash: %d of 10 workers killed mid-run\n", killed);
+    CHECK(killed > 0);
     check_crash_batch(&fx, b1, "c", 240);
     check_crash_batch(&fx, b2, "d", 40);
     /* no temp files left behind, one file pair per batch at most */
