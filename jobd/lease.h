@@ -181,6 +181,9 @@ int lease_write_register(struct buf *b, const struct lease_opts *o, const char *
 int lease_write_lease(struct buf *b, const struct lease_opts *o, const struct store_lease *l);
 int lease_write_heartbeat(struct buf *b, const char *lease_id, int64_t expires_at,
                           char (*stop_ids)[ID_MAX], size_t n);
+/* HTTP status of a results answer: 409 when there were items and every one
+ * is STALE, else 200. */
+int lease_commit_http_status(const enum store_commit_outcome *outcomes, size_t n);
 int lease_write_commit(struct buf *b, const char *lease_id, const struct store_result *items,
                        const enum store_commit_outcome *outcomes, size_t n);
 int lease_write_models(struct buf *b, const struct store_model_served *m, size_t n);

@@ -808,3 +808,11 @@ int lease_write_error(struct buf *b, const struct lease_error *e)
         rc = buf_printf(b, ",\"line\":%lld", (long long)e->line);
     return rc ? rc : buf_append_str(b, "}}");
 }
+
+int lease_commit_http_status(const enum store_commit_outcome *outcomes, size_t n)
+{
+    size_t stale = 0;
+    for (size_t i = 0; i < n; i++)
+        stale += outcomes[i] == STORE_COMMIT_STALE;
+    return n > 0 && stale == n ? 409 : 200;
+}
