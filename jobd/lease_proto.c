@@ -689,7 +689,8 @@ int lease_results_parse(const void *data, size_t len, int compressed, struct lea
             continue;
         if (l > LEASE_LINE_MAX_BYTES) {
             rc = fail(e, ERR_TOOBIG, 413, "too_large", "a results line is over 16 MiB");
-            e ? e->line = lineno : 0;
+            if (e)
+                e->line = lineno;
             break;
         }
         if (r.n == LEASE_CHUNK_MAX_LINES) {

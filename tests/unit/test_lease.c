@@ -972,12 +972,15 @@ static void check_crash_batch(struct fx *fx, const char *bid, const char *prefix
     CHECK_EQ_INT(n_out, b.n_completed);
     CHECK_EQ_INT(n_err, b.n_failed);
     check_each_once(seen, prefix, n);
-    /* every k % 13 == 5 is an invalid request (4xx line) */
+    /* every k % 13 == 5 is an invalid request: a 4xx line, unless lapsed leases
+     * (killed or abandoning workers) used up its attempts first: then it is
+     * dead-lettered; nothing else fails */
     int want_4xx = 0;
     for (int k = 0; k < n; k++)
         want_4xx += k % 13 == 5;
-    CHECK_EQ_INT(code_count(codes, "http_4xx"), want_4xx);
-    CHECK_EQ_INT(n_err, want_4xx + code_count(codes, "max_attempts_exceeded"));
+    CHECK(code_count(codes, "http_4xx") <= want_4xx);
+    CHECK(n_out <= n - want_4xx);
+    CHECK_EQ_INT(n_err, code_count(codes, "http_4xx") + code_count(codes, "max_attempts_exceeded"));
     json_decref(seen);
     json_decref(codes);
     char q[300];
