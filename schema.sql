@@ -93,18 +93,56 @@ CREATE TABLE batches (
     expired_at           INTEGER,           -- ... expired
     cancelling_at        INTEGER,           -- ... cancelling
     cancelled_at         INTEGER,           -- ... cancelled
+    priority             INTEGER NOT NULL DEFAULT 0,  -- metadata "priority" (string of an integer -1000..1000, default 0): orders a
+                                            -- tenant's own batches for leasing (higher first); never ranks one tenant over another
+    usage_prompt_tokens      INTEGER NOT NULL DEFAULT 0,  -- usage.input_tokens: sum over the batch's results, set at finalization
+    usage_completion_tokens  INTEGER NOT NULL DEFAULT 0,  -- usage.output_tokens: idem
+    usage_cached_tokens      INTEGER NOT NULL DEFAULT 0,  -- usage.input_tokens_details.cached_tokens: idem
     CHECK (n_completed + n_failed <= n_total OR status = 'validating')
 ) STRICT;
 CREATE INDEX batches_tenant ON batches(tenant_id, id);
 CREATE INDEX batches_status ON batches(status, id);
+
+-- Workers: inference processes registered with jobd (spec/worker-protocol.md).
+-- A worker re-registers after a restart and gets a new id; old rows simply
+-- stop being seen. "Served" means last_seen within the worker TTL.
+CREATE TABLE workers (
+    id             TEXT PRIMARY KEY,       -- "wrk_..."
+    name           TEXT NOT NULL,          -- self-reported name (host/pid/gpu), 1..128 bytes, display only
+    device         TEXT NOT NULL,          -- self-reported device ("cpu", "cuda:0 H200"...), <= 128 bytes
+    kv_tokens      INTEGER NOT NULL DEFAULT 0,  -- capacity hint: KV cache size in tokens (0 = unknown)
+    pack_size      INTEGER NOT NULL DEFAULT 0,  -- capacity hint: preferred requests per lease (0 = unknown)
+    tokens_per_s   REAL NOT NULL DEFAULT 0,     -- last reported generation throughput (tokens/s), from heartbeats
+    registered_at  INTEGER NOT NULL,       -- unix seconds
+    last_seen      INTEGER NOT NULL        -- unix seconds of the last register/lease/heartbeat/results call
+) STRICT;
+CREATE INDEX workers_seen ON workers(last_seen);
+
+-- The model names a worker answers to: for each model it loaded, the
+-- canonical name and every alias (a request's body.model must equal one).
+CREATE TABLE worker_models (
+    worker_id  TEXT NOT NULL REFERENCES workers(id) ON DELETE CASCADE,  -- the worker
+    canonical  TEXT NOT NULL,              -- the model's canonical name (what a lease asks for)
+    name       TEXT NOT NULL,              -- canonical or alias, 1..128 bytes
+    PRIMARY KEY (worker_id, canonical, name)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX worker_models_name ON worker_models(name);
+
+-- Fair leasing state: per model (a body.model value), the tenant served
+-- last, so the next lease starts its round-robin with the tenant after it.
+CREATE TABLE lease_rr (
+    model           TEXT PRIMARY KEY,      -- body.model value
+    last_tenant_id  TEXT NOT NULL          -- tenants.id served last (plain text: the cursor only compares ids)
+) STRICT;
 
 -- Leases: a worker's claim on a pack of requests, renewed by heartbeats.
 -- A request in state leased names its lease; when expires_at passes the
 -- sweeper returns the lease's requests to queued.
 CREATE TABLE leases (
     id          TEXT PRIMARY KEY,          -- "lease_..."
-    worker_id   TEXT NOT NULL,             -- worker's self-reported id (host/pid/gpu), for logs and metrics
-    model       TEXT NOT NULL,             -- the model the worker serves; every leased request has this model
+    worker_id   TEXT NOT NULL,             -- workers.id of the holder (plain text: worker rows may be purged)
+    model       TEXT NOT NULL,             -- the canonical model the worker asked for; leased requests name it or an alias
+    n_requests  INTEGER NOT NULL DEFAULT 0,  -- requests handed out in this lease
     created_at  INTEGER NOT NULL,          -- unix seconds
     expires_at  INTEGER NOT NULL,          -- unix seconds; heartbeats move it forward
     released_at INTEGER                    -- unix seconds the lease ended (all results in, expired or given back), else NULL
@@ -136,7 +174,11 @@ CREATE TABLE requests (
     UNIQUE (batch_id, custom_id),
     CHECK ((status = 'leased') = (lease_id IS NOT NULL))
 ) STRICT;
-CREATE INDEX requests_ready ON requests(model, next_attempt_at) WHERE status = 'queued';
+-- Leasing reads a batch's ready requests in (next_attempt_at, rowid) order:
+-- fresh requests (0) in line order, then retries as they come due.
+CREATE INDEX requests_ready ON requests(batch_id, next_attempt_at) WHERE status = 'queued';
+-- Cancellation and finalization ask "does this batch still have leased requests?"
+CREATE INDEX requests_leased ON requests(batch_id) WHERE status = 'leased';
 CREATE INDEX requests_lease ON requests(lease_id) WHERE lease_id IS NOT NULL;
 
 -- Idempotency keys (Idempotency-Key header on POSTs), per tenant. A row with
@@ -156,16 +198,23 @@ CREATE TABLE idempotency_keys (
 CREATE INDEX idempotency_keys_age ON idempotency_keys(created_at);
 
 -- Dead letters: requests that exhausted their attempts. The request itself
--- is in state failed; this row keeps why, and its line goes to the error file.
+-- is in state failed (with a results row carrying error max_attempts_exceeded);
+-- this row keeps why, and the original input line for inspection or
+-- resubmission. A retry (allowed while the batch is in_progress) deletes the
+-- row, its results row, and requeues the request with attempts reset.
 CREATE TABLE dead_letters (
     request_id  TEXT PRIMARY KEY REFERENCES requests(id) ON DELETE CASCADE,  -- the failed request
     batch_id    TEXT NOT NULL,             -- its batch (denormalised for the error file)
+    tenant_id   TEXT NOT NULL,             -- owner of the batch (tenant-scoped listing)
+    custom_id   TEXT NOT NULL,             -- the request's custom_id
     attempts    INTEGER NOT NULL,          -- attempts made before giving up
-    reason      TEXT NOT NULL,             -- machine code: 'max_attempts', 'lease_expired', 'worker_error'
+    reason      TEXT NOT NULL,             -- machine code: 'worker_error' (transient errors) or 'lease_expired' (last attempt's lease lapsed)
     last_error  TEXT,                      -- last error message seen, if any
+    line        TEXT NOT NULL,             -- the original input line, rebuilt: {"custom_id","method","url","body"}
     created_at  INTEGER NOT NULL           -- unix seconds
 ) STRICT;
-CREATE INDEX dead_letters_batch ON dead_letters(batch_id);
+CREATE INDEX dead_letters_batch ON dead_letters(batch_id, request_id);
+CREATE INDEX dead_letters_tenant ON dead_letters(tenant_id, request_id);
 
 -- Results: the outcome of each request, written exactly once (the primary
 -- key is the request id: a second commit for the same request is refused).
@@ -180,10 +229,16 @@ CREATE TABLE results (
     error_message      TEXT,               -- output line error.message, else NULL
     prompt_tokens      INTEGER NOT NULL DEFAULT 0,  -- tokens actually read
     completion_tokens  INTEGER NOT NULL DEFAULT 0,  -- tokens generated
+    cached_tokens      INTEGER NOT NULL DEFAULT 0,  -- prompt tokens served from a shared prefix (subset of prompt_tokens)
+    queue_ms           INTEGER NOT NULL DEFAULT 0,  -- worker-side wait between lease and start of prefill, ms
+    prefill_ms         INTEGER NOT NULL DEFAULT 0,  -- wall time of its prefill, ms
+    decode_ms          INTEGER NOT NULL DEFAULT 0,  -- wall time of its decode, ms
     gpu_ms             INTEGER NOT NULL DEFAULT 0,  -- milliseconds of device time the worker attributes to it
     created_at         INTEGER NOT NULL    -- unix seconds
 ) STRICT;
 CREATE INDEX results_batch ON results(batch_id);
+-- Heartbeats report requests of a lease that were ended under it by a cancel or expiry.
+CREATE INDEX results_lease_stop ON results(lease_id) WHERE error_code IN ('batch_cancelled', 'batch_expired');
 
 -- Webhook endpoints registered by tenants.
 CREATE TABLE webhook_endpoints (
@@ -236,6 +291,7 @@ CREATE TABLE usage_ledger (
     model              TEXT NOT NULL,      -- model that served it
     prompt_tokens      INTEGER NOT NULL CHECK (prompt_tokens >= 0),      -- tokens
     completion_tokens  INTEGER NOT NULL CHECK (completion_tokens >= 0),  -- tokens
+    cached_tokens      INTEGER NOT NULL DEFAULT 0 CHECK (cached_tokens >= 0),  -- tokens (part of prompt_tokens)
     cost_micros        INTEGER NOT NULL CHECK (cost_micros >= 0),        -- cost in millionths of the currency unit
     created_at         INTEGER NOT NULL    -- unix seconds
 ) STRICT;

@@ -51,10 +51,18 @@
  *
  *   request: queued        -> leased (attempts+1, lease_id set), failed
  *            leased        -> queued (lease expired / transient error; lease_id
- *                             cleared, next_attempt_at = backoff),
- *                             succeeded, failed
- *            succeeded, failed: terminal (a dead letter is a failed request
- *                             plus a dead_letters row)
+ *                             cleared, next_attempt_at = backoff; a release
+ *                             by a draining worker also gives the attempt
+ *                             back: attempts-1), succeeded, failed
+ *            failed        -> queued (dead-letter retry only, while the batch is
+ *                             in_progress: attempts reset to 0, n_failed-1)
+ *            succeeded: terminal; failed: terminal except for that retry (a dead
+ *                             letter is a failed request plus a dead_letters row)
+ *
+ *   Every request that ends (succeeded or failed) has exactly one results row
+ *   (results.request_id is the primary key): the worker's response, the 4xx
+ *   envelope of an invalid request, or an error code (max_attempts_exceeded,
+ *   batch_cancelled, batch_expired). Finalization streams that table.
  *
  * Times are unix seconds passed in by the caller (now), so tests control them.
  */
@@ -238,6 +246,8 @@ int store_batch_edge_allowed(enum store_batch_status from, enum store_batch_stat
 #define STORE_METADATA_MAX_VALUE 512
 #define STORE_BATCH_MAX_ERRORS 100
 
+#define STORE_PRIORITY_MAX 1000 /* metadata "priority": "-1000".."1000" */
+
 struct store_batch {
     char id[ID_MAX];
     char tenant_id[ID_MAX];
@@ -255,6 +265,8 @@ struct store_batch {
     int64_t at[STORE_BATCH__COUNT]; /* unix seconds of entering each state, 0 = never
                                        (at[STORE_BATCH_VALIDATING] = created_at) */
     int64_t ingest_line, ingest_requests; /* ingest checkpoint (see ingest.h) */
+    int64_t priority;                     /* metadata "priority" (0 if absent) */
+    int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
 };
 
 /* Free metadata and errors of b (not b itself). NULL ok. */
@@ -270,7 +282,10 @@ struct store_batch_new {
                                      values, key <= 64 bytes, value <= 512 bytes */
 };
 
-/* Create a batch in status validating (expires_at = now + window). Checks
+/* Create a batch in status validating (expires_at = now + window). A
+ * metadata "priority" value must be the decimal text of an integer in
+ * -1000..1000 (else ERR_INVAL); it orders the tenant's own batches for
+ * leasing (jobd/lease.h). Checks
  * the input file exists for this tenant with purpose batch (ERR_NOTFOUND).
  * ERR_INVAL for a bad endpoint, window or metadata. *out (may be NULL) gets
  * the row; release it with store_batch_release. */
@@ -346,6 +361,8 @@ struct store_request_change {
                                 stale worker cannot complete a re-leased request) */
     int64_t next_attempt_at; /* -> queued: earliest next lease time */
     const char *error;       /* -> queued / failed: last_error (may be NULL) */
+    int give_back;           /* leased -> queued only: 1 = the attempt does not count
+                                (attempts-1: a draining worker released it) */
 };
 
 /* THE request state change: UPDATE requests SET status=to ... WHERE id=? AND
@@ -400,6 +417,283 @@ int store_ingest_fail(struct store *st, const char *batch_id, const char *errors
 /* A batch cancelled while validating: delete its requests and move
  * cancelling -> cancelled, atomically. ERR_BADSTATE if not cancelling. */
 int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
+
+/* ---- work distribution (store_lease.c; the protocol layer is jobd/lease.h) ------------ */
+
+#define STORE_MODEL_MAX 128           /* bytes of a model name, without NUL */
+#define STORE_LEASE_MAX_REQUESTS 4096 /* requests per lease */
+#define STORE_WORKER_MAX_MODELS 64    /* (canonical, name) pairs per worker */
+
+/* One name a worker answers to: canonical == name for the model itself,
+ * or an alias of it. */
+struct store_model_name {
+    const char *canonical;
+    const char *name;
+};
+
+struct store_worker_new {
+    const char *name;        /* 1..128 bytes */
+    const char *device;      /* 0..128 bytes */
+    int64_t kv_tokens;       /* >= 0 */
+    int64_t pack_size;       /* >= 0 */
+    const struct store_model_name *models; /* 1..STORE_WORKER_MAX_MODELS pairs */
+    size_t n_models;
+};
+
+/* Register a worker (new "wrk_" id into id_out). ERR_INVAL for bad fields. */
+int store_worker_register(struct store *st, const struct store_worker_new *w, int64_t now,
+                          char id_out[ID_MAX]);
+
+/* Bookkeeping on every worker call: last_seen = now, and tokens_per_s when
+ * >= 0. ERR_NOTFOUND for an unknown worker (it must register again). */
+int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now);
+
+struct store_model_served {
+    char name[STORE_MODEL_MAX + 1];      /* a name requests may use (canonical or alias) */
+    char canonical[STORE_MODEL_MAX + 1]; /* the model it belongs to */
+    int64_t n_workers;                   /* workers seen since `since` that serve it */
+};
+
+/* Model names served by workers seen at or after `since` (now - worker TTL),
+ * sorted by name. *items: heap array (free()). */
+int store_models_served(struct store *st, int64_t since, struct store_model_served **items,
+                        size_t *n);
+
+struct store_model_waiting {
+    char model[STORE_MODEL_MAX + 1]; /* body.model of in_progress batches ... */
+    int64_t n_batches;               /* ... that no worker seen since `since` serves */
+};
+
+/* Models with in_progress batches that no live worker serves ("waiting for
+ * model M"), sorted by name. *items: heap array (free()). */
+int store_models_waiting(struct store *st, int64_t since, struct store_model_waiting **items,
+                         size_t *n);
+
+/* Retry policy for transient failures and expired leases. */
+struct store_retry_policy {
+    int max_attempts;       /* attempts before dead-lettering (default 3) */
+    int64_t backoff_base_s; /* first retry after base/2..base seconds (default 10) */
+    int64_t backoff_cap_s;  /* delay cap (default 600) */
+};
+#define STORE_RETRY_DEFAULT ((struct store_retry_policy){3, 10, 600})
+
+/* Seconds to wait before attempt `attempts`+1 after `attempts` failed ones:
+ * d = min(cap, base * 2^(attempts-1)), result uniform in [d/2, d] (equal
+ * jitter; rnd is a uniform 32-bit draw). */
+int64_t store_backoff_s(const struct store_retry_policy *p, int64_t attempts, uint32_t rnd);
+
+struct store_lease_ask {
+    const char *worker_id;
+    const char *model;     /* canonical name the worker registered */
+    int max_requests;      /* 1..STORE_LEASE_MAX_REQUESTS */
+    int64_t max_tokens;    /* cap on sum(prompt_tokens_est + max_tokens); 0 = none. The
+                              first request is taken even if it alone exceeds it */
+    size_t max_bytes;      /* cap on the sum of body sizes; 0 = none (same first-request rule) */
+    int64_t lease_s;       /* lease duration, > 0 */
+};
+
+struct store_leased {
+    char id[ID_MAX];
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char *custom_id;           /* heap */
+    char *body;                /* heap, the body JSON text as submitted */
+    size_t body_len;
+    int64_t attempt;           /* 1 for the first attempt */
+    int64_t prompt_tokens_est, max_tokens;
+};
+
+struct store_lease {
+    char id[ID_MAX];       /* "" when nothing was leased */
+    int64_t expires_at;
+    size_t n;
+    struct store_leased *items; /* heap; store_lease_clear */
+};
+
+/* Free the items of a lease result (not l itself). NULL ok. */
+void store_lease_clear(struct store_lease *l);
+
+/* Lease up to ask->max_requests ready requests (status queued, next_attempt_at
+ * <= now) of the asked model (any of its names) from in_progress, unexpired
+ * batches, in one transaction: tenants with ready work are served round-robin
+ * one request at a time, starting after the tenant served last for this
+ * model (lease_rr); within a tenant, batches by priority desc then oldest
+ * first; within a batch, fresh requests in line order, then due retries.
+ * Each pick is queued -> leased under a new lease row. Nothing ready:
+ * 0 with out->n = 0 and out->id "" (no lease row). ERR_NOTFOUND unknown
+ * worker; ERR_INVAL bad ask or a model the worker did not register. */
+int store_lease_acquire(struct store *st, const struct store_lease_ask *ask, int64_t now,
+                        struct store_lease *out);
+
+/* Extend a live lease to max(expires_at, now + extend_s), mark the worker
+ * seen (tokens_per_s >= 0 is recorded). *stop_ids (heap array, free(); may be
+ * empty) gets the lease's requests the worker should stop: still leased but
+ * their batch is cancelling/cancelled or past expires_at, or already ended
+ * by a cancel/expiry while this lease held them. ERR_NOTFOUND unknown lease
+ * or another worker's; ERR_BADSTATE the lease has ended (swept, or all its
+ * requests are done): 409. */
+int store_lease_heartbeat(struct store *st, const char *lease_id, const char *worker_id,
+                          int64_t extend_s, double tokens_per_s, int64_t now,
+                          int64_t *expires_at, char (**stop_ids)[ID_MAX], size_t *n_stop);
+
+enum store_result_kind {
+    STORE_RESULT_SUCCESS = 0, /* body = the OpenAI response JSON, status_code 200 */
+    STORE_RESULT_INVALID,     /* never retried: body = OpenAI error envelope, status_code 4xx */
+    STORE_RESULT_TRANSIENT,   /* retried: error = message */
+};
+
+struct store_result {
+    const char *request_id;
+    enum store_result_kind kind;
+    int status_code;
+    const char *body;         /* SUCCESS / INVALID */
+    size_t body_len;
+    const char *error;        /* TRANSIENT: message (may be NULL) */
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+    int64_t queue_ms, prefill_ms, decode_ms, gpu_ms;
+};
+
+enum store_commit_outcome {
+    STORE_COMMIT_OK = 0,      /* success / invalid committed; request ended */
+    STORE_COMMIT_RETRY,       /* transient: requeued with backoff */
+    STORE_COMMIT_DEAD,        /* transient at the attempt limit: dead-lettered, failed */
+    STORE_COMMIT_CLOSED,      /* transient/none on a batch no longer running: failed batch_cancelled */
+    STORE_COMMIT_DUPLICATE,   /* this lease already committed it: nothing changed, acknowledged */
+    STORE_COMMIT_STALE,       /* not (any more) leased by this lease: refused (409) */
+    STORE_COMMIT_UNKNOWN,     /* no such request: refused */
+};
+
+/* "ok", "retry", "dead_lettered", "closed", "duplicate", "stale", "unknown". */
+const char *store_commit_outcome_name(enum store_commit_outcome o);
+
+/* Commit one lease's results, in one transaction, each exactly once
+ * (results.request_id is the key). Per item, into outcomes[i]: a request
+ * leased by this lease is committed (SUCCESS: results row + succeeded +
+ * usage_ledger row; INVALID: results row with the 4xx envelope + failed;
+ * TRANSIENT: queued with backoff, or at the attempt limit dead_letters row +
+ * results row max_attempts_exceeded + failed; on a batch that is not
+ * in_progress a TRANSIENT ends the request as batch_cancelled/batch_expired).
+ * A request this lease already committed is DUPLICATE; one that is queued,
+ * leased by another lease, or ended otherwise is STALE. The lease ends
+ * (released_at) when it holds no request any more. ERR_NOTFOUND unknown
+ * lease or another worker's (worker_id NULL skips that check); ERR_INVAL
+ * bad items (nothing committed). */
+int store_results_commit(struct store *st, const char *lease_id, const char *worker_id,
+                         const struct store_result *items, size_t n,
+                         const struct store_retry_policy *policy, int64_t now,
+                         enum store_commit_outcome *outcomes);
+
+/* A draining worker gives requests back: each of ids (all the lease's
+ * requests when ids is NULL) still leased by this lease goes back to queued,
+ * due now, attempts-1 (the attempt does not count); on a batch that is not
+ * in_progress it ends as batch_cancelled instead. Others are ignored.
+ * *n_released (may be NULL) gets the count. ERR_NOTFOUND unknown lease. */
+int store_lease_release(struct store *st, const char *lease_id, const char *worker_id,
+                        const char (*ids)[ID_MAX], size_t n, int64_t now, int64_t *n_released);
+
+struct store_sweep_report {
+    int64_t n_leases;   /* expired leases ended */
+    int64_t n_requeued; /* requests back to queued (attempts+1 already counted at lease) */
+    int64_t n_dead;     /* requests dead-lettered */
+    int64_t n_closed;   /* requests ended batch_cancelled (their batch is cancelling) */
+};
+
+/* End up to max_leases leases whose expires_at <= now, one transaction
+ * each: their still-leased requests are requeued with backoff, or
+ * dead-lettered (reason lease_expired) at the attempt limit, or ended as
+ * batch_cancelled when their batch is cancelling. *rep accumulates. */
+int store_lease_sweep(struct store *st, int64_t now, const struct store_retry_policy *policy,
+                      int max_leases, struct store_sweep_report *rep);
+
+/* Cancel / expiry work on one batch, at most `chunk` requests per call, one
+ * transaction: a cancelling batch (that was in_progress) has queued
+ * requests ended as batch_cancelled (leased ones are left to their leases);
+ * an in_progress batch whose expires_at <= now has queued and leased
+ * requests ended as batch_expired, and once none is left moves to
+ * finalizing in the same transaction. *n_done gets the requests ended,
+ * *left (may be NULL) 1 if more calls are needed before finalization can
+ * start (queued or leased requests remain). Other states: 0, nothing done. */
+int store_batch_stop_step(struct store *st, const char *batch_id, int64_t now, int chunk,
+                          int64_t *n_done, int *left);
+
+/* ---- dead letters ---- */
+
+struct store_dead_letter {
+    char request_id[ID_MAX];
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char custom_id[STORE_CUSTOM_ID_MAX + 1];
+    int64_t attempts;
+    char reason[32];
+    char *last_error; /* heap or NULL */
+    char *line;       /* heap: the original input line */
+    int64_t created_at;
+};
+
+/* Free an array of dead letters. NULL ok. */
+void store_dead_letter_list_free(struct store_dead_letter *items, size_t n);
+
+/* Dead letters ordered by request id (= creation order), strictly after
+ * `after` (NULL = from the start), at most limit (1..1000, else ERR_INVAL).
+ * batch_id NULL = every batch; tenant_id NULL = every tenant (admin).
+ * *has_more: more exist. */
+int store_dead_letter_list(struct store *st, const char *tenant_id, const char *batch_id,
+                           const char *after, int limit, struct store_dead_letter **items,
+                           size_t *n, int *has_more);
+
+/* Retry a dead-lettered request (tenant_id NULL = admin): allowed only while
+ * its batch is in_progress and unexpired (ERR_BADSTATE otherwise: once a
+ * batch is finalizing its files are being written; resubmit the `line`s in
+ * a new batch instead). Deletes the dead letter and the results row and
+ * moves the request failed -> queued (attempts 0, due now), in one
+ * transaction. ERR_NOTFOUND: no such dead letter (for this tenant). */
+int store_dead_letter_retry(struct store *st, const char *tenant_id, const char *request_id,
+                            int64_t now);
+
+/* ---- finalization support (jobd/finalize.h) ---- */
+
+/* One results row with what an output line needs (borrowed; valid during the callback). */
+struct store_result_row {
+    const char *request_id;
+    const char *custom_id;
+    int status_code;        /* 0 = none (SQL NULL) */
+    const char *body;       /* NULL = none */
+    size_t body_len;
+    const char *error_code; /* NULL = none */
+    const char *error_message;
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+};
+
+/* Call fn for up to limit results rows of a batch with rowid > *cursor, in
+ * rowid order; *cursor advances past the rows seen and *n_rows gets their
+ * count (0 = end). A non-zero fn return stops the scan and is returned. */
+int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, int limit,
+                       int (*fn)(void *ctx, const struct store_result_row *row), void *ctx,
+                       int *n_rows);
+
+/* Batches that need finalization work: in_progress and (every request ended
+ * or expires_at <= now), finalizing, or cancelling after having been
+ * in_progress. Oldest first, at most max. *ids: heap array (free()). */
+int store_batch_ids_to_finalize(struct store *st, int64_t now, int max, char (**ids)[ID_MAX],
+                                size_t *n);
+
+/* 1 if the batch has leased requests, else 0 (into *yes). */
+int store_batch_has_leased(struct store *st, const char *batch_id, int *yes);
+
+struct store_batch_final {
+    struct store_file *output; /* NULL = no output file; else inserted (id filled in) */
+    struct store_file *errors; /* NULL = no error file; idem */
+    int64_t n_completed, n_failed;
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+};
+
+/* The last step of finalization, one transaction: insert the file rows,
+ * set output_file_id / error_file_id, request_counts and usage, and move
+ * the batch from -> to. ERR_BADSTATE if the batch left `from` meanwhile
+ * (nothing written). */
+int store_batch_finish(struct store *st, const char *batch_id, enum store_batch_status from,
+                       enum store_batch_status to, const struct store_batch_final *fin,
+                       int64_t now);
 
 /* ---- idempotency keys ------------------------------------------------------------- */
 

@@ -23,7 +23,8 @@
     "id, tenant_id, endpoint, input_file_id, completion_window_s, status, model, metadata, " \
     "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
     "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
-    "cancelling_at, cancelled_at, ingest_line, ingest_requests"
+    "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
+    "usage_completion_tokens, usage_cached_tokens"
 
 #define STORE_FILE_COLS                                                                   \
     "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
@@ -59,8 +60,8 @@
                      "ORDER BY id ASC LIMIT ?4")                                              \
     X(FILE_DELETE, "DELETE FROM files WHERE id = ?1 AND tenant_id = ?2 RETURNING storage_path") \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
-                    "completion_window_s, status, metadata, created_at, expires_at) "         \
-                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8)")                  \
+                    "completion_window_s, status, metadata, created_at, expires_at, priority) "         \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9)")                  \
     X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
                  "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
@@ -99,7 +100,7 @@
     X(REQ_COUNT, "SELECT count(*), count(DISTINCT custom_id) FROM requests WHERE batch_id = ?1") \
     X(REQ_TRANSITION,                                                                         \
       "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
-      "attempts = attempts + (?2 = 'leased'), "                                               \
+      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \
       "lease_id = CASE WHEN ?2 = 'leased' THEN ?6 ELSE NULL END, "                            \
       "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, "          \
       "last_error = coalesce(?8, last_error), "                                               \
@@ -115,7 +116,112 @@
                      "AND status_code IS NULL")                                               \
     X(IDEM_RELEASE, "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2 "         \
                     "AND status_code IS NULL")                                                \
-    X(IDEM_EXPIRE, "DELETE FROM idempotency_keys WHERE created_at <= ?1")
+    X(IDEM_EXPIRE, "DELETE FROM idempotency_keys WHERE created_at <= ?1") \
+    X(WORKER_INSERT, \
+      "INSERT INTO workers(id, name, device, kv_tokens, pack_size, registered_at, " \
+      "last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)") \
+    X(WORKER_MODEL_INSERT, \
+      "INSERT OR IGNORE INTO worker_models(worker_id, canonical, name) VALUES (?1, " \
+      "?2, ?3)") \
+    X(WORKER_SEEN, \
+      "UPDATE workers SET last_seen = max(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
+      ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
+    X(WORKER_HAS_MODEL, "SELECT count(*) FROM worker_models WHERE worker_id = ?1 AND canonical = ?2") \
+    X(MODELS_SERVED, \
+      "SELECT m.name, m.canonical, count(DISTINCT w.id) FROM worker_models m JOIN " \
+      "workers w ON w.id = m.worker_id WHERE w.last_seen >= ?1 GROUP BY m.name, " \
+      "m.canonical ORDER BY m.name, m.canonical") \
+    X(MODELS_WAITING, \
+      "SELECT b.model, count(*) FROM batches b WHERE b.status = 'in_progress' AND NOT " \
+      "EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = m.worker_id " \
+      "WHERE m.name = b.model AND w.last_seen >= ?1) GROUP BY b.model ORDER BY " \
+      "b.model") \
+    X(LEASE_CANDIDATES, \
+      "SELECT b.id, b.tenant_id FROM batches b WHERE b.status = 'in_progress' AND " \
+      "b.expires_at > ?3 AND b.model IN (SELECT name FROM worker_models WHERE " \
+      "worker_id = ?1 AND canonical = ?2) ORDER BY b.tenant_id, b.priority DESC, b.id") \
+    X(LEASE_READY, \
+      "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
+      "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
+      "ORDER BY next_attempt_at LIMIT ?3") \
+    X(RR_GET, "SELECT last_tenant_id FROM lease_rr WHERE model = ?1") \
+    X(RR_PUT, \
+      "INSERT INTO lease_rr(model, last_tenant_id) VALUES (?1, ?2) ON CONFLICT " \
+      "(model) DO UPDATE SET last_tenant_id = excluded.last_tenant_id") \
+    X(LEASE_INSERT, \
+      "INSERT INTO leases(id, worker_id, model, n_requests, created_at, expires_at) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)") \
+    X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1") \
+    X(LEASE_EXTEND, \
+      "UPDATE leases SET expires_at = max(expires_at, ?2) WHERE id = ?1 AND " \
+      "released_at IS NULL RETURNING expires_at") \
+    X(LEASE_STOP_IDS, \
+      "SELECT q.id FROM requests q JOIN batches b ON b.id = q.batch_id WHERE " \
+      "q.lease_id = ?1 AND q.status = 'leased' AND (b.status != 'in_progress' OR " \
+      "b.expires_at <= ?2) UNION SELECT request_id FROM results WHERE lease_id = ?1 " \
+      "AND error_code IN ('batch_cancelled', 'batch_expired') ORDER BY 1") \
+    X(LEASE_HELD, "SELECT id FROM requests WHERE lease_id = ?1 AND status = 'leased' LIMIT ?2") \
+    X(LEASE_END, "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL") \
+    X(LEASE_EXPIRED, \
+      "SELECT id FROM leases WHERE released_at IS NULL AND expires_at <= ?1 ORDER BY " \
+      "expires_at LIMIT ?2") \
+    X(REQ_FOR_COMMIT, \
+      "SELECT q.status, q.lease_id, q.attempts, q.batch_id, q.tenant_id, q.model, " \
+      "b.status, b.expires_at, r.lease_id, r.error_code, r.request_id FROM requests q " \
+      "JOIN batches b ON b.id = q.batch_id LEFT JOIN results r ON r.request_id = q.id " \
+      "WHERE q.id = ?1") \
+    X(RESULT_INSERT, \
+      "INSERT INTO results(request_id, batch_id, lease_id, status_code, body, " \
+      "error_code, error_message, prompt_tokens, completion_tokens, cached_tokens, " \
+      "queue_ms, prefill_ms, decode_ms, gpu_ms, created_at) VALUES (?1, ?2, ?3, ?4, " \
+      "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)") \
+    X(USAGE_INSERT, \
+      "INSERT INTO usage_ledger(tenant_id, batch_id, request_id, model, " \
+      "prompt_tokens, completion_tokens, cached_tokens, cost_micros, created_at) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)") \
+    X(DL_INSERT, \
+      "INSERT INTO dead_letters(request_id, batch_id, tenant_id, custom_id, attempts, " \
+      "reason, last_error, line, created_at) SELECT q.id, q.batch_id, q.tenant_id, " \
+      "q.custom_id, q.attempts, ?2, ?3, json_object('custom_id', q.custom_id, " \
+      "'method', 'POST', 'url', b.endpoint, 'body', json(q.body)), ?4 FROM requests q " \
+      "JOIN batches b ON b.id = q.batch_id WHERE q.id = ?1") \
+    X(BATCH_QUEUED_IDS, \
+      "SELECT id, lease_id FROM requests WHERE batch_id = ?1 AND status = 'queued' " \
+      "LIMIT ?2") \
+    X(BATCH_LEASED_IDS, \
+      "SELECT id, lease_id FROM requests WHERE batch_id = ?1 AND status = 'leased' " \
+      "LIMIT ?2") \
+    X(DL_COLS_LIST_BATCH, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE batch_id = ?1 AND (?2 IS " \
+      "NULL OR tenant_id = ?2) AND (?3 IS NULL OR request_id > ?3) ORDER BY " \
+      "request_id LIMIT ?4") \
+    X(DL_COLS_LIST_ALL, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE (?2 IS NULL OR tenant_id " \
+      "= ?2) AND (?3 IS NULL OR request_id > ?3) AND ?1 IS NULL ORDER BY request_id " \
+      "LIMIT ?4") \
+    X(DL_GET, \
+      "SELECT d.batch_id, b.status, b.expires_at FROM dead_letters d JOIN batches b " \
+      "ON b.id = d.batch_id WHERE d.request_id = ?1 AND (?2 IS NULL OR d.tenant_id = " \
+      "?2)") \
+    X(DL_DELETE, "DELETE FROM dead_letters WHERE request_id = ?1") \
+    X(RESULT_DELETE, "DELETE FROM results WHERE request_id = ?1") \
+    X(RESULTS_SCAN, \
+      "SELECT r.rowid, r.request_id, q.custom_id, r.status_code, r.body, " \
+      "r.error_code, r.error_message, r.prompt_tokens, r.completion_tokens, " \
+      "r.cached_tokens FROM results r JOIN requests q ON q.id = r.request_id WHERE " \
+      "r.batch_id = ?1 AND r.rowid > ?2 ORDER BY r.rowid LIMIT ?3") \
+    X(FINALIZE_IDS, \
+      "SELECT id FROM batches WHERE (status = 'in_progress' AND (expires_at <= ?1 OR " \
+      "n_completed + n_failed >= n_total)) OR status = 'finalizing' OR (status = " \
+      "'cancelling' AND in_progress_at IS NOT NULL) ORDER BY id LIMIT ?2") \
+    X(BATCH_HAS_LEASED, "SELECT 1 FROM requests WHERE batch_id = ?1 AND status = 'leased' LIMIT 1") \
+    X(BATCH_STATE, "SELECT status, expires_at, in_progress_at FROM batches WHERE id = ?1") \
+    X(BATCH_FINISH, \
+      "UPDATE batches SET output_file_id = ?2, error_file_id = ?3, n_completed = ?4, " \
+      "n_failed = ?5, usage_prompt_tokens = ?6, usage_completion_tokens = ?7, " \
+      "usage_cached_tokens = ?8 WHERE id = ?1")
 
 enum store_stmt_id {
 #define STORE_SQL_ENUM_(name, sql) S_##name,

@@ -4,6 +4,7 @@
  * writers of batches.status and requests.status), plus the ingest support
  * calls. See store.h for the state tables. Same threading as store.c.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,13 +245,19 @@ int store_batch_row(sqlite3_stmt *s, struct store_batch *b)
     b->at[STORE_BATCH_CANCELLED] = sqlite3_column_int64(s, 22);
     b->ingest_line = sqlite3_column_int64(s, 23);
     b->ingest_requests = sqlite3_column_int64(s, 24);
+    b->priority = sqlite3_column_int64(s, 25);
+    b->usage_prompt_tokens = sqlite3_column_int64(s, 26);
+    b->usage_completion_tokens = sqlite3_column_int64(s, 27);
+    b->usage_cached_tokens = sqlite3_column_int64(s, 28);
     if (rc)
         store_batch_release(b);
     return rc;
 }
 
-/* Metadata: a JSON object of <= 16 string pairs, key <= 64, value <= 512 bytes. */
-static int metadata_ok(const char *text)
+/* Metadata: a JSON object of <= 16 string pairs, key <= 64, value <= 512
+ * bytes; a "priority" value must be an integer -1000..1000 in decimal text,
+ * which goes to *priority. */
+static int metadata_ok(const char *text, int64_t *priority)
 {
     json_t *v = NULL;
     struct js_limits lim = {16384, 2, 0};
@@ -265,6 +272,16 @@ static int metadata_ok(const char *text)
             break;
         ok = strlen(k) <= STORE_METADATA_MAX_KEY && json_is_string(val) &&
              json_string_length(val) <= STORE_METADATA_MAX_VALUE;
+        if (ok && strcmp(k, "priority") == 0) {
+            const char *p = json_string_value(val);
+            char *end = NULL;
+            errno = 0;
+            long long pr = strtoll(p, &end, 10);
+            ok = *p && end && *end == '\0' && errno == 0 && pr >= -STORE_PRIORITY_MAX &&
+                 pr <= STORE_PRIORITY_MAX;
+            if (ok)
+                *priority = pr;
+        }
     }
     json_decref(v);
     return ok;
@@ -273,11 +290,12 @@ static int metadata_ok(const char *text)
 int store_batch_create(struct store *st, const char *tenant_id, const struct store_batch_new *nb,
                        int64_t now, struct store_batch *out)
 {
+    int64_t priority = 0;
     if (!nb->endpoint || (strcmp(nb->endpoint, "/v1/chat/completions") != 0 &&
                           strcmp(nb->endpoint, "/v1/completions") != 0))
         return ERR_INVAL;
     if (nb->completion_window_s <= 0 || nb->completion_window_s > 365 * 86400 ||
-        (nb->metadata && !metadata_ok(nb->metadata)))
+        (nb->metadata && !metadata_ok(nb->metadata, &priority)))
         return ERR_INVAL;
     struct store_file f;
     int rc = store_file_get(st, tenant_id, nb->input_file_id ? nb->input_file_id : "", &f);
@@ -298,7 +316,8 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
         !(rc = store_bind_text(st, s, 4, nb->input_file_id)) &&
         !(rc = store_bind_int(st, s, 5, nb->completion_window_s)) &&
         !(rc = store_bind_text(st, s, 6, nb->metadata)) && !(rc = store_bind_int(st, s, 7, now)) &&
-        !(rc = store_bind_int(st, s, 8, now + nb->completion_window_s)))
+        !(rc = store_bind_int(st, s, 8, now + nb->completion_window_s)) &&
+        !(rc = store_bind_int(st, s, 9, priority)))
         rc = store_step_done(st, s, "insert batch");
     sqlite3_clear_bindings(s);
     if (!rc && out)
@@ -497,6 +516,7 @@ int store_request_edge_allowed(enum store_request_status from, enum store_reques
     case STORE_REQ_QUEUED: return to == STORE_REQ_LEASED || to == STORE_REQ_FAILED;
     case STORE_REQ_LEASED:
         return to == STORE_REQ_QUEUED || to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED;
+    case STORE_REQ_FAILED: return to == STORE_REQ_QUEUED; /* dead-letter retry */
     default: return 0;
     }
 }
@@ -529,7 +549,8 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
         !(rc = store_bind_int(st, s, 5, now)) &&
         !(rc = store_bind_text(st, s, 6, to == STORE_REQ_LEASED ? ch->lease_id : NULL)) &&
         !(rc = store_bind_int(st, s, 7, ch->next_attempt_at)) &&
-        !(rc = store_bind_text(st, s, 8, ch->error))) {
+        !(rc = store_bind_text(st, s, 8, ch->error)) &&
+        !(rc = store_bind_int(st, s, 9, from == STORE_REQ_LEASED && to == STORE_REQ_QUEUED && ch->give_back))) {
         int r = sqlite3_step(s);
         if (r == SQLITE_ROW) {
             store_col_text(s, 0, batch_id, sizeof batch_id);
@@ -549,11 +570,11 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
         }
         sqlite3_reset(s);
     }
-    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED)) {
+    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED)) {
         sqlite3_stmt *c = store_stmt(st, S_BATCH_COUNT_DONE, &rc);
         if (c && !(rc = store_bind_text(st, c, 1, batch_id)) &&
             !(rc = store_bind_int(st, c, 2, to == STORE_REQ_SUCCEEDED)) &&
-            !(rc = store_bind_int(st, c, 3, to == STORE_REQ_FAILED)))
+            !(rc = store_bind_int(st, c, 3, from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED)))
             rc = store_step_done(st, c, "count request");
     }
     return store_w_end(st, rc);
