@@ -125,9 +125,9 @@ static int th_run_one(int i, int timeout_s, const char *tmp_root)
 int main(int argc, char **argv)
 {
     const char *filter = argc > 1 ? argv[1] : NULL;
-    int timeout_s = getenv("TH_TIMEOUT") ? atoi(getenv("TH_TIMEOUT")) : 60;
+    int timeout_s = getenv("TH_TIMEOUT") ? atoi(getenv("TH_TIMEOUT")) : 240;
     if (timeout_s <= 0)
-        timeout_s = 60;
+        timeout_s = 240;
     setvbuf(stdout, NULL, _IOLBF, 0);
     char tmp_root[512];
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";

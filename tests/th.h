@@ -6,7 +6,7 @@
  * A test binary built from any number of files that use TEST() gets main()
  * from th.c. It runs every registered test (or those whose name contains the
  * first argument) in a forked child with a timeout (TH_TIMEOUT seconds,
- * default 60), and prints one line per test:
+ * default 240: generous, since the machine is shared; it catches hangs), and prints one line per test:
  *
  *   ok buf_grows
  *   FAIL buf_caps tests/unit/test_buf.c:31: buf_append(&b, "x", 1) == ERR_TOOBIG (got 0 vs -997)
