@@ -2,7 +2,7 @@
 """tests/py/runner.py - run the Python test suites the way tests/th.c runs C tests.
 
 Every function named test_* in tests/py/test_*.py runs in its own
-subprocess with a timeout (TH_TIMEOUT, default 120 s; a module may raise it
+subprocess with a timeout (TH_TIMEOUT, default 300 s; a module may raise it
 for its own tests with a module-level TIMEOUT = seconds). Output: one line per
 test ("ok NAME", "FAIL NAME: reason", "skip NAME: reason"), then
 "# tally PASSED FAILED SKIPPED" for tests/run to fold into the summary line.
@@ -51,7 +51,7 @@ def main():
         run_child(module, func)
         return 0
     filt = sys.argv[1] if len(sys.argv) > 1 else None
-    timeout = int(os.environ.get("TH_TIMEOUT", "120"))
+    timeout = int(os.environ.get("TH_TIMEOUT", "300"))
     passed = failed = skipped = 0
     for module, func, mod_timeout in discover():
         name = f"{module}.{func}"
