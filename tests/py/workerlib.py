@@ -142,12 +142,12 @@ class TestWorker:
         return n
 
 
-def read_jsonl(d, file_id, raw_zstd=False):
+def read_jsonl(d, file_id, raw_zstd=False, key="default"):
     """Download a file through GET /v1/files/{id}/content; list of parsed lines."""
     if not file_id:
         return []
     h = {"Accept-Encoding": "zstd"} if raw_zstd else {}
-    r = d.call("GET", f"/v1/files/{file_id}/content", headers=h)
+    r = d.call("GET", f"/v1/files/{file_id}/content", headers=h, key=key)
     assert r.status == 200, r
     body = r.body
     if raw_zstd:
@@ -158,3 +158,35 @@ def read_jsonl(d, file_id, raw_zstd=False):
 
 def wait_status(d, batch_id, statuses, timeout=60, key="default"):
     return d.wait_batch(batch_id, statuses=statuses, timeout=timeout, key=key)
+
+
+def chaos_loop(port, token, max_requests=40, pause_s=0.03, lease_seconds=2):
+    """A worker that survives jobd restarts on the same port: register,
+    then lease -> answer -> upload forever, retrying on connection errors.
+    Run as a subprocess (python workerlib.py PORT TOKEN) so a test can kill -9 it."""
+    w = TestWorker(port, token or None)
+    while True:
+        try:
+            if not w.worker_id:
+                w.register()
+            r = w.lease(max_requests=max_requests, lease_seconds=lease_seconds, wait_ms=300, expect=None)
+            if r.status == 404:
+                w.worker_id = None
+                continue
+            if r.status != 200:
+                time.sleep(0.05)
+                continue
+            reqs = r.json()["requests"]
+            if reqs:
+                time.sleep(pause_s)
+                w.results(r.json()["lease_id"], [success(q) for q in reqs], expect=None)
+        except (OSError, http.client.HTTPException, AssertionError, ValueError):
+            if w.conn:
+                w.conn.close()
+            w.conn = None
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    import sys
+    chaos_loop(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
