@@ -125,6 +125,8 @@ def test_lease_main_flow_output_file_each_custom_id_once():
     assert "jobd_requests_leased_total 50" in m and 'jobd_batches{status="completed"} 1' in m, m
     ws = d.json("GET", "/v1/workers", key=AT)["data"][0]
     assert ws["leases_held"] == 0 and ws["requests_held"] == 0, ws
+    # SIGTERM: the sweeper stops, jobd exits cleanly (ASan: no leak)
+    assert d.proc.stop() == 0, d.proc.log()[-3000:]
 
 
 def test_lease_long_poll_answers_when_work_arrives():
@@ -147,6 +149,13 @@ def test_lease_long_poll_answers_when_work_arrives():
     # an empty long poll ends with the empty answer
     r = w.lease(max_requests=10, wait_ms=300).json()
     assert r["lease_id"] is None and r["requests"] == [], r
+    # a long poll in flight at SIGTERM is answered (empty) and jobd exits cleanly
+    t = threading.Thread(target=poll)
+    t.start()
+    time.sleep(0.3)
+    assert d.proc.stop() == 0, d.proc.log()[-3000:]
+    t.join(10)
+    assert not t.is_alive() and got["r"]["requests"] == [], got
 
 
 def wait_requeued(w, n, attempt, lease_seconds=1, timeout=30):
