@@ -32,6 +32,7 @@
 #include "jobd/http.h"
 #include "jobd/ingest.h"
 #include "jobd/store.h"
+#include "jobd/webhook.h"
 
 struct app_config {
     const char *listen;              /* "HOST:PORT" or "[V6]:PORT"; default "127.0.0.1:8080" */
@@ -44,6 +45,7 @@ struct app_config {
     int db_threads;                  /* thread-pool threads / pooled connections; default 4 */
     int zstd_level;                  /* stored files; default 1 (fastest: uploads compress on the loop) */
     const char *port_file;           /* if set: the bound port is written there (tests) */
+    struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook.h) */
 };
 
 /* Fill the documented defaults. Can't fail. */

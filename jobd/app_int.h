@@ -49,6 +49,7 @@ struct app {
     int draining;            /* SIGTERM seen: /readyz answers 503 */
     atomic_int writers;      /* write ops running on the pool (the ingest thread yields to them) */
     char files_dir[1024], tmp_dir[1024];
+    struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook.h) */
 };
 
 /* Per-request context (http_req_data), created by app_on_head_auth. */
@@ -162,6 +163,7 @@ int api_metadata_check(const struct json_t *md, char *msg, size_t cap);
 int routes_files_add(struct app *app);
 int routes_batches_add(struct app *app);
 int routes_ops_add(struct app *app);
+int routes_webhooks_add(struct app *app);
 
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,
