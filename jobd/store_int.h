@@ -256,6 +256,7 @@
       "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
       "VALUES (?1, ?2, ?3, ?3)") \
     X(WH_EVENT_DONE, "UPDATE webhook_events SET fanned_out = 1 WHERE id = ?1") \
+    X(WH_DUE, "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?1 LIMIT 1") \
     X(WH_CLAIM, \
       "UPDATE webhook_deliveries SET attempts = attempts + 1, next_attempt_at = ?2, " \
       "last_attempt_at = ?1 WHERE id = (SELECT d.id FROM webhook_deliveries d JOIN " \

@@ -300,10 +300,24 @@ int store_wh_claim(struct store *st, int64_t now, int64_t hold_s, struct store_w
 {
     struct store_wh_job j;
     memset(&j, 0, sizeof j);
-    int rc = store_w_begin(st), got = 0;
-    if (rc)
+    /* a plain read first: an idle dispatcher never takes the write lock */
+    int rc = 0, got = 0, due = 0;
+    sqlite3_stmt *s = store_stmt(st, S_WH_DUE, &rc);
+    if (!s || (rc = store_bind_int(st, s, 1, now)))
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WH_CLAIM, &rc);
+    int r0 = sqlite3_step(s);
+    due = r0 == SQLITE_ROW;
+    if (r0 != SQLITE_ROW && r0 != SQLITE_DONE)
+        rc = store_sqlerr(st, r0, "due deliveries");
+    sqlite3_reset(s);
+    if (rc || !due) {
+        if (!rc)
+            *found = 0;
+        return rc;
+    }
+    if ((rc = store_w_begin(st)))
+        return rc;
+    s = store_stmt(st, S_WH_CLAIM, &rc);
     if (s && !(rc = store_bind_int(st, s, 1, now)) && !(rc = store_bind_int(st, s, 2, now + hold_s))) {
         int r = sqlite3_step(s);
         if (r == SQLITE_ROW) {
