@@ -296,3 +296,51 @@ CREATE TABLE usage_ledger (
     created_at         INTEGER NOT NULL    -- unix seconds
 ) STRICT;
 CREATE INDEX usage_ledger_tenant ON usage_ledger(tenant_id, created_at);
+
+-- @migration 2
+-- Webhooks (spec/webhooks.md). Endpoints gain a kind, a visible reason when
+-- disabled and the start of their current failure streak; deliveries keep
+-- the last attempt's latency; every attempt is logged; each tenant has one
+-- default signing secret for per-batch URLs (metadata.webhook_url).
+--
+-- webhook_endpoints now also has:
+--   kind            'endpoint' (registered with POST /v1/webhook_endpoints, signed with its own
+--                   secret) or 'batch_url' (created by the dispatcher for a batch's
+--                   metadata.webhook_url, signed with the tenant's default secret; secret = '')
+--   disabled_reason why disabled_at is set ("410 Gone", "failing since ...: ..."), else NULL
+--   failing_since   unix seconds of the first failed attempt since the last success, else NULL
+--                   (an endpoint failing for the configured period is disabled)
+-- webhook_deliveries now also has:
+--   created_at      unix seconds the delivery was created (fan-out, test event or redelivery)
+--   last_attempt_at unix seconds of the last attempt's start, NULL before the first
+--   last_latency_ms milliseconds from connect start to the response of the last attempt, NULL before
+ALTER TABLE webhook_endpoints ADD COLUMN kind TEXT NOT NULL DEFAULT 'endpoint' CHECK (kind IN ('endpoint', 'batch_url'));
+ALTER TABLE webhook_endpoints ADD COLUMN disabled_reason TEXT;
+ALTER TABLE webhook_endpoints ADD COLUMN failing_since INTEGER;
+ALTER TABLE webhook_deliveries ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE webhook_deliveries ADD COLUMN last_attempt_at INTEGER;
+ALTER TABLE webhook_deliveries ADD COLUMN last_latency_ms INTEGER;
+CREATE INDEX webhook_endpoints_url ON webhook_endpoints(tenant_id, kind, url);
+CREATE INDEX webhook_deliveries_endpoint ON webhook_deliveries(endpoint_id, id);
+
+-- The tenant's default signing secret: signs deliveries to per-batch URLs
+-- (metadata.webhook_url). Created on first use (the first such delivery, or
+-- GET /v1/webhook_secret), never changes.
+CREATE TABLE webhook_tenant_secrets (
+    tenant_id   TEXT PRIMARY KEY REFERENCES tenants(id),  -- owner
+    secret      TEXT NOT NULL,             -- "whsec_<base64 of 32 random bytes>"
+    created_at  INTEGER NOT NULL           -- unix seconds
+) STRICT;
+
+-- One row per delivery attempt (the delivery log). Deleted with the delivery.
+CREATE TABLE webhook_attempts (
+    id           INTEGER PRIMARY KEY,      -- row id (attempt order)
+    delivery_id  INTEGER NOT NULL REFERENCES webhook_deliveries(id) ON DELETE CASCADE,
+    attempt      INTEGER NOT NULL,         -- 1-based attempt number of the delivery (webhook_deliveries.attempts then)
+    started_at   INTEGER NOT NULL,         -- unix seconds the POST started
+    status_code  INTEGER,                  -- HTTP status, NULL when no response arrived
+    latency_ms   INTEGER NOT NULL,         -- ms until the response (or the failure)
+    outcome      TEXT NOT NULL CHECK (outcome IN ('delivered', 'retry', 'failed', 'disabled', 'blocked')),  -- what the attempt led to
+    error        TEXT                      -- transport error or response excerpt (<= 256 bytes), NULL on success
+) STRICT;
+CREATE INDEX webhook_attempts_delivery ON webhook_attempts(delivery_id, id);

@@ -35,6 +35,7 @@ void app_config_default(struct app_config *cfg)
     lease_opts_default(&cfg->lease);
     cfg->sweep_interval_ms = 2000;
     cfg->window_min_s = API_WINDOW_MIN_S;
+    cfg->webhook = WEBHOOK_CONFIG_DEFAULT;
 }
 
 int app_parse_listen(const char *s, char *host, size_t cap, int *port)
@@ -428,6 +429,8 @@ static void on_http_closed(void *arg)
     ingestq_free(app->iq); /* it stops at a line boundary */
     app->iq = NULL;
     app_sweeper_stop(app); /* it stops between two transactions */
+    webhook_dispatcher_free(app->wh); /* senders finish the POST in flight */
+    app->wh = NULL;
     http_server_free(app->srv);
     app->srv = NULL;
     uv_close((uv_handle_t *)&app->sig_term, NULL);
@@ -443,6 +446,7 @@ static void on_signal(uv_signal_t *h, int signum)
     log_info("received %s: shutting down (no new connections; finishing in-flight requests)",
              signum == SIGTERM ? "SIGTERM" : "SIGINT");
     ingestq_stop(app->iq);
+    webhook_dispatcher_stop(app->wh);
     http_server_shutdown(app->srv, on_http_closed, app);
 }
 
@@ -542,6 +546,10 @@ int app_run(const struct app_config *cfg)
         log_error("cannot add routes: %s", err_msg(rc));
         goto out_shutdown;
     }
+    if ((rc = routes_webhooks_add(app))) {
+        log_error("cannot add webhook routes: %s", err_msg(rc));
+        goto out_shutdown;
+    }
     if ((rc = http_server_listen(app->srv))) {
         log_error("cannot listen on %s: %s", cfg->listen, err_msg(rc));
         goto out_shutdown;
@@ -549,6 +557,8 @@ int app_run(const struct app_config *cfg)
     if ((rc = ingestq_start(cfg->data_dir, &cfg->store, &cfg->limits, &app->writers, &app->iq)))
         goto out_shutdown;
     if ((rc = app_sweeper_start(app)))
+        goto out_shutdown;
+    if ((rc = webhook_dispatcher_start(cfg->data_dir, &cfg->store, &cfg->webhook, &app->wh)))
         goto out_shutdown;
     uv_signal_start(&app->sig_term, on_signal, SIGTERM);
     uv_signal_start(&app->sig_int, on_signal, SIGINT);
@@ -574,6 +584,8 @@ out_shutdown:
 out:
     ingestq_free(app->iq);
     app_sweeper_stop(app);
+    webhook_dispatcher_free(app->wh);
+    app->wh = NULL;
     if (loop_ok) {
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);

@@ -41,6 +41,7 @@
 #include "jobd/ingest.h"
 #include "jobd/lease.h"
 #include "jobd/store.h"
+#include "jobd/webhook.h"
 
 struct app_config {
     const char *listen;              /* "HOST:PORT" or "[V6]:PORT"; default "127.0.0.1:8080" */
@@ -59,6 +60,7 @@ struct app_config {
     struct lease_opts lease;         /* lease clamps, retry policy, worker TTL */
     int64_t sweep_interval_ms;       /* sweeper period; default 2000 */
     int64_t window_min_s;            /* smallest completion_window accepted; default 60 */
+    struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook.h) */
 };
 
 /* Fill the documented defaults. Can't fail. */

@@ -52,6 +52,7 @@ struct app {
     char files_dir[1024], tmp_dir[1024];
     struct sweeper *sweeper;  /* lease expiry + finalization thread (jobd/sweeper.h) */
     atomic_uint_fast64_t n_leases, n_leased, n_results, n_commit_dead; /* worker route counters */
+    struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook.h) */
 };
 
 /* Per-request context (http_req_data), created by app_on_head_auth. */
@@ -183,6 +184,7 @@ void app_work_metrics_counters(struct app *app, struct buf *b);
 struct store_model_served;
 int api_batch_json_ext(struct buf *out, const struct store_batch *b,
                        const struct store_model_served *served, size_t n_served);
+int routes_webhooks_add(struct app *app);
 
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,

@@ -14,6 +14,8 @@
 
 #include "common/err.h"
 #include "jobd/app_int.h"
+#include "jobd/store_webhook.h"
+#include "jobd/webhook.h"
 
 static void healthz(struct http_req *req, void *arg)
 {
@@ -41,6 +43,8 @@ struct metrics_in {
     int64_t counts[STORE_BATCH__COUNT];
     int ok;
     struct buf work; /* work-distribution gauges (routes_worker.c) */
+    struct store_wh_stats wh;
+    int wh_ok;
 };
 
 static void metrics_in_free(void *p)
@@ -57,6 +61,7 @@ static void metrics_fn(struct op *op, struct store *st)
     m->ok = store_batch_count_by_status(st, m->counts) == 0;
     if (app_work_metrics_db(st, &m->work))
         buf_reset(&m->work);
+    m->wh_ok = store_wh_stats(st, &m->wh) == 0;
     op->status = 200;
 }
 
@@ -81,6 +86,52 @@ static void count_cb(void *arg, const char *method, const char *pattern, int sta
     buf_append_str(b, "\",route=\"");
     label(b, pattern);
     buf_printf(b, "\",status=\"%d\"} %llu\n", status, (unsigned long long)count);
+}
+
+/* Webhook delivery: attempts by outcome, latency histogram, outbox depth. */
+static void webhook_metrics(struct buf *b, struct app *app, const struct metrics_in *m)
+{
+    struct webhook_counters c;
+    webhook_dispatcher_counters(app->wh, &c);
+    buf_printf(b,
+               "# HELP jobd_webhook_attempts_total Webhook delivery attempts since start, by outcome.\n"
+               "# TYPE jobd_webhook_attempts_total counter\n"
+               "jobd_webhook_attempts_total{outcome=\"delivered\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"retry\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"failed\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"disabled\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"blocked\"} %llu\n"
+               "# HELP jobd_webhook_latency_ms Webhook POST latency (connect to response), milliseconds.\n"
+               "# TYPE jobd_webhook_latency_ms histogram\n",
+               (unsigned long long)c.delivered, (unsigned long long)c.retried, (unsigned long long)c.failed,
+               (unsigned long long)c.disabled, (unsigned long long)c.blocked);
+    static const int64_t bounds[8] = WEBHOOK_LATENCY_BOUNDS_MS;
+    for (int i = 0; i < 8; i++)
+        buf_printf(b, "jobd_webhook_latency_ms_bucket{le=\"%lld\"} %llu\n", (long long)bounds[i],
+                   (unsigned long long)c.latency_le[i]);
+    buf_printf(b,
+               "jobd_webhook_latency_ms_bucket{le=\"+Inf\"} %llu\n"
+               "jobd_webhook_latency_ms_sum %llu\n"
+               "jobd_webhook_latency_ms_count %llu\n",
+               (unsigned long long)c.latency_count, (unsigned long long)c.latency_sum_ms,
+               (unsigned long long)c.latency_count);
+    if (!m->wh_ok)
+        return;
+    buf_printf(b,
+               "# HELP jobd_webhook_outbox_events Webhook events not yet fanned out to deliveries.\n"
+               "# TYPE jobd_webhook_outbox_events gauge\n"
+               "jobd_webhook_outbox_events %lld\n"
+               "# HELP jobd_webhook_deliveries Webhook deliveries by status (all tenants).\n"
+               "# TYPE jobd_webhook_deliveries gauge\n"
+               "jobd_webhook_deliveries{status=\"pending\"} %lld\n"
+               "jobd_webhook_deliveries{status=\"delivered\"} %lld\n"
+               "jobd_webhook_deliveries{status=\"failed\"} %lld\n"
+               "# HELP jobd_webhook_endpoints_disabled Webhook endpoints disabled (410 or persistent failure).\n"
+               "# TYPE jobd_webhook_endpoints_disabled gauge\n"
+               "jobd_webhook_endpoints_disabled %lld\n",
+               (long long)m->wh.events_pending, (long long)m->wh.deliveries_pending,
+               (long long)m->wh.deliveries_delivered, (long long)m->wh.deliveries_failed,
+               (long long)m->wh.endpoints_disabled);
 }
 
 static void metrics_after(struct http_req *req, struct op *op)
@@ -148,6 +199,7 @@ static void metrics_after(struct http_req *req, struct op *op)
     if (m->work.len)
         buf_append(b, m->work.data, m->work.len);
     app_work_metrics_counters(app, b);
+    webhook_metrics(b, app, m);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->data ? b->data : "",
                  b->len);
 }

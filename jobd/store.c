@@ -52,6 +52,7 @@ int store_sqlerr(struct store *st, int sqlite_rc, const char *what)
 static const char *const store_sql_text[S__COUNT] = {
 #define STORE_SQL_TEXT_(name, sql) sql,
     STORE_SQL(STORE_SQL_TEXT_)
+    STORE_SQL_WEBHOOK(STORE_SQL_TEXT_)
 #undef STORE_SQL_TEXT_
 };
 

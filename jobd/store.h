@@ -305,7 +305,11 @@ int store_batch_list(struct store *st, const char *tenant_id, const char *after,
 
 /* THE batch state change: UPDATE ... SET status=to, <to>_at=now WHERE id=?
  * AND status=from. ERR_BADSTATE if from->to is not an edge or the batch is
- * no longer in `from` (row unchanged); ERR_NOTFOUND if no such batch. */
+ * no longer in `from` (row unchanged); ERR_NOTFOUND if no such batch.
+ * Entering a terminal state (completed, failed, expired, cancelled) also
+ * writes its webhook event (batch.<state>) into the outbox in the same
+ * transaction (jobd/store_webhook.h), so no path can change the state
+ * without the event or emit the event without the change. */
 int store_batch_transition(struct store *st, const char *id, enum store_batch_status from,
                            enum store_batch_status to, int64_t now);
 

@@ -223,9 +223,93 @@
       "n_failed = ?5, usage_prompt_tokens = ?6, usage_completion_tokens = ?7, " \
       "usage_cached_tokens = ?8 WHERE id = ?1")
 
+/* Statements of store_webhook.c (kept in their own list; same enum). */
+#define STORE_WH_EP_COLS \
+    "id, tenant_id, kind, url, event_types, created_at, disabled_at, disabled_reason, failing_since"
+#define STORE_SQL_WEBHOOK(X) \
+    X(WH_EVENT_INSERT, \
+      "INSERT INTO webhook_events(id, tenant_id, type, object_id, payload, created_at) " \
+      "SELECT ?1, tenant_id, ?2, id, ?3, ?4 FROM batches WHERE id = ?5") \
+    X(WH_EP_INSERT, \
+      "INSERT INTO webhook_endpoints(id, tenant_id, url, secret, event_types, created_at, kind) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)") \
+    X(WH_EP_COUNT, "SELECT count(*) FROM webhook_endpoints WHERE tenant_id = ?1 AND kind = 'endpoint'") \
+    X(WH_EP_GET, "SELECT " STORE_WH_EP_COLS " FROM webhook_endpoints WHERE id = ?1 AND tenant_id = ?2") \
+    X(WH_EP_LIST, "SELECT " STORE_WH_EP_COLS " FROM webhook_endpoints WHERE tenant_id = ?1 " \
+                  "ORDER BY id LIMIT 1000") \
+    X(WH_EP_DELETE, "DELETE FROM webhook_endpoints WHERE id = ?1 AND tenant_id = ?2") \
+    X(WH_EP_BY_URL, "SELECT id FROM webhook_endpoints WHERE tenant_id = ?1 AND kind = 'batch_url' " \
+                    "AND url = ?2") \
+    X(WH_SECRET_GET, "SELECT secret FROM webhook_tenant_secrets WHERE tenant_id = ?1") \
+    X(WH_SECRET_INSERT, "INSERT OR IGNORE INTO webhook_tenant_secrets(tenant_id, secret, created_at) " \
+                        "VALUES (?1, ?2, ?3)") \
+    X(WH_EVENTS_PENDING, \
+      "SELECT e.id, e.tenant_id, e.type, e.object_id, json_extract(b.metadata, '$.webhook_url') " \
+      "FROM webhook_events e LEFT JOIN batches b ON b.id = e.object_id WHERE e.fanned_out = 0 " \
+      "ORDER BY e.id LIMIT ?1") \
+    X(WH_FANOUT_ENDPOINTS, \
+      "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "SELECT ?1, id, ?2, ?2 FROM webhook_endpoints WHERE tenant_id = ?3 AND kind = 'endpoint' " \
+      "AND disabled_at IS NULL AND (event_types = '*' OR " \
+      "instr(',' || event_types || ',', ',' || ?4 || ',') > 0)") \
+    X(WH_DELIVERY_INSERT, \
+      "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "VALUES (?1, ?2, ?3, ?3)") \
+    X(WH_EVENT_DONE, "UPDATE webhook_events SET fanned_out = 1 WHERE id = ?1") \
+    X(WH_DUE, "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?1 LIMIT 1") \
+    X(WH_CLAIM, \
+      "UPDATE webhook_deliveries SET attempts = attempts + 1, next_attempt_at = ?2, " \
+      "last_attempt_at = ?1 WHERE id = (SELECT d.id FROM webhook_deliveries d JOIN " \
+      "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
+      "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
+      "LIMIT 1) RETURNING id, attempts, event_id, endpoint_id") \
+    X(WH_JOB, \
+      "SELECT e.payload, p.url, CASE p.kind WHEN 'batch_url' THEN coalesce(s.secret, '') " \
+      "ELSE p.secret END FROM webhook_events e, webhook_endpoints p LEFT JOIN " \
+      "webhook_tenant_secrets s ON s.tenant_id = p.tenant_id WHERE e.id = ?1 AND p.id = ?2") \
+    X(WH_ATTEMPT_INSERT, \
+      "INSERT INTO webhook_attempts(delivery_id, attempt, started_at, status_code, latency_ms, " \
+      "outcome, error) SELECT id, ?2, ?3, ?4, ?5, ?6, ?7 FROM webhook_deliveries WHERE id = ?1") \
+    X(WH_DELIVERY_FENCE, \
+      "SELECT d.endpoint_id, p.failing_since FROM webhook_deliveries d JOIN webhook_endpoints p " \
+      "ON p.id = d.endpoint_id WHERE d.id = ?1 AND d.attempts = ?2 AND d.status = 'pending'") \
+    X(WH_DELIVERY_SET, \
+      "UPDATE webhook_deliveries SET status = ?2, next_attempt_at = ?3, last_status = ?4, " \
+      "last_error = ?5, last_latency_ms = ?6, delivered_at = ?7 WHERE id = ?1") \
+    X(WH_EP_OK, "UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?1") \
+    X(WH_EP_FAILING, "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?2) " \
+                     "WHERE id = ?1") \
+    X(WH_EP_DISABLE, \
+      "UPDATE webhook_endpoints SET disabled_at = ?2, disabled_reason = ?3 WHERE id = ?1 " \
+      "AND disabled_at IS NULL") \
+    X(WH_EP_FAIL_PENDING, \
+      "UPDATE webhook_deliveries SET status = 'failed', last_error = 'endpoint disabled; last " \
+      "error: ' || coalesce(last_error, 'none') WHERE endpoint_id = ?1 AND status = 'pending'") \
+    X(WH_DELIVERY_LIST, \
+      "SELECT d.id, d.event_id, e.type, d.endpoint_id, d.status, d.attempts, d.next_attempt_at, " \
+      "d.last_status, d.last_error, d.last_latency_ms, d.created_at, d.last_attempt_at, " \
+      "d.delivered_at FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id " \
+      "WHERE d.endpoint_id = ?1 AND (?2 = 0 OR d.id < ?2) ORDER BY d.id DESC LIMIT ?3") \
+    X(WH_ATTEMPT_LIST, \
+      "SELECT attempt, started_at, status_code, latency_ms, outcome, error FROM (SELECT * FROM " \
+      "webhook_attempts WHERE delivery_id = ?1 ORDER BY id DESC LIMIT 50) ORDER BY id") \
+    X(WH_REDELIVER, \
+      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?3, " \
+      "delivered_at = NULL WHERE id = ?1 AND endpoint_id = ?2") \
+    X(WH_TEST_EVENT, \
+      "INSERT INTO webhook_events(id, tenant_id, type, object_id, payload, created_at, " \
+      "fanned_out) VALUES (?1, ?2, 'webhook.test', ?3, ?4, ?5, 1)") \
+    X(WH_STATS, \
+      "SELECT (SELECT count(*) FROM webhook_events WHERE fanned_out = 0), " \
+      "(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'), " \
+      "(SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'), " \
+      "(SELECT count(*) FROM webhook_deliveries WHERE status = 'failed'), " \
+      "(SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NOT NULL)")
+
 enum store_stmt_id {
 #define STORE_SQL_ENUM_(name, sql) S_##name,
     STORE_SQL(STORE_SQL_ENUM_)
+    STORE_SQL_WEBHOOK(STORE_SQL_ENUM_)
 #undef STORE_SQL_ENUM_
     S__COUNT
 };

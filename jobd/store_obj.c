@@ -15,6 +15,7 @@
 #include "common/js.h"
 #include "common/log.h"
 #include "jobd/store_int.h"
+#include "jobd/store_webhook.h"
 
 /* ---- files ---------------------------------------------------------------------------- */
 
@@ -458,6 +459,9 @@ int store_batch_transition(struct store *st, const char *id, enum store_batch_st
             log_warn("store: batch %s is not %s (wanted -> %s)", id, store_batch_status_name(from),
                      store_batch_status_name(to));
     }
+    /* the outbox: a terminal state's webhook event commits with the change itself */
+    if (!rc)
+        rc = store_wh_event_for_batch(st, id, to, now);
     return store_w_end(st, rc);
 }
 

@@ -108,6 +108,11 @@ int main(int argc, char **argv)
     int64_t sweep_ms = ac.sweep_interval_ms, window_min_ms = ac.window_min_s * 1000;
     int64_t lease_min_ms = ac.lease.lease_s_min * 1000, backoff_ms = ac.lease.retry.backoff_base_s * 1000;
     int64_t max_attempts = ac.lease.retry.max_attempts;
+    int wh_private = 0;
+    int64_t wh_timeout_ms = ac.webhook.timeout_ms, wh_attempts = ac.webhook.max_attempts;
+    int64_t wh_base_ms = ac.webhook.retry_base_ms, wh_cap_ms = ac.webhook.retry_cap_ms;
+    int64_t wh_disable_ms = ac.webhook.disable_after_s * 1000, wh_conc = ac.webhook.concurrency;
+    int64_t wh_poll_ms = ac.webhook.poll_ms;
     struct cfg_opt opts[] = {
         {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
         {"data", "JOBD_DATA", CFG_STR, &data, "DIR", "data directory: database and files (default ./data)"},
@@ -133,6 +138,15 @@ int main(int argc, char **argv)
         {"lease-min", NULL, CFG_DURATION, &lease_min_ms, "DUR", "shortest lease a worker may ask for (default 10s; tests use 1s)"},
         {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1m; tests use seconds)"},
         {"port-file", NULL, CFG_STR, &port_file, "PATH", "write the bound port there once listening (for scripts and tests)"},
+        {"webhook-allow-private", "JOBD_WEBHOOK_ALLOW_PRIVATE", CFG_BOOL, &wh_private, NULL,
+         "allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (local setups and tests; off by default: SSRF guard)"},
+        {"webhook-timeout", NULL, CFG_DURATION, &wh_timeout_ms, "DUR", "a webhook POST must answer 2xx within this (default 10s)"},
+        {"webhook-max-attempts", NULL, CFG_INT, &wh_attempts, "N", "attempts per webhook delivery before it fails (default 10)"},
+        {"webhook-retry-base", NULL, CFG_DURATION, &wh_base_ms, "DUR", "first webhook retry delay; x4 per attempt, +-20% jitter (default 5s)"},
+        {"webhook-retry-cap", NULL, CFG_DURATION, &wh_cap_ms, "DUR", "longest webhook retry delay (default 8h)"},
+        {"webhook-disable-after", NULL, CFG_DURATION, &wh_disable_ms, "DUR", "disable an endpoint whose deliveries have all failed this long (default 5d)"},
+        {"webhook-concurrency", NULL, CFG_INT, &wh_conc, "N", "webhook POSTs in flight at once (default 4)"},
+        {"webhook-poll", NULL, CFG_DURATION, &wh_poll_ms, "DUR", "how often idle webhook senders look for work (default 500ms)"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
@@ -174,7 +188,9 @@ int main(int argc, char **argv)
     if (max_requests < 1 || max_conns < 1 || db_threads < 1 || db_threads > 64 || idem_ms < 1000 ||
         header_ms < 0 || body_ms < 0 || idle_ms < 0 || shutdown_ms < 0 || sweep_ms < 10 ||
         max_attempts < 1 || max_attempts > 100 || backoff_ms < 1000 || lease_min_ms < 1000 ||
-        lease_min_ms > ac.lease.lease_s_max * 1000 || window_min_ms < 1000) {
+        lease_min_ms > ac.lease.lease_s_max * 1000 || window_min_ms < 1000 || wh_timeout_ms < 1 ||
+        wh_attempts < 1 || wh_attempts > 100 || wh_base_ms < 0 || wh_cap_ms < 0 || wh_disable_ms < 0 ||
+        wh_conc < 1 || wh_conc > 64 || wh_poll_ms < 1) {
         cli_error("jobd", "see jobd --help", "a limit is out of range");
         return CLI_EXIT_USAGE;
     }
@@ -200,6 +216,14 @@ int main(int argc, char **argv)
     ac.lease.lease_s_min = lease_min_ms / 1000;
     ac.lease.retry.backoff_base_s = backoff_ms / 1000;
     ac.lease.retry.max_attempts = (int)max_attempts;
+    ac.webhook.allow_private = wh_private;
+    ac.webhook.timeout_ms = wh_timeout_ms;
+    ac.webhook.max_attempts = (int)wh_attempts;
+    ac.webhook.retry_base_ms = wh_base_ms;
+    ac.webhook.retry_cap_ms = wh_cap_ms;
+    ac.webhook.disable_after_s = wh_disable_ms / 1000;
+    ac.webhook.concurrency = (int)wh_conc;
+    ac.webhook.poll_ms = wh_poll_ms;
     int rc = app_run(&ac);
     if (rc == ERR_AUTH)
         cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",
