@@ -202,8 +202,8 @@ int cmd_files(struct jc *jc, int argc, char **argv)
                     js_get_int(f, "bytes", &bytes);
                     js_get_int(f, "created_at", &created);
                     char t[64];
-                    clock_iso8601(created * 1000, t, sizeof t);
-                    printf("%-34s %12lld %-20.20s %-13s %s\n", id, (long long)bytes, t, pu, fn);
+                    jc_fmt_time(created, t, sizeof t);
+                    printf("%-34s %12lld %-20s %-13s %s\n", id, (long long)bytes, t, pu, fn);
                 }
             }
         }

@@ -84,15 +84,6 @@ static void fmt_cost(const json_t *c, char *out, size_t n)
     free(s);
 }
 
-static void fmt_time(int64_t t, char *out, size_t n)
-{
-    if (t <= 0) {
-        snprintf(out, n, "-");
-        return;
-    }
-    clock_iso8601(t * 1000, out, n);
-}
-
 static void print_status(const json_t *b, FILE *f)
 {
     struct bsum s;
@@ -116,7 +107,7 @@ static void print_status(const json_t *b, FILE *f)
         fmt_cost(s.cost, t, sizeof t);
         fprintf(f, "  cost       %s\n", t);
     }
-    fmt_time(s.created_at, t, sizeof t);
+    jc_fmt_time(s.created_at, t, sizeof t);
     jc_fmt_duration(now - s.created_at, d, sizeof d);
     fprintf(f, "  created    %s (%s ago)\n", t, d);
     int64_t eta = bsum_eta(&s, now);
@@ -128,7 +119,7 @@ static void print_status(const json_t *b, FILE *f)
     for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
         int64_t at;
         if (!js_get_int(b, ends[i], &at)) {
-            fmt_time(at, t, sizeof t);
+            jc_fmt_time(at, t, sizeof t);
             fprintf(f, "  %-10.*s %s\n", (int)(strlen(ends[i]) - 3), ends[i], t);
         }
     }
@@ -385,11 +376,12 @@ static int status_match(const char *filter, const char *st)
 int cmd_list(struct jc *jc, int argc, char **argv)
 {
     const char *status = NULL;
-    int64_t limit = 20;
+    int64_t limit = 20, page_size = 100;
     int json_out = 0;
     struct cfg_opt opts[] = {
         {"status", NULL, CFG_STR, &status, "S,...", "only batches in these statuses"},
         {"limit", NULL, CFG_INT, &limit, "N", "rows to show (default 20; 0 = all)"},
+        {"page-size", NULL, CFG_INT, &page_size, "N", "batches per request, 1 .. 100 (default 100)"},
         {"json", NULL, CFG_BOOL, &json_out, NULL, "one batch object per line (JSONL)"},
         JC_COMMON_OPTS(jc),
     };
@@ -400,6 +392,8 @@ int cmd_list(struct jc *jc, int argc, char **argv)
         return rc;
     if (limit < 0)
         return jc_usage_error(jc, "--limit: must be 0 or more");
+    if (page_size < 1 || page_size > 100)
+        return jc_usage_error(jc, "--page-size: 1 .. 100");
     char after[JC_ID_MAX] = "";
     int64_t shown = 0;
     if (!json_out)
@@ -407,9 +401,9 @@ int cmd_list(struct jc *jc, int argc, char **argv)
                "MODEL");
     for (;;) {
         char path[256];
-        int64_t want = limit ? limit - shown : 100;
-        if (status || want > 100 || want < 1)
-            want = 100;
+        int64_t want = limit ? limit - shown : page_size;
+        if (status || want > page_size || want < 1)
+            want = page_size;
         snprintf(path, sizeof path, "/v1/batches?limit=%lld%s%s", (long long)want, after[0] ? "&after=" : "",
                  after);
         json_t *page = NULL, *data = NULL;
@@ -432,9 +426,9 @@ int cmd_list(struct jc *jc, int argc, char **argv)
                 continue;
             }
             char t[64], prog[48];
-            fmt_time(s.created_at, t, sizeof t);
+            jc_fmt_time(s.created_at, t, sizeof t);
             snprintf(prog, sizeof prog, "%lld/%lld", (long long)(s.completed + s.failed), (long long)s.total);
-            printf("%-34s %-11s %-20.20s %15s %8lld  %s\n", s.id, s.status, t, prog, (long long)s.failed,
+            printf("%-34s %-11s %-20s %15s %8lld  %s\n", s.id, s.status, t, prog, (long long)s.failed,
                    s.model ? s.model : "-");
         }
         int has_more = 0;

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -375,6 +376,14 @@ void jc_print_json(const json_t *v, FILE *out, int indent)
         fputc('\n', out);
         free(s);
     }
+}
+
+void jc_fmt_time(int64_t t, char *out, size_t out_len)
+{
+    struct tm tm;
+    time_t tt = (time_t)t;
+    if (t <= 0 || !gmtime_r(&tt, &tm) || !strftime(out, out_len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(out, out_len, "-");
 }
 
 void jc_fmt_duration(int64_t s, char *out, size_t out_len)

@@ -45,9 +45,7 @@ static const char *usage_text =
     "example:\n"
     "  id=$(jobctl submit requests.jsonl) && jobctl wait \"$id\" && jobctl results \"$id\" -o out.jsonl\n"
     "\n"
-    "options:\n"
-    "  --help                show this help\n"
-    "  --version             show the version\n";
+    "options:\n";
 
 struct command {
     const char *name;
@@ -86,17 +84,32 @@ int main(int argc, char **argv)
             break;
         }
     }
-    if (cmd_at < 0) {
-        if (version) {
-            cli_print_version("jobctl", stdout);
-            return JC_EXIT_OK;
-        }
-        if (help) {
+    if (cmd_at < 0) { /* only options: check them like any command would */
+        struct jc jc;
+        jc_init(&jc);
+        struct cfg_opt opts[] = {
+            {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
+            JC_COMMON_OPTS(&jc),
+        };
+        char *pos[1];
+        int n_pos = 0;
+        char err[256];
+        int rc = JC_EXIT_USAGE;
+        if (cfg_parse(opts, sizeof opts / sizeof opts[0], argc - 1, argv + 1, pos, 1, &n_pos, err,
+                      sizeof err))
+            cli_error("jobctl", "see jobctl --help", "%s", err);
+        else if (jc.help) {
             fputs(usage_text, stdout);
-            return JC_EXIT_OK;
+            cfg_usage(opts, sizeof opts / sizeof opts[0], stdout);
+            rc = JC_EXIT_OK;
+        } else if (version) {
+            cli_print_version("jobctl", stdout);
+            rc = JC_EXIT_OK;
+        } else if (cli_log_apply("jobctl", &jc.lg) == 0) {
+            cli_error("jobctl", "see jobctl --help", "no command given");
         }
-        fputs("jobctl: no command given\nhint: see jobctl --help\n", stderr);
-        return JC_EXIT_USAGE;
+        (void)help;
+        return rc;
     }
     const char *name = argv[cmd_at];
     char *help_argv[2] = {"--help", NULL};

@@ -256,7 +256,7 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     }
 
     struct submit_src src = {-1, NULL, {0}, NULL, 0};
-    buf_init(&src.pending, 0);
+    buf_init(&src.pending, 8u << 20); /* the compressed bytes of one read: far less */
     struct buf q, mat;
     buf_init(&q, 64u << 10);
     buf_init(&mat, 64u << 10);
