@@ -396,10 +396,7 @@ int cmd_list(struct jc *jc, int argc, char **argv)
         return jc_usage_error(jc, "--page-size: 1 .. 100");
     char after[JC_ID_MAX] = "";
     int64_t shown = 0;
-    if (!json_out)
-        printf("%-34s %-11s %-20s %15s %8s  %s\n", "ID", "STATUS", "CREATED", "DONE/TOTAL", "FAILED",
-               "MODEL");
-    for (;;) {
+    for (int page_no = 0;; page_no++) {
         char path[256];
         int64_t want = limit ? limit - shown : page_size;
         if (status || want > page_size || want < 1)
@@ -414,6 +411,9 @@ int cmd_list(struct jc *jc, int argc, char **argv)
             return jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's list has no data array");
         }
         size_t n = json_array_size(data);
+        if (!json_out && page_no == 0) /* after the first answer: no header above an error */
+            printf("%-34s %-11s %-20s %15s %8s  %s\n", "ID", "STATUS", "CREATED", "DONE/TOTAL", "FAILED",
+                   "MODEL");
         for (size_t i = 0; i < n && (!limit || shown < limit); i++) {
             const json_t *b = json_array_get(data, i);
             struct bsum s;

@@ -16,7 +16,7 @@ import threading
 import time
 
 from harness import ROOT, Skip, binary, free_port, run, tmpdir
-from jobdlib import Jobd, chat_line, create_key, jsonl
+from jobdlib import Jobd, chat_line, create_key, jsonl, zstd_decompress
 
 ID_RE = re.compile(r"^batch_[0-9a-z]+\n$")
 COMMANDS = ["submit", "status", "wait", "list", "results", "errors", "cancel", "retry-dead",
@@ -169,8 +169,11 @@ def test_submit_stdin_status_and_files():
     r = jobctl(["files", "content", fid, "-o", out], env)
     assert r.returncode == 0, r.stderr
     assert open(out, "rb").read() == data
-    r = jobctl(["files", "content", fid, "--raw"], env)
-    assert r.returncode == 0
+    r = subprocess.run([binary("jobctl"), "files", "content", fid, "--raw"], env={**os.environ, **env},
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout[:4] == b"\x28\xb5\x2f\xfd", r.stdout[:8]          # a zstd frame
+    assert zstd_decompress(r.stdout) == data
     # status: human and --json
     r = jobctl(["status", bid, "--json"], env)
     assert r.returncode == 0, r.stderr
@@ -425,3 +428,22 @@ def test_routes_this_jobd_lacks_are_named():
     # --webhook: jobd takes no per-batch webhook, so nothing is submitted
     r = jobctl(["submit", f, "--webhook", "http://127.0.0.1:9/hook"], env)
     assert r.returncode == 1 and "--webhook" in r.stderr and r.stdout == ""
+
+
+def test_nightly_example_is_safe_to_run_twice():
+    d, env = start()
+    bad = write(os.path.join(tmpdir(), "today.jsonl"), jsonl(2) + b"[not an object]\n")
+    out = os.path.join(tmpdir(), "out")
+    script = os.path.join(ROOT, "examples", "nightly.sh")
+    e = {**env, "JOBCTL": binary("jobctl"), "NIGHTLY_INTERVAL": "100ms"}
+    r1 = run(["bash", script, bad, out], env=e)
+    assert r1.returncode == 11, (r1.returncode, r1.stderr)
+    first = open(os.path.join(out, "batch_id")).read()
+    errs = [json.loads(l) for l in open(os.path.join(out, "errors.jsonl"))]
+    assert errs and errs[0]["line"] == 3, errs
+    r2 = run(["bash", script, bad, out], env=e)
+    assert r2.returncode == 11, r2.stderr
+    assert open(os.path.join(out, "batch_id")).read() == first       # the same batch, not a second
+    assert len(d.json("GET", "/v1/batches?limit=100")["data"]) == 1
+    r = run(["bash", script, bad, out], env={**e, "JOBD_API_KEY": "sk-wrong"})
+    assert r.returncode == 21, r.stderr
