@@ -27,8 +27,7 @@ static void print_items(const json_t *answer)
         const char *k;
         json_t *v;
         int first = 1;
-        json_object_foreach((json_t *)it, k, v)
-        {
+        json_object_foreach((json_t *)it, k, v) {
             if (json_is_object(v) || json_is_array(v))
                 continue;
             char *s = json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);

@@ -151,7 +151,9 @@ static void print_status(const json_t *b, FILE *f)
         fprintf(f, "  metadata  ");
         const char *k;
         json_t *v;
-        json_object_foreach(md, k, v) fprintf(f, " %s=%s", k, json_is_string(v) ? json_string_value(v) : "?");
+        json_object_foreach(md, k, v) {
+            fprintf(f, " %s=%s", k, json_is_string(v) ? json_string_value(v) : "?");
+        }
         fputc('\n', f);
     }
 }
