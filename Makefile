@@ -147,6 +147,12 @@ $(BUILD)/asan/%: $(BUILD)/asan/obj/cmd/%/main.o $(ASAN_LIB_OBJ)
 	@$(if $(Q),echo '  LD      $@')
 	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
 
+# jobctl is main.c plus its command files (cmd/jobctl/*.c): extra prerequisites
+# of the pattern rules above, which link all of $^.
+JOBCTL_SRC := $(filter-out cmd/jobctl/main.c,$(wildcard cmd/jobctl/*.c))
+$(BUILD)/jobctl: $(JOBCTL_SRC:%.c=$(BUILD)/obj/%.o)
+$(BUILD)/asan/jobctl: $(JOBCTL_SRC:%.c=$(BUILD)/asan/obj/%.o)
+
 $(BUILD)/asan/tests/unit: $(UNIT_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  LD      $@')

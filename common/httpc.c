@@ -38,17 +38,52 @@ void httpc_response_release(struct httpc_response *r)
 struct httpc_sink {
     struct buf *b;
     int overflow;
+    CURL *h;                  /* body sink only: to read the status */
+    const struct httpc_stream *st;
+    unsigned long long n_sunk; /* bytes handed to st->sink */
+    int err;                  /* the sink's error */
 };
 
 static size_t httpc_write_cb(char *p, size_t size, size_t nmemb, void *ud)
 {
     struct httpc_sink *s = ud;
     size_t n = size * nmemb;
+    if (s->st && s->st->sink) {
+        long code = 0;
+        curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+        if (code >= 200 && code < 300) {
+            int rc = s->st->sink(s->st->sink_ctx, p, n);
+            if (rc) {
+                s->err = rc;
+                return 0;
+            }
+            s->n_sunk += n;
+            return n;
+        }
+    }
     if (buf_append(s->b, p, n)) {
         s->overflow = 1;
         return 0; /* makes curl abort with CURLE_WRITE_ERROR */
     }
     return n;
+}
+
+struct httpc_src {
+    const struct httpc_stream *st;
+    int started; /* the source was read since the last rewind */
+    int err;
+};
+
+static size_t httpc_read_cb(char *p, size_t size, size_t nmemb, void *ud)
+{
+    struct httpc_src *s = ud;
+    s->started = 1;
+    long n = s->st->source(s->st->source_ctx, p, size * nmemb);
+    if (n < 0) {
+        s->err = (int)n;
+        return CURL_READFUNC_ABORT;
+    }
+    return (size_t)n;
 }
 
 static size_t httpc_header_cb(char *p, size_t size, size_t nmemb, void *ud)
@@ -120,9 +155,9 @@ static long httpc_jitter_ms(long cap_ms)
     return (long)(r % (uint32_t)(cap_ms + 1));
 }
 
-int httpc_request(const struct httpc_opts *opts, const char *method, const char *url,
-                  const char *const *headers, const void *body, size_t body_len,
-                  struct httpc_response *resp)
+static int httpc_do(const struct httpc_opts *opts, const char *method, const char *url,
+                    const char *const *headers, const void *body, size_t body_len,
+                    const struct httpc_stream *st, struct httpc_response *resp)
 {
     pthread_once(&httpc_once, httpc_global_init);
     CURL *h = curl_easy_init();
@@ -138,11 +173,22 @@ int httpc_request(const struct httpc_opts *opts, const char *method, const char 
         }
         hl = n;
     }
-    if (body_len) /* curl would otherwise add "Expect: 100-continue" and wait */
-        hl = curl_slist_append(hl, "Expect:");
+    int streamed_body = st && st->source;
+    if (body_len || streamed_body) { /* curl would otherwise add "Expect: 100-continue" and wait */
+        struct curl_slist *n = curl_slist_append(hl, "Expect:");
+        if (n && streamed_body && st->body_len < 0)
+            n = curl_slist_append(n, "Transfer-Encoding: chunked");
+        if (!n) {
+            curl_slist_free_all(hl);
+            curl_easy_cleanup(h);
+            return ERR_NOMEM;
+        }
+        hl = n;
+    }
 
     resp->body.max_bytes = opts->max_response_bytes;
-    struct httpc_sink body_sink = {&resp->body, 0}, hdr_sink = {&resp->headers, 0};
+    struct httpc_sink body_sink = {&resp->body, 0, h, st, 0, 0}, hdr_sink = {&resp->headers, 0, NULL, NULL, 0, 0};
+    struct httpc_src src = {st, 0, 0};
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
@@ -155,8 +201,19 @@ int httpc_request(const struct httpc_opts *opts, const char *method, const char 
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &hdr_sink);
     if (strcmp(method, "HEAD") == 0)
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    if (body_len || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
-        strcmp(method, "PATCH") == 0) {
+    if (opts->stall_timeout_ms > 0) {
+        long secs = (opts->stall_timeout_ms + 999) / 1000;
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, secs);
+    }
+    if (streamed_body) {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, httpc_read_cb);
+        curl_easy_setopt(h, CURLOPT_READDATA, &src);
+        if (st->body_len >= 0)
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)st->body_len);
+    } else if (body_len || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+               strcmp(method, "PATCH") == 0) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body_len ? body : "");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     }
@@ -171,7 +228,10 @@ int httpc_request(const struct httpc_opts *opts, const char *method, const char 
         resp->attempts = attempt + 1;
         CURLcode cc = curl_easy_perform(h);
         int retryable;
-        if (cc == CURLE_OK) {
+        if (src.err || body_sink.err) {
+            rc = src.err ? src.err : body_sink.err;
+            retryable = 0;
+        } else if (cc == CURLE_OK) {
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
             rc = 0;
             retryable = httpc_status_retryable(resp->status);
@@ -188,8 +248,15 @@ int httpc_request(const struct httpc_opts *opts, const char *method, const char 
             rc = cc == CURLE_OPERATION_TIMEDOUT ? ERR_TIMEOUT : ERR_CONN;
             retryable = 1;
         }
+        if (body_sink.n_sunk) /* bytes already delivered cannot be taken back */
+            retryable = 0;
         if (!retryable || !may_retry || attempt >= opts->max_retries)
             break;
+        if (streamed_body && src.started) { /* start the body again, or give up */
+            if (!st->rewind || st->rewind(st->source_ctx))
+                break;
+            src.started = 0;
+        }
         long delay = httpc_jitter_ms(httpc_backoff_cap_ms(opts->backoff_base_ms,
                                                            opts->backoff_max_ms, attempt));
         char ra[32];
@@ -204,4 +271,18 @@ int httpc_request(const struct httpc_opts *opts, const char *method, const char 
     curl_slist_free_all(hl);
     curl_easy_cleanup(h);
     return rc;
+}
+
+int httpc_request(const struct httpc_opts *opts, const char *method, const char *url,
+                  const char *const *headers, const void *body, size_t body_len,
+                  struct httpc_response *resp)
+{
+    return httpc_do(opts, method, url, headers, body, body_len, NULL, resp);
+}
+
+int httpc_request_stream(const struct httpc_opts *opts, const char *method, const char *url,
+                         const char *const *headers, const struct httpc_stream *st,
+                         struct httpc_response *resp)
+{
+    return httpc_do(opts, method, url, headers, NULL, 0, st, resp);
 }

@@ -241,3 +241,87 @@ TEST(httpc_backoff_cap_doubles_to_max)
     CHECK_EQ_INT(httpc_backoff_cap_ms(200, 10000, 6), 10000);
     CHECK_EQ_INT(httpc_backoff_cap_ms(200, 10000, 1000), 10000);
 }
+
+/* ---- streaming (httpc_request_stream) ---- */
+
+struct src_state {
+    const char *data;
+    size_t len, off;
+    int rewinds;
+};
+
+static long src_read(void *ctx, void *out, size_t cap)
+{
+    struct src_state *s = ctx;
+    size_t k = s->len - s->off < 3 ? s->len - s->off : 3; /* tiny pieces */
+    if (k > cap)
+        k = cap;
+    memcpy(out, s->data + s->off, k);
+    s->off += k;
+    return (long)k;
+}
+
+static int src_rewind(void *ctx)
+{
+    struct src_state *s = ctx;
+    s->off = 0;
+    s->rewinds++;
+    return 0;
+}
+
+static int sink_append(void *ctx, const void *data, size_t n)
+{
+    return buf_append(ctx, data, n);
+}
+
+TEST(httpc_stream_body_rewound_on_retry_and_2xx_to_sink)
+{
+    static const struct step steps[] = {{503, NULL, "busy", 0, 0}, {200, NULL, "streamed-ok", 0, 0}};
+    struct server s;
+    server_start(&s, steps, 2);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/jobs", s.port);
+    struct httpc_response r;
+    httpc_response_init(&r);
+    struct httpc_opts o = fast_opts();
+    o.retry_unsafe = 1;
+    struct src_state src = {"line one\nline two\n", 18, 0, 0};
+    struct buf got;
+    buf_init(&got, 1024);
+    struct httpc_stream st = {src_read, src_rewind, &src, 18, sink_append, &got};
+    CHECK_EQ_INT(httpc_request_stream(&o, "POST", url, NULL, &st, &r), 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_INT(r.attempts, 2);
+    CHECK_EQ_INT(src.rewinds, 1);
+    CHECK_EQ_STR(got.data, "streamed-ok");
+    CHECK_EQ_INT((long)r.body.len, 0);
+    server_stop(&s);
+    CHECK(strstr(s.last_request, "\r\n\r\nline one\nline two\n") != NULL);
+    buf_release(&got);
+    httpc_response_release(&r);
+}
+
+TEST(httpc_stream_error_body_buffered_and_no_rewind_no_retry)
+{
+    static const struct step steps[] = {{503, NULL, "{\"error\":1}", 0, 0}, {200, NULL, "x", 0, 0}};
+    struct server s;
+    server_start(&s, steps, 2);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/jobs", s.port);
+    struct httpc_response r;
+    httpc_response_init(&r);
+    struct httpc_opts o = fast_opts();
+    o.retry_unsafe = 1;
+    struct src_state src = {"abc", 3, 0, 0};
+    struct buf got;
+    buf_init(&got, 1024);
+    struct httpc_stream st = {src_read, NULL, &src, 3, sink_append, &got};
+    CHECK_EQ_INT(httpc_request_stream(&o, "POST", url, NULL, &st, &r), 0);
+    CHECK_EQ_INT(r.status, 503);   /* the body was read once and cannot be rewound */
+    CHECK_EQ_INT(r.attempts, 1);
+    CHECK_EQ_STR(r.body.data, "{\"error\":1}");
+    CHECK_EQ_INT((long)got.len, 0);
+    server_stop(&s);
+    buf_release(&got);
+    httpc_response_release(&r);
+}

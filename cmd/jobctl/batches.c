@@ -1,0 +1,626 @@
+/*
+ * batches.c - jobctl's batch commands: status, wait, list, cancel, results,
+ * errors, retry-dead.
+ *
+ * wait polls GET /v1/batches/ID with If-None-Match (jobd answers 304 while
+ * nothing changed) and sleeps at least the Retry-After jobd suggests. The
+ * progress goes to stderr - a redrawn bar on a terminal, one plain line per
+ * poll otherwise (cron logs) - so stdout stays clean for scripts; the exit
+ * code is the batch's outcome (jobctl.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/jobctl/jobctl.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/js.h"
+
+/* The numbers of a batch object that the displays use. */
+struct bsum {
+    const char *id, *status, *endpoint, *model;
+    int64_t total, completed, failed;
+    int64_t created_at, started_at;  /* in_progress_at, or created_at */
+    int have_tokens;
+    int64_t in_tokens, out_tokens, total_tokens;
+    const json_t *cost;
+};
+
+static void bsum_read(const json_t *b, struct bsum *s)
+{
+    memset(s, 0, sizeof *s);
+    s->id = s->status = s->endpoint = "?";
+    js_get_str(b, "id", &s->id);
+    js_get_str(b, "status", &s->status);
+    js_get_str(b, "endpoint", &s->endpoint);
+    js_get_str(b, "model", &s->model);
+    json_t *rc = NULL, *u = NULL;
+    if (!js_get_obj(b, "request_counts", &rc)) {
+        js_get_int(rc, "total", &s->total);
+        js_get_int(rc, "completed", &s->completed);
+        js_get_int(rc, "failed", &s->failed);
+    }
+    js_get_int(b, "created_at", &s->created_at);
+    if (js_get_int(b, "in_progress_at", &s->started_at))
+        s->started_at = s->created_at;
+    if (!js_get_obj(b, "usage", &u)) {
+        s->have_tokens = 1;
+        if (js_get_int(u, "input_tokens", &s->in_tokens))
+            js_get_int(u, "prompt_tokens", &s->in_tokens);
+        if (js_get_int(u, "output_tokens", &s->out_tokens))
+            js_get_int(u, "completion_tokens", &s->out_tokens);
+        if (js_get_int(u, "total_tokens", &s->total_tokens))
+            s->total_tokens = s->in_tokens + s->out_tokens;
+    }
+    const json_t *c = json_object_get(b, "cost");
+    s->cost = c && !json_is_null(c) ? c : NULL;
+}
+
+/* Seconds left at the rate so far, or -1 when unknown. */
+static int64_t bsum_eta(const struct bsum *s, int64_t now)
+{
+    int64_t done = s->completed + s->failed, elapsed = now - s->started_at;
+    if (strcmp(s->status, "in_progress") != 0 || done <= 0 || elapsed <= 0 || s->total <= done)
+        return -1;
+    return (int64_t)((double)(s->total - done) * (double)elapsed / (double)done);
+}
+
+static double bsum_tok_rate(const struct bsum *s, int64_t now)
+{
+    int64_t elapsed = now - s->started_at;
+    return s->have_tokens && elapsed > 0 ? (double)s->out_tokens / (double)elapsed : 0.0;
+}
+
+static void fmt_cost(const json_t *c, char *out, size_t n)
+{
+    if (json_is_number(c)) {
+        snprintf(out, n, "%.6g", json_number_value(c));
+        return;
+    }
+    char *s = json_dumps(c, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    snprintf(out, n, "%s", s ? s : "?");
+    free(s);
+}
+
+static void print_status(const json_t *b, FILE *f)
+{
+    struct bsum s;
+    bsum_read(b, &s);
+    int64_t now = clock_wall_s(), done = s.completed + s.failed;
+    char t[64], d[32];
+    fprintf(f, "%s  %s\n", s.id, s.status);
+    fprintf(f, "  endpoint   %s%s%s\n", s.endpoint, s.model ? "   model " : "", s.model ? s.model : "");
+    fprintf(f, "  progress   %lld/%lld", (long long)done, (long long)s.total);
+    if (s.total > 0)
+        fprintf(f, " (%.1f%%)", 100.0 * (double)done / (double)s.total);
+    fprintf(f, "   completed %lld   failed %lld\n", (long long)s.completed, (long long)s.failed);
+    if (s.have_tokens) {
+        fprintf(f, "  tokens     in %lld   out %lld   total %lld", (long long)s.in_tokens,
+                (long long)s.out_tokens, (long long)s.total_tokens);
+        if (bsum_tok_rate(&s, now) > 0)
+            fprintf(f, "   (%.1f tok/s)", bsum_tok_rate(&s, now));
+        fputc('\n', f);
+    }
+    if (s.cost) {
+        fmt_cost(s.cost, t, sizeof t);
+        fprintf(f, "  cost       %s\n", t);
+    }
+    jc_fmt_time(s.created_at, t, sizeof t);
+    jc_fmt_duration(now - s.created_at, d, sizeof d);
+    fprintf(f, "  created    %s (%s ago)\n", t, d);
+    int64_t eta = bsum_eta(&s, now);
+    if (eta >= 0) {
+        jc_fmt_duration(eta, d, sizeof d);
+        fprintf(f, "  eta        %s (at the rate so far)\n", d);
+    }
+    static const char *const ends[] = {"completed_at", "failed_at", "expired_at", "cancelled_at"};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        int64_t at;
+        if (!js_get_int(b, ends[i], &at)) {
+            jc_fmt_time(at, t, sizeof t);
+            fprintf(f, "  %-10.*s %s\n", (int)(strlen(ends[i]) - 3), ends[i], t);
+        }
+    }
+    const char *of = NULL, *ef = NULL;
+    js_get_str(b, "output_file_id", &of);
+    js_get_str(b, "error_file_id", &ef);
+    if (of || ef)
+        fprintf(f, "  files      output %s   errors %s\n", of ? of : "-", ef ? ef : "-");
+    json_t *errs = NULL, *data = NULL;
+    if (!js_get_obj(b, "errors", &errs) && !js_get_arr(errs, "data", &data)) {
+        size_t n = json_array_size(data);
+        for (size_t i = 0; i < n && i < 5; i++) {
+            const json_t *e = json_array_get(data, i);
+            const char *code = "?", *msg = "";
+            int64_t line = 0;
+            js_get_str(e, "code", &code);
+            js_get_str(e, "message", &msg);
+            js_get_int(e, "line", &line);
+            if (line)
+                fprintf(f, "  error      line %lld: %s: %s\n", (long long)line, code, msg);
+            else
+                fprintf(f, "  error      %s: %s\n", code, msg);
+        }
+        if (n > 5)
+            fprintf(f, "  error      ... %zu more (jobctl errors %s)\n", n - 5, s.id);
+    }
+    json_t *md = NULL;
+    if (!js_get_obj(b, "metadata", &md) && json_object_size(md)) {
+        fprintf(f, "  metadata  ");
+        const char *k;
+        json_t *v;
+        json_object_foreach(md, k, v) {
+            fprintf(f, " %s=%s", k, json_is_string(v) ? json_string_value(v) : "?");
+        }
+        fputc('\n', f);
+    }
+}
+
+static int get_batch(struct jc *jc, const char *id, json_t **out)
+{
+    char path[256], what[160];
+    snprintf(path, sizeof path, "/v1/batches/%s", id);
+    snprintf(what, sizeof what, "batch %s", id);
+    return jc_get_json(jc, path, what, out);
+}
+
+/* ---- status ---------------------------------------------------------------------------------- */
+
+static const char *status_usage =
+    "usage: jobctl status BATCH_ID [--json]\n"
+    "\n"
+    "Show a batch: status, progress, request counts, tokens and cost when jobd\n"
+    "reports them, and an ETA from the rate so far. --json prints jobd's object.\n"
+    "\n"
+    "example:\n"
+    "  jobctl status batch_01jf8zq3v0m9x5k2c7n4t6r8wd\n";
+
+int cmd_status(struct jc *jc, int argc, char **argv)
+{
+    int json_out = 0;
+    struct cfg_opt opts[] = {
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the batch object as JSON"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, status_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1,
+                       &n_pos)) >= 0)
+        return rc;
+    if ((rc = jc_check_id(jc, "batch", pos[0])))
+        return rc;
+    json_t *b = NULL;
+    if ((rc = get_batch(jc, pos[0], &b)))
+        return rc;
+    if (json_out)
+        jc_print_json(b, stdout, 2);
+    else
+        print_status(b, stdout);
+    json_decref(b);
+    return JC_EXIT_OK;
+}
+
+/* ---- wait ------------------------------------------------------------------------------------ */
+
+static void progress(const json_t *b, int tty, int64_t now)
+{
+    struct bsum s;
+    bsum_read(b, &s);
+    int64_t done = s.completed + s.failed, eta = bsum_eta(&s, now);
+    double pct = s.total > 0 ? 100.0 * (double)done / (double)s.total : 0.0;
+    char etas[32] = "-", rate[32] = "-";
+    if (eta >= 0)
+        jc_fmt_duration(eta, etas, sizeof etas);
+    if (s.have_tokens)
+        snprintf(rate, sizeof rate, "%.1f", bsum_tok_rate(&s, now));
+    if (tty) {
+        char bar[31];
+        int fill = s.total > 0 ? (int)(30 * done / s.total) : 0;
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(stderr, "\r[%s] %5.1f%% %lld/%lld ok %lld failed %lld  %s tok/s  eta %s  %-11s\033[K", bar,
+                pct, (long long)done, (long long)s.total, (long long)s.completed, (long long)s.failed,
+                rate, etas, s.status);
+    } else {
+        char t[64];
+        clock_iso8601(clock_wall_ms(), t, sizeof t);
+        fprintf(stderr, "%s %s %s %lld/%lld (%.1f%%) completed %lld failed %lld tok/s %s eta %s\n", t,
+                s.id, s.status, (long long)done, (long long)s.total, pct, (long long)s.completed,
+                (long long)s.failed, rate, etas);
+    }
+    fflush(stderr);
+}
+
+int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_ms, int json_out)
+{
+    char path[256], what[160], etag[256] = "", inm[300];
+    snprintf(path, sizeof path, "/v1/batches/%s", id);
+    snprintf(what, sizeof what, "batch %s", id);
+    int tty = isatty(2), rc = 0, drawn = 0;
+    uint64_t start = clock_mono_ms();
+    json_t *last = NULL;
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.max_retries = 6; /* ride out a jobd restart (about a minute of backoff) */
+    for (;;) {
+        struct httpc_response r;
+        httpc_response_init(&r);
+        const char *hdr[] = {inm, NULL};
+        snprintf(inm, sizeof inm, "If-None-Match: %s", etag);
+        int hrc = jc_call(jc, &o, "GET", path, etag[0] ? hdr : NULL, NULL, 0, NULL, &r);
+        if (drawn && tty && (hrc || (r.status != 200 && r.status != 304)))
+            fputc('\n', stderr);
+        if ((rc = jc_check(jc, "GET", path, hrc, &r, what, last != NULL))) {
+            httpc_response_release(&r);
+            break;
+        }
+        if (r.status == 200) {
+            json_t *b = NULL;
+            if ((rc = jc_parse_json(jc, &r, &b))) {
+                httpc_response_release(&r);
+                break;
+            }
+            json_decref(last);
+            last = b;
+            if (httpc_response_header(&r, "ETag", etag, sizeof etag))
+                etag[0] = '\0';
+        }
+        int64_t delay = interval_ms;
+        char ra[32];
+        if (!httpc_response_header(&r, "Retry-After", ra, sizeof ra)) {
+            long s = strtol(ra, NULL, 10);
+            if (s > 0 && s <= 600 && s * 1000 > delay)
+                delay = s * 1000;
+        }
+        httpc_response_release(&r);
+        progress(last, tty, clock_wall_s());
+        drawn = 1;
+        int outcome = jc_batch_outcome(last);
+        if (outcome >= 0) {
+            rc = outcome;
+            break;
+        }
+        uint64_t elapsed = clock_mono_ms() - start;
+        if (timeout_ms > 0 && elapsed >= (uint64_t)timeout_ms) {
+            if (tty)
+                fputc('\n', stderr);
+            json_decref(last);
+            return jc_fail(jc, JC_EXIT_TIMEOUT, "wait again later; the batch keeps running",
+                           "batch %s still running after --timeout", id);
+        }
+        if (timeout_ms > 0 && elapsed + (uint64_t)delay > (uint64_t)timeout_ms)
+            delay = timeout_ms - (int64_t)elapsed;
+        clock_sleep_ms((uint64_t)delay);
+    }
+    if (last && rc == jc_batch_outcome(last)) {
+        if (tty)
+            fputc('\n', stderr);
+        struct bsum s;
+        bsum_read(last, &s);
+        fprintf(stderr, "%s %s: %lld requests, %lld completed, %lld failed\n", s.id, s.status,
+                (long long)s.total, (long long)s.completed, (long long)s.failed);
+        if (rc == JC_EXIT_FAILED)
+            fprintf(stderr, "hint: the input was rejected; see jobctl status %s (or jobctl errors %s)\n",
+                    s.id, s.id);
+        else if (rc == JC_EXIT_PARTIAL)
+            fprintf(stderr, "hint: the failed requests are in: jobctl errors %s\n", s.id);
+        if (json_out)
+            jc_print_json(last, stdout, 2);
+    }
+    json_decref(last);
+    return rc;
+}
+
+static const char *wait_usage =
+    "usage: jobctl wait BATCH_ID [--interval 2s] [--timeout DUR] [--json]\n"
+    "\n"
+    "Wait until the batch ends: a live progress bar (counts, tokens/s, ETA) on a\n"
+    "terminal, one plain line per poll otherwise, both on stderr. Polls with\n"
+    "If-None-Match and never faster than jobd's Retry-After. Exits with the\n"
+    "batch's outcome: 0 completed, 10 completed with failed requests, 11 failed,\n"
+    "12 expired, 13 cancelled, 14 --timeout passed (see jobctl --help).\n"
+    "\n"
+    "example:\n"
+    "  jobctl wait \"$id\" --timeout 24h || echo \"batch ended with code $?\"\n";
+
+int cmd_wait(struct jc *jc, int argc, char **argv)
+{
+    int64_t interval_ms = 2000, timeout_ms = 0;
+    int json_out = 0;
+    struct cfg_opt opts[] = {
+        {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "time between polls (default 2s)"},
+        {"timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "give up after DUR (exit 14); default never"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the final batch object on stdout"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, wait_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1,
+                       &n_pos)) >= 0)
+        return rc;
+    if ((rc = jc_check_id(jc, "batch", pos[0])))
+        return rc;
+    if (interval_ms < 10)
+        interval_ms = 10;
+    return jc_wait(jc, pos[0], interval_ms, timeout_ms, json_out);
+}
+
+/* ---- list ------------------------------------------------------------------------------------ */
+
+static const char *list_usage =
+    "usage: jobctl list [--status S[,S...]] [--limit N] [--json]\n"
+    "\n"
+    "List your batches, newest first, following jobd's pages (has_more / after)\n"
+    "until --limit rows are shown (0: all). --status keeps only those statuses.\n"
+    "\n"
+    "examples:\n"
+    "  jobctl list --status in_progress,validating\n"
+    "  jobctl list --limit 0 --json | jq -r .id\n";
+
+static int status_match(const char *filter, const char *st)
+{
+    if (!filter)
+        return 1;
+    size_t n = strlen(st);
+    for (const char *p = filter; *p;) {
+        const char *c = strchr(p, ',');
+        size_t k = c ? (size_t)(c - p) : strlen(p);
+        if (k == n && !strncmp(p, st, n))
+            return 1;
+        p += k + (c ? 1 : 0);
+    }
+    return 0;
+}
+
+int cmd_list(struct jc *jc, int argc, char **argv)
+{
+    const char *status = NULL;
+    int64_t limit = 20, page_size = 100;
+    int json_out = 0;
+    struct cfg_opt opts[] = {
+        {"status", NULL, CFG_STR, &status, "S,...", "only batches in these statuses"},
+        {"limit", NULL, CFG_INT, &limit, "N", "rows to show (default 20; 0 = all)"},
+        {"page-size", NULL, CFG_INT, &page_size, "N", "batches per request, 1 .. 100 (default 100)"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "one batch object per line (JSONL)"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, list_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0, 0,
+                       &n_pos)) >= 0)
+        return rc;
+    if (limit < 0)
+        return jc_usage_error(jc, "--limit: must be 0 or more");
+    if (page_size < 1 || page_size > 100)
+        return jc_usage_error(jc, "--page-size: 1 .. 100");
+    char after[JC_ID_MAX] = "";
+    int64_t shown = 0;
+    for (int page_no = 0;; page_no++) {
+        char path[256];
+        int64_t want = limit ? limit - shown : page_size;
+        if (status || want > page_size || want < 1)
+            want = page_size;
+        snprintf(path, sizeof path, "/v1/batches?limit=%lld%s%s", (long long)want, after[0] ? "&after=" : "",
+                 after);
+        json_t *page = NULL, *data = NULL;
+        if ((rc = jc_get_json(jc, path, NULL, &page)))
+            return rc;
+        if (js_get_arr(page, "data", &data)) {
+            json_decref(page);
+            return jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's list has no data array");
+        }
+        size_t n = json_array_size(data);
+        if (!json_out && page_no == 0) /* after the first answer: no header above an error */
+            printf("%-34s %-11s %-20s %15s %8s  %s\n", "ID", "STATUS", "CREATED", "DONE/TOTAL", "FAILED",
+                   "MODEL");
+        for (size_t i = 0; i < n && (!limit || shown < limit); i++) {
+            const json_t *b = json_array_get(data, i);
+            struct bsum s;
+            bsum_read(b, &s);
+            if (!status_match(status, s.status))
+                continue;
+            shown++;
+            if (json_out) {
+                jc_print_json(b, stdout, 0);
+                continue;
+            }
+            char t[64], prog[48];
+            jc_fmt_time(s.created_at, t, sizeof t);
+            snprintf(prog, sizeof prog, "%lld/%lld", (long long)(s.completed + s.failed), (long long)s.total);
+            printf("%-34s %-11s %-20s %15s %8lld  %s\n", s.id, s.status, t, prog, (long long)s.failed,
+                   s.model ? s.model : "-");
+        }
+        int has_more = 0;
+        js_get_bool(page, "has_more", &has_more);
+        const char *last_id = NULL;
+        if (n)
+            js_get_str(json_array_get(data, n - 1), "id", &last_id);
+        int go_on = has_more && n && last_id && strlen(last_id) < sizeof after && (!limit || shown < limit);
+        if (go_on)
+            snprintf(after, sizeof after, "%s", last_id);
+        json_decref(page);
+        if (!go_on)
+            break;
+    }
+    return JC_EXIT_OK;
+}
+
+/* ---- cancel ---------------------------------------------------------------------------------- */
+
+static const char *cancel_usage =
+    "usage: jobctl cancel BATCH_ID\n"
+    "\n"
+    "Cancel a batch (POST /v1/batches/ID/cancel); prints 'ID STATUS'. Queued\n"
+    "requests end at once, running ones finish; finished results are kept.\n"
+    "Repeating it is harmless.\n"
+    "\n"
+    "example:\n"
+    "  jobctl cancel \"$id\" && jobctl wait \"$id\"   # exits 13 once cancelled\n";
+
+int cmd_cancel(struct jc *jc, int argc, char **argv)
+{
+    struct cfg_opt opts[] = {JC_COMMON_OPTS(jc)};
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, cancel_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1,
+                       &n_pos)) >= 0)
+        return rc;
+    if ((rc = jc_check_id(jc, "batch", pos[0])))
+        return rc;
+    char path[256], what[160];
+    snprintf(path, sizeof path, "/v1/batches/%s/cancel", pos[0]);
+    snprintf(what, sizeof what, "batch %s", pos[0]);
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.retry_unsafe = 1; /* cancelling twice is harmless */
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *b = NULL;
+    rc = jc_call(jc, &o, "POST", path, NULL, NULL, 0, NULL, &r);
+    if (!(rc = jc_check(jc, "POST", path, rc, &r, what, 0)) && !(rc = jc_parse_json(jc, &r, &b))) {
+        const char *st = "?";
+        js_get_str(b, "status", &st);
+        printf("%s %s\n", pos[0], st);
+    }
+    json_decref(b);
+    httpc_response_release(&r);
+    return rc;
+}
+
+/* ---- results / errors ------------------------------------------------------------------------ */
+
+static const char *results_usage =
+    "usage: jobctl results BATCH_ID [-o FILE] [--raw]\n"
+    "\n"
+    "Write the batch's output file (one JSONL line per successful request) to\n"
+    "stdout or FILE (written to FILE.tmp, renamed when complete). --raw writes\n"
+    "jobd's stored zstd stream instead (zstd -d to read it). Empty output when\n"
+    "no request succeeded. Fails (exit 1) while the batch is still running.\n"
+    "\n"
+    "example:\n"
+    "  jobctl results \"$id\" -o results.jsonl && jq -c .response.body results.jsonl\n";
+
+static const char *errors_usage =
+    "usage: jobctl errors BATCH_ID [-o FILE] [--raw]\n"
+    "\n"
+    "Write the batch's error file (failed, dead-lettered, cancelled and expired\n"
+    "requests, one JSONL line each). For a batch that failed validation, writes\n"
+    "its validation errors (code, line, message) as JSONL. Empty output when no\n"
+    "request failed.\n"
+    "\n"
+    "example:\n"
+    "  jobctl errors \"$id\" | jq -r '.custom_id + \": \" + .error.code'\n";
+
+static int batch_file(struct jc *jc, int argc, char **argv, int errors)
+{
+    const char *output = NULL;
+    int raw = 0;
+    struct cfg_opt opts[] = {
+        {"output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"},
+        {"raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, errors ? errors_usage : results_usage, opts, sizeof opts / sizeof opts[0], argc,
+                       argv, pos, 1, 1, &n_pos)) >= 0)
+        return rc;
+    if ((rc = jc_check_id(jc, "batch", pos[0])))
+        return rc;
+    json_t *b = NULL;
+    if ((rc = get_batch(jc, pos[0], &b)))
+        return rc;
+    const char *fid = NULL, *st = "?";
+    js_get_str(b, "status", &st);
+    js_get_str(b, errors ? "error_file_id" : "output_file_id", &fid);
+    json_t *verrs = NULL, *vdata = NULL;
+    int outcome = jc_batch_outcome(b);
+    if (fid) {
+        if (!(rc = jc_check_id(jc, "file", fid)))
+            rc = jc_download(jc, fid, output, raw);
+    } else if (outcome < 0) {
+        char hint[200];
+        snprintf(hint, sizeof hint, "jobctl wait %s, then try again", pos[0]);
+        rc = jc_fail(jc, JC_EXIT_FAIL, hint, "batch %s is %s: its %s file is written when it ends", pos[0],
+                     st, errors ? "error" : "output");
+    } else if (errors && !raw && !js_get_obj(b, "errors", &verrs) && !js_get_arr(verrs, "data", &vdata)) {
+        /* a batch that failed validation: its errors live in the object */
+        FILE *f = stdout;
+        if (output && strcmp(output, "-") && !(f = fopen(output, "w")))
+            rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot write '%s'", output);
+        for (size_t i = 0; !rc && i < json_array_size(vdata); i++)
+            jc_print_json(json_array_get(vdata, i), f, 0);
+        if (f != stdout && f && fclose(f) && !rc)
+            rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot write '%s'", output);
+    } else {
+        fprintf(stderr, "jobctl %s: batch %s (%s) has no %s file: %s\n", jc->cmd, pos[0], st,
+                errors ? "error" : "output", errors ? "no request failed" : "no request succeeded");
+        if (output && strcmp(output, "-")) { /* an empty file, so pipelines find one */
+            FILE *f = fopen(output, "w");
+            if (!f || fclose(f))
+                rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot write '%s'", output);
+        }
+    }
+    json_decref(b);
+    return rc;
+}
+
+int cmd_results(struct jc *jc, int argc, char **argv)
+{
+    return batch_file(jc, argc, argv, 0);
+}
+
+int cmd_errors(struct jc *jc, int argc, char **argv)
+{
+    return batch_file(jc, argc, argv, 1);
+}
+
+/* ---- retry-dead ------------------------------------------------------------------------------ */
+
+static const char *retry_usage =
+    "usage: jobctl retry-dead REQUEST_ID | --batch BATCH_ID\n"
+    "\n"
+    "Requeue dead-lettered requests (attempts reset): one by its request id\n"
+    "(POST /v1/dead_letters/ID/retry) or all of a batch\n"
+    "(POST /v1/batches/ID/dead_letters/retry). jobd allows it while the batch is\n"
+    "in progress and inside its window; prints jobd's answer as JSON.\n"
+    "\n"
+    "examples:\n"
+    "  jobctl retry-dead --batch \"$id\"\n"
+    "  jobctl retry-dead req_01jf8y2n6q3c5v7x9z1b3d5f7h\n";
+
+int cmd_retry_dead(struct jc *jc, int argc, char **argv)
+{
+    const char *batch = NULL;
+    struct cfg_opt opts[] = {
+        {"batch", NULL, CFG_STR, &batch, "BATCH_ID", "retry every dead letter of this batch"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, retry_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 0,
+                       &n_pos)) >= 0)
+        return rc;
+    if ((batch != NULL) == (n_pos == 1))
+        return jc_usage_error(jc, "give a REQUEST_ID or --batch BATCH_ID (one of them)");
+    const char *id = batch ? batch : pos[0];
+    if ((rc = jc_check_id(jc, batch ? "batch" : "request", id)))
+        return rc;
+    char path[256], what[160];
+    snprintf(path, sizeof path, batch ? "/v1/batches/%s/dead_letters/retry" : "/v1/dead_letters/%s/retry", id);
+    snprintf(what, sizeof what, batch ? "batch %s" : "dead letter %s", id);
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *v = NULL;
+    rc = jc_call(jc, &o, "POST", path, NULL, NULL, 0, NULL, &r);
+    if (!(rc = jc_check(jc, "POST", path, rc, &r, what, 0)) && !(rc = jc_parse_json(jc, &r, &v)))
+        jc_print_json(v, stdout, 0);
+    json_decref(v);
+    httpc_response_release(&r);
+    return rc;
+}

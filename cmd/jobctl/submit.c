@@ -1,0 +1,385 @@
+/*
+ * submit.c - jobctl submit: one JSONL file to one batch through POST /v1/jobs.
+ *
+ * The file is read twice, never held in memory: a first pass hashes it
+ * (SHA-256) for the derived Idempotency-Key, a second streams it through a
+ * zstd writer into the request body (Transfer-Encoding: chunked,
+ * Content-Encoding: zstd). Memory is the zstd context plus one read buffer
+ * and the compressed bytes of one read, whatever the file's size. stdin is
+ * spooled to an unlinked temporary file first, so it can be hashed, and the
+ * upload can be rewound and retried like a file (safe: the request carries
+ * an Idempotency-Key, so a retry never creates a second batch).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd/jobctl/jobctl.h"
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "common/err.h"
+#include "common/js.h"
+#include "common/log.h"
+#include "common/zst.h"
+
+#define SUBMIT_READ_BYTES (256u << 10)
+#define SUBMIT_MAX_METADATA 16
+#define SUBMIT_ZSTD_LEVEL 3
+
+static const char *submit_usage =
+    "usage: jobctl submit FILE.jsonl|- [options]\n"
+    "\n"
+    "Submit a JSONL file of requests as one batch (POST /v1/jobs) and print the\n"
+    "batch id on stdout and nothing else, so id=$(jobctl submit f.jsonl) works.\n"
+    "The file streams from disk, zstd-compressed on the wire (chunked); '-' reads\n"
+    "stdin (spooled to a temporary file first). The Idempotency-Key defaults to\n"
+    "one derived from the content's SHA-256 and the options (endpoint, window,\n"
+    "metadata, priority, file name), so submitting the same file twice - a cron\n"
+    "job that runs twice - creates one batch: the second call prints the first\n"
+    "batch's id (jobd keeps keys 24 h). With --wait it then waits like\n"
+    "'jobctl wait' and exits with the batch's outcome code.\n"
+    "\n"
+    "  --metadata K=V       a metadata pair (repeatable, at most 16)\n"
+    "\n"
+    "examples:\n"
+    "  id=$(jobctl submit requests.jsonl --metadata owner=nightly) && jobctl wait \"$id\"\n"
+    "  ./make-requests | jobctl submit - --window 6h --priority 10 --wait\n";
+
+struct submit_src {
+    int fd;
+    struct zst_writer *zw;
+    struct buf pending; /* compressed bytes not yet handed to curl */
+    char *rbuf;
+    int ended;
+};
+
+static int submit_sink(void *ctx, const void *data, size_t n)
+{
+    return buf_append(ctx, data, n);
+}
+
+static long submit_source(void *ctx, void *data, size_t cap)
+{
+    struct submit_src *s = ctx;
+    while (s->pending.len == 0 && !s->ended) {
+        ssize_t n = read(s->fd, s->rbuf, SUBMIT_READ_BYTES);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ERR_IO;
+        int rc = n > 0 ? zst_writer_write(s->zw, s->rbuf, (size_t)n) : zst_writer_end_frame(s->zw);
+        if (rc)
+            return rc;
+        if (n == 0)
+            s->ended = 1;
+    }
+    size_t k = s->pending.len < cap ? s->pending.len : cap;
+    memcpy(data, s->pending.data, k);
+    buf_consume(&s->pending, k);
+    return (long)k;
+}
+
+static int submit_rewind(void *ctx)
+{
+    struct submit_src *s = ctx;
+    if (lseek(s->fd, 0, SEEK_SET) != 0)
+        return ERR_IO;
+    zst_writer_free(s->zw);
+    s->zw = NULL;
+    buf_reset(&s->pending);
+    s->ended = 0;
+    return zst_writer_new(SUBMIT_ZSTD_LEVEL, submit_sink, &s->pending, &s->zw);
+}
+
+/* Copy stdin to an unlinked temporary file; returns its fd or -1. */
+static int submit_spool_stdin(char *rbuf)
+{
+    FILE *t = tmpfile();
+    if (!t)
+        return -1;
+    int fd = dup(fileno(t));
+    fclose(t);
+    if (fd < 0)
+        return -1;
+    for (;;) {
+        ssize_t n = read(0, rbuf, SUBMIT_READ_BYTES);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            close(fd);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(fd, rbuf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                close(fd);
+                return -1;
+            }
+            off += w;
+        }
+    }
+    if (lseek(fd, 0, SEEK_SET) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* SHA-256 of the whole file as hex; rewinds it. 0 or ERR_IO/ERR_NOMEM. */
+static int submit_hash(int fd, char *rbuf, char hex[2 * SHA256_LEN + 1], unsigned long long *bytes)
+{
+    struct sha256_ctx *c = sha256_new();
+    if (!c)
+        return ERR_NOMEM;
+    unsigned long long total = 0;
+    for (;;) {
+        ssize_t n = read(fd, rbuf, SUBMIT_READ_BYTES);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            sha256_free(c);
+            return ERR_IO;
+        }
+        if (n == 0)
+            break;
+        total += (unsigned long long)n;
+        if (sha256_update(c, rbuf, (size_t)n)) {
+            sha256_free(c);
+            return ERR_CRYPTO;
+        }
+    }
+    uint8_t d[SHA256_LEN];
+    if (sha256_final(c, d) || lseek(fd, 0, SEEK_SET) != 0)
+        return ERR_IO;
+    for (int i = 0; i < SHA256_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    *bytes = total;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Take every --metadata K=V out of argv (it may repeat, which cfg.h does not
+ * do); the rest is compacted into argv, *argc updated. 0 or an exit code. */
+static int submit_take_metadata(struct jc *jc, int *argc, char **argv, const char **md, int *n_md)
+{
+    int out = 0;
+    *n_md = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--")) {
+            while (i < *argc)
+                argv[out++] = argv[i++];
+            break;
+        }
+        if (!strcmp(argv[i], "--metadata")) {
+            if (i + 1 >= *argc)
+                return jc_usage_error(jc, "--metadata needs KEY=VALUE");
+            v = argv[++i];
+        } else if (!strncmp(argv[i], "--metadata=", 11)) {
+            v = argv[i] + 11;
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v)
+            return jc_usage_error(jc, "--metadata: '%s' is not KEY=VALUE", v);
+        if (*n_md >= SUBMIT_MAX_METADATA)
+            return jc_usage_error(jc, "--metadata: at most %d pairs", SUBMIT_MAX_METADATA);
+        if (!strncmp(v, "priority=", 9))
+            return jc_usage_error(jc, "--metadata: use --priority N to set the priority");
+        md[(*n_md)++] = v;
+    }
+    *argc = out;
+    return 0;
+}
+
+int cmd_submit(struct jc *jc, int argc, char **argv)
+{
+    const char *endpoint = NULL, *window = "24h", *webhook = NULL, *idem = NULL, *filename = NULL;
+    int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0;
+    int wait = 0;
+    const char *md[SUBMIT_MAX_METADATA];
+    int n_md = 0;
+    int rc = submit_take_metadata(jc, &argc, argv, md, &n_md);
+    if (rc)
+        return rc;
+    struct cfg_opt opts[] = {
+        {"endpoint", NULL, CFG_STR, &endpoint, "PATH", "/v1/chat/completions (default) or /v1/completions"},
+        {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1m .. 30d (default 24h)"},
+        {"priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"},
+        {"webhook", NULL, CFG_STR, &webhook, "URL", "per-batch webhook (not served by jobd yet: refused)"},
+        {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
+        {"filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"},
+        {"wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"},
+        {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "with --wait: polling interval (default 2s)"},
+        {"timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "with --wait: give up after DUR (exit 14)"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0;
+    if ((rc = jc_parse(jc, submit_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1,
+                       &n_pos)) >= 0)
+        return rc;
+
+    int64_t win_ms;
+    if (cfg_parse_duration_ms(window, &win_ms) || win_ms < 60000 || win_ms > 30LL * 86400000)
+        return jc_usage_error(jc, "--window: '%s' is not a duration from 1m to 30d", window);
+    if (priority != INT64_MIN && (priority < -1000 || priority > 1000))
+        return jc_usage_error(jc, "--priority: %lld is outside -1000 .. 1000", (long long)priority);
+    if (endpoint && strcmp(endpoint, "/v1/chat/completions") && strcmp(endpoint, "/v1/completions"))
+        return jc_usage_error(jc, "--endpoint: use /v1/chat/completions or /v1/completions");
+    if (idem && (!*idem || strlen(idem) > 255))
+        return jc_usage_error(jc, "--idempotency-key: 1 to 255 bytes");
+    if (webhook)
+        return jc_fail(jc, JC_EXIT_FAIL,
+                       "register a tenant webhook endpoint instead once jobd serves webhooks; "
+                       "or poll with 'jobctl wait'",
+                       "--webhook: jobd has no per-batch webhook option (POST /v1/jobs takes none); "
+                       "nothing was submitted");
+
+    const char *path = pos[0];
+    int is_stdin = !strcmp(path, "-");
+    if (!filename) {
+        const char *slash = strrchr(path, '/');
+        filename = is_stdin ? "stdin.jsonl" : slash ? slash + 1 : path;
+    }
+
+    struct submit_src src = {-1, NULL, {0}, NULL, 0};
+    buf_init(&src.pending, 8u << 20); /* the compressed bytes of one read: far less */
+    struct buf q, mat;
+    buf_init(&q, 64u << 10);
+    buf_init(&mat, 64u << 10);
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *batch = NULL;
+    char idem_hdr[300];
+    if (!(src.rbuf = malloc(SUBMIT_READ_BYTES))) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "out of memory");
+        goto out;
+    }
+    src.fd = is_stdin ? submit_spool_stdin(src.rbuf) : open(path, O_RDONLY | O_CLOEXEC);
+    if (src.fd < 0) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, is_stdin ? "is TMPDIR writable?" : NULL, "cannot read '%s': %s",
+                     is_stdin ? "stdin" : path, strerror(errno));
+        goto out;
+    }
+    char hex[2 * SHA256_LEN + 1];
+    unsigned long long n_bytes = 0;
+    int hr = submit_hash(src.fd, src.rbuf, hex, &n_bytes);
+    if (hr) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot read '%s': %s", path, err_msg(hr));
+        goto out;
+    }
+    if (n_bytes == 0) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, "a batch needs at least one request line", "'%s' is empty", path);
+        goto out;
+    }
+
+    /* the query: options and metadata; the material of the derived key */
+    qsort(md, (size_t)n_md, sizeof md[0], cmp_str);
+    char prio[32] = "";
+    if (priority != INT64_MIN)
+        snprintf(prio, sizeof prio, "%lld", (long long)priority);
+    int e = buf_append_str(&q, "/v1/jobs?completion_window=") || jc_url_escape(&q, window) ||
+            buf_append_str(&q, "&filename=") || jc_url_escape(&q, filename);
+    if (endpoint)
+        e = e || buf_append_str(&q, "&endpoint=") || jc_url_escape(&q, endpoint);
+    e = e || buf_printf(&mat, "jobctl submit v1\n%s\n%s\n%s\n%s\n", endpoint ? endpoint : "",
+                        window, filename, prio);
+    for (int i = 0; i < n_md && !e; i++) {
+        const char *eq = strchr(md[i], '=');
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - md[i]), md[i]);
+        e = buf_append_str(&q, "&metadata%5B") || jc_url_escape(&q, key) || buf_append_str(&q, "%5D=") ||
+            jc_url_escape(&q, eq + 1) || buf_printf(&mat, "%s\n", md[i]);
+    }
+    if (prio[0])
+        e = e || buf_append_str(&q, "&metadata%5Bpriority%5D=") || buf_append_str(&q, prio);
+    e = e || buf_printf(&mat, "%s\n", hex);
+    if (e) {
+        rc = jc_fail(jc, JC_EXIT_USAGE, NULL, "options too long");
+        goto out;
+    }
+    if (idem) {
+        snprintf(idem_hdr, sizeof idem_hdr, "Idempotency-Key: %s", idem);
+    } else {
+        uint8_t d[SHA256_LEN];
+        sha256(mat.data, mat.len, d);
+        int n = snprintf(idem_hdr, sizeof idem_hdr, "Idempotency-Key: jobctl-");
+        for (int i = 0; i < 20; i++)
+            n += snprintf(idem_hdr + n, sizeof idem_hdr - (size_t)n, "%02x", d[i]);
+    }
+    log_debug("submit %s: %llu bytes, sha256 %s, %s", path, n_bytes, hex, idem_hdr);
+
+    if (submit_rewind(&src)) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot start the zstd stream");
+        goto out;
+    }
+    struct httpc_opts ho;
+    jc_opts_default(&ho);
+    ho.retry_unsafe = 1;         /* the Idempotency-Key makes a repeat harmless */
+    ho.timeout_ms = 0;           /* any size ... */
+    ho.stall_timeout_ms = 120000; /* ... but not a stalled transfer */
+    const char *hdrs[] = {"Content-Type: application/x-ndjson", "Content-Encoding: zstd", idem_hdr, NULL};
+    struct httpc_stream st = {submit_source, submit_rewind, &src, -1, NULL, NULL};
+    int hrc = 0;
+    for (int attempt = 0;; attempt++) {
+        hrc = jc_call(jc, &ho, "POST", q.data, hdrs, NULL, 0, &st, &r);
+        if (hrc || r.status != 409 || attempt >= 20) /* 409: the same key still in flight */
+            break;
+        char ra[16];
+        long wait_s = 1;
+        if (!httpc_response_header(&r, "Retry-After", ra, sizeof ra))
+            wait_s = strtol(ra, NULL, 10);
+        clock_sleep_ms((uint64_t)(wait_s > 0 && wait_s < 30 ? wait_s : 1) * 1000);
+        httpc_response_release(&r);
+        httpc_response_init(&r);
+        if (submit_rewind(&src)) {
+            rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot restart the upload");
+            goto out;
+        }
+    }
+    if (hrc == ERR_IO) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot read '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    if ((rc = jc_check(jc, "POST", q.data, hrc, &r, NULL, 0)))
+        goto out;
+    if ((rc = jc_parse_json(jc, &r, &batch)))
+        goto out;
+    const char *id;
+    if (js_get_str(batch, "id", &id) || jc_check_id(jc, "batch", id)) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's answer has no batch id");
+        goto out;
+    }
+    char replayed[16];
+    if (!httpc_response_header(&r, "Idempotent-Replayed", replayed, sizeof replayed) &&
+        !strcmp(replayed, "true"))
+        fprintf(stderr, "jobctl submit: already submitted with the same content and options "
+                        "(%s): the existing batch\n", idem_hdr);
+    printf("%s\n", id);
+    fflush(stdout);
+    rc = wait ? jc_wait(jc, id, interval_ms, timeout_ms, 0) : JC_EXIT_OK;
+out:
+    json_decref(batch);
+    httpc_response_release(&r);
+    buf_release(&q);
+    buf_release(&mat);
+    buf_release(&src.pending);
+    zst_writer_free(src.zw);
+    free(src.rbuf);
+    if (src.fd >= 0)
+        close(src.fd);
+    return rc;
+}
