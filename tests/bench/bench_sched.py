@@ -33,6 +33,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EOG = (0, 1, 2)
+_LOG_CB = None
 
 
 def workload(n, pmin, pmax, seed=1234):
@@ -71,6 +72,9 @@ def run_llama(model, prompts, max_tokens, threads, parallel):
     import llama_cpp as lc
     import numpy as np
 
+    global _LOG_CB
+    _LOG_CB = lc.llama_log_callback(lambda level, text, data: None)  # keep a reference
+    lc.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
     lc.llama_backend_init()
     mp = lc.llama_model_default_params()
     mp.n_gpu_layers = 0
@@ -141,7 +145,6 @@ def run_llama(model, prompts, max_tokens, threads, parallel):
     lc.llama_batch_free(batch)
     lc.llama_free(ctx)
     lc.llama_model_free(mdl)
-    _ = ctypes
     return {"wall_s": wall, "output_tokens": n_out, "prompt_tokens": sum(len(p) for p in prompts)}
 
 
