@@ -19,8 +19,17 @@ void kn_attn_paged_f32(float *out, const float *q, const float *k, const float *
                        int n_ctx, int n_head, int n_head_kv, int head_dim, float scale,
                        float *scores)
 {
+    kn_attn_paged_heads_f32(out, q, k, v, block_table, block_tokens, block_stride, n_ctx, n_head,
+                            n_head_kv, head_dim, 0, n_head, scale, scores);
+}
+
+void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const float *v,
+                             const int32_t *block_table, int block_tokens, size_t block_stride,
+                             int n_ctx, int n_head, int n_head_kv, int head_dim, int h0, int h1,
+                             float scale, float *scores)
+{
     int group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
-    for (int h = 0; h < n_head; h++) {
+    for (int h = h0; h < h1; h++) {
         const float *qh = q + (size_t)h * (size_t)head_dim;
         size_t kv_off = (size_t)(h / group) * (size_t)head_dim;
         float mx = -INFINITY;

@@ -57,6 +57,13 @@ void kn_attn_paged_f32(float *out, const float *q, const float *k, const float *
                        int n_ctx, int n_head, int n_head_kv, int head_dim, float scale,
                        float *scores);
 
+/* The same for query heads h0..h1-1 only (out and q still point at head
+ * 0); each head's numbers are those kn_attn_paged_f32 computes for it. */
+void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const float *v,
+                             const int32_t *block_table, int block_tokens, size_t block_stride,
+                             int n_ctx, int n_head, int n_head_kv, int head_dim, int h0, int h1,
+                             float scale, float *scores);
+
 /* SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
  * out may alias gate or up. */
 void kn_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
