@@ -46,11 +46,11 @@
 #define MAX_CASES 32
 #define N_GEN 64
 /* Cases run by default: one raw prompt and one chat prompt, 64 steps, or
- * 16 under ASan (make test; the sanitised reference matmul is ~7x slower).
+ * 8 under ASan (make test; the sanitised reference matmul is ~7x slower).
  * E2E_CASES=all runs all 20 cases x 64 steps. */
 static const int default_cases[] = {0, 10};
 #if defined(__SANITIZE_ADDRESS__)
-#define DEFAULT_STEPS 16
+#define DEFAULT_STEPS 8
 #else
 #define DEFAULT_STEPS N_GEN
 #endif
