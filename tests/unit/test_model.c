@@ -735,3 +735,86 @@ TEST(kn_attention_and_elementwise)
     CHECK_EQ_INT(kn_argmax_f32(a, 4), 2);
     CHECK_EQ_INT(kn_argmax_f32(a, 0), -1);
 }
+
+/* ---- no allocation per step ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+/* ASan's allocator calls these on every malloc/calloc/realloc/free of any
+ * thread (compiler-rt sanitizer/allocator_interface.h). */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+void __sanitizer_print_stack_trace(void);
+static _Atomic int g_armed, g_n_alloc;
+static void count_malloc(const volatile void *p, size_t n)
+{
+    (void)p;
+    (void)n;
+    if (g_armed) {
+        g_n_alloc++;
+        if (getenv("TRACE_ALLOC"))
+            __sanitizer_print_stack_trace();
+    }
+}
+static void count_free(const volatile void *p)
+{
+    (void)p;
+}
+static void pool_noop(void *ctx, int ith, int nth)
+{
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+#endif
+
+/* model_forward allocates nothing, on either matmul path, with a pool:
+ * a prefill in chunks, then decode steps of 2 sequences. */
+TEST(model_forward_allocates_nothing)
+{
+#if !defined(__SANITIZE_ADDRESS__)
+    SKIP("needs the ASan allocator hooks");
+#else
+    __sanitizer_install_malloc_and_free_hooks(count_malloc, count_free);
+    struct model *m = load("qwen2_tied.q8_0.gguf");
+    CHECK_EQ_INT(kn_pool_new(3, &g_pool), 0);
+    /* every worker has started (ASan's thread start-up allocates) */
+    kn_pool_run(g_pool, pool_noop, NULL);
+    for (int exact = 0; exact <= 1; exact++) {
+        g_exact = exact;
+        struct model_ctx *c = new_ctx(m, 2, 16, 2, 0);
+        int32_t tok[16], pos[16], seq[16];
+        uint8_t mark[16];
+        const float *lg;
+        int n_out;
+        g_armed = 1;
+        for (int step = 0; step < 12; step++) {
+            int n = 0;
+            for (int s = 0; s < 2; s++) {
+                int k = step < 2 ? 7 : 1; /* two prefill chunks, then decode */
+                for (int i = 0; i < k; i++, n++) {
+                    pos[n] = model_ctx_kv(c)->seqs[s].n_pos + i;
+                    tok[n] = (pos[n] * 13 + s) % m->hp.n_vocab;
+                    seq[n] = s;
+                    mark[n] = i == k - 1;
+                }
+            }
+            struct model_batch b = {n, tok, pos, seq, mark};
+            CHECK_EQ_INT(model_forward(c, &b, &lg, &n_out), 0);
+            CHECK_EQ_INT(n_out, 2);
+        }
+        g_armed = 0;
+        CHECK_EQ_INT(g_n_alloc, 0);
+        /* the hook works: the context's own creation allocates */
+        g_armed = 1;
+        struct model_ctx *c2 = new_ctx(m, 1, 4, 1, 0);
+        g_armed = 0;
+        CHECK(g_n_alloc > 0);
+        g_n_alloc = 0;
+        model_ctx_free(c2);
+        model_ctx_free(c);
+    }
+    kn_pool_free(g_pool);
+    g_pool = NULL;
+    model_free(m);
+#endif
+}
