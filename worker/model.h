@@ -1,6 +1,6 @@
 /*
  * model.h - a Llama-family decoder model loaded from GGUF, and its batched
- * forward pass (CPU reference).
+ * forward pass on the CPU.
  *
  * Loading (worker/model.c). model_load maps the GGUF file (worker/gguf.h)
  * and reads the hyperparameters of `general.architecture` "llama" or

@@ -17,10 +17,16 @@
  *    choices that are not near ties in exact arithmetic: we count and
  *    print the identical steps, and bound the size of each disagreement.
  *
- * All cases run as one batch: slot i free-running (HF pass), slot n+i
- * teacher-forced (llama.cpp pass); every prompt is prefilled in the same
- * step, then 64 decode steps of 2n tokens. make test runs two cases (the
- * reference matmul under ASan is slow); E2E_CASES=all runs the 20 x 64:
+ * Both run twice: with the exact (reference) matmul, whose free-running
+ * slots must follow transformers, and with the default fast matmul (8-bit
+ * activations like llama.cpp), whose free-running slots must follow
+ * llama.cpp except at llama.cpp's own near ties (top-2 margin <
+ * LLAMACPP_TIE_MARGIN); the counts are printed.
+ *
+ * All cases run as one batch: slot i free-running, slot n+i teacher-forced
+ * (llama.cpp pass); every prompt is prefilled in the same step, then decode
+ * steps of 2n tokens. make test runs two cases (the reference matmul under
+ * ASan is slow); E2E_CASES=all runs the 20 x 64:
  *   E2E_CASES=all TH_TIMEOUT=1800 build/asan/tests/unit model_smollm2
  * (~20 min under ASan; ~3 min when this file is linked with th.c and the
  * -O2 objects of build/obj. Results of the full run:
