@@ -18,9 +18,23 @@
  *
  * Every op works per token with a fixed accumulation order, so a token's
  * numbers do not depend on its batch neighbours. All matmuls go through
- * model_linear (one place), which today calls the reference
- * linref_matmul_w and will call the kernels' kn_matmul_w (same contract).
- * Nothing here allocates: model_ctx_new sizes every buffer.
+ * model_linear (one place): by default the kernels' kn_matmul_w
+ * (kernels/cpu/matq.h: activations quantized to 8 bits per block, integer
+ * dot products, the context's thread pool), or with exact_matmul the
+ * reference linref_matmul_w (dequantized weights, float dot products: the
+ * path verified against HF transformers). Both have a fixed reduction
+ * order independent of n and of the thread count.
+ *
+ * Threads: the matmuls and the attention run on the context's pool. The
+ * attention splits its (token, query head) pairs into contiguous ranges,
+ * one per thread; every pair is computed by the same code whatever thread
+ * takes it, so results are bit-identical for every thread count.
+ *
+ * Allocation: none per step. model_ctx_new sizes every buffer (the matmul
+ * scratch for kn_matmul_w_scratch(n_batch_max, k_max, Q8_0), which covers
+ * every weight type, and one attention score row per pool thread);
+ * kn_matmul_w and kn_pool_run allocate nothing (tests/unit/test_model.c
+ * model_forward_allocates_nothing checks with a counting malloc hook).
  */
 #include "worker/model.h"
 
@@ -30,7 +44,10 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "kernels/cpu/matq.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/kn.h"
 #include "worker/linear_ref.h"
 
@@ -47,7 +64,8 @@ struct model_ctx {
     float *hb, *hb2;   /* (n_batch_max, n_ff) gate / up */
     float *xo;         /* (n_out_max, n_embd) rows of the marked tokens */
     float *logits;     /* (n_out_max, n_vocab) */
-    float *scores;     /* (n_ctx) attention scratch */
+    float *scores;     /* (n_threads, n_ctx) attention scratch, one row per pool thread */
+    int n_threads;     /* kn_pool_threads(p.pool) */
     void *mm_scratch;  /* matmul scratch, mm_scratch_bytes */
     size_t mm_scratch_bytes;
     int32_t *new_len;  /* (n_seq_max) slot lengths after the step (validation) */
@@ -58,17 +76,21 @@ struct model_ctx {
 static int model_linear(struct model_ctx *c, float *out, const float *x, int n,
                         const struct model_mat *w)
 {
-    return linref_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
-                           c->mm_scratch, c->mm_scratch_bytes);
+    if (c->p.exact_matmul)
+        return linref_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
+                               c->mm_scratch, c->mm_scratch_bytes);
+    return kn_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
+                       c->mm_scratch, c->mm_scratch_bytes);
 }
 
 /* Scratch model_linear needs for rows of up to k_max values and n_max
- * activation rows (the reference needs one dequantized row; kn_matmul_w
- * may need the activations quantized: sized for that too). */
+ * activation rows: the reference needs one dequantized row, kn_matmul_w the
+ * quantized activations (the Q8_0 size bounds every weight type).
+ * SIZE_MAX on overflow. */
 static size_t model_linear_scratch_bytes(int n_max, int k_max)
 {
     size_t a = linref_scratch_bytes(k_max);
-    size_t b = (size_t)n_max * (size_t)k_max * 2 + 4096;
+    size_t b = kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0);
     return a > b ? a : b;
 }
 
@@ -120,6 +142,9 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         k_max = hp->n_ff;
     size_t nb = (size_t)p.n_batch_max, no = (size_t)p.n_out_max;
     size_t mm = model_linear_scratch_bytes(p.n_batch_max, k_max);
+    if (mm == SIZE_MAX)
+        return ERR_TOOBIG;
+    int n_threads = kn_pool_threads(p.pool);
     size_t total = 0;
     if (add_bytes(&total, nb * 3, (size_t)hp->n_embd * sizeof(float)) ||
         add_bytes(&total, nb * 2, (size_t)q_dim * sizeof(float)) ||
@@ -127,7 +152,8 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         add_bytes(&total, nb * 2, (size_t)hp->n_ff * sizeof(float)) ||
         add_bytes(&total, no, (size_t)hp->n_embd * sizeof(float)) ||
         add_bytes(&total, no, (size_t)hp->n_vocab * sizeof(float)) ||
-        add_bytes(&total, (size_t)p.n_ctx, sizeof(float)) || add_bytes(&total, 1, mm))
+        add_bytes(&total, (size_t)p.n_ctx * (size_t)n_threads, sizeof(float)) ||
+        add_bytes(&total, 1, mm))
         return ERR_TOOBIG;
     int per_seq = (p.n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     int64_t blocks = p.n_kv_blocks ? p.n_kv_blocks : (int64_t)per_seq * p.n_seq_max;
@@ -159,7 +185,8 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     c->hb2 = malloc(nb * (size_t)hp->n_ff * sizeof(float));
     c->xo = malloc(no * (size_t)hp->n_embd * sizeof(float));
     c->logits = malloc(no * (size_t)hp->n_vocab * sizeof(float));
-    c->scores = malloc((size_t)p.n_ctx * sizeof(float));
+    c->n_threads = n_threads;
+    c->scores = malloc((size_t)n_threads * (size_t)p.n_ctx * sizeof(float));
     c->mm_scratch = malloc(mm);
     c->mm_scratch_bytes = mm;
     c->new_len = malloc((size_t)p.n_seq_max * sizeof(int32_t));
@@ -232,6 +259,36 @@ static int check_batch(struct model_ctx *c, const struct model_batch *b, int *n_
     return 0;
 }
 
+/* The attention of one layer, split over the pool by (token, head) pairs. */
+struct attn_job {
+    struct model_ctx *c;
+    const struct model_batch *b;
+    const float *kl, *vl;  /* this layer's K/V cache bases */
+    float scale;
+};
+
+static void attn_run(void *arg, int ith, int nth)
+{
+    const struct attn_job *j = arg;
+    const struct model_ctx *c = j->c;
+    const struct model_hparams *hp = &c->m->hp;
+    const struct kv_cache *kv = c->kv;
+    int nh = hp->n_head, q_dim = nh * hp->head_dim;
+    int64_t total = (int64_t)j->b->n_tokens * nh;
+    int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
+    float *scores = c->scores + (size_t)ith * (size_t)c->p.n_ctx;
+    while (lo < hi) {
+        int i = (int)(lo / nh), h0 = (int)(lo % nh);
+        int h1 = hi - (int64_t)i * nh < nh ? (int)(hi - (int64_t)i * nh) : nh;
+        kn_attn_paged_heads_f32(c->att + (size_t)i * (size_t)q_dim,
+                                c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl,
+                                kv->seqs[j->b->seq[i]].blocks, kv->block_tokens, kv->block_stride,
+                                j->b->pos[i] + 1, nh, hp->n_head_kv, hp->head_dim, h0, h1,
+                                j->scale, scores);
+        lo = (int64_t)i * nh + h1;
+    }
+}
+
 static int run_layer(struct model_ctx *c, const struct model_batch *b, int l)
 {
     const struct model *m = c->m;
@@ -270,12 +327,11 @@ static int run_layer(struct model_ctx *c, const struct model_batch *b, int l)
         memcpy(kl + off, c->k + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
         memcpy(vl + off, c->v + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
     }
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
-    for (int i = 0; i < n; i++)
-        kn_attn_paged_f32(c->att + (size_t)i * (size_t)q_dim, c->q + (size_t)i * (size_t)q_dim, kl,
-                          vl, kv->seqs[b->seq[i]].blocks, kv->block_tokens, kv->block_stride,
-                          b->pos[i] + 1, hp->n_head, hp->n_head_kv, hp->head_dim, scale,
-                          c->scores);
+    struct attn_job job = {c, b, kl, vl, 1.0f / sqrtf((float)hp->head_dim)};
+    if (c->n_threads > 1 && (size_t)n * (size_t)hp->n_head > 1)
+        kn_pool_run(c->p.pool, attn_run, &job);
+    else
+        attn_run(&job, 0, 1);
     if ((rc = model_linear(c, c->proj, c->att, n, &L->wo)))
         return rc;
     if (L->bo)

@@ -375,6 +375,8 @@ int gen_run(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
                     break;
             }
             completion_tokens += (int64_t)s->n_gen;
+            if (opts && opts->on_done && (rc = opts->on_done(opts->on_done_ctx, choice, s)) != 0)
+                goto out;
             if ((rc = gen_seq_choice(s, &ch[n_seq - 1])) != 0)
                 goto out;
         }

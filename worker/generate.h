@@ -138,6 +138,10 @@ void gen_prompts_free(struct gen_prompt *p, size_t n);
 struct gen_opts {
     const char *id;          /* response id */
     int64_t created;         /* 0 = now */
+    /* Called when a choice has finished (s->prompt, s->gen, s->finish are
+     * final); NULL = none. Returning an error aborts gen_run with it. */
+    int (*on_done)(void *ctx, uint64_t choice, const struct gen_seq *s);
+    void *on_done_ctx;
 };
 
 /* Run one request body for endpoint ep: parse parameters, build and

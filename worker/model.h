@@ -1,6 +1,6 @@
 /*
  * model.h - a Llama-family decoder model loaded from GGUF, and its batched
- * forward pass (CPU reference).
+ * forward pass on the CPU.
  *
  * Loading (worker/model.c). model_load maps the GGUF file (worker/gguf.h)
  * and reads the hyperparameters of `general.architecture` "llama" or
@@ -30,7 +30,7 @@
  * Threads: a struct model is immutable after model_load and may be shared
  * by any number of contexts on any threads; a model_ctx belongs to one
  * thread at a time. A struct kn_pool may be given at context creation for
- * the matmuls (unused by the reference matmul).
+ * the matmuls and the attention (the reference matmul ignores it).
  */
 #ifndef WORKER_MODEL_H
 #define WORKER_MODEL_H
@@ -142,7 +142,11 @@ struct model_ctx_params {
     int n_seq_max;         /* sequence slots (default 1) */
     int n_kv_blocks;       /* KV blocks of KV_BLOCK_TOKENS positions; 0 = n_seq_max * n_ctx worth */
     size_t max_bytes;      /* cap on all buffers together (0 = no cap) */
-    struct kn_pool *pool;  /* for the matmuls; NULL = caller's thread */
+    struct kn_pool *pool;  /* for the matmuls and the attention; NULL = caller's thread.
+                            * Must outlive the context; results do not depend on it */
+    int exact_matmul;      /* 1: the reference matmul (linear_ref.h: float dot products
+                            * on dequantized weights, matches HF transformers to ~1e-6);
+                            * 0 (default): kn_matmul_w (8-bit activations, as llama.cpp) */
 };
 
 void model_ctx_params_init(struct model_ctx_params *p);

@@ -1,18 +1,24 @@
-/* oneshot.c - one-off greedy completion (jobworker --prompt/--chat); see oneshot.h. */
+/* oneshot.c - one request through the generate driver (jobworker
+ * --prompt/--chat/--json) and the engine benchmark (--bench); see oneshot.h. */
 #include "worker/oneshot.h"
 
+#include <jansson.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/js.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/pool.h"
 #include "worker/chat.h"
+#include "worker/generate.h"
 #include "worker/model.h"
 #include "worker/tok.h"
+
+#define ONESHOT_BATCH 512   /* tokens per prefill step */
 
 static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -25,153 +31,375 @@ static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
     return rc;
 }
 
-static double rate(int n, uint64_t ns)
+static double rate(int64_t n, uint64_t ns)
 {
     return ns ? (double)n / ((double)ns / 1e9) : 0.0;
 }
 
-int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err, size_t err_len)
+/* The model, its context with one slot, and what the slot's cache holds. */
+struct engine {
+    struct model *m;
+    struct tok *t;
+    struct kn_pool *pool;
+    struct model_ctx *c;
+    int n_ctx, n_batch;
+    int32_t *fed;            /* (n_ctx) ids whose K/V are in slot 0, n_fed of them */
+    int n_fed;
+    int32_t *pos, *seq;      /* (n_batch) batch scratch */
+    uint8_t *mark;           /* (n_batch) */
+    uint64_t last_choice;    /* choice of the previous call; UINT64_MAX = none */
+    int64_t n_prompt_tok, n_dec_tok;
+    uint64_t prompt_ns, dec_ns;
+    FILE *errout;
+    int print_ids;
+};
+
+static void engine_release(struct engine *e)
 {
-    struct model *m = NULL;
-    struct tok *t = NULL;
-    struct chat_tmpl *ct = NULL;
-    struct model_ctx *c = NULL;
-    struct buf text, piece;
-    int32_t *ids = NULL;
-    buf_init(&text, CHAT_MAX_PROMPT_BYTES);
-    buf_init(&piece, 1 << 16);
-    int rc = model_load(o->model_path, &m, err, err_len);
+    model_ctx_free(e->c);
+    kn_pool_free(e->pool);
+    tok_free(e->t);
+    model_free(e->m);
+    free(e->fed);
+    free(e->pos);
+    free(e->seq);
+    free(e->mark);
+    memset(e, 0, sizeof *e);
+}
+
+static int engine_init(struct engine *e, const char *path, int threads, int n_ctx, int exact,
+                       char *err, size_t err_len)
+{
+    memset(e, 0, sizeof *e);
+    e->last_choice = UINT64_MAX;
+    int rc = model_load(path, &e->m, err, err_len);
     if (rc)
+        return rc;
+    if ((rc = model_tokenizer(e->m, &e->t, err, err_len)))
         goto out;
-    if ((rc = model_tokenizer(m, &t, err, err_len)))
-        goto out;
-    size_t len = strlen(o->text), n_prompt = 0;
-    if (o->chat) {
-        if ((rc = model_chat_tmpl(m, t, &ct))) {
-            fail(err, err_len, rc, "no usable chat template: %s", err_msg(rc));
-            goto out;
-        }
-        struct chat_msg msg = {CHAT_USER, o->text, len};
-        if ((rc = chat_render(ct, &msg, 1, 1, &text))) {
-            fail(err, err_len, rc, "cannot render the chat template: %s", err_msg(rc));
-            goto out;
-        }
-    } else if ((rc = buf_append(&text, o->text, len))) {
-        fail(err, err_len, rc, "prompt: %s", err_msg(rc));
+    int n_train = e->m->hp.n_ctx_train;
+    if (n_ctx <= 0)
+        n_ctx = n_train < 4096 ? n_train : 4096;
+    if (n_ctx > n_train) {
+        rc = fail(err, err_len, ERR_INVAL, "--ctx %d is larger than the model's context (%d)",
+                  n_ctx, n_train);
         goto out;
     }
-    size_t cap = TOK_ENCODE_BOUND(text.len);
-    if (!(ids = malloc(cap * sizeof *ids))) {
-        rc = ERR_NOMEM;
+    if ((rc = kn_pool_new(threads, &e->pool))) {
+        fail(err, err_len, rc, "cannot start %d threads: %s", threads, err_msg(rc));
         goto out;
     }
-    rc = o->chat ? chat_encode(t, text.data ? text.data : "", text.len, ids, cap, &n_prompt)
-                 : tok_encode(t, text.data ? text.data : "", text.len, TOK_ADD_SPECIAL, ids, cap,
-                              &n_prompt);
-    if (rc) {
-        fail(err, err_len, rc, "cannot tokenize the prompt: %s", err_msg(rc));
-        goto out;
-    }
-    if (n_prompt == 0) {
-        rc = fail(err, err_len, ERR_INVAL, "the prompt is empty");
-        goto out;
-    }
-    int n_ctx_train = m->hp.n_ctx_train;
-    int64_t want = (int64_t)n_prompt + o->max_tokens;
-    if ((int64_t)n_prompt >= n_ctx_train) {
-        rc = fail(err, err_len, ERR_TOOBIG, "the prompt has %zu tokens; the context is %d",
-                  n_prompt, n_ctx_train);
-        goto out;
-    }
+    e->n_ctx = n_ctx;
+    e->n_batch = n_ctx < ONESHOT_BATCH ? n_ctx : ONESHOT_BATCH;
     struct model_ctx_params p;
     model_ctx_params_init(&p);
-    p.n_ctx = want < n_ctx_train ? (int)want : n_ctx_train;
-    p.n_batch_max = (int)n_prompt;
-    if ((rc = model_ctx_new(m, &p, &c))) {
+    p.n_ctx = n_ctx;
+    p.n_batch_max = e->n_batch;
+    p.n_out_max = 1;
+    p.n_seq_max = 1;
+    p.pool = e->pool;
+    p.exact_matmul = exact;
+    if ((rc = model_ctx_new(e->m, &p, &e->c))) {
         fail(err, err_len, rc, "cannot allocate the context: %s", err_msg(rc));
         goto out;
     }
-    uint8_t *marks = calloc(n_prompt, 1);
-    int32_t *pos = malloc(n_prompt * sizeof *pos), *seq = calloc(n_prompt, sizeof *seq);
-    if (!marks || !pos || !seq) {
-        free(marks);
-        free(pos);
-        free(seq);
-        rc = ERR_NOMEM;
+    rc = ERR_NOMEM;
+    e->fed = malloc((size_t)n_ctx * sizeof *e->fed);
+    e->pos = malloc((size_t)e->n_batch * sizeof *e->pos);
+    e->seq = calloc((size_t)e->n_batch, sizeof *e->seq);
+    e->mark = calloc((size_t)e->n_batch, 1);
+    if (!e->fed || !e->pos || !e->seq || !e->mark) {
+        fail(err, err_len, rc, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n_prompt; i++)
-        pos[i] = (int32_t)i;
-    marks[n_prompt - 1] = 1;
-    struct model_batch b = {(int)n_prompt, ids, pos, seq, marks};
-    const float *logits;
-    int n_out;
+    return 0;
+out:
+    engine_release(e);
+    return rc;
+}
+
+/* gen_logits_fn: logits after tokens[0..n), feeding only what the slot's
+ * cache does not hold yet. */
+static int engine_next_logits(void *ctx, uint64_t choice, const int32_t *tokens, size_t n,
+                              const float **logits)
+{
+    struct engine *e = ctx;
+    if (n == 0 || n > (size_t)e->n_ctx)
+        return ERR_INVAL;
+    int keep = 0;
+    while (keep < e->n_fed && (size_t)keep < n && e->fed[keep] == tokens[keep])
+        keep++;
+    if ((size_t)keep == n)
+        keep--; /* everything is cached: feed the last token again for its logits */
+    if (kv_seq_truncate(model_ctx_kv(e->c), 0, keep))
+        return ERR_INTERNAL;
+    e->n_fed = keep;
+    int first = choice != e->last_choice;
+    e->last_choice = choice;
     uint64_t t0 = clock_mono_ns();
-    rc = model_forward(c, &b, &logits, &n_out);
-    uint64_t t_prompt = clock_mono_ns() - t0;
-    free(marks);
-    free(pos);
-    free(seq);
+    int at = keep;
+    while ((size_t)at < n) {
+        int k = (int)n - at < e->n_batch ? (int)n - at : e->n_batch;
+        for (int i = 0; i < k; i++) {
+            e->pos[i] = at + i;
+            e->mark[i] = (size_t)(at + i) == n - 1;
+        }
+        struct model_batch b = {k, tokens + at, e->pos, e->seq, e->mark};
+        int n_out;
+        int rc = model_forward(e->c, &b, logits, &n_out);
+        if (rc)
+            return rc;
+        memcpy(e->fed + at, tokens + at, (size_t)k * sizeof *tokens);
+        at += k;
+        e->n_fed = at;
+    }
+    uint64_t dt = clock_mono_ns() - t0;
+    if (first) {
+        e->n_prompt_tok += (int64_t)n - keep;
+        e->prompt_ns += dt;
+    } else {
+        e->n_dec_tok += (int64_t)n - keep;
+        e->dec_ns += dt;
+    }
+    return 0;
+}
+
+static int engine_on_done(void *ctx, uint64_t choice, const struct gen_seq *s)
+{
+    struct engine *e = ctx;
+    if (!e->print_ids)
+        return 0;
+    fprintf(e->errout, "choice %llu\nprompt ids:", (unsigned long long)choice);
+    for (size_t i = 0; i < s->n_prompt; i++)
+        fprintf(e->errout, " %d", s->prompt[i]);
+    fputs("\ncompletion ids:", e->errout);
+    for (size_t i = 0; i < s->n_gen && !tok_is_eog(e->t, s->gen[i]); i++)
+        fprintf(e->errout, " %d", s->gen[i]);
+    fputc('\n', e->errout);
+    return 0;
+}
+
+/* The request body of --prompt/--chat. */
+static int build_body(const struct oneshot_opts *o, json_t **out)
+{
+    json_t *b = json_object();
+    if (!b)
+        return ERR_NOMEM;
+    int bad = 0;
+    if (o->chat) {
+        json_t *msgs = json_array(), *msg = json_object();
+        bad |= !msgs || !msg;
+        bad |= json_object_set_new(msg, "role", json_string("user"));
+        bad |= json_object_set_new(msg, "content", json_stringn(o->text, strlen(o->text)));
+        bad |= json_array_append_new(msgs, msg);
+        bad |= json_object_set_new(b, "messages", msgs);
+    } else {
+        bad |= json_object_set_new(b, "prompt", json_stringn(o->text, strlen(o->text)));
+    }
+    bad |= json_object_set_new(b, "max_tokens", json_integer(o->max_tokens));
+    if (o->has_temperature)
+        bad |= json_object_set_new(b, "temperature", json_real(o->temperature));
+    if (o->has_top_p)
+        bad |= json_object_set_new(b, "top_p", json_real(o->top_p));
+    if (o->has_top_k)
+        bad |= json_object_set_new(b, "top_k", json_integer(o->top_k));
+    if (o->has_seed)
+        bad |= json_object_set_new(b, "seed", json_integer(o->seed));
+    if (o->n)
+        bad |= json_object_set_new(b, "n", json_integer(o->n));
+    if (o->n_stop) {
+        json_t *a = json_array();
+        bad |= !a;
+        for (size_t i = 0; i < o->n_stop; i++)
+            bad |= json_array_append_new(a, json_string(o->stop[i]));
+        bad |= json_object_set_new(b, "stop", a);
+    }
+    if (bad) {
+        json_decref(b);
+        return ERR_NOMEM;
+    }
+    *out = b;
+    return 0;
+}
+
+static int read_body(const char *path, json_t **out, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(err, err_len, ERR_IO, "cannot open '%s'", path);
+    struct buf b;
+    buf_init(&b, ONESHOT_MAX_BODY_BYTES);
+    char chunk[65536];
+    size_t k;
+    int rc = 0;
+    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if ((rc = buf_append(&b, chunk, k)))
+            break;
+    if (!rc && ferror(f))
+        rc = ERR_IO;
+    fclose(f);
     if (rc) {
-        fail(err, err_len, rc, "forward pass failed: %s", err_msg(rc));
+        buf_release(&b);
+        return fail(err, err_len, rc, "cannot read '%s': %s", path, err_msg(rc));
+    }
+    struct js_limits lim = JS_LIMITS_DEFAULT;
+    lim.max_bytes = ONESHOT_MAX_BODY_BYTES;
+    struct js_error jerr;
+    memset(&jerr, 0, sizeof jerr);
+    rc = js_parse(b.data ? b.data : "", b.len, &lim, out, &jerr);
+    buf_release(&b);
+    if (rc)
+        return fail(err, err_len, rc, "'%s': line %d column %d: %s", path, jerr.line,
+                    jerr.column, jerr.message);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        return fail(err, err_len, ERR_INVAL, "'%s': the request body must be a JSON object", path);
+    }
+    return 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err, size_t err_len)
+{
+    struct engine e;
+    struct chat_tmpl *ct = NULL;
+    json_t *body = NULL, *resp = NULL;
+    char *dump = NULL;
+    int rc;
+    if (o->json_path)
+        rc = read_body(o->json_path, &body, err, err_len);
+    else
+        rc = build_body(o, &body);
+    if (rc) {
+        if (rc == ERR_NOMEM)
+            fail(err, err_len, rc, "out of memory");
+        return rc;
+    }
+    enum gp_endpoint ep = json_object_get(body, "messages") ? GP_CHAT : GP_COMPLETIONS;
+    if ((rc = engine_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, err, err_len))) {
+        json_decref(body);
+        return rc;
+    }
+    e.errout = errout;
+    e.print_ids = o->print_ids;
+    if (ep == GP_CHAT && (rc = model_chat_tmpl(e.m, e.t, &ct))) {
+        fail(err, err_len, rc, "no usable chat template: %s", err_msg(rc));
         goto out;
     }
-    if (o->print_ids) {
-        fputs("prompt ids:", errout);
-        for (size_t i = 0; i < n_prompt; i++)
-            fprintf(errout, " %d", ids[i]);
-        fputc('\n', errout);
-    }
-    struct tok_stream ts;
-    tok_stream_init(&ts, t, 0);
-    int n_gen = 0, n_dec = 0;
-    int32_t cur_pos = (int32_t)n_prompt, zero = 0;
-    uint8_t one = 1;
-    t0 = clock_mono_ns();
-    for (;;) {
-        int32_t next = kn_argmax_f32(logits, m->hp.n_vocab);
-        if (next < 0 || tok_is_eog(t, next))
-            break;
-        n_gen++;
-        if (o->print_ids)
-            fprintf(errout, "%s%d", n_gen == 1 ? "completion ids: " : " ", next);
-        buf_reset(&piece);
-        if ((rc = tok_stream_push(&ts, next, &piece)))
-            goto out;
-        if (piece.len && fwrite(piece.data, 1, piece.len, out) != piece.len) {
-            rc = fail(err, err_len, ERR_IO, "cannot write the completion");
-            goto out;
+    const char *name = json_string_value(json_object_get(body, "model"));
+    struct gen_model gm = {e.t, ct, (size_t)e.n_ctx, name ? name : base_name(o->model_path),
+                           NULL, engine_next_logits, &e};
+    struct gen_opts go = {NULL, 0, engine_on_done, &e};
+    struct gp_error gerr;
+    memset(&gerr, 0, sizeof gerr);
+    rc = gen_run(&gm, ep, body, &go, &resp, &gerr);
+    if (rc == ERR_INVAL && gerr.message[0]) {
+        if (o->json_path) {
+            json_t *eb = gp_error_json(&gerr);
+            if (eb && (dump = json_dumps(eb, JSON_COMPACT)))
+                fprintf(out, "%s\n", dump);
+            json_decref(eb);
         }
-        fflush(out);
-        if (n_gen >= o->max_tokens || cur_pos >= p.n_ctx)
-            break;
-        struct model_batch d = {1, &next, &cur_pos, &zero, &one};
-        if ((rc = model_forward(c, &d, &logits, &n_out))) {
-            fail(err, err_len, rc, "forward pass failed: %s", err_msg(rc));
-            goto out;
-        }
-        n_dec++;
-        cur_pos++;
-    }
-    uint64_t t_dec = clock_mono_ns() - t0;
-    buf_reset(&piece);
-    if ((rc = tok_stream_flush(&ts, &piece)))
+        fail(err, err_len, rc, "request error%s%s%s: %s", gerr.param[0] ? " (" : "", gerr.param,
+             gerr.param[0] ? ")" : "", gerr.message);
         goto out;
-    if (piece.len)
-        fwrite(piece.data, 1, piece.len, out);
-    fputc('\n', out);
-    if (o->print_ids && n_gen)
-        fputc('\n', errout);
-    fprintf(errout, "prompt: %zu tokens, %.2f s (%.1f tok/s); decode: %d tokens, %.2f s (%.1f tok/s)\n",
-            n_prompt, (double)t_prompt / 1e9, rate((int)n_prompt, t_prompt), n_dec,
-            (double)t_dec / 1e9, rate(n_dec, t_dec));
+    }
+    if (rc) {
+        fail(err, err_len, rc, "generation failed: %s", err_msg(rc));
+        goto out;
+    }
+    if (o->json_path) {
+        if (!(dump = json_dumps(resp, JSON_COMPACT))) {
+            rc = fail(err, err_len, ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        fprintf(out, "%s\n", dump);
+    } else {
+        json_t *choices = json_object_get(resp, "choices");
+        for (size_t i = 0; i < json_array_size(choices); i++) {
+            json_t *c = json_array_get(choices, i);
+            json_t *txt = ep == GP_CHAT ? json_object_get(json_object_get(c, "message"), "content")
+                                        : json_object_get(c, "text");
+            fwrite(json_string_value(txt), 1, json_string_length(txt), out);
+            fputc('\n', out);
+        }
+    }
+    if (fflush(out)) {
+        rc = fail(err, err_len, ERR_IO, "cannot write the response");
+        goto out;
+    }
+    fprintf(errout, "prompt: %lld tokens, %.2f s (%.1f tok/s); decode: %lld tokens, %.2f s "
+            "(%.1f tok/s)\n", (long long)e.n_prompt_tok, (double)e.prompt_ns / 1e9,
+            rate(e.n_prompt_tok, e.prompt_ns), (long long)e.n_dec_tok, (double)e.dec_ns / 1e9,
+            rate(e.n_dec_tok, e.dec_ns));
+out:
+    free(dump);
+    json_decref(resp);
+    json_decref(body);
+    chat_tmpl_free(ct);
+    engine_release(&e);
+    return rc;
+}
+
+int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size_t err_len)
+{
+    static const char unit[] = "The quick brown fox jumps over the lazy dog. ";
+    struct engine e;
+    struct buf text;
+    int32_t *ids = NULL;
+    int reps = o->n_prompt_repeat > 0 ? o->n_prompt_repeat : 6;
+    int n_dec = o->n_decode > 0 ? o->n_decode : 128;
+    buf_init(&text, 1u << 24);
+    int rc = 0;
+    for (int i = 0; i < reps && !rc; i++)
+        rc = buf_append(&text, unit, sizeof unit - 1);
+    if (rc) {
+        buf_release(&text);
+        return fail(err, err_len, rc, "prompt: %s", err_msg(rc));
+    }
+    if ((rc = engine_init(&e, o->model_path, o->threads, 0, o->exact, err, err_len))) {
+        buf_release(&text);
+        return rc;
+    }
+    size_t cap = TOK_ENCODE_BOUND(text.len), n = 0;
+    if (!(ids = malloc((cap + (size_t)n_dec + 1) * sizeof *ids))) {
+        rc = fail(err, err_len, ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = tok_encode(e.t, text.data, text.len, TOK_ADD_SPECIAL, ids, cap, &n))) {
+        fail(err, err_len, rc, "cannot tokenize: %s", err_msg(rc));
+        goto out;
+    }
+    if (n == 0 || n + (size_t)n_dec > (size_t)e.n_ctx || n > (size_t)e.n_batch) {
+        rc = fail(err, err_len, ERR_INVAL, "prompt of %zu tokens + %d does not fit", n, n_dec);
+        goto out;
+    }
+    const float *lg;
+    uint64_t t0 = clock_mono_ns();
+    if ((rc = engine_next_logits(&e, 0, ids, n, &lg)))
+        goto fwd;
+    uint64_t t1 = clock_mono_ns();
+    for (int i = 0; i < n_dec; i++) {
+        ids[n] = kn_argmax_f32(lg, e.m->hp.n_vocab);
+        n++;
+        if ((rc = engine_next_logits(&e, 0, ids, n, &lg)))
+            goto fwd;
+    }
+    uint64_t t2 = clock_mono_ns();
+    fprintf(out, "threads %d: prefill %zu tok %.1f tok/s, decode %d tok %.1f tok/s\n",
+            kn_pool_threads(e.pool), n - (size_t)n_dec, rate((int64_t)(n - (size_t)n_dec), t1 - t0),
+            n_dec, rate(n_dec, t2 - t1));
+    goto out;
+fwd:
+    fail(err, err_len, rc, "forward pass failed: %s", err_msg(rc));
 out:
     free(ids);
     buf_release(&text);
-    buf_release(&piece);
-    model_ctx_free(c);
-    chat_tmpl_free(ct);
-    tok_free(t);
-    model_free(m);
+    engine_release(&e);
     return rc;
 }

@@ -1,13 +1,18 @@
 /* jobworker - runs a model for jobd (see README and spec/worker-protocol.md).
  *
- * Today: option parsing, the device self-check, --inspect and the one-off
- * --prompt/--chat run (worker/oneshot.c). The engine (CPU engine
- * issue), the scheduler and jobd client (worker issue) plug in here. */
+ * Today: option parsing, the device self-check, --inspect, the one-off
+ * --prompt/--chat/--json run and --bench (worker/oneshot.c). The scheduler
+ * and jobd client (worker issue) plug in here. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/cli.h"
 #include "common/err.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
 #include "worker/devcheck.h"
 #include "worker/inspect.h"
@@ -18,6 +23,12 @@ static const char *usage_text =
     "usage: jobworker --jobd URL --model M.gguf [--device cpu|cuda] [--threads N]\n"
     "       jobworker --model M.gguf --prompt TEXT | --chat TEXT   (one-off run, no jobd)\n"
     "       jobworker --model M.gguf --batch-file requests.jsonl   (OpenAI batch lines -> output lines)\n"
+    "       jobworker --model M.gguf --prompt TEXT | --chat TEXT | --json BODY.json\n"
+    "                 [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
+    "                 [--n N] [--stop STR]... [--threads N] [--ctx N] [--exact] [--print-ids]\n"
+    "                 (one-off request, no jobd; --json prints the OpenAI response body)\n"
+    "       jobworker --model M.gguf --bench [--threads N] [--bench-decode N]\n"
+    "                 (prompt-processing and decode tokens/s)\n"
     "       jobworker --self-check [--device cpu|cuda]\n"
     "       jobworker --model M.gguf --inspect   (print the model's metadata and tensor summary)\n"
     "\n"
@@ -28,6 +39,23 @@ static const char *usage_text =
     "example: jobworker --self-check --device cuda\n"
     "\noptions:\n";
 
+/* A float flag value (NULL = not given). Returns 0 or ERR_INVAL. */
+static int parse_double(const char *flag, const char *s, int *given, double *out)
+{
+    if (!s)
+        return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        cli_error("jobworker", "see jobworker --help", "--%s: '%s' is not a number", flag, s);
+        return ERR_INVAL;
+    }
+    *given = 1;
+    *out = v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct cli_log lg = {0};
@@ -36,7 +64,34 @@ int main(int argc, char **argv)
     int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0, no_prefix_cache = 0;
     const char *batch_file = NULL;
     uint64_t kv_mem = 0;
-    int64_t max_batch_tokens = 0, max_seqs = 0, n_ctx = 0;
+    int64_t max_batch_tokens = 0, max_seqs = 0;
+    const char *json_path = NULL, *temperature = NULL, *top_p = NULL;
+    int64_t top_k = INT64_MIN, seed = INT64_MIN, n_choices = 0;
+    int64_t n_ctx = 0, bench_decode = 128;
+    int exact = 0, bench = 0;
+    /* --stop may repeat (cfg does not): take the pairs out of argv first */
+    const char *stops[STOP_MAX], *stop_unused = NULL;
+    size_t n_stop = 0;
+    int ac = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            while (i < argc)
+                argv[ac++] = argv[i++];
+            break;
+        }
+        int eq = strncmp(argv[i], "--stop=", 7) == 0;
+        if (!eq && strcmp(argv[i], "--stop") != 0) {
+            argv[ac++] = argv[i];
+            continue;
+        }
+        if ((!eq && i + 1 >= argc) || n_stop == STOP_MAX) {
+            cli_error("jobworker", "see jobworker --help",
+                      n_stop == STOP_MAX ? "--stop: at most 4 stop strings" : "--stop needs a value");
+            return CLI_EXIT_USAGE;
+        }
+        stops[n_stop++] = eq ? argv[i] + 7 : argv[++i];
+    }
+    argc = ac;
     struct cfg_opt opts[] = {
         {"jobd", "JOBD_URL", CFG_STR, &jobd_url, "URL", "jobd to pull work from"},
         {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
@@ -44,14 +99,24 @@ int main(int argc, char **argv)
         {"threads", "JOBWORKER_THREADS", CFG_INT, &threads, "N", "CPU threads (default: all cores)"},
         {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
         {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
+        {"json", NULL, CFG_STR, &json_path, "FILE", "one-off request: an OpenAI chat/completions body"},
         {"max-tokens", NULL, CFG_INT, &max_tokens, "N", "--prompt/--chat: tokens to generate (default 256)"},
-        {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat: also print the token ids on stderr"},
         {"batch-file", NULL, CFG_STR, &batch_file, "FILE", "run an OpenAI batch input file, output lines on stdout"},
         {"kv-mem", "JOBWORKER_KV_MEM", CFG_SIZE, &kv_mem, "BYTES", "KV cache budget (default 256M)"},
         {"max-batch-tokens", NULL, CFG_INT, &max_batch_tokens, "N", "tokens per forward step (default 512)"},
         {"max-seqs", NULL, CFG_INT, &max_seqs, "N", "sequences running at once (default 64)"},
-        {"ctx", NULL, CFG_INT, &n_ctx, "N", "context length (default: the model's, at most 4096)"},
         {"no-prefix-cache", NULL, CFG_BOOL, &no_prefix_cache, NULL, "never share KV blocks between requests"},
+        {"temperature", NULL, CFG_STR, &temperature, "T", "--prompt/--chat: sampling temperature (default 1)"},
+        {"top-p", NULL, CFG_STR, &top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"},
+        {"top-k", NULL, CFG_INT, &top_k, "K", "--prompt/--chat: sample among the K best (default off)"},
+        {"seed", NULL, CFG_INT, &seed, "S", "--prompt/--chat: random seed (default random)"},
+        {"n", NULL, CFG_INT, &n_choices, "N", "--prompt/--chat: number of choices (default 1)"},
+        {"stop", NULL, CFG_STR, &stop_unused, "STR", "--prompt/--chat: stop string (repeatable, up to 4)"},
+        {"ctx", NULL, CFG_INT, &n_ctx, "N", "context length (default: the model's, at most 4096)"},
+        {"exact", NULL, CFG_BOOL, &exact, NULL, "reference matmul (float dot products; slow)"},
+        {"bench", NULL, CFG_BOOL, &bench, NULL, "print prompt-processing and decode tokens/s"},
+        {"bench-decode", NULL, CFG_INT, &bench_decode, "N", "--bench: tokens to decode (default 128)"},
+        {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat/--json: also print the token ids on stderr"},
         {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
         {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
         CLI_LOG_OPTS(&lg),
@@ -59,7 +124,7 @@ int main(int argc, char **argv)
         {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
     };
     size_t n_opts = sizeof opts / sizeof opts[0];
-    char err[256];
+    char err[512];
     int n_pos = 0;
     char *pos[1];
     if (cfg_parse(opts, n_opts, argc - 1, argv + 1, pos, 0, &n_pos, err, sizeof err)) {
@@ -105,10 +170,14 @@ int main(int argc, char **argv)
             cli_error("jobworker", NULL, "cannot load model '%s': %s", model, err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
+    if (threads < 0 || threads > KN_POOL_MAX_THREADS || n_ctx < 0 || n_ctx > (1 << 20)) {
+        cli_error("jobworker", "see jobworker --help", "--threads must be 0..%d and --ctx 0..%d",
+                  KN_POOL_MAX_THREADS, 1 << 20);
+        return CLI_EXIT_USAGE;
+    }
     if (batch_file) {
-        if (!model || threads < 0 || threads > 4096 || max_batch_tokens < 0 ||
-            max_batch_tokens > (1 << 20) || max_seqs < 0 || max_seqs > (1 << 16) || n_ctx < 0 ||
-            n_ctx > (1 << 20)) {
+        if (!model || max_batch_tokens < 0 || max_batch_tokens > (1 << 20) || max_seqs < 0 ||
+            max_seqs > (1 << 16)) {
             cli_error("jobworker", "see jobworker --help", "--batch-file needs --model and sane sizes");
             return CLI_EXIT_USAGE;
         }
@@ -119,15 +188,47 @@ int main(int argc, char **argv)
             cli_error("jobworker", NULL, "%s", err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
-    (void)threads;
-    if (prompt || chat) {
-        if (!model || (prompt && chat) || max_tokens < 1 || max_tokens > 1000000) {
+    if (bench) {
+        if (!model || bench_decode < 1 || bench_decode > 100000) {
             cli_error("jobworker", "see jobworker --help",
-                      "--prompt/--chat need --model, one of the two, and --max-tokens 1..1000000");
+                      "--bench needs --model and --bench-decode 1..100000");
             return CLI_EXIT_USAGE;
         }
-        struct oneshot_opts o = {model, prompt ? prompt : chat, chat != NULL, (int)max_tokens,
-                                 print_ids};
+        struct oneshot_bench_opts bo = {model, (int)threads, 6, (int)bench_decode, exact};
+        int rc = oneshot_bench(&bo, stdout, err, sizeof err);
+        if (rc)
+            cli_error("jobworker", NULL, "%s", err);
+        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    }
+    if (prompt || chat || json_path) {
+        if (!model || (!!prompt + !!chat + !!json_path) != 1 || max_tokens < 1 ||
+            max_tokens > 1000000) {
+            cli_error("jobworker", "see jobworker --help",
+                      "--prompt/--chat/--json need --model, one of the three, and --max-tokens 1..1000000");
+            return CLI_EXIT_USAGE;
+        }
+        struct oneshot_opts o;
+        memset(&o, 0, sizeof o);
+        o.model_path = model;
+        o.text = prompt ? prompt : chat;
+        o.chat = chat != NULL;
+        o.json_path = json_path;
+        o.max_tokens = max_tokens;
+        if (parse_double("temperature", temperature, &o.has_temperature, &o.temperature) ||
+            parse_double("top-p", top_p, &o.has_top_p, &o.top_p))
+            return CLI_EXIT_USAGE;
+        o.has_top_k = top_k != INT64_MIN;
+        o.top_k = top_k;
+        o.has_seed = seed != INT64_MIN;
+        o.seed = seed;
+        o.n = n_choices;
+        for (size_t i = 0; i < n_stop; i++)
+            o.stop[i] = stops[i];
+        o.n_stop = n_stop;
+        o.threads = (int)threads;
+        o.n_ctx = (int)n_ctx;
+        o.exact = exact;
+        o.print_ids = print_ids;
         int rc = oneshot_run(&o, stdout, stderr, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "%s", err);

@@ -49,13 +49,23 @@ void kn_rope_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const
  *                 + (p % block_tokens) * (n_head_kv * head_dim) + h * head_dim
  *   n_ctx: positions 0..n_ctx-1 are attended (n_ctx = query position + 1)
  *   scores: scratch of n_ctx floats
- * Query head h reads kv head h / (n_head / n_head_kv). Scores are
- * q.k * scale in float; softmax subtracts the max, sums exp() in float, and
- * the weighted sum of V is accumulated in float in position order. */
+ * Query head h reads kv head h / (n_head / n_head_kv). Scores are q.k
+ * (8 fma lanes, fixed combination) * scale in float; softmax subtracts the
+ * max, sums exp() in float in position order, and the weighted sum of V is
+ * an fma chain per dimension in position order (exact order in
+ * attention.c). The scalar and AVX2 paths (kn_simd_level) give identical
+ * bits. */
 void kn_attn_paged_f32(float *out, const float *q, const float *k, const float *v,
                        const int32_t *block_table, int block_tokens, size_t block_stride,
                        int n_ctx, int n_head, int n_head_kv, int head_dim, float scale,
                        float *scores);
+
+/* The same for query heads h0..h1-1 only (out and q still point at head
+ * 0); each head's numbers are those kn_attn_paged_f32 computes for it. */
+void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const float *v,
+                             const int32_t *block_table, int block_tokens, size_t block_stride,
+                             int n_ctx, int n_head, int n_head_kv, int head_dim, int h0, int h1,
+                             float scale, float *scores);
 
 /* SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
  * out may alias gate or up. */

@@ -258,7 +258,7 @@ TEST(gen_chat_golden_body)
     e.sc.ids = script;
     e.sc.n = 4;
     e.sc.n_prompt = chatml_prompt_len(e.t, "Hi");
-    struct gen_opts o = {"chatcmpl-test123", 1700000000};
+    struct gen_opts o = {"chatcmpl-test123", 1700000000, NULL, NULL};
     json_t *resp = run_ok(&e, GP_CHAT,
                           "{\"model\":\"smollm2-135m\",\"messages\":[{\"role\":\"user\",\"content\":"
                           "\"Hi\"}],\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}",
