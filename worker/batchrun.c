@@ -137,6 +137,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
     so.n_ctx = o->n_ctx;
     so.no_prefix_cache = o->no_prefix_cache;
     so.pool = pool;
+    so.exact_matmul = o->exact_matmul;
     so.on_result = on_result;
     so.cb_ctx = &b;
     const char *slash = strrchr(o->model_path, '/');

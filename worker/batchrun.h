@@ -34,6 +34,7 @@ struct batchrun_opts {
     size_t kv_mem_bytes;      /* 0 = scheduler default */
     int n_ctx;                /* 0 = scheduler default */
     int no_prefix_cache;
+    int exact_matmul;         /* 1: the reference matmul (jobworker --exact) */
 };
 
 /* Run it. Returns 0, or an error with a one-line message in err: model

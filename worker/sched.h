@@ -91,6 +91,7 @@ struct sched_opts {
     int no_prefix_cache;         /* 1: never share KV blocks */
     const char *model_name;      /* "model" of responses whose body has none */
     struct kn_pool *pool;        /* for the matmuls; NULL = caller's thread */
+    int exact_matmul;            /* 1: the reference matmul (model_ctx_params.exact_matmul) */
     sched_result_fn on_result;   /* required */
     void *cb_ctx;
 };

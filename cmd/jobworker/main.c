@@ -182,7 +182,8 @@ int main(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
         struct batchrun_opts bo = {model, batch_file, (int)threads, (int)max_batch_tokens,
-                                   (int)max_seqs, (size_t)kv_mem, (int)n_ctx, no_prefix_cache};
+                                   (int)max_seqs, (size_t)kv_mem, (int)n_ctx, no_prefix_cache,
+                                   exact};
         int rc = batchrun_file(&bo, stdout, stderr, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "%s", err);

@@ -69,13 +69,14 @@ def test_batch_file_invariance_default_model():
     }
     alone = {}
     for cid, ln in targets.items():
-        out, _ = run_batch(release_bin(), MODEL, [ln], "--no-prefix-cache")
+        out, _ = run_batch(release_bin(), MODEL, [ln], "--no-prefix-cache", "--exact")
         alone[cid] = out[cid]["response"]["body"]["choices"]
     assert alone["paris"][0]["message"]["content"] == "The capital of France is Paris."
     fillers = [line(f"f{i}", chat("Count: " + " ".join(str(k) for k in range(i * 3 % 40)), 4 + i % 5,
                                   temperature=0.7, seed=i)) for i in range(10)]
     pack = fillers[:5] + list(targets.values()) + fillers[5:]
-    out, st = run_batch(release_bin(), MODEL, pack, "--max-batch-tokens", "48", "--max-seqs", "8")
+    out, st = run_batch(release_bin(), MODEL, pack, "--max-batch-tokens", "48", "--max-seqs", "8",
+                        "--exact")
     assert len(out) == len(pack)
     for cid in targets:
         assert out[cid]["response"]["status_code"] == 200
