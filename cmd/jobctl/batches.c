@@ -597,8 +597,6 @@ static const char *retry_usage =
     "  jobctl retry-dead --batch \"$id\"\n"
     "  jobctl retry-dead req_01jf8y2n6q3c5v7x9z1b3d5f7h\n";
 
-#define RETRY_PAGE 100
-
 /* POST /v1/dead_letters/ID/retry. 0: requeued. With why filled and nothing
  * printed: JC_EXIT_FAIL, jobd refused it (400 invalid_state: the batch is no
  * longer in progress); JC_EXIT_NOTFOUND, no such dead letter for this key
@@ -628,7 +626,7 @@ static int retry_one(struct jc *jc, const char *id, char *why, size_t why_len)
     return rc;
 }
 
-static int retry_batch(struct jc *jc, const char *batch)
+static int retry_batch(struct jc *jc, const char *batch, int64_t page_size)
 {
     char after[JC_ID_MAX] = "", what[160];
     snprintf(what, sizeof what, "batch %s", batch);
@@ -636,8 +634,8 @@ static int retry_batch(struct jc *jc, const char *batch)
     int rc = 0;
     for (;;) {
         char path[320];
-        snprintf(path, sizeof path, "/v1/batches/%s/dead_letters?limit=%d%s%s", batch, RETRY_PAGE,
-                 after[0] ? "&after=" : "", after);
+        snprintf(path, sizeof path, "/v1/batches/%s/dead_letters?limit=%lld%s%s", batch,
+                 (long long)page_size, after[0] ? "&after=" : "", after);
         json_t *page = NULL, *data = NULL;
         if ((rc = jc_get_json(jc, path, what, &page)))
             return rc;
@@ -696,8 +694,10 @@ static int retry_batch(struct jc *jc, const char *batch)
 int cmd_retry_dead(struct jc *jc, int argc, char **argv)
 {
     const char *batch = NULL;
+    int64_t page_size = 100;
     struct cfg_opt opts[] = {
         {"batch", NULL, CFG_STR, &batch, "BATCH_ID", "retry every dead letter of this batch"},
+        {"page-size", NULL, CFG_INT, &page_size, "N", "--batch: dead letters per list request, 1 .. 1000 (default 100)"},
         JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
     };
@@ -709,11 +709,13 @@ int cmd_retry_dead(struct jc *jc, int argc, char **argv)
         return rc;
     if ((batch != NULL) == (n_pos == 1))
         return jc_usage_error(jc, "give a DEAD_LETTER_ID or --batch BATCH_ID (one of them)");
+    if (page_size < 1 || page_size > 1000)
+        return jc_usage_error(jc, "--page-size: 1 .. 1000");
     const char *id = batch ? batch : pos[0];
     if ((rc = jc_check_id(jc, batch ? "batch" : "dead letter", id)))
         return rc;
     if (batch)
-        return retry_batch(jc, batch);
+        return retry_batch(jc, batch, page_size);
     char why[700];
     rc = retry_one(jc, id, why, sizeof why);
     if (rc == JC_EXIT_NOTFOUND)
