@@ -41,7 +41,7 @@ static const char *usage_text =
     "  14  wait --timeout passed before the batch ended\n"
     "  20  jobd unreachable (connection refused, no answer)\n"
     "  21  authentication failed (bad or missing API key)\n"
-    "  22  not found (no such batch/file for this key)\n"
+    "  22  not found (no such batch/file/dead letter for this key)\n"
     "  23  this jobd does not serve the route (older jobd)\n"
     "\n"
     "example:\n"
