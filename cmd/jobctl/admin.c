@@ -2,9 +2,11 @@
  * admin.c - jobctl's read-mostly commands: usage, workers, models, and files
  * (list, get, delete, content).
  *
- * usage and workers print jobd's answer (indented JSON, or one line per
- * item); where this jobd does not serve the route yet the call ends in a
- * "no route" error (exit 23) naming it, from jc_check.
+ * workers and models print a table of jobd's answer (or the JSON with
+ * --json); workers authenticates with the admin token. usage prints jobd's
+ * answer as JSON; where this jobd does not serve the route (GET /v1/usage,
+ * not yet) the call ends in a "no route" error (exit 23) naming it, from
+ * jc_check.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,54 +15,6 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
-
-/* One line per item of answer.data: its scalar fields as key=value. */
-static void print_items(const json_t *answer)
-{
-    json_t *data = NULL;
-    if (js_get_arr(answer, "data", &data)) {
-        jc_print_json(answer, stdout, 2);
-        return;
-    }
-    for (size_t i = 0; i < json_array_size(data); i++) {
-        const json_t *it = json_array_get(data, i);
-        const char *k;
-        json_t *v;
-        int first = 1;
-        json_object_foreach((json_t *)it, k, v) {
-            if (json_is_object(v) || json_is_array(v))
-                continue;
-            char *s = json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);
-            printf("%s%s=%s", first ? "" : " ", k, json_is_string(v) ? json_string_value(v) : s ? s : "?");
-            free(s);
-            first = 0;
-        }
-        putchar('\n');
-    }
-}
-
-static int simple_get(struct jc *jc, const char *usage, int argc, char **argv, const char *path,
-                      int items)
-{
-    int json_out = 0;
-    struct cfg_opt opts[] = {
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"},
-        JC_COMMON_OPTS(jc),
-    };
-    char *pos[1];
-    int n_pos = 0, rc;
-    if ((rc = jc_parse(jc, usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0, 0, &n_pos)) >= 0)
-        return rc;
-    json_t *v = NULL;
-    if ((rc = jc_get_json(jc, path, NULL, &v)))
-        return rc;
-    if (json_out || !items)
-        jc_print_json(v, stdout, 2);
-    else
-        print_items(v);
-    json_decref(v);
-    return JC_EXIT_OK;
-}
 
 /* ---- usage ----------------------------------------------------------------------------------- */
 
@@ -111,32 +65,132 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
 
 /* ---- workers / models ------------------------------------------------------------------------ */
 
+/* The models array of a worker as "a,b" (at most cap bytes, "..." when cut). */
+static void join_strings(const json_t *arr, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const char *m = json_string_value(json_array_get(arr, i));
+        if (!m)
+            continue;
+        int w = snprintf(out + n, cap - n, "%s%s", n ? "," : "", m);
+        if (w < 0 || (size_t)w >= cap - n) {
+            if (cap > 4)
+                memcpy(out + cap - 4, "...", 4);
+            return;
+        }
+        n += (size_t)w;
+    }
+    if (!n)
+        snprintf(out, cap, "-");
+}
+
 static const char *workers_usage =
-    "usage: jobctl workers [--json]\n"
+    "usage: jobctl workers [--all] [--json] [--admin-token T]\n"
     "\n"
-    "The workers jobd knows (GET /v1/workers): one line per worker with its\n"
-    "fields as key=value (name, models, last seen, leases...).\n"
+    "The workers jobd knows (GET /v1/workers, newest registration first): one\n"
+    "row per worker with its device, whether it is live (seen within 120 s),\n"
+    "leases and requests held, last reported tokens/s, last call and models.\n"
+    "--all includes workers not seen lately. The route needs jobd's admin\n"
+    "token (--admin-token / JOBD_ADMIN_TOKEN, or admin_token in the config\n"
+    "file), unless jobd runs in local no-auth mode without one.\n"
     "\n"
     "example:\n"
-    "  jobctl workers --json | jq '.data | length'\n";
+    "  JOBD_ADMIN_TOKEN=... jobctl workers --json | jq '.data | length'\n";
 
 int cmd_workers(struct jc *jc, int argc, char **argv)
 {
-    return simple_get(jc, workers_usage, argc, argv, "/v1/workers", 1);
+    int json_out = 0, all = 0;
+    struct cfg_opt opts[] = {
+        {"all", NULL, CFG_BOOL, &all, NULL, "also workers not seen within the worker TTL"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"},
+        JC_ADMIN_OPT(jc),
+        JC_COMMON_OPTS(jc),
+    };
+    jc->admin = 2;
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, workers_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0, 0,
+                       &n_pos)) >= 0)
+        return rc;
+    json_t *v = NULL, *data = NULL;
+    if ((rc = jc_get_json(jc, all ? "/v1/workers?limit=1000&all=true" : "/v1/workers?limit=1000", NULL, &v)))
+        return rc;
+    if (json_out || js_get_arr(v, "data", &data)) {
+        jc_print_json(v, stdout, 2);
+        json_decref(v);
+        return JC_EXIT_OK;
+    }
+    printf("%-30s %-16s %-6s %-4s %6s %8s %8s %-20s %s\n", "ID", "NAME", "DEVICE", "LIVE", "LEASES",
+           "REQUESTS", "TOK/S", "LAST_SEEN", "MODELS");
+    for (size_t i = 0; i < json_array_size(data); i++) {
+        const json_t *w = json_array_get(data, i);
+        const char *id = "?", *name = "?", *dev = "?";
+        int64_t leases = 0, reqs = 0, seen = 0;
+        int live = 0;
+        json_t *models = NULL;
+        js_get_str(w, "id", &id);
+        js_get_str(w, "name", &name);
+        js_get_str(w, "device", &dev);
+        js_get_int(w, "leases_held", &leases);
+        js_get_int(w, "requests_held", &reqs);
+        js_get_int(w, "last_heartbeat_at", &seen);
+        js_get_bool(w, "live", &live);
+        js_get_arr(w, "models", &models);
+        const json_t *tps = json_object_get(w, "tokens_per_s");
+        char t[64], ms[256];
+        jc_fmt_time(seen, t, sizeof t);
+        join_strings(models, ms, sizeof ms);
+        printf("%-30s %-16s %-6s %-4s %6lld %8lld %8.1f %-20s %s\n", id, name, dev, live ? "yes" : "no",
+               (long long)leases, (long long)reqs, json_is_number(tps) ? json_number_value(tps) : 0.0, t, ms);
+    }
+    json_decref(v);
+    return JC_EXIT_OK;
 }
 
 static const char *models_usage =
     "usage: jobctl models [--json]\n"
     "\n"
-    "The models live workers serve (GET /v1/models): one line per model\n"
-    "(id, root, workers...). A batch for a model nobody serves waits.\n"
+    "The models live workers serve (GET /v1/models): one row per name a request\n"
+    "may use in body.model, with its canonical name (ROOT) and how many live\n"
+    "workers serve it. A batch for a model nobody serves waits (jobctl status\n"
+    "shows it).\n"
     "\n"
     "example:\n"
     "  jobctl models\n";
 
 int cmd_models(struct jc *jc, int argc, char **argv)
 {
-    return simple_get(jc, models_usage, argc, argv, "/v1/models", 1);
+    int json_out = 0;
+    struct cfg_opt opts[] = {
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, models_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0, 0, &n_pos)) >= 0)
+        return rc;
+    json_t *v = NULL, *data = NULL;
+    if ((rc = jc_get_json(jc, "/v1/models", NULL, &v)))
+        return rc;
+    if (json_out || js_get_arr(v, "data", &data)) {
+        jc_print_json(v, stdout, 2);
+        json_decref(v);
+        return JC_EXIT_OK;
+    }
+    printf("%-40s %-40s %s\n", "ID", "ROOT", "WORKERS");
+    for (size_t i = 0; i < json_array_size(data); i++) {
+        const json_t *m = json_array_get(data, i);
+        const char *id = "?", *root = NULL;
+        int64_t n = 0;
+        js_get_str(m, "id", &id);
+        js_get_str(m, "root", &root);
+        js_get_int(m, "workers", &n);
+        printf("%-40s %-40s %lld\n", id, root ? root : id, (long long)n);
+    }
+    json_decref(v);
+    return JC_EXIT_OK;
 }
 
 /* ---- files ----------------------------------------------------------------------------------- */

@@ -581,46 +581,150 @@ int cmd_errors(struct jc *jc, int argc, char **argv)
 /* ---- retry-dead ------------------------------------------------------------------------------ */
 
 static const char *retry_usage =
-    "usage: jobctl retry-dead REQUEST_ID | --batch BATCH_ID\n"
+    "usage: jobctl retry-dead DEAD_LETTER_ID | --batch BATCH_ID [--admin-token T]\n"
     "\n"
-    "Requeue dead-lettered requests (attempts reset): one by its request id\n"
-    "(POST /v1/dead_letters/ID/retry) or all of a batch\n"
-    "(POST /v1/batches/ID/dead_letters/retry). jobd allows it while the batch is\n"
-    "in progress and inside its window; prints jobd's answer as JSON.\n"
+    "Requeue dead-lettered requests with their attempts reset. A dead letter's\n"
+    "id is its request id (req_...; see GET /v1/batches/ID/dead_letters). One:\n"
+    "POST /v1/dead_letters/ID/retry, prints 'ID requeued'. --batch: every dead\n"
+    "letter of the batch, page by page, one POST each; prints one line per\n"
+    "dead letter ('ID CUSTOM_ID requeued' or '... refused: reason') and a count\n"
+    "line. jobd allows it while the batch is in progress and inside its window\n"
+    "(after that: resubmit the dead letter's line in a new batch). Exits 1 when\n"
+    "any retry was refused. With --admin-token it acts on any tenant's dead\n"
+    "letters.\n"
     "\n"
     "examples:\n"
     "  jobctl retry-dead --batch \"$id\"\n"
     "  jobctl retry-dead req_01jf8y2n6q3c5v7x9z1b3d5f7h\n";
 
+/* POST /v1/dead_letters/ID/retry. 0: requeued. With why filled and nothing
+ * printed: JC_EXIT_FAIL, jobd refused it (400 invalid_state: the batch is no
+ * longer in progress); JC_EXIT_NOTFOUND, no such dead letter for this key
+ * (never dead-lettered, or already retried). Any other exit code: printed
+ * by jc_check (unreachable, auth, no route...). */
+static int retry_one(struct jc *jc, const char *id, char *why, size_t why_len)
+{
+    char path[256], what[160];
+    snprintf(path, sizeof path, "/v1/dead_letters/%s/retry", id);
+    snprintf(what, sizeof what, "dead letter %s", id);
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.retry_unsafe = 1; /* a repeat answers 404, which is reported, never doubles work */
+    struct httpc_response r;
+    httpc_response_init(&r);
+    int rc = jc_call(jc, &o, "POST", path, NULL, NULL, 0, NULL, &r);
+    char msg[512], code[64];
+    jc_error_fields(&r, msg, sizeof msg, code, sizeof code);
+    if (!rc && (r.status == 400 || r.status == 409 || (r.status == 404 && !strcmp(code, "not_found")))) {
+        snprintf(why, why_len, "HTTP %ld %s: %s", r.status, code[0] ? code : "-",
+                 msg[0] ? msg : "(no message)");
+        rc = r.status == 404 ? JC_EXIT_NOTFOUND : JC_EXIT_FAIL;
+    } else {
+        rc = jc_check(jc, "POST", path, rc, &r, what, 0);
+    }
+    httpc_response_release(&r);
+    return rc;
+}
+
+static int retry_batch(struct jc *jc, const char *batch, int64_t page_size)
+{
+    char after[JC_ID_MAX] = "", what[160];
+    snprintf(what, sizeof what, "batch %s", batch);
+    int64_t n_seen = 0, n_ok = 0, n_refused = 0;
+    int rc = 0;
+    for (;;) {
+        char path[320];
+        snprintf(path, sizeof path, "/v1/batches/%s/dead_letters?limit=%lld%s%s", batch,
+                 (long long)page_size, after[0] ? "&after=" : "", after);
+        json_t *page = NULL, *data = NULL;
+        if ((rc = jc_get_json(jc, path, what, &page)))
+            return rc;
+        if (js_get_arr(page, "data", &data)) {
+            json_decref(page);
+            return jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's dead letter list has no data array");
+        }
+        size_t n = json_array_size(data);
+        for (size_t i = 0; i < n && !rc; i++) {
+            const json_t *dl = json_array_get(data, i);
+            const char *id = NULL, *cid = "-";
+            js_get_str(dl, "custom_id", &cid);
+            if (js_get_str(dl, "id", &id) || jc_check_id(jc, "dead letter", id)) {
+                rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's dead letter list has an entry without an id");
+                break;
+            }
+            n_seen++;
+            char why[700];
+            int r1 = retry_one(jc, id, why, sizeof why);
+            if (r1 == 0) {
+                n_ok++;
+                printf("%s %s requeued\n", id, cid);
+            } else if (r1 == JC_EXIT_FAIL || r1 == JC_EXIT_NOTFOUND) {
+                n_refused++;
+                printf("%s %s refused: %s\n", id, cid, why);
+            } else {
+                rc = r1;
+            }
+            fflush(stdout);
+        }
+        int has_more = 0;
+        js_get_bool(page, "has_more", &has_more);
+        const char *last_id = NULL;
+        if (n)
+            js_get_str(json_array_get(data, n - 1), "id", &last_id);
+        /* the cursor is "ids after this one": requeued rows leaving the list do not move it */
+        int go_on = !rc && has_more && n && last_id && strlen(last_id) < sizeof after;
+        if (go_on)
+            snprintf(after, sizeof after, "%s", last_id);
+        json_decref(page);
+        if (!go_on)
+            break;
+    }
+    if (rc)
+        return rc;
+    printf("batch %s: %lld dead letters, %lld requeued, %lld refused\n", batch, (long long)n_seen,
+           (long long)n_ok, (long long)n_refused);
+    if (n_refused)
+        return jc_fail(jc, JC_EXIT_FAIL,
+                       "a batch that is no longer in progress cannot requeue: resubmit the dead "
+                       "letters' lines (GET /v1/batches/ID/dead_letters) in a new batch",
+                       "%lld of %lld retries refused", (long long)n_refused, (long long)n_seen);
+    return JC_EXIT_OK;
+}
+
 int cmd_retry_dead(struct jc *jc, int argc, char **argv)
 {
     const char *batch = NULL;
+    int64_t page_size = 100;
     struct cfg_opt opts[] = {
         {"batch", NULL, CFG_STR, &batch, "BATCH_ID", "retry every dead letter of this batch"},
+        {"page-size", NULL, CFG_INT, &page_size, "N", "--batch: dead letters per list request, 1 .. 1000 (default 100)"},
+        JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
     };
+    jc->admin = 1;
     char *pos[1];
     int n_pos = 0, rc;
     if ((rc = jc_parse(jc, retry_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 0,
                        &n_pos)) >= 0)
         return rc;
     if ((batch != NULL) == (n_pos == 1))
-        return jc_usage_error(jc, "give a REQUEST_ID or --batch BATCH_ID (one of them)");
+        return jc_usage_error(jc, "give a DEAD_LETTER_ID or --batch BATCH_ID (one of them)");
+    if (page_size < 1 || page_size > 1000)
+        return jc_usage_error(jc, "--page-size: 1 .. 1000");
     const char *id = batch ? batch : pos[0];
-    if ((rc = jc_check_id(jc, batch ? "batch" : "request", id)))
+    if ((rc = jc_check_id(jc, batch ? "batch" : "dead letter", id)))
         return rc;
-    char path[256], what[160];
-    snprintf(path, sizeof path, batch ? "/v1/batches/%s/dead_letters/retry" : "/v1/dead_letters/%s/retry", id);
-    snprintf(what, sizeof what, batch ? "batch %s" : "dead letter %s", id);
-    struct httpc_opts o;
-    jc_opts_default(&o);
-    struct httpc_response r;
-    httpc_response_init(&r);
-    json_t *v = NULL;
-    rc = jc_call(jc, &o, "POST", path, NULL, NULL, 0, NULL, &r);
-    if (!(rc = jc_check(jc, "POST", path, rc, &r, what, 0)) && !(rc = jc_parse_json(jc, &r, &v)))
-        jc_print_json(v, stdout, 0);
-    json_decref(v);
-    httpc_response_release(&r);
+    if (batch)
+        return retry_batch(jc, batch, page_size);
+    char why[700];
+    rc = retry_one(jc, id, why, sizeof why);
+    if (rc == JC_EXIT_NOTFOUND)
+        return jc_fail(jc, rc, "ids belong to one API key; dead letters leave the list once retried",
+                       "dead letter %s not found", id);
+    if (rc == JC_EXIT_FAIL)
+        return jc_fail(jc, rc, "resubmit the dead letter's line (GET /v1/batches/ID/dead_letters) in a new batch",
+                       "dead letter %s: retry refused: %s", id, why);
+    if (rc == 0)
+        printf("%s requeued\n", id);
     return rc;
 }

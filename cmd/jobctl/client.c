@@ -26,7 +26,8 @@ void jc_release(struct jc *jc)
 {
     free(jc->file_url);
     free(jc->file_key);
-    jc->file_url = jc->file_key = NULL;
+    free(jc->file_admin);
+    jc->file_url = jc->file_key = jc->file_admin = NULL;
 }
 
 static void jc_vmsg(const struct jc *jc, const char *hint, const char *fmt, va_list ap)
@@ -84,7 +85,7 @@ static char *jc_trim(char *s)
     return s;
 }
 
-/* Read "key = value" lines: url, api_key (or api-key). Blank lines and '#'
+/* Read "key = value" lines: url, api_key (or api-key), admin_token. Blank lines and '#'
  * comments are skipped; a value may be quoted. missing_ok: a file that does
  * not exist is not an error (the default path). */
 static int jc_load_config(struct jc *jc, const char *path, int missing_ok)
@@ -127,8 +128,10 @@ static int jc_load_config(struct jc *jc, const char *path, int missing_ok)
             dst = &jc->file_url;
         else if (!strcmp(key, "api_key") || !strcmp(key, "api-key"))
             dst = &jc->file_key;
+        else if (!strcmp(key, "admin_token") || !strcmp(key, "admin-token"))
+            dst = &jc->file_admin;
         else {
-            rc = jc_fail(jc, JC_EXIT_USAGE, "known keys: url, api_key", "%s:%d: unknown key '%s'", path,
+            rc = jc_fail(jc, JC_EXIT_USAGE, "known keys: url, api_key, admin_token", "%s:%d: unknown key '%s'", path,
                          lineno, key);
             break;
         }
@@ -143,6 +146,8 @@ static int jc_load_config(struct jc *jc, const char *path, int missing_ok)
         jc->url = jc->file_url;
     if (jc->file_key)
         jc->api_key = jc->file_key;
+    if (jc->file_admin)
+        jc->admin_token = jc->file_admin;
     return 0;
 }
 
@@ -265,8 +270,10 @@ int jc_call(struct jc *jc, const struct httpc_opts *o, const char *method, const
     const char *hv[16];
     size_t nh = 0;
     int rc = buf_printf(&url, "%s%s", jc->base, path);
-    if (!rc && jc->api_key && *jc->api_key) {
-        rc = buf_printf(&auth, "Authorization: Bearer %s", jc->api_key);
+    int use_admin = jc->admin && jc->admin_token && *jc->admin_token;
+    const char *bearer = use_admin ? jc->admin_token : jc->api_key;
+    if (!rc && bearer && *bearer) {
+        rc = buf_printf(&auth, "Authorization: Bearer %s", bearer);
         hv[nh++] = auth.data;
     }
     hv[nh++] = "User-Agent: jobctl/" PROJECT_VERSION;
@@ -281,8 +288,7 @@ int jc_call(struct jc *jc, const struct httpc_opts *o, const char *method, const
     return rc;
 }
 
-/* The OpenAI error envelope's message and code, when the body has one. */
-static void jc_error_fields(const struct httpc_response *r, char *msg, size_t msg_len, char *code,
+void jc_error_fields(const struct httpc_response *r, char *msg, size_t msg_len, char *code,
                             size_t code_len)
 {
     msg[0] = code[0] = '\0';
@@ -322,6 +328,14 @@ int jc_check(const struct jc *jc, const char *method, const char *path, int rc,
         return 0;
     char msg[512], code[64];
     jc_error_fields(r, msg, sizeof msg, code, sizeof code);
+    int sent_admin = jc->admin && jc->admin_token && *jc->admin_token;
+    const char *admin_hint = "set --admin-token or JOBD_ADMIN_TOKEN to jobd's --admin-token";
+    if ((r->status == 401 || r->status == 403) && sent_admin)
+        return jc_fail(jc, JC_EXIT_AUTH, admin_hint, "jobd refused the admin token (HTTP %ld): %s",
+                       r->status, msg[0] ? msg : "unauthorized");
+    if ((r->status == 401 || r->status == 403) && jc->admin == 2)
+        return jc_fail(jc, JC_EXIT_AUTH, admin_hint, "%s %s needs jobd's admin token (HTTP %ld): %s",
+                       method, route, r->status, msg[0] ? msg : "unauthorized");
     if (r->status == 401 || r->status == 403)
         return jc_fail(jc, JC_EXIT_AUTH,
                        "set --api-key or JOBD_API_KEY (create one with: jobd keys create --tenant NAME)",

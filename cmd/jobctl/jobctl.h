@@ -45,11 +45,14 @@
 struct jc {
     const char *url;      /* jobd's base URL, without a trailing "/" or "/v1" */
     const char *api_key;  /* NULL: no Authorization header */
+    const char *admin_token; /* --admin-token / JOBD_ADMIN_TOKEN / config admin_token */
+    int admin;            /* 0: the API key only; 1: the admin token instead when one is set
+                             (retry-dead); 2: the route wants the admin token (workers) */
     const char *config;   /* --config / JOBCTL_CONFIG: the file read (or NULL) */
     struct cli_log lg;
     int help;
     const char *cmd;      /* "submit", "files list"... for messages */
-    char *file_url, *file_key; /* values from the config file (owned) */
+    char *file_url, *file_key, *file_admin; /* values from the config file (owned) */
     char base[1024];      /* normalised url */
 };
 
@@ -61,6 +64,11 @@ struct jc {
      "config file of 'key = value' lines (default ~/.config/jobctl/config)"},                  \
     CLI_LOG_OPTS(&(jc)->lg),                                                                   \
     {"help", NULL, CFG_BOOL, &(jc)->help, NULL, "show this help"}
+
+/* The admin-token option (workers, retry-dead): jobd's --admin-token. */
+#define JC_ADMIN_OPT(jc)                                                                        \
+    {"admin-token", "JOBD_ADMIN_TOKEN", CFG_STR, &(jc)->admin_token, "TOKEN",                   \
+     "jobd's admin token, sent as Bearer instead of the API key"}
 
 /* Set up jc (call once in main). */
 void jc_init(struct jc *jc);
@@ -106,6 +114,11 @@ void jc_opts_default(struct httpc_opts *o);
  * object for 404s ("batch batch_01..."). */
 int jc_check(const struct jc *jc, const char *method, const char *path, int rc,
              const struct httpc_response *r, const char *what, int allow_304);
+
+/* The OpenAI error envelope's message and code of an answer ("" when it has
+ * none; a short non-JSON body becomes the message). */
+void jc_error_fields(const struct httpc_response *r, char *msg, size_t msg_len, char *code,
+                     size_t code_len);
 
 /* GET path, check, parse the JSON answer into *out. Returns 0 or an exit code. */
 int jc_get_json(struct jc *jc, const char *path, const char *what, json_t **out);

@@ -26,7 +26,9 @@ static const char *usage_text =
     "Connection: --url / JOBD_URL (default http://127.0.0.1:8080), --api-key /\n"
     "JOBD_API_KEY, or a config file of 'key = value' lines (url, api_key) at\n"
     "--config / JOBCTL_CONFIG / ~/.config/jobctl/config. Flags win over the\n"
-    "environment, the environment over the file.\n"
+    "environment, the environment over the file. workers (and retry-dead, to\n"
+    "act across tenants) take jobd's admin token: --admin-token /\n"
+    "JOBD_ADMIN_TOKEN / admin_token in the file.\n"
     "\n"
     "exit codes:\n"
     "   0  ok; for wait/submit --wait: the batch completed, no request failed\n"
@@ -39,7 +41,7 @@ static const char *usage_text =
     "  14  wait --timeout passed before the batch ended\n"
     "  20  jobd unreachable (connection refused, no answer)\n"
     "  21  authentication failed (bad or missing API key)\n"
-    "  22  not found (no such batch/file for this key)\n"
+    "  22  not found (no such batch/file/dead letter for this key)\n"
     "  23  this jobd does not serve the route (older jobd)\n"
     "\n"
     "example:\n"
@@ -62,7 +64,7 @@ static const struct command commands[] = {
 /* Options that take a separate value (so the value is not the command word). */
 static int takes_value(const char *a)
 {
-    static const char *const v[] = {"--url", "--api-key", "--config", "--log-level", "--log-format"};
+    static const char *const v[] = {"--url", "--api-key", "--admin-token", "--config", "--log-level", "--log-format"};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         if (!strcmp(a, v[i]))
             return 1;

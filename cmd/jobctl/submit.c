@@ -25,7 +25,8 @@
 #include "common/zst.h"
 
 #define SUBMIT_READ_BYTES (256u << 10)
-#define SUBMIT_MAX_METADATA 16
+#define SUBMIT_MAX_METADATA 16      /* pairs jobd accepts, priority and webhook_url included */
+#define SUBMIT_MAX_METADATA_VALUE 512 /* bytes of one value (jobd's limit) */
 #define SUBMIT_ZSTD_LEVEL 3
 
 static const char *submit_usage =
@@ -36,15 +37,22 @@ static const char *submit_usage =
     "The file streams from disk, zstd-compressed on the wire (chunked); '-' reads\n"
     "stdin (spooled to a temporary file first). The Idempotency-Key defaults to\n"
     "one derived from the content's SHA-256 and the options (endpoint, window,\n"
-    "metadata, priority, file name), so submitting the same file twice - a cron\n"
-    "job that runs twice - creates one batch: the second call prints the first\n"
-    "batch's id (jobd keeps keys 24 h). With --wait it then waits like\n"
+    "metadata, priority, webhook, file name), so submitting the same file twice -\n"
+    "a cron job that runs twice - creates one batch: the second call prints the\n"
+    "first batch's id (jobd keeps keys 24 h). With --wait it then waits like\n"
     "'jobctl wait' and exits with the batch's outcome code.\n"
     "\n"
-    "  --metadata K=V       a metadata pair (repeatable, at most 16)\n"
+    "  --metadata K=V       a metadata pair (repeatable; at most 16 pairs in all,\n"
+    "                       --priority and --webhook included)\n"
+    "\n"
+    "--webhook URL is sent as the batch's metadata webhook_url: when the batch\n"
+    "ends jobd POSTs its batch.* event there, signed with the tenant's secret\n"
+    "(GET /v1/webhook_secret; see spec/webhooks.md). jobd checks the address\n"
+    "when it delivers, not now.\n"
     "\n"
     "examples:\n"
     "  id=$(jobctl submit requests.jsonl --metadata owner=nightly) && jobctl wait \"$id\"\n"
+    "  jobctl submit requests.jsonl --webhook https://hooks.example.com/jobd\n"
     "  ./make-requests | jobctl submit - --window 6h --priority 10 --wait\n";
 
 struct submit_src {
@@ -198,6 +206,11 @@ static int submit_take_metadata(struct jc *jc, int *argc, char **argv, const cha
             return jc_usage_error(jc, "--metadata: at most %d pairs", SUBMIT_MAX_METADATA);
         if (!strncmp(v, "priority=", 9))
             return jc_usage_error(jc, "--metadata: use --priority N to set the priority");
+        if (!strncmp(v, "webhook_url=", 12))
+            return jc_usage_error(jc, "--metadata: use --webhook URL to set the webhook_url");
+        if (strlen(eq + 1) > SUBMIT_MAX_METADATA_VALUE)
+            return jc_usage_error(jc, "--metadata: a value may be at most %d bytes",
+                                  SUBMIT_MAX_METADATA_VALUE);
         md[(*n_md)++] = v;
     }
     *argc = out;
@@ -209,7 +222,7 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     const char *endpoint = NULL, *window = "24h", *webhook = NULL, *idem = NULL, *filename = NULL;
     int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0;
     int wait = 0;
-    const char *md[SUBMIT_MAX_METADATA];
+    const char *md[SUBMIT_MAX_METADATA + 1];
     int n_md = 0;
     int rc = submit_take_metadata(jc, &argc, argv, md, &n_md);
     if (rc)
@@ -218,7 +231,7 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         {"endpoint", NULL, CFG_STR, &endpoint, "PATH", "/v1/chat/completions (default) or /v1/completions"},
         {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1m .. 30d (default 24h)"},
         {"priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"},
-        {"webhook", NULL, CFG_STR, &webhook, "URL", "per-batch webhook (not served by jobd yet: refused)"},
+        {"webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"},
         {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
         {"filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"},
         {"wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"},
@@ -241,12 +254,22 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         return jc_usage_error(jc, "--endpoint: use /v1/chat/completions or /v1/completions");
     if (idem && (!*idem || strlen(idem) > 255))
         return jc_usage_error(jc, "--idempotency-key: 1 to 255 bytes");
-    if (webhook)
-        return jc_fail(jc, JC_EXIT_FAIL,
-                       "register a tenant webhook endpoint instead once jobd serves webhooks; "
-                       "or poll with 'jobctl wait'",
-                       "--webhook: jobd has no per-batch webhook option (POST /v1/jobs takes none); "
-                       "nothing was submitted");
+    char wh_md[16 + SUBMIT_MAX_METADATA_VALUE];
+    if (webhook) {
+        size_t wl = strlen(webhook);
+        int ok = wl <= SUBMIT_MAX_METADATA_VALUE &&
+                 (!strncmp(webhook, "https://", 8) || !strncmp(webhook, "http://", 7));
+        for (size_t i = 0; ok && i < wl; i++)
+            ok = (unsigned char)webhook[i] > ' ' && webhook[i] != 0x7f;
+        if (!ok)
+            return jc_usage_error(jc, "--webhook: '%s' is not an http(s) URL of at most %d bytes", webhook,
+                                  SUBMIT_MAX_METADATA_VALUE);
+        snprintf(wh_md, sizeof wh_md, "webhook_url=%s", webhook);
+        md[n_md++] = wh_md;
+    }
+    if (n_md + (priority != INT64_MIN) > SUBMIT_MAX_METADATA)
+        return jc_usage_error(jc, "at most %d metadata pairs, --priority and --webhook included",
+                              SUBMIT_MAX_METADATA);
 
     const char *path = pos[0];
     int is_stdin = !strcmp(path, "-");
