@@ -68,13 +68,13 @@ void api_window_format(int64_t s, char *out, size_t cap)
         snprintf(out, cap, "%llds", (long long)s);
 }
 
-int api_window_parse(const char *s, int64_t *seconds)
+int api_window_parse(const char *s, int64_t min_s, int64_t *seconds)
 {
     int64_t ms;
     if (!s || !*s || cfg_parse_duration_ms(s, &ms) || ms % 1000 != 0)
         return ERR_INVAL;
     int64_t v = ms / 1000;
-    if (v < API_WINDOW_MIN_S || v > API_WINDOW_MAX_S)
+    if (v < min_s || v < 1 || v > API_WINDOW_MAX_S)
         return ERR_INVAL;
     *seconds = v;
     return 0;
@@ -153,4 +153,25 @@ int api_batch_json(struct buf *out, const struct store_batch *b)
         (rc = buf_append_str(out, b->metadata && *b->metadata ? b->metadata : "null")))
         return rc;
     return buf_append_str(out, "}");
+}
+
+int api_batch_json_ext(struct buf *out, const struct store_batch *b,
+                       const struct store_model_served *served, size_t n_served)
+{
+    size_t start = out->len;
+    int rc = api_batch_json(out, b);
+    if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0])
+        return rc;
+    for (size_t i = 0; i < n_served; i++)
+        if (strcmp(served[i].name, b->model) == 0)
+            return 0;
+    int64_t left = b->n_total - b->n_completed - b->n_failed;
+    if (left <= 0 || out->len <= start)
+        return 0;
+    out->data[--out->len] = '\0'; /* reopen the object: drop its closing brace */
+    if ((rc = buf_append_str(out, ",\"waiting_for_model\":{\"model\":")) ||
+        (rc = js_escape(out, b->model, strlen(b->model))) ||
+        (rc = buf_printf(out, ",\"requests\":%lld}}", (long long)left)))
+        return rc;
+    return 0;
 }

@@ -32,6 +32,9 @@ void app_config_default(struct app_config *cfg)
     cfg->max_json_bytes = 1u << 20;
     cfg->db_threads = 4;
     cfg->zstd_level = 1;
+    lease_opts_default(&cfg->lease);
+    cfg->sweep_interval_ms = 2000;
+    cfg->window_min_s = API_WINDOW_MIN_S;
 }
 
 int app_parse_listen(const char *s, char *host, size_t cap, int *port)
@@ -424,6 +427,7 @@ static void on_http_closed(void *arg)
     log_info("http: all requests answered; stopping the ingest thread");
     ingestq_free(app->iq); /* it stops at a line boundary */
     app->iq = NULL;
+    app_sweeper_stop(app); /* it stops between two transactions */
     http_server_free(app->srv);
     app->srv = NULL;
     uv_close((uv_handle_t *)&app->sig_term, NULL);
@@ -533,7 +537,8 @@ int app_run(const struct app_config *cfg)
         uv_close((uv_handle_t *)&app->sig_int, NULL);
         goto out;
     }
-    if ((rc = routes_ops_add(app)) || (rc = routes_files_add(app)) || (rc = routes_batches_add(app))) {
+    if ((rc = routes_ops_add(app)) || (rc = routes_files_add(app)) || (rc = routes_batches_add(app)) ||
+        (rc = routes_worker_add(app))) {
         log_error("cannot add routes: %s", err_msg(rc));
         goto out_shutdown;
     }
@@ -542,6 +547,8 @@ int app_run(const struct app_config *cfg)
         goto out_shutdown;
     }
     if ((rc = ingestq_start(cfg->data_dir, &cfg->store, &cfg->limits, &app->writers, &app->iq)))
+        goto out_shutdown;
+    if ((rc = app_sweeper_start(app)))
         goto out_shutdown;
     uv_signal_start(&app->sig_term, on_signal, SIGTERM);
     uv_signal_start(&app->sig_int, on_signal, SIGINT);
@@ -566,6 +573,7 @@ out_shutdown:
     uv_run(&loop, UV_RUN_DEFAULT);
 out:
     ingestq_free(app->iq);
+    app_sweeper_stop(app);
     if (loop_ok) {
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);

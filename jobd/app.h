@@ -23,6 +23,14 @@
  * logged as a warning). No key and a non-loopback address -> refused at
  * start (ERR_AUTH). The mode is decided at start: restart after creating
  * the first key.
+ *
+ * Workers (the /v1/worker/... routes) authenticate with the worker token
+ * (--worker-token / JOBD_WORKER_TOKEN), never with a tenant key; admin
+ * routes (GET /v1/workers, dead letters across tenants) with the admin
+ * token (--admin-token / JOBD_ADMIN_TOKEN). Both are compared in constant
+ * time. In no-auth mode a route whose token is not configured is open (a
+ * configured token is still required); in keyed mode a route whose token is
+ * not configured answers 401 (logged at start).
  */
 #ifndef JOBD_APP_H
 #define JOBD_APP_H
@@ -31,6 +39,7 @@
 
 #include "jobd/http.h"
 #include "jobd/ingest.h"
+#include "jobd/lease.h"
 #include "jobd/store.h"
 
 struct app_config {
@@ -44,6 +53,12 @@ struct app_config {
     int db_threads;                  /* thread-pool threads / pooled connections; default 4 */
     int zstd_level;                  /* stored files; default 1 (fastest: uploads compress on the loop) */
     const char *port_file;           /* if set: the bound port is written there (tests) */
+    /* work distribution (jobd/routes_worker.c, jobd/sweeper.h) */
+    const char *worker_token;        /* Bearer token of the /v1/worker routes; NULL = none (see below) */
+    const char *admin_token;         /* Bearer token of admin routes; NULL = none */
+    struct lease_opts lease;         /* lease clamps, retry policy, worker TTL */
+    int64_t sweep_interval_ms;       /* sweeper period; default 2000 */
+    int64_t window_min_s;            /* smallest completion_window accepted; default 60 */
 };
 
 /* Fill the documented defaults. Can't fail. */

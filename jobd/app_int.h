@@ -25,6 +25,7 @@
 #include "jobd/http.h"
 #include "jobd/ingestq.h"
 #include "jobd/store.h"
+#include "jobd/sweeper.h"
 
 struct dbpool {
     pthread_mutex_t mu;
@@ -49,6 +50,8 @@ struct app {
     int draining;            /* SIGTERM seen: /readyz answers 503 */
     atomic_int writers;      /* write ops running on the pool (the ingest thread yields to them) */
     char files_dir[1024], tmp_dir[1024];
+    struct sweeper *sweeper;  /* lease expiry + finalization thread (jobd/sweeper.h) */
+    atomic_uint_fast64_t n_leases, n_leased, n_results, n_commit_dead; /* worker route counters */
 };
 
 /* Per-request context (http_req_data), created by app_on_head_auth. */
@@ -147,9 +150,10 @@ int api_file_json(struct buf *out, const struct store_file *f);
 int api_batch_json(struct buf *out, const struct store_batch *b);
 /* "24h" for 86400, "7d" for 604800, "90m", "45s". */
 void api_window_format(int64_t seconds, char *out, size_t cap);
-/* Parse a completion window ("24h", "1h", "7d", "90m"): 60 s .. 30 d.
+/* Parse a completion window ("24h", "1h", "7d", "90m"): min_s (60 s
+ * unless --window-min says less, for tests) .. 30 d.
  * 0 or ERR_INVAL. */
-int api_window_parse(const char *s, int64_t *seconds);
+int api_window_parse(const char *s, int64_t min_s, int64_t *seconds);
 #define API_WINDOW_MIN_S 60
 #define API_WINDOW_MAX_S (30 * 86400)
 /* Check metadata (a JSON object of <= 16 string pairs, key <= 64, value
@@ -162,6 +166,23 @@ int api_metadata_check(const struct json_t *md, char *msg, size_t cap);
 int routes_files_add(struct app *app);
 int routes_batches_add(struct app *app);
 int routes_ops_add(struct app *app);
+/* routes_worker.c: the worker protocol, GET /v1/models, dead letters, GET /v1/workers. */
+int routes_worker_add(struct app *app);
+/* Start / stop the sweeper thread (routes_worker.c). */
+int app_sweeper_start(struct app *app);
+void app_sweeper_stop(struct app *app);
+/* Ask the sweeper for a pass soon (after a cancel). Any thread. */
+void app_sweeper_wake(struct app *app);
+/* /metrics: work-distribution gauges read on a pool thread into b, and the
+ * loop-side counters (routes_worker.c). */
+int app_work_metrics_db(struct store *st, struct buf *b);
+void app_work_metrics_counters(struct app *app, struct buf *b);
+/* The batch JSON plus the extension field "waiting_for_model" when the
+ * batch is in_progress and no live worker serves its model (served: the
+ * names live workers serve, n of them). */
+struct store_model_served;
+int api_batch_json_ext(struct buf *out, const struct store_batch *b,
+                       const struct store_model_served *served, size_t n_served);
 
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,

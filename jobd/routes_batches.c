@@ -21,6 +21,7 @@
 #include "common/js.h"
 #include "common/log.h"
 #include "jobd/app_int.h"
+#include "jobd/lease.h"
 #include "jobd/upload.h"
 
 struct batch_in {
@@ -143,7 +144,8 @@ static int parse_window(struct http_req *req, const char *w, struct batch_in *bi
         bi->window_s = 86400;
         return 0;
     }
-    if (api_window_parse(w, &bi->window_s)) {
+    struct rctx *rc = http_req_data(req);
+    if (api_window_parse(w, rc->app->cfg.window_min_s, &bi->window_s)) {
         http_respond_error(req, 400, NULL, "invalid_value", "completion_window",
                            "Invalid completion_window '%s': use a duration from 1m to 30d, "
                            "e.g. \"24h\" (the default), \"1h\" or \"7d\".", w);
@@ -213,6 +215,27 @@ out:
     json_decref(root);
 }
 
+/* The batch JSON with the "waiting_for_model" extension (served: the model
+ * names live workers serve, looked up once per request; a failed lookup
+ * just leaves the field out). */
+struct served {
+    int looked_up, ok;
+    struct store_model_served *items;
+    size_t n;
+};
+
+static int batch_json_served(struct op *op, struct store *st, struct buf *out, const struct store_batch *b,
+                             struct served *sv)
+{
+    if (b->status == STORE_BATCH_IN_PROGRESS && !sv->looked_up) {
+        sv->looked_up = 1;
+        sv->ok = lease_models_served(st, &op->app->cfg.lease, clock_wall_s(), &sv->items, &sv->n) == 0;
+    }
+    if (b->status != STORE_BATCH_IN_PROGRESS || !sv->ok)
+        return api_batch_json(out, b);
+    return api_batch_json_ext(out, b, sv->items, sv->n);
+}
+
 /* ---- GET /v1/batches/{id} ------------------------------------------------------------------ */
 
 static void batch_not_found(struct op *op)
@@ -249,7 +272,9 @@ static void batches_get_fn(struct op *op, struct store *st)
         op_internal(op, rc, "get batch");
         return;
     }
-    rc = api_batch_json(&op->out, &b);
+    struct served sv = {0};
+    rc = batch_json_served(op, st, &op->out, &b, &sv);
+    free(sv.items);
     op->retry_after = retry_hint(b.status);
     store_batch_release(&b);
     if (rc) {
@@ -311,12 +336,14 @@ static void batches_list_fn(struct op *op, struct store *st)
         return;
     }
     struct buf *b = &op->out;
+    struct served sv = {0};
     buf_append_str(b, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n && !rc; i++) {
         if (i)
             buf_append_byte(b, ',');
-        rc = api_batch_json(b, &items[i]);
+        rc = batch_json_served(op, st, b, &items[i], &sv);
     }
+    free(sv.items);
     if (!rc)
         rc = buf_printf(b, "],\"first_id\":%s%s%s,\"last_id\":%s%s%s,\"has_more\":%s}", n ? "\"" : "",
                         n ? items[0].id : "null", n ? "\"" : "", n ? "\"" : "",
@@ -369,8 +396,10 @@ static void batches_cancel_fn(struct op *op, struct store *st)
         rc = api_batch_json(&op->out, &b);
         store_batch_release(&b);
         op->status = 200;
-        if (!rc && !(rc = op_idem_complete(op, st)) && !(rc = store_tx_commit(st)))
+        if (!rc && !(rc = op_idem_complete(op, st)) && !(rc = store_tx_commit(st))) {
+            app_sweeper_wake(op->app); /* it ends queued requests and finishes the batch */
             return;
+        }
         op->status = 0;
     }
     store_tx_rollback(st);

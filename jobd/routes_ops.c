@@ -40,12 +40,23 @@ static void readyz(struct http_req *req, void *arg)
 struct metrics_in {
     int64_t counts[STORE_BATCH__COUNT];
     int ok;
+    struct buf work; /* work-distribution gauges (routes_worker.c) */
 };
+
+static void metrics_in_free(void *p)
+{
+    struct metrics_in *m = p;
+    if (m)
+        buf_release(&m->work);
+    free(m);
+}
 
 static void metrics_fn(struct op *op, struct store *st)
 {
     struct metrics_in *m = op->in;
     m->ok = store_batch_count_by_status(st, m->counts) == 0;
+    if (app_work_metrics_db(st, &m->work))
+        buf_reset(&m->work);
     op->status = 200;
 }
 
@@ -134,6 +145,9 @@ static void metrics_after(struct http_req *req, struct op *op)
             buf_printf(b, "jobd_batches{status=\"%s\"} %lld\n",
                        store_batch_status_name((enum store_batch_status)s), (long long)m->counts[s]);
     }
+    if (m->work.len)
+        buf_append(b, m->work.data, m->work.len);
+    app_work_metrics_counters(app, b);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->data ? b->data : "",
                  b->len);
 }
@@ -143,6 +157,8 @@ static void metrics(struct http_req *req, void *arg)
     struct app *app = arg;
     struct metrics_in *m = calloc(1, sizeof *m);
     struct op *op = NULL;
+    if (m)
+        buf_init(&m->work, 1u << 20);
     if (m) {
         op = calloc(1, sizeof *op);
         if (op) {
@@ -150,11 +166,11 @@ static void metrics(struct http_req *req, void *arg)
             op->fd = -1;
             op->fn = metrics_fn;
             op->in = m;
-            op->in_free = free;
+            op->in_free = metrics_in_free;
             op->after = metrics_after;
             buf_init(&op->out, 4u << 20);
         } else {
-            free(m);
+            metrics_in_free(m);
         }
     }
     app_op_run(req, op);

@@ -736,4 +736,39 @@ int store_idem_release(struct store *st, const char *tenant_id, const char *key)
 /* Delete keys older than the retention; *n_deleted (may be NULL) gets the count. */
 int store_idem_expire(struct store *st, int64_t now, int64_t *n_deleted);
 
+
+/* ---- admin views and metrics (store_admin.c) ---- */
+
+struct store_worker_info {
+    char id[ID_MAX];
+    char name[129];
+    char device[129];
+    char models[1024];      /* canonical names, comma-separated (truncated at 1023 bytes) */
+    int64_t registered_at, last_seen;
+    double tokens_per_s;    /* last reported */
+    int64_t leases_held;    /* leases not yet ended */
+    int64_t requests_held;  /* requests leased under them */
+};
+
+/* Workers seen at or after `since` (0 = all), newest registration first,
+ * at most limit (1..1000, else ERR_INVAL). *items: heap array (free()). */
+int store_workers_list(struct store *st, int64_t since, int limit, struct store_worker_info **items,
+                       size_t *n);
+
+/* Requests waiting or running, by model (all tenants; metrics). */
+struct store_model_depth {
+    char model[STORE_MODEL_MAX + 1];
+    int64_t queued, leased;
+};
+
+struct store_work_stats {
+    struct store_model_depth *models; /* heap array (free()), sorted by model */
+    size_t n_models;
+    int64_t leases_outstanding;       /* leases not yet ended */
+    int64_t dead_letters;             /* rows in dead_letters */
+};
+
+/* Fill *out (free out->models). 0 or store errors. */
+int store_work_stats(struct store *st, struct store_work_stats *out);
+
 #endif

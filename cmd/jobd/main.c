@@ -104,6 +104,10 @@ int main(int argc, char **argv)
     int64_t max_requests = ac.limits.max_requests, db_threads = ac.db_threads;
     uint64_t max_upload = ac.max_upload_bytes, max_file = ac.limits.max_file_bytes;
     uint64_t max_json = ac.max_json_bytes, max_line = ac.limits.max_line_bytes;
+    const char *worker_token = NULL, *admin_token = NULL;
+    int64_t sweep_ms = ac.sweep_interval_ms, window_min_ms = ac.window_min_s * 1000;
+    int64_t lease_min_ms = ac.lease.lease_s_min * 1000, backoff_ms = ac.lease.retry.backoff_base_s * 1000;
+    int64_t max_attempts = ac.lease.retry.max_attempts;
     struct cfg_opt opts[] = {
         {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
         {"data", "JOBD_DATA", CFG_STR, &data, "DIR", "data directory: database and files (default ./data)"},
@@ -121,6 +125,13 @@ int main(int argc, char **argv)
         {"shutdown-timeout", NULL, CFG_DURATION, &shutdown_ms, "DUR", "on SIGTERM, in-flight requests get this long (default 30s)"},
         {"idempotency-retention", NULL, CFG_DURATION, &idem_ms, "DUR", "Idempotency-Key responses are kept this long (default 24h)"},
         {"db-threads", NULL, CFG_INT, &db_threads, "N", "threads (and database connections) for request handlers (default 4)"},
+        {"worker-token", "JOBD_WORKER_TOKEN", CFG_STR, &worker_token, "TOKEN", "Bearer token workers must present on /v1/worker/* (tenant keys are refused there); optional only in loopback no-auth mode"},
+        {"admin-token", "JOBD_ADMIN_TOKEN", CFG_STR, &admin_token, "TOKEN", "Bearer token of the admin routes (GET /v1/workers, dead letters of every tenant); optional only in loopback no-auth mode"},
+        {"sweep-interval", "JOBD_SWEEP_INTERVAL", CFG_DURATION, &sweep_ms, "DUR", "how often lapsed leases are ended and finished batches finalized (default 2s; also right after results, cancels and at start)"},
+        {"max-attempts", NULL, CFG_INT, &max_attempts, "N", "attempts of a request before it is dead-lettered (default 3)"},
+        {"retry-backoff", NULL, CFG_DURATION, &backoff_ms, "DUR", "first retry delay (doubling per attempt, capped at 600s; equal jitter) (default 10s)"},
+        {"lease-min", NULL, CFG_DURATION, &lease_min_ms, "DUR", "shortest lease a worker may ask for (default 10s; tests use 1s)"},
+        {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1m; tests use seconds)"},
         {"port-file", NULL, CFG_STR, &port_file, "PATH", "write the bound port there once listening (for scripts and tests)"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
@@ -161,7 +172,9 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (max_requests < 1 || max_conns < 1 || db_threads < 1 || db_threads > 64 || idem_ms < 1000 ||
-        header_ms < 0 || body_ms < 0 || idle_ms < 0 || shutdown_ms < 0) {
+        header_ms < 0 || body_ms < 0 || idle_ms < 0 || shutdown_ms < 0 || sweep_ms < 10 ||
+        max_attempts < 1 || max_attempts > 100 || backoff_ms < 1000 || lease_min_ms < 1000 ||
+        lease_min_ms > ac.lease.lease_s_max * 1000 || window_min_ms < 1000) {
         cli_error("jobd", "see jobd --help", "a limit is out of range");
         return CLI_EXIT_USAGE;
     }
@@ -180,6 +193,13 @@ int main(int argc, char **argv)
     ac.http.shutdown_timeout_ms = (uint64_t)shutdown_ms;
     ac.store.idem_retention_s = idem_ms / 1000;
     ac.db_threads = (int)db_threads;
+    ac.worker_token = worker_token;
+    ac.admin_token = admin_token;
+    ac.sweep_interval_ms = sweep_ms;
+    ac.window_min_s = window_min_ms / 1000;
+    ac.lease.lease_s_min = lease_min_ms / 1000;
+    ac.lease.retry.backoff_base_s = backoff_ms / 1000;
+    ac.lease.retry.max_attempts = (int)max_attempts;
     int rc = app_run(&ac);
     if (rc == ERR_AUTH)
         cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",
