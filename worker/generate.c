@@ -162,10 +162,6 @@ int gen_seq_choice(const struct gen_seq *s, struct resp_choice *c)
 
 /* ---- the sequential driver -------------------------------------------------- */
 
-struct prompt_ids {
-    int32_t *ids;    /* owned */
-    size_t n;
-};
 
 static int ctx_error(struct gp_error *err, enum gp_endpoint ep, size_t n_ctx, size_t n_prompt,
                      int64_t max_tokens, int overflow)
@@ -190,7 +186,7 @@ static int ctx_error(struct gp_error *err, enum gp_endpoint ep, size_t n_ctx, si
 
 /* Tokenize text into a fresh array of at most n_ctx ids. */
 static int encode_capped(const struct gen_model *m, enum gp_endpoint ep, const char *text,
-                         size_t len, struct prompt_ids *out, struct gp_error *err)
+                         size_t len, struct gen_prompt *out, struct gp_error *err)
 {
     size_t cap = m->n_ctx, n = 0;
     int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
@@ -213,7 +209,7 @@ static int encode_capped(const struct gen_model *m, enum gp_endpoint ep, const c
 }
 
 static int build_prompts(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
-                         const struct gen_params *gp, struct prompt_ids *pr, size_t n_pr,
+                         const struct gen_params *gp, struct gen_prompt *pr, size_t n_pr,
                          struct gp_error *err)
 {
     int rc;
@@ -269,11 +265,47 @@ static int build_prompts(const struct gen_model *m, enum gp_endpoint ep, const j
     return 0;
 }
 
+void gen_prompts_free(struct gen_prompt *p, size_t n)
+{
+    for (size_t i = 0; p && i < n; i++)
+        free(p[i].ids);
+    free(p);
+}
+
+int gen_prompts_build(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
+                      const struct gen_params *gp, struct gen_prompt **out, size_t *n_out,
+                      struct gp_error *err)
+{
+    if (!m || !m->t || !body || !gp || !out || !n_out || m->n_ctx == 0)
+        return ERR_INVAL;
+    size_t n_pr = ep == GP_CHAT ? 1 : gp->n_prompts;
+    struct gen_prompt *pr = calloc(n_pr ? n_pr : 1, sizeof *pr);
+    if (!pr)
+        return ERR_NOMEM;
+    int rc = build_prompts(m, ep, body, gp, pr, n_pr, err);
+    for (size_t i = 0; rc == 0 && i < n_pr; i++) {
+        if (pr[i].n == 0)
+            rc = gp_fail(err, ep == GP_CHAT ? "messages" : "prompt", "invalid_value",
+                         "Invalid '%s': the prompt is empty after tokenization.",
+                         ep == GP_CHAT ? "messages" : "prompt");
+        else if (pr[i].n >= m->n_ctx ||
+                 (gp->max_tokens >= 0 && (uint64_t)gp->max_tokens > m->n_ctx - pr[i].n))
+            rc = ctx_error(err, ep, m->n_ctx, pr[i].n, gp->max_tokens, 0);
+    }
+    if (rc) {
+        gen_prompts_free(pr, n_pr);
+        return rc;
+    }
+    *out = pr;
+    *n_out = n_pr;
+    return 0;
+}
+
 int gen_run(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
             const struct gen_opts *opts, json_t **response, struct gp_error *err)
 {
     struct gen_params gp;
-    struct prompt_ids *pr = NULL;
+    struct gen_prompt *pr = NULL;
     struct gen_seq *seqs = NULL;
     struct resp_choice *ch = NULL;
     struct smp_scratch scratch;

@@ -118,6 +118,22 @@ struct gen_model {
     void *ctx;
 };
 
+/* Tokenized prompts of one request (m->next_logits is not used). */
+struct gen_prompt {
+    int32_t *ids;    /* (n) owned */
+    size_t n;
+};
+
+/* Build and tokenize the prompt(s) of body for endpoint ep with parameters
+ * gp (already parsed): one for chat, gp->n_prompts for completions, and
+ * check each against m->n_ctx (empty, too long, prompt + max_tokens).
+ * Returns 0 and *out (gen_prompts_free(*out, *n_out)), ERR_INVAL with *err
+ * filled for a request error (a 400), or ERR_NOMEM / tokenizer errors. */
+int gen_prompts_build(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
+                      const struct gen_params *gp, struct gen_prompt **out, size_t *n_out,
+                      struct gp_error *err);
+void gen_prompts_free(struct gen_prompt *p, size_t n);
+
 /* Optional overrides (tests, deterministic ids); NULL = none. */
 struct gen_opts {
     const char *id;          /* response id */

@@ -18,6 +18,25 @@
  * n_pos), and kv_seq_truncate rewinds. Everything is allocated by
  * kv_cache_new; the per-step functions never allocate.
  *
+ * Prefix sharing (vLLM-style automatic prefix caching). Every block has a
+ * reference count: the number of slot tables that hold it. A FULL block
+ * whose tokens are known can be published (kv_seq_publish): it gets the
+ * key hash(parent key, its block_tokens token ids) chained from the hash
+ * seed (set per model: kv_cache_set_seed), so a key names the whole
+ * prefix up to the block's end, and goes into a hash table (the tokens and
+ * parent key are stored too and compared on lookup: a 64-bit collision
+ * cannot alias two prefixes). A new sequence calls kv_seq_share_prefix
+ * first: its leading full blocks that are published are taken by
+ * reference (refcount + 1) instead of computed, and its n_pos starts after
+ * them. Shared blocks are read-only by construction: a slot only writes
+ * at positions >= n_pos, and a shared block is always full and below
+ * n_pos (kv_seq_truncate into a shared block copies it first). When the
+ * last holder lets go, a published block is not freed but kept, still
+ * findable, in an LRU list; allocation takes never-used blocks first, then
+ * evicts the least recently released cached block. n_free counts both
+ * kinds (what an allocation can get); a slot releases its blocks last
+ * first, so the tail of a finished prompt is evicted before its head.
+ *
  * Not thread-safe: owned by the thread that runs the forward pass.
  */
 #ifndef WORKER_KV_H
@@ -32,6 +51,8 @@ struct kv_seq {
     int32_t *blocks;       /* (max_blocks_per_seq) block table; first n_blocks valid */
     int n_blocks;
     int n_pos;             /* positions 0..n_pos-1 hold keys/values */
+    int n_hashed;          /* leading blocks that are published (shared or shareable) */
+    uint64_t last_key;     /* key of block n_hashed-1 (the seed when n_hashed is 0) */
 };
 
 struct kv_cache {
@@ -41,10 +62,25 @@ struct kv_cache {
     size_t block_stride;   /* floats per block of one layer = block_tokens * kv_dim */
     size_t layer_stride;   /* floats per layer = n_blocks * block_stride */
     float *k, *v;          /* see the file comment */
-    int32_t *free_list;    /* (n_blocks) free block ids; first n_free valid */
-    int n_free;
+    int32_t *free_list;    /* (n_blocks) never-used/unpublished free ids; first n_blank valid */
+    int n_blank;
+    int n_free;            /* blocks an allocation can get: n_blank + n_cached */
+    int n_cached;          /* published blocks no slot holds (LRU, evictable) */
     struct kv_seq *seqs;   /* (n_seq) */
     int32_t *tables_;      /* private: storage of the block tables */
+    /* private, per block (n_blocks): */
+    int32_t *ref_;         /* slot tables holding the block */
+    uint8_t *pub_;         /* 1: published (in the hash table) */
+    uint64_t *key_;        /* key of a published block */
+    uint64_t *parent_;     /* its parent's key */
+    int32_t *btok_;        /* (n_blocks, block_tokens) its token ids */
+    int32_t *hnext_;       /* hash chain link */
+    int32_t *lprev_, *lnext_; /* LRU links of cached blocks */
+    int32_t *hhead_;       /* (hmask + 1) hash buckets */
+    uint32_t hmask;
+    int32_t lru_head, lru_tail; /* least / most recently released cached block */
+    uint64_t seed;         /* key of the empty prefix */
+    uint64_t n_evicted;    /* cached blocks evicted so far */
 };
 
 /* A cache for n_seq slots of up to max_pos positions each, with n_blocks
@@ -69,11 +105,47 @@ int kv_seq_blocks_needed(const struct kv_cache *kv, int seq, int n_pos);
 int kv_seq_reserve(struct kv_cache *kv, int seq, int n_pos);
 
 /* Forget positions >= n_pos of slot seq and return the blocks no longer
- * needed. 0 or ERR_INVAL (seq out of range, n_pos < 0). n_pos above the
- * current length changes nothing. */
+ * needed. 0, ERR_INVAL (seq out of range, n_pos < 0), ERR_BUSY (the cut
+ * falls inside a published block other slots hold, and no block is free
+ * for the private copy: nothing changed). A published block cut inside
+ * and held by this slot alone is unpublished. n_pos above the current
+ * length changes nothing. */
 int kv_seq_truncate(struct kv_cache *kv, int seq, int n_pos);
 
 /* kv_seq_truncate(kv, seq, 0). Invalid seq ignored. */
 void kv_seq_clear(struct kv_cache *kv, int seq);
+
+/* ---- prefix sharing ---- */
+
+/* Set the key of the empty prefix (e.g. a hash of the model identity) and
+ * forget every published block (cached ones become plain free blocks).
+ * Slots holding published blocks keep them, unpublished. Can't fail. */
+void kv_cache_set_seed(struct kv_cache *kv, uint64_t seed);
+
+/* For an empty slot seq (n_blocks 0), take by reference the longest run of
+ * published blocks that matches the leading full blocks of
+ * tokens[0..n_tokens), and set n_pos to the positions they cover
+ * (a multiple of block_tokens, <= n_tokens). Callers that need logits of
+ * the last token pass n_tokens - 1 so at least one token is left to
+ * compute. Returns the number of positions taken (>= 0), ERR_INVAL (seq out
+ * of range, n_tokens < 0, tokens NULL with n_tokens > 0), ERR_BADSTATE
+ * (the slot is not empty). Allocates nothing. */
+int kv_seq_share_prefix(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
+
+/* Publish the full blocks of slot seq that lie within its computed
+ * positions and within tokens[0..n_tokens) (the slot's token ids from
+ * position 0), so later kv_seq_share_prefix calls find them. A block whose
+ * key is already published by another block is replaced in this slot's
+ * table by that block (same contents: the forward pass is deterministic),
+ * and its own block is released. Idempotent. Returns the number of the
+ * slot's leading blocks now published, or ERR_INVAL. Allocates nothing. */
+int kv_seq_publish(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
+
+/* Blocks held by at least one slot: n_blocks - n_free. */
+int kv_cache_n_used(const struct kv_cache *kv);
+
+/* The chained key of one block of tokens (block_tokens ids) after a prefix
+ * with key parent (exposed for tests). Can't fail. */
+uint64_t kv_block_key(uint64_t parent, const int32_t *tokens, int n);
 
 #endif

@@ -11,11 +11,13 @@
 #include "kernels/kn.h"
 #include "worker/devcheck.h"
 #include "worker/inspect.h"
+#include "worker/batchrun.h"
 #include "worker/oneshot.h"
 
 static const char *usage_text =
     "usage: jobworker --jobd URL --model M.gguf [--device cpu|cuda] [--threads N]\n"
     "       jobworker --model M.gguf --prompt TEXT | --chat TEXT   (one-off run, no jobd)\n"
+    "       jobworker --model M.gguf --batch-file requests.jsonl   (OpenAI batch lines -> output lines)\n"
     "       jobworker --self-check [--device cpu|cuda]\n"
     "       jobworker --model M.gguf --inspect   (print the model's metadata and tensor summary)\n"
     "\n"
@@ -31,7 +33,10 @@ int main(int argc, char **argv)
     struct cli_log lg = {0};
     const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL;
     int64_t threads = 0, max_tokens = 256;
-    int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0;
+    int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0, no_prefix_cache = 0;
+    const char *batch_file = NULL;
+    uint64_t kv_mem = 0;
+    int64_t max_batch_tokens = 0, max_seqs = 0, n_ctx = 0;
     struct cfg_opt opts[] = {
         {"jobd", "JOBD_URL", CFG_STR, &jobd_url, "URL", "jobd to pull work from"},
         {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
@@ -41,6 +46,12 @@ int main(int argc, char **argv)
         {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
         {"max-tokens", NULL, CFG_INT, &max_tokens, "N", "--prompt/--chat: tokens to generate (default 256)"},
         {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat: also print the token ids on stderr"},
+        {"batch-file", NULL, CFG_STR, &batch_file, "FILE", "run an OpenAI batch input file, output lines on stdout"},
+        {"kv-mem", "JOBWORKER_KV_MEM", CFG_SIZE, &kv_mem, "BYTES", "KV cache budget (default 256M)"},
+        {"max-batch-tokens", NULL, CFG_INT, &max_batch_tokens, "N", "tokens per forward step (default 512)"},
+        {"max-seqs", NULL, CFG_INT, &max_seqs, "N", "sequences running at once (default 64)"},
+        {"ctx", NULL, CFG_INT, &n_ctx, "N", "context length (default: the model's, at most 4096)"},
+        {"no-prefix-cache", NULL, CFG_BOOL, &no_prefix_cache, NULL, "never share KV blocks between requests"},
         {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
         {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
         CLI_LOG_OPTS(&lg),
@@ -92,6 +103,20 @@ int main(int argc, char **argv)
         int rc = inspect_model(model, stdout, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "cannot load model '%s': %s", model, err);
+        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    }
+    if (batch_file) {
+        if (!model || threads < 0 || threads > 4096 || max_batch_tokens < 0 ||
+            max_batch_tokens > (1 << 20) || max_seqs < 0 || max_seqs > (1 << 16) || n_ctx < 0 ||
+            n_ctx > (1 << 20)) {
+            cli_error("jobworker", "see jobworker --help", "--batch-file needs --model and sane sizes");
+            return CLI_EXIT_USAGE;
+        }
+        struct batchrun_opts bo = {model, batch_file, (int)threads, (int)max_batch_tokens,
+                                   (int)max_seqs, (size_t)kv_mem, (int)n_ctx, no_prefix_cache};
+        int rc = batchrun_file(&bo, stdout, stderr, err, sizeof err);
+        if (rc)
+            cli_error("jobworker", NULL, "%s", err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
     (void)threads;
