@@ -39,7 +39,7 @@ struct lease {
     uint64_t t_start_ns;
     uint64_t next_hb_ms;           /* monotonic ms of the next heartbeat */
     int n_open;                    /* its items still in the table */
-    int n_done, n_errors;
+    int n_done, n_errors, n_released;
     int64_t prompt_tokens, completion_tokens;
 };
 
@@ -96,9 +96,9 @@ static void lease_finish(struct wl *w, struct lease *ls)
     double s = (double)(clock_mono_ns() - ls->t_start_ns) * 1e-9;
     if (s <= 0)
         s = 1e-9;
-    log_info("pack %s: %d requests (%d errors), %lld prompt + %lld completion tokens in %.2f s: "
-             "%.1f tok/s (%.1f completion tok/s)",
-             ls->id, ls->n_done, ls->n_errors, (long long)ls->prompt_tokens,
+    log_info("pack %s: %d requests done (%d errors), %d released, %lld prompt + %lld completion "
+             "tokens in %.2f s: %.1f tok/s (%.1f completion tok/s)",
+             ls->id, ls->n_done, ls->n_errors, ls->n_released, (long long)ls->prompt_tokens,
              (long long)ls->completion_tokens, s,
              (double)(ls->prompt_tokens + ls->completion_tokens) / s,
              (double)ls->completion_tokens / s);
@@ -521,6 +521,7 @@ static int do_releases(struct wl *w)
             struct item *it = w->items[i];
             if (it->state == IT_RELEASE && strcmp(it->ls->id, lease_id) == 0) {
                 int last = it->ls->n_open == 1;
+                it->ls->n_released++;
                 item_remove(w, i);
                 if (last)
                     break;
@@ -613,7 +614,8 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
 {
     const struct wloop_opts *o = w->o;
     uint64_t deadline = 0;
-    struct to_add *add = calloc((size_t)max_seqs, sizeof *add);
+    int feed_target = max_seqs / 4 > 2 ? max_seqs / 4 : 2;
+    struct to_add *add = calloc((size_t)feed_target, sizeof *add);
     if (!add)
         return ERR_NOMEM;
     int rc = 0;
@@ -629,7 +631,7 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
                     item_set(w, w->items[i], IT_RELEASE);
                     n_rel++;
                 }
-            log_info("draining: %zu request(s) released, %d running get up to %lld ms",
+            log_info("draining: %zu request(s) to release, %d in the engine get up to %lld ms",
                      n_rel, sched_n_waiting(s) + sched_n_running(s),
                      (long long)o->drain_timeout_ms);
             pthread_cond_broadcast(&w->cv);
@@ -643,7 +645,9 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
             pthread_mutex_unlock(&w->mu);
             break;
         }
-        int room = max_seqs - sched_n_waiting(s);
+        /* feed a few beyond what runs: the scheduler admits from them as slots free,
+         * and what is not fed yet can still be released on a drain or cancel */
+        int room = feed_target - sched_n_waiting(s);
         for (size_t i = 0; i < w->n_items && (int)n_add < room && !w->draining; i++) {
             struct item *it = w->items[i];
             if (it->state != IT_QUEUED)

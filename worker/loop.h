@@ -5,9 +5,11 @@
  * Two threads share one lock-protected table of leased requests:
  *   - the engine thread (the caller's) owns the scheduler (worker/sched.h)
  *     and steps it without pause: leased requests are fed to it in lease
- *     order while it has fewer than max_seqs waiting, so requests of the
- *     next pack join the running batch the moment slots free up (continuous
- *     batching across packs: the CPU never idles between packs). Each
+ *     order while it has fewer than max(2, max_seqs/4) waiting for a slot,
+ *     so requests of the next pack join the running batch the moment slots
+ *     free up (continuous batching across packs: the CPU never idles
+ *     between packs), and requests not fed yet can still be released on a
+ *     drain or a cancel. Each
  *     finished request becomes one results line (response body or
  *     invalid_request error, usage, timings) in the outbox (worker/client.h).
  *   - the communication thread registers, leases the next pack while fewer
