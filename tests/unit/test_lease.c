@@ -22,6 +22,7 @@
 #include "jobd/ingest.h"
 #include "jobd/lease.h"
 #include "jobd/store.h"
+#include "jobd/sweeper.h"
 #include "tests/th.h"
 
 #define NOW 1700000000
@@ -1066,5 +1067,102 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
     char path[900];
     snprintf(path, sizeof path, "%s/files/%s-output.jsonl.zst.tmp", fx.dir, b1);
     CHECK(access(path, F_OK) != 0);
+    store_close(fx.st);
+}
+
+/* ---- admin views and the sweeper thread (store_admin.c, sweeper.c) ---- */
+
+TEST(lease_admin_views_and_work_stats_count_what_is_held)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "s", 10, NULL, 86400, bid);
+    struct store_lease_ask a = ask_of(&fx, 4);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT((int)l.n, 4);
+    int64_t exp = 0;
+    char(*stop)[ID_MAX] = NULL;
+    size_t n_stop = 0;
+    CHECK_EQ_INT(store_lease_heartbeat(fx.st, l.id, fx.worker, 60, 250.5, NOW + 1, &exp, &stop, &n_stop), 0);
+    CHECK_EQ_INT((int)n_stop, 0);
+    free(stop);
+    struct store_work_stats ws;
+    CHECK_EQ_INT(store_work_stats(fx.st, &ws), 0);
+    CHECK_EQ_INT((int)ws.n_models, 1);
+    CHECK_EQ_STR(ws.models[0].model, "smollm");
+    CHECK_EQ_INT((int)ws.models[0].queued, 6);
+    CHECK_EQ_INT((int)ws.models[0].leased, 4);
+    CHECK_EQ_INT((int)ws.leases_outstanding, 1);
+    CHECK_EQ_INT((int)ws.dead_letters, 0);
+    free(ws.models);
+    struct store_worker_info *w = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(store_workers_list(fx.st, NOW, 10, &w, &n), 0);
+    CHECK_EQ_INT((int)n, 1);
+    CHECK_EQ_STR(w[0].id, fx.worker);
+    CHECK_EQ_STR(w[0].models, MODEL);
+    CHECK_EQ_INT((int)w[0].leases_held, 1);
+    CHECK_EQ_INT((int)w[0].requests_held, 4);
+    CHECK(w[0].tokens_per_s > 250.4 && w[0].tokens_per_s < 250.6);
+    CHECK_EQ_INT((int)w[0].last_seen, NOW + 1);
+    free(w);
+    CHECK_EQ_INT(store_workers_list(fx.st, NOW + 2, 10, &w, &n), 0); /* not seen since */
+    CHECK_EQ_INT((int)n, 0);
+    free(w);
+    CHECK_EQ_INT(store_workers_list(fx.st, 0, 0, &w, &n), ERR_INVAL);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "w", 3, NULL, 86400, bid);
+    /* leased at NOW, which is long past on the wall clock the sweeper reads:
+     * the lease has lapsed and the batch's window has passed */
+    struct store_lease_ask a = ask_of(&fx, 3);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT((int)l.n, 3);
+    store_lease_clear(&l);
+    struct lease_opts lo;
+    lease_opts_default(&lo);
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    struct sweeper *sw = NULL;
+    CHECK_EQ_INT(sweeper_start(fx.dir, &so, &lo, 20, &sw), 0);
+    struct sweeper_stats s;
+    struct store_batch b;
+    int done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        sweeper_wake(sw);
+        get_batch(&fx, bid, &b);
+        done = b.status == STORE_BATCH_EXPIRED;
+        store_batch_release(&b);
+        if (!done)
+            usleep(10000);
+    }
+    sweeper_stats(sw, &s);
+    sweeper_free(sw);
+    sweeper_free(NULL);
+    /* step 1 (lease expiry) ran before step 2 (the batch's expiry) */
+    CHECK_EQ_INT((int)s.leases_expired, 1);
+    CHECK_EQ_INT((int)s.requeued, 3);
+    CHECK_EQ_INT((int)s.batches_finished, 1);
+    CHECK(s.passes >= 1);
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_STR(store_batch_status_name(b.status), "expired");
+    CHECK_EQ_INT((int)b.n_failed, 3);
+    CHECK(b.error_file_id[0] != '\0' && b.output_file_id[0] == '\0');
+    store_batch_release(&b);
+    struct store_work_stats ws;
+    CHECK_EQ_INT(store_work_stats(fx.st, &ws), 0);
+    CHECK_EQ_INT((int)ws.n_models, 0);
+    CHECK_EQ_INT((int)ws.leases_outstanding, 0);
+    free(ws.models);
     store_close(fx.st);
 }
