@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Engine-only offline throughput: our scheduler (jobworker --batch-file) vs
+llama.cpp (llama-cpp-python, continuous batching over parallel sequences) on
+the same GGUF, the same workload, the same thread count, in the same run.
+
+Workload (fixed seed): N completions requests with token-id prompts of
+PMIN..PMAX tokens (uniform) and exactly MAXTOK greedy output tokens each
+(end-of-generation ids 0, 1, 2 of SmolLM2 get logit_bias -100, i.e. EOS
+ignored). Reported per engine: output tokens/s and total (prompt + output)
+tokens/s over the wall time of the run, and the ratio ours / llama.cpp.
+
+llama.cpp side: the low-level API the way llama.cpp's `parallel` example
+drives it - P sequence slots, one llama_decode per step over a batch of up
+to 512 tokens mixing prompt chunks and one decode token per running slot,
+greedy argmax with the same EOS mask; a finished slot's cache is cleared
+and the next request takes it. P is swept on a short probe and the best
+one runs the full workload ("its best parallel-sequence setting").
+
+usage (llama-cpp-python==0.3.36 must be importable, e.g. a .venv-bench):
+  .venv-bench/bin/python tests/bench/bench_sched.py [--n 512] [--max-tokens 128]
+      [--threads 2] [--parallel 1,4,8,16] [--model PATH]
+Prints what ran. The defaults are the full workload; on 2 shared cores and
+the reference kernels use e.g. --n 32 --max-tokens 32.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EOG = (0, 1, 2)
+_LOG_CB = None
+
+
+def workload(n, pmin, pmax, seed=1234):
+    rng = random.Random(seed)
+    return [[rng.randrange(100, 40000) for _ in range(rng.randint(pmin, pmax))] for _ in range(n)]
+
+
+def run_ours(model, prompts, max_tokens, threads, args):
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for i, p in enumerate(prompts):
+            body = {"model": "m", "prompt": p, "max_tokens": max_tokens, "temperature": 0,
+                    "logit_bias": {str(t): -100 for t in EOG}}
+            f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+                                "body": body}) + "\n")
+        path = f.name
+    exe = os.path.join(ROOT, "build", "jobworker")
+    cmd = [exe, "--model", model, "--batch-file", path, "--threads", str(threads),
+           "--max-batch-tokens", str(args.max_batch_tokens), "--max-seqs", str(args.max_seqs),
+           "--kv-mem", args.kv_mem]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    os.unlink(path)
+    if r.returncode != 0:
+        sys.exit("jobworker failed: " + r.stderr[-2000:])
+    outs = [json.loads(l) for l in r.stdout.splitlines()]
+    n_out = sum(o["response"]["body"]["usage"]["completion_tokens"] for o in outs)
+    n_in = sum(o["response"]["body"]["usage"]["prompt_tokens"] for o in outs)
+    st = json.loads([l for l in r.stderr.splitlines() if l.startswith("sched-stats: ")][-1][13:])
+    return {"wall_s": wall, "output_tokens": n_out, "prompt_tokens": n_in, "stats": st}
+
+
+def run_llama(model, prompts, max_tokens, threads, parallel):
+    import ctypes
+
+    import llama_cpp as lc
+    import numpy as np
+
+    global _LOG_CB
+    _LOG_CB = lc.llama_log_callback(lambda level, text, data: None)  # keep a reference
+    lc.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+    lc.llama_backend_init()
+    mp = lc.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    mdl = lc.llama_model_load_from_file(model.encode(), mp)
+    vocab = lc.llama_model_get_vocab(mdl)
+    n_vocab = lc.llama_vocab_n_tokens(vocab)
+    n_batch = 512
+    ctx_per_seq = max(len(p) for p in prompts) + max_tokens + 8
+    cp = lc.llama_context_default_params()
+    cp.n_ctx = ctx_per_seq * parallel
+    cp.n_batch = n_batch
+    cp.n_ubatch = n_batch
+    cp.n_seq_max = parallel
+    cp.n_threads = threads
+    cp.n_threads_batch = threads
+    cp.kv_unified = False
+    cp.no_perf = True
+    ctx = lc.llama_init_from_model(mdl, cp)
+    mem = lc.llama_get_memory(ctx)
+    batch = lc.llama_batch_init(n_batch, 0, 1)
+
+    queue = list(range(len(prompts)))
+    slots = [None] * parallel  # dict(req, toks, n_done(pos fed), gen)
+    n_out = 0
+    t0 = time.perf_counter()
+    while queue or any(slots):
+        for s in range(parallel):
+            if slots[s] is None and queue:
+                i = queue.pop(0)
+                lc.llama_memory_seq_rm(mem, s, -1, -1)
+                slots[s] = {"toks": list(prompts[i]), "fed": 0, "gen": 0}
+        n = 0
+        marks = []
+        # decodes first, then prompt chunks (like ours and llama.cpp's server)
+        order = sorted(range(parallel), key=lambda s: (slots[s] is None or
+                                                        len(slots[s]["toks"]) - slots[s]["fed"] > 1))
+        for s in order:
+            sl = slots[s]
+            if sl is None:
+                continue
+            while sl["fed"] < len(sl["toks"]) and n < n_batch:
+                batch.token[n] = sl["toks"][sl["fed"]]
+                batch.pos[n] = sl["fed"]
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = s
+                sl["fed"] += 1
+                last = sl["fed"] == len(sl["toks"])
+                batch.logits[n] = 1 if last else 0
+                if last:
+                    marks.append((s, n))
+                n += 1
+        batch.n_tokens = n
+        if lc.llama_decode(ctx, batch) != 0:
+            sys.exit("llama_decode failed")
+        for s, idx in marks:
+            row = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, idx), shape=(n_vocab,))
+            row = row.copy()
+            row[list(EOG)] = -np.inf
+            tok = int(np.argmax(row))
+            sl = slots[s]
+            sl["gen"] += 1
+            n_out += 1
+            if sl["gen"] >= max_tokens:
+                slots[s] = None
+            else:
+                sl["toks"].append(tok)
+    wall = time.perf_counter() - t0
+    lc.llama_batch_free(batch)
+    lc.llama_free(ctx)
+    lc.llama_model_free(mdl)
+    return {"wall_s": wall, "output_tokens": n_out, "prompt_tokens": sum(len(p) for p in prompts)}
+
+
+def rates(r):
+    return r["output_tokens"] / r["wall_s"], (r["output_tokens"] + r["prompt_tokens"]) / r["wall_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--n", type=int, default=512)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--pmin", type=int, default=50)
+    ap.add_argument("--pmax", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--parallel", default="1,4,8,16,32")
+    ap.add_argument("--max-batch-tokens", type=int, default=512)
+    ap.add_argument("--max-seqs", type=int, default=64)
+    ap.add_argument("--kv-mem", default="1G")
+    a = ap.parse_args()
+    prompts = workload(a.n, a.pmin, a.pmax)
+    print(f"workload: {a.n} requests, prompts {a.pmin}-{a.pmax} tokens "
+          f"({sum(map(len, prompts))} in all), {a.max_tokens} output tokens each (EOS ignored), "
+          f"greedy, {a.threads} threads, model {os.path.basename(a.model)}")
+    probe = workload(min(a.n, 16), a.pmin, a.pmax, seed=99)
+    best, best_rate = 1, -1.0
+    for p in [int(x) for x in a.parallel.split(",")]:
+        r = run_llama(a.model, probe, min(a.max_tokens, 16), a.threads, p)
+        tot = rates(r)[1]
+        print(f"  llama.cpp probe parallel={p}: {tot:.1f} total tok/s")
+        if tot > best_rate:
+            best, best_rate = p, tot
+    ours = run_ours(a.model, prompts, a.max_tokens, a.threads, a)
+    lcpp = run_llama(a.model, prompts, a.max_tokens, a.threads, best)
+    o_out, o_tot = rates(ours)
+    l_out, l_tot = rates(lcpp)
+    st = ours["stats"]
+    print(f"ours (max-seqs {a.max_seqs}, max-batch-tokens {a.max_batch_tokens}, kv-mem {a.kv_mem}): "
+          f"{ours['wall_s']:.1f} s, output {o_out:.1f} tok/s, total {o_tot:.1f} tok/s "
+          f"(steps {st['steps']}, kv util avg {st['kv_util_avg']}, peak {st['kv_util_peak']}, "
+          f"preemptions {st['preemptions']}, prefix reused {st['prefix_reused']})")
+    print(f"llama.cpp (parallel {best}): {lcpp['wall_s']:.1f} s, output {l_out:.1f} tok/s, "
+          f"total {l_tot:.1f} tok/s")
+    print(f"ratio ours/llama.cpp: output {o_out / l_out:.3f}, total {o_tot / l_tot:.3f}")
+
+
+if __name__ == "__main__":
+    main()
