@@ -218,8 +218,12 @@ def test_worker_survives_jobd_restart():
                      for i, c in enumerate(ids)])
     wait_counts(d, bid, 2)
     d.proc.stop(signal.SIGKILL)
-    time.sleep(3)  # the worker keeps computing; uploads and leases fail meanwhile
-    assert w.p.poll() is None, w.log()
+    # the worker keeps computing; stay down until one of its calls failed
+    deadline = time.monotonic() + 120
+    while not ("unreachable" in w.log() or "kept for a retry" in w.log()):
+        assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
+        assert time.monotonic() < deadline, "no failed call logged: " + w.log()[-3000:]
+        time.sleep(0.2)
     d.proc = Proc(d.argv)  # same port, same data directory
     d.proc.wait_http(d.port, timeout=30)
     b = wait_done(d, bid, worker=w)
@@ -227,9 +231,7 @@ def test_worker_survives_jobd_restart():
     assert b["request_counts"] == {"total": 16, "completed": 16, "failed": 0}, b
     out = read_jsonl(d, b["output_file_id"])
     check_chat_output(out, ids)  # each custom_id exactly once
-    log = w.log()
-    assert "unreachable" in log or "kept for a retry" in log, log[-3000:]
-    assert w.stop(signal.SIGTERM, timeout=60) == 0
+    assert w.stop(signal.SIGTERM, timeout=60) == 0, w.log()[-3000:]
 
 
 def test_make_run_script():
