@@ -1,10 +1,12 @@
 /* jobworker - runs a model for jobd (see README and spec/worker-protocol.md).
  *
- * Today: option parsing, the device self-check, --inspect, the one-off
- * --prompt/--chat/--json run and --bench (worker/oneshot.c). The scheduler
- * and jobd client (worker issue) plug in here. */
+ * Modes: serving jobd (--jobd URL --model M.gguf: worker/loop.c), the
+ * device self-check, --inspect, the one-off --prompt/--chat/--json run and
+ * --bench (worker/oneshot.c), and --batch-file (worker/batchrun.c). Thin:
+ * parse flags, call into the library. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +19,36 @@
 #include "worker/devcheck.h"
 #include "worker/inspect.h"
 #include "worker/batchrun.h"
+#include "worker/loop.h"
 #include "worker/oneshot.h"
 
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* --alias may be given several times (cfg keeps the last): collect them all. */
+#define MAX_ALIASES 63
+static size_t collect_aliases(int argc, char **argv, const char **out)
+{
+    size_t n = 0;
+    for (int i = 1; i < argc && n < MAX_ALIASES; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--alias") == 0 && i + 1 < argc)
+            out[n++] = argv[++i];
+        else if (strncmp(argv[i], "--alias=", 8) == 0)
+            out[n++] = argv[i] + 8;
+    }
+    return n;
+}
+
 static const char *usage_text =
-    "usage: jobworker --jobd URL --model M.gguf [--device cpu|cuda] [--threads N]\n"
+    "usage: jobworker --jobd URL --model M.gguf [--model-id ID] [--alias A]... [--device cpu|cuda]\n"
+    "                 [--threads N] [--worker-token T] [--name NAME] [--drain-timeout DUR]\n"
     "       jobworker --model M.gguf --prompt TEXT | --chat TEXT   (one-off run, no jobd)\n"
     "       jobworker --model M.gguf --batch-file requests.jsonl   (OpenAI batch lines -> output lines)\n"
     "       jobworker --model M.gguf --prompt TEXT | --chat TEXT | --json BODY.json\n"
@@ -32,11 +60,14 @@ static const char *usage_text =
     "       jobworker --self-check [--device cpu|cuda]\n"
     "       jobworker --model M.gguf --inspect   (print the model's metadata and tensor summary)\n"
     "\n"
-    "Pulls leased requests from jobd and runs them through the engine.\n"
+    "Pulls leased requests from jobd and runs them through the engine; SIGTERM\n"
+    "drains (no new leases, running requests finish within --drain-timeout, the\n"
+    "rest is released, results are uploaded) and exits 0.\n"
     "--self-check runs every kernel op on the device against a reference and\n"
     "prints the error and time of each (exit 0 when all are within tolerance).\n"
     "\n"
-    "example: jobworker --self-check --device cuda\n"
+    "example: jobworker --jobd http://127.0.0.1:8080 --model M.gguf --alias smollm\n"
+    "         jobworker --self-check --device cuda\n"
     "\noptions:\n";
 
 /* A float flag value (NULL = not given). Returns 0 or ERR_INVAL. */
@@ -65,6 +96,8 @@ int main(int argc, char **argv)
     const char *batch_file = NULL;
     uint64_t kv_mem = 0;
     int64_t max_batch_tokens = 0, max_seqs = 0;
+    const char *model_id = NULL, *alias = NULL, *worker_token = NULL, *name = NULL;
+    int64_t pack_size = 0, lease_seconds = 0, drain_ms = 30000;
     const char *json_path = NULL, *temperature = NULL, *top_p = NULL;
     int64_t top_k = INT64_MIN, seed = INT64_MIN, n_choices = 0;
     int64_t n_ctx = 0, bench_decode = 128;
@@ -97,6 +130,13 @@ int main(int argc, char **argv)
         {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
         {"device", "JOBWORKER_DEVICE", CFG_STR, &device, "DEV", "cpu or cuda (default cpu)"},
         {"threads", "JOBWORKER_THREADS", CFG_INT, &threads, "N", "CPU threads (default: all cores)"},
+        {"model-id", "JOBWORKER_MODEL_ID", CFG_STR, &model_id, "ID", "model name to register (default: the GGUF's general.name, else the file name)"},
+        {"alias", NULL, CFG_STR, &alias, "A", "another name requests may use for the model (repeatable)"},
+        {"worker-token", "JOBD_WORKER_TOKEN", CFG_STR, &worker_token, "T", "jobd's worker token"},
+        {"name", "JOBWORKER_NAME", CFG_STR, &name, "NAME", "worker name shown by jobd (default host/pid/device)"},
+        {"pack-size", NULL, CFG_INT, &pack_size, "N", "requests per lease (default 64)"},
+        {"lease-seconds", NULL, CFG_INT, &lease_seconds, "N", "lease length asked for; heartbeats every third (default 120)"},
+        {"drain-timeout", NULL, CFG_DURATION, &drain_ms, "DUR", "on SIGTERM, running requests get this long (default 30s)"},
         {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
         {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
         {"json", NULL, CFG_STR, &json_path, "FILE", "one-off request: an OpenAI chat/completions body"},
@@ -235,10 +275,53 @@ int main(int argc, char **argv)
             cli_error("jobworker", NULL, "%s", err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
-    if (model || jobd_url) {
-        cli_error("jobworker", "see README.md, feature status",
-                  "serving jobd is not built yet; use --prompt/--chat for a one-off run");
-        return CLI_EXIT_FAIL;
+    if (jobd_url) {
+        if (!model || threads < 0 || threads > 4096 || pack_size < 0 || pack_size > 4096 ||
+            lease_seconds < 0 || lease_seconds > 86400 || max_batch_tokens < 0 ||
+            max_batch_tokens > (1 << 20) || max_seqs < 0 || max_seqs > (1 << 16) || n_ctx < 0 ||
+            n_ctx > (1 << 20)) {
+            cli_error("jobworker", "see jobworker --help", "--jobd needs --model and sane sizes");
+            return CLI_EXIT_USAGE;
+        }
+        const char *aliases[MAX_ALIASES];
+        size_t n_aliases = collect_aliases(argc, argv, aliases);
+        (void)alias;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        struct wloop_opts wo;
+        memset(&wo, 0, sizeof wo);
+        wo.jobd_url = jobd_url;
+        wo.token = worker_token;
+        wo.model_path = model;
+        wo.model_id = model_id;
+        wo.aliases = aliases;
+        wo.n_aliases = n_aliases;
+        wo.name = name;
+        wo.device = device;
+        wo.threads = (int)threads;
+        wo.pack_size = (int)pack_size;
+        wo.lease_seconds = (int)lease_seconds;
+        wo.drain_timeout_ms = drain_ms;
+        wo.max_batch_tokens = (int)max_batch_tokens;
+        wo.max_seqs = (int)max_seqs;
+        wo.kv_mem_bytes = (size_t)kv_mem;
+        wo.n_ctx = (int)n_ctx;
+        wo.no_prefix_cache = no_prefix_cache;
+        wo.stop = &stop_flag;
+        int rc = wloop_run(&wo, err, sizeof err);
+        if (rc)
+            cli_error("jobworker", NULL, "%s", err);
+        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    }
+    if (model) {
+        cli_error("jobworker", "see jobworker --help",
+                  "--model alone does nothing: add --jobd URL, --prompt/--chat, --batch-file or --inspect");
+        return CLI_EXIT_USAGE;
     }
     cli_error("jobworker", "see jobworker --help", "nothing to do: give --jobd and --model, or --self-check");
     return CLI_EXIT_USAGE;

@@ -1,0 +1,243 @@
+"""The real jobworker serving a real jobd (release builds) on the default
+model, over loopback: a chat batch end to end (outputs are OpenAI chat
+completions; usage.prompt_tokens equals the tokenizer's count of the
+rendered prompt, taken from `jobworker --chat --print-ids`), request-level
+errors as invalid_request error lines (never retried), SIGTERM during a
+pack (exit 0, the released requests finished by a second worker, nothing
+lost), jobd killed and restarted under a running worker (every custom_id
+exactly once), and the `make run` script.
+
+Sizes stay CPU-friendly (max_tokens 16, a few dozen requests); no timing
+assertions beyond generous "it ends" limits.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from harness import ROOT, Proc, Skip, binary, run
+from jobdlib import Jobd, chat_line
+from workerlib import read_jsonl
+
+TIMEOUT = 900
+MODEL = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+WT = "worker-token-1"
+JOBD_ARGS = ["--worker-token", WT, "--sweep-interval", "200ms", "--lease-min", "1s",
+             "--retry-backoff", "1s", "--window-min", "1s"]
+
+
+def need():
+    for name in ("jobd", "jobworker"):
+        if not os.path.exists(binary(name, asan=False)):
+            raise Skip(f"release build/{name} not built")
+    if not os.path.exists(MODEL):
+        r = run([os.path.join(ROOT, "scripts/fetch-model")], timeout=300)
+        if r.returncode != 0 or not os.path.exists(MODEL):
+            raise Skip("the default model cannot be fetched: " + r.stderr[-300:])
+
+
+def start_jobd():
+    return Jobd(asan=False, args=JOBD_ARGS)
+
+
+def start_worker(d, *extra, name="w1"):
+    argv = [binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
+            "--model-id", "SmolLM2-135M-Instruct", "--alias", "smollm", "--alias", "smol",
+            "--worker-token", WT, "--name", name, "--threads", "2", *extra]
+    return Proc(argv)
+
+
+def submit(d, lines):
+    b = d.submit(("\n".join(lines) + "\n").encode(), query="?completion_window=1h")
+    return b["id"]
+
+
+def wait_done(d, batch_id, timeout=600, worker=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        b = d.json("GET", f"/v1/batches/{batch_id}")
+        if b["status"] in ("completed", "failed", "expired", "cancelled"):
+            return b
+        if worker is not None and worker.p.poll() is not None:
+            raise AssertionError(f"worker exited {worker.p.returncode}: {worker.log()[-3000:]}")
+        assert time.monotonic() < deadline, f"batch still {b['status']}: {b['request_counts']}"
+        time.sleep(0.2)
+
+
+def wait_counts(d, batch_id, completed, timeout=300):
+    deadline = time.monotonic() + timeout
+    while True:
+        b = d.json("GET", f"/v1/batches/{batch_id}")
+        if b["request_counts"]["completed"] >= completed or b["status"] == "completed":
+            return b
+        assert time.monotonic() < deadline, b
+        time.sleep(0.1)
+
+
+def prompt_ids(text):
+    """Our tokenizer's ids of the chat-rendered prompt (one user message)."""
+    r = run([binary("jobworker", asan=False), "--model", MODEL, "--chat", text, "--max-tokens", "1",
+             "--print-ids"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    for line in r.stderr.splitlines():
+        if line.startswith("prompt ids:"):
+            return [int(x) for x in line[len("prompt ids:"):].split()]
+    raise AssertionError(r.stderr)
+
+
+def check_chat_output(lines, custom_ids):
+    got = [x["custom_id"] for x in lines]
+    assert sorted(got) == sorted(custom_ids), (sorted(got), sorted(custom_ids))
+    for x in lines:
+        assert x["error"] is None, x
+        r = x["response"]
+        assert r["status_code"] == 200, x
+        body = r["body"]
+        assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-"), body
+        c = body["choices"][0]
+        assert c["index"] == 0 and c["message"]["role"] == "assistant", body
+        assert isinstance(c["message"]["content"], str), body
+        assert c["finish_reason"] in ("stop", "length"), body
+        u = body["usage"]
+        assert 1 <= u["completion_tokens"] <= 16, u
+        assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+        if c["finish_reason"] == "length":
+            assert u["completion_tokens"] == 16, body
+
+
+def test_worker_chat_batch_end_to_end():
+    need()
+    d = start_jobd()
+    w = start_worker(d)
+    qs = [f"What is {i} plus {i}?" for i in range(20)]
+    bid = submit(d, [chat_line(i, content=q, custom_id=f"q-{i}") for i, q in enumerate(qs)])
+    # a batch uses one model name: the canonical id and another alias in batches of their own
+    other = {name: submit(d, [chat_line(0, model=name, content=qs[0], custom_id=f"as-{name}")])
+             for name in ("SmolLM2-135M-Instruct", "smol")}
+    b = wait_done(d, bid, worker=w)
+    assert b["status"] == "completed", b
+    assert b["request_counts"] == {"total": 20, "completed": 20, "failed": 0}, b
+    out = read_jsonl(d, b["output_file_id"])
+    check_chat_output(out, [f"q-{i}" for i in range(20)])
+    by_id = {x["custom_id"]: x["response"]["body"] for x in out}
+    # the response echoes the name the request used
+    assert all(x["model"] == "smollm" for x in by_id.values()), by_id
+    for name, obid in other.items():
+        ob = wait_done(d, obid, worker=w)
+        o = read_jsonl(d, ob["output_file_id"])
+        check_chat_output(o, [f"as-{name}"])
+        assert o[0]["response"]["body"]["model"] == name, o
+        # another request id (so another seed), but the same prompt: the same prompt_tokens
+        assert o[0]["response"]["body"]["usage"]["prompt_tokens"] == by_id["q-0"]["usage"]["prompt_tokens"]
+    # usage.prompt_tokens = our tokenizer's count of the rendered prompt
+    for i in (0, 7, 13, 19):
+        assert by_id[f"q-{i}"]["usage"]["prompt_tokens"] == len(prompt_ids(qs[i])), i
+    assert w.p.poll() is None, w.log()
+    log = w.log()
+    assert "registered with jobd as wrk_" in log and " tok/s" in log, log
+    assert w.stop(signal.SIGTERM, timeout=60) == 0, w.log()[-2000:]
+
+
+def test_worker_request_errors_are_invalid_request_lines():
+    need()
+    d = start_jobd()
+    w = start_worker(d, "--ctx", "256")
+    long_text = " ".join(f"word{i}" for i in range(400))  # > 256 tokens
+    lines = [
+        chat_line(1, content="Hi!", custom_id="ok"),
+        json.dumps({"custom_id": "too-long", "method": "POST", "url": "/v1/chat/completions",
+                    "body": {"model": "smollm", "messages": [{"role": "user", "content": long_text}],
+                             "max_tokens": 16}}),
+        json.dumps({"custom_id": "bad-bias", "method": "POST", "url": "/v1/chat/completions",
+                    "body": {"model": "smollm", "messages": [{"role": "user", "content": "Hi"}],
+                             "max_tokens": 16, "logit_bias": {"999999": 5}}}),
+        json.dumps({"custom_id": "bad-format", "method": "POST", "url": "/v1/chat/completions",
+                    "body": {"model": "smollm", "messages": [{"role": "user", "content": "Hi"}],
+                             "max_tokens": 16, "response_format": {"type": "json_object"}}}),
+    ]
+    bid = submit(d, lines)
+    b = wait_done(d, bid, worker=w)
+    assert b["status"] == "completed", b
+    assert b["request_counts"] == {"total": 4, "completed": 1, "failed": 3}, b
+    out = read_jsonl(d, b["output_file_id"])
+    assert [x["custom_id"] for x in out] == ["ok"], out
+    errs = {x["custom_id"]: x for x in read_jsonl(d, b["error_file_id"])}
+    assert sorted(errs) == ["bad-bias", "bad-format", "too-long"], errs
+    for cid, param in (("too-long", "messages"), ("bad-bias", "logit_bias"),
+                       ("bad-format", "response_format")):
+        r = errs[cid]["response"]
+        assert r["status_code"] == 400, errs[cid]
+        e = r["body"]["error"]
+        assert e["type"] == "invalid_request_error" and e["message"], e
+        assert e["param"] == param, e
+    assert errs["too-long"]["response"]["body"]["error"]["code"] == "context_length_exceeded", errs
+    # never retried: no dead letter, each request answered once by the worker
+    dl = d.json("GET", f"/v1/batches/{bid}/dead_letters")
+    assert dl["data"] == [], dl
+    log = w.log()
+    assert "result answered" not in log, log
+
+
+def test_worker_sigterm_drains_and_second_worker_finishes():
+    need()
+    d = start_jobd()
+    w1 = start_worker(d, "--pack-size", "8", "--max-seqs", "2", "--drain-timeout", "20s", name="w1")
+    ids = [f"s-{i}" for i in range(12)]
+    bid = submit(d, [chat_line(i, content=f"Tell me about the number {i}.", custom_id=c)
+                     for i, c in enumerate(ids)])
+    wait_counts(d, bid, 1)
+    w1.p.send_signal(signal.SIGTERM)
+    try:
+        rc = w1.p.wait(timeout=20 + 30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("worker did not exit within the grace period: " + w1.log()[-2000:])
+    log1 = w1.log()
+    assert rc == 0, log1[-3000:]
+    assert "draining:" in log1 and "released " in log1, log1[-3000:]
+    b = d.json("GET", f"/v1/batches/{bid}")
+    done_by_w1 = b["request_counts"]["completed"]
+    assert 1 <= done_by_w1 < 12, b
+    w2 = start_worker(d, name="w2")
+    b = wait_done(d, bid, worker=w2)
+    assert b["status"] == "completed" and b["request_counts"] == {"total": 12, "completed": 12, "failed": 0}, b
+    out = read_jsonl(d, b["output_file_id"])
+    check_chat_output(out, ids)
+    assert "pack " in w2.log()
+    # released requests do not count as attempts: nothing was dead-lettered
+    assert d.json("GET", f"/v1/batches/{bid}/dead_letters")["data"] == []
+    assert w2.stop(signal.SIGTERM, timeout=60) == 0
+
+
+def test_worker_survives_jobd_restart():
+    need()
+    d = start_jobd()
+    w = start_worker(d, "--pack-size", "4", "--max-seqs", "4", "--lease-seconds", "60")
+    ids = [f"r-{i}" for i in range(16)]
+    bid = submit(d, [chat_line(i, content=f"Name a color, number {i}.", custom_id=c)
+                     for i, c in enumerate(ids)])
+    wait_counts(d, bid, 2)
+    d.proc.stop(signal.SIGKILL)
+    # the worker keeps computing; stay down until one of its calls failed
+    deadline = time.monotonic() + 120
+    while not ("unreachable" in w.log() or "kept for a retry" in w.log()):
+        assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
+        assert time.monotonic() < deadline, "no failed call logged: " + w.log()[-3000:]
+        time.sleep(0.2)
+    d.proc = Proc(d.argv)  # same port, same data directory
+    d.proc.wait_http(d.port, timeout=30)
+    b = wait_done(d, bid, worker=w)
+    assert b["status"] == "completed", b
+    assert b["request_counts"] == {"total": 16, "completed": 16, "failed": 0}, b
+    out = read_jsonl(d, b["output_file_id"])
+    check_chat_output(out, ids)  # each custom_id exactly once
+    assert w.stop(signal.SIGTERM, timeout=60) == 0, w.log()[-3000:]
+
+
+def test_make_run_script():
+    need()
+    r = run([os.path.join(ROOT, "scripts/run-default")], timeout=600)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert "batch completed: 3 completed, 0 failed of 3" in r.stdout, r.stdout
+    for cid in ("hello-1", "hello-2", "hello-3"):
+        assert f"[{cid}] (" in r.stdout, r.stdout

@@ -1,0 +1,879 @@
+/* loop.c - the jobworker process serving jobd (see loop.h). */
+#include "worker/loop.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/id.h"
+#include "common/js.h"
+#include "common/log.h"
+#include "kernels/cpu/pool.h"
+#include "worker/chat.h"
+#include "worker/client.h"
+#include "worker/gguf.h"
+#include "worker/kv.h"
+#include "worker/model.h"
+#include "worker/sched.h"
+#include "worker/tok.h"
+
+#define WL_MAX_NAME 128
+#define WL_LONG_POLL_MS 2000
+#define WL_TICK_MS 100
+#define WL_FINAL_UPLOAD_MS 15000   /* after the engine stopped: last uploads/releases */
+
+enum item_state {
+    IT_QUEUED,     /* leased, not yet given to the scheduler */
+    IT_RUNNING,    /* in the scheduler */
+    IT_DONE,       /* result in the outbox, waiting for jobd's answer */
+    IT_RELEASE,    /* to be released (drain, cancel) */
+};
+
+struct lease {
+    char id[ID_MAX];
+    uint64_t t_start_ns;
+    uint64_t next_hb_ms;           /* monotonic ms of the next heartbeat */
+    int n_open;                    /* its items still in the table */
+    int n_done, n_errors, n_released;
+    int64_t prompt_tokens, completion_tokens;
+};
+
+struct item {
+    char rid[ID_MAX];
+    struct lease *ls;
+    json_t *body;                  /* owned reference */
+    enum gp_endpoint ep;
+    enum item_state state;
+    uint64_t t_leased_ns, t_added_ns;
+};
+
+struct wl {
+    const struct wloop_opts *o;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct item **items;
+    size_t n_items, cap_items;
+    struct lease **leases;
+    size_t n_leases, cap_leases;
+    int draining;
+    int engine_done;               /* the engine thread stopped stepping */
+    int engine_failed;
+    int comm_exit;                 /* the communication thread should stop now */
+    size_t n_queued;               /* items in IT_QUEUED */
+    /* totals for heartbeat progress */
+    int64_t total_completion, total_done;
+    uint64_t t0_ns;
+    /* set once at start */
+    struct wcl *c;
+    struct wcl_outbox *ob;
+    char model_id[WL_MAX_NAME + 1];
+    char name[WL_MAX_NAME + 1];
+    char worker_id[ID_MAX];        /* communication thread only */
+    int64_t kv_tokens;
+    int pack_size, lease_seconds;
+};
+
+/* ---- table (caller holds mu) ---------------------------------------------- */
+
+static struct item *item_find(struct wl *w, const char *rid, size_t *idx)
+{
+    for (size_t i = 0; i < w->n_items; i++)
+        if (strcmp(w->items[i]->rid, rid) == 0) {
+            if (idx)
+                *idx = i;
+            return w->items[i];
+        }
+    return NULL;
+}
+
+static void lease_finish(struct wl *w, struct lease *ls)
+{
+    double s = (double)(clock_mono_ns() - ls->t_start_ns) * 1e-9;
+    if (s <= 0)
+        s = 1e-9;
+    log_info("pack %s: %d requests done (%d errors), %d released, %lld prompt + %lld completion "
+             "tokens in %.2f s: %.1f tok/s (%.1f completion tok/s)",
+             ls->id, ls->n_done, ls->n_errors, ls->n_released, (long long)ls->prompt_tokens,
+             (long long)ls->completion_tokens, s,
+             (double)(ls->prompt_tokens + ls->completion_tokens) / s,
+             (double)ls->completion_tokens / s);
+    for (size_t i = 0; i < w->n_leases; i++)
+        if (w->leases[i] == ls) {
+            w->leases[i] = w->leases[--w->n_leases];
+            break;
+        }
+    free(ls);
+}
+
+/* Remove item i from the table (its lease ends with its last item). */
+static void item_remove(struct wl *w, size_t i)
+{
+    struct item *it = w->items[i];
+    if (it->state == IT_QUEUED)
+        w->n_queued--;
+    w->items[i] = w->items[--w->n_items];
+    struct lease *ls = it->ls;
+    json_decref(it->body);
+    free(it);
+    if (--ls->n_open == 0)
+        lease_finish(w, ls);
+}
+
+static void item_set(struct wl *w, struct item *it, enum item_state st)
+{
+    if (it->state == IT_QUEUED && st != IT_QUEUED)
+        w->n_queued--;
+    else if (it->state != IT_QUEUED && st == IT_QUEUED)
+        w->n_queued++;
+    it->state = st;
+}
+
+static struct lease *lease_find(struct wl *w, const char *id)
+{
+    for (size_t i = 0; i < w->n_leases; i++)
+        if (strcmp(w->leases[i]->id, id) == 0)
+            return w->leases[i];
+    return NULL;
+}
+
+/* The lease is gone on jobd's side: forget everything it held. */
+static void lease_gone(struct wl *w, const char *lease_id)
+{
+    size_t dropped = wcl_outbox_drop_lease(w->ob, lease_id);
+    struct lease *ls = lease_find(w, lease_id);
+    if (!ls)
+        return;
+    log_warn("lease %s is gone on jobd's side; dropping its %d request(s) (%zu result(s))",
+             lease_id, ls->n_open, dropped);
+    for (size_t i = w->n_items; i-- > 0;) {
+        if (w->items[i]->ls != ls)
+            continue;
+        /* (a line of it being uploaded right now gets an ack that finds no item) */
+        int last = ls->n_open == 1;
+        item_remove(w, i);
+        if (last)
+            break;
+    }
+}
+
+/* ---- results lines ----------------------------------------------------------- */
+
+static json_t *timings(const struct sched_result *r, const struct item *it)
+{
+    double queue_ms = (double)(it->t_added_ns - it->t_leased_ns) * 1e-6 + r->queue_s * 1e3;
+    return json_pack("{s:I, s:I, s:I, s:I}", "queue_ms", (json_int_t)(queue_ms + 0.5),
+                     "prefill_ms", (json_int_t)(r->prefill_s * 1e3 + 0.5), "decode_ms",
+                     (json_int_t)(r->decode_s * 1e3 + 0.5), "device_ms",
+                     (json_int_t)(r->cpu_s * 1e3 + 0.5));
+}
+
+/* Copy at most max bytes of s, cut on a UTF-8 character boundary. */
+static json_t *str_cap(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return json_stringn(s, n);
+}
+
+static json_t *result_line(const struct sched_result *r, const struct item *it)
+{
+    json_t *o;
+    if (r->status >= 200 && r->status < 300) {
+        int64_t cached = r->cached_tokens <= r->prompt_tokens ? r->cached_tokens : r->prompt_tokens;
+        o = json_pack("{s:s, s:s, s:{s:i, s:O}, s:{s:I, s:I, s:I}, s:o}", "request_id", it->rid,
+                      "status", "success", "response", "status_code", r->status, "body", r->body,
+                      "usage", "prompt_tokens", (json_int_t)r->prompt_tokens, "completion_tokens",
+                      (json_int_t)r->completion_tokens, "cached_tokens", (json_int_t)cached,
+                      "timings", timings(r, it));
+        return o;
+    }
+    json_t *e = json_object_get(r->body, "error");
+    const char *msg = NULL, *code = NULL, *param = NULL;
+    if (e) {
+        js_get_str(e, "message", &msg);
+        js_get_str(e, "code", &code);
+        js_get_str(e, "param", &param);
+    }
+    json_t *err = json_pack("{s:s, s:i, s:o}", "class", "invalid_request", "status_code",
+                            r->status >= 400 && r->status < 500 ? r->status : 400, "message",
+                            str_cap(msg && msg[0] ? msg : "invalid request", 4096));
+    if (err && code && code[0])
+        json_object_set_new(err, "code", str_cap(code, 64));
+    if (err && param && param[0])
+        json_object_set_new(err, "param", str_cap(param, 256));
+    o = json_pack("{s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:o}", "request_id", it->rid, "status",
+                  "error", "error", err, "usage", "prompt_tokens", 0, "completion_tokens", 0,
+                  "cached_tokens", 0, "timings", timings(r, it));
+    return o;
+}
+
+static int outbox_put(struct wl *w, const struct item *it, json_t *line)
+{
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!text)
+        return ERR_NOMEM;
+    int rc = wcl_outbox_add(w->ob, it->ls->id, it->rid, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* Scheduler callback (engine thread). */
+static void on_result(void *ctx, const struct sched_result *r)
+{
+    struct wl *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    struct item *it = item_find(w, r->id, NULL);
+    if (!it || it->state != IT_RUNNING) { /* cancelled, released or its lease is gone */
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    int rc = outbox_put(w, it, result_line(r, it));
+    if (rc) {
+        /* no memory for the line: give the request back instead of losing it */
+        log_error("%s: cannot keep the result (%s); releasing it", it->rid, err_msg(rc));
+        item_set(w, it, IT_RELEASE);
+    } else {
+        item_set(w, it, IT_DONE);
+        struct lease *ls = it->ls;
+        ls->n_done++;
+        if (r->status != 200)
+            ls->n_errors++;
+        ls->prompt_tokens += r->prompt_tokens;
+        ls->completion_tokens += r->completion_tokens;
+        w->total_completion += r->prompt_tokens + r->completion_tokens;
+        w->total_done++;
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Outbox acknowledgement (communication thread). */
+static void on_ack(void *ctx, const char *lease_id, const char *request_id, const char *status)
+{
+    struct wl *w = ctx;
+    (void)lease_id;
+    if (strcmp(status, "ok") != 0 && strcmp(status, "duplicate") != 0)
+        log_warn("%s: result answered '%s'", request_id, status);
+    pthread_mutex_lock(&w->mu);
+    size_t i;
+    struct item *it = item_find(w, request_id, &i);
+    if (it && it->state == IT_DONE)
+        item_remove(w, i);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- communication thread -------------------------------------------------------- */
+
+static int stopping(const struct wl *w)
+{
+    return *w->o->stop != 0;
+}
+
+/* Sleep up to ms, waking early on a signal of the condition variable. Holds mu. */
+static void wait_ms_locked(struct wl *w, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+}
+
+static int do_register(struct wl *w)
+{
+    const struct wloop_opts *o = w->o;
+    struct wcl_answer a = {0, NULL};
+    int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
+                          o->n_aliases, w->kv_tokens, w->pack_size, &a);
+    if (rc) {
+        wcl_answer_release(&a);
+        return rc;
+    }
+    const char *id = NULL;
+    if (a.status == 200 && a.body && js_get_str(a.body, "worker_id", &id) == 0 &&
+        strlen(id) < sizeof w->worker_id) {
+        memcpy(w->worker_id, id, strlen(id) + 1);
+        log_info("registered with jobd as %s (%s), model '%s'", w->worker_id, w->name,
+                 w->model_id);
+        rc = 0;
+    } else {
+        log_error("register: jobd answered %ld %s", a.status, wcl_answer_code(&a));
+        rc = a.status == 401 ? ERR_AUTH : ERR_HTTP;
+    }
+    wcl_answer_release(&a);
+    return rc;
+}
+
+/* Add a lease answer's requests to the table. */
+static void take_lease(struct wl *w, json_t *ans)
+{
+    const char *lease_id = NULL;
+    json_t *reqs = NULL;
+    if (js_get_str(ans, "lease_id", &lease_id) || js_get_arr(ans, "requests", &reqs) ||
+        strlen(lease_id) >= ID_MAX || json_array_size(reqs) == 0)
+        return;
+    struct lease *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return; /* no memory: the lease lapses and jobd requeues it */
+    memcpy(ls->id, lease_id, strlen(lease_id) + 1);
+    ls->t_start_ns = clock_mono_ns();
+    ls->next_hb_ms = clock_mono_ms() + (uint64_t)w->lease_seconds * 1000 / 3;
+    size_t n = json_array_size(reqs);
+    pthread_mutex_lock(&w->mu);
+    int ok = 1;
+    if (w->n_leases == w->cap_leases) {
+        size_t nc = w->cap_leases ? w->cap_leases * 2 : 8;
+        struct lease **p = realloc(w->leases, nc * sizeof *p);
+        if (p) {
+            w->leases = p;
+            w->cap_leases = nc;
+        } else
+            ok = 0;
+    }
+    if (ok && w->n_items + n > w->cap_items) {
+        size_t nc = w->cap_items ? w->cap_items : 256;
+        while (nc < w->n_items + n)
+            nc *= 2;
+        struct item **p = realloc(w->items, nc * sizeof *p);
+        if (p) {
+            w->items = p;
+            w->cap_items = nc;
+        } else
+            ok = 0;
+    }
+    if (!ok) {
+        pthread_mutex_unlock(&w->mu);
+        free(ls);
+        return;
+    }
+    w->leases[w->n_leases++] = ls;
+    uint64_t now = clock_mono_ns();
+    size_t i;
+    json_t *r;
+    json_array_foreach(reqs, i, r) {
+        const char *rid = NULL;
+        json_t *body = NULL;
+        if (js_get_str(r, "request_id", &rid) || strlen(rid) >= ID_MAX ||
+            js_get_obj(r, "body", &body))
+            continue; /* malformed item: it lapses with the lease */
+        struct item *it = calloc(1, sizeof *it);
+        if (!it)
+            break;
+        memcpy(it->rid, rid, strlen(rid) + 1);
+        it->ls = ls;
+        it->body = json_incref(body);
+        it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
+                     ? GP_CHAT : GP_COMPLETIONS;
+        it->state = w->draining ? IT_RELEASE : IT_QUEUED;
+        if (it->state == IT_QUEUED)
+            w->n_queued++;
+        it->t_leased_ns = now;
+        w->items[w->n_items++] = it;
+        ls->n_open++;
+    }
+    if (ls->n_open == 0) { /* nothing usable: let it lapse */
+        w->n_leases--;
+        free(ls);
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Ask for the next pack. Returns the delay before the next ask (ms). */
+static long do_lease(struct wl *w, int idle)
+{
+    struct wcl_answer a = {0, NULL};
+    long wait = idle ? WL_LONG_POLL_MS : 0;
+    int rc = wcl_lease(w->c, w->worker_id, w->model_id, w->pack_size, 0, w->lease_seconds, wait,
+                       &a);
+    long next = 0;
+    if (rc) {
+        log_warn("lease: jobd unreachable (%s)", err_msg(rc));
+        next = 1000;
+    } else if (a.status == 200 && a.body) {
+        json_t *lid = json_object_get(a.body, "lease_id");
+        if (json_is_string(lid))
+            take_lease(w, a.body);
+        else {
+            int64_t ra = 1000;
+            js_get_int(a.body, "retry_after_ms", &ra);
+            next = idle ? 0 : (long)(ra > 0 && ra < 60000 ? ra : 1000);
+        }
+    } else if (a.status == 404) {
+        log_warn("lease: jobd does not know worker %s; registering again", w->worker_id);
+        w->worker_id[0] = '\0';
+    } else {
+        log_warn("lease: jobd answered %ld %s", a.status, wcl_answer_code(&a));
+        next = 1000;
+    }
+    wcl_answer_release(&a);
+    return next;
+}
+
+/* Heartbeat every lease that is due. */
+static void do_heartbeats(struct wl *w, int force)
+{
+    uint64_t now = clock_mono_ms();
+    char due[64][ID_MAX];
+    int64_t completed[64];
+    size_t n = 0;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_leases && n < 64; i++) {
+        struct lease *ls = w->leases[i];
+        if (force || ls->next_hb_ms <= now) {
+            memcpy(due[n], ls->id, ID_MAX);
+            completed[n++] = ls->n_done;
+        }
+    }
+    double el = (double)(clock_mono_ns() - w->t0_ns) * 1e-9;
+    double tps = el > 0 ? (double)w->total_completion / el : 0;
+    pthread_mutex_unlock(&w->mu);
+    for (size_t k = 0; k < n; k++) {
+        struct wcl_answer a = {0, NULL};
+        int rc = wcl_heartbeat(w->c, w->worker_id, due[k], w->lease_seconds, completed[k], tps, &a);
+        pthread_mutex_lock(&w->mu);
+        struct lease *ls = lease_find(w, due[k]);
+        if (rc || a.status >= 500) {
+            log_warn("heartbeat %s: %s", due[k], rc ? err_msg(rc) : "jobd answered 5xx");
+            if (ls)
+                ls->next_hb_ms = clock_mono_ms() + 1000;
+        } else if (a.status == 200) {
+            if (ls)
+                ls->next_hb_ms = clock_mono_ms() + (uint64_t)w->lease_seconds * 1000 / 3;
+            json_t *cancelled = a.body ? json_object_get(a.body, "cancelled") : NULL;
+            size_t i;
+            json_t *v;
+            json_array_foreach(cancelled, i, v) {
+                const char *rid = json_string_value(v);
+                struct item *it = rid ? item_find(w, rid, NULL) : NULL;
+                if (it && (it->state == IT_QUEUED || it->state == IT_RUNNING)) {
+                    log_info("%s: cancelled by jobd", rid);
+                    item_set(w, it, IT_RELEASE);
+                }
+            }
+        } else if (a.status == 404 || a.status == 409) {
+            lease_gone(w, due[k]);
+        } else {
+            log_warn("heartbeat %s: jobd answered %ld %s", due[k], a.status,
+                     wcl_answer_code(&a));
+            if (ls)
+                ls->next_hb_ms = clock_mono_ms() + 1000;
+        }
+        pthread_mutex_unlock(&w->mu);
+        wcl_answer_release(&a);
+    }
+}
+
+/* Release the items marked IT_RELEASE, one call per lease. Returns 0 or a
+ * transport error (they stay marked). */
+static int do_releases(struct wl *w)
+{
+    for (;;) {
+        char lease_id[ID_MAX] = "";
+        const char **ids = NULL;
+        size_t n = 0;
+        pthread_mutex_lock(&w->mu);
+        for (size_t i = 0; i < w->n_items; i++)
+            if (w->items[i]->state == IT_RELEASE) {
+                memcpy(lease_id, w->items[i]->ls->id, ID_MAX);
+                break;
+            }
+        if (lease_id[0]) {
+            ids = malloc(w->n_items * sizeof *ids);
+            for (size_t i = 0; ids && i < w->n_items; i++)
+                if (w->items[i]->state == IT_RELEASE && strcmp(w->items[i]->ls->id, lease_id) == 0)
+                    ids[n++] = w->items[i]->rid; /* only the comm thread removes items */
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (!lease_id[0])
+            return 0;
+        if (!ids)
+            return ERR_NOMEM;
+        struct wcl_answer a = {0, NULL};
+        int rc = wcl_release(w->c, w->worker_id, lease_id, ids, n, &a);
+        free(ids);
+        if (rc || a.status >= 500) {
+            log_warn("release %s: %s", lease_id, rc ? err_msg(rc) : "jobd answered 5xx");
+            wcl_answer_release(&a);
+            return rc ? rc : ERR_HTTP;
+        }
+        if (a.status != 200)
+            log_warn("release %s: jobd answered %ld %s", lease_id, a.status, wcl_answer_code(&a));
+        else
+            log_info("released %zu request(s) of %s", n, lease_id);
+        wcl_answer_release(&a);
+        pthread_mutex_lock(&w->mu);
+        for (size_t i = w->n_items; i-- > 0;) {
+            struct item *it = w->items[i];
+            if (it->state == IT_RELEASE && strcmp(it->ls->id, lease_id) == 0) {
+                int last = it->ls->n_open == 1;
+                it->ls->n_released++;
+                item_remove(w, i);
+                if (last)
+                    break;
+            }
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+static void *comm_main(void *arg)
+{
+    struct wl *w = arg;
+    long reg_backoff = 250;
+    uint64_t next_lease = 0, next_flush = 0, final_deadline = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        if (stopping(w) && !w->draining)
+            pthread_cond_broadcast(&w->cv); /* the engine starts the drain */
+        int engine_done = w->engine_done, draining = w->draining || stopping(w);
+        size_t n_items = w->n_items, n_queued = w->n_queued;
+        int comm_exit = w->comm_exit;
+        pthread_mutex_unlock(&w->mu);
+        uint64_t now = clock_mono_ms();
+        if (comm_exit)
+            break;
+        if (engine_done && !final_deadline)
+            final_deadline = now + WL_FINAL_UPLOAD_MS;
+        if (engine_done && ((n_items == 0 && wcl_outbox_count(w->ob) == 0) || now > final_deadline))
+            break;
+        if (!w->worker_id[0]) {
+            if (draining && n_items == 0)
+                break;
+            int rc = do_register(w);
+            if (rc) {
+                if (rc != ERR_HTTP && rc != ERR_AUTH)
+                    log_warn("register: jobd unreachable (%s); retrying in %ld ms", err_msg(rc),
+                             reg_backoff);
+                pthread_mutex_lock(&w->mu);
+                wait_ms_locked(w, reg_backoff);
+                pthread_mutex_unlock(&w->mu);
+                reg_backoff = reg_backoff * 2 > 5000 ? 5000 : reg_backoff * 2;
+                continue;
+            }
+            reg_backoff = 250;
+        }
+        int net_ok = 1;
+        if (do_releases(w))
+            net_ok = 0;
+        if (net_ok && now >= next_flush && wcl_outbox_count(w->ob) > 0) {
+            int rc = wcl_outbox_flush(w->ob, w->c, w->worker_id, on_ack, w);
+            if (rc) {
+                log_warn("results upload: %s; %zu result(s) kept for a retry", err_msg(rc),
+                         wcl_outbox_count(w->ob));
+                next_flush = clock_mono_ms() + 1000;
+                net_ok = 0;
+            }
+        }
+        do_heartbeats(w, 0);
+        now = clock_mono_ms();
+        if (net_ok && !draining && !engine_done && now >= next_lease &&
+            n_queued < (size_t)(w->pack_size + 1) / 2) {
+            int idle = n_items == 0 && wcl_outbox_count(w->ob) == 0;
+            long d = do_lease(w, idle);
+            next_lease = clock_mono_ms() + (uint64_t)d;
+            if (!w->worker_id[0])
+                continue;
+            if (d == 0)
+                continue; /* got work or long-polled: check again at once */
+        }
+        pthread_mutex_lock(&w->mu);
+        wait_ms_locked(w, WL_TICK_MS);
+        pthread_mutex_unlock(&w->mu);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->comm_exit = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- engine thread --------------------------------------------------------------- */
+
+struct to_add {
+    char rid[ID_MAX];
+    enum gp_endpoint ep;
+    json_t *body;
+};
+
+static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
+{
+    const struct wloop_opts *o = w->o;
+    uint64_t deadline = 0;
+    int feed_target = max_seqs / 4 > 2 ? max_seqs / 4 : 2;
+    struct to_add *add = calloc((size_t)feed_target, sizeof *add);
+    if (!add)
+        return ERR_NOMEM;
+    int rc = 0;
+    for (;;) {
+        size_t n_add = 0;
+        pthread_mutex_lock(&w->mu);
+        if (stopping(w) && !w->draining) {
+            w->draining = 1;
+            deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
+            size_t n_rel = 0;
+            for (size_t i = 0; i < w->n_items; i++)
+                if (w->items[i]->state == IT_QUEUED) {
+                    item_set(w, w->items[i], IT_RELEASE);
+                    n_rel++;
+                }
+            log_info("draining: %zu request(s) to release, %d in the engine get up to %lld ms",
+                     n_rel, sched_n_waiting(s) + sched_n_running(s),
+                     (long long)o->drain_timeout_ms);
+            pthread_cond_broadcast(&w->cv);
+        }
+        if (w->draining && clock_mono_ms() >= deadline) {
+            pthread_mutex_unlock(&w->mu);
+            log_warn("drain timeout: releasing what is still running");
+            break;
+        }
+        if (w->comm_exit) { /* cannot happen before the engine is done; be safe */
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        /* feed a few beyond what runs: the scheduler admits from them as slots free,
+         * and what is not fed yet can still be released on a drain or cancel */
+        int room = feed_target - sched_n_waiting(s);
+        for (size_t i = 0; i < w->n_items && (int)n_add < room && !w->draining; i++) {
+            struct item *it = w->items[i];
+            if (it->state != IT_QUEUED)
+                continue;
+            item_set(w, it, IT_RUNNING);
+            it->t_added_ns = clock_mono_ns();
+            memcpy(add[n_add].rid, it->rid, ID_MAX);
+            add[n_add].ep = it->ep;
+            add[n_add].body = json_incref(it->body);
+            n_add++;
+        }
+        pthread_mutex_unlock(&w->mu);
+        for (size_t i = 0; i < n_add; i++) {
+            int arc = sched_add(s, add[i].rid, add[i].ep, add[i].body);
+            json_decref(add[i].body);
+            if (arc) {
+                log_error("%s: cannot queue the request: %s; releasing it", add[i].rid,
+                          err_msg(arc));
+                pthread_mutex_lock(&w->mu);
+                struct item *it = item_find(w, add[i].rid, NULL);
+                if (it && it->state == IT_RUNNING)
+                    item_set(w, it, IT_RELEASE);
+                pthread_mutex_unlock(&w->mu);
+            }
+        }
+        if (sched_n_waiting(s) + sched_n_running(s) > 0) {
+            int src = sched_step(s);
+            if (src < 0) {
+                rc = src;
+                log_error("engine error: %s; giving the running requests back", err_msg(rc));
+                break;
+            }
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+        if (w->draining) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        if (w->n_queued == 0)
+            wait_ms_locked(w, WL_TICK_MS);
+        pthread_mutex_unlock(&w->mu);
+    }
+    free(add);
+    /* what the scheduler still holds goes back to jobd */
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_items; i++)
+        if (w->items[i]->state == IT_RUNNING || w->items[i]->state == IT_QUEUED)
+            item_set(w, w->items[i], IT_RELEASE);
+    w->engine_done = 1;
+    w->engine_failed = rc != 0;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > WL_MAX_NAME)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+int wloop_model_id(const struct model *m, const char *path, char *out, size_t out_len)
+{
+    struct gguf_str gs;
+    if (m && gguf_get_str(m->gguf, "general.name", &gs) == 0 && name_ok(gs.ptr, gs.len) &&
+        gs.len < out_len) {
+        memcpy(out, gs.ptr, gs.len);
+        out[gs.len] = '\0';
+        return 0;
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && strcmp(base + n - 5, ".gguf") == 0)
+        n -= 5;
+    if (n > WL_MAX_NAME)
+        n = WL_MAX_NAME;
+    if (n == 0 || n >= out_len)
+        return ERR_TOOBIG;
+    memcpy(out, base, n);
+    out[n] = '\0';
+    return 0;
+}
+
+int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
+{
+    struct model *m = NULL;
+    struct tok *t = NULL;
+    struct chat_tmpl *tmpl = NULL;
+    struct kn_pool *pool = NULL;
+    struct sched *s = NULL;
+    struct wl w;
+    int rc, mu_ok = 0, cv_ok = 0, thread_ok = 0;
+    pthread_t th;
+    memset(&w, 0, sizeof w);
+    w.o = o;
+    if (!o || !o->jobd_url || !o->model_path || !o->stop || o->pack_size < 0 ||
+        o->pack_size > 4096 || o->lease_seconds < 0 || o->lease_seconds > 86400 ||
+        (o->model_id && !name_ok(o->model_id, strlen(o->model_id)))) {
+        snprintf(err, err_len, "bad options (--model-id 1..128 bytes, --pack-size 0..4096)");
+        return ERR_INVAL;
+    }
+    for (size_t i = 0; i < o->n_aliases; i++)
+        if (!name_ok(o->aliases[i], strlen(o->aliases[i]))) {
+            snprintf(err, err_len, "--alias '%s': 1..128 bytes, no control characters",
+                     o->aliases[i]);
+            return ERR_INVAL;
+        }
+    w.pack_size = o->pack_size ? o->pack_size : 64;
+    w.lease_seconds = o->lease_seconds ? o->lease_seconds : 120;
+    struct wloop_opts oc = *o;
+    if (oc.drain_timeout_ms < 0)
+        oc.drain_timeout_ms = 30000;
+    w.o = &oc;
+    struct wcl_opts co = {o->jobd_url, o->token, 30000, 2};
+    if ((rc = wcl_new(&co, &w.c)) != 0) {
+        snprintf(err, err_len, "--jobd '%s': expected http://HOST:PORT", o->jobd_url);
+        goto out;
+    }
+    if ((rc = wcl_outbox_new(&w.ob)) != 0)
+        goto out;
+    if ((rc = model_load(o->model_path, &m, err, err_len)) != 0)
+        goto out;
+    if ((rc = model_tokenizer(m, &t, err, err_len)) != 0)
+        goto out;
+    if (model_chat_tmpl(m, t, &tmpl) != 0)
+        tmpl = NULL;
+    if (o->model_id)
+        snprintf(w.model_id, sizeof w.model_id, "%s", o->model_id);
+    else if ((rc = wloop_model_id(m, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
+        snprintf(err, err_len, "cannot derive a model id; give --model-id");
+        goto out;
+    }
+    if (o->name)
+        snprintf(w.name, sizeof w.name, "%s", o->name);
+    else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        snprintf(w.name, sizeof w.name, "%s/%ld/%s", host, (long)getpid(),
+                 o->device ? o->device : "cpu");
+    }
+    if ((rc = kn_pool_new(o->threads, &pool)) != 0) {
+        snprintf(err, err_len, "cannot start the thread pool: %s", err_msg(rc));
+        goto out;
+    }
+    struct sched_opts so;
+    sched_opts_init(&so);
+    if (o->max_batch_tokens > 0)
+        so.max_batch_tokens = o->max_batch_tokens;
+    if (o->max_seqs > 0)
+        so.max_seqs = o->max_seqs;
+    if (o->kv_mem_bytes > 0)
+        so.kv_mem_bytes = o->kv_mem_bytes;
+    so.n_ctx = o->n_ctx;
+    so.no_prefix_cache = o->no_prefix_cache;
+    so.pool = pool;
+    so.model_name = w.model_id;
+    so.on_result = on_result;
+    so.cb_ctx = &w;
+    if ((rc = sched_new(m, t, tmpl, &so, &s)) != 0) {
+        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
+                 "--max-batch-tokens): %s", err_msg(rc));
+        goto out;
+    }
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    w.kv_tokens = (int64_t)st.kv_blocks * KV_BLOCK_TOKENS;
+    if (pthread_mutex_init(&w.mu, NULL) == 0)
+        mu_ok = 1;
+    if (mu_ok && pthread_cond_init(&w.cv, NULL) == 0)
+        cv_ok = 1;
+    if (!cv_ok) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    w.t0_ns = clock_mono_ns();
+    log_info("serving '%s' from %s for %s (%d threads, %d sequence slots, context %d, "
+             "pack %d, lease %d s)", w.model_id, o->model_path, o->jobd_url,
+             kn_pool_threads(pool), so.max_seqs, st.n_ctx, w.pack_size, w.lease_seconds);
+    if (pthread_create(&th, NULL, comm_main, &w) != 0) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    thread_ok = 1;
+    rc = engine_loop(&w, s, so.max_seqs);
+    pthread_join(th, NULL);
+    thread_ok = 0;
+    if (rc)
+        snprintf(err, err_len, "engine error: %s", err_msg(rc));
+    else
+        log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
+                 (long long)w.total_done, wcl_outbox_count(w.ob));
+out:
+    if (thread_ok) {
+        pthread_mutex_lock(&w.mu);
+        w.comm_exit = 1;
+        pthread_cond_broadcast(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        pthread_join(th, NULL);
+    }
+    sched_free(s);
+    for (size_t i = 0; i < w.n_items; i++) {
+        json_decref(w.items[i]->body);
+        free(w.items[i]);
+    }
+    free(w.items);
+    for (size_t i = 0; i < w.n_leases; i++)
+        free(w.leases[i]);
+    free(w.leases);
+    if (cv_ok)
+        pthread_cond_destroy(&w.cv);
+    if (mu_ok)
+        pthread_mutex_destroy(&w.mu);
+    wcl_outbox_free(w.ob);
+    wcl_free(w.c);
+    kn_pool_free(pool);
+    chat_tmpl_free(tmpl);
+    tok_free(t);
+    model_free(m);
+    return rc;
+}

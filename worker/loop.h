@@ -1,0 +1,88 @@
+/*
+ * loop.h - `jobworker --jobd URL --model M.gguf`: the worker process that
+ * serves jobd (spec/worker-protocol.md).
+ *
+ * Two threads share one lock-protected table of leased requests:
+ *   - the engine thread (the caller's) owns the scheduler (worker/sched.h)
+ *     and steps it without pause: leased requests are fed to it in lease
+ *     order while it has fewer than max(2, max_seqs/4) waiting for a slot,
+ *     so requests of the next pack join the running batch the moment slots
+ *     free up (continuous batching across packs: the CPU never idles
+ *     between packs), and requests not fed yet can still be released on a
+ *     drain or a cancel. Each
+ *     finished request becomes one results line (response body or
+ *     invalid_request error, usage, timings) in the outbox (worker/client.h).
+ *   - the communication thread registers, leases the next pack while fewer
+ *     than pack_size/2 requests wait to be fed (long-poll when idle),
+ *     heartbeats every live lease every lease_seconds/3 (so a long request
+ *     never lets its lease lapse), uploads the outbox as zstd JSONL chunks
+ *     (kept until acknowledged: jobd being down or restarting loses
+ *     nothing, the upload is retried with backoff), releases what it will
+ *     not run, and obeys the `cancelled` ids of heartbeat answers: a
+ *     cancelled request not started yet is released and never run, one
+ *     running is released and its result dropped, one finished is still
+ *     uploaded. A lease that jobd reports gone (404 / 409) drops its
+ *     requests (they belong to someone else now).
+ *
+ * Model id: --model-id, else the GGUF's general.name, else the file name
+ * without directory and ".gguf"; aliases are registered with it. Requests
+ * are routed by jobd on those names, and responses echo the body's model.
+ *
+ * Endpoint: a lease item carries the line's body but not its url; a body
+ * with "messages" runs as /v1/chat/completions, one with "prompt" (and no
+ * messages) as /v1/completions (jobd validated each line against the
+ * batch's endpoint at submission).
+ *
+ * Seeds: a request without "seed" is sampled with a seed derived from its
+ * request id (FNV-1a, worker/sched.c), so a retried lease - on this worker
+ * or another one - reproduces the same text.
+ *
+ * Drain: when *o->stop becomes non-zero (SIGTERM/SIGINT), no more leases
+ * are asked for, requests not started are released at once, running ones
+ * get drain_timeout_ms to finish; then what is still running is released,
+ * every finished result is uploaded, and wloop_run returns 0. A crash
+ * leaves the leases to lapse (jobd's sweeper requeues their requests).
+ *
+ * Logs: one info line per finished lease (pack) with its request count and
+ * tokens per second; warnings while jobd is unreachable.
+ */
+#ifndef WORKER_LOOP_H
+#define WORKER_LOOP_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+
+struct wloop_opts {
+    const char *jobd_url;           /* required */
+    const char *token;              /* worker token or NULL */
+    const char *model_path;         /* required */
+    const char *model_id;           /* NULL = derived (see above) */
+    const char *const *aliases;     /* extra names requests may use */
+    size_t n_aliases;
+    const char *name;               /* NULL = "<host>/<pid>/<device>" */
+    const char *device;             /* "cpu" */
+    int threads;                    /* kernel threads; <= 0: one per CPU */
+    int pack_size;                  /* requests per lease; 0 = 64 */
+    int lease_seconds;              /* 0 = 120 */
+    int64_t drain_timeout_ms;       /* < 0 = 30000 */
+    int max_batch_tokens, max_seqs; /* scheduler; 0 = its defaults */
+    size_t kv_mem_bytes;            /* 0 = scheduler default */
+    int n_ctx;                      /* 0 = scheduler default */
+    int no_prefix_cache;
+    volatile sig_atomic_t *stop;    /* set non-zero to drain; required */
+};
+
+/* The model id of m loaded from path (see the file comment) into out.
+ * Returns 0 or ERR_TOOBIG (out_len too small for the file name). */
+int wloop_model_id(const struct model *m, const char *path, char *out, size_t out_len);
+
+/* Serve jobd until *o->stop (then drain) or a fatal engine error. Returns 0
+ * after a clean drain; ERR_INVAL (bad options), model load / scheduler
+ * errors, or the engine's error (after releasing what it held), with a
+ * one-line message in err. */
+int wloop_run(const struct wloop_opts *o, char *err, size_t err_len);
+
+#endif
