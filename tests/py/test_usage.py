@@ -4,6 +4,7 @@ hand calculation here), the ledger sums exactly to each batch's usage and to
 GET /v1/usage for the same range, grouped by batch, model and day, per tenant."""
 import os
 import sqlite3
+import time
 
 from harness import tmpdir
 from jobdlib import Jobd, create_key, jsonl
@@ -64,7 +65,7 @@ def test_usage_ledger_cost_batch_usage_and_report_agree():
         assert u["input_tokens"] == sum(r[2] for r in mine) and u["output_tokens"] == sum(r[3] for r in mine), b
         assert u["input_tokens_details"]["cached_tokens"] == sum(r[4] for r in mine), b
         assert u["total_tokens"] == u["input_tokens"] + u["output_tokens"], b
-        assert u["cost"]["amount_micros"] == sum(r[5] for r in mine) > 0, b
+        assert b["cost"]["amount_micros"] == sum(r[5] for r in mine) > 0, b
     # a hand-computed spot check of one known request: t-1 of smollm
     assert hand_cost("smollm", 1007, 100, 334) == (907 * 150000 + 100 * 75000 + 334 * 600000 + 500000) // 1000000
     lo, hi = min(r[6] for r in rows), max(r[6] for r in rows) + 1
@@ -76,7 +77,7 @@ def test_usage_ledger_cost_batch_usage_and_report_agree():
         assert t["num_model_requests"] == 12 and t["input_tokens"] == sum(r[2] for r in alpha), rep
         assert t["output_tokens"] == sum(r[3] for r in alpha) and t["input_cached_tokens"] == sum(r[4] for r in alpha)
         assert t["cost"]["amount_micros"] == sum(r[5] for r in alpha) == \
-            b1["usage"]["cost"]["amount_micros"] + b2["usage"]["cost"]["amount_micros"], rep
+            b1["cost"]["amount_micros"] + b2["cost"]["amount_micros"], rep
         assert sum(x["cost"]["amount_micros"] for x in rep["data"]) == t["cost"]["amount_micros"]
         assert sum(x["num_model_requests"] for x in rep["data"]) == 12
         if keyf:
@@ -91,7 +92,13 @@ def test_usage_ledger_cost_batch_usage_and_report_agree():
     assert d.json("GET", f"/v1/usage?since={hi}&until={hi + 10}")["totals"]["num_model_requests"] == 0
     rb = d.json("GET", "/v1/usage?group_by=batch", key=kb)
     assert [x["key"] for x in rb["data"]] == [b3["id"]], rb
-    assert rb["totals"]["cost"]["amount_micros"] == b3["usage"]["cost"]["amount_micros"]
+    assert rb["totals"]["cost"]["amount_micros"] == b3["cost"]["amount_micros"]
     assert d.call("GET", "/v1/usage?group_by=week").status == 400
     assert d.call("GET", "/v1/usage?since=x").status == 400
+    assert d.call("GET", "/v1/usage?since=2026-13-01").status == 400
+    # dates (UTC): 2020-01-01 = 1577836800; a range starting at the first row's day covers alpha's rows
+    assert d.json("GET", "/v1/usage?since=2020-01-01&until=2020-01-01T00:00:01Z")["since"] == 1577836800
+    assert d.json("GET", "/v1/usage?until=2020-01-01T00:00:01Z")["until"] == 1577836801
+    day = time.strftime("%Y-%m-%d", time.gmtime(lo))
+    assert d.json("GET", f"/v1/usage?since={day}")["totals"]["num_model_requests"] == 12
     assert d.proc.stop() == 0, d.proc.log()[-3000:]
