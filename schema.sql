@@ -344,3 +344,14 @@ CREATE TABLE webhook_attempts (
     error        TEXT                      -- transport error or response excerpt (<= 256 bytes), NULL on success
 ) STRICT;
 CREATE INDEX webhook_attempts_delivery ON webhook_attempts(delivery_id, id);
+
+-- @migration 3
+-- Cost accounting (spec/usage.md). usage_ledger.cost_micros is now priced
+-- from the configured table when a result commits; a batch keeps the sum of
+-- its ledger rows' cost, set at finalization with the token sums; reports by
+-- batch read the ledger through its batch index.
+--
+-- batches now also has:
+--   usage_cost_micros  sum of cost_micros of the batch's usage_ledger rows, set at finalization
+ALTER TABLE batches ADD COLUMN usage_cost_micros INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX usage_ledger_batch ON usage_ledger(batch_id);

@@ -149,6 +149,13 @@ int api_batch_json(struct buf *out, const struct store_batch *b)
         (rc = int_or_null(out, b->at[STORE_BATCH_CANCELLED])) ||
         (rc = buf_printf(out, ",\"request_counts\":{\"total\":%lld,\"completed\":%lld,\"failed\":%lld}",
                          (long long)b->n_total, (long long)b->n_completed, (long long)b->n_failed)) ||
+        (rc = buf_printf(out, ",\"usage\":{\"input_tokens\":%lld,\"input_tokens_details\":"
+                              "{\"cached_tokens\":%lld},\"output_tokens\":%lld,\"output_tokens_details\":"
+                              "{\"reasoning_tokens\":0},\"total_tokens\":%lld},\"cost\":{\"amount_micros\":%lld}",
+                         (long long)b->usage_prompt_tokens, (long long)b->usage_cached_tokens,
+                         (long long)b->usage_completion_tokens,
+                         (long long)(b->usage_prompt_tokens + b->usage_completion_tokens),
+                         (long long)b->usage_cost_micros)) ||
         (rc = buf_append_str(out, ",\"metadata\":")) ||
         (rc = buf_append_str(out, b->metadata && *b->metadata ? b->metadata : "null")))
         return rc;

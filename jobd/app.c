@@ -546,6 +546,10 @@ int app_run(const struct app_config *cfg)
         log_error("cannot add routes: %s", err_msg(rc));
         goto out_shutdown;
     }
+    if ((rc = routes_usage_add(app))) {
+        log_error("cannot add usage routes: %s", err_msg(rc));
+        goto out_shutdown;
+    }
     if ((rc = routes_webhooks_add(app))) {
         log_error("cannot add webhook routes: %s", err_msg(rc));
         goto out_shutdown;

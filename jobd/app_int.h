@@ -185,6 +185,7 @@ struct store_model_served;
 int api_batch_json_ext(struct buf *out, const struct store_batch *b,
                        const struct store_model_served *served, size_t n_served);
 int routes_webhooks_add(struct app *app);
+int routes_usage_add(struct app *app); /* GET /v1/usage (routes_usage.c) */
 
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,

@@ -74,6 +74,7 @@
 
 #include "common/crypto.h"
 #include "common/id.h"
+#include "jobd/usage.h"
 
 /* The embedded schema.sql (build/gen/schema_sql.c), NUL-terminated. */
 extern const char store_schema_sql[];
@@ -92,8 +93,11 @@ struct store_opts {
     int64_t idem_inflight_timeout_s; /* an in-flight reservation older than this is
                                         abandoned (its holder died) and may be taken over
                                         (default 300) */
+    const struct usage_prices *prices; /* prices each committed result's usage_ledger row
+                                          (jobd/usage.h); borrowed, outlives the store;
+                                          NULL = everything costs 0 */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300})
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL})
 
 #define STORE_DB_NAME "jobd.db" /* file name inside the data directory */
 
@@ -267,6 +271,7 @@ struct store_batch {
     int64_t ingest_line, ingest_requests; /* ingest checkpoint (see ingest.h) */
     int64_t priority;                     /* metadata "priority" (0 if absent) */
     int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
+    int64_t usage_cost_micros; /* sum of the batch's usage_ledger cost, set at finalization */
 };
 
 /* Free metadata and errors of b (not b itself). NULL ok. */

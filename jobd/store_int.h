@@ -24,7 +24,7 @@
     "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
     "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
     "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
-    "usage_completion_tokens, usage_cached_tokens"
+    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros"
 
 #define STORE_FILE_COLS                                                                   \
     "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
@@ -178,7 +178,7 @@
     X(USAGE_INSERT, \
       "INSERT INTO usage_ledger(tenant_id, batch_id, request_id, model, " \
       "prompt_tokens, completion_tokens, cached_tokens, cost_micros, created_at) " \
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)") \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?8)") \
     X(DL_INSERT, \
       "INSERT INTO dead_letters(request_id, batch_id, tenant_id, custom_id, attempts, " \
       "reason, last_error, line, created_at) SELECT q.id, q.batch_id, q.tenant_id, " \
@@ -221,7 +221,8 @@
     X(BATCH_FINISH, \
       "UPDATE batches SET output_file_id = ?2, error_file_id = ?3, n_completed = ?4, " \
       "n_failed = ?5, usage_prompt_tokens = ?6, usage_completion_tokens = ?7, " \
-      "usage_cached_tokens = ?8 WHERE id = ?1")
+      "usage_cached_tokens = ?8, usage_cost_micros = (SELECT COALESCE(SUM(cost_micros), 0) " \
+      "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1")
 
 /* Statements of store_webhook.c (kept in their own list; same enum). */
 #define STORE_WH_EP_COLS \

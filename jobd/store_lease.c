@@ -32,6 +32,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/store_int.h"
+#include "jobd/usage.h"
 
 #define MSG_CANCELLED "This request was not executed because the batch was cancelled."
 #define MSG_EXPIRED "This request could not be executed before the completion window expired."
@@ -767,8 +768,13 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
         if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
+        int64_t cost = 0;
+        if (usage_cost_micros(usage_price_find(st->opts.prices, q.model), it->prompt_tokens,
+                              it->cached_tokens < it->prompt_tokens ? it->cached_tokens : it->prompt_tokens,
+                              it->completion_tokens, &cost))
+            cost = INT64_MAX; /* unreachable: the protocol caps counts at 2^40, prices at 1e12 */
         sqlite3_stmt *s = store_stmt(st, S_USAGE_INSERT, &rc);
-        if (!s || (rc = bind_texts(st, s, 1, q.tenant_id, q.batch_id)) ||
+        if (!s || (rc = store_bind_int(st, s, 9, cost)) || (rc = bind_texts(st, s, 1, q.tenant_id, q.batch_id)) ||
             (rc = bind_texts(st, s, 3, it->request_id, q.model)) ||
             (rc = store_bind_int(st, s, 5, it->prompt_tokens)) ||
             (rc = store_bind_int(st, s, 6, it->completion_tokens)) ||

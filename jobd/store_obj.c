@@ -250,6 +250,7 @@ int store_batch_row(sqlite3_stmt *s, struct store_batch *b)
     b->usage_prompt_tokens = sqlite3_column_int64(s, 26);
     b->usage_completion_tokens = sqlite3_column_int64(s, 27);
     b->usage_cached_tokens = sqlite3_column_int64(s, 28);
+    b->usage_cost_micros = sqlite3_column_int64(s, 29);
     if (rc)
         store_batch_release(b);
     return rc;

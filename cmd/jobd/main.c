@@ -113,6 +113,7 @@ int main(int argc, char **argv)
     int64_t wh_base_ms = ac.webhook.retry_base_ms, wh_cap_ms = ac.webhook.retry_cap_ms;
     int64_t wh_disable_ms = ac.webhook.disable_after_s * 1000, wh_conc = ac.webhook.concurrency;
     int64_t wh_poll_ms = ac.webhook.poll_ms;
+    const char *prices_spec = NULL;
     struct cfg_opt opts[] = {
         {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
         {"data", "JOBD_DATA", CFG_STR, &data, "DIR", "data directory: database and files (default ./data)"},
@@ -147,6 +148,7 @@ int main(int argc, char **argv)
         {"webhook-disable-after", NULL, CFG_DURATION, &wh_disable_ms, "DUR", "disable an endpoint whose deliveries have all failed this long (default 5d)"},
         {"webhook-concurrency", NULL, CFG_INT, &wh_conc, "N", "webhook POSTs in flight at once (default 4)"},
         {"webhook-poll", NULL, CFG_DURATION, &wh_poll_ms, "DUR", "how often idle webhook senders look for work (default 500ms)"},
+        {"prices", "JOBD_PRICES", CFG_STR, &prices_spec, "MODEL=IN:OUT[:CACHED],...", "price per model in integer micro-dollars per 1M input/output/cached-input tokens (cached defaults to IN/2); unlisted models cost 0 (spec/usage.md)"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
@@ -224,7 +226,15 @@ int main(int argc, char **argv)
     ac.webhook.disable_after_s = wh_disable_ms / 1000;
     ac.webhook.concurrency = (int)wh_conc;
     ac.webhook.poll_ms = wh_poll_ms;
+    struct usage_prices prices = {0};
+    char perr[320] = "out of memory";
+    if (usage_prices_parse(prices_spec, &prices, perr, sizeof perr)) {
+        cli_error("jobd", "see jobd --help", "--prices: %s", perr);
+        return CLI_EXIT_USAGE;
+    }
+    ac.store.prices = &prices;
     int rc = app_run(&ac);
+    usage_prices_release(&prices);
     if (rc == ERR_AUTH)
         cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",
                   "refusing to serve %s without API keys", listen);

@@ -1,0 +1,153 @@
+/*
+ * routes_usage.c - GET /v1/usage: the caller's usage report (spec/usage.md).
+ *
+ * Query: since, until (unix seconds, "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SSZ",
+ * UTC; since <= created_at < until; defaults
+ * 0 and "now + 1 day"), group_by = batch | model | day (default model). The
+ * answer is a list of buckets ordered by key plus the range totals, each with
+ * tokens, requests and cost (integer micro-dollars). Sums of usage_ledger
+ * rows (jobd/store_usage.h), so they agree exactly with each batch's usage.
+ * The database work runs on the thread pool (app_op_run).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/js.h"
+#include "jobd/app_int.h"
+#include "jobd/store_usage.h"
+
+struct usage_in {
+    int64_t since, until;
+    enum store_usage_group group;
+};
+
+static const char *const group_name[] = {"batch", "model", "day"};
+
+static int sums_json(struct buf *b, const struct store_usage_row *r)
+{
+    return buf_printf(b,
+                      "\"input_tokens\":%lld,\"input_cached_tokens\":%lld,\"output_tokens\":%lld,"
+                      "\"total_tokens\":%lld,\"num_model_requests\":%lld,\"cost\":{\"amount_micros\":%lld}",
+                      (long long)r->prompt_tokens, (long long)r->cached_tokens,
+                      (long long)r->completion_tokens, (long long)(r->prompt_tokens + r->completion_tokens),
+                      (long long)r->requests, (long long)r->cost_micros);
+}
+
+static void usage_fn(struct op *op, struct store *st)
+{
+    const struct usage_in *in = op->in;
+    struct store_usage_row *rows = NULL, tot;
+    size_t n = 0;
+    int more = 0;
+    int rc = store_usage_report(st, op->tenant, in->since, in->until, in->group, &rows, &n, &more, &tot);
+    if (rc) {
+        op_internal(op, rc, "usage report");
+        return;
+    }
+    struct buf *b = &op->out;
+    rc = buf_printf(b, "{\"object\":\"list\",\"group_by\":\"%s\",\"since\":%lld,\"until\":%lld,\"data\":[",
+                    group_name[in->group], (long long)in->since, (long long)in->until);
+    for (size_t i = 0; i < n && !rc; i++) {
+        if ((rc = buf_append_str(b, i ? ",{\"object\":\"usage.bucket\",\"key\":" : "{\"object\":\"usage.bucket\",\"key\":")) ||
+            (rc = js_escape(b, rows[i].key, strlen(rows[i].key))) ||
+            (rc = buf_printf(b, ",\"start_time\":%lld,", (long long)rows[i].start_time)) ||
+            (rc = sums_json(b, &rows[i])))
+            break;
+        rc = buf_append_byte(b, '}');
+    }
+    free(rows);
+    if (!rc && !(rc = buf_append_str(b, "],\"totals\":{")) && !(rc = sums_json(b, &tot)))
+        rc = buf_printf(b, "},\"has_more\":%s}", more ? "true" : "false");
+    if (rc)
+        op_internal(op, rc, "usage report");
+    else
+        op->status = 200;
+}
+
+/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; Howard Hinnant's algorithm). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* A query time: absent -> def; unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ. */
+static int query_time(struct http_req *req, const char *name, int64_t def, int64_t *out)
+{
+    const char *v = http_req_query(req, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    int64_t x;
+    if (app_query_int(req, name, 0, INT64_MAX / 2, def, &x) == 0) {
+        *out = x;
+        return 0;
+    }
+    size_t n = strlen(v);
+    int f[6] = {0};
+    static const int at[6] = {0, 5, 8, 11, 14, 17}, len[6] = {4, 2, 2, 2, 2, 2};
+    if (n != 10 && !(n == 20 && v[10] == 'T' && v[13] == ':' && v[16] == ':' && v[19] == 'Z'))
+        return ERR_INVAL;
+    if (v[4] != '-' || v[7] != '-')
+        return ERR_INVAL;
+    for (int i = 0; i < (n == 10 ? 3 : 6); i++)
+        for (int k = 0; k < len[i]; k++) {
+            char c = v[at[i] + k];
+            if (c < '0' || c > '9')
+                return ERR_INVAL;
+            f[i] = f[i] * 10 + (c - '0');
+        }
+    if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 59 || f[0] < 1970)
+        return ERR_INVAL;
+    *out = days_from_civil(f[0], f[1], f[2]) * 86400 + f[3] * 3600 + f[4] * 60 + f[5];
+    return 0;
+}
+
+static void usage_get(struct http_req *req, void *arg)
+{
+    (void)arg;
+    struct usage_in in = {0, 0, STORE_USAGE_MODEL};
+    int64_t now = clock_wall_s();
+    if (query_time(req, "since", 0, &in.since) || query_time(req, "until", now + 86400, &in.until)) {
+        http_respond_error(req, 400, NULL, "invalid_value", NULL,
+                           "since and until must be unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC).");
+        return;
+    }
+    const char *g = http_req_query(req, "group_by");
+    if (g) {
+        size_t i = 0;
+        while (i < 3 && strcmp(g, group_name[i]) != 0)
+            i++;
+        if (i == 3) {
+            http_respond_error(req, 400, NULL, "invalid_value", "group_by",
+                               "group_by must be one of batch, model, day.");
+            return;
+        }
+        in.group = (enum store_usage_group)i;
+    }
+    struct op *op = app_op_new(req, usage_fn);
+    struct usage_in *p = op ? malloc(sizeof *p) : NULL;
+    if (op && !p) {
+        app_op_free(op);
+        op = NULL;
+    }
+    if (op) {
+        *p = in;
+        op->in = p;
+        op->in_free = free;
+    }
+    app_op_run(req, op);
+}
+
+int routes_usage_add(struct app *app)
+{
+    return http_server_route(app->srv, &(struct http_route){"GET", "/v1/usage", usage_get, app_head_auth, 0, app});
+}
