@@ -108,6 +108,36 @@ void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap)
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
+int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n)
+{
+    char(*arr)[ID_MAX] = NULL;
+    size_t cnt = 0, cap = 0;
+    int r, rc = 0;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
+            if (!na) {
+                rc = ERR_NOMEM;
+                break;
+            }
+            arr = na;
+            cap = nc;
+        }
+        store_col_text(s, 0, arr[cnt++], ID_MAX);
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "collect ids");
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *ids = arr;
+    *n = cnt;
+    return 0;
+}
+
 char *store_col_dup(sqlite3_stmt *s, int col, int *err)
 {
     const unsigned char *t = sqlite3_column_text(s, col);

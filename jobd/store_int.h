@@ -348,6 +348,10 @@ int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
 void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap);
+/* Step s to the end, collecting column 0 (an id) of each row into a new
+ * array (*ids, caller frees; NULL when empty) of *n ids; resets s. 0,
+ * ERR_NOMEM or the translated SQLite error (nothing returned then). */
+int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n);
 /* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
 char *store_col_dup(sqlite3_stmt *s, int col, int *err);
 

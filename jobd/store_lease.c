@@ -636,36 +636,6 @@ out:
 
 /* ---- heartbeat -------------------------------------------------------------------------------- */
 
-static int collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n)
-{
-    char(*arr)[ID_MAX] = NULL;
-    size_t cnt = 0, cap = 0;
-    int r, rc = 0;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? 2 * cap : 8;
-            char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
-        }
-        store_col_text(s, 0, arr[cnt++], ID_MAX);
-    }
-    if (!rc && r != SQLITE_DONE)
-        rc = store_sqlerr(st, r, "collect ids");
-    sqlite3_reset(s);
-    if (rc) {
-        free(arr);
-        return rc;
-    }
-    *ids = arr;
-    *n = cnt;
-    return 0;
-}
-
 int store_lease_heartbeat(struct store *st, const char *lease_id, const char *worker_id,
                           int64_t extend_s, double tokens_per_s, int64_t now,
                           int64_t *expires_at, char (**stop_ids)[ID_MAX], size_t *n_stop)
@@ -706,7 +676,7 @@ int store_lease_heartbeat(struct store *st, const char *lease_id, const char *wo
         goto out;
     s = store_stmt(st, S_LEASE_STOP_IDS, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
-        rc = collect_ids(st, s, &ids, &n);
+        rc = store_collect_ids(st, s, &ids, &n);
 out:
     rc = store_w_end(st, rc);
     if (rc) {
@@ -876,7 +846,7 @@ static int held_ids(struct store *st, const char *lease_id, int max, char (**ids
     sqlite3_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, max)))
         return rc;
-    return collect_ids(st, s, ids, n);
+    return store_collect_ids(st, s, ids, n);
 }
 
 int store_lease_release(struct store *st, const char *lease_id, const char *worker_id,
@@ -981,7 +951,7 @@ int store_lease_sweep(struct store *st, int64_t now, const struct store_retry_po
     char(*ids)[ID_MAX] = NULL;
     size_t n = 0;
     if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max_leases)) ||
-        (rc = collect_ids(st, s, &ids, &n)))
+        (rc = store_collect_ids(st, s, &ids, &n)))
         return rc;
     for (size_t i = 0; !rc && i < n; i++)
         rc = sweep_one(st, ids[i], now, policy, rep);
@@ -1258,7 +1228,7 @@ int store_batch_ids_to_finalize(struct store *st, int64_t now, int max, char (**
     sqlite3_stmt *s = store_stmt(st, S_FINALIZE_IDS, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max)))
         return rc;
-    return collect_ids(st, s, ids, n);
+    return store_collect_ids(st, s, ids, n);
 }
 
 int store_batch_finish(struct store *st, const char *batch_id, enum store_batch_status from,

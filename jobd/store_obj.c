@@ -395,32 +395,7 @@ int store_batch_ids_in(struct store *st, enum store_batch_status status, char (*
     sqlite3_stmt *s = store_stmt(st, S_BATCH_IDS_IN, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, store_batch_status_name(status))))
         return rc;
-    char(*arr)[ID_MAX] = NULL;
-    size_t cnt = 0, cap = 0;
-    int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
-        }
-        store_col_text(s, 0, arr[cnt++], ID_MAX);
-    }
-    if (!rc && r != SQLITE_DONE)
-        rc = store_sqlerr(st, r, "scan batches");
-    sqlite3_reset(s);
-    if (rc) {
-        free(arr);
-        return rc;
-    }
-    *ids = arr;
-    *n = cnt;
-    return 0;
+    return store_collect_ids(st, s, ids, n);
 }
 
 /* After an UPDATE ... WHERE id AND status changed nothing: NOTFOUND or BADSTATE. */
