@@ -355,3 +355,105 @@ CREATE INDEX webhook_attempts_delivery ON webhook_attempts(delivery_id, id);
 --   usage_cost_micros  sum of cost_micros of the batch's usage_ledger rows, set at finalization
 ALTER TABLE batches ADD COLUMN usage_cost_micros INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX usage_ledger_batch ON usage_ledger(batch_id);
+
+-- @migration 4
+-- Budgets and admission (spec/usage.md "Budgets"). A tenant may have limits;
+-- a submission made while it has any is estimated before its batch row
+-- exists (a scan of the input file) and admitted only if it fits, and the
+-- batch then holds a reservation: estimated tokens and cost of its
+-- unfinished requests. Triggers keep the reservation exact as requests
+-- finish (released per request, in the transaction of the status change),
+-- come back (a dead letter retried) or the batch ends (released in full).
+-- Actual spend is the usage_ledger; usage_totals keeps its running sums per
+-- tenant and model for /metrics.
+--
+-- batches now also has:
+--   budgeted          1 if admitted under limits (holds a reservation), else 0 (never reserved)
+--   reserved_tokens   tokens: sum of (prompt_tokens_est + max_tokens) of its requests not yet
+--                     succeeded/failed; 0 once the batch is completed/failed/expired/cancelled
+--   reserved_micros   micro-dollars: sum over the same requests of their estimated cost
+--                     (prompt_tokens_est as uncached input, max_tokens as output, priced with
+--                     reserve_price_in/out, rounded half up per request); 0 once terminal
+--   reserve_price_in  micro-dollars per 1M input tokens of the batch's model at admission
+--   reserve_price_out micro-dollars per 1M output tokens, idem (the release uses these
+--                     snapshots, so a price change never leaves a reservation behind)
+ALTER TABLE batches ADD COLUMN budgeted INTEGER NOT NULL DEFAULT 0 CHECK (budgeted IN (0, 1));
+ALTER TABLE batches ADD COLUMN reserved_tokens INTEGER NOT NULL DEFAULT 0 CHECK (reserved_tokens >= 0);
+ALTER TABLE batches ADD COLUMN reserved_micros INTEGER NOT NULL DEFAULT 0 CHECK (reserved_micros >= 0);
+ALTER TABLE batches ADD COLUMN reserve_price_in INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN reserve_price_out INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX batches_reserved ON batches(tenant_id) WHERE reserved_tokens > 0 OR reserved_micros > 0;
+
+-- Per-tenant limits (PUT /v1/admin/tenants/{name}/limits). A NULL limit is
+-- no limit; a tenant without a row has none.
+CREATE TABLE tenant_limits (
+    tenant_id           TEXT PRIMARY KEY REFERENCES tenants(id),  -- the tenant
+    max_queued_tokens   INTEGER CHECK (max_queued_tokens >= 0),   -- tokens: cap on the reserved_tokens of its batches
+    max_daily_micros    INTEGER CHECK (max_daily_micros >= 0),    -- micro-dollars: cap on ledger cost of the UTC day + reservations
+    max_monthly_micros  INTEGER CHECK (max_monthly_micros >= 0),  -- micro-dollars: idem for the UTC calendar month
+    updated_at          INTEGER NOT NULL                          -- unix seconds
+) STRICT;
+
+-- A request finishing (queued/leased -> succeeded/failed) releases its share.
+CREATE TRIGGER requests_reserve_release AFTER UPDATE OF status ON requests
+WHEN OLD.status IN ('queued', 'leased') AND NEW.status IN ('succeeded', 'failed')
+BEGIN
+    UPDATE batches SET
+        reserved_tokens = max(0, reserved_tokens - (NEW.prompt_tokens_est + NEW.max_tokens)),
+        reserved_micros = max(0, reserved_micros - (
+            (NEW.prompt_tokens_est / 1000000) * reserve_price_in + (NEW.max_tokens / 1000000) * reserve_price_out +
+            ((NEW.prompt_tokens_est % 1000000) * reserve_price_in + (NEW.max_tokens % 1000000) * reserve_price_out
+             + 500000) / 1000000))
+    WHERE id = NEW.batch_id AND budgeted = 1
+      AND status NOT IN ('completed', 'failed', 'expired', 'cancelled');
+END;
+
+-- A finished request coming back (dead letter retry: failed -> queued) reserves again.
+CREATE TRIGGER requests_reserve_again AFTER UPDATE OF status ON requests
+WHEN OLD.status IN ('succeeded', 'failed') AND NEW.status IN ('queued', 'leased')
+BEGIN
+    UPDATE batches SET
+        reserved_tokens = reserved_tokens + (NEW.prompt_tokens_est + NEW.max_tokens),
+        reserved_micros = reserved_micros + (
+            (NEW.prompt_tokens_est / 1000000) * reserve_price_in + (NEW.max_tokens / 1000000) * reserve_price_out +
+            ((NEW.prompt_tokens_est % 1000000) * reserve_price_in + (NEW.max_tokens % 1000000) * reserve_price_out
+             + 500000) / 1000000)
+    WHERE id = NEW.batch_id AND budgeted = 1
+      AND status NOT IN ('completed', 'failed', 'expired', 'cancelled');
+END;
+
+-- A batch reaching a terminal state releases whatever it still holds.
+CREATE TRIGGER batches_reserve_end AFTER UPDATE OF status ON batches
+WHEN NEW.status IN ('completed', 'failed', 'expired', 'cancelled')
+     AND (NEW.reserved_tokens > 0 OR NEW.reserved_micros > 0)
+BEGIN
+    UPDATE batches SET reserved_tokens = 0, reserved_micros = 0 WHERE id = NEW.id;
+END;
+
+-- Running sums of the usage_ledger per tenant and model (the /metrics
+-- counters jobd_tokens_total and jobd_cost_micros_total), kept by a trigger
+-- in the ledger row's transaction; backfilled from the existing ledger.
+CREATE TABLE usage_totals (
+    tenant_id          TEXT NOT NULL,      -- tenants.id
+    model              TEXT NOT NULL,      -- usage_ledger.model
+    prompt_tokens      INTEGER NOT NULL DEFAULT 0,  -- tokens: SUM(usage_ledger.prompt_tokens)
+    cached_tokens      INTEGER NOT NULL DEFAULT 0,  -- tokens: SUM(usage_ledger.cached_tokens)
+    completion_tokens  INTEGER NOT NULL DEFAULT 0,  -- tokens: SUM(usage_ledger.completion_tokens)
+    cost_micros        INTEGER NOT NULL DEFAULT 0,  -- micro-dollars: SUM(usage_ledger.cost_micros)
+    requests           INTEGER NOT NULL DEFAULT 0,  -- ledger rows
+    PRIMARY KEY (tenant_id, model)
+) STRICT, WITHOUT ROWID;
+INSERT INTO usage_totals(tenant_id, model, prompt_tokens, cached_tokens, completion_tokens, cost_micros, requests)
+    SELECT tenant_id, model, SUM(prompt_tokens), SUM(cached_tokens), SUM(completion_tokens), SUM(cost_micros), COUNT(*)
+    FROM usage_ledger GROUP BY tenant_id, model;
+CREATE TRIGGER usage_ledger_totals AFTER INSERT ON usage_ledger
+BEGIN
+    INSERT INTO usage_totals(tenant_id, model, prompt_tokens, cached_tokens, completion_tokens, cost_micros, requests)
+    VALUES (NEW.tenant_id, NEW.model, NEW.prompt_tokens, NEW.cached_tokens, NEW.completion_tokens, NEW.cost_micros, 1)
+    ON CONFLICT (tenant_id, model) DO UPDATE SET
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        cached_tokens = cached_tokens + excluded.cached_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_micros = cost_micros + excluded.cost_micros,
+        requests = requests + 1;
+END;

@@ -550,6 +550,10 @@ int app_run(const struct app_config *cfg)
         log_error("cannot add usage routes: %s", err_msg(rc));
         goto out_shutdown;
     }
+    if ((rc = routes_budget_add(app))) {
+        log_error("cannot add budget routes: %s", err_msg(rc));
+        goto out_shutdown;
+    }
     if ((rc = routes_webhooks_add(app))) {
         log_error("cannot add webhook routes: %s", err_msg(rc));
         goto out_shutdown;

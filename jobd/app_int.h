@@ -22,6 +22,7 @@
 #include "common/buf.h"
 #include "common/crypto.h"
 #include "jobd/app.h"
+#include "jobd/budget.h"
 #include "jobd/http.h"
 #include "jobd/ingestq.h"
 #include "jobd/store.h"
@@ -53,6 +54,7 @@ struct app {
     struct sweeper *sweeper;  /* lease expiry + finalization thread (jobd/sweeper.h) */
     atomic_uint_fast64_t n_leases, n_leased, n_results, n_commit_dead; /* worker route counters */
     struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook.h) */
+    atomic_uint_fast64_t n_budget_rejected[4]; /* submissions refused, by enum budget_verdict */
 };
 
 /* Per-request context (http_req_data), created by app_on_head_auth. */
@@ -186,6 +188,29 @@ int api_batch_json_ext(struct buf *out, const struct store_batch *b,
                        const struct store_model_served *served, size_t n_served);
 int routes_webhooks_add(struct app *app);
 int routes_usage_add(struct app *app); /* GET /v1/usage (routes_usage.c) */
+
+/* ---- budgets (routes_budget.c) ---------------------------------------------------- */
+
+/* Admission of one submission (spec/usage.md "Budgets"). */
+struct app_admit {
+    int active;                  /* the tenant has a limit: estimate made, check and reserve */
+    struct store_limits limits;
+    struct budget_estimate est;
+};
+/* Before the write transaction: read op->tenant's limits; when one is in
+ * force, estimate the input (path, or else file_id's stored bytes; a
+ * missing or non-batch file leaves adm inactive: the creation answers it).
+ * 0 or an error (answer 500 with op_internal). */
+int app_admit_prepare(struct op *op, struct store *st, const char *path, const char *file_id,
+                      const char *endpoint, struct app_admit *adm);
+/* Inside the transaction, before the batch insert: 0 = admitted; else the
+ * answer is set (429 insufficient_quota naming the limit, or 500) and the
+ * caller rolls back. */
+int app_admit_check(struct op *op, struct store *st, const struct app_admit *adm);
+/* Inside the transaction, after the insert: record the reservation. 0, or
+ * an error with a 500 answer set. */
+int app_admit_reserve(struct op *op, struct store *st, const struct app_admit *adm, const char *batch_id);
+int routes_budget_add(struct app *app); /* GET/PUT /v1/admin/tenants/{tenant}/limits */
 
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,

@@ -108,6 +108,31 @@ line:
     return RD_LINE;
 }
 
+/* Take fd (closed by the owner of r) and sniff the zstd magic (28 b5 2f fd);
+ * the sniffed bytes are served again by the reader. 0, ERR_IO, ERR_NOMEM. */
+static int reader_attach(struct reader *r, int fd)
+{
+    r->fd = fd;
+    while (r->head_len < 4) {
+        ssize_t n = read(fd, r->head + r->head_len, 4 - r->head_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ERR_IO;
+        if (n == 0)
+            break;
+        r->head_len += (size_t)n;
+    }
+    static const unsigned char magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+    if (r->head_len == 4 && memcmp(r->head, magic, 4) == 0) {
+        r->head_len = 0; /* the zstd reader reads from the start of the file */
+        if (lseek(fd, 0, SEEK_SET) != 0)
+            return ERR_IO;
+        return zst_reader_new(zst_fd_source, &r->fd, &r->z);
+    }
+    return 0;
+}
+
 /* ---- errors ----------------------------------------------------------------------------- */
 
 struct errlist {
@@ -189,27 +214,7 @@ static int open_input(struct ingest *g, int *fail_batch)
         log_error("ingest: %s: cannot open %s: %s", g->b.id, path, strerror(errno));
         return ERR_IO;
     }
-    g->rd.fd = fd;
-    /* sniff the zstd magic (28 b5 2f fd); the bytes are served again by the reader */
-    while (g->rd.head_len < 4) {
-        ssize_t n = read(fd, g->rd.head + g->rd.head_len, 4 - g->rd.head_len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return ERR_IO;
-        if (n == 0)
-            break;
-        g->rd.head_len += (size_t)n;
-    }
-    static const unsigned char magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
-    if (g->rd.head_len == 4 && memcmp(g->rd.head, magic, 4) == 0) {
-        g->rd.head_len = 0; /* the zstd reader reads from the start of the file */
-        if (lseek(fd, 0, SEEK_SET) != 0)
-            return ERR_IO;
-        if ((rc = zst_reader_new(zst_fd_source, &g->rd.fd, &g->rd.z)))
-            return rc;
-    }
-    return 0;
+    return reader_attach(&g->rd, fd);
 }
 
 static int tx_open(struct ingest *g)
@@ -499,4 +504,78 @@ int ingest_resume_all(struct store *st, const struct ingest_limits *lim, int *n_
     if (n_done)
         *n_done = done;
     return first;
+}
+
+int ingest_scan_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
+                     void (*on_line)(void *ctx, const struct ingest_line *l), void *ctx,
+                     int64_t *n_lines)
+{
+    struct ingest_limits deflim;
+    if (!lim) {
+        ingest_limits_default(&deflim);
+        lim = &deflim;
+    }
+    struct reader rd = {.fd = -1, .max_line = lim->max_line_bytes, .max_total = lim->max_file_bytes};
+    buf_init(&rd.line, lim->max_line_bytes + 1);
+    rd.chunk = malloc(CHUNK_BYTES);
+    int rc = 0;
+    int64_t ln = 0, nonblank = 0;
+    if (!rd.chunk) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = errno == ENOENT ? ERR_NOTFOUND : ERR_IO;
+        goto out;
+    }
+    if ((rc = reader_attach(&rd, fd)))
+        goto out;
+    for (;;) {
+        const char *p = NULL;
+        size_t n = 0;
+        int too_long = 0;
+        int r = reader_next(&rd, &p, &n, &too_long);
+        if (r == ERR_CORRUPT || r == RD_TOOBIG || r == RD_EOF)
+            break; /* what ingest will reject is not this scan's business */
+        if (r < 0) {
+            rc = r;
+            goto out;
+        }
+        ln++;
+        if (too_long)
+            continue;
+        if (ln == 1 && n >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) {
+            p += 3;
+            n -= 3;
+        }
+        if (n && p[n - 1] == '\r')
+            n--;
+        size_t i = 0;
+        while (i < n && (p[i] == ' ' || p[i] == '\t'))
+            i++;
+        if (i == n)
+            continue;
+        if (++nonblank > lim->max_requests)
+            break;
+        struct ingest_error e;
+        struct ingest_line l = {0};
+        int c = ingest_line_check(p, n, endpoint, lim, &l, &e);
+        if (c == 0 && on_line)
+            on_line(ctx, &l);
+        ingest_line_release(&l);
+        if (c && c != ERR_PARSE) {
+            rc = c;
+            goto out;
+        }
+    }
+    if (n_lines)
+        *n_lines = ln;
+out:
+    zst_reader_free(rd.z);
+    if (rd.fd >= 0)
+        close(rd.fd);
+    free(rd.chunk);
+    buf_release(&rd.line);
+    return rc;
 }

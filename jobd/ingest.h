@@ -131,6 +131,17 @@ struct ingest_report {
 int ingest_batch(struct store *st, const char *batch_id, const struct ingest_limits *lim,
                  const struct ingest_hooks *hooks, struct ingest_report *rep);
 
+/* Read the JSONL file at path (plain or zstd) the way ingest does and call
+ * on_line for every line that passes ingest_line_check (l is borrowed for
+ * the call); invalid, blank and over-long lines are skipped, and the scan
+ * stops quietly where ingest would fail the whole file (corrupt stream, size
+ * or request limit). Used for admission estimates (jobd/budget.h), before
+ * any batch row exists. Returns 0 (*n_lines, may be NULL: physical lines
+ * read), ERR_NOTFOUND (no file), ERR_IO, ERR_NOMEM. Any thread. */
+int ingest_scan_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
+                     void (*on_line)(void *ctx, const struct ingest_line *l), void *ctx,
+                     int64_t *n_lines);
+
 /* Ingest every batch in 'validating' (startup scan after a crash), oldest
  * first. Returns 0 or the first error (it goes on with the others); *n_done
  * (may be NULL) gets the number ingested to a final state. */

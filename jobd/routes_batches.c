@@ -8,6 +8,11 @@
  * record in the same transaction) and, once answered, queued for the
  * ingest thread; if jobd dies before the queueing, the ingest thread's
  * startup scan picks the batch up.
+ *
+ * Budgets: when the tenant has a limit, the submission is estimated and
+ * checked before the batch row is inserted, and the batch gets its
+ * reservation in the same transaction (routes_budget.c); a refusal (429)
+ * rolls everything back (for /v1/jobs also the file row and its bytes).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -103,13 +108,21 @@ static void batches_create_fn(struct op *op, struct store *st)
     struct batch_in *bi = op->in;
     if (op_idem_begin(op, st))
         return;
-    int rc = store_tx_begin(st);
+    struct app_admit adm;
+    int rc = app_admit_prepare(op, st, NULL, bi->input_file_id, bi->endpoint, &adm);
+    if (rc) {
+        op_idem_release(op, st);
+        op_internal(op, rc, "budget estimate");
+        return;
+    }
+    rc = store_tx_begin(st);
     if (rc) {
         op_idem_release(op, st);
         op_internal(op, rc, "begin");
         return;
     }
-    if (!(rc = create_batch_tx(op, st, bi)) && !(rc = op_idem_complete(op, st)) &&
+    if (!(rc = app_admit_check(op, st, &adm)) && !(rc = create_batch_tx(op, st, bi)) &&
+        !(rc = app_admit_reserve(op, st, &adm, op->push_batch)) && !(rc = op_idem_complete(op, st)) &&
         !(rc = store_tx_commit(st)))
         return;
     store_tx_rollback(st);
@@ -462,8 +475,11 @@ static void jobs_fn(struct op *op, struct store *st)
         return;
     }
     snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", sf.id);
-    if ((rc = store_tx_begin(st)) == 0) {
-        if (!(rc = store_file_create(st, &sf)) && !(rc = create_batch_tx(op, st, bi)) &&
+    struct app_admit adm;
+    if ((rc = app_admit_prepare(op, st, final, NULL, bi->endpoint, &adm)) == 0 &&
+        (rc = store_tx_begin(st)) == 0) {
+        if (!(rc = app_admit_check(op, st, &adm)) && !(rc = store_file_create(st, &sf)) &&
+            !(rc = create_batch_tx(op, st, bi)) && !(rc = app_admit_reserve(op, st, &adm, op->push_batch)) &&
             !(rc = op_idem_complete(op, st)))
             rc = store_tx_commit(st);
         else
@@ -473,7 +489,8 @@ static void jobs_fn(struct op *op, struct store *st)
         unlink(final);
         op->push_batch[0] = '\0';
         op_idem_release(op, st);
-        op_internal(op, rc, "create job");
+        if (op->status != 429)
+            op_internal(op, rc, "create job");
     }
 }
 
