@@ -14,6 +14,7 @@
 
 #include "common/err.h"
 #include "jobd/app_int.h"
+#include "jobd/budget.h"
 #include "jobd/store_webhook.h"
 #include "jobd/webhook.h"
 
@@ -45,13 +46,18 @@ struct metrics_in {
     struct buf work; /* work-distribution gauges (routes_worker.c) */
     struct store_wh_stats wh;
     int wh_ok;
+    struct store_usage_total *totals; /* ledger sums per tenant and model */
+    size_t n_totals;
+    int totals_ok;
 };
 
 static void metrics_in_free(void *p)
 {
     struct metrics_in *m = p;
-    if (m)
+    if (m) {
         buf_release(&m->work);
+        free(m->totals);
+    }
     free(m);
 }
 
@@ -62,6 +68,7 @@ static void metrics_fn(struct op *op, struct store *st)
     if (app_work_metrics_db(st, &m->work))
         buf_reset(&m->work);
     m->wh_ok = store_wh_stats(st, &m->wh) == 0;
+    m->totals_ok = store_usage_totals(st, 10000, &m->totals, &m->n_totals) == 0;
     op->status = 200;
 }
 
@@ -134,6 +141,44 @@ static void webhook_metrics(struct buf *b, struct app *app, const struct metrics
                (long long)m->wh.endpoints_disabled);
 }
 
+/* Tokens and cost by tenant and model (usage_totals: sums of the ledger, so
+ * they survive restarts), and submissions refused by a budget, by limit. */
+static void usage_metrics(struct buf *b, struct app *app, const struct metrics_in *m)
+{
+    buf_append_str(b, "# HELP jobd_budget_rejections_total Submissions refused (429) by a budget limit since start.\n"
+                      "# TYPE jobd_budget_rejections_total counter\n");
+    for (int v = BUDGET_QUEUED_TOKENS; v < BUDGET__COUNT; v++)
+        buf_printf(b, "jobd_budget_rejections_total{limit=\"%s\"} %llu\n", budget_verdict_limit((enum budget_verdict)v),
+                   (unsigned long long)atomic_load(&app->n_budget_rejected[v]));
+    if (!m->totals_ok)
+        return;
+    buf_append_str(b, "# HELP jobd_tokens_total Tokens of committed results (the usage ledger), by tenant, model and "
+                      "kind (input includes cached).\n"
+                      "# TYPE jobd_tokens_total counter\n");
+    static const char *const kinds[3] = {"input", "cached", "output"};
+    for (size_t i = 0; i < m->n_totals; i++) {
+        const struct store_usage_total *t = &m->totals[i];
+        const int64_t v[3] = {t->prompt_tokens, t->cached_tokens, t->completion_tokens};
+        for (int k = 0; k < 3; k++) {
+            buf_append_str(b, "jobd_tokens_total{tenant=\"");
+            label(b, t->tenant);
+            buf_append_str(b, "\",model=\"");
+            label(b, t->model);
+            buf_printf(b, "\",kind=\"%s\"} %lld\n", kinds[k], (long long)v[k]);
+        }
+    }
+    buf_append_str(b, "# HELP jobd_cost_micros_total Cost of committed results (the usage ledger), micro-dollars, by "
+                      "tenant and model.\n"
+                      "# TYPE jobd_cost_micros_total counter\n");
+    for (size_t i = 0; i < m->n_totals; i++) {
+        buf_append_str(b, "jobd_cost_micros_total{tenant=\"");
+        label(b, m->totals[i].tenant);
+        buf_append_str(b, "\",model=\"");
+        label(b, m->totals[i].model);
+        buf_printf(b, "\"} %lld\n", (long long)m->totals[i].cost_micros);
+    }
+}
+
 static void metrics_after(struct http_req *req, struct op *op)
 {
     struct app *app = op->app;
@@ -200,6 +245,7 @@ static void metrics_after(struct http_req *req, struct op *op)
         buf_append(b, m->work.data, m->work.len);
     app_work_metrics_counters(app, b);
     webhook_metrics(b, app, m);
+    usage_metrics(b, app, m);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->data ? b->data : "",
                  b->len);
 }
