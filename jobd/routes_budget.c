@@ -53,7 +53,13 @@ int app_admit_prepare(struct op *op, struct store *st, const char *path, const c
             return ERR_TOOBIG;
         path = buf;
     }
+    /* the scan reads a file and wants no write lock: while it runs, this op
+     * is not a writer the ingest thread should yield to (jobd/ingestq.c) */
+    if (op->writes)
+        atomic_fetch_sub(&op->app->writers, 1);
     rc = budget_estimate_file(path, endpoint, &op->app->cfg.limits, op->app->cfg.store.prices, &adm->est);
+    if (op->writes)
+        atomic_fetch_add(&op->app->writers, 1);
     if (rc == ERR_NOTFOUND)
         return 0; /* missing bytes: ingest fails the batch */
     if (rc)
