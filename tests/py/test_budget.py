@@ -102,6 +102,7 @@ def test_budget_queued_tokens_refused_nothing_persisted_then_reconciled():
     assert got["usage"]["queued_tokens"] == 0, got
 
     a = d.submit(body(line(i) for i in range(1, 4)), key=ka)
+    d.wait_batch(a["id"], key=ka)  # its rows are in: the counts below only move with new submissions
     assert limits(d, "alpha")["usage"]["queued_tokens"] == a_tokens
     assert reserved(data, a["id"]) == (a_tokens, sum(est_cost(c) for c in contents))
 
@@ -155,6 +156,7 @@ def test_budget_daily_spend_hit_by_actual_spend_and_monthly_limit():
     w.register()
     limits(d, "alpha", {"max_daily_spend_micros": 500})
     a = d.submit(body(line(i) for i in (1, 2)), key=ka)
+    d.wait_batch(a["id"], key=ka)
     est = est_cost("Question 1?") + est_cost("Question 2?")  # 2 x (7 + 32)
     assert est == 78
     assert limits(d, "alpha")["usage"]["reserved_micros"] == est
