@@ -212,6 +212,15 @@ int app_admit_check(struct op *op, struct store *st, const struct app_admit *adm
 int app_admit_reserve(struct op *op, struct store *st, const struct app_admit *adm, const char *batch_id);
 int routes_budget_add(struct app *app); /* GET/PUT /v1/admin/tenants/{tenant}/limits */
 
+/* 1 when the request carries the admin token (constant-time compare), or
+ * when no admin token is configured and jobd runs in local no-auth mode;
+ * else 0. Loop thread. */
+int app_admin_ok(struct app *app, struct http_req *req);
+
+/* on_head of admin routes: answers 401 invalid_admin_token unless
+ * app_admin_ok. arg is the app. */
+void app_admin_head(struct http_req *req, void *arg);
+
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,
                   int64_t *out);

@@ -108,7 +108,7 @@ struct limits_in {
     struct store_limits l;
 };
 
-static int admin_ok(struct app *app, struct http_req *req)
+int app_admin_ok(struct app *app, struct http_req *req)
 {
     const char *tok = app->cfg.admin_token;
     const char *h = http_req_header(req, "Authorization");
@@ -130,9 +130,9 @@ static int admin_ok(struct app *app, struct http_req *req)
     return !app->auth_required;
 }
 
-static void admin_head(struct http_req *req, void *arg)
+void app_admin_head(struct http_req *req, void *arg)
 {
-    if (!admin_ok(arg, req)) {
+    if (!app_admin_ok(arg, req)) {
         http_resp_header(req, "WWW-Authenticate", "Bearer");
         http_respond_error(req, 401, NULL, "invalid_admin_token", NULL,
                            "Missing or wrong admin token (Authorization: Bearer <JOBD_ADMIN_TOKEN>).");
@@ -273,9 +273,9 @@ int routes_budget_add(struct app *app)
 {
     int rc;
     if ((rc = http_server_route(app->srv, &(struct http_route){"GET", "/v1/admin/tenants/{tenant}/limits",
-                                                               limits_route, admin_head, 0, app})) ||
+                                                               limits_route, app_admin_head, 0, app})) ||
         (rc = http_server_route(app->srv, &(struct http_route){"PUT", "/v1/admin/tenants/{tenant}/limits",
-                                                               limits_route, admin_head, 64u << 10, app})))
+                                                               limits_route, app_admin_head, 64u << 10, app})))
         return rc;
     return 0;
 }

@@ -1,5 +1,7 @@
 /*
- * routes_usage.c - GET /v1/usage: the caller's usage report (spec/usage.md).
+ * routes_usage.c - GET /v1/usage: the caller's usage report, and GET
+ * /v1/admin/usage: the same report across tenants (admin token; optional
+ * tenant= filter, group_by=tenant) (spec/usage.md).
  *
  * Query: since, until (unix seconds, "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SSZ",
  * UTC; since <= created_at < until; defaults
@@ -22,9 +24,11 @@
 struct usage_in {
     int64_t since, until;
     enum store_usage_group group;
+    int admin;       /* across tenants */
+    char tenant[80]; /* admin filter: name or ten_... id; "" = every tenant */
 };
 
-static const char *const group_name[] = {"batch", "model", "day"};
+static const char *const group_name[] = {"batch", "model", "day", "tenant"};
 
 static int sums_json(struct buf *b, const struct store_usage_row *r)
 {
@@ -40,16 +44,39 @@ static void usage_fn(struct op *op, struct store *st)
 {
     const struct usage_in *in = op->in;
     struct store_usage_row *rows = NULL, tot;
+    struct store_tenant t;
     size_t n = 0;
-    int more = 0;
-    int rc = store_usage_report(st, op->tenant, in->since, in->until, in->group, &rows, &n, &more, &tot);
+    int more = 0, rc;
+    const char *tenant = op->tenant;
+    if (in->admin) {
+        tenant = NULL;
+        if (in->tenant[0]) {
+            rc = store_tenant_get_by_name(st, in->tenant, &t);
+            if (rc == ERR_NOTFOUND && strncmp(in->tenant, "ten_", 4) == 0)
+                rc = store_tenant_get(st, in->tenant, &t);
+            if (rc == ERR_NOTFOUND) {
+                op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
+                return;
+            }
+            if (rc) {
+                op_internal(op, rc, "get tenant");
+                return;
+            }
+            tenant = t.id;
+        }
+    }
+    rc = store_usage_report(st, tenant, in->since, in->until, in->group, &rows, &n, &more, &tot);
     if (rc) {
         op_internal(op, rc, "usage report");
         return;
     }
     struct buf *b = &op->out;
-    rc = buf_printf(b, "{\"object\":\"list\",\"group_by\":\"%s\",\"since\":%lld,\"until\":%lld,\"data\":[",
+    rc = buf_printf(b, "{\"object\":\"list\",\"group_by\":\"%s\",\"since\":%lld,\"until\":%lld,",
                     group_name[in->group], (long long)in->since, (long long)in->until);
+    if (!rc && in->admin)
+        rc = tenant ? buf_printf(b, "\"tenant_id\":\"%s\",", tenant) : buf_append_str(b, "\"tenant_id\":null,");
+    if (!rc)
+        rc = buf_append_str(b, "\"data\":[");
     for (size_t i = 0; i < n && !rc; i++) {
         if ((rc = buf_append_str(b, i ? ",{\"object\":\"usage.bucket\",\"key\":" : "{\"object\":\"usage.bucket\",\"key\":")) ||
             (rc = js_escape(b, rows[i].key, strlen(rows[i].key))) ||
@@ -111,28 +138,48 @@ static int query_time(struct http_req *req, const char *name, int64_t def, int64
     return 0;
 }
 
-static void usage_get(struct http_req *req, void *arg)
+/* Parse since/until/group_by (and, admin, tenant) into *in; answers 400 and
+ * returns -1 on a bad value. groups = how many group_by values are allowed. */
+static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
 {
-    (void)arg;
-    struct usage_in in = {0, 0, STORE_USAGE_MODEL};
     int64_t now = clock_wall_s();
-    if (query_time(req, "since", 0, &in.since) || query_time(req, "until", now + 86400, &in.until)) {
+    if (query_time(req, "since", 0, &in->since) || query_time(req, "until", now + 86400, &in->until)) {
         http_respond_error(req, 400, NULL, "invalid_value", NULL,
                            "since and until must be unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC).");
-        return;
+        return -1;
     }
     const char *g = http_req_query(req, "group_by");
     if (g) {
         size_t i = 0;
-        while (i < 3 && strcmp(g, group_name[i]) != 0)
+        while (i < groups && strcmp(g, group_name[i]) != 0)
             i++;
-        if (i == 3) {
+        if (i == groups) {
             http_respond_error(req, 400, NULL, "invalid_value", "group_by",
-                               "group_by must be one of batch, model, day.");
-            return;
+                               groups == 4 ? "group_by must be one of batch, model, day, tenant."
+                                           : "group_by must be one of batch, model, day.");
+            return -1;
         }
-        in.group = (enum store_usage_group)i;
+        in->group = (enum store_usage_group)i;
     }
+    if (in->admin) {
+        const char *t = http_req_query(req, "tenant");
+        if (t && (!*t || strlen(t) >= sizeof in->tenant)) {
+            http_respond_error(req, 400, NULL, "invalid_value", "tenant",
+                               "tenant must be a tenant name or ten_... id.");
+            return -1;
+        }
+        if (t)
+            snprintf(in->tenant, sizeof in->tenant, "%s", t);
+    }
+    return 0;
+}
+
+static void usage_get(struct http_req *req, void *arg)
+{
+    (void)arg;
+    struct usage_in in = {.group = STORE_USAGE_MODEL};
+    if (parse_query(req, &in, 3))
+        return;
     struct op *op = app_op_new(req, usage_fn);
     struct usage_in *p = op ? malloc(sizeof *p) : NULL;
     if (op && !p) {
@@ -147,7 +194,40 @@ static void usage_get(struct http_req *req, void *arg)
     app_op_run(req, op);
 }
 
+/* GET /v1/admin/usage: admin token (app_admin_head); no tenant context, so
+ * the op is made here rather than by app_op_new. */
+static void admin_usage_get(struct http_req *req, void *arg)
+{
+    struct usage_in *p = calloc(1, sizeof *p);
+    if (!p) {
+        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        return;
+    }
+    p->group = STORE_USAGE_TENANT;
+    p->admin = 1;
+    if (parse_query(req, p, 4)) {
+        free(p);
+        return;
+    }
+    struct op *op = calloc(1, sizeof *op);
+    if (op) {
+        op->app = arg;
+        op->fd = -1;
+        op->fn = usage_fn;
+        op->in = p;
+        op->in_free = free;
+        buf_init(&op->out, 64u << 20);
+    } else {
+        free(p);
+    }
+    app_op_run(req, op);
+}
+
 int routes_usage_add(struct app *app)
 {
-    return http_server_route(app->srv, &(struct http_route){"GET", "/v1/usage", usage_get, app_head_auth, 0, app});
+    int rc = http_server_route(app->srv, &(struct http_route){"GET", "/v1/usage", usage_get, app_head_auth, 0, app});
+    if (!rc)
+        rc = http_server_route(app->srv,
+                               &(struct http_route){"GET", "/v1/admin/usage", admin_usage_get, app_admin_head, 0, app});
+    return rc;
 }

@@ -20,6 +20,7 @@ static const char *const group_key[] = {
     [STORE_USAGE_BATCH] = "batch_id",
     [STORE_USAGE_MODEL] = "model",
     [STORE_USAGE_DAY] = "strftime('%Y-%m-%d', created_at, 'unixepoch')",
+    [STORE_USAGE_TENANT] = "tenant_id",
 };
 
 #define SUMS "COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), " \
@@ -56,7 +57,7 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
                        enum store_usage_group group, struct store_usage_row **rows, size_t *n,
                        int *has_more, struct store_usage_row *total)
 {
-    if ((unsigned)group > STORE_USAGE_DAY)
+    if ((unsigned)group > STORE_USAGE_TENANT)
         return ERR_INVAL;
     char sql[512];
     int len = snprintf(sql, sizeof sql,

@@ -1,6 +1,7 @@
 /*
  * store_usage.h - usage reports: sums of the usage_ledger (schema.sql) for
- * one tenant (or all) over a time range, grouped by batch, model or UTC day.
+ * one tenant (or all) over a time range, grouped by batch, model, UTC day or
+ * tenant.
  *
  * The ledger has one row per request that consumed compute, written with its
  * result, with cost_micros priced at commit (jobd/usage.h); a report is the
@@ -15,10 +16,10 @@
 
 #include "jobd/store.h"
 
-enum store_usage_group { STORE_USAGE_BATCH, STORE_USAGE_MODEL, STORE_USAGE_DAY };
+enum store_usage_group { STORE_USAGE_BATCH, STORE_USAGE_MODEL, STORE_USAGE_DAY, STORE_USAGE_TENANT };
 
 struct store_usage_row {
-    char key[128];         /* batch id, model, or "YYYY-MM-DD" (UTC) */
+    char key[128];         /* batch id, model, "YYYY-MM-DD" (UTC), or tenant id */
     int64_t start_time;    /* day: unix seconds of 00:00 UTC; else the first row's created_at */
     int64_t prompt_tokens, completion_tokens, cached_tokens;
     int64_t requests;      /* ledger rows */

@@ -12,7 +12,8 @@ from workerlib import TestWorker, success
 
 WT = "worker-secret-u"
 PRICES = {"smollm": (150000, 600000, 75000), "other": (1000000, 2000000, 500000)}  # other: cached = IN/2
-ARGS = ["--worker-token", WT, "--sweep-interval", "100ms", "--prices",
+ADM = "admin-secret-u"
+ARGS = ["--worker-token", WT, "--admin-token", ADM, "--sweep-interval", "100ms", "--prices",
         "smollm=150000:600000:75000,other=1000000:2000000"]
 
 
@@ -101,4 +102,24 @@ def test_usage_ledger_cost_batch_usage_and_report_agree():
     assert d.json("GET", "/v1/usage?until=2020-01-01T00:00:01Z")["until"] == 1577836801
     day = time.strftime("%Y-%m-%d", time.gmtime(lo))
     assert d.json("GET", f"/v1/usage?since={day}")["totals"]["num_model_requests"] == 12
+    # the admin view across tenants: a tenant key is refused; by tenant the
+    # buckets are each tenant's sums and the total is the whole ledger
+    assert d.call("GET", "/v1/admin/usage").status == 401
+    assert d.call("GET", "/v1/admin/usage", key="wrong").status == 401
+    adm = d.json("GET", "/v1/admin/usage", key=ADM)
+    assert adm["group_by"] == "tenant" and adm["tenant_id"] is None, adm
+    tid = dict(db.execute("SELECT name, id FROM tenants").fetchall())
+    got = {x["key"]: (x["cost"]["amount_micros"], x["num_model_requests"]) for x in adm["data"]}
+    assert got == {tid["alpha"]: (sum(r[5] for r in alpha), 12),
+                   tid["beta"]: (b3["cost"]["amount_micros"], 4)}, (got, tid)
+    assert adm["totals"]["cost"]["amount_micros"] == sum(r[5] for r in rows)
+    assert adm["totals"]["output_tokens"] == sum(r[3] for r in rows)
+    for who in ("beta", tid["beta"]):
+        one = d.json("GET", f"/v1/admin/usage?tenant={who}&group_by=batch", key=ADM)
+        assert one["tenant_id"] == tid["beta"] and [x["key"] for x in one["data"]] == [b3["id"]], one
+    bym = d.json("GET", "/v1/admin/usage?group_by=model", key=ADM)
+    assert {x["key"]: x["num_model_requests"] for x in bym["data"]} == {"smollm": 11, "other": 5}, bym
+    assert d.call("GET", "/v1/admin/usage?tenant=nobody", key=ADM).status == 404
+    assert d.call("GET", "/v1/admin/usage?group_by=week", key=ADM).status == 400
+    assert d.call("GET", "/v1/usage?group_by=tenant").status == 400
     assert d.proc.stop() == 0, d.proc.log()[-3000:]
