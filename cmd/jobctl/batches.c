@@ -75,6 +75,13 @@ static double bsum_tok_rate(const struct bsum *s, int64_t now)
 
 static void fmt_cost(const json_t *c, char *out, size_t n)
 {
+    int64_t micros;
+    if (json_is_object(c) && !js_get_int(c, "amount_micros", &micros) && micros >= 0) {
+        /* jobd's {"amount_micros": N}: integer micro-dollars, printed exactly */
+        snprintf(out, n, "$%lld.%06lld (%lld micro-dollars)", (long long)(micros / 1000000),
+                 (long long)(micros % 1000000), (long long)micros);
+        return;
+    }
     if (json_is_number(c)) {
         snprintf(out, n, "%.6g", json_number_value(c));
         return;
@@ -204,10 +211,58 @@ int cmd_status(struct jc *jc, int argc, char **argv)
 
 /* ---- wait ------------------------------------------------------------------------------------ */
 
-static void progress(const json_t *b, int tty, int64_t now)
+/* The batch's tokens so far while it runs. jobd fills the batch's usage only
+ * at finalization, but writes a usage_ledger row per committed result, so
+ * GET /v1/usage?group_by=batch&since=<created_at> has the live sums (its
+ * bucket for this batch). Quiet: any failure (an older jobd without the
+ * route, more than one page of buckets) returns nonzero and the display
+ * shows "-". */
+static int live_tokens(struct jc *jc, const struct bsum *s, int64_t *in, int64_t *out)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/usage?group_by=batch&since=%lld", (long long)s->created_at);
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.max_retries = 0;
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *rep = NULL, *data = NULL;
+    struct js_limits lim = {64u << 20, 16, 0};
+    int rc = -1;
+    if (jc_call(jc, &o, "GET", path, NULL, NULL, 0, NULL, &r) || r.status != 200 ||
+        js_parse(r.body.data, r.body.len, &lim, &rep, NULL) ||
+        js_get_arr(rep, "data", &data))
+        goto out;
+    for (size_t i = 0; i < json_array_size(data); i++) {
+        const json_t *bk = json_array_get(data, i);
+        const char *key;
+        int64_t a, b;
+        if (!js_get_str(bk, "key", &key) && !strcmp(key, s->id) && !js_get_int(bk, "input_tokens", &a) &&
+            !js_get_int(bk, "output_tokens", &b)) {
+            *in = a;
+            *out = b;
+            rc = 0;
+            break;
+        }
+    }
+out:
+    json_decref(rep);
+    httpc_response_release(&r);
+    return rc;
+}
+
+/* One progress display of batch b; live (may be NULL) has the tokens so far
+ * from live_tokens when the batch's own usage is still empty. */
+static void progress(const json_t *b, const int64_t live[2], int tty, int64_t now)
 {
     struct bsum s;
     bsum_read(b, &s);
+    if (live && (!s.have_tokens || s.total_tokens == 0)) {
+        s.have_tokens = 1;
+        s.in_tokens = live[0];
+        s.out_tokens = live[1];
+        s.total_tokens = live[0] + live[1];
+    }
     int64_t done = s.completed + s.failed, eta = bsum_eta(&s, now);
     double pct = s.total > 0 ? 100.0 * (double)done / (double)s.total : 0.0;
     char etas[32] = "-", rate[32] = "-";
@@ -239,7 +294,8 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
     char path[256], what[160], etag[256] = "", inm[300];
     snprintf(path, sizeof path, "/v1/batches/%s", id);
     snprintf(what, sizeof what, "batch %s", id);
-    int tty = isatty(2), rc = 0, drawn = 0;
+    int tty = isatty(2), rc = 0, drawn = 0, have_live = 0;
+    int64_t live[2] = {0, 0}, live_done = -1;
     uint64_t start = clock_mono_ms();
     json_t *last = NULL;
     struct httpc_opts o;
@@ -276,7 +332,14 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
                 delay = s * 1000;
         }
         httpc_response_release(&r);
-        progress(last, tty, clock_wall_s());
+        struct bsum cur;
+        bsum_read(last, &cur);
+        if (!strcmp(cur.status, "in_progress") && cur.completed + cur.failed != live_done) {
+            /* the tokens moved only if results came in: ask again only then */
+            have_live = !live_tokens(jc, &cur, &live[0], &live[1]);
+            live_done = cur.completed + cur.failed;
+        }
+        progress(last, have_live ? live : NULL, tty, clock_wall_s());
         drawn = 1;
         int outcome = jc_batch_outcome(last);
         if (outcome >= 0) {
