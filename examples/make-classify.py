@@ -81,6 +81,9 @@ TEMPLATES = [
 ]
 ITEMS = ["two-person tent", "down sleeping bag", "hiking boots", "rain jacket", "camping stove",
          "trekking poles", "headlamp", "water filter", "backpack", "fleece"]
+NAMES = ["Ana", "Ben", "Chloe", "Dmitri", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kofi", "Lena",
+         "Mateo", "Nora", "Oskar", "Priya", "Quentin", "Rosa", "Sven", "Tariq", "Uma", "Viktor", "Wen",
+         "Yara", "Zoe"]  # 25 names, 24 templates: every (template, name) pair is new for 600 tickets
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "March", "July", "October"]
 
 
@@ -89,7 +92,7 @@ def tickets(n):
         cat, t = TEMPLATES[i % len(TEMPLATES)]
         k = i // len(TEMPLATES)
         text = t.format(item=ITEMS[(i + k) % len(ITEMS)], n=2 + (i * 7) % 19, day=DAYS[(i * 3 + k) % len(DAYS)])
-        yield i, cat, text
+        yield i, cat, f"{text}\n\n{NAMES[i % len(NAMES)]}"
 
 
 def main():
