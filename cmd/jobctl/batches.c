@@ -78,8 +78,9 @@ static void fmt_cost(const json_t *c, char *out, size_t n)
     int64_t micros;
     if (json_is_object(c) && !js_get_int(c, "amount_micros", &micros) && micros >= 0) {
         /* jobd's {"amount_micros": N}: integer micro-dollars, printed exactly */
-        snprintf(out, n, "$%lld.%06lld (%lld micro-dollars)", (long long)(micros / 1000000),
-                 (long long)(micros % 1000000), (long long)micros);
+        char d[32];
+        jc_fmt_micros(micros, d, sizeof d);
+        snprintf(out, n, "%s (%lld micro-dollars)", d, (long long)micros);
         return;
     }
     if (json_is_number(c)) {

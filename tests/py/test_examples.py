@@ -431,6 +431,15 @@ def test_jobd_env_file_configures_a_real_jobd():
     assert b["cost"] == {"amount_micros": 174}, b.get("cost")
     r = jobctl(["status", bid], ctl)
     assert "cost       $0.000174 (174 micro-dollars)" in r.stdout, r.stdout
+    # jobctl usage: the same sums per model and per batch, as a table
+    r = jobctl(["usage"], ctl)
+    assert r.returncode == 0, r.stderr
+    rows = [x.split() for x in r.stdout.splitlines()]
+    assert rows == [["MODEL", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"],
+                    ["SmolLM2-135M-Instruct", "3", "3000", "600", "1500", "4500", "$0.000174"],
+                    ["total", "3", "3000", "600", "1500", "4500", "$0.000174"]], r.stdout
+    r = jobctl(["usage", "--group-by", "batch", "--since", time.strftime("%Y-%m-%d", time.gmtime())], ctl)
+    assert r.stdout.splitlines()[1].split() == [bid, "3", "3000", "600", "1500", "4500", "$0.000174"], r.stdout
     # JOBD_LOG_FORMAT=json: the log is JSON lines
     logged = [l for l in p.log().splitlines() if l.strip()]
     assert logged and all(l.startswith("{") for l in logged), logged[:5]
