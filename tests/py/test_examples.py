@@ -200,6 +200,11 @@ def test_wait_exit_codes_expired_and_cancelled():
     bid = jobctl(["submit", f], env).stdout.strip()
     d.wait_batch(bid)
     answer(w, 1)
+    # while it runs, status shows the tokens so far (from jobd's usage ledger)
+    r = jobctl(["status", bid], env)
+    assert r.returncode == 0 and "progress   1/4 (25.0%)" in r.stdout, r.stdout
+    assert "tokens     in 100   out 20   total 120" in r.stdout, r.stdout
+    assert "cost       $0.000000 so far (0 micro-dollars)" in r.stdout, r.stdout
     r = jobctl(["cancel", bid], env)
     assert r.returncode == 0 and r.stdout.split()[0] == bid, (r.returncode, r.stdout, r.stderr)
     r = jobctl(["wait", bid, "--interval", "200ms", "--timeout", "60s"], env)
