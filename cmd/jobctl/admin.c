@@ -86,8 +86,9 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
         } else {
             const char *g = group ? group : "model";
             js_get_str(v, "group_by", &g);
-            fprintf(stdout, "%-32s %9s %12s %12s %12s %12s %14s\n", g[0] == 'b' ? "BATCH" : g[0] == 'd' ? "DAY" : "MODEL",
-                    "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST");
+            const char *col = g[0] == 'b' ? "BATCH" : g[0] == 'd' ? "DAY" : "MODEL";
+            fprintf(stdout, "%-32s %9s %12s %12s %12s %12s %14s\n", col, "REQUESTS", "INPUT", "CACHED",
+                    "OUTPUT", "TOTAL", "COST");
             if (!js_get_arr(v, "data", &data)) {
                 for (size_t i = 0; i < json_array_size(data); i++) {
                     const json_t *bk = json_array_get(data, i);

@@ -6,7 +6,10 @@
  * nothing changed) and sleeps at least the Retry-After jobd suggests. The
  * progress goes to stderr - a redrawn bar on a terminal, one plain line per
  * poll otherwise (cron logs) - so stdout stays clean for scripts; the exit
- * code is the batch's outcome (jobctl.h).
+ * code is the batch's outcome (jobctl.h). jobd sets a batch's usage only at
+ * finalization, so while it runs wait and status read the tokens (and cost)
+ * so far from GET /v1/usage?group_by=batch, asked again only when the
+ * request counts moved.
  */
 #include <stdlib.h>
 #include <string.h>
