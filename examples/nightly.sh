@@ -6,8 +6,9 @@
 #
 # Safe to run twice: jobctl submit derives its Idempotency-Key from the file's
 # content and options, so a second run (a retry, a cron overlap) gets the same
-# batch id back instead of a second batch (jobd keeps keys 24 h), then waits
-# on it and rewrites the same output files. Files are written under a
+# batch id back instead of a second batch (jobd keeps keys 24 h; the date in
+# the metadata is part of the key, so the same file tomorrow is a new batch),
+# then waits on it and rewrites the same output files. Files are written under a
 # temporary name and renamed, so OUT_DIR never holds half a result.
 #
 # Exit status: 0 all done; 10 done but some requests failed (errors.jsonl has

@@ -2,11 +2,10 @@
  * admin.c - jobctl's read-mostly commands: usage, workers, models, and files
  * (list, get, delete, content).
  *
- * workers and models print a table of jobd's answer (or the JSON with
- * --json); workers authenticates with the admin token. usage prints jobd's
- * answer as JSON; where this jobd does not serve the route (GET /v1/usage,
- * not yet) the call ends in a "no route" error (exit 23) naming it, from
- * jc_check.
+ * usage, workers and models print a table of jobd's answer (or the JSON
+ * with --json); workers authenticates with the admin token. Where a jobd
+ * does not serve a route (an older one without GET /v1/usage) the call ends
+ * in a "no route" error (exit 23) naming it, from jc_check.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,22 +18,45 @@
 /* ---- usage ----------------------------------------------------------------------------------- */
 
 static const char *usage_usage =
-    "usage: jobctl usage [--since T] [--until T] [--group-by FIELD]\n"
+    "usage: jobctl usage [--since T] [--until T] [--group-by model|batch|day] [--json]\n"
     "\n"
-    "Token usage and cost of your batches from jobd's ledger (GET /v1/usage),\n"
-    "printed as JSON. T is a date (2026-11-01), an RFC 3339 time or unix\n"
-    "seconds, passed to jobd as given; FIELD e.g. day, model, batch.\n"
+    "Token usage and cost of your batches from jobd's ledger (GET /v1/usage): one\n"
+    "row per model (default), batch or UTC day, then the total. T is a date\n"
+    "(2026-11-01, UTC), an RFC 3339 time (2026-11-01T06:00:00Z) or unix seconds;\n"
+    "--since is inclusive, --until exclusive (default: all time up to now).\n"
+    "Costs come from jobd's price table (jobd --prices), exact in micro-dollars.\n"
+    "--json prints jobd's report object instead.\n"
     "\n"
     "example:\n"
-    "  jobctl usage --since 2026-11-01 --group-by model\n";
+    "  jobctl usage --since 2026-11-01 --group-by day\n";
+
+/* One row of the usage table from a bucket (or the totals) object. */
+static void usage_row(const char *key, const json_t *o, FILE *f)
+{
+    int64_t req = 0, in = 0, cached = 0, out = 0, total = 0, micros = -1;
+    json_t *cost = NULL;
+    js_get_int(o, "num_model_requests", &req);
+    js_get_int(o, "input_tokens", &in);
+    js_get_int(o, "input_cached_tokens", &cached);
+    js_get_int(o, "output_tokens", &out);
+    js_get_int(o, "total_tokens", &total);
+    if (!js_get_obj(o, "cost", &cost))
+        js_get_int(cost, "amount_micros", &micros);
+    char c[32];
+    jc_fmt_micros(micros, c, sizeof c);
+    fprintf(f, "%-32s %9lld %12lld %12lld %12lld %12lld %14s\n", key, (long long)req, (long long)in,
+            (long long)cached, (long long)out, (long long)total, c);
+}
 
 int cmd_usage(struct jc *jc, int argc, char **argv)
 {
     const char *since = NULL, *until = NULL, *group = NULL;
+    int json_out = 0;
     struct cfg_opt opts[] = {
         {"since", NULL, CFG_STR, &since, "T", "from this time (inclusive)"},
         {"until", NULL, CFG_STR, &until, "T", "to this time (exclusive)"},
-        {"group-by", NULL, CFG_STR, &group, "FIELD", "one row per value of FIELD"},
+        {"group-by", NULL, CFG_STR, &group, "FIELD", "model (default), batch or day: one row per value"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's report as JSON"},
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -42,6 +64,8 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
     if ((rc = jc_parse(jc, usage_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0, 0,
                        &n_pos)) >= 0)
         return rc;
+    if (group && strcmp(group, "model") && strcmp(group, "batch") && strcmp(group, "day"))
+        return jc_usage_error(jc, "--group-by: use model, batch or day");
     struct buf p;
     buf_init(&p, 8192);
     char sep = '?';
@@ -53,11 +77,34 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
         rc = buf_printf(&p, "%c%s=", sep, names[i]) || jc_url_escape(&p, vals[i]);
         sep = '&';
     }
-    json_t *v = NULL;
-    if (rc)
+    json_t *v = NULL, *data = NULL, *tot = NULL;
+    if (rc) {
         rc = jc_usage_error(jc, "options too long");
-    else if (!(rc = jc_get_json(jc, p.data, NULL, &v)))
-        jc_print_json(v, stdout, 2);
+    } else if (!(rc = jc_get_json(jc, p.data, NULL, &v))) {
+        if (json_out) {
+            jc_print_json(v, stdout, 2);
+        } else {
+            const char *g = group ? group : "model";
+            js_get_str(v, "group_by", &g);
+            const char *col = g[0] == 'b' ? "BATCH" : g[0] == 'd' ? "DAY" : "MODEL";
+            fprintf(stdout, "%-32s %9s %12s %12s %12s %12s %14s\n", col, "REQUESTS", "INPUT", "CACHED",
+                    "OUTPUT", "TOTAL", "COST");
+            if (!js_get_arr(v, "data", &data)) {
+                for (size_t i = 0; i < json_array_size(data); i++) {
+                    const json_t *bk = json_array_get(data, i);
+                    const char *key = "?";
+                    js_get_str(bk, "key", &key);
+                    usage_row(key, bk, stdout);
+                }
+            }
+            if (!js_get_obj(v, "totals", &tot))
+                usage_row("total", tot, stdout);
+            int more = 0;
+            if (!js_get_bool(v, "has_more", &more) && more)
+                fprintf(stderr, "jobctl usage: only the first %zu groups are shown (the total counts all); "
+                                "narrow --since/--until\n", json_array_size(data));
+        }
+    }
     json_decref(v);
     buf_release(&p);
     return rc;

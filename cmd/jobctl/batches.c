@@ -6,7 +6,10 @@
  * nothing changed) and sleeps at least the Retry-After jobd suggests. The
  * progress goes to stderr - a redrawn bar on a terminal, one plain line per
  * poll otherwise (cron logs) - so stdout stays clean for scripts; the exit
- * code is the batch's outcome (jobctl.h).
+ * code is the batch's outcome (jobctl.h). jobd sets a batch's usage only at
+ * finalization, so while it runs wait and status read the tokens (and cost)
+ * so far from GET /v1/usage?group_by=batch, asked again only when the
+ * request counts moved.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +78,14 @@ static double bsum_tok_rate(const struct bsum *s, int64_t now)
 
 static void fmt_cost(const json_t *c, char *out, size_t n)
 {
+    int64_t micros;
+    if (json_is_object(c) && !js_get_int(c, "amount_micros", &micros) && micros >= 0) {
+        /* jobd's {"amount_micros": N}: integer micro-dollars, printed exactly */
+        char d[32];
+        jc_fmt_micros(micros, d, sizeof d);
+        snprintf(out, n, "%s (%lld micro-dollars)", d, (long long)micros);
+        return;
+    }
     if (json_is_number(c)) {
         snprintf(out, n, "%.6g", json_number_value(c));
         return;
@@ -84,10 +95,62 @@ static void fmt_cost(const json_t *c, char *out, size_t n)
     free(s);
 }
 
-static void print_status(const json_t *b, FILE *f)
+/* The batch's tokens so far while it runs. jobd fills the batch's usage only
+ * at finalization, but writes a usage_ledger row per committed result, so
+ * GET /v1/usage?group_by=batch&since=<created_at> has the live sums (its
+ * bucket for this batch). Quiet: any failure (an older jobd without the
+ * route, more than one page of buckets) returns nonzero and the display
+ * shows "-". */
+static int live_tokens(struct jc *jc, const struct bsum *s, int64_t *in, int64_t *out, int64_t *micros)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/usage?group_by=batch&since=%lld", (long long)s->created_at);
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.max_retries = 0;
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *rep = NULL, *data = NULL;
+    struct js_limits lim = {64u << 20, 16, 0};
+    int rc = -1;
+    if (jc_call(jc, &o, "GET", path, NULL, NULL, 0, NULL, &r) || r.status != 200 ||
+        js_parse(r.body.data, r.body.len, &lim, &rep, NULL) ||
+        js_get_arr(rep, "data", &data))
+        goto out;
+    for (size_t i = 0; i < json_array_size(data); i++) {
+        const json_t *bk = json_array_get(data, i);
+        const char *key;
+        int64_t a, b;
+        if (!js_get_str(bk, "key", &key) && !strcmp(key, s->id) && !js_get_int(bk, "input_tokens", &a) &&
+            !js_get_int(bk, "output_tokens", &b)) {
+            json_t *cost = NULL;
+            *in = a;
+            *out = b;
+            *micros = -1;
+            if (!js_get_obj(bk, "cost", &cost))
+                js_get_int(cost, "amount_micros", micros);
+            rc = 0;
+            break;
+        }
+    }
+out:
+    json_decref(rep);
+    httpc_response_release(&r);
+    return rc;
+}
+
+/* The human summary of batch b; live (may be NULL): tokens and cost so far
+ * from live_tokens, shown while the batch's own usage is still empty. */
+static void print_status(const json_t *b, const int64_t live[3], FILE *f)
 {
     struct bsum s;
     bsum_read(b, &s);
+    if (live && (!s.have_tokens || s.total_tokens == 0)) {
+        s.have_tokens = 1;
+        s.in_tokens = live[0];
+        s.out_tokens = live[1];
+        s.total_tokens = live[0] + live[1];
+    }
     int64_t now = clock_wall_s(), done = s.completed + s.failed;
     char t[64], d[32];
     fprintf(f, "%s  %s\n", s.id, s.status);
@@ -103,7 +166,11 @@ static void print_status(const json_t *b, FILE *f)
             fprintf(f, "   (%.1f tok/s)", bsum_tok_rate(&s, now));
         fputc('\n', f);
     }
-    if (s.cost) {
+    if (live && live[2] >= 0 && s.total_tokens == live[0] + live[1]) {
+        char m[32];
+        jc_fmt_micros(live[2], m, sizeof m);
+        fprintf(f, "  cost       %s so far (%lld micro-dollars)\n", m, (long long)live[2]);
+    } else if (s.cost) {
         fmt_cost(s.cost, t, sizeof t);
         fprintf(f, "  cost       %s\n", t);
     }
@@ -194,20 +261,34 @@ int cmd_status(struct jc *jc, int argc, char **argv)
     json_t *b = NULL;
     if ((rc = get_batch(jc, pos[0], &b)))
         return rc;
-    if (json_out)
+    if (json_out) {
         jc_print_json(b, stdout, 2);
-    else
-        print_status(b, stdout);
+    } else {
+        struct bsum cur;
+        int64_t live[3];
+        bsum_read(b, &cur);
+        int have = !strcmp(cur.status, "in_progress") && cur.completed + cur.failed > 0 &&
+                   !live_tokens(jc, &cur, &live[0], &live[1], &live[2]);
+        print_status(b, have ? live : NULL, stdout);
+    }
     json_decref(b);
     return JC_EXIT_OK;
 }
 
 /* ---- wait ------------------------------------------------------------------------------------ */
 
-static void progress(const json_t *b, int tty, int64_t now)
+/* One progress display of batch b; live (may be NULL) has the tokens so far
+ * from live_tokens when the batch's own usage is still empty. */
+static void progress(const json_t *b, const int64_t live[3], int tty, int64_t now)
 {
     struct bsum s;
     bsum_read(b, &s);
+    if (live && (!s.have_tokens || s.total_tokens == 0)) {
+        s.have_tokens = 1;
+        s.in_tokens = live[0];
+        s.out_tokens = live[1];
+        s.total_tokens = live[0] + live[1];
+    }
     int64_t done = s.completed + s.failed, eta = bsum_eta(&s, now);
     double pct = s.total > 0 ? 100.0 * (double)done / (double)s.total : 0.0;
     char etas[32] = "-", rate[32] = "-";
@@ -239,7 +320,8 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
     char path[256], what[160], etag[256] = "", inm[300];
     snprintf(path, sizeof path, "/v1/batches/%s", id);
     snprintf(what, sizeof what, "batch %s", id);
-    int tty = isatty(2), rc = 0, drawn = 0;
+    int tty = isatty(2), rc = 0, drawn = 0, have_live = 0;
+    int64_t live[3] = {0, 0, -1}, live_done = -1;
     uint64_t start = clock_mono_ms();
     json_t *last = NULL;
     struct httpc_opts o;
@@ -276,7 +358,14 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
                 delay = s * 1000;
         }
         httpc_response_release(&r);
-        progress(last, tty, clock_wall_s());
+        struct bsum cur;
+        bsum_read(last, &cur);
+        if (!strcmp(cur.status, "in_progress") && cur.completed + cur.failed != live_done) {
+            /* the tokens moved only if results came in: ask again only then */
+            have_live = !live_tokens(jc, &cur, &live[0], &live[1], &live[2]);
+            live_done = cur.completed + cur.failed;
+        }
+        progress(last, have_live ? live : NULL, tty, clock_wall_s());
         drawn = 1;
         int outcome = jc_batch_outcome(last);
         if (outcome >= 0) {

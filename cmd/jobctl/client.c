@@ -400,6 +400,14 @@ void jc_fmt_time(int64_t t, char *out, size_t out_len)
         snprintf(out, out_len, "-");
 }
 
+void jc_fmt_micros(int64_t micros, char *out, size_t out_len)
+{
+    if (micros < 0)
+        snprintf(out, out_len, "-");
+    else
+        snprintf(out, out_len, "$%lld.%06lld", (long long)(micros / 1000000), (long long)(micros % 1000000));
+}
+
 void jc_fmt_duration(int64_t s, char *out, size_t out_len)
 {
     if (s < 0)

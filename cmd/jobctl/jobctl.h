@@ -132,6 +132,9 @@ void jc_print_json(const json_t *v, FILE *out, int indent);
 /* "2026-11-30T15:49:05Z" (UTC) for unix seconds t; "-" for t <= 0. */
 void jc_fmt_time(int64_t t, char *out, size_t out_len);
 
+/* "$1.234567" for an amount in integer micro-dollars (exact; "-" when negative). */
+void jc_fmt_micros(int64_t micros, char *out, size_t out_len);
+
 /* "3m20s", "2h05m", "45s" for a duration in seconds. */
 void jc_fmt_duration(int64_t s, char *out, size_t out_len);
 

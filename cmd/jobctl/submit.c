@@ -50,6 +50,9 @@ static const char *submit_usage =
     "(GET /v1/webhook_secret; see spec/webhooks.md). jobd checks the address\n"
     "when it delivers, not now.\n"
     "\n"
+    "Without --endpoint, a file whose first line has \"url\": \"/v1/completions\"\n"
+    "is submitted for /v1/completions, any other for /v1/chat/completions.\n"
+    "\n"
     "examples:\n"
     "  id=$(jobctl submit requests.jsonl --metadata owner=nightly) && jobctl wait \"$id\"\n"
     "  jobctl submit requests.jsonl --webhook https://hooks.example.com/jobd\n"
@@ -140,6 +143,30 @@ static int submit_spool_stdin(char *rbuf)
 }
 
 /* SHA-256 of the whole file as hex; rewinds it. 0 or ERR_IO/ERR_NOMEM. */
+/* The "url" of the first request line, when it is /v1/completions: then that
+ * is the batch's endpoint unless --endpoint says otherwise (jobd's default
+ * is /v1/chat/completions). Reads at most one buffer from the start of fd
+ * (pread: the offset is not moved); anything unreadable gives NULL and
+ * jobd's validation reports the real problem. */
+static const char *submit_sniff_endpoint(int fd, char *rbuf)
+{
+    ssize_t n = pread(fd, rbuf, SUBMIT_READ_BYTES, 0);
+    if (n <= 0)
+        return NULL;
+    const char *nl = memchr(rbuf, '\n', (size_t)n);
+    size_t len = nl ? (size_t)(nl - rbuf) : (size_t)n;
+    json_t *line = NULL;
+    struct js_limits lim = JS_LIMITS_DEFAULT;
+    lim.max_bytes = SUBMIT_READ_BYTES;
+    if (js_parse(rbuf, len, &lim, &line, NULL))
+        return NULL;
+    const char *url = NULL, *ep = NULL;
+    if (!js_get_str(line, "url", &url) && !strcmp(url, "/v1/completions"))
+        ep = "/v1/completions";
+    json_decref(line);
+    return ep;
+}
+
 static int submit_hash(int fd, char *rbuf, char hex[2 * SHA256_LEN + 1], unsigned long long *bytes)
 {
     struct sha256_ctx *c = sha256_new();
@@ -228,7 +255,9 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     if (rc)
         return rc;
     struct cfg_opt opts[] = {
-        {"endpoint", NULL, CFG_STR, &endpoint, "PATH", "/v1/chat/completions (default) or /v1/completions"},
+        {"endpoint", NULL, CFG_STR, &endpoint, "PATH",
+         "/v1/chat/completions or /v1/completions (default: /v1/completions when the first line's url is, "
+         "else /v1/chat/completions)"},
         {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1m .. 30d (default 24h)"},
         {"priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"},
         {"webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"},
@@ -308,6 +337,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         rc = jc_fail(jc, JC_EXIT_FAIL, "a batch needs at least one request line", "'%s' is empty", path);
         goto out;
     }
+    if (!endpoint)
+        endpoint = submit_sniff_endpoint(src.fd, src.rbuf);
 
     /* the query: options and metadata; the material of the derived key */
     qsort(md, (size_t)n_md, sizeof md[0], cmp_str);

@@ -649,11 +649,18 @@ def test_routes_this_jobd_lacks_are_named():
         assert r.returncode == 23, (r.returncode, r.stderr)
         assert "jobd has no route GET /v1/usage" in r.stderr and "hint:" in r.stderr, r.stderr
         assert r.stdout == ""
-    else:  # jobd serves it: jobctl prints jobd's report as JSON
-        r = jobctl(["usage", "--since", "2026-11-01", "--group-by", "model"], env)
+    else:  # jobd serves it: jobctl prints jobd's report as a table, or as JSON
+        r = jobctl(["usage", "--since", "2026-11-01", "--group-by", "model", "--json"], env)
         assert r.returncode == 0, (r.returncode, r.stderr)
         report = json.loads(r.stdout)
         assert isinstance(report.get("data"), list), report
+        r = jobctl(["usage", "--since", "2026-11-01"], env)
+        assert r.returncode == 0, (r.returncode, r.stderr)
+        rows = [x.split() for x in r.stdout.splitlines()]
+        assert rows[0] == ["MODEL", "REQUESTS", "INPUT", "CACHED", "OUTPUT", "TOTAL", "COST"], rows
+        assert rows[-1] == ["total", "0", "0", "0", "0", "0", "$0.000000"], rows
+        r = jobctl(["usage", "--group-by", "tenant"], env)
+        assert r.returncode == 2 and "--group-by" in r.stderr, r.stderr
     # the routes jobd does serve: an unknown id is "not found", no dead letters is not an error
     r = jobctl(["retry-dead", "req_01jf8y2n6q3c5v7x9z1b3d5f7h"], env)
     assert r.returncode == 22 and "dead letter req_01jf8y2n6q3c5v7x9z1b3d5f7h not found" in r.stderr, r.stderr
