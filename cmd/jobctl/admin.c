@@ -18,7 +18,8 @@
 /* ---- usage ----------------------------------------------------------------------------------- */
 
 static const char *usage_usage =
-    "usage: jobctl usage [--since T] [--until T] [--group-by model|batch|day] [--json]\n"
+    "usage: jobctl usage [--since T] [--until T] [--group-by model|batch|day|tenant] [--json]\n"
+    "                    [--all-tenants [--tenant NAME]] [--admin-token T]\n"
     "\n"
     "Token usage and cost of your batches from jobd's ledger (GET /v1/usage): one\n"
     "row per model (default), batch or UTC day, then the total. T is a date\n"
@@ -26,9 +27,13 @@ static const char *usage_usage =
     "--since is inclusive, --until exclusive (default: all time up to now).\n"
     "Costs come from jobd's price table (jobd --prices), exact in micro-dollars.\n"
     "--json prints jobd's report object instead.\n"
+    "--all-tenants reports every tenant (GET /v1/admin/usage, jobd's admin token:\n"
+    "--admin-token / JOBD_ADMIN_TOKEN), one row per tenant id by default;\n"
+    "--tenant NAME (or ten_... id) restricts it to one tenant.\n"
     "\n"
-    "example:\n"
-    "  jobctl usage --since 2026-11-01 --group-by day\n";
+    "examples:\n"
+    "  jobctl usage --since 2026-11-01 --group-by day\n"
+    "  JOBD_ADMIN_TOKEN=... jobctl usage --all-tenants --since 2026-11-01\n";
 
 /* One row of the usage table from a bucket (or the totals) object. */
 static void usage_row(const char *key, const json_t *o, FILE *f)
@@ -50,13 +55,17 @@ static void usage_row(const char *key, const json_t *o, FILE *f)
 
 int cmd_usage(struct jc *jc, int argc, char **argv)
 {
-    const char *since = NULL, *until = NULL, *group = NULL;
-    int json_out = 0;
+    const char *since = NULL, *until = NULL, *group = NULL, *tenant = NULL;
+    int json_out = 0, all = 0;
     struct cfg_opt opts[] = {
         {"since", NULL, CFG_STR, &since, "T", "from this time (inclusive)"},
         {"until", NULL, CFG_STR, &until, "T", "to this time (exclusive)"},
-        {"group-by", NULL, CFG_STR, &group, "FIELD", "model (default), batch or day: one row per value"},
+        {"group-by", NULL, CFG_STR, &group, "FIELD",
+         "model (default), batch or day: one row per value (tenant, default with --all-tenants)"},
         {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's report as JSON"},
+        {"all-tenants", NULL, CFG_BOOL, &all, NULL, "every tenant's usage (admin token)"},
+        {"tenant", NULL, CFG_STR, &tenant, "NAME", "with --all-tenants: only this tenant"},
+        JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -64,14 +73,19 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
     if ((rc = jc_parse(jc, usage_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0, 0,
                        &n_pos)) >= 0)
         return rc;
-    if (group && strcmp(group, "model") && strcmp(group, "batch") && strcmp(group, "day"))
-        return jc_usage_error(jc, "--group-by: use model, batch or day");
+    if (group && strcmp(group, "model") && strcmp(group, "batch") && strcmp(group, "day") &&
+        (!all || strcmp(group, "tenant")))
+        return jc_usage_error(jc, all ? "--group-by: use tenant, model, batch or day" : "--group-by: use model, batch or day");
+    if (tenant && !all)
+        return jc_usage_error(jc, "--tenant needs --all-tenants");
+    if (all)
+        jc->admin = 2;
     struct buf p;
     buf_init(&p, 8192);
     char sep = '?';
-    rc = buf_append_str(&p, "/v1/usage");
-    const char *names[] = {"since", "until", "group_by"}, *vals[] = {since, until, group};
-    for (int i = 0; i < 3 && !rc; i++) {
+    rc = buf_append_str(&p, all ? "/v1/admin/usage" : "/v1/usage");
+    const char *names[] = {"since", "until", "group_by", "tenant"}, *vals[] = {since, until, group, tenant};
+    for (int i = 0; i < 4 && !rc; i++) {
         if (!vals[i])
             continue;
         rc = buf_printf(&p, "%c%s=", sep, names[i]) || jc_url_escape(&p, vals[i]);
@@ -84,9 +98,9 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
         if (json_out) {
             jc_print_json(v, stdout, 2);
         } else {
-            const char *g = group ? group : "model";
+            const char *g = group ? group : all ? "tenant" : "model";
             js_get_str(v, "group_by", &g);
-            const char *col = g[0] == 'b' ? "BATCH" : g[0] == 'd' ? "DAY" : "MODEL";
+            const char *col = g[0] == 'b' ? "BATCH" : g[0] == 'd' ? "DAY" : g[0] == 't' ? "TENANT" : "MODEL";
             fprintf(stdout, "%-32s %9s %12s %12s %12s %12s %14s\n", col, "REQUESTS", "INPUT", "CACHED",
                     "OUTPUT", "TOTAL", "COST");
             if (!js_get_arr(v, "data", &data)) {

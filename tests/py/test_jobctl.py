@@ -670,6 +670,23 @@ def test_routes_this_jobd_lacks_are_named():
     assert r.returncode == 0 and r.stdout == f"batch {bid}: 0 dead letters, 0 requeued, 0 refused\n", r
 
 
+def test_usage_all_tenants_needs_the_admin_token():
+    d, env = start(args=["--admin-token", "adm-jc"])
+    r = jobctl(["usage", "--tenant", "alpha"], env)
+    assert r.returncode == 2 and "--all-tenants" in r.stderr, r.stderr
+    r = jobctl(["usage", "--all-tenants"], env)  # the API key is not the admin token
+    assert r.returncode == 21 and "admin token" in r.stderr, (r.returncode, r.stderr)
+    e = {**env, "JOBD_ADMIN_TOKEN": "adm-jc"}
+    r = jobctl(["usage", "--all-tenants"], e)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    rows = [x.split() for x in r.stdout.splitlines()]
+    assert rows[0][0] == "TENANT" and rows[-1][0] == "total", rows
+    r = jobctl(["usage", "--all-tenants", "--tenant", "alpha", "--group-by", "day", "--json"], e)
+    assert r.returncode == 0 and json.loads(r.stdout)["tenant_id"].startswith("ten_"), (r.returncode, r.stderr)
+    r = jobctl(["usage", "--all-tenants", "--tenant", "nobody"], e)
+    assert r.returncode == 22, (r.returncode, r.stderr)
+
+
 def test_nightly_example_is_safe_to_run_twice():
     d, env = start()
     bad = write(os.path.join(tmpdir(), "today.jsonl"), jsonl(2) + b"[not an object]\n")
