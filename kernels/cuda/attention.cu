@@ -1,0 +1,226 @@
+// attention.cu - causal GQA attention over the paged bf16 KV cache, decode
+// and prefill in one kernel (flash-decoding split over the context, online
+// softmax, no materialised score matrix).
+//
+// Shapes (struct kn_cuda_attn in kn_cuda.h): q (n_tok rows of q_stride
+// floats, query head h at h*head_dim, after RoPE); K/V cache of one layer,
+// rows of n_head_kv*head_dim bf16, position p of a sequence at row
+// block_table[p / block_tokens] * block_tokens + p % block_tokens; out
+// (n_tok, n_head*head_dim) f32 or bf16.
+//
+// Grid: (tile, kv head, split). A tile is up to tile_max consecutive batch
+// tokens of one sequence (a decode token is a tile of one; a prefill chunk
+// is cut into tiles); a split is a range of split_len positions. The CTA
+// has one warp per (tile token, query head of the kv head's GQA group), so
+// the K/V of a chunk of 32 positions is loaded into shared memory once and
+// used by every query row of the group and tile. In a warp each lane owns
+// head_dim/32 consecutive dimensions: the q.k dot product is a per-lane
+// partial plus a 5-step xor-shuffle reduction, then the online softmax
+// update (running max m, sum l, accumulator acc in fp32, expf). A row stops
+// at its own position (causal). With more than one split every row writes
+// (m, l, acc) to the workspace and a second kernel merges the splits with
+// their log-sum-exp weights. Splits are chosen so that tiles x kv heads x
+// splits fills about two waves of SMs (fixed per launch shape: a token's
+// numbers may change at rounding level with the batch composition).
+//
+// Accumulation: fp32 throughout; K/V are bf16 (the cache format). Against
+// kn_attn_paged_f32 run on the same bf16-rounded K/V, q and scale: 1e-5
+// relative per element in f32 output (exp and summation order differ); the
+// bf16 output adds bf16 rounding (4e-3 relative).
+#include <math.h>
+
+#include "device.cuh"
+
+extern "C" {
+#include "common/err.h"
+}
+
+namespace {
+
+constexpr int CH = 32;        // positions per shared-memory chunk
+constexpr int MIN_SPLIT = 128; // smallest split (positions)
+
+template <int DPL>
+__global__ void __launch_bounds__(1024)
+attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
+{
+    constexpr int HD = DPL * 32;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16 *sk = (__nv_bfloat16 *)smem_raw;
+    __nv_bfloat16 *sv = sk + CH * HD;
+
+    const int tile = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+    const int t0 = a.tiles[2 * tile], cnt = a.tiles[2 * tile + 1];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wt = warp / group, wg = warp % group;
+    const bool active = wt < cnt;
+    const int t = t0 + (active ? wt : 0);
+    const int h = kvh * group + wg;
+    const int seq = a.tok_seq[t0];
+    const int kv_dim = a.n_head_kv * HD;
+    const int32_t *bt = a.block_tables + (size_t)seq * a.max_blocks;
+
+    int cta_ctx = 0;
+    for (int i = 0; i < cnt; i++)
+        cta_ctx = max(cta_ctx, a.tok_pos[t0 + i] + 1);
+    const int my_ctx = active ? a.tok_pos[t] + 1 : 0;
+    const int p_begin = sp * split_len, p_end = min(p_begin + split_len, cta_ctx);
+
+    float q[DPL], acc[DPL];
+    const float *qr = a.q + (size_t)t * a.q_stride + (size_t)h * HD + lane * DPL;
+#pragma unroll
+    for (int i = 0; i < DPL; i++) {
+        q[i] = qr[i];
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+
+    constexpr int VPP = HD / 8; // 16-byte vectors per position
+    for (int c0 = p_begin; c0 < p_end; c0 += CH) {
+        const int n = min(CH, p_end - c0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < n * VPP; idx += blockDim.x) {
+            int pp = idx / VPP, vv = idx % VPP, p = c0 + pp;
+            size_t row = (size_t)bt[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
+            size_t off = row * kv_dim + (size_t)kvh * HD;
+            ((uint4 *)sk)[idx] = ((const uint4 *)((const __nv_bfloat16 *)a.k_cache + off))[vv];
+            ((uint4 *)sv)[idx] = ((const uint4 *)((const __nv_bfloat16 *)a.v_cache + off))[vv];
+        }
+        __syncthreads();
+        if (!active)
+            continue;
+        const int lim = min(n, my_ctx - c0);
+        for (int pp = 0; pp < lim; pp++) {
+            const __nv_bfloat16 *kr = sk + pp * HD + lane * DPL;
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DPL; i++)
+                dot = fmaf(q[i], __bfloat162float(kr[i]), dot);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            const float s = dot * a.scale;
+            const float mn = fmaxf(m, s);
+            const float corr = expf(m - mn), pe = expf(s - mn);
+            l = l * corr + pe;
+            const __nv_bfloat16 *vr = sv + pp * HD + lane * DPL;
+#pragma unroll
+            for (int i = 0; i < DPL; i++)
+                acc[i] = fmaf(pe, __bfloat162float(vr[i]), acc[i] * corr);
+            m = mn;
+        }
+    }
+    if (!active)
+        return;
+    const size_t oh = (size_t)t * a.n_head + h;
+    if (n_split == 1) {
+        const float inv = 1.0f / l;
+#pragma unroll
+        for (int i = 0; i < DPL; i++)
+            kn_store(a.out, a.out_bf16, oh * HD + lane * DPL + i, acc[i] * inv);
+        return;
+    }
+    float *w = a.work + (oh * n_split + sp) * (HD + 2);
+    if (lane == 0) {
+        w[0] = m;
+        w[1] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < DPL; i++)
+        w[2 + lane * DPL + i] = acc[i];
+}
+
+// One block per (token, head), one thread per dimension.
+__global__ void attn_combine_kernel(void *out, int out_bf16, const float *work, int n_split,
+                                    int head_dim)
+{
+    const size_t oh = blockIdx.x;
+    const float *w = work + oh * n_split * (size_t)(head_dim + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < n_split; s++)
+        mx = fmaxf(mx, w[(size_t)s * (head_dim + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float *ws = w + (size_t)s * (head_dim + 2);
+        if (ws[1] > 0.0f)
+            L += ws[1] * expf(ws[0] - mx);
+    }
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float *ws = w + (size_t)s * (head_dim + 2);
+            if (ws[1] > 0.0f)
+                o = fmaf(ws[2 + d], expf(ws[0] - mx), o);
+        }
+        kn_store(out, out_bf16, oh * head_dim + d, o / L);
+    }
+}
+
+size_t work_bytes_for(int n_tok, int n_head, int head_dim, int n_split)
+{
+    return (size_t)n_tok * n_head * n_split * (size_t)(head_dim + 2) * sizeof(float);
+}
+
+} // namespace
+
+extern "C" int kn_cuda_attention_tile_max(int n_head, int n_head_kv)
+{
+    if (n_head_kv <= 0 || n_head % n_head_kv)
+        return 1;
+    int group = n_head / n_head_kv;
+    int t = group > 0 ? 32 / group : 1;
+    return t < 1 ? 1 : t > 8 ? 8 : t;
+}
+
+extern "C" size_t kn_cuda_attention_work_bytes(int n_tok, int n_head, int head_dim, int max_ctx)
+{
+    int n_split = (max_ctx + MIN_SPLIT - 1) / MIN_SPLIT;
+    return work_bytes_for(n_tok, n_head, head_dim, n_split < 1 ? 1 : n_split);
+}
+
+int kn_cuda_attention(struct kn_cuda *c, const struct kn_cuda_attn *a)
+{
+    if (a->n_tok <= 0 || a->n_tiles <= 0)
+        return 0;
+    if (a->n_head_kv <= 0 || a->n_head % a->n_head_kv || a->max_ctx <= 0 || a->block_tokens <= 0 ||
+        a->tile_max <= 0)
+        return ERR_INVAL;
+    const int group = a->n_head / a->n_head_kv;
+    const int hd = a->head_dim;
+    if ((hd != 64 && hd != 128 && hd != 256) || group > 32 || a->tile_max * group > 32)
+        return ERR_UNSUPPORTED;
+    // split: about two waves of CTAs, never below MIN_SPLIT positions
+    long base = (long)a->n_tiles * a->n_head_kv;
+    long want = (2L * kn_cuda_sm_count(c) + base - 1) / base;
+    int split_len = (int)((a->max_ctx + want - 1) / want);
+    split_len = ((split_len + CH - 1) / CH) * CH;
+    if (split_len < MIN_SPLIT)
+        split_len = MIN_SPLIT;
+    int n_split = (a->max_ctx + split_len - 1) / split_len;
+    while (n_split > 1 && work_bytes_for(a->n_tok, a->n_head, hd, n_split) > a->work_bytes) {
+        split_len *= 2;
+        n_split = (a->max_ctx + split_len - 1) / split_len;
+    }
+    if (n_split > 1 && !a->work)
+        return ERR_TOOBIG;
+    dim3 grid((unsigned)a->n_tiles, (unsigned)a->n_head_kv, (unsigned)n_split);
+    unsigned threads = (unsigned)(a->tile_max * group * 32);
+    size_t smem = 2u * CH * (size_t)hd * sizeof(__nv_bfloat16);
+    switch (hd) {
+    case 64:
+        attn_kernel<2><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
+        break;
+    case 128:
+        attn_kernel<4><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
+        break;
+    default:
+        attn_kernel<8><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
+        break;
+    }
+    int rc = kn_cuda_check(cudaGetLastError(), "attn_kernel");
+    if (rc || n_split == 1)
+        return rc;
+    attn_combine_kernel<<<(unsigned)((size_t)a->n_tok * a->n_head), hd, 0, c->stream>>>(
+        a->out, a->out_bf16, a->work, n_split, hd);
+    return kn_cuda_check(cudaGetLastError(), "attn_combine_kernel");
+}
