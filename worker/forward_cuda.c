@@ -257,8 +257,8 @@ int fwdcuda_new(const struct model *m, const struct model_ctx_params *p,
                 const struct kv_cache *kv, struct fwdcuda **out)
 {
     const struct model_hparams *hp = &m->hp;
-    if (hp->head_dim != 64 && hp->head_dim != 128 && hp->head_dim != 256) {
-        log_error("cuda: head dim %d is not supported (64, 128, 256)", hp->head_dim);
+    if (hp->head_dim % 8 || hp->head_dim > 256) {
+        log_error("cuda: head dim %d is not supported (a multiple of 8 up to 256)", hp->head_dim);
         return ERR_UNSUPPORTED;
     }
     if (hp->n_head / hp->n_head_kv > 32) {

@@ -23,6 +23,9 @@
 // splits fills about two waves of SMs (fixed per launch shape: a token's
 // numbers may change at rounding level with the batch composition).
 //
+// head_dim: any multiple of 8 up to 256 (lanes own ceil(head_dim/32)
+// rounded up to 1, 2, 4 or 8 dimensions; lanes past head_dim idle).
+//
 // Accumulation: fp32 throughout; K/V are bf16 (the cache format). Against
 // kn_attn_paged_f32 run on the same bf16-rounded K/V, q and scale: 1e-5
 // relative per element in f32 output (exp and summation order differ); the
@@ -40,11 +43,12 @@ namespace {
 constexpr int CH = 32;        // positions per shared-memory chunk
 constexpr int MIN_SPLIT = 128; // smallest split (positions)
 
+// DPL: dimensions per lane, HD = a.head_dim <= 32 * DPL (lanes past HD idle).
 template <int DPL>
 __global__ void __launch_bounds__(1024)
 attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
 {
-    constexpr int HD = DPL * 32;
+    const int HD = a.head_dim;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16 *sk = (__nv_bfloat16 *)smem_raw;
     __nv_bfloat16 *sv = sk + CH * HD;
@@ -67,15 +71,16 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
     const int p_begin = sp * split_len, p_end = min(p_begin + split_len, cta_ctx);
 
     float q[DPL], acc[DPL];
-    const float *qr = a.q + (size_t)t * a.q_stride + (size_t)h * HD + lane * DPL;
+    const int d0 = lane * DPL;
+    const float *qr = a.q + (size_t)t * a.q_stride + (size_t)h * HD + d0;
 #pragma unroll
     for (int i = 0; i < DPL; i++) {
-        q[i] = qr[i];
+        q[i] = d0 + i < HD ? qr[i] : 0.0f;
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
 
-    constexpr int VPP = HD / 8; // 16-byte vectors per position
+    const int VPP = HD / 8; // 16-byte vectors per position
     for (int c0 = p_begin; c0 < p_end; c0 += CH) {
         const int n = min(CH, p_end - c0);
         __syncthreads();
@@ -91,11 +96,12 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
             continue;
         const int lim = min(n, my_ctx - c0);
         for (int pp = 0; pp < lim; pp++) {
-            const __nv_bfloat16 *kr = sk + pp * HD + lane * DPL;
+            const __nv_bfloat16 *kr = sk + pp * HD + d0;
             float dot = 0.0f;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                dot = fmaf(q[i], __bfloat162float(kr[i]), dot);
+                if (d0 + i < HD)
+                    dot = fmaf(q[i], __bfloat162float(kr[i]), dot);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1)
                 dot += __shfl_xor_sync(0xffffffffu, dot, o);
@@ -103,10 +109,11 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
             const float mn = fmaxf(m, s);
             const float corr = expf(m - mn), pe = expf(s - mn);
             l = l * corr + pe;
-            const __nv_bfloat16 *vr = sv + pp * HD + lane * DPL;
+            const __nv_bfloat16 *vr = sv + pp * HD + d0;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                acc[i] = fmaf(pe, __bfloat162float(vr[i]), acc[i] * corr);
+                if (d0 + i < HD)
+                    acc[i] = fmaf(pe, __bfloat162float(vr[i]), acc[i] * corr);
             m = mn;
         }
     }
@@ -117,7 +124,8 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
         const float inv = 1.0f / l;
 #pragma unroll
         for (int i = 0; i < DPL; i++)
-            kn_store(a.out, a.out_bf16, oh * HD + lane * DPL + i, acc[i] * inv);
+            if (d0 + i < HD)
+                kn_store(a.out, a.out_bf16, oh * HD + d0 + i, acc[i] * inv);
         return;
     }
     float *w = a.work + (oh * n_split + sp) * (HD + 2);
@@ -127,7 +135,8 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
     }
 #pragma unroll
     for (int i = 0; i < DPL; i++)
-        w[2 + lane * DPL + i] = acc[i];
+        if (d0 + i < HD)
+            w[2 + d0 + i] = acc[i];
 }
 
 // One block per (token, head), one thread per dimension.
@@ -187,7 +196,7 @@ int kn_cuda_attention(struct kn_cuda *c, const struct kn_cuda_attn *a)
         return ERR_INVAL;
     const int group = a->n_head / a->n_head_kv;
     const int hd = a->head_dim;
-    if ((hd != 64 && hd != 128 && hd != 256) || group > 32 || a->tile_max * group > 32)
+    if (hd <= 0 || hd % 8 || hd > 256 || group > 32 || a->tile_max * group > 32)
         return ERR_UNSUPPORTED;
     // split: about two waves of CTAs, never below MIN_SPLIT positions
     long base = (long)a->n_tiles * a->n_head_kv;
@@ -206,17 +215,14 @@ int kn_cuda_attention(struct kn_cuda *c, const struct kn_cuda_attn *a)
     dim3 grid((unsigned)a->n_tiles, (unsigned)a->n_head_kv, (unsigned)n_split);
     unsigned threads = (unsigned)(a->tile_max * group * 32);
     size_t smem = 2u * CH * (size_t)hd * sizeof(__nv_bfloat16);
-    switch (hd) {
-    case 64:
+    if (hd <= 32)
+        attn_kernel<1><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
+    else if (hd <= 64)
         attn_kernel<2><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
-        break;
-    case 128:
+    else if (hd <= 128)
         attn_kernel<4><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
-        break;
-    default:
+    else
         attn_kernel<8><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
-        break;
-    }
     int rc = kn_cuda_check(cudaGetLastError(), "attn_kernel");
     if (rc || n_split == 1)
         return rc;

@@ -161,8 +161,8 @@ struct kn_cuda_attn {
     float *work;                 /* workspace, work_bytes */
     size_t work_bytes;
 };
-/* head_dim must be 64, 128 or 256 and n_head / n_head_kv <= 32: otherwise
- * ERR_UNSUPPORTED. ERR_TOOBIG when work cannot hold one split per token. */
+/* head_dim must be a multiple of 8 up to 256 and n_head / n_head_kv <= 32:
+ * otherwise ERR_UNSUPPORTED. ERR_TOOBIG when work cannot hold one split per token. */
 int kn_cuda_attention(struct kn_cuda *c, const struct kn_cuda_attn *a);
 /* Largest tile_max the kernel accepts for this GQA group size. */
 int kn_cuda_attention_tile_max(int n_head, int n_head_kv);

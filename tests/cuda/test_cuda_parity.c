@@ -489,6 +489,9 @@ TEST(cuda_paged_attention_matches_cpu)
         /* mixed: prefill chunks and decode tokens in one batch */
         {"mixed", 16, 2, 256, 3, {0, 500, 17}, {20, 1, 9}, 1},
         {"mixed no work", 8, 8, 64, 2, {260, 0}, {1, 45}, 0},
+        /* the tiny verification models' head dim */
+        {"tiny hd16", 4, 2, 16, 2, {3, 0}, {1, 17}, 1},
+        {"hd 96", 12, 4, 96, 2, {130, 5}, {1, 9}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_attn_case(c, &cases[i], 1000 + (uint32_t)i * 17);
@@ -500,7 +503,7 @@ TEST(cuda_attention_refuses_unsupported_shapes)
     struct kn_cuda *c = cu_open();
     struct kn_cuda_attn a;
     memset(&a, 0, sizeof a);
-    a.n_tok = 1, a.n_tiles = 1, a.tile_max = 1, a.n_head = 4, a.n_head_kv = 4, a.head_dim = 96;
+    a.n_tok = 1, a.n_tiles = 1, a.tile_max = 1, a.n_head = 4, a.n_head_kv = 4, a.head_dim = 100;
     a.block_tokens = 16, a.max_ctx = 1;
     CHECK_EQ_INT(kn_cuda_attention(c, &a), ERR_UNSUPPORTED);
     a.head_dim = 64, a.n_head_kv = 3; /* 4 % 3 */
