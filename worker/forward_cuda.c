@@ -54,6 +54,21 @@ int fwdcuda_forward(struct fwdcuda *f, const struct kv_cache *kv, const struct m
     return ERR_UNSUPPORTED;
 }
 
+int fwdcuda_new_synthetic(const struct model_hparams *hp, const struct model_ctx_params *p,
+                          const struct kv_cache *kv, uint64_t seed, struct fwdcuda **out)
+{
+    (void)hp, (void)p, (void)kv, (void)seed, (void)out;
+    return ERR_UNSUPPORTED;
+}
+
+int fwdcuda_forward_greedy(struct fwdcuda *f, const struct kv_cache *kv,
+                           const struct model_batch *b, const int32_t *out_rows, int n_out,
+                           int32_t *ids)
+{
+    (void)f, (void)kv, (void)b, (void)out_rows, (void)n_out, (void)ids;
+    return ERR_UNSUPPORTED;
+}
+
 void fwdcuda_copy_block(void *f, int32_t dst, int32_t src, int n_pos)
 {
     (void)f, (void)dst, (void)src, (void)n_pos;
@@ -78,7 +93,10 @@ struct fw_layer {
 
 struct fwdcuda {
     struct kn_cuda *c;
-    const struct model *m;
+    const struct model *m;       /* NULL for a synthetic model */
+    struct model_hparams hp;
+    uint32_t embd_type;          /* type of tok_embd_raw */
+    size_t embd_row_bytes;
     int n_batch_max, n_out_max, n_seq, max_blocks, block_tokens, n_ctx;
     int q_dim, kv_dim, qkv_dim, tile_max;
     int err;                     /* sticky error of fwdcuda_copy_block */
@@ -179,6 +197,8 @@ static int upload_weights(struct fwdcuda *f)
 {
     const struct model *m = f->m;
     const struct model_hparams *hp = &m->hp;
+    f->embd_type = m->tok_embd.type;
+    f->embd_row_bytes = m->tok_embd.row_bytes;
     size_t raw_cap = mat_bytes(&m->tok_embd);
     if (mat_bytes(&m->output) > raw_cap)
         raw_cap = mat_bytes(&m->output);
@@ -253,10 +273,52 @@ static size_t align8(size_t x)
     return (x + 7) & ~(size_t)7;
 }
 
-int fwdcuda_new(const struct model *m, const struct model_ctx_params *p,
-                const struct kv_cache *kv, struct fwdcuda **out)
+/* Random bf16 weights of the shapes of hp (synthetic benchmark models):
+ * uniform in +-1/sqrt(fan_in), norms 1, no biases; the embedding table is a
+ * BF16 "GGUF" table. */
+static int random_weights(struct fwdcuda *f, uint64_t seed)
 {
-    const struct model_hparams *hp = &m->hp;
+    const struct model_hparams *hp = &f->hp;
+    size_t e = (size_t)hp->n_embd, nff = (size_t)hp->n_ff, nv = (size_t)hp->n_vocab;
+    float *ones = malloc(e * sizeof(float));
+    if (!ones)
+        return ERR_NOMEM;
+    for (size_t i = 0; i < e; i++)
+        ones[i] = 1.0f;
+    float se = 1.0f / sqrtf((float)e), sq = 1.0f / sqrtf((float)f->q_dim);
+    float sf = 1.0f / sqrtf((float)nff);
+    int rc;
+    f->embd_type = QUANT_BF16;
+    f->embd_row_bytes = e * 2;
+    if ((rc = fw_alloc(f, nv * e * 2, &f->tok_embd_raw)) ||
+        (rc = kn_cuda_fill_random_bf16(f->c, f->tok_embd_raw, nv * e, seed++, 1.0f)) ||
+        (rc = fw_alloc(f, nv * e * 2, &f->wout)) ||
+        (rc = kn_cuda_fill_random_bf16(f->c, f->wout, nv * e, seed++, se)) ||
+        (rc = fw_vec(f, ones, hp->n_embd, &f->output_norm)))
+        goto out;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct fw_layer *F = &f->layers[l];
+        if ((rc = fw_vec(f, ones, hp->n_embd, &F->attn_norm)) ||
+            (rc = fw_vec(f, ones, hp->n_embd, &F->ffn_norm)) ||
+            (rc = fw_alloc(f, (size_t)f->qkv_dim * e * 2, &F->wqkv)) ||
+            (rc = kn_cuda_fill_random_bf16(f->c, F->wqkv, (size_t)f->qkv_dim * e, seed++, se)) ||
+            (rc = fw_alloc(f, e * (size_t)f->q_dim * 2, &F->wo)) ||
+            (rc = kn_cuda_fill_random_bf16(f->c, F->wo, e * (size_t)f->q_dim, seed++, sq)) ||
+            (rc = fw_alloc(f, 2 * nff * e * 2, &F->wgu)) ||
+            (rc = kn_cuda_fill_random_bf16(f->c, F->wgu, 2 * nff * e, seed++, se)) ||
+            (rc = fw_alloc(f, e * nff * 2, &F->wd)) ||
+            (rc = kn_cuda_fill_random_bf16(f->c, F->wd, e * nff, seed++, sf)))
+            goto out;
+    }
+out:
+    free(ones);
+    return rc;
+}
+
+static int fwdcuda_create(const struct model *m, const struct model_hparams *hp,
+                          const struct model_ctx_params *p, const struct kv_cache *kv,
+                          uint64_t seed, struct fwdcuda **out)
+{
     if (hp->head_dim % 8 || hp->head_dim > 256) {
         log_error("cuda: head dim %d is not supported (a multiple of 8 up to 256)", hp->head_dim);
         return ERR_UNSUPPORTED;
@@ -274,6 +336,7 @@ int fwdcuda_new(const struct model *m, const struct model_ctx_params *p,
         return rc;
     }
     f->m = m;
+    f->hp = *hp;
     f->n_batch_max = p->n_batch_max;
     f->n_out_max = p->n_out_max;
     f->n_seq = kv->n_seq;
@@ -287,14 +350,15 @@ int fwdcuda_new(const struct model *m, const struct model_ctx_params *p,
     rc = ERR_NOMEM;
     if (!(f->layers = calloc((size_t)hp->n_layer, sizeof *f->layers)))
         goto out;
-    if ((rc = upload_weights(f)))
+    if ((rc = m ? upload_weights(f) : random_weights(f, seed)))
         goto out;
     double *theta = malloc((size_t)(hp->n_rot / 2) * sizeof(double));
     if (!theta) {
         rc = ERR_NOMEM;
         goto out;
     }
-    kn_cuda_rope_theta(theta, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, m->rope_freqs);
+    kn_cuda_rope_theta(theta, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                       m ? m->rope_freqs : NULL);
     void *dth = NULL;
     rc = fw_alloc(f, (size_t)(hp->n_rot / 2) * sizeof(double), &dth);
     if (!rc)
@@ -324,6 +388,10 @@ int fwdcuda_new(const struct model *m, const struct model_ctx_params *p,
         goto out;
     f->kc = pk, f->vc = pv, f->x = px, f->xb = pxb, f->qkv = pqkv, f->att = patt, f->gu = pgu;
     f->hb = phb, f->xo = pxo, f->logits = plog, f->work = pw;
+    /* a synthetic model starts with random K/V everywhere (benchmarks attend to it) */
+    if (!m && ((rc = kn_cuda_fill_random_bf16(f->c, pk, kvb / 2, seed + 1000, 1.0f)) ||
+               (rc = kn_cuda_fill_random_bf16(f->c, pv, kvb / 2, seed + 1001, 1.0f))))
+        goto out;
     /* staging: tokens, pos, seq (nb int32 each), tiles (2 nb), out rows (no),
      * block tables (n_seq * max_blocks), slots (nb int64) */
     size_t o = 0;
@@ -352,10 +420,22 @@ out:
     return rc;
 }
 
+int fwdcuda_new(const struct model *m, const struct model_ctx_params *p,
+                const struct kv_cache *kv, struct fwdcuda **out)
+{
+    return fwdcuda_create(m, &m->hp, p, kv, 0, out);
+}
+
+int fwdcuda_new_synthetic(const struct model_hparams *hp, const struct model_ctx_params *p,
+                          const struct kv_cache *kv, uint64_t seed, struct fwdcuda **out)
+{
+    return fwdcuda_create(NULL, hp, p, kv, seed, out);
+}
+
 void fwdcuda_copy_block(void *fp, int32_t dst, int32_t src, int n_pos)
 {
     struct fwdcuda *f = fp;
-    const struct model_hparams *hp = &f->m->hp;
+    const struct model_hparams *hp = &f->hp;
     size_t bt = (size_t)f->block_tokens, kd = (size_t)f->kv_dim;
     for (int l = 0; l < hp->n_layer && !f->err; l++) {
         size_t base = (size_t)l * f->layer_rows * kd * 2;
@@ -408,11 +488,11 @@ static int stage_batch(struct fwdcuda *f, const struct kv_cache *kv, const struc
     return n_tiles;
 }
 
-int fwdcuda_forward(struct fwdcuda *f, const struct kv_cache *kv, const struct model_batch *b,
-                    const int32_t *out_rows, int n_out, float *logits)
+/* The layers and the LM head of one step; logits stay on the device. */
+static int run_step(struct fwdcuda *f, const struct kv_cache *kv, const struct model_batch *b,
+                    const int32_t *out_rows, int n_out)
 {
-    const struct model *m = f->m;
-    const struct model_hparams *hp = &m->hp;
+    const struct model_hparams *hp = &f->hp;
     struct kn_cuda *c = f->c;
     int n = b->n_tokens, rc;
     if (f->err)
@@ -432,8 +512,8 @@ int fwdcuda_forward(struct fwdcuda *f, const struct kv_cache *kv, const struct m
     const int64_t *d_slot = (const int64_t *)(f->dstage + f->off_slot);
     int e = hp->n_embd, nff = hp->n_ff, qd = f->q_dim, kd = f->kv_dim, qkv = f->qkv_dim;
     int neox = hp->rope_neox;
-    if ((rc = kn_cuda_dequant(c, f->x, 0, f->tok_embd_raw, m->tok_embd.type,
-                              m->tok_embd.row_bytes, d_tok, n, e)))
+    if ((rc = kn_cuda_dequant(c, f->x, 0, f->tok_embd_raw, f->embd_type, f->embd_row_bytes, d_tok,
+                              n, e)))
         return rc;
     for (int l = 0; l < hp->n_layer; l++) {
         const struct fw_layer *L = &f->layers[l];
@@ -462,17 +542,41 @@ int fwdcuda_forward(struct fwdcuda *f, const struct kv_cache *kv, const struct m
             (rc = kn_cuda_gemm_bf16(c, f->x, (size_t)e, f->hb, L->wd, n, nff, e, 1.0f)))
             return rc;
     }
+    if (n_out > 0 &&
+        ((rc = kn_cuda_rmsnorm(c, f->xo, 1, f->x, f->output_norm, d_out, n_out, e, hp->rms_eps)) ||
+         (rc = kn_cuda_gemm_bf16(c, f->logits, (size_t)hp->n_vocab, f->xo, f->wout, n_out, e,
+                                 hp->n_vocab, 0.0f))))
+        return rc;
+    return 0;
+}
+
+int fwdcuda_forward(struct fwdcuda *f, const struct kv_cache *kv, const struct model_batch *b,
+                    const int32_t *out_rows, int n_out, float *logits)
+{
+    int rc = run_step(f, kv, b, out_rows, n_out);
+    if (rc)
+        return rc;
+    if (n_out > 0)
+        return kn_cuda_download(f->c, logits, f->logits,
+                                (size_t)n_out * (size_t)f->hp.n_vocab * sizeof(float));
+    return kn_cuda_sync(f->c);
+}
+
+int fwdcuda_forward_greedy(struct fwdcuda *f, const struct kv_cache *kv,
+                           const struct model_batch *b, const int32_t *out_rows, int n_out,
+                           int32_t *ids)
+{
+    int rc = run_step(f, kv, b, out_rows, n_out);
+    if (rc)
+        return rc;
     if (n_out > 0) {
-        if ((rc = kn_cuda_rmsnorm(c, f->xo, 1, f->x, f->output_norm, d_out, n_out, e,
-                                  hp->rms_eps)) ||
-            (rc = kn_cuda_gemm_bf16(c, f->logits, (size_t)hp->n_vocab, f->xo, f->wout, n_out, e,
-                                    hp->n_vocab, 0.0f)) ||
-            (rc = kn_cuda_download(c, logits, f->logits,
-                                   (size_t)n_out * (size_t)hp->n_vocab * sizeof(float))))
+        /* the ids land in the (now consumed) token slot of the device staging area */
+        int32_t *d_ids = (int32_t *)(f->dstage + f->off_tok);
+        if ((rc = kn_cuda_argmax(f->c, d_ids, f->logits, n_out, f->hp.n_vocab)))
             return rc;
-        return 0;
+        return kn_cuda_download(f->c, ids, d_ids, (size_t)n_out * sizeof(int32_t));
     }
-    return kn_cuda_sync(c);
+    return kn_cuda_sync(f->c);
 }
 
 #endif

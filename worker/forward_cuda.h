@@ -49,6 +49,20 @@ void fwdcuda_free(struct fwdcuda *f); /* NULL ok */
 int fwdcuda_forward(struct fwdcuda *f, const struct kv_cache *kv, const struct model_batch *b,
                     const int32_t *out_rows, int n_out, float *logits);
 
+/* A synthetic model of the shapes of hp (benchmarks only): seeded random
+ * bf16 weights generated on the device, norms 1, no biases, a BF16
+ * embedding table; kv only gives the cache geometry and the block tables
+ * at each step (its k/v arrays are not used). Errors as fwdcuda_new. */
+int fwdcuda_new_synthetic(const struct model_hparams *hp, const struct model_ctx_params *p,
+                          const struct kv_cache *kv, uint64_t seed, struct fwdcuda **out);
+
+/* fwdcuda_forward with greedy sampling on the device: ids (n_out) get the
+ * argmax of each marked token's logits (first on ties); only the ids are
+ * copied back. */
+int fwdcuda_forward_greedy(struct fwdcuda *f, const struct kv_cache *kv,
+                           const struct model_batch *b, const int32_t *out_rows, int n_out,
+                           int32_t *ids);
+
 /* kv_cache copy hook: copy the first n_pos positions of block src to block
  * dst in every layer (device to device). An error is kept and returned by
  * the next fwdcuda_forward. */
