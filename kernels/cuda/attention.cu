@@ -13,11 +13,14 @@
 // is cut into tiles); a split is a range of split_len positions. The CTA
 // has one warp per (tile token, query head of the kv head's GQA group), so
 // the K/V of a chunk of 32 positions is loaded into shared memory once and
-// used by every query row of the group and tile. In a warp each lane owns
-// head_dim/32 consecutive dimensions: the q.k dot product is a per-lane
-// partial plus a 5-step xor-shuffle reduction, then the online softmax
-// update (running max m, sum l, accumulator acc in fp32, expf). A row stops
-// at its own position (causal). With more than one split every row writes
+// used by every query row of the group and tile. Per chunk a warp computes
+// 32 scores at once (lane j: the full q.k dot product of position j, K rows
+// padded against bank conflicts, q in shared memory), takes the chunk's
+// max and sum with two 5-step shuffle reductions, rescales its running
+// (max m, sum l, accumulator acc) - the online softmax, fp32, expf - and
+// accumulates P.V with each lane owning head_dim/32 output dimensions and
+// the weights broadcast by shuffle. A row stops at its own position
+// (causal). With more than one split every row writes
 // (m, l, acc) to the workspace and a second kernel merges the splits with
 // their log-sum-exp weights. Splits are chosen so that tiles x kv heads x
 // splits fills about two waves of SMs (fixed per launch shape: a token's
@@ -43,15 +46,21 @@ namespace {
 constexpr int CH = 32;        // positions per shared-memory chunk
 constexpr int MIN_SPLIT = 128; // smallest split (positions)
 
-// DPL: dimensions per lane, HD = a.head_dim <= 32 * DPL (lanes past HD idle).
+// DPL: dimensions per lane in the P.V product, HD = a.head_dim <= 32 * DPL
+// (lanes past HD idle there).
+//
+// Shared memory: V chunk (CH x HD bf16, filled with 16-byte vectors), K
+// chunk (CH rows of HD/2 + 1 bf16 pairs: the odd row stride in 4-byte words
+// keeps the per-lane rows on distinct banks), and one f32 q row per warp.
 template <int DPL>
 __global__ void __launch_bounds__(1024)
 attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
 {
-    const int HD = a.head_dim;
+    const int HD = a.head_dim, KS = HD / 2 + 1;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __nv_bfloat16 *sk = (__nv_bfloat16 *)smem_raw;
-    __nv_bfloat16 *sv = sk + CH * HD;
+    __nv_bfloat16 *sv = (__nv_bfloat16 *)smem_raw;
+    __nv_bfloat162 *sk = (__nv_bfloat162 *)(sv + CH * HD);
+    float *sq = (float *)(sk + CH * KS);
 
     const int tile = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
     const int t0 = a.tiles[2 * tile], cnt = a.tiles[2 * tile + 1];
@@ -70,17 +79,23 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
     const int my_ctx = active ? a.tok_pos[t] + 1 : 0;
     const int p_begin = sp * split_len, p_end = min(p_begin + split_len, cta_ctx);
 
-    float q[DPL], acc[DPL];
+    // this warp's query row into shared memory (read back by this warp only)
+    float *qs = sq + warp * HD;
+    const float *qr = a.q + (size_t)t * a.q_stride + (size_t)h * HD;
+    for (int d = lane; d < HD; d += 32)
+        qs[d] = qr[d];
+    __syncwarp();
+    const float2 *q2 = (const float2 *)qs;
+
+    float acc[DPL];
     const int d0 = lane * DPL;
-    const float *qr = a.q + (size_t)t * a.q_stride + (size_t)h * HD + d0;
 #pragma unroll
-    for (int i = 0; i < DPL; i++) {
-        q[i] = d0 + i < HD ? qr[i] : 0.0f;
+    for (int i = 0; i < DPL; i++)
         acc[i] = 0.0f;
-    }
     float m = -INFINITY, l = 0.0f;
 
-    const int VPP = HD / 8; // 16-byte vectors per position
+    const int VPP = HD / 8;  // 16-byte vectors per V row
+    const int KPP = HD / 2;  // bf16 pairs per K row
     for (int c0 = p_begin; c0 < p_end; c0 += CH) {
         const int n = min(CH, p_end - c0);
         __syncthreads();
@@ -88,34 +103,57 @@ attn_kernel(struct kn_cuda_attn a, int group, int split_len, int n_split)
             int pp = idx / VPP, vv = idx % VPP, p = c0 + pp;
             size_t row = (size_t)bt[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
             size_t off = row * kv_dim + (size_t)kvh * HD;
-            ((uint4 *)sk)[idx] = ((const uint4 *)((const __nv_bfloat16 *)a.k_cache + off))[vv];
             ((uint4 *)sv)[idx] = ((const uint4 *)((const __nv_bfloat16 *)a.v_cache + off))[vv];
+        }
+        for (int idx = threadIdx.x; idx < n * KPP; idx += blockDim.x) {
+            int pp = idx / KPP, w = idx % KPP, p = c0 + pp;
+            size_t row = (size_t)bt[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
+            size_t off = row * kv_dim + (size_t)kvh * HD;
+            sk[pp * KS + w] = ((const __nv_bfloat162 *)((const __nv_bfloat16 *)a.k_cache + off))[w];
         }
         __syncthreads();
         if (!active)
             continue;
-        const int lim = min(n, my_ctx - c0);
+        const int lim = min(n, my_ctx - c0); // warp-uniform
+        if (lim <= 0)
+            continue;
+        // scores: lane j takes position c0 + j
+        float s = -INFINITY;
+        if (lane < lim) {
+            const __nv_bfloat162 *kr = sk + lane * KS;
+            float dot0 = 0.0f, dot1 = 0.0f;
+            for (int w = 0; w < KPP; w++) {
+                const float2 kf = __bfloat1622float2(kr[w]);
+                const float2 qf = q2[w];
+                dot0 = fmaf(qf.x, kf.x, dot0);
+                dot1 = fmaf(qf.y, kf.y, dot1);
+            }
+            s = (dot0 + dot1) * a.scale;
+        }
+        float cm = s;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+        const float mn = fmaxf(m, cm); // finite: lane 0 always has a position
+        const float corr = expf(m - mn); // 0 on the first chunk (m = -inf)
+        const float pe = lane < lim ? expf(s - mn) : 0.0f;
+        float ps = pe;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        l = l * corr + ps;
+#pragma unroll
+        for (int i = 0; i < DPL; i++)
+            acc[i] *= corr;
         for (int pp = 0; pp < lim; pp++) {
-            const __nv_bfloat16 *kr = sk + pp * HD + d0;
-            float dot = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DPL; i++)
-                if (d0 + i < HD)
-                    dot = fmaf(q[i], __bfloat162float(kr[i]), dot);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            const float s = dot * a.scale;
-            const float mn = fmaxf(m, s);
-            const float corr = expf(m - mn), pe = expf(s - mn);
-            l = l * corr + pe;
+            const float w = __shfl_sync(0xffffffffu, pe, pp);
             const __nv_bfloat16 *vr = sv + pp * HD + d0;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
                 if (d0 + i < HD)
-                    acc[i] = fmaf(pe, __bfloat162float(vr[i]), acc[i] * corr);
-            m = mn;
+                    acc[i] = fmaf(w, __bfloat162float(vr[i]), acc[i]);
         }
+        m = mn;
     }
     if (!active)
         return;
@@ -214,15 +252,19 @@ int kn_cuda_attention(struct kn_cuda *c, const struct kn_cuda_attn *a)
         return ERR_TOOBIG;
     dim3 grid((unsigned)a->n_tiles, (unsigned)a->n_head_kv, (unsigned)n_split);
     unsigned threads = (unsigned)(a->tile_max * group * 32);
-    size_t smem = 2u * CH * (size_t)hd * sizeof(__nv_bfloat16);
-    if (hd <= 32)
-        attn_kernel<1><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
-    else if (hd <= 64)
-        attn_kernel<2><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
-    else if (hd <= 128)
-        attn_kernel<4><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
-    else
-        attn_kernel<8><<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
+    size_t smem = (size_t)CH * hd * 2 + (size_t)CH * (hd / 2 + 1) * 4 + (size_t)(threads / 32) * hd * 4;
+    void (*kern)(struct kn_cuda_attn, int, int, int) = hd <= 32   ? attn_kernel<1>
+                                                       : hd <= 64  ? attn_kernel<2>
+                                                       : hd <= 128 ? attn_kernel<4>
+                                                                   : attn_kernel<8>;
+    if (smem > 48u * 1024u) {
+        int rc = kn_cuda_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)smem),
+                               "cudaFuncSetAttribute(attn_kernel)");
+        if (rc)
+            return rc;
+    }
+    kern<<<grid, threads, smem, c->stream>>>(*a, group, split_len, n_split);
     int rc = kn_cuda_check(cudaGetLastError(), "attn_kernel");
     if (rc || n_split == 1)
         return rc;
