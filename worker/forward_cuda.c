@@ -81,6 +81,13 @@ void fwdcuda_copy_block(void *f, int32_t dst, int32_t src, int n_pos)
 
 #define ATTN_WORK_MAX ((size_t)256 << 20)
 
+/* A weight kept in its GGUF encoding for the batch-1 matvec. */
+struct fw_raw {
+    void *data;                  /* (rows, row_bytes) device */
+    uint32_t type;
+    size_t row_bytes;
+};
+
 struct fw_layer {
     float *attn_norm, *ffn_norm; /* (n_embd) f32 */
     float *bqkv;                 /* (qkv_dim) f32 or NULL */
@@ -89,6 +96,7 @@ struct fw_layer {
     void *wo;                    /* (n_embd, q_dim) bf16 */
     void *wgu;                   /* (2*n_ff, n_embd) bf16 */
     void *wd;                    /* (n_embd, n_ff) bf16 */
+    struct fw_raw rq, rk, rv, ro, rg, ru, rd; /* the same, raw (matvec models only) */
 };
 
 struct fwdcuda {
@@ -105,6 +113,10 @@ struct fwdcuda {
     void *wout;                  /* (n_vocab, n_embd) bf16 */
     float *output_norm;          /* (n_embd) */
     double *theta;               /* (n_rot/2) rope angle units */
+    int matvec;                  /* 1: every projection has a raw copy; steps of one token
+                                  * use the fused dequant matvec (kn_cuda_matvec_q) */
+    struct fw_raw rout;          /* the LM head, raw (matvec models only) */
+    float *xf;                   /* (max(n_embd, q_dim, n_ff)) f32 input of a matvec */
     void *kc, *vc;               /* (n_layer, n_blocks*block_tokens, kv_dim) bf16 */
     size_t layer_rows;           /* n_blocks * block_tokens */
     float *x;                    /* (nb, n_embd) residual stream */
@@ -193,6 +205,33 @@ static size_t mat_bytes(const struct model_mat *w)
     return (size_t)w->rows * w->row_bytes;
 }
 
+/* Keep w in its GGUF encoding on the device too (for the matvec). */
+static int fw_raw(struct fwdcuda *f, const struct model_mat *w, struct fw_raw *r)
+{
+    int rc = fw_alloc(f, mat_bytes(w), &r->data);
+    if (!rc)
+        rc = kn_cuda_upload(f->c, r->data, w->data, mat_bytes(w));
+    r->type = w->type;
+    r->row_bytes = w->row_bytes;
+    return rc;
+}
+
+/* 1 when every projection (and the LM head) has a type the matvec takes. */
+static int model_matvec_ok(const struct model *m)
+{
+    if (!kn_cuda_matvec_supported(m->output.type))
+        return 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_mat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                        &L->w_down};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            if (!kn_cuda_matvec_supported(ms[i]->type) || ms[i]->cols % 32)
+                return 0;
+    }
+    return 1;
+}
+
 static int upload_weights(struct fwdcuda *f)
 {
     const struct model *m = f->m;
@@ -228,6 +267,16 @@ static int upload_weights(struct fwdcuda *f)
         (rc = fw_mat(f, f->wout, 0, &m->output, raw, raw_cap)) ||
         (rc = fw_vec(f, m->output_norm, hp->n_embd, &f->output_norm)))
         goto out;
+    f->matvec = model_matvec_ok(m);
+    if (f->matvec) {
+        if (m->tied) { /* the LM head is the embedding table already on the device */
+            f->rout.data = f->tok_embd_raw;
+            f->rout.type = m->tok_embd.type;
+            f->rout.row_bytes = m->tok_embd.row_bytes;
+        } else if ((rc = fw_raw(f, &m->output, &f->rout))) {
+            goto out;
+        }
+    }
     for (int l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         struct fw_layer *F = &f->layers[l];
@@ -245,6 +294,12 @@ static int upload_weights(struct fwdcuda *f)
             (rc = fw_mat(f, F->wgu, hp->n_ff, &L->w_up, raw, raw_cap)) ||
             (rc = fw_alloc(f, e * nff * 2, &F->wd)) ||
             (rc = fw_mat(f, F->wd, 0, &L->w_down, raw, raw_cap)))
+            goto out;
+        if (f->matvec &&
+            ((rc = fw_raw(f, &L->wq, &F->rq)) || (rc = fw_raw(f, &L->wk, &F->rk)) ||
+             (rc = fw_raw(f, &L->wv, &F->rv)) || (rc = fw_raw(f, &L->wo, &F->ro)) ||
+             (rc = fw_raw(f, &L->w_gate, &F->rg)) || (rc = fw_raw(f, &L->w_up, &F->ru)) ||
+             (rc = fw_raw(f, &L->w_down, &F->rd))))
             goto out;
         if (L->bq) {
             float *b = malloc((size_t)f->qkv_dim * sizeof(float));
@@ -376,7 +431,8 @@ static int fwdcuda_create(const struct model *m, const struct model_hparams *hp,
     f->work_bytes = kn_cuda_attention_work_bytes(p->n_batch_max, hp->n_head, hp->head_dim, p->n_ctx);
     if (f->work_bytes > ATTN_WORK_MAX)
         f->work_bytes = ATTN_WORK_MAX;
-    void *pk, *pv, *px, *pxb, *pqkv, *patt, *pgu, *phb, *pxo, *plog, *pw;
+    size_t xfw = xbw > nff ? xbw : nff;
+    void *pk, *pv, *px, *pxb, *pqkv, *patt, *pgu, *phb, *pxo, *plog, *pw, *pxf;
     if ((rc = fw_alloc(f, kvb, &pk)) || (rc = fw_alloc(f, kvb, &pv)) ||
         (rc = fw_alloc(f, nb * e * 4, &px)) || (rc = fw_alloc(f, nb * xbw * 2, &pxb)) ||
         (rc = fw_alloc(f, nb * (size_t)f->qkv_dim * 4, &pqkv)) ||
@@ -384,8 +440,9 @@ static int fwdcuda_create(const struct model *m, const struct model_hparams *hp,
         (rc = fw_alloc(f, nb * 2 * nff * 4, &pgu)) || (rc = fw_alloc(f, nb * nff * 2, &phb)) ||
         (rc = fw_alloc(f, no * e * 2, &pxo)) ||
         (rc = fw_alloc(f, no * (size_t)hp->n_vocab * 4, &plog)) ||
-        (rc = fw_alloc(f, f->work_bytes, &pw)))
+        (rc = fw_alloc(f, f->work_bytes, &pw)) || (rc = fw_alloc(f, xfw * 4, &pxf)))
         goto out;
+    f->xf = pxf;
     f->kc = pk, f->vc = pv, f->x = px, f->xb = pxb, f->qkv = pqkv, f->att = patt, f->gu = pgu;
     f->hb = phb, f->xo = pxo, f->logits = plog, f->work = pw;
     /* a synthetic model starts with random K/V everywhere (benchmarks attend to it) */
@@ -488,6 +545,59 @@ static int stage_batch(struct fwdcuda *f, const struct kv_cache *kv, const struc
     return n_tiles;
 }
 
+/* A step of one token on a matvec model: every projection is a fused
+ * dequant matvec on f32 activations (the weights are read in their GGUF
+ * encoding, 4.5-8.5 bits instead of bf16's 16). Inputs staged and the
+ * embedding row in f->x already. */
+static int run_step_matvec(struct fwdcuda *f, int n_tiles, int max_ctx, int n_out)
+{
+    const struct model_hparams *hp = &f->hp;
+    struct kn_cuda *c = f->c;
+    const int32_t *d_pos = (const int32_t *)(f->dstage + f->off_pos);
+    const int32_t *d_seq = (const int32_t *)(f->dstage + f->off_seq);
+    const int32_t *d_tiles = (const int32_t *)(f->dstage + f->off_tiles);
+    const int32_t *d_out = (const int32_t *)(f->dstage + f->off_out);
+    const int32_t *d_tab = (const int32_t *)(f->dstage + f->off_tab);
+    const int64_t *d_slot = (const int64_t *)(f->dstage + f->off_slot);
+    int e = hp->n_embd, nff = hp->n_ff, qd = f->q_dim, kd = f->kv_dim, qkv = f->qkv_dim;
+    float *xf = f->xf;
+    int rc;
+#define MV(out, acc, w, rows, cols) \
+    kn_cuda_matvec_q(c, (out), (acc), xf, (w).data, (w).type, (w).row_bytes, (rows), (cols))
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct fw_layer *L = &f->layers[l];
+        size_t kv_off = (size_t)l * f->layer_rows * (size_t)kd * 2;
+        void *kc = (char *)f->kc + kv_off, *vc = (char *)f->vc + kv_off;
+        struct kn_cuda_attn a = {xf, 0, f->qkv, (size_t)qkv, kc, vc, d_tab, f->max_blocks,
+                                 d_seq, d_pos, d_tiles, n_tiles, f->tile_max, 1, hp->n_head,
+                                 hp->n_head_kv, hp->head_dim, f->block_tokens, max_ctx,
+                                 1.0f / sqrtf((float)hp->head_dim), f->work, f->work_bytes};
+        if ((rc = kn_cuda_rmsnorm(c, xf, 0, f->x, L->attn_norm, NULL, 1, e, hp->rms_eps)) ||
+            (rc = MV(f->qkv, 0, L->rq, qd, e)) || (rc = MV(f->qkv + qd, 0, L->rk, kd, e)) ||
+            (rc = MV(f->qkv + qd + kd, 0, L->rv, kd, e)) ||
+            (L->bqkv && (rc = kn_cuda_add_bias(c, f->qkv, L->bqkv, 1, qkv, (size_t)qkv))) ||
+            (rc = kn_cuda_rope(c, f->qkv, 1, (size_t)qkv, hp->n_head, hp->head_dim, hp->n_rot,
+                               d_pos, f->theta, hp->rope_neox)) ||
+            (rc = kn_cuda_rope(c, f->qkv + qd, 1, (size_t)qkv, hp->n_head_kv, hp->head_dim,
+                               hp->n_rot, d_pos, f->theta, hp->rope_neox)) ||
+            (rc = kn_cuda_kv_append(c, kc, vc, f->qkv + qd, f->qkv + qd + kd, (size_t)qkv, d_slot,
+                                    1, kd)) ||
+            (rc = kn_cuda_attention(c, &a)) || (rc = MV(f->x, 1, L->ro, e, qd)) ||
+            (L->bo && (rc = kn_cuda_add_bias(c, f->x, L->bo, 1, e, (size_t)e))) ||
+            (rc = kn_cuda_rmsnorm(c, xf, 0, f->x, L->ffn_norm, NULL, 1, e, hp->rms_eps)) ||
+            (rc = MV(f->gu, 0, L->rg, nff, e)) || (rc = MV(f->gu + nff, 0, L->ru, nff, e)) ||
+            (rc = kn_cuda_swiglu(c, xf, 0, f->gu, f->gu + nff, 1, nff, 2 * (size_t)nff)) ||
+            (rc = MV(f->x, 1, L->rd, e, nff)))
+            return rc;
+    }
+    if (n_out > 0 &&
+        ((rc = kn_cuda_rmsnorm(c, xf, 0, f->x, f->output_norm, d_out, 1, e, hp->rms_eps)) ||
+         (rc = MV(f->logits, 0, f->rout, hp->n_vocab, e))))
+        return rc;
+#undef MV
+    return 0;
+}
+
 /* The layers and the LM head of one step; logits stay on the device. */
 static int run_step(struct fwdcuda *f, const struct kv_cache *kv, const struct model_batch *b,
                     const int32_t *out_rows, int n_out)
@@ -515,6 +625,8 @@ static int run_step(struct fwdcuda *f, const struct kv_cache *kv, const struct m
     if ((rc = kn_cuda_dequant(c, f->x, 0, f->tok_embd_raw, f->embd_type, f->embd_row_bytes, d_tok,
                               n, e)))
         return rc;
+    if (f->matvec && n == 1)
+        return run_step_matvec(f, n_tiles, max_ctx, n_out);
     for (int l = 0; l < hp->n_layer; l++) {
         const struct fw_layer *L = &f->layers[l];
         size_t kv_off = (size_t)l * f->layer_rows * (size_t)kd * 2;

@@ -7,7 +7,11 @@
  * GPU. At creation the GGUF weights are copied to the device and
  * dequantized once to bf16 (Q/K/V fused into one matrix, gate/up into
  * another); the raw token embedding stays quantized on the device for the
- * embedding lookup, and the LM head is its bf16 copy when tied. Every
+ * embedding lookup, and the LM head is its bf16 copy when tied. When every
+ * projection is Q4_0/Q4_1/Q8_0 the raw matrices are kept on the device as
+ * well, and steps of a single token (batch-1 decode) use the fused dequant
+ * matvec on f32 activations instead of bf16 cuBLAS (so a lone decode step
+ * and a batched one differ at rounding level). Every
  * buffer - weights, the bf16 paged KV pool sized like the CPU cache,
  * activations for n_batch_max tokens, the attention workspace - is
  * allocated then; a step allocates nothing. A step uploads its token ids,

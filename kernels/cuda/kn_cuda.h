@@ -174,6 +174,13 @@ size_t kn_cuda_attention_work_bytes(int n_tok, int n_head, int head_dim, int max
  * cublasGemmEx, fp32 accumulation, tensor cores. ldo: row stride of out. */
 int kn_cuda_gemm_bf16(struct kn_cuda *c, float *out, size_t ldo, const void *x, const void *w,
                       int n, int k, int m, float beta);
+/* Batch-1 decode: out (m) = W (m, k) @ x (k), or out += that with
+ * accumulate, W the raw GGUF rows (row stride row_bytes) of a type
+ * kn_cuda_matvec_supported accepts (Q4_0, Q4_1, Q8_0), x f32, k a multiple
+ * of 32; dequantization fused into the product (matvec.cu). */
+int kn_cuda_matvec_supported(uint32_t type);
+int kn_cuda_matvec_q(struct kn_cuda *c, float *out, int accumulate, const float *x, const void *w,
+                     uint32_t type, size_t row_bytes, int m, int k);
 /* fp32 SGEMM with TF32 disabled (device pointers). */
 int kn_cuda_matmul_f32(struct kn_cuda *c, float *out, const float *x, const float *w, int n, int k,
                        int m);

@@ -4,7 +4,9 @@
  *
  *  - logits of every position on the tiny verification models
  *    (tests/fixtures/model: llama/llama3/qwen2, F32/F16/Q8_0/Q4_0/Q4_1/
- *    Q5_0/Q5_1): max relative L2 error of a logits row under TOL_BF16.
+ *    Q5_0/Q5_1): max relative L2 error of a logits row under TOL_BF16,
+ *    with multi-token steps (bf16 cuBLAS) and single-token steps (the
+ *    fused dequant matvec on Q4_0/Q4_1/Q8_0 models).
  *  - a mixed batch (prefill chunks and decode tokens of several sequences)
  *    gives the logits of each sequence run alone (TOL_BATCH: on the GPU the
  *    split of the attention and cuBLAS' algorithm depend on the batch, so
@@ -74,15 +76,18 @@ static struct model_ctx *ctx_new(const struct model *m, int dev, int n_seq, int 
 }
 
 /* Logits of every position of toks[0..n) as one sequence (slot 0), fed in
- * chunks of chunk tokens; out (n, n_vocab). */
+ * chunks of chunk tokens, the last tail1 of them one per step (single-token
+ * steps take the fused matvec path on Q4_0/Q4_1/Q8_0 models); out (n, n_vocab). */
 static void seq_logits(struct model_ctx *c, int n_vocab, const int32_t *toks, int n, int chunk,
-                       float *out)
+                       int tail1, float *out)
 {
     int32_t *pos = malloc((size_t)chunk * 4), *seq = calloc((size_t)chunk, 4);
     uint8_t *mark = malloc((size_t)chunk);
     memset(mark, 1, (size_t)chunk);
-    for (int at = 0; at < n; at += chunk) {
-        int k = n - at < chunk ? n - at : chunk;
+    for (int at = 0; at < n;) {
+        int k = n - tail1 - at < chunk ? n - tail1 - at : chunk;
+        if (k <= 0)
+            k = 1;
         for (int i = 0; i < k; i++)
             pos[i] = at + i;
         struct model_batch b = {k, toks + at, pos, seq, mark};
@@ -91,6 +96,7 @@ static void seq_logits(struct model_ctx *c, int n_vocab, const int32_t *toks, in
         CHECK_EQ_INT(model_forward(c, &b, &lg, &n_out), 0);
         CHECK_EQ_INT(n_out, k);
         memcpy(out + (size_t)at * n_vocab, lg, (size_t)k * n_vocab * sizeof(float));
+        at += k;
     }
     free(pos), free(seq), free(mark);
 }
@@ -145,8 +151,8 @@ TEST(cuda_model_logits_match_cpu_on_tiny_models)
         int32_t toks[N];
         fill_tokens(toks, N, nv, 7 + (uint32_t)f);
         float *want = malloc((size_t)N * nv * 4), *got = malloc((size_t)N * nv * 4);
-        seq_logits(cpu, nv, toks, N, N, want);
-        seq_logits(gpu, nv, toks, N, 16, got); /* three steps: 16 + 16 + 8 */
+        seq_logits(cpu, nv, toks, N, N, 0, want);
+        seq_logits(gpu, nv, toks, N, 16, 8, got); /* 16 + 16, then 8 single-token steps */
         double e = max_row_err(got, want, N, nv);
         printf("  %-26s max rel L2 of a logits row %.3e (tol %.0e)\n", files[f], e, TOL_BF16);
         CHECK(e < TOL_BF16);
@@ -169,11 +175,11 @@ TEST(cuda_model_mixed_batch_matches_single)
     float *a0 = malloc((size_t)L0 * nv * 4), *a1 = malloc((size_t)L1 * nv * 4);
     float *a2 = malloc((size_t)L2 * nv * 4);
     struct model_ctx *g = ctx_new(m, KN_DEVICE_CUDA, 1, 64, 64, NULL);
-    seq_logits(g, nv, t0, L0, 64, a0);
+    seq_logits(g, nv, t0, L0, 64, 0, a0);
     kv_seq_clear(model_ctx_kv(g), 0);
-    seq_logits(g, nv, t1, L1, 64, a1);
+    seq_logits(g, nv, t1, L1, 64, 0, a1);
     kv_seq_clear(model_ctx_kv(g), 0);
-    seq_logits(g, nv, t2, L2, 64, a2);
+    seq_logits(g, nv, t2, L2, 64, 0, a2);
     model_ctx_free(g);
     /* together: step 1 = seq 1's first 10 tokens + seq 2's first 8;
      * step 2 = all of seq 0, seq 1's other 20, seq 2's last token (a decode) */
@@ -336,8 +342,8 @@ TEST(cuda_model_default_logits_match_cpu)
         const int32_t *t = ids + (size_t)s * MAX_PROMPT;
         kv_seq_clear(model_ctx_kv(gpu), 0);
         kv_seq_clear(model_ctx_kv(cpu), 0);
-        seq_logits(cpu, nv, t, len[s], len[s], want);
-        seq_logits(gpu, nv, t, len[s], 3, got);
+        seq_logits(cpu, nv, t, len[s], len[s], 0, want);
+        seq_logits(gpu, nv, t, len[s], 3, s % 2 ? len[s] : 0, got); /* odd: matvec steps */
         double e = max_row_err(got, want, len[s], nv);
         worst = e > worst ? e : worst;
     }

@@ -215,6 +215,46 @@ TEST(cuda_dequant_and_embedding_match_cpu)
     kn_cuda_free(c);
 }
 
+/* Fused dequant matvec (batch-1 decode) vs dequantized rows @ x. */
+TEST(cuda_matvec_q_matches_cpu)
+{
+    struct kn_cuda *c = cu_open();
+    static const uint32_t types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q8_0};
+    static const int shapes[][2] = {{1, 32}, {576, 576}, {1536, 576}, {100, 1536}, {49152, 576}};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        CHECK(kn_cuda_matvec_supported(types[t]));
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int m = shapes[s][0], k = shapes[s][1];
+            int64_t rb;
+            CHECK_EQ_INT(quant_row_bytes(types[t], k, &rb), 0);
+            size_t nbytes = (size_t)rb * m;
+            uint8_t *w = malloc(nbytes);
+            make_blocks(types[t], w, nbytes, 300 + (uint32_t)(t * 11 + s));
+            float *wf = malloc((size_t)m * k * 4), *x = malloc((size_t)k * 4);
+            float *want = malloc((size_t)m * 4), *got = malloc((size_t)m * 4), *acc = malloc((size_t)m * 4);
+            CHECK_EQ_INT(quant_dequant_row(types[t], w, wf, (int64_t)m * k), 0);
+            cu_fill(x, (size_t)k, 5 + (uint32_t)s, 2.0f);
+            cu_fill(acc, (size_t)m, 6, 1.0f);
+            kn_matmul_f32(want, x, wf, 1, k, m);
+            void *dw = cu_put(c, w, nbytes);
+            float *dx = cu_put(c, x, (size_t)k * 4), *dout = cu_alloc(c, (size_t)m * 4);
+            CHECK_EQ_INT(kn_cuda_matvec_q(c, dout, 0, dx, dw, types[t], (size_t)rb, m, k), 0);
+            cu_get(c, got, dout, (size_t)m * 4);
+            CHECK(cu_rel_l2(got, want, (size_t)m) < 1e-5);
+            CHECK_EQ_INT(kn_cuda_upload(c, dout, acc, (size_t)m * 4), 0);
+            CHECK_EQ_INT(kn_cuda_matvec_q(c, dout, 1, dx, dw, types[t], (size_t)rb, m, k), 0);
+            cu_get(c, got, dout, (size_t)m * 4);
+            for (int i = 0; i < m; i++)
+                got[i] -= acc[i];
+            CHECK(cu_rel_l2(got, want, (size_t)m) < 1e-5);
+            kn_cuda_release(c, dw), kn_cuda_release(c, dx), kn_cuda_release(c, dout);
+            free(w), free(wf), free(x), free(want), free(got), free(acc);
+        }
+    }
+    CHECK(!kn_cuda_matvec_supported(QUANT_Q4_K));
+    kn_cuda_free(c);
+}
+
 TEST(cuda_rope_matches_cpu)
 {
     struct kn_cuda *c = cu_open();
