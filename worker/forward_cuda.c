@@ -506,11 +506,14 @@ void fwdcuda_copy_block(void *fp, int32_t dst, int32_t src, int n_pos)
     }
 }
 
-/* Fill the staging area for batch b; returns the number of attention tiles. */
+/* Fill the staging area for batch b; returns the number of attention tiles,
+ * their largest token count in *tile_used (the attention launches one warp
+ * per query head and tile token: a decode-only step uses tiles of 1). */
 static int stage_batch(struct fwdcuda *f, const struct kv_cache *kv, const struct model_batch *b,
-                       const int32_t *out_rows, int n_out, int *max_ctx)
+                       const int32_t *out_rows, int n_out, int *max_ctx, int *tile_used)
 {
     int n = b->n_tokens, n_tiles = 0, mc = 0;
+    *tile_used = 1;
     int32_t *tok = (int32_t *)(f->stage + f->off_tok), *pos = (int32_t *)(f->stage + f->off_pos);
     int32_t *seq = (int32_t *)(f->stage + f->off_seq);
     int32_t *tiles = (int32_t *)(f->stage + f->off_tiles);
@@ -534,6 +537,8 @@ static int stage_batch(struct fwdcuda *f, const struct kv_cache *kv, const struc
             if (b->seq[t[0]] == b->seq[i] && t[1] < f->tile_max && b->pos[i - 1] + 1 == p &&
                 b->seq[i - 1] == b->seq[i]) {
                 t[1]++;
+                if (t[1] > *tile_used)
+                    *tile_used = t[1];
                 continue;
             }
         }
@@ -569,7 +574,7 @@ static int run_step_matvec(struct fwdcuda *f, int n_tiles, int max_ctx, int n_ou
         size_t kv_off = (size_t)l * f->layer_rows * (size_t)kd * 2;
         void *kc = (char *)f->kc + kv_off, *vc = (char *)f->vc + kv_off;
         struct kn_cuda_attn a = {xf, 0, f->qkv, (size_t)qkv, kc, vc, d_tab, f->max_blocks,
-                                 d_seq, d_pos, d_tiles, n_tiles, f->tile_max, 1, hp->n_head,
+                                 d_seq, d_pos, d_tiles, n_tiles, 1, 1, hp->n_head,
                                  hp->n_head_kv, hp->head_dim, f->block_tokens, max_ctx,
                                  1.0f / sqrtf((float)hp->head_dim), f->work, f->work_bytes};
         if ((rc = kn_cuda_rmsnorm(c, xf, 0, f->x, L->attn_norm, NULL, 1, e, hp->rms_eps)) ||
@@ -610,7 +615,8 @@ static int run_step(struct fwdcuda *f, const struct kv_cache *kv, const struct m
     if (n < 1 || n > f->n_batch_max || n_out > f->n_out_max || kv->n_seq != f->n_seq)
         return ERR_INVAL;
     int max_ctx = 0;
-    int n_tiles = stage_batch(f, kv, b, out_rows, n_out, &max_ctx);
+    int tile_used = 1;
+    int n_tiles = stage_batch(f, kv, b, out_rows, n_out, &max_ctx, &tile_used);
     if ((rc = kn_cuda_upload(c, f->dstage, f->stage, f->stage_bytes)))
         return rc;
     const int32_t *d_tok = (const int32_t *)(f->dstage + f->off_tok);
@@ -626,13 +632,13 @@ static int run_step(struct fwdcuda *f, const struct kv_cache *kv, const struct m
                               n, e)))
         return rc;
     if (f->matvec && n == 1)
-        return run_step_matvec(f, n_tiles, max_ctx, n_out);
+        return run_step_matvec(f, n_tiles, max_ctx, n_out); /* one tile of one token */
     for (int l = 0; l < hp->n_layer; l++) {
         const struct fw_layer *L = &f->layers[l];
         size_t kv_off = (size_t)l * f->layer_rows * (size_t)kd * 2;
         void *kc = (char *)f->kc + kv_off, *vc = (char *)f->vc + kv_off;
         struct kn_cuda_attn a = {f->att, 1, f->qkv, (size_t)qkv, kc, vc, d_tab, f->max_blocks,
-                                 d_seq, d_pos, d_tiles, n_tiles, f->tile_max, n, hp->n_head,
+                                 d_seq, d_pos, d_tiles, n_tiles, tile_used, n, hp->n_head,
                                  hp->n_head_kv, hp->head_dim, f->block_tokens, max_ctx,
                                  1.0f / sqrtf((float)hp->head_dim), f->work, f->work_bytes};
         if ((rc = kn_cuda_rmsnorm(c, f->xb, 1, f->x, L->attn_norm, NULL, n, e, hp->rms_eps)) ||
