@@ -69,6 +69,15 @@ CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
 TH_SRC    := tests/th.c tests/th_proc.c
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 
+# The GPU test and benchmark binaries link only what they need (kernels and
+# the model code: jansson and pcre2 are their only libraries), so that a GPU
+# machine without our -dev packages can build them (scripts/gpu-check).
+GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c \
+               $(wildcard kernels/cpu/*.c) worker/model.c worker/forward.c \
+               worker/forward_cuda.c worker/kv.c worker/gguf.c worker/linear_ref.c \
+               worker/tok_gguf.c worker/tok.c worker/chat.c
+GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+
 # Generated sources (build/gen/): schema.sql embedded as store_schema_sql[].
 GEN_SRC   := $(BUILD)/gen/schema_sql.c
 
@@ -94,7 +103,7 @@ else
 Q := @
 endif
 
-all: $(REL_BINS) $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda)
+all: $(REL_BINS) $(if $(filter 1,$(CUDA)),$(BUILD)/tests/cuda $(BUILD)/gpu_bench)
 
 # ---- flag stamps: rebuild a tree when its flags change -----------------------
 define flagstamp
@@ -164,7 +173,13 @@ $(BUILD)/asan/tests/integration: $(INTEG_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC
 	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
 
 # GPU parity tests: optimised build (ASan and the CUDA runtime do not mix).
-$(BUILD)/tests/cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(TH_SRC:%.c=$(BUILD)/obj/%.o) $(REL_LIB_OBJ)
+$(BUILD)/tests/cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(TH_SRC:%.c=$(BUILD)/obj/%.o) $(GPU_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  LD      $@')
+	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
+
+# GPU benchmark (synthetic Llama-3-8B shapes), CUDA=1 only.
+$(BUILD)/gpu_bench: $(BUILD)/obj/tests/cuda/bench/gpu_bench.o $(GPU_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  LD      $@')
 	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)

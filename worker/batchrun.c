@@ -138,6 +138,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
     so.no_prefix_cache = o->no_prefix_cache;
     so.pool = pool;
     so.exact_matmul = o->exact_matmul;
+    so.device = o->device;
     so.on_result = on_result;
     so.cb_ctx = &b;
     const char *slash = strrchr(o->model_path, '/');

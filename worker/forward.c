@@ -49,6 +49,7 @@
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/kn.h"
+#include "worker/forward_cuda.h"
 #include "worker/linear_ref.h"
 
 struct model_ctx {
@@ -70,6 +71,7 @@ struct model_ctx {
     size_t mm_scratch_bytes;
     int32_t *new_len;  /* (n_seq_max) slot lengths after the step (validation) */
     int32_t *out_rows; /* (n_out_max) batch index of each marked token */
+    struct fwdcuda *cu; /* device KN_DEVICE_CUDA: the GPU forward pass (forward_cuda.h) */
 };
 
 /* The one call site of the weight matmul: out (n, w->rows) = x (n, w->cols) @ W^T. */
@@ -132,7 +134,8 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         p.n_out_max = p.n_seq_max;
     if (p.n_ctx < 1 || p.n_ctx > hp->n_ctx_train || p.n_batch_max < 1 || p.n_seq_max < 1 ||
         p.n_out_max < 1 || p.n_out_max > p.n_batch_max || p.n_kv_blocks < 0 ||
-        p.n_batch_max > (1 << 20) || p.n_seq_max > (1 << 20))
+        p.n_batch_max > (1 << 20) || p.n_seq_max > (1 << 20) ||
+        (p.device != KN_DEVICE_CPU && p.device != KN_DEVICE_CUDA))
         return ERR_INVAL;
     int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     int k_max = hp->n_embd;
@@ -194,6 +197,16 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
         !c->xo || !c->logits || !c->scores || !c->mm_scratch || !c->new_len || !c->out_rows)
         goto out;
+    if (p.device == KN_DEVICE_CUDA) {
+        if ((rc = fwdcuda_new(m, &p, c->kv, &c->cu)))
+            goto out;
+        /* the K/V values live on the GPU */
+        free(c->kv->k);
+        free(c->kv->v);
+        c->kv->k = c->kv->v = NULL;
+        c->kv->copy_hook = fwdcuda_copy_block;
+        c->kv->copy_ud = c->cu;
+    }
     *out = c;
     c = NULL;
     rc = 0;
@@ -206,6 +219,7 @@ void model_ctx_free(struct model_ctx *c)
 {
     if (!c)
         return;
+    fwdcuda_free(c->cu);
     kv_cache_free(c->kv);
     free(c->x);
     free(c->xb);
@@ -363,6 +377,16 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
         if (c->new_len[s] > kv->seqs[s].n_pos && kv_seq_reserve(kv, s, c->new_len[s]))
             return ERR_INTERNAL; /* counted in check_batch: cannot happen */
     int n = b->n_tokens;
+    if (c->cu) {
+        if ((rc = fwdcuda_forward(c->cu, kv, b, c->out_rows, no, c->logits)))
+            return rc;
+        for (int s = 0; s < kv->n_seq; s++)
+            if (c->new_len[s] > kv->seqs[s].n_pos)
+                kv->seqs[s].n_pos = c->new_len[s];
+        *logits = c->logits;
+        *n_out = no;
+        return 0;
+    }
     kn_get_rows(c->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, b->token, n,
                 hp->n_embd);
     for (int l = 0; l < hp->n_layer; l++)

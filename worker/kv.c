@@ -255,6 +255,10 @@ static int32_t block_alloc(struct kv_cache *kv)
 
 static void copy_block(struct kv_cache *kv, int32_t dst, int32_t src, int n_pos)
 {
+    if (kv->copy_hook) {
+        kv->copy_hook(kv->copy_ud, dst, src, n_pos);
+        return;
+    }
     size_t n = (size_t)n_pos * (size_t)kv->kv_dim * sizeof(float);
     for (int l = 0; l < kv->n_layer; l++) {
         size_t base = (size_t)l * kv->layer_stride;

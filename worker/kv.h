@@ -81,6 +81,11 @@ struct kv_cache {
     int32_t lru_head, lru_tail; /* least / most recently released cached block */
     uint64_t seed;         /* key of the empty prefix */
     uint64_t n_evicted;    /* cached blocks evicted so far */
+    /* When the K/V values live elsewhere (a GPU: k and v are then NULL), the
+     * owner sets copy_hook: kv_seq_truncate's private copy of a shared block
+     * calls copy_hook(copy_ud, dst, src, n_pos) instead of copying k/v. */
+    void (*copy_hook)(void *ud, int32_t dst, int32_t src, int n_pos);
+    void *copy_ud;
 };
 
 /* A cache for n_seq slots of up to max_pos positions each, with n_blocks

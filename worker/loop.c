@@ -14,6 +14,7 @@
 #include "common/js.h"
 #include "common/log.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/kn.h"
 #include "worker/chat.h"
 #include "worker/client.h"
 #include "worker/gguf.h"
@@ -812,6 +813,13 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
     so.n_ctx = o->n_ctx;
     so.no_prefix_cache = o->no_prefix_cache;
     so.pool = pool;
+    enum kn_device dev = KN_DEVICE_CPU;
+    if (o->device && kn_device_parse(o->device, &dev)) {
+        rc = ERR_INVAL;
+        snprintf(err, err_len, "unknown device '%s'", o->device);
+        goto out;
+    }
+    so.device = (int)dev;
     so.model_name = w.model_id;
     so.on_result = on_result;
     so.cb_ctx = &w;

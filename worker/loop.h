@@ -63,7 +63,7 @@ struct wloop_opts {
     const char *const *aliases;     /* extra names requests may use */
     size_t n_aliases;
     const char *name;               /* NULL = "<host>/<pid>/<device>" */
-    const char *device;             /* "cpu" */
+    const char *device;             /* "cpu" or "cuda" (model_ctx_params.device) */
     int threads;                    /* kernel threads; <= 0: one per CPU */
     int pack_size;                  /* requests per lease; 0 = 64 */
     int lease_seconds;              /* 0 = 120 */

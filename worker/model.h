@@ -147,6 +147,11 @@ struct model_ctx_params {
     int exact_matmul;      /* 1: the reference matmul (linear_ref.h: float dot products
                             * on dequantized weights, matches HF transformers to ~1e-6);
                             * 0 (default): kn_matmul_w (8-bit activations, as llama.cpp) */
+    int device;            /* enum kn_device (kernels/kn.h): KN_DEVICE_CPU (0, default) or
+                            * KN_DEVICE_CUDA - weights, K/V values and activations on the GPU
+                            * (worker/forward_cuda.h; bf16 numerics, exact_matmul ignored);
+                            * the block tables and prefix cache stay in the host kv_cache,
+                            * whose k/v arrays are then NULL */
 };
 
 void model_ctx_params_init(struct model_ctx_params *p);
@@ -156,7 +161,8 @@ struct model_ctx;
 /* Allocate the buffers and KV cache for m (which must outlive the
  * context). Returns 0 and *out (model_ctx_free), ERR_INVAL (bad params,
  * n_ctx above the model's), ERR_TOOBIG (sizes overflow or exceed
- * max_bytes), ERR_NOMEM. */
+ * max_bytes), ERR_NOMEM; with device KN_DEVICE_CUDA also the errors of
+ * fwdcuda_new (ERR_UNSUPPORTED without a CUDA build, ERR_NODEVICE...). */
 int model_ctx_new(const struct model *m, const struct model_ctx_params *p, struct model_ctx **out);
 void model_ctx_free(struct model_ctx *c);
 

@@ -68,7 +68,7 @@ static void engine_release(struct engine *e)
 }
 
 static int engine_init(struct engine *e, const char *path, int threads, int n_ctx, int exact,
-                       char *err, size_t err_len)
+                       int device, char *err, size_t err_len)
 {
     memset(e, 0, sizeof *e);
     e->last_choice = UINT64_MAX;
@@ -99,6 +99,7 @@ static int engine_init(struct engine *e, const char *path, int threads, int n_ct
     p.n_seq_max = 1;
     p.pool = e->pool;
     p.exact_matmul = exact;
+    p.device = device;
     if ((rc = model_ctx_new(e->m, &p, &e->c))) {
         fail(err, err_len, rc, "cannot allocate the context: %s", err_msg(rc));
         goto out;
@@ -281,7 +282,8 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
         return rc;
     }
     enum gp_endpoint ep = json_object_get(body, "messages") ? GP_CHAT : GP_COMPLETIONS;
-    if ((rc = engine_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, err, err_len))) {
+    if ((rc = engine_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, err,
+                          err_len))) {
         json_decref(body);
         return rc;
     }
@@ -362,7 +364,7 @@ int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size
         buf_release(&text);
         return fail(err, err_len, rc, "prompt: %s", err_msg(rc));
     }
-    if ((rc = engine_init(&e, o->model_path, o->threads, 0, o->exact, err, err_len))) {
+    if ((rc = engine_init(&e, o->model_path, o->threads, 0, o->exact, o->device, err, err_len))) {
         buf_release(&text);
         return rc;
     }

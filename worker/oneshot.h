@@ -57,6 +57,7 @@ struct oneshot_opts {
     int threads;               /* pool threads; <= 0: one per online CPU */
     int n_ctx;                 /* context length; 0 = the model's, capped at 4096 */
     int exact;                 /* 1: reference matmul (model_ctx_params.exact_matmul) */
+    int device;                /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
     int print_ids;             /* 1: also print each choice's prompt and completion ids on
                                 * errout ("prompt ids: 1 2 3" / "completion ids: 4 5";
                                 * the completion ids stop before an end-of-generation token) */
@@ -76,6 +77,7 @@ struct oneshot_bench_opts {
                                 * this many times (tests/bench/llamacpp_decode.py uses 6) */
     int n_decode;              /* greedy tokens to decode, end-of-generation ignored */
     int exact;
+    int device;                /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
 };
 
 /* The engine benchmark: prefill the prompt in one step, then decode

@@ -138,6 +138,7 @@ int sched_new(const struct model *m, const struct tok *t, const struct chat_tmpl
     cp.n_kv_blocks = (int)nb;
     cp.pool = o->pool;
     cp.exact_matmul = o->exact_matmul;
+    cp.device = o->device;
     if ((rc = model_ctx_new(m, &cp, &s->ctx)) != 0)
         goto out;
     s->kv = model_ctx_kv(s->ctx);

@@ -223,7 +223,7 @@ int main(int argc, char **argv)
         }
         struct batchrun_opts bo = {model, batch_file, (int)threads, (int)max_batch_tokens,
                                    (int)max_seqs, (size_t)kv_mem, (int)n_ctx, no_prefix_cache,
-                                   exact};
+                                   exact, (int)dev};
         int rc = batchrun_file(&bo, stdout, stderr, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "%s", err);
@@ -235,7 +235,8 @@ int main(int argc, char **argv)
                       "--bench needs --model and --bench-decode 1..100000");
             return CLI_EXIT_USAGE;
         }
-        struct oneshot_bench_opts bo = {model, (int)threads, 6, (int)bench_decode, exact};
+        struct oneshot_bench_opts bo = {model, (int)threads, 6, (int)bench_decode, exact,
+                                        (int)dev};
         int rc = oneshot_bench(&bo, stdout, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "%s", err);
@@ -269,6 +270,7 @@ int main(int argc, char **argv)
         o.threads = (int)threads;
         o.n_ctx = (int)n_ctx;
         o.exact = exact;
+        o.device = (int)dev;
         o.print_ids = print_ids;
         int rc = oneshot_run(&o, stdout, stderr, err, sizeof err);
         if (rc)

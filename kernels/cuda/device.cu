@@ -1,8 +1,11 @@
-// device.cu - CUDA device context: stream, cuBLAS handle, scratch arena.
+// device.cu - CUDA device context: stream, cuBLAS handle, scratch arena,
+// and the memory helpers of kn_cuda.h.
 //
 // One struct kn_cuda per device. The scratch arena is one cudaMalloc at
 // creation, carved per call by the host-copy entry points; nothing is
-// allocated per op. CUDA/cuBLAS errors are logged with their names and
+// allocated per op (kn_cuda_alloc is for load time). cuBLAS runs in its
+// default math mode (bf16 tensor cores); the fp32 SGEMM switches to
+// pedantic mode around its own call (gemm.cu). CUDA/cuBLAS errors are logged with their names and
 // returned as ERR_* values (common/err.h).
 #include <cstdio>
 #include <new>
@@ -19,6 +22,8 @@ int kn_cuda_check(cudaError_t e, const char *what)
     if (e == cudaSuccess)
         return 0;
     log_error("cuda: %s: %s", what, cudaGetErrorString(e));
+    if (e == cudaErrorMemoryAllocation)
+        return ERR_NOMEM;
     return (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) ? ERR_NODEVICE
                                                                           : ERR_INTERNAL;
 }
@@ -54,7 +59,11 @@ extern "C" int kn_cuda_new(int ordinal, size_t scratch_bytes, struct kn_cuda **o
     if (!rc)
         rc = kn_cublas_check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
     if (!rc)
-        rc = kn_cublas_check(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+        rc = kn_cublas_check(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    if (!rc)
+        rc = kn_cuda_check(cudaEventCreate(&c->ev0), "cudaEventCreate");
+    if (!rc)
+        rc = kn_cuda_check(cudaEventCreate(&c->ev1), "cudaEventCreate");
     if (!rc)
         rc = kn_cuda_check(cudaMalloc(&c->scratch, scratch_bytes), "cudaMalloc(scratch)");
     if (rc) {
@@ -73,6 +82,10 @@ extern "C" void kn_cuda_free(struct kn_cuda *c)
         return;
     if (c->scratch)
         cudaFree(c->scratch);
+    if (c->ev0)
+        cudaEventDestroy(c->ev0);
+    if (c->ev1)
+        cudaEventDestroy(c->ev1);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -95,4 +108,92 @@ int kn_cuda_scratch_carve(struct kn_cuda *c, size_t *offset, size_t bytes, float
     *out = (float *)((char *)c->scratch + *offset);
     *offset += aligned;
     return 0;
+}
+
+extern "C" int kn_cuda_sm_count(const struct kn_cuda *c)
+{
+    return c->prop.multiProcessorCount;
+}
+
+extern "C" int kn_cuda_alloc(struct kn_cuda *c, size_t bytes, void **out)
+{
+    (void)c;
+    if (bytes == 0)
+        return ERR_INVAL;
+    void *p = nullptr;
+    int rc = kn_cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
+    if (rc)
+        return rc;
+    *out = p;
+    return 0;
+}
+
+extern "C" void kn_cuda_release(struct kn_cuda *c, void *p)
+{
+    (void)c;
+    if (p)
+        cudaFree(p);
+}
+
+extern "C" int kn_cuda_mem_info(struct kn_cuda *c, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)c;
+    return kn_cuda_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
+extern "C" int kn_cuda_upload(struct kn_cuda *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0)
+        return 0;
+    int rc = kn_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
+                           "upload");
+    // pageable source: make sure it may be reused when we return
+    return rc ? rc : kn_cuda_check(cudaStreamSynchronize(c->stream), "upload sync");
+}
+
+extern "C" int kn_cuda_download(struct kn_cuda *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0)
+        return kn_cuda_sync(c);
+    int rc = kn_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+                           "download");
+    return rc ? rc : kn_cuda_check(cudaStreamSynchronize(c->stream), "download sync");
+}
+
+extern "C" int kn_cuda_copy(struct kn_cuda *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0)
+        return 0;
+    return kn_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+                         "copy");
+}
+
+extern "C" int kn_cuda_memset(struct kn_cuda *c, void *dst, int byte, size_t bytes)
+{
+    if (bytes == 0)
+        return 0;
+    return kn_cuda_check(cudaMemsetAsync(dst, byte, bytes, c->stream), "memset");
+}
+
+extern "C" int kn_cuda_sync(struct kn_cuda *c)
+{
+    return kn_cuda_check(cudaStreamSynchronize(c->stream), "sync");
+}
+
+extern "C" int kn_cuda_timer_start(struct kn_cuda *c)
+{
+    return kn_cuda_check(cudaEventRecord(c->ev0, c->stream), "cudaEventRecord");
+}
+
+extern "C" int kn_cuda_timer_stop(struct kn_cuda *c, double *ms)
+{
+    int rc = kn_cuda_check(cudaEventRecord(c->ev1, c->stream), "cudaEventRecord");
+    if (!rc)
+        rc = kn_cuda_check(cudaEventSynchronize(c->ev1), "cudaEventSynchronize");
+    float f = 0;
+    if (!rc)
+        rc = kn_cuda_check(cudaEventElapsedTime(&f, c->ev0, c->ev1), "cudaEventElapsedTime");
+    if (!rc)
+        *ms = f;
+    return rc;
 }

@@ -1,6 +1,10 @@
 // rmsnorm.cu - RMSNorm on the GPU.
 //
-// Shapes: x, out (n_rows, dim) row-major fp32; w (dim) fp32.
+// Shapes: x (rows, dim) row-major fp32; w (dim) fp32; out (n_rows, dim)
+// f32 or bf16 (kn_cuda_rmsnorm: out row r normalises x row rows[r], the
+// gather of the marked rows before the LM head; rows NULL = r). bf16
+// output is the f32 result rounded to nearest even (tolerance then 4e-3
+// relative per element, bf16's half ulp).
 // One block of 256 threads per row: each thread accumulates a strided partial
 // sum of squares in fp32, warp shuffles then shared memory reduce it, and the
 // scaled row is written. Accumulation fp32, like kn_rmsnorm_f32 (CPU
@@ -12,11 +16,12 @@ extern "C" {
 #include "common/err.h"
 }
 
-static __global__ void rmsnorm_f32_kernel(float *out, const float *x, const float *w, int dim,
-                                          float eps)
+static __global__ void rmsnorm_kernel(void *out, int out_bf16, const float *x, const float *w,
+                                      const int32_t *rows, int dim, float eps)
 {
-    const float *xr = x + (size_t)blockIdx.x * dim;
-    float *orow = out + (size_t)blockIdx.x * dim;
+    size_t src = rows ? (size_t)rows[blockIdx.x] : (size_t)blockIdx.x;
+    const float *xr = x + src * dim;
+    size_t obase = (size_t)blockIdx.x * dim;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         ss += xr[i] * xr[i];
@@ -37,17 +42,23 @@ static __global__ void rmsnorm_f32_kernel(float *out, const float *x, const floa
     __syncthreads();
     float scale = rsqrtf(partial[0] / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        orow[i] = xr[i] * scale * w[i];
+        kn_store(out, out_bf16, obase + i, xr[i] * scale * w[i]);
+}
+
+int kn_cuda_rmsnorm(struct kn_cuda *c, void *out, int out_bf16, const float *x, const float *w,
+                    const int32_t *rows, int n_rows, int dim, float eps)
+{
+    if (n_rows <= 0 || dim <= 0)
+        return 0;
+    rmsnorm_kernel<<<n_rows, 256, 0, c->stream>>>(out, out_bf16, x, w, rows, dim, eps);
+    return kn_cuda_check(cudaGetLastError(), "rmsnorm_kernel");
 }
 
 // Launcher: device pointers, on c's stream.
 int kn_cuda_rmsnorm_f32(struct kn_cuda *c, float *out, const float *x, const float *w, int n_rows,
                         int dim, float eps)
 {
-    if (n_rows <= 0 || dim <= 0)
-        return 0;
-    rmsnorm_f32_kernel<<<n_rows, 256, 0, c->stream>>>(out, x, w, dim, eps);
-    return kn_cuda_check(cudaGetLastError(), "rmsnorm_f32_kernel");
+    return kn_cuda_rmsnorm(c, out, 0, x, w, nullptr, n_rows, dim, eps);
 }
 
 extern "C" int kn_cuda_rmsnorm_f32_host(struct kn_cuda *c, float *out, const float *x,
