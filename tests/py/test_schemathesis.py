@@ -16,10 +16,11 @@ deleted since). Everything else stays on: no 5xx, status codes, content
 types, headers and bodies as the spec says, schema-invalid requests
 rejected, missing auth refused (ignored_auth), use-after-free.
 
-Two passes: the first with generated parameters everywhere; the second on
-the read routes with real ids (a completed batch with output and error
-files, a failed batch, a dead letter, a webhook endpoint with a delivery),
-so that the objects' full shapes are checked against the spec too. The
+Passes: the first with generated parameters everywhere; then the read
+routes, and the POST routes acting on an id, with real ids (a completed
+batch with output and error files, a failed batch, a dead letter, a webhook
+endpoint with a delivery), so that the objects' full shapes and the state
+errors are checked against the spec too. The
 daemon must still answer /healthz and its log must carry no sanitizer
 report.
 """
@@ -120,6 +121,9 @@ def test_schemathesis_all_routes_conform_to_spec():
     config(cfg, key, params)
     schemathesis(d, cfg, "--include-method", "GET", "--phases", "examples,coverage,fuzzing",
                  examples=max(5, EXAMPLES // 3), seed=2)
+    # the tenant POST routes that act on an id (redeliver, test, retry, cancel) on real objects
+    schemathesis(d, cfg, "--include-method", "POST", "--include-path-regex", "\\{", "--exclude-path-regex",
+                 "^/v1/worker", "--phases", "coverage,fuzzing", examples=5, seed=4)
     config(cfg, key, dict(params, batch_id=failed_id))
     schemathesis(d, cfg, "--include-path-regex", "^/v1/batches/\\{batch_id\\}$", "--phases", "coverage,fuzzing",
                  examples=5, seed=3)
