@@ -26,9 +26,10 @@ report.
 """
 import json
 import os
+import subprocess
 import time
 
-from harness import ROOT, Skip, run, tmpdir
+from harness import ROOT, Skip, tmpdir
 from jobdlib import Jobd, create_key, jsonl
 from workerlib import TestWorker, invalid, success, transient
 
@@ -62,8 +63,10 @@ def schemathesis(d, cfg, *extra, examples=EXAMPLES, seed=1):
             "--exclude-checks", EXCLUDED, "--suppress-health-check", "all", "--no-color",
             "--request-timeout", "30", *extra]
     here = os.path.dirname(os.path.abspath(__file__))
-    r = run(argv, timeout=800, env={"SCHEMATHESIS_HOOKS": "st_hooks",
-                                    "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    env = dict(os.environ, SCHEMATHESIS_HOOKS="st_hooks",
+               PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # cwd: a temp dir, so schemathesis's .schemathesis/ cache stays out of the worktree
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=800, env=env, cwd=tmpdir())
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     assert "passed" in out and "failed" not in out.split("SUMMARY")[-1].lower(), out[-3000:]
