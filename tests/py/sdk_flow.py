@@ -14,7 +14,6 @@ exactly one HTTP request, counted from jobd's /metrics. Prints "sdk-flow ok
 VERSION" on success; any failed check raises (exit status 1).
 """
 import json
-import re
 import sys
 import time
 import urllib.request

@@ -23,7 +23,7 @@ import socket
 import time
 
 from harness import ROOT, tmpdir
-from jobdlib import Jobd, create_key, jsonl, multipart
+from jobdlib import Jobd, create_key, jsonl
 from workerlib import TestWorker, invalid, success, transient
 
 WT, AT = "sec-worker-token", "sec-admin-token"
