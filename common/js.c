@@ -158,12 +158,54 @@ int js_get_arr(const json_t *obj, const char *key, json_t **out)
     return 0;
 }
 
+/* Length of the valid UTF-8 sequence starting at s[0] (n bytes left), or 0
+ * if it is not one (bad lead or continuation byte, overlong form, surrogate,
+ * above U+10FFFF, or cut short). */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if (n < need || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t k = 2; k < need; k++)
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+    return need;
+}
+
 int js_escape(struct buf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     int rc = buf_append_byte(b, '"');
     for (size_t i = 0; i < n && !rc; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) { /* copy a valid sequence; anything else becomes U+FFFD */
+            size_t len = utf8_seq_len((const unsigned char *)s + i, n - i);
+            if (len) {
+                rc = buf_append(b, s + i, len);
+                i += len - 1;
+            } else {
+                rc = buf_append(b, "\\ufffd", 6);
+            }
+            continue;
+        }
         switch (c) {
         case '"': rc = buf_append(b, "\\\"", 2); break;
         case '\\': rc = buf_append(b, "\\\\", 2); break;

@@ -59,7 +59,10 @@ int js_get_obj(const json_t *obj, const char *key, json_t **out);
 int js_get_arr(const json_t *obj, const char *key, json_t **out);
 
 /* Append s (n bytes, UTF-8) as a quoted JSON string literal to b: escapes
- * quotes, backslashes and control characters. Same errors as buf_append. */
+ * quotes, backslashes and control characters; a byte that does not start a
+ * valid UTF-8 sequence (e.g. a multi-byte character cut by truncation) is
+ * written as \ufffd, so the output is always valid JSON. Same errors as
+ * buf_append. */
 int js_escape(struct buf *b, const char *s, size_t n);
 
 /* Append the compact serialisation of v to b (keys in insertion order).

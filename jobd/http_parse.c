@@ -393,6 +393,21 @@ static int cb_body(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+/* A chunk announcing more than the body limit still allows is refused at
+ * once (413), instead of waiting (up to the body timeout) for bytes that
+ * could never be accepted. p->content_length holds the chunk's size here. */
+static int cb_chunk_header(http_parser *p)
+{
+    struct http_rx *rx = p->data;
+    struct http_req *req = rx->req;
+    if (!req || !req->body_limit)
+        return 0;
+    uint64_t n = p->content_length;
+    if (n > req->body_limit || req->body_bytes > req->body_limit - n)
+        return rx_fail(rx, 413, "request body too large");
+    return 0;
+}
+
 static int cb_message_complete(http_parser *p)
 {
     struct http_rx *rx = p->data;
@@ -418,6 +433,7 @@ static const http_parser_settings rx_settings = {
     .on_headers_complete = cb_headers_complete,
     .on_body = cb_body,
     .on_message_complete = cb_message_complete,
+    .on_chunk_header = cb_chunk_header,
 };
 
 void http_rx_init(struct http_rx *rx, const struct http_limits *lim)

@@ -744,6 +744,8 @@ static void conn_close(struct http_conn *c)
 /* Canned answer when we cannot afford a request object (cap, timeouts). */
 static void conn_try_write_error(struct http_conn *c, int status, const char *msg)
 {
+    /* no request reaches req_retire (the access log) on this path: log here */
+    log_warn("http: status=%d %s Closing the connection.", status, msg);
     struct buf body, all;
     buf_init(&body, 4096);
     buf_init(&all, 8192);

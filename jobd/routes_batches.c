@@ -26,6 +26,7 @@
 #include "common/js.h"
 #include "common/log.h"
 #include "jobd/app_int.h"
+#include "jobd/ingest.h"
 #include "jobd/lease.h"
 #include "jobd/upload.h"
 
@@ -595,6 +596,11 @@ static void jobs_head(struct http_req *req, void *arg)
         jobs_metadata(req, bi))
         return;
     const char *fn = opt(req, "filename", NULL, "Jobd-Filename");
+    if (fn && (strlen(fn) >= sizeof bi->filename || !ingest_utf8_valid(fn, strlen(fn)))) {
+        http_respond_error(req, 400, NULL, "invalid_value", "filename",
+                           "The filename must be valid UTF-8 of at most %zu bytes.", sizeof bi->filename - 1);
+        return;
+    }
     snprintf(bi->filename, sizeof bi->filename, "%s", fn && *fn ? fn : "jobs.jsonl");
     int r = upload_new(app->tmp_dir, enc, app->cfg.limits.max_file_bytes, app->cfg.zstd_level, &bi->up);
     if (r) {

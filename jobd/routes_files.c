@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "common/zst.h"
 #include "jobd/app_int.h"
+#include "jobd/ingest.h"
 #include "jobd/multipart.h"
 #include "jobd/upload.h"
 
@@ -48,6 +49,7 @@ struct fup {
     char purpose[32];
     size_t purpose_len;
     char filename[256];
+    int bad_filename;         /* the file part's name is not UTF-8 */
     uint64_t other_bytes;
 };
 
@@ -66,6 +68,10 @@ static int fup_part_begin(void *ctx, const char *name, const char *filename)
     if (strcmp(name, "file") == 0) {
         if (f->have_file || f->up)
             return ERR_PARSE;
+        if (filename && !ingest_utf8_valid(filename, strlen(filename))) {
+            f->bad_filename = 1; /* answered by fup_body */
+            return ERR_PARSE;
+        }
         int rc = upload_new(f->app->tmp_dir, UPLOAD_IDENTITY, f->app->cfg.limits.max_file_bytes,
                             f->app->cfg.zstd_level, &f->up);
         if (rc)
@@ -120,7 +126,9 @@ static int fup_body(struct http_req *req, const char *data, size_t len, void *ar
     int rc = mp_feed(&f->mp, data, len);
     if (!rc)
         return 0;
-    if (rc == ERR_TOOBIG && f->part == 1)
+    if (f->bad_filename)
+        http_respond_error(req, 400, NULL, "invalid_value", "file", "The file name must be valid UTF-8.");
+    else if (rc == ERR_TOOBIG && f->part == 1)
         http_respond_error(req, 413, NULL, "file_too_large", "file",
                            "The file is larger than the limit of %llu bytes.",
                            (unsigned long long)f->app->cfg.limits.max_file_bytes);

@@ -358,7 +358,7 @@ static void redeliver_fn(struct op *op, struct store *st)
         op_error(op, 404, NULL, "not_found", "delivery_id", "No such delivery 'whd_%lld' of endpoint '%s'.",
                  (long long)in->delivery_id, op->id);
     else if (rc == ERR_BADSTATE)
-        op_error(op, 409, NULL, "endpoint_disabled", "id",
+        op_error(op, 400, NULL, "endpoint_disabled", "id",
                  "Webhook endpoint '%s' is disabled; delete it and register it again.", op->id);
     else if (rc)
         op_internal(op, rc, "redeliver");
@@ -373,7 +373,7 @@ static void test_fn(struct op *op, struct store *st)
     if (rc == ERR_NOTFOUND)
         endpoint_not_found(op);
     else if (rc == ERR_BADSTATE)
-        op_error(op, 409, NULL, "endpoint_disabled", "id",
+        op_error(op, 400, NULL, "endpoint_disabled", "id",
                  "Webhook endpoint '%s' is disabled; delete it and register it again.", op->id);
     else if (rc)
         op_internal(op, rc, "test event");

@@ -708,8 +708,15 @@ static void h_workers(struct http_req *req, void *arg)
         return;
     }
     const char *all = http_req_query(req, "all");
-    if (j && all && (strcmp(all, "true") == 0 || strcmp(all, "1") == 0))
-        j->all = 1;
+    if (j && all) {
+        if (strcmp(all, "true") == 0 || strcmp(all, "1") == 0) {
+            j->all = 1;
+        } else if (strcmp(all, "false") != 0 && strcmp(all, "0") != 0) {
+            http_respond_error(req, 400, NULL, "invalid_value", "all", "all must be true or false.");
+            wjob_free(j);
+            return;
+        }
+    }
     wjob_run(req, j);
 }
 

@@ -251,7 +251,7 @@ def test_webhook_410_disables_endpoint():
         assert dl["attempts"] == 1 and dl["attempt_log"][0]["outcome"] == "disabled", dl
         e = d.json("GET", f"/v1/webhook_endpoints/{ep['id']}")
         assert e["status"] == "disabled" and "410" in e["disabled_reason"], e
-        d.json("POST", f"/v1/webhook_endpoints/{ep['id']}/test", expect=409)
+        d.json("POST", f"/v1/webhook_endpoints/{ep['id']}/test", expect=400)
         # no more events reach it
         failed_batch(d)
         time.sleep(0.5)

@@ -145,3 +145,33 @@ TEST(js_dump_compact_and_capped)
     buf_release(&b);
     json_decref(v);
 }
+
+/* Regression (found by tests/py/test_security.py): an upload's file name in
+ * Latin-1 ("\xff") was echoed as raw bytes, making the answer invalid JSON;
+ * a message truncated inside a multi-byte character did the same. */
+TEST(js_escape_replaces_invalid_utf8_with_fffd)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"a\xff" "b", "\"a\\ufffdb\""},
+        {"cut \xc3", "\"cut \\ufffd\""},
+        {"\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\""},           /* surrogate U+D800 */
+        {"\xe0\x80\x80", "\"\\ufffd\\ufffd\\ufffd\""},           /* overlong NUL */
+        {"\xc0\xaf", "\"\\ufffd\\ufffd\""},                      /* overlong '/' */
+        {"\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""}, /* above U+10FFFF */
+        {"ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "\"ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct buf b;
+        buf_init(&b, 256);
+        CHECK_EQ_INT(js_escape(&b, cases[i].in, strlen(cases[i].in)), 0);
+        CHECK_EQ_STR(b.data, cases[i].out);
+        struct js_limits lim = JS_LIMITS_DEFAULT;
+        lim.any_value = 1;
+        json_t *v;
+        CHECK_EQ_INT(js_parse(b.data, b.len, &lim, &v, NULL), 0); /* valid JSON */
+        json_decref(v);
+        buf_release(&b);
+    }
+}
