@@ -45,7 +45,7 @@ def daemon(args=(), asan=False, data=None, env=None):
     data = data or os.path.join(tmpdir(), "data")
     key = create_key(data, "alpha", asan=asan)
     d = Jobd(data=data, key=key, args=list(FAST) + list(args), asan=asan, wait=False)
-    if env:
+    if env:  # start again with the environment (Jobd takes none)
         d.proc.p.kill()
         d.proc.p.wait()
         d.proc = Proc(d.argv, env=env)
@@ -620,3 +620,86 @@ def test_fault_sqlite_locked_by_another_process():
     drain(d, w, b2)
     check_batch(d, b2, cids(10))
     assert time.monotonic() - t0 >= 0  # (no timing assertion: answers were {answers})
+
+
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def faketime_daemon():
+    """jobd (optimised build) under libfaketime: its wall clock is shifted by
+    the offset written to self.clock_file (re-read on every call), its
+    monotonic clock stays real - what an NTP step or an operator's `date -s`
+    does to a running daemon."""
+    need_release()
+    if not os.path.exists(FAKETIME_LIB):
+        raise Skip("libfaketime not installed (Debian package libfaketime; scripts/install-deps)")
+    clock_file = os.path.join(tmpdir(), "faketime")
+    with open(clock_file, "w") as f:
+        f.write("+0\n")
+    env = {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME_TIMESTAMP_FILE": clock_file, "FAKETIME_NO_CACHE": "1",
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    d = daemon(env=env)
+    d.clock_file = clock_file
+    return d
+
+
+def jump(d, seconds):
+    with open(d.clock_file, "w") as f:
+        f.write(f"{seconds:+d}\n")
+
+
+def test_fault_clock_jump_forward_no_mass_lease_expiry():
+    """The wall clock jumps 2 h forward while a worker holds a 30 s lease it
+    heartbeats: the lease is not expired by the jump (leases run on a clock
+    that does not jump), the worker's results are committed under it; a lease
+    whose worker then dies still lapses after its own length."""
+    d = faketime_daemon()
+    n = 20
+    bid = submit(d, n)
+    w = finish(d)
+    l = w.lease(max_requests=10, lease_seconds=30).json()
+    assert len(l["requests"]) == 10
+    jump(d, 7200)
+    time.sleep(1.0)  # ten sweeps at 100 ms
+    hb = w.heartbeat(l["lease_id"], extend=30, expect=None)
+    assert hb.status == 200, f"the clock jump expired a live lease: {hb}"
+    r = w.results(l["lease_id"], [success(q) for q in l["requests"]]).json()
+    assert {x["status"] for x in r["results"]} == {"ok"}, r
+    # after the jump: a 1 s lease of a worker that goes silent lapses in seconds
+    l2 = w.lease(max_requests=10, lease_seconds=1).json()
+    assert len(l2["requests"]) == 10
+    other = finish(d)
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10:
+        assert time.monotonic() < deadline, "the silent worker's lease never lapsed"
+        r = other.lease(max_requests=10, lease_seconds=30, wait_ms=300).json()
+        if r["requests"]:
+            got += r["requests"]
+            other.results(r["lease_id"], [success(q) for q in r["requests"]])
+    assert all(q["attempt"] == 2 for q in got)
+    check_batch(d, bid, cids(n))
+
+
+def test_fault_clock_jump_backward_no_eternal_lease():
+    """The wall clock jumps 2 h back while a silent worker holds a 1 s lease:
+    the lease still lapses within seconds (not 2 h later), another worker
+    finishes, and the silent worker's late upload is refused."""
+    d = faketime_daemon()
+    n = 10
+    bid = submit(d, n)
+    w = finish(d)
+    l = w.lease(max_requests=n, lease_seconds=1).json()
+    jump(d, -7200)
+    other = finish(d)
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < n:
+        assert time.monotonic() < deadline, "a backward clock jump made the lease outlive its length"
+        r = other.lease(max_requests=n, lease_seconds=30, wait_ms=300).json()
+        if r["requests"]:
+            got += r["requests"]
+            other.results(r["lease_id"], [success(q) for q in r["requests"]])
+    r = w.results(l["lease_id"], [success(q) for q in l["requests"]], expect=None)
+    assert r.status == 409 and {x["status"] for x in r.json()["results"]} == {"stale"}, r
+    check_batch(d, bid, cids(n))
