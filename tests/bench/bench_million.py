@@ -130,6 +130,8 @@ def one(n, tmp):
             done += len(lz["requests"])
         t_commit = time.monotonic() - t0
         t0 = time.monotonic()
+        c.close()
+        c = d.conn()  # the first one sat idle past jobd's idle timeout
         while True:
             c.request("GET", "/v1/batches/" + bt["id"])
             bt = json.loads(c.getresponse().read())
