@@ -10,8 +10,9 @@ one of the output or error file, the batch's request_counts add up and
 match the files, at most one result row and one usage charge per request,
 and the database passes PRAGMA integrity_check.
 
-The kill loops use the optimised build (build/jobd), like
-test_jobd_crash.py: under ASan each restart costs seconds."""
+Run alone, the tests use the optimised build (build/jobd), like
+test_jobd_crash.py; under `make test` TH_BIN_DIR points every binary at the
+sanitised build, so the same faults also run under ASan+UBSan."""
 import json
 import os
 import random
@@ -638,7 +639,10 @@ def faketime_daemon():
     with open(clock_file, "w") as f:
         f.write("+0\n")
     env = {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME_TIMESTAMP_FILE": clock_file, "FAKETIME_NO_CACHE": "1",
-           "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+           # make test runs the sanitised build (TH_BIN_DIR): its runtime must
+           # tolerate the preloaded library ahead of it
+           "ASAN_OPTIONS": "verify_asan_link_order=0:" + os.environ.get("ASAN_OPTIONS", "")}
     d = daemon(env=env)
     d.clock_file = clock_file
     return d
