@@ -68,15 +68,26 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
     return rc;
 }
 
+/* Log why a write to the temp file failed (ERR_IO comes from write(2) in
+ * zst_fd_sink or fsync: errno is still its error), so that a full disk
+ * reads as one in the log. */
+static int ff_io_error(const struct ff *f, int rc, const char *what)
+{
+    if (rc == ERR_IO)
+        log_error("finalize: %s '%s': %s", what, f->tmp, strerror(errno));
+    return rc;
+}
+
 static int ff_write(struct ff *f, const char *data, size_t n)
 {
     int rc = zst_writer_write(f->zw, data, n);
-    if (!rc)
-        rc = sha256_update(f->sha, data, n);
+    if (rc)
+        return ff_io_error(f, rc, "cannot write");
+    rc = sha256_update(f->sha, data, n);
     f->bytes += n;
     f->since_frame += n;
     if (!rc && f->since_frame >= FINALIZE_FRAME_BYTES) {
-        rc = zst_writer_end_frame(f->zw);
+        rc = ff_io_error(f, zst_writer_end_frame(f->zw), "cannot write");
         f->since_frame = 0;
     }
     return rc;
@@ -95,9 +106,9 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
         return 0;
     }
     uint8_t dig[SHA256_LEN];
-    rc = zst_writer_end_frame(f->zw);
+    rc = ff_io_error(f, zst_writer_end_frame(f->zw), "cannot write");
     if (!rc && fsync(f->fd) != 0)
-        rc = ERR_IO;
+        rc = ff_io_error(f, ERR_IO, "cannot sync");
     if (!rc) {
         rc = sha256_final(f->sha, dig);
         f->sha = NULL;

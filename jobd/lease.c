@@ -5,11 +5,28 @@
  */
 #include "jobd/lease.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
+
+/* wall ms minus monotonic ms, taken once */
+static int64_t lease_clock_base_ms;
+static pthread_once_t lease_clock_once = PTHREAD_ONCE_INIT;
+
+static void lease_clock_init(void)
+{
+    lease_clock_base_ms = clock_wall_ms() - (int64_t)clock_mono_ms();
+}
+
+int64_t lease_clock_s(void)
+{
+    pthread_once(&lease_clock_once, lease_clock_init);
+    return (lease_clock_base_ms + (int64_t)clock_mono_ms()) / 1000;
+}
 
 static const struct lease_opts *opts_or_default(const struct lease_opts *o, struct lease_opts *tmp)
 {

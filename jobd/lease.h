@@ -50,6 +50,15 @@ struct lease_opts {
 /* The documented defaults (spec/worker-protocol.md). */
 void lease_opts_default(struct lease_opts *o);
 
+/* The lease clock, in unix seconds: the wall clock read once (at the first
+ * call) and advanced by the monotonic clock since. Every `now` of the worker
+ * protocol (lease deadlines, heartbeats, retry backoff, worker liveness) and
+ * the sweeper's lease expiry use it, so a step of the wall clock while jobd
+ * runs (NTP, `date -s`) neither expires every live lease at once (forward)
+ * nor keeps a dead worker's lease for the size of the step (backward). A
+ * restart re-reads the wall clock. Can't fail; thread-safe. */
+int64_t lease_clock_s(void);
+
 /* ---- the transactions (thin, clamped wrappers over store_lease.c) ---- */
 
 int lease_worker_register(struct store *st, const struct store_worker_new *w, int64_t now,

@@ -243,7 +243,7 @@ static int batch_json_served(struct op *op, struct store *st, struct buf *out, c
 {
     if (b->status == STORE_BATCH_IN_PROGRESS && !sv->looked_up) {
         sv->looked_up = 1;
-        sv->ok = lease_models_served(st, &op->app->cfg.lease, clock_wall_s(), &sv->items, &sv->n) == 0;
+        sv->ok = lease_models_served(st, &op->app->cfg.lease, lease_clock_s(), &sv->items, &sv->n) == 0;
     }
     if (b->status != STORE_BATCH_IN_PROGRESS || !sv->ok)
         return api_batch_json(out, b);

@@ -166,7 +166,7 @@ static void api_internal(struct wjob *j, int rc, const char *what)
 static void do_register(struct wjob *j, struct store *st)
 {
     char id[ID_MAX];
-    int rc = lease_worker_register(st, &j->reg.w, clock_wall_s(), id);
+    int rc = lease_worker_register(st, &j->reg.w, lease_clock_s(), id);
     if (rc)
         return jerr_from(j, rc, "register worker");
     if ((rc = lease_write_register(&j->out, &j->app->cfg.lease, id)))
@@ -178,7 +178,7 @@ static void do_lease(struct wjob *j, struct store *st)
 {
     struct store_lease l;
     memset(&l, 0, sizeof l);
-    int rc = lease_acquire(st, &j->app->cfg.lease, &j->ask.ask, clock_wall_s(), &l);
+    int rc = lease_acquire(st, &j->app->cfg.lease, &j->ask.ask, lease_clock_s(), &l);
     if (rc)
         return jerr_from(j, rc, "lease");
     buf_reset(&j->out);
@@ -200,7 +200,7 @@ static void do_heartbeat(struct wjob *j, struct store *st)
     char(*stop)[ID_MAX] = NULL;
     size_t n_stop = 0;
     int rc = lease_heartbeat(st, &j->app->cfg.lease, j->hb.lease_id, j->hb.worker_id, j->hb.extend_s,
-                             j->hb.tokens_per_s, clock_wall_s(), &exp, &stop, &n_stop);
+                             j->hb.tokens_per_s, lease_clock_s(), &exp, &stop, &n_stop);
     if (rc)
         return jerr_from(j, rc, "heartbeat");
     rc = lease_write_heartbeat(&j->out, j->hb.lease_id, exp, stop, n_stop);
@@ -224,7 +224,7 @@ static void do_results(struct wjob *j, struct store *st)
         return jerr_from(j, ERR_NOMEM, "results");
     }
     rc = lease_results_commit(st, &j->app->cfg.lease, j->lease_id, j->worker_id, r.items, r.n,
-                              clock_wall_s(), oc);
+                              lease_clock_s(), oc);
     if (rc) {
         jerr_from(j, rc, "results commit");
     } else {
@@ -249,7 +249,7 @@ static void do_release(struct wjob *j, struct store *st)
 {
     int64_t n = 0;
     int rc = lease_release(st, j->rel.lease_id, j->rel.worker_id, (const char(*)[ID_MAX])j->rel.ids,
-                           j->rel.ids ? j->rel.n : 0, clock_wall_s(), &n);
+                           j->rel.ids ? j->rel.n : 0, lease_clock_s(), &n);
     if (rc)
         return jerr_from(j, rc, "release");
     j->wake = n > 0;
@@ -262,7 +262,7 @@ static void do_models(struct wjob *j, struct store *st)
 {
     struct store_model_served *m = NULL;
     size_t n = 0;
-    int rc = lease_models_served(st, &j->app->cfg.lease, clock_wall_s(), &m, &n);
+    int rc = lease_models_served(st, &j->app->cfg.lease, lease_clock_s(), &m, &n);
     if (rc)
         return api_internal(j, rc, "models");
     rc = lease_write_models(&j->out, m, n);
@@ -281,7 +281,7 @@ static int put_str(struct buf *b, const char *s)
 
 static void do_workers(struct wjob *j, struct store *st)
 {
-    int64_t now = clock_wall_s();
+    int64_t now = lease_clock_s();
     int64_t ttl = j->app->cfg.lease.worker_ttl_s;
     struct store_worker_info *w = NULL;
     size_t n = 0;
@@ -380,7 +380,7 @@ static void do_dead_letters(struct wjob *j, struct store *st)
 
 static void do_dl_retry(struct wjob *j, struct store *st)
 {
-    int rc = store_dead_letter_retry(st, j->tenant[0] ? j->tenant : NULL, j->id, clock_wall_s());
+    int rc = store_dead_letter_retry(st, j->tenant[0] ? j->tenant : NULL, j->id, lease_clock_s());
     if (rc == ERR_NOTFOUND)
         return api_err(j, 404, "not_found", "dead_letter_id", "No such dead letter.");
     if (rc == ERR_BADSTATE)

@@ -29,7 +29,7 @@ struct sweeper {
 
 static void pass(struct sweeper *sw)
 {
-    int64_t now = clock_wall_s();
+    int64_t now = lease_clock_s(); /* leases run on the lease clock (lease.h) */
     struct store_sweep_report rep;
     int rc = lease_expire_sweep(sw->st, &sw->lopts, now, &rep);
     if (rc) {
