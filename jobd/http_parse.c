@@ -455,6 +455,7 @@ static int rx_error(struct http_rx *rx)
     rx->dead = 1;
     if (!rx->err_status) {
         enum http_errno e = HTTP_PARSER_ERRNO(&rx->p);
+        /* a method http-parser does not know (QUERY, garbage) is malformed HTTP here: 400 */
         rx->err_status = e == HPE_HEADER_OVERFLOW ? 431 : 400;
         snprintf(rx->err_msg, sizeof rx->err_msg, "malformed request: %s",
                  http_errno_description(e));

@@ -1104,7 +1104,9 @@ static void on_parse_error(struct http_conn *c)
     req_attach(srv, c, req);
     req->keep_alive = 0;
     req->state = HTTP_REQ_PARSING;
-    http_respond_error(req, c->rx.err_status, NULL, NULL, NULL, "%s", c->rx.err_msg);
+    int st = c->rx.err_status;
+    const char *code = st == 413 ? "request_too_large" : NULL;
+    http_respond_error(req, st, NULL, code, NULL, "%s", c->rx.err_msg);
 }
 
 static int can_parse(const struct http_conn *c)
