@@ -25,7 +25,8 @@
 #define WL_MAX_NAME 128
 #define WL_LONG_POLL_MS 2000
 #define WL_TICK_MS 100
-#define WL_FINAL_UPLOAD_MS 15000   /* after the engine stopped: last uploads/releases */
+#define WL_FINAL_UPLOAD_MS 15000
+#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */   /* after the engine stopped: last uploads/releases */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -65,6 +66,8 @@ struct wl {
     int engine_failed;
     int comm_exit;                 /* the communication thread should stop now */
     size_t n_queued;               /* items in IT_QUEUED */
+    char (*stop_ids)[ID_MAX];      /* requests in the scheduler to drop (engine: sched_cancel) */
+    size_t n_stop, cap_stop;
     /* totals for heartbeat progress */
     int64_t total_completion, total_done;
     uint64_t t0_ns;
@@ -133,6 +136,24 @@ static void item_set(struct wl *w, struct item *it, enum item_state st)
     it->state = st;
 }
 
+/* Ask the engine to drop request rid from the scheduler (it is cancelled,
+ * released or its lease is gone while it runs), so it stops generating and
+ * frees its KV blocks before the next step. Caller holds mu. Without memory
+ * the request just runs to its end and its result is ignored. */
+static void stop_in_engine(struct wl *w, const char *rid)
+{
+    if (w->n_stop == w->cap_stop) {
+        size_t nc = w->cap_stop ? w->cap_stop * 2 : 64;
+        char(*p)[ID_MAX] = realloc(w->stop_ids, nc * sizeof *p);
+        if (!p)
+            return;
+        w->stop_ids = p;
+        w->cap_stop = nc;
+    }
+    memcpy(w->stop_ids[w->n_stop++], rid, ID_MAX);
+    pthread_cond_broadcast(&w->cv);
+}
+
 static struct lease *lease_find(struct wl *w, const char *id)
 {
     for (size_t i = 0; i < w->n_leases; i++)
@@ -155,6 +176,8 @@ static void lease_gone(struct wl *w, const char *lease_id)
             continue;
         /* (a line of it being uploaded right now gets an ack that finds no item) */
         int last = ls->n_open == 1;
+        if (w->items[i]->state == IT_RUNNING)
+            stop_in_engine(w, w->items[i]->rid);
         item_remove(w, i);
         if (last)
             break;
@@ -376,8 +399,15 @@ static void take_lease(struct wl *w, json_t *ans)
         memcpy(it->rid, rid, strlen(rid) + 1);
         it->ls = ls;
         it->body = json_incref(body);
-        it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
-                     ? GP_CHAT : GP_COMPLETIONS;
+        /* the item's url (its batch's endpoint); a jobd that sends none: guess from the body */
+        const char *url = json_string_value(json_object_get(r, "url"));
+        if (url)
+            it->ep = strcmp(url, "/v1/chat/completions") == 0 ? GP_CHAT
+                     : strcmp(url, "/v1/completions") == 0  ? GP_COMPLETIONS
+                                                            : WL_BAD_URL;
+        else
+            it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
+                         ? GP_CHAT : GP_COMPLETIONS;
         it->state = w->draining ? IT_RELEASE : IT_QUEUED;
         if (it->state == IT_QUEUED)
             w->n_queued++;
@@ -462,6 +492,8 @@ static void do_heartbeats(struct wl *w, int force)
                 struct item *it = rid ? item_find(w, rid, NULL) : NULL;
                 if (it && (it->state == IT_QUEUED || it->state == IT_RUNNING)) {
                     log_info("%s: cancelled by jobd", rid);
+                    if (it->state == IT_RUNNING)
+                        stop_in_engine(w, rid);
                     item_set(w, it, IT_RELEASE);
                 }
             }
@@ -645,6 +677,16 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
             pthread_mutex_unlock(&w->mu);
             break;
         }
+        /* requests cancelled while in the scheduler stop now and free their blocks
+         * (before feeding: a request fed below is in the scheduler by the next pass) */
+        while (w->n_stop > 0) {
+            char rid[ID_MAX];
+            memcpy(rid, w->stop_ids[--w->n_stop], ID_MAX);
+            pthread_mutex_unlock(&w->mu);
+            if (sched_cancel(s, rid) == 0)
+                log_info("%s: stopped in the engine", rid);
+            pthread_mutex_lock(&w->mu);
+        }
         /* feed a few beyond what runs: the scheduler admits from them as slots free,
          * and what is not fed yet can still be released on a drain or cancel */
         int room = feed_target - sched_n_waiting(s);
@@ -661,6 +703,22 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
         }
         pthread_mutex_unlock(&w->mu);
         for (size_t i = 0; i < n_add; i++) {
+            if (add[i].ep == WL_BAD_URL) { /* a request error, answered without the engine */
+                json_t *eb = json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message",
+                                       "This worker serves /v1/chat/completions and "
+                                       "/v1/completions only.", "type", "invalid_request_error",
+                                       "param", "url", "code", "invalid_url");
+                struct sched_result er;
+                memset(&er, 0, sizeof er);
+                er.id = add[i].rid;
+                er.status = 400;
+                er.body = eb;
+                if (eb)
+                    on_result(w, &er);
+                json_decref(eb);
+                json_decref(add[i].body);
+                continue;
+            }
             int arc = sched_add(s, add[i].rid, add[i].ep, add[i].body);
             json_decref(add[i].body);
             if (arc) {
@@ -862,6 +920,7 @@ out:
         free(w.items[i]);
     }
     free(w.items);
+    free(w.stop_ids);
     for (size_t i = 0; i < w.n_leases; i++)
         free(w.leases[i]);
     free(w.leases);

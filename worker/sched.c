@@ -409,6 +409,46 @@ out:
     return rc;
 }
 
+int sched_cancel(struct sched *s, const char *id)
+{
+    if (!s || !id)
+        return ERR_INVAL;
+    struct sreq *r = s->live;
+    while (r && strcmp(r->id, id) != 0)
+        r = r->next;
+    if (!r)
+        return ERR_NOTFOUND;
+    /* running sequences: leave the run list (keeping admission order), free blocks */
+    int k = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        struct sseq *q = s->run[i];
+        if (q->r != r) {
+            s->run[k++] = q;
+            continue;
+        }
+        kv_seq_clear(s->kv, q->slot);
+        s->slots[s->n_slots++] = q->slot;
+        q->slot = -1;
+    }
+    s->n_run = k;
+    /* waiting ones: leave the queue; the unsorted tail (n_new) shrinks with them */
+    k = 0;
+    int tail = s->n_wait - s->n_new;
+    for (int i = 0; i < s->n_wait; i++) {
+        if (s->wait[i]->r != r) {
+            s->wait[k++] = s->wait[i];
+            continue;
+        }
+        if (i >= tail)
+            s->n_new--;
+    }
+    s->n_wait = k;
+    s->st.n_cancelled++;
+    live_unlink(s, r);
+    req_free(r);
+    return 0;
+}
+
 /* ---- ordering ------------------------------------------------------------------ */
 
 static int cmp_seq(const void *a, const void *b)

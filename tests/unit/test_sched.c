@@ -563,3 +563,77 @@ TEST(sched_request_errors_and_chat)
     results_release(&res);
     env_release(&e);
 }
+
+TEST(sched_cancel_running_and_waiting_requests)
+{
+    struct env e;
+    env_init(&e);
+    struct reqset rs = {.n = 12};
+    int32_t ids[120];
+    for (int i = 0; i < rs.n; i++) {
+        int len = 30 + (int)rnd(80);
+        for (int j = 0; j < len; j++)
+            ids[j] = (int32_t)rnd(298);
+        rs.body[i] = body_new(ids, len, 40, i % 2, i == 2 ? 2 : 1, 5 + (uint64_t)i);
+    }
+    /* reference: everything, uncancelled */
+    struct results ref = {0}, got = {0};
+    struct sched *s = sched_make(&e, &ref, 64, 4, 256 * TINY_BLOCK_BYTES, 0);
+    add_all(s, &rs, 0, rs.n);
+    CHECK_EQ_INT(sched_run(s), 0);
+    sched_free(s);
+    CHECK_EQ_INT(ref.n, rs.n);
+
+    s = sched_make(&e, &got, 64, 4, 256 * TINY_BLOCK_BYTES, 0);
+    add_all(s, &rs, 0, rs.n);
+    CHECK_EQ_INT(sched_cancel(s, "nope"), ERR_NOTFOUND);
+    /* step until four sequences run and decode */
+    for (int k = 0; k < 8; k++)
+        CHECK_EQ_INT(sched_step(s), 1);
+    CHECK_EQ_INT(sched_n_running(s), 4);
+    CHECK_EQ_INT(got.n, 0);
+    struct kv_cache *kv = model_ctx_kv(sched_model_ctx(s));
+    int used0 = kv_cache_n_used(kv);
+    /* cancel in id order until two running requests are gone (the ones met
+     * before them were waiting) */
+    int n_cancel = 0, cancelled[MAXR] = {0};
+    char id[16];
+    int running_before = sched_n_running(s), waiting_before = sched_n_waiting(s);
+    for (int i = 0; i < rs.n && n_cancel < 2; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        int run0 = sched_n_running(s);
+        int wait0 = sched_n_waiting(s);
+        CHECK_EQ_INT(sched_cancel(s, id), 0);
+        cancelled[i] = 1;
+        if (sched_n_running(s) < run0)
+            n_cancel++; /* it was running */
+        else
+            CHECK(sched_n_waiting(s) < wait0);
+    }
+    CHECK(n_cancel == 2);
+    CHECK(sched_n_running(s) <= running_before - 2);
+    CHECK(sched_n_running(s) + sched_n_waiting(s) < running_before + waiting_before);
+    CHECK(kv_cache_n_used(kv) < used0); /* their private blocks went back at once */
+    CHECK_EQ_INT(sched_cancel(s, "r0"), ERR_NOTFOUND); /* already gone */
+    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(kv_cache_n_used(kv), 0);
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    sched_free(s);
+    int n_can = 0;
+    for (int i = 0; i < rs.n; i++) {
+        if (cancelled[i]) {
+            n_can++;
+            CHECK(got.choices[i] == NULL); /* no callback */
+            continue;
+        }
+        CHECK_EQ_INT(got.status[i], 200);
+        CHECK_EQ_STR(got.choices[i], ref.choices[i]); /* the others are not disturbed */
+    }
+    CHECK_EQ_INT((int)st.n_cancelled, n_can);
+    CHECK_EQ_INT(got.n, rs.n - n_can);
+    results_release(&ref);
+    results_release(&got);
+    reqset_release(&rs);
+    env_release(&e);
+}
