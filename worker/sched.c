@@ -533,7 +533,13 @@ static int should_defer(const struct sched *s, const struct sseq *c)
         int n = lim < q->n_prompt ? lim : q->n_prompt, L = 0;
         while (L < n && c->prompt[L] == q->prompt[L])
             L++;
-        if (L / bt > published)
+        /* blocks of q that c could take: whole shared ones, and the one the
+         * shared run ends in (copied in part), if q will publish it (a full
+         * prompt block) */
+        int want = (L + bt - 1) / bt, full = q->n_prompt / bt;
+        if (want > full)
+            want = full;
+        if (want > published)
             return 1;
     }
     return 0;
@@ -597,6 +603,10 @@ static int run_step(struct sched *s)
             hits = kv_seq_share_prefix(kv, slot, c->prompt, lim);
             if (hits < 0)
                 return ERR_INTERNAL;
+            int part = kv_seq_share_partial(kv, slot, c->prompt, lim);
+            if (part < 0)
+                return ERR_INTERNAL;
+            hits += part;
         }
         int64_t need = kv_seq_blocks_needed(kv, slot, known + 1 <= s->n_ctx ? known + 1 : known);
         if (s->n_run > 0 && need + promised + watermark > kv->n_free) {

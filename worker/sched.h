@@ -26,8 +26,10 @@
  *     can hold their whole remaining prompt on top of what running
  *     sequences still need (plus a 1% watermark);
  *   - prefix sharing (kv.h): an admitted sequence first takes the cached
- *     full blocks of its prompt; after each step the full prompt blocks
- *     computed are published. A waiting sequence whose prompt shares full
+ *     full blocks of its prompt, then copies the matching head of a cached
+ *     block that follows the same prefix (kv_seq_share_partial: a system
+ *     prompt of 300 tokens is shared to the token, not to 288); after each
+ *     step the full prompt blocks computed are published. A waiting sequence whose prompt shares full
  *     blocks with a running sequence that has not computed them yet waits
  *     for it, so a shared system prompt is computed once. Choices 2..n of
  *     a request thereby fork after the first choice's prefill: they share
