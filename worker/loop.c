@@ -67,6 +67,7 @@ struct wl {
     int comm_exit;                 /* the communication thread should stop now */
     size_t n_queued;               /* items in IT_QUEUED */
     char (*stop_ids)[ID_MAX];      /* requests in the scheduler to drop (engine: sched_cancel) */
+    struct sched_stats st;         /* the scheduler's counters, copied by the engine each pass */
     size_t n_stop, cap_stop;
     /* totals for heartbeat progress */
     int64_t total_completion, total_done;
@@ -100,11 +101,14 @@ static void lease_finish(struct wl *w, struct lease *ls)
     if (s <= 0)
         s = 1e-9;
     log_info("pack %s: %d requests done (%d errors), %d released, %lld prompt + %lld completion "
-             "tokens in %.2f s: %.1f tok/s (%.1f completion tok/s)",
+             "tokens in %.2f s: %.1f tok/s (%.1f completion tok/s); KV cache %.0f%% used on "
+             "average, %.0f%% peak; engine so far: %lld prompt positions computed, %lld from "
+             "the prefix cache",
              ls->id, ls->n_done, ls->n_errors, ls->n_released, (long long)ls->prompt_tokens,
              (long long)ls->completion_tokens, s,
              (double)(ls->prompt_tokens + ls->completion_tokens) / s,
-             (double)ls->completion_tokens / s);
+             (double)ls->completion_tokens / s, w->st.kv_util_avg * 100, w->st.kv_util_peak * 100,
+             (long long)w->st.prefill_computed, (long long)w->st.prefix_reused);
     for (size_t i = 0; i < w->n_leases; i++)
         if (w->leases[i] == ls) {
             w->leases[i] = w->leases[--w->n_leases];
@@ -654,6 +658,7 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
     for (;;) {
         size_t n_add = 0;
         pthread_mutex_lock(&w->mu);
+        sched_get_stats(s, &w->st);
         if (stopping(w) && !w->draining) {
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
@@ -906,6 +911,17 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
     else
         log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
                  (long long)w.total_done, wcl_outbox_count(w.ob));
+    sched_get_stats(s, &st);
+    log_info("engine-stats: {\"requests\":%lld,\"request_errors\":%lld,\"cancelled\":%lld,"
+             "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
+             "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"
+             "\"preemptions\":%lld,\"kv_blocks\":%d,\"kv_util_avg\":%.3f,"
+             "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f}",
+             (long long)st.n_requests, (long long)st.n_request_errors, (long long)st.n_cancelled,
+             (long long)st.n_steps, (long long)(st.prefill_computed + st.prefix_reused),
+             (long long)st.prefill_computed, (long long)st.prefix_reused,
+             (long long)st.output_tokens, (long long)st.recomputed, (long long)st.n_preemptions,
+             st.kv_blocks, st.kv_util_avg, st.kv_util_peak, st.wall_s, st.forward_s);
 out:
     if (thread_ok) {
         pthread_mutex_lock(&w.mu);
