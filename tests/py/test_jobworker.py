@@ -198,7 +198,7 @@ def test_worker_cancel_stops_running_requests():
     w = start_worker(d, "--max-seqs", "2", "--lease-seconds", "10")
     lines = [json.dumps({"custom_id": f"c-{i}", "method": "POST", "url": "/v1/chat/completions",
                          "body": {"model": "smollm", "max_tokens": 4000, "temperature": 0.9,
-                                  "logit_bias": {"2": -100},  # <|im_end|>: keep generating
+                                  "logit_bias": {"0": -100, "1": -100, "2": -100},  # no end token: keep generating
                                   "messages": [{"role": "user", "content": f"Write a long story {i}."}]}})
              for i in range(6)]
     bid = submit(d, lines)
