@@ -154,7 +154,7 @@ static void stop_in_engine(struct wl *w, const char *rid)
         w->stop_ids = p;
         w->cap_stop = nc;
     }
-    memcpy(w->stop_ids[w->n_stop++], rid, ID_MAX);
+    snprintf(w->stop_ids[w->n_stop++], ID_MAX, "%s", rid);
     pthread_cond_broadcast(&w->cv);
 }
 
@@ -497,7 +497,7 @@ static void do_heartbeats(struct wl *w, int force)
                 if (it && (it->state == IT_QUEUED || it->state == IT_RUNNING)) {
                     log_info("%s: cancelled by jobd", rid);
                     if (it->state == IT_RUNNING)
-                        stop_in_engine(w, rid);
+                        stop_in_engine(w, it->rid);
                     item_set(w, it, IT_RELEASE);
                 }
             }

@@ -211,14 +211,15 @@ def test_worker_cancel_stops_running_requests():
     d.json("POST", f"/v1/batches/{bid}/cancel")
     deadline = time.monotonic() + 60
     while "stopped in the engine" not in w.log():
-        assert w.p.poll() is None, w.log()[-3000:]
+        assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
         assert time.monotonic() < deadline, "running requests not stopped: " + w.log()[-3000:]
         time.sleep(0.2)
     b = wait_done(d, bid, timeout=120, worker=w)
     assert b["status"] == "cancelled", b
     assert b["request_counts"]["completed"] == 0, b
     assert w.p.poll() is None
-    assert w.stop(signal.SIGTERM, timeout=60) == 0, w.log()[-3000:]
+    rc = w.stop(signal.SIGTERM, timeout=60)
+    assert rc == 0, f"exit {rc}: " + w.log()[-3000:]
     st = engine_stats(w.log())
     assert st["cancelled"] >= 1 and st["requests"] == 0, st
 
@@ -305,6 +306,8 @@ def test_worker_survives_jobd_restart():
     # the worker keeps computing; stay down until one of its calls failed
     deadline = time.monotonic() + 120
     while not ("unreachable" in w.log() or "kept for a retry" in w.log()):
+        if w.p.poll() is not None:
+            open("/tmp/sched2-wlog.txt", "w").write(w.log())
         assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
         assert time.monotonic() < deadline, "no failed call logged: " + w.log()[-3000:]
         time.sleep(0.2)
