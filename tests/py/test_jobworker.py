@@ -306,8 +306,6 @@ def test_worker_survives_jobd_restart():
     # the worker keeps computing; stay down until one of its calls failed
     deadline = time.monotonic() + 120
     while not ("unreachable" in w.log() or "kept for a retry" in w.log()):
-        if w.p.poll() is not None:
-            open("/tmp/sched2-wlog.txt", "w").write(w.log())
         assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
         assert time.monotonic() < deadline, "no failed call logged: " + w.log()[-3000:]
         time.sleep(0.2)
