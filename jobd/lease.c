@@ -66,6 +66,22 @@ int lease_acquire(struct store *st, const struct lease_opts *o, const struct sto
     int rc = store_lease_acquire(st, &a, now, &l);
     if (rc)
         return rc;
+    /* each item's url is its batch's endpoint (a pack has few batches: one
+     * lookup per run of equal batch ids) */
+    struct store_batch b;
+    b.endpoint[0] = '\0';
+    const char *last = NULL;
+    for (size_t i = 0; i < l.n; i++) {
+        struct store_leased *it = &l.items[i];
+        if (!last || strcmp(last, it->batch_id) != 0) {
+            if (store_batch_get(st, NULL, it->batch_id, &b) == 0)
+                store_batch_release(&b); /* (only the endpoint is kept) */
+            else
+                b.endpoint[0] = '\0'; /* cannot happen for a leased row; the worker then guesses */
+            last = it->batch_id;
+        }
+        snprintf(it->endpoint, sizeof it->endpoint, "%s", b.endpoint);
+    }
     if ((rc = lease_order_pack(&l, o->prefix_bytes))) {
         /* the lease is committed; an order failure (no memory) keeps DB order */
         rc = 0;

@@ -758,6 +758,11 @@ int lease_write_lease(struct buf *b, const struct lease_opts *o, const struct st
         rc = buf_printf(b, "%s{\"request_id\":\"%s\",\"custom_id\":", i ? "," : "", it->id);
         if (!rc)
             rc = put_str(b, it->custom_id);
+        if (!rc && it->endpoint[0]) {
+            rc = buf_append_str(b, ",\"url\":");
+            if (!rc)
+                rc = put_str(b, it->endpoint);
+        }
         if (!rc)
             rc = buf_printf(b, ",\"attempt\":%lld,\"body\":", (long long)it->attempt);
         if (!rc)

@@ -510,6 +510,8 @@ struct store_leased {
     size_t body_len;
     int64_t attempt;           /* 1 for the first attempt */
     int64_t prompt_tokens_est, max_tokens;
+    char endpoint[32];         /* its batch's endpoint (the line's url); filled by
+                                  lease_acquire, "" from store_lease_acquire */
 };
 
 struct store_lease {

@@ -383,6 +383,51 @@ int kv_seq_share_prefix(struct kv_cache *kv, int seq, const int32_t *tokens, int
     return s->n_pos;
 }
 
+int kv_seq_share_partial(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens)
+{
+    if (seq < 0 || seq >= kv->n_seq || n_tokens < 0 || (n_tokens > 0 && !tokens))
+        return ERR_INVAL;
+    struct kv_seq *s = &kv->seqs[seq];
+    int bt = kv->block_tokens;
+    if (s->n_pos != s->n_blocks * bt || s->n_hashed != s->n_blocks)
+        return ERR_BADSTATE;
+    int rest = n_tokens - s->n_pos;
+    if (rest <= 0 || s->n_blocks >= kv->max_blocks_per_seq)
+        return 0;
+    if (rest > bt)
+        rest = bt;
+    const int32_t *t = tokens + s->n_pos;
+    int32_t best = -1;
+    int best_m = 0;
+    /* the published children of this prefix: a linear scan (admissions are rare
+     * next to forward passes, and pools hold thousands of blocks, not millions) */
+    for (int32_t b = 0; b < kv->n_blocks && best_m < rest; b++) {
+        if (!kv->pub_[b] || kv->parent_[b] != s->last_key)
+            continue;
+        const int32_t *bt_tok = kv->btok_ + (size_t)b * (size_t)bt;
+        int m = 0;
+        while (m < rest && bt_tok[m] == t[m])
+            m++;
+        if (m > best_m) {
+            best_m = m;
+            best = b;
+        }
+    }
+    if (best < 0)
+        return 0;
+    block_acquire(kv, best); /* pinned: the allocation below cannot evict it */
+    if (kv->n_free < 1) {
+        block_release(kv, best);
+        return 0;
+    }
+    int32_t c = block_alloc(kv);
+    copy_block(kv, c, best, best_m);
+    block_release(kv, best);
+    s->blocks[s->n_blocks++] = c;
+    s->n_pos += best_m;
+    return best_m;
+}
+
 int kv_seq_publish(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens)
 {
     if (seq < 0 || seq >= kv->n_seq || n_tokens < 0 || (n_tokens > 0 && !tokens))

@@ -137,6 +137,18 @@ void kv_cache_set_seed(struct kv_cache *kv, uint64_t seed);
  * (the slot is not empty). Allocates nothing. */
 int kv_seq_share_prefix(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
 
+/* After kv_seq_share_prefix: when the next positions of slot seq
+ * (tokens[n_pos..n_tokens)) begin like a published block that follows the
+ * same prefix, copy the keys/values of the longest such match (1 to
+ * block_tokens positions) into a new private block of the slot and advance
+ * n_pos past them, so a prompt that diverges inside a block (a shared
+ * system prompt whose length is not a multiple of block_tokens) recomputes
+ * only its own tokens. The source block stays published and untouched.
+ * Callers that need logits pass n_tokens - 1 as for kv_seq_share_prefix.
+ * Returns the positions copied (0: no match or no free block), ERR_INVAL,
+ * ERR_BADSTATE (n_pos is not exactly the slot's published full blocks). */
+int kv_seq_share_partial(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
+
 /* Publish the full blocks of slot seq that lie within its computed
  * positions and within tokens[0..n_tokens) (the slot's token ids from
  * position 0), so later kv_seq_share_prefix calls find them. A block whose

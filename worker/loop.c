@@ -26,7 +26,8 @@
 #define WL_MAX_NAME 128
 #define WL_LONG_POLL_MS 2000
 #define WL_TICK_MS 100
-#define WL_FINAL_UPLOAD_MS 15000   /* after the engine stopped: last uploads/releases */
+#define WL_FINAL_UPLOAD_MS 15000
+#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */   /* after the engine stopped: last uploads/releases */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -66,6 +67,9 @@ struct wl {
     int engine_failed;
     int comm_exit;                 /* the communication thread should stop now */
     size_t n_queued;               /* items in IT_QUEUED */
+    char (*stop_ids)[ID_MAX];      /* requests in the scheduler to drop (engine: sched_cancel) */
+    struct sched_stats st;         /* the scheduler's counters, copied by the engine each pass */
+    size_t n_stop, cap_stop;
     /* totals for heartbeat progress */
     int64_t total_completion, total_done;
     uint64_t t0_ns;
@@ -98,11 +102,14 @@ static void lease_finish(struct wl *w, struct lease *ls)
     if (s <= 0)
         s = 1e-9;
     log_info("pack %s: %d requests done (%d errors), %d released, %lld prompt + %lld completion "
-             "tokens in %.2f s: %.1f tok/s (%.1f completion tok/s)",
+             "tokens in %.2f s: %.1f tok/s (%.1f completion tok/s); KV cache %.0f%% used on "
+             "average, %.0f%% peak; engine so far: %lld prompt positions computed, %lld from "
+             "the prefix cache",
              ls->id, ls->n_done, ls->n_errors, ls->n_released, (long long)ls->prompt_tokens,
              (long long)ls->completion_tokens, s,
              (double)(ls->prompt_tokens + ls->completion_tokens) / s,
-             (double)ls->completion_tokens / s);
+             (double)ls->completion_tokens / s, w->st.kv_util_avg * 100, w->st.kv_util_peak * 100,
+             (long long)w->st.prefill_computed, (long long)w->st.prefix_reused);
     for (size_t i = 0; i < w->n_leases; i++)
         if (w->leases[i] == ls) {
             w->leases[i] = w->leases[--w->n_leases];
@@ -134,6 +141,24 @@ static void item_set(struct wl *w, struct item *it, enum item_state st)
     it->state = st;
 }
 
+/* Ask the engine to drop request rid from the scheduler (it is cancelled,
+ * released or its lease is gone while it runs), so it stops generating and
+ * frees its KV blocks before the next step. Caller holds mu. Without memory
+ * the request just runs to its end and its result is ignored. */
+static void stop_in_engine(struct wl *w, const char *rid)
+{
+    if (w->n_stop == w->cap_stop) {
+        size_t nc = w->cap_stop ? w->cap_stop * 2 : 64;
+        char(*p)[ID_MAX] = realloc(w->stop_ids, nc * sizeof *p);
+        if (!p)
+            return;
+        w->stop_ids = p;
+        w->cap_stop = nc;
+    }
+    snprintf(w->stop_ids[w->n_stop++], ID_MAX, "%s", rid);
+    pthread_cond_broadcast(&w->cv);
+}
+
 static struct lease *lease_find(struct wl *w, const char *id)
 {
     for (size_t i = 0; i < w->n_leases; i++)
@@ -156,6 +181,8 @@ static void lease_gone(struct wl *w, const char *lease_id)
             continue;
         /* (a line of it being uploaded right now gets an ack that finds no item) */
         int last = ls->n_open == 1;
+        if (w->items[i]->state == IT_RUNNING)
+            stop_in_engine(w, w->items[i]->rid);
         item_remove(w, i);
         if (last)
             break;
@@ -377,8 +404,15 @@ static void take_lease(struct wl *w, json_t *ans)
         memcpy(it->rid, rid, strlen(rid) + 1);
         it->ls = ls;
         it->body = json_incref(body);
-        it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
-                     ? GP_CHAT : GP_COMPLETIONS;
+        /* the item's url (its batch's endpoint); a jobd that sends none: guess from the body */
+        const char *url = json_string_value(json_object_get(r, "url"));
+        if (url)
+            it->ep = strcmp(url, "/v1/chat/completions") == 0 ? GP_CHAT
+                     : strcmp(url, "/v1/completions") == 0  ? GP_COMPLETIONS
+                                                            : WL_BAD_URL;
+        else
+            it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
+                         ? GP_CHAT : GP_COMPLETIONS;
         it->state = w->draining ? IT_RELEASE : IT_QUEUED;
         if (it->state == IT_QUEUED)
             w->n_queued++;
@@ -463,6 +497,8 @@ static void do_heartbeats(struct wl *w, int force)
                 struct item *it = rid ? item_find(w, rid, NULL) : NULL;
                 if (it && (it->state == IT_QUEUED || it->state == IT_RUNNING)) {
                     log_info("%s: cancelled by jobd", rid);
+                    if (it->state == IT_RUNNING)
+                        stop_in_engine(w, it->rid);
                     item_set(w, it, IT_RELEASE);
                 }
             }
@@ -623,6 +659,7 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
     for (;;) {
         size_t n_add = 0;
         pthread_mutex_lock(&w->mu);
+        sched_get_stats(s, &w->st);
         if (stopping(w) && !w->draining) {
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
@@ -646,6 +683,16 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
             pthread_mutex_unlock(&w->mu);
             break;
         }
+        /* requests cancelled while in the scheduler stop now and free their blocks
+         * (before feeding: a request fed below is in the scheduler by the next pass) */
+        while (w->n_stop > 0) {
+            char rid[ID_MAX];
+            memcpy(rid, w->stop_ids[--w->n_stop], ID_MAX);
+            pthread_mutex_unlock(&w->mu);
+            if (sched_cancel(s, rid) == 0)
+                log_info("%s: stopped in the engine", rid);
+            pthread_mutex_lock(&w->mu);
+        }
         /* feed a few beyond what runs: the scheduler admits from them as slots free,
          * and what is not fed yet can still be released on a drain or cancel */
         int room = feed_target - sched_n_waiting(s);
@@ -662,6 +709,22 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
         }
         pthread_mutex_unlock(&w->mu);
         for (size_t i = 0; i < n_add; i++) {
+            if (add[i].ep == WL_BAD_URL) { /* a request error, answered without the engine */
+                json_t *eb = json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message",
+                                       "This worker serves /v1/chat/completions and "
+                                       "/v1/completions only.", "type", "invalid_request_error",
+                                       "param", "url", "code", "invalid_url");
+                struct sched_result er;
+                memset(&er, 0, sizeof er);
+                er.id = add[i].rid;
+                er.status = 400;
+                er.body = eb;
+                if (eb)
+                    on_result(w, &er);
+                json_decref(eb);
+                json_decref(add[i].body);
+                continue;
+            }
             int arc = sched_add(s, add[i].rid, add[i].ep, add[i].body);
             json_decref(add[i].body);
             if (arc) {
@@ -856,6 +919,17 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
     else
         log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
                  (long long)w.total_done, wcl_outbox_count(w.ob));
+    sched_get_stats(s, &st);
+    log_info("engine-stats: {\"requests\":%lld,\"request_errors\":%lld,\"cancelled\":%lld,"
+             "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
+             "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"
+             "\"preemptions\":%lld,\"kv_blocks\":%d,\"kv_util_avg\":%.3f,"
+             "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f}",
+             (long long)st.n_requests, (long long)st.n_request_errors, (long long)st.n_cancelled,
+             (long long)st.n_steps, (long long)(st.prefill_computed + st.prefix_reused),
+             (long long)st.prefill_computed, (long long)st.prefix_reused,
+             (long long)st.output_tokens, (long long)st.recomputed, (long long)st.n_preemptions,
+             st.kv_blocks, st.kv_util_avg, st.kv_util_peak, st.wall_s, st.forward_s);
 out:
     if (thread_ok) {
         pthread_mutex_lock(&w.mu);
@@ -870,6 +944,7 @@ out:
         free(w.items[i]);
     }
     free(w.items);
+    free(w.stop_ids);
     for (size_t i = 0; i < w.n_leases; i++)
         free(w.leases[i]);
     free(w.leases);

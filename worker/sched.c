@@ -410,6 +410,46 @@ out:
     return rc;
 }
 
+int sched_cancel(struct sched *s, const char *id)
+{
+    if (!s || !id)
+        return ERR_INVAL;
+    struct sreq *r = s->live;
+    while (r && strcmp(r->id, id) != 0)
+        r = r->next;
+    if (!r)
+        return ERR_NOTFOUND;
+    /* running sequences: leave the run list (keeping admission order), free blocks */
+    int k = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        struct sseq *q = s->run[i];
+        if (q->r != r) {
+            s->run[k++] = q;
+            continue;
+        }
+        kv_seq_clear(s->kv, q->slot);
+        s->slots[s->n_slots++] = q->slot;
+        q->slot = -1;
+    }
+    s->n_run = k;
+    /* waiting ones: leave the queue; the unsorted tail (n_new) shrinks with them */
+    k = 0;
+    int tail = s->n_wait - s->n_new;
+    for (int i = 0; i < s->n_wait; i++) {
+        if (s->wait[i]->r != r) {
+            s->wait[k++] = s->wait[i];
+            continue;
+        }
+        if (i >= tail)
+            s->n_new--;
+    }
+    s->n_wait = k;
+    s->st.n_cancelled++;
+    live_unlink(s, r);
+    req_free(r);
+    return 0;
+}
+
 /* ---- ordering ------------------------------------------------------------------ */
 
 static int cmp_seq(const void *a, const void *b)
@@ -494,7 +534,13 @@ static int should_defer(const struct sched *s, const struct sseq *c)
         int n = lim < q->n_prompt ? lim : q->n_prompt, L = 0;
         while (L < n && c->prompt[L] == q->prompt[L])
             L++;
-        if (L / bt > published)
+        /* blocks of q that c could take: whole shared ones, and the one the
+         * shared run ends in (copied in part), if q will publish it (a full
+         * prompt block) */
+        int want = (L + bt - 1) / bt, full = q->n_prompt / bt;
+        if (want > full)
+            want = full;
+        if (want > published)
             return 1;
     }
     return 0;
@@ -558,6 +604,10 @@ static int run_step(struct sched *s)
             hits = kv_seq_share_prefix(kv, slot, c->prompt, lim);
             if (hits < 0)
                 return ERR_INTERNAL;
+            int part = kv_seq_share_partial(kv, slot, c->prompt, lim);
+            if (part < 0)
+                return ERR_INTERNAL;
+            hits += part;
         }
         int64_t need = kv_seq_blocks_needed(kv, slot, known + 1 <= s->n_ctx ? known + 1 : known);
         if (s->n_run > 0 && need + promised + watermark > kv->n_free) {

@@ -26,8 +26,10 @@
  *     can hold their whole remaining prompt on top of what running
  *     sequences still need (plus a 1% watermark);
  *   - prefix sharing (kv.h): an admitted sequence first takes the cached
- *     full blocks of its prompt; after each step the full prompt blocks
- *     computed are published. A waiting sequence whose prompt shares full
+ *     full blocks of its prompt, then copies the matching head of a cached
+ *     block that follows the same prefix (kv_seq_share_partial: a system
+ *     prompt of 300 tokens is shared to the token, not to 288); after each
+ *     step the full prompt blocks computed are published. A waiting sequence whose prompt shares full
  *     blocks with a running sequence that has not computed them yet waits
  *     for it, so a shared system prompt is computed once. Choices 2..n of
  *     a request thereby fork after the first choice's prefill: they share
@@ -111,6 +113,7 @@ struct sched_stats {
     int64_t recomputed;          /* generated tokens fed again after a preemption */
     int64_t output_tokens;       /* tokens sampled */
     int64_t n_preemptions;
+    int64_t n_cancelled;         /* requests dropped by sched_cancel */
     int64_t blocks_evicted;      /* cached blocks reused for other data */
     int kv_blocks;               /* pool size in blocks of KV_BLOCK_TOKENS positions */
     int n_ctx;
@@ -137,6 +140,14 @@ void sched_free(struct sched *s);
  * 0. Returns 0, ERR_INVAL (NULL arguments), ERR_NOMEM, ERR_CRYPTO. May be
  * called between steps: new requests join the running pack. */
 int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t *body);
+
+/* Drop request id (as given to sched_add) now, without a callback: its
+ * waiting sequences leave the queue, its running ones stop and return their
+ * KV blocks at once (published prompt blocks stay cached for others). For
+ * a batch cancelled or a lease lost while the request runs. Call between
+ * steps. Returns 0, ERR_INVAL (NULL arguments), ERR_NOTFOUND (not queued or
+ * running: unknown, already finished or answered with an error). */
+int sched_cancel(struct sched *s, const char *id);
 
 /* One step: admit, run one forward pass, sample, finish. Returns 1 when it
  * did work, 0 when nothing is queued or running, or an engine error

@@ -82,30 +82,58 @@ static void head_scalar(float *oh, const float *qh, const float *k, const float 
 #define AVX2 __attribute__((target("avx2,fma")))
 
 /* head_dim a multiple of 8. */
+/* ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
+AVX2 static inline float hsum_att(__m256 acc)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
 AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const float *v,
                            const int32_t *block_table, int block_tokens, size_t block_stride,
                            int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
                            float *scores)
 {
-    for (int p = 0; p < n_ctx; p++) {
+    /* four positions at a time: four independent FMA chains instead of one
+     * latency-bound chain; each position's operations are unchanged */
+    int p = 0;
+    for (; p + 4 <= n_ctx; p += 4) {
+        const float *k0 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
+        const float *k1 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 1) + kv_off;
+        const float *k2 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 2) + kv_off;
+        const float *k3 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 3) + kv_off;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < head_dim; d += 8) {
+            __m256 qd = _mm256_loadu_ps(qh + d);
+            a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k0 + d), a0);
+            a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k1 + d), a1);
+            a2 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k2 + d), a2);
+            a3 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k3 + d), a3);
+        }
+        scores[p] = hsum_att(a0) * scale;
+        scores[p + 1] = hsum_att(a1) * scale;
+        scores[p + 2] = hsum_att(a2) * scale;
+        scores[p + 3] = hsum_att(a3) * scale;
+    }
+    for (; p < n_ctx; p++) {
         const float *kp = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
         __m256 acc = _mm256_setzero_ps();
         for (int d = 0; d < head_dim; d += 8)
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kp + d), acc);
-        /* ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        scores[p] = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t))) * scale;
+        scores[p] = hsum_att(acc) * scale;
     }
     softmax_row(scores, n_ctx);
-    for (int d0 = 0; d0 < head_dim; d0 += 32) {
-        int nd = head_dim - d0 < 32 ? head_dim - d0 : 32; /* multiple of 8 */
-        __m256 o[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                       _mm256_setzero_ps()};
-        for (int p = 0; p < n_ctx; p++) {
+    /* up to 64 dimensions per pass: eight independent accumulator chains */
+    for (int d0 = 0; d0 < head_dim; d0 += 64) {
+        int nd = head_dim - d0 < 64 ? head_dim - d0 : 64; /* multiple of 8 */
+        __m256 o[8];
+        for (int j = 0; j < 8; j++)
+            o[j] = _mm256_setzero_ps();
+        for (int pv = 0; pv < n_ctx; pv++) {
             const float *vp =
-                kv_at(v, block_table, block_tokens, block_stride, kv_dim, p) + kv_off + d0;
-            __m256 w = _mm256_set1_ps(scores[p]);
+                kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
+            __m256 w = _mm256_set1_ps(scores[pv]);
             for (int j = 0; j < nd / 8; j++)
                 o[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * j), o[j]);
         }

@@ -6,7 +6,9 @@
  * against the product's O(n m k)); the scalar dot kernels, which define the
  * results; the AVX2 kernels, compiled with per-function target attributes
  * so the file builds and runs on any x86-64 (and compiles to nothing
- * elsewhere); the driver, which quantizes the activations into the
+ * elsewhere), with AVX-VNNI twins of the 32-value block kernels (vpdpbusd
+ * for the u8 x s8 pair sums: the same integers, so the same bits; used
+ * when the CPU has it, as llama.cpp's native builds do); the driver, which quantizes the activations into the
  * caller's scratch and splits the output into tiles of (TILE_M weight rows
  * x TILE_N activation rows) handed out to the pool's threads through an
  * atomic counter. Each output element is computed by one call of one dot
@@ -418,6 +420,14 @@ AVX2 static inline __m256i dot_ss(__m256i x, __m256i y)
     return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
+/* dot_us in one instruction (AVX-VNNI vpdpbusd): the same exact i32 sums,
+ * since dot_us never saturates (see above), so results are bit-identical. */
+#define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+VNNI static inline __m256i dot_us_vnni(__m256i u, __m256i s)
+{
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+}
+
 AVX2 static inline __m256 lanes_fma(__m256 acc, float dv, __m256i isum)
 {
     return _mm256_fmadd_ps(_mm256_set1_ps(dv), _mm256_cvtepi32_ps(isum), acc);
@@ -440,7 +450,7 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
 }
 
 /* One block against NR activation rows, into accumulator set P (0 or 1). */
-#define DOT32_STEP(P)                                                                        \
+#define DOT32_STEP(P, DU)                                                                    \
     do {                                                                                     \
         const uint8_t *blk = w + (size_t)b * bs;                                             \
         __m256i q = unpack32_avx2(type, blk);                                                \
@@ -449,7 +459,7 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
         for (int r = 0; r < NR; r++) {                                                       \
             __m256i y = _mm256_loadu_si256((const __m256i *)a[r][b].q);                      \
             __m256i sy = sgn ? _mm256_sign_epi8(y, q) : y;                                   \
-            acc##P[r] = lanes_fma(acc##P[r], dw * a[r][b].d, dot_us(ax, sy));                \
+            acc##P[r] = lanes_fma(acc##P[r], dw * a[r][b].d, DU(ax, sy));                    \
         }                                                                                    \
         if (off && NR == 4) /* lane r: the same fma as the scalar accm of row r */           \
             accv##P = _mm_fmadd_ps(_mm_set1_ps(mw),                                          \
@@ -464,8 +474,8 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
 
 /* NR rows at once: the weight block is unpacked once for all of them. Two
  * accumulator sets alternate by block parity (see dot32_s). */
-#define DOT32_AVX2(name, T, NR_)                                                             \
-    AVX2 static void name(int k, const uint8_t *w, const struct act32 *const *a, float *out) \
+#define DOT32_KERNEL(name, T, NR_, ATTR, DU)                                                 \
+    ATTR static void name(int k, const uint8_t *w, const struct act32 *const *a, float *out) \
     {                                                                                        \
         enum { NR = NR_ };                                                                   \
         const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
@@ -480,11 +490,11 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
         }                                                                                    \
         int b = 0, nb = k / QUANT_QK;                                                        \
         while (b + 1 < nb) {                                                                 \
-            DOT32_STEP(0);                                                                   \
-            DOT32_STEP(1);                                                                   \
+            DOT32_STEP(0, DU);                                                               \
+            DOT32_STEP(1, DU);                                                               \
         }                                                                                    \
         if (b < nb)                                                                          \
-            DOT32_STEP(0);                                                                   \
+            DOT32_STEP(0, DU);                                                               \
         if (off && NR == 4) {                                                                \
             float m0[4], m1[4];                                                              \
             _mm_storeu_ps(m0, accv0);                                                        \
@@ -500,10 +510,10 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
         }                                                                                    \
     }
 
-#define DOT32_AVX2_PAIR(T, n1, n4)                                                           \
-    DOT32_AVX2(n4, T, 4)                                                                     \
-    DOT32_AVX2(n1##_rows, T, 1)                                                              \
-    AVX2 static float n1(int k, const uint8_t *w, const void *av)                            \
+#define DOT32_PAIR(T, n1, n4, ATTR, DU)                                                      \
+    DOT32_KERNEL(n4, T, 4, ATTR, DU)                                                         \
+    DOT32_KERNEL(n1##_rows, T, 1, ATTR, DU)                                                  \
+    ATTR static float n1(int k, const uint8_t *w, const void *av)                            \
     {                                                                                        \
         const struct act32 *a[1] = {av};                                                     \
         float out;                                                                           \
@@ -515,11 +525,19 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
         n4(k, w, (const struct act32 *const *)a, out);                                       \
     }
 
+#define DOT32_AVX2_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, AVX2, dot_us)
+#define DOT32_VNNI_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, VNNI, dot_us_vnni)
+
 DOT32_AVX2_PAIR(QUANT_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
 DOT32_AVX2_PAIR(QUANT_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
 DOT32_AVX2_PAIR(QUANT_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
 DOT32_AVX2_PAIR(QUANT_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
 DOT32_AVX2_PAIR(QUANT_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
+DOT32_VNNI_PAIR(QUANT_Q4_0, dot_q4_0_vnni, dot4_q4_0_vnni)
+DOT32_VNNI_PAIR(QUANT_Q4_1, dot_q4_1_vnni, dot4_q4_1_vnni)
+DOT32_VNNI_PAIR(QUANT_Q5_0, dot_q5_0_vnni, dot4_q5_0_vnni)
+DOT32_VNNI_PAIR(QUANT_Q5_1, dot_q5_1_vnni, dot4_q5_1_vnni)
+DOT32_VNNI_PAIR(QUANT_Q8_0, dot_q8_0_vnni, dot4_q8_0_vnni)
 
 /* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
  * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
@@ -678,6 +696,20 @@ static int cpu_has_avx2(void)
         return 0;
     return (c & bit_F16C) != 0;
 }
+
+/* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
+ * plain AVX2 kernels: the results are the same bits either way). */
+static int cpu_has_vnni(void)
+{
+    static atomic_int cached = -1;
+    int v = atomic_load(&cached);
+    if (v >= 0)
+        return v;
+    unsigned a = 0, b, c, d;
+    v = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) && !getenv("KN_NO_VNNI");
+    atomic_store(&cached, v);
+    return v;
+}
 #endif /* MATQ_X86 */
 
 /* ---- SIMD level ------------------------------------------------------------------------- */
@@ -761,6 +793,18 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, enum act_kind *
     default: return ERR_UNSUPPORTED;
     }
     int simd = level >= KN_SIMD_AVX2 && v;
+#if MATQ_X86
+    if (simd && ak == ACT_32 && cpu_has_vnni()) {
+        switch (type) {
+        case QUANT_Q4_0: v = dot_q4_0_vnni; v4 = dot4_q4_0_vnni_v; break;
+        case QUANT_Q4_1: v = dot_q4_1_vnni; v4 = dot4_q4_1_vnni_v; break;
+        case QUANT_Q5_0: v = dot_q5_0_vnni; v4 = dot4_q5_0_vnni_v; break;
+        case QUANT_Q5_1: v = dot_q5_1_vnni; v4 = dot4_q5_1_vnni_v; break;
+        case QUANT_Q8_0: v = dot_q8_0_vnni; v4 = dot4_q8_0_vnni_v; break;
+        default: break;
+        }
+    }
+#endif
     *dot = simd ? v : s;
     *dot4 = simd ? v4 : NULL;
     *act = ak;

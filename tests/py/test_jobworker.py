@@ -1,14 +1,17 @@
 """The real jobworker serving a real jobd (release builds) on the default
-model, over loopback: a chat batch end to end (outputs are OpenAI chat
-completions; usage.prompt_tokens equals the tokenizer's count of the
-rendered prompt, taken from `jobworker --chat --print-ids`), request-level
-errors as invalid_request error lines (never retried), SIGTERM during a
-pack (exit 0, the released requests finished by a second worker, nothing
-lost), jobd killed and restarted under a running worker (every custom_id
-exactly once), and the `make run` script.
+model, over loopback: a 200-request chat batch sharing a 300-token system
+prompt end to end (outputs are OpenAI chat completions; usage.prompt_tokens
+equals llama.cpp's tokenizer count, tests/fixtures/model/smollm2_chat_usage.json
+made by tests/fixtures/make_chat_usage_fixture.py; the worker's prefill count
+shows the prefix computed once; outputs equal a run without prefix sharing),
+a batch cancelled while it runs (the worker stops generating it), request-level
+errors as invalid_request error lines (never retried), SIGTERM during a pack
+(exit 0, the released requests finished by a second worker, nothing lost),
+jobd killed and restarted under a running worker (every custom_id exactly
+once), and the `make run` script.
 
-Sizes stay CPU-friendly (max_tokens 16, a few dozen requests); no timing
-assertions beyond generous "it ends" limits.
+Sizes stay CPU-friendly (max_tokens 6-16); no timing assertions beyond
+generous "it ends" limits.
 """
 import json
 import os
@@ -75,18 +78,7 @@ def wait_counts(d, batch_id, completed, timeout=300):
         time.sleep(0.1)
 
 
-def prompt_ids(text):
-    """Our tokenizer's ids of the chat-rendered prompt (one user message)."""
-    r = run([binary("jobworker", asan=False), "--model", MODEL, "--chat", text, "--max-tokens", "1",
-             "--print-ids"], timeout=120)
-    assert r.returncode == 0, r.stderr
-    for line in r.stderr.splitlines():
-        if line.startswith("prompt ids:"):
-            return [int(x) for x in line[len("prompt ids:"):].split()]
-    raise AssertionError(r.stderr)
-
-
-def check_chat_output(lines, custom_ids):
+def check_chat_output(lines, custom_ids, max_tokens=16):
     got = [x["custom_id"] for x in lines]
     assert sorted(got) == sorted(custom_ids), (sorted(got), sorted(custom_ids))
     for x in lines:
@@ -100,43 +92,136 @@ def check_chat_output(lines, custom_ids):
         assert isinstance(c["message"]["content"], str), body
         assert c["finish_reason"] in ("stop", "length"), body
         u = body["usage"]
-        assert 1 <= u["completion_tokens"] <= 16, u
+        assert 1 <= u["completion_tokens"] <= max_tokens, u
         assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
         if c["finish_reason"] == "length":
-            assert u["completion_tokens"] == 16, body
+            assert u["completion_tokens"] == max_tokens, body
+
+
+FIXTURE = os.path.join(ROOT, "tests/fixtures/model/smollm2_chat_usage.json")
+E2E_MAX_TOKENS = 6
+
+
+def e2e_body(fx, i, model="smollm"):
+    """Request i of the 200-request chat batch: the fixture's shared ~300-token
+    system prompt and its user message i; even i greedy, odd i seeded sampling."""
+    b = {"model": model, "messages": [{"role": "system", "content": fx["system"]},
+                                      {"role": "user", "content": fx["users"][i]}],
+         "max_tokens": E2E_MAX_TOKENS}
+    if i % 2:
+        b.update(temperature=0.8, seed=1000 + i)
+    else:
+        b["temperature"] = 0
+    return b
+
+
+def engine_stats(log):
+    lines = [l for l in log.splitlines() if "engine-stats: " in l]
+    assert lines, log[-3000:]
+    return json.loads(lines[-1].split("engine-stats: ", 1)[1])
 
 
 def test_worker_chat_batch_end_to_end():
+    """200 chat requests sharing a 300-token system prompt through jobd and the
+    real worker: completed, every line an OpenAI chat completion, usage
+    prompt_tokens equal to llama.cpp's tokenizer count (fixture), the shared
+    prefix computed once (the worker's prefill count within 3% of the unique
+    prompt tokens), and outputs equal to a run without prefix sharing."""
     need()
+    fx = json.load(open(FIXTURE))
+    n = len(fx["users"])
+    assert n == 200 and fx["shared_prefix_tokens"] >= 300
     d = start_jobd()
     w = start_worker(d)
-    qs = [f"What is {i} plus {i}?" for i in range(20)]
-    bid = submit(d, [chat_line(i, content=q, custom_id=f"q-{i}") for i, q in enumerate(qs)])
+    lines = [json.dumps({"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": e2e_body(fx, i)}) for i in range(n)]
+    bid = submit(d, lines)
     # a batch uses one model name: the canonical id and another alias in batches of their own
-    other = {name: submit(d, [chat_line(0, model=name, content=qs[0], custom_id=f"as-{name}")])
+    other = {name: submit(d, [json.dumps({"custom_id": f"as-{name}", "method": "POST",
+                                          "url": "/v1/chat/completions",
+                                          "body": e2e_body(fx, 0, model=name)})])
              for name in ("SmolLM2-135M-Instruct", "smol")}
     b = wait_done(d, bid, worker=w)
     assert b["status"] == "completed", b
-    assert b["request_counts"] == {"total": 20, "completed": 20, "failed": 0}, b
+    assert b["request_counts"] == {"total": n, "completed": n, "failed": 0}, b
     out = read_jsonl(d, b["output_file_id"])
-    check_chat_output(out, [f"q-{i}" for i in range(20)])
+    check_chat_output(out, [f"q-{i}" for i in range(n)], E2E_MAX_TOKENS)
     by_id = {x["custom_id"]: x["response"]["body"] for x in out}
     # the response echoes the name the request used
     assert all(x["model"] == "smollm" for x in by_id.values()), by_id
+    # usage.prompt_tokens = llama.cpp's tokenizer on the GGUF's own chat template
+    got = [by_id[f"q-{i}"]["usage"]["prompt_tokens"] for i in range(n)]
+    bad = [(i, got[i], fx["prompt_tokens"][i]) for i in range(n) if got[i] != fx["prompt_tokens"][i]]
+    assert not bad, bad[:10]
     for name, obid in other.items():
         ob = wait_done(d, obid, worker=w)
         o = read_jsonl(d, ob["output_file_id"])
-        check_chat_output(o, [f"as-{name}"])
-        assert o[0]["response"]["body"]["model"] == name, o
-        # another request id (so another seed), but the same prompt: the same prompt_tokens
-        assert o[0]["response"]["body"]["usage"]["prompt_tokens"] == by_id["q-0"]["usage"]["prompt_tokens"]
-    # usage.prompt_tokens = our tokenizer's count of the rendered prompt
-    for i in (0, 7, 13, 19):
-        assert by_id[f"q-{i}"]["usage"]["prompt_tokens"] == len(prompt_ids(qs[i])), i
+        check_chat_output(o, [f"as-{name}"], E2E_MAX_TOKENS)
+        body = o[0]["response"]["body"]
+        assert body["model"] == name, o
+        assert body["usage"]["prompt_tokens"] == fx["prompt_tokens"][0]
+        # the same greedy request under another name: the same answer
+        assert body["choices"][0]["message"] == by_id["q-0"]["choices"][0]["message"], (body, by_id["q-0"])
     assert w.p.poll() is None, w.log()
     log = w.log()
-    assert "registered with jobd as wrk_" in log and " tok/s" in log, log
+    assert "registered with jobd as wrk_" in log and " tok/s" in log and "KV cache" in log, log
     assert w.stop(signal.SIGTERM, timeout=60) == 0, w.log()[-2000:]
+    st = engine_stats(w.log())
+    assert st["requests"] == n + 2 and st["prompt_tokens"] == sum(fx["prompt_tokens"]) + 2 * fx["prompt_tokens"][0], st
+    # the shared prefix was computed once: prefill within 3% of the unique prompt tokens
+    # (the two alias requests repeat request 0's prompt and compute its last token)
+    unique = fx["unique_prompt_tokens"]
+    assert unique <= st["prefill_computed"] <= unique * 1.03 + 2, (st, unique)
+    # outputs equal those of a run without prefix sharing (engine only, 8 of the 200)
+    sub = list(range(0, n, 25))
+    path = os.path.join(d.data, "noprefix.jsonl")
+    with open(path, "w") as f:
+        for i in sub:
+            f.write(json.dumps({"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                "body": e2e_body(fx, i)}) + "\n")
+    r = run([binary("jobworker", asan=False), "--model", MODEL, "--batch-file", path, "--threads", "2",
+             "--no-prefix-cache"], timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    plain = {o["custom_id"]: o["response"]["body"] for o in map(json.loads, r.stdout.splitlines())}
+    assert sorted(plain) == sorted(f"q-{i}" for i in sub)
+    for cid, body in plain.items():
+        assert body["choices"] == by_id[cid]["choices"], (cid, body["choices"], by_id[cid]["choices"])
+        assert body["usage"] == by_id[cid]["usage"], cid
+
+
+def test_worker_cancel_stops_running_requests():
+    """A batch cancelled while the worker generates it: the worker drops the
+    running requests from the engine at the next heartbeat (log), the batch
+    ends cancelled, and the worker stays idle and healthy."""
+    need()
+    d = start_jobd()
+    w = start_worker(d, "--max-seqs", "2", "--lease-seconds", "10")
+    lines = [json.dumps({"custom_id": f"c-{i}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": "smollm", "max_tokens": 4000, "temperature": 0.9,
+                                  "logit_bias": {"0": -100, "1": -100, "2": -100},  # no end token: keep generating
+                                  "messages": [{"role": "user", "content": f"Write a long story {i}."}]}})
+             for i in range(6)]
+    bid = submit(d, lines)
+    deadline = time.monotonic() + 120
+    while d.json("GET", f"/v1/batches/{bid}")["status"] != "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    # wait until the engine holds the requests (leased and generating)
+    time.sleep(3)
+    d.json("POST", f"/v1/batches/{bid}/cancel")
+    deadline = time.monotonic() + 60
+    while "stopped in the engine" not in w.log():
+        assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
+        assert time.monotonic() < deadline, "running requests not stopped: " + w.log()[-3000:]
+        time.sleep(0.2)
+    b = wait_done(d, bid, timeout=120, worker=w)
+    assert b["status"] == "cancelled", b
+    assert b["request_counts"]["completed"] == 0, b
+    assert w.p.poll() is None
+    rc = w.stop(signal.SIGTERM, timeout=60)
+    assert rc == 0, f"exit {rc}: " + w.log()[-3000:]
+    st = engine_stats(w.log())
+    assert st["cancelled"] >= 1 and st["requests"] == 0, st
 
 
 def test_worker_request_errors_are_invalid_request_lines():

@@ -7,6 +7,8 @@ the scheduler (worker/sched.c, worker/batchrun.c), end to end.
   (chunked prefill, decode and prefill in one step) and a shared system
   prompt (prefix cache); a greedy chat answer equals HF transformers'
   (tests/fixtures/model/smollm2_greedy.json case 10).
+- Preemption on the default model: a KV budget of about four sequences'
+  worth completes a pack of 8 with outputs equal to the unconstrained run.
 - Output line format and per-line errors on the tiny fixture (ASan build).
 """
 import json
@@ -112,3 +114,24 @@ def test_batch_file_lines_and_errors_tiny():
     assert out["badurl"]["response"] is None and out["badurl"]["error"]["code"] == "invalid_url"
     assert out[None]["error"]["code"] == "invalid_json_line"
     assert st["requests"] == 4 and st["request_errors"] == 2, st
+
+
+def test_batch_file_preemption_default_model():
+    """A KV budget too small for the pack (15 MiB = 21 blocks of 16 positions
+    on SmolLM2-135M, about four sequences' worth) still completes it, with
+    preemptions, and every output equals the unconstrained run."""
+    if not os.path.exists(MODEL):
+        raise Skip("default model not fetched (scripts/fetch-model)")
+    if not os.path.exists(release_bin()):
+        raise Skip("no optimised build (make)")
+    lines = [line(f"p{i}", chat(f"Tell me a fact about the number {i}.", 48,
+                                **({"temperature": 0} if i % 2 else {"temperature": 0.8, "seed": i})))
+             for i in range(8)]
+    big, st_big = run_batch(release_bin(), MODEL, lines)
+    small, st = run_batch(release_bin(), MODEL, lines, "--kv-mem", "15M", "--max-seqs", "8")
+    assert st_big["preemptions"] == 0, st_big
+    assert st["kv_blocks"] == 21 and st["preemptions"] > 0 and st["recomputed"] > 0, st
+    assert sorted(small) == sorted(big) and len(big) == 8
+    for cid in big:
+        assert small[cid]["response"]["body"]["choices"] == big[cid]["response"]["body"]["choices"], cid
+        assert small[cid]["response"]["body"]["usage"] == big[cid]["response"]["body"]["usage"], cid

@@ -268,6 +268,7 @@ TEST(lease_worker_runs_a_batch_to_a_completed_output_file)
             CHECK_EQ_INT(l.items[i].attempt, 1);
             CHECK_EQ_STR(l.items[i].batch_id, bid);
             CHECK(strstr(l.items[i].body, "\"model\":\"smollm\"") != NULL);
+            CHECK_EQ_STR(l.items[i].endpoint, "/v1/chat/completions"); /* the batch's */
         }
         answered += answer_all(&fx, &l, now);
         /* every result in: the lease ended; a heartbeat is refused as stale */

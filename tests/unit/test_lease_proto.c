@@ -200,7 +200,8 @@ TEST(lease_proto_results_caps_and_errors)
 TEST(lease_proto_answers_are_json)
 {
     struct store_leased it = {.id = "req_01jf8y2n6q3c5v7x9z1b3d5f7h", .custom_id = "c\"1", .body = "{\"model\":\"m\"}",
-                              .body_len = 13, .attempt = 2};
+                              .body_len = 13, .attempt = 2,
+                              .endpoint = "/v1/completions"};
     struct store_lease l = {.id = "lease_01jf8y2n6q3c5v7x9z1b3d5f7h", .expires_at = 5, .n = 1, .items = &it};
     struct buf b;
     buf_init(&b, 1 << 16);
@@ -210,6 +211,7 @@ TEST(lease_proto_answers_are_json)
     json_t *r0 = json_array_get(json_object_get(v, "requests"), 0);
     CHECK_EQ_STR(json_string_value(json_object_get(r0, "custom_id")), "c\"1");
     CHECK_EQ_INT(json_integer_value(json_object_get(r0, "attempt")), 2);
+    CHECK_EQ_STR(json_string_value(json_object_get(r0, "url")), "/v1/completions");
     CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(r0, "body"), "model")), "m");
     json_decref(v);
     buf_reset(&b);
