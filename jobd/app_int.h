@@ -212,6 +212,11 @@ int app_admit_check(struct op *op, struct store *st, const struct app_admit *adm
 int app_admit_reserve(struct op *op, struct store *st, const struct app_admit *adm, const char *batch_id);
 int routes_budget_add(struct app *app); /* GET/PUT /v1/admin/tenants/{tenant}/limits */
 
+/* 1 if the request carries `token` as its Bearer (constant-time compare of
+ * SHA-256 digests), or no token is configured and jobd is in no-auth mode.
+ * Loop thread. (jobd/routes_worker.c) */
+int app_token_ok(struct app *app, struct http_req *req, const char *token);
+
 /* 1 when the request carries the admin token (constant-time compare), or
  * when no admin token is configured and jobd runs in local no-auth mode;
  * else 0. Loop thread. */

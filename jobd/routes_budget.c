@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -110,24 +109,7 @@ struct limits_in {
 
 int app_admin_ok(struct app *app, struct http_req *req)
 {
-    const char *tok = app->cfg.admin_token;
-    const char *h = http_req_header(req, "Authorization");
-    const char *b = NULL;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0)
-        for (b = h + 7; *b == ' ';)
-            b++;
-    if (tok && *tok) {
-        if (!b)
-            return 0;
-        uint8_t x[SHA256_LEN], y[SHA256_LEN];
-        sha256(b, strlen(b), x);
-        sha256(tok, strlen(tok), y);
-        unsigned diff = 0;
-        for (size_t i = 0; i < SHA256_LEN; i++)
-            diff |= (unsigned)(x[i] ^ y[i]);
-        return diff == 0;
-    }
-    return !app->auth_required;
+    return app_token_ok(app, req, app->cfg.admin_token);
 }
 
 void app_admin_head(struct http_req *req, void *arg)
@@ -151,9 +133,7 @@ static void limits_fn(struct op *op, struct store *st)
 {
     struct limits_in *in = op->in;
     struct store_tenant t;
-    int rc = store_tenant_get_by_name(st, in->tenant, &t);
-    if (rc == ERR_NOTFOUND && strncmp(in->tenant, "ten_", 4) == 0)
-        rc = store_tenant_get(st, in->tenant, &t);
+    int rc = store_tenant_resolve(st, in->tenant, &t);
     if (rc == ERR_NOTFOUND) {
         op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
         return;

@@ -51,9 +51,7 @@ static void usage_fn(struct op *op, struct store *st)
     if (in->admin) {
         tenant = NULL;
         if (in->tenant[0]) {
-            rc = store_tenant_get_by_name(st, in->tenant, &t);
-            if (rc == ERR_NOTFOUND && strncmp(in->tenant, "ten_", 4) == 0)
-                rc = store_tenant_get(st, in->tenant, &t);
+            rc = store_tenant_resolve(st, in->tenant, &t);
             if (rc == ERR_NOTFOUND) {
                 op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
                 return;

@@ -505,9 +505,7 @@ static const char *bearer(struct http_req *req)
     return h;
 }
 
-/* 1 if the request carries `token` (or no token is configured and jobd is
- * in no-auth mode). */
-static int token_ok(struct app *app, struct http_req *req, const char *token)
+int app_token_ok(struct app *app, struct http_req *req, const char *token)
 {
     const char *b = bearer(req);
     if (token && *token)
@@ -518,7 +516,7 @@ static int token_ok(struct app *app, struct http_req *req, const char *token)
 static void worker_head(struct http_req *req, void *arg)
 {
     struct app *app = arg;
-    if (!token_ok(app, req, app->cfg.worker_token)) {
+    if (!app_token_ok(app, req, app->cfg.worker_token)) {
         http_resp_header(req, "WWW-Authenticate", "Bearer");
         http_respond_error(req, 401, NULL, "invalid_worker_token", NULL,
                            "Missing or wrong worker token (Authorization: Bearer <JOBD_WORKER_TOKEN>).");
@@ -530,7 +528,7 @@ static char admin_mark; /* http_req_data of a request authenticated as admin */
 static void admin_head(struct http_req *req, void *arg)
 {
     struct app *app = arg;
-    if (!token_ok(app, req, app->cfg.admin_token)) {
+    if (!app_token_ok(app, req, app->cfg.admin_token)) {
         http_resp_header(req, "WWW-Authenticate", "Bearer");
         http_respond_error(req, 401, NULL, "invalid_admin_token", NULL,
                            "Missing or wrong admin token (Authorization: Bearer <JOBD_ADMIN_TOKEN>).");

@@ -439,6 +439,14 @@ int store_tenant_get(struct store *st, const char *id, struct store_tenant *out)
     return tenant_fetch(st, S_TENANT_BY_ID, id, out);
 }
 
+int store_tenant_resolve(struct store *st, const char *name_or_id, struct store_tenant *out)
+{
+    int rc = store_tenant_get_by_name(st, name_or_id, out);
+    if (rc == ERR_NOTFOUND && strncmp(name_or_id, "ten_", 4) == 0)
+        rc = store_tenant_get(st, name_or_id, out);
+    return rc;
+}
+
 int store_tenant_create(struct store *st, const char *name, int64_t now, struct store_tenant *out)
 {
     if (!tenant_name_ok(name))

@@ -146,6 +146,9 @@ int store_tenant_create(struct store *st, const char *name, int64_t now, struct 
 /* Look a tenant up by name / id. ERR_NOTFOUND if absent. */
 int store_tenant_get_by_name(struct store *st, const char *name, struct store_tenant *out);
 int store_tenant_get(struct store *st, const char *id, struct store_tenant *out);
+/* Look a tenant up by name, else (for "ten_...") by id: how admin routes name
+ * a tenant. ERR_NOTFOUND if neither matches. */
+int store_tenant_resolve(struct store *st, const char *name_or_id, struct store_tenant *out);
 
 /* ---- API keys ----------------------------------------------------------------- */
 
