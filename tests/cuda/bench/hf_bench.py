@@ -25,6 +25,7 @@ measurement, so a run cut short still leaves the numbers it got.
 """
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -99,10 +100,11 @@ def main():
     res = {"synthetic": True, "device": dev, "ctx": a.ctx, "new_tokens": a.new,
            "transformers": transformers.__version__, "decode": []}
 
-    def save():
+    def save():  # atomic: a kill mid-write leaves the previous file
         if a.json:
-            with open(a.json, "w") as f:
+            with open(a.json + ".tmp", "w") as f:
                 json.dump(res, f)
+            os.replace(a.json + ".tmp", a.json)
 
     def timed(what, fn):
         """fn() under the step timeout; None (and a line saying why) if it fails."""
