@@ -15,7 +15,8 @@
  *    .cache/models/, skipped when absent): logits within TOL_BF16_REAL, and
  *    greedy 64-token continuations of 20 prompts: each divergence from the
  *    CPU engine is printed with the CPU's top-2 logit gap at that step and
- *    must be a near-tie (gap < TIE_GAP); at least half identical.
+ *    must be a near-tie (gap < TIE_GAP); at least 90% identical
+ *    (KN_GREEDY_MIN_PCT lowers it for a layer slice of the model).
  *
  * Tolerances: bf16 weights carry a relative rounding error up to 2^-9 and
  * activations are rounded to bf16 before each GEMM; on the tiny models this
@@ -390,12 +391,22 @@ TEST(cuda_model_default_greedy_matches_cpu)
     printf("  greedy %d tokens: %d/%d prompts identical to the CPU engine\n", N_GEN, same,
            N_PROMPTS);
     /* The check that matters: every divergence is at a near-tie. How many
-     * prompts meet one in 64 tokens depends on the model: the CPU engine
-     * with bf16-rounded weights, activations and K/V (the GPU's numerics,
-     * emulated on the CPU) matched 17/20 on the 11-layer slice, each
-     * divergence at a top-2 gap < 0.03, so 90% identical would fail a
-     * correct GPU; half is kept as a floor. */
-    CHECK(same * 2 >= N_PROMPTS);
+     * prompts meet one in 64 tokens depends on the model. The floor is the
+     * issue's 90% for a real model; KN_GREEDY_MIN_PCT lowers it for the
+     * layer slice scripts/gpu-check carries (scripts/gpu-model): the CPU
+     * engine with the GPU's bf16 roundings emulated (weights, every GEMM
+     * input, K/V) matched 17/20 on the 11-layer slice, each divergence at a
+     * top-2 gap < 0.03, so 90% would fail a correct GPU there. */
+    int min_pct = 90;
+    const char *mp = getenv("KN_GREEDY_MIN_PCT");
+    if (mp && *mp) {
+        char *end;
+        long v = strtol(mp, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 100)
+            min_pct = (int)v;
+    }
+    printf("  floor: %d%% identical (KN_GREEDY_MIN_PCT)\n", min_pct);
+    CHECK(same * 100 >= N_PROMPTS * min_pct);
     CHECK_EQ_INT(unexplained, 0);
     free(gc), free(gg), free(gap);
     kn_pool_free(pool);
