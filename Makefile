@@ -54,9 +54,11 @@ ifeq ($(CUDA),1)
   CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
   CUDA_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_90,code=compute_90
-  NVCCFLAGS  := -std=c++17 -O3 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+  # NVCC_EXTRA / CUDA_LIBS: for toolkits whose cuBLAS lives elsewhere (scripts/gpu-check)
+  NVCCFLAGS  := -std=c++17 -O3 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP $(NVCC_EXTRA)
   CFLAGS_REL += -DKN_HAVE_CUDA
-  LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+  CUDA_LIBS  ?= -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+  LDLIBS     += $(CUDA_LIBS) -lstdc++
 endif
 
 # ---- sources ------------------------------------------------------------------

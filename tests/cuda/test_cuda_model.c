@@ -13,16 +13,20 @@
  *    only rounding-level agreement is expected).
  *  - the default model (SmolLM2-135M Q4_1; $KN_MODEL or
  *    .cache/models/, skipped when absent): logits within TOL_BF16_REAL, and
- *    greedy 64-token continuations of 20 prompts identical to the CPU
- *    engine's for >= 90% of them; each divergence is printed with the CPU's
- *    top-2 logit gap at that step and must be a near-tie (gap < TIE_GAP).
+ *    greedy 64-token continuations of 20 prompts: each divergence from the
+ *    CPU engine is printed with the CPU's top-2 logit gap at that step and
+ *    must be a near-tie (gap < TIE_GAP); at least 90% identical
+ *    (KN_GREEDY_MIN_PCT lowers it for a layer slice of the model).
  *
  * Tolerances: bf16 weights carry a relative rounding error up to 2^-9 and
  * activations are rounded to bf16 before each GEMM; on the tiny models this
  * moves logits by ~1e-2 relative L2 (quantization itself moves them 1-19%,
  * tests/fixtures/model/NOTES.md), hence TOL_BF16 = 3e-2. These bounds are
  * first estimates: nothing here has been run on a GPU yet (see
- * bench/NOTES.md); the first GPU run prints the observed errors. */
+ * bench/NOTES.md); the first GPU run prints the observed errors. The CPU
+ * engine with the GPU's bf16 roundings emulated (weights, every GEMM input,
+ * K/V) lands at 6-8e-3 on the tiny models and 2.2e-2 on the 11-layer slice
+ * of the default model: 4x and 2.3x inside the bounds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,7 +390,23 @@ TEST(cuda_model_default_greedy_matches_cpu)
     }
     printf("  greedy %d tokens: %d/%d prompts identical to the CPU engine\n", N_GEN, same,
            N_PROMPTS);
-    CHECK(same * 10 >= N_PROMPTS * 9);
+    /* The check that matters: every divergence is at a near-tie. How many
+     * prompts meet one in 64 tokens depends on the model. The floor is the
+     * issue's 90% for a real model; KN_GREEDY_MIN_PCT lowers it for the
+     * layer slice scripts/gpu-check carries (scripts/gpu-model): the CPU
+     * engine with the GPU's bf16 roundings emulated (weights, every GEMM
+     * input, K/V) matched 17/20 on the 11-layer slice, each divergence at a
+     * top-2 gap < 0.03, so 90% would fail a correct GPU there. */
+    int min_pct = 90;
+    const char *mp = getenv("KN_GREEDY_MIN_PCT");
+    if (mp && *mp) {
+        char *end;
+        long v = strtol(mp, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 100)
+            min_pct = (int)v;
+    }
+    printf("  floor: %d%% identical (KN_GREEDY_MIN_PCT)\n", min_pct);
+    CHECK(same * 100 >= N_PROMPTS * min_pct);
     CHECK_EQ_INT(unexplained, 0);
     free(gc), free(gg), free(gap);
     kn_pool_free(pool);
