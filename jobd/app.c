@@ -228,19 +228,34 @@ int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi
 
 /* ---- ops ---------------------------------------------------------------------------------- */
 
+struct op *app_op_new_bare(struct app *app, op_fn fn, int writes, void *in, void (*in_free)(void *in),
+                           size_t out_cap)
+{
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) {
+        if (in_free)
+            in_free(in);
+        return NULL;
+    }
+    op->app = app;
+    op->fn = fn;
+    op->writes = writes;
+    op->fd = -1;
+    op->in = in;
+    op->in_free = in_free;
+    buf_init(&op->out, out_cap);
+    return op;
+}
+
 struct op *app_op_new(struct http_req *req, op_fn fn)
 {
     struct rctx *rc = http_req_data(req);
-    struct op *op = calloc(1, sizeof *op);
+    int writes = strcmp(http_req_method(req), "GET") != 0 && strcmp(http_req_method(req), "HEAD") != 0;
+    struct op *op = app_op_new_bare(rc->app, fn, writes, NULL, NULL, 64u << 20);
     if (!op)
         return NULL;
-    op->app = rc->app;
-    op->fn = fn;
-    op->writes = strcmp(http_req_method(req), "GET") != 0 && strcmp(http_req_method(req), "HEAD") != 0;
-    op->fd = -1;
     snprintf(op->tenant, sizeof op->tenant, "%s", rc->tenant);
     snprintf(op->idem_key, sizeof op->idem_key, "%s", rc->idem_key);
-    buf_init(&op->out, 64u << 20);
     return op;
 }
 

@@ -115,6 +115,11 @@ struct op {
 
 /* A new op for req (tenant and idempotency key copied from its rctx). NULL on no memory. */
 struct op *app_op_new(struct http_req *req, op_fn fn);
+/* A new op with no tenant context (admin and ops routes): fn, whether it
+ * writes, its input `in` (owned: freed by in_free with the op, or at once when
+ * the op cannot be allocated) and the answer buffer's cap. NULL on no memory. */
+struct op *app_op_new_bare(struct app *app, op_fn fn, int writes, void *in, void (*in_free)(void *in),
+                           size_t out_cap);
 void app_op_free(struct op *op);
 /* Queue op->fn on the thread pool and answer from op afterwards. On failure
  * answers 500 itself. Takes ownership of op. */

@@ -230,19 +230,7 @@ static void limits_route(struct http_req *req, void *arg)
         json_decref(root);
         root = NULL;
     }
-    struct op *op = calloc(1, sizeof *op);
-    if (op) {
-        op->app = app;
-        op->fd = -1;
-        op->fn = limits_fn;
-        op->writes = in->put;
-        op->in = in;
-        op->in_free = free;
-        buf_init(&op->out, 1u << 16);
-    } else {
-        free(in);
-    }
-    app_op_run(req, op);
+    app_op_run(req, app_op_new_bare(app, limits_fn, in->put, in, free, 1u << 16));
     return;
 fail:
     json_decref(root);

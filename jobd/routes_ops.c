@@ -257,20 +257,8 @@ static void metrics(struct http_req *req, void *arg)
     struct op *op = NULL;
     if (m)
         buf_init(&m->work, 1u << 20);
-    if (m) {
-        op = calloc(1, sizeof *op);
-        if (op) {
-            op->app = app;
-            op->fd = -1;
-            op->fn = metrics_fn;
-            op->in = m;
-            op->in_free = metrics_in_free;
-            op->after = metrics_after;
-            buf_init(&op->out, 4u << 20);
-        } else {
-            metrics_in_free(m);
-        }
-    }
+    if (m && (op = app_op_new_bare(app, metrics_fn, 0, m, metrics_in_free, 4u << 20)))
+        op->after = metrics_after;
     app_op_run(req, op);
 }
 

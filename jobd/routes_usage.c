@@ -193,7 +193,7 @@ static void usage_get(struct http_req *req, void *arg)
 }
 
 /* GET /v1/admin/usage: admin token (app_admin_head); no tenant context, so
- * the op is made here rather than by app_op_new. */
+ * app_op_new_bare rather than app_op_new. */
 static void admin_usage_get(struct http_req *req, void *arg)
 {
     struct usage_in *p = calloc(1, sizeof *p);
@@ -207,18 +207,7 @@ static void admin_usage_get(struct http_req *req, void *arg)
         free(p);
         return;
     }
-    struct op *op = calloc(1, sizeof *op);
-    if (op) {
-        op->app = arg;
-        op->fd = -1;
-        op->fn = usage_fn;
-        op->in = p;
-        op->in_free = free;
-        buf_init(&op->out, 64u << 20);
-    } else {
-        free(p);
-    }
-    app_op_run(req, op);
+    app_op_run(req, app_op_new_bare(arg, usage_fn, 0, p, free, 64u << 20));
 }
 
 int routes_usage_add(struct app *app)
