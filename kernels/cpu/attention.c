@@ -159,7 +159,7 @@ void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const f
 {
     int group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
 #if ATT_X86
-    int avx2 = kn_simd_level() == KN_SIMD_AVX2 && head_dim % 8 == 0;
+    int avx2 = kn_simd_level() >= KN_SIMD_AVX2 && head_dim % 8 == 0;
 #endif
     for (int h = h0; h < h1; h++) {
         const float *qh = q + (size_t)h * (size_t)head_dim;

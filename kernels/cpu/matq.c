@@ -102,19 +102,39 @@ static float block_scale(const float *x, int n, float *id)
     return d;
 }
 
+/* One block of 32 values: scale *d, offset *s = d * sum(q), values q. */
+static void quant_block32_s(const float *x, float *d_out, float *s_out, int8_t *q)
+{
+    float id, d = block_scale(x, QUANT_QK, &id);
+    int sum = 0;
+    for (int i = 0; i < QUANT_QK; i++) {
+        q[i] = quant_one(x[i], id);
+        sum += q[i];
+    }
+    *d_out = d;
+    *s_out = d * (float)sum;
+}
+
 static void quant_act32_row(const float *x, int k, struct act32 *out)
 {
-    for (int b = 0; b < k / QUANT_QK; b++, x += QUANT_QK) {
-        float id, d = block_scale(x, QUANT_QK, &id);
-        int sum = 0;
-        for (int i = 0; i < QUANT_QK; i++) {
-            out[b].q[i] = quant_one(x[i], id);
-            sum += out[b].q[i];
-        }
-        out[b].d = d;
-        out[b].s = d * (float)sum;
-    }
+    for (int b = 0; b < k / QUANT_QK; b++, x += QUANT_QK)
+        quant_block32_s(x, &out[b].d, &out[b].s, out[b].q);
 }
+
+/* The AVX-512 path's layout of the act32 blocks: four activation rows
+ * interleaved, blocks taken in pairs (2p, 2p+1), so that one 64-byte load
+ * gives a row's values of both blocks and one 32-byte load the scales of
+ * all four rows and both blocks. Lanes 0-3 / 4-7 of d and s are rows 0-3 of
+ * block 2p / 2p+1. A group of four rows is ceil(nb/2) pairs; rows past n
+ * and the missing second block of an odd nb are zero. The numbers are those
+ * of act32 (same quantizer), only their places differ. */
+struct act32p {
+    float d[8];
+    float s[8];
+    int8_t q[4][2 * QUANT_QK];
+};
+
+_Static_assert(sizeof(struct act32p) == 320, "act32p size");
 
 static void quant_act256_row(const float *x, int k, struct act256 *out)
 {
@@ -686,6 +706,157 @@ FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
 FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
 FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
 
+/* ---- AVX-512 (F, BW, VL, VNNI): the 32-value types, two blocks per register ----------
+ *
+ * Register z holds block 2p in its low 8 lanes and block 2p+1 in its high 8:
+ * exactly the two lane sets of the reference (block b -> lanes 8 * (b & 1) +
+ * j), so acc[r] low / high half are the AVX2 kernel's acc0 / acc1, and
+ * every lane sees the same fma with the same operands in the same order.
+ * Scales: d_w * d_a as one vector multiply for 4 rows x 2 blocks (the same
+ * float products as the scalar d * a[b].d), spread to each row's 16 lanes
+ * with a permute. Offsets (Q4_1, Q5_1): one 8-lane register, lane r / 4 + r
+ * = accm0 / accm1 of row r. An odd last block updates the low half only
+ * (masked fma), as the reference puts it in lane set 0. */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+/* Blocks b0 and b0 + bs as 64 bytes: b0's 32 values, then the next block's. */
+AVX512 static inline __m512i unpack_pair_avx512(int type, const uint8_t *b0, size_t bs)
+{
+    if (type == QUANT_Q4_0 || type == QUANT_Q4_1) {
+        size_t o = type == QUANT_Q4_1 ? 4 : 2;
+        __m256i u = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + o))),
+            _mm_loadu_si128((const __m128i *)(b0 + bs + o)), 1);
+        /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
+        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
+        z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)),
+                             _mm512_set1_epi8(0x0F));
+        return type == QUANT_Q4_0 ? _mm512_sub_epi8(z, _mm512_set1_epi8(8)) : z;
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack32_avx2(type, b0)),
+                              unpack32_avx2(type, b0 + bs), 1);
+}
+
+/* [d0, m0, d1, m1] of blocks b0 and b1 (b1 NULL: zeros; m 0 without offset). */
+AVX512 static inline __m128 scales_pair_avx512(int off, const uint8_t *b0, const uint8_t *b1)
+{
+    __m128i h = _mm_setr_epi16((short)rd16(b0), off ? (short)rd16(b0 + 2) : 0,
+                               b1 ? (short)rd16(b1) : 0, b1 && off ? (short)rd16(b1 + 2) : 0, 0,
+                               0, 0, 0);
+    return _mm_cvtph_ps(h);
+}
+
+/* One pair (or a lone last block: last = 1) against NR rows of group pair ap. */
+#define X4_STEP(last)                                                                         \
+    do {                                                                                      \
+        const uint8_t *b0 = w + (size_t)(2 * p) * bs;                                         \
+        __m512i q = (last) ? _mm512_zextsi256_si512(unpack32_avx2(type, b0))                  \
+                           : unpack_pair_avx512(type, b0, bs);                                \
+        __m512i ax = sgn ? _mm512_abs_epi8(q) : q;                                            \
+        __mmask64 neg = sgn ? _mm512_movepi8_mask(q) : 0;                                     \
+        __m256 dm = _mm256_castps128_ps256(scales_pair_avx512(off, b0, (last) ? NULL : b0 + bs)); \
+        __m256 dv = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm, idx_d), _mm256_load_ps(ap->d)); \
+        __m512 dvz = _mm512_castps256_ps512(dv);                                              \
+        for (int r = 0; r < NR; r++) {                                                        \
+            __m512i y = _mm512_load_si512((const void *)ap->q[r]);                            \
+            __m512i sy = sgn ? _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y) : y;   \
+            __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy)); \
+            __m512 sc = _mm512_permutexvar_ps(idx_r[r], dvz);                                 \
+            acc[r] = (last) ? _mm512_mask3_fmadd_ps(sc, f, acc[r], 0x00FF)                    \
+                            : _mm512_fmadd_ps(sc, f, acc[r]);                                 \
+        }                                                                                     \
+        if (off) {                                                                            \
+            __m256 mv = _mm256_permutevar8x32_ps(dm, idx_m);                                  \
+            accv = (last) ? _mm256_mask3_fmadd_ps(mv, _mm256_load_ps(ap->s), accv, 0x0F)      \
+                          : _mm256_fmadd_ps(mv, _mm256_load_ps(ap->s), accv);                 \
+        }                                                                                     \
+    } while (0)
+
+/* NR (1..4) rows of a 4-row group g against weight row w: out[0..NR). */
+#define X4_KERNEL(name, T, NR_)                                                               \
+    AVX512 static void name(int k, const uint8_t *w, const struct act32p *g, float *out)     \
+    {                                                                                         \
+        enum { NR = NR_ };                                                                    \
+        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
+        const size_t bs = T == QUANT_Q4_0 ? 18 : T == QUANT_Q4_1 ? 20 : T == QUANT_Q5_0 ? 22  \
+                        : T == QUANT_Q5_1 ? 24 : 34;                                          \
+        const __m256i idx_d = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);                     \
+        const __m256i idx_m = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);                     \
+        __m512i idx_r[NR];                                                                    \
+        __m512 acc[NR];                                                                       \
+        for (int r = 0; r < NR; r++) {                                                        \
+            idx_r[r] = _mm512_inserti64x4(_mm512_set1_epi32(r), _mm256_set1_epi32(4 + r), 1); \
+            acc[r] = _mm512_setzero_ps();                                                     \
+        }                                                                                     \
+        __m256 accv = _mm256_setzero_ps();                                                    \
+        int nb = k / QUANT_QK, p = 0;                                                         \
+        for (; 2 * p + 1 < nb; p++) {                                                         \
+            const struct act32p *ap = g + p;                                                  \
+            X4_STEP(0);                                                                       \
+        }                                                                                     \
+        if (2 * p < nb) {                                                                     \
+            const struct act32p *ap = g + p;                                                  \
+            X4_STEP(1);                                                                       \
+        }                                                                                     \
+        float m[8];                                                                           \
+        _mm256_storeu_ps(m, accv);                                                            \
+        for (int r = 0; r < NR; r++) {                                                        \
+            __m256 lo = _mm512_castps512_ps256(acc[r]);                                       \
+            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)); \
+            float v = hsum8_avx2(_mm256_add_ps(lo, hi));                                      \
+            out[r] = off ? v + (m[r] + m[4 + r]) : v;                                         \
+        }                                                                                     \
+    }
+
+typedef void (*dotx_fn)(int k, const uint8_t *w, const struct act32p *g, float *out);
+
+#define X4_SET(T, n)                                                                          \
+    X4_KERNEL(n##_1, T, 1)                                                                    \
+    X4_KERNEL(n##_2, T, 2)                                                                    \
+    X4_KERNEL(n##_3, T, 3)                                                                    \
+    X4_KERNEL(n##_4, T, 4)                                                                    \
+    static const dotx_fn n[4] = {n##_1, n##_2, n##_3, n##_4};
+
+X4_SET(QUANT_Q4_0, dotx_q4_0)
+X4_SET(QUANT_Q4_1, dotx_q4_1)
+X4_SET(QUANT_Q5_0, dotx_q5_0)
+X4_SET(QUANT_Q5_1, dotx_q5_1)
+X4_SET(QUANT_Q8_0, dotx_q8_0)
+
+/* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
+ * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
+ * to nearest even, as round_even; the clamp to [-127, 127] as quant_one. */
+AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_out, int8_t *q)
+{
+    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+    a0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a0, a0, _CMP_ORD_Q), a0);
+    a1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a1, a1, _CMP_ORD_Q), a1);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    __m512i iq[2];
+    for (int h = 0; h < 2; h++) {
+        __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(h ? x1 : x0, vid),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        iq[h] = _mm512_cvttps_epi32(v);
+        _mm_storeu_si128((__m128i *)(void *)(q + 16 * h), _mm512_cvtepi32_epi8(iq[h]));
+    }
+    int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(iq[0], iq[1]));
+    *d_out = d;
+    *s_out = d * (float)sum;
+}
+
+static int cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
 static int cpu_has_avx2(void)
 {
     unsigned a, b, c, d;
@@ -721,7 +892,7 @@ int kn_simd_best(void)
 {
 #if MATQ_X86
     if (cpu_has_avx2())
-        return KN_SIMD_AVX2;
+        return cpu_has_avx512() ? KN_SIMD_AVX512 : KN_SIMD_AVX2;
 #endif
     return KN_SIMD_SCALAR;
 }
@@ -734,6 +905,8 @@ static void simd_init(void)
         lv = KN_SIMD_SCALAR;
     else if (e && strcmp(e, "avx2") == 0 && best >= KN_SIMD_AVX2)
         lv = KN_SIMD_AVX2;
+    else if (e && strcmp(e, "avx512") == 0 && best >= KN_SIMD_AVX512)
+        lv = KN_SIMD_AVX512;
     int unset = -1;
     atomic_compare_exchange_strong(&simd_level, &unset, lv);
 }
@@ -758,16 +931,25 @@ const char *kn_simd_name(int level)
     switch (level) {
     case KN_SIMD_SCALAR: return "scalar";
     case KN_SIMD_AVX2: return "avx2";
+    case KN_SIMD_AVX512: return "avx512";
     default: return "?";
     }
 }
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
-enum act_kind { ACT_NONE, ACT_32, ACT_256 };
+/* ACT_32X4: the act32 blocks in the 4-row layout of struct act32p (AVX-512). */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32X4 };
 
-/* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED. */
-static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, enum act_kind *act)
+#if !MATQ_X86
+struct act32p;
+typedef void (*dotx_fn)(int k, const uint8_t *w, const struct act32p *g, float *out);
+#endif
+
+/* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
+ * dotx (may be NULL): the 1..4-row kernels of the ACT_32X4 layout. */
+static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn **dotx,
+                enum act_kind *act)
 {
     dot_fn s = NULL, v = NULL;
     dot4_fn v4 = NULL;
@@ -805,17 +987,34 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, enum act_kind *
         }
     }
 #endif
+    const dotx_fn *vx = NULL;
+#if MATQ_X86
+    if (simd && ak == ACT_32 && level >= KN_SIMD_AVX512) {
+        switch (type) {
+        case QUANT_Q4_0: vx = dotx_q4_0; break;
+        case QUANT_Q4_1: vx = dotx_q4_1; break;
+        case QUANT_Q5_0: vx = dotx_q5_0; break;
+        case QUANT_Q5_1: vx = dotx_q5_1; break;
+        default: vx = dotx_q8_0; break;
+        }
+        ak = ACT_32X4;
+    }
+#endif
     *dot = simd ? v : s;
     *dot4 = simd ? v4 : NULL;
+    if (dotx)
+        *dotx = vx;
     *act = ak;
     return 0;
 }
 
-/* Bytes of one quantized activation row; 0 for ACT_NONE. */
+/* Bytes of one quantized activation row (ACT_32X4: of a group of four
+ * rows); 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
 {
     switch (ak) {
     case ACT_32: return (size_t)(k / QUANT_QK) * sizeof(struct act32);
+    case ACT_32X4: return (size_t)((k / QUANT_QK + 1) / 2) * sizeof(struct act32p);
     case ACT_256: return (size_t)(k / QUANT_QK_K) * sizeof(struct act256);
     default: return 0;
     }
@@ -823,9 +1022,9 @@ static size_t act_row_bytes(enum act_kind ak, int k)
 
 /* Validate the arguments that need no pointers; fills dot/act/row bytes. */
 static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, dot4_fn *dot4,
-                      enum act_kind *ak, size_t *w_row_bytes)
+                      const dotx_fn **dotx, enum act_kind *ak, size_t *w_row_bytes)
 {
-    int rc = pick(w_type, level, dot, dot4, ak);
+    int rc = pick(w_type, level, dot, dot4, dotx, ak);
     if (rc)
         return rc;
     int64_t rb;
@@ -844,12 +1043,19 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
     dot4_fn dot4;
     enum act_kind ak;
     size_t rb;
-    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, &ak, &rb) || ak == ACT_NONE || n == 0)
+    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, &ak, &rb) || ak == ACT_NONE ||
+        n == 0)
         return 0;
-    size_t row = act_row_bytes(ak, k);
-    if ((size_t)n > (SIZE_MAX - SCRATCH_ALIGN) / row)
+    /* whatever the level: the 32-value types get room for the 4-row layout
+     * (rows rounded up to 4, blocks to 2), which is never smaller */
+    size_t row = act_row_bytes(ak, k), rows = (size_t)n;
+    if (ak == ACT_32) {
+        row = act_row_bytes(ACT_32X4, k);
+        rows = ((size_t)n + 3) / 4;
+    }
+    if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
         return SIZE_MAX; /* cannot be provided: kn_matmul_w will say ERR_TOOBIG */
-    return (size_t)n * row + SCRATCH_ALIGN;
+    return rows * row + SCRATCH_ALIGN;
 }
 
 #define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
@@ -864,7 +1070,8 @@ struct matq_job {
     int n, k, m;
     enum act_kind ak;
     dot_fn dot;
-    dot4_fn dot4; /* NULL: no 4-row kernel */
+    dot4_fn dot4;         /* NULL: no 4-row kernel */
+    const dotx_fn *dotx;  /* ACT_32X4: kernels for 1..4 rows of a group */
     int64_t n_tiles_m, n_tiles;
     atomic_llong next_tile;
 };
@@ -881,9 +1088,51 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
     }
 }
 
+/* Groups g0..g1 of four rows into the act32p layout (rows past n and the
+ * second block of an odd last pair are zero). */
+static void quant_groups(struct matq_job *j, int g0, int g1)
+{
+    int nb = j->k / QUANT_QK;
+    for (int g = g0; g < g1; g++) {
+        struct act32p *gp = (struct act32p *)(void *)(j->act + (size_t)g * j->act_row);
+        if (nb & 1)
+            memset(&gp[nb / 2], 0, sizeof gp[nb / 2]);
+        for (int r = 0; r < 4; r++) {
+            int row = 4 * g + r;
+            if (row >= j->n) {
+                for (int p = 0; p < (nb + 1) / 2; p++) {
+                    gp[p].d[r] = gp[p].d[4 + r] = 0.0f;
+                    gp[p].s[r] = gp[p].s[4 + r] = 0.0f;
+                    memset(gp[p].q[r], 0, sizeof gp[p].q[r]);
+                }
+                continue;
+            }
+            const float *xr = j->x + (size_t)row * (size_t)j->k;
+            for (int b = 0; b < nb; b++) {
+                struct act32p *ap = &gp[b / 2];
+                int h = b & 1;
+#if MATQ_X86
+                quant_block32_avx512(xr + (size_t)b * QUANT_QK, &ap->d[4 * h + r], &ap->s[4 * h + r],
+                                     ap->q[r] + QUANT_QK * h);
+#else
+                quant_block32_s(xr + (size_t)b * QUANT_QK, &ap->d[4 * h + r], &ap->s[4 * h + r],
+                                ap->q[r] + QUANT_QK * h);
+#endif
+            }
+        }
+    }
+}
+
 static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
+    if (j->ak == ACT_32X4) {
+        int ng = (j->n + 3) / 4, per = (ng + nth - 1) / nth, g0 = ith * per;
+        int g1 = g0 + per < ng ? g0 + per : ng;
+        if (g0 < g1)
+            quant_groups(j, g0, g1);
+        return;
+    }
     int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
     if (r0 < r1)
         quant_rows(j, r0, r1);
@@ -908,6 +1157,20 @@ static void dot_worker(void *ctx, int ith, int nth)
         int c0 = tm * TILE_M, c1 = c0 + TILE_M < j->m ? c0 + TILE_M : j->m;
         int r0 = tn * TILE_N, r1 = r0 + TILE_N < j->n ? r0 + TILE_N : j->n;
         int r = r0;
+        if (j->dotx) { /* groups of 4 rows (TILE_N is a multiple of 4) */
+            for (; r < r1; r += 4) {
+                int nr = r1 - r < 4 ? r1 - r : 4;
+                const struct act32p *g = (const struct act32p *)(const void *)(j->act + (size_t)(r / 4) * j->act_row);
+                dotx_fn f = j->dotx[nr - 1];
+                for (int c = c0; c < c1; c++) {
+                    float o[4];
+                    f(j->k, j->w + (size_t)c * j->w_row_bytes, g, o);
+                    for (int i = 0; i < nr; i++)
+                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                }
+            }
+            continue;
+        }
         if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
             for (; r + 4 <= r1; r += 4) {
                 const void *a[4];
@@ -934,7 +1197,8 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
 {
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    int rc = check_args(n, k, w_type, m, kn_simd_level(), &j.dot, &j.dot4, &j.ak, &j.w_row_bytes);
+    int rc = check_args(n, k, w_type, m, kn_simd_level(), &j.dot, &j.dot4, &j.dotx, &j.ak,
+                        &j.w_row_bytes);
     if (rc)
         return rc;
     if (n == 0 || m == 0)
@@ -954,10 +1218,10 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (n >= 4 && kn_pool_threads(pool) > 1)
+        if (n >= (j.ak == ACT_32X4 ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
-            quant_rows(&j, 0, n);
+            quant_worker(&j, 0, 1);
     }
     j.n_tiles_m = ((int64_t)m + TILE_M - 1) / TILE_M;
     j.n_tiles = j.n_tiles_m * (((int64_t)n + TILE_N - 1) / TILE_N);

@@ -94,13 +94,14 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type);
 enum kn_simd {
     KN_SIMD_SCALAR = 0, /* portable C, the reference */
     KN_SIMD_AVX2 = 1,   /* x86-64 AVX2 + FMA + F16C */
+    KN_SIMD_AVX512 = 2, /* AVX2 plus AVX-512 F/BW/VL/VNNI (32-value types; others as AVX2) */
 };
 
 /* The best level this CPU supports (KN_SIMD_SCALAR on non-x86). Can't fail. */
 int kn_simd_best(void);
 
 /* The level in use. On first use it is kn_simd_best(), unless the
- * environment variable KN_SIMD is "scalar" or "avx2" (read once; a level the
+ * environment variable KN_SIMD is "scalar", "avx2" or "avx512" (read once; a level the
  * CPU lacks, or an unknown name, falls back to the best). Can't fail. */
 int kn_simd_level(void);
 
@@ -108,7 +109,7 @@ int kn_simd_level(void);
  * unknown). Takes effect for calls that start afterwards. */
 int kn_simd_set(int level);
 
-/* "scalar" / "avx2"; "?" for other values. */
+/* "scalar" / "avx2" / "avx512"; "?" for other values. */
 const char *kn_simd_name(int level);
 
 #endif

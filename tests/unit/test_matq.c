@@ -283,32 +283,94 @@ TEST(matq_simd_all_types_vs_references)
     all_types_vs_refs(kn_simd_best());
 }
 
+/* Every SIMD level (AVX2; AVX-512 with its 4-row activation layout, rows
+ * in groups of four, blocks in pairs) against the scalar reference, bit for
+ * bit: row counts 1..9 cover whole groups and every partial one, k = 32 and
+ * 96 an odd block count (a lone last block), with and without a pool. */
 TEST(matq_simd_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
     const int m = 53;
-    for (int t = 0; t < N_TYPES; t++) {
-        int ks[6], nk = shapes_k(all_types[t], ks);
-        for (int ki = 0; ki < nk; ki++) {
-            int k = ks[ki], n = 5;
+    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 9, 70};
+    struct kn_pool *pool;
+    CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
+    for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
+        for (int t = 0; t < N_TYPES; t++) {
+            int ks[6], nk = shapes_k(all_types[t], ks);
+            for (int ki = 0; ki < nk; ki++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    int k = ks[ki], n = ns[ni];
+                    size_t rb;
+                    uint8_t *w = make_weights(all_types[t], k, m, &rb);
+                    float *x = make_x(n, k);
+                    CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
+                    float *a = run_matmul(NULL, all_types[t], x, n, k, w, m);
+                    CHECK_EQ_INT(kn_simd_set(lv), 0);
+                    float *b = run_matmul(ni & 1 ? pool : NULL, all_types[t], x, n, k, w, m);
+                    for (int i = 0; i < n * m; i++)
+                        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+                            th_fail(__FILE__, __LINE__, "simd == scalar",
+                                    "%s type %s k %d n %d elem %d: %.9g vs %.9g", kn_simd_name(lv),
+                                    quant_type_name((uint32_t)all_types[t]), k, n, i, a[i], b[i]);
+                            break;
+                        }
+                    free(a);
+                    free(b);
+                    free(x);
+                    free(w);
+                }
+        }
+    kn_pool_free(pool);
+    kn_simd_set(kn_simd_best());
+}
+
+/* Activations with NaN, infinities, signed zeros, subnormals (whose scale
+ * overflows 1/d), an all-zero block and values that round to ties quantize
+ * to the same bits on every level: the AVX-512 quantizer is a vector copy
+ * of the scalar one. */
+TEST(matq_simd_special_activations_bit_for_bit)
+{
+    if (kn_simd_best() == KN_SIMD_SCALAR)
+        SKIP("no SIMD path on this CPU");
+    const int k = 192, n = 6, m = 19;
+    float *x = make_x(n, k);
+    for (int i = 0; i < 32; i++) {
+        x[i] = 0.0f;                            /* row 0 block 0: all zero */
+        x[32 + i] = i % 2 ? -0.0f : 0.0f;       /* signed zeros */
+        x[64 + i] = 1e-42f * (float)(i - 16);   /* subnormals: 1/d overflows */
+        x[96 + i] = (float)(i - 16) * 0.5f;     /* halves: round-to-even ties */
+    }
+    x[k + 3] = NAN;
+    x[k + 40] = INFINITY;
+    x[k + 77] = -INFINITY;
+    x[2 * k + 100] = NAN;
+    x[2 * k + 101] = NAN;
+    for (int i = 0; i < 32; i++)
+        x[3 * k + i] = NAN; /* a block of NaN only */
+    x[4 * k + 5] = 3.4e38f;
+    x[4 * k + 6] = -3.4e38f;
+    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_0, QUANT_Q5_1};
+    for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
             size_t rb;
-            uint8_t *w = make_weights(all_types[t], k, m, &rb);
-            float *x = make_x(n, k);
+            uint8_t *w = make_weights(types[t], k, m, &rb);
             CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
-            float *a = run_matmul(NULL, all_types[t], x, n, k, w, m);
-            CHECK_EQ_INT(kn_simd_set(kn_simd_best()), 0);
-            float *b = run_matmul(NULL, all_types[t], x, n, k, w, m);
+            float *a = run_matmul(NULL, types[t], x, n, k, w, m);
+            CHECK_EQ_INT(kn_simd_set(lv), 0);
+            float *b = run_matmul(NULL, types[t], x, n, k, w, m);
             for (int i = 0; i < n * m; i++)
-                if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
-                    th_fail(__FILE__, __LINE__, "simd == scalar", "type %s k %d elem %d: %.9g vs %.9g",
-                            quant_type_name((uint32_t)all_types[t]), k, i, a[i], b[i]);
+                if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+                    th_fail(__FILE__, __LINE__, "simd == scalar", "%s type %s elem %d: %.9g vs %.9g",
+                            kn_simd_name(lv), quant_type_name((uint32_t)types[t]), i, a[i], b[i]);
+                    break;
+                }
             free(a);
             free(b);
-            free(x);
             free(w);
         }
-    }
+    free(x);
+    kn_simd_set(kn_simd_best());
 }
 
 /* Known values: integer activations with max |x| = 127 quantize exactly
@@ -332,7 +394,7 @@ TEST(matq_known_values_q8_0_q4_0)
     }
     for (int lv = 0; lv <= kn_simd_best(); lv++) {
         CHECK_EQ_INT(kn_simd_set(lv), 0);
-        char scratch[200];
+        char scratch[400]; /* 384 = one 4-row group of one block pair + alignment */
         float out;
         CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w8, QUANT_Q8_0, 1, scratch, sizeof scratch), 0);
         CHECK_EQ_INT((long)out, want8);
@@ -444,6 +506,7 @@ TEST(matq_simd_set_levels)
     CHECK_EQ_INT(kn_simd_set(99), ERR_UNSUPPORTED);
     CHECK_EQ_INT(kn_simd_set(-1), ERR_UNSUPPORTED);
     CHECK_EQ_STR(kn_simd_name(KN_SIMD_AVX2), "avx2");
+    CHECK_EQ_STR(kn_simd_name(KN_SIMD_AVX512), "avx512");
     CHECK_EQ_STR(kn_simd_name(7), "?");
 }
 
