@@ -42,12 +42,18 @@
  * (k/block + 16) * 2^-24 * sum |w_i x_i|. For random data that is about
  * 0.3% of sum |w_i x_i| (typically far less: errors have random signs).
  *
- * SIMD: a portable scalar path (the reference) and an AVX2+FMA+F16C path,
- * chosen at run time (see kn_simd_*); integer sums are exact and the float
- * steps are the same operations in the same order, so both give
- * bit-identical results. For the 32-value types and n >= 4 the AVX2 path
- * uses a kernel that takes 4 activation rows per weight row (the weight
- * block is unpacked once); per output it performs the very same operations.
+ * SIMD: a portable scalar path (the reference), an AVX2+FMA+F16C path and
+ * an AVX-512 (F, BW, VL, VNNI) path, chosen at run time (see kn_simd_*);
+ * integer sums are exact and the float steps are the same operations in
+ * the same order, so all give bit-identical results. For the 32-value
+ * types and n >= 4 the AVX2 path uses a kernel that takes 4 activation rows
+ * per weight row (the weight block is unpacked once); per output it
+ * performs the very same operations. The AVX-512 path quantizes the
+ * activations into a layout of four interleaved rows with blocks in pairs,
+ * so that one 512-bit register holds two blocks - the reference's two lane
+ * sets (block parity) side by side - and one multiply gives the scales of 4
+ * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
+ * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
@@ -79,10 +85,12 @@
 int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k,
                 const void *w, int w_type, int m, void *scratch, size_t scratch_bytes);
 
-/* Scratch bytes kn_matmul_w needs for these arguments: n * (k / 32) * 40 for
- * the 32-value types, n * (k / 256) * 292 for the K-quants, each plus 64
- * (the activations are placed at a 64-byte boundary inside the buffer); 0
- * for F32, F16, BF16, for n == 0 and for arguments kn_matmul_w would reject;
+/* Scratch bytes kn_matmul_w needs for these arguments, whatever the SIMD
+ * level: ceil(n / 4) * ceil(k / 64) * 320 for the 32-value types (room for
+ * the AVX-512 layout: rows rounded up to 4, blocks to pairs, 40 bytes per
+ * row and block), n * (k / 256) * 292 for the K-quants, each plus 64 (the
+ * activations are placed at a 64-byte boundary inside the buffer); 0 for
+ * F32, F16, BF16, for n == 0 and for arguments kn_matmul_w would reject;
  * SIZE_MAX if the size overflows. Can't fail. Since 40/32 > 292/256,
  * kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0) is enough for every call
  * with n <= n_max and k <= k_max, whatever the weight type: allocate that
