@@ -53,7 +53,7 @@ void kn_rope_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const
  * (8 fma lanes, fixed combination) * scale in float; softmax subtracts the
  * max, sums exp() in float in position order, and the weighted sum of V is
  * an fma chain per dimension in position order (exact order in
- * attention.c). The scalar and AVX2 paths (kn_simd_level) give identical
+ * attention.c). The scalar, AVX2 and AVX-512 paths (kn_simd_level) give identical
  * bits. */
 void kn_attn_paged_f32(float *out, const float *q, const float *k, const float *v,
                        const int32_t *block_table, int block_tokens, size_t block_stride,
