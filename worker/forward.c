@@ -67,6 +67,7 @@ struct model_ctx {
     float *logits;     /* (n_out_max, n_vocab) */
     float *scores;     /* (n_threads, n_ctx) attention scratch, one row per pool thread */
     int n_threads;     /* kn_pool_threads(p.pool) */
+    int64_t *att_split; /* (n_threads + 1) first (token, head) pair of each thread, per step */
     void *mm_scratch;  /* matmul scratch, mm_scratch_bytes */
     size_t mm_scratch_bytes;
     int32_t *new_len;  /* (n_seq_max) slot lengths after the step (validation) */
@@ -156,6 +157,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         add_bytes(&total, no, (size_t)hp->n_embd * sizeof(float)) ||
         add_bytes(&total, no, (size_t)hp->n_vocab * sizeof(float)) ||
         add_bytes(&total, (size_t)p.n_ctx * (size_t)n_threads, sizeof(float)) ||
+        add_bytes(&total, (size_t)n_threads + 1, sizeof(int64_t)) ||
         add_bytes(&total, 1, mm))
         return ERR_TOOBIG;
     int per_seq = (p.n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
@@ -190,12 +192,14 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     c->logits = malloc(no * (size_t)hp->n_vocab * sizeof(float));
     c->n_threads = n_threads;
     c->scores = malloc((size_t)n_threads * (size_t)p.n_ctx * sizeof(float));
+    c->att_split = malloc(((size_t)n_threads + 1) * sizeof *c->att_split);
     c->mm_scratch = malloc(mm);
     c->mm_scratch_bytes = mm;
     c->new_len = malloc((size_t)p.n_seq_max * sizeof(int32_t));
     c->out_rows = malloc(no * sizeof(int32_t));
     if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
-        !c->xo || !c->logits || !c->scores || !c->mm_scratch || !c->new_len || !c->out_rows)
+        !c->xo || !c->logits || !c->scores || !c->att_split || !c->mm_scratch || !c->new_len ||
+        !c->out_rows)
         goto out;
     if (p.device == KN_DEVICE_CUDA) {
         if ((rc = fwdcuda_new(m, &p, c->kv, &c->cu)))
@@ -233,6 +237,7 @@ void model_ctx_free(struct model_ctx *c)
     free(c->xo);
     free(c->logits);
     free(c->scores);
+    free(c->att_split);
     free(c->mm_scratch);
     free(c->new_len);
     free(c->out_rows);
@@ -273,6 +278,34 @@ static int check_batch(struct model_ctx *c, const struct model_batch *b, int *n_
     return 0;
 }
 
+/* Split the step's (token, head) pairs into contiguous ranges of about equal
+ * attention work, one per pool thread: a pair of a token at position p
+ * costs about p + 1 + 16 (its q.k and V passes over p + 1 positions, plus a
+ * fixed part). A decode token deep in its context weighs far more than an
+ * early prefill position, so equal pair counts would leave one thread
+ * waiting. The same for every layer; the numbers do not depend on it (each
+ * pair is computed by the same code whatever thread takes it). */
+static void attn_plan(struct model_ctx *c, const struct model_batch *b)
+{
+    int nth = c->n_threads, nh = c->m->hp.n_head;
+    int64_t total = 0;
+    for (int i = 0; i < b->n_tokens; i++)
+        total += (int64_t)b->pos[i] + 17;
+    c->att_split[0] = 0;
+    int t = 1;
+    int64_t acc = 0;
+    for (int i = 0; i < b->n_tokens && t < nth; i++) {
+        int64_t w = (int64_t)b->pos[i] + 17;
+        /* heads of token i: pair (i, h) ends at acc + w * (h + 1) / nh of the work */
+        for (int h = 0; h < nh && t < nth; h++)
+            while (t < nth && (acc + w * (h + 1) / nh) * nth >= total * t)
+                c->att_split[t++] = (int64_t)i * nh + h + 1;
+        acc += w;
+    }
+    while (t <= nth)
+        c->att_split[t++] = (int64_t)b->n_tokens * nh;
+}
+
 /* The attention of one layer, split over the pool by (token, head) pairs. */
 struct attn_job {
     struct model_ctx *c;
@@ -288,8 +321,11 @@ static void attn_run(void *arg, int ith, int nth)
     const struct model_hparams *hp = &c->m->hp;
     const struct kv_cache *kv = c->kv;
     int nh = hp->n_head, q_dim = nh * hp->head_dim;
-    int64_t total = (int64_t)j->b->n_tokens * nh;
-    int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
+    int64_t lo = c->att_split[ith], hi = c->att_split[ith + 1];
+    if (nth == 1) { /* the caller's thread alone (a single pair) */
+        lo = 0;
+        hi = (int64_t)j->b->n_tokens * nh;
+    }
     float *scores = c->scores + (size_t)ith * (size_t)c->p.n_ctx;
     while (lo < hi) {
         int i = (int)(lo / nh), h0 = (int)(lo % nh);
@@ -387,6 +423,7 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
         *n_out = no;
         return 0;
     }
+    attn_plan(c, b);
     kn_get_rows(c->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, b->token, n,
                 hp->n_embd);
     for (int l = 0; l < hp->n_layer; l++)
