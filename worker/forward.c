@@ -68,6 +68,7 @@ struct model_ctx {
     float *scores;     /* (n_threads, n_ctx) attention scratch, one row per pool thread */
     int n_threads;     /* kn_pool_threads(p.pool) */
     int64_t *att_split; /* (n_threads + 1) first (token, head) pair of each thread, per step */
+    float *rope_cs;    /* (n_batch_max, n_rot) RoPE cos/sin of the step's positions (all layers) */
     void *mm_scratch;  /* matmul scratch, mm_scratch_bytes */
     size_t mm_scratch_bytes;
     int32_t *new_len;  /* (n_seq_max) slot lengths after the step (validation) */
@@ -158,6 +159,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         add_bytes(&total, no, (size_t)hp->n_vocab * sizeof(float)) ||
         add_bytes(&total, (size_t)p.n_ctx * (size_t)n_threads, sizeof(float)) ||
         add_bytes(&total, (size_t)n_threads + 1, sizeof(int64_t)) ||
+        add_bytes(&total, nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1), sizeof(float)) ||
         add_bytes(&total, 1, mm))
         return ERR_TOOBIG;
     int per_seq = (p.n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
@@ -193,12 +195,13 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     c->n_threads = n_threads;
     c->scores = malloc((size_t)n_threads * (size_t)p.n_ctx * sizeof(float));
     c->att_split = malloc(((size_t)n_threads + 1) * sizeof *c->att_split);
+    c->rope_cs = malloc(nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * sizeof(float));
     c->mm_scratch = malloc(mm);
     c->mm_scratch_bytes = mm;
     c->new_len = malloc((size_t)p.n_seq_max * sizeof(int32_t));
     c->out_rows = malloc(no * sizeof(int32_t));
     if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
-        !c->xo || !c->logits || !c->scores || !c->att_split || !c->mm_scratch || !c->new_len ||
+        !c->xo || !c->logits || !c->scores || !c->att_split || !c->rope_cs || !c->mm_scratch || !c->new_len ||
         !c->out_rows)
         goto out;
     if (p.device == KN_DEVICE_CUDA) {
@@ -238,6 +241,7 @@ void model_ctx_free(struct model_ctx *c)
     free(c->logits);
     free(c->scores);
     free(c->att_split);
+    free(c->rope_cs);
     free(c->mm_scratch);
     free(c->new_len);
     free(c->out_rows);
@@ -339,6 +343,21 @@ static void attn_run(void *arg, int ith, int nth)
     }
 }
 
+/* SwiGLU in place over the pool: contiguous element ranges, each element
+ * computed alone, so the bits do not depend on the split. */
+struct swiglu_job {
+    float *gate;
+    const float *up;
+    size_t n;
+};
+
+static void swiglu_run(void *arg, int ith, int nth)
+{
+    const struct swiglu_job *j = arg;
+    size_t lo = j->n * (size_t)ith / (size_t)nth, hi = j->n * (size_t)(ith + 1) / (size_t)nth;
+    kn_swiglu_f32(j->gate + lo, j->gate + lo, j->up + lo, hi - lo);
+}
+
 static int run_layer(struct model_ctx *c, const struct model_batch *b, int l)
 {
     const struct model *m = c->m;
@@ -361,10 +380,9 @@ static int run_layer(struct model_ctx *c, const struct model_batch *b, int l)
         kn_add_bias_f32(c->k, L->bk, n, kv_dim);
     if (L->bv)
         kn_add_bias_f32(c->v, L->bv, n, kv_dim);
-    kn_rope_f32(c->q, n, hp->n_head, hp->head_dim, hp->n_rot, b->pos, hp->rope_freq_base,
-                hp->rope_freq_scale, m->rope_freqs, mode);
-    kn_rope_f32(c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, b->pos, hp->rope_freq_base,
-                hp->rope_freq_scale, m->rope_freqs, mode);
+    /* the angles of the step's positions were computed once (model_forward) */
+    kn_rope_apply_f32(c->q, n, hp->n_head, hp->head_dim, hp->n_rot, c->rope_cs, mode);
+    kn_rope_apply_f32(c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, c->rope_cs, mode);
 
     /* append every token's K/V before any attention: a token may attend to
      * earlier tokens of its own sequence in this same batch */
@@ -392,7 +410,11 @@ static int run_layer(struct model_ctx *c, const struct model_batch *b, int l)
     if ((rc = model_linear(c, c->hb, c->xb, n, &L->w_gate)) ||
         (rc = model_linear(c, c->hb2, c->xb, n, &L->w_up)))
         return rc;
-    kn_swiglu_f32(c->hb, c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff);
+    struct swiglu_job sj = {c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff};
+    if (c->n_threads > 1 && n >= 4)
+        kn_pool_run(c->p.pool, swiglu_run, &sj);
+    else
+        swiglu_run(&sj, 0, 1);
     if ((rc = model_linear(c, c->proj, c->hb, n, &L->w_down)))
         return rc;
     kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
@@ -424,6 +446,8 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
         return 0;
     }
     attn_plan(c, b);
+    kn_rope_table(c->rope_cs, n, hp->n_rot, b->pos, hp->rope_freq_base, hp->rope_freq_scale,
+                  m->rope_freqs);
     kn_get_rows(c->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, b->token, n,
                 hp->n_embd);
     for (int l = 0; l < hp->n_layer; l++)

@@ -40,6 +40,16 @@ void kn_rope_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const
                  float freq_base, float freq_scale, const float *freq_factors,
                  enum kn_rope_mode mode);
 
+/* The same in two parts, for a forward pass that rotates q and k of every
+ * layer at the same positions: kn_rope_table fills cs (n_tok * n_rot
+ * floats: per token, cos then sin of each of the n_rot/2 angles, exactly
+ * the values kn_rope_f32 computes), kn_rope_apply_f32 rotates with it;
+ * together they give kn_rope_f32's bits. */
+void kn_rope_table(float *cs, int n_tok, int n_rot, const int32_t *pos, float freq_base,
+                   float freq_scale, const float *freq_factors);
+void kn_rope_apply_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const float *cs,
+                       enum kn_rope_mode mode);
+
 /* Causal attention of one query token over a paged K/V cache (GQA).
  *   out:   (n_head * head_dim)              result, heads concatenated
  *   q:     (n_head * head_dim)              the token's query (after RoPE)

@@ -6,6 +6,43 @@
 
 #include <math.h>
 
+void kn_rope_table(float *cs, int n_tok, int n_rot, const int32_t *pos, float freq_base,
+                   float freq_scale, const float *freq_factors)
+{
+    int half = n_rot / 2;
+    for (int t = 0; t < n_tok; t++) {
+        double p = (double)pos[t];
+        float *c = cs + (size_t)t * (size_t)n_rot, *s = c + half;
+        for (int i = 0; i < half; i++) {
+            double theta = p * (double)freq_scale *
+                           pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+            if (freq_factors)
+                theta /= (double)freq_factors[i];
+            c[i] = (float)cos(theta);
+            s[i] = (float)sin(theta);
+        }
+    }
+}
+
+void kn_rope_apply_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const float *cs,
+                       enum kn_rope_mode mode)
+{
+    int half = n_rot / 2;
+    for (int t = 0; t < n_tok; t++) {
+        const float *cv = cs + (size_t)t * (size_t)n_rot, *sv = cv + half;
+        for (int h = 0; h < n_head; h++) {
+            float *xh = x + ((size_t)t * (size_t)n_head + (size_t)h) * (size_t)head_dim;
+            for (int i = 0; i < half; i++) {
+                int a = mode == KN_ROPE_NEOX ? i : 2 * i;
+                int b = mode == KN_ROPE_NEOX ? i + half : 2 * i + 1;
+                float c = cv[i], s = sv[i], x0 = xh[a], x1 = xh[b];
+                xh[a] = x0 * c - x1 * s;
+                xh[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
 void kn_rope_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
                  float freq_base, float freq_scale, const float *freq_factors,
                  enum kn_rope_mode mode)

@@ -710,6 +710,30 @@ TEST(kn_rope_norm_is_neox_on_permuted_rows)
     CHECK_NEAR(y[3], 3 * sin(th) + 4 * cos(th), 1e-6);
 }
 
+/* The forward pass computes the angles once per step (kn_rope_table) and
+ * rotates q and k of every layer with them: the same bits as kn_rope_f32,
+ * both layouts, with and without freq_factors, n_rot < head_dim. */
+TEST(kn_rope_table_equals_rope_f32)
+{
+    enum { NT = 5, NH = 3, HD = 24 };
+    const int32_t pos[NT] = {0, 1, 77, 1000, 4095};
+    float ff[HD / 2];
+    for (int i = 0; i < HD / 2; i++)
+        ff[i] = 1.0f + 0.25f * (float)i;
+    for (int mode = 0; mode <= 2; mode += 2)
+        for (int n_rot = 8; n_rot <= HD; n_rot += 16)
+            for (int f = 0; f < 2; f++) {
+                float a[NT * NH * HD], b[NT * NH * HD], cs[NT * HD];
+                for (int i = 0; i < NT * NH * HD; i++)
+                    a[i] = b[i] = sinf((float)i * 0.37f) * 3.0f;
+                kn_rope_f32(a, NT, NH, HD, n_rot, pos, 10000.0f, 0.75f, f ? ff : NULL,
+                            (enum kn_rope_mode)mode);
+                kn_rope_table(cs, NT, n_rot, pos, 10000.0f, 0.75f, f ? ff : NULL);
+                kn_rope_apply_f32(b, NT, NH, HD, n_rot, cs, (enum kn_rope_mode)mode);
+                CHECK(memcmp(a, b, sizeof a) == 0);
+            }
+}
+
 TEST(kn_attention_and_elementwise)
 {
     /* two positions in different blocks, one head: softmax weights known */
