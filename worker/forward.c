@@ -25,10 +25,12 @@
  * path verified against HF transformers). Both have a fixed reduction
  * order independent of n and of the thread count.
  *
- * Threads: the matmuls and the attention run on the context's pool. The
- * attention splits its (token, query head) pairs into contiguous ranges,
- * one per thread; every pair is computed by the same code whatever thread
- * takes it, so results are bit-identical for every thread count.
+ * Threads: the matmuls, the attention and SwiGLU run on the context's
+ * pool. The attention splits its (token, query head) pairs into contiguous
+ * ranges of about equal work (a pair at position p costs ~p + 17), one per
+ * thread; every pair is computed by the same code whatever thread takes
+ * it, so results are bit-identical for every thread count. RoPE angles are
+ * computed once per step (kn_rope_table) and shared by every layer's q and k.
  *
  * Allocation: none per step. model_ctx_new sizes every buffer (the matmul
  * scratch for kn_matmul_w_scratch(n_batch_max, k_max, Q8_0), which covers
