@@ -772,9 +772,11 @@ AVX512 static inline __m128 scales_pair_avx512(int off, const uint8_t *b0, const
         }                                                                                     \
     } while (0)
 
-/* NR (1..4) rows of a 4-row group g against weight row w: out[0..NR). */
+/* NR (1..4) rows of a 4-row group g against nc weight rows from w (stride
+ * wrb): out[r * os + c] for r < NR, c < nc. */
 #define X4_KERNEL(name, T, NR_)                                                               \
-    AVX512 static void name(int k, const uint8_t *w, const struct act32p *g, float *out)     \
+    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc,                    \
+                            const struct act32p *g, float *out, size_t os)                   \
     {                                                                                         \
         enum { NR = NR_ };                                                                    \
         const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
@@ -783,11 +785,13 @@ AVX512 static inline __m128 scales_pair_avx512(int off, const uint8_t *b0, const
         const __m256i idx_d = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);                     \
         const __m256i idx_m = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);                     \
         __m512i idx_r[NR];                                                                    \
-        __m512 acc[NR];                                                                       \
-        for (int r = 0; r < NR; r++) {                                                        \
+        for (int r = 0; r < NR; r++)                                                          \
             idx_r[r] = _mm512_inserti64x4(_mm512_set1_epi32(r), _mm256_set1_epi32(4 + r), 1); \
+        for (int c = 0; c < nc; c++) {                                                        \
+        const uint8_t *w = w0 + (size_t)c * wrb;                                              \
+        __m512 acc[NR];                                                                       \
+        for (int r = 0; r < NR; r++)                                                          \
             acc[r] = _mm512_setzero_ps();                                                     \
-        }                                                                                     \
         __m256 accv = _mm256_setzero_ps();                                                    \
         int nb = k / QUANT_QK, p = 0;                                                         \
         for (; 2 * p + 1 < nb; p++) {                                                         \
@@ -804,11 +808,13 @@ AVX512 static inline __m128 scales_pair_avx512(int off, const uint8_t *b0, const
             __m256 lo = _mm512_castps512_ps256(acc[r]);                                       \
             __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)); \
             float v = hsum8_avx2(_mm256_add_ps(lo, hi));                                      \
-            out[r] = off ? v + (m[r] + m[4 + r]) : v;                                         \
+            out[(size_t)r * os + (size_t)c] = off ? v + (m[r] + m[4 + r]) : v;                \
+        }                                                                                     \
         }                                                                                     \
     }
 
-typedef void (*dotx_fn)(int k, const uint8_t *w, const struct act32p *g, float *out);
+typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
+                        float *out, size_t os);
 
 #define X4_SET(T, n)                                                                          \
     X4_KERNEL(n##_1, T, 1)                                                                    \
@@ -943,7 +949,8 @@ enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32X4 };
 
 #if !MATQ_X86
 struct act32p;
-typedef void (*dotx_fn)(int k, const uint8_t *w, const struct act32p *g, float *out);
+typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
+                        float *out, size_t os);
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
@@ -1161,13 +1168,8 @@ static void dot_worker(void *ctx, int ith, int nth)
             for (; r < r1; r += 4) {
                 int nr = r1 - r < 4 ? r1 - r : 4;
                 const struct act32p *g = (const struct act32p *)(const void *)(j->act + (size_t)(r / 4) * j->act_row);
-                dotx_fn f = j->dotx[nr - 1];
-                for (int c = c0; c < c1; c++) {
-                    float o[4];
-                    f(j->k, j->w + (size_t)c * j->w_row_bytes, g, o);
-                    for (int i = 0; i < nr; i++)
-                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
-                }
+                j->dotx[nr - 1](j->k, j->w + (size_t)c0 * j->w_row_bytes, j->w_row_bytes, c1 - c0,
+                                g, j->out + (size_t)r * (size_t)j->m + (size_t)c0, (size_t)j->m);
             }
             continue;
         }
