@@ -67,6 +67,7 @@ struct wl {
     int engine_failed;
     int comm_exit;                 /* the communication thread should stop now */
     size_t n_queued;               /* items in IT_QUEUED */
+    size_t n_waiting;              /* sequences in the scheduler waiting for a slot (engine) */
     char (*stop_ids)[ID_MAX];      /* requests in the scheduler to drop (engine: sched_cancel) */
     struct sched_stats st;         /* the scheduler's counters, copied by the engine each pass */
     size_t n_stop, cap_stop;
@@ -578,7 +579,7 @@ static void *comm_main(void *arg)
         if (stopping(w) && !w->draining)
             pthread_cond_broadcast(&w->cv); /* the engine starts the drain */
         int engine_done = w->engine_done, draining = w->draining || stopping(w);
-        size_t n_items = w->n_items, n_queued = w->n_queued;
+        size_t n_items = w->n_items, n_queued = w->n_queued + w->n_waiting;
         int comm_exit = w->comm_exit;
         pthread_mutex_unlock(&w->mu);
         uint64_t now = clock_mono_ms();
@@ -647,14 +648,12 @@ struct to_add {
     json_t *body;
 };
 
-static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
+static int engine_loop(struct wl *w, struct sched *s)
 {
     const struct wloop_opts *o = w->o;
     uint64_t deadline = 0;
-    int feed_target = max_seqs / 4 > 2 ? max_seqs / 4 : 2;
-    struct to_add *add = calloc((size_t)feed_target, sizeof *add);
-    if (!add)
-        return ERR_NOMEM;
+    struct to_add *add = NULL;
+    size_t cap_add = 0;
     int rc = 0;
     for (;;) {
         size_t n_add = 0;
@@ -664,11 +663,16 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
             size_t n_rel = 0;
-            for (size_t i = 0; i < w->n_items; i++)
-                if (w->items[i]->state == IT_QUEUED) {
-                    item_set(w, w->items[i], IT_RELEASE);
+            for (size_t i = 0; i < w->n_items; i++) {
+                struct item *it = w->items[i];
+                /* not started: leased only, or queued in the scheduler without
+                 * ever being admitted (nothing computed, no callback) */
+                if (it->state == IT_QUEUED ||
+                    (it->state == IT_RUNNING && sched_withdraw(s, it->rid) == 0)) {
+                    item_set(w, it, IT_RELEASE);
                     n_rel++;
                 }
+            }
             log_info("draining: %zu request(s) to release, %d in the engine get up to %lld ms",
                      n_rel, sched_n_waiting(s) + sched_n_running(s),
                      (long long)o->drain_timeout_ms);
@@ -693,10 +697,17 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
                 log_info("%s: stopped in the engine", rid);
             pthread_mutex_lock(&w->mu);
         }
-        /* feed a few beyond what runs: the scheduler admits from them as slots free,
-         * and what is not fed yet can still be released on a drain or cancel */
-        int room = feed_target - sched_n_waiting(s);
-        for (size_t i = 0; i < w->n_items && (int)n_add < room && !w->draining; i++) {
+        /* feed every leased request: the scheduler orders all it holds and admits
+         * from them as slots and KV free up, as for --batch-file (a drain withdraws
+         * the ones not started, a cancel drops them with sched_cancel) */
+        if (!w->draining && w->n_queued > cap_add) {
+            struct to_add *p = realloc(add, w->n_queued * sizeof *p);
+            if (p) {
+                add = p;
+                cap_add = w->n_queued;
+            }
+        }
+        for (size_t i = 0; i < w->n_items && n_add < cap_add && !w->draining; i++) {
             struct item *it = w->items[i];
             if (it->state != IT_QUEUED)
                 continue;
@@ -737,6 +748,9 @@ static int engine_loop(struct wl *w, struct sched *s, int max_seqs)
                 pthread_mutex_unlock(&w->mu);
             }
         }
+        pthread_mutex_lock(&w->mu);
+        w->n_waiting = (size_t)sched_n_waiting(s);
+        pthread_mutex_unlock(&w->mu);
         if (sched_n_waiting(s) + sched_n_running(s) > 0) {
             int src = sched_step(s);
             if (src < 0) {
@@ -911,7 +925,7 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
         goto out;
     }
     thread_ok = 1;
-    rc = engine_loop(&w, s, so.max_seqs);
+    rc = engine_loop(&w, s);
     pthread_join(th, NULL);
     thread_ok = 0;
     if (rc)

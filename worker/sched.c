@@ -410,15 +410,17 @@ out:
     return rc;
 }
 
-int sched_cancel(struct sched *s, const char *id)
+static struct sreq *live_find(const struct sched *s, const char *id)
 {
-    if (!s || !id)
-        return ERR_INVAL;
     struct sreq *r = s->live;
     while (r && strcmp(r->id, id) != 0)
         r = r->next;
-    if (!r)
-        return ERR_NOTFOUND;
+    return r;
+}
+
+/* Take request r out of the run list and the queue and free it. */
+static void req_drop(struct sched *s, struct sreq *r)
+{
     /* running sequences: leave the run list (keeping admission order), free blocks */
     int k = 0;
     for (int i = 0; i < s->n_run; i++) {
@@ -444,9 +446,32 @@ int sched_cancel(struct sched *s, const char *id)
             s->n_new--;
     }
     s->n_wait = k;
-    s->st.n_cancelled++;
     live_unlink(s, r);
     req_free(r);
+}
+
+int sched_cancel(struct sched *s, const char *id)
+{
+    if (!s || !id)
+        return ERR_INVAL;
+    struct sreq *r = live_find(s, id);
+    if (!r)
+        return ERR_NOTFOUND;
+    req_drop(s, r);
+    s->st.n_cancelled++;
+    return 0;
+}
+
+int sched_withdraw(struct sched *s, const char *id)
+{
+    if (!s || !id)
+        return ERR_INVAL;
+    struct sreq *r = live_find(s, id);
+    if (!r)
+        return ERR_NOTFOUND;
+    if (r->t_admit)
+        return ERR_BUSY;
+    req_drop(s, r);
     return 0;
 }
 

@@ -149,6 +149,14 @@ int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t
  * running: unknown, already finished or answered with an error). */
 int sched_cancel(struct sched *s, const char *id);
 
+/* Drop request id, as sched_cancel does, only if it has not started: none
+ * of its sequences was ever admitted, so it computed nothing (it is not
+ * counted as cancelled). For handing back requests queued here that a
+ * draining worker will not run. Call between steps. Returns 0 (dropped),
+ * ERR_BUSY (started: left alone), ERR_INVAL (NULL arguments), ERR_NOTFOUND
+ * (not queued or running). */
+int sched_withdraw(struct sched *s, const char *id);
+
 /* One step: admit, run one forward pass, sample, finish. Returns 1 when it
  * did work, 0 when nothing is queued or running, or an engine error
  * (ERR_CORRUPT non-finite logits, ERR_NOMEM, ERR_INTERNAL), after which

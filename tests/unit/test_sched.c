@@ -653,3 +653,66 @@ TEST(sched_cancel_running_and_waiting_requests)
     reqset_release(&rs);
     env_release(&e);
 }
+
+TEST(sched_withdraw_only_requests_not_started)
+{
+    struct env e;
+    env_init(&e);
+    struct reqset rs = {.n = 8};
+    int32_t ids[120];
+    for (int i = 0; i < rs.n; i++) {
+        int len = 30 + (int)rnd(80);
+        for (int j = 0; j < len; j++)
+            ids[j] = (int32_t)rnd(298);
+        rs.body[i] = body_new(ids, len, 20, i % 2, 1, 7 + (uint64_t)i);
+    }
+    struct results ref = {0}, got = {0};
+    struct sched *s = sched_make(&e, &ref, 64, 2, 256 * TINY_BLOCK_BYTES, 0);
+    add_all(s, &rs, 0, rs.n);
+    CHECK_EQ_INT(sched_run(s), 0);
+    sched_free(s);
+    CHECK_EQ_INT(ref.n, rs.n);
+
+    s = sched_make(&e, &got, 64, 2, 256 * TINY_BLOCK_BYTES, 0);
+    add_all(s, &rs, 0, rs.n);
+    CHECK_EQ_INT(sched_withdraw(s, "nope"), ERR_NOTFOUND);
+    for (int k = 0; k < 6; k++)
+        CHECK_EQ_INT(sched_step(s), 1);
+    CHECK_EQ_INT(sched_n_running(s), 2);
+    CHECK_EQ_INT(sched_n_waiting(s), rs.n - 2);
+    /* two slots: exactly two requests started; the others withdraw */
+    int n_busy = 0, withdrawn[MAXR] = {0};
+    char id[16];
+    for (int i = 0; i < rs.n; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        int rc = sched_withdraw(s, id);
+        if (rc == ERR_BUSY) {
+            n_busy++;
+            continue;
+        }
+        CHECK_EQ_INT(rc, 0);
+        withdrawn[i] = 1;
+        CHECK_EQ_INT(sched_withdraw(s, id), ERR_NOTFOUND); /* gone */
+    }
+    CHECK_EQ_INT(n_busy, 2);
+    CHECK_EQ_INT(sched_n_waiting(s), 0);
+    CHECK_EQ_INT(sched_n_running(s), 2);
+    CHECK_EQ_INT(sched_run(s), 0);
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    sched_free(s);
+    CHECK_EQ_INT((int)st.n_cancelled, 0);
+    CHECK_EQ_INT(got.n, 2);
+    for (int i = 0; i < rs.n; i++) {
+        if (withdrawn[i]) {
+            CHECK(got.choices[i] == NULL); /* no callback */
+            continue;
+        }
+        CHECK_EQ_INT(got.status[i], 200);
+        CHECK_EQ_STR(got.choices[i], ref.choices[i]);
+    }
+    results_release(&ref);
+    results_release(&got);
+    reqset_release(&rs);
+    env_release(&e);
+}
