@@ -1199,8 +1199,12 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
 {
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    int rc = check_args(n, k, w_type, m, kn_simd_level(), &j.dot, &j.dot4, &j.dotx, &j.ak,
-                        &j.w_row_bytes);
+    /* fewer than 4 rows: the AVX2 one-row kernels waste no lanes on padding
+     * rows (same bits either way) */
+    int level = kn_simd_level();
+    if (level == KN_SIMD_AVX512 && n < 4)
+        level = KN_SIMD_AVX2;
+    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.ak, &j.w_row_bytes);
     if (rc)
         return rc;
     if (n == 0 || m == 0)

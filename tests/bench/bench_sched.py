@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -53,9 +54,12 @@ def run_ours(model, prompts, max_tokens, threads, args):
     cmd = [exe, "--model", model, "--batch-file", path, "--threads", str(threads),
            "--max-batch-tokens", str(args.max_batch_tokens), "--max-seqs", str(args.max_seqs),
            "--kv-mem", args.kv_mem]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     os.unlink(path)
     if r.returncode != 0:
         sys.exit("jobworker failed: " + r.stderr[-2000:])
@@ -63,8 +67,15 @@ def run_ours(model, prompts, max_tokens, threads, args):
     n_out = sum(o["response"]["body"]["usage"]["completion_tokens"] for o in outs)
     n_in = sum(o["response"]["body"]["usage"]["prompt_tokens"] for o in outs)
     st = json.loads([l for l in r.stderr.splitlines() if l.startswith("sched-stats: ")][-1][13:])
-    return {"wall_s": wall, "cpu_s": st["cpu_s"], "output_tokens": n_out, "prompt_tokens": n_in,
-            "stats": st}
+    return {"wall_s": wall, "cpu_s": st["cpu_s"], "proc_cpu_s": proc_cpu, "output_tokens": n_out,
+            "prompt_tokens": n_in, "stats": st}
+
+
+def proc_cpu_s(pid):
+    """utime + stime of a live process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def lines_of(prompts, max_tokens):
@@ -107,8 +118,10 @@ def run_e2e(model, prompts, max_tokens, threads, args):
         wall = time.perf_counter() - t0
         if b["status"] != "completed" or b["request_counts"]["failed"]:
             sys.exit(f"e2e batch ended {b['status']}: {b['request_counts']}")
+        steps = [l for l in w.log().splitlines() if " pack lease_" in l]
         return {"wall_s": wall, "output_tokens": b.get("usage", {}).get("completion_tokens"),
-                "counts": b["request_counts"]}
+                "counts": b["request_counts"], "worker_cpu_s": proc_cpu_s(w.p.pid),
+                "jobd_cpu_s": proc_cpu_s(d.proc.p.pid), "packs": len(steps)}
     finally:
         w.stop()
         d.proc.stop()
@@ -269,6 +282,11 @@ def main():
               f"completed, {ours['output_tokens'] / e['wall_s']:.1f} output tok/s; engine only "
               f"(jobworker --batch-file, incl. model load) {ours['wall_s']:.1f} s: "
               f"jobd overhead {ov:+.1f}% (goal < 5%)")
+        # on a noisy machine the wall clock of two runs moves by +-10%; CPU seconds
+        # of the processes (both include the model load) are the steadier figure
+        cov = (e["worker_cpu_s"] + e["jobd_cpu_s"] - ours["proc_cpu_s"]) / ours["proc_cpu_s"] * 100
+        print(f"CPU: engine only {ours['proc_cpu_s']:.1f} s; end to end worker {e['worker_cpu_s']:.1f} s "
+              f"+ jobd {e['jobd_cpu_s']:.1f} s ({e['packs']} pack(s)): CPU overhead {cov:+.1f}%")
 
 
 if __name__ == "__main__":
