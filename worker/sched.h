@@ -39,7 +39,9 @@
  *     state kept) and goes back to the front of the queue; readmitted, it
  *     recomputes prompt and generated tokens (its prompt blocks usually
  *     still cached) and continues with the same sampler state.
- * Batch invariance: the forward pass gives a token the same logits
+ * Batch invariance (CPU backend; the CUDA backend is deterministic for a
+ * given pack but not invariant to it, see README "Running on a GPU"): the
+ * forward pass gives a token the same logits
  * whatever shares its batch or however its prompt was chunked or shared,
  * and sampling is per sequence (own random stream, seeded from the
  * request's seed and choice index), so a request's output does not depend
