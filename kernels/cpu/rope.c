@@ -6,21 +6,40 @@
 
 #include <math.h>
 
+/* cos and sin of pair i's angle at position p (see ops.h). */
+static void rope_cs(double p, int i, int n_rot, float freq_base, float freq_scale,
+                    const float *freq_factors, float *c, float *s)
+{
+    double theta = p * (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+    if (freq_factors)
+        theta /= (double)freq_factors[i];
+    *c = (float)cos(theta);
+    *s = (float)sin(theta);
+}
+
+/* Rotate pair i of every head of one token by (c, s). */
+static void rope_rotate(float *xt, int n_head, int head_dim, int half, int i, float c, float s,
+                        enum kn_rope_mode mode)
+{
+    int a = mode == KN_ROPE_NEOX ? i : 2 * i;
+    int b = mode == KN_ROPE_NEOX ? i + half : 2 * i + 1;
+    for (int h = 0; h < n_head; h++) {
+        float *xh = xt + (size_t)h * (size_t)head_dim;
+        float x0 = xh[a], x1 = xh[b];
+        xh[a] = x0 * c - x1 * s;
+        xh[b] = x0 * s + x1 * c;
+    }
+}
+
 void kn_rope_table(float *cs, int n_tok, int n_rot, const int32_t *pos, float freq_base,
                    float freq_scale, const float *freq_factors)
 {
     int half = n_rot / 2;
     for (int t = 0; t < n_tok; t++) {
-        double p = (double)pos[t];
-        float *c = cs + (size_t)t * (size_t)n_rot, *s = c + half;
-        for (int i = 0; i < half; i++) {
-            double theta = p * (double)freq_scale *
-                           pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
-            if (freq_factors)
-                theta /= (double)freq_factors[i];
-            c[i] = (float)cos(theta);
-            s[i] = (float)sin(theta);
-        }
+        float *c = cs + (size_t)t * (size_t)n_rot;
+        for (int i = 0; i < half; i++)
+            rope_cs((double)pos[t], i, n_rot, freq_base, freq_scale, freq_factors, &c[i],
+                    &c[half + i]);
     }
 }
 
@@ -29,17 +48,10 @@ void kn_rope_apply_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot,
 {
     int half = n_rot / 2;
     for (int t = 0; t < n_tok; t++) {
-        const float *cv = cs + (size_t)t * (size_t)n_rot, *sv = cv + half;
-        for (int h = 0; h < n_head; h++) {
-            float *xh = x + ((size_t)t * (size_t)n_head + (size_t)h) * (size_t)head_dim;
-            for (int i = 0; i < half; i++) {
-                int a = mode == KN_ROPE_NEOX ? i : 2 * i;
-                int b = mode == KN_ROPE_NEOX ? i + half : 2 * i + 1;
-                float c = cv[i], s = sv[i], x0 = xh[a], x1 = xh[b];
-                xh[a] = x0 * c - x1 * s;
-                xh[b] = x0 * s + x1 * c;
-            }
-        }
+        const float *c = cs + (size_t)t * (size_t)n_rot;
+        for (int i = 0; i < half; i++)
+            rope_rotate(x + (size_t)t * (size_t)n_head * (size_t)head_dim, n_head, head_dim, half,
+                        i, c[i], c[half + i], mode);
     }
 }
 
@@ -48,22 +60,11 @@ void kn_rope_f32(float *x, int n_tok, int n_head, int head_dim, int n_rot, const
                  enum kn_rope_mode mode)
 {
     int half = n_rot / 2;
-    for (int t = 0; t < n_tok; t++) {
-        double p = (double)pos[t];
+    for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < half; i++) {
-            double theta = p * (double)freq_scale *
-                           pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
-            if (freq_factors)
-                theta /= (double)freq_factors[i];
-            float c = (float)cos(theta), s = (float)sin(theta);
-            for (int h = 0; h < n_head; h++) {
-                float *xh = x + ((size_t)t * (size_t)n_head + (size_t)h) * (size_t)head_dim;
-                int a = mode == KN_ROPE_NEOX ? i : 2 * i;
-                int b = mode == KN_ROPE_NEOX ? i + half : 2 * i + 1;
-                float x0 = xh[a], x1 = xh[b];
-                xh[a] = x0 * c - x1 * s;
-                xh[b] = x0 * s + x1 * c;
-            }
+            float c, s;
+            rope_cs((double)pos[t], i, n_rot, freq_base, freq_scale, freq_factors, &c, &s);
+            rope_rotate(x + (size_t)t * (size_t)n_head * (size_t)head_dim, n_head, head_dim, half,
+                        i, c, s, mode);
         }
-    }
 }
