@@ -91,14 +91,16 @@ AVX2 static inline float hsum_att(__m256 acc)
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const float *v,
-                           const int32_t *block_table, int block_tokens, size_t block_stride,
-                           int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
-                           float *scores)
+/* scores[p] = q.k_p * scale for p0 <= p < n_ctx (head_avx2's q.k; the
+ * AVX-512 head uses it for the positions after its 8-position passes). */
+AVX2 static void scores_avx2(float *scores, const float *qh, const float *k,
+                             const int32_t *block_table, int block_tokens, size_t block_stride,
+                             int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim,
+                             float scale)
 {
     /* four positions at a time: four independent FMA chains instead of one
      * latency-bound chain; each position's operations are unchanged */
-    int p = 0;
+    int p = p0;
     for (; p + 4 <= n_ctx; p += 4) {
         const float *k0 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
         const float *k1 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 1) + kv_off;
@@ -124,6 +126,15 @@ AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const flo
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kp + d), acc);
         scores[p] = hsum_att(acc) * scale;
     }
+}
+
+AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const float *v,
+                           const int32_t *block_table, int block_tokens, size_t block_stride,
+                           int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
+                           float *scores)
+{
+    scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, 0, n_ctx, kv_dim, kv_off,
+                head_dim, scale);
     softmax_row(scores, n_ctx);
     /* up to 64 dimensions per pass: eight independent accumulator chains */
     for (int d0 = 0; d0 < head_dim; d0 += 64) {
@@ -196,13 +207,8 @@ AVX512A static void head_avx512(float *oh, const float *qh, const float *k, cons
         const __m512 a[4] = {a0, a1, a2, a3};
         _mm256_storeu_ps(scores + p, _mm256_mul_ps(hsum8x8_att(a), _mm256_set1_ps(scale)));
     }
-    for (; p < n_ctx; p++) {
-        const float *kp = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
-        __m256 acc = _mm256_setzero_ps();
-        for (int d = 0; d < head_dim; d += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kp + d), acc);
-        scores[p] = hsum_att(acc) * scale;
-    }
+    scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, p, n_ctx, kv_dim, kv_off,
+                head_dim, scale);
     softmax_row(scores, n_ctx);
     /* 64 dimensions per pass in four named accumulators, then 16 at a time */
     int d0 = 0;
