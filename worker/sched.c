@@ -410,12 +410,16 @@ out:
     return rc;
 }
 
-static struct sreq *live_find(const struct sched *s, const char *id)
+/* The live request id: 0 and *out, ERR_INVAL (NULL arguments), ERR_NOTFOUND. */
+static int live_find(const struct sched *s, const char *id, struct sreq **out)
 {
+    if (!s || !id)
+        return ERR_INVAL;
     struct sreq *r = s->live;
     while (r && strcmp(r->id, id) != 0)
         r = r->next;
-    return r;
+    *out = r;
+    return r ? 0 : ERR_NOTFOUND;
 }
 
 /* Take request r out of the run list and the queue and free it. */
@@ -452,11 +456,10 @@ static void req_drop(struct sched *s, struct sreq *r)
 
 int sched_cancel(struct sched *s, const char *id)
 {
-    if (!s || !id)
-        return ERR_INVAL;
-    struct sreq *r = live_find(s, id);
-    if (!r)
-        return ERR_NOTFOUND;
+    struct sreq *r;
+    int rc = live_find(s, id, &r);
+    if (rc)
+        return rc;
     req_drop(s, r);
     s->st.n_cancelled++;
     return 0;
@@ -464,11 +467,10 @@ int sched_cancel(struct sched *s, const char *id)
 
 int sched_withdraw(struct sched *s, const char *id)
 {
-    if (!s || !id)
-        return ERR_INVAL;
-    struct sreq *r = live_find(s, id);
-    if (!r)
-        return ERR_NOTFOUND;
+    struct sreq *r;
+    int rc = live_find(s, id, &r);
+    if (rc)
+        return rc;
     if (r->t_admit)
         return ERR_BUSY;
     req_drop(s, r);
