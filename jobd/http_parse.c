@@ -15,7 +15,8 @@
  * fixed once, at headers-complete, when the arena stops growing. Limits:
  * raw head bytes (request line + header lines) over max_header_bytes or
  * more than max_headers fields -> 431, URL over max_url_bytes -> 414,
- * anything http-parser rejects, a bad URL or bad %-escape -> 400, a body
+ * anything http-parser rejects, whitespace in a header field name (RFC 9112
+ * section 5.1), a bad URL or bad %-escape -> 400, a body
  * over req->body_limit -> 413. No sockets here; runs on any one thread.
  */
 #include <stdlib.h>
@@ -130,6 +131,13 @@ static int cb_header_field(http_parser *p, const char *at, size_t n)
     struct http_req *req = rx->req;
     if (!req)
         return rx_fail(rx, 400, "malformed request");
+    /* http-parser outside its strict mode accepts a space in a field name and
+     * still frames by "Content-Length " or "Transfer-Encoding ", which the
+     * application (exact name match) would not see: request smuggling behind
+     * a proxy. RFC 9112 section 5.1: whitespace between the field name and
+     * the colon gets 400 (a tab already fails http-parser's token check). */
+    if (memchr(at, ' ', n) || memchr(at, '\t', n))
+        return rx_fail(rx, 400, "whitespace in a header field name");
     if (req->piece != 2) {
         if (piece_end(rx, req))
             return -1;

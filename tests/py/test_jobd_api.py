@@ -56,9 +56,17 @@ def test_jobd_openai_flow_and_pagination():
     assert c["status"] == "cancelling" and c["cancelling_at"] is not None, c
     # the sweeper (woken by the cancel) may already have finished it: nothing was leased
     assert d.json("POST", f"/v1/batches/{b['id']}/cancel")["status"] in ("cancelling", "cancelled")
+    # Regression (test_jobd_openai_flow_and_pagination failed once on a fresh
+    # clone): the sweeper may finalize the cancelled batch at any moment and
+    # its error file then joins the list. Wait for the terminal state, so the
+    # list is the same in every interleaving: the upload plus the batch's own
+    # output/error files.
+    bc = d.wait_batch(b["id"], statuses=("cancelled",))
+    made = {bc.get("output_file_id"), bc.get("error_file_id")} - {None}
     # files list and delete
     fl = d.json("GET", "/v1/files?limit=10")
-    assert [x["id"] for x in fl["data"]] == [f["id"]] and fl["has_more"] is False, fl
+    assert [x["id"] for x in fl["data"] if x["id"] not in made] == [f["id"]] and fl["has_more"] is False, fl
+    assert {x["id"] for x in fl["data"]} == made | {f["id"]}, (fl, made)
     assert d.json("DELETE", f"/v1/files/{f['id']}") == {"id": f["id"], "object": "file", "deleted": True}
     assert d.call("GET", f"/v1/files/{f['id']}").status == 404
     assert d.call("DELETE", f"/v1/files/{f['id']}").status == 404

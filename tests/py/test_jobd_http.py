@@ -130,6 +130,26 @@ def test_jobd_malformed_requests_get_400_and_daemon_survives():
     assert d.proc.p.poll() is None
 
 
+def test_jobd_header_name_whitespace_before_colon_is_400():
+    """Regression: 'Transfer-Encoding : chunked' was framed by the parser but
+    not seen by the application (request smuggling behind a proxy)."""
+    d = Jobd()
+    bad = [
+        b"POST /v1/files HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+        b"POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Length : 2\r\n\r\n{}",
+        b"GET /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization : Bearer k\r\n\r\n",
+    ]
+    for req in bad:
+        s = socket.create_connection(("127.0.0.1", d.port))
+        s.sendall(req)
+        status, _, resp = _read_response(s)
+        s.close()
+        assert status == 400, (req, status, resp)
+        assert b'"error"' in resp, resp
+    assert d.call("GET", "/healthz").status == 200
+    assert d.proc.p.poll() is None
+
+
 def test_jobd_sigterm_finishes_in_flight_request():
     d = Jobd()
     data = jsonl(2000)

@@ -1119,6 +1119,34 @@ TEST(http_malformed_requests)
     ts_stop(&t);
 }
 
+/* Regression: "Name : value" (whitespace before the colon) was ignored by the
+ * application but used for framing by the parser; RFC 9112 5.1 requires 400. */
+TEST(http_header_name_whitespace_before_colon_is_400)
+{
+    struct ts t;
+    ts_start(&t);
+    const char *cases[] = {
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length : 3\r\n\r\nabc",
+        "GET /hello HTTP/1.1\r\nAuthorization : Bearer x\r\n\r\n",
+        "GET /hello HTTP/1.1\r\nAuthorization\t: Bearer x\r\n\r\n",
+        "GET /hello HTTP/1.1\r\nX Y: z\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct resp r;
+        roundtrip(t.port, cases[i], &r);
+        if (r.status != 400)
+            th_fail(__FILE__, __LINE__, "status", "case %zu: got %d", i, r.status);
+        CHECK(strstr(r.body.data, "{\"error\":{\"message\":"));
+        resp_release(&r);
+    }
+    struct resp r;
+    roundtrip(t.port, "GET /hello HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n", &r);
+    CHECK_EQ_INT(r.status, 200);
+    resp_release(&r);
+    ts_stop(&t);
+}
+
 TEST(http_router_envelopes)
 {
     struct ts t;
