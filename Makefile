@@ -62,10 +62,11 @@ ifeq ($(CUDA),1)
 endif
 
 # ---- sources ------------------------------------------------------------------
-LIB_SRC   := $(wildcard common/*.c) $(wildcard jobd/*.c) $(wildcard worker/*.c) \
-             $(wildcard kernels/cpu/*.c)
+# Every .c under the library folders (jobd/ and worker/ have one sub-folder
+# per layer: see the README's layout table).
+LIB_SRC   := $(sort $(shell find common jobd worker kernels/cpu -name '*.c'))
 BINS      := jobd jobworker jobctl
-UNIT_SRC  := $(wildcard tests/unit/*.c)
+UNIT_SRC  := $(sort $(shell find tests/unit -name '*.c'))
 INTEG_SRC := $(wildcard tests/integration/*.c)
 CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
 TH_SRC    := tests/th.c tests/th_proc.c
@@ -75,9 +76,9 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 # the model code: jansson and pcre2 are their only libraries), so that a GPU
 # machine without our -dev packages can build them (scripts/gpu-check).
 GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c \
-               $(wildcard kernels/cpu/*.c) worker/model.c worker/forward.c \
-               worker/forward_cuda.c worker/kv.c worker/gguf.c worker/linear_ref.c \
-               worker/tok_gguf.c worker/tok.c worker/chat.c
+               $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
+               worker/engine/forward_cuda.c worker/engine/kv.c worker/engine/gguf.c worker/engine/linear_ref.c \
+               worker/engine/tok_gguf.c worker/engine/tok.c worker/engine/chat.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 
 # Generated sources (build/gen/): schema.sql embedded as store_schema_sql[].

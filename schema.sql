@@ -10,7 +10,7 @@
 --   * migrations are numbered by PRAGMA user_version: the block for version N
 --     runs once, in one transaction, when the database is at N-1.
 --
--- The runner (jobd/store.c) splits this file at lines "-- @migration N":
+-- The runner (jobd/store/store.c) splits this file at lines "-- @migration N":
 -- everything before the first marker is this comment; block N holds the DDL
 -- that moves a database from user_version N-1 to N. Blocks are append-only:
 -- never edit a released block, add block N+1 below the last one instead (and
@@ -64,7 +64,7 @@ CREATE TABLE files (
 CREATE INDEX files_tenant ON files(tenant_id, id);
 
 -- Batches (OpenAI batch objects). status follows the state machine in
--- jobd/store.h (store_batch_transition is the only writer of status); each
+-- jobd/store/store.h (store_batch_transition is the only writer of status); each
 -- *_at column is set when the batch enters that state.
 CREATE TABLE batches (
     id                   TEXT PRIMARY KEY,  -- "batch_..."
@@ -150,7 +150,7 @@ CREATE TABLE leases (
 CREATE INDEX leases_expiry ON leases(expires_at) WHERE released_at IS NULL;
 
 -- Requests: one row per input line of a validated batch. status follows the
--- state machine in jobd/store.h (store_request_transition is the only writer
+-- state machine in jobd/store/store.h (store_request_transition is the only writer
 -- of status). Rows of a batch still in 'validating' are not visible to work
 -- distribution (it only leases requests whose batch is in_progress).
 CREATE TABLE requests (

@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "jobd/app_int.h"
+#include "jobd/api/app_int.h"
 
 void app_config_default(struct app_config *cfg)
 {

@@ -2,8 +2,8 @@
  * app.h - the jobd daemon: configuration and the serve loop.
  *
  * app_run wires the pieces together: it opens the store in the data
- * directory, decides the auth mode, starts the ingest thread (jobd/ingestq.h)
- * and the HTTP server (jobd/http.h) with the API routes (jobd/routes_*.c),
+ * directory, decides the auth mode, starts the ingest thread (jobd/intake/ingestq.h)
+ * and the HTTP server (jobd/http/http.h) with the API routes (jobd/api/routes_*.c),
  * and runs the libuv loop until SIGTERM or SIGINT, then shuts down
  * gracefully: stop accepting, finish in-flight requests, stop the ingest
  * thread at a line boundary, close every database connection.
@@ -37,11 +37,11 @@
 
 #include <stdint.h>
 
-#include "jobd/http.h"
-#include "jobd/ingest.h"
-#include "jobd/lease.h"
-#include "jobd/store.h"
-#include "jobd/webhook.h"
+#include "jobd/http/http.h"
+#include "jobd/intake/ingest.h"
+#include "jobd/work/lease.h"
+#include "jobd/store/store.h"
+#include "jobd/webhook/webhook.h"
 
 struct app_config {
     const char *listen;              /* "HOST:PORT" or "[V6]:PORT"; default "127.0.0.1:8080" */
@@ -54,13 +54,13 @@ struct app_config {
     int db_threads;                  /* thread-pool threads / pooled connections; default 4 */
     int zstd_level;                  /* stored files; default 1 (fastest: uploads compress on the loop) */
     const char *port_file;           /* if set: the bound port is written there (tests) */
-    /* work distribution (jobd/routes_worker.c, jobd/sweeper.h) */
+    /* work distribution (jobd/api/routes_worker.c, jobd/work/sweeper.h) */
     const char *worker_token;        /* Bearer token of the /v1/worker routes; NULL = none (see below) */
     const char *admin_token;         /* Bearer token of admin routes; NULL = none */
     struct lease_opts lease;         /* lease clamps, retry policy, worker TTL */
     int64_t sweep_interval_ms;       /* sweeper period; default 2000 */
     int64_t window_min_s;            /* smallest completion_window accepted; default 60 */
-    struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook.h) */
+    struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook/webhook.h) */
 };
 
 /* Fill the documented defaults. Can't fail. */

@@ -8,10 +8,10 @@
 #include "common/err.h"
 #include "common/js.h"
 #include "kernels/cpu/pool.h"
-#include "worker/chat.h"
-#include "worker/model.h"
-#include "worker/sched.h"
-#include "worker/tok.h"
+#include "worker/engine/chat.h"
+#include "worker/engine/model.h"
+#include "worker/engine/sched.h"
+#include "worker/engine/tok.h"
 
 #define BATCHRUN_MAX_LINE (16u << 20)
 

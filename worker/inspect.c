@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "kernels/cpu/quant.h"
-#include "worker/gguf.h"
+#include "worker/engine/gguf.h"
 
 /* At most max bytes of s, control characters shown as '?' (strings come from
  * the file and must not drive the terminal). */

@@ -15,13 +15,13 @@
 #include "common/log.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
-#include "worker/chat.h"
+#include "worker/engine/chat.h"
 #include "worker/client.h"
-#include "worker/gguf.h"
-#include "worker/kv.h"
-#include "worker/model.h"
-#include "worker/sched.h"
-#include "worker/tok.h"
+#include "worker/engine/gguf.h"
+#include "worker/engine/kv.h"
+#include "worker/engine/model.h"
+#include "worker/engine/sched.h"
+#include "worker/engine/tok.h"
 
 #define WL_MAX_NAME 128
 #define WL_LONG_POLL_MS 2000

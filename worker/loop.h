@@ -3,7 +3,7 @@
  * serves jobd (spec/worker-protocol.md).
  *
  * Two threads share one lock-protected table of leased requests:
- *   - the engine thread (the caller's) owns the scheduler (worker/sched.h)
+ *   - the engine thread (the caller's) owns the scheduler (worker/engine/sched.h)
  *     and steps it without pause: every leased request is fed to it at
  *     once, as `--batch-file` does, so the scheduler orders the whole pack
  *     and admits from it as slots and KV blocks free up - requests of the
@@ -40,7 +40,7 @@
  * batch's endpoint at submission).
  *
  * Seeds: a request without "seed" is sampled with a seed derived from its
- * request id (FNV-1a, worker/sched.c), so a retried lease - on this worker
+ * request id (FNV-1a, worker/engine/sched.c), so a retried lease - on this worker
  * or another one - reproduces the same text.
  *
  * Drain: when *o->stop becomes non-zero (SIGTERM/SIGINT), no more leases

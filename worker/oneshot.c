@@ -13,10 +13,10 @@
 #include "common/js.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
-#include "worker/chat.h"
-#include "worker/generate.h"
-#include "worker/model.h"
-#include "worker/tok.h"
+#include "worker/engine/chat.h"
+#include "worker/engine/generate.h"
+#include "worker/engine/model.h"
+#include "worker/engine/tok.h"
 
 #define ONESHOT_BATCH 512   /* tokens per prefill step */
 

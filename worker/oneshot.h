@@ -5,7 +5,7 @@
  *
  * oneshot_run loads the model, creates a context with one sequence slot on
  * a thread pool of `threads` threads, and runs one OpenAI request through
- * the generate driver (worker/generate.h gen_run): full sampling
+ * the generate driver (worker/engine/generate.h gen_run): full sampling
  * (temperature, top_p, top_k, seed, stop strings, n choices, logprobs...).
  * --prompt/--chat build the request body from the flags (a completions body
  * {"prompt": TEXT} or a chat body with one user message; flags left unset
@@ -38,7 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "worker/stop.h"
+#include "worker/engine/stop.h"
 
 #define ONESHOT_MAX_BODY_BYTES (16u << 20)  /* --json file cap */
 

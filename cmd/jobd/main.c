@@ -7,7 +7,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "jobd/app.h"
-#include "jobd/store.h"
+#include "jobd/store/store.h"
 
 static const char *usage_text =
     "usage: jobd [--listen ADDR:PORT] [--data DIR] [options]\n"

@@ -20,7 +20,7 @@
  * the unquantized x (no scratch needed).
  *
  * Reduction order (fixed: the same for every n, thread count and SIMD path,
- * so results are bit-identical across them; tests/unit/test_matq.c checks):
+ * so results are bit-identical across them; tests/unit/kernels/test_matq.c checks):
  *   - 32-value types: sixteen float lanes; block b (in order) goes to lanes
  *     8 * (b & 1) + j, j = 0..7, lane j taking the exact integer dot of
  *     block elements 4j..4j+3: lane = fma(d_w * d_a, (float)isum_j, lane).
@@ -36,7 +36,7 @@
  *     (l[j+16]+l[j+24]) for j < 8, then the 8-lane sum above.
  *
  * Error vs the exact product with unquantized x (derived in
- * tests/unit/test_matq.c): activation rounding moves each x_i by at most
+ * tests/unit/kernels/test_matq.c): activation rounding moves each x_i by at most
  * d_a/2 = max|x over its block| / 254, so |error| <= sum over blocks of
  * (amax_b / 254) * sum_{i in b} |w_i|, plus float rounding of order
  * (k/block + 16) * 2^-24 * sum |w_i x_i|. For random data that is about

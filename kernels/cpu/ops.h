@@ -5,7 +5,7 @@
  * attention.c, swiglu.c): the CPU path of the engine and the reference the
  * CUDA kernels will be tested against. Tensors are dense row-major float32
  * unless named otherwise; shapes are (rows, cols) in the comments. Ops can't
- * fail: shapes and indices are the caller's contract (worker/forward.c
+ * fail: shapes and indices are the caller's contract (worker/engine/forward.c
  * validates everything that came from outside before calling them).
  *
  * Pure functions, no state: safe from any thread on disjoint outputs.

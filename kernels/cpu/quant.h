@@ -10,7 +10,7 @@
  * back into float32. It is the reference the CUDA kernels are tested against,
  * so it favours readability over speed and computes exactly what gguf-py's
  * numpy dequantizer computes (same float32 operations in the same order:
- * tests/unit/test_quant.c checks bit-for-bit equality on committed fixtures).
+ * tests/unit/kernels/test_quant.c checks bit-for-bit equality on committed fixtures).
  *
  * Byte offsets inside each block (QK_K = 256):
  *

@@ -13,7 +13,7 @@
  *     nothing synchronises. Each op lives in its own .cu file whose header
  *     comment gives shapes, layouts, accumulation type and the tolerance
  *     against its CPU reference (kernels/kn.h, kernels/cpu/ops.h). Those are
- *     what worker/forward_cuda.c chains into the forward pass.
+ *     what worker/engine/forward_cuda.c chains into the forward pass.
  *   - memory helpers (kn_cuda_alloc/_release at load time, _upload,
  *     _download, _memset, _sync) and the *_host entry points that copy
  *     inputs through the scratch arena (for the self-check).

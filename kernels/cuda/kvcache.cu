@@ -4,7 +4,7 @@
 // the fused QKV row after RoPE); k_cache, v_cache one layer of the cache,
 // rows of kv_dim bf16, row index = block * block_tokens + offset; slot
 // (n_tok) int64 cache row of each token (computed by the host from the
-// block tables, worker/forward_cuda.c). One thread per value. The stored
+// block tables, worker/engine/forward_cuda.c). One thread per value. The stored
 // value is the f32 rounded to bf16 (nearest even): exact w.r.t. that
 // rounding (tolerance 0 against quant_fp32_to_bf16 of the CPU value).
 #include "device.cuh"

@@ -1,4 +1,4 @@
-/* bench_ingest - batch ingestion rate (requests/s) through jobd/ingest.c vs.
+/* bench_ingest - batch ingestion rate (requests/s) through jobd/intake/ingest.c vs.
  * the same rows inserted by a bare SQLite loop (one prepared INSERT, one
  * transaction), same schema, pragmas and disk, same run. Prints one line
  * with the ratio ours/bare (goal >= 0.5).
@@ -18,8 +18,8 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/id.h"
-#include "jobd/ingest.h"
-#include "jobd/store.h"
+#include "jobd/intake/ingest.h"
+#include "jobd/store/store.h"
 
 #define NOW 1700000000
 

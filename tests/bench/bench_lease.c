@@ -14,10 +14,10 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
-#include "jobd/finalize.h"
-#include "jobd/ingest.h"
-#include "jobd/lease.h"
-#include "jobd/store.h"
+#include "jobd/work/finalize.h"
+#include "jobd/intake/ingest.h"
+#include "jobd/work/lease.h"
+#include "jobd/store/store.h"
 
 #define NOW 1700000000
 #define MODEL "smollm"

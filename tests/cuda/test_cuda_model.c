@@ -1,5 +1,5 @@
-/* Whole-model parity of the CUDA forward pass (worker/forward_cuda.c)
- * against the CPU engine (worker/forward.c, reference matmul), built only
+/* Whole-model parity of the CUDA forward pass (worker/engine/forward_cuda.c)
+ * against the CPU engine (worker/engine/forward.c, reference matmul), built only
  * with make CUDA=1; every test skips without a GPU.
  *
  *  - logits of every position on the tiny verification models
@@ -37,9 +37,9 @@
 #include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
-#include "worker/kv.h"
-#include "worker/model.h"
-#include "worker/tok.h"
+#include "worker/engine/kv.h"
+#include "worker/engine/model.h"
+#include "worker/engine/tok.h"
 
 #define TOL_BF16 3e-2
 #define TOL_BF16_REAL 5e-2

@@ -1,4 +1,4 @@
-/* libFuzzer target: chat-template rendering (worker/chat.c) from outside
+/* libFuzzer target: chat-template rendering (worker/engine/chat.c) from outside
  * input: the template source (a GGUF's tokenizer.chat_template, attacker
  * controlled when a model file is) and the `messages` array of a request.
  *
@@ -18,8 +18,8 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "worker/chat.h"
-#include "worker/tok.h"
+#include "worker/engine/chat.h"
+#include "worker/engine/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

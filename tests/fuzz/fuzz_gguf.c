@@ -1,4 +1,4 @@
-/* libFuzzer target: GGUF parsing (worker/gguf.c) and, for files that open,
+/* libFuzzer target: GGUF parsing (worker/engine/gguf.c) and, for files that open,
  * every getter and the dequantization of each tensor's first row
  * (kernels/cpu/quant.c), so a wrong size computation shows up as an overread
  * of the input buffer. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/quant.h"
-#include "worker/gguf.h"
+#include "worker/engine/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,4 +1,4 @@
-/* libFuzzer target: the HTTP request parsing layer (jobd/http_parse.c) and
+/* libFuzzer target: the HTTP request parsing layer (jobd/http/http_parse.c) and
  * the router, on memory - no sockets. The first byte picks the body mode
  * and a piece size; the rest is the byte stream of a connection. The stream
  * is parsed twice, in one feed and in pieces, and the two transcripts of
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "jobd/http_int.h"
+#include "jobd/http/http_int.h"
 
 static void nop(struct http_req *req, void *arg)
 {

@@ -1,11 +1,11 @@
 /* libFuzzer target: ingest_line_check (one JSONL input line, hostile bytes)
  * and the raw-body scanner behind it. Byte 0 picks the endpoint.
- * fuzz-src: jobd/ingest_line.c */
+ * fuzz-src: jobd/intake/ingest_line.c */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "jobd/ingest.h"
+#include "jobd/intake/ingest.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,16 +1,16 @@
-/* libFuzzer target: model loading (worker/model.c: hyperparameters, tensor
- * validation), the tokenizer built from the file (worker/tok_gguf.c) and,
+/* libFuzzer target: model loading (worker/engine/model.c: hyperparameters, tensor
+ * validation), the tokenizer built from the file (worker/engine/tok_gguf.c) and,
  * for small models that load, one forward step of two tokens - which reads
  * every weight row, so a wrong shape or stride check shows up as an
  * overread of the input buffer. */
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "worker/chat.h"
-#include "worker/gguf.h"
-#include "worker/model.h"
-#include "worker/tok.h"
-#include "worker/tok_gguf.h"
+#include "worker/engine/chat.h"
+#include "worker/engine/gguf.h"
+#include "worker/engine/model.h"
+#include "worker/engine/tok.h"
+#include "worker/engine/tok_gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -3,13 +3,13 @@
  * cut at fuzzer-chosen points, must give the same events (part names,
  * filenames, data bytes, ends) and the same result. Byte 0 picks the
  * boundary, byte 1 the piece size.
- * fuzz-src: jobd/multipart.c */
+ * fuzz-src: jobd/http/multipart.c */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/buf.h"
-#include "jobd/multipart.h"
+#include "jobd/http/multipart.h"
 
 struct log {
     struct buf b;

@@ -13,8 +13,8 @@
 
 #include "common/err.h"
 #include "common/js.h"
-#include "worker/params.h"
-#include "worker/stop.h"
+#include "worker/openai/params.h"
+#include "worker/engine/stop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,15 +1,15 @@
-/* libFuzzer target: the worker protocol parsers (jobd/lease_proto.c) on
+/* libFuzzer target: the worker protocol parsers (jobd/work/lease_proto.c) on
  * hostile bytes. Byte 0 picks the parser: 0 results chunk (plain JSONL),
  * 1 results chunk (zstd), 2 register, 3 lease ask, 4 heartbeat, 5 release.
  * Oracle: a parsed results chunk has 1..4096 items, each with a req_ id,
  * and every success / invalid_request body is a JSON object.
- * fuzz-src: jobd/lease_proto.c */
+ * fuzz-src: jobd/work/lease_proto.c */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/id.h"
-#include "jobd/lease.h"
+#include "jobd/work/lease.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/tok.h"
+#include "worker/engine/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,13 +1,13 @@
 /* libFuzzer target: webhook URL checks (without DNS) and signing with a
  * hostile secret. The input is split at the first newline: the part before
  * is tried as a URL and as a secret, the rest is the body to sign.
- * fuzz-src: jobd/webhook.c */
+ * fuzz-src: jobd/webhook/webhook.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
-#include "jobd/webhook.h"
+#include "jobd/webhook/webhook.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny random-weight Llama/Qwen2 models, their logits by HF transformers,
 and the same models written as GGUF (F32 and quantized): the fixtures of
-tests/unit/test_model.c (model_logits_match_hf_*).
+tests/unit/worker/engine/test_model.c (model_logits_match_hf_*).
 
 Models (all: 2 layers, hidden 64, 4 query heads / 2 KV heads (GQA), head
 dim 16, SwiGLU 64, vocab 300 with a byte-level BPE tokenizer):

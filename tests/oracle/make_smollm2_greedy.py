@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Greedy continuations of the default model by llama.cpp (llama-cpp-python),
-the end-to-end oracle of tests/unit/test_model.c (model_smollm2_greedy_*).
+the end-to-end oracle of tests/unit/worker/engine/test_model.c (model_smollm2_greedy_*).
 
 For each prompt: the prompt ids as llama.cpp tokenizes it (chat prompts are
 rendered with SmolLM2's ChatML template first, specials parsed), then 64

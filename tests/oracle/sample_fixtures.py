@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sample_fixtures.py - numpy reference for worker/sample.c's filters and logprobs.
+"""sample_fixtures.py - numpy reference for worker/engine/sample.c's filters and logprobs.
 
 Writes tests/fixtures/sample/filters.json (run from the repo root):
 

@@ -1,5 +1,5 @@
 """jobworker --model M.gguf --batch-file FILE: OpenAI batch input lines through
-the scheduler (worker/sched.c, worker/batchrun.c), end to end.
+the scheduler (worker/engine/sched.c, worker/batchrun.c), end to end.
 
 - Batch invariance on the default model (optimised build): 4 requests
   (greedy and seeded sampling, one with n=2) give the same choices alone and

@@ -289,7 +289,7 @@ def test_regression_upload_filename_invalid_utf8_made_invalid_json():
     filename (query or Jobd-Filename) with invalid UTF-8, was stored and echoed
     as raw bytes, so the File/list answers were not valid JSON (the SDK fails
     to decode them). Now the upload is refused with 400 invalid_value, and
-    js_escape writes any invalid byte as \\ufffd (tests/unit/test_js.c)."""
+    js_escape writes any invalid byte as \\ufffd (tests/unit/common/test_js.c)."""
     data = os.path.join(tmpdir(), "data")
     key = create_key(data, "t")
     d = Jobd(data=data, key=key, args=ARGS)

@@ -31,9 +31,9 @@
 #include "common/err.h"
 #include "kernels/cuda/kn_cuda.h"
 #include "kernels/kn.h"
-#include "worker/forward_cuda.h"
-#include "worker/kv.h"
-#include "worker/model.h"
+#include "worker/engine/forward_cuda.h"
+#include "worker/engine/kv.h"
+#include "worker/engine/model.h"
 
 #define MAX_BATCHES 16
 

@@ -1,0 +1,184 @@
+/*
+ * api_json.c - JSON shapes of the API (OpenAI's File, Batch, error
+ * envelope), built with buf_printf + js_escape so field order matches
+ * OpenAI's documentation. Pure; any thread.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/cfg.h"
+#include "common/err.h"
+#include "common/js.h"
+#include "jobd/api/app_int.h"
+
+static int str_or_null(struct buf *b, const char *s)
+{
+    if (!s || !*s)
+        return buf_append_str(b, "null");
+    return js_escape(b, s, strlen(s));
+}
+
+static int int_or_null(struct buf *b, int64_t v)
+{
+    if (!v)
+        return buf_append_str(b, "null");
+    return buf_printf(b, "%lld", (long long)v);
+}
+
+int api_error_json(struct buf *out, const char *type, const char *code, const char *param,
+                   const char *msg)
+{
+    int rc = 0;
+    if ((rc = buf_append_str(out, "{\"error\":{\"message\":")) ||
+        (rc = js_escape(out, msg, strlen(msg))) || (rc = buf_append_str(out, ",\"type\":")) ||
+        (rc = js_escape(out, type, strlen(type))) || (rc = buf_append_str(out, ",\"param\":")) ||
+        (rc = str_or_null(out, param)) || (rc = buf_append_str(out, ",\"code\":")) ||
+        (rc = str_or_null(out, code)))
+        return rc;
+    return buf_append_str(out, "}}");
+}
+
+int api_file_json(struct buf *out, const struct store_file *f)
+{
+    int rc;
+    if ((rc = buf_printf(out, "{\"id\":")) || (rc = js_escape(out, f->id, strlen(f->id))) ||
+        (rc = buf_printf(out, ",\"object\":\"file\",\"bytes\":%lld,\"created_at\":%lld,\"expires_at\":",
+                         (long long)f->bytes, (long long)f->created_at)) ||
+        (rc = int_or_null(out, f->expires_at)) || (rc = buf_append_str(out, ",\"filename\":")) ||
+        (rc = js_escape(out, f->filename, strlen(f->filename))) ||
+        (rc = buf_append_str(out, ",\"purpose\":")) ||
+        (rc = js_escape(out, f->purpose, strlen(f->purpose))) ||
+        (rc = buf_append_str(out, ",\"status\":")) ||
+        (rc = js_escape(out, f->status, strlen(f->status))) ||
+        (rc = buf_append_str(out, ",\"status_details\":null}")))
+        return rc;
+    return 0;
+}
+
+void api_window_format(int64_t s, char *out, size_t cap)
+{
+    if (s % 86400 == 0 && s != 86400)
+        snprintf(out, cap, "%lldd", (long long)(s / 86400));
+    else if (s % 3600 == 0)
+        snprintf(out, cap, "%lldh", (long long)(s / 3600));
+    else if (s % 60 == 0)
+        snprintf(out, cap, "%lldm", (long long)(s / 60));
+    else
+        snprintf(out, cap, "%llds", (long long)s);
+}
+
+int api_window_parse(const char *s, int64_t min_s, int64_t *seconds)
+{
+    int64_t ms;
+    if (!s || !*s || cfg_parse_duration_ms(s, &ms) || ms % 1000 != 0)
+        return ERR_INVAL;
+    int64_t v = ms / 1000;
+    if (v < min_s || v < 1 || v > API_WINDOW_MAX_S)
+        return ERR_INVAL;
+    *seconds = v;
+    return 0;
+}
+
+int api_metadata_check(const json_t *md, char *msg, size_t cap)
+{
+    if (!json_is_object(md)) {
+        snprintf(msg, cap, "metadata must be an object of string values.");
+        return ERR_INVAL;
+    }
+    if (json_object_size(md) > STORE_METADATA_MAX_PAIRS) {
+        snprintf(msg, cap, "metadata may hold at most %d pairs.", STORE_METADATA_MAX_PAIRS);
+        return ERR_INVAL;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)md, k, v) {
+        if (strlen(k) > STORE_METADATA_MAX_KEY) {
+            snprintf(msg, cap, "metadata keys may be at most %d characters.", STORE_METADATA_MAX_KEY);
+            return ERR_INVAL;
+        }
+        if (!json_is_string(v)) {
+            snprintf(msg, cap, "metadata values must be strings.");
+            return ERR_INVAL;
+        }
+        if (json_string_length(v) > STORE_METADATA_MAX_VALUE) {
+            snprintf(msg, cap, "metadata values may be at most %d characters.",
+                     STORE_METADATA_MAX_VALUE);
+            return ERR_INVAL;
+        }
+    }
+    return 0;
+}
+
+int api_batch_json(struct buf *out, const struct store_batch *b)
+{
+    char win[32];
+    api_window_format(b->completion_window_s, win, sizeof win);
+    const char *status = store_batch_status_name(b->status);
+    int rc;
+    if ((rc = buf_append_str(out, "{\"id\":")) || (rc = js_escape(out, b->id, strlen(b->id))) ||
+        (rc = buf_append_str(out, ",\"object\":\"batch\",\"endpoint\":")) ||
+        (rc = js_escape(out, b->endpoint, strlen(b->endpoint))) ||
+        (rc = buf_append_str(out, ",\"model\":")) || (rc = str_or_null(out, b->model)) ||
+        (rc = buf_append_str(out, ",\"errors\":")))
+        return rc;
+    if (b->errors && *b->errors)
+        rc = buf_printf(out, "{\"object\":\"list\",\"data\":%s}", b->errors);
+    else
+        rc = buf_append_str(out, "null");
+    if (rc || (rc = buf_append_str(out, ",\"input_file_id\":")) ||
+        (rc = js_escape(out, b->input_file_id, strlen(b->input_file_id))) ||
+        (rc = buf_printf(out, ",\"completion_window\":\"%s\",\"status\":\"%s\",\"output_file_id\":",
+                         win, status)) ||
+        (rc = str_or_null(out, b->output_file_id)) ||
+        (rc = buf_append_str(out, ",\"error_file_id\":")) ||
+        (rc = str_or_null(out, b->error_file_id)) ||
+        (rc = buf_printf(out, ",\"created_at\":%lld,\"in_progress_at\":", (long long)b->created_at)) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_IN_PROGRESS])) ||
+        (rc = buf_printf(out, ",\"expires_at\":%lld,\"finalizing_at\":", (long long)b->expires_at)) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_FINALIZING])) ||
+        (rc = buf_append_str(out, ",\"completed_at\":")) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_COMPLETED])) ||
+        (rc = buf_append_str(out, ",\"failed_at\":")) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_FAILED])) ||
+        (rc = buf_append_str(out, ",\"expired_at\":")) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_EXPIRED])) ||
+        (rc = buf_append_str(out, ",\"cancelling_at\":")) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_CANCELLING])) ||
+        (rc = buf_append_str(out, ",\"cancelled_at\":")) ||
+        (rc = int_or_null(out, b->at[STORE_BATCH_CANCELLED])) ||
+        (rc = buf_printf(out, ",\"request_counts\":{\"total\":%lld,\"completed\":%lld,\"failed\":%lld}",
+                         (long long)b->n_total, (long long)b->n_completed, (long long)b->n_failed)) ||
+        (rc = buf_printf(out, ",\"usage\":{\"input_tokens\":%lld,\"input_tokens_details\":"
+                              "{\"cached_tokens\":%lld},\"output_tokens\":%lld,\"output_tokens_details\":"
+                              "{\"reasoning_tokens\":0},\"total_tokens\":%lld},\"cost\":{\"amount_micros\":%lld}",
+                         (long long)b->usage_prompt_tokens, (long long)b->usage_cached_tokens,
+                         (long long)b->usage_completion_tokens,
+                         (long long)(b->usage_prompt_tokens + b->usage_completion_tokens),
+                         (long long)b->usage_cost_micros)) ||
+        (rc = buf_append_str(out, ",\"metadata\":")) ||
+        (rc = buf_append_str(out, b->metadata && *b->metadata ? b->metadata : "null")))
+        return rc;
+    return buf_append_str(out, "}");
+}
+
+int api_batch_json_ext(struct buf *out, const struct store_batch *b,
+                       const struct store_model_served *served, size_t n_served)
+{
+    size_t start = out->len;
+    int rc = api_batch_json(out, b);
+    if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0])
+        return rc;
+    for (size_t i = 0; i < n_served; i++)
+        if (strcmp(served[i].name, b->model) == 0)
+            return 0;
+    int64_t left = b->n_total - b->n_completed - b->n_failed;
+    if (left <= 0 || out->len <= start)
+        return 0;
+    out->data[--out->len] = '\0'; /* reopen the object: drop its closing brace */
+    if ((rc = buf_append_str(out, ",\"waiting_for_model\":{\"model\":")) ||
+        (rc = js_escape(out, b->model, strlen(b->model))) ||
+        (rc = buf_printf(out, ",\"requests\":%lld}}", (long long)left)))
+        return rc;
+    return 0;
+}

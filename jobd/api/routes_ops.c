@@ -1,0 +1,273 @@
+/*
+ * routes_ops.c - operational routes: GET /healthz (liveness: the loop
+ * answers; no database), GET /readyz (the database is open, the ingest
+ * thread finished its startup scan, and jobd is not draining), GET /metrics
+ * (Prometheus text format 0.0.4). No authentication on these.
+ *
+ * /metrics reads the batch counts by status on the thread pool, then adds
+ * the loop's HTTP counters and the ingest thread's atomics in the
+ * after-callback.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "jobd/api/app_int.h"
+#include "jobd/account/budget.h"
+#include "jobd/store/store_webhook.h"
+#include "jobd/webhook/webhook.h"
+
+static void healthz(struct http_req *req, void *arg)
+{
+    static const char body[] = "{\"status\":\"ok\"}";
+    http_respond(req, 200, "application/json", body, sizeof body - 1);
+}
+
+static void readyz(struct http_req *req, void *arg)
+{
+    struct app *app = arg;
+    if (app->draining) {
+        http_respond_error(req, 503, NULL, "shutting_down", NULL, "jobd is shutting down.");
+        return;
+    }
+    if (!app->iq || !ingestq_ready(app->iq)) {
+        http_resp_header(req, "Retry-After", "1");
+        http_respond_error(req, 503, NULL, "starting", NULL, "jobd is starting (resuming ingestion).");
+        return;
+    }
+    static const char body[] = "{\"status\":\"ready\"}";
+    http_respond(req, 200, "application/json", body, sizeof body - 1);
+}
+
+struct metrics_in {
+    int64_t counts[STORE_BATCH__COUNT];
+    int ok;
+    struct buf work; /* work-distribution gauges (routes_worker.c) */
+    struct store_wh_stats wh;
+    int wh_ok;
+    struct store_usage_total *totals; /* ledger sums per tenant and model */
+    size_t n_totals;
+    int totals_ok;
+};
+
+static void metrics_in_free(void *p)
+{
+    struct metrics_in *m = p;
+    if (m) {
+        buf_release(&m->work);
+        free(m->totals);
+    }
+    free(m);
+}
+
+static void metrics_fn(struct op *op, struct store *st)
+{
+    struct metrics_in *m = op->in;
+    m->ok = store_batch_count_by_status(st, m->counts) == 0;
+    if (app_work_metrics_db(st, &m->work))
+        buf_reset(&m->work);
+    m->wh_ok = store_wh_stats(st, &m->wh) == 0;
+    m->totals_ok = store_usage_totals(st, 10000, &m->totals, &m->n_totals) == 0;
+    op->status = 200;
+}
+
+/* Prometheus label value: escape backslash, quote, newline. */
+static void label(struct buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            buf_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            buf_append_str(b, "\\n");
+        else
+            buf_append_byte(b, *s);
+    }
+}
+
+static void count_cb(void *arg, const char *method, const char *pattern, int status, uint64_t count)
+{
+    struct buf *b = arg;
+    buf_append_str(b, "jobd_http_requests_total{method=\"");
+    label(b, method);
+    buf_append_str(b, "\",route=\"");
+    label(b, pattern);
+    buf_printf(b, "\",status=\"%d\"} %llu\n", status, (unsigned long long)count);
+}
+
+/* Webhook delivery: attempts by outcome, latency histogram, outbox depth. */
+static void webhook_metrics(struct buf *b, struct app *app, const struct metrics_in *m)
+{
+    struct webhook_counters c;
+    webhook_dispatcher_counters(app->wh, &c);
+    buf_printf(b,
+               "# HELP jobd_webhook_attempts_total Webhook delivery attempts since start, by outcome.\n"
+               "# TYPE jobd_webhook_attempts_total counter\n"
+               "jobd_webhook_attempts_total{outcome=\"delivered\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"retry\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"failed\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"disabled\"} %llu\n"
+               "jobd_webhook_attempts_total{outcome=\"blocked\"} %llu\n"
+               "# HELP jobd_webhook_latency_ms Webhook POST latency (connect to response), milliseconds.\n"
+               "# TYPE jobd_webhook_latency_ms histogram\n",
+               (unsigned long long)c.delivered, (unsigned long long)c.retried, (unsigned long long)c.failed,
+               (unsigned long long)c.disabled, (unsigned long long)c.blocked);
+    static const int64_t bounds[8] = WEBHOOK_LATENCY_BOUNDS_MS;
+    for (int i = 0; i < 8; i++)
+        buf_printf(b, "jobd_webhook_latency_ms_bucket{le=\"%lld\"} %llu\n", (long long)bounds[i],
+                   (unsigned long long)c.latency_le[i]);
+    buf_printf(b,
+               "jobd_webhook_latency_ms_bucket{le=\"+Inf\"} %llu\n"
+               "jobd_webhook_latency_ms_sum %llu\n"
+               "jobd_webhook_latency_ms_count %llu\n",
+               (unsigned long long)c.latency_count, (unsigned long long)c.latency_sum_ms,
+               (unsigned long long)c.latency_count);
+    if (!m->wh_ok)
+        return;
+    buf_printf(b,
+               "# HELP jobd_webhook_outbox_events Webhook events not yet fanned out to deliveries.\n"
+               "# TYPE jobd_webhook_outbox_events gauge\n"
+               "jobd_webhook_outbox_events %lld\n"
+               "# HELP jobd_webhook_deliveries Webhook deliveries by status (all tenants).\n"
+               "# TYPE jobd_webhook_deliveries gauge\n"
+               "jobd_webhook_deliveries{status=\"pending\"} %lld\n"
+               "jobd_webhook_deliveries{status=\"delivered\"} %lld\n"
+               "jobd_webhook_deliveries{status=\"failed\"} %lld\n"
+               "# HELP jobd_webhook_endpoints_disabled Webhook endpoints disabled (410 or persistent failure).\n"
+               "# TYPE jobd_webhook_endpoints_disabled gauge\n"
+               "jobd_webhook_endpoints_disabled %lld\n",
+               (long long)m->wh.events_pending, (long long)m->wh.deliveries_pending,
+               (long long)m->wh.deliveries_delivered, (long long)m->wh.deliveries_failed,
+               (long long)m->wh.endpoints_disabled);
+}
+
+/* Tokens and cost by tenant and model (usage_totals: sums of the ledger, so
+ * they survive restarts), and submissions refused by a budget, by limit. */
+static void usage_metrics(struct buf *b, struct app *app, const struct metrics_in *m)
+{
+    buf_append_str(b, "# HELP jobd_budget_rejections_total Submissions refused (429) by a budget limit since start.\n"
+                      "# TYPE jobd_budget_rejections_total counter\n");
+    for (int v = BUDGET_QUEUED_TOKENS; v < BUDGET__COUNT; v++)
+        buf_printf(b, "jobd_budget_rejections_total{limit=\"%s\"} %llu\n", budget_verdict_limit((enum budget_verdict)v),
+                   (unsigned long long)atomic_load(&app->n_budget_rejected[v]));
+    if (!m->totals_ok)
+        return;
+    buf_append_str(b, "# HELP jobd_tokens_total Tokens of committed results (the usage ledger), by tenant, model and "
+                      "kind (input includes cached).\n"
+                      "# TYPE jobd_tokens_total counter\n");
+    static const char *const kinds[3] = {"input", "cached", "output"};
+    for (size_t i = 0; i < m->n_totals; i++) {
+        const struct store_usage_total *t = &m->totals[i];
+        const int64_t v[3] = {t->prompt_tokens, t->cached_tokens, t->completion_tokens};
+        for (int k = 0; k < 3; k++) {
+            buf_append_str(b, "jobd_tokens_total{tenant=\"");
+            label(b, t->tenant);
+            buf_append_str(b, "\",model=\"");
+            label(b, t->model);
+            buf_printf(b, "\",kind=\"%s\"} %lld\n", kinds[k], (long long)v[k]);
+        }
+    }
+    buf_append_str(b, "# HELP jobd_cost_micros_total Cost of committed results (the usage ledger), micro-dollars, by "
+                      "tenant and model.\n"
+                      "# TYPE jobd_cost_micros_total counter\n");
+    for (size_t i = 0; i < m->n_totals; i++) {
+        buf_append_str(b, "jobd_cost_micros_total{tenant=\"");
+        label(b, m->totals[i].tenant);
+        buf_append_str(b, "\",model=\"");
+        label(b, m->totals[i].model);
+        buf_printf(b, "\"} %lld\n", (long long)m->totals[i].cost_micros);
+    }
+}
+
+static void metrics_after(struct http_req *req, struct op *op)
+{
+    struct app *app = op->app;
+    struct metrics_in *m = op->in;
+    struct buf *b = &op->out;
+    buf_append_str(b, "# HELP jobd_http_requests_total HTTP requests answered, by route and status.\n"
+                      "# TYPE jobd_http_requests_total counter\n");
+    if (app->srv)
+        http_server_route_counts(app->srv, count_cb, b);
+    struct http_stats hs = {0};
+    if (app->srv)
+        http_server_stats(app->srv, &hs);
+    buf_printf(b,
+               "# HELP jobd_http_connections_open Open HTTP connections.\n"
+               "# TYPE jobd_http_connections_open gauge\n"
+               "jobd_http_connections_open %llu\n"
+               "# HELP jobd_http_connections_total HTTP connections accepted.\n"
+               "# TYPE jobd_http_connections_total counter\n"
+               "jobd_http_connections_total %llu\n"
+               "# HELP jobd_http_connections_rejected_total Connections answered 503 at the cap.\n"
+               "# TYPE jobd_http_connections_rejected_total counter\n"
+               "jobd_http_connections_rejected_total %llu\n"
+               "# HELP jobd_http_connections_evicted_total Idle or slow connections closed to make room.\n"
+               "# TYPE jobd_http_connections_evicted_total counter\n"
+               "jobd_http_connections_evicted_total %llu\n"
+               "# HELP jobd_http_connections_timed_out_total Connections closed by a deadline.\n"
+               "# TYPE jobd_http_connections_timed_out_total counter\n"
+               "jobd_http_connections_timed_out_total %llu\n"
+               "# HELP jobd_http_requests_inflight Requests parsed and not yet answered.\n"
+               "# TYPE jobd_http_requests_inflight gauge\n"
+               "jobd_http_requests_inflight %llu\n",
+               (unsigned long long)hs.conns_open, (unsigned long long)hs.conns_accepted,
+               (unsigned long long)hs.conns_rejected, (unsigned long long)hs.conns_evicted,
+               (unsigned long long)hs.conns_timed_out, (unsigned long long)hs.requests_inflight);
+    struct ingestq_stats is = {0};
+    if (app->iq)
+        ingestq_stats(app->iq, &is);
+    buf_printf(b,
+               "# HELP jobd_ingest_lines_total Input lines validated by the ingest thread.\n"
+               "# TYPE jobd_ingest_lines_total counter\n"
+               "jobd_ingest_lines_total %llu\n"
+               "# HELP jobd_ingest_bytes_total Decoded input bytes of batches whose validation finished.\n"
+               "# TYPE jobd_ingest_bytes_total counter\n"
+               "jobd_ingest_bytes_total %llu\n"
+               "# HELP jobd_ingest_batches_total Batches whose validation finished, by outcome.\n"
+               "# TYPE jobd_ingest_batches_total counter\n"
+               "jobd_ingest_batches_total{outcome=\"valid\"} %llu\n"
+               "jobd_ingest_batches_total{outcome=\"invalid\"} %llu\n"
+               "jobd_ingest_batches_total{outcome=\"cancelled\"} %llu\n"
+               "# HELP jobd_ingest_queue Batches waiting for validation.\n"
+               "# TYPE jobd_ingest_queue gauge\n"
+               "jobd_ingest_queue %llu\n",
+               (unsigned long long)is.lines, (unsigned long long)is.bytes,
+               (unsigned long long)is.batches_valid, (unsigned long long)is.batches_invalid,
+               (unsigned long long)is.batches_cancelled, (unsigned long long)is.queued);
+    if (m->ok) {
+        buf_append_str(b, "# HELP jobd_batches Batches by status (all tenants).\n"
+                          "# TYPE jobd_batches gauge\n");
+        for (int s = 0; s < STORE_BATCH__COUNT; s++)
+            buf_printf(b, "jobd_batches{status=\"%s\"} %lld\n",
+                       store_batch_status_name((enum store_batch_status)s), (long long)m->counts[s]);
+    }
+    if (m->work.len)
+        buf_append(b, m->work.data, m->work.len);
+    app_work_metrics_counters(app, b);
+    webhook_metrics(b, app, m);
+    usage_metrics(b, app, m);
+    http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->data ? b->data : "",
+                 b->len);
+}
+
+static void metrics(struct http_req *req, void *arg)
+{
+    struct app *app = arg;
+    struct metrics_in *m = calloc(1, sizeof *m);
+    struct op *op = NULL;
+    if (m)
+        buf_init(&m->work, 1u << 20);
+    if (m && (op = app_op_new_bare(app, metrics_fn, 0, m, metrics_in_free, 4u << 20)))
+        op->after = metrics_after;
+    app_op_run(req, op);
+}
+
+int routes_ops_add(struct app *app)
+{
+    int rc;
+    if ((rc = http_server_route(app->srv, &(struct http_route){"GET", "/healthz", healthz, NULL, 0, app})) ||
+        (rc = http_server_route(app->srv, &(struct http_route){"GET", "/readyz", readyz, NULL, 0, app})) ||
+        (rc = http_server_route(app->srv, &(struct http_route){"GET", "/metrics", metrics, NULL, 0, app})))
+        return rc;
+    return 0;
+}

@@ -1,0 +1,220 @@
+/*
+ * routes_usage.c - GET /v1/usage: the caller's usage report, and GET
+ * /v1/admin/usage: the same report across tenants (admin token; optional
+ * tenant= filter, group_by=tenant) (spec/usage.md).
+ *
+ * Query: since, until (unix seconds, "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SSZ",
+ * UTC; since <= created_at < until; defaults
+ * 0 and "now + 1 day"), group_by = batch | model | day (default model). The
+ * answer is a list of buckets ordered by key plus the range totals, each with
+ * tokens, requests and cost (integer micro-dollars). Sums of usage_ledger
+ * rows (jobd/store/store_usage.h), so they agree exactly with each batch's usage.
+ * The database work runs on the thread pool (app_op_run).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/js.h"
+#include "jobd/api/app_int.h"
+#include "jobd/store/store_usage.h"
+
+struct usage_in {
+    int64_t since, until;
+    enum store_usage_group group;
+    int admin;       /* across tenants */
+    char tenant[80]; /* admin filter: name or ten_... id; "" = every tenant */
+};
+
+static const char *const group_name[] = {"batch", "model", "day", "tenant"};
+
+static int sums_json(struct buf *b, const struct store_usage_row *r)
+{
+    return buf_printf(b,
+                      "\"input_tokens\":%lld,\"input_cached_tokens\":%lld,\"output_tokens\":%lld,"
+                      "\"total_tokens\":%lld,\"num_model_requests\":%lld,\"cost\":{\"amount_micros\":%lld}",
+                      (long long)r->prompt_tokens, (long long)r->cached_tokens,
+                      (long long)r->completion_tokens, (long long)(r->prompt_tokens + r->completion_tokens),
+                      (long long)r->requests, (long long)r->cost_micros);
+}
+
+static void usage_fn(struct op *op, struct store *st)
+{
+    const struct usage_in *in = op->in;
+    struct store_usage_row *rows = NULL, tot;
+    struct store_tenant t;
+    size_t n = 0;
+    int more = 0, rc;
+    const char *tenant = op->tenant;
+    if (in->admin) {
+        tenant = NULL;
+        if (in->tenant[0]) {
+            rc = store_tenant_resolve(st, in->tenant, &t);
+            if (rc == ERR_NOTFOUND) {
+                op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
+                return;
+            }
+            if (rc) {
+                op_internal(op, rc, "get tenant");
+                return;
+            }
+            tenant = t.id;
+        }
+    }
+    rc = store_usage_report(st, tenant, in->since, in->until, in->group, &rows, &n, &more, &tot);
+    if (rc) {
+        op_internal(op, rc, "usage report");
+        return;
+    }
+    struct buf *b = &op->out;
+    rc = buf_printf(b, "{\"object\":\"list\",\"group_by\":\"%s\",\"since\":%lld,\"until\":%lld,",
+                    group_name[in->group], (long long)in->since, (long long)in->until);
+    if (!rc && in->admin)
+        rc = tenant ? buf_printf(b, "\"tenant_id\":\"%s\",", tenant) : buf_append_str(b, "\"tenant_id\":null,");
+    if (!rc)
+        rc = buf_append_str(b, "\"data\":[");
+    for (size_t i = 0; i < n && !rc; i++) {
+        if ((rc = buf_append_str(b, i ? ",{\"object\":\"usage.bucket\",\"key\":" : "{\"object\":\"usage.bucket\",\"key\":")) ||
+            (rc = js_escape(b, rows[i].key, strlen(rows[i].key))) ||
+            (rc = buf_printf(b, ",\"start_time\":%lld,", (long long)rows[i].start_time)) ||
+            (rc = sums_json(b, &rows[i])))
+            break;
+        rc = buf_append_byte(b, '}');
+    }
+    free(rows);
+    if (!rc && !(rc = buf_append_str(b, "],\"totals\":{")) && !(rc = sums_json(b, &tot)))
+        rc = buf_printf(b, "},\"has_more\":%s}", more ? "true" : "false");
+    if (rc)
+        op_internal(op, rc, "usage report");
+    else
+        op->status = 200;
+}
+
+/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; Howard Hinnant's algorithm). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* A query time: absent -> def; unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ. */
+static int query_time(struct http_req *req, const char *name, int64_t def, int64_t *out)
+{
+    const char *v = http_req_query(req, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    int64_t x;
+    if (app_query_int(req, name, 0, INT64_MAX / 2, def, &x) == 0) {
+        *out = x;
+        return 0;
+    }
+    size_t n = strlen(v);
+    int f[6] = {0};
+    static const int at[6] = {0, 5, 8, 11, 14, 17}, len[6] = {4, 2, 2, 2, 2, 2};
+    if (n != 10 && !(n == 20 && v[10] == 'T' && v[13] == ':' && v[16] == ':' && v[19] == 'Z'))
+        return ERR_INVAL;
+    if (v[4] != '-' || v[7] != '-')
+        return ERR_INVAL;
+    for (int i = 0; i < (n == 10 ? 3 : 6); i++)
+        for (int k = 0; k < len[i]; k++) {
+            char c = v[at[i] + k];
+            if (c < '0' || c > '9')
+                return ERR_INVAL;
+            f[i] = f[i] * 10 + (c - '0');
+        }
+    if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 59 || f[0] < 1970)
+        return ERR_INVAL;
+    *out = days_from_civil(f[0], f[1], f[2]) * 86400 + f[3] * 3600 + f[4] * 60 + f[5];
+    return 0;
+}
+
+/* Parse since/until/group_by (and, admin, tenant) into *in; answers 400 and
+ * returns -1 on a bad value. groups = how many group_by values are allowed. */
+static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
+{
+    int64_t now = clock_wall_s();
+    if (query_time(req, "since", 0, &in->since) || query_time(req, "until", now + 86400, &in->until)) {
+        http_respond_error(req, 400, NULL, "invalid_value", NULL,
+                           "since and until must be unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC).");
+        return -1;
+    }
+    const char *g = http_req_query(req, "group_by");
+    if (g) {
+        size_t i = 0;
+        while (i < groups && strcmp(g, group_name[i]) != 0)
+            i++;
+        if (i == groups) {
+            http_respond_error(req, 400, NULL, "invalid_value", "group_by",
+                               groups == 4 ? "group_by must be one of batch, model, day, tenant."
+                                           : "group_by must be one of batch, model, day.");
+            return -1;
+        }
+        in->group = (enum store_usage_group)i;
+    }
+    if (in->admin) {
+        const char *t = http_req_query(req, "tenant");
+        if (t && (!*t || strlen(t) >= sizeof in->tenant)) {
+            http_respond_error(req, 400, NULL, "invalid_value", "tenant",
+                               "tenant must be a tenant name or ten_... id.");
+            return -1;
+        }
+        if (t)
+            snprintf(in->tenant, sizeof in->tenant, "%s", t);
+    }
+    return 0;
+}
+
+static void usage_get(struct http_req *req, void *arg)
+{
+    (void)arg;
+    struct usage_in in = {.group = STORE_USAGE_MODEL};
+    if (parse_query(req, &in, 3))
+        return;
+    struct op *op = app_op_new(req, usage_fn);
+    struct usage_in *p = op ? malloc(sizeof *p) : NULL;
+    if (op && !p) {
+        app_op_free(op);
+        op = NULL;
+    }
+    if (op) {
+        *p = in;
+        op->in = p;
+        op->in_free = free;
+    }
+    app_op_run(req, op);
+}
+
+/* GET /v1/admin/usage: admin token (app_admin_head); no tenant context, so
+ * app_op_new_bare rather than app_op_new. */
+static void admin_usage_get(struct http_req *req, void *arg)
+{
+    struct usage_in *p = calloc(1, sizeof *p);
+    if (!p) {
+        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        return;
+    }
+    p->group = STORE_USAGE_TENANT;
+    p->admin = 1;
+    if (parse_query(req, p, 4)) {
+        free(p);
+        return;
+    }
+    app_op_run(req, app_op_new_bare(arg, usage_fn, 0, p, free, 64u << 20));
+}
+
+int routes_usage_add(struct app *app)
+{
+    int rc = http_server_route(app->srv, &(struct http_route){"GET", "/v1/usage", usage_get, app_head_auth, 0, app});
+    if (!rc)
+        rc = http_server_route(app->srv,
+                               &(struct http_route){"GET", "/v1/admin/usage", admin_usage_get, app_admin_head, 0, app});
+    return rc;
+}

@@ -1,0 +1,118 @@
+/*
+ * http_resp.c - response heads, OpenAI error envelopes, reason phrases.
+ *
+ * The head of every response is built here, in one place, so the wire
+ * format is easy to check against the golden bytes in tests/unit/jobd/http/test_http.c:
+ *
+ *   HTTP/1.1 <status> <reason>\r\n
+ *   Content-Type: <type>\r\n               (when given)
+ *   Content-Length: <n>\r\n                (or Transfer-Encoding: chunked)
+ *   x-request-id: req_...\r\n
+ *   <extra headers from http_resp_header, in order>
+ *   Connection: close\r\n                  (when the connection will close)
+ *   Connection: keep-alive\r\n             (HTTP/1.0 client that asked for it)
+ *   \r\n
+ *
+ * Pure code; loop thread in practice.
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "common/err.h"
+#include "common/js.h"
+#include "jobd/http/http_int.h"
+
+const char *http_status_reason(int status)
+{
+    switch (status) {
+#define XX(num, name, string) \
+    case num:                 \
+        return #string;
+        HTTP_STATUS_MAP(XX)
+#undef XX
+    default:
+        return "Unknown";
+    }
+}
+
+int http_error_json(struct buf *out, int status, const char *type, const char *code,
+                    const char *param, const char *message)
+{
+    if (!type)
+        type = status >= 500 ? "server_error"
+               : status == 429 ? "rate_limit_error"
+                               : "invalid_request_error";
+    int rc = buf_append_str(out, "{\"error\":{\"message\":");
+    if (!rc)
+        rc = js_escape(out, message, strlen(message));
+    if (!rc)
+        rc = buf_append_str(out, ",\"type\":");
+    if (!rc)
+        rc = js_escape(out, type, strlen(type));
+    if (!rc)
+        rc = buf_append_str(out, ",\"param\":");
+    if (!rc)
+        rc = param ? js_escape(out, param, strlen(param)) : buf_append_str(out, "null");
+    if (!rc)
+        rc = buf_append_str(out, ",\"code\":");
+    if (!rc)
+        rc = code ? js_escape(out, code, strlen(code)) : buf_append_str(out, "null");
+    if (!rc)
+        rc = buf_append_str(out, "}}");
+    return rc;
+}
+
+int http_head_build(struct buf *out, const struct http_req *req, int status,
+                    const char *content_type, int64_t body_len, int close_conn)
+{
+    int rc = buf_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    int no_body = (status >= 100 && status < 200) || status == 204 || status == 304;
+    if (!rc && content_type && !no_body)
+        rc = buf_printf(out, "Content-Type: %s\r\n", content_type);
+    if (!rc && !no_body) {
+        if (body_len >= 0)
+            rc = buf_printf(out, "Content-Length: %lld\r\n", (long long)body_len);
+        else if (req->http_major == 1 && req->http_minor >= 1)
+            rc = buf_append_str(out, "Transfer-Encoding: chunked\r\n");
+    }
+    if (!rc)
+        rc = buf_printf(out, "x-request-id: %s\r\n", req->id);
+    if (!rc && req->resp_hdrs.len)
+        rc = buf_append(out, req->resp_hdrs.data, req->resp_hdrs.len);
+    if (!rc && close_conn)
+        rc = buf_append_str(out, "Connection: close\r\n");
+    else if (!rc && req->http_major == 1 && req->http_minor == 0)
+        rc = buf_append_str(out, "Connection: keep-alive\r\n");
+    if (!rc)
+        rc = buf_append_str(out, "\r\n");
+    return rc;
+}
+
+static int is_token_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+int http_resp_header(struct http_req *req, const char *name, const char *value)
+{
+    if (!req || !name || !value || !*name || req->responded)
+        return req && req->responded ? ERR_BADSTATE : ERR_INVAL;
+    for (const char *p = name; *p; p++)
+        if (!is_token_char((unsigned char)*p))
+            return ERR_INVAL;
+    for (const char *p = value; *p; p++)
+        if (*p == '\r' || *p == '\n')
+            return ERR_INVAL;
+    if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
+        strcasecmp(name, "connection") == 0)
+        return ERR_INVAL;
+    size_t old = req->resp_hdrs.len;
+    int rc = buf_printf(&req->resp_hdrs, "%s: %s\r\n", name, value);
+    if (rc) {
+        req->resp_hdrs.len = old;
+        if (req->resp_hdrs.data)
+            req->resp_hdrs.data[old] = '\0';
+    }
+    return rc;
+}

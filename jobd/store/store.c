@@ -1,0 +1,651 @@
+/*
+ * store.c - the store's core: open, pragmas, migrations, the statement
+ * cache, transactions and error translation; tenants and API keys.
+ * (Files, batches and requests: store_obj.c; idempotency: store_idem.c.)
+ * Runs on whichever thread owns the struct store (see store.h).
+ */
+#include "jobd/store/store_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+/* ---- errors and statements ---------------------------------------------------- */
+
+int store_sqlerr(struct store *st, int sqlite_rc, const char *what)
+{
+    int prim = sqlite_rc & 0xff;
+    int ext = sqlite_rc;
+    const char *msg = st && st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(sqlite_rc);
+    int e;
+    switch (prim) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: e = ERR_BUSY; break;
+    case SQLITE_NOMEM: e = ERR_NOMEM; break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: e = ERR_CORRUPT; break;
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM: e = ERR_IO; break;
+    case SQLITE_CONSTRAINT:
+        e = (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY) ? ERR_EXISTS
+            : ext == SQLITE_CONSTRAINT_FOREIGNKEY                                    ? ERR_NOTFOUND
+                                                                                     : ERR_INVAL;
+        break;
+    case SQLITE_TOOBIG: e = ERR_TOOBIG; break;
+    default: e = ERR_INTERNAL; break;
+    }
+    /* Constraint violations are expected outcomes (duplicates); the rest are not. */
+    log_write(prim == SQLITE_CONSTRAINT || prim == SQLITE_BUSY ? LOG_DEBUG : LOG_ERROR, NULL,
+              "store: %s: sqlite error %d (%s): %s", what, sqlite_rc, sqlite3_errstr(sqlite_rc),
+              msg ? msg : "");
+    return e;
+}
+
+static const char *const store_sql_text[S__COUNT] = {
+#define STORE_SQL_TEXT_(name, sql) sql,
+    STORE_SQL(STORE_SQL_TEXT_)
+    STORE_SQL_WEBHOOK(STORE_SQL_TEXT_)
+#undef STORE_SQL_TEXT_
+};
+
+sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
+{
+    sqlite3_stmt *s = st->stmts[id];
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+        return s;
+    }
+    int r = sqlite3_prepare_v3(st->db, store_sql_text[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
+    if (r != SQLITE_OK) {
+        *rc = store_sqlerr(st, r, store_sql_text[id]);
+        return NULL;
+    }
+    st->stmts[id] = s;
+    return s;
+}
+
+int store_step_done(struct store *st, sqlite3_stmt *s, const char *what)
+{
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW)
+        ;
+    int rc = r == SQLITE_DONE ? 0 : store_sqlerr(st, r, what);
+    sqlite3_reset(s);
+    return rc;
+}
+
+static int store_run(struct store *st, enum store_stmt_id id)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    return s ? store_step_done(st, s, store_sql_text[id]) : rc;
+}
+
+int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v)
+{
+    int r = v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(s, i);
+    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+}
+
+int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v)
+{
+    int r = sqlite3_bind_int64(s, i, v);
+    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+}
+
+void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n)
+{
+    char(*arr)[ID_MAX] = NULL;
+    size_t cnt = 0, cap = 0;
+    int r, rc = 0;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
+            if (!na) {
+                rc = ERR_NOMEM;
+                break;
+            }
+            arr = na;
+            cap = nc;
+        }
+        store_col_text(s, 0, arr[cnt++], ID_MAX);
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "collect ids");
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *ids = arr;
+    *n = cnt;
+    return 0;
+}
+
+char *store_col_dup(sqlite3_stmt *s, int col, int *err)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    if (!t)
+        return NULL;
+    char *d = strdup((const char *)t);
+    if (!d)
+        *err = ERR_NOMEM;
+    return d;
+}
+
+/* ---- transactions -------------------------------------------------------------- */
+
+int store_w_begin(struct store *st)
+{
+    int rc = store_run(st, st->depth == 0 ? S_BEGIN : S_SAVEPOINT);
+    if (!rc)
+        st->depth++;
+    return rc;
+}
+
+int store_w_end(struct store *st, int rc)
+{
+    if (st->depth <= 0)
+        return rc ? rc : ERR_INTERNAL;
+    st->depth--;
+    if (st->depth == 0) {
+        if (rc == 0) {
+            int c = store_run(st, S_COMMIT);
+            if (c == 0)
+                return 0;
+            rc = c;
+        }
+        if (!sqlite3_get_autocommit(st->db))
+            store_run(st, S_ROLLBACK);
+        return rc;
+    }
+    if (rc)
+        store_run(st, S_ROLLBACK_TO);
+    int r = store_run(st, S_RELEASE);
+    return rc ? rc : r;
+}
+
+int store_tx_begin(struct store *st)
+{
+    if (st->depth)
+        return ERR_BADSTATE;
+    int rc = store_w_begin(st);
+    if (!rc)
+        st->user_tx = 1;
+    return rc;
+}
+
+int store_tx_commit(struct store *st)
+{
+    if (!st->user_tx || st->depth != 1)
+        return ERR_BADSTATE;
+    st->user_tx = 0;
+    return store_w_end(st, 0);
+}
+
+void store_tx_rollback(struct store *st)
+{
+    if (!st->user_tx)
+        return;
+    st->user_tx = 0;
+    st->depth = 1;
+    store_w_end(st, ERR_INTERNAL);
+}
+
+/* ---- migrations ------------------------------------------------------------------ */
+
+/* Split the embedded schema at its "-- @migration N" lines. Returns the
+ * number of blocks, or -1 if they are not numbered 1, 2, 3...; when block k
+ * (0-based) exists, *start / *len get its text and *num its number. */
+static int schema_block(int k, const char **start, size_t *len, int *num)
+{
+    static const char marker[] = "-- @migration ";
+    const size_t mlen = sizeof marker - 1;
+    const char *p = store_schema_sql, *cur = NULL;
+    int count = 0;
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        const char *next = eol ? eol + 1 : p + strlen(p);
+        if (strncmp(p, marker, mlen) == 0) {
+            long n = strtol(p + mlen, NULL, 10);
+            if (n != count + 1)
+                return -1;
+            if (count - 1 == k && cur)
+                *len = (size_t)(p - cur);
+            if (count == k) {
+                cur = next;
+                *start = next;
+                *num = (int)n;
+            }
+            count++;
+        }
+        p = next;
+    }
+    if (cur && k == count - 1)
+        *len = strlen(cur);
+    return count;
+}
+
+int store_schema_latest(void)
+{
+    const char *s;
+    size_t l;
+    int n;
+    int c = schema_block(-1, &s, &l, &n);
+    return c < 0 ? 0 : c;
+}
+
+static int store_user_version(struct store *st, int *out)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_USER_VERSION, &rc);
+    if (!s)
+        return rc;
+    int r = sqlite3_step(s);
+    if (r != SQLITE_ROW)
+        rc = store_sqlerr(st, r, "read user_version");
+    else
+        *out = sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_schema_version(struct store *st, int *out)
+{
+    return store_user_version(st, out);
+}
+
+static int store_migrate(struct store *st)
+{
+    int latest = store_schema_latest();
+    if (latest <= 0) {
+        log_error("store: embedded schema has no valid '-- @migration N' blocks");
+        return ERR_INTERNAL;
+    }
+    int v = 0, rc = store_user_version(st, &v);
+    if (rc)
+        return rc;
+    if (v > latest) {
+        log_error("store: database schema version %d is newer than this binary's %d", v, latest);
+        return ERR_UNSUPPORTED;
+    }
+    for (int k = v; k < latest; k++) {
+        const char *text;
+        size_t len = 0;
+        int num = 0;
+        if (schema_block(k, &text, &len, &num) < 0)
+            return ERR_INTERNAL;
+        if ((rc = store_w_begin(st)))
+            return rc;
+        int cur = 0;
+        rc = store_user_version(st, &cur); /* someone may have migrated meanwhile */
+        if (!rc && cur < num) {
+            char *sql = malloc(len + 64);
+            if (!sql) {
+                rc = ERR_NOMEM;
+            } else {
+                memcpy(sql, text, len);
+                snprintf(sql + len, 64, "\nPRAGMA user_version = %d;\n", num);
+                char *emsg = NULL;
+                int r = sqlite3_exec(st->db, sql, NULL, NULL, &emsg);
+                if (r != SQLITE_OK) {
+                    log_error("store: migration %d failed: %s", num, emsg ? emsg : "?");
+                    rc = store_sqlerr(st, r, "migration");
+                }
+                sqlite3_free(emsg);
+                free(sql);
+            }
+            if (!rc)
+                log_info("store: migrated %s to schema version %d", st->db_path, num);
+        }
+        if ((rc = store_w_end(st, rc)))
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- open / close ------------------------------------------------------------------ */
+
+static int store_pragma(struct store *st, const char *sql)
+{
+    char *emsg = NULL;
+    int r = sqlite3_exec(st->db, sql, NULL, NULL, &emsg);
+    sqlite3_free(emsg);
+    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, sql);
+}
+
+int store_open(const char *data_dir, const struct store_opts *opts, struct store **out)
+{
+    if (!data_dir || !*data_dir)
+        return ERR_INVAL;
+    if (mkdir(data_dir, 0700) != 0 && errno != EEXIST) {
+        log_error("store: cannot create data directory '%s': %s", data_dir, strerror(errno));
+        return ERR_IO;
+    }
+    struct store *st = calloc(1, sizeof *st);
+    if (!st)
+        return ERR_NOMEM;
+    int rc = 0;
+    st->opts = opts ? *opts : STORE_OPTS_DEFAULT;
+    size_t plen = strlen(data_dir) + sizeof STORE_DB_NAME + 2;
+    st->dir = strdup(data_dir);
+    st->db_path = malloc(plen);
+    if (!st->dir || !st->db_path) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    snprintf(st->db_path, plen, "%s/%s", data_dir, STORE_DB_NAME);
+    int r = sqlite3_open_v2(st->db_path, &st->db,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (r != SQLITE_OK) {
+        rc = store_sqlerr(st, r, "open");
+        goto out;
+    }
+    sqlite3_extended_result_codes(st->db, 1);
+    sqlite3_busy_timeout(st->db, st->opts.busy_timeout_ms > 0 ? st->opts.busy_timeout_ms : 0);
+    if ((rc = store_pragma(st, "PRAGMA journal_mode=WAL")) ||
+        (rc = store_pragma(st, st->opts.durability == STORE_DURABILITY_NORMAL
+                                   ? "PRAGMA synchronous=NORMAL"
+                                   : "PRAGMA synchronous=FULL")) ||
+        (rc = store_pragma(st, "PRAGMA foreign_keys=ON")))
+        goto out;
+    if ((rc = store_migrate(st)))
+        goto out;
+    *out = st;
+    st = NULL;
+out:
+    store_close(st);
+    return rc;
+}
+
+void store_close(struct store *st)
+{
+    if (!st)
+        return;
+    if (st->db && !sqlite3_get_autocommit(st->db))
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    for (int i = 0; i < S__COUNT; i++)
+        sqlite3_finalize(st->stmts[i]);
+    if (st->db)
+        sqlite3_close(st->db);
+    free(st->dir);
+    free(st->db_path);
+    free(st);
+}
+
+const char *store_data_dir(const struct store *st)
+{
+    return st->dir;
+}
+
+/* ---- tenants ---------------------------------------------------------------------------- */
+
+static int tenant_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int tenant_fetch(struct store *st, enum store_stmt_id id, const char *arg,
+                        struct store_tenant *out)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, arg)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+        store_col_text(s, 0, out->id, sizeof out->id);
+        store_col_text(s, 1, out->name, sizeof out->name);
+        out->created_at = sqlite3_column_int64(s, 2);
+    } else {
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get tenant");
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_tenant_get_by_name(struct store *st, const char *name, struct store_tenant *out)
+{
+    return tenant_fetch(st, S_TENANT_BY_NAME, name, out);
+}
+
+int store_tenant_get(struct store *st, const char *id, struct store_tenant *out)
+{
+    return tenant_fetch(st, S_TENANT_BY_ID, id, out);
+}
+
+int store_tenant_resolve(struct store *st, const char *name_or_id, struct store_tenant *out)
+{
+    int rc = store_tenant_get_by_name(st, name_or_id, out);
+    if (rc == ERR_NOTFOUND && strncmp(name_or_id, "ten_", 4) == 0)
+        rc = store_tenant_get(st, name_or_id, out);
+    return rc;
+}
+
+int store_tenant_create(struct store *st, const char *name, int64_t now, struct store_tenant *out)
+{
+    if (!tenant_name_ok(name))
+        return ERR_INVAL;
+    struct store_tenant t = {.created_at = now};
+    int rc = id_new("ten_", t.id, sizeof t.id);
+    if (rc)
+        return rc;
+    snprintf(t.name, sizeof t.name, "%s", name);
+    sqlite3_stmt *s = store_stmt(st, S_TENANT_INSERT, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, t.id)) && !(rc = store_bind_text(st, s, 2, t.name)) &&
+        !(rc = store_bind_int(st, s, 3, now)))
+        rc = store_step_done(st, s, "insert tenant");
+    if ((rc = store_w_end(st, rc)))
+        return rc;
+    if (out)
+        *out = t;
+    return 0;
+}
+
+/* ---- API keys ------------------------------------------------------------------------------ */
+
+static const char key_alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz"; /* Crockford, as ids */
+
+static int key_random(char *out, size_t n)
+{
+    uint8_t rnd[64];
+    if (n > sizeof rnd || crypto_random(rnd, n))
+        return ERR_CRYPTO;
+    for (size_t i = 0; i < n; i++)
+        out[i] = key_alphabet[rnd[i] & 31]; /* 256 % 32 == 0: uniform */
+    out[n] = '\0';
+    return 0;
+}
+
+static int key_chars_ok(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!s[i] || !memchr(key_alphabet, s[i], sizeof key_alphabet - 1))
+            return 0;
+    return 1;
+}
+
+int store_key_create(struct store *st, const char *tenant_id, int64_t now,
+                     char plaintext[STORE_KEY_MAX], struct store_key *info)
+{
+    struct store_tenant t;
+    int rc = store_tenant_get(st, tenant_id, &t);
+    if (rc)
+        return rc;
+    char kid[STORE_KEY_ID_LEN + 1], secret[STORE_KEY_SECRET_LEN + 1];
+    uint8_t hash[SHA256_LEN];
+    for (int attempt = 0;; attempt++) {
+        if ((rc = key_random(kid, STORE_KEY_ID_LEN)) ||
+            (rc = key_random(secret, STORE_KEY_SECRET_LEN)) ||
+            (rc = sha256(secret, STORE_KEY_SECRET_LEN, hash)))
+            goto out;
+        sqlite3_stmt *s = store_stmt(st, S_KEY_INSERT, &rc);
+        if (!s)
+            goto out;
+        if ((rc = store_w_begin(st)))
+            goto out;
+        if (!(rc = store_bind_text(st, s, 1, kid)) && !(rc = store_bind_text(st, s, 2, tenant_id))) {
+            int r = sqlite3_bind_blob(s, 3, hash, SHA256_LEN, SQLITE_STATIC);
+            rc = r == SQLITE_OK ? store_bind_int(st, s, 4, now) : store_sqlerr(st, r, "bind");
+            if (!rc)
+                rc = store_step_done(st, s, "insert api key");
+        }
+        sqlite3_clear_bindings(s);
+        rc = store_w_end(st, rc);
+        if (rc != ERR_EXISTS || attempt >= 3) /* key id collision: draw again */
+            break;
+    }
+    if (rc)
+        goto out;
+    snprintf(plaintext, STORE_KEY_MAX, "%s%s_%s", STORE_KEY_PREFIX, kid, secret);
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->id, sizeof info->id, "%s", kid);
+        snprintf(info->prefix, sizeof info->prefix, "%s%s", STORE_KEY_PREFIX, kid);
+        snprintf(info->tenant_id, sizeof info->tenant_id, "%s", tenant_id);
+        snprintf(info->tenant_name, sizeof info->tenant_name, "%s", t.name);
+        info->created_at = now;
+    }
+out:
+    memset(secret, 0, sizeof secret);
+    return rc;
+}
+
+int store_key_verify(struct store *st, const char *presented, struct store_key *out)
+{
+    static const uint8_t dummy[SHA256_LEN];
+    const size_t plen = sizeof STORE_KEY_PREFIX - 1;
+    if (!presented || strlen(presented) != plen + STORE_KEY_ID_LEN + 1 + STORE_KEY_SECRET_LEN ||
+        memcmp(presented, STORE_KEY_PREFIX, plen) != 0 ||
+        !key_chars_ok(presented + plen, STORE_KEY_ID_LEN) ||
+        presented[plen + STORE_KEY_ID_LEN] != '_' ||
+        !key_chars_ok(presented + plen + STORE_KEY_ID_LEN + 1, STORE_KEY_SECRET_LEN))
+        return ERR_AUTH;
+    char kid[STORE_KEY_ID_LEN + 1];
+    memcpy(kid, presented + plen, STORE_KEY_ID_LEN);
+    kid[STORE_KEY_ID_LEN] = '\0';
+    uint8_t hash[SHA256_LEN];
+    int rc = sha256(presented + plen + STORE_KEY_ID_LEN + 1, STORE_KEY_SECRET_LEN, hash);
+    if (rc)
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_KEY_LOOKUP, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, kid)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+        const void *stored = sqlite3_column_blob(s, 1);
+        int ok = sqlite3_column_bytes(s, 1) == SHA256_LEN && stored &&
+                 crypto_equal(stored, hash, SHA256_LEN);
+        if (ok) {
+            memset(out, 0, sizeof *out);
+            snprintf(out->id, sizeof out->id, "%s", kid);
+            snprintf(out->prefix, sizeof out->prefix, "%s%s", STORE_KEY_PREFIX, kid);
+            store_col_text(s, 0, out->tenant_id, sizeof out->tenant_id);
+            out->created_at = sqlite3_column_int64(s, 2);
+            store_col_text(s, 3, out->tenant_name, sizeof out->tenant_name);
+        } else {
+            rc = ERR_AUTH;
+        }
+    } else if (r == SQLITE_DONE) {
+        (void)crypto_equal(dummy, hash, SHA256_LEN); /* same work as a real miss */
+        rc = ERR_AUTH;
+    } else {
+        rc = store_sqlerr(st, r, "verify api key");
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_key_list(struct store *st, const char *tenant_id, struct store_key **items, size_t *n)
+{
+    int rc = 0;
+    struct store_key *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    sqlite3_stmt *s = store_stmt(st, S_KEY_LIST, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, tenant_id)))
+        return rc;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            struct store_key *na = realloc(arr, nc * sizeof *na);
+            if (!na) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            arr = na;
+            cap = nc;
+        }
+        struct store_key *k = &arr[cnt++];
+        memset(k, 0, sizeof *k);
+        store_col_text(s, 0, k->id, sizeof k->id);
+        snprintf(k->prefix, sizeof k->prefix, "%s%s", STORE_KEY_PREFIX, k->id);
+        store_col_text(s, 1, k->tenant_id, sizeof k->tenant_id);
+        store_col_text(s, 2, k->tenant_name, sizeof k->tenant_name);
+        k->created_at = sqlite3_column_int64(s, 3);
+        k->revoked_at = sqlite3_column_int64(s, 4);
+    }
+    if (r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "list api keys");
+out:
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *items = arr;
+    *n = cnt;
+    return 0;
+}
+
+int store_key_revoke(struct store *st, const char *key_id, int64_t now)
+{
+    const size_t plen = sizeof STORE_KEY_PREFIX - 1;
+    if (key_id && strncmp(key_id, STORE_KEY_PREFIX, plen) == 0)
+        key_id += plen;
+    char kid[STORE_KEY_ID_LEN + 1];
+    if (!key_id || strlen(key_id) < STORE_KEY_ID_LEN || !key_chars_ok(key_id, STORE_KEY_ID_LEN) ||
+        (key_id[STORE_KEY_ID_LEN] != '\0' && key_id[STORE_KEY_ID_LEN] != '_'))
+        return ERR_NOTFOUND;
+    memcpy(kid, key_id, STORE_KEY_ID_LEN);
+    kid[STORE_KEY_ID_LEN] = '\0';
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_KEY_REVOKE, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, kid)) && !(rc = store_bind_int(st, s, 2, now)) &&
+        !(rc = store_step_done(st, s, "revoke api key")) && sqlite3_changes(st->db) == 0)
+        rc = ERR_NOTFOUND;
+    return store_w_end(st, rc);
+}

@@ -1,0 +1,788 @@
+/*
+ * store.h - jobd's durable state: one SQLite database in the data directory.
+ *
+ * Design. The schema lives in schema.sql (repo root), embedded at build time
+ * as store_schema_sql and applied by a migration runner keyed on PRAGMA
+ * user_version: the file is split at "-- @migration N" lines and every block
+ * newer than the database runs once, in its own BEGIN IMMEDIATE transaction
+ * that also sets user_version = N. A database newer than the binary is
+ * refused (ERR_UNSUPPORTED).
+ *
+ * Connections: the database is <data_dir>/jobd.db in WAL mode, with
+ * foreign_keys=ON, busy_timeout (default 5 s) and synchronous=FULL by
+ * default. Durability option: STORE_DURABILITY_FULL syncs the WAL on every
+ * commit (an answered 2xx survives power loss); STORE_DURABILITY_NORMAL syncs
+ * only at checkpoints (survives a process crash, the last commits may roll
+ * back after an OS crash / power cut; never corrupts).
+ *
+ * Threads: a struct store is one connection and must be used by one thread
+ * at a time. Threads that need the database concurrently (the event loop,
+ * the ingest thread, finalizers) each open their own store on the same
+ * directory; SQLite serialises writers (BEGIN IMMEDIATE waits up to the busy
+ * timeout, then ERR_BUSY).
+ *
+ * Statements are prepared on first use and kept until store_close. Every
+ * write runs in a BEGIN IMMEDIATE transaction; when the caller already holds
+ * one (store_tx_begin), the function runs inside it under a SAVEPOINT, so a
+ * failed call leaves the caller's transaction as it was. This is how an
+ * HTTP handler commits an effect and its idempotency record atomically:
+ *
+ *     store_tx_begin(st);
+ *     rc = store_batch_create(st, ...);
+ *     if (!rc) rc = store_idem_complete(st, tenant, key, 200, body, len, now);
+ *     rc ? store_tx_rollback(st) : (rc = store_tx_commit(st));
+ *
+ * Errors: functions return 0 or a negative ERR_* (common/err.h). SQLite
+ * result codes are translated here (BUSY/LOCKED -> ERR_BUSY, CORRUPT/NOTADB
+ * -> ERR_CORRUPT, IOERR/FULL/CANTOPEN -> ERR_IO, NOMEM -> ERR_NOMEM,
+ * CONSTRAINT -> ERR_EXISTS or ERR_INVAL, others ERR_INTERNAL) and the
+ * original message is logged. Out-parameters are written only on success.
+ * Objects owned by another tenant are ERR_NOTFOUND, never "forbidden".
+ *
+ * State machines (the only writers of status are the two transition
+ * functions; each updates WHERE id=? AND status=<from>):
+ *
+ *   batch:   from          -> allowed to
+ *            validating    -> in_progress, failed, cancelling
+ *            in_progress   -> finalizing, expired, cancelling
+ *            finalizing    -> completed, expired, cancelling
+ *            cancelling    -> cancelled
+ *            failed, completed, expired, cancelled: terminal
+ *
+ *   request: queued        -> leased (attempts+1, lease_id set), failed
+ *            leased        -> queued (lease expired / transient error; lease_id
+ *                             cleared, next_attempt_at = backoff; a release
+ *                             by a draining worker also gives the attempt
+ *                             back: attempts-1), succeeded, failed
+ *            failed        -> queued (dead-letter retry only, while the batch is
+ *                             in_progress: attempts reset to 0, n_failed-1)
+ *            succeeded: terminal; failed: terminal except for that retry (a dead
+ *                             letter is a failed request plus a dead_letters row)
+ *
+ *   Every request that ends (succeeded or failed) has exactly one results row
+ *   (results.request_id is the primary key): the worker's response, the 4xx
+ *   envelope of an invalid request, or an error code (max_attempts_exceeded,
+ *   batch_cancelled, batch_expired). Finalization streams that table.
+ *
+ * Times are unix seconds passed in by the caller (now), so tests control them.
+ */
+#ifndef JOBD_STORE_H
+#define JOBD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/crypto.h"
+#include "common/id.h"
+#include "jobd/account/usage.h"
+
+/* The embedded schema.sql (build/gen/schema_sql.c), NUL-terminated. */
+extern const char store_schema_sql[];
+
+struct store;
+
+enum store_durability {
+    STORE_DURABILITY_FULL = 0, /* synchronous=FULL: every commit is synced (default) */
+    STORE_DURABILITY_NORMAL,   /* synchronous=NORMAL: synced at checkpoints only */
+};
+
+struct store_opts {
+    enum store_durability durability;
+    int busy_timeout_ms;             /* wait for the write lock this long (default 5000) */
+    int64_t idem_retention_s;        /* idempotency keys are kept this long (default 86400) */
+    int64_t idem_inflight_timeout_s; /* an in-flight reservation older than this is
+                                        abandoned (its holder died) and may be taken over
+                                        (default 300) */
+    const struct usage_prices *prices; /* prices each committed result's usage_ledger row
+                                          (jobd/account/usage.h); borrowed, outlives the store;
+                                          NULL = everything costs 0 */
+};
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL})
+
+#define STORE_DB_NAME "jobd.db" /* file name inside the data directory */
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+/* Open (creating the directory, mode 0700, and the database if missing) and
+ * migrate <data_dir>/jobd.db. opts NULL means STORE_OPTS_DEFAULT. Returns 0,
+ * ERR_IO (cannot create/open), ERR_CORRUPT (not a database), ERR_UNSUPPORTED
+ * (schema newer than this binary), ERR_BUSY, ERR_NOMEM. *out is the caller's
+ * (store_close). */
+int store_open(const char *data_dir, const struct store_opts *opts, struct store **out);
+
+/* Finalize every kept statement and close. Rolls back an open transaction. NULL ok. */
+void store_close(struct store *st);
+
+/* The data directory given to store_open (borrowed). */
+const char *store_data_dir(const struct store *st);
+
+/* Current PRAGMA user_version into *out. 0 or an ERR_*. */
+int store_schema_version(struct store *st, int *out);
+
+/* Highest migration number in the embedded schema. */
+int store_schema_latest(void);
+
+/* ---- transactions ---------------------------------------------------------- */
+
+/* BEGIN IMMEDIATE (waits for the write lock up to busy_timeout). Not nestable:
+ * ERR_BADSTATE if one is open. 0, ERR_BUSY, ERR_IO... */
+int store_tx_begin(struct store *st);
+/* COMMIT. On failure the transaction is rolled back and the error returned. */
+int store_tx_commit(struct store *st);
+/* ROLLBACK; no-op when no transaction is open. Can't fail. */
+void store_tx_rollback(struct store *st);
+
+/* ---- tenants ----------------------------------------------------------------- */
+
+struct store_tenant {
+    char id[ID_MAX];
+    char name[65];
+    int64_t created_at;
+};
+
+/* Create a tenant. name: 1..64 bytes of [A-Za-z0-9._-] (else ERR_INVAL).
+ * ERR_EXISTS if the name is taken. */
+int store_tenant_create(struct store *st, const char *name, int64_t now, struct store_tenant *out);
+/* Look a tenant up by name / id. ERR_NOTFOUND if absent. */
+int store_tenant_get_by_name(struct store *st, const char *name, struct store_tenant *out);
+int store_tenant_get(struct store *st, const char *id, struct store_tenant *out);
+/* Look a tenant up by name, else (for "ten_...") by id: how admin routes name
+ * a tenant. ERR_NOTFOUND if neither matches. */
+int store_tenant_resolve(struct store *st, const char *name_or_id, struct store_tenant *out);
+
+/* ---- API keys ----------------------------------------------------------------- */
+
+#define STORE_KEY_PREFIX "sk-jobd-"
+#define STORE_KEY_ID_LEN 10     /* Crockford base32 chars */
+#define STORE_KEY_SECRET_LEN 48 /* Crockford base32 chars = 240 bits */
+/* "sk-jobd-" + id + "_" + secret + NUL */
+#define STORE_KEY_MAX (sizeof STORE_KEY_PREFIX + STORE_KEY_ID_LEN + 1 + STORE_KEY_SECRET_LEN)
+
+struct store_key {
+    char id[STORE_KEY_ID_LEN + 1];       /* public key id (what `keys revoke` takes) */
+    char prefix[sizeof STORE_KEY_PREFIX + STORE_KEY_ID_LEN]; /* "sk-jobd-<id>": safe to show */
+    char tenant_id[ID_MAX];
+    char tenant_name[65];
+    int64_t created_at;
+    int64_t revoked_at; /* 0 while valid */
+};
+
+/* Create a key for tenant_id. plaintext (STORE_KEY_MAX bytes) receives the
+ * full key "sk-jobd-<id>_<secret>": the only time it exists - only the
+ * SHA-256 of the secret is stored. info (may be NULL) gets the metadata.
+ * ERR_NOTFOUND (no such tenant), ERR_CRYPTO, store errors. */
+int store_key_create(struct store *st, const char *tenant_id, int64_t now,
+                     char plaintext[STORE_KEY_MAX], struct store_key *info);
+
+/* Authenticate a presented key (e.g. from "Authorization: Bearer ..."). The
+ * hash comparison is constant-time. Returns 0 with *out filled, or ERR_AUTH
+ * for a malformed, unknown or revoked key alike (same error, so callers
+ * cannot leak which); store errors (ERR_BUSY...) otherwise. */
+int store_key_verify(struct store *st, const char *presented, struct store_key *out);
+
+/* All keys, oldest first, optionally of one tenant (tenant_id NULL = all).
+ * *items is a heap array (free()) of *n entries. 0 or store errors. */
+int store_key_list(struct store *st, const char *tenant_id, struct store_key **items, size_t *n);
+
+/* Revoke key key_id (the public id, or a full "sk-jobd-<id>..." prefix).
+ * 0; ERR_NOTFOUND if no such key; revoking a revoked key is 0 (idempotent). */
+int store_key_revoke(struct store *st, const char *key_id, int64_t now);
+
+/* ---- files ---------------------------------------------------------------------- */
+
+struct store_file {
+    char id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char purpose[16];        /* "batch" | "batch_output" */
+    char filename[256];      /* display only */
+    int64_t bytes;           /* logical size */
+    char sha256[2 * SHA256_LEN + 1];
+    char storage_path[256];  /* relative to the data directory */
+    char encoding[12];       /* "identity" | "zstd" */
+    char status[12];         /* "uploaded" | "processed" | "error" */
+    int64_t created_at;
+    int64_t expires_at;      /* 0 = none */
+};
+
+/* Insert a file row from f (id: if f->id is empty a new "file-" id is
+ * generated and written back into f->id; status "" means "processed",
+ * encoding "" means "identity"). ERR_INVAL for bad purpose/encoding/status,
+ * ERR_NOTFOUND for an unknown tenant, ERR_EXISTS for a duplicate id. */
+int store_file_create(struct store *st, struct store_file *f);
+
+/* Get a tenant's file. ERR_NOTFOUND if absent or another tenant's. */
+int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out);
+
+/* A tenant's files, newest first (desc=1) or oldest first (desc=0), only of
+ * purpose (NULL = any), strictly after cursor id `after` in that order
+ * (NULL = from the start), at most limit (1..10000, else ERR_INVAL).
+ * *items: heap array (free()); *has_more: more exist beyond this page. */
+int store_file_list(struct store *st, const char *tenant_id, const char *purpose, int desc,
+                    const char *after, int limit, struct store_file **items, size_t *n,
+                    int *has_more);
+
+/* Delete a tenant's file row; storage_path_out (may be NULL, 256 bytes) gets
+ * the relative path of the bytes, which the caller unlinks after this
+ * commits. ERR_NOTFOUND if absent or another tenant's. */
+int store_file_delete(struct store *st, const char *tenant_id, const char *id,
+                      char storage_path_out[256]);
+
+/* ---- batches --------------------------------------------------------------------- */
+
+enum store_batch_status {
+    STORE_BATCH_VALIDATING = 0,
+    STORE_BATCH_FAILED,
+    STORE_BATCH_IN_PROGRESS,
+    STORE_BATCH_FINALIZING,
+    STORE_BATCH_COMPLETED,
+    STORE_BATCH_EXPIRED,
+    STORE_BATCH_CANCELLING,
+    STORE_BATCH_CANCELLED,
+    STORE_BATCH__COUNT
+};
+
+/* "validating"... for a status; "?" out of range. */
+const char *store_batch_status_name(enum store_batch_status s);
+/* Parse a status name. 0 or ERR_INVAL. */
+int store_batch_status_parse(const char *s, enum store_batch_status *out);
+/* 1 if from -> to is an edge of the batch state machine (table above). */
+int store_batch_edge_allowed(enum store_batch_status from, enum store_batch_status to);
+
+#define STORE_METADATA_MAX_PAIRS 16
+#define STORE_METADATA_MAX_KEY 64
+#define STORE_METADATA_MAX_VALUE 512
+#define STORE_BATCH_MAX_ERRORS 100
+
+#define STORE_PRIORITY_MAX 1000 /* metadata "priority": "-1000".."1000" */
+
+struct store_batch {
+    char id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char endpoint[32];
+    char input_file_id[ID_MAX];
+    int64_t completion_window_s;
+    enum store_batch_status status;
+    char model[128];          /* "" until validated */
+    char *metadata;           /* heap JSON object text or NULL */
+    char *errors;             /* heap JSON array text ([{code,line,message,param}]) or NULL */
+    char output_file_id[ID_MAX]; /* "" = none */
+    char error_file_id[ID_MAX];  /* "" = none */
+    int64_t n_total, n_completed, n_failed; /* request_counts */
+    int64_t created_at, expires_at;
+    int64_t at[STORE_BATCH__COUNT]; /* unix seconds of entering each state, 0 = never
+                                       (at[STORE_BATCH_VALIDATING] = created_at) */
+    int64_t ingest_line, ingest_requests; /* ingest checkpoint (see ingest.h) */
+    int64_t priority;                     /* metadata "priority" (0 if absent) */
+    int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
+    int64_t usage_cost_micros; /* sum of the batch's usage_ledger cost, set at finalization */
+};
+
+/* Free metadata and errors of b (not b itself). NULL ok. */
+void store_batch_release(struct store_batch *b);
+/* Free an array returned by store_batch_list (releases each). NULL ok. */
+void store_batch_list_free(struct store_batch *items, size_t n);
+
+struct store_batch_new {
+    const char *endpoint;         /* "/v1/chat/completions" or "/v1/completions" */
+    const char *input_file_id;    /* a file of this tenant with purpose "batch" */
+    int64_t completion_window_s;  /* > 0 */
+    const char *metadata;         /* JSON object text or NULL: <= 16 pairs, string
+                                     values, key <= 64 bytes, value <= 512 bytes */
+};
+
+/* Create a batch in status validating (expires_at = now + window). A
+ * metadata "priority" value must be the decimal text of an integer in
+ * -1000..1000 (else ERR_INVAL); it orders the tenant's own batches for
+ * leasing (jobd/work/lease.h). Checks
+ * the input file exists for this tenant with purpose batch (ERR_NOTFOUND).
+ * ERR_INVAL for a bad endpoint, window or metadata. *out (may be NULL) gets
+ * the row; release it with store_batch_release. */
+int store_batch_create(struct store *st, const char *tenant_id, const struct store_batch_new *nb,
+                       int64_t now, struct store_batch *out);
+
+/* Get a tenant's batch (tenant_id NULL = any tenant: internal callers only).
+ * ERR_NOTFOUND if absent or another tenant's. */
+int store_batch_get(struct store *st, const char *tenant_id, const char *id, struct store_batch *out);
+
+/* A tenant's batches newest first, strictly older than `after` (NULL =
+ * from the newest), at most limit (1..100, else ERR_INVAL). *items: free
+ * with store_batch_list_free. *has_more: older batches exist. An `after`
+ * that is not one of the tenant's batches is ERR_NOTFOUND. */
+int store_batch_list(struct store *st, const char *tenant_id, const char *after, int limit,
+                     struct store_batch **items, size_t *n, int *has_more);
+
+/* THE batch state change: UPDATE ... SET status=to, <to>_at=now WHERE id=?
+ * AND status=from. ERR_BADSTATE if from->to is not an edge or the batch is
+ * no longer in `from` (row unchanged); ERR_NOTFOUND if no such batch.
+ * Entering a terminal state (completed, failed, expired, cancelled) also
+ * writes its webhook event (batch.<state>) into the outbox in the same
+ * transaction (jobd/store/store_webhook.h), so no path can change the state
+ * without the event or emit the event without the change. */
+int store_batch_transition(struct store *st, const char *id, enum store_batch_status from,
+                           enum store_batch_status to, int64_t now);
+
+/* Cancel a tenant's batch: validating|in_progress|finalizing -> cancelling.
+ * Already cancelling or cancelled: 0 (idempotent). Other terminal states:
+ * ERR_BADSTATE. ERR_NOTFOUND if absent or another tenant's. *out (may be
+ * NULL) gets the batch after the change. */
+int store_batch_cancel(struct store *st, const char *tenant_id, const char *id, int64_t now,
+                       struct store_batch *out);
+
+/* Ids of all batches in a status, oldest first (startup scans: resume
+ * ingestion of 'validating' batches). *ids: heap array of ID_MAX strings
+ * (free()). */
+int store_batch_ids_in(struct store *st, enum store_batch_status status, char (**ids)[ID_MAX],
+                       size_t *n);
+
+/* Number of batches in each status (all tenants; the metrics endpoint):
+ * counts[s] for every enum store_batch_status s. 0 or store errors. */
+int store_batch_count_by_status(struct store *st, int64_t counts[STORE_BATCH__COUNT]);
+
+/* ---- requests -------------------------------------------------------------------- */
+
+#define STORE_CUSTOM_ID_MAX 512 /* bytes */
+
+enum store_request_status {
+    STORE_REQ_QUEUED = 0,
+    STORE_REQ_LEASED,
+    STORE_REQ_SUCCEEDED,
+    STORE_REQ_FAILED,
+    STORE_REQ__COUNT
+};
+
+const char *store_request_status_name(enum store_request_status s);
+int store_request_edge_allowed(enum store_request_status from, enum store_request_status to);
+
+struct store_request {
+    char id[ID_MAX];
+    char batch_id[ID_MAX];
+    int64_t line;
+    char custom_id[STORE_CUSTOM_ID_MAX + 1];
+    char model[128];
+    enum store_request_status status;
+    int64_t attempts;
+    int64_t next_attempt_at;
+    char lease_id[ID_MAX]; /* "" = none */
+    int64_t prompt_tokens_est, max_tokens;
+};
+
+/* What a transition carries besides the status. */
+struct store_request_change {
+    const char *lease_id;    /* -> leased: the new lease (required). From leased: if not
+                                NULL the current lease must equal it (fencing: a
+                                stale worker cannot complete a re-leased request) */
+    int64_t next_attempt_at; /* -> queued: earliest next lease time */
+    const char *error;       /* -> queued / failed: last_error (may be NULL) */
+    int give_back;           /* leased -> queued only: 1 = the attempt does not count
+                                (attempts-1: a draining worker released it) */
+};
+
+/* THE request state change: UPDATE requests SET status=to ... WHERE id=? AND
+ * status=from [AND lease_id=?]. Entering succeeded / failed also bumps the
+ * batch's n_completed / n_failed in the same transaction. ERR_BADSTATE if
+ * not an edge, or the request is not in `from` (or holds another lease): row
+ * unchanged. ERR_NOTFOUND if no such request; ERR_INVAL if -> leased without
+ * a lease id. */
+int store_request_transition(struct store *st, const char *id, enum store_request_status from,
+                             enum store_request_status to, const struct store_request_change *ch,
+                             int64_t now);
+
+/* Get a request by id (internal). ERR_NOTFOUND. */
+int store_request_get(struct store *st, const char *id, struct store_request *out);
+
+/* Number of requests of a batch, and how many distinct custom_ids they carry. */
+int store_request_count(struct store *st, const char *batch_id, int64_t *n, int64_t *n_distinct);
+
+/* ---- ingest support (used by jobd/intake/ingest.c) ----------------------------------------- */
+
+struct store_request_new {
+    const char *batch_id, *tenant_id;
+    int64_t line;
+    const char *custom_id;
+    const char *model;
+    const char *body;       /* the body's JSON text */
+    size_t body_len;
+    int64_t prompt_tokens_est, max_tokens;
+    int64_t now;
+};
+
+/* Insert one queued request (a new "req_" id). Must run inside
+ * store_tx_begin. ERR_EXISTS if the custom_id is already used in the batch:
+ * *dup_line (may be NULL) gets that earlier request's line number. */
+int store_request_add(struct store *st, const struct store_request_new *r, int64_t *dup_line);
+
+/* Record ingest progress of a validating batch (inside the caller's chunk
+ * transaction): lines 1..line done, n_requests committed, errors so far
+ * (JSON array or NULL), the batch's model so far (or NULL). ERR_BADSTATE if the batch left 'validating' (it was
+ * cancelled): the caller stops. */
+int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,
+                            int64_t n_requests, const char *errors, const char *model);
+
+/* End of a successful ingest, atomically: n_total = requests of the batch,
+ * model set, validating -> in_progress. ERR_BADSTATE if no longer validating. */
+int store_ingest_succeed(struct store *st, const char *batch_id, const char *model, int64_t now);
+
+/* End of a failed ingest, atomically: delete the batch's requests, store
+ * errors, validating -> failed. ERR_BADSTATE if no longer validating. */
+int store_ingest_fail(struct store *st, const char *batch_id, const char *errors, int64_t now);
+
+/* A batch cancelled while validating: delete its requests and move
+ * cancelling -> cancelled, atomically. ERR_BADSTATE if not cancelling. */
+int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
+
+/* ---- work distribution (store_lease.c; the protocol layer is jobd/work/lease.h) ------------ */
+
+#define STORE_MODEL_MAX 128           /* bytes of a model name, without NUL */
+#define STORE_LEASE_MAX_REQUESTS 4096 /* requests per lease */
+#define STORE_WORKER_MAX_MODELS 64    /* (canonical, name) pairs per worker */
+
+/* One name a worker answers to: canonical == name for the model itself,
+ * or an alias of it. */
+struct store_model_name {
+    const char *canonical;
+    const char *name;
+};
+
+struct store_worker_new {
+    const char *name;        /* 1..128 bytes */
+    const char *device;      /* 0..128 bytes */
+    int64_t kv_tokens;       /* >= 0 */
+    int64_t pack_size;       /* >= 0 */
+    const struct store_model_name *models; /* 1..STORE_WORKER_MAX_MODELS pairs */
+    size_t n_models;
+};
+
+/* Register a worker (new "wrk_" id into id_out). ERR_INVAL for bad fields. */
+int store_worker_register(struct store *st, const struct store_worker_new *w, int64_t now,
+                          char id_out[ID_MAX]);
+
+/* Bookkeeping on every worker call: last_seen = now, and tokens_per_s when
+ * >= 0. ERR_NOTFOUND for an unknown worker (it must register again). */
+int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now);
+
+struct store_model_served {
+    char name[STORE_MODEL_MAX + 1];      /* a name requests may use (canonical or alias) */
+    char canonical[STORE_MODEL_MAX + 1]; /* the model it belongs to */
+    int64_t n_workers;                   /* workers seen since `since` that serve it */
+};
+
+/* Model names served by workers seen at or after `since` (now - worker TTL),
+ * sorted by name. *items: heap array (free()). */
+int store_models_served(struct store *st, int64_t since, struct store_model_served **items,
+                        size_t *n);
+
+struct store_model_waiting {
+    char model[STORE_MODEL_MAX + 1]; /* body.model of in_progress batches ... */
+    int64_t n_batches;               /* ... that no worker seen since `since` serves */
+};
+
+/* Models with in_progress batches that no live worker serves ("waiting for
+ * model M"), sorted by name. *items: heap array (free()). */
+int store_models_waiting(struct store *st, int64_t since, struct store_model_waiting **items,
+                         size_t *n);
+
+/* Retry policy for transient failures and expired leases. */
+struct store_retry_policy {
+    int max_attempts;       /* attempts before dead-lettering (default 3) */
+    int64_t backoff_base_s; /* first retry after base/2..base seconds (default 10) */
+    int64_t backoff_cap_s;  /* delay cap (default 600) */
+};
+#define STORE_RETRY_DEFAULT ((struct store_retry_policy){3, 10, 600})
+
+/* Seconds to wait before attempt `attempts`+1 after `attempts` failed ones:
+ * d = min(cap, base * 2^(attempts-1)), result uniform in [d/2, d] (equal
+ * jitter; rnd is a uniform 32-bit draw). */
+int64_t store_backoff_s(const struct store_retry_policy *p, int64_t attempts, uint32_t rnd);
+
+struct store_lease_ask {
+    const char *worker_id;
+    const char *model;     /* canonical name the worker registered */
+    int max_requests;      /* 1..STORE_LEASE_MAX_REQUESTS */
+    int64_t max_tokens;    /* cap on sum(prompt_tokens_est + max_tokens); 0 = none. The
+                              first request is taken even if it alone exceeds it */
+    size_t max_bytes;      /* cap on the sum of body sizes; 0 = none (same first-request rule) */
+    int64_t lease_s;       /* lease duration, > 0 */
+};
+
+struct store_leased {
+    char id[ID_MAX];
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char *custom_id;           /* heap */
+    char *body;                /* heap, the body JSON text as submitted */
+    size_t body_len;
+    int64_t attempt;           /* 1 for the first attempt */
+    int64_t prompt_tokens_est, max_tokens;
+    char endpoint[32];         /* its batch's endpoint (the line's url); filled by
+                                  lease_acquire, "" from store_lease_acquire */
+};
+
+struct store_lease {
+    char id[ID_MAX];       /* "" when nothing was leased */
+    int64_t expires_at;
+    size_t n;
+    struct store_leased *items; /* heap; store_lease_clear */
+};
+
+/* Free the items of a lease result (not l itself). NULL ok. */
+void store_lease_clear(struct store_lease *l);
+
+/* Lease up to ask->max_requests ready requests (status queued, next_attempt_at
+ * <= now) of the asked model (any of its names) from in_progress, unexpired
+ * batches, in one transaction: tenants with ready work are served round-robin
+ * one request at a time, starting after the tenant served last for this
+ * model (lease_rr); within a tenant, batches by priority desc then oldest
+ * first; within a batch, fresh requests in line order, then due retries.
+ * Each pick is queued -> leased under a new lease row. Nothing ready:
+ * 0 with out->n = 0 and out->id "" (no lease row). ERR_NOTFOUND unknown
+ * worker; ERR_INVAL bad ask or a model the worker did not register. */
+int store_lease_acquire(struct store *st, const struct store_lease_ask *ask, int64_t now,
+                        struct store_lease *out);
+
+/* Extend a live lease to max(expires_at, now + extend_s), mark the worker
+ * seen (tokens_per_s >= 0 is recorded). *stop_ids (heap array, free(); may be
+ * empty) gets the lease's requests the worker should stop: still leased but
+ * their batch is cancelling/cancelled or past expires_at, or already ended
+ * by a cancel/expiry while this lease held them. ERR_NOTFOUND unknown lease
+ * or another worker's; ERR_BADSTATE the lease has ended (swept, or all its
+ * requests are done): 409. */
+int store_lease_heartbeat(struct store *st, const char *lease_id, const char *worker_id,
+                          int64_t extend_s, double tokens_per_s, int64_t now,
+                          int64_t *expires_at, char (**stop_ids)[ID_MAX], size_t *n_stop);
+
+enum store_result_kind {
+    STORE_RESULT_SUCCESS = 0, /* body = the OpenAI response JSON, status_code 200 */
+    STORE_RESULT_INVALID,     /* never retried: body = OpenAI error envelope, status_code 4xx */
+    STORE_RESULT_TRANSIENT,   /* retried: error = message */
+};
+
+struct store_result {
+    const char *request_id;
+    enum store_result_kind kind;
+    int status_code;
+    const char *body;         /* SUCCESS / INVALID */
+    size_t body_len;
+    const char *error;        /* TRANSIENT: message (may be NULL) */
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+    int64_t queue_ms, prefill_ms, decode_ms, gpu_ms;
+};
+
+enum store_commit_outcome {
+    STORE_COMMIT_OK = 0,      /* success / invalid committed; request ended */
+    STORE_COMMIT_RETRY,       /* transient: requeued with backoff */
+    STORE_COMMIT_DEAD,        /* transient at the attempt limit: dead-lettered, failed */
+    STORE_COMMIT_CLOSED,      /* transient/none on a batch no longer running: failed batch_cancelled */
+    STORE_COMMIT_DUPLICATE,   /* this lease already committed it: nothing changed, acknowledged */
+    STORE_COMMIT_STALE,       /* not (any more) leased by this lease: refused (409) */
+    STORE_COMMIT_UNKNOWN,     /* no such request: refused */
+};
+
+/* "ok", "retry", "dead_lettered", "closed", "duplicate", "stale", "unknown". */
+const char *store_commit_outcome_name(enum store_commit_outcome o);
+
+/* Commit one lease's results, in one transaction, each exactly once
+ * (results.request_id is the key). Per item, into outcomes[i]: a request
+ * leased by this lease is committed (SUCCESS: results row + succeeded +
+ * usage_ledger row; INVALID: results row with the 4xx envelope + failed;
+ * TRANSIENT: queued with backoff, or at the attempt limit dead_letters row +
+ * results row max_attempts_exceeded + failed; on a batch that is not
+ * in_progress a TRANSIENT ends the request as batch_cancelled/batch_expired).
+ * A request this lease already committed is DUPLICATE; one that is queued,
+ * leased by another lease, or ended otherwise is STALE. The lease ends
+ * (released_at) when it holds no request any more. ERR_NOTFOUND unknown
+ * lease or another worker's (worker_id NULL skips that check); ERR_INVAL
+ * bad items (nothing committed). */
+int store_results_commit(struct store *st, const char *lease_id, const char *worker_id,
+                         const struct store_result *items, size_t n,
+                         const struct store_retry_policy *policy, int64_t now,
+                         enum store_commit_outcome *outcomes);
+
+/* A draining worker gives requests back: each of ids (all the lease's
+ * requests when ids is NULL) still leased by this lease goes back to queued,
+ * due now, attempts-1 (the attempt does not count); on a batch that is not
+ * in_progress it ends as batch_cancelled instead. Others are ignored.
+ * *n_released (may be NULL) gets the count. ERR_NOTFOUND unknown lease. */
+int store_lease_release(struct store *st, const char *lease_id, const char *worker_id,
+                        const char (*ids)[ID_MAX], size_t n, int64_t now, int64_t *n_released);
+
+struct store_sweep_report {
+    int64_t n_leases;   /* expired leases ended */
+    int64_t n_requeued; /* requests back to queued (attempts+1 already counted at lease) */
+    int64_t n_dead;     /* requests dead-lettered */
+    int64_t n_closed;   /* requests ended batch_cancelled (their batch is cancelling) */
+};
+
+/* End up to max_leases leases whose expires_at <= now, one transaction
+ * each: their still-leased requests are requeued with backoff, or
+ * dead-lettered (reason lease_expired) at the attempt limit, or ended as
+ * batch_cancelled when their batch is cancelling. *rep accumulates. */
+int store_lease_sweep(struct store *st, int64_t now, const struct store_retry_policy *policy,
+                      int max_leases, struct store_sweep_report *rep);
+
+/* Cancel / expiry work on one batch, at most `chunk` requests per call, one
+ * transaction: a cancelling batch (that was in_progress) has queued
+ * requests ended as batch_cancelled (leased ones are left to their leases);
+ * an in_progress batch whose expires_at <= now has queued and leased
+ * requests ended as batch_expired, and once none is left moves to
+ * finalizing in the same transaction. *n_done gets the requests ended,
+ * *left (may be NULL) 1 if more calls are needed before finalization can
+ * start (queued or leased requests remain). Other states: 0, nothing done. */
+int store_batch_stop_step(struct store *st, const char *batch_id, int64_t now, int chunk,
+                          int64_t *n_done, int *left);
+
+/* ---- dead letters ---- */
+
+struct store_dead_letter {
+    char request_id[ID_MAX];
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char custom_id[STORE_CUSTOM_ID_MAX + 1];
+    int64_t attempts;
+    char reason[32];
+    char *last_error; /* heap or NULL */
+    char *line;       /* heap: the original input line */
+    int64_t created_at;
+};
+
+/* Free an array of dead letters. NULL ok. */
+void store_dead_letter_list_free(struct store_dead_letter *items, size_t n);
+
+/* Dead letters ordered by request id (= creation order), strictly after
+ * `after` (NULL = from the start), at most limit (1..1000, else ERR_INVAL).
+ * batch_id NULL = every batch; tenant_id NULL = every tenant (admin).
+ * *has_more: more exist. */
+int store_dead_letter_list(struct store *st, const char *tenant_id, const char *batch_id,
+                           const char *after, int limit, struct store_dead_letter **items,
+                           size_t *n, int *has_more);
+
+/* Retry a dead-lettered request (tenant_id NULL = admin): allowed only while
+ * its batch is in_progress and unexpired (ERR_BADSTATE otherwise: once a
+ * batch is finalizing its files are being written; resubmit the `line`s in
+ * a new batch instead). Deletes the dead letter and the results row and
+ * moves the request failed -> queued (attempts 0, due now), in one
+ * transaction. ERR_NOTFOUND: no such dead letter (for this tenant). */
+int store_dead_letter_retry(struct store *st, const char *tenant_id, const char *request_id,
+                            int64_t now);
+
+/* ---- finalization support (jobd/work/finalize.h) ---- */
+
+/* One results row with what an output line needs (borrowed; valid during the callback). */
+struct store_result_row {
+    const char *request_id;
+    const char *custom_id;
+    int status_code;        /* 0 = none (SQL NULL) */
+    const char *body;       /* NULL = none */
+    size_t body_len;
+    const char *error_code; /* NULL = none */
+    const char *error_message;
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+};
+
+/* Call fn for up to limit results rows of a batch with rowid > *cursor, in
+ * rowid order; *cursor advances past the rows seen and *n_rows gets their
+ * count (0 = end). A non-zero fn return stops the scan and is returned. */
+int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, int limit,
+                       int (*fn)(void *ctx, const struct store_result_row *row), void *ctx,
+                       int *n_rows);
+
+/* Batches that need finalization work: in_progress and (every request ended
+ * or expires_at <= now), finalizing, or cancelling after having been
+ * in_progress. Oldest first, at most max. *ids: heap array (free()). */
+int store_batch_ids_to_finalize(struct store *st, int64_t now, int max, char (**ids)[ID_MAX],
+                                size_t *n);
+
+/* 1 if the batch has leased requests, else 0 (into *yes). */
+int store_batch_has_leased(struct store *st, const char *batch_id, int *yes);
+
+struct store_batch_final {
+    struct store_file *output; /* NULL = no output file; else inserted (id filled in) */
+    struct store_file *errors; /* NULL = no error file; idem */
+    int64_t n_completed, n_failed;
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+};
+
+/* The last step of finalization, one transaction: insert the file rows,
+ * set output_file_id / error_file_id, request_counts and usage, and move
+ * the batch from -> to. ERR_BADSTATE if the batch left `from` meanwhile
+ * (nothing written). */
+int store_batch_finish(struct store *st, const char *batch_id, enum store_batch_status from,
+                       enum store_batch_status to, const struct store_batch_final *fin,
+                       int64_t now);
+
+/* ---- idempotency keys ------------------------------------------------------------- */
+
+#define STORE_IDEM_KEY_MAX 255
+
+enum store_idem_outcome {
+    STORE_IDEM_NEW = 0,   /* reserved for this caller: run the effect, then complete */
+    STORE_IDEM_REPLAY,    /* done before: answer with status_code + body */
+    STORE_IDEM_IN_FLIGHT, /* another request with this key is running: 409 */
+    STORE_IDEM_MISMATCH,  /* key reused with a different request: 422 */
+};
+
+struct store_idem {
+    enum store_idem_outcome outcome;
+    int status_code; /* REPLAY only */
+    char *body;      /* REPLAY only: heap (free()), NUL-terminated */
+    size_t body_len;
+};
+
+/* sha256(method "\n" path "\n" body) - the request fingerprint. 0 or ERR_CRYPTO/ERR_NOMEM. */
+int store_idem_fingerprint(const char *method, const char *path, const void *body, size_t body_len,
+                           uint8_t out[SHA256_LEN]);
+
+/* Reserve (tenant, key) for a request with this fingerprint, in its own
+ * transaction (not inside store_tx_begin: ERR_BADSTATE). A row older than
+ * the retention counts as absent; an in-flight row older than the in-flight
+ * timeout is taken over (NEW). ERR_INVAL for a key of 0 or > 255 bytes. */
+int store_idem_reserve(struct store *st, const char *tenant_id, const char *key,
+                       const uint8_t fp[SHA256_LEN], int64_t now, struct store_idem *out);
+
+/* Store the response of a NEW reservation. Call inside the transaction that
+ * commits the effect. ERR_BADSTATE if the key is not reserved and in flight. */
+int store_idem_complete(struct store *st, const char *tenant_id, const char *key, int status_code,
+                        const void *body, size_t body_len, int64_t now);
+
+/* Drop an in-flight reservation (the handler failed before any effect, so
+ * a retry should run afresh). 0 also when there is nothing to drop. */
+int store_idem_release(struct store *st, const char *tenant_id, const char *key);
+
+/* Delete keys older than the retention; *n_deleted (may be NULL) gets the count. */
+int store_idem_expire(struct store *st, int64_t now, int64_t *n_deleted);
+
+
+/* ---- admin views and metrics (store_admin.c) ---- */
+
+struct store_worker_info {
+    char id[ID_MAX];
+    char name[129];
+    char device[129];
+    char models[1024];      /* canonical names, comma-separated (truncated at 1023 bytes) */
+    int64_t registered_at, last_seen;
+    double tokens_per_s;    /* last reported */
+    int64_t leases_held;    /* leases not yet ended */
+    int64_t requests_held;  /* requests leased under them */
+};
+
+/* Workers seen at or after `since` (0 = all), newest registration first,
+ * at most limit (1..1000, else ERR_INVAL). *items: heap array (free()). */
+int store_workers_list(struct store *st, int64_t since, int limit, struct store_worker_info **items,
+                       size_t *n);
+
+/* Requests waiting or running, by model (all tenants; metrics). */
+struct store_model_depth {
+    char model[STORE_MODEL_MAX + 1];
+    int64_t queued, leased;
+};
+
+struct store_work_stats {
+    struct store_model_depth *models; /* heap array (free()), sorted by model */
+    size_t n_models;
+    int64_t leases_outstanding;       /* leases not yet ended */
+    int64_t dead_letters;             /* rows in dead_letters */
+};
+
+/* Fill *out (free out->models). 0 or store errors. */
+int store_work_stats(struct store *st, struct store_work_stats *out);
+
+#endif

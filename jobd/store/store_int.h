@@ -1,0 +1,361 @@
+/*
+ * store_int.h - internals shared by the jobd/store*.c files (not an API).
+ *
+ * Every SQL statement the store runs is in STORE_SQL below, so the queries
+ * and the indexes in schema.sql can be read side by side. Statements are
+ * prepared on first use (store_stmt) and kept in st->stmts until
+ * store_close; a fetched statement is already reset and unbound.
+ *
+ * Write helpers: store_w_begin opens BEGIN IMMEDIATE at depth 0 and a
+ * SAVEPOINT inside an open transaction; store_w_end commits / releases on
+ * rc == 0 and rolls back (to the savepoint) otherwise, returning rc or the
+ * commit's error.
+ */
+#ifndef JOBD_STORE_INT_H
+#define JOBD_STORE_INT_H
+
+#include <sqlite3.h>
+
+#include "jobd/store/store.h"
+
+/* Columns read into struct store_batch, in this order (store_batch_row). */
+#define STORE_BATCH_COLS                                                                    \
+    "id, tenant_id, endpoint, input_file_id, completion_window_s, status, model, metadata, " \
+    "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
+    "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
+    "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
+    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros"
+
+#define STORE_FILE_COLS                                                                   \
+    "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
+    "created_at, expires_at"
+
+#define STORE_SQL(X)                                                                          \
+    X(BEGIN, "BEGIN IMMEDIATE")                                                               \
+    X(COMMIT, "COMMIT")                                                                       \
+    X(ROLLBACK, "ROLLBACK")                                                                   \
+    X(SAVEPOINT, "SAVEPOINT w")                                                               \
+    X(RELEASE, "RELEASE w")                                                                   \
+    X(ROLLBACK_TO, "ROLLBACK TO w")                                                           \
+    X(USER_VERSION, "PRAGMA user_version")                                                    \
+    X(TENANT_INSERT, "INSERT INTO tenants(id, name, created_at) VALUES (?1, ?2, ?3)")         \
+    X(TENANT_BY_NAME, "SELECT id, name, created_at FROM tenants WHERE name = ?1")             \
+    X(TENANT_BY_ID, "SELECT id, name, created_at FROM tenants WHERE id = ?1")                 \
+    X(KEY_INSERT, "INSERT INTO api_keys(id, tenant_id, secret_hash, created_at) "             \
+                  "VALUES (?1, ?2, ?3, ?4)")                                                  \
+    X(KEY_LOOKUP, "SELECT k.tenant_id, k.secret_hash, k.created_at, t.name FROM api_keys k "  \
+                  "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = ?1 AND k.revoked_at IS NULL") \
+    X(KEY_LIST, "SELECT k.id, k.tenant_id, t.name, k.created_at, k.revoked_at FROM api_keys k " \
+                "JOIN tenants t ON t.id = k.tenant_id WHERE ?1 IS NULL OR k.tenant_id = ?1 "  \
+                "ORDER BY k.created_at, k.id")                                                \
+    X(KEY_REVOKE, "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1")  \
+    X(FILE_INSERT, "INSERT INTO files(" STORE_FILE_COLS ") VALUES "                           \
+                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")                          \
+    X(FILE_GET, "SELECT " STORE_FILE_COLS " FROM files WHERE id = ?1 AND tenant_id = ?2")     \
+    X(FILE_LIST_DESC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 "           \
+                      "AND (?2 IS NULL OR purpose = ?2) AND (?3 IS NULL OR id < ?3) "         \
+                      "ORDER BY id DESC LIMIT ?4")                                            \
+    X(FILE_LIST_ASC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 "            \
+                     "AND (?2 IS NULL OR purpose = ?2) AND (?3 IS NULL OR id > ?3) "          \
+                     "ORDER BY id ASC LIMIT ?4")                                              \
+    X(FILE_DELETE, "DELETE FROM files WHERE id = ?1 AND tenant_id = ?2 RETURNING storage_path") \
+    X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
+                    "completion_window_s, status, metadata, created_at, expires_at, priority) "         \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9)")                  \
+    X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
+                 "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
+    X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
+                  "AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3")                    \
+    X(BATCH_IDS_IN, "SELECT id FROM batches WHERE status = ?1 ORDER BY id")                   \
+    X(BATCH_STATUS_COUNTS, "SELECT status, count(*) FROM batches GROUP BY status")            \
+    X(BATCH_EXISTS, "SELECT status FROM batches WHERE id = ?1")                               \
+    X(BATCH_TRANSITION,                                                                       \
+      "UPDATE batches SET status = ?2, "                                                      \
+      "in_progress_at = CASE WHEN ?2 = 'in_progress' THEN ?4 ELSE in_progress_at END, "       \
+      "finalizing_at = CASE WHEN ?2 = 'finalizing' THEN ?4 ELSE finalizing_at END, "          \
+      "completed_at = CASE WHEN ?2 = 'completed' THEN ?4 ELSE completed_at END, "             \
+      "failed_at = CASE WHEN ?2 = 'failed' THEN ?4 ELSE failed_at END, "                      \
+      "expired_at = CASE WHEN ?2 = 'expired' THEN ?4 ELSE expired_at END, "                   \
+      "cancelling_at = CASE WHEN ?2 = 'cancelling' THEN ?4 ELSE cancelling_at END, "          \
+      "cancelled_at = CASE WHEN ?2 = 'cancelled' THEN ?4 ELSE cancelled_at END "              \
+      "WHERE id = ?1 AND status = ?3")                                                        \
+    X(BATCH_COUNT_DONE, "UPDATE batches SET n_completed = n_completed + ?2, "                 \
+                        "n_failed = n_failed + ?3 WHERE id = ?1")                             \
+    X(INGEST_CHECKPOINT, "UPDATE batches SET ingest_line = ?2, ingest_requests = ?3, "        \
+                         "errors = ?4, model = ?5 WHERE id = ?1 AND status = 'validating'")               \
+    X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
+                    "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
+                    "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \
+    X(INGEST_ERRORS, "UPDATE batches SET errors = ?2, n_total = 0, ingest_requests = 0 "      \
+                     "WHERE id = ?1")                                                         \
+    X(REQ_DELETE_BATCH, "DELETE FROM requests WHERE batch_id = ?1")                           \
+    X(REQ_INSERT, "INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
+                  "prompt_tokens_est, max_tokens, created_at, updated_at) "                   \
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) "                    \
+                  "ON CONFLICT (batch_id, custom_id) DO NOTHING")                             \
+    X(REQ_DUP_LINE, "SELECT line FROM requests WHERE batch_id = ?1 AND custom_id = ?2")       \
+    X(REQ_GET, "SELECT id, batch_id, line, custom_id, model, status, attempts, "              \
+               "next_attempt_at, lease_id, prompt_tokens_est, max_tokens FROM requests "      \
+               "WHERE id = ?1")                                                               \
+    X(REQ_COUNT, "SELECT count(*), count(DISTINCT custom_id) FROM requests WHERE batch_id = ?1") \
+    X(REQ_TRANSITION,                                                                         \
+      "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
+      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \
+      "lease_id = CASE WHEN ?2 = 'leased' THEN ?6 ELSE NULL END, "                            \
+      "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, "          \
+      "last_error = coalesce(?8, last_error), "                                               \
+      "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END "          \
+      "WHERE id = ?1 AND status = ?3 AND (?4 IS NULL OR lease_id = ?4) "                      \
+      "RETURNING batch_id")                                                                   \
+    X(IDEM_GET, "SELECT fingerprint, status_code, response, created_at FROM idempotency_keys " \
+                "WHERE tenant_id = ?1 AND key = ?2")                                          \
+    X(IDEM_PUT, "INSERT OR REPLACE INTO idempotency_keys(tenant_id, key, fingerprint, "       \
+                "created_at) VALUES (?1, ?2, ?3, ?4)")                                        \
+    X(IDEM_COMPLETE, "UPDATE idempotency_keys SET status_code = ?3, response = ?4, "          \
+                     "completed_at = ?5 WHERE tenant_id = ?1 AND key = ?2 "                   \
+                     "AND status_code IS NULL")                                               \
+    X(IDEM_RELEASE, "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2 "         \
+                    "AND status_code IS NULL")                                                \
+    X(IDEM_EXPIRE, "DELETE FROM idempotency_keys WHERE created_at <= ?1") \
+    X(WORKER_INSERT, \
+      "INSERT INTO workers(id, name, device, kv_tokens, pack_size, registered_at, " \
+      "last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)") \
+    X(WORKER_MODEL_INSERT, \
+      "INSERT OR IGNORE INTO worker_models(worker_id, canonical, name) VALUES (?1, " \
+      "?2, ?3)") \
+    X(WORKER_SEEN, \
+      "UPDATE workers SET last_seen = max(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
+      ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
+    X(WORKER_HAS_MODEL, "SELECT count(*) FROM worker_models WHERE worker_id = ?1 AND canonical = ?2") \
+    X(MODELS_SERVED, \
+      "SELECT m.name, m.canonical, count(DISTINCT w.id) FROM worker_models m JOIN " \
+      "workers w ON w.id = m.worker_id WHERE w.last_seen >= ?1 GROUP BY m.name, " \
+      "m.canonical ORDER BY m.name, m.canonical") \
+    X(MODELS_WAITING, \
+      "SELECT b.model, count(*) FROM batches b WHERE b.status = 'in_progress' AND NOT " \
+      "EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = m.worker_id " \
+      "WHERE m.name = b.model AND w.last_seen >= ?1) GROUP BY b.model ORDER BY " \
+      "b.model") \
+    X(LEASE_CANDIDATES, \
+      "SELECT b.id, b.tenant_id FROM batches b WHERE b.status = 'in_progress' AND " \
+      "b.expires_at > ?3 AND b.model IN (SELECT name FROM worker_models WHERE " \
+      "worker_id = ?1 AND canonical = ?2) ORDER BY b.tenant_id, b.priority DESC, b.id") \
+    X(LEASE_READY, \
+      "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
+      "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
+      "ORDER BY next_attempt_at LIMIT ?3") \
+    X(RR_GET, "SELECT last_tenant_id FROM lease_rr WHERE model = ?1") \
+    X(RR_PUT, \
+      "INSERT INTO lease_rr(model, last_tenant_id) VALUES (?1, ?2) ON CONFLICT " \
+      "(model) DO UPDATE SET last_tenant_id = excluded.last_tenant_id") \
+    X(LEASE_INSERT, \
+      "INSERT INTO leases(id, worker_id, model, n_requests, created_at, expires_at) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)") \
+    X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1") \
+    X(LEASE_EXTEND, \
+      "UPDATE leases SET expires_at = max(expires_at, ?2) WHERE id = ?1 AND " \
+      "released_at IS NULL RETURNING expires_at") \
+    X(LEASE_STOP_IDS, \
+      "SELECT q.id FROM requests q JOIN batches b ON b.id = q.batch_id WHERE " \
+      "q.lease_id = ?1 AND q.status = 'leased' AND (b.status != 'in_progress' OR " \
+      "b.expires_at <= ?2) UNION SELECT request_id FROM results WHERE lease_id = ?1 " \
+      "AND error_code IN ('batch_cancelled', 'batch_expired') ORDER BY 1") \
+    X(LEASE_HELD, "SELECT id FROM requests WHERE lease_id = ?1 AND status = 'leased' LIMIT ?2") \
+    X(LEASE_END, "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL") \
+    X(LEASE_EXPIRED, \
+      "SELECT id FROM leases WHERE released_at IS NULL AND expires_at <= ?1 ORDER BY " \
+      "expires_at LIMIT ?2") \
+    X(REQ_FOR_COMMIT, \
+      "SELECT q.status, q.lease_id, q.attempts, q.batch_id, q.tenant_id, q.model, " \
+      "b.status, b.expires_at, r.lease_id, r.error_code, r.request_id FROM requests q " \
+      "JOIN batches b ON b.id = q.batch_id LEFT JOIN results r ON r.request_id = q.id " \
+      "WHERE q.id = ?1") \
+    X(RESULT_INSERT, \
+      "INSERT INTO results(request_id, batch_id, lease_id, status_code, body, " \
+      "error_code, error_message, prompt_tokens, completion_tokens, cached_tokens, " \
+      "queue_ms, prefill_ms, decode_ms, gpu_ms, created_at) VALUES (?1, ?2, ?3, ?4, " \
+      "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)") \
+    X(USAGE_INSERT, \
+      "INSERT INTO usage_ledger(tenant_id, batch_id, request_id, model, " \
+      "prompt_tokens, completion_tokens, cached_tokens, cost_micros, created_at) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?8)") \
+    X(DL_INSERT, \
+      "INSERT INTO dead_letters(request_id, batch_id, tenant_id, custom_id, attempts, " \
+      "reason, last_error, line, created_at) SELECT q.id, q.batch_id, q.tenant_id, " \
+      "q.custom_id, q.attempts, ?2, ?3, json_object('custom_id', q.custom_id, " \
+      "'method', 'POST', 'url', b.endpoint, 'body', json(q.body)), ?4 FROM requests q " \
+      "JOIN batches b ON b.id = q.batch_id WHERE q.id = ?1") \
+    X(BATCH_QUEUED_IDS, \
+      "SELECT id, lease_id FROM requests WHERE batch_id = ?1 AND status = 'queued' " \
+      "LIMIT ?2") \
+    X(BATCH_LEASED_IDS, \
+      "SELECT id, lease_id FROM requests WHERE batch_id = ?1 AND status = 'leased' " \
+      "LIMIT ?2") \
+    X(DL_COLS_LIST_BATCH, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE batch_id = ?1 AND (?2 IS " \
+      "NULL OR tenant_id = ?2) AND (?3 IS NULL OR request_id > ?3) ORDER BY " \
+      "request_id LIMIT ?4") \
+    X(DL_COLS_LIST_ALL, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE (?2 IS NULL OR tenant_id " \
+      "= ?2) AND (?3 IS NULL OR request_id > ?3) AND ?1 IS NULL ORDER BY request_id " \
+      "LIMIT ?4") \
+    X(DL_GET, \
+      "SELECT d.batch_id, b.status, b.expires_at FROM dead_letters d JOIN batches b " \
+      "ON b.id = d.batch_id WHERE d.request_id = ?1 AND (?2 IS NULL OR d.tenant_id = " \
+      "?2)") \
+    X(DL_DELETE, "DELETE FROM dead_letters WHERE request_id = ?1") \
+    X(RESULT_DELETE, "DELETE FROM results WHERE request_id = ?1") \
+    X(RESULTS_SCAN, \
+      "SELECT r.rowid, r.request_id, q.custom_id, r.status_code, r.body, " \
+      "r.error_code, r.error_message, r.prompt_tokens, r.completion_tokens, " \
+      "r.cached_tokens FROM results r JOIN requests q ON q.id = r.request_id WHERE " \
+      "r.batch_id = ?1 AND r.rowid > ?2 ORDER BY r.rowid LIMIT ?3") \
+    X(FINALIZE_IDS, \
+      "SELECT id FROM batches WHERE (status = 'in_progress' AND (expires_at <= ?1 OR " \
+      "n_completed + n_failed >= n_total)) OR status = 'finalizing' OR (status = " \
+      "'cancelling' AND in_progress_at IS NOT NULL) ORDER BY id LIMIT ?2") \
+    X(BATCH_HAS_LEASED, "SELECT 1 FROM requests WHERE batch_id = ?1 AND status = 'leased' LIMIT 1") \
+    X(BATCH_STATE, "SELECT status, expires_at, in_progress_at FROM batches WHERE id = ?1") \
+    X(BATCH_FINISH, \
+      "UPDATE batches SET output_file_id = ?2, error_file_id = ?3, n_completed = ?4, " \
+      "n_failed = ?5, usage_prompt_tokens = ?6, usage_completion_tokens = ?7, " \
+      "usage_cached_tokens = ?8, usage_cost_micros = (SELECT COALESCE(SUM(cost_micros), 0) " \
+      "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1")
+
+/* Statements of store_webhook.c (kept in their own list; same enum). */
+#define STORE_WH_EP_COLS \
+    "id, tenant_id, kind, url, event_types, created_at, disabled_at, disabled_reason, failing_since"
+#define STORE_SQL_WEBHOOK(X) \
+    X(WH_EVENT_INSERT, \
+      "INSERT INTO webhook_events(id, tenant_id, type, object_id, payload, created_at) " \
+      "SELECT ?1, tenant_id, ?2, id, ?3, ?4 FROM batches WHERE id = ?5") \
+    X(WH_EP_INSERT, \
+      "INSERT INTO webhook_endpoints(id, tenant_id, url, secret, event_types, created_at, kind) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)") \
+    X(WH_EP_COUNT, "SELECT count(*) FROM webhook_endpoints WHERE tenant_id = ?1 AND kind = 'endpoint'") \
+    X(WH_EP_GET, "SELECT " STORE_WH_EP_COLS " FROM webhook_endpoints WHERE id = ?1 AND tenant_id = ?2") \
+    X(WH_EP_LIST, "SELECT " STORE_WH_EP_COLS " FROM webhook_endpoints WHERE tenant_id = ?1 " \
+                  "ORDER BY id LIMIT 1000") \
+    X(WH_EP_DELETE, "DELETE FROM webhook_endpoints WHERE id = ?1 AND tenant_id = ?2") \
+    X(WH_EP_BY_URL, "SELECT id FROM webhook_endpoints WHERE tenant_id = ?1 AND kind = 'batch_url' " \
+                    "AND url = ?2") \
+    X(WH_SECRET_GET, "SELECT secret FROM webhook_tenant_secrets WHERE tenant_id = ?1") \
+    X(WH_SECRET_INSERT, "INSERT OR IGNORE INTO webhook_tenant_secrets(tenant_id, secret, created_at) " \
+                        "VALUES (?1, ?2, ?3)") \
+    X(WH_EVENTS_PENDING, \
+      "SELECT e.id, e.tenant_id, e.type, e.object_id, json_extract(b.metadata, '$.webhook_url') " \
+      "FROM webhook_events e LEFT JOIN batches b ON b.id = e.object_id WHERE e.fanned_out = 0 " \
+      "ORDER BY e.id LIMIT ?1") \
+    X(WH_FANOUT_ENDPOINTS, \
+      "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "SELECT ?1, id, ?2, ?2 FROM webhook_endpoints WHERE tenant_id = ?3 AND kind = 'endpoint' " \
+      "AND disabled_at IS NULL AND (event_types = '*' OR " \
+      "instr(',' || event_types || ',', ',' || ?4 || ',') > 0)") \
+    X(WH_DELIVERY_INSERT, \
+      "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "VALUES (?1, ?2, ?3, ?3)") \
+    X(WH_EVENT_DONE, "UPDATE webhook_events SET fanned_out = 1 WHERE id = ?1") \
+    X(WH_DUE, "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?1 LIMIT 1") \
+    X(WH_CLAIM, \
+      "UPDATE webhook_deliveries SET attempts = attempts + 1, next_attempt_at = ?2, " \
+      "last_attempt_at = ?1 WHERE id = (SELECT d.id FROM webhook_deliveries d JOIN " \
+      "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
+      "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
+      "LIMIT 1) RETURNING id, attempts, event_id, endpoint_id") \
+    X(WH_JOB, \
+      "SELECT e.payload, p.url, CASE p.kind WHEN 'batch_url' THEN coalesce(s.secret, '') " \
+      "ELSE p.secret END FROM webhook_events e, webhook_endpoints p LEFT JOIN " \
+      "webhook_tenant_secrets s ON s.tenant_id = p.tenant_id WHERE e.id = ?1 AND p.id = ?2") \
+    X(WH_ATTEMPT_INSERT, \
+      "INSERT INTO webhook_attempts(delivery_id, attempt, started_at, status_code, latency_ms, " \
+      "outcome, error) SELECT id, ?2, ?3, ?4, ?5, ?6, ?7 FROM webhook_deliveries WHERE id = ?1") \
+    X(WH_DELIVERY_FENCE, \
+      "SELECT d.endpoint_id, p.failing_since FROM webhook_deliveries d JOIN webhook_endpoints p " \
+      "ON p.id = d.endpoint_id WHERE d.id = ?1 AND d.attempts = ?2 AND d.status = 'pending'") \
+    X(WH_DELIVERY_SET, \
+      "UPDATE webhook_deliveries SET status = ?2, next_attempt_at = ?3, last_status = ?4, " \
+      "last_error = ?5, last_latency_ms = ?6, delivered_at = ?7 WHERE id = ?1") \
+    X(WH_EP_OK, "UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?1") \
+    X(WH_EP_FAILING, "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?2) " \
+                     "WHERE id = ?1") \
+    X(WH_EP_DISABLE, \
+      "UPDATE webhook_endpoints SET disabled_at = ?2, disabled_reason = ?3 WHERE id = ?1 " \
+      "AND disabled_at IS NULL") \
+    X(WH_EP_FAIL_PENDING, \
+      "UPDATE webhook_deliveries SET status = 'failed', last_error = 'endpoint disabled; last " \
+      "error: ' || coalesce(last_error, 'none') WHERE endpoint_id = ?1 AND status = 'pending'") \
+    X(WH_DELIVERY_LIST, \
+      "SELECT d.id, d.event_id, e.type, d.endpoint_id, d.status, d.attempts, d.next_attempt_at, " \
+      "d.last_status, d.last_error, d.last_latency_ms, d.created_at, d.last_attempt_at, " \
+      "d.delivered_at FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id " \
+      "WHERE d.endpoint_id = ?1 AND (?2 = 0 OR d.id < ?2) ORDER BY d.id DESC LIMIT ?3") \
+    X(WH_ATTEMPT_LIST, \
+      "SELECT attempt, started_at, status_code, latency_ms, outcome, error FROM (SELECT * FROM " \
+      "webhook_attempts WHERE delivery_id = ?1 ORDER BY id DESC LIMIT 50) ORDER BY id") \
+    X(WH_REDELIVER, \
+      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?3, " \
+      "delivered_at = NULL WHERE id = ?1 AND endpoint_id = ?2") \
+    X(WH_TEST_EVENT, \
+      "INSERT INTO webhook_events(id, tenant_id, type, object_id, payload, created_at, " \
+      "fanned_out) VALUES (?1, ?2, 'webhook.test', ?3, ?4, ?5, 1)") \
+    X(WH_STATS, \
+      "SELECT (SELECT count(*) FROM webhook_events WHERE fanned_out = 0), " \
+      "(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'), " \
+      "(SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'), " \
+      "(SELECT count(*) FROM webhook_deliveries WHERE status = 'failed'), " \
+      "(SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NOT NULL)")
+
+enum store_stmt_id {
+#define STORE_SQL_ENUM_(name, sql) S_##name,
+    STORE_SQL(STORE_SQL_ENUM_)
+    STORE_SQL_WEBHOOK(STORE_SQL_ENUM_)
+#undef STORE_SQL_ENUM_
+    S__COUNT
+};
+
+struct store {
+    sqlite3 *db;
+    char *dir;
+    char *db_path;
+    struct store_opts opts;
+    int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
+    int user_tx; /* the outermost level was opened by store_tx_begin */
+    sqlite3_stmt *stmts[S__COUNT];
+    /* request ids (store_request_id): ULID monotonic mode */
+    int64_t rid_ms;      /* timestamp of the last id */
+    uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
+};
+
+/* The kept statement id, reset and unbound; NULL after logging on failure
+ * (*rc gets the ERR_*). */
+sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc);
+
+/* Translate an SQLite result code into an ERR_*, logging the original with
+ * `what` (the operation) and sqlite3_errmsg. */
+int store_sqlerr(struct store *st, int sqlite_rc, const char *what);
+
+/* Step a statement that returns no rows (or whose rows are ignored). */
+int store_step_done(struct store *st, sqlite3_stmt *s, const char *what);
+
+int store_w_begin(struct store *st);
+int store_w_end(struct store *st, int rc);
+
+/* Bind helpers: NULL text binds SQL NULL. Return 0 or an ERR_*. */
+int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v);
+int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v);
+
+/* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
+void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap);
+/* Step s to the end, collecting column 0 (an id) of each row into a new
+ * array (*ids, caller frees; NULL when empty) of *n ids; resets s. 0,
+ * ERR_NOMEM or the translated SQLite error (nothing returned then). */
+int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n);
+/* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
+char *store_col_dup(sqlite3_stmt *s, int col, int *err);
+
+/* Fill *b from a row selected with STORE_BATCH_COLS. ERR_NOMEM/ERR_CORRUPT. */
+int store_batch_row(sqlite3_stmt *s, struct store_batch *b);
+
+#endif

@@ -1,0 +1,1255 @@
+/*
+ * store_lease.c - work distribution in the store: workers, fair leasing,
+ * heartbeats, exactly-once result commits, releases, the lease sweeper,
+ * cancel/expiry steps, dead letters, and the queries finalization needs.
+ *
+ * Design. Every exported function is one transaction (store_w_begin:
+ * BEGIN IMMEDIATE, or a SAVEPOINT inside a caller's transaction), so each
+ * step is all or nothing and a crash between two calls leaves a state the
+ * next call continues from. Status changes go through
+ * store_request_transition / store_batch_transition only (fenced by lease
+ * id where a lease is involved); "exactly once" rests on two keys: a
+ * request leaves `leased` only under the lease that holds it, and
+ * results.request_id is a primary key (first committed result wins).
+ *
+ * Fair leasing (store_lease_acquire): the in_progress batches of the asked
+ * model are loaded grouped by tenant (batches_status index); tenants are
+ * visited round-robin, one request per visit, starting after the tenant
+ * served last for this model (lease_rr), so a pack of N requests shared by
+ * k tenants with work gives each about N/k, and a tenant's backlog cannot
+ * delay another tenant beyond one round. Each tenant's requests are read in
+ * small chunks from requests_ready (batch_id, next_attempt_at), so a lease
+ * reads about N rows whatever the queue length.
+ *
+ * Runs on the thread that owns the struct store.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/crypto.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "jobd/store/store_int.h"
+#include "jobd/account/usage.h"
+
+#define MSG_CANCELLED "This request was not executed because the batch was cancelled."
+#define MSG_EXPIRED "This request could not be executed before the completion window expired."
+
+/* ---- small helpers ----------------------------------------------------------------- */
+
+static int bind_texts(struct store *st, sqlite3_stmt *s, int first, const char *a, const char *b)
+{
+    int rc = store_bind_text(st, s, first, a);
+    return rc ? rc : store_bind_text(st, s, first + 1, b);
+}
+
+static uint32_t rnd32(void)
+{
+    uint32_t r = 0;
+    if (crypto_random(&r, sizeof r))
+        r = (uint32_t)clock();
+    return r;
+}
+
+int64_t store_backoff_s(const struct store_retry_policy *p, int64_t attempts, uint32_t rnd)
+{
+    int64_t base = p->backoff_base_s > 0 ? p->backoff_base_s : 1;
+    int64_t cap = p->backoff_cap_s > 0 ? p->backoff_cap_s : base;
+    int64_t d = base;
+    for (int64_t i = 1; i < attempts && d < cap; i++)
+        d *= 2;
+    if (d > cap)
+        d = cap;
+    int64_t half = d / 2;
+    return half + (int64_t)((uint64_t)rnd % (uint64_t)(d - half + 1));
+}
+
+static int text_len_ok(const char *s, size_t lo, size_t hi)
+{
+    size_t n = s ? strlen(s) : 0;
+    return s && n >= lo && n <= hi;
+}
+
+/* ---- workers ------------------------------------------------------------------------------- */
+
+int store_worker_register(struct store *st, const struct store_worker_new *w, int64_t now,
+                          char id_out[ID_MAX])
+{
+    if (!w || !text_len_ok(w->name, 1, 128) || !text_len_ok(w->device ? w->device : "", 0, 128) ||
+        w->kv_tokens < 0 || w->pack_size < 0 || w->n_models < 1 ||
+        w->n_models > STORE_WORKER_MAX_MODELS || !w->models)
+        return ERR_INVAL;
+    for (size_t i = 0; i < w->n_models; i++)
+        if (!text_len_ok(w->models[i].canonical, 1, STORE_MODEL_MAX) ||
+            !text_len_ok(w->models[i].name, 1, STORE_MODEL_MAX))
+            return ERR_INVAL;
+    char id[ID_MAX];
+    int rc = id_new("wrk_", id, sizeof id);
+    if (rc)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_WORKER_INSERT, &rc);
+    if (s && !(rc = bind_texts(st, s, 1, id, w->name)) &&
+        !(rc = store_bind_text(st, s, 3, w->device ? w->device : "")) &&
+        !(rc = store_bind_int(st, s, 4, w->kv_tokens)) && !(rc = store_bind_int(st, s, 5, w->pack_size)) &&
+        !(rc = store_bind_int(st, s, 6, now)))
+        rc = store_step_done(st, s, "insert worker");
+    for (size_t i = 0; !rc && i < 2 * w->n_models; i++) {
+        const struct store_model_name *m = &w->models[i / 2];
+        s = store_stmt(st, S_WORKER_MODEL_INSERT, &rc);
+        if (s && !(rc = store_bind_text(st, s, 1, id)) && !(rc = bind_texts(st, s, 2, m->canonical, i % 2 ? m->name : m->canonical)))
+            rc = store_step_done(st, s, "insert worker model");
+    }
+    if ((rc = store_w_end(st, rc)))
+        return rc;
+    snprintf(id_out, ID_MAX, "%s", id);
+    return 0;
+}
+
+int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_WORKER_SEEN, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    int r;
+    if (!(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now))) {
+        r = sqlite3_bind_double(s, 3, tokens_per_s);
+        rc = r == SQLITE_OK ? store_step_done(st, s, "worker seen") : store_sqlerr(st, r, "bind");
+        if (!rc && sqlite3_changes(st->db) == 0)
+            rc = ERR_NOTFOUND;
+    }
+    return store_w_end(st, rc);
+}
+
+int store_models_served(struct store *st, int64_t since, struct store_model_served **items, size_t *n)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_MODELS_SERVED, &rc);
+    if (!s || (rc = store_bind_int(st, s, 1, since)))
+        return rc;
+    struct store_model_served *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            struct store_model_served *na = realloc(arr, nc * sizeof *na);
+            if (!na) {
+                rc = ERR_NOMEM;
+                break;
+            }
+            arr = na;
+            cap = nc;
+        }
+        store_col_text(s, 0, arr[cnt].name, sizeof arr[cnt].name);
+        store_col_text(s, 1, arr[cnt].canonical, sizeof arr[cnt].canonical);
+        arr[cnt].n_workers = sqlite3_column_int64(s, 2);
+        cnt++;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "models served");
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *items = arr;
+    *n = cnt;
+    return 0;
+}
+
+int store_models_waiting(struct store *st, int64_t since, struct store_model_waiting **items, size_t *n)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_MODELS_WAITING, &rc);
+    if (!s || (rc = store_bind_int(st, s, 1, since)))
+        return rc;
+    struct store_model_waiting *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            struct store_model_waiting *na = realloc(arr, nc * sizeof *na);
+            if (!na) {
+                rc = ERR_NOMEM;
+                break;
+            }
+            arr = na;
+            cap = nc;
+        }
+        store_col_text(s, 0, arr[cnt].model, sizeof arr[cnt].model);
+        arr[cnt].n_batches = sqlite3_column_int64(s, 1);
+        cnt++;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "models waiting");
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *items = arr;
+    *n = cnt;
+    return 0;
+}
+
+/* ---- request endings shared by commit, release, sweep and stop ------------------------ */
+
+static int result_put(struct store *st, const char *req_id, const char *batch_id, const char *lease_id,
+                      const struct store_result *res, const char *error_code,
+                      const char *error_message, int64_t now)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_RESULT_INSERT, &rc);
+    if (!s)
+        return rc;
+    static const struct store_result none = {0};
+    if (!res)
+        res = &none;
+    int r = SQLITE_OK;
+    if ((rc = bind_texts(st, s, 1, req_id, batch_id)) || (rc = store_bind_text(st, s, 3, lease_id)))
+        return rc;
+    if (res->status_code > 0)
+        r = sqlite3_bind_int(s, 4, res->status_code);
+    if (r == SQLITE_OK && res->body)
+        r = sqlite3_bind_blob(s, 5, res->body, (int)res->body_len, SQLITE_STATIC);
+    if (r != SQLITE_OK)
+        return store_sqlerr(st, r, "bind result");
+    if ((rc = bind_texts(st, s, 6, error_code, error_message)) ||
+        (rc = store_bind_int(st, s, 8, res->prompt_tokens)) ||
+        (rc = store_bind_int(st, s, 9, res->completion_tokens)) ||
+        (rc = store_bind_int(st, s, 10, res->cached_tokens)) ||
+        (rc = store_bind_int(st, s, 11, res->queue_ms)) ||
+        (rc = store_bind_int(st, s, 12, res->prefill_ms)) ||
+        (rc = store_bind_int(st, s, 13, res->decode_ms)) || (rc = store_bind_int(st, s, 14, res->gpu_ms)) ||
+        (rc = store_bind_int(st, s, 15, now)))
+        return rc;
+    rc = store_step_done(st, s, "insert result");
+    sqlite3_clear_bindings(s);
+    return rc;
+}
+
+/* End a queued or leased request because its batch stopped: -> failed with
+ * a results row carrying code (batch_cancelled / batch_expired) and the
+ * lease that held it (NULL for queued). */
+static int req_end_closed(struct store *st, const char *req_id, const char *batch_id,
+                          enum store_request_status from, const char *lease_id, int expired,
+                          int64_t now)
+{
+    const char *msg = expired ? MSG_EXPIRED : MSG_CANCELLED;
+    struct store_request_change ch = {.lease_id = lease_id, .error = msg};
+    int rc = store_request_transition(st, req_id, from, STORE_REQ_FAILED, &ch, now);
+    if (!rc)
+        rc = result_put(st, req_id, batch_id, lease_id, NULL, expired ? "batch_expired" : "batch_cancelled",
+                        msg, now);
+    return rc;
+}
+
+/* A leased request's attempt failed (transient error or lapsed lease):
+ * requeue with backoff, or dead-letter at the attempt limit. */
+static int req_retry_or_dead(struct store *st, const char *req_id, const char *batch_id,
+                             const char *lease_id, int64_t attempts, const char *error,
+                             const char *reason, const struct store_retry_policy *policy, int64_t now,
+                             int *dead)
+{
+    int rc;
+    if (attempts >= policy->max_attempts) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "This request failed after %lld attempts: %.500s",
+                 (long long)attempts, error ? error : "unknown error");
+        struct store_request_change ch = {.lease_id = lease_id, .error = error};
+        if ((rc = store_request_transition(st, req_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)))
+            return rc;
+        sqlite3_stmt *s = store_stmt(st, S_DL_INSERT, &rc);
+        if (!s || (rc = bind_texts(st, s, 1, req_id, reason)) || (rc = store_bind_text(st, s, 3, error)) ||
+            (rc = store_bind_int(st, s, 4, now)) || (rc = store_step_done(st, s, "insert dead letter")))
+            return rc;
+        rc = result_put(st, req_id, batch_id, lease_id, NULL, "max_attempts_exceeded", msg, now);
+        *dead = 1;
+        return rc;
+    }
+    struct store_request_change ch = {
+        .lease_id = lease_id,
+        .error = error,
+        .next_attempt_at = now + store_backoff_s(policy, attempts, rnd32()),
+    };
+    *dead = 0;
+    return store_request_transition(st, req_id, STORE_REQ_LEASED, STORE_REQ_QUEUED, &ch, now);
+}
+
+/* Mark a lease ended when it holds no request any more. */
+static int lease_end_if_empty(struct store *st, const char *lease_id, int64_t now)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, 1)))
+        return rc;
+    int r = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (r == SQLITE_ROW)
+        return 0;
+    if (r != SQLITE_DONE)
+        return store_sqlerr(st, r, "lease held");
+    s = store_stmt(st, S_LEASE_END, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
+        rc = store_step_done(st, s, "end lease");
+    return rc;
+}
+
+struct lease_row {
+    char worker_id[ID_MAX];
+    int64_t expires_at, released_at;
+};
+
+static int lease_get(struct store *st, const char *lease_id, struct lease_row *out)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_GET, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, lease_id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+        store_col_text(s, 0, out->worker_id, sizeof out->worker_id);
+        out->expires_at = sqlite3_column_int64(s, 1);
+        out->released_at = sqlite3_column_int64(s, 2);
+    } else {
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get lease");
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* What commit/release/sweep need to know about one request. */
+struct req_info {
+    enum store_request_status status;
+    char lease_id[ID_MAX];
+    int64_t attempts;
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char model[STORE_MODEL_MAX + 1];
+    enum store_batch_status batch_status;
+    int64_t batch_expires_at;
+    char result_lease[ID_MAX]; /* "" = no results row, or one without a lease */
+    int has_result;
+    int result_closed;         /* its results row is batch_cancelled / batch_expired */
+};
+
+static int req_info_get(struct store *st, const char *req_id, struct req_info *q)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_FOR_COMMIT, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, req_id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+        memset(q, 0, sizeof *q);
+        const char *stname = (const char *)sqlite3_column_text(s, 0);
+        q->status = STORE_REQ__COUNT;
+        for (int i = 0; stname && i < STORE_REQ__COUNT; i++)
+            if (strcmp(stname, store_request_status_name((enum store_request_status)i)) == 0)
+                q->status = (enum store_request_status)i;
+        store_col_text(s, 1, q->lease_id, sizeof q->lease_id);
+        q->attempts = sqlite3_column_int64(s, 2);
+        store_col_text(s, 3, q->batch_id, sizeof q->batch_id);
+        store_col_text(s, 4, q->tenant_id, sizeof q->tenant_id);
+        store_col_text(s, 5, q->model, sizeof q->model);
+        if (q->status == STORE_REQ__COUNT ||
+            store_batch_status_parse((const char *)sqlite3_column_text(s, 6), &q->batch_status))
+            rc = ERR_CORRUPT;
+        q->batch_expires_at = sqlite3_column_int64(s, 7);
+        q->has_result = sqlite3_column_type(s, 10) != SQLITE_NULL;
+        store_col_text(s, 8, q->result_lease, sizeof q->result_lease);
+        const char *ec = (const char *)sqlite3_column_text(s, 9);
+        q->result_closed = ec && (strcmp(ec, "batch_cancelled") == 0 || strcmp(ec, "batch_expired") == 0);
+    } else {
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "request for commit");
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* ---- acquire -------------------------------------------------------------------------------- */
+
+void store_lease_clear(struct store_lease *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->items[i].custom_id);
+        free(l->items[i].body);
+    }
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+struct rr_tenant {
+    char id[ID_MAX];
+    size_t b0, nb, cur;         /* its batches: cand[b0 .. b0+nb), current one */
+    struct store_leased *buf;   /* fetched chunk */
+    size_t bn, bpos;
+    int done;
+};
+
+static void rr_free_buf(struct rr_tenant *t)
+{
+    for (size_t i = t->bpos; i < t->bn; i++) {
+        free(t->buf[i].custom_id);
+        free(t->buf[i].body);
+    }
+    free(t->buf);
+    t->buf = NULL;
+    t->bn = t->bpos = 0;
+}
+
+/* Refill t's buffer with up to q ready requests of its current batch (moving
+ * on to its next batches while one has none); t->done when it has nothing. */
+static int rr_fetch(struct store *st, struct rr_tenant *t, char (*cand)[ID_MAX], int64_t now, int q)
+{
+    rr_free_buf(t);
+    while (t->cur < t->nb) {
+        const char *bid = cand[t->b0 + t->cur];
+        int rc = 0;
+        sqlite3_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
+        if (!s || (rc = store_bind_text(st, s, 1, bid)) || (rc = store_bind_int(st, s, 2, now)) ||
+            (rc = store_bind_int(st, s, 3, q)))
+            return rc;
+        t->buf = calloc((size_t)q, sizeof *t->buf);
+        if (!t->buf) {
+            sqlite3_reset(s);
+            return ERR_NOMEM;
+        }
+        int r;
+        while ((r = sqlite3_step(s)) == SQLITE_ROW && t->bn < (size_t)q) {
+            struct store_leased *it = &t->buf[t->bn];
+            store_col_text(s, 0, it->id, sizeof it->id);
+            snprintf(it->batch_id, sizeof it->batch_id, "%s", bid);
+            snprintf(it->tenant_id, sizeof it->tenant_id, "%s", t->id);
+            it->custom_id = store_col_dup(s, 1, &rc);
+            const void *body = sqlite3_column_text(s, 2);
+            it->body_len = (size_t)sqlite3_column_bytes(s, 2);
+            it->body = malloc(it->body_len + 1);
+            if (!it->custom_id || !it->body) {
+                free(it->custom_id);
+                free(it->body);
+                rc = ERR_NOMEM;
+                break;
+            }
+            memcpy(it->body, body ? body : "", it->body_len);
+            it->body[it->body_len] = '\0';
+            it->attempt = sqlite3_column_int64(s, 3) + 1;
+            it->prompt_tokens_est = sqlite3_column_int64(s, 4);
+            it->max_tokens = sqlite3_column_int64(s, 5);
+            t->bn++;
+        }
+        if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
+            rc = store_sqlerr(st, r, "ready requests");
+        sqlite3_reset(s);
+        if (rc)
+            return rc;
+        if (t->bn > 0)
+            return 0;
+        free(t->buf);
+        t->buf = NULL;
+        t->cur++;
+    }
+    t->done = 1;
+    return 0;
+}
+
+int store_lease_acquire(struct store *st, const struct store_lease_ask *ask, int64_t now,
+                        struct store_lease *out)
+{
+    if (!ask || !ask->worker_id || !ask->model || ask->max_requests < 1 ||
+        ask->max_requests > STORE_LEASE_MAX_REQUESTS || ask->max_tokens < 0 || ask->lease_s <= 0)
+        return ERR_INVAL;
+    char lease_id[ID_MAX];
+    int rc = id_new("lease_", lease_id, sizeof lease_id);
+    if (rc)
+        return rc;
+    char(*cand)[ID_MAX] = NULL;
+    struct rr_tenant *ts = NULL;
+    size_t nc = 0, capc = 0, nt = 0;
+    struct store_leased *items = NULL;
+    size_t n_out = 0;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    /* the worker and its model */
+    sqlite3_stmt *s = store_stmt(st, S_WORKER_HAS_MODEL, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, ask->worker_id, ask->model)))
+        goto out;
+    int r = sqlite3_step(s);
+    int64_t has = r == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    sqlite3_reset(s);
+    if (has < 0) {
+        rc = store_sqlerr(st, r, "worker model");
+        goto out;
+    }
+    if ((rc = store_worker_seen(st, ask->worker_id, -1, now)))
+        goto out; /* ERR_NOTFOUND: unknown worker */
+    if (has == 0) {
+        rc = ERR_INVAL;
+        goto out;
+    }
+    /* candidate batches, grouped by tenant */
+    char(*cand_tenant)[ID_MAX] = NULL;
+    s = store_stmt(st, S_LEASE_CANDIDATES, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, ask->worker_id, ask->model)) || (rc = store_bind_int(st, s, 3, now)))
+        goto out;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (nc == capc) {
+            size_t ncap = capc ? 2 * capc : 16;
+            char(*na)[ID_MAX] = realloc(cand, ncap * sizeof *na);
+            char(*nt2)[ID_MAX] = na ? realloc(cand_tenant, ncap * sizeof *nt2) : NULL;
+            if (na)
+                cand = na;
+            if (!na || !nt2) {
+                rc = ERR_NOMEM;
+                break;
+            }
+            cand_tenant = nt2;
+            capc = ncap;
+        }
+        store_col_text(s, 0, cand[nc], ID_MAX);
+        store_col_text(s, 1, cand_tenant[nc], ID_MAX);
+        nc++;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "lease candidates");
+    sqlite3_reset(s);
+    if (!rc && nc > 0 && !(ts = calloc(nc, sizeof *ts)))
+        rc = ERR_NOMEM;
+    for (size_t i = 0; !rc && i < nc; i++) {
+        if (nt == 0 || strcmp(ts[nt - 1].id, cand_tenant[i]) != 0) {
+            snprintf(ts[nt].id, ID_MAX, "%s", cand_tenant[i]);
+            ts[nt].b0 = i;
+            nt++;
+        }
+        ts[nt - 1].nb++;
+    }
+    free(cand_tenant);
+    if (rc || nt == 0)
+        goto out;
+    /* round-robin start: the first tenant after the one served last */
+    size_t start = 0;
+    s = store_stmt(st, S_RR_GET, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, ask->model)))
+        goto out;
+    if ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *last = (const char *)sqlite3_column_text(s, 0);
+        while (last && start < nt && strcmp(ts[start].id, last) <= 0)
+            start++;
+        if (start == nt)
+            start = 0;
+    } else if (r != SQLITE_DONE) {
+        rc = store_sqlerr(st, r, "lease_rr");
+    }
+    sqlite3_reset(s);
+    if (rc)
+        goto out;
+    if (!(items = calloc((size_t)ask->max_requests, sizeof *items))) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    int q = (int)((ask->max_requests + (int)nt - 1) / (int)nt);
+    if (q < 16)
+        q = ask->max_requests < 16 ? ask->max_requests : 16;
+    size_t active = nt, last_served = nt;
+    int64_t tokens = 0;
+    size_t bytes = 0;
+    struct store_request_change ch = {.lease_id = lease_id};
+    while (!rc && n_out < (size_t)ask->max_requests && active > 0) {
+        for (size_t k = 0; !rc && k < nt && n_out < (size_t)ask->max_requests; k++) {
+            struct rr_tenant *t = &ts[(start + k) % nt];
+            if (t->done)
+                continue;
+            if (t->bpos == t->bn && ((rc = rr_fetch(st, t, cand, now, q)) || t->done)) {
+                if (t->done)
+                    active--;
+                continue;
+            }
+            struct store_leased *it = &t->buf[t->bpos];
+            int64_t cost = it->prompt_tokens_est + it->max_tokens;
+            if (n_out > 0 && ((ask->max_tokens && tokens + cost > ask->max_tokens) ||
+                              (ask->max_bytes && bytes + it->body_len > ask->max_bytes))) {
+                t->done = 1; /* its next request does not fit this pack */
+                active--;
+                continue;
+            }
+            if ((rc = store_request_transition(st, it->id, STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now)))
+                break;
+            items[n_out++] = *it;
+            memset(it, 0, sizeof *it);
+            t->bpos++;
+            tokens += cost;
+            bytes += items[n_out - 1].body_len;
+            last_served = (size_t)(t - ts);
+        }
+    }
+    if (rc || n_out == 0)
+        goto out;
+    int64_t expires_at = now + ask->lease_s;
+    s = store_stmt(st, S_LEASE_INSERT, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, lease_id, ask->worker_id)) ||
+        (rc = store_bind_text(st, s, 3, ask->model)) || (rc = store_bind_int(st, s, 4, (int64_t)n_out)) ||
+        (rc = store_bind_int(st, s, 5, now)) || (rc = store_bind_int(st, s, 6, expires_at)) ||
+        (rc = store_step_done(st, s, "insert lease")))
+        goto out;
+    s = store_stmt(st, S_RR_PUT, &rc);
+    if (s && !(rc = bind_texts(st, s, 1, ask->model, ts[last_served].id)))
+        rc = store_step_done(st, s, "lease_rr");
+    if (!rc) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->id, sizeof out->id, "%s", lease_id);
+        out->expires_at = expires_at;
+    }
+out:
+    for (size_t i = 0; ts && i < nt; i++)
+        rr_free_buf(&ts[i]);
+    free(ts);
+    free(cand);
+    if (!rc && n_out == 0) {
+        /* nothing ready: keep the worker's last_seen, no lease row */
+        rc = store_w_end(st, 0);
+        free(items);
+        if (!rc)
+            memset(out, 0, sizeof *out);
+        return rc;
+    }
+    rc = store_w_end(st, rc);
+    if (rc) {
+        struct store_lease tmp = {.n = n_out, .items = items};
+        store_lease_clear(&tmp);
+        return rc;
+    }
+    out->n = n_out;
+    out->items = items;
+    return 0;
+}
+
+/* ---- heartbeat -------------------------------------------------------------------------------- */
+
+int store_lease_heartbeat(struct store *st, const char *lease_id, const char *worker_id,
+                          int64_t extend_s, double tokens_per_s, int64_t now,
+                          int64_t *expires_at, char (**stop_ids)[ID_MAX], size_t *n_stop)
+{
+    if (!lease_id || extend_s <= 0)
+        return ERR_INVAL;
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    struct lease_row L;
+    char(*ids)[ID_MAX] = NULL;
+    size_t n = 0;
+    int64_t exp = 0;
+    if ((rc = lease_get(st, lease_id, &L)))
+        goto out;
+    if (worker_id && strcmp(worker_id, L.worker_id) != 0) {
+        rc = ERR_NOTFOUND;
+        goto out;
+    }
+    if (L.released_at) {
+        rc = ERR_BADSTATE;
+        goto out;
+    }
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_EXTEND, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, now + extend_s)))
+        goto out;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW)
+        exp = sqlite3_column_int64(s, 0);
+    else
+        rc = r == SQLITE_DONE ? ERR_BADSTATE : store_sqlerr(st, r, "extend lease");
+    sqlite3_reset(s);
+    if (rc)
+        goto out;
+    if ((rc = store_worker_seen(st, L.worker_id, tokens_per_s, now)) == ERR_NOTFOUND)
+        rc = 0; /* worker row purged: the lease stays valid */
+    if (rc)
+        goto out;
+    s = store_stmt(st, S_LEASE_STOP_IDS, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
+        rc = store_collect_ids(st, s, &ids, &n);
+out:
+    rc = store_w_end(st, rc);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    *expires_at = exp;
+    *stop_ids = ids;
+    *n_stop = n;
+    return 0;
+}
+
+/* ---- results ----------------------------------------------------------------------------------- */
+
+const char *store_commit_outcome_name(enum store_commit_outcome o)
+{
+    static const char *const names[] = {"ok", "retry", "dead_lettered", "closed",
+                                        "duplicate", "stale", "unknown"};
+    return (unsigned)o < sizeof names / sizeof names[0] ? names[o] : "?";
+}
+
+static int result_valid(const struct store_result *it)
+{
+    if (!it->request_id || !*it->request_id || strlen(it->request_id) >= ID_MAX)
+        return 0;
+    if (it->prompt_tokens < 0 || it->completion_tokens < 0 || it->cached_tokens < 0 ||
+        it->queue_ms < 0 || it->prefill_ms < 0 || it->decode_ms < 0 || it->gpu_ms < 0)
+        return 0;
+    switch (it->kind) {
+    case STORE_RESULT_SUCCESS: return it->body && it->status_code >= 200 && it->status_code < 300;
+    case STORE_RESULT_INVALID: return it->body && it->status_code >= 400 && it->status_code < 500;
+    case STORE_RESULT_TRANSIENT: return 1;
+    default: return 0;
+    }
+}
+
+static int commit_one(struct store *st, const char *lease_id, const struct store_result *it,
+                      const struct store_retry_policy *policy, int64_t now,
+                      enum store_commit_outcome *outcome)
+{
+    struct req_info q;
+    int rc = req_info_get(st, it->request_id, &q);
+    if (rc == ERR_NOTFOUND) {
+        *outcome = STORE_COMMIT_UNKNOWN;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (!(q.status == STORE_REQ_LEASED && strcmp(q.lease_id, lease_id) == 0)) {
+        if (q.has_result && strcmp(q.result_lease, lease_id) == 0)
+            *outcome = q.result_closed ? STORE_COMMIT_CLOSED : STORE_COMMIT_DUPLICATE;
+        else
+            *outcome = STORE_COMMIT_STALE;
+        return 0;
+    }
+    struct store_request_change ch = {.lease_id = lease_id};
+    switch (it->kind) {
+    case STORE_RESULT_SUCCESS:
+        if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now)) ||
+            (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
+            return rc;
+        int64_t cost = 0;
+        if (usage_cost_micros(usage_price_find(st->opts.prices, q.model), it->prompt_tokens,
+                              it->cached_tokens < it->prompt_tokens ? it->cached_tokens : it->prompt_tokens,
+                              it->completion_tokens, &cost))
+            cost = INT64_MAX; /* unreachable: the protocol caps counts at 2^40, prices at 1e12 */
+        sqlite3_stmt *s = store_stmt(st, S_USAGE_INSERT, &rc);
+        if (!s || (rc = store_bind_int(st, s, 9, cost)) || (rc = bind_texts(st, s, 1, q.tenant_id, q.batch_id)) ||
+            (rc = bind_texts(st, s, 3, it->request_id, q.model)) ||
+            (rc = store_bind_int(st, s, 5, it->prompt_tokens)) ||
+            (rc = store_bind_int(st, s, 6, it->completion_tokens)) ||
+            (rc = store_bind_int(st, s, 7, it->cached_tokens)) || (rc = store_bind_int(st, s, 8, now)) ||
+            (rc = store_step_done(st, s, "usage")))
+            return rc;
+        *outcome = STORE_COMMIT_OK;
+        return 0;
+    case STORE_RESULT_INVALID:
+        ch.error = "invalid request";
+        if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)) ||
+            (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
+            return rc;
+        *outcome = STORE_COMMIT_OK;
+        return 0;
+    case STORE_RESULT_TRANSIENT:
+    default:
+        if (q.batch_status != STORE_BATCH_IN_PROGRESS) {
+            rc = req_end_closed(st, it->request_id, q.batch_id, STORE_REQ_LEASED, lease_id,
+                                q.batch_status == STORE_BATCH_EXPIRED, now);
+            *outcome = STORE_COMMIT_CLOSED;
+            return rc;
+        }
+        int dead = 0;
+        rc = req_retry_or_dead(st, it->request_id, q.batch_id, lease_id, q.attempts,
+                               it->error ? it->error : "transient worker error", "worker_error",
+                               policy, now, &dead);
+        *outcome = dead ? STORE_COMMIT_DEAD : STORE_COMMIT_RETRY;
+        return rc;
+    }
+}
+
+int store_results_commit(struct store *st, const char *lease_id, const char *worker_id,
+                         const struct store_result *items, size_t n,
+                         const struct store_retry_policy *policy, int64_t now,
+                         enum store_commit_outcome *outcomes)
+{
+    static const struct store_retry_policy def = STORE_RETRY_DEFAULT;
+    if (!policy)
+        policy = &def;
+    if (!lease_id || (n && (!items || !outcomes)))
+        return ERR_INVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!result_valid(&items[i]))
+            return ERR_INVAL;
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    struct lease_row L;
+    enum store_commit_outcome *tmp = NULL;
+    if ((rc = lease_get(st, lease_id, &L)))
+        goto out;
+    if (worker_id && strcmp(worker_id, L.worker_id) != 0) {
+        rc = ERR_NOTFOUND;
+        goto out;
+    }
+    if (n && !(tmp = calloc(n, sizeof *tmp))) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i]);
+    if (!rc && !L.released_at)
+        rc = lease_end_if_empty(st, lease_id, now);
+    if (!rc && worker_id && (rc = store_worker_seen(st, worker_id, -1, now)) == ERR_NOTFOUND)
+        rc = 0;
+out:
+    rc = store_w_end(st, rc);
+    if (!rc && n)
+        memcpy(outcomes, tmp, n * sizeof *tmp);
+    free(tmp);
+    return rc;
+}
+
+/* ---- release ------------------------------------------------------------------------------------ */
+
+static int release_one(struct store *st, const char *lease_id, const char *req_id, int64_t now, int *done)
+{
+    struct req_info q;
+    int rc = req_info_get(st, req_id, &q);
+    *done = 0;
+    if (rc == ERR_NOTFOUND)
+        return 0;
+    if (rc || q.status != STORE_REQ_LEASED || strcmp(q.lease_id, lease_id) != 0)
+        return rc;
+    *done = 1;
+    if (q.batch_status != STORE_BATCH_IN_PROGRESS)
+        return req_end_closed(st, req_id, q.batch_id, STORE_REQ_LEASED, lease_id,
+                              q.batch_status == STORE_BATCH_EXPIRED, now);
+    struct store_request_change ch = {
+        .lease_id = lease_id, .next_attempt_at = now, .give_back = 1, .error = NULL};
+    return store_request_transition(st, req_id, STORE_REQ_LEASED, STORE_REQ_QUEUED, &ch, now);
+}
+
+/* Ids of up to max requests still leased by lease_id. */
+static int held_ids(struct store *st, const char *lease_id, int max, char (**ids)[ID_MAX], size_t *n)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, max)))
+        return rc;
+    return store_collect_ids(st, s, ids, n);
+}
+
+int store_lease_release(struct store *st, const char *lease_id, const char *worker_id,
+                        const char (*ids)[ID_MAX], size_t n, int64_t now, int64_t *n_released)
+{
+    if (!lease_id || (n && !ids))
+        return ERR_INVAL;
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    struct lease_row L;
+    char(*held)[ID_MAX] = NULL;
+    int64_t cnt = 0;
+    if ((rc = lease_get(st, lease_id, &L)))
+        goto out;
+    if (worker_id && strcmp(worker_id, L.worker_id) != 0) {
+        rc = ERR_NOTFOUND;
+        goto out;
+    }
+    if (!ids) {
+        if ((rc = held_ids(st, lease_id, STORE_LEASE_MAX_REQUESTS, &held, &n)))
+            goto out;
+        ids = (const char(*)[ID_MAX])held;
+    }
+    for (size_t i = 0; !rc && i < n; i++) {
+        int done = 0;
+        rc = release_one(st, lease_id, ids[i], now, &done);
+        cnt += done;
+    }
+    if (!rc && !L.released_at)
+        rc = lease_end_if_empty(st, lease_id, now);
+out:
+    free(held);
+    rc = store_w_end(st, rc);
+    if (!rc && n_released)
+        *n_released = cnt;
+    return rc;
+}
+
+/* ---- sweep -------------------------------------------------------------------------------------- */
+
+static int sweep_one(struct store *st, const char *lease_id, int64_t now,
+                     const struct store_retry_policy *policy, struct store_sweep_report *rep)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    struct lease_row L;
+    char(*held)[ID_MAX] = NULL;
+    size_t n = 0;
+    struct store_sweep_report add = {0};
+    if ((rc = lease_get(st, lease_id, &L)) || L.released_at || L.expires_at > now)
+        goto out; /* extended or ended meanwhile */
+    if ((rc = held_ids(st, lease_id, STORE_LEASE_MAX_REQUESTS, &held, &n)))
+        goto out;
+    for (size_t i = 0; !rc && i < n; i++) {
+        struct req_info q;
+        if ((rc = req_info_get(st, held[i], &q)))
+            break;
+        if (q.batch_status != STORE_BATCH_IN_PROGRESS) {
+            rc = req_end_closed(st, held[i], q.batch_id, STORE_REQ_LEASED, lease_id,
+                                q.batch_status == STORE_BATCH_EXPIRED, now);
+            add.n_closed++;
+        } else {
+            int dead = 0;
+            rc = req_retry_or_dead(st, held[i], q.batch_id, lease_id, q.attempts,
+                                   "the worker's lease expired", "lease_expired", policy, now, &dead);
+            if (dead)
+                add.n_dead++;
+            else
+                add.n_requeued++;
+        }
+    }
+    if (!rc) {
+        sqlite3_stmt *s = store_stmt(st, S_LEASE_END, &rc);
+        if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
+            rc = store_step_done(st, s, "end lease");
+        add.n_leases = 1;
+    }
+out:
+    free(held);
+    rc = store_w_end(st, rc);
+    if (!rc) {
+        rep->n_leases += add.n_leases;
+        rep->n_requeued += add.n_requeued;
+        rep->n_dead += add.n_dead;
+        rep->n_closed += add.n_closed;
+    }
+    return rc;
+}
+
+int store_lease_sweep(struct store *st, int64_t now, const struct store_retry_policy *policy,
+                      int max_leases, struct store_sweep_report *rep)
+{
+    static const struct store_retry_policy def = STORE_RETRY_DEFAULT;
+    if (!policy)
+        policy = &def;
+    if (max_leases < 1)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_EXPIRED, &rc);
+    char(*ids)[ID_MAX] = NULL;
+    size_t n = 0;
+    if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max_leases)) ||
+        (rc = store_collect_ids(st, s, &ids, &n)))
+        return rc;
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = sweep_one(st, ids[i], now, policy, rep);
+    free(ids);
+    return rc;
+}
+
+/* ---- cancel / expiry ---------------------------------------------------------------------------- */
+
+struct id_pair {
+    char id[ID_MAX];
+    char lease[ID_MAX];
+};
+
+static int batch_ids_in(struct store *st, enum store_stmt_id which, const char *batch_id, int max,
+                        struct id_pair **out, size_t *n)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, which, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, max)))
+        return rc;
+    struct id_pair *arr = calloc((size_t)max, sizeof *arr);
+    if (!arr) {
+        sqlite3_reset(s);
+        return ERR_NOMEM;
+    }
+    size_t cnt = 0;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)max) {
+        store_col_text(s, 0, arr[cnt].id, ID_MAX);
+        store_col_text(s, 1, arr[cnt].lease, ID_MAX);
+        cnt++;
+    }
+    if (r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "batch requests");
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *out = arr;
+    *n = cnt;
+    return 0;
+}
+
+int store_batch_has_leased(struct store *st, const char *batch_id, int *yes)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_HAS_LEASED, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW || r == SQLITE_DONE)
+        *yes = r == SQLITE_ROW;
+    else
+        rc = store_sqlerr(st, r, "has leased");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_batch_stop_step(struct store *st, const char *batch_id, int64_t now, int chunk,
+                          int64_t *n_done, int *left)
+{
+    if (chunk < 1)
+        return ERR_INVAL;
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    struct store_batch b;
+    struct id_pair *ids = NULL;
+    size_t n = 0, n2 = 0;
+    int more = 0;
+    int64_t done = 0;
+    if ((rc = store_batch_get(st, NULL, batch_id, &b)))
+        goto out;
+    store_batch_release(&b);
+    int cancelling = b.status == STORE_BATCH_CANCELLING && b.at[STORE_BATCH_IN_PROGRESS];
+    int expiring = b.status == STORE_BATCH_IN_PROGRESS && b.expires_at <= now;
+    if (!cancelling && !expiring)
+        goto out;
+    if ((rc = batch_ids_in(st, S_BATCH_QUEUED_IDS, batch_id, chunk, &ids, &n)))
+        goto out;
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = req_end_closed(st, ids[i].id, batch_id, STORE_REQ_QUEUED, NULL, expiring, now);
+    done += (int64_t)n;
+    free(ids);
+    ids = NULL;
+    if (rc)
+        goto out;
+    if (cancelling) {
+        int leased = 0;
+        if (n == (size_t)chunk)
+            more = 1;
+        else if (!(rc = store_batch_has_leased(st, batch_id, &leased)))
+            more = leased;
+        goto out;
+    }
+    /* expiring: leased requests end too, under their lease (heartbeats report them) */
+    if (n < (size_t)chunk) {
+        if ((rc = batch_ids_in(st, S_BATCH_LEASED_IDS, batch_id, chunk - (int)n, &ids, &n2)))
+            goto out;
+        for (size_t i = 0; !rc && i < n2; i++)
+            rc = req_end_closed(st, ids[i].id, batch_id, STORE_REQ_LEASED, ids[i].lease, 1, now);
+        for (size_t i = 0; !rc && i < n2; i++)
+            rc = lease_end_if_empty(st, ids[i].lease, now);
+        done += (int64_t)n2;
+    }
+    if (rc)
+        goto out;
+    if (n + n2 == (size_t)chunk)
+        more = 1;
+    else
+        rc = store_batch_transition(st, batch_id, STORE_BATCH_IN_PROGRESS, STORE_BATCH_FINALIZING, now);
+out:
+    free(ids);
+    rc = store_w_end(st, rc);
+    if (!rc) {
+        *n_done = done;
+        if (left)
+            *left = more;
+    }
+    return rc;
+}
+
+/* ---- dead letters ---------------------------------------------------------------------------------- */
+
+void store_dead_letter_list_free(struct store_dead_letter *items, size_t n)
+{
+    for (size_t i = 0; items && i < n; i++) {
+        free(items[i].last_error);
+        free(items[i].line);
+    }
+    free(items);
+}
+
+int store_dead_letter_list(struct store *st, const char *tenant_id, const char *batch_id,
+                           const char *after, int limit, struct store_dead_letter **items,
+                           size_t *n, int *has_more)
+{
+    if (limit < 1 || limit > 1000)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, batch_id ? S_DL_COLS_LIST_BATCH : S_DL_COLS_LIST_ALL, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, batch_id, tenant_id)) || (rc = store_bind_text(st, s, 3, after)) ||
+        (rc = store_bind_int(st, s, 4, limit + 1)))
+        return rc;
+    struct store_dead_letter *arr = calloc((size_t)limit, sizeof *arr);
+    if (!arr) {
+        sqlite3_reset(s);
+        return ERR_NOMEM;
+    }
+    size_t cnt = 0;
+    int more = 0, r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == (size_t)limit) {
+            more = 1;
+            break;
+        }
+        struct store_dead_letter *d = &arr[cnt++];
+        store_col_text(s, 0, d->request_id, sizeof d->request_id);
+        store_col_text(s, 1, d->batch_id, sizeof d->batch_id);
+        store_col_text(s, 2, d->tenant_id, sizeof d->tenant_id);
+        store_col_text(s, 3, d->custom_id, sizeof d->custom_id);
+        d->attempts = sqlite3_column_int64(s, 4);
+        store_col_text(s, 5, d->reason, sizeof d->reason);
+        d->last_error = store_col_dup(s, 6, &rc);
+        d->line = store_col_dup(s, 7, &rc);
+        d->created_at = sqlite3_column_int64(s, 8);
+        if (rc)
+            break;
+    }
+    if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "list dead letters");
+    sqlite3_reset(s);
+    if (rc) {
+        store_dead_letter_list_free(arr, cnt);
+        return rc;
+    }
+    *items = arr;
+    *n = cnt;
+    *has_more = more;
+    return 0;
+}
+
+int store_dead_letter_retry(struct store *st, const char *tenant_id, const char *request_id,
+                            int64_t now)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_DL_GET, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, request_id, tenant_id)))
+        return store_w_end(st, rc);
+    int r = sqlite3_step(s);
+    enum store_batch_status bs = STORE_BATCH__COUNT;
+    int64_t bexp = 0;
+    if (r == SQLITE_ROW) {
+        if (store_batch_status_parse((const char *)sqlite3_column_text(s, 1), &bs))
+            rc = ERR_CORRUPT;
+        bexp = sqlite3_column_int64(s, 2);
+    } else {
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get dead letter");
+    }
+    sqlite3_reset(s);
+    if (!rc && (bs != STORE_BATCH_IN_PROGRESS || bexp <= now))
+        rc = ERR_BADSTATE;
+    if (!rc && (s = store_stmt(st, S_DL_DELETE, &rc)) && !(rc = store_bind_text(st, s, 1, request_id)))
+        rc = store_step_done(st, s, "delete dead letter");
+    if (!rc && (s = store_stmt(st, S_RESULT_DELETE, &rc)) && !(rc = store_bind_text(st, s, 1, request_id)))
+        rc = store_step_done(st, s, "delete result");
+    if (!rc) {
+        struct store_request_change ch = {.next_attempt_at = now};
+        rc = store_request_transition(st, request_id, STORE_REQ_FAILED, STORE_REQ_QUEUED, &ch, now);
+    }
+    return store_w_end(st, rc);
+}
+
+/* ---- finalization support ------------------------------------------------------------------------- */
+
+int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, int limit,
+                       int (*fn)(void *ctx, const struct store_result_row *row), void *ctx,
+                       int *n_rows)
+{
+    if (limit < 1)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_RESULTS_SCAN, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, *cursor)) ||
+        (rc = store_bind_int(st, s, 3, limit)))
+        return rc;
+    int r, cnt = 0;
+    int64_t cur = *cursor;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_result_row row = {
+            .request_id = (const char *)sqlite3_column_text(s, 1),
+            .custom_id = (const char *)sqlite3_column_text(s, 2),
+            .status_code = sqlite3_column_type(s, 3) == SQLITE_NULL ? 0 : sqlite3_column_int(s, 3),
+            .error_code = (const char *)sqlite3_column_text(s, 5),
+            .error_message = (const char *)sqlite3_column_text(s, 6),
+            .prompt_tokens = sqlite3_column_int64(s, 7),
+            .completion_tokens = sqlite3_column_int64(s, 8),
+            .cached_tokens = sqlite3_column_int64(s, 9),
+        };
+        if (sqlite3_column_type(s, 4) != SQLITE_NULL) {
+            row.body = sqlite3_column_blob(s, 4);
+            row.body_len = (size_t)sqlite3_column_bytes(s, 4);
+            if (!row.body)
+                row.body = "";
+        }
+        cur = sqlite3_column_int64(s, 0);
+        cnt++;
+        if (!row.request_id || !row.custom_id) {
+            rc = ERR_CORRUPT;
+            break;
+        }
+        if ((rc = fn(ctx, &row)))
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "scan results");
+    sqlite3_reset(s);
+    if (rc)
+        return rc;
+    *cursor = cur;
+    *n_rows = cnt;
+    return 0;
+}
+
+int store_batch_ids_to_finalize(struct store *st, int64_t now, int max, char (**ids)[ID_MAX], size_t *n)
+{
+    if (max < 1)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_FINALIZE_IDS, &rc);
+    if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max)))
+        return rc;
+    return store_collect_ids(st, s, ids, n);
+}
+
+int store_batch_finish(struct store *st, const char *batch_id, enum store_batch_status from,
+                       enum store_batch_status to, const struct store_batch_final *fin, int64_t now)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    if ((rc = store_batch_transition(st, batch_id, from, to, now)))
+        return store_w_end(st, rc);
+    if (fin->output && (rc = store_file_create(st, fin->output)))
+        return store_w_end(st, rc);
+    if (fin->errors && (rc = store_file_create(st, fin->errors)))
+        return store_w_end(st, rc);
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_FINISH, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, batch_id)) &&
+        !(rc = bind_texts(st, s, 2, fin->output ? fin->output->id : NULL, fin->errors ? fin->errors->id : NULL)) &&
+        !(rc = store_bind_int(st, s, 4, fin->n_completed)) && !(rc = store_bind_int(st, s, 5, fin->n_failed)) &&
+        !(rc = store_bind_int(st, s, 6, fin->prompt_tokens)) &&
+        !(rc = store_bind_int(st, s, 7, fin->completion_tokens)) &&
+        !(rc = store_bind_int(st, s, 8, fin->cached_tokens)))
+        rc = store_step_done(st, s, "finish batch");
+    return store_w_end(st, rc);
+}

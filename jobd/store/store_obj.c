@@ -1,0 +1,763 @@
+/*
+ * store_obj.c - files, batches and requests: rows, tenant-scoped reads,
+ * cursor pagination, and the two state-transition functions (the only
+ * writers of batches.status and requests.status), plus the ingest support
+ * calls. See store.h for the state tables. Same threading as store.c.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/js.h"
+#include "common/log.h"
+#include "jobd/store/store_int.h"
+#include "jobd/store/store_webhook.h"
+
+/* ---- files ---------------------------------------------------------------------------- */
+
+static int one_of(const char *s, const char *const *set)
+{
+    for (; *set; set++)
+        if (strcmp(s, *set) == 0)
+            return 1;
+    return 0;
+}
+
+int store_file_create(struct store *st, struct store_file *f)
+{
+    static const char *const purposes[] = {"batch", "batch_output", NULL};
+    static const char *const encodings[] = {"identity", "zstd", NULL};
+    static const char *const statuses[] = {"uploaded", "processed", "error", NULL};
+    if (!*f->encoding)
+        snprintf(f->encoding, sizeof f->encoding, "identity");
+    if (!*f->status)
+        snprintf(f->status, sizeof f->status, "processed");
+    if (!one_of(f->purpose, purposes) || !one_of(f->encoding, encodings) ||
+        !one_of(f->status, statuses) || f->bytes < 0 || !*f->storage_path)
+        return ERR_INVAL;
+    int rc = 0;
+    if (!*f->id && (rc = id_new("file-", f->id, sizeof f->id)))
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_FILE_INSERT, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, f->id)) && !(rc = store_bind_text(st, s, 2, f->tenant_id)) &&
+        !(rc = store_bind_text(st, s, 3, f->purpose)) &&
+        !(rc = store_bind_text(st, s, 4, f->filename)) && !(rc = store_bind_int(st, s, 5, f->bytes)) &&
+        !(rc = store_bind_text(st, s, 6, f->sha256)) &&
+        !(rc = store_bind_text(st, s, 7, f->storage_path)) &&
+        !(rc = store_bind_text(st, s, 8, f->encoding)) && !(rc = store_bind_text(st, s, 9, f->status)) &&
+        !(rc = store_bind_int(st, s, 10, f->created_at))) {
+        if (f->expires_at)
+            rc = store_bind_int(st, s, 11, f->expires_at);
+        if (!rc)
+            rc = store_step_done(st, s, "insert file");
+    }
+    return store_w_end(st, rc);
+}
+
+static void file_row(sqlite3_stmt *s, struct store_file *f)
+{
+    memset(f, 0, sizeof *f);
+    store_col_text(s, 0, f->id, sizeof f->id);
+    store_col_text(s, 1, f->tenant_id, sizeof f->tenant_id);
+    store_col_text(s, 2, f->purpose, sizeof f->purpose);
+    store_col_text(s, 3, f->filename, sizeof f->filename);
+    f->bytes = sqlite3_column_int64(s, 4);
+    store_col_text(s, 5, f->sha256, sizeof f->sha256);
+    store_col_text(s, 6, f->storage_path, sizeof f->storage_path);
+    store_col_text(s, 7, f->encoding, sizeof f->encoding);
+    store_col_text(s, 8, f->status, sizeof f->status);
+    f->created_at = sqlite3_column_int64(s, 9);
+    f->expires_at = sqlite3_column_int64(s, 10);
+}
+
+int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_FILE_GET, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, id)) || (rc = store_bind_text(st, s, 2, tenant_id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW)
+        file_row(s, out);
+    else
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get file");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_file_list(struct store *st, const char *tenant_id, const char *purpose, int desc,
+                    const char *after, int limit, struct store_file **items, size_t *n,
+                    int *has_more)
+{
+    if (limit < 1 || limit > 10000)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, desc ? S_FILE_LIST_DESC : S_FILE_LIST_ASC, &rc);
+    if (!s)
+        return rc;
+    struct store_file *arr = calloc((size_t)limit, sizeof *arr);
+    if (!arr)
+        return ERR_NOMEM;
+    size_t cnt = 0;
+    int more = 0, r;
+    if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, purpose)) ||
+        (rc = store_bind_text(st, s, 3, after)) || (rc = store_bind_int(st, s, 4, limit + 1)))
+        goto out;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == (size_t)limit) {
+            more = 1;
+            break;
+        }
+        file_row(s, &arr[cnt++]);
+    }
+    if (r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "list files");
+out:
+    sqlite3_reset(s);
+    if (rc) {
+        free(arr);
+        return rc;
+    }
+    *items = arr;
+    *n = cnt;
+    *has_more = more;
+    return 0;
+}
+
+int store_file_delete(struct store *st, const char *tenant_id, const char *id,
+                      char storage_path_out[256])
+{
+    int rc = 0;
+    char path[256] = "";
+    sqlite3_stmt *s = store_stmt(st, S_FILE_DELETE, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_text(st, s, 2, tenant_id))) {
+        int r = sqlite3_step(s);
+        if (r == SQLITE_ROW) {
+            store_col_text(s, 0, path, sizeof path);
+            rc = store_step_done(st, s, "delete file");
+        } else {
+            rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "delete file");
+        }
+        sqlite3_reset(s);
+    }
+    if ((rc = store_w_end(st, rc)))
+        return rc;
+    if (storage_path_out)
+        snprintf(storage_path_out, 256, "%s", path);
+    return 0;
+}
+
+/* ---- batches: states ------------------------------------------------------------------- */
+
+static const char *const batch_status_names[STORE_BATCH__COUNT] = {
+    "validating", "failed", "in_progress", "finalizing",
+    "completed",  "expired", "cancelling", "cancelled",
+};
+
+const char *store_batch_status_name(enum store_batch_status s)
+{
+    return (unsigned)s < STORE_BATCH__COUNT ? batch_status_names[s] : "?";
+}
+
+int store_batch_status_parse(const char *s, enum store_batch_status *out)
+{
+    for (int i = 0; s && i < STORE_BATCH__COUNT; i++)
+        if (strcmp(s, batch_status_names[i]) == 0) {
+            *out = (enum store_batch_status)i;
+            return 0;
+        }
+    return ERR_INVAL;
+}
+
+int store_batch_edge_allowed(enum store_batch_status from, enum store_batch_status to)
+{
+    switch (from) {
+    case STORE_BATCH_VALIDATING:
+        return to == STORE_BATCH_IN_PROGRESS || to == STORE_BATCH_FAILED || to == STORE_BATCH_CANCELLING;
+    case STORE_BATCH_IN_PROGRESS:
+        return to == STORE_BATCH_FINALIZING || to == STORE_BATCH_EXPIRED || to == STORE_BATCH_CANCELLING;
+    case STORE_BATCH_FINALIZING:
+        return to == STORE_BATCH_COMPLETED || to == STORE_BATCH_EXPIRED || to == STORE_BATCH_CANCELLING;
+    case STORE_BATCH_CANCELLING:
+        return to == STORE_BATCH_CANCELLED;
+    default:
+        return 0;
+    }
+}
+
+/* ---- batches: rows ---------------------------------------------------------------------- */
+
+void store_batch_release(struct store_batch *b)
+{
+    if (!b)
+        return;
+    free(b->metadata);
+    free(b->errors);
+    b->metadata = b->errors = NULL;
+}
+
+void store_batch_list_free(struct store_batch *items, size_t n)
+{
+    for (size_t i = 0; items && i < n; i++)
+        store_batch_release(&items[i]);
+    free(items);
+}
+
+int store_batch_row(sqlite3_stmt *s, struct store_batch *b)
+{
+    int rc = 0;
+    memset(b, 0, sizeof *b);
+    store_col_text(s, 0, b->id, sizeof b->id);
+    store_col_text(s, 1, b->tenant_id, sizeof b->tenant_id);
+    store_col_text(s, 2, b->endpoint, sizeof b->endpoint);
+    store_col_text(s, 3, b->input_file_id, sizeof b->input_file_id);
+    b->completion_window_s = sqlite3_column_int64(s, 4);
+    if (store_batch_status_parse((const char *)sqlite3_column_text(s, 5), &b->status))
+        return ERR_CORRUPT;
+    store_col_text(s, 6, b->model, sizeof b->model);
+    b->metadata = store_col_dup(s, 7, &rc);
+    b->errors = store_col_dup(s, 8, &rc);
+    store_col_text(s, 9, b->output_file_id, sizeof b->output_file_id);
+    store_col_text(s, 10, b->error_file_id, sizeof b->error_file_id);
+    b->n_total = sqlite3_column_int64(s, 11);
+    b->n_completed = sqlite3_column_int64(s, 12);
+    b->n_failed = sqlite3_column_int64(s, 13);
+    b->created_at = sqlite3_column_int64(s, 14);
+    b->expires_at = sqlite3_column_int64(s, 15);
+    b->at[STORE_BATCH_VALIDATING] = b->created_at;
+    b->at[STORE_BATCH_IN_PROGRESS] = sqlite3_column_int64(s, 16);
+    b->at[STORE_BATCH_FINALIZING] = sqlite3_column_int64(s, 17);
+    b->at[STORE_BATCH_COMPLETED] = sqlite3_column_int64(s, 18);
+    b->at[STORE_BATCH_FAILED] = sqlite3_column_int64(s, 19);
+    b->at[STORE_BATCH_EXPIRED] = sqlite3_column_int64(s, 20);
+    b->at[STORE_BATCH_CANCELLING] = sqlite3_column_int64(s, 21);
+    b->at[STORE_BATCH_CANCELLED] = sqlite3_column_int64(s, 22);
+    b->ingest_line = sqlite3_column_int64(s, 23);
+    b->ingest_requests = sqlite3_column_int64(s, 24);
+    b->priority = sqlite3_column_int64(s, 25);
+    b->usage_prompt_tokens = sqlite3_column_int64(s, 26);
+    b->usage_completion_tokens = sqlite3_column_int64(s, 27);
+    b->usage_cached_tokens = sqlite3_column_int64(s, 28);
+    b->usage_cost_micros = sqlite3_column_int64(s, 29);
+    if (rc)
+        store_batch_release(b);
+    return rc;
+}
+
+/* Metadata: a JSON object of <= 16 string pairs, key <= 64, value <= 512
+ * bytes; a "priority" value must be an integer -1000..1000 in decimal text,
+ * which goes to *priority. */
+static int metadata_ok(const char *text, int64_t *priority)
+{
+    json_t *v = NULL;
+    struct js_limits lim = {16384, 2, 0};
+    if (js_parse(text, strlen(text), &lim, &v, NULL))
+        return 0;
+    int ok = json_is_object(v) && json_object_size(v) <= STORE_METADATA_MAX_PAIRS;
+    const char *k;
+    json_t *val;
+    json_object_foreach(v, k, val)
+    {
+        if (!ok)
+            break;
+        ok = strlen(k) <= STORE_METADATA_MAX_KEY && json_is_string(val) &&
+             json_string_length(val) <= STORE_METADATA_MAX_VALUE;
+        if (ok && strcmp(k, "priority") == 0) {
+            const char *p = json_string_value(val);
+            char *end = NULL;
+            errno = 0;
+            long long pr = strtoll(p, &end, 10);
+            ok = *p && end && *end == '\0' && errno == 0 && pr >= -STORE_PRIORITY_MAX &&
+                 pr <= STORE_PRIORITY_MAX;
+            if (ok)
+                *priority = pr;
+        }
+    }
+    json_decref(v);
+    return ok;
+}
+
+int store_batch_create(struct store *st, const char *tenant_id, const struct store_batch_new *nb,
+                       int64_t now, struct store_batch *out)
+{
+    int64_t priority = 0;
+    if (!nb->endpoint || (strcmp(nb->endpoint, "/v1/chat/completions") != 0 &&
+                          strcmp(nb->endpoint, "/v1/completions") != 0))
+        return ERR_INVAL;
+    if (nb->completion_window_s <= 0 || nb->completion_window_s > 365 * 86400 ||
+        (nb->metadata && !metadata_ok(nb->metadata, &priority)))
+        return ERR_INVAL;
+    struct store_file f;
+    int rc = store_file_get(st, tenant_id, nb->input_file_id ? nb->input_file_id : "", &f);
+    if (rc)
+        return rc;
+    if (strcmp(f.purpose, "batch") != 0)
+        return ERR_INVAL;
+    char id[ID_MAX];
+    if ((rc = id_new("batch_", id, sizeof id)))
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_INSERT, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_text(st, s, 2, tenant_id)) &&
+        !(rc = store_bind_text(st, s, 3, nb->endpoint)) &&
+        !(rc = store_bind_text(st, s, 4, nb->input_file_id)) &&
+        !(rc = store_bind_int(st, s, 5, nb->completion_window_s)) &&
+        !(rc = store_bind_text(st, s, 6, nb->metadata)) && !(rc = store_bind_int(st, s, 7, now)) &&
+        !(rc = store_bind_int(st, s, 8, now + nb->completion_window_s)) &&
+        !(rc = store_bind_int(st, s, 9, priority)))
+        rc = store_step_done(st, s, "insert batch");
+    sqlite3_clear_bindings(s);
+    if (!rc && out)
+        rc = store_batch_get(st, tenant_id, id, out);
+    return store_w_end(st, rc);
+}
+
+int store_batch_get(struct store *st, const char *tenant_id, const char *id, struct store_batch *out)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_GET, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, id)) || (rc = store_bind_text(st, s, 2, tenant_id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW)
+        rc = store_batch_row(s, out);
+    else
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get batch");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_batch_list(struct store *st, const char *tenant_id, const char *after, int limit,
+                     struct store_batch **items, size_t *n, int *has_more)
+{
+    if (limit < 1 || limit > 100)
+        return ERR_INVAL;
+    int rc = 0;
+    if (after) { /* a cursor must be one of the tenant's own batches */
+        struct store_batch cur;
+        if ((rc = store_batch_get(st, tenant_id, after, &cur)))
+            return rc;
+        store_batch_release(&cur);
+    }
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_LIST, &rc);
+    if (!s)
+        return rc;
+    struct store_batch *arr = calloc((size_t)limit, sizeof *arr);
+    if (!arr)
+        return ERR_NOMEM;
+    size_t cnt = 0;
+    int more = 0, r = SQLITE_DONE;
+    if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, after)) ||
+        (rc = store_bind_int(st, s, 3, limit + 1)))
+        goto out;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (cnt == (size_t)limit) {
+            more = 1;
+            break;
+        }
+        if ((rc = store_batch_row(s, &arr[cnt])))
+            goto out;
+        cnt++;
+    }
+    if (r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "list batches");
+out:
+    sqlite3_reset(s);
+    if (rc) {
+        store_batch_list_free(arr, cnt);
+        return rc;
+    }
+    *items = arr;
+    *n = cnt;
+    *has_more = more;
+    return 0;
+}
+
+int store_batch_ids_in(struct store *st, enum store_batch_status status, char (**ids)[ID_MAX],
+                       size_t *n)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_IDS_IN, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, store_batch_status_name(status))))
+        return rc;
+    return store_collect_ids(st, s, ids, n);
+}
+
+/* After an UPDATE ... WHERE id AND status changed nothing: NOTFOUND or BADSTATE. */
+static int batch_why_unchanged(struct store *st, const char *id)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_EXISTS, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, id)))
+        return rc;
+    int r = sqlite3_step(s);
+    rc = r == SQLITE_ROW ? ERR_BADSTATE : r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "batch");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_batch_transition(struct store *st, const char *id, enum store_batch_status from,
+                           enum store_batch_status to, int64_t now)
+{
+    if (!store_batch_edge_allowed(from, to)) {
+        log_warn("store: refused batch transition %s -> %s for %s", store_batch_status_name(from),
+                 store_batch_status_name(to), id);
+        return ERR_BADSTATE;
+    }
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_TRANSITION, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, id)) &&
+        !(rc = store_bind_text(st, s, 2, store_batch_status_name(to))) &&
+        !(rc = store_bind_text(st, s, 3, store_batch_status_name(from))) &&
+        !(rc = store_bind_int(st, s, 4, now)) && !(rc = store_step_done(st, s, "batch transition")) &&
+        sqlite3_changes(st->db) == 0) {
+        rc = batch_why_unchanged(st, id);
+        if (rc == ERR_BADSTATE)
+            log_warn("store: batch %s is not %s (wanted -> %s)", id, store_batch_status_name(from),
+                     store_batch_status_name(to));
+    }
+    /* the outbox: a terminal state's webhook event commits with the change itself */
+    if (!rc)
+        rc = store_wh_event_for_batch(st, id, to, now);
+    return store_w_end(st, rc);
+}
+
+int store_batch_cancel(struct store *st, const char *tenant_id, const char *id, int64_t now,
+                       struct store_batch *out)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    struct store_batch b;
+    if ((rc = store_batch_get(st, tenant_id, id, &b)))
+        return store_w_end(st, rc);
+    enum store_batch_status cur = b.status;
+    store_batch_release(&b);
+    if (cur != STORE_BATCH_CANCELLING && cur != STORE_BATCH_CANCELLED)
+        rc = store_batch_transition(st, id, cur, STORE_BATCH_CANCELLING, now);
+    if (!rc && out)
+        rc = store_batch_get(st, tenant_id, id, out);
+    return store_w_end(st, rc);
+}
+
+int store_batch_count_by_status(struct store *st, int64_t counts[STORE_BATCH__COUNT])
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_STATUS_COUNTS, &rc);
+    if (!s)
+        return rc;
+    int64_t tmp[STORE_BATCH__COUNT] = {0};
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        enum store_batch_status b;
+        if (store_batch_status_parse((const char *)sqlite3_column_text(s, 0), &b) == 0)
+            tmp[b] = sqlite3_column_int64(s, 1);
+    }
+    if (r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "count batches");
+    sqlite3_reset(s);
+    if (!rc)
+        memcpy(counts, tmp, sizeof tmp);
+    return rc;
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static const char *const req_status_names[STORE_REQ__COUNT] = {"queued", "leased", "succeeded",
+                                                               "failed"};
+
+const char *store_request_status_name(enum store_request_status s)
+{
+    return (unsigned)s < STORE_REQ__COUNT ? req_status_names[s] : "?";
+}
+
+int store_request_edge_allowed(enum store_request_status from, enum store_request_status to)
+{
+    switch (from) {
+    case STORE_REQ_QUEUED: return to == STORE_REQ_LEASED || to == STORE_REQ_FAILED;
+    case STORE_REQ_LEASED:
+        return to == STORE_REQ_QUEUED || to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED;
+    case STORE_REQ_FAILED: return to == STORE_REQ_QUEUED; /* dead-letter retry */
+    default: return 0;
+    }
+}
+
+int store_request_transition(struct store *st, const char *id, enum store_request_status from,
+                             enum store_request_status to, const struct store_request_change *ch,
+                             int64_t now)
+{
+    static const struct store_request_change none = {0};
+    if (!ch)
+        ch = &none;
+    if (!store_request_edge_allowed(from, to)) {
+        log_warn("store: refused request transition %s -> %s for %s",
+                 store_request_status_name(from), store_request_status_name(to), id);
+        return ERR_BADSTATE;
+    }
+    if (to == STORE_REQ_LEASED && (!ch->lease_id || !*ch->lease_id))
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_TRANSITION, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    char batch_id[ID_MAX] = "";
+    if (!(rc = store_bind_text(st, s, 1, id)) &&
+        !(rc = store_bind_text(st, s, 2, store_request_status_name(to))) &&
+        !(rc = store_bind_text(st, s, 3, store_request_status_name(from))) &&
+        !(rc = store_bind_text(st, s, 4, from == STORE_REQ_LEASED ? ch->lease_id : NULL)) &&
+        !(rc = store_bind_int(st, s, 5, now)) &&
+        !(rc = store_bind_text(st, s, 6, to == STORE_REQ_LEASED ? ch->lease_id : NULL)) &&
+        !(rc = store_bind_int(st, s, 7, ch->next_attempt_at)) &&
+        !(rc = store_bind_text(st, s, 8, ch->error)) &&
+        !(rc = store_bind_int(st, s, 9, from == STORE_REQ_LEASED && to == STORE_REQ_QUEUED && ch->give_back))) {
+        int r = sqlite3_step(s);
+        if (r == SQLITE_ROW) {
+            store_col_text(s, 0, batch_id, sizeof batch_id);
+            rc = store_step_done(st, s, "request transition");
+        } else if (r == SQLITE_DONE) {
+            struct store_request q;
+            sqlite3_reset(s);
+            rc = store_request_get(st, id, &q);
+            if (!rc) {
+                rc = ERR_BADSTATE;
+                log_warn("store: request %s is %s (wanted %s -> %s)", id,
+                         store_request_status_name(q.status), store_request_status_name(from),
+                         store_request_status_name(to));
+            }
+        } else {
+            rc = store_sqlerr(st, r, "request transition");
+        }
+        sqlite3_reset(s);
+    }
+    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED)) {
+        sqlite3_stmt *c = store_stmt(st, S_BATCH_COUNT_DONE, &rc);
+        if (c && !(rc = store_bind_text(st, c, 1, batch_id)) &&
+            !(rc = store_bind_int(st, c, 2, to == STORE_REQ_SUCCEEDED)) &&
+            !(rc = store_bind_int(st, c, 3, from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED)))
+            rc = store_step_done(st, c, "count request");
+    }
+    return store_w_end(st, rc);
+}
+
+int store_request_get(struct store *st, const char *id, struct store_request *out)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_GET, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+        struct store_request q;
+        memset(&q, 0, sizeof q);
+        store_col_text(s, 0, q.id, sizeof q.id);
+        store_col_text(s, 1, q.batch_id, sizeof q.batch_id);
+        q.line = sqlite3_column_int64(s, 2);
+        store_col_text(s, 3, q.custom_id, sizeof q.custom_id);
+        store_col_text(s, 4, q.model, sizeof q.model);
+        const char *status = (const char *)sqlite3_column_text(s, 5);
+        q.status = STORE_REQ__COUNT;
+        for (int i = 0; status && i < STORE_REQ__COUNT; i++)
+            if (strcmp(status, req_status_names[i]) == 0)
+                q.status = (enum store_request_status)i;
+        q.attempts = sqlite3_column_int64(s, 6);
+        q.next_attempt_at = sqlite3_column_int64(s, 7);
+        store_col_text(s, 8, q.lease_id, sizeof q.lease_id);
+        q.prompt_tokens_est = sqlite3_column_int64(s, 9);
+        q.max_tokens = sqlite3_column_int64(s, 10);
+        if (q.status == STORE_REQ__COUNT)
+            rc = ERR_CORRUPT;
+        else
+            *out = q;
+    } else {
+        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get request");
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_request_count(struct store *st, const char *batch_id, int64_t *n, int64_t *n_distinct)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_COUNT, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+        *n = sqlite3_column_int64(s, 0);
+        *n_distinct = sqlite3_column_int64(s, 1);
+    } else {
+        rc = store_sqlerr(st, r, "count requests");
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* ---- ingest support ------------------------------------------------------------------------- */
+
+/* A new "req_" id of the common/id.h shape (48-bit ms + 80 bits, Crockford
+ * base32), generated as ULIDs in monotonic mode: the 80 bits are drawn from
+ * the CSPRNG when the millisecond changes and incremented within one. Ids
+ * from one store therefore sort in insertion order (line order within a
+ * batch), stay unguessable across milliseconds, and cost one random draw per
+ * ms instead of one per row (ingest inserts ~10^5 rows/s). */
+static int store_request_id(struct store *st, char out[ID_MAX])
+{
+    static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+    int64_t ms = clock_wall_ms();
+    if (ms > st->rid_ms) {
+        if (crypto_random(st->rid_rnd, sizeof st->rid_rnd))
+            return ERR_CRYPTO;
+        st->rid_rnd[0] &= 0x7f; /* headroom: increments never wrap */
+        st->rid_ms = ms;
+    } else {
+        for (int i = 9; i >= 0 && ++st->rid_rnd[i] == 0; i--)
+            ;
+    }
+    uint8_t bits[16];
+    uint64_t t = (uint64_t)st->rid_ms & 0xffffffffffffull;
+    for (int i = 0; i < 6; i++)
+        bits[i] = (uint8_t)(t >> (40 - 8 * i));
+    memcpy(bits + 6, st->rid_rnd, 10);
+    memcpy(out, "req_", 4);
+    /* 26 digits of 5 bits over 130 bits, the top two zero (as id.c) */
+    unsigned __int128 v = 0;
+    for (int i = 0; i < 16; i++)
+        v = v << 8 | bits[i];
+    for (int d = ID_BODY_LEN - 1; d >= 0; d--) {
+        out[4 + d] = alphabet[(unsigned)(v & 31)];
+        v >>= 5;
+    }
+    out[4 + ID_BODY_LEN] = '\0';
+    return 0;
+}
+
+int store_request_add(struct store *st, const struct store_request_new *q, int64_t *dup_line)
+{
+    if (st->depth == 0)
+        return ERR_BADSTATE;
+    char id[ID_MAX];
+    int rc = store_request_id(st, id);
+    if (rc)
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_INSERT, &rc);
+    if (!s)
+        return rc;
+    int r;
+    if ((r = sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC)) ||
+        (r = sqlite3_bind_text(s, 2, q->batch_id, -1, SQLITE_STATIC)) ||
+        (r = sqlite3_bind_text(s, 3, q->tenant_id, -1, SQLITE_STATIC)) ||
+        (r = sqlite3_bind_int64(s, 4, q->line)) ||
+        (r = sqlite3_bind_text(s, 5, q->custom_id, -1, SQLITE_STATIC)) ||
+        (r = sqlite3_bind_text(s, 6, q->model, -1, SQLITE_STATIC)) ||
+        (r = sqlite3_bind_text(s, 7, q->body, (int)q->body_len, SQLITE_STATIC)) ||
+        (r = sqlite3_bind_int64(s, 8, q->prompt_tokens_est)) ||
+        (r = sqlite3_bind_int64(s, 9, q->max_tokens)) || (r = sqlite3_bind_int64(s, 10, q->now)))
+        return store_sqlerr(st, r, "bind request");
+    if ((rc = store_step_done(st, s, "insert request")))
+        return rc;
+    if (sqlite3_changes(st->db) == 1)
+        return 0;
+    /* ON CONFLICT DO NOTHING: the custom_id is taken; find the first line. */
+    sqlite3_stmt *d = store_stmt(st, S_REQ_DUP_LINE, &rc);
+    if (!d || (rc = store_bind_text(st, d, 1, q->batch_id)) || (rc = store_bind_text(st, d, 2, q->custom_id)))
+        return rc;
+    r = sqlite3_step(d);
+    if (r == SQLITE_ROW && dup_line)
+        *dup_line = sqlite3_column_int64(d, 0);
+    rc = r == SQLITE_ROW ? ERR_EXISTS : store_sqlerr(st, r == SQLITE_DONE ? SQLITE_INTERNAL : r, "dup line");
+    sqlite3_reset(d);
+    return rc;
+}
+
+int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,
+                            int64_t n_requests, const char *errors, const char *model)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_INGEST_CHECKPOINT, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_int(st, s, 2, line)) &&
+        !(rc = store_bind_int(st, s, 3, n_requests)) && !(rc = store_bind_text(st, s, 4, errors)) &&
+        !(rc = store_bind_text(st, s, 5, model)) &&
+        !(rc = store_step_done(st, s, "ingest checkpoint")) && sqlite3_changes(st->db) == 0)
+        rc = batch_why_unchanged(st, batch_id);
+    return store_w_end(st, rc);
+}
+
+int store_ingest_succeed(struct store *st, const char *batch_id, const char *model, int64_t now)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_INGEST_TOTAL, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_text(st, s, 2, model)) &&
+        !(rc = store_step_done(st, s, "ingest total"))) {
+        if (sqlite3_changes(st->db) == 0)
+            rc = batch_why_unchanged(st, batch_id);
+        else
+            rc = store_batch_transition(st, batch_id, STORE_BATCH_VALIDATING,
+                                        STORE_BATCH_IN_PROGRESS, now);
+    }
+    return store_w_end(st, rc);
+}
+
+static int delete_requests(struct store *st, const char *batch_id)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_DELETE_BATCH, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, batch_id)))
+        rc = store_step_done(st, s, "delete requests");
+    return rc;
+}
+
+int store_ingest_fail(struct store *st, const char *batch_id, const char *errors, int64_t now)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    rc = store_batch_transition(st, batch_id, STORE_BATCH_VALIDATING, STORE_BATCH_FAILED, now);
+    if (!rc)
+        rc = delete_requests(st, batch_id);
+    if (!rc) {
+        sqlite3_stmt *s = store_stmt(st, S_INGEST_ERRORS, &rc);
+        if (s && !(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_text(st, s, 2, errors)))
+            rc = store_step_done(st, s, "ingest errors");
+    }
+    return store_w_end(st, rc);
+}
+
+int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    rc = store_batch_transition(st, batch_id, STORE_BATCH_CANCELLING, STORE_BATCH_CANCELLED, now);
+    if (!rc)
+        rc = delete_requests(st, batch_id);
+    return store_w_end(st, rc);
+}

@@ -1,0 +1,78 @@
+/*
+ * finalize.h - the end of a batch: cancel and expiry processing, and the
+ * output / error files.
+ *
+ * Design. finalize_batch moves one batch as far towards a terminal state as
+ * it can, in steps that are each one transaction (so a crash anywhere is
+ * resumed by simply calling it again):
+ *
+ *   in_progress, expires_at passed   queued and leased requests end as
+ *                                    batch_expired (chunks), -> finalizing
+ *   in_progress, every request ended -> finalizing
+ *   cancelling (was in_progress)     queued requests end as batch_cancelled
+ *                                    (chunks); waits while requests are still
+ *                                    leased (their results are accepted; a
+ *                                    lapsed or released lease ends them as
+ *                                    batch_cancelled)
+ *   finalizing / cancelling, ready   write both files, then in ONE transaction
+ *                                    register them (files rows, purpose
+ *                                    batch_output), set output_file_id,
+ *                                    error_file_id, request_counts, usage and
+ *                                    move to completed, expired (some request
+ *                                    ended batch_expired) or cancelled.
+ *
+ * Files. The batch's results rows are streamed in rowid order, 512 rows per
+ * query, into two zstd streams (common/zst.h): 2xx responses to the output
+ * file, everything else (4xx responses, max_attempts_exceeded,
+ * batch_cancelled, batch_expired) to the error file, one OpenAI
+ * request-output line each (spec/jsonl.md). A frame is closed every
+ * FINALIZE_FRAME_BYTES of input, so memory stays bounded whatever the batch
+ * size. Files are written to "<name>.tmp", fsynced, and renamed over
+ * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst; a re-run after a
+ * crash rewrites them from scratch, and the file rows exist only once the
+ * final transaction commits. A file with no lines is not created (its id
+ * stays null, as OpenAI does).
+ *
+ * Threads: blocking disk work; run on a finalizer thread with its own store,
+ * never on the event loop.
+ */
+#ifndef JOBD_FINALIZE_H
+#define JOBD_FINALIZE_H
+
+#include <stdint.h>
+
+#include "jobd/store/store.h"
+
+#define FINALIZE_FRAME_BYTES (4u << 20) /* close a zstd frame after this much input */
+#define FINALIZE_PAGE_ROWS 512          /* results rows per query */
+#define FINALIZE_STOP_CHUNK 10000       /* requests ended per cancel/expiry transaction */
+
+/* Test hook: called before each output line is written and between steps;
+ * a test can _exit() inside it to simulate a crash. */
+struct finalize_hooks {
+    void (*on_step)(void *ctx);
+    void *ctx;
+};
+
+struct finalize_report {
+    int done;                           /* 1: the batch is terminal (now or already) */
+    enum store_batch_status status;     /* its status after the call */
+    int64_t n_output_lines, n_error_lines; /* lines written by this call (0 if none) */
+};
+
+/* Progress batch_id as described above. Returns 0 with rep->done = 0 when
+ * it must wait (requests still running, or leased in a cancelling batch;
+ * also for a batch still validating); ERR_NOTFOUND; ERR_IO (files); store
+ * errors. hooks may be NULL. */
+int finalize_batch(struct store *st, const char *batch_id, int64_t now,
+                   const struct finalize_hooks *hooks, struct finalize_report *rep);
+
+/* Run finalize_batch on every batch that needs it (store_batch_ids_to_finalize),
+ * at most max_batches. *n_finished (may be NULL) gets how many became
+ * terminal. Returns the first error (after trying the others). */
+int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finished);
+
+/* "batch_req_" + the 26-character body of a "req_" id, into out (ID_MAX). */
+void finalize_output_id(const char *request_id, char out[ID_MAX]);
+
+#endif

@@ -1,0 +1,824 @@
+/*
+ * lease_proto.c - the worker protocol's pure parts: pack order, message
+ * parsers, the results chunk parser (fuzzed: tests/fuzz/fuzz_results.c) and
+ * the JSON answers. No store access, so the fuzzer links it alone. See
+ * lease.h. Thread-safe except lease_order_pack (a static sort context).
+ */
+#include "jobd/work/lease.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/js.h"
+#include "common/zst.h"
+
+static const struct lease_opts *opts_or_default(const struct lease_opts *o, struct lease_opts *tmp)
+{
+    if (o)
+        return o;
+    lease_opts_default(tmp);
+    return tmp;
+}
+
+void lease_opts_default(struct lease_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->retry = STORE_RETRY_DEFAULT;
+    o->lease_s_default = 120;
+    o->lease_s_min = 10;
+    o->lease_s_max = 3600;
+    o->max_requests = 1024;
+    o->max_bytes = 32u << 20;
+    o->prefix_bytes = 256;
+    o->worker_ttl_s = 120;
+    o->retry_after_ms = 1000;
+}
+
+/* ---- pack order --------------------------------------------------------------------- */
+
+struct fnv {
+    uint64_t h;
+    size_t left;
+};
+
+static void fnv_add(struct fnv *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n && f->left > 0; i++, f->left--) {
+        f->h ^= (unsigned char)s[i];
+        f->h *= 1099511628211ull;
+    }
+}
+
+uint64_t lease_prefix_hash(const char *body, size_t len, size_t prefix_bytes)
+{
+    struct fnv f = {14695981039346656037ull, prefix_bytes};
+    json_t *root = NULL;
+    struct js_limits lim = {LEASE_LINE_MAX_BYTES, 64, 0};
+    if (js_parse(body, len, &lim, &root, NULL) || !json_is_object(root)) {
+        json_decref(root);
+        fnv_add(&f, body, len);
+        return f.h;
+    }
+    json_t *msgs = json_object_get(root, "messages");
+    json_t *prompt = json_object_get(root, "prompt");
+    if (json_is_array(msgs)) {
+        size_t i;
+        json_t *m;
+        json_array_foreach(msgs, i, m)
+        {
+            const char *role = json_string_value(json_object_get(m, "role"));
+            json_t *c = json_object_get(m, "content");
+            if (role)
+                fnv_add(&f, role, strlen(role));
+            fnv_add(&f, "\n", 1);
+            if (json_is_string(c)) {
+                fnv_add(&f, json_string_value(c), json_string_length(c));
+            } else if (json_is_array(c)) {
+                size_t j;
+                json_t *part;
+                json_array_foreach(c, j, part)
+                {
+                    json_t *t = json_object_get(part, "text");
+                    if (json_is_string(t))
+                        fnv_add(&f, json_string_value(t), json_string_length(t));
+                }
+            }
+            fnv_add(&f, "\n", 1);
+        }
+    } else if (json_is_string(prompt)) {
+        fnv_add(&f, json_string_value(prompt), json_string_length(prompt));
+    } else if (json_is_array(prompt) && json_is_string(json_array_get(prompt, 0))) {
+        json_t *p0 = json_array_get(prompt, 0);
+        fnv_add(&f, json_string_value(p0), json_string_length(p0));
+    }
+    json_decref(root);
+    return f.h;
+}
+
+struct pack_key {
+    uint64_t hash;
+    size_t group_n; /* items sharing the hash */
+    size_t index;   /* original position (stability) */
+};
+
+static const struct store_leased *g_sort_items; /* qsort has no context argument in C11 */
+
+static int pack_cmp(const void *a, const void *b)
+{
+    const struct pack_key *x = a, *y = b;
+    if (x->group_n != y->group_n)
+        return x->group_n > y->group_n ? -1 : 1;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    const struct store_leased *p = &g_sort_items[x->index], *q = &g_sort_items[y->index];
+    if (p->prompt_tokens_est != q->prompt_tokens_est)
+        return p->prompt_tokens_est < q->prompt_tokens_est ? -1 : 1;
+    if (p->max_tokens != q->max_tokens)
+        return p->max_tokens < q->max_tokens ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int hash_cmp(const void *a, const void *b)
+{
+    const struct pack_key *x = a, *y = b;
+    return x->hash < y->hash ? -1 : x->hash > y->hash;
+}
+
+int lease_order_pack(struct store_lease *l, size_t prefix_bytes)
+{
+    if (l->n < 2)
+        return 0;
+    struct pack_key *k = calloc(l->n, sizeof *k), *byh = calloc(l->n, sizeof *byh);
+    struct store_leased *sorted = calloc(l->n, sizeof *sorted);
+    if (!k || !byh || !sorted) {
+        free(k);
+        free(byh);
+        free(sorted);
+        return ERR_NOMEM;
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        k[i].hash = lease_prefix_hash(l->items[i].body, l->items[i].body_len, prefix_bytes);
+        k[i].index = i;
+    }
+    /* group sizes: sort a copy by hash and count runs */
+    memcpy(byh, k, l->n * sizeof *k);
+    qsort(byh, l->n, sizeof *byh, hash_cmp);
+    for (size_t i = 0; i < l->n;) {
+        size_t j = i;
+        while (j < l->n && byh[j].hash == byh[i].hash)
+            j++;
+        for (size_t t = i; t < j; t++)
+            k[byh[t].index].group_n = j - i;
+        i = j;
+    }
+    g_sort_items = l->items;
+    qsort(k, l->n, sizeof *k, pack_cmp);
+    g_sort_items = NULL;
+    for (size_t i = 0; i < l->n; i++)
+        sorted[i] = l->items[k[i].index];
+    memcpy(l->items, sorted, l->n * sizeof *sorted);
+    free(k);
+    free(byh);
+    free(sorted);
+    return 0;
+}
+
+/* ---- errors --------------------------------------------------------------------------- */
+
+static int fail(struct lease_error *e, int rc, int status, const char *code, const char *msg)
+{
+    if (e) {
+        memset(e, 0, sizeof *e);
+        e->status = status;
+        snprintf(e->code, sizeof e->code, "%s", code);
+        snprintf(e->message, sizeof e->message, "%s", msg);
+    }
+    return rc;
+}
+
+void lease_error_from(int err, struct lease_error *e)
+{
+    switch (err) {
+    case ERR_NOTFOUND: fail(e, err, 404, "not_found", "unknown worker or lease (register again)"); break;
+    case ERR_BADSTATE: fail(e, err, 409, "stale_lease", "the lease has ended (expired or completed)"); break;
+    case ERR_INVAL: fail(e, err, 400, "invalid_request", "invalid field or model not registered"); break;
+    case ERR_TOOBIG: fail(e, err, 413, "too_large", "message exceeds a size limit"); break;
+    case ERR_PARSE:
+    case ERR_DEPTH:
+    case ERR_UTF8:
+    case ERR_CORRUPT: fail(e, err, 400, "invalid_request", "malformed message"); break;
+    case ERR_BUSY: fail(e, err, 503, "busy", "the store is busy; retry"); break;
+    default: fail(e, err, 500, "server_error", err_msg(err)); break;
+    }
+}
+
+/* ---- message parsers -------------------------------------------------------------------- */
+
+static int parse_obj(const char *json, size_t len, json_t **root, struct lease_error *e)
+{
+    struct js_limits lim = {LEASE_MSG_MAX_BYTES, 16, 0};
+    struct js_error je;
+    int rc = js_parse(json, len, &lim, root, &je);
+    if (rc)
+        return fail(e, rc, rc == ERR_TOOBIG ? 413 : 400, rc == ERR_TOOBIG ? "too_large" : "invalid_json",
+                    je.message);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return fail(e, ERR_PARSE, 400, "invalid_json", "the message must be a JSON object");
+    }
+    return 0;
+}
+
+/* Required string field of 1..max bytes. */
+static int want_str(json_t *o, const char *key, size_t max, int required, const char **out,
+                    struct lease_error *e)
+{
+    int rc = js_get_str(o, key, out);
+    char msg[120];
+    if (rc == ERR_NOTFOUND && !required) {
+        *out = NULL;
+        return 0;
+    }
+    if (rc || !**out || strlen(*out) > max) {
+        snprintf(msg, sizeof msg, "'%s' must be a string of 1..%zu bytes", key, max);
+        return fail(e, ERR_INVAL, 400, "invalid_request", msg);
+    }
+    return 0;
+}
+
+static int want_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t dflt, int64_t *out,
+                    struct lease_error *e)
+{
+    int rc = js_get_int(o, key, out);
+    char msg[120];
+    if (rc == ERR_NOTFOUND) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc || *out < lo || *out > hi) {
+        snprintf(msg, sizeof msg, "'%s' must be an integer in %lld..%lld", key, (long long)lo, (long long)hi);
+        return fail(e, ERR_INVAL, 400, "invalid_request", msg);
+    }
+    return 0;
+}
+
+static int id_field(json_t *o, const char *key, const char *prefix, const char **out, struct lease_error *e)
+{
+    int rc = want_str(o, key, ID_MAX - 1, 1, out, e);
+    if (!rc && !id_valid(prefix, *out)) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "'%s' is not a %s... id", key, prefix);
+        return fail(e, ERR_INVAL, 400, "invalid_request", msg);
+    }
+    return rc;
+}
+
+int lease_parse_register(const char *json, size_t len, struct lease_register *out, struct lease_error *e)
+{
+    struct lease_register r;
+    memset(&r, 0, sizeof r);
+    int rc = parse_obj(json, len, &r.root, e);
+    if (rc)
+        return rc;
+    json_t *models = NULL, *cap = NULL;
+    int64_t kv = 0, pack = 0;
+    if ((rc = want_str(r.root, "name", 128, 1, &r.w.name, e)) ||
+        (rc = want_str(r.root, "device", 128, 0, &r.w.device, e)))
+        goto out;
+    if (js_get_arr(r.root, "models", &models) || json_array_size(models) < 1) {
+        rc = fail(e, ERR_INVAL, 400, "invalid_request", "'models' must be a non-empty array");
+        goto out;
+    }
+    int crc = js_get_obj(r.root, "capacity", &cap);
+    if (crc == ERR_INVAL) {
+        rc = fail(e, ERR_INVAL, 400, "invalid_request", "'capacity' must be an object");
+        goto out;
+    }
+    if (cap && ((rc = want_int(cap, "kv_tokens", 0, INT64_C(1) << 40, 0, &kv, e)) ||
+                (rc = want_int(cap, "pack_size", 0, STORE_LEASE_MAX_REQUESTS, 0, &pack, e))))
+        goto out;
+    r.w.kv_tokens = kv;
+    r.w.pack_size = pack;
+    size_t i;
+    json_t *m;
+    json_array_foreach(models, i, m)
+    {
+        const char *id;
+        json_t *aliases = NULL;
+        if (!json_is_object(m) || (rc = want_str(m, "id", STORE_MODEL_MAX, 1, &id, e))) {
+            rc = fail(e, ERR_INVAL, 400, "invalid_request", "each model needs an 'id' string of 1..128 bytes");
+            goto out;
+        }
+        if (r.w.n_models >= STORE_WORKER_MAX_MODELS)
+            goto toomany;
+        r.models[r.w.n_models++] = (struct store_model_name){id, id};
+        int arc = js_get_arr(m, "aliases", &aliases);
+        if (arc == ERR_INVAL) {
+            rc = fail(e, ERR_INVAL, 400, "invalid_request", "'aliases' must be an array of strings");
+            goto out;
+        }
+        size_t j;
+        json_t *a;
+        json_array_foreach(aliases, j, a)
+        {
+            const char *as = json_string_value(a);
+            if (!as || !*as || strlen(as) > STORE_MODEL_MAX) {
+                rc = fail(e, ERR_INVAL, 400, "invalid_request", "'aliases' must be an array of strings of 1..128 bytes");
+                goto out;
+            }
+            if (r.w.n_models >= STORE_WORKER_MAX_MODELS)
+                goto toomany;
+            r.models[r.w.n_models++] = (struct store_model_name){id, as};
+        }
+    }
+    r.w.models = r.models;
+    goto out;
+toomany:
+    rc = fail(e, ERR_INVAL, 400, "invalid_request", "more than 64 model names");
+out:
+    if (rc) {
+        json_decref(r.root);
+        return rc;
+    }
+    *out = r;
+    out->w.models = out->models; /* point into the caller's copy */
+    return 0;
+}
+
+void lease_register_release(struct lease_register *r)
+{
+    if (r) {
+        json_decref(r->root);
+        r->root = NULL;
+    }
+}
+
+int lease_parse_ask(const struct lease_opts *o, const char *json, size_t len, struct lease_ask_msg *out,
+                    struct lease_error *e)
+{
+    struct lease_opts tmp;
+    o = opts_or_default(o, &tmp);
+    struct lease_ask_msg m;
+    memset(&m, 0, sizeof m);
+    int rc = parse_obj(json, len, &m.root, e);
+    if (rc)
+        return rc;
+    int64_t n = 0, tok = 0, secs = 0, bytes = 0;
+    if ((rc = id_field(m.root, "worker_id", "wrk_", &m.ask.worker_id, e)) ||
+        (rc = want_str(m.root, "model", STORE_MODEL_MAX, 1, &m.ask.model, e)) ||
+        (rc = want_int(m.root, "max_requests", 1, STORE_LEASE_MAX_REQUESTS, 64, &n, e)) ||
+        (rc = want_int(m.root, "max_tokens", 0, INT64_C(1) << 40, 0, &tok, e)) ||
+        (rc = want_int(m.root, "max_bytes", 0, INT64_C(1) << 40, 0, &bytes, e)) ||
+        (rc = want_int(m.root, "lease_seconds", 1, 86400, o->lease_s_default, &secs, e)) ||
+        (rc = want_int(m.root, "wait_ms", 0, 5000, 0, &m.wait_ms, e))) {
+        json_decref(m.root);
+        return rc;
+    }
+    m.ask.max_requests = (int)n;
+    m.ask.max_tokens = tok;
+    m.ask.max_bytes = (size_t)bytes;
+    m.ask.lease_s = secs;
+    *out = m;
+    return 0;
+}
+
+void lease_ask_release(struct lease_ask_msg *m)
+{
+    if (m) {
+        json_decref(m->root);
+        m->root = NULL;
+    }
+}
+
+int lease_parse_heartbeat(const struct lease_opts *o, const char *json, size_t len,
+                          struct lease_heartbeat_msg *out, struct lease_error *e)
+{
+    struct lease_opts tmp;
+    o = opts_or_default(o, &tmp);
+    struct lease_heartbeat_msg m;
+    memset(&m, 0, sizeof m);
+    m.tokens_per_s = -1;
+    int rc = parse_obj(json, len, &m.root, e);
+    if (rc)
+        return rc;
+    json_t *prog = NULL;
+    if ((rc = id_field(m.root, "worker_id", "wrk_", &m.worker_id, e)) ||
+        (rc = id_field(m.root, "lease_id", "lease_", &m.lease_id, e)) ||
+        (rc = want_int(m.root, "extend_seconds", 1, 86400, o->lease_s_default, &m.extend_s, e)))
+        goto out;
+    int prc = js_get_obj(m.root, "progress", &prog);
+    if (prc == ERR_INVAL) {
+        rc = fail(e, ERR_INVAL, 400, "invalid_request", "'progress' must be an object");
+        goto out;
+    }
+    if (prog) {
+        double tps = 0;
+        int trc = js_get_num(prog, "tokens_per_s", &tps);
+        if (trc == ERR_INVAL || (trc == 0 && !(tps >= 0 && tps < 1e12))) {
+            rc = fail(e, ERR_INVAL, 400, "invalid_request", "'progress.tokens_per_s' must be a number >= 0");
+            goto out;
+        }
+        if (trc == 0)
+            m.tokens_per_s = tps;
+        if ((rc = want_int(prog, "completed", 0, INT64_C(1) << 40, 0, &m.completed, e)))
+            goto out;
+    }
+out:
+    if (rc) {
+        json_decref(m.root);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void lease_heartbeat_release(struct lease_heartbeat_msg *m)
+{
+    if (m) {
+        json_decref(m->root);
+        m->root = NULL;
+    }
+}
+
+int lease_parse_release(const char *json, size_t len, struct lease_release_msg *out, struct lease_error *e)
+{
+    struct lease_release_msg m;
+    memset(&m, 0, sizeof m);
+    int rc = parse_obj(json, len, &m.root, e);
+    if (rc)
+        return rc;
+    json_t *ids = NULL;
+    if ((rc = id_field(m.root, "worker_id", "wrk_", &m.worker_id, e)) ||
+        (rc = id_field(m.root, "lease_id", "lease_", &m.lease_id, e)))
+        goto out;
+    int arc = js_get_arr(m.root, "request_ids", &ids);
+    if (arc == ERR_INVAL || json_array_size(ids) > STORE_LEASE_MAX_REQUESTS) {
+        rc = fail(e, ERR_INVAL, 400, "invalid_request", "'request_ids' must be an array of at most 4096 ids");
+        goto out;
+    }
+    if (ids) {
+        m.n = json_array_size(ids);
+        if (m.n && !(m.ids = calloc(m.n, sizeof *m.ids))) {
+            rc = fail(e, ERR_NOMEM, 500, "server_error", "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < m.n; i++) {
+            const char *s = json_string_value(json_array_get(ids, i));
+            if (!s || !id_valid("req_", s)) {
+                rc = fail(e, ERR_INVAL, 400, "invalid_request", "'request_ids' must hold req_... ids");
+                goto out;
+            }
+            snprintf(m.ids[i], ID_MAX, "%s", s);
+        }
+        if (!m.n) { /* an empty list releases nothing: keep a non-NULL array */
+            if (!(m.ids = calloc(1, sizeof *m.ids))) {
+                rc = fail(e, ERR_NOMEM, 500, "server_error", "out of memory");
+                goto out;
+            }
+        }
+    }
+out:
+    if (rc) {
+        free(m.ids);
+        json_decref(m.root);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void lease_release_msg_release(struct lease_release_msg *m)
+{
+    if (m) {
+        free(m->ids);
+        m->ids = NULL;
+        json_decref(m->root);
+        m->root = NULL;
+    }
+}
+
+/* ---- results chunk ------------------------------------------------------------------------ */
+
+void lease_results_release(struct lease_results *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; r->owned && i < 3 * r->n; i++)
+        free(r->owned[i]);
+    free(r->owned);
+    free(r->items);
+    r->owned = NULL;
+    r->items = NULL;
+    r->n = 0;
+}
+
+static int line_fail(struct lease_error *e, int64_t line, const char *msg)
+{
+    fail(e, ERR_PARSE, 400, "invalid_results", msg);
+    if (e)
+        e->line = line;
+    return ERR_PARSE;
+}
+
+/* Non-negative integer fields of an optional object. */
+static int opt_counts(json_t *obj, const char *const *keys, int64_t *const *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = 0;
+        int rc = js_get_int(obj, keys[i], &v);
+        if (rc == ERR_NOTFOUND)
+            continue;
+        if (rc || v < 0 || v > (INT64_C(1) << 40))
+            return -1;
+        *dst[i] = v;
+    }
+    return 0;
+}
+
+static char *dump_str(const json_t *v, size_t *len)
+{
+    struct buf b;
+    buf_init(&b, LEASE_LINE_MAX_BYTES);
+    if (js_dump(&b, v)) {
+        buf_release(&b);
+        return NULL;
+    }
+    return buf_detach(&b, len);
+}
+
+/* Parse one results line into it (owned strings into own[0..2]). */
+static int parse_result_line(const char *line, size_t len, int64_t lineno, struct store_result *it,
+                             char **own, struct lease_error *e)
+{
+    json_t *root = NULL;
+    struct js_limits lim = {LEASE_LINE_MAX_BYTES, 64, 0};
+    struct js_error je;
+    int rc = js_parse(line, len, &lim, &root, &je);
+    if (rc)
+        return line_fail(e, lineno, je.message);
+    rc = ERR_PARSE;
+    const char *rid = NULL, *status = NULL;
+    json_t *usage = NULL, *timings = NULL, *resp = NULL, *err = NULL;
+    memset(it, 0, sizeof *it);
+    if (!json_is_object(root)) {
+        line_fail(e, lineno, "a results line must be a JSON object");
+        goto out;
+    }
+    if (js_get_str(root, "request_id", &rid) || !id_valid("req_", rid)) {
+        line_fail(e, lineno, "'request_id' must be a req_... id");
+        goto out;
+    }
+    if (js_get_str(root, "status", &status) ||
+        (strcmp(status, "success") != 0 && strcmp(status, "error") != 0)) {
+        line_fail(e, lineno, "'status' must be \"success\" or \"error\"");
+        goto out;
+    }
+    if (js_get_obj(root, "usage", &usage) == ERR_INVAL || js_get_obj(root, "timings", &timings) == ERR_INVAL) {
+        line_fail(e, lineno, "'usage' and 'timings' must be objects");
+        goto out;
+    }
+    static const char *const ukeys[] = {"prompt_tokens", "completion_tokens", "cached_tokens"};
+    int64_t *const udst[] = {&it->prompt_tokens, &it->completion_tokens, &it->cached_tokens};
+    static const char *const tkeys[] = {"queue_ms", "prefill_ms", "decode_ms", "device_ms"};
+    int64_t *const tdst[] = {&it->queue_ms, &it->prefill_ms, &it->decode_ms, &it->gpu_ms};
+    if ((usage && opt_counts(usage, ukeys, udst, 3)) || (timings && opt_counts(timings, tkeys, tdst, 4))) {
+        line_fail(e, lineno, "usage and timings fields must be integers >= 0");
+        goto out;
+    }
+    if (it->cached_tokens > it->prompt_tokens) {
+        line_fail(e, lineno, "'usage.cached_tokens' exceeds 'usage.prompt_tokens'");
+        goto out;
+    }
+    if (!(own[0] = strdup(rid))) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    it->request_id = own[0];
+    if (strcmp(status, "success") == 0) {
+        json_t *body = NULL;
+        int64_t code = 200;
+        if (js_get_obj(root, "response", &resp) || js_get_obj(resp, "body", &body)) {
+            line_fail(e, lineno, "a success needs 'response.body' (a JSON object)");
+            goto out;
+        }
+        int crc = js_get_int(resp, "status_code", &code);
+        if (crc == ERR_INVAL || code < 200 || code > 299) {
+            line_fail(e, lineno, "'response.status_code' of a success must be 2xx");
+            goto out;
+        }
+        it->kind = STORE_RESULT_SUCCESS;
+        it->status_code = (int)code;
+        if (!(own[1] = dump_str(body, &it->body_len))) {
+            rc = ERR_NOMEM;
+            goto out;
+        }
+        it->body = own[1];
+    } else {
+        const char *cls = NULL, *code = NULL, *msg = NULL, *param = NULL;
+        int64_t sc = 400;
+        if (js_get_obj(root, "error", &err) || js_get_str(err, "class", &cls) ||
+            js_get_str(err, "message", &msg)) {
+            line_fail(e, lineno, "an error needs 'error.class' and 'error.message' strings");
+            goto out;
+        }
+        if (js_get_str(err, "code", &code) == ERR_INVAL || js_get_str(err, "param", &param) == ERR_INVAL ||
+            strlen(msg) > 4096 || (code && strlen(code) > 64) || (param && strlen(param) > 256)) {
+            line_fail(e, lineno, "'error.code' (<= 64 bytes), 'error.param' (<= 256), 'error.message' (<= 4096) must be strings");
+            goto out;
+        }
+        if (strcmp(cls, "invalid_request") == 0) {
+            int crc = js_get_int(err, "status_code", &sc);
+            if (crc == ERR_INVAL || sc < 400 || sc > 499) {
+                line_fail(e, lineno, "'error.status_code' of an invalid_request must be 4xx");
+                goto out;
+            }
+            json_t *env = json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error", "message", msg, "type",
+                                    "invalid_request_error", "param", param, "code", code);
+            if (!env) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            own[1] = dump_str(env, &it->body_len);
+            json_decref(env);
+            if (!own[1]) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            it->kind = STORE_RESULT_INVALID;
+            it->status_code = (int)sc;
+            it->body = own[1];
+        } else if (strcmp(cls, "transient") == 0) {
+            char tmpmsg[4200];
+            snprintf(tmpmsg, sizeof tmpmsg, "%s%s%s", code ? code : "", code ? ": " : "", msg);
+            if (!(own[2] = strdup(tmpmsg))) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            it->kind = STORE_RESULT_TRANSIENT;
+            it->error = own[2];
+        } else {
+            line_fail(e, lineno, "'error.class' must be \"invalid_request\" or \"transient\"");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+int lease_results_parse(const void *data, size_t len, int compressed, struct lease_results *out,
+                        struct lease_error *e)
+{
+    if (len > LEASE_CHUNK_MAX_BYTES)
+        return fail(e, ERR_TOOBIG, 413, "too_large", "results chunk over 64 MiB");
+    struct buf dec;
+    buf_init(&dec, LEASE_CHUNK_MAX_DECODED);
+    const char *text = data;
+    size_t n = len;
+    int rc = 0;
+    if (compressed) {
+        rc = zst_decompress_buf(data, len, &dec);
+        if (rc == ERR_TOOBIG)
+            return fail(e, rc, 413, "too_large", "results chunk decompresses to over 256 MiB");
+        if (rc) {
+            buf_release(&dec);
+            return fail(e, ERR_CORRUPT, 400, "invalid_results", "results chunk is not valid zstd");
+        }
+        text = dec.data ? dec.data : "";
+        n = dec.len;
+    }
+    struct lease_results r = {0};
+    size_t cap = 0;
+    int64_t lineno = 0;
+    for (size_t pos = 0; pos < n && !rc;) {
+        const char *nl = memchr(text + pos, '\n', n - pos);
+        size_t l = nl ? (size_t)(nl - (text + pos)) : n - pos;
+        const char *line = text + pos;
+        pos += l + (nl ? 1 : 0);
+        lineno++;
+        if (l && line[l - 1] == '\r')
+            l--;
+        size_t blank = 0;
+        while (blank < l && (line[blank] == ' ' || line[blank] == '\t'))
+            blank++;
+        if (blank == l)
+            continue;
+        if (l > LEASE_LINE_MAX_BYTES) {
+            rc = fail(e, ERR_TOOBIG, 413, "too_large", "a results line is over 16 MiB");
+            if (e)
+                e->line = lineno;
+            break;
+        }
+        if (r.n == LEASE_CHUNK_MAX_LINES) {
+            rc = fail(e, ERR_TOOBIG, 413, "too_large", "more than 4096 results in one chunk");
+            break;
+        }
+        if (r.n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            struct store_result *ni = realloc(r.items, nc * sizeof *ni);
+            if (ni)
+                r.items = ni;
+            char **no = ni ? realloc(r.owned, 3 * nc * sizeof *no) : NULL;
+            if (!ni || !no) {
+                rc = fail(e, ERR_NOMEM, 500, "server_error", "out of memory");
+                break;
+            }
+            r.owned = no;
+            memset(r.owned + 3 * cap, 0, 3 * (nc - cap) * sizeof *no);
+            cap = nc;
+        }
+        rc = parse_result_line(line, l, lineno, &r.items[r.n], r.owned + 3 * r.n, e);
+        r.n++; /* owned strings of a failed line are freed with the rest */
+        if (rc == ERR_NOMEM)
+            fail(e, rc, 500, "server_error", "out of memory");
+    }
+    buf_release(&dec);
+    if (!rc && r.n == 0)
+        rc = fail(e, ERR_PARSE, 400, "invalid_results", "the results chunk holds no results");
+    if (rc) {
+        lease_results_release(&r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* ---- answers ---------------------------------------------------------------------------------- */
+
+static int put_str(struct buf *b, const char *s)
+{
+    return s ? js_escape(b, s, strlen(s)) : buf_append_str(b, "null");
+}
+
+int lease_write_register(struct buf *b, const struct lease_opts *o, const char *worker_id)
+{
+    struct lease_opts tmp;
+    o = opts_or_default(o, &tmp);
+    return buf_printf(b,
+                      "{\"worker_id\":\"%s\",\"lease_seconds\":%lld,\"heartbeat_interval_s\":%lld,"
+                      "\"max_requests\":%d,\"max_attempts\":%d}",
+                      worker_id, (long long)o->lease_s_default, (long long)(o->lease_s_default / 3),
+                      o->max_requests, o->retry.max_attempts);
+}
+
+int lease_write_lease(struct buf *b, const struct lease_opts *o, const struct store_lease *l)
+{
+    struct lease_opts tmp;
+    o = opts_or_default(o, &tmp);
+    if (l->n == 0)
+        return buf_printf(b, "{\"lease_id\":null,\"requests\":[],\"retry_after_ms\":%d}", o->retry_after_ms);
+    int rc = buf_printf(b, "{\"lease_id\":\"%s\",\"expires_at\":%lld,\"requests\":[", l->id,
+                        (long long)l->expires_at);
+    for (size_t i = 0; !rc && i < l->n; i++) {
+        const struct store_leased *it = &l->items[i];
+        rc = buf_printf(b, "%s{\"request_id\":\"%s\",\"custom_id\":", i ? "," : "", it->id);
+        if (!rc)
+            rc = put_str(b, it->custom_id);
+        if (!rc && it->endpoint[0]) {
+            rc = buf_append_str(b, ",\"url\":");
+            if (!rc)
+                rc = put_str(b, it->endpoint);
+        }
+        if (!rc)
+            rc = buf_printf(b, ",\"attempt\":%lld,\"body\":", (long long)it->attempt);
+        if (!rc)
+            rc = buf_append(b, it->body, it->body_len);
+        if (!rc)
+            rc = buf_append_byte(b, '}');
+    }
+    return rc ? rc : buf_append_str(b, "]}");
+}
+
+int lease_write_heartbeat(struct buf *b, const char *lease_id, int64_t expires_at,
+                          char (*stop_ids)[ID_MAX], size_t n)
+{
+    int rc = buf_printf(b, "{\"lease_id\":\"%s\",\"expires_at\":%lld,\"cancelled\":[", lease_id,
+                        (long long)expires_at);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = buf_printf(b, "%s\"%s\"", i ? "," : "", stop_ids[i]);
+    return rc ? rc : buf_append_str(b, "]}");
+}
+
+int lease_write_models(struct buf *b, const struct store_model_served *m, size_t n)
+{
+    int rc = buf_append_str(b, "{\"object\":\"list\",\"data\":[");
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = buf_append_str(b, i ? ",{\"id\":" : "{\"id\":");
+        if (!rc)
+            rc = put_str(b, m[i].name);
+        if (!rc)
+            rc = buf_append_str(b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"jobd\",\"root\":");
+        if (!rc)
+            rc = put_str(b, m[i].canonical);
+        if (!rc)
+            rc = buf_printf(b, ",\"workers\":%lld}", (long long)m[i].n_workers);
+    }
+    return rc ? rc : buf_append_str(b, "]}");
+}
+
+int lease_write_error(struct buf *b, const struct lease_error *e)
+{
+    int rc = buf_append_str(b, "{\"error\":{\"message\":");
+    if (!rc)
+        rc = put_str(b, e->message);
+    if (!rc)
+        rc = buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":",
+                        e->status >= 500 ? "server_error" : "invalid_request_error");
+    if (!rc)
+        rc = put_str(b, e->code);
+    if (!rc && e->line)
+        rc = buf_printf(b, ",\"line\":%lld", (long long)e->line);
+    return rc ? rc : buf_append_str(b, "}}");
+}
+
+int lease_commit_http_status(const enum store_commit_outcome *outcomes, size_t n)
+{
+    size_t stale = 0;
+    for (size_t i = 0; i < n; i++)
+        stale += outcomes[i] == STORE_COMMIT_STALE;
+    return n > 0 && stale == n ? 409 : 200;
+}

@@ -1,0 +1,1169 @@
+/* Tests for work distribution (jobd/store/store_lease.c, jobd/work/lease.c) and
+ * finalization (jobd/work/finalize.c) on real SQLite files: a scripted worker
+ * leases, answers and finalizes; the output/error files are decompressed and
+ * checked line by line; expiry, retries, dead letters, duplicates, stale
+ * uploads, cancel, batch expiry, fairness, and crash safety with forked
+ * children killed at random points. */
+#include <jansson.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/crypto.h"
+#include "common/err.h"
+#include "common/zst.h"
+#include "jobd/work/finalize.h"
+#include "jobd/intake/ingest.h"
+#include "jobd/work/lease.h"
+#include "jobd/store/store.h"
+#include "jobd/work/sweeper.h"
+#include "tests/th.h"
+
+#define NOW 1700000000
+#define MODEL "SmolLM2-135M-Instruct"
+
+struct fx {
+    const char *dir;
+    struct store *st;
+    struct store_tenant ta, tb;
+    char worker[ID_MAX];
+    int n_files;
+};
+
+static void fx_register(struct fx *fx, int64_t now)
+{
+    struct store_model_name names[] = {{MODEL, MODEL}, {MODEL, "smollm"}};
+    struct store_worker_new w = {"test-worker", "cpu", 4096, 64, names, 2};
+    CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, fx->worker), 0);
+}
+
+static void fx_open(struct fx *fx)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->dir = th_tmpdir();
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    CHECK_EQ_INT(store_open(fx->dir, &so, &fx->st), 0);
+    CHECK_EQ_INT(store_tenant_create(fx->st, "acme", NOW, &fx->ta), 0);
+    CHECK_EQ_INT(store_tenant_create(fx->st, "bolt", NOW, &fx->tb), 0);
+    char files[700];
+    snprintf(files, sizeof files, "%s/files", fx->dir);
+    mkdir(files, 0700);
+    fx_register(fx, NOW);
+}
+
+/* A batch of n chat requests "<prefix>-<i>" for tenant t, ingested (in_progress). */
+static void fx_batch(struct fx *fx, const struct store_tenant *t, const char *prefix, int n,
+                     const char *metadata, int64_t window_s, char batch_id[ID_MAX])
+{
+    char rel[64], path[800];
+    snprintf(rel, sizeof rel, "files/in-%d", fx->n_files++);
+    snprintf(path, sizeof path, "%s/%s", fx->dir, rel);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    for (int i = 0; i < n; i++)
+        fprintf(f,
+                "{\"custom_id\":\"%s-%d\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":"
+                "{\"model\":\"smollm\",\"messages\":[{\"role\":\"system\",\"content\":\"%s\"},"
+                "{\"role\":\"user\",\"content\":\"question %d%s\"}],\"max_tokens\":16}}\n",
+                prefix, i, i % 2 ? "Be brief." : "Answer in French.", i, i % 3 ? "" : " with more words");
+    fclose(f);
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", t->id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "%s", rel);
+    sf.created_at = NOW;
+    CHECK_EQ_INT(store_file_create(fx->st, &sf), 0);
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, window_s, metadata};
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_create(fx->st, t->id, &nb, NOW, &b), 0);
+    snprintf(batch_id, ID_MAX, "%s", b.id);
+    store_batch_release(&b);
+    struct ingest_limits lim;
+    ingest_limits_default(&lim);
+    lim.max_requests = 1000000;
+    lim.rows_per_tx = 50000;
+    struct ingest_report rep;
+    CHECK_EQ_INT(ingest_batch(fx->st, batch_id, &lim, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.outcome, INGEST_VALID);
+    CHECK_EQ_INT(rep.n_requests, n);
+}
+
+static struct store_lease_ask ask_of(struct fx *fx, int n)
+{
+    return (struct store_lease_ask){fx->worker, MODEL, n, 0, 0, 60};
+}
+
+/* A success result for a leased item, echoing its custom_id. */
+static char *success_body(const struct store_leased *it)
+{
+    char *s = NULL;
+    if (asprintf(&s,
+                 "{\"id\":\"chatcmpl-%s\",\"object\":\"chat.completion\",\"model\":\"smollm\",\"choices\":"
+                 "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"echo %s\"},"
+                 "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,"
+                 "\"total_tokens\":10}}",
+                 it->id + 4, it->custom_id) < 0)
+        return NULL;
+    return s;
+}
+
+/* Answer every item of a lease with success; returns the outcomes' count of OK. */
+static int answer_all(struct fx *fx, const struct store_lease *l, int64_t now)
+{
+    struct store_result *rs = calloc(l->n, sizeof *rs);
+    enum store_commit_outcome *oc = calloc(l->n, sizeof *oc);
+    char **bodies = calloc(l->n, sizeof *bodies);
+    CHECK(rs && oc && bodies);
+    for (size_t i = 0; i < l->n; i++) {
+        bodies[i] = success_body(&l->items[i]);
+        rs[i] = (struct store_result){.request_id = l->items[i].id, .kind = STORE_RESULT_SUCCESS,
+                                      .status_code = 200, .body = bodies[i], .body_len = strlen(bodies[i]),
+                                      .prompt_tokens = 7, .completion_tokens = 3, .cached_tokens = 1,
+                                      .gpu_ms = 5};
+    }
+    CHECK_EQ_INT(lease_results_commit(fx->st, NULL, l->id, fx->worker, rs, l->n, now, oc), 0);
+    int ok = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        ok += oc[i] == STORE_COMMIT_OK;
+        free(bodies[i]);
+    }
+    free(bodies);
+    free(rs);
+    free(oc);
+    return ok;
+}
+
+/* Decompress a stored file into out (NUL-terminated). */
+static void read_file(struct fx *fx, const char *tenant_id, const char *file_id, struct buf *out)
+{
+    struct store_file f;
+    CHECK_EQ_INT(store_file_get(fx->st, tenant_id, file_id, &f), 0);
+    CHECK_EQ_STR(f.purpose, "batch_output");
+    CHECK_EQ_STR(f.encoding, "zstd");
+    char path[900];
+    snprintf(path, sizeof path, "%s/%s", fx->dir, f.storage_path);
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp != NULL);
+    struct buf raw;
+    buf_init(&raw, 1u << 30);
+    char tmp[65536];
+    size_t k;
+    while ((k = fread(tmp, 1, sizeof tmp, fp)) > 0)
+        CHECK_EQ_INT(buf_append(&raw, tmp, k), 0);
+    fclose(fp);
+    buf_init(out, 1u << 30);
+    CHECK_EQ_INT(zst_decompress_buf(raw.data, raw.len, out), 0);
+    buf_release(&raw);
+    /* the row's size and digest describe the logical content */
+    CHECK_EQ_INT(f.bytes, (int64_t)out->len);
+    uint8_t d[SHA256_LEN];
+    char hex[2 * SHA256_LEN + 1];
+    CHECK_EQ_INT(sha256(out->data ? out->data : "", out->len, d), 0);
+    CHECK_EQ_STR(hex_encode(d, SHA256_LEN, hex), f.sha256);
+}
+
+/* Parse every line of a file: checks the OpenAI output line shape and
+ * counts each custom_id into seen (a JSON object custom_id -> count);
+ * error codes into codes (code -> count). Returns the line count. */
+static int scan_lines(const struct buf *text, int want_response, json_t *seen, json_t *codes)
+{
+    int n = 0;
+    const char *p = text->data ? text->data : "", *end = p + text->len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        CHECK(nl != NULL); /* every line ends with \n */
+        json_error_t je;
+        json_t *v = json_loadb(p, (size_t)(nl - p), 0, &je);
+        CHECK(v != NULL);
+        const char *id = json_string_value(json_object_get(v, "id"));
+        CHECK(id && strncmp(id, "batch_req_", 10) == 0 && strlen(id) == 10 + 26);
+        const char *cid = json_string_value(json_object_get(v, "custom_id"));
+        CHECK(cid != NULL);
+        json_t *resp = json_object_get(v, "response"), *err = json_object_get(v, "error");
+        CHECK(resp != NULL && err != NULL); /* both keys present */
+        if (want_response) {
+            CHECK(json_is_null(err));
+            CHECK_EQ_INT(json_integer_value(json_object_get(resp, "status_code")), 200);
+            const char *rid = json_string_value(json_object_get(resp, "request_id"));
+            CHECK(rid && strncmp(rid, "req_", 4) == 0 && strcmp(rid + 4, id + 10) == 0);
+            json_t *body = json_object_get(resp, "body");
+            const char *content = json_string_value(json_object_get(
+                json_object_get(json_array_get(json_object_get(body, "choices"), 0), "message"), "content"));
+            char want[600];
+            snprintf(want, sizeof want, "echo %s", cid);
+            CHECK_EQ_STR(content, want);
+        } else if (json_is_null(resp)) {
+            const char *code = json_string_value(json_object_get(err, "code"));
+            CHECK(code && json_is_string(json_object_get(err, "message")));
+            json_object_set_new(codes, code, json_integer(json_integer_value(json_object_get(codes, code)) + 1));
+        } else {
+            CHECK(json_is_null(err));
+            int sc = (int)json_integer_value(json_object_get(resp, "status_code"));
+            CHECK(sc >= 400 && sc < 500);
+            json_object_set_new(codes, "http_4xx", json_integer(json_integer_value(json_object_get(codes, "http_4xx")) + 1));
+        }
+        json_object_set_new(seen, cid, json_integer(json_integer_value(json_object_get(seen, cid)) + 1));
+        json_decref(v);
+        n++;
+        p = nl + 1;
+    }
+    return n;
+}
+
+static int64_t code_count(json_t *codes, const char *code)
+{
+    return json_integer_value(json_object_get(codes, code));
+}
+
+/* Every "<prefix>-<i>" for i < n appears exactly once in seen. */
+static void check_each_once(json_t *seen, const char *prefix, int n)
+{
+    CHECK_EQ_INT(json_object_size(seen), n);
+    for (int i = 0; i < n; i++) {
+        char cid[64];
+        snprintf(cid, sizeof cid, "%s-%d", prefix, i);
+        if (json_integer_value(json_object_get(seen, cid)) != 1)
+            th_fail(__FILE__, __LINE__, "each custom_id once", "%s seen %lld times", cid,
+                    (long long)json_integer_value(json_object_get(seen, cid)));
+    }
+}
+
+static void get_batch(struct fx *fx, const char *id, struct store_batch *b)
+{
+    CHECK_EQ_INT(store_batch_get(fx->st, NULL, id, b), 0);
+    store_batch_release(b);
+}
+
+static int64_t sql_count(struct fx *fx, const char *what);
+
+/* ------------------------------------------------------------------------------------ */
+
+TEST(lease_worker_runs_a_batch_to_a_completed_output_file)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 50, NULL, 86400, bid);
+    int64_t now = NOW + 10;
+    int leases = 0, answered = 0;
+    for (;;) {
+        struct store_lease l;
+        struct store_lease_ask a = ask_of(&fx, 16);
+        CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+        if (l.n == 0)
+            break;
+        CHECK(id_valid("lease_", l.id));
+        CHECK_EQ_INT(l.expires_at, now + 60);
+        CHECK(l.n <= 16);
+        for (size_t i = 0; i < l.n; i++) {
+            CHECK_EQ_INT(l.items[i].attempt, 1);
+            CHECK_EQ_STR(l.items[i].batch_id, bid);
+            CHECK(strstr(l.items[i].body, "\"model\":\"smollm\"") != NULL);
+            CHECK_EQ_STR(l.items[i].endpoint, "/v1/chat/completions"); /* the batch's */
+        }
+        answered += answer_all(&fx, &l, now);
+        /* every result in: the lease ended; a heartbeat is refused as stale */
+        int64_t exp;
+        char(*stop)[ID_MAX] = NULL;
+        size_t ns;
+        CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l.id, fx.worker, 60, -1, now, &exp, &stop, &ns), ERR_BADSTATE);
+        store_lease_clear(&l);
+        leases++;
+        now++;
+    }
+    CHECK_EQ_INT(answered, 50);
+    CHECK_EQ_INT(leases, 4);
+    int fin = 0;
+    CHECK_EQ_INT(finalize_sweep(fx.st, now, 10, &fin), 0);
+    CHECK_EQ_INT(fin, 1);
+    struct store_batch b;
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.status, STORE_BATCH_COMPLETED);
+    CHECK_EQ_INT(b.n_total, 50);
+    CHECK_EQ_INT(b.n_completed, 50);
+    CHECK_EQ_INT(b.n_failed, 0);
+    CHECK_EQ_INT(b.usage_prompt_tokens, 350);
+    CHECK_EQ_INT(b.usage_completion_tokens, 150);
+    CHECK_EQ_INT(b.usage_cached_tokens, 50);
+    CHECK(b.at[STORE_BATCH_FINALIZING] > 0 && b.at[STORE_BATCH_COMPLETED] > 0);
+    CHECK(b.output_file_id[0] != '\0');
+    CHECK_EQ_STR(b.error_file_id, ""); /* nothing failed: no error file */
+    struct buf out;
+    read_file(&fx, fx.ta.id, b.output_file_id, &out);
+    json_t *seen = json_object(), *codes = json_object();
+    CHECK_EQ_INT(scan_lines(&out, 1, seen, codes), 50);
+    check_each_once(seen, "q", 50);
+    json_decref(seen);
+    json_decref(codes);
+    buf_release(&out);
+    CHECK_EQ_INT(sql_count(&fx, "SELECT count(*) FROM usage_ledger"), 50);
+    CHECK_EQ_INT(sql_count(&fx, "SELECT sum(prompt_tokens) FROM usage_ledger"), 350);
+    /* finalizing again is a no-op */
+    struct finalize_report rep;
+    CHECK_EQ_INT(finalize_batch(fx.st, bid, now, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.done, 1);
+    CHECK_EQ_INT(rep.status, STORE_BATCH_COMPLETED);
+    /* an empty queue answers at once with nothing */
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 8);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT(l.n, 0);
+    CHECK_EQ_STR(l.id, "");
+    store_close(fx.st);
+}
+
+static int64_t sql_count(struct fx *fx, const char *what)
+{
+    /* a second connection: tests may read SQL directly (only product code is barred) */
+    char path[800];
+    snprintf(path, sizeof path, "%s/jobd.db", fx->dir);
+    sqlite3 *db;
+    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *s;
+    CHECK_EQ_INT(sqlite3_prepare_v2(db, what, -1, &s, NULL), SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_step(s), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return v;
+}
+
+TEST(lease_rejects_unknown_worker_and_unregistered_model)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 3, NULL, 86400, bid);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 4);
+    a.worker_id = "wrk_01jf0000000000000000000000";
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), ERR_NOTFOUND);
+    a = ask_of(&fx, 4);
+    a.model = "other-model";
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), ERR_INVAL);
+    a = ask_of(&fx, 0);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), ERR_INVAL);
+    /* models: both names are served while the worker is live; none after the TTL */
+    struct store_model_served *m = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(lease_models_served(fx.st, NULL, NOW + 10, &m, &n), 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_STR(m[0].name, MODEL);
+    CHECK_EQ_STR(m[1].name, "smollm");
+    CHECK_EQ_STR(m[1].canonical, MODEL);
+    free(m);
+    struct store_model_waiting *w = NULL;
+    CHECK_EQ_INT(lease_models_waiting(fx.st, NULL, NOW + 10, &w, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    free(w);
+    CHECK_EQ_INT(lease_models_served(fx.st, NULL, NOW + 1000, &m, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    free(m);
+    CHECK_EQ_INT(lease_models_waiting(fx.st, NULL, NOW + 1000, &w, &n), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_STR(w[0].model, "smollm");
+    CHECK_EQ_INT(w[0].n_batches, 1);
+    free(w);
+    store_close(fx.st);
+}
+
+TEST(lease_validating_batches_are_not_leasable)
+{
+    struct fx fx;
+    fx_open(&fx);
+    /* a batch created but not ingested: no rows yet, and after a partial ingest
+     * (checkpointed rows) still nothing is leasable */
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", fx.ta.id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
+    CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL};
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
+    CHECK_EQ_INT(store_tx_begin(fx.st), 0);
+    struct store_request_new q = {b.id, fx.ta.id, 1, "c-1", "smollm", "{\"model\":\"smollm\",\"prompt\":\"x\"}", 32, 1, 8, NOW};
+    CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+    CHECK_EQ_INT(store_tx_commit(fx.st), 0);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 4);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 0);
+    CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 1);
+    store_lease_clear(&l);
+    store_batch_release(&b);
+    store_close(fx.st);
+}
+
+TEST(lease_expiry_requeues_with_attempts_and_refuses_the_stale_upload)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 3, NULL, 86400, bid);
+    struct store_lease l1, l2;
+    struct store_lease_ask a = ask_of(&fx, 10);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l1), 0);
+    CHECK_EQ_INT(l1.n, 3);
+    /* a heartbeat extends; nothing to stop */
+    int64_t exp = 0;
+    char(*stop)[ID_MAX] = NULL;
+    size_t ns = 9;
+    CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l1.id, fx.worker, 100, 55.5, NOW + 30, &exp, &stop, &ns), 0);
+    CHECK_EQ_INT(exp, NOW + 130);
+    CHECK_EQ_INT(ns, 0);
+    free(stop);
+    /* another worker's heartbeat for it: not found */
+    CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l1.id, "wrk_01jf0000000000000000000000", 100, -1, NOW, &exp, &stop, &ns),
+                 ERR_NOTFOUND);
+    /* the sweep before expiry does nothing, after it requeues all three */
+    struct store_sweep_report rep;
+    CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, NOW + 129, &rep), 0);
+    CHECK_EQ_INT(rep.n_leases, 0);
+    CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, NOW + 130, &rep), 0);
+    CHECK_EQ_INT(rep.n_leases, 1);
+    CHECK_EQ_INT(rep.n_requeued, 3);
+    for (size_t i = 0; i < l1.n; i++) {
+        struct store_request q;
+        CHECK_EQ_INT(store_request_get(fx.st, l1.items[i].id, &q), 0);
+        CHECK_EQ_INT(q.status, STORE_REQ_QUEUED);
+        CHECK_EQ_INT(q.attempts, 1);
+        /* backoff after 1 failed attempt: base 10 s with equal jitter = 5..10 s */
+        CHECK(q.next_attempt_at >= NOW + 130 + 5 && q.next_attempt_at <= NOW + 130 + 10);
+    }
+    /* not before the backoff */
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 134, &l2), 0);
+    CHECK_EQ_INT(l2.n, 0);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 141, &l2), 0);
+    CHECK_EQ_INT(l2.n, 3);
+    CHECK_EQ_INT(l2.items[0].attempt, 2);
+    /* the first worker wakes up and uploads: every item is stale */
+    struct store_result r = {.request_id = l1.items[0].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200,
+                             .body = "{\"old\":true}", .body_len = 12};
+    enum store_commit_outcome oc;
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l1.id, fx.worker, &r, 1, NOW + 142, &oc), 0);
+    CHECK_EQ_INT(oc, STORE_COMMIT_STALE);
+    CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l1.id, fx.worker, 60, -1, NOW + 142, &exp, &stop, &ns), ERR_BADSTATE);
+    /* the new lease commits; committing the same upload again is a duplicate */
+    CHECK_EQ_INT(answer_all(&fx, &l2, NOW + 143), 3);
+    r.body = "{\"new\":true}";
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l2.id, fx.worker, &r, 1, NOW + 144, &oc), 0);
+    CHECK_EQ_INT(oc, STORE_COMMIT_DUPLICATE);
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l1.id, fx.worker, &r, 1, NOW + 144, &oc), 0);
+    CHECK_EQ_INT(oc, STORE_COMMIT_STALE);
+    CHECK_EQ_INT(sql_count(&fx, "SELECT count(*) FROM results"), 3);
+    CHECK_EQ_INT(sql_count(&fx, "SELECT count(*) FROM results WHERE body LIKE '%old%' OR body LIKE '%new%'"), 0);
+    CHECK_EQ_INT(sql_count(&fx, "SELECT count(*) FROM usage_ledger"), 3);
+    /* unknown request ids are reported, not committed */
+    struct store_result u = {.request_id = "req_01jf0000000000000000000000", .kind = STORE_RESULT_TRANSIENT};
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l2.id, fx.worker, &u, 1, NOW + 144, &oc), 0);
+    CHECK_EQ_INT(oc, STORE_COMMIT_UNKNOWN);
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, "lease_01jf0000000000000000000000", fx.worker, &u, 1, NOW, &oc),
+                 ERR_NOTFOUND);
+    store_lease_clear(&l1);
+    store_lease_clear(&l2);
+    store_close(fx.st);
+}
+
+/* One transient failure of request rid under a fresh lease; returns the outcome. */
+static enum store_commit_outcome fail_once(struct fx *fx, int64_t now, const char *want_id)
+{
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(fx, 1);
+    CHECK_EQ_INT(lease_acquire(fx->st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT(l.n, 1);
+    if (want_id)
+        CHECK_EQ_STR(l.items[0].id, want_id);
+    struct store_result r = {.request_id = l.items[0].id, .kind = STORE_RESULT_TRANSIENT, .error = "device_error: CUDA OOM"};
+    enum store_commit_outcome oc;
+    CHECK_EQ_INT(lease_results_commit(fx->st, NULL, l.id, fx->worker, &r, 1, now, &oc), 0);
+    store_lease_clear(&l);
+    return oc;
+}
+
+TEST(lease_transient_failures_dead_letter_then_retry_requeues)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 2, NULL, 86400, bid);
+    /* lease q-0 alone, fail it 3 times (backoff 5..10, 10..20 s between) */
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 1);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    char rid[ID_MAX];
+    snprintf(rid, sizeof rid, "%s", l.items[0].id);
+    CHECK_EQ_STR(l.items[0].custom_id, "q-0");
+    struct store_result r = {.request_id = rid, .kind = STORE_RESULT_TRANSIENT, .error = "device_error: CUDA OOM"};
+    enum store_commit_outcome oc;
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, &r, 1, NOW, &oc), 0);
+    CHECK_EQ_INT(oc, STORE_COMMIT_RETRY);
+    store_lease_clear(&l);
+    /* q-1 is leased meanwhile (held so the batch stays in progress) */
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 1, &l), 0);
+    CHECK_EQ_STR(l.items[0].custom_id, "q-1");
+    CHECK_EQ_INT(fail_once(&fx, NOW + 11, rid), STORE_COMMIT_RETRY);
+    struct store_request q;
+    CHECK_EQ_INT(store_request_get(fx.st, rid, &q), 0);
+    CHECK(q.next_attempt_at >= NOW + 11 + 10 && q.next_attempt_at <= NOW + 11 + 20);
+    CHECK_EQ_INT(fail_once(&fx, NOW + 40, rid), STORE_COMMIT_DEAD);
+    CHECK_EQ_INT(store_request_get(fx.st, rid, &q), 0);
+    CHECK_EQ_INT(q.status, STORE_REQ_FAILED);
+    CHECK_EQ_INT(q.attempts, 3);
+    /* the dead letter: listed per batch and across tenants (admin), not for B */
+    struct store_dead_letter *d = NULL;
+    size_t n = 0;
+    int more = 1;
+    CHECK_EQ_INT(store_dead_letter_list(fx.st, fx.ta.id, bid, NULL, 10, &d, &n, &more), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_STR(d[0].request_id, rid);
+    CHECK_EQ_STR(d[0].custom_id, "q-0");
+    CHECK_EQ_INT(d[0].attempts, 3);
+    CHECK_EQ_STR(d[0].reason, "worker_error");
+    CHECK_EQ_STR(d[0].last_error, "device_error: CUDA OOM");
+    json_t *line = json_loads(d[0].line, 0, NULL);
+    CHECK(line != NULL);
+    CHECK_EQ_STR(json_string_value(json_object_get(line, "custom_id")), "q-0");
+    CHECK_EQ_STR(json_string_value(json_object_get(line, "url")), "/v1/chat/completions");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(line, "body"), "model")), "smollm");
+    json_decref(line);
+    store_dead_letter_list_free(d, n);
+    CHECK_EQ_INT(store_dead_letter_list(fx.st, NULL, NULL, NULL, 10, &d, &n, &more), 0);
+    CHECK_EQ_INT(n, 1);
+    store_dead_letter_list_free(d, n);
+    CHECK_EQ_INT(store_dead_letter_list(fx.st, fx.tb.id, NULL, NULL, 10, &d, &n, &more), 0);
+    CHECK_EQ_INT(n, 0);
+    store_dead_letter_list_free(d, n);
+    CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.tb.id, rid, NOW + 41), ERR_NOTFOUND);
+    /* retry: requeued with attempts reset, counts corrected, then it succeeds */
+    struct store_batch b;
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.n_failed, 1);
+    CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.ta.id, rid, NOW + 41), 0);
+    CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.ta.id, rid, NOW + 41), ERR_NOTFOUND);
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.n_failed, 0);
+    CHECK_EQ_INT(store_request_get(fx.st, rid, &q), 0);
+    CHECK_EQ_INT(q.status, STORE_REQ_QUEUED);
+    CHECK_EQ_INT(q.attempts, 0);
+    struct store_lease l2;
+    struct store_lease_ask a2 = ask_of(&fx, 5);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a2, NOW + 41, &l2), 0);
+    CHECK_EQ_INT(l2.n, 1);
+    CHECK_EQ_INT(answer_all(&fx, &l2, NOW + 42), 1);
+    CHECK_EQ_INT(answer_all(&fx, &l, NOW + 42), 1);
+    store_lease_clear(&l);
+    store_lease_clear(&l2);
+    struct finalize_report rep;
+    CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 43, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.status, STORE_BATCH_COMPLETED);
+    CHECK_EQ_INT(rep.n_output_lines, 2);
+    CHECK_EQ_INT(rep.n_error_lines, 0);
+    store_close(fx.st);
+}
+
+TEST(lease_dead_letter_lands_in_the_error_file)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 3, NULL, 86400, bid);
+    /* q-0 fails transiently 3 times, q-1 is an invalid request, q-2 succeeds */
+    CHECK_EQ_INT(fail_once(&fx, NOW, NULL), STORE_COMMIT_RETRY);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 2);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 1, &l), 0);
+    CHECK_EQ_INT(l.n, 2);
+    CHECK_EQ_STR(l.items[0].custom_id, "q-1");
+    const char *env = "{\"error\":{\"message\":\"prompt too long\",\"type\":\"invalid_request_error\",\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}";
+    struct store_result rs[2] = {
+        {.request_id = l.items[0].id, .kind = STORE_RESULT_INVALID, .status_code = 400, .body = env, .body_len = strlen(env)},
+        {.request_id = l.items[1].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200, .body = "{\"choices\":[{\"message\":{\"content\":\"echo q-2\"}}]}", .body_len = 46},
+    };
+    enum store_commit_outcome oc[2];
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs, 2, NOW + 2, oc), 0);
+    CHECK_EQ_INT(oc[0], STORE_COMMIT_OK);
+    CHECK_EQ_INT(oc[1], STORE_COMMIT_OK);
+    store_lease_clear(&l);
+    /* the batch is not done yet (q-0 is waiting to retry) */
+    struct finalize_report rep;
+    CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 2, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.done, 0);
+    CHECK_EQ_INT(fail_once(&fx, NOW + 20, NULL), STORE_COMMIT_RETRY);
+    CHECK_EQ_INT(fail_once(&fx, NOW + 60, NULL), STORE_COMMIT_DEAD);
+    CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 61, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.done, 1);
+    CHECK_EQ_INT(rep.status, STORE_BATCH_COMPLETED);
+    struct store_batch b;
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.n_completed, 1);
+    CHECK_EQ_INT(b.n_failed, 2);
+    struct buf out;
+    json_t *seen = json_object(), *codes = json_object();
+    read_file(&fx, fx.ta.id, b.error_file_id, &out);
+    CHECK_EQ_INT(scan_lines(&out, 0, seen, codes), 2);
+    CHECK_EQ_INT(code_count(codes, "max_attempts_exceeded"), 1);
+    CHECK_EQ_INT(code_count(codes, "http_4xx"), 1);
+    CHECK(strstr(out.data, "\"custom_id\":\"q-0\",\"response\":null,\"error\":{\"code\":\"max_attempts_exceeded\"") != NULL);
+    CHECK(strstr(out.data, "\"status_code\":400") && strstr(out.data, "context_length_exceeded"));
+    buf_release(&out);
+    json_decref(seen);
+    json_decref(codes);
+    /* retry after finalization: refused (resubmit the line instead) */
+    struct store_dead_letter *d = NULL;
+    size_t n = 0;
+    int more = 0;
+    CHECK_EQ_INT(store_dead_letter_list(fx.st, fx.ta.id, bid, NULL, 10, &d, &n, &more), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(store_dead_letter_retry(fx.st, NULL, d[0].request_id, NOW + 62), ERR_BADSTATE);
+    store_dead_letter_list_free(d, n);
+    store_close(fx.st);
+}
+
+TEST(lease_cancel_during_a_run_ends_cancelled_with_exact_counts)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 20, NULL, 86400, bid);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 5);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 5);
+    CHECK_EQ_INT(store_batch_cancel(fx.st, fx.ta.id, bid, NOW + 1, NULL), 0);
+    /* finalize: queued ones end at once, then it waits for the 5 leased */
+    struct finalize_report rep;
+    CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 2, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.done, 0);
+    struct store_batch b;
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.status, STORE_BATCH_CANCELLING);
+    CHECK_EQ_INT(b.n_failed, 15);
+    /* nothing more is leased from it */
+    struct store_lease l2;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 2, &l2), 0);
+    CHECK_EQ_INT(l2.n, 0);
+    /* the heartbeat tells the worker to stop all five */
+    int64_t exp;
+    char(*stop)[ID_MAX] = NULL;
+    size_t ns = 0;
+    CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l.id, fx.worker, 60, -1, NOW + 3, &exp, &stop, &ns), 0);
+    CHECK_EQ_INT(ns, 5);
+    free(stop);
+    /* three were already done: accepted; two are released: end as cancelled */
+    struct store_lease part = l;
+    part.n = 3;
+    CHECK_EQ_INT(answer_all(&fx, &part, NOW + 4), 3);
+    int64_t nrel = 0;
+    CHECK_EQ_INT(lease_release(fx.st, l.id, fx.worker, NULL, 0, NOW + 4, &nrel), 0);
+    CHECK_EQ_INT(nrel, 2);
+    CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 5, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.done, 1);
+    CHECK_EQ_INT(rep.status, STORE_BATCH_CANCELLED);
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.status, STORE_BATCH_CANCELLED);
+    CHECK_EQ_INT(b.n_total, 20);
+    CHECK_EQ_INT(b.n_completed, 3);
+    CHECK_EQ_INT(b.n_failed, 17);
+    CHECK(b.at[STORE_BATCH_CANCELLED] > 0);
+    json_t *seen = json_object(), *codes = json_object();
+    struct buf out;
+    read_file(&fx, fx.ta.id, b.output_file_id, &out);
+    CHECK_EQ_INT(scan_lines(&out, 1, seen, codes), 3);
+    buf_release(&out);
+    read_file(&fx, fx.ta.id, b.error_file_id, &out);
+    CHECK_EQ_INT(scan_lines(&out, 0, seen, codes), 17);
+    buf_release(&out);
+    CHECK_EQ_INT(code_count(codes, "batch_cancelled"), 17);
+    check_each_once(seen, "q", 20);
+    json_decref(seen);
+    json_decref(codes);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+TEST(lease_batch_expiry_during_a_run_delivers_finished_results)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 10, NULL, 3600, bid); /* expires at NOW + 3600 */
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 4);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 10, &l), 0);
+    CHECK_EQ_INT(l.n, 4);
+    struct store_lease part = l;
+    part.n = 2;
+    CHECK_EQ_INT(answer_all(&fx, &part, NOW + 20), 2);
+    /* past the window: no new leases; the finalizer expires the rest */
+    struct store_lease l2;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 3600, &l2), 0);
+    CHECK_EQ_INT(l2.n, 0);
+    int fin = 0;
+    CHECK_EQ_INT(finalize_sweep(fx.st, NOW + 3601, 10, &fin), 0);
+    CHECK_EQ_INT(fin, 1);
+    struct store_batch b;
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_INT(b.status, STORE_BATCH_EXPIRED);
+    CHECK_EQ_INT(b.n_completed, 2);
+    CHECK_EQ_INT(b.n_failed, 8);
+    CHECK(b.at[STORE_BATCH_EXPIRED] > 0);
+    json_t *seen = json_object(), *codes = json_object();
+    struct buf out;
+    read_file(&fx, fx.ta.id, b.output_file_id, &out);
+    CHECK_EQ_INT(scan_lines(&out, 1, seen, codes), 2);
+    buf_release(&out);
+    read_file(&fx, fx.ta.id, b.error_file_id, &out);
+    CHECK_EQ_INT(scan_lines(&out, 0, seen, codes), 8);
+    buf_release(&out);
+    CHECK_EQ_INT(code_count(codes, "batch_expired"), 8);
+    check_each_once(seen, "q", 10);
+    json_decref(seen);
+    json_decref(codes);
+    /* the lease's two unfinished requests: reported by the heartbeat (the lease
+     * ended with them), and a late result for one is acknowledged as closed */
+    int64_t exp;
+    char(*stop)[ID_MAX] = NULL;
+    size_t ns = 0;
+    CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l.id, fx.worker, 60, -1, NOW + 3602, &exp, &stop, &ns), ERR_BADSTATE);
+    struct store_result r = {.request_id = l.items[3].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200, .body = "{}", .body_len = 2};
+    enum store_commit_outcome oc;
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, &r, 1, NOW + 3602, &oc), 0);
+    CHECK_EQ_INT(oc, STORE_COMMIT_CLOSED);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+TEST(lease_heartbeat_reports_requests_ended_by_expiry_while_held)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char b1[ID_MAX], b2[ID_MAX];
+    fx_batch(&fx, &fx.ta, "x", 2, NULL, 100, b1);   /* expires at NOW + 100 */
+    fx_batch(&fx, &fx.ta, "y", 2, NULL, 86400, b2);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 4);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 4);
+    struct finalize_report rep;
+    CHECK_EQ_INT(finalize_batch(fx.st, b1, NOW + 100, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.status, STORE_BATCH_EXPIRED);
+    int64_t exp;
+    char(*stop)[ID_MAX] = NULL;
+    size_t ns = 0;
+    CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l.id, fx.worker, 60, -1, NOW + 101, &exp, &stop, &ns), 0);
+    CHECK_EQ_INT(ns, 2);
+    for (size_t i = 0; i < ns; i++) {
+        struct store_request q;
+        CHECK_EQ_INT(store_request_get(fx.st, stop[i], &q), 0);
+        CHECK_EQ_STR(q.batch_id, b1);
+    }
+    free(stop);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+TEST(lease_is_fair_across_tenants)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char ba[ID_MAX], bb[ID_MAX];
+    fx_batch(&fx, &fx.ta, "a", 100000, NULL, 86400, ba); /* queued first */
+    fx_batch(&fx, &fx.tb, "b", 10, NULL, 86400, bb);
+    int64_t now = NOW + 1;
+    int leases = 0;
+    struct store_batch b;
+    for (;;) {
+        struct store_lease l;
+        struct store_lease_ask a = ask_of(&fx, 64);
+        CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+        CHECK(l.n > 0);
+        answer_all(&fx, &l, now);
+        store_lease_clear(&l);
+        leases++;
+        get_batch(&fx, bb, &b);
+        if (b.n_completed == 10)
+            break;
+        CHECK(leases < 100);
+    }
+    get_batch(&fx, ba, &b);
+    printf("fairness: B (10 requests) done after %d lease(s) of 64; A had %lld of 100000 done\n", leases,
+           (long long)b.n_completed);
+    CHECK(leases <= 2);
+    CHECK(b.n_completed < 5000); /* B done before A is 5% done */
+    store_close(fx.st);
+}
+
+TEST(lease_priority_orders_a_tenants_own_batches_and_packs_group_prefixes)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char lo[ID_MAX], hi[ID_MAX];
+    fx_batch(&fx, &fx.ta, "lo", 4, NULL, 86400, lo);
+    fx_batch(&fx, &fx.ta, "hi", 4, "{\"priority\":\"5\"}", 86400, hi);
+    struct store_batch b;
+    get_batch(&fx, hi, &b);
+    CHECK_EQ_INT(b.priority, 5);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 4);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 4);
+    for (size_t i = 0; i < l.n; i++)
+        CHECK_EQ_STR(l.items[i].batch_id, hi);
+    /* pack order: equal system prompts together (i odd / even alternate in the file) */
+    uint64_t h0 = lease_prefix_hash(l.items[0].body, l.items[0].body_len, 24);
+    uint64_t h1 = lease_prefix_hash(l.items[1].body, l.items[1].body_len, 24);
+    uint64_t h2 = lease_prefix_hash(l.items[2].body, l.items[2].body_len, 24);
+    uint64_t h3 = lease_prefix_hash(l.items[3].body, l.items[3].body_len, 24);
+    CHECK(h0 != h2 || h1 != h3);
+    store_lease_clear(&l);
+    /* ordering itself, at a short prefix: groups contiguous, lengths ascending */
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 4);
+    CHECK_EQ_INT(lease_order_pack(&l, 24), 0);
+    uint64_t hs[4];
+    for (size_t i = 0; i < 4; i++)
+        hs[i] = lease_prefix_hash(l.items[i].body, l.items[i].body_len, 24);
+    CHECK(hs[0] == hs[1] && hs[2] == hs[3] && hs[1] != hs[2]);
+    CHECK(l.items[0].prompt_tokens_est <= l.items[1].prompt_tokens_est);
+    store_lease_clear(&l);
+    /* a bad priority is refused at creation */
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", fx.ta.id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
+    CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, "{\"priority\":\"high\"}"};
+    CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
+    nb.metadata = "{\"priority\":\"1001\"}";
+    CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
+    store_close(fx.st);
+}
+
+TEST(lease_token_and_byte_budgets_bound_a_pack)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "q", 10, NULL, 86400, bid);
+    struct store_request q;
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 10);
+    a.max_tokens = 1; /* smaller than any request: the first is still taken */
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 1);
+    CHECK_EQ_INT(store_request_get(fx.st, l.items[0].id, &q), 0);
+    int64_t cost = q.prompt_tokens_est + q.max_tokens;
+    store_lease_clear(&l);
+    a.max_tokens = 3 * cost + cost / 2;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK(l.n >= 2 && l.n <= 4);
+    store_lease_clear(&l);
+    a.max_tokens = 0;
+    a.max_bytes = 10;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 1);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+/* ---- crash safety ------------------------------------------------------------------------- */
+
+static int rnd_upto(int n)
+{
+    return (int)(random() % n);
+}
+
+/* One worker step loop: lease, answer (every 7th request transiently fails
+ * once per attempt, every 13th is an invalid request), sweep, finalize. */
+static void crash_worker_loop(const char *dir, const char *worker, int64_t now, int steps, int do_finalize)
+{
+    struct store *st;
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    if (store_open(dir, &so, &st))
+        _exit(3);
+    for (int s = 0; s < steps; s++) {
+        struct store_sweep_report rep;
+        lease_expire_sweep(st, NULL, now, &rep);
+        struct store_lease l;
+        struct store_lease_ask a = {worker, MODEL, 7, 0, 0, 30};
+        if (lease_acquire(st, NULL, &a, now, &l))
+            _exit(4);
+        if (l.n == 0) {
+            if (do_finalize)
+                finalize_sweep(st, now, 10, NULL);
+            now += 5;
+            continue;
+        }
+        struct store_result *rs = calloc(l.n, sizeof *rs);
+        enum store_commit_outcome *oc = calloc(l.n, sizeof *oc);
+        char **bodies = calloc(l.n, sizeof *bodies);
+        for (size_t i = 0; i < l.n; i++) {
+            const char *dash = strrchr(l.items[i].custom_id, '-');
+            int k = dash ? atoi(dash + 1) : 0;
+            bodies[i] = success_body(&l.items[i]);
+            rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS,
+                                          .status_code = 200, .body = bodies[i], .body_len = strlen(bodies[i]),
+                                          .prompt_tokens = 7, .completion_tokens = 3};
+            if (k % 7 == 3 && l.items[i].attempt < 3)
+                rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_TRANSIENT, .error = "flaky"};
+            else if (k % 13 == 5)
+                rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_INVALID,
+                                              .status_code = 400, .body = "{\"error\":{\"message\":\"bad\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}", .body_len = 83};
+        }
+        /* some leases are abandoned (worker "dies"), the sweeper requeues them */
+        if (rnd_upto(10) != 0)
+            lease_results_commit(st, NULL, l.id, worker, rs, l.n, now, oc);
+        for (size_t i = 0; i < l.n; i++)
+            free(bodies[i]);
+        free(bodies);
+        free(rs);
+        free(oc);
+        store_lease_clear(&l);
+        if (do_finalize)
+            finalize_sweep(st, now, 10, NULL);
+        now += 40; /* past the lease: abandoned ones expire next round */
+    }
+    store_close(st);
+}
+
+static void crash_exit_hook(void *ctx)
+{
+    int *left = ctx;
+    if ((*left)-- <= 0)
+        _exit(0);
+}
+
+static void check_crash_batch(struct fx *fx, const char *bid, const char *prefix, int n)
+{
+    struct store_batch b;
+    get_batch(fx, bid, &b);
+    CHECK_EQ_INT(b.status, STORE_BATCH_COMPLETED);
+    CHECK_EQ_INT(b.n_total, n);
+    CHECK_EQ_INT(b.n_completed + b.n_failed, n);
+    json_t *seen = json_object(), *codes = json_object();
+    struct buf out;
+    int n_out = 0, n_err = 0;
+    if (b.output_file_id[0]) {
+        read_file(fx, b.tenant_id, b.output_file_id, &out);
+        n_out = scan_lines(&out, 1, seen, codes);
+        buf_release(&out);
+    }
+    if (b.error_file_id[0]) {
+        read_file(fx, b.tenant_id, b.error_file_id, &out);
+        n_err = scan_lines(&out, 0, seen, codes);
+        buf_release(&out);
+    }
+    CHECK_EQ_INT(n_out, b.n_completed);
+    CHECK_EQ_INT(n_err, b.n_failed);
+    check_each_once(seen, prefix, n);
+    /* every k % 13 == 5 is an invalid request: a 4xx line, unless lapsed leases
+     * (killed or abandoning workers) used up its attempts first: then it is
+     * dead-lettered; nothing else fails */
+    int want_4xx = 0;
+    for (int k = 0; k < n; k++)
+        want_4xx += k % 13 == 5;
+    CHECK(code_count(codes, "http_4xx") <= want_4xx);
+    CHECK(n_out <= n - want_4xx);
+    CHECK_EQ_INT(n_err, code_count(codes, "http_4xx") + code_count(codes, "max_attempts_exceeded"));
+    json_decref(seen);
+    json_decref(codes);
+    char q[300];
+    snprintf(q, sizeof q, "SELECT count(*) FROM usage_ledger WHERE batch_id = '%s'", bid);
+    CHECK_EQ_INT(sql_count(fx, q), n_out);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid);
+    CHECK_EQ_INT(sql_count(fx, q), n);
+    snprintf(q, sizeof q, "SELECT count(*) FROM requests WHERE batch_id = '%s' AND status IN ('queued','leased')", bid);
+    CHECK_EQ_INT(sql_count(fx, q), 0);
+}
+
+TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char b1[ID_MAX], b2[ID_MAX];
+    fx_batch(&fx, &fx.ta, "c", 240, NULL, 86400 * 30, b1);
+    fx_batch(&fx, &fx.tb, "d", 40, NULL, 86400 * 30, b2);
+    char worker[ID_MAX];
+    snprintf(worker, sizeof worker, "%s", fx.worker);
+    store_close(fx.st); /* never fork with an open connection */
+    fx.st = NULL;
+    srandom((unsigned)getpid());
+    int64_t now = NOW + 10;
+    int killed = 0;
+    /* phase 1: workers SIGKILLed at random instants (inside transactions too) */
+    for (int round = 0; round < 10; round++) {
+        unsigned seed = (unsigned)random();
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            srandom(seed);
+            crash_worker_loop(fx.dir, worker, now, 1000, 1);
+            _exit(0);
+        }
+        usleep((useconds_t)(1000 + rnd_upto(40000)));
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+        killed += WIFSIGNALED(status);
+        now += 5000; /* every lease of the dead worker has expired */
+    }
+    /* phase 2: run the work to the end without finalizing */
+    pid_t pid = fork();
+    if (pid == 0) {
+        crash_worker_loop(fx.dir, worker, now, 400, 0);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    now += 100000;
+    /* phase 3: finalizers that _exit at a random output line, then one that finishes */
+    for (int round = 0; round < 6; round++) {
+        int stop_after = rnd_upto(300);
+        pid = fork();
+        if (pid == 0) {
+            struct store *st;
+            if (store_open(fx.dir, NULL, &st))
+                _exit(3);
+            struct finalize_hooks h = {crash_exit_hook, &stop_after};
+            struct finalize_report rep;
+            finalize_batch(st, b1, now, &h, &rep);
+            finalize_batch(st, b2, now, &h, &rep);
+            store_close(st);
+            _exit(0);
+        }
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    CHECK_EQ_INT(store_open(fx.dir, &so, &fx.st), 0);
+    struct store_sweep_report rep;
+    CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, now, &rep), 0);
+    int fin = 0;
+    CHECK_EQ_INT(finalize_sweep(fx.st, now, 10, &fin), 0);
+    printf("crash: %d of 10 workers killed mid-run\n", killed);
+    CHECK(killed > 0);
+    check_crash_batch(&fx, b1, "c", 240);
+    check_crash_batch(&fx, b2, "d", 40);
+    /* no temp files left behind, one file pair per batch at most */
+    char path[900];
+    snprintf(path, sizeof path, "%s/files/%s-output.jsonl.zst.tmp", fx.dir, b1);
+    CHECK(access(path, F_OK) != 0);
+    store_close(fx.st);
+}
+
+/* ---- admin views and the sweeper thread (store_admin.c, sweeper.c) ---- */
+
+TEST(lease_admin_views_and_work_stats_count_what_is_held)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "s", 10, NULL, 86400, bid);
+    struct store_lease_ask a = ask_of(&fx, 4);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT((int)l.n, 4);
+    int64_t exp = 0;
+    char(*stop)[ID_MAX] = NULL;
+    size_t n_stop = 0;
+    CHECK_EQ_INT(store_lease_heartbeat(fx.st, l.id, fx.worker, 60, 250.5, NOW + 1, &exp, &stop, &n_stop), 0);
+    CHECK_EQ_INT((int)n_stop, 0);
+    free(stop);
+    struct store_work_stats ws;
+    CHECK_EQ_INT(store_work_stats(fx.st, &ws), 0);
+    CHECK_EQ_INT((int)ws.n_models, 1);
+    CHECK_EQ_STR(ws.models[0].model, "smollm");
+    CHECK_EQ_INT((int)ws.models[0].queued, 6);
+    CHECK_EQ_INT((int)ws.models[0].leased, 4);
+    CHECK_EQ_INT((int)ws.leases_outstanding, 1);
+    CHECK_EQ_INT((int)ws.dead_letters, 0);
+    free(ws.models);
+    struct store_worker_info *w = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(store_workers_list(fx.st, NOW, 10, &w, &n), 0);
+    CHECK_EQ_INT((int)n, 1);
+    CHECK_EQ_STR(w[0].id, fx.worker);
+    CHECK_EQ_STR(w[0].models, MODEL);
+    CHECK_EQ_INT((int)w[0].leases_held, 1);
+    CHECK_EQ_INT((int)w[0].requests_held, 4);
+    CHECK(w[0].tokens_per_s > 250.4 && w[0].tokens_per_s < 250.6);
+    CHECK_EQ_INT((int)w[0].last_seen, NOW + 1);
+    free(w);
+    CHECK_EQ_INT(store_workers_list(fx.st, NOW + 2, 10, &w, &n), 0); /* not seen since */
+    CHECK_EQ_INT((int)n, 0);
+    free(w);
+    CHECK_EQ_INT(store_workers_list(fx.st, 0, 0, &w, &n), ERR_INVAL);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "w", 3, NULL, 86400, bid);
+    /* leased at NOW, which is long past on the wall clock the sweeper reads:
+     * the lease has lapsed and the batch's window has passed */
+    struct store_lease_ask a = ask_of(&fx, 3);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT((int)l.n, 3);
+    store_lease_clear(&l);
+    struct lease_opts lo;
+    lease_opts_default(&lo);
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    struct sweeper *sw = NULL;
+    CHECK_EQ_INT(sweeper_start(fx.dir, &so, &lo, 20, &sw), 0);
+    struct sweeper_stats s;
+    struct store_batch b;
+    int done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        sweeper_wake(sw);
+        get_batch(&fx, bid, &b);
+        done = b.status == STORE_BATCH_EXPIRED;
+        store_batch_release(&b);
+        if (!done)
+            usleep(10000);
+    }
+    sweeper_stats(sw, &s);
+    sweeper_free(sw);
+    sweeper_free(NULL);
+    /* step 1 (lease expiry) ran before step 2 (the batch's expiry) */
+    CHECK_EQ_INT((int)s.leases_expired, 1);
+    CHECK_EQ_INT((int)s.requeued, 3);
+    CHECK_EQ_INT((int)s.batches_finished, 1);
+    CHECK(s.passes >= 1);
+    get_batch(&fx, bid, &b);
+    CHECK_EQ_STR(store_batch_status_name(b.status), "expired");
+    CHECK_EQ_INT((int)b.n_failed, 3);
+    CHECK(b.error_file_id[0] != '\0' && b.output_file_id[0] == '\0');
+    store_batch_release(&b);
+    struct store_work_stats ws;
+    CHECK_EQ_INT(store_work_stats(fx.st, &ws), 0);
+    CHECK_EQ_INT((int)ws.n_models, 0);
+    CHECK_EQ_INT((int)ws.leases_outstanding, 0);
+    free(ws.models);
+    store_close(fx.st);
+}

@@ -1,0 +1,589 @@
+/*
+ * test_generate.c - worker/generate + worker/response end to end over the
+ * real SmolLM2 tokenizer (tests/fixtures/tok/smollm2_vocab.json, the GGUF's
+ * tokenizer arrays) and a scripted "model": the callback returns a logits
+ * row that puts 10 on the next token of a script, 9 on a fixed runner-up and
+ * -inf elsewhere, so greedy decoding follows the script and every logprob is
+ * known in closed form: -log(1 + e^-1) and -1 - log(1 + e^-1).
+ *
+ * Checks: text, stop strings, finish reasons, usage counting, logprobs
+ * (token, bytes, top_logprobs, text_offset), response shapes field by field,
+ * and one byte-exact golden chat.completion body.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/id.h"
+#include "tests/th.h"
+#include "worker/engine/chat.h"
+#include "worker/engine/generate.h"
+#include "worker/engine/tok.h"
+
+/* ---- the real vocabulary (same loader as test_tok.c) ------------------------- */
+
+struct gvocab {
+    json_t *root;
+    struct tok_vocab_desc d;
+    const char **tokens, **merges;
+    size_t *lens, *mlens;
+    int32_t *types;
+};
+
+static int64_t jint(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+static struct tok *load_smollm(struct gvocab *f)
+{
+    json_error_t e;
+    memset(f, 0, sizeof *f);
+    f->root = json_load_file("tests/fixtures/tok/smollm2_vocab.json", JSON_ALLOW_NUL, &e);
+    if (!f->root)
+        th_fail(__FILE__, __LINE__, "vocab", "cannot load: %s", e.text);
+    json_t *toks = json_object_get(f->root, "tokens"), *types = json_object_get(f->root, "types");
+    json_t *merges = json_object_get(f->root, "merges");
+    size_t n = json_array_size(toks), nm = json_array_size(merges);
+    f->tokens = calloc(n, sizeof *f->tokens);
+    f->lens = calloc(n, sizeof *f->lens);
+    f->types = calloc(n, sizeof *f->types);
+    f->merges = calloc(nm, sizeof *f->merges);
+    f->mlens = calloc(nm, sizeof *f->mlens);
+    for (size_t i = 0; i < n; i++) {
+        f->tokens[i] = json_string_value(json_array_get(toks, i));
+        f->lens[i] = json_string_length(json_array_get(toks, i));
+        f->types[i] = (int32_t)json_integer_value(json_array_get(types, i));
+    }
+    for (size_t i = 0; i < nm; i++) {
+        f->merges[i] = json_string_value(json_array_get(merges, i));
+        f->mlens[i] = json_string_length(json_array_get(merges, i));
+    }
+    tok_vocab_desc_init(&f->d);
+    f->d.model = json_string_value(json_object_get(f->root, "model"));
+    f->d.pre = json_string_value(json_object_get(f->root, "pre"));
+    f->d.n_tokens = n;
+    f->d.tokens = f->tokens;
+    f->d.token_lens = f->lens;
+    f->d.token_types = f->types;
+    f->d.n_merges = nm;
+    f->d.merges = f->merges;
+    f->d.merge_lens = f->mlens;
+    f->d.bos_id = jint(f->root, "bos");
+    f->d.eos_id = jint(f->root, "eos");
+    f->d.unk_id = jint(f->root, "unk");
+    f->d.pad_id = jint(f->root, "pad");
+    f->d.eot_id = jint(f->root, "eot");
+    f->d.eom_id = jint(f->root, "eom");
+    f->d.add_bos = (int)jint(f->root, "add_bos");
+    f->d.add_eos = (int)jint(f->root, "add_eos");
+    f->d.add_space_prefix = (int)jint(f->root, "add_space_prefix");
+    struct tok *t = NULL;
+    CHECK_EQ_INT(tok_new(&f->d, &t), 0);
+    return t;
+}
+
+static void gvocab_release(struct gvocab *f, struct tok *t)
+{
+    tok_free(t);
+    free(f->tokens);
+    free(f->lens);
+    free(f->types);
+    free(f->merges);
+    free(f->mlens);
+    json_decref(f->root);
+}
+
+static int32_t id_of(const struct tok *t, const char *text)
+{
+    int32_t id = tok_find(t, text, strlen(text));
+    if (id < 0)
+        th_fail(__FILE__, __LINE__, text, "token not in vocabulary");
+    return id;
+}
+
+/* ---- the scripted model ---------------------------------------------------- */
+
+#define RUNNER_UP 81   /* "a": the fixed second choice */
+
+struct script {
+    const int32_t *ids;      /* tokens to produce, in order */
+    size_t n;
+    size_t n_prompt;         /* expected prompt length (0: don't check) */
+    float *row;
+    size_t n_vocab;
+    int flat;                /* 1: all zeros except EOG gets -2 (random sampling) */
+    size_t calls;
+};
+
+static int scripted(void *ctx, uint64_t choice, const int32_t *tokens, size_t n_tokens,
+                    const float **logits)
+{
+    struct script *s = ctx;
+    (void)choice;
+    s->calls++;
+    for (size_t i = 0; i < s->n_vocab; i++)
+        s->row[i] = s->flat ? 0.0f : -INFINITY;
+    if (s->flat) {
+        s->row[2] = -2.0f;
+        *logits = s->row;
+        return 0;
+    }
+    if (s->n_prompt) {
+        if (n_tokens < s->n_prompt)
+            return ERR_INTERNAL;
+        size_t step = n_tokens - s->n_prompt;
+        /* the driver hands back exactly the script so far */
+        for (size_t i = 0; i < step; i++)
+            if (tokens[s->n_prompt + i] != s->ids[i])
+                return ERR_INTERNAL;
+        if (step < s->n)
+            s->row[s->ids[step]] = 10.0f;
+    } else {
+        /* prompt length unknown: the step is the longest script prefix that
+         * ends the sequence */
+        size_t step = 0;
+        for (size_t k = s->n < n_tokens ? s->n : n_tokens; k > 0 && !step; k--) {
+            int ok = 1;
+            for (size_t i = 0; i < k && ok; i++)
+                ok = tokens[n_tokens - k + i] == s->ids[i];
+            if (ok)
+                step = k;
+        }
+        if (step < s->n)
+            s->row[s->ids[step]] = 10.0f;
+    }
+    if (s->row[RUNNER_UP] < 9.0f)
+        s->row[RUNNER_UP] = 9.0f;
+    *logits = s->row;
+    return 0;
+}
+
+/* Only two finite logits (10 and 9): the sum of exp(l - max) is exactly
+ * 1 + e^-1 whatever the summation order, so these are bit-exact. */
+static double lp_top(size_t V) { (void)V; return -log(1.0 + exp(-1.0)); }
+static double lp_second(size_t V) { (void)V; return -1.0 - log(1.0 + exp(-1.0)); }
+
+struct env {
+    struct gvocab v;
+    struct tok *t;
+    struct chat_tmpl *ct;
+    struct script sc;
+    struct gen_model m;
+};
+
+static void env_init(struct env *e, size_t n_ctx)
+{
+    memset(e, 0, sizeof *e);
+    e->t = load_smollm(&e->v);
+    CHECK_EQ_INT(chat_tmpl_new(NULL, e->t, &e->ct), 0);  /* ChatML (has <|im_start|>) */
+    e->sc.n_vocab = tok_n_vocab(e->t);
+    e->sc.row = calloc(e->sc.n_vocab, sizeof *e->sc.row);
+    e->m.t = e->t;
+    e->m.tmpl = e->ct;
+    e->m.n_ctx = n_ctx;
+    e->m.model_name = "smollm2-135m";
+    e->m.system_fingerprint = "fp_test";
+    e->m.next_logits = scripted;
+    e->m.ctx = &e->sc;
+}
+
+static void env_release(struct env *e)
+{
+    free(e->sc.row);
+    chat_tmpl_free(e->ct);
+    gvocab_release(&e->v, e->t);
+}
+
+static json_t *J(const char *s)
+{
+    json_error_t er;
+    json_t *j = json_loads(s, 0, &er);
+    if (!j)
+        th_fail(__FILE__, __LINE__, s, "bad JSON: %s", er.text);
+    return j;
+}
+
+static json_t *run_ok(struct env *e, enum gp_endpoint ep, const char *body,
+                      const struct gen_opts *o)
+{
+    json_t *b = J(body), *resp = NULL;
+    struct gp_error err;
+    memset(&err, 0, sizeof err);
+    int rc = gen_run(&e->m, ep, b, o, &resp, &err);
+    json_decref(b);
+    if (rc != 0)
+        th_fail(__FILE__, __LINE__, body, "gen_run: %d (%s: %s)", rc, err.param, err.message);
+    return resp;
+}
+
+static const char *sget(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_string(v))
+        th_fail(__FILE__, __LINE__, k, "not a string");
+    return json_string_value(v);
+}
+
+static json_int_t iget(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v))
+        th_fail(__FILE__, __LINE__, k, "not an integer");
+    return json_integer_value(v);
+}
+
+/* The chat prompt the ChatML template must produce, tokenized on its own. */
+static size_t chatml_prompt_len(const struct tok *t, const char *user)
+{
+    char text[256];
+    snprintf(text, sizeof text, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", user);
+    int32_t ids[256];
+    size_t n = 0;
+    CHECK_EQ_INT(tok_encode(t, text, strlen(text), TOK_PARSE_SPECIAL, ids, 256, &n), 0);
+    return n;
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+TEST(gen_chat_golden_body)
+{
+    struct env e;
+    env_init(&e, 2048);
+    int32_t script[4] = {id_of(e.t, "Hello"), id_of(e.t, "\xc4\xa0there"), id_of(e.t, "!"), 2};
+    e.sc.ids = script;
+    e.sc.n = 4;
+    e.sc.n_prompt = chatml_prompt_len(e.t, "Hi");
+    struct gen_opts o = {"chatcmpl-test123", 1700000000, NULL, NULL};
+    json_t *resp = run_ok(&e, GP_CHAT,
+                          "{\"model\":\"smollm2-135m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                          "\"Hi\"}],\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}",
+                          &o);
+    size_t V = e.sc.n_vocab;
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%.17g", lp_top(V));
+    snprintf(b, sizeof b, "%.17g", lp_second(V));
+    char golden[4096];
+    snprintf(golden, sizeof golden,
+             "{\"id\":\"chatcmpl-test123\",\"object\":\"chat.completion\",\"created\":1700000000,"
+             "\"model\":\"smollm2-135m\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+             "\"assistant\",\"content\":\"Hello there!\",\"refusal\":null},\"logprobs\":{"
+             "\"content\":["
+             "{\"token\":\"Hello\",\"logprob\":%s,\"bytes\":[72,101,108,108,111],\"top_logprobs\":"
+             "[{\"token\":\"Hello\",\"logprob\":%s,\"bytes\":[72,101,108,108,111]},"
+             "{\"token\":\"a\",\"logprob\":%s,\"bytes\":[97]}]},"
+             "{\"token\":\" there\",\"logprob\":%s,\"bytes\":[32,116,104,101,114,101],"
+             "\"top_logprobs\":[{\"token\":\" there\",\"logprob\":%s,\"bytes\":[32,116,104,101,"
+             "114,101]},{\"token\":\"a\",\"logprob\":%s,\"bytes\":[97]}]},"
+             "{\"token\":\"!\",\"logprob\":%s,\"bytes\":[33],\"top_logprobs\":[{\"token\":\"!\","
+             "\"logprob\":%s,\"bytes\":[33]},{\"token\":\"a\",\"logprob\":%s,\"bytes\":[97]}]}"
+             "],\"refusal\":null},\"finish_reason\":\"stop\"}],"
+             "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":4,\"total_tokens\":%zu},"
+             "\"system_fingerprint\":\"fp_test\"}",
+             a, a, b, a, a, b, a, a, b, e.sc.n_prompt, e.sc.n_prompt + 4);
+    json_t *g = J(golden);
+    char *got = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    char *want = json_dumps(g, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    CHECK_EQ_STR(got, want);   /* byte-exact, key order included */
+    free(got);
+    free(want);
+    json_decref(g);
+    json_decref(resp);
+    env_release(&e);
+}
+
+TEST(gen_chat_fields_and_types)
+{
+    struct env e;
+    env_init(&e, 2048);
+    int32_t script[3] = {id_of(e.t, "Hello"), id_of(e.t, "!"), 0 /* <|endoftext|>: EOG */};
+    e.sc.ids = script;
+    e.sc.n = 3;
+    e.m.system_fingerprint = NULL;
+    json_t *r = run_ok(&e, GP_CHAT,
+                       "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
+                       "\"content\":\"Q\"}],\"temperature\":0}", NULL);
+    CHECK_EQ_INT(json_object_size(r), 7);
+    CHECK(id_valid("chatcmpl-", sget(r, "id")));
+    CHECK_EQ_STR(sget(r, "object"), "chat.completion");
+    CHECK(iget(r, "created") > 1600000000);
+    CHECK_EQ_STR(sget(r, "model"), "smollm2-135m");
+    CHECK(json_is_null(json_object_get(r, "system_fingerprint")));
+    json_t *ch = json_object_get(r, "choices");
+    CHECK(json_is_array(ch) && json_array_size(ch) == 1);
+    json_t *c0 = json_array_get(ch, 0);
+    CHECK_EQ_INT(json_object_size(c0), 4);
+    CHECK_EQ_INT(iget(c0, "index"), 0);
+    CHECK(json_is_null(json_object_get(c0, "logprobs")));
+    CHECK_EQ_STR(sget(c0, "finish_reason"), "stop");
+    json_t *msg = json_object_get(c0, "message");
+    CHECK_EQ_INT(json_object_size(msg), 3);
+    CHECK_EQ_STR(sget(msg, "role"), "assistant");
+    CHECK_EQ_STR(sget(msg, "content"), "Hello!");
+    CHECK(json_is_null(json_object_get(msg, "refusal")));
+    json_t *u = json_object_get(r, "usage");
+    CHECK_EQ_INT(json_object_size(u), 3);
+    CHECK_EQ_INT(iget(u, "completion_tokens"), 3);  /* EOG counted */
+    CHECK_EQ_INT(iget(u, "total_tokens"), iget(u, "prompt_tokens") + 3);
+    CHECK(iget(u, "prompt_tokens") > 8);
+    json_decref(r);
+    env_release(&e);
+}
+
+TEST(gen_completion_stop_string_and_logprobs)
+{
+    struct env e;
+    env_init(&e, 2048);
+    int32_t h = id_of(e.t, "#");
+    int32_t script[6] = {id_of(e.t, "Hello"), id_of(e.t, "!"), h, h, h, id_of(e.t, "!")};
+    e.sc.ids = script;
+    e.sc.n = 6;
+    e.sc.n_prompt = 1;   /* "x" is one token, add_bos 0 */
+    json_t *r = run_ok(&e, GP_COMPLETIONS,
+                       "{\"prompt\":\"x\",\"temperature\":0,\"stop\":[\"zz\",\"###\"],\"logprobs\":1,"
+                       "\"max_tokens\":50}", NULL);
+    CHECK(id_valid("cmpl-", sget(r, "id")));
+    CHECK_EQ_STR(sget(r, "object"), "text_completion");
+    json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK_EQ_INT(json_object_size(c0), 4);
+    CHECK_EQ_STR(sget(c0, "text"), "Hello!");
+    CHECK_EQ_STR(sget(c0, "finish_reason"), "stop");
+    CHECK_EQ_INT(iget(c0, "index"), 0);
+    json_t *lp = json_object_get(c0, "logprobs");
+    CHECK_EQ_INT(json_object_size(lp), 4);
+    json_t *toks = json_object_get(lp, "tokens"), *tlp = json_object_get(lp, "token_logprobs");
+    json_t *top = json_object_get(lp, "top_logprobs"), *off = json_object_get(lp, "text_offset");
+    /* "#" tokens start at the cut (offset 6): not part of the text */
+    CHECK_EQ_INT(json_array_size(toks), 2);
+    CHECK_EQ_STR(json_string_value(json_array_get(toks, 0)), "Hello");
+    CHECK_EQ_STR(json_string_value(json_array_get(toks, 1)), "!");
+    CHECK_NEAR(json_real_value(json_array_get(tlp, 1)), lp_top(e.sc.n_vocab), 1e-12);
+    CHECK_EQ_INT(json_integer_value(json_array_get(off, 0)), 0);
+    CHECK_EQ_INT(json_integer_value(json_array_get(off, 1)), 5);
+    json_t *d1 = json_array_get(top, 1);
+    CHECK(json_is_object(d1) && json_object_size(d1) == 1);
+    CHECK_NEAR(json_real_value(json_object_get(d1, "!")), lp_top(e.sc.n_vocab), 1e-12);
+    json_t *u = json_object_get(r, "usage");
+    CHECK_EQ_INT(iget(u, "prompt_tokens"), 1);
+    CHECK_EQ_INT(iget(u, "completion_tokens"), 5);  /* sampled up to the third "#" */
+    CHECK_EQ_INT(e.sc.calls, 5);
+    json_decref(r);
+    env_release(&e);
+}
+
+TEST(gen_length_and_context_limits)
+{
+    struct env e;
+    env_init(&e, 8);
+    int32_t hello = id_of(e.t, "Hello");
+    int32_t script[10];
+    for (int i = 0; i < 10; i++)
+        script[i] = hello;
+    e.sc.ids = script;
+    e.sc.n = 10;
+    e.sc.n_prompt = 3;
+    /* max_tokens */
+    json_t *r = run_ok(&e, GP_COMPLETIONS, "{\"prompt\":[5,6,7],\"temperature\":0,\"max_tokens\":2}",
+                       NULL);
+    json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK_EQ_STR(sget(c0, "text"), "HelloHello");
+    CHECK_EQ_STR(sget(c0, "finish_reason"), "length");
+    CHECK_EQ_INT(iget(json_object_get(r, "usage"), "completion_tokens"), 2);
+    json_decref(r);
+    /* context: 8 - 3 = 5 tokens at most */
+    r = run_ok(&e, GP_COMPLETIONS, "{\"prompt\":[5,6,7],\"temperature\":0}", NULL);
+    c0 = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK_EQ_STR(sget(c0, "finish_reason"), "length");
+    CHECK_EQ_INT(iget(json_object_get(r, "usage"), "completion_tokens"), 5);
+    json_decref(r);
+    /* explicit max_tokens beyond the context, and a prompt filling it */
+    const char *bad[] = {"{\"prompt\":[5,6,7],\"max_tokens\":6}",
+                         "{\"prompt\":[1,2,3,4,5,6,7,8]}", "{\"prompt\":[1,2,3,4,5,6,7,8,9]}",
+                         "{\"prompt\":\"a b c d e f g h i j k l\"}"};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *b = J(bad[i]), *resp = NULL;
+        struct gp_error err;
+        CHECK_EQ_INT(gen_run(&e.m, GP_COMPLETIONS, b, NULL, &resp, &err), ERR_INVAL);
+        CHECK_EQ_STR(err.code, "context_length_exceeded");
+        CHECK_EQ_STR(err.param, "prompt");
+        CHECK(strstr(err.message, "maximum context length is 8 tokens") != NULL);
+        CHECK(resp == NULL);
+        json_decref(b);
+    }
+    /* parameter errors come back as request errors too */
+    json_t *b = J("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true}"), *resp = NULL;
+    struct gp_error err;
+    CHECK_EQ_INT(gen_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
+    CHECK_EQ_STR(err.param, "stream");
+    json_decref(b);
+    b = J("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}");
+    CHECK_EQ_INT(gen_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
+    CHECK_EQ_STR(err.param, "messages");
+    json_decref(b);
+    env_release(&e);
+}
+
+TEST(gen_utf8_split_across_tokens)
+{
+    struct env e;
+    env_init(&e, 2048);
+    /* "é" = C3 A9 as two byte tokens ("Ã" = byte C3, "©" = byte A9 in the
+     * GPT-2 byte map), then "#" "#" "#" against stop "é#" */
+    int32_t script[5] = {id_of(e.t, "\xc3\x83"), id_of(e.t, "\xc2\xa9"), id_of(e.t, "!"),
+                         id_of(e.t, "\xc3\x83"), 2};
+    e.sc.ids = script;
+    e.sc.n = 5;
+    e.sc.n_prompt = 1;
+    json_t *r = run_ok(&e, GP_COMPLETIONS,
+                       "{\"prompt\":\"x\",\"temperature\":0,\"logprobs\":0}", NULL);
+    json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
+    /* the lone C3 before EOG becomes U+FFFD at the flush */
+    CHECK_EQ_STR(sget(c0, "text"), "\xc3\xa9!\xef\xbf\xbd");
+    json_t *lp = json_object_get(c0, "logprobs");
+    json_t *toks = json_object_get(lp, "tokens"), *off = json_object_get(lp, "text_offset");
+    CHECK_EQ_INT(json_array_size(toks), 4);
+    CHECK_EQ_STR(json_string_value(json_array_get(toks, 0)), "\xef\xbf\xbd");
+    /* offsets in code points: 0, 0 (C3 held), 1 ("é" done), 2 */
+    CHECK_EQ_INT(json_integer_value(json_array_get(off, 0)), 0);
+    CHECK_EQ_INT(json_integer_value(json_array_get(off, 1)), 0);
+    CHECK_EQ_INT(json_integer_value(json_array_get(off, 2)), 1);
+    CHECK_EQ_INT(json_integer_value(json_array_get(off, 3)), 2);
+    json_decref(r);
+
+    /* chat: bytes arrays carry the raw bytes of partial characters */
+    e.sc.n_prompt = chatml_prompt_len(e.t, "Hi");
+    r = run_ok(&e, GP_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"temperature\":0,"
+               "\"logprobs\":true,\"stop\":\"\xc3\xa9!\"}", NULL);
+    c0 = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK_EQ_STR(sget(json_object_get(c0, "message"), "content"), "");
+    CHECK_EQ_STR(sget(c0, "finish_reason"), "stop");
+    /* stop at the very start: no token's text begins before the end */
+    CHECK_EQ_INT(json_array_size(json_object_get(json_object_get(c0, "logprobs"), "content")), 0);
+    json_decref(r);
+    r = run_ok(&e, GP_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"temperature\":0,"
+               "\"logprobs\":true,\"stop\":\"!\"}", NULL);
+    c0 = json_array_get(json_object_get(r, "choices"), 0);
+    CHECK_EQ_STR(sget(json_object_get(c0, "message"), "content"), "\xc3\xa9");
+    json_t *content = json_object_get(json_object_get(c0, "logprobs"), "content");
+    CHECK_EQ_INT(json_array_size(content), 2);
+    json_t *b0 = json_object_get(json_array_get(content, 0), "bytes");
+    json_t *b1 = json_object_get(json_array_get(content, 1), "bytes");
+    CHECK(json_array_size(b0) == 1 && json_integer_value(json_array_get(b0, 0)) == 0xC3);
+    CHECK(json_array_size(b1) == 1 && json_integer_value(json_array_get(b1, 0)) == 0xA9);
+    CHECK_EQ_INT(iget(json_object_get(r, "usage"), "completion_tokens"), 3);
+    json_decref(r);
+    env_release(&e);
+}
+
+TEST(gen_n_choices_seeded_and_multi_prompt)
+{
+    struct env e;
+    env_init(&e, 64);
+    e.sc.flat = 1;   /* near-uniform rows: random text, EOG slightly less likely */
+    const char *body = "{\"prompt\":\"x\",\"n\":3,\"seed\":99,\"max_tokens\":12}";
+    json_t *r1 = run_ok(&e, GP_COMPLETIONS, body, NULL);
+    json_t *r2 = run_ok(&e, GP_COMPLETIONS, body, NULL);
+    json_t *ch1 = json_object_get(r1, "choices"), *ch2 = json_object_get(r2, "choices");
+    CHECK_EQ_INT(json_array_size(ch1), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *a = json_array_get(ch1, i), *b = json_array_get(ch2, i);
+        CHECK_EQ_INT(iget(a, "index"), (json_int_t)i);
+        CHECK_EQ_STR(sget(a, "text"), sget(b, "text"));   /* same seed: same text */
+    }
+    CHECK(strcmp(sget(json_array_get(ch1, 0), "text"), sget(json_array_get(ch1, 1), "text")) != 0);
+    CHECK(strcmp(sget(json_array_get(ch1, 1), "text"), sget(json_array_get(ch1, 2), "text")) != 0);
+    json_t *u = json_object_get(r1, "usage");
+    CHECK_EQ_INT(iget(u, "prompt_tokens"), 1);  /* counted once for n choices */
+    /* another seed: another text (12 near-uniform draws over 49k tokens) */
+    json_t *r3 = run_ok(&e, GP_COMPLETIONS, "{\"prompt\":\"x\",\"n\":3,\"seed\":100,\"max_tokens\":12}", NULL);
+    CHECK(strcmp(sget(json_array_get(json_object_get(r3, "choices"), 0), "text"),
+                 sget(json_array_get(ch2, 0), "text")) != 0);
+    json_decref(r3);
+    json_decref(r1);
+    json_decref(r2);
+
+    /* two prompts x n=2: indices 0..3, prompt tokens summed */
+    r1 = run_ok(&e, GP_COMPLETIONS,
+                "{\"prompt\":[[5,6],[7]],\"n\":2,\"seed\":1,\"max_tokens\":3}", NULL);
+    ch1 = json_object_get(r1, "choices");
+    CHECK_EQ_INT(json_array_size(ch1), 4);
+    for (size_t i = 0; i < 4; i++)
+        CHECK_EQ_INT(iget(json_array_get(ch1, i), "index"), (json_int_t)i);
+    u = json_object_get(r1, "usage");
+    CHECK_EQ_INT(iget(u, "prompt_tokens"), 3);
+    json_decref(r1);
+    env_release(&e);
+}
+
+TEST(gen_seq_step_api)
+{
+    /* the per-step API as the batched scheduler uses it: two sequences of
+     * different requests advanced alternately with one shared scratch give
+     * the same text as each run alone */
+    struct env e;
+    env_init(&e, 256);
+    json_t *b1 = J("{\"prompt\":\"x\",\"seed\":5,\"temperature\":1.2,\"top_p\":0.9,\"max_tokens\":20}");
+    json_t *b2 = J("{\"prompt\":\"y\",\"seed\":6,\"top_k\":50,\"max_tokens\":15,\"stop\":\"e\"}");
+    struct gen_params p1, p2;
+    struct gp_error err;
+    size_t V = tok_n_vocab(e.t);
+    CHECK_EQ_INT(gp_parse(b1, GP_COMPLETIONS, V, &p1, &err), 0);
+    CHECK_EQ_INT(gp_parse(b2, GP_COMPLETIONS, V, &p2, &err), 0);
+    int32_t pr1[1] = {id_of(e.t, "x")}, pr2[1] = {id_of(e.t, "y")};
+    float *row = calloc(V, sizeof *row);
+    struct smp_scratch s;
+    CHECK_EQ_INT(smp_scratch_init(&s, V), 0);
+    char alone[2][512];
+    for (int k = 0; k < 2; k++) {
+        struct gen_seq q;
+        CHECK_EQ_INT(gen_seq_init(&q, k ? &p2 : &p1, e.t, k ? pr2 : pr1, 1, 256, 0), 0);
+        int rc = 0;
+        for (size_t step = 0; rc == 0; step++) {
+            for (size_t i = 0; i < V; i++)
+                row[i] = (float)((i * 2654435761u + step * 40503u + (unsigned)k) % 1000) / 250.0f;
+            rc = gen_seq_step(&q, row, V, &s);
+            CHECK(rc == 0 || rc == 1);
+        }
+        struct resp_choice c;
+        CHECK_EQ_INT(gen_seq_choice(&q, &c), 0);
+        snprintf(alone[k], sizeof alone[k], "%.*s|%s", (int)c.text_len, c.text,
+                 stop_finish_name(c.finish));
+        CHECK_EQ_INT(gen_seq_step(&q, row, V, &s), ERR_BADSTATE);
+        gen_seq_release(&q);
+    }
+    struct gen_seq q[2];
+    CHECK_EQ_INT(gen_seq_init(&q[0], &p1, e.t, pr1, 1, 256, 0), 0);
+    CHECK_EQ_INT(gen_seq_init(&q[1], &p2, e.t, pr2, 1, 256, 0), 0);
+    int done[2] = {0, 0};
+    for (size_t step = 0; !done[0] || !done[1]; step++)
+        for (int k = 1; k >= 0; k--) {
+            if (done[k])
+                continue;
+            for (size_t i = 0; i < V; i++)
+                row[i] = (float)((i * 2654435761u + step * 40503u + (unsigned)k) % 1000) / 250.0f;
+            int rc = gen_seq_step(&q[k], row, V, &s);
+            CHECK(rc == 0 || rc == 1);
+            done[k] = rc;
+        }
+    for (int k = 0; k < 2; k++) {
+        struct resp_choice c;
+        char both[512];
+        CHECK_EQ_INT(gen_seq_choice(&q[k], &c), 0);
+        snprintf(both, sizeof both, "%.*s|%s", (int)c.text_len, c.text, stop_finish_name(c.finish));
+        CHECK_EQ_STR(both, alone[k]);
+        gen_seq_release(&q[k]);
+    }
+    free(row);
+    smp_scratch_release(&s);
+    gp_release(&p1);
+    gp_release(&p2);
+    json_decref(b1);
+    json_decref(b2);
+    env_release(&e);
+}

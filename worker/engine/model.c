@@ -1,0 +1,377 @@
+/*
+ * model.c - load a llama/qwen2 GGUF: hyperparameters, tensor validation,
+ * weight pointers into the mapping. See model.h for the design; gguf.md 3
+ * for the keys and tensor names.
+ */
+#include "worker/engine/model.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/cpu/quant.h"
+#include "worker/engine/tok_gguf.h"
+
+static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+const char *model_arch_name(enum model_arch a)
+{
+    return a == MODEL_ARCH_QWEN2 ? "qwen2" : "llama";
+}
+
+/* "<arch>.<suffix>" into key. */
+static void arch_key(char *key, size_t cap, const char *arch, const char *suffix)
+{
+    snprintf(key, cap, "%s.%s", arch, suffix);
+}
+
+/* A positive integer hyperparameter in [1, max]. required = 0: absent gives
+ * *out = dflt. Arrays (per-layer values) are refused. */
+static int get_hp_int(const struct gguf *g, const char *arch, const char *suffix, int required,
+                      int dflt, int max, int *out, char *err, size_t err_len)
+{
+    char key[128];
+    arch_key(key, sizeof key, arch, suffix);
+    long i = gguf_kv_find(g, key);
+    if (i < 0) {
+        if (required)
+            return fail(err, err_len, ERR_CORRUPT, "missing hyperparameter %s", key);
+        *out = dflt;
+        return 0;
+    }
+    if (gguf_kv_type(g, (size_t)i) == GGUF_VT_ARRAY)
+        return fail(err, err_len, ERR_UNSUPPORTED, "%s: per-layer values are not supported", key);
+    int64_t v;
+    if (gguf_get_i64(g, key, &v))
+        return fail(err, err_len, ERR_CORRUPT, "%s is not an integer", key);
+    if (v < 1 || v > max)
+        return fail(err, err_len, ERR_CORRUPT, "%s = %" PRId64 " is out of range (1..%d)", key, v,
+                    max);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_hp_f32(const struct gguf *g, const char *arch, const char *suffix, int required,
+                      float dflt, float *out, char *err, size_t err_len)
+{
+    char key[128];
+    arch_key(key, sizeof key, arch, suffix);
+    int rc = gguf_get_f32(g, key, out);
+    if (rc == ERR_NOTFOUND && !required) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc == ERR_NOTFOUND)
+        return fail(err, err_len, ERR_CORRUPT, "missing hyperparameter %s", key);
+    if (rc)
+        return fail(err, err_len, ERR_CORRUPT, "%s is not a float", key);
+    if (!(*out == *out))
+        return fail(err, err_len, ERR_CORRUPT, "%s is NaN", key);
+    return 0;
+}
+
+static int read_hparams(const struct gguf *g, const char *arch, struct model_hparams *hp, char *err,
+                        size_t err_len)
+{
+    int rc;
+    if ((rc = get_hp_int(g, arch, "block_count", 1, 0, MODEL_MAX_LAYERS, &hp->n_layer, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "embedding_length", 1, 0, MODEL_MAX_EMBD, &hp->n_embd, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "feed_forward_length", 1, 0, MODEL_MAX_FF, &hp->n_ff, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "attention.head_count", 1, 0, MODEL_MAX_HEADS, &hp->n_head, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "attention.head_count_kv", 0, hp->n_head, MODEL_MAX_HEADS,
+                         &hp->n_head_kv, err, err_len)) ||
+        (rc = get_hp_int(g, arch, "context_length", 1, 0, MODEL_MAX_CTX, &hp->n_ctx_train, err,
+                         err_len)))
+        return rc;
+    if (hp->n_embd % hp->n_head)
+        return fail(err, err_len, ERR_CORRUPT, "embedding_length %d is not a multiple of head_count %d",
+                    hp->n_embd, hp->n_head);
+    if (hp->n_head % hp->n_head_kv)
+        return fail(err, err_len, ERR_CORRUPT, "head_count %d is not a multiple of head_count_kv %d",
+                    hp->n_head, hp->n_head_kv);
+    int vlen;
+    if ((rc = get_hp_int(g, arch, "attention.key_length", 0, hp->n_embd / hp->n_head, MODEL_MAX_EMBD,
+                         &hp->head_dim, err, err_len)) ||
+        (rc = get_hp_int(g, arch, "attention.value_length", 0, hp->head_dim, MODEL_MAX_EMBD, &vlen,
+                         err, err_len)) ||
+        (rc = get_hp_int(g, arch, "rope.dimension_count", 0, hp->head_dim, MODEL_MAX_EMBD,
+                         &hp->n_rot, err, err_len)))
+        return rc;
+    if (vlen != hp->head_dim)
+        return fail(err, err_len, ERR_UNSUPPORTED, "value_length %d differs from key_length %d", vlen,
+                    hp->head_dim);
+    if ((int64_t)hp->n_head * hp->head_dim > MODEL_MAX_EMBD)
+        return fail(err, err_len, ERR_CORRUPT, "head_count x key_length is too large");
+    if (hp->n_rot % 2 || hp->n_rot > hp->head_dim)
+        return fail(err, err_len, ERR_CORRUPT, "rope.dimension_count %d must be even and <= %d",
+                    hp->n_rot, hp->head_dim);
+    if (hp->arch == MODEL_ARCH_LLAMA && hp->n_rot != hp->head_dim)
+        return fail(err, err_len, ERR_CORRUPT, "llama: rope.dimension_count %d != head dim %d",
+                    hp->n_rot, hp->head_dim);
+    if ((rc = get_hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1, 0, &hp->rms_eps, err,
+                         err_len)) ||
+        (rc = get_hp_f32(g, arch, "rope.freq_base", 0, 10000.0f, &hp->rope_freq_base, err, err_len)))
+        return rc;
+    if (!(hp->rms_eps >= 0) || !(hp->rope_freq_base > 0))
+        return fail(err, err_len, ERR_CORRUPT, "rms epsilon or rope.freq_base out of range");
+    /* rope scaling: none / linear supported (llama3-style comes as rope_freqs.weight) */
+    char key[128];
+    arch_key(key, sizeof key, arch, "rope.scaling.type");
+    struct gguf_str st = {"linear", 6};
+    rc = gguf_get_str(g, key, &st);
+    if (rc && rc != ERR_NOTFOUND)
+        return fail(err, err_len, ERR_CORRUPT, "%s is not a string", key);
+    float factor;
+    if ((rc = get_hp_f32(g, arch, "rope.scaling.factor", 0, 0.0f, &factor, err, err_len)))
+        return rc;
+    if (factor == 0.0f && (rc = get_hp_f32(g, arch, "rope.scale_linear", 0, 0.0f, &factor, err,
+                                           err_len)))
+        return rc;
+    int is_none = st.len == 4 && memcmp(st.ptr, "none", 4) == 0;
+    int is_linear = st.len == 6 && memcmp(st.ptr, "linear", 6) == 0;
+    if (!is_none && !is_linear)
+        return fail(err, err_len, ERR_UNSUPPORTED, "unsupported rope scaling type '%.*s'",
+                    (int)(st.len > 32 ? 32 : st.len), st.ptr);
+    if (factor < 0)
+        return fail(err, err_len, ERR_CORRUPT, "negative rope.scaling.factor");
+    hp->rope_freq_scale = (is_linear && factor > 0) ? 1.0f / factor : 1.0f;
+    hp->rope_neox = hp->arch == MODEL_ARCH_QWEN2;
+    return 0;
+}
+
+/* The tensor called name with ne = [ne0, ne1] (ne1 = 0: a 1-D tensor [ne0]).
+ * f32_only: type must be F32. Missing and optional: *out = NULL, 0. */
+static int get_tensor(const struct gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                      int f32_only, int optional, const struct gguf_tensor **out, char *err,
+                      size_t err_len)
+{
+    const struct gguf_tensor *t = gguf_tensor_find(g, name);
+    *out = NULL;
+    if (!t) {
+        if (optional)
+            return 0;
+        return fail(err, err_len, ERR_CORRUPT, "missing tensor %s", name);
+    }
+    int want_dims = ne1 ? 2 : 1;
+    int ok = t->ne[0] == ne0 && t->ne[1] == (ne1 ? ne1 : 1) && t->ne[2] == 1 && t->ne[3] == 1 &&
+             (int)t->n_dims <= want_dims;
+    if (!ok) {
+        if (ne1)
+            return fail(err, err_len, ERR_CORRUPT,
+                        "%s: shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                        "], expected [%" PRId64 ", %" PRId64 "]",
+                        name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], ne0, ne1);
+        return fail(err, err_len, ERR_CORRUPT,
+                    "%s: shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                    "], expected [%" PRId64 "]",
+                    name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], ne0);
+    }
+    if (f32_only && t->type != QUANT_F32) {
+        const char *tn = quant_type_name(t->type);
+        return fail(err, err_len, ERR_CORRUPT, "%s: type %s, expected F32", name, tn ? tn : "?");
+    }
+    if (!quant_type_supported(t->type)) {
+        const char *tn = quant_type_name(t->type);
+        return fail(err, err_len, ERR_UNSUPPORTED, "%s: unsupported type %s", name, tn ? tn : "?");
+    }
+    if (((uintptr_t)t->data & 3) != 0)
+        return fail(err, err_len, ERR_CORRUPT, "%s: data not 4-byte aligned", name);
+    *out = t;
+    return 0;
+}
+
+static int get_mat(const struct gguf *g, const char *name, int rows, int cols, int optional,
+                   struct model_mat *m, char *err, size_t err_len)
+{
+    const struct gguf_tensor *t;
+    int rc = get_tensor(g, name, cols, rows, 0, optional, &t, err, err_len);
+    if (rc || !t)
+        return rc;
+    int64_t rb;
+    if ((rc = quant_row_bytes(t->type, cols, &rb)))
+        return fail(err, err_len, ERR_CORRUPT, "%s: bad row length %d for its type", name, cols);
+    m->data = t->data;
+    m->type = t->type;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = (size_t)rb;
+    return 0;
+}
+
+static int get_vec(const struct gguf *g, const char *name, int n, int optional, const float **out,
+                   char *err, size_t err_len)
+{
+    const struct gguf_tensor *t;
+    int rc = get_tensor(g, name, n, 0, 1, optional, &t, err, err_len);
+    if (rc)
+        return rc;
+    *out = t ? t->data : NULL;
+    return 0;
+}
+
+static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t err_len)
+{
+    const struct model_hparams *hp = &m->hp;
+    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    int rc;
+    if ((rc = get_mat(g, "token_embd.weight", hp->n_vocab, hp->n_embd, 0, &m->tok_embd, err,
+                      err_len)) ||
+        (rc = get_vec(g, "output_norm.weight", hp->n_embd, 0, &m->output_norm, err, err_len)))
+        return rc;
+    m->output.data = NULL;
+    if ((rc = get_mat(g, "output.weight", hp->n_vocab, hp->n_embd, 1, &m->output, err, err_len)))
+        return rc;
+    m->tied = m->output.data == NULL;
+    if (m->tied)
+        m->output = m->tok_embd;
+    if ((rc = get_vec(g, "rope_freqs.weight", hp->n_rot / 2, 1, &m->rope_freqs, err, err_len)))
+        return rc;
+    if (m->rope_freqs)
+        for (int i = 0; i < hp->n_rot / 2; i++)
+            if (!(m->rope_freqs[i] > 0))
+                return fail(err, err_len, ERR_CORRUPT, "rope_freqs.weight[%d] is not positive", i);
+    int qwen = hp->arch == MODEL_ARCH_QWEN2;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct model_layer *L = &m->layers[l];
+        char n[GGUF_MAX_NAME + 1];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        if ((rc = get_vec(g, NAME("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_q.weight"), q_dim, hp->n_embd, 0, &L->wq, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_k.weight"), kv_dim, hp->n_embd, 0, &L->wk, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_v.weight"), kv_dim, hp->n_embd, 0, &L->wv, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_output.weight"), hp->n_embd, q_dim, 0, &L->wo, err,
+                          err_len)) ||
+            (rc = get_vec(g, NAME("attn_q.bias"), q_dim, !qwen, &L->bq, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_k.bias"), kv_dim, !qwen, &L->bk, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_v.bias"), kv_dim, !qwen, &L->bv, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_output.bias"), hp->n_embd, 1, &L->bo, err, err_len)) ||
+            (rc = get_vec(g, NAME("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, err_len)) ||
+            (rc = get_mat(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, 0, &L->w_gate, err,
+                          err_len)) ||
+            (rc = get_mat(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, 0, &L->w_up, err,
+                          err_len)) ||
+            (rc = get_mat(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, 0, &L->w_down, err,
+                          err_len)))
+            return rc;
+#undef NAME
+    }
+    /* a layer beyond block_count, or MoE / other extras, means we misread the model */
+    char extra[GGUF_MAX_NAME + 1];
+    snprintf(extra, sizeof extra, "blk.%d.attn_norm.weight", hp->n_layer);
+    if (gguf_tensor_find(g, extra))
+        return fail(err, err_len, ERR_CORRUPT, "tensor %s beyond block_count %d", extra,
+                    hp->n_layer);
+    if (gguf_tensor_find(g, "blk.0.ffn_gate_inp.weight"))
+        return fail(err, err_len, ERR_UNSUPPORTED, "mixture-of-experts models are not supported");
+    return 0;
+}
+
+int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_len)
+{
+    const char *arch = gguf_architecture(g);
+    if (!arch)
+        return fail(err, err_len, ERR_CORRUPT, "no general.architecture");
+    struct model *m = calloc(1, sizeof *m);
+    if (!m)
+        return ERR_NOMEM;
+    int rc;
+    if (strcmp(arch, "llama") == 0)
+        m->hp.arch = MODEL_ARCH_LLAMA;
+    else if (strcmp(arch, "qwen2") == 0)
+        m->hp.arch = MODEL_ARCH_QWEN2;
+    else {
+        rc = fail(err, err_len, ERR_UNSUPPORTED, "unsupported architecture '%s'", arch);
+        goto out;
+    }
+    if ((rc = read_hparams(g, arch, &m->hp, err, err_len)))
+        goto out;
+    const struct gguf_tensor *te = gguf_tensor_find(g, "token_embd.weight");
+    if (!te) {
+        rc = fail(err, err_len, ERR_CORRUPT, "missing tensor token_embd.weight");
+        goto out;
+    }
+    if (te->ne[1] < 1 || te->ne[1] > MODEL_MAX_VOCAB) {
+        rc = fail(err, err_len, ERR_CORRUPT, "token_embd.weight: %" PRId64 " rows (max %d)",
+                  te->ne[1], MODEL_MAX_VOCAB);
+        goto out;
+    }
+    m->hp.n_vocab = (int)te->ne[1];
+    int vs;
+    if ((rc = get_hp_int(g, arch, "vocab_size", 0, m->hp.n_vocab, MODEL_MAX_VOCAB, &vs, err,
+                         err_len)))
+        goto out;
+    if (vs != m->hp.n_vocab) {
+        rc = fail(err, err_len, ERR_CORRUPT, "%s.vocab_size %d != token_embd rows %d", arch, vs,
+                  m->hp.n_vocab);
+        goto out;
+    }
+    struct gguf_arr toks;
+    if (gguf_get_arr(g, "tokenizer.ggml.tokens", &toks) == 0 && toks.n > (uint64_t)m->hp.n_vocab) {
+        rc = fail(err, err_len, ERR_CORRUPT, "%llu tokens in the vocabulary but %d embedding rows",
+                  (unsigned long long)toks.n, m->hp.n_vocab);
+        goto out;
+    }
+    if (!(m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers))) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    if ((rc = load_tensors(g, m, err, err_len)))
+        goto out;
+    m->gguf = g;
+    *out = m;
+    m = NULL;
+out:
+    if (m)
+        free(m->layers);
+    free(m);
+    return rc;
+}
+
+int model_load(const char *path, struct model **out, char *err, size_t err_len)
+{
+    struct gguf *g;
+    int rc = gguf_open(path, &g, err, err_len);
+    if (rc)
+        return rc;
+    rc = model_load_gguf(g, out, err, err_len);
+    if (rc)
+        gguf_free(g);
+    return rc;
+}
+
+void model_free(struct model *m)
+{
+    if (!m)
+        return;
+    gguf_free(m->gguf);
+    free(m->layers);
+    free(m);
+}
+
+int model_tokenizer(const struct model *m, struct tok **out, char *err, size_t err_len)
+{
+    return tok_gguf_new(m->gguf, out, err, err_len);
+}
+
+int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl **out)
+{
+    return tok_gguf_chat_new(m->gguf, t, out);
+}

@@ -1,0 +1,196 @@
+/*
+ * model.h - a Llama-family decoder model loaded from GGUF, and its batched
+ * forward pass on the CPU.
+ *
+ * Loading (worker/engine/model.c). model_load maps the GGUF file (worker/engine/gguf.h)
+ * and reads the hyperparameters of `general.architecture` "llama" or
+ * "qwen2" (anything else: "unsupported architecture 'mamba'"). Weights are
+ * not copied: each is a pointer into the mapping, kept in its file type
+ * (norms and biases must be F32; projection matrices any type
+ * kernels/cpu/quant.h decodes). Every tensor the architecture needs is
+ * checked for presence, type and exact shape against the hyperparameters,
+ * with an error naming it ("blk.3.attn_k.weight: shape [64, 64], expected
+ * [64, 32]"). output.weight absent = tied embeddings (token_embd is the LM
+ * head). RoPE: llama GGUFs have Q/K rows permuted by the converter and use
+ * the adjacent-pair (NORM) layout; qwen2 uses NEOX (rotate-half) and has
+ * Q/K/V biases. rope_freqs.weight (llama3-style scaling) and linear
+ * rope.scaling are applied; YaRN/longrope are refused.
+ *
+ * Running (worker/engine/forward.c). A struct model_ctx holds every buffer of the
+ * forward pass, sized at creation for n_batch_max tokens per step, and the
+ * paged KV cache (worker/engine/kv.h) for n_seq_max sequence slots; model_forward
+ * never allocates. One step takes a flat batch of tokens from any number of
+ * sequences - each token with its id, position and slot - (prefill chunks
+ * and decode tokens mixed), appends their K/V to their slots, and returns
+ * float32 logits for the tokens the caller marked. A token's logits are
+ * bit-identical whatever else shares the batch (every op is per token with
+ * a fixed accumulation order), so a sequence run alone, in a batch, or
+ * prefilled in chunks gives the same numbers (tests/unit/worker/engine/test_model.c).
+ *
+ * Threads: a struct model is immutable after model_load and may be shared
+ * by any number of contexts on any threads; a model_ctx belongs to one
+ * thread at a time. A struct kn_pool may be given at context creation for
+ * the matmuls and the attention (the reference matmul ignores it).
+ */
+#ifndef WORKER_MODEL_H
+#define WORKER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/engine/gguf.h"
+#include "worker/engine/kv.h"
+
+struct kn_pool;
+struct tok;
+struct chat_tmpl;
+
+enum model_arch { MODEL_ARCH_LLAMA = 1, MODEL_ARCH_QWEN2 = 2 };
+
+/* Caps on hyperparameters (far above real models; keep hostile headers
+ * from sizing absurd buffers). Shapes are also bounded by the file. */
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_EMBD (1 << 16)
+#define MODEL_MAX_HEADS 1024
+#define MODEL_MAX_FF (1 << 20)
+#define MODEL_MAX_VOCAB (1 << 22)
+#define MODEL_MAX_CTX (1 << 20)
+
+struct model_hparams {
+    enum model_arch arch;
+    int n_layer;
+    int n_embd;            /* hidden size */
+    int n_head, n_head_kv; /* query heads, key/value heads (GQA: n_head % n_head_kv == 0) */
+    int head_dim;          /* attention.key_length (= value_length), default n_embd / n_head */
+    int n_rot;             /* rope.dimension_count, default head_dim */
+    int n_ff;              /* SwiGLU inner size */
+    int n_vocab;           /* rows of token_embd */
+    int n_ctx_train;       /* context_length */
+    float rms_eps;         /* attention.layer_norm_rms_epsilon */
+    float rope_freq_base;  /* rope.freq_base, default 10000 */
+    float rope_freq_scale; /* 1 / rope.scaling.factor (linear), default 1 */
+    int rope_neox;         /* 1: NEOX (rotate-half) layout, 0: NORM (adjacent pairs) */
+};
+
+/* A weight matrix: rows x cols values of type `type`, row stride row_bytes,
+ * pointing into the model's file mapping. (GGUF ne = [cols, rows].) */
+struct model_mat {
+    const void *data;
+    uint32_t type;         /* ggml type id (enum quant_type) */
+    int rows, cols;
+    size_t row_bytes;
+};
+
+struct model_layer {
+    const float *attn_norm;        /* (n_embd) */
+    struct model_mat wq;           /* (n_head*head_dim, n_embd) */
+    struct model_mat wk, wv;       /* (n_head_kv*head_dim, n_embd) */
+    struct model_mat wo;           /* (n_embd, n_head*head_dim) */
+    const float *bq, *bk, *bv;     /* qwen2: (n_head*head_dim), (kv_dim), (kv_dim); else NULL */
+    const float *bo;               /* optional attn_output.bias (n_embd) or NULL */
+    const float *ffn_norm;         /* (n_embd) */
+    struct model_mat w_gate, w_up; /* (n_ff, n_embd) */
+    struct model_mat w_down;       /* (n_embd, n_ff) */
+};
+
+struct model {
+    struct gguf *gguf;             /* owned: the mapping all weights point into */
+    struct model_hparams hp;
+    struct model_mat tok_embd;     /* (n_vocab, n_embd) */
+    struct model_mat output;       /* (n_vocab, n_embd): output.weight, or tok_embd when tied */
+    int tied;                      /* 1 when output.weight is absent */
+    const float *output_norm;      /* (n_embd) */
+    const float *rope_freqs;       /* (n_rot/2) frequency divisors or NULL */
+    struct model_layer *layers;    /* (n_layer) */
+};
+
+/* Open and validate the GGUF at path. Returns 0 and *out (model_free), or
+ * ERR_IO/ERR_PARSE/ERR_TOOBIG/... from gguf_open, ERR_UNSUPPORTED
+ * (architecture, rope scaling type, per-layer head counts), ERR_CORRUPT (a
+ * tensor missing or of the wrong shape/type, a hyperparameter missing or
+ * inconsistent), ERR_NOMEM. err gets a one-line message naming the problem. */
+int model_load(const char *path, struct model **out, char *err, size_t err_len);
+
+/* The same on an opened GGUF, whose ownership passes to the model on
+ * success (on error the caller keeps it). */
+int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_len);
+
+/* Free the model and unmap its file. NULL ok. All contexts must be freed
+ * first. */
+void model_free(struct model *m);
+
+/* "llama" / "qwen2". */
+const char *model_arch_name(enum model_arch a);
+
+/* Tokenizer of the model, built from its tokenizer.ggml.* keys (see
+ * worker/engine/tok_gguf.h). Returns 0 and *out (tok_free), or an error with a
+ * message in err. */
+int model_tokenizer(const struct model *m, struct tok **out, char *err, size_t err_len);
+
+/* Chat template of the model from tokenizer.chat_template (ChatML fallback
+ * when absent and the vocabulary has <|im_start|>, see worker/engine/chat.h).
+ * Returns 0 and *out (chat_tmpl_free), ERR_UNSUPPORTED, ERR_NOMEM. */
+int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl **out);
+
+/* ---- the forward pass ---- */
+
+struct model_ctx_params {
+    int n_ctx;             /* max positions per sequence; 0 = n_ctx_train (capped at 4096);
+                            * larger than n_ctx_train is refused */
+    int n_batch_max;       /* max tokens per model_forward call (default 512) */
+    int n_out_max;         /* max tokens marked for logits per call (default n_batch_max) */
+    int n_seq_max;         /* sequence slots (default 1) */
+    int n_kv_blocks;       /* KV blocks of KV_BLOCK_TOKENS positions; 0 = n_seq_max * n_ctx worth */
+    size_t max_bytes;      /* cap on all buffers together (0 = no cap) */
+    struct kn_pool *pool;  /* for the matmuls and the attention; NULL = caller's thread.
+                            * Must outlive the context; results do not depend on it */
+    int exact_matmul;      /* 1: the reference matmul (linear_ref.h: float dot products
+                            * on dequantized weights, matches HF transformers to ~1e-6);
+                            * 0 (default): kn_matmul_w (8-bit activations, as llama.cpp) */
+    int device;            /* enum kn_device (kernels/kn.h): KN_DEVICE_CPU (0, default) or
+                            * KN_DEVICE_CUDA - weights, K/V values and activations on the GPU
+                            * (worker/engine/forward_cuda.h; bf16 numerics, exact_matmul ignored);
+                            * the block tables and prefix cache stay in the host kv_cache,
+                            * whose k/v arrays are then NULL */
+};
+
+void model_ctx_params_init(struct model_ctx_params *p);
+
+struct model_ctx;
+
+/* Allocate the buffers and KV cache for m (which must outlive the
+ * context). Returns 0 and *out (model_ctx_free), ERR_INVAL (bad params,
+ * n_ctx above the model's), ERR_TOOBIG (sizes overflow or exceed
+ * max_bytes), ERR_NOMEM; with device KN_DEVICE_CUDA also the errors of
+ * fwdcuda_new (ERR_UNSUPPORTED without a CUDA build, ERR_NODEVICE...). */
+int model_ctx_new(const struct model *m, const struct model_ctx_params *p, struct model_ctx **out);
+void model_ctx_free(struct model_ctx *c);
+
+/* The context's KV cache (for sequence management: kv_seq_clear when a
+ * sequence ends, kv_seq_truncate to rewind, free-block accounting). */
+struct kv_cache *model_ctx_kv(struct model_ctx *c);
+int model_ctx_n_ctx(const struct model_ctx *c);
+
+/* One step: a flat batch of n_tokens tokens. */
+struct model_batch {
+    int n_tokens;
+    const int32_t *token;  /* (n_tokens) token ids, 0..n_vocab-1 */
+    const int32_t *pos;    /* (n_tokens) position of each token in its sequence */
+    const int32_t *seq;    /* (n_tokens) sequence slot, 0..n_seq_max-1 */
+    const uint8_t *out;    /* (n_tokens) 1 = return this token's logits; NULL = none */
+};
+
+/* Run the batch. Tokens of one slot must come in position order, the first
+ * at the slot's current length (kv->seqs[s].n_pos) and each next one +1:
+ * the step appends to each sequence. A token attends to positions 0..pos of
+ * its own slot (earlier steps and earlier tokens of this batch).
+ * On success returns 0, *logits points to (n_out, n_vocab) float32 rows -
+ * the marked tokens in batch order - valid until the next call, and the
+ * slots' lengths have grown. Errors, with nothing changed: ERR_INVAL
+ * (n_tokens 0 or > n_batch_max, more than n_out_max marked, a token id,
+ * slot or position out of range or out of order), ERR_BUSY (the KV cache
+ * has too few free blocks for the new positions). */
+int model_forward(struct model_ctx *c, const struct model_batch *b, const float **logits,
+                  int *n_out);
+
+#endif

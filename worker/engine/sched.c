@@ -1,0 +1,755 @@
+/*
+ * sched.c - static + continuous batching with chunked prefill, prefix
+ * sharing and preemption (see sched.h).
+ */
+#include "worker/engine/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "worker/engine/generate.h"
+#include "worker/engine/kv.h"
+#include "worker/engine/model.h"
+#include "worker/openai/response.h"
+
+enum { SEQ_WAIT = 0, SEQ_RUN, SEQ_DONE };
+
+struct sreq;
+
+struct sseq {
+    struct sreq *r;
+    const int32_t *prompt;       /* (n_prompt) borrowed from r->pr */
+    int n_prompt;
+    struct gen_seq g;
+    int state;
+    int slot;                    /* while running */
+    int n_computed;              /* positions in the KV cache */
+    int hwm;                     /* most positions ever computed (recompute accounting) */
+    int take;                    /* tokens in the current step */
+    uint64_t serial;             /* order of creation (tie-break) */
+};
+
+struct sreq {
+    char *id;
+    char *model;
+    enum gp_endpoint ep;
+    struct gen_params gp;
+    struct gen_prompt *pr;
+    size_t n_pr;
+    struct sseq *seqs;
+    int n_seq, n_done;
+    int64_t cached;
+    double cpu_s;
+    uint64_t t_add, t_admit, t_first;  /* mono ns; 0 = not yet */
+    struct sreq *prev, *next;          /* live requests */
+};
+
+struct sched {
+    const struct model *m;
+    const struct tok *t;
+    const struct chat_tmpl *tmpl;
+    struct sched_opts o;
+    struct model_ctx *ctx;
+    struct kv_cache *kv;
+    int n_ctx, n_vocab;
+    struct smp_scratch scratch;
+    struct sseq **wait;          /* (cap_wait) queue; the last n_new are unsorted */
+    int n_wait, cap_wait, n_new;
+    struct sseq **run;           /* (max_seqs) in admission order */
+    int n_run;
+    int *slots;                  /* (max_seqs) free slot stack */
+    int n_slots;
+    int32_t *b_tok, *b_pos, *b_seq; /* (max_batch_tokens) the step's batch */
+    uint8_t *b_out;
+    struct sseq **step;          /* (max_seqs) sequences in the step, batch order */
+    int n_step;
+    uint64_t serial;
+    struct sreq *live;
+    struct sched_stats st;
+    double util_sum;
+};
+
+void sched_opts_init(struct sched_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_batch_tokens = 512;
+    o->max_seqs = 64;
+    o->kv_mem_bytes = (size_t)256 << 20;
+}
+
+static double cpu_now_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *p = malloc(n + 1);
+    if (p)
+        memcpy(p, s, n + 1);
+    return p;
+}
+
+int sched_new(const struct model *m, const struct tok *t, const struct chat_tmpl *tmpl,
+              const struct sched_opts *o, struct sched **out)
+{
+    if (!m || !t || !o || !out || !o->on_result || o->max_batch_tokens < 1 ||
+        o->max_batch_tokens > (1 << 20) || o->max_seqs < 1 || o->max_seqs > (1 << 16) ||
+        o->n_ctx < 0)
+        return ERR_INVAL;
+    const struct model_hparams *hp = &m->hp;
+    int n_ctx = o->n_ctx ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (n_ctx > hp->n_ctx_train)
+        return ERR_INVAL;
+    size_t per_block = kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim, KV_BLOCK_TOKENS, 1);
+    if (per_block == 0)
+        return ERR_TOOBIG;
+    size_t nb = o->kv_mem_bytes / per_block;
+    if (nb > (size_t)(INT32_MAX / 4))
+        nb = (size_t)(INT32_MAX / 4);
+    if (nb < 2)
+        return ERR_INVAL;
+    if ((size_t)n_ctx > nb * KV_BLOCK_TOKENS)
+        n_ctx = (int)(nb * KV_BLOCK_TOKENS); /* one sequence must always fit alone */
+
+    int rc = ERR_NOMEM;
+    struct sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return ERR_NOMEM;
+    s->m = m;
+    s->t = t;
+    s->tmpl = tmpl;
+    s->o = *o;
+    s->n_ctx = n_ctx;
+    s->n_vocab = hp->n_vocab;
+    struct model_ctx_params cp;
+    model_ctx_params_init(&cp);
+    cp.n_ctx = n_ctx;
+    cp.n_batch_max = o->max_batch_tokens;
+    cp.n_seq_max = o->max_seqs;
+    cp.n_out_max = o->max_seqs < o->max_batch_tokens ? o->max_seqs : o->max_batch_tokens;
+    cp.n_kv_blocks = (int)nb;
+    cp.pool = o->pool;
+    cp.exact_matmul = o->exact_matmul;
+    cp.device = o->device;
+    if ((rc = model_ctx_new(m, &cp, &s->ctx)) != 0)
+        goto out;
+    s->kv = model_ctx_kv(s->ctx);
+    /* the key of the empty prefix names the model (its shapes and weights' address
+     * range are fixed for the context's lifetime; the cache never outlives it) */
+    uint64_t seed = kv_block_key(0x736368656431ull,
+                                 (const int32_t[]){hp->n_layer, hp->n_embd, hp->n_vocab,
+                                                   hp->n_head_kv, hp->head_dim, (int32_t)hp->arch},
+                                 6);
+    kv_cache_set_seed(s->kv, seed);
+    if ((rc = smp_scratch_init(&s->scratch, (size_t)s->n_vocab)) != 0)
+        goto out;
+    rc = ERR_NOMEM;
+    size_t ns = (size_t)o->max_seqs, nbt = (size_t)o->max_batch_tokens;
+    s->run = calloc(ns, sizeof *s->run);
+    s->step = calloc(ns, sizeof *s->step);
+    s->slots = malloc(ns * sizeof *s->slots);
+    s->b_tok = malloc(nbt * sizeof *s->b_tok);
+    s->b_pos = malloc(nbt * sizeof *s->b_pos);
+    s->b_seq = malloc(nbt * sizeof *s->b_seq);
+    s->b_out = malloc(nbt);
+    if (!s->run || !s->step || !s->slots || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_out)
+        goto out;
+    for (int i = 0; i < o->max_seqs; i++)
+        s->slots[i] = o->max_seqs - 1 - i;
+    s->n_slots = o->max_seqs;
+    s->st.kv_blocks = s->kv->n_blocks;
+    s->st.n_ctx = n_ctx;
+    *out = s;
+    s = NULL;
+    rc = 0;
+out:
+    sched_free(s);
+    return rc;
+}
+
+static void req_free(struct sreq *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; r->seqs && i < r->n_seq; i++)
+        gen_seq_release(&r->seqs[i].g);
+    free(r->seqs);
+    gen_prompts_free(r->pr, r->n_pr);
+    gp_release(&r->gp);
+    free(r->id);
+    free(r->model);
+    free(r);
+}
+
+static void live_unlink(struct sched *s, struct sreq *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->live = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
+void sched_free(struct sched *s)
+{
+    if (!s)
+        return;
+    while (s->live) {
+        struct sreq *r = s->live;
+        live_unlink(s, r);
+        req_free(r);
+    }
+    model_ctx_free(s->ctx);
+    smp_scratch_release(&s->scratch);
+    free(s->wait);
+    free(s->run);
+    free(s->step);
+    free(s->slots);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_out);
+    free(s);
+}
+
+int sched_n_waiting(const struct sched *s) { return s->n_wait; }
+int sched_n_running(const struct sched *s) { return s->n_run; }
+struct model_ctx *sched_model_ctx(struct sched *s) { return s->ctx; }
+
+void sched_get_stats(const struct sched *s, struct sched_stats *out)
+{
+    *out = s->st;
+    out->kv_util_avg = s->st.n_steps ? s->util_sum / (double)s->st.n_steps : 0;
+    out->blocks_evicted = (int64_t)s->kv->n_evicted;
+}
+
+/* ---- requests in and out ---------------------------------------------------- */
+
+static uint64_t fnv1a(const char *p)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    return h;
+}
+
+static void deliver(struct sched *s, const char *id, int status, const json_t *body,
+                    const struct sreq *r)
+{
+    struct sched_result res;
+    memset(&res, 0, sizeof res);
+    res.id = id;
+    res.status = status;
+    res.body = body;
+    if (r) {
+        for (size_t i = 0; i < r->n_pr; i++)
+            res.prompt_tokens += (int64_t)r->pr[i].n;
+        for (int i = 0; i < r->n_seq; i++)
+            res.completion_tokens += (int64_t)r->seqs[i].g.n_gen;
+        res.cached_tokens = r->cached;
+        uint64_t now = clock_mono_ns();
+        uint64_t ta = r->t_admit ? r->t_admit : now, tf = r->t_first ? r->t_first : now;
+        res.queue_s = (double)(ta - r->t_add) * 1e-9;
+        res.prefill_s = (double)(tf - ta) * 1e-9;
+        res.decode_s = (double)(now - tf) * 1e-9;
+        res.cpu_s = r->cpu_s;
+    }
+    s->st.n_requests++;
+    if (status != 200)
+        s->st.n_request_errors++;
+    s->o.on_result(s->o.cb_ctx, &res);
+}
+
+static int deliver_error(struct sched *s, const char *id, const struct gp_error *err)
+{
+    json_t *body = gp_error_json(err);
+    if (!body)
+        return ERR_NOMEM;
+    deliver(s, id, 400, body, NULL);
+    json_decref(body);
+    return 0;
+}
+
+static int wait_push_back(struct sched *s, struct sseq *q)
+{
+    if (s->n_wait == s->cap_wait) {
+        int nc = s->cap_wait ? s->cap_wait * 2 : 256;
+        struct sseq **w = realloc(s->wait, (size_t)nc * sizeof *w);
+        if (!w)
+            return ERR_NOMEM;
+        s->wait = w;
+        s->cap_wait = nc;
+    }
+    s->wait[s->n_wait++] = q;
+    return 0;
+}
+
+int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t *body)
+{
+    struct gp_error err;
+    int rc;
+    if (!s || !id || !body || (ep != GP_CHAT && ep != GP_COMPLETIONS))
+        return ERR_INVAL;
+    memset(&err, 0, sizeof err);
+    struct sreq *r = calloc(1, sizeof *r);
+    if (!r)
+        return ERR_NOMEM;
+    r->t_add = clock_mono_ns();
+    r->ep = ep;
+    rc = gp_parse(body, ep, (size_t)s->n_vocab, &r->gp, &err);
+    if (rc) {
+        free(r);
+        return rc == ERR_INVAL ? deliver_error(s, id, &err) : rc;
+    }
+    if (!r->gp.seed_given)
+        r->gp.seed = fnv1a(id);
+    const char *model = json_string_value(json_object_get(body, "model"));
+    r->id = dup_str(id);
+    r->model = dup_str(model ? model : s->o.model_name ? s->o.model_name : "");
+    if (!r->id || !r->model) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    if (ep == GP_CHAT && !s->tmpl) {
+        gp_fail(&err, "messages", "unsupported_value",
+                "This model has no chat template; use /v1/completions.");
+        rc = ERR_INVAL;
+        goto fail;
+    }
+    struct gen_model gm;
+    memset(&gm, 0, sizeof gm);
+    gm.t = s->t;
+    gm.tmpl = s->tmpl;
+    gm.n_ctx = (size_t)s->n_ctx;
+    if ((rc = gen_prompts_build(&gm, ep, body, &r->gp, &r->pr, &r->n_pr, &err)) != 0)
+        goto fail;
+    r->n_seq = (int)r->n_pr * r->gp.n;
+    r->seqs = calloc((size_t)r->n_seq, sizeof *r->seqs);
+    if (!r->seqs) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < r->n_seq; i++) {
+        struct sseq *q = &r->seqs[i];
+        const struct gen_prompt *p = &r->pr[i / r->gp.n];
+        q->r = r;
+        q->prompt = p->ids;
+        q->n_prompt = (int)p->n;
+        q->serial = s->serial++;
+        rc = gen_seq_init(&q->g, &r->gp, s->t, p->ids, p->n, (size_t)s->n_ctx, (uint64_t)i);
+        if (rc) {
+            for (int j = 0; j < i; j++)
+                gen_seq_release(&r->seqs[j].g);
+            free(r->seqs);
+            r->seqs = NULL;
+            r->n_seq = 0;
+            if (rc == ERR_INVAL) /* stop strings were validated by gp_parse */
+                gp_fail(&err, "stop", "invalid_value", "Invalid 'stop'.");
+            goto fail;
+        }
+    }
+    for (int i = 0; i < r->n_seq; i++) {
+        if ((rc = wait_push_back(s, &r->seqs[i])) != 0) {
+            s->n_wait -= i; /* take back what was queued */
+            goto fail;
+        }
+    }
+    s->n_new += r->n_seq;
+    r->next = s->live;
+    if (s->live)
+        s->live->prev = r;
+    s->live = r;
+    return 0;
+fail:
+    if (rc == ERR_INVAL) {
+        rc = deliver_error(s, id, &err);
+    }
+    req_free(r);
+    return rc;
+}
+
+/* Complete request r: build its body, call back, free it. */
+static int finish_request(struct sched *s, struct sreq *r)
+{
+    int rc;
+    json_t *body = NULL;
+    struct resp_choice *ch = calloc((size_t)r->n_seq, sizeof *ch);
+    if (!ch)
+        return ERR_NOMEM;
+    struct resp_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.model = r->model;
+    for (size_t i = 0; i < r->n_pr; i++)
+        meta.prompt_tokens += (int64_t)r->pr[i].n;
+    for (int i = 0; i < r->n_seq; i++) {
+        meta.completion_tokens += (int64_t)r->seqs[i].g.n_gen;
+        if ((rc = gen_seq_choice(&r->seqs[i].g, &ch[i])) != 0)
+            goto out;
+    }
+    meta.logprobs = r->gp.logprobs;
+    rc = r->ep == GP_CHAT ? resp_chat_build(&meta, ch, (size_t)r->n_seq, s->t, &body)
+                          : resp_completion_build(&meta, ch, (size_t)r->n_seq, s->t, &body);
+    if (rc)
+        goto out;
+    deliver(s, r->id, 200, body, r);
+    live_unlink(s, r);
+    req_free(r);
+out:
+    json_decref(body);
+    free(ch);
+    return rc;
+}
+
+/* The live request id: 0 and *out, ERR_INVAL (NULL arguments), ERR_NOTFOUND. */
+static int live_find(const struct sched *s, const char *id, struct sreq **out)
+{
+    if (!s || !id)
+        return ERR_INVAL;
+    struct sreq *r = s->live;
+    while (r && strcmp(r->id, id) != 0)
+        r = r->next;
+    *out = r;
+    return r ? 0 : ERR_NOTFOUND;
+}
+
+/* Take request r out of the run list and the queue and free it. */
+static void req_drop(struct sched *s, struct sreq *r)
+{
+    /* running sequences: leave the run list (keeping admission order), free blocks */
+    int k = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        struct sseq *q = s->run[i];
+        if (q->r != r) {
+            s->run[k++] = q;
+            continue;
+        }
+        kv_seq_clear(s->kv, q->slot);
+        s->slots[s->n_slots++] = q->slot;
+        q->slot = -1;
+    }
+    s->n_run = k;
+    /* waiting ones: leave the queue; the unsorted tail (n_new) shrinks with them */
+    k = 0;
+    int tail = s->n_wait - s->n_new;
+    for (int i = 0; i < s->n_wait; i++) {
+        if (s->wait[i]->r != r) {
+            s->wait[k++] = s->wait[i];
+            continue;
+        }
+        if (i >= tail)
+            s->n_new--;
+    }
+    s->n_wait = k;
+    live_unlink(s, r);
+    req_free(r);
+}
+
+int sched_cancel(struct sched *s, const char *id)
+{
+    struct sreq *r;
+    int rc = live_find(s, id, &r);
+    if (rc)
+        return rc;
+    req_drop(s, r);
+    s->st.n_cancelled++;
+    return 0;
+}
+
+int sched_withdraw(struct sched *s, const char *id)
+{
+    struct sreq *r;
+    int rc = live_find(s, id, &r);
+    if (rc)
+        return rc;
+    if (r->t_admit)
+        return ERR_BUSY;
+    req_drop(s, r);
+    return 0;
+}
+
+/* ---- ordering ------------------------------------------------------------------ */
+
+static int cmp_seq(const void *a, const void *b)
+{
+    const struct sseq *x = *(struct sseq *const *)a, *y = *(struct sseq *const *)b;
+    int n = x->n_prompt < y->n_prompt ? x->n_prompt : y->n_prompt;
+    for (int i = 0; i < n; i++)
+        if (x->prompt[i] != y->prompt[i])
+            return x->prompt[i] < y->prompt[i] ? -1 : 1;
+    if (x->n_prompt != y->n_prompt)
+        return x->n_prompt < y->n_prompt ? -1 : 1;
+    return x->serial < y->serial ? -1 : x->serial > y->serial;
+}
+
+/* ---- one step ------------------------------------------------------------------ */
+
+static int seq_known(const struct sseq *q)
+{
+    return q->n_prompt + (int)q->g.n_gen;
+}
+
+static int32_t seq_token(const struct sseq *q, int pos)
+{
+    return pos < q->n_prompt ? q->prompt[pos] : q->g.gen[pos - q->n_prompt];
+}
+
+/* Positions slot can cover with its blocks plus every free one. */
+static int64_t slot_capacity(const struct sched *s, int slot)
+{
+    return ((int64_t)s->kv->seqs[slot].n_blocks + s->kv->n_free) * s->kv->block_tokens;
+}
+
+/* Preempt the most recently admitted running sequence: free its blocks and
+ * put it at the front of the queue. */
+static int preempt_newest(struct sched *s)
+{
+    struct sseq *v = s->run[--s->n_run];
+    kv_seq_clear(s->kv, v->slot);
+    s->slots[s->n_slots++] = v->slot;
+    v->slot = -1;
+    v->state = SEQ_WAIT;
+    v->n_computed = 0;
+    s->st.n_preemptions++;
+    int rc = wait_push_back(s, v); /* grows the array; then move it to the front */
+    if (rc)
+        return rc;
+    memmove(s->wait + 1, s->wait, (size_t)(s->n_wait - 1) * sizeof *s->wait);
+    s->wait[0] = v;
+    return 0;
+}
+
+/* Append q's next `take` tokens to the batch. */
+static void batch_add(struct sched *s, struct sseq *q, int take, int *nb)
+{
+    int known = seq_known(q);
+    for (int i = 0; i < take; i++) {
+        int p = q->n_computed + i;
+        s->b_tok[*nb] = seq_token(q, p);
+        s->b_pos[*nb] = p;
+        s->b_seq[*nb] = q->slot;
+        s->b_out[*nb] = p == known - 1;
+        (*nb)++;
+    }
+    q->take = take;
+    s->step[s->n_step++] = q;
+}
+
+/* 1 when candidate c shares full prompt blocks with a running sequence that
+ * has not computed (published) them yet: wait for it instead of computing
+ * them twice. */
+static int should_defer(const struct sched *s, const struct sseq *c)
+{
+    int bt = s->kv->block_tokens;
+    int lim = seq_known(c) - 1 < c->n_prompt ? seq_known(c) - 1 : c->n_prompt;
+    if (lim < bt)
+        return 0;
+    for (int i = 0; i < s->n_run; i++) {
+        const struct sseq *q = s->run[i];
+        int published = s->kv->seqs[q->slot].n_hashed;
+        if (q->n_computed >= q->n_prompt || published * bt >= lim)
+            continue;
+        int n = lim < q->n_prompt ? lim : q->n_prompt, L = 0;
+        while (L < n && c->prompt[L] == q->prompt[L])
+            L++;
+        /* blocks of q that c could take: whole shared ones, and the one the
+         * shared run ends in (copied in part), if q will publish it (a full
+         * prompt block) */
+        int want = (L + bt - 1) / bt, full = q->n_prompt / bt;
+        if (want > full)
+            want = full;
+        if (want > published)
+            return 1;
+    }
+    return 0;
+}
+
+static int run_step(struct sched *s)
+{
+    struct kv_cache *kv = s->kv;
+    int budget = s->o.max_batch_tokens, nb = 0, rc, preempted = 0;
+    s->n_step = 0;
+
+    if (s->n_new > 0) {
+        qsort(s->wait + (s->n_wait - s->n_new), (size_t)s->n_new, sizeof *s->wait, cmp_seq);
+        s->n_new = 0;
+    }
+
+    /* 1. running sequences, oldest first: decode tokens and prefill chunks */
+    for (int i = 0; i < s->n_run && budget > 0; i++) {
+        struct sseq *q = s->run[i];
+        int pending = seq_known(q) - q->n_computed;
+        int take = pending < budget ? pending : budget;
+        int self = 0;
+        for (;;) {
+            int64_t cap = slot_capacity(s, q->slot) - q->n_computed;
+            if (cap >= take)
+                break;
+            if (pending > 1 && cap > 0) { /* a shorter prefill chunk */
+                take = (int)cap;
+                break;
+            }
+            self = s->run[s->n_run - 1] == q;
+            if ((rc = preempt_newest(s)) != 0)
+                return rc;
+            preempted = 1;
+            if (self)
+                break;
+        }
+        if (self)
+            break;
+        if (kv_seq_reserve(kv, q->slot, q->n_computed + take) != 0)
+            return ERR_INTERNAL;
+        batch_add(s, q, take, &nb);
+        budget -= take;
+    }
+
+    /* 2. admit waiting sequences in order while slots, budget and blocks allow */
+    int64_t promised = 0;
+    for (int i = 0; i < s->n_run; i++)
+        promised += kv_seq_blocks_needed(kv, s->run[i]->slot, seq_known(s->run[i]));
+    int64_t watermark = kv->n_blocks / 100;
+    for (int w = 0; !preempted && w < s->n_wait && budget > 0 && s->n_slots > 0;) {
+        struct sseq *c = s->wait[w];
+        if (!s->o.no_prefix_cache && should_defer(s, c)) {
+            w++;
+            continue;
+        }
+        int slot = s->slots[s->n_slots - 1];
+        int known = seq_known(c), hits = 0;
+        if (!s->o.no_prefix_cache) {
+            int lim = known - 1 < c->n_prompt ? known - 1 : c->n_prompt;
+            hits = kv_seq_share_prefix(kv, slot, c->prompt, lim);
+            if (hits < 0)
+                return ERR_INTERNAL;
+            int part = kv_seq_share_partial(kv, slot, c->prompt, lim);
+            if (part < 0)
+                return ERR_INTERNAL;
+            hits += part;
+        }
+        int64_t need = kv_seq_blocks_needed(kv, slot, known + 1 <= s->n_ctx ? known + 1 : known);
+        if (s->n_run > 0 && need + promised + watermark > kv->n_free) {
+            kv_seq_clear(kv, slot);
+            break;
+        }
+        s->n_slots--;
+        memmove(s->wait + w, s->wait + w + 1, (size_t)(s->n_wait - w - 1) * sizeof *s->wait);
+        s->n_wait--;
+        c->state = SEQ_RUN;
+        c->slot = slot;
+        c->n_computed = hits;
+        s->run[s->n_run++] = c;
+        s->st.prefix_reused += hits;
+        s->st.prompt_tokens += c->n_prompt;
+        c->r->cached += hits;
+        if (!c->r->t_admit)
+            c->r->t_admit = clock_mono_ns();
+        int pending = known - hits;
+        int take = pending < budget ? pending : budget;
+        if (kv_seq_reserve(kv, slot, hits + take) != 0)
+            return ERR_INTERNAL;
+        batch_add(s, c, take, &nb);
+        budget -= take;
+        promised += kv_seq_blocks_needed(kv, slot, known);
+    }
+    if (nb == 0)
+        return s->n_run || s->n_wait ? ERR_INTERNAL : 0;
+
+    double util = (double)kv_cache_n_used(kv) / (double)kv->n_blocks;
+    s->util_sum += util;
+    if (util > s->st.kv_util_peak)
+        s->st.kv_util_peak = util;
+
+    /* 3. the forward pass */
+    struct model_batch b = {nb, s->b_tok, s->b_pos, s->b_seq, s->b_out};
+    const float *logits = NULL;
+    int n_out = 0;
+    uint64_t t0 = clock_mono_ns();
+    double c0 = cpu_now_s();
+    if ((rc = model_forward(s->ctx, &b, &logits, &n_out)) != 0)
+        return rc == ERR_BUSY ? ERR_INTERNAL : rc;
+    s->st.forward_s += (double)(clock_mono_ns() - t0) * 1e-9;
+    double cpu_tok = (cpu_now_s() - c0) / (double)nb;
+    s->st.n_steps++;
+
+    /* 4. account, publish, sample, finish */
+    int oi = 0;
+    for (int i = 0; i < s->n_step; i++) {
+        struct sseq *q = s->step[i];
+        int from = q->n_computed, to = from + q->take;
+        for (int p = from; p < to; p++) {
+            if (p < q->n_prompt)
+                s->st.prefill_computed++;
+            else if (p < q->hwm)
+                s->st.recomputed++;
+            else
+                s->st.decode_tokens++;
+        }
+        q->n_computed = to;
+        if (to > q->hwm)
+            q->hwm = to;
+        q->r->cpu_s += cpu_tok * q->take;
+        if (!s->o.no_prefix_cache && kv_seq_publish(kv, q->slot, q->prompt, q->n_prompt) < 0)
+            return ERR_INTERNAL;
+        if (to != seq_known(q))
+            continue;
+        if (oi >= n_out)
+            return ERR_INTERNAL;
+        const float *row = logits + (size_t)oi++ * (size_t)s->n_vocab;
+        rc = gen_seq_step(&q->g, row, (size_t)s->n_vocab, &s->scratch);
+        if (rc < 0)
+            return rc;
+        s->st.output_tokens++;
+        if (!q->r->t_first)
+            q->r->t_first = clock_mono_ns();
+        if (rc == 1)
+            q->state = SEQ_DONE;
+    }
+    /* finished sequences leave (keeping admission order) and free their blocks */
+    int k = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        struct sseq *q = s->run[i];
+        if (q->state != SEQ_DONE) {
+            s->run[k++] = q;
+            continue;
+        }
+        kv_seq_clear(kv, q->slot);
+        s->slots[s->n_slots++] = q->slot;
+        q->slot = -1;
+        if (++q->r->n_done == q->r->n_seq && (rc = finish_request(s, q->r)) != 0)
+            return rc;
+    }
+    s->n_run = k;
+    return 1;
+}
+
+int sched_step(struct sched *s)
+{
+    if (!s)
+        return ERR_INVAL;
+    if (s->n_wait == 0 && s->n_run == 0)
+        return 0;
+    uint64_t t0 = clock_mono_ns();
+    double c0 = cpu_now_s();
+    int rc = run_step(s);
+    s->st.wall_s += (double)(clock_mono_ns() - t0) * 1e-9;
+    s->st.cpu_s += cpu_now_s() - c0;
+    return rc;
+}
+
+int sched_run(struct sched *s)
+{
+    int rc;
+    while ((rc = sched_step(s)) > 0)
+        ;
+    return rc;
+}

@@ -1,0 +1,180 @@
+/*
+ * sched.h - the engine's scheduler: static plus continuous batching of a
+ * pack of OpenAI requests over one model context, with chunked prefill,
+ * prefix sharing and preemption by recompute.
+ *
+ * Input: requests (id, endpoint, body) added with sched_add - parameters
+ * parsed by params.h, prompts built by generate.h (chat template or
+ * completions prompts). A request with n choices or several completions
+ * prompts becomes one sequence per choice. Output: one callback per
+ * request, in finishing order, with the OpenAI response body (response.h)
+ * or an OpenAI error body for request-level problems (bad parameters,
+ * prompt too long), usage, and timings.
+ *
+ * Design (vLLM v1 style). Each sequence knows its tokens (prompt, then the
+ * tokens it sampled) and how many of them are in the KV cache; a step
+ * feeds every running sequence the tokens it still lacks, up to
+ * max_batch_tokens in all: one token for a decoding sequence, a chunk for
+ * a prefilling one, and asks for logits at a sequence's last known token.
+ *   - static part: added requests are ordered for throughput before they
+ *     are admitted - lexicographically by prompt tokens, which is the DFS
+ *     order of the prefix tree (shared prefixes adjacent, shorter first);
+ *   - continuous part: every step, running sequences are served oldest
+ *     first (decodes and prefill chunks mixed), finished ones leave and
+ *     free their blocks, then waiting ones are admitted in order while a
+ *     slot is free, the step's token budget is not spent, and the KV pool
+ *     can hold their whole remaining prompt on top of what running
+ *     sequences still need (plus a 1% watermark);
+ *   - prefix sharing (kv.h): an admitted sequence first takes the cached
+ *     full blocks of its prompt, then copies the matching head of a cached
+ *     block that follows the same prefix (kv_seq_share_partial: a system
+ *     prompt of 300 tokens is shared to the token, not to 288); after each
+ *     step the full prompt blocks computed are published. A waiting sequence whose prompt shares full
+ *     blocks with a running sequence that has not computed them yet waits
+ *     for it, so a shared system prompt is computed once. Choices 2..n of
+ *     a request thereby fork after the first choice's prefill: they share
+ *     its prompt blocks and compute only the prompt's last partial block;
+ *   - preemption: when the pool cannot hold a step's new positions, the
+ *     most recently admitted running sequence is preempted (blocks freed,
+ *     state kept) and goes back to the front of the queue; readmitted, it
+ *     recomputes prompt and generated tokens (its prompt blocks usually
+ *     still cached) and continues with the same sampler state.
+ * Batch invariance (CPU backend; the CUDA backend is deterministic for a
+ * given pack but not invariant to it, see README "Running on a GPU"): the
+ * forward pass gives a token the same logits
+ * whatever shares its batch or however its prompt was chunked or shared,
+ * and sampling is per sequence (own random stream, seeded from the
+ * request's seed and choice index), so a request's output does not depend
+ * on the pack, the budget, preemptions or the prefix cache.
+ *
+ * Seeds: a request without "seed" gets one derived from its id (FNV-1a),
+ * so a retried request reproduces its text.
+ *
+ * Thread: a sched and its callbacks run on the caller's thread; the model
+ * context may use a kn_pool for the matmuls.
+ */
+#ifndef WORKER_SCHED_H
+#define WORKER_SCHED_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/openai/params.h"
+
+struct model;
+struct tok;
+struct chat_tmpl;
+struct kn_pool;
+struct sched;
+
+/* What one finished request produced; everything is borrowed for the
+ * duration of the callback. */
+struct sched_result {
+    const char *id;              /* as given to sched_add */
+    int status;                  /* 200, or 400 for a request error */
+    const json_t *body;          /* chat.completion / text_completion, or {"error":{...}} */
+    int64_t prompt_tokens;       /* usage (0 for errors) */
+    int64_t completion_tokens;
+    int64_t cached_tokens;       /* prompt positions taken from the prefix cache */
+    double queue_s;              /* added -> first sequence admitted */
+    double prefill_s;            /* admitted -> first token sampled */
+    double decode_s;             /* first token -> last sequence finished */
+    double cpu_s;                /* share of the process CPU time of the steps it was in,
+                                  * split by tokens computed */
+};
+
+typedef void (*sched_result_fn)(void *ctx, const struct sched_result *r);
+
+struct sched_opts {
+    int n_ctx;                   /* positions per sequence; 0 = model default (<= 4096);
+                                  * lowered to what the KV budget holds */
+    int max_batch_tokens;        /* tokens per forward step (default 512) */
+    int max_seqs;                /* sequence slots (default 64) */
+    size_t kv_mem_bytes;         /* K/V budget in bytes (default 256 MiB) */
+    int no_prefix_cache;         /* 1: never share KV blocks */
+    const char *model_name;      /* "model" of responses whose body has none */
+    struct kn_pool *pool;        /* for the matmuls; NULL = caller's thread */
+    int exact_matmul;            /* 1: the reference matmul (model_ctx_params.exact_matmul) */
+    int device;                  /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
+    sched_result_fn on_result;   /* required */
+    void *cb_ctx;
+};
+
+void sched_opts_init(struct sched_opts *o);
+
+/* Counters since sched_new. */
+struct sched_stats {
+    int64_t n_steps;
+    int64_t n_requests;          /* finished (including errors) */
+    int64_t n_request_errors;
+    int64_t prompt_tokens;       /* prompt positions of every admission (choices, resumes) */
+    int64_t prefill_computed;    /* prompt positions fed to the model */
+    int64_t prefix_reused;       /* prompt positions taken from the prefix cache */
+    int64_t decode_tokens;       /* generated tokens fed to the model the first time */
+    int64_t recomputed;          /* generated tokens fed again after a preemption */
+    int64_t output_tokens;       /* tokens sampled */
+    int64_t n_preemptions;
+    int64_t n_cancelled;         /* requests dropped by sched_cancel */
+    int64_t blocks_evicted;      /* cached blocks reused for other data */
+    int kv_blocks;               /* pool size in blocks of KV_BLOCK_TOKENS positions */
+    int n_ctx;
+    double kv_util_avg;          /* mean over steps of used blocks / pool */
+    double kv_util_peak;
+    double wall_s;               /* time inside sched_step */
+    double forward_s;            /* time inside model_forward */
+    double cpu_s;                /* process CPU time inside sched_step */
+};
+
+/* A scheduler over model m (tokenizer t; chat template tmpl, NULL = chat
+ * requests get a 400), which must outlive it. Allocates the model context
+ * and KV pool. Returns 0 and *out (sched_free), ERR_INVAL (bad options,
+ * no callback, a budget under two blocks), ERR_TOOBIG, ERR_NOMEM. */
+int sched_new(const struct model *m, const struct tok *t, const struct chat_tmpl *tmpl,
+              const struct sched_opts *o, struct sched **out);
+
+/* Free everything, dropping unfinished requests without callbacks. NULL ok. */
+void sched_free(struct sched *s);
+
+/* Queue request id (copied) for endpoint ep with body (read during the
+ * call only). A request error (bad parameters, empty or too long prompt)
+ * is answered at once through the callback with status 400, and returns
+ * 0. Returns 0, ERR_INVAL (NULL arguments), ERR_NOMEM, ERR_CRYPTO. May be
+ * called between steps: new requests join the running pack. */
+int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t *body);
+
+/* Drop request id (as given to sched_add) now, without a callback: its
+ * waiting sequences leave the queue, its running ones stop and return their
+ * KV blocks at once (published prompt blocks stay cached for others). For
+ * a batch cancelled or a lease lost while the request runs. Call between
+ * steps. Returns 0, ERR_INVAL (NULL arguments), ERR_NOTFOUND (not queued or
+ * running: unknown, already finished or answered with an error). */
+int sched_cancel(struct sched *s, const char *id);
+
+/* Drop request id, as sched_cancel does, only if it has not started: none
+ * of its sequences was ever admitted, so it computed nothing (it is not
+ * counted as cancelled). For handing back requests queued here that a
+ * draining worker will not run. Call between steps. Returns 0 (dropped),
+ * ERR_BUSY (started: left alone), ERR_INVAL (NULL arguments), ERR_NOTFOUND
+ * (not queued or running). */
+int sched_withdraw(struct sched *s, const char *id);
+
+/* One step: admit, run one forward pass, sample, finish. Returns 1 when it
+ * did work, 0 when nothing is queued or running, or an engine error
+ * (ERR_CORRUPT non-finite logits, ERR_NOMEM, ERR_INTERNAL), after which
+ * the scheduler should be freed. */
+int sched_step(struct sched *s);
+
+/* sched_step until idle. Returns 0 or the first error. */
+int sched_run(struct sched *s);
+
+/* Sequences waiting / running now. */
+int sched_n_waiting(const struct sched *s);
+int sched_n_running(const struct sched *s);
+
+void sched_get_stats(const struct sched *s, struct sched_stats *out);
+
+/* The model context (tests: KV pool inspection). */
+struct model_ctx *sched_model_ctx(struct sched *s);
+
+#endif
