@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/bench/bench_million.py - a 1,000,000-request batch end to end through
-the release jobd (issue #10), and the same at 100,000 to show that jobd's
+the release jobd, and the same at 100,000 to show that jobd's
 memory does not grow with the batch size.
 
 Per size N: a fresh jobd (--max-requests N); the OpenAI flow: POST /v1/files

@@ -13,7 +13,7 @@ honouring Retry-After send). BENCH_POLL_NICE=-10 runs jobd (only) at that
 nice level: a diagnostic on a shared, oversubscribed box, to separate
 jobd's own latency from waiting for a CPU. Prints requests/s, latency p50/p90/p99/max, errors
 (non-2xx answers and socket errors), the batch's progress during the run,
-and the machine description. Goal (issue #10): zero errors, p99 < 20 ms.
+and the machine description. Goal: zero errors, p99 < 20 ms.
 
 usage: bench_poll.py [SECONDS] [CONNECTIONS]   (default 10 200)
 Needs wrk (Debian package `wrk`; scripts/bench installs it when missing).

@@ -1,4 +1,4 @@
-"""The user-facing pieces of issue 9 against a real jobd: `jobctl wait`'s
+"""The user-facing pieces (jobctl, examples/) against a real jobd: `jobctl wait`'s
 progress display in a pseudo-terminal and without one, the exit codes the
 other suites do not reach (expired, cancelled), `examples/nightly.sh` end to
 end with the real jobworker on the default model (twice: one batch),

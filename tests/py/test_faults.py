@@ -1,4 +1,4 @@
-"""Fault injection against real processes (issue #10, reliability.md §8):
+"""Fault injection against real processes (reliability.md §8):
 jobd killed with SIGKILL while it leases, commits results, finalizes and
 delivers webhooks; workers killed mid-pack, stopped (no heartbeat) past
 their lease, sending garbage; jobd restarted under a worker's live lease;

@@ -1,5 +1,5 @@
-"""kill -9 of jobd right after a batch completes (spec/webhooks.md, issue 5
-acceptance): the batch.completed event row commits with the transition; the
+"""kill -9 of jobd right after a batch completes (spec/webhooks.md):
+the batch.completed event row commits with the transition; the
 dispatcher cannot have sent it yet (an hour-long --webhook-poll keeps the
 senders asleep after their first look at start). After a restart the event
 is delivered exactly once by webhook-id: the receiver counts distinct ids and
