@@ -66,7 +66,8 @@ class PtyReader:
         self.master = master
         self.data = b""
         self.lock = threading.Lock()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.th = threading.Thread(target=self._pump, daemon=True)
+        self.th.start()
 
     def _pump(self):
         while True:
@@ -85,6 +86,12 @@ class PtyReader:
     def text(self):
         with self.lock:
             return self.data.decode("utf-8", "replace")
+
+    def wait_closed(self, timeout=30):
+        """Wait until everything written to the terminal has been read: the
+        pump ends at EIO, once the slave side is closed everywhere and drained."""
+        self.th.join(timeout)
+        assert not self.th.is_alive(), "the pseudo-terminal was not closed"
 
     def wait_for(self, needle, timeout=60):
         deadline = time.monotonic() + timeout
@@ -132,7 +139,9 @@ def test_wait_draws_a_progress_bar_on_a_terminal():
             p.kill()
     assert p.returncode == 0, (p.returncode, tty.text()[-2000:])
     assert out == b"", out                   # the display is on stderr; stdout stays clean
-    time.sleep(0.3)
+    # race fix: a fixed sleep gave the pump thread time to read jobctl's last
+    # draws and summary; wait until it has read everything instead
+    tty.wait_closed()
     text = tty.text()
     os.close(master)
     draws = text.split("\r")
@@ -165,11 +174,22 @@ def test_wait_without_a_terminal_prints_plain_lines():
     d.wait_batch(bid)
     p = subprocess.Popen([binary("jobctl"), "wait", bid, "--interval", "100ms"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env={**os.environ, **env})
-    time.sleep(0.5)
+    # Race fix: with a fixed sleep here, a jobctl slower to start than the two
+    # answers saw the batch completed at its first poll and printed one line
+    # only. Wait for its first line (the batch in progress) before answering.
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(iter(p.stderr.readline, b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not any(bid.encode() in l for l in got):
+        assert p.poll() is None and time.monotonic() < deadline, got
+        time.sleep(0.02)
     answer(w, 2)
     time.sleep(1.1)
     answer(w, 2)
-    out, err = p.communicate(timeout=60)
+    p.wait(timeout=60)
+    reader.join(30)
+    out, err = p.stdout.read(), b"".join(got)
     assert p.returncode == 0, (p.returncode, err)
     err = err.decode()
     assert "\r" not in err and "\033" not in err, repr(err)
@@ -337,6 +357,9 @@ def test_webhook_receiver_verifies_a_real_delivery_and_rejects_tampering():
     r = jobctl(["submit", f, "--webhook", f"http://127.0.0.1:{rx.port}/jobd"], env)
     assert r.returncode == 0, r.stderr
     bid = r.stdout.strip()
+    # race fix: answer()'s 2 s long poll raced the ingest of the batch; wait
+    # until its requests are queued
+    d.wait_batch(bid)
     for _ in range(2):
         answer(w, 1)
     ev, = rx.wait_events(1)
@@ -360,6 +383,7 @@ def test_webhook_receiver_verifies_a_real_delivery_and_rejects_tampering():
     try:
         bid2 = jobctl(["submit", write(os.path.join(tmpdir(), "h2.jsonl"), jsonl(1, content="two")),
                        "--webhook", cap.url("/cap")], env).stdout.strip()
+        d.wait_batch(bid2)  # race fix: as above
         answer(w, 1)
         (_, headers, body), = cap.wait("/cap", 1)
     finally:

@@ -159,7 +159,21 @@ def test_fault_jobd_kill9_during_leasing_and_result_commit():
     bid = submit(d, n)
     wp = worker_proc(d)
     hit = 0
+    done = 0
     for i in range(10):
+        # Race fix: a kill only after a random sleep landed while results were
+        # being committed only if the (re)started worker had made progress by
+        # then, which a slow machine did not guarantee (hit < 3). Wait
+        # (bounded) until a result was committed since the last restart, then
+        # kill at a random moment of the work that follows.
+        deadline = time.monotonic() + 60
+        while True:
+            b = d.json("GET", f"/v1/batches/{bid}")
+            if b["status"] != "in_progress" or b["request_counts"]["completed"] > done:
+                break
+            assert time.monotonic() < deadline, f"no progress after restart {i}: {b['request_counts']}"
+            time.sleep(0.01)
+        done = b["request_counts"]["completed"]
         time.sleep(rnd.uniform(0.05, 0.4))
         b = d.json("GET", f"/v1/batches/{bid}")
         hit += b["status"] == "in_progress" and 0 < b["request_counts"]["completed"] < n
@@ -557,13 +571,19 @@ def test_fault_disk_full_during_finalization_waits_then_completes():
         fs.fill(leave=256 << 10)
         r = w.results(packs[-1]["lease_id"], [fat(held)])
         assert r.json()["results"][0]["status"] == "ok", r
-        time.sleep(2)  # several sweeps try to finalize and hit ENOSPC
+        # sweeps try to finalize and hit ENOSPC; the log says why (regression: it
+        # said only "input/output error"). Race fix: a fixed 2 s sleep was taken
+        # as "a sweep has tried by now"; wait (bounded) for the log line instead,
+        # then for a few more sweeps (2 s), which must not end the batch either.
+        deadline = time.monotonic() + 30
+        while "No space left on device" not in d.proc.log():
+            assert time.monotonic() < deadline, d.proc.log()[-2000:]
+            time.sleep(0.05)
+        time.sleep(2)  # a window of more sweeps, each failing (no synchronisation)
         st = d.json("GET", f"/v1/batches/{bid}")
         assert st["status"] in ("in_progress", "finalizing"), st
         assert d.proc.p.poll() is None
         assert integrity_ok(d)
-        # the log says why (regression: it said only "input/output error")
-        assert "No space left on device" in d.proc.log(), d.proc.log()[-2000:]
         fs.unfill()  # the next sweeps write the files
         check_batch(d, bid, cids(n), timeout=60)
         d.proc.stop()

@@ -6,6 +6,8 @@ import gzip
 import json
 import os
 import random
+import re
+import time
 
 from jobdlib import Jobd, chat_line, jsonl, zstd_compress, zstd_decompress
 
@@ -178,7 +180,17 @@ def test_jobd_error_envelopes_and_metrics():
     assert r.status == 400 and r.json()["error"]["param"] == "file", r
     assert d.json("GET", "/readyz")["status"] == "ready"
     b = d.wait_batch(d.submit(jsonl(4))["id"])
-    m = d.call("GET", "/metrics").body.decode()
+    # Race fix: the ingest thread adds the input file's bytes to
+    # jobd_ingest_bytes_total only after the transaction that made the batch
+    # in_progress has committed, so a /metrics read right after wait_batch may
+    # come before the add. Wait (bounded) until the counter is no longer 0,
+    # then check every value exactly, as before.
+    deadline = time.monotonic() + 30
+    while True:
+        m = d.call("GET", "/metrics").body.decode()
+        if not re.search(r"^jobd_ingest_bytes_total 0$", m, re.M) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     assert 'jobd_batches{status="in_progress"} 1' in m, m
     assert 'jobd_http_requests_total{method="GET",route="/v1/batches/{id}",status="404"} 1' in m, m
     assert "jobd_ingest_lines_total 4" in m and f"jobd_ingest_bytes_total {len(jsonl(4))}" in m, m

@@ -3,6 +3,7 @@ before it is sent, a one-byte-per-second client is cut off by the header
 deadline, 1,000 idle connections do not lock out a new client, malformed
 requests get 400 and the daemon survives, and SIGTERM lets an in-flight
 upload finish before jobd exits cleanly."""
+import re
 import resource
 import signal
 import socket
@@ -155,17 +156,29 @@ def test_jobd_sigterm_finishes_in_flight_request():
     data = jsonl(2000)
     s = socket.create_connection(("127.0.0.1", d.port))
     s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(data) + data[:1000])
-    time.sleep(0.3)
+    # Race fix: a fixed sleep did not make sure jobd had parsed the head before
+    # the SIGTERM (the request was then not in flight at all); wait until
+    # jobd_http_requests_inflight counts it besides the /metrics request itself
+    deadline = time.monotonic() + 30
+    while int(re.search(r"^jobd_http_requests_inflight (\d+)$", d.call("GET", "/metrics").body.decode(),
+                        re.M).group(1)) < 2:
+        assert time.monotonic() < deadline, "the upload's head was never parsed"
+        time.sleep(0.01)
     d.proc.p.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    assert d.proc.p.poll() is None  # still serving the in-flight request
-    try:  # new connections are refused once draining
-        c = socket.create_connection(("127.0.0.1", d.port), timeout=1)
-        c.close()
-        refused = False
-    except OSError:
-        refused = True
+    # new connections are refused once draining. Race fix: a fixed sleep did not
+    # make sure jobd had handled the signal yet; try until refused (bounded)
+    deadline = time.monotonic() + 10
+    refused = False
+    while not refused and time.monotonic() < deadline:
+        try:
+            c = socket.create_connection(("127.0.0.1", d.port), timeout=1)
+            c.close()
+            time.sleep(0.02)
+        except OSError:
+            refused = True
     assert refused
+    time.sleep(0.3)  # a window in which jobd must not exit (no synchronisation)
+    assert d.proc.p.poll() is None  # still serving the in-flight request
     s.sendall(data[1000:])
     status, hdrs, body = _read_response(s)
     assert status == 200 and hdrs.get("connection") == "close", (status, hdrs, body)

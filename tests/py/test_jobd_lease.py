@@ -7,6 +7,7 @@ duplicate and stale uploads, lease expiry, dead letters and their retry,
 cancel and expiry during a run, metrics."""
 import json
 import os
+import re
 import threading
 import time
 
@@ -129,6 +130,20 @@ def test_lease_main_flow_output_file_each_custom_id_once():
     assert d.proc.stop() == 0, d.proc.log()[-3000:]
 
 
+def wait_in_flight(d, n, timeout=30):
+    """Wait until jobd holds n requests parsed and not yet answered besides
+    the /metrics request asking (jobd_http_requests_inflight counts it too):
+    a long poll is then parked in jobd, not merely started by a thread."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = d.call("GET", "/metrics").body.decode()
+        got = int(re.search(r"^jobd_http_requests_inflight (\d+)$", m, re.M).group(1)) - 1
+        if got >= n:
+            return
+        assert time.monotonic() < deadline, f"{got} requests in flight, wanted {n}"
+        time.sleep(0.01)
+
+
 def test_lease_long_poll_answers_when_work_arrives():
     d, (key,) = keyed_jobd()
     w = TestWorker(d.port, WT)
@@ -140,7 +155,9 @@ def test_lease_long_poll_answers_when_work_arrives():
 
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.3)
+    # race fix: a fixed sleep did not make sure the poll was parked before the
+    # work arrived; wait until jobd holds it
+    wait_in_flight(d, 1)
     b = batch_of(d, 3)
     t.join(30)
     assert not t.is_alive()
@@ -149,10 +166,14 @@ def test_lease_long_poll_answers_when_work_arrives():
     # an empty long poll ends with the empty answer
     r = w.lease(max_requests=10, wait_ms=300).json()
     assert r["lease_id"] is None and r["requests"] == [], r
-    # a long poll in flight at SIGTERM is answered (empty) and jobd exits cleanly
+    # a long poll in flight at SIGTERM is answered (empty) and jobd exits cleanly.
+    # Race fix: after a fixed sleep the poll might not have reached jobd yet (the
+    # SIGTERM then refused it and got["r"] kept the first answer); wait until
+    # jobd holds it, and forget the first answer
+    got.clear()
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.3)
+    wait_in_flight(d, 1)
     assert d.proc.stop() == 0, d.proc.log()[-3000:]
     t.join(10)
     assert not t.is_alive() and got["r"]["requests"] == [], got
@@ -309,14 +330,29 @@ def test_lease_cancel_during_run():
 
 def test_lease_batch_expiry_during_run():
     d, _ = keyed_jobd()
-    b = d.submit(jsonl(10), query="?completion_window=3s")
-    assert b["completion_window"] == "3s", b
-    b = d.wait_batch(b["id"])
     w = TestWorker(d.port, WT)
     w.register()
-    l = w.lease(max_requests=4).json()
-    w.results(l["lease_id"], [success(q) for q in l["requests"][:2]])
-    done = d.wait_batch(b["id"], statuses=("expired",), timeout=30)
+    # Race fix: the worker must lease and commit before the window ends, and a
+    # 3 s window (2 s to 3 s on the whole-second clock) could run out on a
+    # loaded machine before the lease or the commit. A run that lost that race
+    # is seen (fewer than 4 requests, or a result not "ok"), left to expire,
+    # and the scenario is repeated with twice the window; the checks below are
+    # made on a run that won it.
+    for window in (3, 6, 12, 24):
+        b = d.submit(jsonl(10), query=f"?completion_window={window}s")
+        assert b["completion_window"] == f"{window}s", b
+        b = d.wait_batch(b["id"], statuses=("in_progress", "expired"))
+        if b["status"] == "in_progress":
+            l = w.lease(max_requests=4).json()
+            if len(l["requests"]) == 4:
+                r = w.results(l["lease_id"], [success(q) for q in l["requests"][:2]], expect=None)
+                if r.status == 200 and [x["status"] for x in r.json()["results"]] == ["ok", "ok"]:
+                    break
+        # too slow: let it expire, so that its requests are not leased next time
+        d.wait_batch(b["id"], statuses=("expired",), timeout=60)
+    else:
+        raise AssertionError("no run leased and committed within its window")
+    done = d.wait_batch(b["id"], statuses=("expired",), timeout=60)
     assert done["request_counts"] == {"total": 10, "completed": 2, "failed": 8}, done
     assert done["expired_at"] is not None
     # a late result of an expired batch is acknowledged as closed

@@ -15,6 +15,7 @@ generous "it ends" limits.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -76,6 +77,12 @@ def wait_counts(d, batch_id, completed, timeout=300):
             return b
         assert time.monotonic() < deadline, b
         time.sleep(0.1)
+
+
+def leased(d):
+    """Requests leased to workers now (jobd_requests{status="leased"}, all models)."""
+    m = d.call("GET", "/metrics").body.decode()
+    return sum(int(x) for x in re.findall(r'^jobd_requests\{status="leased",[^}]*\} (\d+)$', m, re.M))
 
 
 def check_chat_output(lines, custom_ids, max_tokens=16):
@@ -206,8 +213,15 @@ def test_worker_cancel_stops_running_requests():
     while d.json("GET", f"/v1/batches/{bid}")["status"] != "in_progress":
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    # wait until the engine holds the requests (leased and generating)
-    time.sleep(3)
+    # wait until the worker holds requests (leased: it feeds them to the engine
+    # at once, and hears of the cancel only at its next heartbeat, a third of
+    # the lease later). Race fix: a fixed 3 s sleep let the cancel come before
+    # the lease on a slow machine; nothing was then running to be stopped.
+    deadline = time.monotonic() + 120
+    while leased(d) < 1:
+        assert w.p.poll() is None, "worker exited: " + w.log()[-3000:]
+        assert time.monotonic() < deadline, "the worker leased nothing: " + w.log()[-3000:]
+        time.sleep(0.05)
     d.json("POST", f"/v1/batches/{bid}/cancel")
     deadline = time.monotonic() + 60
     while "stopped in the engine" not in w.log():

@@ -127,6 +127,32 @@ def wait_delivery(d, ep_id, pred, timeout=30):
         time.sleep(0.05)
 
 
+def sample(m, name):
+    """The value of one sample (name{labels}) of a /metrics text, or None."""
+    found = re.search(r"^" + re.escape(name) + r" (\d+)$", m, re.M)
+    return int(found.group(1)) if found else None
+
+
+def metrics_until(d, ok, timeout=30):
+    """The /metrics text once ok(text) holds (or at the deadline: the caller's
+    exact assertion then fails with the text)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = d.call("GET", "/metrics").body.decode()
+        if ok(m) or time.monotonic() > deadline:
+            return m
+        time.sleep(0.02)
+
+
+def metrics_once(d, name, want):
+    """The /metrics text once sample `name` reads at least `want`. The
+    dispatcher adds to jobd_webhook_attempts_total only after the transaction
+    recording the attempt has committed, so a delivery the API already shows
+    may not be counted yet: a read right after wait_delivery races the sender
+    thread. Callers then assert the exact value, as before."""
+    return metrics_until(d, lambda m: (sample(m, name) or 0) >= want)
+
+
 def failed_batch(d, **kw):
     """A batch that fails validation (one bad line): the ingest path's terminal transition."""
     f = d.upload(jsonl(2) + b'{"custom_id": "x", \n')
@@ -162,10 +188,13 @@ def test_webhook_batch_failed_signed_and_verified_independently():
         assert [a["status_code"] for a in dl["attempt_log"]] == [200], dl
         assert dl["attempt_log"][0]["latency_ms"] >= 0 and dl["next_attempt_at"] is None, dl
         # exactly one event: nothing more arrives, and the filtered endpoint got nothing
+        # (the sleep is a window for a spurious second event to show, not a
+        # synchronisation: no assertion below needs anything to happen in it)
         time.sleep(0.5)
         assert len(rx.on("/hook")) == 1 and rx.on("/only-completed") == [], rx.calls
         assert deliveries(d, ep2["id"]) == []
-        m = d.call("GET", "/metrics").body.decode()
+        # race fix: the attempt counter trails the delivered row (see metrics_once)
+        m = metrics_once(d, 'jobd_webhook_attempts_total{outcome="delivered"}', 1)
         assert 'jobd_webhook_attempts_total{outcome="delivered"} 1' in m, m
         assert "jobd_webhook_outbox_events 0" in m and 'jobd_webhook_deliveries{status="delivered"} 1' in m
     finally:
@@ -252,9 +281,13 @@ def test_webhook_410_disables_endpoint():
         e = d.json("GET", f"/v1/webhook_endpoints/{ep['id']}")
         assert e["status"] == "disabled" and "410" in e["disabled_reason"], e
         d.json("POST", f"/v1/webhook_endpoints/{ep['id']}/test", expect=400)
-        # no more events reach it
+        # no more events reach it. Race fix: a fixed sleep let the check pass
+        # before the dispatcher had even looked at the batch.failed event; wait
+        # until it is fanned out (the event row commits with the transition)
+        # and nothing is pending, so the count below is final.
         failed_batch(d)
-        time.sleep(0.5)
+        metrics_until(d, lambda m: sample(m, "jobd_webhook_outbox_events") == 0 and
+                      sample(m, 'jobd_webhook_deliveries{status="pending"}') == 0)
         assert len(rx.on("/gone")) == 1
         assert d.json("DELETE", f"/v1/webhook_endpoints/{ep['id']}")["deleted"] is True
         d.json("GET", f"/v1/webhook_endpoints/{ep['id']}", expect=404)
@@ -289,7 +322,9 @@ def test_webhook_ssrf_guard():
             dl = wait_delivery(d, e["id"], lambda x: x["status"] == "failed")
             assert dl["attempt_log"][0]["outcome"] == "blocked" and "SSRF" in dl["last_error"], dl
         assert rx.calls == []
-        m = d.call("GET", "/metrics").body.decode()
+        # race fix: wait_delivery saw the second row committed; its counter may
+        # not be added yet (see metrics_once)
+        m = metrics_once(d, 'jobd_webhook_attempts_total{outcome="blocked"}', 2)
         assert 'jobd_webhook_attempts_total{outcome="blocked"} 2' in m, m
     finally:
         d.proc.stop()

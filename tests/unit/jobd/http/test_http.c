@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ static struct ts *g_ts;
 static char g_file_path[512];
 static volatile int g_worker_other_thread;
 static volatile int g_slow_answered;
+static atomic_int g_slow_started; /* slow_work is running on the thread pool */
 /* streamed upload state (loop thread only) */
 static struct http_req *g_paused;
 static uint64_t g_up_bytes, g_up_hash;
@@ -121,8 +123,22 @@ static void h_query(struct http_req *req, void *arg)
 static void slow_work(void *arg)
 {
     struct ts *t = arg;
+    atomic_store(&g_slow_started, 1);
     g_worker_other_thread = !pthread_equal(pthread_self(), t->loop_tid);
     clock_sleep_ms(400);
+}
+
+/* Wait until a GET /slow sent earlier runs on the thread pool (it was read,
+ * parsed and handed to its handler): "in flight" without guessing a delay. */
+static int wait_slow_started(void)
+{
+    uint64_t end = clock_mono_ms() + 10000;
+    while (!atomic_load(&g_slow_started)) {
+        if (clock_mono_ms() > end)
+            return 0;
+        clock_sleep_ms(1);
+    }
+    return 1;
 }
 
 static void slow_after(struct http_req *req, int status, void *arg)
@@ -1337,8 +1353,12 @@ TEST(http_graceful_shutdown)
     CHECK_EQ_INT(cl_response(&idle, &r, 0), 0); /* now a kept-alive idle connection */
     resp_release(&r);
     cl_open(&busy, t.port);
+    atomic_store(&g_slow_started, 0);
     cl_send(&busy, "GET /slow HTTP/1.1\r\n\r\n");
-    clock_sleep_ms(100); /* the request is in flight on the thread pool */
+    /* the request is in flight on the thread pool. Race fix: a fixed 100 ms
+     * sleep let the shutdown come first on a loaded machine, when the
+     * request was still unread and its connection idle (closed at once). */
+    CHECK(wait_slow_started());
     t.shutdown_requested = 1;
     uv_async_send(&t.async);
     /* the idle connection is closed, the slow request still finishes */
@@ -1413,8 +1433,12 @@ TEST(http_shutdown_deadline_waits_for_deferred_answer)
     g_slow_answered = 0;
     struct cl c;
     cl_open(&c, t.port);
+    atomic_store(&g_slow_started, 0);
     cl_send(&c, "GET /slow HTTP/1.1\r\n\r\n"); /* 400 ms on the thread pool */
-    clock_sleep_ms(50);
+    /* race fix: wait until it runs there (a fixed 50 ms sleep let the shutdown
+     * come before the request was read: nothing was deferred, and done came
+     * without a late answer) */
+    CHECK(wait_slow_started());
     t.shutdown_requested = 1;
     uv_async_send(&t.async);
     /* the deadline cuts the connection before the answer exists */
