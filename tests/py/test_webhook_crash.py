@@ -30,11 +30,17 @@ def db_rows(data, sql):
         db.close()
 
 
-def test_webhook_kill9_after_completion_delivers_exactly_once():
-    rx = Receiver()
-    d = Jobd(args=ASLEEP)
-    try:
-        time.sleep(0.3)  # the senders' first look (at start) is over: they now nap for an hour
+def completed_while_senders_nap(rx):
+    """A jobd whose senders nap for an hour, a batch completed under it, and
+    jobd killed (-9) then; returns (jobd, endpoint, batch, events). The
+    scenario needs the senders' first look (at start) to be over before the
+    batch completes, which no API shows. Race fix: a fixed sleep after the
+    start was taken for "the first look is over"; now a run in which a late
+    first look fanned the event out before the kill (a delivery row exists)
+    is thrown away and the scenario started again."""
+    for attempt in range(3):
+        d = Jobd(args=ASLEEP)
+        time.sleep(0.3)  # the senders' first look (at start) is over, most likely
         ep = d.json("POST", "/v1/webhook_endpoints", {"url": rx.url("/hook"), "event_types": ["batch.completed"]})
         b = d.submit(b"".join(
             b'{"custom_id":"c-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"smollm",'
@@ -44,11 +50,25 @@ def test_webhook_kill9_after_completion_delivers_exactly_once():
         w.register()
         w.run_until(lambda: d.json("GET", f"/v1/batches/{b['id']}")["status"] == "completed", timeout=60,
                     wait_ms=100)
-        # completed: the event is durable, nothing was sent
+        # completed: the event is durable
         evs = db_rows(d.data, "SELECT id, type, object_id FROM webhook_events")
         assert len(evs) == 1 and evs[0][1:] == ("batch.completed", b["id"]), evs
+        d.proc.stop(signal.SIGKILL)
+        if db_rows(d.data, "SELECT count(*) FROM webhook_deliveries") == [(0,)]:
+            return d, ep, b, evs
+        with rx.lock:
+            rx.calls.clear()
+    raise AssertionError("three times a sender's first look came after the batch completed")
+
+
+def test_webhook_kill9_after_completion_delivers_exactly_once():
+    rx = Receiver()
+    d = None
+    try:
+        d, ep, b, evs = completed_while_senders_nap(rx)
+        # nothing was sent before the kill
         assert rx.calls == []
-        d.restart(sig=signal.SIGKILL, args=AWAKE)
+        d.restart(sig=signal.SIGKILL, args=AWAKE)  # (already killed: this starts it again)
         calls = rx.wait("/hook", 1)
         # let any duplicate arrive: the delivery row must say delivered, and nothing else may come
         deadline = time.monotonic() + 30
@@ -68,5 +88,6 @@ def test_webhook_kill9_after_completion_delivers_exactly_once():
         assert len(rx.on("/hook")) == 1, rx.calls
         assert d.json("GET", f"/v1/webhook_endpoints/{ep['id']}/deliveries")["data"][0]["attempts"] == 1
     finally:
-        d.proc.stop()
+        if d:
+            d.proc.stop()
         rx.close()
