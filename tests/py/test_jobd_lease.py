@@ -236,15 +236,23 @@ def test_lease_poison_request_dead_letters_after_3_attempts_and_retry():
     assert sorted(q["custom_id"] for q in first["requests"]) == ["t-1", "t-2"], first
     hold = w.lease(max_requests=1, lease_seconds=120).json()  # t-3 keeps the batch running
     assert [q["custom_id"] for q in hold["requests"]] == ["t-3"], hold
-    for attempt in (2, 3):
-        wait_requeued(w, 2, attempt=attempt)
-    deadline = time.monotonic() + 30
+    # t-1 and t-2 come back (attempt 2, then 3), are leased for 1 s and never
+    # answered, until both are dead letters. Race fix: this waited for both at
+    # attempt 2, then both at attempt 3, with 1 s leases: a request taken early
+    # could lapse and come back at attempt 3 while the other was still awaited
+    # at attempt 2 (when the test was late by about a second). Now each
+    # request's attempts are recorded as they come, in any interleaving.
+    seen = {q["request_id"]: [q["attempt"]] for q in first["requests"]}
+    deadline = time.monotonic() + 60
     while True:
         dl = d.json("GET", f"/v1/batches/{b['id']}/dead_letters")
         if len(dl["data"]) == 2:
             break
-        assert time.monotonic() < deadline, dl
-        time.sleep(0.1)
+        assert time.monotonic() < deadline, (dl, seen)
+        r = w.lease(max_requests=2, lease_seconds=1, wait_ms=300).json()
+        for q in r["requests"]:
+            seen[q["request_id"]].append(q["attempt"])
+    assert sorted(seen.values()) == [[1, 2, 3], [1, 2, 3]], seen
     assert sorted(x["custom_id"] for x in dl["data"]) == ["t-1", "t-2"], dl
     for x in dl["data"]:
         assert x["reason"] == "lease_expired" and x["attempts"] == 3 and x["batch_id"] == b["id"], x
