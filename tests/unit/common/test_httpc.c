@@ -160,7 +160,7 @@ TEST(httpc_retries_5xx_then_succeeds)
 TEST(httpc_post_not_retried_unless_safe)
 {
     static const struct step steps[] = {
-        {503, NULL, "busy", 0, 0}, {503, "Retry-After: 1\r\n", "busy", 0, 0}, {201, NULL, "made", 0, 0}};
+        {503, NULL, "busy", 0, 0}, {503, "Retry-After: 30\r\n", "busy", 0, 0}, {201, NULL, "made", 0, 0}};
     struct server s;
     server_start(&s, steps, 3);
     char url[64];
@@ -178,7 +178,10 @@ TEST(httpc_post_not_retried_unless_safe)
     CHECK_EQ_INT(httpc_request(&o, "POST", url, NULL, "{\"a\":1}", 7, &r), 0);
     CHECK_EQ_INT(r.status, 201);
     CHECK_EQ_INT(r.attempts, 2);
-    CHECK(clock_mono_ms() - t0 < 900); /* did not sleep the full second */
+    /* did not sleep the 30 s asked for (backoff_max is 20 ms). Race fix: this
+     * was Retry-After: 1 and a 900 ms bound, which two loopback round trips on
+     * a loaded machine could exceed; now the two outcomes are 30 s apart. */
+    CHECK(clock_mono_ms() - t0 < 15000);
     server_stop(&s);
     httpc_response_release(&r);
 }
