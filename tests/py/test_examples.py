@@ -178,7 +178,12 @@ def test_wait_without_a_terminal_prints_plain_lines():
     # answers saw the batch completed at its first poll and printed one line
     # only. Wait for its first line (the batch in progress) before answering.
     got = []
-    reader = threading.Thread(target=lambda: got.extend(iter(p.stderr.readline, b"")), daemon=True)
+
+    def read_err():
+        for line in iter(p.stderr.readline, b""):
+            got.append(line)
+
+    reader = threading.Thread(target=read_err, daemon=True)
     reader.start()
     deadline = time.monotonic() + 60
     while not any(bid.encode() in l for l in got):
