@@ -36,17 +36,29 @@ def test_lease_fairness_small_batch_overtakes_big_one():
     assert big["request_counts"]["total"] == 100000, big
     w = TestWorker(d.port, WT)
     w.register()
-    stop = threading.Event()
 
-    def work():
+    def work(stop):
         w.run_until(stop.is_set, max_requests=64, timeout=240, wait_ms=100)
 
-    t = threading.Thread(target=work)
+    stop = threading.Event()
+    t = threading.Thread(target=work, args=(stop,))
     t.start()
     try:
         while d.json("GET", f"/v1/batches/{big['id']}", key=ka)["request_counts"]["completed"] < 500:
             time.sleep(0.01)
+        # Race fix: the small batch is validated by the ingest thread, which
+        # yields to waiting writers after each commit (up to 1 s each): with
+        # the worker committing all the time, how much of the big batch got
+        # done before the small one was even queued depended on that race,
+        # not on the fairness of leasing. The worker pauses (between leases)
+        # while the small batch is validated, then the two compete for leases.
+        stop.set()
+        t.join(60)
         small = d.submit(jsonl(10), key=kb)
+        d.wait_batch(small["id"], key=kb, timeout=60)
+        stop = threading.Event()
+        t = threading.Thread(target=work, args=(stop,))
+        t.start()
         small = d.wait_batch(small["id"], statuses=("completed",), key=kb, timeout=60)
         a = d.json("GET", f"/v1/batches/{big['id']}", key=ka)
     finally:
