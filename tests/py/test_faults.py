@@ -161,7 +161,7 @@ def test_fault_jobd_kill9_during_leasing_and_result_commit():
     hit = 0
     done = 0
     for i in range(10):
-        # Race fix: a kill only after a random sleep landed while results were
+        # Race fix: with a random sleep alone, a kill landed while results were
         # being committed only if the (re)started worker had made progress by
         # then, which a slow machine did not guarantee (hit < 3). Wait
         # (bounded) until a result was committed since the last restart, then
