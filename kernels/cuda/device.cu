@@ -1,5 +1,6 @@
 // device.cu - CUDA device context: stream, cuBLAS handle, scratch arena,
-// and the memory helpers of kn_cuda.h.
+// and the memory helpers (the context section of kernels/kn.h's CUDA part).
+// Not an op: no CPU reference.
 //
 // One struct kn_cuda per device. The scratch arena is one cudaMalloc at
 // creation, carved per call by the host-copy entry points; nothing is
