@@ -10,10 +10,12 @@
  *                    against.
  *   cpu/blocks.h     private to cpu/ (and the kernel unit tests): the ggml
  *                    block structs, with their byte-offset table.
- *   cuda/<op>.cu     the CUDA backend, one op (one launcher, or a launcher
- *                    and its host-copy entry point) per file; each header
- *                    names the op's shapes, accumulation type, CPU reference
- *                    and tolerance against it, which tests/cuda checks.
+ *   cuda/<op>.cu     the CUDA backend, one op per file: its launcher and
+ *                    close variants (add/add_bias, an f32-only or host-copy
+ *                    entry point, a _supported or workspace-size query).
+ *                    Each header names the op's shapes, accumulation type,
+ *                    CPU reference and tolerance against it, which
+ *                    tests/cuda/test_cuda_parity.c checks op by op.
  *   cuda/device.cuh  private to cuda/: the context struct, error translation.
  *
  * The ops, their two implementations and the tolerance of the CUDA one

@@ -6,7 +6,7 @@
 // creation, carved per call by the host-copy entry points; nothing is
 // allocated per op (kn_cuda_alloc is for load time). cuBLAS runs in its
 // default math mode (bf16 tensor cores); the fp32 SGEMM switches to
-// pedantic mode around its own call (gemm.cu). CUDA/cuBLAS errors are logged with their names and
+// pedantic mode around its own call (matmul.cu). CUDA/cuBLAS errors are logged with their names and
 // returned as ERR_* values (common/err.h).
 #include <cstdio>
 #include <new>
