@@ -7,7 +7,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
-#include "kernels/cpu/pool.h"
+#include "kernels/kn.h"
 #include "worker/engine/chat.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"

@@ -7,9 +7,6 @@
 
 #include "common/clock.h"
 #include "common/err.h"
-#ifdef KN_HAVE_CUDA
-#include "kernels/cuda/kn_cuda.h"
-#endif
 
 /* xorshift64*: reproducible inputs in [-1, 1). */
 static float devcheck_rand(uint64_t *s)

@@ -15,7 +15,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 #include "worker/engine/gguf.h"
 
 /* At most max bytes of s, control characters shown as '?' (strings come from

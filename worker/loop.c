@@ -13,7 +13,6 @@
 #include "common/id.h"
 #include "common/js.h"
 #include "common/log.h"
-#include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
 #include "worker/engine/chat.h"
 #include "worker/client.h"

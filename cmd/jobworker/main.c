@@ -14,7 +14,6 @@
 
 #include "common/cli.h"
 #include "common/err.h"
-#include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
 #include "worker/devcheck.h"
 #include "worker/inspect.h"

@@ -1,10 +1,15 @@
-/* attention.c - causal GQA attention of one query over a paged K/V cache.
+/* attention.c - causal GQA attention of one query over a paged K/V cache,
+ * CPU reference (kn_attn_paged_f32, kn_attn_paged_heads_f32; contracts and
+ * shapes in kernels/kn.h).
  *
- * The accumulation order is fixed (see ops.h), so that a token's result
+ * The reference of cuda/attention.cu, run on the same bf16-rounded K/V:
+ * 1e-5 relative per element in f32 output (exp and summation order differ).
+ *
+ * The accumulation order is fixed (below), so that a token's result
  * never depends on what else shares its batch, and it is the same on both
  * paths: a portable scalar one (the reference), an AVX2+FMA one and an
  * AVX-512 one chosen with the matmul's SIMD level (kn_simd_level,
- * kernels/cpu/matq.h), which perform the very same float operations 8 (16)
+ * simd.c), which perform the very same float operations 8 (16)
  * lanes at a time:
  *   - q.k: 8 lanes, lane j = fma chain over d = j mod 8 in increasing d
  *     (d < head_dim rounded down to 8; the rest, if any, goes to lane d mod
@@ -14,12 +19,10 @@
  *   - output: out[d] = fma(w_p, v_p[d], out[d]) in position order, w_p =
  *     exp_p * (1 / sum).
  * Per query head, the query's kv head is h / (n_head / n_head_kv). */
-#include "kernels/cpu/ops.h"
+#include "kernels/kn.h"
 
 #include <math.h>
 #include <string.h>
-
-#include "kernels/cpu/matq.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

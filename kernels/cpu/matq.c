@@ -1,6 +1,74 @@
 /*
- * matq.c - quantized-weight matrix products (see matq.h for the scheme, the
- * reduction order and the error bound).
+ * matq.c - matrix products against quantized (GGUF) weights on the CPU:
+ * kn_matmul_w and kn_matmul_w_scratch (contracts in kernels/kn.h).
+ *
+ * out (n, m) = x (n, k) @ W^T, W being m rows of k values in a ggml block
+ * format, as GGUF stores linear weights (one output feature per row).
+ *
+ * Design (llama.cpp's): the float activations are quantized once per call
+ * to 8-bit blocks, then each output is a sum over blocks of an integer dot
+ * product of activation and weight quants, scaled by the two block scales
+ * in float. Two activation formats, both with float32 scales (more exact
+ * than ggml's fp16 ones), both round-to-nearest-even with scale
+ * d = max|x| / 127 over the block, values in [-127, 127]:
+ *
+ *   act32  for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0: blocks of 32 values,
+ *          { float d; float s = d * sum(q); int8 q[32]; }         40 bytes
+ *   act256 for Q4_K Q5_K Q6_K: blocks of 256 values,
+ *          { float d; int16 bsums[16] (sums of q by 16); int8 q[256]; } 292 bytes
+ *
+ * F32, F16 and BF16 weights are converted to float exactly and dotted with
+ * the unquantized x (no scratch needed).
+ *
+ * Reduction order (fixed: the same for every n, thread count and SIMD path,
+ * so results are bit-identical across them; tests/unit/kernels/test_matq.c checks):
+ *   - 32-value types: sixteen float lanes; block b (in order) goes to lanes
+ *     8 * (b & 1) + j, j = 0..7, lane j taking the exact integer dot of
+ *     block elements 4j..4j+3: lane = fma(d_w * d_a, (float)isum_j, lane).
+ *     Offsets (Q4_1, Q5_1: m * sum(x)) go to accm[b & 1] = fma(m_w, s_a,
+ *     accm[b & 1]). With v_j = l_j + l_{8+j}: result
+ *     ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)) [+ (accm0 + accm1)].
+ *   - K-quants: per 256-value super-block the whole integer sum (sub-block
+ *     scales applied in integers) is exact; then acc = fma(d_w * d_a,
+ *     (float)isum, acc), and for Q4_K/Q5_K accm = fma(dmin_w * d_a,
+ *     (float)imins, accm); result acc - accm.
+ *   - F32/F16/BF16: 32 lanes, lane j = fma chain over elements i = j mod 32
+ *     in increasing i; lanes combined as v[j] = (l[j]+l[j+8]) +
+ *     (l[j+16]+l[j+24]) for j < 8, then the 8-lane sum above.
+ *
+ * Error vs the exact product with unquantized x (derived in
+ * tests/unit/kernels/test_matq.c): activation rounding moves each x_i by at most
+ * d_a/2 = max|x over its block| / 254, so |error| <= sum over blocks of
+ * (amax_b / 254) * sum_{i in b} |w_i|, plus float rounding of order
+ * (k/block + 16) * 2^-24 * sum |w_i x_i|. For random data that is about
+ * 0.3% of sum |w_i x_i| (typically far less: errors have random signs).
+ *
+ * SIMD: a portable scalar path (the reference), an AVX2+FMA+F16C path and
+ * an AVX-512 (F, BW, VL, VNNI) path, chosen at run time (see kn_simd_*);
+ * integer sums are exact and the float steps are the same operations in
+ * the same order, so all give bit-identical results. For the 32-value
+ * types and n >= 4 the AVX2 path uses a kernel that takes 4 activation rows
+ * per weight row (the weight block is unpacked once); per output it
+ * performs the very same operations. The AVX-512 path quantizes the
+ * activations into a layout of four interleaved rows with blocks in pairs,
+ * so that one 512-bit register holds two blocks - the reference's two lane
+ * sets (block parity) side by side - and one multiply gives the scales of 4
+ * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
+ * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
+ *
+ * Performance notes for callers: quantizing the activations costs O(n k)
+ * per call, so fuse products that share x (q/k/v, gate/up) into one call
+ * on concatenated weight rows when the layout allows. Work is split into
+ * tiles of 16 weight rows x 64 activation rows handed out dynamically, so
+ * any thread count works; use no more threads than physical cores.
+ *
+ * Reference: the scalar path of this file (KN_SIMD_SCALAR) defines the
+ * results; the SIMD paths give its bits (tolerance 0). cuda/matvec.cu is
+ * checked against kn_matmul_f32 on the dequantized rows instead (the GPU
+ * multiplies unquantized activations).
+ *
+ * Threads: kn_matmul_w may be called from any thread; calls sharing a pool
+ * must not overlap (kn_pool_run rule).
  *
  * Layout of this file: activation quantizers (scalar: they cost O(n k)
  * against the product's O(n m k)); the scalar dot kernels, which define the
@@ -21,7 +89,7 @@
  * explicit multiply for the two block scales, an explicit pairwise sum.
  * GCC does not contract a*b+c under -std=c11; the pragma covers clang.
  */
-#include "kernels/cpu/matq.h"
+#include "kernels/kn.h"
 
 #include <float.h>
 #include <math.h>
@@ -32,7 +100,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/blocks.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MATQ_X86 1
@@ -856,24 +924,6 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
     *s_out = d * (float)sum;
 }
 
-static int cpu_has_avx512(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-}
-
-static int cpu_has_avx2(void)
-{
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-        return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
-    return (c & bit_F16C) != 0;
-}
-
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
 static int cpu_has_vnni(void)
@@ -888,59 +938,6 @@ static int cpu_has_vnni(void)
     return v;
 }
 #endif /* MATQ_X86 */
-
-/* ---- SIMD level ------------------------------------------------------------------------- */
-
-static atomic_int simd_level = -1;
-static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
-
-int kn_simd_best(void)
-{
-#if MATQ_X86
-    if (cpu_has_avx2())
-        return cpu_has_avx512() ? KN_SIMD_AVX512 : KN_SIMD_AVX2;
-#endif
-    return KN_SIMD_SCALAR;
-}
-
-static void simd_init(void)
-{
-    int best = kn_simd_best(), lv = best;
-    const char *e = getenv("KN_SIMD");
-    if (e && strcmp(e, "scalar") == 0)
-        lv = KN_SIMD_SCALAR;
-    else if (e && strcmp(e, "avx2") == 0 && best >= KN_SIMD_AVX2)
-        lv = KN_SIMD_AVX2;
-    else if (e && strcmp(e, "avx512") == 0 && best >= KN_SIMD_AVX512)
-        lv = KN_SIMD_AVX512;
-    int unset = -1;
-    atomic_compare_exchange_strong(&simd_level, &unset, lv);
-}
-
-int kn_simd_level(void)
-{
-    pthread_once(&simd_once, simd_init);
-    return atomic_load(&simd_level);
-}
-
-int kn_simd_set(int level)
-{
-    if (level < KN_SIMD_SCALAR || level > kn_simd_best())
-        return ERR_UNSUPPORTED;
-    pthread_once(&simd_once, simd_init);
-    atomic_store(&simd_level, level);
-    return 0;
-}
-
-const char *kn_simd_name(int level)
-{
-    switch (level) {
-    case KN_SIMD_SCALAR: return "scalar";
-    case KN_SIMD_AVX2: return "avx2";
-    case KN_SIMD_AVX512: return "avx512";
-    default: return "?";
-    }
-}
 
 /* ---- driver ------------------------------------------------------------------------------ */
 

@@ -1,6 +1,24 @@
 /*
- * pool.c - persistent thread pool with a spin-then-sleep handshake (see
- * pool.h for the design).
+ * pool.c - a persistent thread pool for the CPU kernels, with a
+ * spin-then-sleep handshake (kn_pool_*; contracts in kernels/kn.h).
+ *
+ * The CPU backend runs one op at a time on all threads, as ggml does: the
+ * caller hands a function to kn_pool_run(), every thread of the pool (the
+ * caller's thread counts as thread 0) calls it with its index, and the call
+ * returns when all have finished. The op splits its own work by (ith, nth).
+ *
+ * Design: n_threads - 1 worker threads are created once, in kn_pool_new().
+ * A run publishes (fn, ctx) and bumps a generation counter; workers that are
+ * still spinning (a short busy-wait with the CPU's pause hint, about tens of
+ * microseconds) start at once, workers that went to sleep are woken through
+ * a condition variable. Completion works the same way in reverse: the caller
+ * spins on a counter, then sleeps until the last worker signals. So ops that
+ * come back to back (a forward pass) never pay a syscall, and an idle pool
+ * costs no CPU. kn_pool_run() allocates nothing.
+ *
+ * Threads: one caller at a time per pool (kn_pool_run is not reentrant and
+ * must not be called concurrently on the same pool, nor from inside fn).
+ * kn_pool_new/kn_pool_free from the thread that owns the pool.
  *
  * Memory ordering: the caller writes fn/ctx, then increments `gen` with
  * release order (under the mutex, so a sleeping worker cannot miss it);
@@ -9,7 +27,7 @@
  * caller reads it with acquire order, so the workers' writes are visible
  * when kn_pool_run returns. The two counters live on separate cache lines.
  */
-#include "kernels/cpu/pool.h"
+#include "kernels/kn.h"
 
 #include <pthread.h>
 #include <sched.h>

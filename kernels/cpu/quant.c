@@ -1,19 +1,30 @@
 /*
- * quant.c - ggml block formats: size table and float32 dequantization.
+ * quant.c - ggml block formats: the type table, float32 dequantization
+ * (quant_dequant_row) and the fp16/bf16 conversions; contracts in
+ * kernels/kn.h, block layouts in blocks.h.
+ *
+ * The plain C reference for the formats: it favours readability over speed
+ * and computes exactly what gguf-py's numpy dequantizer computes (same
+ * float32 operations in the same order: tests/unit/kernels/test_quant.c
+ * checks bit-for-bit equality on committed fixtures). It is the reference
+ * of cuda/dequant.cu (tolerance 0: bit-identical), and its
+ * quant_fp32_to_bf16 that of cuda/to_bf16.cu and cuda/kvcache.cu.
  *
  * Each dequantizer copies one block into a local struct (no alignment
  * needed), decodes its scales into float32, and writes the block's values.
  * The float32 arithmetic follows gguf-py's numpy code operation by
  * operation (e.g. Q4_1 is (d*q)+m, Q4_K is (d*sc)*q - (dmin*m)), and
  * contraction into fused multiply-adds is switched off below, so the results
- * are bit-identical to that independent implementation. See quant.h for the
- * layouts.
+ * are bit-identical to that independent implementation.
+ *
+ * Pure functions, no state: safe from any thread.
  */
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 
 #include <string.h>
 
 #include "common/err.h"
+#include "kernels/cpu/blocks.h"
 
 /* No fused multiply-adds: they would round differently from numpy. GCC
  * already contracts nothing under -std=c11 (ISO mode: -ffp-contract=off);

@@ -1,12 +1,17 @@
-/* rope.c - rotary position embedding, NORM and NEOX layouts, CPU reference.
- * See ops.h for the contract. The per-pair angle is computed in double
- * (freq_base^(-2i/n_rot) with pow, not by repeated multiplication as ggml
- * does), which keeps it within an ulp of HF's float32 inv_freq * pos. */
-#include "kernels/cpu/ops.h"
+/* rope.c - rotary position embedding, NORM and NEOX layouts, CPU reference
+ * (kn_rope_f32, kn_rope_table, kn_rope_apply_f32; contracts in
+ * kernels/kn.h).
+ *
+ * x (n_tok, n_head * head_dim) f32 in place; pos (n_tok) int32. The
+ * per-pair angle is computed in double (freq_base^(-2i/n_rot) with pow, not
+ * by repeated multiplication as ggml does), which keeps it within an ulp of
+ * HF's float32 inv_freq * pos. The reference of cuda/rope.cu (2e-6
+ * absolute per element for |x| <= 4). Pure, any thread. */
+#include "kernels/kn.h"
 
 #include <math.h>
 
-/* cos and sin of pair i's angle at position p (see ops.h). */
+/* cos and sin of pair i's angle at position p (see kn.h). */
 static void rope_cs(double p, int i, int n_rot, float freq_base, float freq_scale,
                     const float *freq_factors, float *c, float *s)
 {

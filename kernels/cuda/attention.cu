@@ -2,7 +2,7 @@
 // and prefill in one kernel (flash-decoding split over the context, online
 // softmax, no materialised score matrix).
 //
-// Shapes (struct kn_cuda_attn in kn_cuda.h): q (n_tok rows of q_stride
+// Shapes (struct kn_cuda_attn in kernels/kn.h): q (n_tok rows of q_stride
 // floats, query head h at h*head_dim, after RoPE); K/V cache of one layer,
 // rows of n_head_kv*head_dim bf16, position p of a sequence at row
 // block_table[p / block_tokens] * block_tokens + p % block_tokens; out
@@ -30,9 +30,10 @@
 // rounded up to 1, 2, 4 or 8 dimensions; lanes past head_dim idle).
 //
 // Accumulation: fp32 throughout; K/V are bf16 (the cache format). Against
-// kn_attn_paged_f32 run on the same bf16-rounded K/V, q and scale: 1e-5
-// relative per element in f32 output (exp and summation order differ); the
-// bf16 output adds bf16 rounding (4e-3 relative).
+// the CPU reference kn_attn_paged_f32 (kernels/cpu/attention.c) run on the
+// same bf16-rounded K/V, q and scale: 1e-5 relative per element in f32
+// output (exp and summation order differ); the bf16 output adds bf16
+// rounding (4e-3 relative).
 #include <math.h>
 
 #include "device.cuh"

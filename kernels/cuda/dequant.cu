@@ -7,13 +7,13 @@
 // indices or NULL. One thread per output value (grid-stride): it finds its
 // block, reads the few bytes it needs with byte loads (no alignment
 // assumptions, like quant.c's memcpy) and decodes. Layouts: see
-// kernels/cpu/quant.h.
+// kernels/cpu/blocks.h.
 //
 // Exactness: every float operation is the one quant.c performs, in the
 // same order, with explicit round-to-nearest intrinsics (__fmul_rn,
 // __fadd_rn) so nvcc cannot contract them into FMAs; binary16 and bfloat16
 // scales convert exactly. f32 output is therefore bit-identical to
-// quant_dequant_row (tolerance 0), bf16 output is that value rounded to
+// quant_dequant_row (the CPU reference, kernels/cpu/quant.c: tolerance 0), bf16 output is that value rounded to
 // nearest even (identical to quant_fp32_to_bf16 of the CPU value for finite
 // inputs).
 #include "device.cuh"

@@ -1,11 +1,12 @@
 // device.cu - CUDA device context: stream, cuBLAS handle, scratch arena,
-// and the memory helpers of kn_cuda.h.
+// and the memory helpers (the context section of kernels/kn.h's CUDA part).
+// Not an op: no CPU reference.
 //
 // One struct kn_cuda per device. The scratch arena is one cudaMalloc at
 // creation, carved per call by the host-copy entry points; nothing is
 // allocated per op (kn_cuda_alloc is for load time). cuBLAS runs in its
 // default math mode (bf16 tensor cores); the fp32 SGEMM switches to
-// pedantic mode around its own call (gemm.cu). CUDA/cuBLAS errors are logged with their names and
+// pedantic mode around its own call (matmul.cu). CUDA/cuBLAS errors are logged with their names and
 // returned as ERR_* values (common/err.h).
 #include <cstdio>
 #include <new>

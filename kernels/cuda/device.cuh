@@ -1,4 +1,9 @@
-// device.cuh - internals of the CUDA backend shared by its .cu files.
+// device.cuh - internals of the CUDA backend shared by its .cu files, private
+// to kernels/cuda: the context behind the opaque struct kn_cuda of
+// kernels/kn.h (whose CUDA section declares every launcher these files
+// define, under extern "C"), CUDA/cuBLAS error translation, launch helpers.
+// The only header outside kernels/cuda that the .cu files include is kn.h
+// (and common/ for errors and logging).
 #ifndef KERNELS_CUDA_DEVICE_CUH
 #define KERNELS_CUDA_DEVICE_CUH
 
@@ -7,7 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/kn_cuda.h"
+#include "kernels/kn.h"
 
 struct kn_cuda {
     int ordinal = 0;

@@ -11,7 +11,8 @@
 // reading 4.5-8.5 bits per weight instead of bf16's 16 is the whole point.
 // accumulate = 1 adds into out (the residual add).
 //
-// Tolerance vs kn_matmul_f32 on the dequantized rows (quant_dequant_row):
+// CPU reference: kn_matmul_f32 (kernels/cpu/matmul.c) on the rows
+// dequantized by quant_dequant_row. Tolerance:
 // 1e-5 relative L2 (the factorisation d * sum(q x) reorders the fp32 sums).
 #include "device.cuh"
 

@@ -7,9 +7,9 @@
 // per (token, head, pair): the angle pos * theta[i] and its cosine/sine are
 // computed in double and rounded once to float (as the CPU reference); the
 // rotation is float with explicit roundings (no FMA contraction). The only
-// difference from kn_rope_f32 is the order of the double product
-// (pos * (scale * base^e / f) instead of ((pos * scale) * base^e) / f), an
-// ulp of double: tolerance 2e-6 absolute per element for |x| <= 4 and
+// difference from the CPU reference kn_rope_f32 (kernels/cpu/rope.c) is the
+// order of the double product (pos * (scale * base^e / f) instead of
+// ((pos * scale) * base^e) / f), an ulp of double: tolerance 2e-6 absolute per element for |x| <= 4 and
 // positions < 2^17.
 #include <math.h>
 

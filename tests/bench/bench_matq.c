@@ -15,9 +15,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "kernels/cpu/matq.h"
-#include "kernels/cpu/pool.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint32_t rnd(void)

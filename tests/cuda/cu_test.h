@@ -10,8 +10,7 @@
 #include <stdlib.h>
 
 #include "common/err.h"
-#include "kernels/cpu/quant.h"
-#include "kernels/cuda/kn_cuda.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 
 static inline struct kn_cuda *cu_open(void)

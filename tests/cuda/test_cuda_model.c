@@ -33,8 +33,6 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/ops.h"
-#include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
 #include "worker/engine/kv.h"

@@ -1,5 +1,5 @@
-/* GPU parity tests: every CUDA op against its CPU reference (kernels/kn.h,
- * kernels/cpu/ops.h, kernels/cpu/quant.h) on fresh random inputs at several
+/* GPU parity tests: every CUDA op against its CPU reference (the table in
+ * kernels/kn.h: kernels/cpu/<op>.c) on fresh random inputs at several
  * shapes, with the tolerance its .cu header documents. Device outputs are
  * poisoned (NaN bytes) before each run, so an element left unwritten fails,
  * and NaN never passes a comparison (cu_test.h). Built only with make
@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/ops.h"
 #include "kernels/kn.h"
 #include "tests/cuda/cu_test.h"
 

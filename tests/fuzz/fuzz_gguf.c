@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 #include "worker/engine/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -19,7 +19,7 @@
  * Every op works per token with a fixed accumulation order, so a token's
  * numbers do not depend on its batch neighbours. All matmuls go through
  * model_linear (one place): by default the kernels' kn_matmul_w
- * (kernels/cpu/matq.h: activations quantized to 8 bits per block, integer
+ * (kernels/cpu/matq.c: activations quantized to 8 bits per block, integer
  * dot products, the context's thread pool), or with exact_matmul the
  * reference linref_matmul_w (dequantized weights, float dot products: the
  * path verified against HF transformers). Both have a fixed reduction
@@ -46,10 +46,6 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/matq.h"
-#include "kernels/cpu/ops.h"
-#include "kernels/cpu/pool.h"
-#include "kernels/cpu/quant.h"
 #include "kernels/kn.h"
 #include "worker/engine/forward_cuda.h"
 #include "worker/engine/linear_ref.h"

@@ -76,9 +76,6 @@ void fwdcuda_copy_block(void *f, int32_t dst, int32_t src, int n_pos)
 
 #else
 
-#include "kernels/cpu/quant.h"
-#include "kernels/cuda/kn_cuda.h"
-
 #define ATTN_WORK_MAX ((size_t)256 << 20)
 
 /* A weight kept in its GGUF encoding for the batch-1 matvec. */

@@ -16,7 +16,7 @@
  * activations for n_batch_max tokens, the attention workspace - is
  * allocated then; a step allocates nothing. A step uploads its token ids,
  * positions, cache slots, attention tiles and the block tables in one copy,
- * runs the layers (kernels/cuda/kn_cuda.h) and downloads the logits of the
+ * runs the layers (the CUDA section of kernels/kn.h) and downloads the logits of the
  * marked tokens.
  *
  * Numerics: bf16 weights and K/V, fp32 residual stream, accumulation and

@@ -28,7 +28,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 
 #define GGUF_MAGIC "GGUF"
 #define MIN_KV_BYTES 14     /* u64 key len + 1 key byte + u32 type + 1 value byte */

@@ -97,7 +97,7 @@ struct gguf_arr {
 /* One tensor (gguf_tensor_at / gguf_tensor_find); valid until gguf_free. */
 struct gguf_tensor {
     char name[GGUF_MAX_NAME + 1];  /* NUL-terminated */
-    uint32_t type;                 /* ggml type id: one of enum quant_type (kernels/cpu/quant.h) */
+    uint32_t type;                 /* ggml type id: one of enum quant_type (kernels/kn.h) */
     uint32_t n_dims;               /* 0..4 as stored */
     int64_t ne[GGUF_MAX_DIMS];     /* ne[0] fastest-varying (a row); missing dims are 1 */
     int64_t n_elements;            /* product of ne */

@@ -4,7 +4,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 
 size_t linref_scratch_bytes(int k)
 {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 #include "worker/engine/tok_gguf.h"
 
 static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)

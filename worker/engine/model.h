@@ -7,7 +7,7 @@
  * "qwen2" (anything else: "unsupported architecture 'mamba'"). Weights are
  * not copied: each is a pointer into the mapping, kept in its file type
  * (norms and biases must be F32; projection matrices any type
- * kernels/cpu/quant.h decodes). Every tensor the architecture needs is
+ * kernels/cpu/quant.c decodes). Every tensor the architecture needs is
  * checked for presence, type and exact shape against the hyperparameters,
  * with an error naming it ("blk.3.attn_k.weight: shape [64, 64], expected
  * [64, 32]"). output.weight absent = tied embeddings (token_embd is the LM

@@ -29,7 +29,6 @@
 #include <time.h>
 
 #include "common/err.h"
-#include "kernels/cuda/kn_cuda.h"
 #include "kernels/kn.h"
 #include "worker/engine/forward_cuda.h"
 #include "worker/engine/kv.h"

@@ -1,5 +1,5 @@
-/* Unit tests: quantized matrix products (kernels/cpu/matq.h) and the thread
- * pool (kernels/cpu/pool.h).
+/* Unit tests: quantized matrix products (kernels/cpu/matq.c) and the thread
+ * pool (kernels/cpu/pool.c).
  *
  * References, both independent of matq.c:
  *
@@ -36,9 +36,8 @@
 #include <time.h>
 
 #include "common/err.h"
-#include "kernels/cpu/matq.h"
-#include "kernels/cpu/pool.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 
 /* ---- test data -------------------------------------------------------------------- */

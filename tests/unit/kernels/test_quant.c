@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 
 /* Whole file into a malloc'd buffer; *len gets its size. NULL if unreadable. */
@@ -192,7 +193,7 @@ TEST(quant_q4_k_matches_ggufpy) { check_fixture(QUANT_Q4_K, "q4_k"); }
 TEST(quant_q5_k_matches_ggufpy) { check_fixture(QUANT_Q5_K, "q5_k"); }
 TEST(quant_q6_k_matches_ggufpy) { check_fixture(QUANT_Q6_K, "q6_k"); }
 
-/* Hand-built blocks, values computed from the layout table in quant.h. */
+/* Hand-built blocks, values computed from the layout table in blocks.h. */
 TEST(quant_hand_built_blocks)
 {
     float y[256];

@@ -11,7 +11,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/js.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 #include "worker/engine/gguf.h"
 

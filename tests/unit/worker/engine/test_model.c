@@ -21,9 +21,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "kernels/cpu/matq.h"
-#include "kernels/cpu/ops.h"
-#include "kernels/cpu/pool.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 #include "worker/engine/chat.h"
 #include "worker/engine/model.h"
@@ -33,7 +31,7 @@
 #define MODEL_TOL_F32 1e-5   /* rel L2 per position vs the original HF model (seen: <= 5.3e-7) */
 #define MODEL_TOL_QUANT 1e-5 /* rel L2 per position vs HF on the GGUF's dequantized weights (seen: <= 6.3e-7) */
 /* The default (fast) path quantizes activations to 8 bits per block of 32
- * (kernels/cpu/matq.h): each matmul input moves by up to max|x|/254 per
+ * (kernels/cpu/matq.c): each matmul input moves by up to max|x|/254 per
  * block. Through 2 layers and the LM head that is a few percent of the
  * logits on these tiny random models (seen: 1.3-1.8% max rel L2). */
 #define MODEL_TOL_FAST 3e-2

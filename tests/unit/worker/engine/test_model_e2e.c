@@ -39,7 +39,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 #include "worker/engine/model.h"
 

@@ -1,4 +1,6 @@
-/* kn_cpu.c - device selection helpers of the op interface (see kn.h). */
+/* device.c - device selection helpers of the compute interface
+ * (kn_device_*, kn_cuda_built; contracts in kernels/kn.h). Not an op: no
+ * CUDA twin. Pure functions, any thread. */
 #include "kernels/kn.h"
 
 #include <string.h>
