@@ -156,7 +156,7 @@ struct rctx *app_on_head_auth(struct http_req *req, struct app *app)
 {
     struct rctx *rc = calloc(1, sizeof *rc);
     if (!rc) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return NULL;
     }
     rc->app = app;
@@ -167,7 +167,7 @@ struct rctx *app_on_head_auth(struct http_req *req, struct app *app)
         const char *h = http_req_header(req, "Authorization");
         if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
             http_resp_header(req, "WWW-Authenticate", "Bearer");
-            http_respond_error(req, 401, "invalid_request_error", "missing_api_key", NULL,
+            api_respond_error(req, API_ERR_MISSING_API_KEY, NULL,
                                "You didn't provide an API key. Send it in the Authorization header "
                                "(Authorization: Bearer YOUR_KEY).");
             return NULL;
@@ -179,13 +179,13 @@ struct rctx *app_on_head_auth(struct http_req *req, struct app *app)
         int r = store_key_verify(app->loop_st, key, &k);
         if (r == ERR_AUTH) {
             http_resp_header(req, "WWW-Authenticate", "Bearer");
-            http_respond_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
+            api_respond_error(req, API_ERR_INVALID_API_KEY, NULL,
                                "Incorrect API key provided.");
             return NULL;
         }
         if (r) {
             http_resp_header(req, "Retry-After", "1");
-            http_respond_error(req, 503, NULL, NULL, NULL, "Could not check the API key: %s.",
+            api_respond_error(req, API_ERR_UNAVAILABLE, NULL, "Could not check the API key: %s.",
                                err_msg(r));
             return NULL;
         }
@@ -195,7 +195,7 @@ struct rctx *app_on_head_auth(struct http_req *req, struct app *app)
     if (ik && strcmp(http_req_method(req), "POST") == 0) {
         size_t n = strlen(ik);
         if (n == 0 || n > STORE_IDEM_KEY_MAX) {
-            http_respond_error(req, 400, NULL, "invalid_idempotency_key", NULL,
+            api_respond_error(req, API_ERR_INVALID_IDEMPOTENCY_KEY, NULL,
                                "Idempotency-Key must be 1 to %d characters.", STORE_IDEM_KEY_MAX);
             return NULL;
         }
@@ -271,18 +271,15 @@ void app_op_free(struct op *op)
     free(op);
 }
 
-void op_error(struct op *op, int status, const char *type, const char *code, const char *param,
-              const char *fmt, ...)
+void op_error(struct op *op, enum api_err e, const char *param, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (!type)
-        type = status >= 500 ? "server_error" : "invalid_request_error";
     buf_reset(&op->out);
-    op->status = api_error_json(&op->out, type, code, param, msg) ? 0 : status;
+    op->status = api_err_json(&op->out, e, param, msg) ? 0 : api_err_status(e);
 }
 
 void op_internal(struct op *op, int rc, const char *what)
@@ -290,9 +287,9 @@ void op_internal(struct op *op, int rc, const char *what)
     log_error("%s: %s", what, err_msg(rc));
     if (rc == ERR_BUSY) {
         op->retry_after = 1;
-        op_error(op, 503, NULL, NULL, NULL, "The database is busy (%s); retry shortly.", what);
+        op_error(op, API_ERR_UNAVAILABLE, NULL, "The database is busy (%s); retry shortly.", what);
     } else {
-        op_error(op, 500, NULL, NULL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
+        op_error(op, API_ERR_INTERNAL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
     }
 }
 
@@ -320,12 +317,12 @@ int op_idem_begin(struct op *op, struct store *st)
         return 1;
     case STORE_IDEM_IN_FLIGHT:
         op->retry_after = 1;
-        op_error(op, 409, NULL, "idempotency_key_in_use", NULL,
+        op_error(op, API_ERR_IDEMPOTENCY_KEY_IN_USE, NULL,
                  "A request with this Idempotency-Key is still being processed; retry later.");
         return 1;
     case STORE_IDEM_MISMATCH:
     default:
-        op_error(op, 422, NULL, "idempotency_key_reused", NULL,
+        op_error(op, API_ERR_IDEMPOTENCY_KEY_REUSED, NULL,
                  "This Idempotency-Key was used with a different request (method, path or body).");
         return 1;
     }
@@ -366,11 +363,11 @@ static void op_after(struct http_req *req, int status, void *arg)
     struct op *op = arg;
     struct app *app = op->app;
     if (status != 0 && !op->status)
-        op_error(op, 500, NULL, NULL, NULL, "The operation was cancelled.");
+        op_error(op, API_ERR_INTERNAL, NULL, "The operation was cancelled.");
     if (op->after) {
         op->after(req, op);
     } else if (!op->status) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Internal error.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Internal error.");
     } else {
         char v[32];
         if (op->replayed)
@@ -401,12 +398,12 @@ static void op_after(struct http_req *req, int status, void *arg)
 void app_op_run(struct http_req *req, struct op *op)
 {
     if (!op) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     if (http_req_queue_work(req, op_work, op_after, op) != 0) {
         app_op_free(op);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not schedule the request.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");
     }
 }
 

@@ -1,7 +1,7 @@
 /*
- * api_json.c - JSON shapes of the API (OpenAI's File, Batch, error
- * envelope), built with buf_printf + js_escape so field order matches
- * OpenAI's documentation. Pure; any thread.
+ * api_json.c - JSON shapes of the API (OpenAI's File and Batch objects;
+ * the error envelope is api_err.c's), built with buf_printf + js_escape so
+ * field order matches OpenAI's documentation. Pure; any thread.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -24,19 +24,6 @@ static int int_or_null(struct buf *b, int64_t v)
     if (!v)
         return buf_append_str(b, "null");
     return buf_printf(b, "%lld", (long long)v);
-}
-
-int api_error_json(struct buf *out, const char *type, const char *code, const char *param,
-                   const char *msg)
-{
-    int rc = 0;
-    if ((rc = buf_append_str(out, "{\"error\":{\"message\":")) ||
-        (rc = js_escape(out, msg, strlen(msg))) || (rc = buf_append_str(out, ",\"type\":")) ||
-        (rc = js_escape(out, type, strlen(type))) || (rc = buf_append_str(out, ",\"param\":")) ||
-        (rc = str_or_null(out, param)) || (rc = buf_append_str(out, ",\"code\":")) ||
-        (rc = str_or_null(out, code)))
-        return rc;
-    return buf_append_str(out, "}}");
 }
 
 int api_file_json(struct buf *out, const struct store_file *f)

@@ -23,6 +23,7 @@
 #include "common/crypto.h"
 #include "jobd/app.h"
 #include "jobd/account/budget.h"
+#include "jobd/api/api_err.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingestq.h"
 #include "jobd/store/store.h"
@@ -130,8 +131,8 @@ void app_op_run(struct http_req *req, struct op *op);
 void app_send_file(struct http_req *req, struct op *op);
 
 /* Fill op->status / op->out with OpenAI's error envelope. */
-void op_error(struct op *op, int status, const char *type, const char *code, const char *param,
-              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void op_error(struct op *op, enum api_err e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* 500 for an unexpected store error rc (logged with what). */
 void op_internal(struct op *op, int rc, const char *what);
 
@@ -152,8 +153,6 @@ void dbpool_put(struct dbpool *p, struct store *st);
 
 /* ---- JSON (api_json.c) --------------------------------------------------------- */
 
-int api_error_json(struct buf *out, const char *type, const char *code, const char *param,
-                   const char *msg);
 int api_file_json(struct buf *out, const struct store_file *f);
 int api_batch_json(struct buf *out, const struct store_batch *b);
 /* "24h" for 86400, "7d" for 604800, "90m", "45s". */

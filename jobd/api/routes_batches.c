@@ -77,12 +77,12 @@ static int create_batch_tx(struct op *op, struct store *st, const struct batch_i
     struct store_batch b;
     int rc = store_batch_create(st, op->tenant, &nb, clock_wall_s(), &b);
     if (rc == ERR_NOTFOUND) {
-        op_error(op, 404, NULL, "not_found", "input_file_id", "No such File object: '%s'.",
+        op_error(op, API_ERR_NOT_FOUND, "input_file_id", "No such File object: '%s'.",
                  bi->input_file_id);
         return rc;
     }
     if (rc == ERR_INVAL) {
-        op_error(op, 400, NULL, "invalid_value", "input_file_id",
+        op_error(op, API_ERR_INVALID_VALUE, "input_file_id",
                  "File '%s' cannot be a batch input: its purpose must be 'batch'.", bi->input_file_id);
         return rc;
     }
@@ -141,12 +141,12 @@ static int parse_metadata(struct http_req *req, json_t *md, struct batch_in *bi)
         return 0;
     char msg[200];
     if (api_metadata_check(md, msg, sizeof msg)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "metadata", "%s", msg);
+        api_respond_error(req, API_ERR_INVALID_VALUE, "metadata", "%s", msg);
         return -1;
     }
     bi->metadata = json_dumps(md, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!bi->metadata) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return -1;
     }
     return 0;
@@ -160,7 +160,7 @@ static int parse_window(struct http_req *req, const char *w, struct batch_in *bi
     }
     struct rctx *rc = http_req_data(req);
     if (api_window_parse(w, rc->app->cfg.window_min_s, &bi->window_s)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "completion_window",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "completion_window",
                            "Invalid completion_window '%s': use a duration from 1m to 30d, "
                            "e.g. \"24h\" (the default), \"1h\" or \"7d\".", w);
         return -1;
@@ -172,7 +172,7 @@ static void batches_create(struct http_req *req, void *arg)
 {
     const char *ct = http_req_header(req, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0) {
-        http_respond_error(req, 415, NULL, "unsupported_media_type", NULL,
+        api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                            "Send the request body as application/json.");
         return;
     }
@@ -183,7 +183,7 @@ static void batches_create(struct http_req *req, void *arg)
     struct js_limits lim = JS_LIMITS_DEFAULT;
     if (js_parse(body, len, &lim, &root, &je) || !json_is_object(root)) {
         json_decref(root);
-        http_respond_error(req, 400, NULL, "invalid_json", NULL,
+        api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                            "We could not parse the JSON body of your request (expected an object).");
         return;
     }
@@ -191,24 +191,24 @@ static void batches_create(struct http_req *req, void *arg)
     const char *fid = NULL, *ep = NULL, *win = NULL;
     int r;
     if (!bi) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         goto out;
     }
     if ((r = js_get_str(root, "input_file_id", &fid)) || !*fid || strlen(fid) >= ID_MAX) {
-        http_respond_error(req, 400, NULL, r == ERR_NOTFOUND ? "missing_required_parameter" : "invalid_value",
+        api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "input_file_id", r == ERR_NOTFOUND ? "Missing required parameter: 'input_file_id'."
                                                               : "Invalid 'input_file_id': expected a file id.");
         goto out;
     }
     if ((r = js_get_str(root, "endpoint", &ep)) || !endpoint_ok(ep)) {
-        http_respond_error(req, 400, NULL, r == ERR_NOTFOUND ? "missing_required_parameter" : "invalid_value",
+        api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "endpoint", r == ERR_NOTFOUND ? "Missing required parameter: 'endpoint'."
                                                          : "Invalid 'endpoint': jobd supports "
                                                            "'/v1/chat/completions' and '/v1/completions'.");
         goto out;
     }
     if ((r = js_get_str(root, "completion_window", &win)) && r != ERR_NOTFOUND) {
-        http_respond_error(req, 400, NULL, "invalid_type", "completion_window",
+        api_respond_error(req, API_ERR_INVALID_TYPE, "completion_window",
                            "completion_window must be a string such as \"24h\".");
         goto out;
     }
@@ -254,7 +254,7 @@ static int batch_json_served(struct op *op, struct store *st, struct buf *out, c
 
 static void batch_not_found(struct op *op)
 {
-    op_error(op, 404, NULL, "not_found", "batch_id", "No such Batch object: '%s'.", op->id);
+    op_error(op, API_ERR_NOT_FOUND, "batch_id", "No such Batch object: '%s'.", op->id);
 }
 
 static int etag_matches(const char *inm, const char *etag)
@@ -312,7 +312,7 @@ static int copy_batch_id(struct http_req *req, struct op *op)
 {
     const char *id = http_req_param(req, "id");
     if (!id || strlen(id) >= sizeof op->id) {
-        http_respond_error(req, 404, NULL, "not_found", "batch_id", "No such Batch object.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "batch_id", "No such Batch object.");
         return -1;
     }
     snprintf(op->id, sizeof op->id, "%s", id);
@@ -342,7 +342,7 @@ static void batches_list_fn(struct op *op, struct store *st)
     int rc = store_batch_list(st, op->tenant, op->has_after ? op->after_id : NULL, op->limit, &items, &n,
                               &has_more);
     if (rc == ERR_NOTFOUND) {
-        op_error(op, 400, NULL, "invalid_value", "after", "No batch '%s' to list after.", op->after_id);
+        op_error(op, API_ERR_INVALID_VALUE, "after", "No batch '%s' to list after.", op->after_id);
         return;
     }
     if (rc) {
@@ -373,12 +373,12 @@ static void batches_list(struct http_req *req, void *arg)
 {
     int64_t limit;
     if (app_query_int(req, "limit", 1, 100, 20, &limit)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to 100.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to 100.");
         return;
     }
     const char *after = http_req_query(req, "after");
     if (after && strlen(after) >= ID_MAX) {
-        http_respond_error(req, 400, NULL, "invalid_value", "after", "Invalid 'after'.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "after", "Invalid 'after'.");
         return;
     }
     struct op *op = app_op_new(req, batches_list_fn);
@@ -426,7 +426,7 @@ static void batches_cancel_fn(struct op *op, struct store *st)
             s = store_batch_status_name(b.status);
             store_batch_release(&b);
         }
-        op_error(op, 400, NULL, "invalid_state", NULL, "Cannot cancel a batch with status '%s'.", s);
+        op_error(op, API_ERR_INVALID_STATE, NULL, "Cannot cancel a batch with status '%s'.", s);
     } else {
         op_internal(op, rc, "cancel batch");
     }
@@ -502,14 +502,14 @@ static int jobs_body(struct http_req *req, const char *data, size_t len, void *a
     if (!rc)
         return 0;
     if (rc == ERR_TOOBIG)
-        http_respond_error(req, 413, NULL, "file_too_large", NULL,
+        api_respond_error(req, API_ERR_FILE_TOO_LARGE, NULL,
                            "The JSONL body is larger than the limit of %llu bytes (decoded).",
                            (unsigned long long)((struct rctx *)http_req_data(req))->app->cfg.limits.max_file_bytes);
     else if (rc == ERR_CORRUPT)
-        http_respond_error(req, 400, NULL, "invalid_encoding", NULL,
+        api_respond_error(req, API_ERR_INVALID_ENCODING, NULL,
                            "The request body is not valid data for its Content-Encoding.");
     else
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the body: %s.", err_msg(rc));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(rc));
     return rc;
 }
 
@@ -533,7 +533,7 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
         struct js_limits lim = {16384, 4, 0};
         if (js_parse(text, strlen(text), &lim, &md, NULL) || !json_is_object(md)) {
             json_decref(md);
-            http_respond_error(req, 400, NULL, "invalid_value", "metadata",
+            api_respond_error(req, API_ERR_INVALID_VALUE, "metadata",
                                "metadata must be a JSON object of string values.");
             return -1;
         }
@@ -546,7 +546,7 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
         size_t nl = strlen(name);
         if (nl > 10 && strncmp(name, "metadata[", 9) == 0 && name[nl - 1] == ']') {
             if (!md && !(md = json_object())) {
-                http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+                api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
                 return -1;
             }
             char key[STORE_METADATA_MAX_KEY + 2];
@@ -571,13 +571,13 @@ static void jobs_head(struct http_req *req, void *arg)
         return;
     enum upload_encoding enc;
     if (upload_encoding_parse(http_req_header(req, "Content-Encoding"), &enc)) {
-        http_respond_error(req, 415, NULL, "unsupported_encoding", NULL,
+        api_respond_error(req, API_ERR_UNSUPPORTED_ENCODING, NULL,
                            "Unsupported Content-Encoding: use identity, zstd or gzip.");
         return;
     }
     struct batch_in *bi = calloc(1, sizeof *bi);
     if (!bi) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     rc->route_data = bi;
@@ -586,7 +586,7 @@ static void jobs_head(struct http_req *req, void *arg)
     if (!ep)
         ep = "/v1/chat/completions";
     if (!endpoint_ok(ep)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "endpoint",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "endpoint",
                            "Invalid endpoint '%s': jobd supports '/v1/chat/completions' and "
                            "'/v1/completions'.", ep);
         return;
@@ -597,14 +597,14 @@ static void jobs_head(struct http_req *req, void *arg)
         return;
     const char *fn = opt(req, "filename", NULL, "Jobd-Filename");
     if (fn && (strlen(fn) >= sizeof bi->filename || !ingest_utf8_valid(fn, strlen(fn)))) {
-        http_respond_error(req, 400, NULL, "invalid_value", "filename",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "filename",
                            "The filename must be valid UTF-8 of at most %zu bytes.", sizeof bi->filename - 1);
         return;
     }
     snprintf(bi->filename, sizeof bi->filename, "%s", fn && *fn ? fn : "jobs.jsonl");
     int r = upload_new(app->tmp_dir, enc, app->cfg.limits.max_file_bytes, app->cfg.zstd_level, &bi->up);
     if (r) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the body: %s.", err_msg(r));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(r));
         return;
     }
     http_req_body_stream(req, app->cfg.max_upload_bytes, jobs_body, bi);
@@ -616,12 +616,12 @@ static void jobs_create(struct http_req *req, void *arg)
     struct batch_in *bi = rc->route_data;
     int r = upload_finish(bi->up);
     if (r == ERR_CORRUPT) {
-        http_respond_error(req, 400, NULL, "invalid_encoding", NULL,
+        api_respond_error(req, API_ERR_INVALID_ENCODING, NULL,
                            "The request body ends in the middle of a compressed stream.");
         return;
     }
     if (r) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the body: %s.", err_msg(r));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(r));
         return;
     }
     char win[32];

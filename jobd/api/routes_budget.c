@@ -67,6 +67,17 @@ int app_admit_prepare(struct op *op, struct store *st, const char *path, const c
     return 0;
 }
 
+/* The error table's entry of a refusal (its code is budget_verdict_code(v)). */
+static enum api_err verdict_err(enum budget_verdict v)
+{
+    switch (v) {
+    case BUDGET_QUEUED_TOKENS: return API_ERR_QUEUED_TOKENS_LIMIT;
+    case BUDGET_DAILY_SPEND: return API_ERR_DAILY_SPEND_LIMIT;
+    case BUDGET_MONTHLY_SPEND: return API_ERR_MONTHLY_SPEND_LIMIT;
+    default: return API_ERR_INTERNAL;
+    }
+}
+
 int app_admit_check(struct op *op, struct store *st, const struct app_admit *adm)
 {
     if (!adm->active)
@@ -84,7 +95,7 @@ int app_admit_check(struct op *op, struct store *st, const struct app_admit *adm
         return 0;
     atomic_fetch_add(&op->app->n_budget_rejected[v], 1);
     log_info("budget: tenant %s refused: %s", op->tenant, msg);
-    op_error(op, 429, "insufficient_quota", budget_verdict_code(v), NULL, "%s", msg);
+    op_error(op, verdict_err(v), NULL, "%s", msg);
     return ERR_BUSY;
 }
 
@@ -116,7 +127,7 @@ void app_admin_head(struct http_req *req, void *arg)
 {
     if (!app_admin_ok(arg, req)) {
         http_resp_header(req, "WWW-Authenticate", "Bearer");
-        http_respond_error(req, 401, NULL, "invalid_admin_token", NULL,
+        api_respond_error(req, API_ERR_INVALID_ADMIN_TOKEN, NULL,
                            "Missing or wrong admin token (Authorization: Bearer <JOBD_ADMIN_TOKEN>).");
     }
 }
@@ -135,7 +146,7 @@ static void limits_fn(struct op *op, struct store *st)
     struct store_tenant t;
     int rc = store_tenant_resolve(st, in->tenant, &t);
     if (rc == ERR_NOTFOUND) {
-        op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
+        op_error(op, API_ERR_NOT_FOUND, "tenant", "No such tenant: '%s'.", in->tenant);
         return;
     }
     if (rc) {
@@ -180,7 +191,7 @@ static int body_limit(struct http_req *req, json_t *root, const char *key, int *
     if (!x || json_is_null(x))
         return 0;
     if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1LL << 53)) {
-        http_respond_error(req, 400, NULL, "invalid_value", key,
+        api_respond_error(req, API_ERR_INVALID_VALUE, key,
                            "'%s' must be null or an integer from 0 to 2^53.", key);
         return -1;
     }
@@ -196,11 +207,11 @@ static void limits_route(struct http_req *req, void *arg)
     struct limits_in *in = calloc(1, sizeof *in);
     json_t *root = NULL;
     if (!in) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     if (!name || !*name || strlen(name) >= sizeof in->tenant) {
-        http_respond_error(req, 404, NULL, "not_found", "tenant", "No such tenant.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "tenant", "No such tenant.");
         goto fail;
     }
     snprintf(in->tenant, sizeof in->tenant, "%s", name);
@@ -210,7 +221,7 @@ static void limits_route(struct http_req *req, void *arg)
         const char *body = http_req_body(req, &len);
         struct js_limits lim = JS_LIMITS_DEFAULT;
         if (js_parse(body, len, &lim, &root, NULL) || !json_is_object(root)) {
-            http_respond_error(req, 400, NULL, "invalid_json", NULL,
+            api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                                "We could not parse the JSON body of your request (expected an object).");
             goto fail;
         }
@@ -219,7 +230,7 @@ static void limits_route(struct http_req *req, void *arg)
         json_object_foreach(root, key, val) {
             if (strcmp(key, "max_queued_tokens") != 0 && strcmp(key, "max_daily_spend_micros") != 0 &&
                 strcmp(key, "max_monthly_spend_micros") != 0) {
-                http_respond_error(req, 400, NULL, "unknown_parameter", key, "Unknown parameter: '%s'.", key);
+                api_respond_error(req, API_ERR_UNKNOWN_PARAMETER, key, "Unknown parameter: '%s'.", key);
                 goto fail;
             }
         }

@@ -127,16 +127,16 @@ static int fup_body(struct http_req *req, const char *data, size_t len, void *ar
     if (!rc)
         return 0;
     if (f->bad_filename)
-        http_respond_error(req, 400, NULL, "invalid_value", "file", "The file name must be valid UTF-8.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "file", "The file name must be valid UTF-8.");
     else if (rc == ERR_TOOBIG && f->part == 1)
-        http_respond_error(req, 413, NULL, "file_too_large", "file",
+        api_respond_error(req, API_ERR_FILE_TOO_LARGE, "file",
                            "The file is larger than the limit of %llu bytes.",
                            (unsigned long long)f->app->cfg.limits.max_file_bytes);
     else if (rc == ERR_PARSE || rc == ERR_TOOBIG)
-        http_respond_error(req, 400, NULL, "invalid_multipart", NULL,
+        api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data body is malformed (%s).", err_msg(rc));
     else
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the upload: %s.", err_msg(rc));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(rc));
     return rc;
 }
 
@@ -149,18 +149,18 @@ static void files_create_head(struct http_req *req, void *arg)
     char boundary[MP_MAX_BOUNDARY + 1];
     int r = mp_boundary_from_content_type(http_req_header(req, "Content-Type"), boundary, sizeof boundary);
     if (r == ERR_UNSUPPORTED) {
-        http_respond_error(req, 415, NULL, "unsupported_media_type", NULL,
+        api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                            "Upload files as multipart/form-data with fields 'file' and 'purpose'.");
         return;
     }
     if (r) {
-        http_respond_error(req, 400, NULL, "invalid_multipart", NULL,
+        api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data boundary is missing or invalid.");
         return;
     }
     struct fup *f = calloc(1, sizeof *f);
     if (!f) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     f->app = app;
@@ -225,28 +225,28 @@ static void files_create(struct http_req *req, void *arg)
     struct rctx *rc = http_req_data(req);
     struct fup *f = rc->route_data;
     if (mp_finish(&f->mp) != 0) {
-        http_respond_error(req, 400, NULL, "invalid_multipart", NULL,
+        api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data body is incomplete (no closing boundary).");
         return;
     }
     if (!f->have_file) {
-        http_respond_error(req, 400, NULL, "missing_required_parameter", "file",
+        api_respond_error(req, API_ERR_MISSING_PARAMETER, "file",
                            "Missing required parameter: 'file'.");
         return;
     }
     if (!f->have_purpose) {
-        http_respond_error(req, 400, NULL, "missing_required_parameter", "purpose",
+        api_respond_error(req, API_ERR_MISSING_PARAMETER, "purpose",
                            "Missing required parameter: 'purpose'.");
         return;
     }
     if (f->purpose_len >= sizeof f->purpose || strcmp(f->purpose, "batch") != 0) {
-        http_respond_error(req, 400, NULL, "invalid_value", "purpose",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "purpose",
                            "Invalid value for 'purpose': jobd accepts only 'batch'.");
         return;
     }
     int r = upload_finish(f->up);
     if (r) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the upload: %s.", err_msg(r));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(r));
         return;
     }
     struct op *op = app_op_new(req, files_create_fn);
@@ -300,18 +300,18 @@ static void files_list(struct http_req *req, void *arg)
 {
     int64_t limit;
     if (app_query_int(req, "limit", 1, 10000, 10000, &limit)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to 10000.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to 10000.");
         return;
     }
     const char *order = http_req_query(req, "order");
     if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0) {
-        http_respond_error(req, 400, NULL, "invalid_value", "order", "order must be 'asc' or 'desc'.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "order", "order must be 'asc' or 'desc'.");
         return;
     }
     const char *after = http_req_query(req, "after");
     const char *purpose = http_req_query(req, "purpose");
     if ((after && strlen(after) >= ID_MAX) || (purpose && strlen(purpose) >= 32)) {
-        http_respond_error(req, 400, NULL, "invalid_value", after && strlen(after) >= ID_MAX ? "after" : "purpose",
+        api_respond_error(req, API_ERR_INVALID_VALUE, after && strlen(after) >= ID_MAX ? "after" : "purpose",
                            "Parameter too long.");
         return;
     }
@@ -335,7 +335,7 @@ static void files_list(struct http_req *req, void *arg)
 
 static void not_found(struct op *op)
 {
-    op_error(op, 404, NULL, "not_found", "file_id", "No such File object: '%s'.", op->id);
+    op_error(op, API_ERR_NOT_FOUND, "file_id", "No such File object: '%s'.", op->id);
 }
 
 static int copy_id(struct http_req *req, struct op *op, const char *param)
@@ -428,7 +428,7 @@ static void files_content_fn(struct op *op, struct store *st)
         log_error("file %s: cannot open %s: %s", f.id, path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        op_error(op, 404, NULL, "not_found", "file_id", "The content of file '%s' is missing.", op->id);
+        op_error(op, API_ERR_NOT_FOUND, "file_id", "The content of file '%s' is missing.", op->id);
         return;
     }
     op->fd = fd;
@@ -543,7 +543,7 @@ void app_send_file(struct http_req *req, struct op *op)
         if (d)
             free(d);
         close(fd);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     d->req = req;
@@ -554,7 +554,7 @@ void app_send_file(struct http_req *req, struct op *op)
         close(fd);
         free(d->chunk);
         free(d);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     uv_timer_init(http_req_loop(req), &d->t);
@@ -568,9 +568,9 @@ static void files_by_id(struct http_req *req, op_fn fn)
 {
     struct op *op = app_op_new(req, fn);
     if (op && copy_id(req, op, "id")) {
-        op_error(op, 404, NULL, "not_found", "file_id", "No such File object.");
+        op_error(op, API_ERR_NOT_FOUND, "file_id", "No such File object.");
         app_op_free(op);
-        http_respond_error(req, 404, NULL, "not_found", "file_id", "No such File object.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "file_id", "No such File object.");
         return;
     }
     if (op)

@@ -28,12 +28,12 @@ static void readyz(struct http_req *req, void *arg)
 {
     struct app *app = arg;
     if (app->draining) {
-        http_respond_error(req, 503, NULL, "shutting_down", NULL, "jobd is shutting down.");
+        api_respond_error(req, API_ERR_SHUTTING_DOWN, NULL, "jobd is shutting down.");
         return;
     }
     if (!app->iq || !ingestq_ready(app->iq)) {
         http_resp_header(req, "Retry-After", "1");
-        http_respond_error(req, 503, NULL, "starting", NULL, "jobd is starting (resuming ingestion).");
+        api_respond_error(req, API_ERR_STARTING, NULL, "jobd is starting (resuming ingestion).");
         return;
     }
     static const char body[] = "{\"status\":\"ready\"}";

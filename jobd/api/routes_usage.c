@@ -53,7 +53,7 @@ static void usage_fn(struct op *op, struct store *st)
         if (in->tenant[0]) {
             rc = store_tenant_resolve(st, in->tenant, &t);
             if (rc == ERR_NOTFOUND) {
-                op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
+                op_error(op, API_ERR_NOT_FOUND, "tenant", "No such tenant: '%s'.", in->tenant);
                 return;
             }
             if (rc) {
@@ -142,7 +142,7 @@ static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
 {
     int64_t now = clock_wall_s();
     if (query_time(req, "since", 0, &in->since) || query_time(req, "until", now + 86400, &in->until)) {
-        http_respond_error(req, 400, NULL, "invalid_value", NULL,
+        api_respond_error(req, API_ERR_INVALID_VALUE, NULL,
                            "since and until must be unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC).");
         return -1;
     }
@@ -152,7 +152,7 @@ static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
         while (i < groups && strcmp(g, group_name[i]) != 0)
             i++;
         if (i == groups) {
-            http_respond_error(req, 400, NULL, "invalid_value", "group_by",
+            api_respond_error(req, API_ERR_INVALID_VALUE, "group_by",
                                groups == 4 ? "group_by must be one of batch, model, day, tenant."
                                            : "group_by must be one of batch, model, day.");
             return -1;
@@ -162,7 +162,7 @@ static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
     if (in->admin) {
         const char *t = http_req_query(req, "tenant");
         if (t && (!*t || strlen(t) >= sizeof in->tenant)) {
-            http_respond_error(req, 400, NULL, "invalid_value", "tenant",
+            api_respond_error(req, API_ERR_INVALID_VALUE, "tenant",
                                "tenant must be a tenant name or ten_... id.");
             return -1;
         }
@@ -198,7 +198,7 @@ static void admin_usage_get(struct http_req *req, void *arg)
 {
     struct usage_in *p = calloc(1, sizeof *p);
     if (!p) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     p->group = STORE_USAGE_TENANT;

@@ -112,7 +112,7 @@ static int delivery_json(struct buf *b, const struct store_wh_delivery *d)
 
 static void endpoint_not_found(struct op *op)
 {
-    op_error(op, 404, NULL, "not_found", "id", "No such webhook endpoint: '%s'.", op->id);
+    op_error(op, API_ERR_NOT_FOUND, "id", "No such webhook endpoint: '%s'.", op->id);
 }
 
 /* ---- POST /v1/webhook_endpoints ---------------------------------------------------------- */
@@ -123,7 +123,7 @@ static void create_fn(struct op *op, struct store *st)
     char msg[400];
     int rc = webhook_url_check(in->url, op->app->cfg.webhook.allow_private, 1, msg, sizeof msg);
     if (rc) {
-        op_error(op, 400, NULL, rc == ERR_UNSUPPORTED ? "url_not_allowed" : "invalid_url", "url", "%s", msg);
+        op_error(op, rc == ERR_UNSUPPORTED ? API_ERR_URL_NOT_ALLOWED : API_ERR_INVALID_URL, "url", "%s", msg);
         return;
     }
     char secret[STORE_WH_SECRET_MAX];
@@ -141,7 +141,7 @@ static void create_fn(struct op *op, struct store *st)
     }
     rc = store_wh_endpoint_create(st, op->tenant, in->url, in->types, secret, clock_wall_s(), &e);
     if (rc == ERR_TOOBIG) {
-        op_error(op, 400, NULL, "limit_exceeded", NULL, "A tenant may register at most %d webhook endpoints.",
+        op_error(op, API_ERR_LIMIT_EXCEEDED, NULL, "A tenant may register at most %d webhook endpoints.",
                  STORE_WH_MAX_ENDPOINTS);
     } else if (!rc) {
         buf_reset(&op->out);
@@ -170,7 +170,7 @@ static void endpoints_create(struct http_req *req, void *arg)
     struct js_limits lim = JS_LIMITS_DEFAULT;
     if (js_parse(body, len, &lim, &root, &je) || !json_is_object(root)) {
         json_decref(root);
-        http_respond_error(req, 400, NULL, "invalid_json", NULL,
+        api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                            "We could not parse the JSON body of your request (expected an object).");
         return;
     }
@@ -179,16 +179,16 @@ static void endpoints_create(struct http_req *req, void *arg)
     char msg[400];
     int r;
     if (!in) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         goto out;
     }
     if ((r = js_get_str(root, "url", &url))) {
-        http_respond_error(req, 400, NULL, r == ERR_NOTFOUND ? "missing_required_parameter" : "invalid_type",
+        api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_TYPE,
                            "url", "Missing or invalid 'url': expected a string such as \"https://example.com/hook\".");
         goto out;
     }
     if (webhook_url_check(url, 1, 0, msg, sizeof msg)) {
-        http_respond_error(req, 400, NULL, "invalid_url", "url", "%s", msg);
+        api_respond_error(req, API_ERR_INVALID_URL, "url", "%s", msg);
         goto out;
     }
     snprintf(in->url, sizeof in->url, "%s", url);
@@ -196,7 +196,7 @@ static void endpoints_create(struct http_req *req, void *arg)
     if (!types || json_is_null(types)) {
         snprintf(in->types, sizeof in->types, "*");
     } else if (!json_is_array(types) || json_array_size(types) == 0 || json_array_size(types) > 8) {
-        http_respond_error(req, 400, NULL, "invalid_value", "event_types",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "event_types",
                            "event_types must be a non-empty array of event types (or omitted for all).");
         goto out;
     } else {
@@ -208,7 +208,7 @@ static void endpoints_create(struct http_req *req, void *arg)
             const char *t = json_string_value(v);
             if (!t || (!webhook_event_type_valid(t) && strcmp(t, "*") != 0)) {
                 buf_release(&tb);
-                http_respond_error(req, 400, NULL, "invalid_value", "event_types",
+                api_respond_error(req, API_ERR_INVALID_VALUE, "event_types",
                                    "Unknown event type: use batch.completed, batch.failed, batch.expired, "
                                    "batch.cancelled or \"*\".");
                 goto out;
@@ -355,10 +355,10 @@ static void redeliver_fn(struct op *op, struct store *st)
     struct wh_in *in = op->in;
     int rc = store_wh_redeliver(st, op->tenant, op->id, in->delivery_id, clock_wall_s());
     if (rc == ERR_NOTFOUND)
-        op_error(op, 404, NULL, "not_found", "delivery_id", "No such delivery 'whd_%lld' of endpoint '%s'.",
+        op_error(op, API_ERR_NOT_FOUND, "delivery_id", "No such delivery 'whd_%lld' of endpoint '%s'.",
                  (long long)in->delivery_id, op->id);
     else if (rc == ERR_BADSTATE)
-        op_error(op, 400, NULL, "endpoint_disabled", "id",
+        op_error(op, API_ERR_ENDPOINT_DISABLED, "id",
                  "Webhook endpoint '%s' is disabled; delete it and register it again.", op->id);
     else if (rc)
         op_internal(op, rc, "redeliver");
@@ -373,7 +373,7 @@ static void test_fn(struct op *op, struct store *st)
     if (rc == ERR_NOTFOUND)
         endpoint_not_found(op);
     else if (rc == ERR_BADSTATE)
-        op_error(op, 400, NULL, "endpoint_disabled", "id",
+        op_error(op, API_ERR_ENDPOINT_DISABLED, "id",
                  "Webhook endpoint '%s' is disabled; delete it and register it again.", op->id);
     else if (rc)
         op_internal(op, rc, "test event");
@@ -417,7 +417,7 @@ static struct op *endpoint_op(struct http_req *req, op_fn fn)
 {
     const char *id = http_req_param(req, "id");
     if (!id || strlen(id) >= ID_MAX) {
-        http_respond_error(req, 404, NULL, "not_found", "id", "No such webhook endpoint.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "id", "No such webhook endpoint.");
         return NULL;
     }
     struct op *op = app_op_new(req, fn);
@@ -425,7 +425,7 @@ static struct op *endpoint_op(struct http_req *req, op_fn fn)
     if (!op || !in) {
         free(in);
         app_op_free(op);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return NULL;
     }
     snprintf(op->id, sizeof op->id, "%s", id);
@@ -461,13 +461,13 @@ static void deliveries_list(struct http_req *req, void *arg)
     (void)arg;
     int64_t limit;
     if (app_query_int(req, "limit", 1, 100, 20, &limit)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to 100.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to 100.");
         return;
     }
     const char *after = http_req_query(req, "after");
     int64_t before = 0;
     if (after && parse_delivery_id(after, &before)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "after", "after must be a delivery id (whd_...).");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "after", "after must be a delivery id (whd_...).");
         return;
     }
     struct op *op = endpoint_op(req, deliveries_fn);
@@ -483,7 +483,7 @@ static void deliveries_redeliver(struct http_req *req, void *arg)
     (void)arg;
     int64_t did;
     if (parse_delivery_id(http_req_param(req, "delivery_id"), &did)) {
-        http_respond_error(req, 404, NULL, "not_found", "delivery_id", "No such delivery.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "delivery_id", "No such delivery.");
         return;
     }
     struct op *op = endpoint_op(req, redeliver_fn);

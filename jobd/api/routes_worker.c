@@ -142,14 +142,11 @@ static void jerr_from(struct wjob *j, int rc, const char *what)
 }
 
 /* OpenAI envelope for the tenant/admin routes. */
-static void api_err(struct wjob *j, int status, const char *code, const char *param, const char *msg)
+static void api_err(struct wjob *j, enum api_err e, const char *param, const char *msg)
 {
     buf_reset(&j->out);
-    j->status = api_error_json(&j->out, status >= 500 ? "server_error" : "invalid_request_error", code,
-                               param, msg)
-                    ? 500
-                    : status;
-    if (status == 503)
+    j->status = api_err_json(&j->out, e, param, msg) ? 500 : api_err_status(e);
+    if (api_err_status(e) == 503)
         j->retry_after = 1;
 }
 
@@ -158,7 +155,7 @@ static void api_internal(struct wjob *j, int rc, const char *what)
     char m[200];
     log_error("%s: %s", what, err_msg(rc));
     snprintf(m, sizeof m, "Internal error (%s): %s.", what, err_msg(rc));
-    api_err(j, rc == ERR_BUSY ? 503 : 500, NULL, NULL, m);
+    api_err(j, rc == ERR_BUSY ? API_ERR_UNAVAILABLE : API_ERR_INTERNAL, NULL, m);
 }
 
 /* ---- the transactions (pool thread) ------------------------------------------------ */
@@ -348,7 +345,7 @@ static void do_dead_letters(struct wjob *j, struct store *st)
         struct store_batch b;
         int rc = store_batch_get(st, tenant, j->id, &b);
         if (rc == ERR_NOTFOUND)
-            return api_err(j, 404, "not_found", "batch_id", "No such Batch object.");
+            return api_err(j, API_ERR_NOT_FOUND, "batch_id", "No such Batch object.");
         if (rc)
             return api_internal(j, rc, "get batch");
         store_batch_release(&b);
@@ -382,9 +379,9 @@ static void do_dl_retry(struct wjob *j, struct store *st)
 {
     int rc = store_dead_letter_retry(st, j->tenant[0] ? j->tenant : NULL, j->id, lease_clock_s());
     if (rc == ERR_NOTFOUND)
-        return api_err(j, 404, "not_found", "dead_letter_id", "No such dead letter.");
+        return api_err(j, API_ERR_NOT_FOUND, "dead_letter_id", "No such dead letter.");
     if (rc == ERR_BADSTATE)
-        return api_err(j, 400, "invalid_state", NULL,
+        return api_err(j, API_ERR_INVALID_STATE, NULL,
                        "The batch of this dead letter is no longer in progress (or its completion "
                        "window has passed): resubmit its line in a new batch.");
     if (rc)
@@ -429,7 +426,7 @@ static void longpoll_fire(uv_timer_t *t)
 {
     struct wjob *j = t->data;
     if (http_req_queue_work(j->req, wjob_work, wjob_after, j) != 0) {
-        http_respond_error(j->req, 500, NULL, NULL, NULL, "Could not schedule the request.");
+        api_respond_error(j->req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");
         wjob_done(j);
     }
 }
@@ -458,7 +455,7 @@ static void wjob_after(struct http_req *req, int status, void *arg)
         }
     }
     if (status != 0 || !j->status) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Internal error.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Internal error.");
     } else {
         if (j->retry_after)
             http_resp_header(req, "Retry-After", "1");
@@ -470,13 +467,13 @@ static void wjob_after(struct http_req *req, int status, void *arg)
 static void wjob_run(struct http_req *req, struct wjob *j)
 {
     if (!j) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     j->req = req;
     if (http_req_queue_work(req, wjob_work, wjob_after, j) != 0) {
         wjob_free(j);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not schedule the request.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");
     }
 }
 
@@ -518,7 +515,7 @@ static void worker_head(struct http_req *req, void *arg)
     struct app *app = arg;
     if (!app_token_ok(app, req, app->cfg.worker_token)) {
         http_resp_header(req, "WWW-Authenticate", "Bearer");
-        http_respond_error(req, 401, NULL, "invalid_worker_token", NULL,
+        api_respond_error(req, API_ERR_INVALID_WORKER_TOKEN, NULL,
                            "Missing or wrong worker token (Authorization: Bearer <JOBD_WORKER_TOKEN>).");
     }
 }
@@ -530,7 +527,7 @@ static void admin_head(struct http_req *req, void *arg)
     struct app *app = arg;
     if (!app_token_ok(app, req, app->cfg.admin_token)) {
         http_resp_header(req, "WWW-Authenticate", "Bearer");
-        http_respond_error(req, 401, NULL, "invalid_admin_token", NULL,
+        api_respond_error(req, API_ERR_INVALID_ADMIN_TOKEN, NULL,
                            "Missing or wrong admin token (Authorization: Bearer <JOBD_ADMIN_TOKEN>).");
         return;
     }
@@ -690,7 +687,7 @@ static int query_limit(struct http_req *req, int64_t hi, int64_t def, int *out)
 {
     int64_t v;
     if (app_query_int(req, "limit", 1, hi, def, &v)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to %lld.",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to %lld.",
                            (long long)hi);
         return -1;
     }
@@ -710,7 +707,7 @@ static void h_workers(struct http_req *req, void *arg)
         if (strcmp(all, "true") == 0 || strcmp(all, "1") == 0) {
             j->all = 1;
         } else if (strcmp(all, "false") != 0 && strcmp(all, "0") != 0) {
-            http_respond_error(req, 400, NULL, "invalid_value", "all", "all must be true or false.");
+            api_respond_error(req, API_ERR_INVALID_VALUE, "all", "all must be true or false.");
             wjob_free(j);
             return;
         }
@@ -729,7 +726,7 @@ static void h_dead_letters(struct http_req *req, struct wjob *j)
     }
     const char *after = http_req_query(req, "after");
     if (after && strlen(after) >= ID_MAX) {
-        http_respond_error(req, 400, NULL, "invalid_value", "after", "Invalid 'after'.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "after", "Invalid 'after'.");
         wjob_free(j);
         return;
     }
@@ -742,7 +739,7 @@ static int copy_param(struct http_req *req, struct wjob *j, const char *what)
 {
     const char *id = http_req_param(req, "id");
     if (!id || strlen(id) >= ID_MAX) {
-        http_respond_error(req, 404, NULL, "not_found", NULL, "No such %s.", what);
+        api_respond_error(req, API_ERR_NOT_FOUND, NULL, "No such %s.", what);
         return -1;
     }
     snprintf(j->id, sizeof j->id, "%s", id);
