@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/api/api.h"

@@ -273,7 +273,9 @@ int http_resp_header(struct http_req *req, const char *name, const char *value);
 int http_respond(struct http_req *req, int status, const char *content_type, const void *body,
                  size_t len);
 
-/* Answer with OpenAI's error envelope, Content-Type application/json:
+/* Answer with OpenAI's error envelope, Content-Type application/json (the
+ * HTTP layer's own answers: 404, 405, 413...; the API answers from its
+ * error table, jobd/api/api_err.h):
  *   {"error":{"message":"...","type":"...","param":...,"code":...}}
  * type NULL picks: 5xx "server_error", 429 "rate_limit_error", 401
  * "invalid_request_error"... (every other status "invalid_request_error");
