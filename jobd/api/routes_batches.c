@@ -175,8 +175,8 @@ static void submit(struct create_job *cj, struct store *st)
         unlink(final);
     cj->batch_id[0] = '\0';
     api_idem_release(job, st);
-    if (job->status == 429 || (job->status && job->status != 200))
-        return; /* refused, or answered by the admission */
+    if (job->status && job->status != 200)
+        return; /* answered already: refused (429), or admission's / rendering's error */
     if (prepared && rc == ERR_NOTFOUND)
         api_job_error(job, API_ERR_NOT_FOUND, "input_file_id", "No such File object: '%s'.", bi->input_file_id);
     else if (prepared && rc == ERR_INVAL)
