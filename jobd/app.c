@@ -1,24 +1,25 @@
 /*
- * app.c - the daemon's wiring: configuration, auth, the connection pool,
- * ops on the thread pool, startup and graceful shutdown (see app.h).
+ * app.c - the daemon's wiring: configuration, the threads' start and stop
+ * order, signals (see app.h). Loop thread.
  */
 #include "jobd/app.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <uv.h>
 
-#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "jobd/api/app_int.h"
+#include "jobd/api/api.h"
+#include "jobd/http/http.h"
+#include "jobd/intake/ingestq.h"
+#include "jobd/work/sweeper.h"
 
 void app_config_default(struct app_config *cfg)
 {
@@ -75,342 +76,21 @@ int app_parse_listen(const char *s, char *host, size_t cap, int *port)
     return 0;
 }
 
-int app_host_is_loopback(const char *host)
-{
-    if (strcmp(host, "localhost") == 0)
-        return 1;
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1) {
-        if (IN6_IS_ADDR_LOOPBACK(&a6))
-            return 1;
-        if (IN6_IS_ADDR_V4MAPPED(&a6))
-            return a6.s6_addr[12] == 127;
-    }
-    return 0;
-}
-
-/* ---- connection pool --------------------------------------------------------------- */
-
-static int dbpool_open(struct dbpool *p, const struct app_config *cfg, size_t n)
-{
-    memset(p, 0, sizeof *p);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->all = calloc(n, sizeof *p->all);
-    p->idle = calloc(n, sizeof *p->idle);
-    if (!p->all || !p->idle)
-        return ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        int rc = store_open(cfg->data_dir, &cfg->store, &p->all[i]);
-        if (rc)
-            return rc;
-        p->n++;
-        p->idle[p->n_idle++] = p->all[i];
-    }
-    return 0;
-}
-
-static void dbpool_close(struct dbpool *p)
-{
-    for (size_t i = 0; i < p->n; i++)
-        store_close(p->all[i]);
-    free(p->all);
-    free(p->idle);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
-    memset(p, 0, sizeof *p);
-}
-
-struct store *dbpool_get(struct dbpool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    while (p->n_idle == 0)
-        pthread_cond_wait(&p->cv, &p->mu);
-    struct store *st = p->idle[--p->n_idle];
-    pthread_mutex_unlock(&p->mu);
-    return st;
-}
-
-void dbpool_put(struct dbpool *p, struct store *st)
-{
-    pthread_mutex_lock(&p->mu);
-    p->idle[p->n_idle++] = st;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* ---- auth ----------------------------------------------------------------------------- */
-
-static void rctx_free(void *data)
-{
-    struct rctx *rc = data;
-    if (rc && rc->route_free)
-        rc->route_free(rc->route_data);
-    free(rc);
-}
-
-struct rctx *app_on_head_auth(struct http_req *req, struct app *app)
-{
-    struct rctx *rc = calloc(1, sizeof *rc);
-    if (!rc) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
-        return NULL;
-    }
-    rc->app = app;
-    http_req_set_data(req, rc, rctx_free);
-    if (!app->auth_required) {
-        snprintf(rc->tenant, sizeof rc->tenant, "%s", app->default_tenant);
-    } else {
-        const char *h = http_req_header(req, "Authorization");
-        if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
-            http_resp_header(req, "WWW-Authenticate", "Bearer");
-            http_respond_error(req, 401, "invalid_request_error", "missing_api_key", NULL,
-                               "You didn't provide an API key. Send it in the Authorization header "
-                               "(Authorization: Bearer YOUR_KEY).");
-            return NULL;
-        }
-        const char *key = h + 7;
-        while (*key == ' ')
-            key++;
-        struct store_key k;
-        int r = store_key_verify(app->loop_st, key, &k);
-        if (r == ERR_AUTH) {
-            http_resp_header(req, "WWW-Authenticate", "Bearer");
-            http_respond_error(req, 401, "invalid_request_error", "invalid_api_key", NULL,
-                               "Incorrect API key provided.");
-            return NULL;
-        }
-        if (r) {
-            http_resp_header(req, "Retry-After", "1");
-            http_respond_error(req, 503, NULL, NULL, NULL, "Could not check the API key: %s.",
-                               err_msg(r));
-            return NULL;
-        }
-        snprintf(rc->tenant, sizeof rc->tenant, "%s", k.tenant_id);
-    }
-    const char *ik = http_req_header(req, "Idempotency-Key");
-    if (ik && strcmp(http_req_method(req), "POST") == 0) {
-        size_t n = strlen(ik);
-        if (n == 0 || n > STORE_IDEM_KEY_MAX) {
-            http_respond_error(req, 400, NULL, "invalid_idempotency_key", NULL,
-                               "Idempotency-Key must be 1 to %d characters.", STORE_IDEM_KEY_MAX);
-            return NULL;
-        }
-        memcpy(rc->idem_key, ik, n + 1);
-    }
-    return rc;
-}
-
-void app_head_auth(struct http_req *req, void *arg)
-{
-    app_on_head_auth(req, arg);
-}
-
-int app_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def,
-                  int64_t *out)
-{
-    const char *v = http_req_query(req, name);
-    if (!v) {
-        *out = def;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return ERR_INVAL;
-    *out = x;
-    return 0;
-}
-
-/* ---- ops ---------------------------------------------------------------------------------- */
-
-struct op *app_op_new_bare(struct app *app, op_fn fn, int writes, void *in, void (*in_free)(void *in),
-                           size_t out_cap)
-{
-    struct op *op = calloc(1, sizeof *op);
-    if (!op) {
-        if (in_free)
-            in_free(in);
-        return NULL;
-    }
-    op->app = app;
-    op->fn = fn;
-    op->writes = writes;
-    op->fd = -1;
-    op->in = in;
-    op->in_free = in_free;
-    buf_init(&op->out, out_cap);
-    return op;
-}
-
-struct op *app_op_new(struct http_req *req, op_fn fn)
-{
-    struct rctx *rc = http_req_data(req);
-    int writes = strcmp(http_req_method(req), "GET") != 0 && strcmp(http_req_method(req), "HEAD") != 0;
-    struct op *op = app_op_new_bare(rc->app, fn, writes, NULL, NULL, 64u << 20);
-    if (!op)
-        return NULL;
-    snprintf(op->tenant, sizeof op->tenant, "%s", rc->tenant);
-    snprintf(op->idem_key, sizeof op->idem_key, "%s", rc->idem_key);
-    return op;
-}
-
-void app_op_free(struct op *op)
-{
-    if (!op)
-        return;
-    if (op->in_free)
-        op->in_free(op->in);
-    if (op->fd >= 0)
-        close(op->fd);
-    buf_release(&op->out);
-    free(op);
-}
-
-void op_error(struct op *op, int status, const char *type, const char *code, const char *param,
-              const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!type)
-        type = status >= 500 ? "server_error" : "invalid_request_error";
-    buf_reset(&op->out);
-    op->status = api_error_json(&op->out, type, code, param, msg) ? 0 : status;
-}
-
-void op_internal(struct op *op, int rc, const char *what)
-{
-    log_error("%s: %s", what, err_msg(rc));
-    if (rc == ERR_BUSY) {
-        op->retry_after = 1;
-        op_error(op, 503, NULL, NULL, NULL, "The database is busy (%s); retry shortly.", what);
-    } else {
-        op_error(op, 500, NULL, NULL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
-    }
-}
-
-int op_idem_begin(struct op *op, struct store *st)
-{
-    if (!op->idem_key[0])
-        return 0;
-    struct store_idem r;
-    int rc = store_idem_reserve(st, op->tenant, op->idem_key, op->fp, clock_wall_s(), &r);
-    if (rc) {
-        op_internal(op, rc, "idempotency key");
-        return 1;
-    }
-    switch (r.outcome) {
-    case STORE_IDEM_NEW:
-        return 0;
-    case STORE_IDEM_REPLAY:
-        buf_reset(&op->out);
-        if (buf_append(&op->out, r.body, r.body_len))
-            op_internal(op, ERR_NOMEM, "idempotent replay");
-        else
-            op->status = r.status_code;
-        op->replayed = 1;
-        free(r.body);
-        return 1;
-    case STORE_IDEM_IN_FLIGHT:
-        op->retry_after = 1;
-        op_error(op, 409, NULL, "idempotency_key_in_use", NULL,
-                 "A request with this Idempotency-Key is still being processed; retry later.");
-        return 1;
-    case STORE_IDEM_MISMATCH:
-    default:
-        op_error(op, 422, NULL, "idempotency_key_reused", NULL,
-                 "This Idempotency-Key was used with a different request (method, path or body).");
-        return 1;
-    }
-}
-
-int op_idem_complete(struct op *op, struct store *st)
-{
-    if (!op->idem_key[0])
-        return 0;
-    return store_idem_complete(st, op->tenant, op->idem_key, op->status, op->out.data, op->out.len,
-                               clock_wall_s());
-}
-
-void op_idem_release(struct op *op, struct store *st)
-{
-    if (op->idem_key[0])
-        store_idem_release(st, op->tenant, op->idem_key);
-}
-
-struct op_job {
-    struct op *op;
-};
-
-static void op_work(void *arg)
-{
-    struct op *op = arg;
-    if (op->writes)
-        atomic_fetch_add(&op->app->writers, 1);
-    struct store *st = dbpool_get(&op->app->pool);
-    op->fn(op, st);
-    dbpool_put(&op->app->pool, st);
-    if (op->writes)
-        atomic_fetch_sub(&op->app->writers, 1);
-}
-
-static void op_after(struct http_req *req, int status, void *arg)
-{
-    struct op *op = arg;
-    struct app *app = op->app;
-    if (status != 0 && !op->status)
-        op_error(op, 500, NULL, NULL, NULL, "The operation was cancelled.");
-    if (op->after) {
-        op->after(req, op);
-    } else if (!op->status) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Internal error.");
-    } else {
-        char v[32];
-        if (op->replayed)
-            http_resp_header(req, "Idempotent-Replayed", "true");
-        if (op->etag[0])
-            http_resp_header(req, "ETag", op->etag);
-        if (op->retry_after) {
-            snprintf(v, sizeof v, "%d", op->retry_after);
-            http_resp_header(req, "Retry-After", v);
-        }
-        if (op->fd >= 0) {
-            app_send_file(req, op);
-        } else if (op->status == 304) {
-            http_respond(req, 304, NULL, NULL, 0);
-        } else {
-            http_respond(req, op->status, op->content_type ? op->content_type : "application/json",
-                         op->out.data ? op->out.data : "", op->out.len);
-        }
-    }
-    if (op->push_batch[0] && app->iq && ingestq_push(app->iq, op->push_batch))
-        log_warn("batch %s not queued for ingest (shutting down); it resumes on the next start",
-                 op->push_batch);
-    if (op->unlink_path[0] && unlink(op->unlink_path) != 0 && errno != ENOENT)
-        log_warn("cannot remove %s: %s", op->unlink_path, strerror(errno));
-    app_op_free(op);
-}
-
-void app_op_run(struct http_req *req, struct op *op)
-{
-    if (!op) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
-        return;
-    }
-    if (http_req_queue_work(req, op_work, op_after, op) != 0) {
-        app_op_free(op);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not schedule the request.");
-    }
-}
-
 /* ---- startup and shutdown --------------------------------------------------------------- */
+
+/* The daemon's state: the loop's handles and the threads, in start order. */
+struct app {
+    struct app_config cfg;
+    char host[256];
+    int port;
+    uv_signal_t sig_term, sig_int;
+    int draining;                  /* SIGTERM seen */
+    struct api *api;               /* routes over the store pool (jobd/api/api.h) */
+    struct http_server *srv;
+    struct ingestq *iq;            /* ingest thread (jobd/intake/ingestq.h) */
+    struct sweeper *sweeper;       /* lease expiry + finalization thread (jobd/work/sweeper.h) */
+    struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook/webhook.h) */
+};
 
 static int mkdir_p(const char *path)
 {
@@ -437,15 +117,24 @@ static void clean_tmp(const char *dir)
     closedir(d);
 }
 
+/* Stop the threads, last started first; each waits for its work in flight. */
+static void stop_threads(struct app *app)
+{
+    if (app->api)
+        api_attach(app->api, NULL, NULL, NULL);
+    ingestq_free(app->iq); /* it stops at a line boundary */
+    app->iq = NULL;
+    sweeper_free(app->sweeper); /* it stops between two transactions */
+    app->sweeper = NULL;
+    webhook_dispatcher_free(app->wh); /* senders finish the POST in flight */
+    app->wh = NULL;
+}
+
 static void on_http_closed(void *arg)
 {
     struct app *app = arg;
     log_info("http: all requests answered; stopping the ingest thread");
-    ingestq_free(app->iq); /* it stops at a line boundary */
-    app->iq = NULL;
-    app_sweeper_stop(app); /* it stops between two transactions */
-    webhook_dispatcher_free(app->wh); /* senders finish the POST in flight */
-    app->wh = NULL;
+    stop_threads(app);
     http_server_free(app->srv);
     app->srv = NULL;
     uv_close((uv_handle_t *)&app->sig_term, NULL);
@@ -460,43 +149,45 @@ static void on_signal(uv_signal_t *h, int signum)
     app->draining = 1;
     log_info("received %s: shutting down (no new connections; finishing in-flight requests)",
              signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    api_drain(app->api);
     ingestq_stop(app->iq);
     webhook_dispatcher_stop(app->wh);
     http_server_shutdown(app->srv, on_http_closed, app);
 }
 
-static int decide_auth(struct app *app)
+static int start_threads(struct app *app)
 {
-    struct store_key *keys = NULL;
-    size_t n = 0;
-    int rc = store_key_list(app->loop_st, NULL, &keys, &n);
-    free(keys);
-    if (rc)
+    const struct app_config *cfg = &app->cfg;
+    int rc;
+    if ((rc = ingestq_start(cfg->data_dir, &cfg->store, &cfg->limits, api_writers(app->api), &app->iq)))
         return rc;
-    if (n > 0) {
-        app->auth_required = 1;
-        log_info("auth: API keys required (Authorization: Bearer ...)");
-        return 0;
-    }
-    if (!app_host_is_loopback(app->host)) {
-        log_error("refusing to listen on %s without API keys: create one with "
-                  "'jobd keys create --tenant NAME --data %s', or listen on 127.0.0.1",
-                  app->host, app->cfg.data_dir);
-        return ERR_AUTH;
-    }
-    struct store_tenant t;
-    rc = store_tenant_get_by_name(app->loop_st, "default", &t);
-    if (rc == ERR_NOTFOUND)
-        rc = store_tenant_create(app->loop_st, "default", clock_wall_s(), &t);
-    if (rc)
+    if ((rc = sweeper_start(cfg->data_dir, &cfg->store, &cfg->lease, cfg->sweep_interval_ms, &app->sweeper))) {
+        log_error("cannot start the sweeper: %s", err_msg(rc));
         return rc;
-    snprintf(app->default_tenant, sizeof app->default_tenant, "%s", t.id);
-    app->auth_required = 0;
-    log_warn("auth: no API key exists and jobd listens only on loopback (%s): single-tenant "
-             "no-auth mode, every request acts as tenant 'default'. Create a key with "
-             "'jobd keys create' and restart to require keys.",
-             app->host);
+    }
+    if ((rc = webhook_dispatcher_start(cfg->data_dir, &cfg->store, &cfg->webhook, &app->wh)))
+        return rc;
+    api_attach(app->api, app->iq, app->sweeper, app->wh);
     return 0;
+}
+
+static void api_config_from(const struct app *app, struct api_config *ac)
+{
+    const struct app_config *cfg = &app->cfg;
+    memset(ac, 0, sizeof *ac);
+    ac->data_dir = cfg->data_dir;
+    ac->host = app->host;
+    ac->store = cfg->store;
+    ac->limits = cfg->limits;
+    ac->max_upload_bytes = cfg->max_upload_bytes;
+    ac->max_json_bytes = cfg->max_json_bytes;
+    ac->db_threads = cfg->db_threads;
+    ac->zstd_level = cfg->zstd_level;
+    ac->worker_token = cfg->worker_token;
+    ac->admin_token = cfg->admin_token;
+    ac->lease = cfg->lease;
+    ac->window_min_s = cfg->window_min_s;
+    ac->webhook_allow_private = cfg->webhook.allow_private;
 }
 
 int app_run(const struct app_config *cfg)
@@ -522,29 +213,21 @@ int app_run(const struct app_config *cfg)
     snprintf(tp, sizeof tp, "%d", cfg->db_threads + 2);
     setenv("UV_THREADPOOL_SIZE", tp, 1);
 
-    if ((rc = mkdir_p(cfg->data_dir)))
+    char files_dir[1024], tmp_dir[1024];
+    snprintf(files_dir, sizeof files_dir, "%s/files", cfg->data_dir);
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/tmp", cfg->data_dir);
+    if ((rc = mkdir_p(cfg->data_dir)) || (rc = mkdir_p(files_dir)) || (rc = mkdir_p(tmp_dir)))
         goto out;
-    snprintf(app->files_dir, sizeof app->files_dir, "%s/files", cfg->data_dir);
-    snprintf(app->tmp_dir, sizeof app->tmp_dir, "%s/tmp", cfg->data_dir);
-    if ((rc = mkdir_p(app->files_dir)) || (rc = mkdir_p(app->tmp_dir)))
+    clean_tmp(tmp_dir);
+    struct api_config ac;
+    api_config_from(app, &ac);
+    if ((rc = api_new(&ac, &app->api)))
         goto out;
-    clean_tmp(app->tmp_dir);
-    if ((rc = store_open(cfg->data_dir, &cfg->store, &app->loop_st))) {
-        log_error("cannot open the database in %s: %s", cfg->data_dir, err_msg(rc));
-        goto out;
-    }
-    if ((rc = decide_auth(app)))
-        goto out;
-    if ((rc = dbpool_open(&app->pool, cfg, (size_t)cfg->db_threads))) {
-        log_error("cannot open database connections: %s", err_msg(rc));
-        goto out;
-    }
     if ((rc = uv_loop_init(&loop))) {
         rc = ERR_INTERNAL;
         goto out;
     }
     loop_ok = 1;
-    app->loop = &loop;
     uv_signal_init(&loop, &app->sig_term); /* closed by on_http_closed */
     uv_signal_init(&loop, &app->sig_int);
     app->sig_term.data = app->sig_int.data = app;
@@ -556,32 +239,13 @@ int app_run(const struct app_config *cfg)
         uv_close((uv_handle_t *)&app->sig_int, NULL);
         goto out;
     }
-    if ((rc = routes_ops_add(app)) || (rc = routes_files_add(app)) || (rc = routes_batches_add(app)) ||
-        (rc = routes_worker_add(app))) {
-        log_error("cannot add routes: %s", err_msg(rc));
+    if ((rc = api_routes_add(app->api, app->srv)))
         goto out_shutdown;
-    }
-    if ((rc = routes_usage_add(app))) {
-        log_error("cannot add usage routes: %s", err_msg(rc));
-        goto out_shutdown;
-    }
-    if ((rc = routes_budget_add(app))) {
-        log_error("cannot add budget routes: %s", err_msg(rc));
-        goto out_shutdown;
-    }
-    if ((rc = routes_webhooks_add(app))) {
-        log_error("cannot add webhook routes: %s", err_msg(rc));
-        goto out_shutdown;
-    }
     if ((rc = http_server_listen(app->srv))) {
         log_error("cannot listen on %s: %s", cfg->listen, err_msg(rc));
         goto out_shutdown;
     }
-    if ((rc = ingestq_start(cfg->data_dir, &cfg->store, &cfg->limits, &app->writers, &app->iq)))
-        goto out_shutdown;
-    if ((rc = app_sweeper_start(app)))
-        goto out_shutdown;
-    if ((rc = webhook_dispatcher_start(cfg->data_dir, &cfg->store, &cfg->webhook, &app->wh)))
+    if ((rc = start_threads(app)))
         goto out_shutdown;
     uv_signal_start(&app->sig_term, on_signal, SIGTERM);
     uv_signal_start(&app->sig_int, on_signal, SIGINT);
@@ -605,16 +269,12 @@ out_shutdown:
     http_server_shutdown(app->srv, on_http_closed, app);
     uv_run(&loop, UV_RUN_DEFAULT);
 out:
-    ingestq_free(app->iq);
-    app_sweeper_stop(app);
-    webhook_dispatcher_free(app->wh);
-    app->wh = NULL;
+    stop_threads(app);
     if (loop_ok) {
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
     }
-    dbpool_close(&app->pool);
-    store_close(app->loop_st);
+    api_free(app->api);
     free(app);
     return rc;
 }

@@ -1,16 +1,21 @@
 /*
- * api_json.c - JSON shapes of the API (OpenAI's File, Batch, error
- * envelope), built with buf_printf + js_escape so field order matches
- * OpenAI's documentation. Pure; any thread.
+ * api_json.c - JSON shapes of the API (OpenAI's File and Batch objects;
+ * the error envelope is api_err.c's), built with buf_printf + js_escape so
+ * field order matches OpenAI's documentation, and the request-parsing
+ * rules they pair with (see api_json.h). Pure; any thread.
  */
+#include "jobd/api/api_json.h"
+
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/cfg.h"
 #include "common/err.h"
 #include "common/js.h"
-#include "jobd/api/app_int.h"
+#include "jobd/http/http.h"
 
 static int str_or_null(struct buf *b, const char *s)
 {
@@ -24,19 +29,6 @@ static int int_or_null(struct buf *b, int64_t v)
     if (!v)
         return buf_append_str(b, "null");
     return buf_printf(b, "%lld", (long long)v);
-}
-
-int api_error_json(struct buf *out, const char *type, const char *code, const char *param,
-                   const char *msg)
-{
-    int rc = 0;
-    if ((rc = buf_append_str(out, "{\"error\":{\"message\":")) ||
-        (rc = js_escape(out, msg, strlen(msg))) || (rc = buf_append_str(out, ",\"type\":")) ||
-        (rc = js_escape(out, type, strlen(type))) || (rc = buf_append_str(out, ",\"param\":")) ||
-        (rc = str_or_null(out, param)) || (rc = buf_append_str(out, ",\"code\":")) ||
-        (rc = str_or_null(out, code)))
-        return rc;
-    return buf_append_str(out, "}}");
 }
 
 int api_file_json(struct buf *out, const struct store_file *f)
@@ -180,5 +172,21 @@ int api_batch_json_ext(struct buf *out, const struct store_batch *b,
         (rc = js_escape(out, b->model, strlen(b->model))) ||
         (rc = buf_printf(out, ",\"requests\":%lld}}", (long long)left)))
         return rc;
+    return 0;
+}
+
+int api_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *out)
+{
+    const char *v = http_req_query(req, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return ERR_INVAL;
+    *out = x;
     return 0;
 }

@@ -4,15 +4,18 @@
  * POST /v1/batches/{id}/cancel, and the native one-call submission
  * POST /v1/jobs (the JSONL is the request body).
  *
- * A new batch is committed in status validating (with its idempotency
- * record in the same transaction) and, once answered, queued for the
- * ingest thread; if jobd dies before the queueing, the ingest thread's
- * startup scan picks the batch up.
+ * Both creation routes share one sequence (submit): the Idempotency-Key
+ * (jobd/api/api_idem.h), for /v1/jobs the body's bytes moved into place,
+ * admission under the tenant's budget (jobd/api/api_admit.h), then one
+ * store transaction (store_batch_submit) that inserts the file row (/v1/jobs),
+ * the batch in status validating, its budget reservation and the key's
+ * answer. A refusal (429) or a failure rolls everything back (for /v1/jobs
+ * also the body's bytes). Once answered, the batch is queued for the ingest
+ * thread; if jobd dies before the queueing, the ingest thread's startup
+ * scan picks it up.
  *
- * Budgets: when the tenant has a limit, the submission is estimated and
- * checked before the batch row is inserted, and the batch gets its
- * reservation in the same transaction (routes_budget.c); a refusal (429)
- * rolls everything back (for /v1/jobs also the file row and its bytes).
+ * Threads: handlers on the loop, the *_run functions on the thread pool
+ * (jobd/api/api_job.h).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -25,10 +28,16 @@
 #include "common/err.h"
 #include "common/js.h"
 #include "common/log.h"
-#include "jobd/api/app_int.h"
+#include "jobd/api/api_admit.h"
+#include "jobd/api/api_auth.h"
+#include "jobd/api/api_idem.h"
+#include "jobd/api/api_int.h"
+#include "jobd/api/api_json.h"
+#include "jobd/http/http.h"
 #include "jobd/intake/ingest.h"
-#include "jobd/work/lease.h"
+#include "jobd/intake/ingestq.h"
 #include "jobd/intake/upload.h"
+#include "jobd/work/lease.h"
 
 struct batch_in {
     char endpoint[32];
@@ -69,69 +78,144 @@ static int retry_hint(enum store_batch_status s)
     }
 }
 
-/* The effect shared by POST /v1/batches and /v1/jobs, inside the caller's
- * transaction: create the batch and render it. */
-static int create_batch_tx(struct op *op, struct store *st, const struct batch_in *bi)
+/* ---- the create sequence of POST /v1/batches and POST /v1/jobs ------------------------------------ */
+
+struct create_job {
+    struct api_job job;
+    struct batch_in *bi;  /* owned (POST /v1/batches) or the request's (POST /v1/jobs) */
+    int owns_bi;
+    char batch_id[ID_MAX]; /* created: queued for ingestion once answered */
+};
+
+static void create_free(struct api_job *job)
 {
-    struct store_batch_new nb = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata};
-    struct store_batch b;
-    int rc = store_batch_create(st, op->tenant, &nb, clock_wall_s(), &b);
-    if (rc == ERR_NOTFOUND) {
-        op_error(op, 404, NULL, "not_found", "input_file_id", "No such File object: '%s'.",
-                 bi->input_file_id);
-        return rc;
-    }
-    if (rc == ERR_INVAL) {
-        op_error(op, 400, NULL, "invalid_value", "input_file_id",
-                 "File '%s' cannot be a batch input: its purpose must be 'batch'.", bi->input_file_id);
-        return rc;
-    }
+    struct create_job *cj = (struct create_job *)job;
+    if (cj->owns_bi)
+        batch_in_free(cj->bi);
+    free(cj);
+}
+
+/* store_idem_answer's render: the new batch is the answer. */
+static int render_batch(void *arg, const void *obj)
+{
+    struct api_job *job = arg;
+    buf_reset(&job->out);
+    int rc = api_batch_json(&job->out, obj);
     if (rc) {
-        op_internal(op, rc, "create batch");
+        api_job_internal(job, rc, "render batch");
         return rc;
     }
-    buf_reset(&op->out);
-    rc = api_batch_json(&op->out, &b);
-    snprintf(op->push_batch, sizeof op->push_batch, "%s", b.id);
-    store_batch_release(&b);
-    if (rc) {
-        op_internal(op, rc, "render batch");
-        return rc;
-    }
-    op->status = 200;
+    job->status = 200;
     return 0;
 }
 
-/* ---- POST /v1/batches -------------------------------------------------------------------- */
-
-static void batches_create_fn(struct op *op, struct store *st)
+/* Move the body of POST /v1/jobs into the files directory as a new file
+ * row's bytes (sf, path final). 0 or an error. */
+static int store_body(struct create_job *cj, struct store_file *sf, char *final, size_t cap)
 {
-    struct batch_in *bi = op->in;
-    if (op_idem_begin(op, st))
-        return;
-    struct app_admit adm;
-    int rc = app_admit_prepare(op, st, NULL, bi->input_file_id, bi->endpoint, &adm);
-    if (rc) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "budget estimate");
-        return;
-    }
-    rc = store_tx_begin(st);
-    if (rc) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "begin");
-        return;
-    }
-    if (!(rc = app_admit_check(op, st, &adm)) && !(rc = create_batch_tx(op, st, bi)) &&
-        !(rc = app_admit_reserve(op, st, &adm, op->push_batch)) && !(rc = op_idem_complete(op, st)) &&
-        !(rc = store_tx_commit(st)))
-        return;
-    store_tx_rollback(st);
-    op->push_batch[0] = '\0';
-    op_idem_release(op, st);
-    if (op->status == 200)
-        op_internal(op, rc, "create batch");
+    struct batch_in *bi = cj->bi;
+    memset(sf, 0, sizeof *sf);
+    int rc = id_new("file-", sf->id, sizeof sf->id);
+    if (rc)
+        return rc;
+    snprintf(sf->tenant_id, sizeof sf->tenant_id, "%s", cj->job.tenant);
+    snprintf(sf->purpose, sizeof sf->purpose, "batch");
+    snprintf(sf->filename, sizeof sf->filename, "%s", bi->filename);
+    sf->bytes = (int64_t)upload_bytes(bi->up);
+    snprintf(sf->sha256, sizeof sf->sha256, "%s", upload_sha256_hex(bi->up));
+    snprintf(sf->storage_path, sizeof sf->storage_path, "files/%s.jsonl.zst", sf->id);
+    snprintf(sf->encoding, sizeof sf->encoding, "zstd");
+    sf->created_at = clock_wall_s();
+    snprintf(final, cap, "%s/%s", cj->job.api->cfg.data_dir, sf->storage_path);
+    return upload_commit(bi->up, final);
 }
+
+/* The create sequence (see the file comment); the answer is set on every
+ * path. POST /v1/jobs is the one whose batch_in carries an upload. */
+static void submit(struct create_job *cj, struct store *st)
+{
+    struct api_job *job = &cj->job;
+    struct batch_in *bi = cj->bi;
+    int jobs = bi->up != NULL;
+    const char *what = jobs ? "create job" : "create batch";
+    if (api_idem_begin(job, st))
+        return;
+    struct store_file sf;
+    char final[1400] = "";
+    int rc;
+    if (jobs) {
+        if ((rc = store_body(cj, &sf, final, sizeof final))) {
+            api_idem_release(job, st);
+            api_job_internal(job, rc, "store upload");
+            return;
+        }
+        snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", sf.id);
+    }
+    struct api_admit adm;
+    int prepared = 0;
+    rc = api_admit_prepare(job, st, jobs ? final : NULL, bi->input_file_id, bi->endpoint, &adm);
+    if (rc) {
+        what = jobs ? what : "budget estimate";
+    } else {
+        prepared = 1;
+        struct store_submit s = {
+            .tenant_id = job->tenant,
+            .file = jobs ? &sf : NULL,
+            .batch = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata},
+            .now = clock_wall_s(),
+            .admit = api_admit_check,
+            .admit_arg = &adm,
+            .idem = api_idem_answer(job, render_batch, job),
+        };
+        api_admit_reservation(&adm, &s);
+        if (!(rc = store_batch_submit(st, &s, cj->batch_id)))
+            return;
+    }
+    if (jobs)
+        unlink(final);
+    cj->batch_id[0] = '\0';
+    api_idem_release(job, st);
+    if (job->status && job->status != 200)
+        return; /* answered already: refused (429), or admission's / rendering's error */
+    if (prepared && rc == ERR_NOTFOUND)
+        api_job_error(job, API_ERR_NOT_FOUND, "input_file_id", "No such File object: '%s'.", bi->input_file_id);
+    else if (prepared && rc == ERR_INVAL)
+        api_job_error(job, API_ERR_INVALID_VALUE, "input_file_id",
+                      "File '%s' cannot be a batch input: its purpose must be 'batch'.", bi->input_file_id);
+    else
+        api_job_internal(job, rc, what);
+}
+
+static void create_run(struct api_job *job, struct store *st)
+{
+    submit((struct create_job *)job, st);
+}
+
+/* The answer, then the new batch goes to the ingest thread. */
+static int create_answer(struct http_req *req, struct api_job *job)
+{
+    struct create_job *cj = (struct create_job *)job;
+    struct api *api = job->api;
+    api_job_answer(req, job);
+    if (cj->batch_id[0] && api->iq && ingestq_push(api->iq, cj->batch_id))
+        log_warn("batch %s not queued for ingest (shutting down); it resumes on the next start", cj->batch_id);
+    return 0;
+}
+
+/* A create job for req over bi (owned when owns_bi; else freed on failure by its owner). NULL on no memory. */
+static struct create_job *create_new(struct http_req *req, struct batch_in *bi, int owns_bi)
+{
+    struct create_job *cj = calloc(1, sizeof *cj);
+    if (!cj)
+        return NULL;
+    api_job_init_req(&cj->job, req, create_run, create_free);
+    cj->job.answer = create_answer;
+    cj->bi = bi;
+    cj->owns_bi = owns_bi;
+    return cj;
+}
+
+/* ---- POST /v1/batches -------------------------------------------------------------------- */
 
 /* Read options shared by both creation routes from a JSON object. Answers
  * 400 and returns -1 on a bad value. */
@@ -141,12 +225,12 @@ static int parse_metadata(struct http_req *req, json_t *md, struct batch_in *bi)
         return 0;
     char msg[200];
     if (api_metadata_check(md, msg, sizeof msg)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "metadata", "%s", msg);
+        api_respond_error(req, API_ERR_INVALID_VALUE, "metadata", "%s", msg);
         return -1;
     }
     bi->metadata = json_dumps(md, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!bi->metadata) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return -1;
     }
     return 0;
@@ -158,9 +242,9 @@ static int parse_window(struct http_req *req, const char *w, struct batch_in *bi
         bi->window_s = 86400;
         return 0;
     }
-    struct rctx *rc = http_req_data(req);
-    if (api_window_parse(w, rc->app->cfg.window_min_s, &bi->window_s)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "completion_window",
+    struct api_rctx *rc = http_req_data(req);
+    if (api_window_parse(w, rc->api->cfg.window_min_s, &bi->window_s)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "completion_window",
                            "Invalid completion_window '%s': use a duration from 1m to 30d, "
                            "e.g. \"24h\" (the default), \"1h\" or \"7d\".", w);
         return -1;
@@ -172,7 +256,7 @@ static void batches_create(struct http_req *req, void *arg)
 {
     const char *ct = http_req_header(req, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0) {
-        http_respond_error(req, 415, NULL, "unsupported_media_type", NULL,
+        api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                            "Send the request body as application/json.");
         return;
     }
@@ -183,7 +267,7 @@ static void batches_create(struct http_req *req, void *arg)
     struct js_limits lim = JS_LIMITS_DEFAULT;
     if (js_parse(body, len, &lim, &root, &je) || !json_is_object(root)) {
         json_decref(root);
-        http_respond_error(req, 400, NULL, "invalid_json", NULL,
+        api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                            "We could not parse the JSON body of your request (expected an object).");
         return;
     }
@@ -191,24 +275,24 @@ static void batches_create(struct http_req *req, void *arg)
     const char *fid = NULL, *ep = NULL, *win = NULL;
     int r;
     if (!bi) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         goto out;
     }
     if ((r = js_get_str(root, "input_file_id", &fid)) || !*fid || strlen(fid) >= ID_MAX) {
-        http_respond_error(req, 400, NULL, r == ERR_NOTFOUND ? "missing_required_parameter" : "invalid_value",
+        api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "input_file_id", r == ERR_NOTFOUND ? "Missing required parameter: 'input_file_id'."
                                                               : "Invalid 'input_file_id': expected a file id.");
         goto out;
     }
     if ((r = js_get_str(root, "endpoint", &ep)) || !endpoint_ok(ep)) {
-        http_respond_error(req, 400, NULL, r == ERR_NOTFOUND ? "missing_required_parameter" : "invalid_value",
+        api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "endpoint", r == ERR_NOTFOUND ? "Missing required parameter: 'endpoint'."
                                                          : "Invalid 'endpoint': jobd supports "
                                                            "'/v1/chat/completions' and '/v1/completions'.");
         goto out;
     }
     if ((r = js_get_str(root, "completion_window", &win)) && r != ERR_NOTFOUND) {
-        http_respond_error(req, 400, NULL, "invalid_type", "completion_window",
+        api_respond_error(req, API_ERR_INVALID_TYPE, "completion_window",
                            "completion_window must be a string such as \"24h\".");
         goto out;
     }
@@ -216,14 +300,12 @@ static void batches_create(struct http_req *req, void *arg)
         goto out;
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);
     snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", fid);
-    struct op *op = app_op_new(req, batches_create_fn);
-    if (op) {
-        op->in = bi;
-        op->in_free = batch_in_free;
+    struct create_job *cj = create_new(req, bi, 1);
+    if (cj) {
         bi = NULL;
-        store_idem_fingerprint("POST", "/v1/batches", body, len, op->fp);
+        store_idem_fingerprint("POST", "/v1/batches", body, len, cj->job.fp);
     }
-    app_op_run(req, op);
+    api_job_run(req, cj ? &cj->job : NULL);
 out:
     batch_in_free(bi);
     json_decref(root);
@@ -238,23 +320,34 @@ struct served {
     size_t n;
 };
 
-static int batch_json_served(struct op *op, struct store *st, struct buf *out, const struct store_batch *b,
-                             struct served *sv)
+static int batch_json_served(struct api_job *job, struct store *st, struct buf *out,
+                             const struct store_batch *b, struct served *sv)
 {
     if (b->status == STORE_BATCH_IN_PROGRESS && !sv->looked_up) {
         sv->looked_up = 1;
-        sv->ok = lease_models_served(st, &op->app->cfg.lease, lease_clock_s(), &sv->items, &sv->n) == 0;
+        sv->ok = lease_models_served(st, &job->api->cfg.lease, lease_clock_s(), &sv->items, &sv->n) == 0;
     }
     if (b->status != STORE_BATCH_IN_PROGRESS || !sv->ok)
         return api_batch_json(out, b);
     return api_batch_json_ext(out, b, sv->items, sv->n);
 }
 
-/* ---- GET /v1/batches/{id} ------------------------------------------------------------------ */
+/* ---- GET /v1/batches/{id}, POST /v1/batches/{id}/cancel ------------------------------------------- */
 
-static void batch_not_found(struct op *op)
+struct batch_job {
+    struct api_job job;
+    char id[ID_MAX];
+    char if_none_match[128]; /* GET: "" = none */
+};
+
+static void batch_job_free(struct api_job *job)
 {
-    op_error(op, 404, NULL, "not_found", "batch_id", "No such Batch object: '%s'.", op->id);
+    free(job);
+}
+
+static void batch_not_found(struct batch_job *bj)
+{
+    api_job_error(&bj->job, API_ERR_NOT_FOUND, "batch_id", "No such Batch object: '%s'.", bj->id);
 }
 
 static int etag_matches(const char *inm, const char *etag)
@@ -274,88 +367,106 @@ static int etag_matches(const char *inm, const char *etag)
     return 0;
 }
 
-static void batches_get_fn(struct op *op, struct store *st)
+static void batches_get_run(struct api_job *job, struct store *st)
 {
+    struct batch_job *bj = (struct batch_job *)job;
     struct store_batch b;
-    int rc = store_batch_get(st, op->tenant, op->id, &b);
+    int rc = store_batch_get(st, job->tenant, bj->id, &b);
     if (rc == ERR_NOTFOUND) {
-        batch_not_found(op);
+        batch_not_found(bj);
         return;
     }
     if (rc) {
-        op_internal(op, rc, "get batch");
+        api_job_internal(job, rc, "get batch");
         return;
     }
     struct served sv = {0};
-    rc = batch_json_served(op, st, &op->out, &b, &sv);
+    rc = batch_json_served(job, st, &job->out, &b, &sv);
     free(sv.items);
-    op->retry_after = retry_hint(b.status);
+    job->retry_after = retry_hint(b.status);
     store_batch_release(&b);
     if (rc) {
-        op_internal(op, rc, "render batch");
+        api_job_internal(job, rc, "render batch");
         return;
     }
     uint8_t d[SHA256_LEN];
     char hex[2 * SHA256_LEN + 1];
-    sha256(op->out.data, op->out.len, d);
+    sha256(job->out.data, job->out.len, d);
     hex_encode(d, 16, hex);
-    snprintf(op->etag, sizeof op->etag, "\"%s\"", hex);
-    if (etag_matches(op->if_none_match, op->etag)) {
-        buf_reset(&op->out);
-        op->status = 304;
+    snprintf(job->etag, sizeof job->etag, "\"%s\"", hex);
+    if (etag_matches(bj->if_none_match, job->etag)) {
+        buf_reset(&job->out);
+        job->status = 304;
         return;
     }
-    op->status = 200;
+    job->status = 200;
 }
 
-static int copy_batch_id(struct http_req *req, struct op *op)
+/* A job on the batch named by the {id} parameter; NULL when answered (404, 500). */
+static struct batch_job *batch_job_new(struct http_req *req, api_job_fn run)
 {
     const char *id = http_req_param(req, "id");
-    if (!id || strlen(id) >= sizeof op->id) {
-        http_respond_error(req, 404, NULL, "not_found", "batch_id", "No such Batch object.");
-        return -1;
+    struct batch_job *bj = calloc(1, sizeof *bj);
+    if (bj && (!id || strlen(id) >= sizeof bj->id)) {
+        free(bj);
+        api_respond_error(req, API_ERR_NOT_FOUND, "batch_id", "No such Batch object.");
+        return NULL;
     }
-    snprintf(op->id, sizeof op->id, "%s", id);
-    return 0;
+    if (!bj) {
+        api_job_run(req, NULL);
+        return NULL;
+    }
+    api_job_init_req(&bj->job, req, run, batch_job_free);
+    snprintf(bj->id, sizeof bj->id, "%s", id);
+    return bj;
 }
 
 static void batches_get(struct http_req *req, void *arg)
 {
-    struct op *op = app_op_new(req, batches_get_fn);
-    if (op && copy_batch_id(req, op)) {
-        app_op_free(op);
+    struct batch_job *bj = batch_job_new(req, batches_get_run);
+    if (!bj)
         return;
-    }
-    const char *inm = op ? http_req_header(req, "If-None-Match") : NULL;
+    const char *inm = http_req_header(req, "If-None-Match");
     if (inm)
-        snprintf(op->if_none_match, sizeof op->if_none_match, "%s", inm);
-    app_op_run(req, op);
+        snprintf(bj->if_none_match, sizeof bj->if_none_match, "%s", inm);
+    api_job_run(req, &bj->job);
 }
 
 /* ---- GET /v1/batches ------------------------------------------------------------------------ */
 
-static void batches_list_fn(struct op *op, struct store *st)
+struct list_job {
+    struct api_job job;
+    char after[ID_MAX]; /* "" = from the start */
+    int limit;
+};
+
+static void list_job_free(struct api_job *job)
 {
+    free(job);
+}
+
+static void batches_list_run(struct api_job *job, struct store *st)
+{
+    struct list_job *lj = (struct list_job *)job;
     struct store_batch *items = NULL;
     size_t n = 0;
     int has_more = 0;
-    int rc = store_batch_list(st, op->tenant, op->has_after ? op->after_id : NULL, op->limit, &items, &n,
-                              &has_more);
+    int rc = store_batch_list(st, job->tenant, lj->after[0] ? lj->after : NULL, lj->limit, &items, &n, &has_more);
     if (rc == ERR_NOTFOUND) {
-        op_error(op, 400, NULL, "invalid_value", "after", "No batch '%s' to list after.", op->after_id);
+        api_job_error(job, API_ERR_INVALID_VALUE, "after", "No batch '%s' to list after.", lj->after);
         return;
     }
     if (rc) {
-        op_internal(op, rc, "list batches");
+        api_job_internal(job, rc, "list batches");
         return;
     }
-    struct buf *b = &op->out;
+    struct buf *b = &job->out;
     struct served sv = {0};
     buf_append_str(b, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n && !rc; i++) {
         if (i)
             buf_append_byte(b, ',');
-        rc = batch_json_served(op, st, b, &items[i], &sv);
+        rc = batch_json_served(job, st, b, &items[i], &sv);
     }
     free(sv.items);
     if (!rc)
@@ -364,136 +475,74 @@ static void batches_list_fn(struct op *op, struct store *st)
                         n ? items[n - 1].id : "null", n ? "\"" : "", has_more ? "true" : "false");
     store_batch_list_free(items, n);
     if (rc)
-        op_internal(op, rc, "list batches");
+        api_job_internal(job, rc, "list batches");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
 static void batches_list(struct http_req *req, void *arg)
 {
     int64_t limit;
-    if (app_query_int(req, "limit", 1, 100, 20, &limit)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to 100.");
+    if (api_query_int(req, "limit", 1, 100, 20, &limit)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to 100.");
         return;
     }
     const char *after = http_req_query(req, "after");
     if (after && strlen(after) >= ID_MAX) {
-        http_respond_error(req, 400, NULL, "invalid_value", "after", "Invalid 'after'.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "after", "Invalid 'after'.");
         return;
     }
-    struct op *op = app_op_new(req, batches_list_fn);
-    if (op) {
-        op->limit = (int)limit;
-        if (after && *after) {
-            op->has_after = 1;
-            snprintf(op->after_id, sizeof op->after_id, "%s", after);
-        }
+    struct list_job *lj = calloc(1, sizeof *lj);
+    if (lj) {
+        api_job_init_req(&lj->job, req, batches_list_run, list_job_free);
+        lj->limit = (int)limit;
+        if (after && *after)
+            snprintf(lj->after, sizeof lj->after, "%s", after);
     }
-    app_op_run(req, op);
+    api_job_run(req, lj ? &lj->job : NULL);
 }
 
 /* ---- POST /v1/batches/{id}/cancel ----------------------------------------------------------- */
 
-static void batches_cancel_fn(struct op *op, struct store *st)
+static void batches_cancel_run(struct api_job *job, struct store *st)
 {
-    if (op_idem_begin(op, st))
+    struct batch_job *bj = (struct batch_job *)job;
+    if (api_idem_begin(job, st))
         return;
-    int rc = store_tx_begin(st);
-    if (rc) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "begin");
-        return;
-    }
-    struct store_batch b;
-    rc = store_batch_cancel(st, op->tenant, op->id, clock_wall_s(), &b);
+    struct store_idem_answer ans = api_idem_answer(job, render_batch, job);
+    int rc = store_batch_cancel_keyed(st, job->tenant, bj->id, clock_wall_s(), &ans);
     if (!rc) {
-        rc = api_batch_json(&op->out, &b);
-        store_batch_release(&b);
-        op->status = 200;
-        if (!rc && !(rc = op_idem_complete(op, st)) && !(rc = store_tx_commit(st))) {
-            app_sweeper_wake(op->app); /* it ends queued requests and finishes the batch */
-            return;
-        }
-        op->status = 0;
+        job->wake_sweeper = 1; /* it ends queued requests and finishes the batch */
+        return;
     }
-    store_tx_rollback(st);
-    op_idem_release(op, st);
+    api_idem_release(job, st);
     if (rc == ERR_NOTFOUND) {
-        batch_not_found(op);
+        batch_not_found(bj);
     } else if (rc == ERR_BADSTATE) {
         const char *s = "?";
-        if (store_batch_get(st, op->tenant, op->id, &b) == 0) {
+        struct store_batch b;
+        if (store_batch_get(st, job->tenant, bj->id, &b) == 0) {
             s = store_batch_status_name(b.status);
             store_batch_release(&b);
         }
-        op_error(op, 400, NULL, "invalid_state", NULL, "Cannot cancel a batch with status '%s'.", s);
+        api_job_error(job, API_ERR_INVALID_STATE, NULL, "Cannot cancel a batch with status '%s'.", s);
     } else {
-        op_internal(op, rc, "cancel batch");
+        api_job_internal(job, rc, "cancel batch");
     }
 }
 
 static void batches_cancel(struct http_req *req, void *arg)
 {
-    struct op *op = app_op_new(req, batches_cancel_fn);
-    if (op && copy_batch_id(req, op)) {
-        app_op_free(op);
+    struct batch_job *bj = batch_job_new(req, batches_cancel_run);
+    if (!bj)
         return;
-    }
-    if (op) {
-        size_t len;
-        const char *body = http_req_body(req, &len);
-        store_idem_fingerprint("POST", http_req_path(req), body, len, op->fp);
-    }
-    app_op_run(req, op);
+    size_t len;
+    const char *body = http_req_body(req, &len);
+    store_idem_fingerprint("POST", http_req_path(req), body, len, bj->job.fp);
+    api_job_run(req, &bj->job);
 }
 
 /* ---- POST /v1/jobs ------------------------------------------------------------------------------ */
-
-static void jobs_fn(struct op *op, struct store *st)
-{
-    struct batch_in *bi = op->in;
-    if (op_idem_begin(op, st))
-        return;
-    struct store_file sf;
-    memset(&sf, 0, sizeof sf);
-    int rc = id_new("file-", sf.id, sizeof sf.id);
-    char final[1400] = "";
-    if (!rc) {
-        snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", op->tenant);
-        snprintf(sf.purpose, sizeof sf.purpose, "batch");
-        snprintf(sf.filename, sizeof sf.filename, "%s", bi->filename);
-        sf.bytes = (int64_t)upload_bytes(bi->up);
-        snprintf(sf.sha256, sizeof sf.sha256, "%s", upload_sha256_hex(bi->up));
-        snprintf(sf.storage_path, sizeof sf.storage_path, "files/%s.jsonl.zst", sf.id);
-        snprintf(sf.encoding, sizeof sf.encoding, "zstd");
-        sf.created_at = clock_wall_s();
-        snprintf(final, sizeof final, "%s/%s", op->app->cfg.data_dir, sf.storage_path);
-        rc = upload_commit(bi->up, final);
-    }
-    if (rc) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "store upload");
-        return;
-    }
-    snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", sf.id);
-    struct app_admit adm;
-    if ((rc = app_admit_prepare(op, st, final, NULL, bi->endpoint, &adm)) == 0 &&
-        (rc = store_tx_begin(st)) == 0) {
-        if (!(rc = app_admit_check(op, st, &adm)) && !(rc = store_file_create(st, &sf)) &&
-            !(rc = create_batch_tx(op, st, bi)) && !(rc = app_admit_reserve(op, st, &adm, op->push_batch)) &&
-            !(rc = op_idem_complete(op, st)))
-            rc = store_tx_commit(st);
-        else
-            store_tx_rollback(st);
-    }
-    if (rc) {
-        unlink(final);
-        op->push_batch[0] = '\0';
-        op_idem_release(op, st);
-        if (op->status != 429)
-            op_internal(op, rc, "create job");
-    }
-}
 
 static int jobs_body(struct http_req *req, const char *data, size_t len, void *arg)
 {
@@ -502,14 +551,14 @@ static int jobs_body(struct http_req *req, const char *data, size_t len, void *a
     if (!rc)
         return 0;
     if (rc == ERR_TOOBIG)
-        http_respond_error(req, 413, NULL, "file_too_large", NULL,
+        api_respond_error(req, API_ERR_FILE_TOO_LARGE, NULL,
                            "The JSONL body is larger than the limit of %llu bytes (decoded).",
-                           (unsigned long long)((struct rctx *)http_req_data(req))->app->cfg.limits.max_file_bytes);
+                           (unsigned long long)((struct api_rctx *)http_req_data(req))->api->cfg.limits.max_file_bytes);
     else if (rc == ERR_CORRUPT)
-        http_respond_error(req, 400, NULL, "invalid_encoding", NULL,
+        api_respond_error(req, API_ERR_INVALID_ENCODING, NULL,
                            "The request body is not valid data for its Content-Encoding.");
     else
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the body: %s.", err_msg(rc));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(rc));
     return rc;
 }
 
@@ -533,7 +582,7 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
         struct js_limits lim = {16384, 4, 0};
         if (js_parse(text, strlen(text), &lim, &md, NULL) || !json_is_object(md)) {
             json_decref(md);
-            http_respond_error(req, 400, NULL, "invalid_value", "metadata",
+            api_respond_error(req, API_ERR_INVALID_VALUE, "metadata",
                                "metadata must be a JSON object of string values.");
             return -1;
         }
@@ -546,7 +595,7 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
         size_t nl = strlen(name);
         if (nl > 10 && strncmp(name, "metadata[", 9) == 0 && name[nl - 1] == ']') {
             if (!md && !(md = json_object())) {
-                http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+                api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
                 return -1;
             }
             char key[STORE_METADATA_MAX_KEY + 2];
@@ -565,19 +614,19 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
 
 static void jobs_head(struct http_req *req, void *arg)
 {
-    struct app *app = arg;
-    struct rctx *rc = app_on_head_auth(req, app);
+    struct api *api = arg;
+    struct api_rctx *rc = api_auth_tenant(req, api);
     if (!rc)
         return;
     enum upload_encoding enc;
     if (upload_encoding_parse(http_req_header(req, "Content-Encoding"), &enc)) {
-        http_respond_error(req, 415, NULL, "unsupported_encoding", NULL,
+        api_respond_error(req, API_ERR_UNSUPPORTED_ENCODING, NULL,
                            "Unsupported Content-Encoding: use identity, zstd or gzip.");
         return;
     }
     struct batch_in *bi = calloc(1, sizeof *bi);
     if (!bi) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
     rc->route_data = bi;
@@ -586,7 +635,7 @@ static void jobs_head(struct http_req *req, void *arg)
     if (!ep)
         ep = "/v1/chat/completions";
     if (!endpoint_ok(ep)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "endpoint",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "endpoint",
                            "Invalid endpoint '%s': jobd supports '/v1/chat/completions' and "
                            "'/v1/completions'.", ep);
         return;
@@ -597,63 +646,62 @@ static void jobs_head(struct http_req *req, void *arg)
         return;
     const char *fn = opt(req, "filename", NULL, "Jobd-Filename");
     if (fn && (strlen(fn) >= sizeof bi->filename || !ingest_utf8_valid(fn, strlen(fn)))) {
-        http_respond_error(req, 400, NULL, "invalid_value", "filename",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "filename",
                            "The filename must be valid UTF-8 of at most %zu bytes.", sizeof bi->filename - 1);
         return;
     }
     snprintf(bi->filename, sizeof bi->filename, "%s", fn && *fn ? fn : "jobs.jsonl");
-    int r = upload_new(app->tmp_dir, enc, app->cfg.limits.max_file_bytes, app->cfg.zstd_level, &bi->up);
+    int r = upload_new(api->tmp_dir, enc, api->cfg.limits.max_file_bytes, api->cfg.zstd_level, &bi->up);
     if (r) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the body: %s.", err_msg(r));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(r));
         return;
     }
-    http_req_body_stream(req, app->cfg.max_upload_bytes, jobs_body, bi);
+    http_req_body_stream(req, api->cfg.max_upload_bytes, jobs_body, bi);
 }
 
 static void jobs_create(struct http_req *req, void *arg)
 {
-    struct rctx *rc = http_req_data(req);
+    struct api_rctx *rc = http_req_data(req);
     struct batch_in *bi = rc->route_data;
     int r = upload_finish(bi->up);
     if (r == ERR_CORRUPT) {
-        http_respond_error(req, 400, NULL, "invalid_encoding", NULL,
+        api_respond_error(req, API_ERR_INVALID_ENCODING, NULL,
                            "The request body ends in the middle of a compressed stream.");
         return;
     }
     if (r) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the body: %s.", err_msg(r));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(r));
         return;
     }
     char win[32];
     api_window_format(bi->window_s, win, sizeof win);
-    struct op *op = app_op_new(req, jobs_fn);
-    if (op) {
-        op->in = bi; /* owned by the rctx, which outlives the op */
+    struct create_job *cj = create_new(req, bi, 0); /* bi is the request's, which outlives the job */
+    if (cj) {
         struct buf fp;
         buf_init(&fp, 4096);
         buf_printf(&fp, "%s\n%s\n%s\n%s\n%s", bi->endpoint, win, bi->metadata ? bi->metadata : "",
                    bi->filename, upload_sha256_hex(bi->up));
-        r = store_idem_fingerprint("POST", "/v1/jobs", fp.data, fp.len, op->fp);
+        r = store_idem_fingerprint("POST", "/v1/jobs", fp.data, fp.len, cj->job.fp);
         buf_release(&fp);
         if (r) {
-            app_op_free(op);
-            op = NULL;
+            api_job_free(&cj->job);
+            cj = NULL;
         }
     }
-    app_op_run(req, op);
+    api_job_run(req, cj ? &cj->job : NULL);
 }
 
-int routes_batches_add(struct app *app)
+int routes_batches_add(struct api *api)
 {
-    struct http_server *s = app->srv;
+    struct http_server *s = api->srv;
     int rc;
-    if ((rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches", batches_create, app_head_auth,
-                                                        app->cfg.max_json_bytes, app})) ||
-        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches", batches_list, app_head_auth, 0, app})) ||
-        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches/{id}", batches_get, app_head_auth, 0, app})) ||
+    if ((rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches", batches_create, api_head_tenant,
+                                                        api->cfg.max_json_bytes, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches", batches_list, api_head_tenant, 0, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches/{id}", batches_get, api_head_tenant, 0, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/cancel", batches_cancel,
-                                                        app_head_auth, 0, app})) ||
-        (rc = http_server_route(s, &(struct http_route){"POST", "/v1/jobs", jobs_create, jobs_head, 0, app})))
+                                                        api_head_tenant, 0, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"POST", "/v1/jobs", jobs_create, jobs_head, 0, api})))
         return rc;
     return 0;
 }

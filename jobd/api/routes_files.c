@@ -8,14 +8,15 @@
  * (jobd/intake/upload.h: SHA-256 + zstd into <data>/tmp), "purpose" is collected,
  * other fields are skipped (at most 64 KiB). When the body is complete the
  * database work runs on the thread pool: reserve the idempotency key, sync
- * and rename the file to <data>/files/<id>.jsonl.zst, insert the row and
- * store the response in one transaction.
+ * and rename the file to <data>/files/<id>.jsonl.zst, then insert the row
+ * with the key's answer in one transaction (store_file_submit).
  *
  * Download: the stored zstd stream is sent as is to a client that accepts
- * zstd (Content-Encoding: zstd); otherwise it is decompressed on the
- * thread pool in 256 KiB chunks, each written as one HTTP chunk, and the
- * next chunk is produced only once the socket's send queue is under 1 MiB
- * (backpressure), so memory stays bounded whatever the client's speed.
+ * zstd (Content-Encoding: zstd); otherwise it is decompressed as a streamed
+ * answer (http_respond_stream: read on the thread pool, chunk by chunk,
+ * with backpressure), so memory stays bounded whatever the client's speed.
+ *
+ * Threads: handlers on the loop, the *_run functions on the thread pool.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,9 +31,13 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/zst.h"
-#include "jobd/api/app_int.h"
-#include "jobd/intake/ingest.h"
+#include "jobd/api/api_auth.h"
+#include "jobd/api/api_idem.h"
+#include "jobd/api/api_int.h"
+#include "jobd/api/api_json.h"
+#include "jobd/http/http.h"
 #include "jobd/http/multipart.h"
+#include "jobd/intake/ingest.h"
 #include "jobd/intake/upload.h"
 
 #define OTHER_FIELDS_MAX (64u * 1024)
@@ -40,7 +45,7 @@
 /* ---- POST /v1/files -------------------------------------------------------------- */
 
 struct fup {
-    struct app *app;
+    struct api *api;
     struct http_req *req;
     struct mp_parser mp;
     struct upload *up;
@@ -72,8 +77,8 @@ static int fup_part_begin(void *ctx, const char *name, const char *filename)
             f->bad_filename = 1; /* answered by fup_body */
             return ERR_PARSE;
         }
-        int rc = upload_new(f->app->tmp_dir, UPLOAD_IDENTITY, f->app->cfg.limits.max_file_bytes,
-                            f->app->cfg.zstd_level, &f->up);
+        int rc = upload_new(f->api->tmp_dir, UPLOAD_IDENTITY, f->api->cfg.limits.max_file_bytes,
+                            f->api->cfg.zstd_level, &f->up);
         if (rc)
             return rc;
         snprintf(f->filename, sizeof f->filename, "%s", filename && *filename ? filename : "upload.jsonl");
@@ -127,64 +132,85 @@ static int fup_body(struct http_req *req, const char *data, size_t len, void *ar
     if (!rc)
         return 0;
     if (f->bad_filename)
-        http_respond_error(req, 400, NULL, "invalid_value", "file", "The file name must be valid UTF-8.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "file", "The file name must be valid UTF-8.");
     else if (rc == ERR_TOOBIG && f->part == 1)
-        http_respond_error(req, 413, NULL, "file_too_large", "file",
+        api_respond_error(req, API_ERR_FILE_TOO_LARGE, "file",
                            "The file is larger than the limit of %llu bytes.",
-                           (unsigned long long)f->app->cfg.limits.max_file_bytes);
+                           (unsigned long long)f->api->cfg.limits.max_file_bytes);
     else if (rc == ERR_PARSE || rc == ERR_TOOBIG)
-        http_respond_error(req, 400, NULL, "invalid_multipart", NULL,
+        api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data body is malformed (%s).", err_msg(rc));
     else
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the upload: %s.", err_msg(rc));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(rc));
     return rc;
 }
 
 static void files_create_head(struct http_req *req, void *arg)
 {
-    struct app *app = arg;
-    struct rctx *rc = app_on_head_auth(req, app);
+    struct api *api = arg;
+    struct api_rctx *rc = api_auth_tenant(req, api);
     if (!rc)
         return;
     char boundary[MP_MAX_BOUNDARY + 1];
     int r = mp_boundary_from_content_type(http_req_header(req, "Content-Type"), boundary, sizeof boundary);
     if (r == ERR_UNSUPPORTED) {
-        http_respond_error(req, 415, NULL, "unsupported_media_type", NULL,
+        api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                            "Upload files as multipart/form-data with fields 'file' and 'purpose'.");
         return;
     }
     if (r) {
-        http_respond_error(req, 400, NULL, "invalid_multipart", NULL,
+        api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data boundary is missing or invalid.");
         return;
     }
     struct fup *f = calloc(1, sizeof *f);
     if (!f) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
-    f->app = app;
+    f->api = api;
     f->req = req;
     mp_init(&f->mp, boundary, &fup_cb, f);
     rc->route_data = f;
     rc->route_free = fup_free;
-    http_req_body_stream(req, app->cfg.max_upload_bytes, fup_body, f);
+    http_req_body_stream(req, api->cfg.max_upload_bytes, fup_body, f);
 }
 
-static void files_create_fn(struct op *op, struct store *st)
+struct create_job {
+    struct api_job job;
+    struct fup *f; /* the request's (it outlives the job) */
+};
+
+static void create_free(struct api_job *job)
 {
-    struct fup *f = op->in;
-    if (op_idem_begin(op, st))
+    free(job);
+}
+
+/* store_idem_answer's render: the new file is the answer. */
+static int render_file(void *arg, const void *obj)
+{
+    struct api_job *job = arg;
+    buf_reset(&job->out);
+    int rc = api_file_json(&job->out, obj);
+    if (!rc)
+        job->status = 200;
+    return rc;
+}
+
+static void files_create_run(struct api_job *job, struct store *st)
+{
+    struct fup *f = ((struct create_job *)job)->f;
+    if (api_idem_begin(job, st))
         return;
     struct store_file sf;
     memset(&sf, 0, sizeof sf);
     int rc = id_new("file-", sf.id, sizeof sf.id);
     if (rc) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "file id");
+        api_idem_release(job, st);
+        api_job_internal(job, rc, "file id");
         return;
     }
-    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", op->tenant);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", job->tenant);
     snprintf(sf.purpose, sizeof sf.purpose, "batch");
     snprintf(sf.filename, sizeof sf.filename, "%s", f->filename);
     sf.bytes = (int64_t)upload_bytes(f->up);
@@ -194,91 +220,93 @@ static void files_create_fn(struct op *op, struct store *st)
     snprintf(sf.status, sizeof sf.status, "processed");
     sf.created_at = clock_wall_s();
     char final[1400];
-    snprintf(final, sizeof final, "%s/%s", op->app->cfg.data_dir, sf.storage_path);
+    snprintf(final, sizeof final, "%s/%s", job->api->cfg.data_dir, sf.storage_path);
     if ((rc = upload_commit(f->up, final))) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "store upload");
+        api_idem_release(job, st);
+        api_job_internal(job, rc, "store upload");
         return;
     }
-    if ((rc = store_tx_begin(st)) == 0) {
-        if (!(rc = store_file_create(st, &sf))) {
-            buf_reset(&op->out);
-            rc = api_file_json(&op->out, &sf);
-            op->status = 200;
-            if (!rc)
-                rc = op_idem_complete(op, st);
-        }
-        if (rc)
-            store_tx_rollback(st);
-        else
-            rc = store_tx_commit(st);
-    }
-    if (rc) {
+    struct store_idem_answer ans = api_idem_answer(job, render_file, job);
+    if ((rc = store_file_submit(st, &sf, &ans))) {
         unlink(final);
-        op_idem_release(op, st);
-        op_internal(op, rc, "create file");
+        api_idem_release(job, st);
+        api_job_internal(job, rc, "create file");
     }
 }
 
 static void files_create(struct http_req *req, void *arg)
 {
-    struct rctx *rc = http_req_data(req);
+    struct api_rctx *rc = http_req_data(req);
     struct fup *f = rc->route_data;
     if (mp_finish(&f->mp) != 0) {
-        http_respond_error(req, 400, NULL, "invalid_multipart", NULL,
+        api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data body is incomplete (no closing boundary).");
         return;
     }
     if (!f->have_file) {
-        http_respond_error(req, 400, NULL, "missing_required_parameter", "file",
+        api_respond_error(req, API_ERR_MISSING_PARAMETER, "file",
                            "Missing required parameter: 'file'.");
         return;
     }
     if (!f->have_purpose) {
-        http_respond_error(req, 400, NULL, "missing_required_parameter", "purpose",
+        api_respond_error(req, API_ERR_MISSING_PARAMETER, "purpose",
                            "Missing required parameter: 'purpose'.");
         return;
     }
     if (f->purpose_len >= sizeof f->purpose || strcmp(f->purpose, "batch") != 0) {
-        http_respond_error(req, 400, NULL, "invalid_value", "purpose",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "purpose",
                            "Invalid value for 'purpose': jobd accepts only 'batch'.");
         return;
     }
     int r = upload_finish(f->up);
     if (r) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Could not store the upload: %s.", err_msg(r));
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(r));
         return;
     }
-    struct op *op = app_op_new(req, files_create_fn);
-    if (op) {
-        op->in = f;
+    struct create_job *cj = calloc(1, sizeof *cj);
+    if (cj) {
+        api_job_init_req(&cj->job, req, files_create_run, create_free);
+        cj->f = f;
         struct buf fp;
         buf_init(&fp, 1024);
         buf_printf(&fp, "%s\n%s\n%s", f->purpose, f->filename, upload_sha256_hex(f->up));
-        r = store_idem_fingerprint("POST", "/v1/files", fp.data, fp.len, op->fp);
+        r = store_idem_fingerprint("POST", "/v1/files", fp.data, fp.len, cj->job.fp);
         buf_release(&fp);
         if (r) {
-            app_op_free(op);
-            op = NULL;
+            api_job_free(&cj->job);
+            cj = NULL;
         }
     }
-    app_op_run(req, op);
+    api_job_run(req, cj ? &cj->job : NULL);
 }
 
 /* ---- GET /v1/files ----------------------------------------------------------------- */
 
-static void files_list_fn(struct op *op, struct store *st)
+struct list_job {
+    struct api_job job;
+    char after[ID_MAX]; /* "" = from the start */
+    char purpose[32];   /* "" = any */
+    int limit, desc;
+};
+
+static void list_job_free(struct api_job *job)
 {
+    free(job);
+}
+
+static void files_list_run(struct api_job *job, struct store *st)
+{
+    struct list_job *lj = (struct list_job *)job;
     struct store_file *items = NULL;
     size_t n = 0;
     int has_more = 0;
-    int rc = store_file_list(st, op->tenant, op->has_purpose ? op->purpose : NULL, op->desc,
-                             op->has_after ? op->after_id : NULL, op->limit, &items, &n, &has_more);
+    int rc = store_file_list(st, job->tenant, lj->purpose[0] ? lj->purpose : NULL, lj->desc,
+                             lj->after[0] ? lj->after : NULL, lj->limit, &items, &n, &has_more);
     if (rc) {
-        op_internal(op, rc, "list files");
+        api_job_internal(job, rc, "list files");
         return;
     }
-    struct buf *b = &op->out;
+    struct buf *b = &job->out;
     buf_append_str(b, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n && !rc; i++) {
         if (i)
@@ -291,92 +319,112 @@ static void files_list_fn(struct op *op, struct store *st)
                         n ? items[n - 1].id : "null", n ? "\"" : "", has_more ? "true" : "false");
     free(items);
     if (rc)
-        op_internal(op, rc, "list files");
+        api_job_internal(job, rc, "list files");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
 static void files_list(struct http_req *req, void *arg)
 {
     int64_t limit;
-    if (app_query_int(req, "limit", 1, 10000, 10000, &limit)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to 10000.");
+    if (api_query_int(req, "limit", 1, 10000, 10000, &limit)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to 10000.");
         return;
     }
     const char *order = http_req_query(req, "order");
     if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0) {
-        http_respond_error(req, 400, NULL, "invalid_value", "order", "order must be 'asc' or 'desc'.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "order", "order must be 'asc' or 'desc'.");
         return;
     }
     const char *after = http_req_query(req, "after");
     const char *purpose = http_req_query(req, "purpose");
     if ((after && strlen(after) >= ID_MAX) || (purpose && strlen(purpose) >= 32)) {
-        http_respond_error(req, 400, NULL, "invalid_value", after && strlen(after) >= ID_MAX ? "after" : "purpose",
-                           "Parameter too long.");
+        api_respond_error(req, API_ERR_INVALID_VALUE, after && strlen(after) >= ID_MAX ? "after" : "purpose",
+                          "Parameter too long.");
         return;
     }
-    struct op *op = app_op_new(req, files_list_fn);
-    if (op) {
-        op->limit = (int)limit;
-        op->desc = !order || strcmp(order, "desc") == 0;
-        if (after && *after) {
-            op->has_after = 1;
-            snprintf(op->after_id, sizeof op->after_id, "%s", after);
-        }
-        if (purpose && *purpose) {
-            op->has_purpose = 1;
-            snprintf(op->purpose, sizeof op->purpose, "%s", purpose);
-        }
+    struct list_job *lj = calloc(1, sizeof *lj);
+    if (lj) {
+        api_job_init_req(&lj->job, req, files_list_run, list_job_free);
+        lj->limit = (int)limit;
+        lj->desc = !order || strcmp(order, "desc") == 0;
+        if (after && *after)
+            snprintf(lj->after, sizeof lj->after, "%s", after);
+        if (purpose && *purpose)
+            snprintf(lj->purpose, sizeof lj->purpose, "%s", purpose);
     }
-    app_op_run(req, op);
+    api_job_run(req, lj ? &lj->job : NULL);
 }
 
-/* ---- GET / DELETE /v1/files/{id} ------------------------------------------------------- */
+/* ---- GET / DELETE /v1/files/{id}, GET /v1/files/{id}/content ------------------------------ */
 
-static void not_found(struct op *op)
+struct file_job {
+    struct api_job job;
+    char id[ID_MAX];
+    int accept_zstd;        /* content: the client sent Accept-Encoding: zstd */
+    /* content: the file to answer with */
+    int fd;                 /* >= 0: open */
+    uint64_t fd_len;
+    int fd_zstd_raw;        /* fd is the raw zstd stream: send Content-Encoding: zstd */
+    int fd_decompress;      /* fd is zstd: stream it decompressed */
+    char unlink_path[1100]; /* delete: remove the bytes once answered */
+};
+
+static void file_job_free(struct api_job *job)
 {
-    op_error(op, 404, NULL, "not_found", "file_id", "No such File object: '%s'.", op->id);
+    struct file_job *fj = (struct file_job *)job;
+    if (fj->fd >= 0)
+        close(fj->fd);
+    free(fj);
 }
 
-static int copy_id(struct http_req *req, struct op *op, const char *param)
+static void not_found(struct file_job *fj)
 {
-    const char *id = http_req_param(req, param);
-    if (!id || strlen(id) >= sizeof op->id)
-        return ERR_INVAL;
-    snprintf(op->id, sizeof op->id, "%s", id);
-    return 0;
+    api_job_error(&fj->job, API_ERR_NOT_FOUND, "file_id", "No such File object: '%s'.", fj->id);
 }
 
-static void files_get_fn(struct op *op, struct store *st)
+static void files_get_run(struct api_job *job, struct store *st)
 {
+    struct file_job *fj = (struct file_job *)job;
     struct store_file f;
-    int rc = store_file_get(st, op->tenant, op->id, &f);
+    int rc = store_file_get(st, job->tenant, fj->id, &f);
     if (rc == ERR_NOTFOUND)
-        not_found(op);
+        not_found(fj);
     else if (rc)
-        op_internal(op, rc, "get file");
-    else if ((rc = api_file_json(&op->out, &f)))
-        op_internal(op, rc, "get file");
+        api_job_internal(job, rc, "get file");
+    else if ((rc = api_file_json(&job->out, &f)))
+        api_job_internal(job, rc, "get file");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
-static void files_delete_fn(struct op *op, struct store *st)
+static void files_delete_run(struct api_job *job, struct store *st)
 {
+    struct file_job *fj = (struct file_job *)job;
     char path[256];
-    int rc = store_file_delete(st, op->tenant, op->id, path);
+    int rc = store_file_delete(st, job->tenant, fj->id, path);
     if (rc == ERR_NOTFOUND) {
-        not_found(op);
+        not_found(fj);
         return;
     }
     if (rc) {
-        op_internal(op, rc, "delete file");
+        api_job_internal(job, rc, "delete file");
         return;
     }
     if (path[0] != '/' && !strstr(path, ".."))
-        snprintf(op->unlink_path, sizeof op->unlink_path, "%s/%s", op->app->cfg.data_dir, path);
-    buf_printf(&op->out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", op->id);
-    op->status = 200;
+        snprintf(fj->unlink_path, sizeof fj->unlink_path, "%s/%s", job->api->cfg.data_dir, path);
+    buf_printf(&job->out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", fj->id);
+    job->status = 200;
+}
+
+/* The answer, then the deleted file's bytes go. */
+static int files_delete_answer(struct http_req *req, struct api_job *job)
+{
+    struct file_job *fj = (struct file_job *)job;
+    api_job_answer(req, job);
+    if (fj->unlink_path[0] && unlink(fj->unlink_path) != 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", fj->unlink_path, strerror(errno));
+    return 0;
 }
 
 static int accepts_zstd(const char *h)
@@ -404,207 +452,155 @@ static int accepts_zstd(const char *h)
     return 0;
 }
 
-static void files_content_fn(struct op *op, struct store *st)
+static void files_content_run(struct api_job *job, struct store *st)
 {
+    struct file_job *fj = (struct file_job *)job;
     struct store_file f;
-    int rc = store_file_get(st, op->tenant, op->id, &f);
+    int rc = store_file_get(st, job->tenant, fj->id, &f);
     if (rc == ERR_NOTFOUND) {
-        not_found(op);
+        not_found(fj);
         return;
     }
     if (rc) {
-        op_internal(op, rc, "get file");
+        api_job_internal(job, rc, "get file");
         return;
     }
     if (f.storage_path[0] == '/' || strstr(f.storage_path, "..")) {
-        op_internal(op, ERR_CORRUPT, "file storage path");
+        api_job_internal(job, ERR_CORRUPT, "file storage path");
         return;
     }
     char path[1400];
-    snprintf(path, sizeof path, "%s/%s", op->app->cfg.data_dir, f.storage_path);
+    snprintf(path, sizeof path, "%s/%s", job->api->cfg.data_dir, f.storage_path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         log_error("file %s: cannot open %s: %s", f.id, path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        op_error(op, 404, NULL, "not_found", "file_id", "The content of file '%s' is missing.", op->id);
+        api_job_error(job, API_ERR_NOT_FOUND, "file_id", "The content of file '%s' is missing.", fj->id);
         return;
     }
-    op->fd = fd;
-    op->fd_len = (uint64_t)sb.st_size;
+    fj->fd = fd;
+    fj->fd_len = (uint64_t)sb.st_size;
     if (strcmp(f.encoding, "zstd") == 0) {
-        if (op->accept_zstd)
-            op->fd_zstd_raw = 1;
+        if (fj->accept_zstd)
+            fj->fd_zstd_raw = 1;
         else
-            op->fd_decompress = 1;
+            fj->fd_decompress = 1;
     }
-    op->status = 200;
+    job->status = 200;
 }
 
-/* decompressing download: see the file comment */
-#define DL_CHUNK (256u * 1024)
-#define DL_QUEUE_MAX (1u << 20)
-
-struct dl {
-    uv_work_t w;
-    uv_timer_t t;
-    struct http_req *req;
+/* A decompressing download (http_respond_stream's reader). */
+struct unzst {
     int fd;
     struct zst_reader *zr;
-    char *chunk;
-    size_t len;
-    int eof, err;
 };
 
-static void dl_closed(uv_handle_t *h)
+static int unzst_read(void *arg, char *buf, size_t cap, size_t *n)
 {
-    struct dl *d = h->data;
-    zst_reader_free(d->zr);
-    if (d->fd >= 0)
-        close(d->fd);
-    free(d->chunk);
-    free(d);
+    struct unzst *u = arg;
+    ssize_t r = zst_reader_read(u->zr, buf, cap);
+    if (r < 0)
+        return (int)r;
+    *n = (size_t)r;
+    return 0;
 }
 
-static void dl_finish(struct dl *d)
+static void unzst_done(void *arg, int err)
 {
-    if (d->err)
-        log_error("file download: %s after streaming part of the file", err_msg(d->err));
-    http_respond_end(d->req);
-    uv_close((uv_handle_t *)&d->t, dl_closed);
+    struct unzst *u = arg;
+    if (err)
+        log_error("file download: %s after streaming part of the file", err_msg(err));
+    zst_reader_free(u->zr);
+    close(u->fd);
+    free(u);
 }
 
-static void dl_work(uv_work_t *w)
+/* The file itself (raw, or decompressed as a stream), or the error. */
+static int files_content_answer(struct http_req *req, struct api_job *job)
 {
-    struct dl *d = w->data;
-    d->len = 0;
-    while (d->len < DL_CHUNK) {
-        ssize_t n = zst_reader_read(d->zr, d->chunk + d->len, DL_CHUNK - d->len);
-        if (n < 0) {
-            d->err = (int)n;
-            break;
-        }
-        if (n == 0) {
-            d->eof = 1;
-            break;
-        }
-        d->len += (size_t)n;
+    struct file_job *fj = (struct file_job *)job;
+    if (fj->fd < 0) {
+        api_job_answer(req, job);
+        return 0;
     }
-}
-
-static void dl_next(struct dl *d);
-
-static void dl_after(uv_work_t *w, int status)
-{
-    struct dl *d = w->data;
-    if (status)
-        d->err = ERR_INTERNAL;
-    if (d->len && http_respond_write(d->req, d->chunk, d->len) == ERR_CONN) {
-        dl_finish(d); /* the client went away */
-        return;
-    }
-    if (d->err || d->eof) {
-        dl_finish(d);
-        return;
-    }
-    dl_next(d);
-}
-
-static void dl_tick(uv_timer_t *t)
-{
-    dl_next(t->data);
-}
-
-static void dl_next(struct dl *d)
-{
-    if (http_req_send_queue(d->req) > DL_QUEUE_MAX) {
-        uv_timer_start(&d->t, dl_tick, 5, 0);
-        return;
-    }
-    if (uv_queue_work(http_req_loop(d->req), &d->w, dl_work, dl_after) != 0) {
-        d->err = ERR_INTERNAL;
-        dl_finish(d);
-    }
-}
-
-void app_send_file(struct http_req *req, struct op *op)
-{
-    int fd = op->fd;
-    op->fd = -1;
-    if (!op->fd_decompress) {
-        if (op->fd_zstd_raw)
+    int fd = fj->fd;
+    fj->fd = -1;
+    if (!fj->fd_decompress) {
+        if (fj->fd_zstd_raw)
             http_resp_header(req, "Content-Encoding", "zstd");
-        http_respond_fd(req, 200, "application/octet-stream", fd, 0, op->fd_len);
-        return;
+        http_respond_fd(req, 200, "application/octet-stream", fd, 0, fj->fd_len);
+        return 0;
     }
-    struct dl *d = calloc(1, sizeof *d);
-    if (!d || !(d->chunk = malloc(DL_CHUNK))) {
-        if (d)
-            free(d);
+    struct unzst *u = calloc(1, sizeof *u);
+    if (u)
+        u->fd = fd;
+    if (!u || zst_reader_new(zst_fd_source, &u->fd, &u->zr) != 0) {
         close(fd);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
-        return;
+        free(u);
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
+        return 0;
     }
-    d->req = req;
-    d->fd = fd;
-    d->w.data = d;
-    d->t.data = d;
-    if (zst_reader_new(zst_fd_source, &d->fd, &d->zr) != 0) {
+    if (http_respond_stream(req, 200, "application/octet-stream", unzst_read, unzst_done, u) != 0) {
+        zst_reader_free(u->zr);
         close(fd);
-        free(d->chunk);
-        free(d);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
-        return;
+        free(u);
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
     }
-    uv_timer_init(http_req_loop(req), &d->t);
-    http_respond_begin(req, 200, "application/octet-stream");
-    dl_next(d);
+    return 0;
 }
 
 /* ---- route handlers --------------------------------------------------------------------- */
 
-static void files_by_id(struct http_req *req, op_fn fn)
+static void files_by_id(struct http_req *req, api_job_fn run, int (*answer)(struct http_req *, struct api_job *))
 {
-    struct op *op = app_op_new(req, fn);
-    if (op && copy_id(req, op, "id")) {
-        op_error(op, 404, NULL, "not_found", "file_id", "No such File object.");
-        app_op_free(op);
-        http_respond_error(req, 404, NULL, "not_found", "file_id", "No such File object.");
+    struct file_job *fj = calloc(1, sizeof *fj);
+    if (!fj) {
+        api_job_run(req, NULL);
         return;
     }
-    if (op)
-        op->accept_zstd = accepts_zstd(http_req_header(req, "Accept-Encoding"));
-    app_op_run(req, op);
+    api_job_init_req(&fj->job, req, run, file_job_free);
+    fj->job.answer = answer;
+    fj->fd = -1;
+    const char *id = http_req_param(req, "id");
+    if (!id || strlen(id) >= sizeof fj->id) {
+        api_job_free(&fj->job);
+        api_respond_error(req, API_ERR_NOT_FOUND, "file_id", "No such File object.");
+        return;
+    }
+    snprintf(fj->id, sizeof fj->id, "%s", id);
+    fj->accept_zstd = accepts_zstd(http_req_header(req, "Accept-Encoding"));
+    api_job_run(req, &fj->job);
 }
 
 static void files_get(struct http_req *req, void *arg)
 {
-    files_by_id(req, files_get_fn);
+    files_by_id(req, files_get_run, NULL);
 }
 
 static void files_delete(struct http_req *req, void *arg)
 {
-    files_by_id(req, files_delete_fn);
+    files_by_id(req, files_delete_run, files_delete_answer);
 }
 
 static void files_content(struct http_req *req, void *arg)
 {
-    files_by_id(req, files_content_fn);
+    files_by_id(req, files_content_run, files_content_answer);
 }
 
-int routes_files_add(struct app *app)
+int routes_files_add(struct api *app)
 {
     struct http_server *s = app->srv;
     int rc;
     if ((rc = http_server_route(s, &(struct http_route){"POST", "/v1/files", files_create,
                                                         files_create_head, 0, app})) ||
-        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/files", files_list, app_head_auth, 0, app})) ||
-        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/files/{id}", files_get, app_head_auth, 0, app})) ||
+        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/files", files_list, api_head_tenant, 0, app})) ||
+        (rc = http_server_route(s, &(struct http_route){"GET", "/v1/files/{id}", files_get, api_head_tenant, 0, app})) ||
         (rc = http_server_route(s, &(struct http_route){"DELETE", "/v1/files/{id}", files_delete,
-                                                        app_head_auth, 0, app})) ||
+                                                        api_head_tenant, 0, app})) ||
         (rc = http_server_route(s, &(struct http_route){"GET", "/v1/files/{id}/content", files_content,
-                                                        app_head_auth, 0, app})))
+                                                        api_head_tenant, 0, app})))
         return rc;
     return 0;
 }

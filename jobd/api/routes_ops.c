@@ -4,19 +4,24 @@
  * thread finished its startup scan, and jobd is not draining), GET /metrics
  * (Prometheus text format 0.0.4). No authentication on these.
  *
- * /metrics reads the batch counts by status on the thread pool, then adds
- * the loop's HTTP counters and the ingest thread's atomics in the
- * after-callback.
+ * /metrics reads the batch counts by status, the work-distribution
+ * gauges, the webhook outbox and the usage ledger sums on the thread pool,
+ * then adds the loop's HTTP counters, the worker routes' and the other
+ * threads' atomics in its answer.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
-#include "jobd/api/app_int.h"
 #include "jobd/account/budget.h"
+#include "jobd/api/api_int.h"
+#include "jobd/http/http.h"
+#include "jobd/intake/ingestq.h"
+#include "jobd/store/store_usage.h"
 #include "jobd/store/store_webhook.h"
 #include "jobd/webhook/webhook.h"
+#include "jobd/work/sweeper.h"
 
 static void healthz(struct http_req *req, void *arg)
 {
@@ -26,21 +31,22 @@ static void healthz(struct http_req *req, void *arg)
 
 static void readyz(struct http_req *req, void *arg)
 {
-    struct app *app = arg;
+    struct api *app = arg;
     if (app->draining) {
-        http_respond_error(req, 503, NULL, "shutting_down", NULL, "jobd is shutting down.");
+        api_respond_error(req, API_ERR_SHUTTING_DOWN, NULL, "jobd is shutting down.");
         return;
     }
     if (!app->iq || !ingestq_ready(app->iq)) {
         http_resp_header(req, "Retry-After", "1");
-        http_respond_error(req, 503, NULL, "starting", NULL, "jobd is starting (resuming ingestion).");
+        api_respond_error(req, API_ERR_STARTING, NULL, "jobd is starting (resuming ingestion).");
         return;
     }
     static const char body[] = "{\"status\":\"ready\"}";
     http_respond(req, 200, "application/json", body, sizeof body - 1);
 }
 
-struct metrics_in {
+struct metrics_job {
+    struct api_job job;
     int64_t counts[STORE_BATCH__COUNT];
     int ok;
     struct buf work; /* work-distribution gauges (routes_worker.c) */
@@ -51,25 +57,29 @@ struct metrics_in {
     int totals_ok;
 };
 
-static void metrics_in_free(void *p)
+static void metrics_free(struct api_job *job)
 {
-    struct metrics_in *m = p;
-    if (m) {
-        buf_release(&m->work);
-        free(m->totals);
-    }
+    struct metrics_job *m = (struct metrics_job *)job;
+    buf_release(&m->work);
+    free(m->totals);
     free(m);
 }
 
-static void metrics_fn(struct op *op, struct store *st)
+static int work_metrics_db(struct store *st, struct buf *b);
+
+static void metrics_run(struct api_job *job, struct store *st)
 {
-    struct metrics_in *m = op->in;
+    struct metrics_job *m = (struct metrics_job *)job;
     m->ok = store_batch_count_by_status(st, m->counts) == 0;
-    if (app_work_metrics_db(st, &m->work))
+    buf_reset(&m->work);
+    if (work_metrics_db(st, &m->work))
         buf_reset(&m->work);
     m->wh_ok = store_wh_stats(st, &m->wh) == 0;
+    free(m->totals);
+    m->totals = NULL;
+    m->n_totals = 0;
     m->totals_ok = store_usage_totals(st, 10000, &m->totals, &m->n_totals) == 0;
-    op->status = 200;
+    job->status = 200;
 }
 
 /* Prometheus label value: escape backslash, quote, newline. */
@@ -95,8 +105,71 @@ static void count_cb(void *arg, const char *method, const char *pattern, int sta
     buf_printf(b, "\",status=\"%d\"} %llu\n", status, (unsigned long long)count);
 }
 
+/* ---- work distribution ---- */
+
+/* Work-distribution gauges (pool thread). */
+static int work_metrics_db(struct store *st, struct buf *b)
+{
+    struct store_work_stats w;
+    int rc = store_work_stats(st, &w);
+    if (rc)
+        return rc;
+    buf_append_str(b, "# HELP jobd_requests Requests waiting (queued) or running (leased), by model.\n"
+                      "# TYPE jobd_requests gauge\n");
+    for (size_t i = 0; i < w.n_models; i++) {
+        static const char *const st_names[2] = {"queued", "leased"};
+        int64_t v[2] = {w.models[i].queued, w.models[i].leased};
+        for (int k = 0; k < 2; k++) {
+            buf_printf(b, "jobd_requests{status=\"%s\",model=\"", st_names[k]);
+            label(b, w.models[i].model);
+            buf_printf(b, "\"} %lld\n", (long long)v[k]);
+        }
+    }
+    buf_printf(b,
+               "# HELP jobd_leases_outstanding Leases not yet ended.\n"
+               "# TYPE jobd_leases_outstanding gauge\n"
+               "jobd_leases_outstanding %lld\n"
+               "# HELP jobd_dead_letters Dead-lettered requests (rows kept until retried).\n"
+               "# TYPE jobd_dead_letters gauge\n"
+               "jobd_dead_letters %lld\n",
+               (long long)w.leases_outstanding, (long long)w.dead_letters);
+    free(w.models);
+    return 0;
+}
+
+/* Work-distribution counters: the worker routes' and the sweeper's (loop thread). */
+static void work_metrics_counters(struct api *app, struct buf *b)
+{
+    struct sweeper_stats s;
+    sweeper_stats(app->sweeper, &s);
+    buf_printf(b,
+               "# HELP jobd_leases_granted_total Leases handed to workers (non-empty).\n"
+               "# TYPE jobd_leases_granted_total counter\n"
+               "jobd_leases_granted_total %llu\n"
+               "# HELP jobd_requests_leased_total Requests handed to workers (each attempt).\n"
+               "# TYPE jobd_requests_leased_total counter\n"
+               "jobd_requests_leased_total %llu\n"
+               "# HELP jobd_results_committed_total Results committed (success or invalid request).\n"
+               "# TYPE jobd_results_committed_total counter\n"
+               "jobd_results_committed_total %llu\n"
+               "# HELP jobd_lease_expiries_total Leases ended by the sweeper because they lapsed.\n"
+               "# TYPE jobd_lease_expiries_total counter\n"
+               "jobd_lease_expiries_total %llu\n"
+               "# HELP jobd_dead_lettered_total Requests dead-lettered, by cause.\n"
+               "# TYPE jobd_dead_lettered_total counter\n"
+               "jobd_dead_lettered_total{reason=\"worker_error\"} %llu\n"
+               "jobd_dead_lettered_total{reason=\"lease_expired\"} %llu\n"
+               "# HELP jobd_batches_finished_total Batches the sweeper brought to a terminal state.\n"
+               "# TYPE jobd_batches_finished_total counter\n"
+               "jobd_batches_finished_total %llu\n",
+               (unsigned long long)atomic_load(&app->n_leases), (unsigned long long)atomic_load(&app->n_leased),
+               (unsigned long long)atomic_load(&app->n_results), (unsigned long long)s.leases_expired,
+               (unsigned long long)atomic_load(&app->n_commit_dead), (unsigned long long)s.dead_lettered,
+               (unsigned long long)s.batches_finished);
+}
+
 /* Webhook delivery: attempts by outcome, latency histogram, outbox depth. */
-static void webhook_metrics(struct buf *b, struct app *app, const struct metrics_in *m)
+static void webhook_metrics(struct buf *b, struct api *app, const struct metrics_job *m)
 {
     struct webhook_counters c;
     webhook_dispatcher_counters(app->wh, &c);
@@ -143,7 +216,7 @@ static void webhook_metrics(struct buf *b, struct app *app, const struct metrics
 
 /* Tokens and cost by tenant and model (usage_totals: sums of the ledger, so
  * they survive restarts), and submissions refused by a budget, by limit. */
-static void usage_metrics(struct buf *b, struct app *app, const struct metrics_in *m)
+static void usage_metrics(struct buf *b, struct api *app, const struct metrics_job *m)
 {
     buf_append_str(b, "# HELP jobd_budget_rejections_total Submissions refused (429) by a budget limit since start.\n"
                       "# TYPE jobd_budget_rejections_total counter\n");
@@ -179,11 +252,11 @@ static void usage_metrics(struct buf *b, struct app *app, const struct metrics_i
     }
 }
 
-static void metrics_after(struct http_req *req, struct op *op)
+static int metrics_answer(struct http_req *req, struct api_job *job)
 {
-    struct app *app = op->app;
-    struct metrics_in *m = op->in;
-    struct buf *b = &op->out;
+    struct api *app = job->api;
+    struct metrics_job *m = (struct metrics_job *)job;
+    struct buf *b = &job->out;
     buf_append_str(b, "# HELP jobd_http_requests_total HTTP requests answered, by route and status.\n"
                       "# TYPE jobd_http_requests_total counter\n");
     if (app->srv)
@@ -243,26 +316,26 @@ static void metrics_after(struct http_req *req, struct op *op)
     }
     if (m->work.len)
         buf_append(b, m->work.data, m->work.len);
-    app_work_metrics_counters(app, b);
+    work_metrics_counters(app, b);
     webhook_metrics(b, app, m);
     usage_metrics(b, app, m);
     http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->data ? b->data : "",
                  b->len);
+    return 0;
 }
 
 static void metrics(struct http_req *req, void *arg)
 {
-    struct app *app = arg;
-    struct metrics_in *m = calloc(1, sizeof *m);
-    struct op *op = NULL;
-    if (m)
+    struct metrics_job *m = calloc(1, sizeof *m);
+    if (m) {
+        api_job_init(&m->job, arg, metrics_run, metrics_free, 0, 4u << 20);
+        m->job.answer = metrics_answer;
         buf_init(&m->work, 1u << 20);
-    if (m && (op = app_op_new_bare(app, metrics_fn, 0, m, metrics_in_free, 4u << 20)))
-        op->after = metrics_after;
-    app_op_run(req, op);
+    }
+    api_job_run(req, m ? &m->job : NULL);
 }
 
-int routes_ops_add(struct app *app)
+int routes_ops_add(struct api *app)
 {
     int rc;
     if ((rc = http_server_route(app->srv, &(struct http_route){"GET", "/healthz", healthz, NULL, 0, app})) ||

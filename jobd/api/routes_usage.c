@@ -9,7 +9,7 @@
  * answer is a list of buckets ordered by key plus the range totals, each with
  * tokens, requests and cost (integer micro-dollars). Sums of usage_ledger
  * rows (jobd/store/store_usage.h), so they agree exactly with each batch's usage.
- * The database work runs on the thread pool (app_op_run).
+ * The database work runs on the thread pool (jobd/api/api_job.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +18,14 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
-#include "jobd/api/app_int.h"
+#include "jobd/api/api_auth.h"
+#include "jobd/api/api_int.h"
+#include "jobd/api/api_json.h"
+#include "jobd/http/http.h"
 #include "jobd/store/store_usage.h"
 
-struct usage_in {
+struct usage_job {
+    struct api_job job;
     int64_t since, until;
     enum store_usage_group group;
     int admin;       /* across tenants */
@@ -40,24 +44,29 @@ static int sums_json(struct buf *b, const struct store_usage_row *r)
                       (long long)r->requests, (long long)r->cost_micros);
 }
 
-static void usage_fn(struct op *op, struct store *st)
+static void usage_job_free(struct api_job *job)
 {
-    const struct usage_in *in = op->in;
+    free(job);
+}
+
+static void usage_run(struct api_job *job, struct store *st)
+{
+    const struct usage_job *in = (const struct usage_job *)job;
     struct store_usage_row *rows = NULL, tot;
     struct store_tenant t;
     size_t n = 0;
     int more = 0, rc;
-    const char *tenant = op->tenant;
+    const char *tenant = job->tenant;
     if (in->admin) {
         tenant = NULL;
         if (in->tenant[0]) {
             rc = store_tenant_resolve(st, in->tenant, &t);
             if (rc == ERR_NOTFOUND) {
-                op_error(op, 404, NULL, "not_found", "tenant", "No such tenant: '%s'.", in->tenant);
+                api_job_error(job, API_ERR_NOT_FOUND, "tenant", "No such tenant: '%s'.", in->tenant);
                 return;
             }
             if (rc) {
-                op_internal(op, rc, "get tenant");
+                api_job_internal(job, rc, "get tenant");
                 return;
             }
             tenant = t.id;
@@ -65,10 +74,10 @@ static void usage_fn(struct op *op, struct store *st)
     }
     rc = store_usage_report(st, tenant, in->since, in->until, in->group, &rows, &n, &more, &tot);
     if (rc) {
-        op_internal(op, rc, "usage report");
+        api_job_internal(job, rc, "usage report");
         return;
     }
-    struct buf *b = &op->out;
+    struct buf *b = &job->out;
     rc = buf_printf(b, "{\"object\":\"list\",\"group_by\":\"%s\",\"since\":%lld,\"until\":%lld,",
                     group_name[in->group], (long long)in->since, (long long)in->until);
     if (!rc && in->admin)
@@ -87,9 +96,9 @@ static void usage_fn(struct op *op, struct store *st)
     if (!rc && !(rc = buf_append_str(b, "],\"totals\":{")) && !(rc = sums_json(b, &tot)))
         rc = buf_printf(b, "},\"has_more\":%s}", more ? "true" : "false");
     if (rc)
-        op_internal(op, rc, "usage report");
+        api_job_internal(job, rc, "usage report");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
 /* Days from 1970-01-01 to y-m-d (proleptic Gregorian; Howard Hinnant's algorithm). */
@@ -112,7 +121,7 @@ static int query_time(struct http_req *req, const char *name, int64_t def, int64
         return 0;
     }
     int64_t x;
-    if (app_query_int(req, name, 0, INT64_MAX / 2, def, &x) == 0) {
+    if (api_query_int(req, name, 0, INT64_MAX / 2, def, &x) == 0) {
         *out = x;
         return 0;
     }
@@ -138,11 +147,11 @@ static int query_time(struct http_req *req, const char *name, int64_t def, int64
 
 /* Parse since/until/group_by (and, admin, tenant) into *in; answers 400 and
  * returns -1 on a bad value. groups = how many group_by values are allowed. */
-static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
+static int parse_query(struct http_req *req, struct usage_job *in, size_t groups)
 {
     int64_t now = clock_wall_s();
     if (query_time(req, "since", 0, &in->since) || query_time(req, "until", now + 86400, &in->until)) {
-        http_respond_error(req, 400, NULL, "invalid_value", NULL,
+        api_respond_error(req, API_ERR_INVALID_VALUE, NULL,
                            "since and until must be unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC).");
         return -1;
     }
@@ -152,7 +161,7 @@ static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
         while (i < groups && strcmp(g, group_name[i]) != 0)
             i++;
         if (i == groups) {
-            http_respond_error(req, 400, NULL, "invalid_value", "group_by",
+            api_respond_error(req, API_ERR_INVALID_VALUE, "group_by",
                                groups == 4 ? "group_by must be one of batch, model, day, tenant."
                                            : "group_by must be one of batch, model, day.");
             return -1;
@@ -162,7 +171,7 @@ static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
     if (in->admin) {
         const char *t = http_req_query(req, "tenant");
         if (t && (!*t || strlen(t) >= sizeof in->tenant)) {
-            http_respond_error(req, 400, NULL, "invalid_value", "tenant",
+            api_respond_error(req, API_ERR_INVALID_VALUE, "tenant",
                                "tenant must be a tenant name or ten_... id.");
             return -1;
         }
@@ -175,46 +184,43 @@ static int parse_query(struct http_req *req, struct usage_in *in, size_t groups)
 static void usage_get(struct http_req *req, void *arg)
 {
     (void)arg;
-    struct usage_in in = {.group = STORE_USAGE_MODEL};
-    if (parse_query(req, &in, 3))
+    struct usage_job *in = calloc(1, sizeof *in);
+    if (!in) {
+        api_job_run(req, NULL);
         return;
-    struct op *op = app_op_new(req, usage_fn);
-    struct usage_in *p = op ? malloc(sizeof *p) : NULL;
-    if (op && !p) {
-        app_op_free(op);
-        op = NULL;
     }
-    if (op) {
-        *p = in;
-        op->in = p;
-        op->in_free = free;
+    in->group = STORE_USAGE_MODEL;
+    if (parse_query(req, in, 3)) {
+        free(in);
+        return;
     }
-    app_op_run(req, op);
+    api_job_init_req(&in->job, req, usage_run, usage_job_free);
+    api_job_run(req, &in->job);
 }
 
-/* GET /v1/admin/usage: admin token (app_admin_head); no tenant context, so
- * app_op_new_bare rather than app_op_new. */
+/* GET /v1/admin/usage: admin token (api_head_admin); no tenant context. */
 static void admin_usage_get(struct http_req *req, void *arg)
 {
-    struct usage_in *p = calloc(1, sizeof *p);
-    if (!p) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+    struct usage_job *in = calloc(1, sizeof *in);
+    if (!in) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
-    p->group = STORE_USAGE_TENANT;
-    p->admin = 1;
-    if (parse_query(req, p, 4)) {
-        free(p);
+    in->group = STORE_USAGE_TENANT;
+    in->admin = 1;
+    if (parse_query(req, in, 4)) {
+        free(in);
         return;
     }
-    app_op_run(req, app_op_new_bare(arg, usage_fn, 0, p, free, 64u << 20));
+    api_job_init(&in->job, arg, usage_run, usage_job_free, 0, 64u << 20);
+    api_job_run(req, &in->job);
 }
 
-int routes_usage_add(struct app *app)
+int routes_usage_add(struct api *api)
 {
-    int rc = http_server_route(app->srv, &(struct http_route){"GET", "/v1/usage", usage_get, app_head_auth, 0, app});
+    int rc = http_server_route(api->srv, &(struct http_route){"GET", "/v1/usage", usage_get, api_head_tenant, 0, api});
     if (!rc)
-        rc = http_server_route(app->srv,
-                               &(struct http_route){"GET", "/v1/admin/usage", admin_usage_get, app_admin_head, 0, app});
+        rc = http_server_route(api->srv,
+                               &(struct http_route){"GET", "/v1/admin/usage", admin_usage_get, api_head_admin, 0, api});
     return rc;
 }

@@ -11,7 +11,8 @@
  *   GET    /v1/webhook_secret                    the tenant's default secret (per-batch URLs)
  *
  * The body is checked on the loop thread; the URL's DNS check (SSRF guard
- * at registration) and the database work run on the thread pool.
+ * at registration) and the database work run on the thread pool (each
+ * route's *_run, jobd/api/api_job.h).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -23,15 +24,33 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
-#include "jobd/api/app_int.h"
+#include "jobd/api/api_auth.h"
+#include "jobd/api/api_idem.h"
+#include "jobd/api/api_int.h"
+#include "jobd/api/api_json.h"
+#include "jobd/http/http.h"
 #include "jobd/store/store_webhook.h"
 #include "jobd/webhook/webhook.h"
 
-struct wh_in {
+/* POST /v1/webhook_endpoints */
+struct create_job {
+    struct api_job job;
     char url[STORE_WH_URL_MAX + 1];
     char types[STORE_WH_TYPES_MAX];
-    int64_t delivery_id;
 };
+
+/* the routes on one endpoint ({id}) */
+struct endpoint_job {
+    struct api_job job;
+    char id[ID_MAX];
+    int64_t delivery_id; /* redeliver: the delivery; list: list before it (0 = newest) */
+    int limit;           /* list */
+};
+
+static void job_free(struct api_job *job)
+{
+    free(job);
+}
 
 /* ---- JSON ----------------------------------------------------------------------------- */
 
@@ -110,54 +129,60 @@ static int delivery_json(struct buf *b, const struct store_wh_delivery *d)
     return buf_append_str(b, "]}");
 }
 
-static void endpoint_not_found(struct op *op)
+static void endpoint_not_found(struct endpoint_job *ej)
 {
-    op_error(op, 404, NULL, "not_found", "id", "No such webhook endpoint: '%s'.", op->id);
+    api_job_error(&ej->job, API_ERR_NOT_FOUND, "id", "No such webhook endpoint: '%s'.", ej->id);
 }
 
 /* ---- POST /v1/webhook_endpoints ---------------------------------------------------------- */
 
-static void create_fn(struct op *op, struct store *st)
+/* store_idem_answer's render: the new endpoint with its secret (shown once). */
+struct created {
+    struct api_job *job;
+    const char *secret;
+    int failed; /* render answered the error */
+};
+
+static int render_endpoint(void *arg, const void *obj)
 {
-    struct wh_in *in = op->in;
+    struct created *c = arg;
+    buf_reset(&c->job->out);
+    int rc = endpoint_json(&c->job->out, obj, c->secret);
+    c->failed = rc != 0;
+    if (rc)
+        api_job_internal(c->job, rc, "render endpoint");
+    else
+        c->job->status = 200;
+    return rc;
+}
+
+static void create_run(struct api_job *job, struct store *st)
+{
+    struct create_job *in = (struct create_job *)job;
     char msg[400];
-    int rc = webhook_url_check(in->url, op->app->cfg.webhook.allow_private, 1, msg, sizeof msg);
+    int rc = webhook_url_check(in->url, job->api->cfg.webhook_allow_private, 1, msg, sizeof msg);
     if (rc) {
-        op_error(op, 400, NULL, rc == ERR_UNSUPPORTED ? "url_not_allowed" : "invalid_url", "url", "%s", msg);
+        api_job_error(job, rc == ERR_UNSUPPORTED ? API_ERR_URL_NOT_ALLOWED : API_ERR_INVALID_URL, "url", "%s", msg);
         return;
     }
     char secret[STORE_WH_SECRET_MAX];
     if ((rc = webhook_secret_new(secret))) {
-        op_internal(op, rc, "webhook secret");
+        api_job_internal(job, rc, "webhook secret");
         return;
     }
-    if (op_idem_begin(op, st))
+    if (api_idem_begin(job, st))
         return;
-    struct store_wh_endpoint e;
-    if ((rc = store_tx_begin(st))) {
-        op_idem_release(op, st);
-        op_internal(op, rc, "begin");
+    struct created c = {job, secret, 0};
+    struct store_idem_answer ans = api_idem_answer(job, render_endpoint, &c);
+    rc = store_wh_endpoint_create_keyed(st, job->tenant, in->url, in->types, secret, clock_wall_s(), &ans);
+    if (!rc)
         return;
-    }
-    rc = store_wh_endpoint_create(st, op->tenant, in->url, in->types, secret, clock_wall_s(), &e);
-    if (rc == ERR_TOOBIG) {
-        op_error(op, 400, NULL, "limit_exceeded", NULL, "A tenant may register at most %d webhook endpoints.",
-                 STORE_WH_MAX_ENDPOINTS);
-    } else if (!rc) {
-        buf_reset(&op->out);
-        if ((rc = endpoint_json(&op->out, &e, secret)))
-            op_internal(op, rc, "render endpoint");
-        else
-            op->status = 200;
-    } else {
-        op_internal(op, rc, "create webhook endpoint");
-    }
-    if (!rc && !(rc = op_idem_complete(op, st)) && !(rc = store_tx_commit(st)))
-        return;
-    store_tx_rollback(st);
-    op_idem_release(op, st);
-    if (op->status == 200)
-        op_internal(op, rc, "create webhook endpoint");
+    api_idem_release(job, st);
+    if (rc == ERR_TOOBIG)
+        api_job_error(job, API_ERR_LIMIT_EXCEEDED, NULL, "A tenant may register at most %d webhook endpoints.",
+                      STORE_WH_MAX_ENDPOINTS);
+    else if (!c.failed)
+        api_job_internal(job, rc, "create webhook endpoint");
 }
 
 static void endpoints_create(struct http_req *req, void *arg)
@@ -170,25 +195,25 @@ static void endpoints_create(struct http_req *req, void *arg)
     struct js_limits lim = JS_LIMITS_DEFAULT;
     if (js_parse(body, len, &lim, &root, &je) || !json_is_object(root)) {
         json_decref(root);
-        http_respond_error(req, 400, NULL, "invalid_json", NULL,
+        api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                            "We could not parse the JSON body of your request (expected an object).");
         return;
     }
-    struct wh_in *in = calloc(1, sizeof *in);
+    struct create_job *in = calloc(1, sizeof *in);
     const char *url = NULL;
     char msg[400];
     int r;
     if (!in) {
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         goto out;
     }
     if ((r = js_get_str(root, "url", &url))) {
-        http_respond_error(req, 400, NULL, r == ERR_NOTFOUND ? "missing_required_parameter" : "invalid_type",
+        api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_TYPE,
                            "url", "Missing or invalid 'url': expected a string such as \"https://example.com/hook\".");
         goto out;
     }
     if (webhook_url_check(url, 1, 0, msg, sizeof msg)) {
-        http_respond_error(req, 400, NULL, "invalid_url", "url", "%s", msg);
+        api_respond_error(req, API_ERR_INVALID_URL, "url", "%s", msg);
         goto out;
     }
     snprintf(in->url, sizeof in->url, "%s", url);
@@ -196,7 +221,7 @@ static void endpoints_create(struct http_req *req, void *arg)
     if (!types || json_is_null(types)) {
         snprintf(in->types, sizeof in->types, "*");
     } else if (!json_is_array(types) || json_array_size(types) == 0 || json_array_size(types) > 8) {
-        http_respond_error(req, 400, NULL, "invalid_value", "event_types",
+        api_respond_error(req, API_ERR_INVALID_VALUE, "event_types",
                            "event_types must be a non-empty array of event types (or omitted for all).");
         goto out;
     } else {
@@ -208,7 +233,7 @@ static void endpoints_create(struct http_req *req, void *arg)
             const char *t = json_string_value(v);
             if (!t || (!webhook_event_type_valid(t) && strcmp(t, "*") != 0)) {
                 buf_release(&tb);
-                http_respond_error(req, 400, NULL, "invalid_value", "event_types",
+                api_respond_error(req, API_ERR_INVALID_VALUE, "event_types",
                                    "Unknown event type: use batch.completed, batch.failed, batch.expired, "
                                    "batch.cancelled or \"*\".");
                 goto out;
@@ -225,14 +250,10 @@ static void endpoints_create(struct http_req *req, void *arg)
         snprintf(in->types, sizeof in->types, "%.*s", (int)tb.len, tb.data ? tb.data : "");
         buf_release(&tb);
     }
-    struct op *op = app_op_new(req, create_fn);
-    if (op) {
-        op->in = in;
-        op->in_free = free;
-        in = NULL;
-        store_idem_fingerprint("POST", "/v1/webhook_endpoints", body, len, op->fp);
-    }
-    app_op_run(req, op);
+    api_job_init_req(&in->job, req, create_run, job_free);
+    store_idem_fingerprint("POST", "/v1/webhook_endpoints", body, len, in->job.fp);
+    api_job_run(req, &in->job);
+    in = NULL;
 out:
     free(in);
     json_decref(root);
@@ -240,95 +261,98 @@ out:
 
 /* ---- GET list / one, DELETE ------------------------------------------------------------------- */
 
-static void list_fn(struct op *op, struct store *st)
+static void list_run(struct api_job *job, struct store *st)
 {
     struct store_wh_endpoint *items = NULL;
     size_t n = 0;
-    int rc = store_wh_endpoint_list(st, op->tenant, &items, &n);
+    int rc = store_wh_endpoint_list(st, job->tenant, &items, &n);
     if (rc) {
-        op_internal(op, rc, "list webhook endpoints");
+        api_job_internal(job, rc, "list webhook endpoints");
         return;
     }
-    buf_append_str(&op->out, "{\"object\":\"list\",\"data\":[");
+    buf_append_str(&job->out, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n && !rc; i++) {
         if (i)
-            buf_append_byte(&op->out, ',');
-        rc = endpoint_json(&op->out, &items[i], NULL);
+            buf_append_byte(&job->out, ',');
+        rc = endpoint_json(&job->out, &items[i], NULL);
     }
     free(items);
-    if (rc || (rc = buf_append_str(&op->out, "],\"has_more\":false}")))
-        op_internal(op, rc, "render endpoints");
+    if (rc || (rc = buf_append_str(&job->out, "],\"has_more\":false}")))
+        api_job_internal(job, rc, "render endpoints");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
-static void get_fn(struct op *op, struct store *st)
+static void get_run(struct api_job *job, struct store *st)
 {
+    struct endpoint_job *ej = (struct endpoint_job *)job;
     struct store_wh_endpoint e;
-    int rc = store_wh_endpoint_get(st, op->tenant, op->id, &e);
+    int rc = store_wh_endpoint_get(st, job->tenant, ej->id, &e);
     if (rc == ERR_NOTFOUND)
-        endpoint_not_found(op);
+        endpoint_not_found(ej);
     else if (rc)
-        op_internal(op, rc, "get webhook endpoint");
-    else if ((rc = endpoint_json(&op->out, &e, NULL)))
-        op_internal(op, rc, "render endpoint");
+        api_job_internal(job, rc, "get webhook endpoint");
+    else if ((rc = endpoint_json(&job->out, &e, NULL)))
+        api_job_internal(job, rc, "render endpoint");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
-static void delete_fn(struct op *op, struct store *st)
+static void delete_run(struct api_job *job, struct store *st)
 {
-    int rc = store_wh_endpoint_delete(st, op->tenant, op->id);
+    struct endpoint_job *ej = (struct endpoint_job *)job;
+    int rc = store_wh_endpoint_delete(st, job->tenant, ej->id);
     if (rc == ERR_NOTFOUND)
-        endpoint_not_found(op);
+        endpoint_not_found(ej);
     else if (rc)
-        op_internal(op, rc, "delete webhook endpoint");
-    else if ((rc = buf_printf(&op->out, "{\"id\":\"%s\",\"object\":\"webhook_endpoint.deleted\",\"deleted\":true}",
-                              op->id)))
-        op_internal(op, rc, "render");
+        api_job_internal(job, rc, "delete webhook endpoint");
+    else if ((rc = buf_printf(&job->out, "{\"id\":\"%s\",\"object\":\"webhook_endpoint.deleted\",\"deleted\":true}",
+                              ej->id)))
+        api_job_internal(job, rc, "render");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
 /* ---- deliveries ------------------------------------------------------------------------------ */
 
 /* Render the one delivery `id` of the endpoint (after a redeliver / test). */
-static void answer_delivery(struct op *op, struct store *st, int64_t id)
+static void answer_delivery(struct endpoint_job *ej, struct store *st, int64_t id)
 {
+    struct api_job *job = &ej->job;
     struct store_wh_delivery *items = NULL;
     size_t n = 0;
     int more = 0;
-    int rc = store_wh_delivery_list(st, op->tenant, op->id, id + 1, 1, &items, &n, &more);
+    int rc = store_wh_delivery_list(st, job->tenant, ej->id, id + 1, 1, &items, &n, &more);
     if (rc || n != 1 || items[0].id != id) {
         store_wh_delivery_list_free(items, n);
-        op_internal(op, rc ? rc : ERR_INTERNAL, "read delivery");
+        api_job_internal(job, rc ? rc : ERR_INTERNAL, "read delivery");
         return;
     }
-    buf_reset(&op->out);
-    rc = delivery_json(&op->out, &items[0]);
+    buf_reset(&job->out);
+    rc = delivery_json(&job->out, &items[0]);
     store_wh_delivery_list_free(items, n);
     if (rc)
-        op_internal(op, rc, "render delivery");
+        api_job_internal(job, rc, "render delivery");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
-static void deliveries_fn(struct op *op, struct store *st)
+static void deliveries_run(struct api_job *job, struct store *st)
 {
-    struct wh_in *in = op->in;
+    struct endpoint_job *ej = (struct endpoint_job *)job;
     struct store_wh_delivery *items = NULL;
     size_t n = 0;
     int more = 0;
-    int rc = store_wh_delivery_list(st, op->tenant, op->id, in->delivery_id, op->limit, &items, &n, &more);
+    int rc = store_wh_delivery_list(st, job->tenant, ej->id, ej->delivery_id, ej->limit, &items, &n, &more);
     if (rc == ERR_NOTFOUND) {
-        endpoint_not_found(op);
+        endpoint_not_found(ej);
         return;
     }
     if (rc) {
-        op_internal(op, rc, "list deliveries");
+        api_job_internal(job, rc, "list deliveries");
         return;
     }
-    struct buf *b = &op->out;
+    struct buf *b = &job->out;
     buf_append_str(b, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n && !rc; i++) {
         if (i)
@@ -345,56 +369,57 @@ static void deliveries_fn(struct op *op, struct store *st)
     }
     store_wh_delivery_list_free(items, n);
     if (rc)
-        op_internal(op, rc, "render deliveries");
+        api_job_internal(job, rc, "render deliveries");
     else
-        op->status = 200;
+        job->status = 200;
 }
 
-static void redeliver_fn(struct op *op, struct store *st)
+static void redeliver_run(struct api_job *job, struct store *st)
 {
-    struct wh_in *in = op->in;
-    int rc = store_wh_redeliver(st, op->tenant, op->id, in->delivery_id, clock_wall_s());
+    struct endpoint_job *ej = (struct endpoint_job *)job;
+    int rc = store_wh_redeliver(st, job->tenant, ej->id, ej->delivery_id, clock_wall_s());
     if (rc == ERR_NOTFOUND)
-        op_error(op, 404, NULL, "not_found", "delivery_id", "No such delivery 'whd_%lld' of endpoint '%s'.",
-                 (long long)in->delivery_id, op->id);
+        api_job_error(job, API_ERR_NOT_FOUND, "delivery_id", "No such delivery 'whd_%lld' of endpoint '%s'.",
+                 (long long)ej->delivery_id, ej->id);
     else if (rc == ERR_BADSTATE)
-        op_error(op, 400, NULL, "endpoint_disabled", "id",
-                 "Webhook endpoint '%s' is disabled; delete it and register it again.", op->id);
+        api_job_error(job, API_ERR_ENDPOINT_DISABLED, "id",
+                 "Webhook endpoint '%s' is disabled; delete it and register it again.", ej->id);
     else if (rc)
-        op_internal(op, rc, "redeliver");
+        api_job_internal(job, rc, "redeliver");
     else
-        answer_delivery(op, st, in->delivery_id);
+        answer_delivery(ej, st, ej->delivery_id);
 }
 
-static void test_fn(struct op *op, struct store *st)
+static void test_run(struct api_job *job, struct store *st)
 {
+    struct endpoint_job *ej = (struct endpoint_job *)job;
     int64_t did = 0;
-    int rc = store_wh_test_event(st, op->tenant, op->id, clock_wall_s(), &did);
+    int rc = store_wh_test_event(st, job->tenant, ej->id, clock_wall_s(), &did);
     if (rc == ERR_NOTFOUND)
-        endpoint_not_found(op);
+        endpoint_not_found(ej);
     else if (rc == ERR_BADSTATE)
-        op_error(op, 400, NULL, "endpoint_disabled", "id",
-                 "Webhook endpoint '%s' is disabled; delete it and register it again.", op->id);
+        api_job_error(job, API_ERR_ENDPOINT_DISABLED, "id",
+                 "Webhook endpoint '%s' is disabled; delete it and register it again.", ej->id);
     else if (rc)
-        op_internal(op, rc, "test event");
+        api_job_internal(job, rc, "test event");
     else
-        answer_delivery(op, st, did);
+        answer_delivery(ej, st, did);
 }
 
-static void secret_fn(struct op *op, struct store *st)
+static void secret_run(struct api_job *job, struct store *st)
 {
     char fresh[STORE_WH_SECRET_MAX], secret[STORE_WH_SECRET_MAX];
     int rc = webhook_secret_new(fresh);
     if (!rc)
-        rc = store_wh_tenant_secret(st, op->tenant, fresh, clock_wall_s(), secret);
+        rc = store_wh_tenant_secret(st, job->tenant, fresh, clock_wall_s(), secret);
     if (rc) {
-        op_internal(op, rc, "tenant webhook secret");
+        api_job_internal(job, rc, "tenant webhook secret");
         return;
     }
-    buf_append_str(&op->out, "{\"object\":\"webhook_secret\",\"secret\":");
-    js_escape(&op->out, secret, strlen(secret));
-    buf_append_str(&op->out, "}");
-    op->status = 200;
+    buf_append_str(&job->out, "{\"object\":\"webhook_secret\",\"secret\":");
+    js_escape(&job->out, secret, strlen(secret));
+    buf_append_str(&job->out, "}");
+    job->status = 200;
 }
 
 /* ---- handlers: parse ids and queue -------------------------------------------------------------- */
@@ -412,70 +437,75 @@ static int parse_delivery_id(const char *s, int64_t *out)
     return 0;
 }
 
-/* A new op with the {id} path parameter and a struct wh_in. NULL when answered. */
-static struct op *endpoint_op(struct http_req *req, op_fn fn)
+/* A new job on the endpoint named by the {id} parameter. NULL when answered. */
+static struct endpoint_job *endpoint_job_new(struct http_req *req, api_job_fn run)
 {
     const char *id = http_req_param(req, "id");
     if (!id || strlen(id) >= ID_MAX) {
-        http_respond_error(req, 404, NULL, "not_found", "id", "No such webhook endpoint.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "id", "No such webhook endpoint.");
         return NULL;
     }
-    struct op *op = app_op_new(req, fn);
-    struct wh_in *in = calloc(1, sizeof *in);
-    if (!op || !in) {
-        free(in);
-        app_op_free(op);
-        http_respond_error(req, 500, NULL, NULL, NULL, "Out of memory.");
+    struct endpoint_job *ej = calloc(1, sizeof *ej);
+    if (!ej) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return NULL;
     }
-    snprintf(op->id, sizeof op->id, "%s", id);
-    op->in = in;
-    op->in_free = free;
-    return op;
+    api_job_init_req(&ej->job, req, run, job_free);
+    snprintf(ej->id, sizeof ej->id, "%s", id);
+    return ej;
+}
+
+/* A job of the tenant with no input. */
+static void tenant_job(struct http_req *req, api_job_fn run)
+{
+    struct api_job *job = calloc(1, sizeof *job);
+    if (job)
+        api_job_init_req(job, req, run, job_free);
+    api_job_run(req, job);
 }
 
 static void endpoints_list(struct http_req *req, void *arg)
 {
     (void)arg;
-    app_op_run(req, app_op_new(req, list_fn));
+    tenant_job(req, list_run);
 }
 
 static void endpoints_get(struct http_req *req, void *arg)
 {
     (void)arg;
-    struct op *op = endpoint_op(req, get_fn);
-    if (op)
-        app_op_run(req, op);
+    struct endpoint_job *ej = endpoint_job_new(req, get_run);
+    if (ej)
+        api_job_run(req, &ej->job);
 }
 
 static void endpoints_delete(struct http_req *req, void *arg)
 {
     (void)arg;
-    struct op *op = endpoint_op(req, delete_fn);
-    if (op)
-        app_op_run(req, op);
+    struct endpoint_job *ej = endpoint_job_new(req, delete_run);
+    if (ej)
+        api_job_run(req, &ej->job);
 }
 
 static void deliveries_list(struct http_req *req, void *arg)
 {
     (void)arg;
     int64_t limit;
-    if (app_query_int(req, "limit", 1, 100, 20, &limit)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "limit", "limit must be an integer from 1 to 100.");
+    if (api_query_int(req, "limit", 1, 100, 20, &limit)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "limit", "limit must be an integer from 1 to 100.");
         return;
     }
     const char *after = http_req_query(req, "after");
     int64_t before = 0;
     if (after && parse_delivery_id(after, &before)) {
-        http_respond_error(req, 400, NULL, "invalid_value", "after", "after must be a delivery id (whd_...).");
+        api_respond_error(req, API_ERR_INVALID_VALUE, "after", "after must be a delivery id (whd_...).");
         return;
     }
-    struct op *op = endpoint_op(req, deliveries_fn);
-    if (!op)
+    struct endpoint_job *ej = endpoint_job_new(req, deliveries_run);
+    if (!ej)
         return;
-    op->limit = (int)limit;
-    ((struct wh_in *)op->in)->delivery_id = before;
-    app_op_run(req, op);
+    ej->limit = (int)limit;
+    ej->delivery_id = before;
+    api_job_run(req, &ej->job);
 }
 
 static void deliveries_redeliver(struct http_req *req, void *arg)
@@ -483,43 +513,43 @@ static void deliveries_redeliver(struct http_req *req, void *arg)
     (void)arg;
     int64_t did;
     if (parse_delivery_id(http_req_param(req, "delivery_id"), &did)) {
-        http_respond_error(req, 404, NULL, "not_found", "delivery_id", "No such delivery.");
+        api_respond_error(req, API_ERR_NOT_FOUND, "delivery_id", "No such delivery.");
         return;
     }
-    struct op *op = endpoint_op(req, redeliver_fn);
-    if (!op)
+    struct endpoint_job *ej = endpoint_job_new(req, redeliver_run);
+    if (!ej)
         return;
-    ((struct wh_in *)op->in)->delivery_id = did;
-    app_op_run(req, op);
+    ej->delivery_id = did;
+    api_job_run(req, &ej->job);
 }
 
 static void endpoints_test(struct http_req *req, void *arg)
 {
     (void)arg;
-    struct op *op = endpoint_op(req, test_fn);
-    if (op)
-        app_op_run(req, op);
+    struct endpoint_job *ej = endpoint_job_new(req, test_run);
+    if (ej)
+        api_job_run(req, &ej->job);
 }
 
 static void secret_get(struct http_req *req, void *arg)
 {
     (void)arg;
-    app_op_run(req, app_op_new(req, secret_fn));
+    tenant_job(req, secret_run);
 }
 
-int routes_webhooks_add(struct app *app)
+int routes_webhooks_add(struct api *app)
 {
     struct http_server *s = app->srv;
     const struct http_route routes[] = {
-        {"POST", "/v1/webhook_endpoints", endpoints_create, app_head_auth, 64 * 1024, app},
-        {"GET", "/v1/webhook_endpoints", endpoints_list, app_head_auth, 0, app},
-        {"GET", "/v1/webhook_endpoints/{id}", endpoints_get, app_head_auth, 0, app},
-        {"DELETE", "/v1/webhook_endpoints/{id}", endpoints_delete, app_head_auth, 0, app},
-        {"GET", "/v1/webhook_endpoints/{id}/deliveries", deliveries_list, app_head_auth, 0, app},
+        {"POST", "/v1/webhook_endpoints", endpoints_create, api_head_tenant, 64 * 1024, app},
+        {"GET", "/v1/webhook_endpoints", endpoints_list, api_head_tenant, 0, app},
+        {"GET", "/v1/webhook_endpoints/{id}", endpoints_get, api_head_tenant, 0, app},
+        {"DELETE", "/v1/webhook_endpoints/{id}", endpoints_delete, api_head_tenant, 0, app},
+        {"GET", "/v1/webhook_endpoints/{id}/deliveries", deliveries_list, api_head_tenant, 0, app},
         {"POST", "/v1/webhook_endpoints/{id}/deliveries/{delivery_id}/redeliver", deliveries_redeliver,
-         app_head_auth, 0, app},
-        {"POST", "/v1/webhook_endpoints/{id}/test", endpoints_test, app_head_auth, 0, app},
-        {"GET", "/v1/webhook_secret", secret_get, app_head_auth, 0, app},
+         api_head_tenant, 0, app},
+        {"POST", "/v1/webhook_endpoints/{id}/test", endpoints_test, api_head_tenant, 0, app},
+        {"GET", "/v1/webhook_secret", secret_get, api_head_tenant, 0, app},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         int rc = http_server_route(s, &routes[i]);

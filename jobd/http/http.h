@@ -65,6 +65,8 @@
  * Typical owner (jobd main):
  *
  *   struct http_config cfg;  http_config_default(&cfg);  cfg.port = 8080;
+ *   // the owner creates the uv_loop_t; every libuv handle of a request
+ *   // (timers, work, file reads) is the server's (http_req_timer_start, ...)
  *   struct http_server *srv;  http_server_new(loop, &cfg, &srv);
  *   http_server_route(srv, &(struct http_route){"GET", "/v1/batches/{id}", get_batch, NULL, 0, app});
  *   http_server_listen(srv);
@@ -90,10 +92,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <uv.h>
 
 struct http_server;
 struct http_req;
+struct uv_loop_s; /* libuv's loop (uv_loop_t); only the owner of the server needs <uv.h> */
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -146,7 +148,7 @@ struct http_route {
 /* Create a server on loop (not listening yet). cfg is copied (host too).
  * Returns 0, ERR_INVAL (bad cfg) or ERR_NOMEM. The server must be shut down
  * (http_server_shutdown) before it is freed, even if it never listened. */
-int http_server_new(uv_loop_t *loop, const struct http_config *cfg, struct http_server **out);
+int http_server_new(struct uv_loop_s *loop, const struct http_config *cfg, struct http_server **out);
 
 /* Add a route. The most specific match wins (a literal segment beats a
  * {param} at the same position, leftmost first); a GET route also answers
@@ -225,9 +227,6 @@ const char *http_req_body(const struct http_req *req, size_t *len);
 /* Content-Length as sent, or -1 when absent (e.g. chunked). */
 int64_t http_req_content_length(const struct http_req *req);
 
-/* Loop the server runs on (for uv_* calls of handlers). */
-uv_loop_t *http_req_loop(const struct http_req *req);
-
 /* Attach per-request data; free_fn (may be NULL) is called with it exactly
  * once when the request ends - answered, or aborted because the client went
  * away or a deadline passed - so files opened in on_head cannot leak. */
@@ -274,7 +273,9 @@ int http_resp_header(struct http_req *req, const char *name, const char *value);
 int http_respond(struct http_req *req, int status, const char *content_type, const void *body,
                  size_t len);
 
-/* Answer with OpenAI's error envelope, Content-Type application/json:
+/* Answer with OpenAI's error envelope, Content-Type application/json (the
+ * HTTP layer's own answers: 404, 405, 413...; the API answers from its
+ * error table, jobd/api/api_err.h):
  *   {"error":{"message":"...","type":"...","param":...,"code":...}}
  * type NULL picks: 5xx "server_error", 429 "rate_limit_error", 401
  * "invalid_request_error"... (every other status "invalid_request_error");
@@ -302,7 +303,7 @@ int http_respond_file(struct http_req *req, int status, const char *content_type
  * request. Each returns 0, ERR_BADSTATE (wrong order) or ERR_NOMEM; when the
  * client is gone they return ERR_CONN, and the owner must still call end.
  * Use http_req_send_queue to apply backpressure (e.g. wait for it to fall
- * under 1 MiB before producing more, polling from a uv_timer or uv_idle). */
+ * under 1 MiB before producing more), or let http_respond_stream do it. */
 int http_respond_begin(struct http_req *req, int status, const char *content_type);
 int http_respond_write(struct http_req *req, const void *data, size_t len);
 int http_respond_end(struct http_req *req);
@@ -319,6 +320,30 @@ size_t http_req_send_queue(const struct http_req *req);
  * ERR_NOMEM or ERR_INTERNAL (uv_queue_work failed: answer yourself). */
 int http_req_queue_work(struct http_req *req, void (*work)(void *arg),
                         void (*after)(struct http_req *req, int status, void *arg), void *arg);
+
+/* Call cb(req, arg) on the loop thread in ms milliseconds, while the request
+ * waits for its (deferred) answer - e.g. to poll again. One timer per
+ * request: starting it again re-arms it. It is cancelled automatically when
+ * the request is answered or ends, so cb never sees a finished request.
+ * Returns 0, ERR_BADSTATE (already answered), ERR_NOMEM or ERR_INTERNAL. */
+int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct http_req *req, void *arg),
+                         void *arg);
+
+/* A streamed answer produced off the loop: read(arg, buf, cap, &n) runs on
+ * the thread pool and fills buf with up to cap bytes (*n = 0: the end; a
+ * negative ERR_* stops the stream). Each filled chunk (256 KiB) is written
+ * as one HTTP chunk of a chunked answer (http_respond_begin), and the next
+ * one is read only once the socket's send queue is under 1 MiB, so memory
+ * stays bounded whatever the client's speed. When the stream ends (the
+ * end, an error, or the client gone) the answer is finished and then
+ * done(arg, err) is called on the loop (err: 0, or read's error, which the
+ * owner logs; the head is sent, so the client sees a cut stream) - it
+ * frees arg. Returns 0 (arg now belongs to the stream), or ERR_NOMEM /
+ * ERR_INTERNAL / ERR_BADSTATE: nothing was sent, arg is still the caller's and the request
+ * still owes an answer. */
+typedef int (*http_read_fn)(void *arg, char *buf, size_t cap, size_t *n);
+int http_respond_stream(struct http_req *req, int status, const char *content_type, http_read_fn read,
+                        void (*done)(void *arg, int err), void *arg);
 
 /* ---- helpers (pure; any thread) ----------------------------------------------- */
 

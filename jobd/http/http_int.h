@@ -18,6 +18,7 @@
 #include <http_parser.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 #include "common/buf.h"
 #include "common/id.h"
@@ -43,6 +44,7 @@ enum http_req_state {
 enum http_body_kind { HTTP_BODY_KIND_BUFFER = 0, HTTP_BODY_KIND_STREAM };
 
 struct http_fsend; /* file streaming state (http_server.c) */
+struct http_rtimer; /* a request's timer (http_defer.c) */
 
 struct http_req {
     struct http_server *srv;        /* NULL when parsed without a server (fuzzer) */
@@ -91,9 +93,18 @@ struct http_req {
     uint64_t start_ms;
     struct http_fsend *fsend;
 
+    struct http_rtimer *timer;      /* http_req_timer_start; NULL until then */
+
     void *data;
     void (*data_free)(void *data);
 };
+
+/* The loop of the request's server (NULL without a server). */
+uv_loop_t *http_req_loop(const struct http_req *req);
+/* The request is being answered: stop its timer (http_defer.c). */
+void http_req_timer_stop(struct http_req *req);
+/* The request ends: close its timer; the handle frees itself (http_defer.c). */
+void http_req_timer_close(struct http_req *req);
 
 /* ---- parse layer (http_parse.c) ---- */
 

@@ -168,6 +168,7 @@ static void req_retire(struct http_server *srv, struct http_req *req, const char
     }
     if (req->srv)
         srv->n_reqs_live--;
+    http_req_timer_close(req);
     http_req_destroy(req);
     maybe_done(srv);
 }
@@ -275,6 +276,7 @@ static int answer_begin(struct http_req *req, int status, int retire_if_gone)
         return ERR_INVAL;
     req->responded = 1;
     req->status = status;
+    http_req_timer_stop(req);
     if (!req->conn && !retire_if_gone)
         return 1;
     if (!req->conn) {
@@ -634,47 +636,6 @@ int http_req_body_resume(struct http_req *req)
         c->last_rx = clock_mono_ms();
     }
     conn_process(c);
-    return 0;
-}
-
-struct qwork {
-    uv_work_t w;
-    struct http_req *req;
-    void (*work)(void *arg);
-    void (*after)(struct http_req *req, int status, void *arg);
-    void *arg;
-};
-
-static void qw_work(uv_work_t *w)
-{
-    struct qwork *q = w->data;
-    q->work(q->arg);
-}
-
-static void qw_after(uv_work_t *w, int status)
-{
-    struct qwork *q = w->data;
-    q->after(q->req, status, q->arg);
-    free(q);
-}
-
-int http_req_queue_work(struct http_req *req, void (*work)(void *arg),
-                        void (*after)(struct http_req *req, int status, void *arg), void *arg)
-{
-    if (!req || !req->srv || !work || !after)
-        return ERR_INVAL;
-    struct qwork *q = calloc(1, sizeof *q);
-    if (!q)
-        return ERR_NOMEM;
-    q->req = req;
-    q->work = work;
-    q->after = after;
-    q->arg = arg;
-    q->w.data = q;
-    if (uv_queue_work(req->srv->loop, &q->w, qw_work, qw_after) != 0) {
-        free(q);
-        return ERR_INTERNAL;
-    }
     return 0;
 }
 

@@ -785,4 +785,70 @@ struct store_work_stats {
 /* Fill *out (free out->models). 0 or store errors. */
 int store_work_stats(struct store *st, struct store_work_stats *out);
 
+/* ==== effects with their idempotency record, one transaction each (store_txn.c) ====
+ *
+ * The API's writes that an Idempotency-Key covers. Each opens its own
+ * transaction (not inside store_tx_begin: ERR_BADSTATE), applies the
+ * effect, lets the caller render the answer of what was created, keeps that
+ * answer with the key, and commits; any failure rolls everything back and
+ * is returned (the key's reservation is the caller's to release). */
+
+struct buf;
+
+/* The answer an Idempotency-Key keeps. Inside the transaction, after the
+ * effect, render(arg, obj) renders the answer (obj: the created object, as
+ * each operation says) into *body with *status; then, when key is not NULL
+ * or "", the pair is stored with (tenant_id, key), reserved before with
+ * store_idem_reserve. render returns 0 or an error (the transaction rolls
+ * back and the error is returned). */
+struct store_idem_answer {
+    const char *tenant_id;
+    const char *key;                  /* NULL or "": no record */
+    int (*render)(void *arg, const void *obj);
+    void *arg;
+    const int *status;                /* read after render */
+    const struct buf *body;           /* read after render */
+    int64_t now;                      /* the record's time */
+};
+
+/* A batch submission (POST /v1/batches, POST /v1/jobs). */
+struct store_submit {
+    const char *tenant_id;
+    struct store_file *file;          /* NULL, or the input file's row, inserted first (its bytes are in place) */
+    struct store_batch_new batch;     /* input_file_id: file->id when file is set */
+    int64_t now;
+    /* admission: admit(admit_arg, st) runs first inside the transaction
+     * (reads the tenant's use); non-zero refuses and is returned. NULL: none. */
+    int (*admit)(void *admit_arg, struct store *st);
+    void *admit_arg;
+    /* budget reservation of the new batch (store_batch_reserve), when reserve is set */
+    int reserve;
+    int64_t reserve_tokens, reserve_micros, price_in, price_out;
+    struct store_idem_answer idem;    /* render's obj: the new const struct store_batch * */
+};
+
+/* Admit, insert the file row (if any) and the batch (status validating),
+ * reserve its budget and keep the answer, atomically. 0 with the batch id in
+ * batch_id; ERR_NOTFOUND (no such input file), ERR_INVAL (not a batch
+ * file), admit's or render's error, store errors. */
+int store_batch_submit(struct store *st, const struct store_submit *s, char batch_id[ID_MAX]);
+
+/* Insert a file row (store_file_create) and keep the answer (render's obj:
+ * f), atomically. 0 or store_file_create's / render's / store errors. */
+int store_file_submit(struct store *st, struct store_file *f, const struct store_idem_answer *idem);
+
+/* Cancel a tenant's batch (store_batch_cancel) and keep the answer
+ * (render's obj: the batch after the change), atomically. 0, ERR_NOTFOUND,
+ * ERR_BADSTATE, render's or store errors. */
+int store_batch_cancel_keyed(struct store *st, const char *tenant_id, const char *id, int64_t now,
+                             const struct store_idem_answer *idem);
+
+/* Register a webhook endpoint (store_wh_endpoint_create) and keep the
+ * answer (render's obj: the new const struct store_wh_endpoint *),
+ * atomically. 0, ERR_TOOBIG (too many endpoints), render's or store
+ * errors. */
+int store_wh_endpoint_create_keyed(struct store *st, const char *tenant_id, const char *url,
+                                   const char *event_types, const char *secret, int64_t now,
+                                   const struct store_idem_answer *idem);
+
 #endif

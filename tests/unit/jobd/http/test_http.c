@@ -224,6 +224,80 @@ static void h_upload(struct http_req *req, void *arg)
     http_respond(req, 201, "text/plain", out, (size_t)n);
 }
 
+/* request timer: /poll answers after three ticks; /poll-answered starts a
+ * timer and answers at once, so its tick must never come */
+static int g_ticks;
+static volatile int g_late_tick;
+
+static void poll_tick(struct http_req *req, void *arg)
+{
+    if (++g_ticks < 3) {
+        CHECK_EQ_INT(http_req_timer_start(req, 10, poll_tick, arg), 0);
+        return;
+    }
+    char out[32];
+    int n = snprintf(out, sizeof out, "ticks=%d", g_ticks);
+    http_respond(req, 200, "text/plain", out, (size_t)n);
+}
+
+static void h_poll(struct http_req *req, void *arg)
+{
+    g_ticks = 0;
+    CHECK_EQ_INT(http_req_timer_start(req, 10, poll_tick, NULL), 0);
+}
+
+static void late_tick(struct http_req *req, void *arg)
+{
+    g_late_tick = 1;
+}
+
+static void h_poll_answered(struct http_req *req, void *arg)
+{
+    CHECK_EQ_INT(http_req_timer_start(req, 50, late_tick, NULL), 0);
+    http_respond(req, 200, "text/plain", "now", 3);
+    CHECK_EQ_INT(http_req_timer_start(req, 50, late_tick, NULL), ERR_BADSTATE);
+}
+
+/* streamed answer: /stream reads STREAM_BYTES of a pattern on the pool;
+ * /stream-fail stops with ERR_IO after the first piece */
+#define STREAM_BYTES (3u * 1024 * 1024 + 99)
+struct gen {
+    size_t off, limit;
+    int fail;
+};
+static volatile int g_stream_done, g_stream_err;
+
+static int gen_read(void *arg, char *buf, size_t cap, size_t *n)
+{
+    struct gen *g = arg;
+    if (g->fail && g->off > 0)
+        return ERR_IO;
+    size_t k = g->limit - g->off < cap ? g->limit - g->off : cap;
+    if (k > 100000)
+        k = 100000; /* several reads per chunk */
+    for (size_t i = 0; i < k; i++)
+        buf[i] = (char)((g->off + i) * 7 + ((g->off + i) >> 11));
+    g->off += k;
+    *n = k;
+    return 0;
+}
+
+static void gen_done(void *arg, int err)
+{
+    g_stream_err = err;
+    g_stream_done = 1;
+    free(arg);
+}
+
+static void h_stream(struct http_req *req, void *arg)
+{
+    struct gen *g = calloc(1, sizeof *g);
+    CHECK(g);
+    g->limit = STREAM_BYTES;
+    g->fail = arg != NULL;
+    CHECK_EQ_INT(http_respond_stream(req, 200, "application/octet-stream", gen_read, gen_done, g), 0);
+}
+
 static void auth_head(struct http_req *req, void *arg)
 {
     if (!http_req_header(req, "authorization"))
@@ -243,6 +317,10 @@ static const struct http_route test_routes[] = {
     {"GET", "/stats", h_stats, NULL, 0, NULL},
     {"POST", "/upload", h_upload, up_head, 0, NULL},
     {"POST", "/auth", h_echo, auth_head, 0, NULL},
+    {"GET", "/poll", h_poll, NULL, 0, NULL},
+    {"GET", "/poll-answered", h_poll_answered, NULL, 0, NULL},
+    {"GET", "/stream", h_stream, NULL, 0, NULL},
+    {"GET", "/stream-fail", h_stream, NULL, 0, (void *)1},
 };
 
 static void ts_start_cfg(struct ts *t, const struct http_config *cfg)
@@ -1222,6 +1300,75 @@ TEST(http_deferred_worker)
     roundtrip(t.port, "GET /hello HTTP/1.1\r\n\r\n", &r);
     CHECK_EQ_INT(r.status, 200);
     resp_release(&r);
+    ts_stop(&t);
+}
+
+TEST(http_req_timer_polls_and_is_cancelled_by_the_answer)
+{
+    struct ts t;
+    ts_start(&t);
+    g_late_tick = 0;
+    struct resp r;
+    roundtrip(t.port, "GET /poll HTTP/1.1\r\n\r\n", &r);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_STR(r.body.data, "ticks=3");
+    resp_release(&r);
+    roundtrip(t.port, "GET /poll-answered HTTP/1.1\r\n\r\n", &r);
+    CHECK_EQ_STR(r.body.data, "now");
+    resp_release(&r);
+    clock_sleep_ms(200);
+    CHECK_EQ_INT(g_late_tick, 0);
+    /* client gone while the timer runs: the request stays until answered */
+    struct cl c;
+    cl_open(&c, t.port);
+    cl_send(&c, "GET /poll HTTP/1.1\r\n\r\n");
+    cl_close(&c);
+    clock_sleep_ms(200);
+    roundtrip(t.port, "GET /hello HTTP/1.1\r\n\r\n", &r);
+    CHECK_EQ_INT(r.status, 200);
+    resp_release(&r);
+    ts_stop(&t);
+}
+
+TEST(http_respond_stream_with_backpressure)
+{
+    struct ts t;
+    ts_start(&t);
+    g_stream_done = 0;
+    struct cl c;
+    cl_open(&c, t.port);
+    cl_send(&c, "GET /stream HTTP/1.1\r\n\r\n");
+    clock_sleep_ms(100); /* the client reads late: the server must wait for it */
+    struct resp r;
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(strstr(r.head, "Transfer-Encoding: chunked\r\n"));
+    CHECK_EQ_INT(r.body.len, STREAM_BYTES);
+    int same = 1;
+    for (size_t i = 0; i < STREAM_BYTES && same; i++)
+        same = r.body.data[i] == (char)(i * 7 + (i >> 11));
+    CHECK(same);
+    resp_release(&r);
+    /* the connection is still good */
+    cl_send(&c, "GET /hello HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_STR(r.body.data, "hello\n");
+    resp_release(&r);
+    cl_close(&c);
+    CHECK(g_stream_done);
+    CHECK_EQ_INT(g_stream_err, 0);
+    /* a failing reader: the stream is cut and done() gets the error */
+    g_stream_done = 0;
+    cl_open(&c, t.port);
+    cl_send(&c, "GET /stream-fail HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK(r.body.len > 0 && r.body.len < STREAM_BYTES);
+    resp_release(&r);
+    cl_close(&c);
+    for (int i = 0; i < 100 && !g_stream_done; i++)
+        clock_sleep_ms(10);
+    CHECK(g_stream_done);
+    CHECK_EQ_INT(g_stream_err, ERR_IO);
     ts_stop(&t);
 }
 

@@ -1,0 +1,97 @@
+/*
+ * api_admit.c - admission of batch submissions under budget limits (see
+ * api_admit.h). Pool thread.
+ */
+#include "jobd/api/api_admit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "jobd/api/api_int.h"
+
+int api_admit_prepare(struct api_job *op, struct store *st, const char *path, const char *file_id,
+                      const char *endpoint, struct api_admit *adm)
+{
+    memset(adm, 0, sizeof *adm);
+    adm->job = op;
+    int rc = store_limits_get(st, op->tenant, &adm->limits);
+    if (rc)
+        return rc;
+    if (!adm->limits.has_queued_tokens && !adm->limits.has_daily && !adm->limits.has_monthly)
+        return 0; /* no limits: no estimate, no reservation */
+    char buf[1100];
+    if (!path) {
+        struct store_file f;
+        rc = store_file_get(st, op->tenant, file_id, &f);
+        if (rc == ERR_NOTFOUND || (!rc && strcmp(f.purpose, "batch") != 0))
+            return 0; /* the creation answers 404 / 400 */
+        if (rc)
+            return rc;
+        if (f.storage_path[0] == '/' || strstr(f.storage_path, ".."))
+            return ERR_CORRUPT;
+        if ((size_t)snprintf(buf, sizeof buf, "%s/%s", op->api->cfg.data_dir, f.storage_path) >= sizeof buf)
+            return ERR_TOOBIG;
+        path = buf;
+    }
+    /* the scan reads a file and wants no write lock: while it runs, this op
+     * is not a writer the ingest thread should yield to (jobd/intake/ingestq.c) */
+    if (op->writes)
+        atomic_fetch_sub(&op->api->writers, 1);
+    rc = budget_estimate_file(path, endpoint, &op->api->cfg.limits, op->api->cfg.store.prices, &adm->est);
+    if (op->writes)
+        atomic_fetch_add(&op->api->writers, 1);
+    if (rc == ERR_NOTFOUND)
+        return 0; /* missing bytes: ingest fails the batch */
+    if (rc)
+        return rc;
+    adm->active = 1;
+    return 0;
+}
+
+/* The error table's entry of a refusal (its code is budget_verdict_code(v)). */
+static enum api_err verdict_err(enum budget_verdict v)
+{
+    switch (v) {
+    case BUDGET_QUEUED_TOKENS: return API_ERR_QUEUED_TOKENS_LIMIT;
+    case BUDGET_DAILY_SPEND: return API_ERR_DAILY_SPEND_LIMIT;
+    case BUDGET_MONTHLY_SPEND: return API_ERR_MONTHLY_SPEND_LIMIT;
+    default: return API_ERR_INTERNAL;
+    }
+}
+
+int api_admit_check(void *arg, struct store *st)
+{
+    const struct api_admit *adm = arg;
+    struct api_job *job = adm->job;
+    if (!adm->active)
+        return 0;
+    int64_t now = clock_wall_s();
+    struct store_budget_use u;
+    int rc = store_budget_use(st, job->tenant, budget_day_start(now), budget_month_start(now), &u);
+    if (rc) {
+        api_job_internal(job, rc, "budget use");
+        return rc;
+    }
+    char msg[480];
+    enum budget_verdict v = budget_check(&adm->limits, &u, &adm->est, msg, sizeof msg);
+    if (v == BUDGET_OK)
+        return 0;
+    atomic_fetch_add(&job->api->n_budget_rejected[v], 1);
+    log_info("budget: tenant %s refused: %s", job->tenant, msg);
+    api_job_error(job, verdict_err(v), NULL, "%s", msg);
+    return ERR_BUSY;
+}
+
+void api_admit_reservation(const struct api_admit *adm, struct store_submit *s)
+{
+    s->reserve = adm->active;
+    if (!adm->active)
+        return;
+    s->reserve_tokens = adm->est.tokens;
+    s->reserve_micros = adm->est.micros;
+    s->price_in = adm->est.price_in;
+    s->price_out = adm->est.price_out;
+}

@@ -1,0 +1,204 @@
+/*
+ * api_job.c - the connection pool and the one pool-job runner (see
+ * api_job.h). run on a thread-pool thread; everything else on the loop.
+ */
+#include "jobd/api/api_job.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "jobd/api/api_auth.h"
+#include "jobd/api/api_int.h"
+#include "jobd/http/http.h"
+#include "jobd/work/sweeper.h"
+
+/* ---- connection pool ------------------------------------------------------------- */
+
+int api_pool_open(struct api_pool *p, const char *data_dir, const struct store_opts *opts, size_t n)
+{
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->inited = 1;
+    p->all = calloc(n, sizeof *p->all);
+    p->idle = calloc(n, sizeof *p->idle);
+    if (!p->all || !p->idle)
+        return ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        int rc = store_open(data_dir, opts, &p->all[i]);
+        if (rc)
+            return rc;
+        p->n++;
+        p->idle[p->n_idle++] = p->all[i];
+    }
+    return 0;
+}
+
+void api_pool_close(struct api_pool *p)
+{
+    if (!p->inited)
+        return; /* zeroed, or closed already */
+    for (size_t i = 0; i < p->n; i++)
+        store_close(p->all[i]);
+    free(p->all);
+    free(p->idle);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    memset(p, 0, sizeof *p);
+}
+
+static struct store *pool_get(struct api_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->n_idle == 0)
+        pthread_cond_wait(&p->cv, &p->mu);
+    struct store *st = p->idle[--p->n_idle];
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+static void pool_put(struct api_pool *p, struct store *st)
+{
+    pthread_mutex_lock(&p->mu);
+    p->idle[p->n_idle++] = st;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+void api_job_init(struct api_job *job, struct api *api, api_job_fn run, void (*free_fn)(struct api_job *job),
+                  int writes, size_t out_cap)
+{
+    memset(job, 0, sizeof *job);
+    job->api = api;
+    job->run = run;
+    job->free = free_fn;
+    job->writes = writes;
+    buf_init(&job->out, out_cap);
+}
+
+void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
+                      void (*free_fn)(struct api_job *job))
+{
+    struct api_rctx *rc = http_req_data(req);
+    const char *m = http_req_method(req);
+    api_job_init(job, rc->api, run, free_fn, strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0, 64u << 20);
+    snprintf(job->tenant, sizeof job->tenant, "%s", rc->tenant);
+    snprintf(job->idem_key, sizeof job->idem_key, "%s", rc->idem_key);
+}
+
+void api_job_free(struct api_job *job)
+{
+    if (!job)
+        return;
+    buf_release(&job->out);
+    job->free(job);
+}
+
+void api_job_error(struct api_job *job, enum api_err e, const char *param, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    buf_reset(&job->out);
+    job->status = api_err_json(&job->out, e, param, msg) ? 0 : api_err_status(e);
+    if (api_err_status(e) == 503)
+        job->retry_after = 1;
+}
+
+void api_job_internal(struct api_job *job, int rc, const char *what)
+{
+    log_error("%s: %s", what, err_msg(rc));
+    if (rc == ERR_BUSY)
+        api_job_error(job, API_ERR_UNAVAILABLE, NULL, "The database is busy (%s); retry shortly.", what);
+    else
+        api_job_error(job, API_ERR_INTERNAL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
+}
+
+static void job_work(void *arg)
+{
+    struct api_job *job = arg;
+    struct api *api = job->api;
+    if (job->writes)
+        atomic_fetch_add(&api->writers, 1);
+    struct store *st = pool_get(&api->pool);
+    buf_reset(&job->out);
+    job->status = 0;
+    job->retry_after = 0;
+    job->run(job, st);
+    pool_put(&api->pool, st);
+    if (job->writes)
+        atomic_fetch_sub(&api->writers, 1);
+}
+
+void api_job_answer(struct http_req *req, struct api_job *job)
+{
+    if (!job->status) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Internal error.");
+        return;
+    }
+    char v[32];
+    if (job->replayed)
+        http_resp_header(req, "Idempotent-Replayed", "true");
+    if (job->etag[0])
+        http_resp_header(req, "ETag", job->etag);
+    if (job->retry_after) {
+        snprintf(v, sizeof v, "%d", job->retry_after);
+        http_resp_header(req, "Retry-After", v);
+    }
+    if (job->status == 304)
+        http_respond(req, 304, NULL, NULL, 0);
+    else
+        http_respond(req, job->status, job->content_type ? job->content_type : "application/json",
+                     job->out.data ? job->out.data : "", job->out.len);
+}
+
+static void job_after(struct http_req *req, int status, void *arg)
+{
+    struct api_job *job = arg;
+    if (status != 0 && !job->status)
+        api_job_error(job, API_ERR_INTERNAL, NULL, "The operation was cancelled.");
+    if (job->wake_sweeper)
+        sweeper_wake(job->api->sweeper);
+    job->wake_sweeper = 0;
+    if (status == 0 && job->answer) {
+        if (job->answer(req, job))
+            return; /* queued again */
+    } else {
+        api_job_answer(req, job);
+    }
+    api_job_free(job);
+}
+
+static void job_rerun(struct http_req *req, void *arg)
+{
+    struct api_job *job = arg;
+    if (http_req_queue_work(req, job_work, job_after, job) != 0) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");
+        api_job_free(job);
+    }
+}
+
+int api_job_again(struct http_req *req, struct api_job *job, uint64_t ms)
+{
+    return http_req_timer_start(req, ms, job_rerun, job) == 0;
+}
+
+void api_job_run(struct http_req *req, struct api_job *job)
+{
+    if (!job) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
+        return;
+    }
+    if (http_req_queue_work(req, job_work, job_after, job) != 0) {
+        api_job_free(job);
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");
+    }
+}

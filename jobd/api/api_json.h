@@ -1,0 +1,41 @@
+/*
+ * api_json.h - JSON shapes of the API (OpenAI's File and Batch objects),
+ * the completion-window and metadata rules, and query parsing. Pure; any
+ * thread (api_query_int: loop thread).
+ */
+#ifndef JOBD_API_JSON_H
+#define JOBD_API_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "jobd/api/api.h"
+#include "jobd/store/store.h"
+
+struct http_req;
+struct json_t;
+
+/* Append the object to out. 0 or buf's errors. */
+int api_file_json(struct buf *out, const struct store_file *f);
+int api_batch_json(struct buf *out, const struct store_batch *b);
+/* The batch JSON plus the extension field "waiting_for_model" when the
+ * batch is in_progress and no live worker serves its model (served: the
+ * names live workers serve, n_served of them). */
+int api_batch_json_ext(struct buf *out, const struct store_batch *b, const struct store_model_served *served,
+                       size_t n_served);
+
+/* "24h" for 86400, "7d" for 604800, "90m", "45s". */
+void api_window_format(int64_t seconds, char *out, size_t cap);
+/* Parse a completion window ("24h", "1h", "7d", "90m"): min_s (60 s
+ * unless --window-min says less, for tests) .. 30 d. 0 or ERR_INVAL. */
+int api_window_parse(const char *s, int64_t min_s, int64_t *seconds);
+
+/* Check metadata (a JSON object of <= 16 string pairs, key <= 64, value
+ * <= 512 bytes). 0, or ERR_INVAL with a message in msg. */
+int api_metadata_check(const struct json_t *md, char *msg, size_t cap);
+
+/* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
+int api_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *out);
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * http_defer.c - what a handler needs while a request waits for its
+ * deferred answer, with every libuv handle owned here (so the routes above
+ * never touch libuv): work on the thread pool (http_req_queue_work), a
+ * per-request timer (http_req_timer_start) and a streamed answer produced
+ * on the thread pool with backpressure (http_respond_stream).
+ *
+ * Ownership. A request's timer is allocated on first use and hangs off the
+ * request; answering stops it and retiring the request closes it, and the
+ * handle is freed in its close callback (libuv's rule), which may run after
+ * the request is gone. A stream owns a uv_work_t and a uv_timer_t in one
+ * struct, freed in the timer's close callback after done(arg) ran.
+ *
+ * Loop thread, except the work and read callbacks (thread pool).
+ */
+#include <stdlib.h>
+
+#include "common/err.h"
+#include "jobd/http/http_int.h"
+
+/* ---- work on the thread pool ------------------------------------------------------------ */
+
+struct qwork {
+    uv_work_t w;
+    struct http_req *req;
+    void (*work)(void *arg);
+    void (*after)(struct http_req *req, int status, void *arg);
+    void *arg;
+};
+
+static void qw_work(uv_work_t *w)
+{
+    struct qwork *q = w->data;
+    q->work(q->arg);
+}
+
+static void qw_after(uv_work_t *w, int status)
+{
+    struct qwork *q = w->data;
+    q->after(q->req, status, q->arg);
+    free(q);
+}
+
+int http_req_queue_work(struct http_req *req, void (*work)(void *arg),
+                        void (*after)(struct http_req *req, int status, void *arg), void *arg)
+{
+    if (!req || !req->srv || !work || !after)
+        return ERR_INVAL;
+    struct qwork *q = calloc(1, sizeof *q);
+    if (!q)
+        return ERR_NOMEM;
+    q->req = req;
+    q->work = work;
+    q->after = after;
+    q->arg = arg;
+    q->w.data = q;
+    if (uv_queue_work(http_req_loop(req), &q->w, qw_work, qw_after) != 0) {
+        free(q);
+        return ERR_INTERNAL;
+    }
+    return 0;
+}
+
+/* ---- per-request timer ------------------------------------------------------------------ */
+
+struct http_rtimer {
+    uv_timer_t t;
+    struct http_req *req; /* NULL once closing */
+    void (*cb)(struct http_req *req, void *arg);
+    void *arg;
+};
+
+static void rtimer_fire(uv_timer_t *t)
+{
+    struct http_rtimer *rt = t->data;
+    if (rt->req && !rt->req->responded)
+        rt->cb(rt->req, rt->arg);
+}
+
+static void rtimer_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct http_req *req, void *arg),
+                         void *arg)
+{
+    if (!req || !cb || !req->srv)
+        return ERR_INVAL;
+    if (req->responded)
+        return ERR_BADSTATE;
+    if (!req->timer) {
+        struct http_rtimer *rt = calloc(1, sizeof *rt);
+        if (!rt)
+            return ERR_NOMEM;
+        if (uv_timer_init(http_req_loop(req), &rt->t) != 0) {
+            free(rt);
+            return ERR_INTERNAL;
+        }
+        rt->t.data = rt;
+        rt->req = req;
+        req->timer = rt;
+    }
+    req->timer->cb = cb;
+    req->timer->arg = arg;
+    return uv_timer_start(&req->timer->t, rtimer_fire, ms, 0) == 0 ? 0 : ERR_INTERNAL;
+}
+
+void http_req_timer_stop(struct http_req *req)
+{
+    if (req->timer)
+        uv_timer_stop(&req->timer->t);
+}
+
+void http_req_timer_close(struct http_req *req)
+{
+    struct http_rtimer *rt = req->timer;
+    if (!rt)
+        return;
+    req->timer = NULL;
+    rt->req = NULL;
+    uv_close((uv_handle_t *)&rt->t, rtimer_closed);
+}
+
+/* ---- streamed answer -------------------------------------------------------------------- */
+
+#define STREAM_CHUNK (256u * 1024)
+#define STREAM_QUEUE_MAX (1u << 20)
+#define STREAM_POLL_MS 5
+
+struct http_stream {
+    uv_work_t w;
+    uv_timer_t t;
+    struct http_req *req;
+    http_read_fn read;
+    void (*done)(void *arg, int err);
+    void *arg;
+    char *chunk;
+    size_t len;
+    int eof, err;
+};
+
+static void stream_closed(uv_handle_t *h)
+{
+    struct http_stream *s = h->data;
+    s->done(s->arg, s->err);
+    free(s->chunk);
+    free(s);
+}
+
+static void stream_finish(struct http_stream *s)
+{
+    http_respond_end(s->req);
+    s->req = NULL;
+    uv_close((uv_handle_t *)&s->t, stream_closed);
+}
+
+static void stream_work(uv_work_t *w)
+{
+    struct http_stream *s = w->data;
+    s->len = 0;
+    while (s->len < STREAM_CHUNK) {
+        size_t n = 0;
+        int rc = s->read(s->arg, s->chunk + s->len, STREAM_CHUNK - s->len, &n);
+        if (rc < 0) {
+            s->err = rc;
+            break;
+        }
+        if (n == 0) {
+            s->eof = 1;
+            break;
+        }
+        s->len += n;
+    }
+}
+
+static void stream_next(struct http_stream *s);
+
+static void stream_after(uv_work_t *w, int status)
+{
+    struct http_stream *s = w->data;
+    if (status)
+        s->err = ERR_INTERNAL;
+    if (s->len && http_respond_write(s->req, s->chunk, s->len) == ERR_CONN) {
+        stream_finish(s); /* the client went away */
+        return;
+    }
+    if (s->err || s->eof) {
+        stream_finish(s);
+        return;
+    }
+    stream_next(s);
+}
+
+static void stream_tick(uv_timer_t *t)
+{
+    stream_next(t->data);
+}
+
+static void stream_next(struct http_stream *s)
+{
+    if (http_req_send_queue(s->req) > STREAM_QUEUE_MAX) {
+        uv_timer_start(&s->t, stream_tick, STREAM_POLL_MS, 0);
+        return;
+    }
+    if (uv_queue_work(http_req_loop(s->req), &s->w, stream_work, stream_after) != 0) {
+        s->err = ERR_INTERNAL;
+        stream_finish(s);
+    }
+}
+
+int http_respond_stream(struct http_req *req, int status, const char *content_type, http_read_fn read,
+                        void (*done)(void *arg, int err), void *arg)
+{
+    if (!req || !req->srv || !read || !done)
+        return ERR_INVAL;
+    if (req->responded)
+        return ERR_BADSTATE;
+    struct http_stream *s = calloc(1, sizeof *s);
+    if (!s || !(s->chunk = malloc(STREAM_CHUNK))) {
+        free(s);
+        return ERR_NOMEM;
+    }
+    if (uv_timer_init(http_req_loop(req), &s->t) != 0) {
+        free(s->chunk);
+        free(s);
+        return ERR_INTERNAL;
+    }
+    s->req = req;
+    s->read = read;
+    s->done = done;
+    s->arg = arg;
+    s->w.data = s;
+    s->t.data = s;
+    http_respond_begin(req, status, content_type);
+    stream_next(s);
+    return 0;
+}
