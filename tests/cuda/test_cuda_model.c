@@ -391,8 +391,8 @@ TEST(cuda_model_default_greedy_matches_cpu)
     printf("  greedy %d tokens: %d/%d prompts identical to the CPU engine\n", N_GEN, same,
            N_PROMPTS);
     /* The check that matters: every divergence is at a near-tie. How many
-     * prompts meet one in 64 tokens depends on the model. The floor is the
-     * issue's 90% for a real model; KN_GREEDY_MIN_PCT lowers it for the
+     * prompts meet one in 64 tokens depends on the model. The floor is
+     * 90% for a real model; KN_GREEDY_MIN_PCT lowers it for the
      * layer slice scripts/gpu-check carries (scripts/gpu-model): the CPU
      * engine with the GPU's bf16 roundings emulated (weights, every GEMM
      * input, K/V) matched 17/20 on the 11-layer slice, each divergence at a

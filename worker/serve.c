@@ -1,5 +1,5 @@
-/* loop.c - the jobworker process serving jobd (see loop.h). */
-#include "worker/loop.h"
+/* serve.c - the jobworker process serving jobd (see serve.h). */
+#include "worker/serve.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -26,8 +26,8 @@
 #define WL_MAX_NAME 128
 #define WL_LONG_POLL_MS 2000
 #define WL_TICK_MS 100
-#define WL_FINAL_UPLOAD_MS 15000
-#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */   /* after the engine stopped: last uploads/releases */
+#define WL_FINAL_UPLOAD_MS 15000 /* after the engine stopped: last uploads/releases */
+#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -55,7 +55,7 @@ struct item {
 };
 
 struct wl {
-    const struct wloop_opts *o;
+    const struct serve_opts *o;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct item **items;
@@ -324,7 +324,7 @@ static void wait_ms_locked(struct wl *w, long ms)
 
 static int do_register(struct wl *w)
 {
-    const struct wloop_opts *o = w->o;
+    const struct serve_opts *o = w->o;
     struct wcl_answer a = {0, NULL};
     int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
                           o->n_aliases, w->kv_tokens, w->pack_size, &a);
@@ -650,7 +650,7 @@ struct to_add {
 
 static int engine_loop(struct wl *w, struct sched *s)
 {
-    const struct wloop_opts *o = w->o;
+    const struct serve_opts *o = w->o;
     uint64_t deadline = 0;
     struct to_add *add = NULL;
     size_t cap_add = 0;
@@ -794,7 +794,7 @@ static int name_ok(const char *s, size_t n)
     return 1;
 }
 
-int wloop_model_id(const struct model *m, const char *path, char *out, size_t out_len)
+int serve_model_id(const struct model *m, const char *path, char *out, size_t out_len)
 {
     struct gguf_str gs;
     if (m && gguf_get_str(m->gguf, "general.name", &gs) == 0 && name_ok(gs.ptr, gs.len) &&
@@ -817,7 +817,7 @@ int wloop_model_id(const struct model *m, const char *path, char *out, size_t ou
     return 0;
 }
 
-int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
+int serve_run(const struct serve_opts *o, char *err, size_t err_len)
 {
     struct model *m = NULL;
     struct tok *t = NULL;
@@ -843,7 +843,7 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
         }
     w.pack_size = o->pack_size ? o->pack_size : 64;
     w.lease_seconds = o->lease_seconds ? o->lease_seconds : 120;
-    struct wloop_opts oc = *o;
+    struct serve_opts oc = *o;
     if (oc.drain_timeout_ms < 0)
         oc.drain_timeout_ms = 30000;
     w.o = &oc;
@@ -862,7 +862,7 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
         tmpl = NULL;
     if (o->model_id)
         snprintf(w.model_id, sizeof w.model_id, "%s", o->model_id);
-    else if ((rc = wloop_model_id(m, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
+    else if ((rc = serve_model_id(m, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
         snprintf(err, err_len, "cannot derive a model id; give --model-id");
         goto out;
     }
