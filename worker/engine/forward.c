@@ -21,9 +21,9 @@
  * model_linear (one place): by default the kernels' kn_matmul_w
  * (kernels/cpu/matq.h: activations quantized to 8 bits per block, integer
  * dot products, the context's thread pool), or with exact_matmul the
- * reference linref_matmul_w (dequantized weights, float dot products: the
- * path verified against HF transformers). Both have a fixed reduction
- * order independent of n and of the thread count.
+ * reference linear_exact (dequantized weights, the kernels' float
+ * kn_matmul_f32: the path verified against HF transformers). Both have a
+ * fixed reduction order independent of n and of the thread count.
  *
  * Threads: the matmuls, the attention and SwiGLU run on the context's
  * pool. The attention splits its (token, query head) pairs into contiguous
@@ -52,7 +52,6 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/kn.h"
 #include "worker/engine/forward_cuda.h"
-#include "worker/engine/linear_ref.h"
 
 struct model_ctx {
     const struct model *m;
@@ -78,24 +77,66 @@ struct model_ctx {
     struct fwdcuda *cu; /* device KN_DEVICE_CUDA: the GPU forward pass (forward_cuda.h) */
 };
 
+/* Scratch bytes of linear_exact for n activation rows of k values: one
+ * dequantized weight row and one output column. */
+static size_t linear_exact_scratch_bytes(int n, int k)
+{
+    return ((size_t)(n > 0 ? n : 0) + (size_t)(k > 0 ? k : 0)) * sizeof(float);
+}
+
+/* The reference product out (n, m) = x (n, k) @ W^T: each weight row is
+ * dequantized once with the bit-exact quant.c decoder, then dotted in float
+ * with every activation row by the kernels' kn_matmul_f32 (four
+ * accumulators, fixed order), so out[r][c] depends only on x row r and W
+ * row c. Runs on the caller's thread. Returns 0, ERR_UNSUPPORTED (w_type
+ * not decodable), ERR_INVAL (k not a multiple of the block size), ERR_TOOBIG
+ * (scratch too small). */
+static int linear_exact(float *out, const float *x, int n, int k, const void *w, int w_type,
+                        int m, void *scratch, size_t scratch_bytes)
+{
+    if (n < 0 || k < 0 || m < 0 || w_type < 0)
+        return ERR_INVAL;
+    if (!quant_type_supported((uint32_t)w_type))
+        return ERR_UNSUPPORTED;
+    int64_t row_bytes;
+    int rc = quant_row_bytes((uint32_t)w_type, k, &row_bytes);
+    if (rc)
+        return rc;
+    if (scratch_bytes < linear_exact_scratch_bytes(n, k))
+        return ERR_TOOBIG;
+    float *row = scratch;              /* (k) dequantized weight row c */
+    float *col = row + (size_t)k;      /* (n) out[.][c] */
+    const unsigned char *wb = w;
+    for (int c = 0; c < m; c++) {
+        rc = quant_dequant_row((uint32_t)w_type, wb + (size_t)c * (size_t)row_bytes, row, k);
+        if (rc)
+            return rc;
+        kn_matmul_f32(col, x, row, n, k, 1);
+        for (int r = 0; r < n; r++)
+            out[(size_t)r * (size_t)m + (size_t)c] = col[r];
+    }
+    return 0;
+}
+
 /* The one call site of the weight matmul: out (n, w->rows) = x (n, w->cols) @ W^T. */
 static int model_linear(struct model_ctx *c, float *out, const float *x, int n,
                         const struct model_mat *w)
 {
     if (c->p.exact_matmul)
-        return linref_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
-                               c->mm_scratch, c->mm_scratch_bytes);
+        return linear_exact(out, x, n, w->cols, w->data, (int)w->type, w->rows, c->mm_scratch,
+                            c->mm_scratch_bytes);
     return kn_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
                        c->mm_scratch, c->mm_scratch_bytes);
 }
 
 /* Scratch model_linear needs for rows of up to k_max values and n_max
- * activation rows: the reference needs one dequantized row, kn_matmul_w the
+ * activation rows: the reference needs one dequantized row and one output
+ * column, kn_matmul_w the
  * quantized activations (the Q8_0 size bounds every weight type).
  * SIZE_MAX on overflow. */
 static size_t model_linear_scratch_bytes(int n_max, int k_max)
 {
-    size_t a = linref_scratch_bytes(k_max);
+    size_t a = linear_exact_scratch_bytes(n_max, k_max);
     size_t b = kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0);
     return a > b ? a : b;
 }
