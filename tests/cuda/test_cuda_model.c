@@ -1,5 +1,5 @@
 /* Whole-model parity of the CUDA forward pass (worker/engine/forward_cuda.c)
- * against the CPU engine (worker/engine/forward.c, reference matmul), built only
+ * against the CPU engine (worker/engine/forward_cpu.c, reference matmul), built only
  * with make CUDA=1; every test skips without a GPU.
  *
  *  - logits of every position on the tiny verification models

@@ -16,8 +16,8 @@
  * Q/K/V biases. rope_freqs.weight (llama3-style scaling) and linear
  * rope.scaling are applied; YaRN/longrope are refused.
  *
- * Running (worker/engine/forward.c). A struct model_ctx holds every buffer of the
- * forward pass, sized at creation for n_batch_max tokens per step, and the
+ * Running (worker/engine/forward.c, the dispatch to forward_cpu.c or
+ * forward_cuda.c). A struct model_ctx holds every buffer of the forward pass, sized at creation for n_batch_max tokens per step, and the
  * paged KV cache (worker/engine/kv.h) for n_seq_max sequence slots; model_forward
  * never allocates. One step takes a flat batch of tokens from any number of
  * sequences - each token with its id, position and slot - (prefill chunks

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the model (worker/engine/model.c, worker/engine/forward.c, worker/engine/kv.c):
+ * Unit tests of the model (worker/engine/model.c, worker/engine/forward*.c, worker/engine/kv.c):
  *
  * - logits of tiny random Llama / Qwen2 models (tests/fixtures/model,
  *   written by tests/oracle/make_model_fixtures.py) against HF
