@@ -15,8 +15,8 @@
 #include "common/log.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kn.h"
-#include "worker/engine/chat.h"
 #include "worker/client.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/gguf.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
@@ -819,10 +819,7 @@ int serve_model_id(const struct model *m, const char *path, char *out, size_t ou
 
 int serve_run(const struct serve_opts *o, char *err, size_t err_len)
 {
-    struct model *m = NULL;
-    struct tok *t = NULL;
-    struct chat_tmpl *tmpl = NULL;
-    struct kn_pool *pool = NULL;
+    struct engine *e = NULL;
     struct sched *s = NULL;
     struct wl w;
     int rc, mu_ok = 0, cv_ok = 0, thread_ok = 0;
@@ -854,15 +851,22 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     }
     if ((rc = wcl_outbox_new(&w.ob)) != 0)
         goto out;
-    if ((rc = model_load(o->model_path, &m, err, err_len)) != 0)
+    enum kn_device dev = KN_DEVICE_CPU;
+    if (o->device && kn_device_parse(o->device, &dev)) {
+        rc = ERR_INVAL;
+        snprintf(err, err_len, "unknown device '%s'", o->device);
         goto out;
-    if ((rc = model_tokenizer(m, &t, err, err_len)) != 0)
+    }
+    struct engine_opts eo = {
+        .model_path = o->model_path, .device = (int)dev, .threads = o->threads,
+        .n_ctx = o->n_ctx, .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
+        .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache,
+    };
+    if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;
-    if (model_chat_tmpl(m, t, &tmpl) != 0)
-        tmpl = NULL;
     if (o->model_id)
         snprintf(w.model_id, sizeof w.model_id, "%s", o->model_id);
-    else if ((rc = serve_model_id(m, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
+    else if ((rc = serve_model_id(e->model, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
         snprintf(err, err_len, "cannot derive a model id; give --model-id");
         goto out;
     }
@@ -875,36 +879,13 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
         snprintf(w.name, sizeof w.name, "%s/%ld/%s", host, (long)getpid(),
                  o->device ? o->device : "cpu");
     }
-    if ((rc = kn_pool_new(o->threads, &pool)) != 0) {
-        snprintf(err, err_len, "cannot start the thread pool: %s", err_msg(rc));
-        goto out;
-    }
     struct sched_opts so;
-    sched_opts_init(&so);
-    if (o->max_batch_tokens > 0)
-        so.max_batch_tokens = o->max_batch_tokens;
-    if (o->max_seqs > 0)
-        so.max_seqs = o->max_seqs;
-    if (o->kv_mem_bytes > 0)
-        so.kv_mem_bytes = o->kv_mem_bytes;
-    so.n_ctx = o->n_ctx;
-    so.no_prefix_cache = o->no_prefix_cache;
-    so.pool = pool;
-    enum kn_device dev = KN_DEVICE_CPU;
-    if (o->device && kn_device_parse(o->device, &dev)) {
-        rc = ERR_INVAL;
-        snprintf(err, err_len, "unknown device '%s'", o->device);
-        goto out;
-    }
-    so.device = (int)dev;
+    engine_sched_opts(e, &so);
     so.model_name = w.model_id;
     so.on_result = on_result;
     so.cb_ctx = &w;
-    if ((rc = sched_new(m, t, tmpl, &so, &s)) != 0) {
-        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
-                 "--max-batch-tokens): %s", err_msg(rc));
+    if ((rc = engine_sched_new(e, &so, &s, err, err_len)) != 0)
         goto out;
-    }
     struct sched_stats st;
     sched_get_stats(s, &st);
     w.kv_tokens = (int64_t)st.kv_blocks * KV_BLOCK_TOKENS;
@@ -919,7 +900,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     w.t0_ns = clock_mono_ns();
     log_info("serving '%s' from %s for %s (%d threads, %d sequence slots, context %d, "
              "pack %d, lease %d s)", w.model_id, o->model_path, o->jobd_url,
-             kn_pool_threads(pool), so.max_seqs, st.n_ctx, w.pack_size, w.lease_seconds);
+             kn_pool_threads(e->pool), so.max_seqs, st.n_ctx, w.pack_size, w.lease_seconds);
     if (pthread_create(&th, NULL, comm_main, &w) != 0) {
         rc = ERR_NOMEM;
         goto out;
@@ -968,9 +949,6 @@ out:
         pthread_mutex_destroy(&w.mu);
     wcl_outbox_free(w.ob);
     wcl_free(w.c);
-    kn_pool_free(pool);
-    chat_tmpl_free(tmpl);
-    tok_free(t);
-    model_free(m);
+    engine_close(e);
     return rc;
 }
