@@ -10,6 +10,7 @@
 #include "kernels/cpu/pool.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/sched.h"
+#include "worker/openai/request.h"
 
 #define BATCHRUN_MAX_LINE (16u << 20)
 
@@ -49,14 +50,14 @@ static void emit(struct brun *b, size_t line, const char *custom_id, int status,
     json_decref(o);
 }
 
-static void on_result(void *ctx, const struct sched_result *r)
+static void on_result(void *ctx, const struct oreq_result *r)
 {
     struct brun *b = ctx;
     size_t line = (size_t)strtoull(r->id, NULL, 10);
     emit(b, line, line < b->n_lines ? b->custom_ids[line] : NULL, r->status, r->body, NULL, NULL);
 }
 
-static int add_line(struct brun *b, struct sched *s, size_t line, const char *text, size_t len)
+static int add_line(struct brun *b, struct oreq_sched *s, size_t line, const char *text, size_t len)
 {
     json_t *j = NULL;
     struct js_limits lim = {BATCHRUN_MAX_LINE, 32, 0};
@@ -95,7 +96,7 @@ static int add_line(struct brun *b, struct sched *s, size_t line, const char *te
     memcpy(b->custom_ids[line], custom_id, n + 1);
     char id[32];
     snprintf(id, sizeof id, "%zu", line);
-    rc = sched_add(s, id, ep, body);
+    rc = oreq_sched_add(s, id, ep, body);
     json_decref(j);
     return rc;
 }
@@ -104,7 +105,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
                   size_t err_len)
 {
     struct engine *e = NULL;
-    struct sched *s = NULL;
+    struct oreq_sched *s = NULL;
     struct brun b = {out, NULL, 0, 0, 0};
     FILE *in = NULL;
     char *line = NULL;
@@ -121,12 +122,13 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         goto out;
     struct sched_opts so;
     engine_sched_opts(e, &so);
-    so.on_result = on_result;
-    so.cb_ctx = &b;
     const char *slash = strrchr(o->model_path, '/');
-    so.model_name = slash ? slash + 1 : o->model_path;
-    if ((rc = engine_sched_new(e, &so, &s, err, err_len)) != 0)
+    struct oreq_sched_opts oo = {slash ? slash + 1 : o->model_path, on_result, &b};
+    if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
+        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
+                 "--max-batch-tokens): %s", err_msg(rc));
         goto out;
+    }
     in = fopen(o->batch_file, "rb");
     if (!in) {
         snprintf(err, err_len, "cannot open '%s'", o->batch_file);
@@ -168,7 +170,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         rc = ERR_IO;
         goto out;
     }
-    if ((rc = sched_run(s)) != 0) {
+    if ((rc = sched_run(oreq_sched_engine(s))) != 0) {
         snprintf(err, err_len, "engine error: %s", err_msg(rc));
         goto out;
     }
@@ -178,7 +180,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         goto out;
     }
     struct sched_stats st;
-    sched_get_stats(s, &st);
+    oreq_sched_get_stats(s, &st);
     int64_t prompt = st.prefill_computed + st.prefix_reused;
     double w = st.wall_s > 0 ? st.wall_s : 1e-9;
     fprintf(errout,
@@ -199,7 +201,7 @@ out:
     if (in)
         fclose(in);
     free(line);
-    sched_free(s);
+    oreq_sched_free(s);
     for (size_t i = 0; i < b.n_lines; i++)
         free(b.custom_ids[i]);
     free(b.custom_ids);

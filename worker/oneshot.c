@@ -18,6 +18,7 @@
 #include "worker/engine/generate.h"
 #include "worker/engine/model.h"
 #include "worker/engine/tok.h"
+#include "worker/openai/request.h"
 
 #define ONESHOT_BATCH 512   /* tokens per prefill step */
 
@@ -291,12 +292,12 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
         goto out;
     }
     const char *name = json_string_value(json_object_get(body, "model"));
-    struct gen_model gm = {e.t, ct, (size_t)e.n_ctx, name ? name : base_name(o->model_path),
-                           NULL, slot_next_logits, &e};
-    struct gen_opts go = {NULL, 0, slot_on_done, &e};
+    struct oreq_model gm = {e.t, ct, (size_t)e.n_ctx, name ? name : base_name(o->model_path),
+                            NULL, slot_next_logits, &e};
+    struct oreq_opts go = {NULL, 0, slot_on_done, &e};
     struct gp_error gerr;
     memset(&gerr, 0, sizeof gerr);
-    rc = gen_run(&gm, ep, body, &go, &resp, &gerr);
+    rc = oreq_run(&gm, ep, body, &go, &resp, &gerr);
     if (rc == ERR_INVAL && gerr.message[0]) {
         if (o->json_path) {
             json_t *eb = gp_error_json(&gerr);

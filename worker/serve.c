@@ -21,6 +21,7 @@
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
+#include "worker/openai/request.h"
 #include "worker/engine/tok.h"
 
 #define WL_MAX_NAME 128
@@ -192,7 +193,7 @@ static void lease_gone(struct wl *w, const char *lease_id)
 
 /* ---- results lines ----------------------------------------------------------- */
 
-static json_t *timings(const struct sched_result *r, const struct item *it)
+static json_t *timings(const struct oreq_result *r, const struct item *it)
 {
     double queue_ms = (double)(it->t_added_ns - it->t_leased_ns) * 1e-6 + r->queue_s * 1e3;
     return json_pack("{s:I, s:I, s:I, s:I}", "queue_ms", (json_int_t)(queue_ms + 0.5),
@@ -213,7 +214,7 @@ static json_t *str_cap(const char *s, size_t max)
     return json_stringn(s, n);
 }
 
-static json_t *result_line(const struct sched_result *r, const struct item *it)
+static json_t *result_line(const struct oreq_result *r, const struct item *it)
 {
     json_t *o;
     if (r->status >= 200 && r->status < 300) {
@@ -257,7 +258,7 @@ static int outbox_put(struct wl *w, const struct item *it, json_t *line)
 }
 
 /* Scheduler callback (engine thread). */
-static void on_result(void *ctx, const struct sched_result *r)
+static void on_result(void *ctx, const struct oreq_result *r)
 {
     struct wl *w = ctx;
     pthread_mutex_lock(&w->mu);
@@ -648,8 +649,9 @@ struct to_add {
     json_t *body;
 };
 
-static int engine_loop(struct wl *w, struct sched *s)
+static int engine_loop(struct wl *w, struct oreq_sched *os)
 {
+    struct sched *s = oreq_sched_engine(os);
     const struct serve_opts *o = w->o;
     uint64_t deadline = 0;
     struct to_add *add = NULL;
@@ -658,7 +660,7 @@ static int engine_loop(struct wl *w, struct sched *s)
     for (;;) {
         size_t n_add = 0;
         pthread_mutex_lock(&w->mu);
-        sched_get_stats(s, &w->st);
+        oreq_sched_get_stats(os, &w->st);
         if (stopping(w) && !w->draining) {
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
@@ -725,7 +727,7 @@ static int engine_loop(struct wl *w, struct sched *s)
                                        "This worker serves /v1/chat/completions and "
                                        "/v1/completions only.", "type", "invalid_request_error",
                                        "param", "url", "code", "invalid_url");
-                struct sched_result er;
+                struct oreq_result er;
                 memset(&er, 0, sizeof er);
                 er.id = add[i].rid;
                 er.status = 400;
@@ -736,7 +738,7 @@ static int engine_loop(struct wl *w, struct sched *s)
                 json_decref(add[i].body);
                 continue;
             }
-            int arc = sched_add(s, add[i].rid, add[i].ep, add[i].body);
+            int arc = oreq_sched_add(os, add[i].rid, add[i].ep, add[i].body);
             json_decref(add[i].body);
             if (arc) {
                 log_error("%s: cannot queue the request: %s; releasing it", add[i].rid,
@@ -820,7 +822,7 @@ int serve_model_id(const struct model *m, const char *path, char *out, size_t ou
 int serve_run(const struct serve_opts *o, char *err, size_t err_len)
 {
     struct engine *e = NULL;
-    struct sched *s = NULL;
+    struct oreq_sched *s = NULL;
     struct wl w;
     int rc, mu_ok = 0, cv_ok = 0, thread_ok = 0;
     pthread_t th;
@@ -881,13 +883,14 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     }
     struct sched_opts so;
     engine_sched_opts(e, &so);
-    so.model_name = w.model_id;
-    so.on_result = on_result;
-    so.cb_ctx = &w;
-    if ((rc = engine_sched_new(e, &so, &s, err, err_len)) != 0)
+    struct oreq_sched_opts oo = {w.model_id, on_result, &w};
+    if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
+        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
+                 "--max-batch-tokens): %s", err_msg(rc));
         goto out;
+    }
     struct sched_stats st;
-    sched_get_stats(s, &st);
+    oreq_sched_get_stats(s, &st);
     w.kv_tokens = (int64_t)st.kv_blocks * KV_BLOCK_TOKENS;
     if (pthread_mutex_init(&w.mu, NULL) == 0)
         mu_ok = 1;
@@ -914,7 +917,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     else
         log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
                  (long long)w.total_done, wcl_outbox_count(w.ob));
-    sched_get_stats(s, &st);
+    oreq_sched_get_stats(s, &st);
     log_info("engine-stats: {\"requests\":%lld,\"request_errors\":%lld,\"cancelled\":%lld,"
              "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
              "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"
@@ -933,7 +936,7 @@ out:
         pthread_mutex_unlock(&w.mu);
         pthread_join(th, NULL);
     }
-    sched_free(s);
+    oreq_sched_free(s);
     for (size_t i = 0; i < w.n_items; i++) {
         json_decref(w.items[i]->body);
         free(w.items[i]);

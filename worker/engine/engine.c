@@ -77,16 +77,6 @@ void engine_sched_opts(const struct engine *e, struct sched_opts *so)
     so->device = e->o.device;
 }
 
-int engine_sched_new(const struct engine *e, const struct sched_opts *so, struct sched **out,
-                     char *err, size_t err_len)
-{
-    int rc = sched_new(e->model, e->tok, e->tmpl, so, out);
-    if (rc)
-        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
-                 "--max-batch-tokens): %s", err_msg(rc));
-    return rc;
-}
-
 void engine_ctx_params(const struct engine *e, struct model_ctx_params *p)
 {
     model_ctx_params_init(p);

@@ -11,8 +11,8 @@
  * why, and chat requests are then refused by whoever needs the template),
  * the thread pool (kn_pool_new). The device and the scheduler's sizes are
  * only recorded: the model context (and on CUDA the device memory) is
- * created by the scheduler (engine_sched_new) or by the caller
- * (model_ctx_new with engine_ctx_params), with the sizes it needs.
+ * created by the scheduler (sched_new with engine_sched_opts) or by the
+ * caller (model_ctx_new with engine_ctx_params), with the sizes it needs.
  *
  * Thread: an engine is opened and closed on one thread; the model,
  * tokenizer and template are immutable and may be read from any thread;
@@ -28,7 +28,6 @@ struct tok;
 struct chat_tmpl;
 struct kn_pool;
 struct model_ctx_params;
-struct sched;
 struct sched_opts;
 
 struct engine_opts {
@@ -65,14 +64,9 @@ int engine_open(const struct engine_opts *o, struct engine **out, char *err, siz
 void engine_close(struct engine *e);
 
 /* Scheduler options from the engine: its sizes, pool, device and matmul;
- * the caller sets model_name, on_result and cb_ctx. Can't fail. */
+ * the caller sets on_result and cb_ctx (or lets worker/openai/request.h's
+ * oreq_sched_new set them). Can't fail. */
 void engine_sched_opts(const struct engine *e, struct sched_opts *so);
-
-/* sched_new over the engine's model, tokenizer and template with so (from
- * engine_sched_opts). Returns sched_new's result, with a one-line message
- * in err on error. */
-int engine_sched_new(const struct engine *e, const struct sched_opts *so, struct sched **out,
-                     char *err, size_t err_len);
 
 /* Model context parameters from the engine: pool, device, matmul, and
  * n_ctx (the engine's, 0 = the model's default); the caller sets the batch

@@ -144,7 +144,7 @@ struct model_ctx_params {
     size_t max_bytes;      /* cap on all buffers together (0 = no cap) */
     struct kn_pool *pool;  /* for the matmuls and the attention; NULL = caller's thread.
                             * Must outlive the context; results do not depend on it */
-    int exact_matmul;      /* 1: the reference matmul (forward.c linear_exact: float dot products
+    int exact_matmul;      /* 1: the reference matmul (forward_cpu.c linear_exact: float dot products
                             * on dequantized weights, matches HF transformers to ~1e-6);
                             * 0 (default): kn_matmul_w (8-bit activations, as llama.cpp) */
     int device;            /* enum kn_device (kernels/kn.h): KN_DEVICE_CPU (0, default) or
