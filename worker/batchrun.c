@@ -8,10 +8,9 @@
 #include "common/err.h"
 #include "common/js.h"
 #include "kernels/kn.h"
-#include "worker/engine/chat.h"
-#include "worker/engine/model.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/sched.h"
-#include "worker/engine/tok.h"
+#include "worker/openai/request.h"
 
 #define BATCHRUN_MAX_LINE (16u << 20)
 
@@ -51,14 +50,14 @@ static void emit(struct brun *b, size_t line, const char *custom_id, int status,
     json_decref(o);
 }
 
-static void on_result(void *ctx, const struct sched_result *r)
+static void on_result(void *ctx, const struct oreq_result *r)
 {
     struct brun *b = ctx;
     size_t line = (size_t)strtoull(r->id, NULL, 10);
     emit(b, line, line < b->n_lines ? b->custom_ids[line] : NULL, r->status, r->body, NULL, NULL);
 }
 
-static int add_line(struct brun *b, struct sched *s, size_t line, const char *text, size_t len)
+static int add_line(struct brun *b, struct oreq_sched *s, size_t line, const char *text, size_t len)
 {
     json_t *j = NULL;
     struct js_limits lim = {BATCHRUN_MAX_LINE, 32, 0};
@@ -97,7 +96,7 @@ static int add_line(struct brun *b, struct sched *s, size_t line, const char *te
     memcpy(b->custom_ids[line], custom_id, n + 1);
     char id[32];
     snprintf(id, sizeof id, "%zu", line);
-    rc = sched_add(s, id, ep, body);
+    rc = oreq_sched_add(s, id, ep, body);
     json_decref(j);
     return rc;
 }
@@ -105,45 +104,27 @@ static int add_line(struct brun *b, struct sched *s, size_t line, const char *te
 int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *err,
                   size_t err_len)
 {
-    struct model *m = NULL;
-    struct tok *t = NULL;
-    struct chat_tmpl *tmpl = NULL;
-    struct kn_pool *pool = NULL;
-    struct sched *s = NULL;
+    struct engine *e = NULL;
+    struct oreq_sched *s = NULL;
     struct brun b = {out, NULL, 0, 0, 0};
     FILE *in = NULL;
     char *line = NULL;
     size_t line_cap = 0;
     int rc;
 
-    if ((rc = model_load(o->model_path, &m, err, err_len)) != 0)
+    struct engine_opts eo = {
+        .model_path = o->model_path, .device = o->device, .threads = o->threads,
+        .exact_matmul = o->exact_matmul, .n_ctx = o->n_ctx,
+        .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
+        .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache,
+    };
+    if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;
-    if ((rc = model_tokenizer(m, &t, err, err_len)) != 0)
-        goto out;
-    if (model_chat_tmpl(m, t, &tmpl) != 0)
-        tmpl = NULL;
-    if ((rc = kn_pool_new(o->threads, &pool)) != 0) {
-        snprintf(err, err_len, "cannot start the thread pool: %s", err_msg(rc));
-        goto out;
-    }
     struct sched_opts so;
-    sched_opts_init(&so);
-    if (o->max_batch_tokens > 0)
-        so.max_batch_tokens = o->max_batch_tokens;
-    if (o->max_seqs > 0)
-        so.max_seqs = o->max_seqs;
-    if (o->kv_mem_bytes > 0)
-        so.kv_mem_bytes = o->kv_mem_bytes;
-    so.n_ctx = o->n_ctx;
-    so.no_prefix_cache = o->no_prefix_cache;
-    so.pool = pool;
-    so.exact_matmul = o->exact_matmul;
-    so.device = o->device;
-    so.on_result = on_result;
-    so.cb_ctx = &b;
+    engine_sched_opts(e, &so);
     const char *slash = strrchr(o->model_path, '/');
-    so.model_name = slash ? slash + 1 : o->model_path;
-    if ((rc = sched_new(m, t, tmpl, &so, &s)) != 0) {
+    struct oreq_sched_opts oo = {slash ? slash + 1 : o->model_path, on_result, &b};
+    if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
         snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
                  "--max-batch-tokens): %s", err_msg(rc));
         goto out;
@@ -189,7 +170,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         rc = ERR_IO;
         goto out;
     }
-    if ((rc = sched_run(s)) != 0) {
+    if ((rc = sched_run(oreq_sched_engine(s))) != 0) {
         snprintf(err, err_len, "engine error: %s", err_msg(rc));
         goto out;
     }
@@ -199,7 +180,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         goto out;
     }
     struct sched_stats st;
-    sched_get_stats(s, &st);
+    oreq_sched_get_stats(s, &st);
     int64_t prompt = st.prefill_computed + st.prefix_reused;
     double w = st.wall_s > 0 ? st.wall_s : 1e-9;
     fprintf(errout,
@@ -213,20 +194,17 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
             (long long)prompt, (long long)st.prefill_computed, (long long)st.prefix_reused,
             (long long)st.output_tokens, (long long)st.recomputed, (long long)st.n_preemptions,
             (long long)st.blocks_evicted, st.kv_blocks, st.n_ctx, st.kv_util_avg,
-            st.kv_util_peak, st.wall_s, st.forward_s, st.cpu_s, kn_pool_threads(pool),
+            st.kv_util_peak, st.wall_s, st.forward_s, st.cpu_s, kn_pool_threads(e->pool),
             (double)st.output_tokens / w, (double)(st.output_tokens + prompt) / w);
     rc = 0;
 out:
     if (in)
         fclose(in);
     free(line);
-    sched_free(s);
+    oreq_sched_free(s);
     for (size_t i = 0; i < b.n_lines; i++)
         free(b.custom_ids[i]);
     free(b.custom_ids);
-    kn_pool_free(pool);
-    chat_tmpl_free(tmpl);
-    tok_free(t);
-    model_free(m);
+    engine_close(e);
     return rc;
 }

@@ -10,7 +10,7 @@
  * (jobd commits a result once, a release is idempotent, a heartbeat only
  * extends), register and lease are not (a lost lease answer would strand
  * its requests until the lease lapses), so those two are sent once per
- * call. Longer outages are the caller's loop's business (worker/loop.c
+ * call. Longer outages are the caller's loop's business (worker/serve.c
  * retries with backoff until jobd is back).
  *
  * Outbox. A finished request's result line (one JSON object of the results
@@ -28,7 +28,7 @@
  * error result for its request (so the lease does not hold it forever), and
  * dropped if even that is refused.
  *
- * Thread: a struct wcl may be used from one thread at a time (loop.c: the
+ * Thread: a struct wcl may be used from one thread at a time (serve.c: the
  * communication thread). The outbox is thread-safe: the engine thread adds,
  * the communication thread flushes.
  */

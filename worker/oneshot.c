@@ -13,9 +13,11 @@
 #include "common/js.h"
 #include "kernels/kn.h"
 #include "worker/engine/chat.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/generate.h"
 #include "worker/engine/model.h"
 #include "worker/engine/tok.h"
+#include "worker/openai/request.h"
 
 #define ONESHOT_BATCH 512   /* tokens per prefill step */
 
@@ -35,11 +37,12 @@ static double rate(int64_t n, uint64_t ns)
     return ns ? (double)n / ((double)ns / 1e9) : 0.0;
 }
 
-/* The model, its context with one slot, and what the slot's cache holds. */
-struct engine {
-    struct model *m;
-    struct tok *t;
-    struct kn_pool *pool;
+/* The engine, a model context with one slot, and what the slot's cache holds. */
+struct slot {
+    struct engine *eng;
+    struct model *m;         /* eng->model */
+    struct tok *t;           /* eng->tok */
+    struct kn_pool *pool;    /* eng->pool */
     struct model_ctx *c;
     int n_ctx, n_batch;
     int32_t *fed;            /* (n_ctx) ids whose K/V are in slot 0, n_fed of them */
@@ -53,12 +56,10 @@ struct engine {
     int print_ids;
 };
 
-static void engine_release(struct engine *e)
+static void slot_release(struct slot *e)
 {
     model_ctx_free(e->c);
-    kn_pool_free(e->pool);
-    tok_free(e->t);
-    model_free(e->m);
+    engine_close(e->eng);
     free(e->fed);
     free(e->pos);
     free(e->seq);
@@ -66,16 +67,19 @@ static void engine_release(struct engine *e)
     memset(e, 0, sizeof *e);
 }
 
-static int engine_init(struct engine *e, const char *path, int threads, int n_ctx, int exact,
+static int slot_init(struct slot *e, const char *path, int threads, int n_ctx, int exact,
                        int device, char *err, size_t err_len)
 {
     memset(e, 0, sizeof *e);
     e->last_choice = UINT64_MAX;
-    int rc = model_load(path, &e->m, err, err_len);
+    struct engine_opts eo = {.model_path = path, .device = device, .threads = threads,
+                             .exact_matmul = exact, .n_ctx = n_ctx};
+    int rc = engine_open(&eo, &e->eng, err, err_len);
     if (rc)
         return rc;
-    if ((rc = model_tokenizer(e->m, &e->t, err, err_len)))
-        goto out;
+    e->m = e->eng->model;
+    e->t = e->eng->tok;
+    e->pool = e->eng->pool;
     int n_train = e->m->hp.n_ctx_train;
     if (n_ctx <= 0)
         n_ctx = n_train < 4096 ? n_train : 4096;
@@ -84,21 +88,14 @@ static int engine_init(struct engine *e, const char *path, int threads, int n_ct
                   n_ctx, n_train);
         goto out;
     }
-    if ((rc = kn_pool_new(threads, &e->pool))) {
-        fail(err, err_len, rc, "cannot start %d threads: %s", threads, err_msg(rc));
-        goto out;
-    }
     e->n_ctx = n_ctx;
     e->n_batch = n_ctx < ONESHOT_BATCH ? n_ctx : ONESHOT_BATCH;
     struct model_ctx_params p;
-    model_ctx_params_init(&p);
+    engine_ctx_params(e->eng, &p);
     p.n_ctx = n_ctx;
     p.n_batch_max = e->n_batch;
     p.n_out_max = 1;
     p.n_seq_max = 1;
-    p.pool = e->pool;
-    p.exact_matmul = exact;
-    p.device = device;
     if ((rc = model_ctx_new(e->m, &p, &e->c))) {
         fail(err, err_len, rc, "cannot allocate the context: %s", err_msg(rc));
         goto out;
@@ -114,16 +111,16 @@ static int engine_init(struct engine *e, const char *path, int threads, int n_ct
     }
     return 0;
 out:
-    engine_release(e);
+    slot_release(e);
     return rc;
 }
 
 /* gen_logits_fn: logits after tokens[0..n), feeding only what the slot's
  * cache does not hold yet. */
-static int engine_next_logits(void *ctx, uint64_t choice, const int32_t *tokens, size_t n,
+static int slot_next_logits(void *ctx, uint64_t choice, const int32_t *tokens, size_t n,
                               const float **logits)
 {
-    struct engine *e = ctx;
+    struct slot *e = ctx;
     if (n == 0 || n > (size_t)e->n_ctx)
         return ERR_INVAL;
     int keep = 0;
@@ -164,9 +161,9 @@ static int engine_next_logits(void *ctx, uint64_t choice, const int32_t *tokens,
     return 0;
 }
 
-static int engine_on_done(void *ctx, uint64_t choice, const struct gen_seq *s)
+static int slot_on_done(void *ctx, uint64_t choice, const struct gen_seq *s)
 {
-    struct engine *e = ctx;
+    struct slot *e = ctx;
     if (!e->print_ids)
         return 0;
     fprintf(e->errout, "choice %llu\nprompt ids:", (unsigned long long)choice);
@@ -266,8 +263,7 @@ static const char *base_name(const char *path)
 
 int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err, size_t err_len)
 {
-    struct engine e;
-    struct chat_tmpl *ct = NULL;
+    struct slot e;
     json_t *body = NULL, *resp = NULL;
     char *dump = NULL;
     int rc;
@@ -281,24 +277,26 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
         return rc;
     }
     enum gp_endpoint ep = json_object_get(body, "messages") ? GP_CHAT : GP_COMPLETIONS;
-    if ((rc = engine_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, err,
+    if ((rc = slot_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, err,
                           err_len))) {
         json_decref(body);
         return rc;
     }
     e.errout = errout;
     e.print_ids = o->print_ids;
-    if (ep == GP_CHAT && (rc = model_chat_tmpl(e.m, e.t, &ct))) {
-        fail(err, err_len, rc, "no usable chat template: %s", err_msg(rc));
+    const struct chat_tmpl *ct = e.eng->tmpl;
+    if (ep == GP_CHAT && !ct) {
+        rc = fail(err, err_len, e.eng->tmpl_rc, "no usable chat template: %s",
+                  err_msg(e.eng->tmpl_rc));
         goto out;
     }
     const char *name = json_string_value(json_object_get(body, "model"));
-    struct gen_model gm = {e.t, ct, (size_t)e.n_ctx, name ? name : base_name(o->model_path),
-                           NULL, engine_next_logits, &e};
-    struct gen_opts go = {NULL, 0, engine_on_done, &e};
+    struct oreq_model gm = {e.t, ct, (size_t)e.n_ctx, name ? name : base_name(o->model_path),
+                            NULL, slot_next_logits, &e};
+    struct oreq_opts go = {NULL, 0, slot_on_done, &e};
     struct gp_error gerr;
     memset(&gerr, 0, sizeof gerr);
-    rc = gen_run(&gm, ep, body, &go, &resp, &gerr);
+    rc = oreq_run(&gm, ep, body, &go, &resp, &gerr);
     if (rc == ERR_INVAL && gerr.message[0]) {
         if (o->json_path) {
             json_t *eb = gp_error_json(&gerr);
@@ -342,15 +340,14 @@ out:
     free(dump);
     json_decref(resp);
     json_decref(body);
-    chat_tmpl_free(ct);
-    engine_release(&e);
+    slot_release(&e);
     return rc;
 }
 
 int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size_t err_len)
 {
     static const char unit[] = "The quick brown fox jumps over the lazy dog. ";
-    struct engine e;
+    struct slot e;
     struct buf text;
     int32_t *ids = NULL;
     int reps = o->n_prompt_repeat > 0 ? o->n_prompt_repeat : 6;
@@ -363,7 +360,7 @@ int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size
         buf_release(&text);
         return fail(err, err_len, rc, "prompt: %s", err_msg(rc));
     }
-    if ((rc = engine_init(&e, o->model_path, o->threads, 0, o->exact, o->device, err, err_len))) {
+    if ((rc = slot_init(&e, o->model_path, o->threads, 0, o->exact, o->device, err, err_len))) {
         buf_release(&text);
         return rc;
     }
@@ -382,13 +379,13 @@ int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size
     }
     const float *lg;
     uint64_t t0 = clock_mono_ns();
-    if ((rc = engine_next_logits(&e, 0, ids, n, &lg)))
+    if ((rc = slot_next_logits(&e, 0, ids, n, &lg)))
         goto fwd;
     uint64_t t1 = clock_mono_ns();
     for (int i = 0; i < n_dec; i++) {
         ids[n] = kn_argmax_f32(lg, e.m->hp.n_vocab);
         n++;
-        if ((rc = engine_next_logits(&e, 0, ids, n, &lg)))
+        if ((rc = slot_next_logits(&e, 0, ids, n, &lg)))
             goto fwd;
     }
     uint64_t t2 = clock_mono_ns();
@@ -401,6 +398,6 @@ fwd:
 out:
     free(ids);
     buf_release(&text);
-    engine_release(&e);
+    slot_release(&e);
     return rc;
 }

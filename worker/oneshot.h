@@ -3,9 +3,10 @@
  * TEXT | --chat TEXT | --json BODY.json`), and the engine benchmark
  * (`jobworker --bench`).
  *
- * oneshot_run loads the model, creates a context with one sequence slot on
+ * oneshot_run opens the engine (engine_open), creates a context with one sequence slot on
  * a thread pool of `threads` threads, and runs one OpenAI request through
- * the generate driver (worker/engine/generate.h gen_run): full sampling
+ * the sequential driver (worker/openai/request.h oreq_run over
+ * worker/engine/generate.h gen_run): full sampling
  * (temperature, top_p, top_k, seed, stop strings, n choices, logprobs...).
  * --prompt/--chat build the request body from the flags (a completions body
  * {"prompt": TEXT} or a chat body with one user message; flags left unset

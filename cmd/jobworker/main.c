@@ -1,6 +1,6 @@
 /* jobworker - runs a model for jobd (see README and spec/worker-protocol.md).
  *
- * Modes: serving jobd (--jobd URL --model M.gguf: worker/loop.c), the
+ * Modes: serving jobd (--jobd URL --model M.gguf: worker/serve.c), the
  * device self-check, --inspect, the one-off --prompt/--chat/--json run and
  * --bench (worker/oneshot.c), and --batch-file (worker/batchrun.c). Thin:
  * parse flags, call into the library. */
@@ -18,7 +18,7 @@
 #include "worker/devcheck.h"
 #include "worker/inspect.h"
 #include "worker/batchrun.h"
-#include "worker/loop.h"
+#include "worker/serve.h"
 #include "worker/oneshot.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
-        struct wloop_opts wo;
+        struct serve_opts wo;
         memset(&wo, 0, sizeof wo);
         wo.jobd_url = jobd_url;
         wo.token = worker_token;
@@ -314,7 +314,7 @@ int main(int argc, char **argv)
         wo.n_ctx = (int)n_ctx;
         wo.no_prefix_cache = no_prefix_cache;
         wo.stop = &stop_flag;
-        int rc = wloop_run(&wo, err, sizeof err);
+        int rc = serve_run(&wo, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "%s", err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;

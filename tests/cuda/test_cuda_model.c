@@ -1,5 +1,5 @@
 /* Whole-model parity of the CUDA forward pass (worker/engine/forward_cuda.c)
- * against the CPU engine (worker/engine/forward.c, reference matmul), built only
+ * against the CPU engine (worker/engine/forward_cpu.c, reference matmul), built only
  * with make CUDA=1; every test skips without a GPU.
  *
  *  - logits of every position on the tiny verification models
@@ -389,8 +389,8 @@ TEST(cuda_model_default_greedy_matches_cpu)
     printf("  greedy %d tokens: %d/%d prompts identical to the CPU engine\n", N_GEN, same,
            N_PROMPTS);
     /* The check that matters: every divergence is at a near-tie. How many
-     * prompts meet one in 64 tokens depends on the model. The floor is the
-     * issue's 90% for a real model; KN_GREEDY_MIN_PCT lowers it for the
+     * prompts meet one in 64 tokens depends on the model. The floor is
+     * 90% for a real model; KN_GREEDY_MIN_PCT lowers it for the
      * layer slice scripts/gpu-check carries (scripts/gpu-model): the CPU
      * engine with the GPU's bf16 roundings emulated (weights, every GEMM
      * input, K/V) matched 17/20 on the 11-layer slice, each divergence at a

@@ -19,6 +19,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "worker/engine/chat.h"
+#include "worker/openai/chat_msgs.h"
 #include "worker/engine/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -54,15 +54,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (js_parse((const char *)data, size, &lim, &j, NULL) != 0)
         return 0;
     for (int ep = GP_CHAT; ep <= GP_COMPLETIONS; ep++) {
-        struct gen_params p;
+        struct gp_request p;
         struct gp_error e;
         memset(&e, 0, sizeof e);
         int rc = gp_parse(j, (enum gp_endpoint)ep, 50000, &p, &e);
         if (rc == 0) {
-            if (p.n < 1 || p.n > GP_MAX_N || p.smp.temperature < 0 || p.smp.temperature > 2 ||
-                !(p.smp.top_p > 0 && p.smp.top_p <= 1) || p.n_stop > STOP_MAX)
+            const struct gen_params *g = &p.gen;
+            if (g->n < 1 || g->n > GP_MAX_N || g->smp.temperature < 0 || g->smp.temperature > 2 ||
+                !(g->smp.top_p > 0 && g->smp.top_p <= 1) || g->n_stop > STOP_MAX)
                 abort();
-            check_stop(&p, data, size);
+            check_stop(&p.gen, data, size);
             gp_release(&p);
         } else if (rc == ERR_INVAL && e.message[0] == 0) {
             abort();   /* a request error always explains itself */

@@ -1,5 +1,7 @@
 /*
- * chat.h - render /v1/chat/completions `messages` into prompt text.
+ * chat.h - render a conversation (role, content messages) into prompt text
+ * with the model's chat template (the OpenAI `messages` array is parsed by
+ * worker/openai/chat_msgs.h).
  *
  * No Jinja engine: the GGUF's `tokenizer.chat_template` is classified by
  * marker substrings (like llama.cpp's llm_chat_detect_template) into one of
@@ -37,7 +39,6 @@
 #ifndef WORKER_CHAT_H
 #define WORKER_CHAT_H
 
-#include <jansson.h>
 #include <stddef.h>
 
 #include "common/buf.h"
@@ -62,13 +63,6 @@ struct chat_msg {
     size_t content_len;
 };
 
-/* Messages parsed from JSON; owns the joined contents. */
-struct chat_msgs {
-    struct chat_msg *v;
-    size_t n;
-    char **owned;          /* (n) heap copies backing v[i].content */
-};
-
 #define CHAT_MAX_MESSAGES 4096
 #define CHAT_MAX_PROMPT_BYTES TOK_MAX_INPUT_BYTES
 
@@ -83,16 +77,6 @@ void chat_tmpl_free(struct chat_tmpl *ct);
 enum chat_format chat_tmpl_format(const struct chat_tmpl *ct);
 /* "chatml", "llama2", ... Can't fail. */
 const char *chat_format_name(enum chat_format f);
-
-/* Parse an OpenAI `messages` array: objects with "role" ("system",
- * "developer" = system, "user", "assistant") and "content": a string, null
- * (assistant only; empty), or an array of {"type":"text","text":...} parts
- * joined with "\n". Returns 0 and fills m (release with chat_msgs_release),
- * ERR_INVAL (not an array, empty, unknown role, bad content, non-text part),
- * ERR_TOOBIG (more than CHAT_MAX_MESSAGES or joined contents over
- * CHAT_MAX_PROMPT_BYTES), ERR_NOMEM. */
-int chat_msgs_parse(const json_t *messages, struct chat_msgs *m);
-void chat_msgs_release(struct chat_msgs *m);
 
 /* Append the prompt for msgs[0..n) to out. add_generation_prompt as HF:
  * append the assistant-turn opener (formats without one ignore it, PHI3

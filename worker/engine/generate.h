@@ -1,7 +1,10 @@
 /*
- * generate.h - one request from body to response: the per-sequence step
- * API (used by the batched scheduler) and a sequential driver over a "next
- * logits" callback (used by one-off runs and tests).
+ * generate.h - one request's sequences from prompt tokens to finished text:
+ * the generation parameters, the per-sequence step API (used by the
+ * batched scheduler) and a sequential driver over a "next logits" callback
+ * (used by one-off runs and tests). Token level: prompts come in as token
+ * ids, results go out as text, finish reasons, logprob records and token
+ * counts; request bodies and response bodies are worker/openai/'s business.
  *
  * Per-step API. A struct gen_seq is one choice of one request: its prompt
  * ids (borrowed), its generated ids, its random stream (seed, choice index),
@@ -25,33 +28,65 @@
  * of the returned text (so tokens wholly inside a cut-off stop string are
  * dropped).
  *
- * Prompts. Chat: messages -> chat_render (generation prompt) -> chat_encode.
- * Completions: text prompts are tokenized with TOK_ADD_SPECIAL |
- * TOK_PARSE_SPECIAL (BOS per the vocabulary; special-token text such as
- * <|im_start|> is parsed, as HF tokenizers / vLLM / llama.cpp's server do);
- * token-array prompts are used as given. A prompt of n_ctx tokens or more,
- * or prompt + explicit max_tokens > n_ctx, is a 400
- * "context_length_exceeded"; an empty tokenized prompt is a 400 on "prompt".
- *
  * Thread: a gen_seq belongs to one thread at a time; gen_run is reentrant
  * (its callback decides the rest).
  */
 #ifndef WORKER_GENERATE_H
 #define WORKER_GENERATE_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/buf.h"
-#include "worker/engine/chat.h"
-#include "worker/openai/params.h"
-#include "worker/openai/response.h"
 #include "worker/engine/sample.h"
 #include "worker/engine/stop.h"
 #include "worker/engine/tok.h"
 
 #define GEN_MAX_TEXT_BYTES (16u << 20)   /* emitted text of one choice */
+
+/* Generation parameters of one request (every choice of it). The request
+ * parser (worker/openai/params.h) fills them with OpenAI's defaults and
+ * ranges; a gen_params owns its heap copies (gen_params_release). */
+struct gen_params {
+    int64_t max_tokens;          /* -1 = not given (context limit) */
+    struct smp_params smp;       /* temperature, top_k/p, min_p, penalties, bias;
+                                  * smp.n_top_logprobs: -1 off, else alternatives */
+    struct smp_bias *bias;       /* owned; smp.bias points here */
+    uint64_t seed;
+    int seed_given;              /* 0: the scheduler derives the seed from the request id */
+    char *stop[STOP_MAX];        /* owned, NUL-terminated copies */
+    size_t stop_len[STOP_MAX];
+    size_t n_stop;
+    int logprobs;                /* 1 = keep logprob records */
+    int n;                       /* choices per prompt */
+};
+
+/* Free the stop strings and the bias, and zero p. NULL ok. */
+void gen_params_release(struct gen_params *p);
+
+/* One tokenized prompt. */
+struct gen_prompt {
+    int32_t *ids;    /* (n) owned */
+    size_t n;
+};
+
+/* Free prompts p[0..n) and the array. NULL ok. */
+void gen_prompts_free(struct gen_prompt *p, size_t n);
+
+/* Logprob record of one generated token that is part of the returned text. */
+struct gen_lp {
+    struct smp_result r;    /* token, its logprob, the top alternatives */
+    size_t text_offset;     /* byte offset of the token's text in the choice text */
+};
+
+/* What one finished sequence produced (pointers borrowed from its gen_seq). */
+struct gen_choice {
+    const char *text;           /* UTF-8, text_len bytes */
+    size_t text_len;
+    enum stop_finish finish;    /* STOP_FINISH_STOP or STOP_FINISH_LENGTH */
+    const struct gen_lp *lp;    /* (n_lp); kept when gen_params.logprobs */
+    size_t n_lp;
+};
 
 struct gen_seq {
     const struct gen_params *gp;   /* borrowed */
@@ -67,7 +102,7 @@ struct gen_seq {
     struct buf piece;              /* scratch: decoder output of one token */
     struct buf text;               /* the returned text so far */
     size_t stream_bytes;           /* bytes the decoder produced so far */
-    struct resp_lp *lp;            /* (n_lp) owned, when gp->logprobs */
+    struct gen_lp *lp;             /* (n_lp) owned, when gp->logprobs */
     size_t n_lp, cap_lp;
     enum stop_finish finish;       /* STOP_NONE while running */
 };
@@ -96,9 +131,9 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r);
 /* The sampling parameters smp_sample needs for this sequence. */
 const struct smp_params *gen_seq_smp_params(const struct gen_seq *s);
 
-/* Describe a finished sequence as a response choice (pointers borrowed from
- * s). Returns 0 or ERR_BADSTATE when not finished. */
-int gen_seq_choice(const struct gen_seq *s, struct resp_choice *c);
+/* Describe a finished sequence (pointers borrowed from s). Returns 0 or
+ * ERR_BADSTATE when not finished. */
+int gen_seq_choice(const struct gen_seq *s, struct gen_choice *c);
 
 /* ---- sequential driver ----------------------------------------------------- */
 
@@ -108,49 +143,26 @@ int gen_seq_choice(const struct gen_seq *s, struct resp_choice *c);
 typedef int (*gen_logits_fn)(void *ctx, uint64_t choice, const int32_t *tokens, size_t n_tokens,
                              const float **logits);
 
+/* Called when a choice has finished (s->prompt, s->gen, s->finish are
+ * final). Returning an error aborts gen_run with it. */
+typedef int (*gen_done_fn)(void *ctx, uint64_t choice, const struct gen_seq *s);
+
 struct gen_model {
     const struct tok *t;
-    const struct chat_tmpl *tmpl;      /* for chat requests */
     size_t n_ctx;                      /* context length in tokens */
-    const char *model_name;            /* echoed as "model" */
-    const char *system_fingerprint;    /* NULL -> null */
     gen_logits_fn next_logits;
     void *ctx;
 };
 
-/* Tokenized prompts of one request (m->next_logits is not used). */
-struct gen_prompt {
-    int32_t *ids;    /* (n) owned */
-    size_t n;
-};
-
-/* Build and tokenize the prompt(s) of body for endpoint ep with parameters
- * gp (already parsed): one for chat, gp->n_prompts for completions, and
- * check each against m->n_ctx (empty, too long, prompt + max_tokens).
- * Returns 0 and *out (gen_prompts_free(*out, *n_out)), ERR_INVAL with *err
- * filled for a request error (a 400), or ERR_NOMEM / tokenizer errors. */
-int gen_prompts_build(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
-                      const struct gen_params *gp, struct gen_prompt **out, size_t *n_out,
-                      struct gp_error *err);
-void gen_prompts_free(struct gen_prompt *p, size_t n);
-
-/* Optional overrides (tests, deterministic ids); NULL = none. */
-struct gen_opts {
-    const char *id;          /* response id */
-    int64_t created;         /* 0 = now */
-    /* Called when a choice has finished (s->prompt, s->gen, s->finish are
-     * final); NULL = none. Returning an error aborts gen_run with it. */
-    int (*on_done)(void *ctx, uint64_t choice, const struct gen_seq *s);
-    void *on_done_ctx;
-};
-
-/* Run one request body for endpoint ep: parse parameters, build and
- * tokenize the prompt(s), generate every choice (one after the other, each
- * to its end), and build the response body. Returns 0 and *response (new
- * reference, the 200 body); ERR_INVAL with *err filled for a request error
- * (send gp_error_json(err) with status 400); or another error (the
- * callback's, ERR_NOMEM, ERR_CORRUPT from non-finite logits...). */
-int gen_run(const struct gen_model *m, enum gp_endpoint ep, const json_t *body,
-            const struct gen_opts *opts, json_t **response, struct gp_error *err);
+/* Generate every choice of a request with parameters gp over the prompts
+ * pr[0..n_pr) (each checked by the caller: non-empty, within n_ctx), one
+ * after the other, each to its end: choice i * gp->n + k of prompt i goes to
+ * seqs[i * gp->n + k] (caller storage for n_pr * gp->n sequences). on_done
+ * (NULL = none) sees each finished choice. Returns 0 with every sequence
+ * finished (the caller releases each with gen_seq_release); or an error
+ * (gen_seq_init's, the callbacks', ERR_NOMEM, ERR_CORRUPT from non-finite
+ * logits...), with nothing left to release. */
+int gen_run(const struct gen_model *m, const struct gen_params *gp, const struct gen_prompt *pr,
+            size_t n_pr, gen_done_fn on_done, void *done_ctx, struct gen_seq *seqs);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * model.c - load a llama/qwen2 GGUF: hyperparameters, tensor validation,
- * weight pointers into the mapping. See model.h for the design; gguf.md 3
- * for the keys and tensor names.
+ * weight pointers into the mapping. See model.h for the design, the keys
+ * read and the tensor names expected.
  */
 #include "worker/engine/model.h"
 

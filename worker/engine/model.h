@@ -16,8 +16,8 @@
  * Q/K/V biases. rope_freqs.weight (llama3-style scaling) and linear
  * rope.scaling are applied; YaRN/longrope are refused.
  *
- * Running (worker/engine/forward.c). A struct model_ctx holds every buffer of the
- * forward pass, sized at creation for n_batch_max tokens per step, and the
+ * Running (worker/engine/forward.c, the dispatch to forward_cpu.c or
+ * forward_cuda.c). A struct model_ctx holds every buffer of the forward pass, sized at creation for n_batch_max tokens per step, and the
  * paged KV cache (worker/engine/kv.h) for n_seq_max sequence slots; model_forward
  * never allocates. One step takes a flat batch of tokens from any number of
  * sequences - each token with its id, position and slot - (prefill chunks
@@ -144,7 +144,7 @@ struct model_ctx_params {
     size_t max_bytes;      /* cap on all buffers together (0 = no cap) */
     struct kn_pool *pool;  /* for the matmuls and the attention; NULL = caller's thread.
                             * Must outlive the context; results do not depend on it */
-    int exact_matmul;      /* 1: the reference matmul (linear_ref.h: float dot products
+    int exact_matmul;      /* 1: the reference matmul (forward_cpu.c linear_exact: float dot products
                             * on dequantized weights, matches HF transformers to ~1e-6);
                             * 0 (default): kn_matmul_w (8-bit activations, as llama.cpp) */
     int device;            /* enum kn_device (kernels/kn.h): KN_DEVICE_CPU (0, default) or

@@ -13,7 +13,6 @@
 #include "worker/engine/generate.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
-#include "worker/openai/response.h"
 
 enum { SEQ_WAIT = 0, SEQ_RUN, SEQ_DONE };
 
@@ -34,8 +33,8 @@ struct sseq {
 
 struct sreq {
     char *id;
-    char *model;
-    enum gp_endpoint ep;
+    void *user;                        /* the caller's, freed with user_free */
+    void (*user_free)(void *);
     struct gen_params gp;
     struct gen_prompt *pr;
     size_t n_pr;
@@ -50,7 +49,6 @@ struct sreq {
 struct sched {
     const struct model *m;
     const struct tok *t;
-    const struct chat_tmpl *tmpl;
     struct sched_opts o;
     struct model_ctx *ctx;
     struct kv_cache *kv;
@@ -97,8 +95,8 @@ static char *dup_str(const char *s)
     return p;
 }
 
-int sched_new(const struct model *m, const struct tok *t, const struct chat_tmpl *tmpl,
-              const struct sched_opts *o, struct sched **out)
+int sched_new(const struct model *m, const struct tok *t, const struct sched_opts *o,
+              struct sched **out)
 {
     if (!m || !t || !o || !out || !o->on_result || o->max_batch_tokens < 1 ||
         o->max_batch_tokens > (1 << 20) || o->max_seqs < 1 || o->max_seqs > (1 << 16) ||
@@ -125,7 +123,6 @@ int sched_new(const struct model *m, const struct tok *t, const struct chat_tmpl
         return ERR_NOMEM;
     s->m = m;
     s->t = t;
-    s->tmpl = tmpl;
     s->o = *o;
     s->n_ctx = n_ctx;
     s->n_vocab = hp->n_vocab;
@@ -183,9 +180,10 @@ static void req_free(struct sreq *r)
         gen_seq_release(&r->seqs[i].g);
     free(r->seqs);
     gen_prompts_free(r->pr, r->n_pr);
-    gp_release(&r->gp);
+    gen_params_release(&r->gp);
+    if (r->user_free)
+        r->user_free(r->user);
     free(r->id);
-    free(r->model);
     free(r);
 }
 
@@ -224,6 +222,7 @@ void sched_free(struct sched *s)
 
 int sched_n_waiting(const struct sched *s) { return s->n_wait; }
 int sched_n_running(const struct sched *s) { return s->n_run; }
+int sched_n_ctx(const struct sched *s) { return s->n_ctx; }
 struct model_ctx *sched_model_ctx(struct sched *s) { return s->ctx; }
 
 void sched_get_stats(const struct sched *s, struct sched_stats *out)
@@ -243,43 +242,6 @@ static uint64_t fnv1a(const char *p)
     return h;
 }
 
-static void deliver(struct sched *s, const char *id, int status, const json_t *body,
-                    const struct sreq *r)
-{
-    struct sched_result res;
-    memset(&res, 0, sizeof res);
-    res.id = id;
-    res.status = status;
-    res.body = body;
-    if (r) {
-        for (size_t i = 0; i < r->n_pr; i++)
-            res.prompt_tokens += (int64_t)r->pr[i].n;
-        for (int i = 0; i < r->n_seq; i++)
-            res.completion_tokens += (int64_t)r->seqs[i].g.n_gen;
-        res.cached_tokens = r->cached;
-        uint64_t now = clock_mono_ns();
-        uint64_t ta = r->t_admit ? r->t_admit : now, tf = r->t_first ? r->t_first : now;
-        res.queue_s = (double)(ta - r->t_add) * 1e-9;
-        res.prefill_s = (double)(tf - ta) * 1e-9;
-        res.decode_s = (double)(now - tf) * 1e-9;
-        res.cpu_s = r->cpu_s;
-    }
-    s->st.n_requests++;
-    if (status != 200)
-        s->st.n_request_errors++;
-    s->o.on_result(s->o.cb_ctx, &res);
-}
-
-static int deliver_error(struct sched *s, const char *id, const struct gp_error *err)
-{
-    json_t *body = gp_error_json(err);
-    if (!body)
-        return ERR_NOMEM;
-    deliver(s, id, 400, body, NULL);
-    json_decref(body);
-    return 0;
-}
-
 static int wait_push_back(struct sched *s, struct sseq *q)
 {
     if (s->n_wait == s->cap_wait) {
@@ -294,45 +256,38 @@ static int wait_push_back(struct sched *s, struct sseq *q)
     return 0;
 }
 
-int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t *body)
+int sched_add(struct sched *s, const char *id, struct gen_params *gp, struct gen_prompt *pr,
+              size_t n_pr, void *user, void (*user_free)(void *))
 {
-    struct gp_error err;
     int rc;
-    if (!s || !id || !body || (ep != GP_CHAT && ep != GP_COMPLETIONS))
-        return ERR_INVAL;
-    memset(&err, 0, sizeof err);
     struct sreq *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r) {
+        gen_params_release(gp);
+        gen_prompts_free(pr, n_pr);
+        if (user_free)
+            user_free(user);
         return ERR_NOMEM;
+    }
     r->t_add = clock_mono_ns();
-    r->ep = ep;
-    rc = gp_parse(body, ep, (size_t)s->n_vocab, &r->gp, &err);
-    if (rc) {
-        free(r);
-        return rc == ERR_INVAL ? deliver_error(s, id, &err) : rc;
+    r->user = user;
+    r->user_free = user_free;
+    r->pr = pr;
+    r->n_pr = n_pr;
+    if (gp) {
+        r->gp = *gp;
+        memset(gp, 0, sizeof *gp);
     }
-    if (!r->gp.seed_given)
-        r->gp.seed = fnv1a(id);
-    const char *model = json_string_value(json_object_get(body, "model"));
-    r->id = dup_str(id);
-    r->model = dup_str(model ? model : s->o.model_name ? s->o.model_name : "");
-    if (!r->id || !r->model) {
-        rc = ERR_NOMEM;
-        goto fail;
-    }
-    if (ep == GP_CHAT && !s->tmpl) {
-        gp_fail(&err, "messages", "unsupported_value",
-                "This model has no chat template; use /v1/completions.");
+    if (!s || !id || !gp || !pr || n_pr == 0 || r->gp.n < 1) {
         rc = ERR_INVAL;
         goto fail;
     }
-    struct gen_model gm;
-    memset(&gm, 0, sizeof gm);
-    gm.t = s->t;
-    gm.tmpl = s->tmpl;
-    gm.n_ctx = (size_t)s->n_ctx;
-    if ((rc = gen_prompts_build(&gm, ep, body, &r->gp, &r->pr, &r->n_pr, &err)) != 0)
+    if (!r->gp.seed_given)
+        r->gp.seed = fnv1a(id);
+    r->id = dup_str(id);
+    if (!r->id) {
+        rc = ERR_NOMEM;
         goto fail;
+    }
     r->n_seq = (int)r->n_pr * r->gp.n;
     r->seqs = calloc((size_t)r->n_seq, sizeof *r->seqs);
     if (!r->seqs) {
@@ -353,8 +308,6 @@ int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t
             free(r->seqs);
             r->seqs = NULL;
             r->n_seq = 0;
-            if (rc == ERR_INVAL) /* stop strings were validated by gp_parse */
-                gp_fail(&err, "stop", "invalid_value", "Invalid 'stop'.");
             goto fail;
         }
     }
@@ -371,41 +324,44 @@ int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t
     s->live = r;
     return 0;
 fail:
-    if (rc == ERR_INVAL) {
-        rc = deliver_error(s, id, &err);
-    }
     req_free(r);
     return rc;
 }
 
-/* Complete request r: build its body, call back, free it. */
+/* Complete request r: describe its choices to the callback, free it. */
 static int finish_request(struct sched *s, struct sreq *r)
 {
     int rc;
-    json_t *body = NULL;
-    struct resp_choice *ch = calloc((size_t)r->n_seq, sizeof *ch);
+    struct gen_choice *ch = calloc((size_t)r->n_seq, sizeof *ch);
     if (!ch)
         return ERR_NOMEM;
-    struct resp_meta meta;
-    memset(&meta, 0, sizeof meta);
-    meta.model = r->model;
+    struct sched_result res;
+    memset(&res, 0, sizeof res);
+    res.id = r->id;
+    res.user = r->user;
+    res.gp = &r->gp;
+    res.choices = ch;
+    res.n_choices = (size_t)r->n_seq;
     for (size_t i = 0; i < r->n_pr; i++)
-        meta.prompt_tokens += (int64_t)r->pr[i].n;
+        res.prompt_tokens += (int64_t)r->pr[i].n;
     for (int i = 0; i < r->n_seq; i++) {
-        meta.completion_tokens += (int64_t)r->seqs[i].g.n_gen;
+        res.completion_tokens += (int64_t)r->seqs[i].g.n_gen;
         if ((rc = gen_seq_choice(&r->seqs[i].g, &ch[i])) != 0)
             goto out;
     }
-    meta.logprobs = r->gp.logprobs;
-    rc = r->ep == GP_CHAT ? resp_chat_build(&meta, ch, (size_t)r->n_seq, s->t, &body)
-                          : resp_completion_build(&meta, ch, (size_t)r->n_seq, s->t, &body);
-    if (rc)
+    res.cached_tokens = r->cached;
+    uint64_t now = clock_mono_ns();
+    uint64_t ta = r->t_admit ? r->t_admit : now, tf = r->t_first ? r->t_first : now;
+    res.queue_s = (double)(ta - r->t_add) * 1e-9;
+    res.prefill_s = (double)(tf - ta) * 1e-9;
+    res.decode_s = (double)(now - tf) * 1e-9;
+    res.cpu_s = r->cpu_s;
+    if ((rc = s->o.on_result(s->o.cb_ctx, &res)) != 0)
         goto out;
-    deliver(s, r->id, 200, body, r);
+    s->st.n_requests++;
     live_unlink(s, r);
     req_free(r);
 out:
-    json_decref(body);
     free(ch);
     return rc;
 }

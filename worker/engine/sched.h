@@ -1,15 +1,15 @@
 /*
  * sched.h - the engine's scheduler: static plus continuous batching of a
- * pack of OpenAI requests over one model context, with chunked prefill,
- * prefix sharing and preemption by recompute.
+ * pack of requests over one model context, with chunked prefill, prefix
+ * sharing and preemption by recompute. Token level: no request or
+ * response bodies here (worker/openai/request.h turns OpenAI bodies into
+ * sched_add calls and results into response bodies).
  *
- * Input: requests (id, endpoint, body) added with sched_add - parameters
- * parsed by params.h, prompts built by generate.h (chat template or
- * completions prompts). A request with n choices or several completions
- * prompts becomes one sequence per choice. Output: one callback per
- * request, in finishing order, with the OpenAI response body (response.h)
- * or an OpenAI error body for request-level problems (bad parameters,
- * prompt too long), usage, and timings.
+ * Input: requests added with sched_add - an id, generation parameters
+ * (generate.h) and one or more tokenized prompts. A request with n choices
+ * or several prompts becomes one sequence per choice. Output: one callback
+ * per request, in finishing order, with each choice's text, finish reason
+ * and logprob records, the token counts and timings.
  *
  * Design (vLLM v1 style). Each sequence knows its tokens (prompt, then the
  * tokens it sampled) and how many of them are in the KV cache; a step
@@ -47,8 +47,8 @@
  * request's seed and choice index), so a request's output does not depend
  * on the pack, the budget, preemptions or the prefix cache.
  *
- * Seeds: a request without "seed" gets one derived from its id (FNV-1a),
- * so a retried request reproduces its text.
+ * Seeds: a request whose parameters carry no seed (seed_given 0) gets one
+ * derived from its id (FNV-1a), so a retried request reproduces its text.
  *
  * Thread: a sched and its callbacks run on the caller's thread; the model
  * context may use a kn_pool for the matmuls.
@@ -56,15 +56,13 @@
 #ifndef WORKER_SCHED_H
 #define WORKER_SCHED_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/openai/params.h"
+#include "worker/engine/generate.h"
 
 struct model;
 struct tok;
-struct chat_tmpl;
 struct kn_pool;
 struct sched;
 
@@ -72,9 +70,11 @@ struct sched;
  * duration of the callback. */
 struct sched_result {
     const char *id;              /* as given to sched_add */
-    int status;                  /* 200, or 400 for a request error */
-    const json_t *body;          /* chat.completion / text_completion, or {"error":{...}} */
-    int64_t prompt_tokens;       /* usage (0 for errors) */
+    void *user;                  /* as given to sched_add */
+    const struct gen_params *gp; /* the request's parameters */
+    const struct gen_choice *choices; /* (n_choices) index = prompt_index * n + i */
+    size_t n_choices;
+    int64_t prompt_tokens;       /* usage: every prompt's tokens once */
     int64_t completion_tokens;
     int64_t cached_tokens;       /* prompt positions taken from the prefix cache */
     double queue_s;              /* added -> first sequence admitted */
@@ -84,7 +84,9 @@ struct sched_result {
                                   * split by tokens computed */
 };
 
-typedef void (*sched_result_fn)(void *ctx, const struct sched_result *r);
+/* Returns 0, or an error that aborts sched_step with it (the request then
+ * stays in the scheduler until sched_free). */
+typedef int (*sched_result_fn)(void *ctx, const struct sched_result *r);
 
 struct sched_opts {
     int n_ctx;                   /* positions per sequence; 0 = model default (<= 4096);
@@ -93,7 +95,6 @@ struct sched_opts {
     int max_seqs;                /* sequence slots (default 64) */
     size_t kv_mem_bytes;         /* K/V budget in bytes (default 256 MiB) */
     int no_prefix_cache;         /* 1: never share KV blocks */
-    const char *model_name;      /* "model" of responses whose body has none */
     struct kn_pool *pool;        /* for the matmuls; NULL = caller's thread */
     int exact_matmul;            /* 1: the reference matmul (model_ctx_params.exact_matmul) */
     int device;                  /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
@@ -106,8 +107,9 @@ void sched_opts_init(struct sched_opts *o);
 /* Counters since sched_new. */
 struct sched_stats {
     int64_t n_steps;
-    int64_t n_requests;          /* finished (including errors) */
-    int64_t n_request_errors;
+    int64_t n_requests;          /* finished */
+    int64_t n_request_errors;    /* always 0 here: requests refused before sched_add are
+                                  * counted by the caller (worker/openai/request.h) */
     int64_t prompt_tokens;       /* prompt positions of every admission (choices, resumes) */
     int64_t prefill_computed;    /* prompt positions fed to the model */
     int64_t prefix_reused;       /* prompt positions taken from the prefix cache */
@@ -126,22 +128,33 @@ struct sched_stats {
     double cpu_s;                /* process CPU time inside sched_step */
 };
 
-/* A scheduler over model m (tokenizer t; chat template tmpl, NULL = chat
- * requests get a 400), which must outlive it. Allocates the model context
- * and KV pool. Returns 0 and *out (sched_free), ERR_INVAL (bad options,
- * no callback, a budget under two blocks), ERR_TOOBIG, ERR_NOMEM. */
-int sched_new(const struct model *m, const struct tok *t, const struct chat_tmpl *tmpl,
-              const struct sched_opts *o, struct sched **out);
+/* A scheduler over model m and its tokenizer t, which must outlive it.
+ * Allocates the model context and KV pool. Returns 0 and *out (sched_free),
+ * ERR_INVAL (bad options, no callback, a budget under two blocks),
+ * ERR_TOOBIG, ERR_NOMEM. */
+int sched_new(const struct model *m, const struct tok *t, const struct sched_opts *o,
+              struct sched **out);
 
-/* Free everything, dropping unfinished requests without callbacks. NULL ok. */
+/* Free everything, dropping unfinished requests without callbacks (their
+ * user_free is called). NULL ok. */
 void sched_free(struct sched *s);
 
-/* Queue request id (copied) for endpoint ep with body (read during the
- * call only). A request error (bad parameters, empty or too long prompt)
- * is answered at once through the callback with status 400, and returns
- * 0. Returns 0, ERR_INVAL (NULL arguments), ERR_NOMEM, ERR_CRYPTO. May be
- * called between steps: new requests join the running pack. */
-int sched_add(struct sched *s, const char *id, enum gp_endpoint ep, const json_t *body);
+/* The context length (positions per sequence) the scheduler settled on:
+ * prompts must be shorter, prompt + max_tokens no longer. */
+int sched_n_ctx(const struct sched *s);
+
+/* Queue request id (copied) with parameters *gp and the tokenized prompts
+ * pr[0..n_pr) (each non-empty and within sched_n_ctx, as the caller
+ * checked); each prompt gets gp->n choices. The scheduler takes ownership
+ * of *gp (moved out: *gp is zeroed), of pr and its ids, and of user
+ * (handed back in the result; user_free(user), when not NULL, is called
+ * when the request leaves: finished, cancelled, withdrawn or freed),
+ * whatever the return. Returns 0; ERR_INVAL (NULL arguments, n_pr 0, gp->n
+ * < 1, or a stop string gen_seq_init refuses), ERR_TOOBIG (a prompt longer
+ * than the context allows), ERR_NOMEM. May be called between steps: new
+ * requests join the running pack. */
+int sched_add(struct sched *s, const char *id, struct gen_params *gp, struct gen_prompt *pr,
+              size_t n_pr, void *user, void (*user_free)(void *));
 
 /* Drop request id (as given to sched_add) now, without a callback: its
  * waiting sequences leave the queue, its running ones stop and return their

@@ -1,7 +1,8 @@
 /*
  * tok_gguf.h - build the tokenizer and chat template a GGUF file describes.
  *
- * Reads the `tokenizer.ggml.*` keys (gguf.md 4.1) into a struct
+ * Reads the `tokenizer.ggml.*` keys (the GGUF spec's tokenizer
+ * section, ggml docs/gguf.md) into a struct
  * tok_vocab_desc - model, pre, tokens, scores, token_type, merges, special
  * ids, add_bos/add_eos/add_space_prefix - and calls tok_new; and hands
  * `tokenizer.chat_template` to chat_tmpl_new. Keys of the wrong type are

@@ -263,7 +263,7 @@ static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_pro
     return 0;
 }
 
-static int parse_prompt(const json_t *body, size_t n_vocab, struct gen_params *p,
+static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p,
                         struct gp_error *err)
 {
     json_t *v = member(body, "prompt");
@@ -382,19 +382,19 @@ static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct gp
     return 0;
 }
 
-int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gen_params *out,
+int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_request *out,
              struct gp_error *err)
 {
-    struct gen_params p;
+    struct gp_request p;
     int rc, present;
     int64_t iv;
     double dv;
 
     memset(&p, 0, sizeof p);
     p.endpoint = ep;
-    p.max_tokens = -1;
-    p.n = 1;
-    smp_params_init(&p.smp);
+    p.gen.max_tokens = -1;
+    p.gen.n = 1;
+    smp_params_init(&p.gen.smp);
     if (!json_is_object(body)) {
         rc = gp_fail(err, "", "invalid_type", "The request body must be a JSON object.");
         goto out;
@@ -410,58 +410,58 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gen
     if ((rc = get_int(body, "max_tokens", 1, INT32_MAX, &iv, &present, err)) != 0)
         goto out;
     if (present)
-        p.max_tokens = iv;
+        p.gen.max_tokens = iv;
     if (ep == GP_CHAT) {
         if ((rc = get_int(body, "max_completion_tokens", 1, INT32_MAX, &iv, &present, err)) != 0)
             goto out;
         if (present)
-            p.max_tokens = iv;
+            p.gen.max_tokens = iv;
     }
 
     if ((rc = get_dec(body, "temperature", 0, 0, 2, &dv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.temperature = dv;
+        p.gen.smp.temperature = dv;
     if ((rc = get_dec(body, "top_p", 0, 1, 1, &dv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.top_p = dv;
+        p.gen.smp.top_p = dv;
     if ((rc = get_int(body, "top_k", -1, INT32_MAX, &iv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.top_k = iv < 0 ? 0 : iv;
+        p.gen.smp.top_k = iv < 0 ? 0 : iv;
     if ((rc = get_dec(body, "min_p", 0, 0, 1, &dv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.min_p = dv;
+        p.gen.smp.min_p = dv;
     if ((rc = get_dec(body, "frequency_penalty", -2, 0, 2, &dv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.frequency_penalty = dv;
+        p.gen.smp.frequency_penalty = dv;
     if ((rc = get_dec(body, "presence_penalty", -2, 0, 2, &dv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.presence_penalty = dv;
+        p.gen.smp.presence_penalty = dv;
     if ((rc = get_dec(body, "repetition_penalty", 0, 1, 100, &dv, &present, err)) != 0)
         goto out;
     if (present)
-        p.smp.repetition_penalty = dv;
+        p.gen.smp.repetition_penalty = dv;
 
     if ((rc = get_int(body, "seed", INT64_MIN, INT64_MAX, &iv, &present, err)) != 0)
         goto out;
     if (present) {
-        p.seed = (uint64_t)iv;
-        p.seed_given = 1;
-    } else if ((rc = crypto_random(&p.seed, sizeof p.seed)) != 0) {
+        p.gen.seed = (uint64_t)iv;
+        p.gen.seed_given = 1;
+    } else if ((rc = crypto_random(&p.gen.seed, sizeof p.gen.seed)) != 0) {
         goto out;
     }
 
     if ((rc = get_int(body, "n", 1, GP_MAX_N, &iv, &present, err)) != 0)
         goto out;
     if (present)
-        p.n = (int)iv;
+        p.gen.n = (int)iv;
 
-    if ((rc = parse_stop(body, &p, err)) != 0 || (rc = parse_bias(body, n_vocab, &p, err)) != 0)
+    if ((rc = parse_stop(body, &p.gen, err)) != 0 || (rc = parse_bias(body, n_vocab, &p.gen, err)) != 0)
         goto out;
 
     if (ep == GP_CHAT) {
@@ -475,22 +475,22 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gen
                          "Invalid value: 'top_logprobs' requires 'logprobs' to be true.");
             goto out;
         }
-        p.logprobs = lp;
-        p.smp.n_top_logprobs = lp ? (present ? (int)iv : 0) : -1;
+        p.gen.logprobs = lp;
+        p.gen.smp.n_top_logprobs = lp ? (present ? (int)iv : 0) : -1;
     } else {
         if ((rc = get_int(body, "logprobs", 0, GP_MAX_COMPLETION_LOGPROBS, &iv, &present, err)) !=
             0)
             goto out;
-        p.logprobs = present;
-        p.smp.n_top_logprobs = present ? (int)iv : -1;
+        p.gen.logprobs = present;
+        p.gen.smp.n_top_logprobs = present ? (int)iv : -1;
         if ((rc = get_int(body, "best_of", 1, INT32_MAX, &iv, &present, err)) != 0)
             goto out;
-        if (present && iv < p.n) {
+        if (present && iv < p.gen.n) {
             rc = gp_fail(err, "best_of", "invalid_value",
-                         "Invalid 'best_of': must be greater than or equal to 'n' (%d).", p.n);
+                         "Invalid 'best_of': must be greater than or equal to 'n' (%d).", p.gen.n);
             goto out;
         }
-        if (present && iv != p.n) {
+        if (present && iv != p.gen.n) {
             rc = gp_fail(err, "best_of", "unsupported_value",
                          "Unsupported value: 'best_of' > 'n' (server-side ranking) is not "
                          "supported by this server.");
@@ -498,10 +498,10 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gen
         }
         if ((rc = parse_prompt(body, n_vocab, &p, err)) != 0)
             goto out;
-        if (p.n_prompts * (size_t)p.n > GP_MAX_CHOICES) {
+        if (p.n_prompts * (size_t)p.gen.n > GP_MAX_CHOICES) {
             rc = gp_fail(err, "n", "invalid_value",
                          "Invalid 'n': %zu prompts x n=%d exceeds %d choices per request.",
-                         p.n_prompts, p.n, GP_MAX_CHOICES);
+                         p.n_prompts, p.gen.n, GP_MAX_CHOICES);
             goto out;
         }
     }
@@ -512,13 +512,11 @@ out:
     return rc;
 }
 
-void gp_release(struct gen_params *p)
+void gp_release(struct gp_request *p)
 {
     if (!p)
         return;
-    for (size_t i = 0; i < STOP_MAX; i++)
-        free(p->stop[i]);
-    free(p->bias);
+    gen_params_release(&p->gen);
     for (size_t i = 0; i < p->n_prompts; i++) {
         free(p->prompts[i].text);
         free(p->prompts[i].ids);

@@ -3,7 +3,8 @@
  * /v1/completions request body, with OpenAI semantics and validation.
  *
  * gp_parse reads a request body (a jansson object, already size/depth
- * checked by js_parse) into a struct gen_params. Every rejected field gives
+ * checked by js_parse) into a struct gp_request: the engine's struct
+ * gen_params plus the endpoint and the completions prompts. Every rejected field gives
  * an OpenAI-style error: a message, the offending `param` and a `code`, to be
  * sent back as {"error":{"message","type":"invalid_request_error","param","code"}}
  * (gp_error_json). Unknown fields are ignored, as OpenAI and vLLM do (user,
@@ -62,7 +63,7 @@
  *   ["text"], audio, prediction. tool_choice, function_call and
  *   parallel_tool_calls mean nothing without tools and are ignored.
  *
- * Thread: any. A gen_params owns its heap copies (release with gp_release).
+ * Thread: any. A gp_request owns its heap copies (release with gp_release).
  */
 #ifndef WORKER_PARAMS_H
 #define WORKER_PARAMS_H
@@ -71,6 +72,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/engine/generate.h"
 #include "worker/engine/sample.h"
 #include "worker/engine/stop.h"
 
@@ -90,19 +92,11 @@ struct gp_prompt {
     size_t n_ids;
 };
 
-struct gen_params {
+/* A parsed request: the endpoint, the engine's generation parameters, and
+ * for completions the prompts as given (text or ids, not yet tokenized). */
+struct gp_request {
     enum gp_endpoint endpoint;
-    int64_t max_tokens;          /* -1 = not given (context limit) */
-    struct smp_params smp;       /* temperature, top_k/p, min_p, penalties, bias;
-                                  * smp.n_top_logprobs: -1 off, else alternatives */
-    struct smp_bias *bias;       /* owned; smp.bias points here */
-    uint64_t seed;
-    int seed_given;
-    char *stop[STOP_MAX];        /* owned, NUL-terminated copies */
-    size_t stop_len[STOP_MAX];
-    size_t n_stop;
-    int logprobs;                /* 1 = return logprobs */
-    int n;                       /* choices per prompt */
+    struct gen_params gen;       /* worker/engine/generate.h */
     struct gp_prompt *prompts;   /* completions only (n_prompts >= 1) */
     size_t n_prompts;
 };
@@ -117,9 +111,9 @@ struct gp_error {
  * prompt tokens). Returns 0 and fills *out (release with gp_release), or
  * ERR_INVAL with *err filled (message names the param), or ERR_NOMEM /
  * ERR_CRYPTO (no OS randomness for the default seed). */
-int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gen_params *out,
+int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_request *out,
              struct gp_error *err);
-void gp_release(struct gen_params *p);
+void gp_release(struct gp_request *p);
 
 /* Fill err with a message (printf format), param and code. Returns ERR_INVAL
  * so callers can `return gp_fail(...)`. */

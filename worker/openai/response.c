@@ -103,7 +103,7 @@ static int tail(const struct resp_meta *m, json_t *o, json_t *choices)
     return ok ? 0 : ERR_NOMEM;
 }
 
-static int check_choice(const struct resp_choice *c, int lp)
+static int check_choice(const struct gen_choice *c, int lp)
 {
     if (c->finish != STOP_FINISH_STOP && c->finish != STOP_FINISH_LENGTH)
         return ERR_INVAL;
@@ -116,7 +116,7 @@ static int check_choice(const struct resp_choice *c, int lp)
     return 0;
 }
 
-int resp_chat_build(const struct resp_meta *m, const struct resp_choice *choices, size_t n,
+int resp_chat_build(const struct resp_meta *m, const struct gen_choice *choices, size_t n,
                     const struct tok *t, json_t **out)
 {
     json_t *o = NULL, *arr = NULL;
@@ -136,7 +136,7 @@ int resp_chat_build(const struct resp_meta *m, const struct resp_choice *choices
         goto out;
     }
     for (size_t i = 0; i < n && ok; i++) {
-        const struct resp_choice *c = &choices[i];
+        const struct gen_choice *c = &choices[i];
         json_t *ch = json_object(), *msg = json_object();
         push(arr, ch, &ok);
         if (!msg || !ch) {
@@ -217,7 +217,7 @@ static size_t code_points(const char *s, size_t n)
     return cp;
 }
 
-int resp_completion_build(const struct resp_meta *m, const struct resp_choice *choices, size_t n,
+int resp_completion_build(const struct resp_meta *m, const struct gen_choice *choices, size_t n,
                           const struct tok *t, json_t **out)
 {
     json_t *o = NULL, *arr = NULL;
@@ -237,7 +237,7 @@ int resp_completion_build(const struct resp_meta *m, const struct resp_choice *c
         goto out;
     }
     for (size_t i = 0; i < n && ok; i++) {
-        const struct resp_choice *c = &choices[i];
+        const struct gen_choice *c = &choices[i];
         json_t *ch = json_object();
         push(arr, ch, &ok);
         if (!ch)
@@ -263,7 +263,7 @@ int resp_completion_build(const struct resp_meta *m, const struct resp_choice *c
             put(lpo, "top_logprobs", tops, &ok);
             put(lpo, "text_offset", offs, &ok);
             for (size_t k = 0; k < c->n_lp && ok; k++) {
-                const struct resp_lp *e = &c->lp[k];
+                const struct gen_lp *e = &c->lp[k];
                 if ((rc = piece(t, e->r.token, &raw, &disp)) != 0)
                     goto out;
                 push(toks, str_n(&disp), &ok);

@@ -37,23 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/engine/sample.h"
-#include "worker/engine/stop.h"
+#include "worker/engine/generate.h"
 #include "worker/engine/tok.h"
-
-/* Logprob record of one generated token that is part of the returned text. */
-struct resp_lp {
-    struct smp_result r;    /* token, its logprob, the top alternatives */
-    size_t text_offset;     /* byte offset of the token's text in the choice text */
-};
-
-struct resp_choice {
-    const char *text;           /* UTF-8, text_len bytes */
-    size_t text_len;
-    enum stop_finish finish;    /* STOP_FINISH_STOP or STOP_FINISH_LENGTH */
-    const struct resp_lp *lp;   /* (n_lp); used when resp_meta.logprobs */
-    size_t n_lp;
-};
 
 struct resp_meta {
     const char *id;                  /* NULL: a fresh "chatcmpl-..." / "cmpl-..." id */
@@ -65,14 +50,15 @@ struct resp_meta {
     int logprobs;                    /* 1: logprobs objects, 0: "logprobs": null */
 };
 
-/* Build a chat.completion body from choices[0..n) (index = position).
+/* Build a chat.completion body from the finished sequences' choices[0..n)
+ * (worker/engine/generate.h; index = position).
  * Returns 0 and *out (new reference), ERR_INVAL (finish not set, offsets
  * beyond text), ERR_NOMEM, ERR_CRYPTO (id generation). */
-int resp_chat_build(const struct resp_meta *m, const struct resp_choice *choices, size_t n,
+int resp_chat_build(const struct resp_meta *m, const struct gen_choice *choices, size_t n,
                     const struct tok *t, json_t **out);
 
 /* Same for a text_completion body. */
-int resp_completion_build(const struct resp_meta *m, const struct resp_choice *choices, size_t n,
+int resp_completion_build(const struct resp_meta *m, const struct gen_choice *choices, size_t n,
                           const struct tok *t, json_t **out);
 
 #endif

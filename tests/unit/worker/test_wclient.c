@@ -2,7 +2,7 @@
  * against a scripted loopback server - results stay until jobd answers for
  * them (transport failure, 5xx), leave on per-line statuses, 404 and 409,
  * are resent line by line after a 400; and the model id derivation of
- * worker/loop.h. The end-to-end behaviour against the real jobd is in
+ * worker/serve.h. The end-to-end behaviour against the real jobd is in
  * tests/py/test_jobworker.py. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 
 #include "common/err.h"
 #include "worker/client.h"
-#include "worker/loop.h"
+#include "worker/serve.h"
 #include "worker/engine/model.h"
 #include "tests/th.h"
 
@@ -255,22 +255,22 @@ TEST(wcl_rejects_bad_input)
     wcl_outbox_free(ob);
 }
 
-TEST(wloop_model_id_from_name_or_file)
+TEST(serve_model_id_from_name_or_file)
 {
     char id[160];
-    CHECK_EQ_INT(wloop_model_id(NULL, "/models/My-Model.Q4_1.gguf", id, sizeof id), 0);
+    CHECK_EQ_INT(serve_model_id(NULL, "/models/My-Model.Q4_1.gguf", id, sizeof id), 0);
     CHECK_EQ_STR(id, "My-Model.Q4_1");
-    CHECK_EQ_INT(wloop_model_id(NULL, "plain", id, sizeof id), 0);
+    CHECK_EQ_INT(serve_model_id(NULL, "plain", id, sizeof id), 0);
     CHECK_EQ_STR(id, "plain");
-    CHECK_EQ_INT(wloop_model_id(NULL, "/x/.gguf", id, sizeof id), 0);
+    CHECK_EQ_INT(serve_model_id(NULL, "/x/.gguf", id, sizeof id), 0);
     CHECK_EQ_STR(id, ".gguf");
-    CHECK_EQ_INT(wloop_model_id(NULL, "/x/abc.gguf", id, 3), ERR_TOOBIG);
+    CHECK_EQ_INT(serve_model_id(NULL, "/x/abc.gguf", id, 3), ERR_TOOBIG);
     struct model *m = NULL;
     char err[256];
     CHECK_EQ_INT(model_load("tests/fixtures/model/llama_tied.q8_0.gguf", &m, err, sizeof err), 0);
     struct gguf_str gs;
     int has_name = gguf_get_str(m->gguf, "general.name", &gs) == 0;
-    CHECK_EQ_INT(wloop_model_id(m, "tests/fixtures/model/llama_tied.q8_0.gguf", id, sizeof id), 0);
+    CHECK_EQ_INT(serve_model_id(m, "tests/fixtures/model/llama_tied.q8_0.gguf", id, sizeof id), 0);
     if (has_name)
         CHECK(strlen(id) == gs.len && memcmp(id, gs.ptr, gs.len) == 0);
     else

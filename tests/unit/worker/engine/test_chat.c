@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "tests/th.h"
 #include "worker/engine/chat.h"
+#include "worker/openai/chat_msgs.h"
 
 static struct tok *mini_vocab(const char *bos, const char *eos, int with_im_start)
 {

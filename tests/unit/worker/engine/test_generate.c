@@ -1,5 +1,6 @@
 /*
- * test_generate.c - worker/generate + worker/response end to end over the
+ * test_generate.c - the sequential driver end to end (worker/engine/generate
+ * under worker/openai/request + worker/openai/response) over the
  * real SmolLM2 tokenizer (tests/fixtures/tok/smollm2_vocab.json, the GGUF's
  * tokenizer arrays) and a scripted "model": the callback returns a logits
  * row that puts 10 on the next token of a script, 9 on a fixed runner-up and
@@ -22,6 +23,7 @@
 #include "worker/engine/chat.h"
 #include "worker/engine/generate.h"
 #include "worker/engine/tok.h"
+#include "worker/openai/request.h"
 
 /* ---- the real vocabulary (same loader as test_tok.c) ------------------------- */
 
@@ -173,7 +175,7 @@ struct env {
     struct tok *t;
     struct chat_tmpl *ct;
     struct script sc;
-    struct gen_model m;
+    struct oreq_model m;
 };
 
 static void env_init(struct env *e, size_t n_ctx)
@@ -209,15 +211,15 @@ static json_t *J(const char *s)
 }
 
 static json_t *run_ok(struct env *e, enum gp_endpoint ep, const char *body,
-                      const struct gen_opts *o)
+                      const struct oreq_opts *o)
 {
     json_t *b = J(body), *resp = NULL;
     struct gp_error err;
     memset(&err, 0, sizeof err);
-    int rc = gen_run(&e->m, ep, b, o, &resp, &err);
+    int rc = oreq_run(&e->m, ep, b, o, &resp, &err);
     json_decref(b);
     if (rc != 0)
-        th_fail(__FILE__, __LINE__, body, "gen_run: %d (%s: %s)", rc, err.param, err.message);
+        th_fail(__FILE__, __LINE__, body, "oreq_run: %d (%s: %s)", rc, err.param, err.message);
     return resp;
 }
 
@@ -258,7 +260,7 @@ TEST(gen_chat_golden_body)
     e.sc.ids = script;
     e.sc.n = 4;
     e.sc.n_prompt = chatml_prompt_len(e.t, "Hi");
-    struct gen_opts o = {"chatcmpl-test123", 1700000000, NULL, NULL};
+    struct oreq_opts o = {"chatcmpl-test123", 1700000000, NULL, NULL};
     json_t *resp = run_ok(&e, GP_CHAT,
                           "{\"model\":\"smollm2-135m\",\"messages\":[{\"role\":\"user\",\"content\":"
                           "\"Hi\"}],\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}",
@@ -407,7 +409,7 @@ TEST(gen_length_and_context_limits)
     for (size_t i = 0; i < 4; i++) {
         json_t *b = J(bad[i]), *resp = NULL;
         struct gp_error err;
-        CHECK_EQ_INT(gen_run(&e.m, GP_COMPLETIONS, b, NULL, &resp, &err), ERR_INVAL);
+        CHECK_EQ_INT(oreq_run(&e.m, GP_COMPLETIONS, b, NULL, &resp, &err), ERR_INVAL);
         CHECK_EQ_STR(err.code, "context_length_exceeded");
         CHECK_EQ_STR(err.param, "prompt");
         CHECK(strstr(err.message, "maximum context length is 8 tokens") != NULL);
@@ -417,11 +419,11 @@ TEST(gen_length_and_context_limits)
     /* parameter errors come back as request errors too */
     json_t *b = J("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true}"), *resp = NULL;
     struct gp_error err;
-    CHECK_EQ_INT(gen_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
+    CHECK_EQ_INT(oreq_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
     CHECK_EQ_STR(err.param, "stream");
     json_decref(b);
     b = J("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}");
-    CHECK_EQ_INT(gen_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
+    CHECK_EQ_INT(oreq_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
     CHECK_EQ_STR(err.param, "messages");
     json_decref(b);
     env_release(&e);
@@ -530,7 +532,7 @@ TEST(gen_seq_step_api)
     env_init(&e, 256);
     json_t *b1 = J("{\"prompt\":\"x\",\"seed\":5,\"temperature\":1.2,\"top_p\":0.9,\"max_tokens\":20}");
     json_t *b2 = J("{\"prompt\":\"y\",\"seed\":6,\"top_k\":50,\"max_tokens\":15,\"stop\":\"e\"}");
-    struct gen_params p1, p2;
+    struct gp_request p1, p2;
     struct gp_error err;
     size_t V = tok_n_vocab(e.t);
     CHECK_EQ_INT(gp_parse(b1, GP_COMPLETIONS, V, &p1, &err), 0);
@@ -542,7 +544,7 @@ TEST(gen_seq_step_api)
     char alone[2][512];
     for (int k = 0; k < 2; k++) {
         struct gen_seq q;
-        CHECK_EQ_INT(gen_seq_init(&q, k ? &p2 : &p1, e.t, k ? pr2 : pr1, 1, 256, 0), 0);
+        CHECK_EQ_INT(gen_seq_init(&q, k ? &p2.gen : &p1.gen, e.t, k ? pr2 : pr1, 1, 256, 0), 0);
         int rc = 0;
         for (size_t step = 0; rc == 0; step++) {
             for (size_t i = 0; i < V; i++)
@@ -550,7 +552,7 @@ TEST(gen_seq_step_api)
             rc = gen_seq_step(&q, row, V, &s);
             CHECK(rc == 0 || rc == 1);
         }
-        struct resp_choice c;
+        struct gen_choice c;
         CHECK_EQ_INT(gen_seq_choice(&q, &c), 0);
         snprintf(alone[k], sizeof alone[k], "%.*s|%s", (int)c.text_len, c.text,
                  stop_finish_name(c.finish));
@@ -558,8 +560,8 @@ TEST(gen_seq_step_api)
         gen_seq_release(&q);
     }
     struct gen_seq q[2];
-    CHECK_EQ_INT(gen_seq_init(&q[0], &p1, e.t, pr1, 1, 256, 0), 0);
-    CHECK_EQ_INT(gen_seq_init(&q[1], &p2, e.t, pr2, 1, 256, 0), 0);
+    CHECK_EQ_INT(gen_seq_init(&q[0], &p1.gen, e.t, pr1, 1, 256, 0), 0);
+    CHECK_EQ_INT(gen_seq_init(&q[1], &p2.gen, e.t, pr2, 1, 256, 0), 0);
     int done[2] = {0, 0};
     for (size_t step = 0; !done[0] || !done[1]; step++)
         for (int k = 1; k >= 0; k--) {
@@ -572,7 +574,7 @@ TEST(gen_seq_step_api)
             done[k] = rc;
         }
     for (int k = 0; k < 2; k++) {
-        struct resp_choice c;
+        struct gen_choice c;
         char both[512];
         CHECK_EQ_INT(gen_seq_choice(&q[k], &c), 0);
         snprintf(both, sizeof both, "%.*s|%s", (int)c.text_len, c.text, stop_finish_name(c.finish));

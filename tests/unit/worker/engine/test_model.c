@@ -1,5 +1,5 @@
 /*
- * Unit tests of the model (worker/engine/model.c, worker/engine/forward.c, worker/engine/kv.c):
+ * Unit tests of the model (worker/engine/model.c, worker/engine/forward*.c, worker/engine/kv.c):
  *
  * - logits of tiny random Llama / Qwen2 models (tests/fixtures/model,
  *   written by tests/oracle/make_model_fixtures.py) against HF
@@ -673,7 +673,7 @@ TEST(model_load_validation)
 /* ---- ops ---- */
 
 /* NORM rope on rows permuted the way the llama converter permutes Q/K equals
- * NEOX rope on the unpermuted rows, permuted (gguf.md 3.3). */
+ * NEOX rope on the unpermuted rows, permuted (model.h, RoPE). */
 TEST(kn_rope_norm_is_neox_on_permuted_rows)
 {
     enum { HD = 16, NH = 2 };

@@ -1,6 +1,7 @@
 /*
  * Unit tests of the paged KV pool with prefix sharing (worker/engine/kv.c) and the
- * scheduler (worker/engine/sched.c), on the tiny llama fixture
+ * scheduler (worker/engine/sched.c, driven with request bodies through
+ * worker/openai/request.c), on the tiny llama fixture
  * (tests/fixtures/model/llama_tied.q8_0.gguf: 2 layers, vocab 300, context
  * 256, byte-level BPE with a ChatML template).
  *
@@ -21,6 +22,8 @@
  *   preemptions, and outputs equal an unconstrained run.
  * - Chunked prefill: budgets of 1, 7 and 512 tokens give equal outputs.
  * - Request errors come back as OpenAI error bodies.
+ * - The token-level API (sched_add with token prompts, no bodies) gives
+ *   the texts the wrapper gives for the equivalent body.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -34,8 +37,12 @@
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
 #include "worker/engine/tok.h"
+#include "worker/openai/request.h"
 
 #define TINY "tests/fixtures/model/llama_tied.q8_0.gguf"
+
+/* The token-level scheduler inside the OpenAI wrapper the tests drive. */
+static struct sched *eng(struct oreq_sched *s) { return oreq_sched_engine(s); }
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint32_t rnd(uint32_t n)
@@ -259,7 +266,7 @@ struct results {
     int n;
 };
 
-static void on_result(void *ctx, const struct sched_result *r)
+static void on_result(void *ctx, const struct oreq_result *r)
 {
     struct results *res = ctx;
     int i = (int)strtol(r->id + 1, NULL, 10); /* "r<i>" */
@@ -315,8 +322,8 @@ static void reqset_release(struct reqset *rs)
     rs->n = 0;
 }
 
-static struct sched *sched_make(struct env *e, struct results *res, int max_batch, int max_seqs,
-                                size_t kv_mem, int no_cache)
+static struct oreq_sched *sched_make(struct env *e, struct results *res, int max_batch,
+                                     int max_seqs, size_t kv_mem, int no_cache)
 {
     struct sched_opts o;
     sched_opts_init(&o);
@@ -324,19 +331,18 @@ static struct sched *sched_make(struct env *e, struct results *res, int max_batc
     o.max_seqs = max_seqs;
     o.kv_mem_bytes = kv_mem;
     o.no_prefix_cache = no_cache;
-    o.on_result = on_result;
-    o.cb_ctx = res;
-    struct sched *s;
-    CHECK_EQ_INT(sched_new(e->m, e->t, e->tmpl, &o, &s), 0);
+    struct oreq_sched_opts oo = {NULL, on_result, res};
+    struct oreq_sched *s;
+    CHECK_EQ_INT(oreq_sched_new(e->m, e->t, e->tmpl, &o, &oo, &s), 0);
     return s;
 }
 
-static void add_all(struct sched *s, const struct reqset *rs, int from, int to)
+static void add_all(struct oreq_sched *s, const struct reqset *rs, int from, int to)
 {
     char id[16];
     for (int i = from; i < to; i++) {
         snprintf(id, sizeof id, "r%d", i);
-        CHECK_EQ_INT(sched_add(s, id, GP_COMPLETIONS, rs->body[i]), 0);
+        CHECK_EQ_INT(oreq_sched_add(s, id, GP_COMPLETIONS, rs->body[i]), 0);
     }
 }
 
@@ -362,20 +368,20 @@ TEST(sched_batch_invariance_alone_vs_pack_of_256)
     /* the first 32 alone, each in a fresh scheduler */
     struct results alone = {0};
     for (int i = 0; i < 32; i++) {
-        struct sched *s = sched_make(&e, &alone, 512, 4, 64 * TINY_BLOCK_BYTES, 1);
+        struct oreq_sched *s = sched_make(&e, &alone, 512, 4, 64 * TINY_BLOCK_BYTES, 1);
         add_all(s, &rs, i, i + 1);
-        CHECK_EQ_INT(sched_run(s), 0);
-        sched_free(s);
+        CHECK_EQ_INT(sched_run(eng(s)), 0);
+        oreq_sched_free(s);
     }
     CHECK_EQ_INT(alone.n, 32);
     /* all 256 together: chunked prefill, mixed steps, prefix cache, preemptions possible */
     struct results pack = {0};
-    struct sched *s = sched_make(&e, &pack, 48, 64, 160 * TINY_BLOCK_BYTES, 0);
+    struct oreq_sched *s = sched_make(&e, &pack, 48, 64, 160 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, 256);
-    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
     struct sched_stats st;
-    sched_get_stats(s, &st);
-    sched_free(s);
+    oreq_sched_get_stats(s, &st);
+    oreq_sched_free(s);
     CHECK_EQ_INT(pack.n, 256);
     int sampled_differs = 0;
     for (int i = 0; i < 32; i++) {
@@ -425,18 +431,18 @@ TEST(sched_prefix_sharing_computes_system_prompt_once)
             rs.body[i] = body_new(ids, plen + sl, 8, i % 2, 1, (uint64_t)i);
         }
         struct results shared = {0}, plain = {0};
-        struct sched *s = sched_make(&e, &shared, 256, 32, 400 * TINY_BLOCK_BYTES, 0);
+        struct oreq_sched *s = sched_make(&e, &shared, 256, 32, 400 * TINY_BLOCK_BYTES, 0);
         add_all(s, &rs, 0, rs.n);
-        CHECK_EQ_INT(sched_run(s), 0);
+        CHECK_EQ_INT(sched_run(eng(s)), 0);
         struct sched_stats st;
-        sched_get_stats(s, &st);
-        sched_free(s);
+        oreq_sched_get_stats(s, &st);
+        oreq_sched_free(s);
         s = sched_make(&e, &plain, 256, 32, 400 * TINY_BLOCK_BYTES, 1);
         add_all(s, &rs, 0, rs.n);
-        CHECK_EQ_INT(sched_run(s), 0);
+        CHECK_EQ_INT(sched_run(eng(s)), 0);
         struct sched_stats st0;
-        sched_get_stats(s, &st0);
-        sched_free(s);
+        oreq_sched_get_stats(s, &st0);
+        oreq_sched_free(s);
         fprintf(stderr, "plen %d: unique %lld, prefill computed %lld, reused %lld\n", plen,
                 (long long)unique, (long long)st.prefill_computed, (long long)st.prefix_reused);
         if (aligned) {
@@ -479,19 +485,19 @@ TEST(sched_preemption_small_kv_budget_same_outputs)
         rs.body[i] = body_new(ids, len, 40, i % 2, i == 5 ? 2 : 1, 77 + (uint64_t)i);
     }
     struct results big = {0}, small = {0};
-    struct sched *s = sched_make(&e, &big, 512, 32, 512 * TINY_BLOCK_BYTES, 0);
+    struct oreq_sched *s = sched_make(&e, &big, 512, 32, 512 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
-    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
     struct sched_stats st_big;
-    sched_get_stats(s, &st_big);
-    sched_free(s);
+    oreq_sched_get_stats(s, &st_big);
+    oreq_sched_free(s);
     /* 20 blocks = 320 positions: about three sequences' worth */
     s = sched_make(&e, &small, 512, 32, 20 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
-    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
     struct sched_stats st;
-    sched_get_stats(s, &st);
-    sched_free(s);
+    oreq_sched_get_stats(s, &st);
+    oreq_sched_free(s);
     CHECK_EQ_INT(st_big.n_preemptions, 0);
     CHECK(st.n_preemptions > 0);
     CHECK(st.recomputed > 0);
@@ -524,13 +530,13 @@ TEST(sched_chunked_prefill_equivalence)
     int budgets[3] = {512, 7, 1};
     int64_t steps[3];
     for (int k = 0; k < 3; k++) {
-        struct sched *s = sched_make(&e, &r[k], budgets[k], 8, 256 * TINY_BLOCK_BYTES, k == 1);
+        struct oreq_sched *s = sched_make(&e, &r[k], budgets[k], 8, 256 * TINY_BLOCK_BYTES, k == 1);
         add_all(s, &rs, 0, rs.n);
-        CHECK_EQ_INT(sched_run(s), 0);
+        CHECK_EQ_INT(sched_run(eng(s)), 0);
         struct sched_stats st;
-        sched_get_stats(s, &st);
+        oreq_sched_get_stats(s, &st);
         steps[k] = st.n_steps;
-        sched_free(s);
+        oreq_sched_free(s);
     }
     CHECK(steps[1] > steps[0] && steps[2] > steps[1]);
     for (int i = 0; i < rs.n; i++) {
@@ -548,34 +554,132 @@ TEST(sched_request_errors_and_chat)
     struct env e;
     env_init(&e);
     struct results res = {0};
-    struct sched *s = sched_make(&e, &res, 64, 4, 64 * TINY_BLOCK_BYTES, 0);
+    struct oreq_sched *s = sched_make(&e, &res, 64, 4, 64 * TINY_BLOCK_BYTES, 0);
     json_t *bad = json_pack("{s:s, s:[i,i], s:f}", "model", "tiny", "prompt", 5, 6, "temperature", 7.0);
-    CHECK_EQ_INT(sched_add(s, "r0", GP_COMPLETIONS, bad), 0);
+    CHECK_EQ_INT(oreq_sched_add(s, "r0", GP_COMPLETIONS, bad), 0);
     CHECK_EQ_INT(res.status[0], 400);
     CHECK(strstr(res.choices[0], "temperature") != NULL);
     int32_t ids[250];
     for (int j = 0; j < 250; j++)
         ids[j] = 5;
     json_t *longp = body_new(ids, 250, 20, 0, 1, 0);
-    CHECK_EQ_INT(sched_add(s, "r1", GP_COMPLETIONS, longp), 0);
+    CHECK_EQ_INT(oreq_sched_add(s, "r1", GP_COMPLETIONS, longp), 0);
     CHECK_EQ_INT(res.status[1], 400);
     CHECK(strstr(res.choices[1], "context_length_exceeded") != NULL);
     json_t *chat = json_pack("{s:s, s:[{s:s, s:s}], s:i, s:i}", "model", "tiny", "messages", "role",
                              "user", "content", "hello there", "max_tokens", 5, "temperature", 0);
-    CHECK_EQ_INT(sched_add(s, "r2", GP_CHAT, chat), 0);
-    CHECK_EQ_INT(sched_n_waiting(s), 1);
-    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(oreq_sched_add(s, "r2", GP_CHAT, chat), 0);
+    CHECK_EQ_INT(sched_n_waiting(eng(s)), 1);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
     CHECK_EQ_INT(res.status[2], 200);
     CHECK(strstr(res.choices[2], "\"role\":\"assistant\"") != NULL);
-    CHECK_EQ_INT(sched_n_running(s), 0);
-    CHECK_EQ_INT(sched_step(s), 0);
+    CHECK_EQ_INT(sched_n_running(eng(s)), 0);
+    CHECK_EQ_INT(sched_step(eng(s)), 0);
     /* a request left unfinished is dropped by sched_free without leaks */
-    CHECK_EQ_INT(sched_add(s, "r3", GP_CHAT, chat), 0);
-    CHECK_EQ_INT(sched_step(s), 1);
-    sched_free(s);
+    CHECK_EQ_INT(oreq_sched_add(s, "r3", GP_CHAT, chat), 0);
+    CHECK_EQ_INT(sched_step(eng(s)), 1);
+    oreq_sched_free(s);
     json_decref(bad);
     json_decref(longp);
     json_decref(chat);
+    results_release(&res);
+    env_release(&e);
+}
+
+/* The token-level API without any body: token prompts and C parameters in,
+ * choices and counts out, user data handed back and freed once; the text
+ * equals what the same request gives through the OpenAI wrapper. */
+struct tok_results {
+    char text[2][256];
+    int64_t prompt_tokens, completion_tokens;
+    int n_calls;
+    void *user;
+};
+
+static int on_tok_result(void *ctx, const struct sched_result *r)
+{
+    struct tok_results *tr = ctx;
+    CHECK_EQ_STR(r->id, "t0");
+    CHECK_EQ_INT((int)r->n_choices, 2);
+    for (size_t i = 0; i < r->n_choices && i < 2; i++) {
+        CHECK(r->choices[i].finish == STOP_FINISH_LENGTH);
+        snprintf(tr->text[i], sizeof tr->text[i], "%.*s", (int)r->choices[i].text_len,
+                 r->choices[i].text);
+    }
+    CHECK_EQ_INT(r->gp->n, 2);
+    tr->prompt_tokens = r->prompt_tokens;
+    tr->completion_tokens = r->completion_tokens;
+    tr->user = r->user;
+    tr->n_calls++;
+    return 0;
+}
+
+static int n_user_frees;
+static void user_free_count(void *p)
+{
+    CHECK(p == &n_user_frees);
+    n_user_frees++;
+}
+
+TEST(sched_token_api_without_bodies)
+{
+    struct env e;
+    env_init(&e);
+    struct tok_results tr;
+    memset(&tr, 0, sizeof tr);
+    struct sched_opts o;
+    sched_opts_init(&o);
+    o.max_seqs = 4;
+    o.kv_mem_bytes = 64 * TINY_BLOCK_BYTES;
+    o.on_result = on_tok_result;
+    o.cb_ctx = &tr;
+    struct sched *s;
+    CHECK_EQ_INT(sched_new(e.m, e.t, &o, &s), 0);
+    static const int32_t ids[6] = {11, 12, 13, 14, 15, 16};
+    struct gen_params gp;
+    memset(&gp, 0, sizeof gp);
+    smp_params_init(&gp.smp);
+    gp.smp.temperature = 1.9;
+    gp.smp.top_k = 50;
+    gp.max_tokens = 7;
+    gp.seed = 42;
+    gp.seed_given = 1;
+    gp.n = 2;
+    struct gen_prompt *pr = calloc(1, sizeof *pr);
+    pr->ids = malloc(sizeof ids);
+    memcpy(pr->ids, ids, sizeof ids);
+    pr->n = 6;
+    CHECK_EQ_INT(sched_add(s, "t0", &gp, pr, 1, &n_user_frees, user_free_count), 0);
+    CHECK_EQ_INT(gp.n, 0); /* moved into the scheduler */
+    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(tr.n_calls, 1);
+    CHECK(tr.user == &n_user_frees);
+    CHECK_EQ_INT(n_user_frees, 1);
+    CHECK_EQ_INT(tr.prompt_tokens, 6);
+    CHECK_EQ_INT(tr.completion_tokens, 14);
+    /* refused arguments still take ownership (no leak under ASan) */
+    struct gen_prompt *pr2 = calloc(1, sizeof *pr2);
+    memset(&gp, 0, sizeof gp);
+    CHECK_EQ_INT(sched_add(s, "t1", &gp, pr2, 1, &n_user_frees, user_free_count), ERR_INVAL);
+    CHECK_EQ_INT(n_user_frees, 2);
+    sched_free(s);
+
+    /* the same request as a body through the wrapper: the same texts */
+    struct results res = {0};
+    struct oreq_sched *os = sched_make(&e, &res, 512, 4, 64 * TINY_BLOCK_BYTES, 0);
+    json_t *b = body_new(ids, 6, 7, 1, 2, 42);
+    CHECK_EQ_INT(oreq_sched_add(os, "r0", GP_COMPLETIONS, b), 0);
+    CHECK_EQ_INT(sched_run(eng(os)), 0);
+    CHECK_EQ_INT(res.status[0], 200);
+    json_error_t jerr;
+    json_t *ch = json_loads(res.choices[0], 0, &jerr);
+    CHECK_EQ_INT((int)json_array_size(ch), 2);
+    for (size_t i = 0; i < 2; i++)
+        CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(ch, i), "text")),
+                     tr.text[i]);
+    json_decref(ch);
+    json_decref(b);
+    oreq_sched_free(os);
     results_release(&res);
     env_release(&e);
 }
@@ -594,48 +698,48 @@ TEST(sched_cancel_running_and_waiting_requests)
     }
     /* reference: everything, uncancelled */
     struct results ref = {0}, got = {0};
-    struct sched *s = sched_make(&e, &ref, 64, 4, 256 * TINY_BLOCK_BYTES, 0);
+    struct oreq_sched *s = sched_make(&e, &ref, 64, 4, 256 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
-    CHECK_EQ_INT(sched_run(s), 0);
-    sched_free(s);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
+    oreq_sched_free(s);
     CHECK_EQ_INT(ref.n, rs.n);
 
     s = sched_make(&e, &got, 64, 4, 256 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
-    CHECK_EQ_INT(sched_cancel(s, "nope"), ERR_NOTFOUND);
+    CHECK_EQ_INT(sched_cancel(eng(s), "nope"), ERR_NOTFOUND);
     /* step until four sequences run and decode */
     for (int k = 0; k < 8; k++)
-        CHECK_EQ_INT(sched_step(s), 1);
-    CHECK_EQ_INT(sched_n_running(s), 4);
+        CHECK_EQ_INT(sched_step(eng(s)), 1);
+    CHECK_EQ_INT(sched_n_running(eng(s)), 4);
     CHECK_EQ_INT(got.n, 0);
-    struct kv_cache *kv = model_ctx_kv(sched_model_ctx(s));
+    struct kv_cache *kv = model_ctx_kv(sched_model_ctx(eng(s)));
     int used0 = kv_cache_n_used(kv);
     /* cancel in id order until two running requests are gone (the ones met
      * before them were waiting) */
     int n_cancel = 0, cancelled[MAXR] = {0};
     char id[16];
-    int running_before = sched_n_running(s), waiting_before = sched_n_waiting(s);
+    int running_before = sched_n_running(eng(s)), waiting_before = sched_n_waiting(eng(s));
     for (int i = 0; i < rs.n && n_cancel < 2; i++) {
         snprintf(id, sizeof id, "r%d", i);
-        int run0 = sched_n_running(s);
-        int wait0 = sched_n_waiting(s);
-        CHECK_EQ_INT(sched_cancel(s, id), 0);
+        int run0 = sched_n_running(eng(s));
+        int wait0 = sched_n_waiting(eng(s));
+        CHECK_EQ_INT(sched_cancel(eng(s), id), 0);
         cancelled[i] = 1;
-        if (sched_n_running(s) < run0)
+        if (sched_n_running(eng(s)) < run0)
             n_cancel++; /* it was running */
         else
-            CHECK(sched_n_waiting(s) < wait0);
+            CHECK(sched_n_waiting(eng(s)) < wait0);
     }
     CHECK(n_cancel == 2);
-    CHECK(sched_n_running(s) <= running_before - 2);
-    CHECK(sched_n_running(s) + sched_n_waiting(s) < running_before + waiting_before);
+    CHECK(sched_n_running(eng(s)) <= running_before - 2);
+    CHECK(sched_n_running(eng(s)) + sched_n_waiting(eng(s)) < running_before + waiting_before);
     CHECK(kv_cache_n_used(kv) < used0); /* their private blocks went back at once */
-    CHECK_EQ_INT(sched_cancel(s, "r0"), ERR_NOTFOUND); /* already gone */
-    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(sched_cancel(eng(s), "r0"), ERR_NOTFOUND); /* already gone */
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
     CHECK_EQ_INT(kv_cache_n_used(kv), 0);
     struct sched_stats st;
-    sched_get_stats(s, &st);
-    sched_free(s);
+    oreq_sched_get_stats(s, &st);
+    oreq_sched_free(s);
     int n_can = 0;
     for (int i = 0; i < rs.n; i++) {
         if (cancelled[i]) {
@@ -667,40 +771,40 @@ TEST(sched_withdraw_only_requests_not_started)
         rs.body[i] = body_new(ids, len, 20, i % 2, 1, 7 + (uint64_t)i);
     }
     struct results ref = {0}, got = {0};
-    struct sched *s = sched_make(&e, &ref, 64, 2, 256 * TINY_BLOCK_BYTES, 0);
+    struct oreq_sched *s = sched_make(&e, &ref, 64, 2, 256 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
-    CHECK_EQ_INT(sched_run(s), 0);
-    sched_free(s);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
+    oreq_sched_free(s);
     CHECK_EQ_INT(ref.n, rs.n);
 
     s = sched_make(&e, &got, 64, 2, 256 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
-    CHECK_EQ_INT(sched_withdraw(s, "nope"), ERR_NOTFOUND);
+    CHECK_EQ_INT(sched_withdraw(eng(s), "nope"), ERR_NOTFOUND);
     for (int k = 0; k < 6; k++)
-        CHECK_EQ_INT(sched_step(s), 1);
-    CHECK_EQ_INT(sched_n_running(s), 2);
-    CHECK_EQ_INT(sched_n_waiting(s), rs.n - 2);
+        CHECK_EQ_INT(sched_step(eng(s)), 1);
+    CHECK_EQ_INT(sched_n_running(eng(s)), 2);
+    CHECK_EQ_INT(sched_n_waiting(eng(s)), rs.n - 2);
     /* two slots: exactly two requests started; the others withdraw */
     int n_busy = 0, withdrawn[MAXR] = {0};
     char id[16];
     for (int i = 0; i < rs.n; i++) {
         snprintf(id, sizeof id, "r%d", i);
-        int rc = sched_withdraw(s, id);
+        int rc = sched_withdraw(eng(s), id);
         if (rc == ERR_BUSY) {
             n_busy++;
             continue;
         }
         CHECK_EQ_INT(rc, 0);
         withdrawn[i] = 1;
-        CHECK_EQ_INT(sched_withdraw(s, id), ERR_NOTFOUND); /* gone */
+        CHECK_EQ_INT(sched_withdraw(eng(s), id), ERR_NOTFOUND); /* gone */
     }
     CHECK_EQ_INT(n_busy, 2);
-    CHECK_EQ_INT(sched_n_waiting(s), 0);
-    CHECK_EQ_INT(sched_n_running(s), 2);
-    CHECK_EQ_INT(sched_run(s), 0);
+    CHECK_EQ_INT(sched_n_waiting(eng(s)), 0);
+    CHECK_EQ_INT(sched_n_running(eng(s)), 2);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
     struct sched_stats st;
-    sched_get_stats(s, &st);
-    sched_free(s);
+    oreq_sched_get_stats(s, &st);
+    oreq_sched_free(s);
     CHECK_EQ_INT((int)st.n_cancelled, 0);
     CHECK_EQ_INT(got.n, 2);
     for (int i = 0; i < rs.n; i++) {

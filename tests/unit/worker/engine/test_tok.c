@@ -226,7 +226,7 @@ TEST(tok_smollm_specials_and_flags)
     CHECK_EQ_INT(tok_find(t, "<|im_start|>", 12), 1);
     int32_t ids[16];
     size_t n = 0;
-    /* reference vectors (gguf.md 5): smollm "Hello world" -> 19556 905, "333" -> 35 35 35 */
+    /* reference vectors (the HF tokenizer): smollm "Hello world" -> 19556 905, "333" -> 35 35 35 */
     CHECK_EQ_INT(tok_encode(t, "Hello world", 11, TOK_ADD_SPECIAL, ids, 16, &n), 0);
     CHECK_EQ_INT(n, 2);
     CHECK_EQ_INT(ids[0], 19556);

@@ -19,7 +19,7 @@ static json_t *J(const char *s)
     return j;
 }
 
-static int parse(const char *body, enum gp_endpoint ep, struct gen_params *p, struct gp_error *e)
+static int parse(const char *body, enum gp_endpoint ep, struct gp_request *p, struct gp_error *e)
 {
     json_t *j = J(body);
     memset(e, 0, sizeof *e);
@@ -30,36 +30,36 @@ static int parse(const char *body, enum gp_endpoint ep, struct gen_params *p, st
 
 TEST(params_chat_defaults)
 {
-    struct gen_params p;
+    struct gp_request p;
     struct gp_error e;
     CHECK_EQ_INT(parse("{\"model\":\"m\",\"messages\":[]}", GP_CHAT, &p, &e), 0);
     CHECK_EQ_INT(p.endpoint, GP_CHAT);
-    CHECK_EQ_INT(p.max_tokens, -1);            /* context limit */
-    CHECK(p.smp.temperature == 1.0 && p.smp.top_p == 1.0 && p.smp.top_k == 0);
-    CHECK(p.smp.min_p == 0 && p.smp.frequency_penalty == 0 && p.smp.presence_penalty == 0);
-    CHECK(p.smp.repetition_penalty == 1.0);
-    CHECK_EQ_INT(p.smp.n_bias, 0);
-    CHECK_EQ_INT(p.seed_given, 0);             /* random seed drawn */
-    CHECK_EQ_INT(p.n_stop, 0);
-    CHECK_EQ_INT(p.logprobs, 0);
-    CHECK_EQ_INT(p.smp.n_top_logprobs, -1);
-    CHECK_EQ_INT(p.n, 1);
+    CHECK_EQ_INT(p.gen.max_tokens, -1);            /* context limit */
+    CHECK(p.gen.smp.temperature == 1.0 && p.gen.smp.top_p == 1.0 && p.gen.smp.top_k == 0);
+    CHECK(p.gen.smp.min_p == 0 && p.gen.smp.frequency_penalty == 0 && p.gen.smp.presence_penalty == 0);
+    CHECK(p.gen.smp.repetition_penalty == 1.0);
+    CHECK_EQ_INT(p.gen.smp.n_bias, 0);
+    CHECK_EQ_INT(p.gen.seed_given, 0);             /* random seed drawn */
+    CHECK_EQ_INT(p.gen.n_stop, 0);
+    CHECK_EQ_INT(p.gen.logprobs, 0);
+    CHECK_EQ_INT(p.gen.smp.n_top_logprobs, -1);
+    CHECK_EQ_INT(p.gen.n, 1);
     CHECK_EQ_INT(p.n_prompts, 0);
-    uint64_t s1 = p.seed;
+    uint64_t s1 = p.gen.seed;
     gp_release(&p);
     CHECK_EQ_INT(parse("{\"messages\":[]}", GP_CHAT, &p, &e), 0);
-    CHECK(p.seed != s1);                        /* drawn per request */
+    CHECK(p.gen.seed != s1);                        /* drawn per request */
     gp_release(&p);
     /* explicit nulls are defaults too */
     CHECK_EQ_INT(parse("{\"temperature\":null,\"stop\":null,\"seed\":null,\"n\":null}", GP_CHAT,
                        &p, &e), 0);
-    CHECK(p.smp.temperature == 1.0 && p.n_stop == 0 && !p.seed_given && p.n == 1);
+    CHECK(p.gen.smp.temperature == 1.0 && p.gen.n_stop == 0 && !p.gen.seed_given && p.gen.n == 1);
     gp_release(&p);
 }
 
 TEST(params_chat_all_fields)
 {
-    struct gen_params p;
+    struct gp_request p;
     struct gp_error e;
     CHECK_EQ_INT(parse("{\"max_tokens\":50,\"max_completion_tokens\":20,\"temperature\":0,"
                        "\"top_p\":0.5,\"top_k\":7,\"min_p\":0.1,\"seed\":-1,\"stop\":[\"a\",\"bc\"],"
@@ -68,44 +68,44 @@ TEST(params_chat_all_fields)
                        "\"logit_bias\":{\"5\":-100,\"999\":100},\"stream\":false,"
                        "\"user\":\"x\",\"response_format\":{\"type\":\"text\"},\"tools\":[]}",
                        GP_CHAT, &p, &e), 0);
-    CHECK_EQ_INT(p.max_tokens, 20);            /* max_completion_tokens wins */
-    CHECK(p.smp.temperature == 0 && p.smp.top_p == 0.5 && p.smp.top_k == 7);
-    CHECK(p.smp.min_p == 0.1 && p.smp.frequency_penalty == -2 && p.smp.presence_penalty == 2);
-    CHECK(p.smp.repetition_penalty == 1.2);
-    CHECK(p.seed_given && p.seed == UINT64_MAX);
-    CHECK_EQ_INT(p.n_stop, 2);
-    CHECK_EQ_STR(p.stop[1], "bc");
-    CHECK_EQ_INT(p.stop_len[1], 2);
-    CHECK(p.logprobs == 1 && p.smp.n_top_logprobs == 20 && p.n == 8);
-    CHECK_EQ_INT(p.smp.n_bias, 2);
-    CHECK(p.smp.bias[0].id == 5 && p.smp.bias[0].bias == -100);
-    CHECK(p.smp.bias[1].id == 999 && p.smp.bias[1].bias == 100);
+    CHECK_EQ_INT(p.gen.max_tokens, 20);            /* max_completion_tokens wins */
+    CHECK(p.gen.smp.temperature == 0 && p.gen.smp.top_p == 0.5 && p.gen.smp.top_k == 7);
+    CHECK(p.gen.smp.min_p == 0.1 && p.gen.smp.frequency_penalty == -2 && p.gen.smp.presence_penalty == 2);
+    CHECK(p.gen.smp.repetition_penalty == 1.2);
+    CHECK(p.gen.seed_given && p.gen.seed == UINT64_MAX);
+    CHECK_EQ_INT(p.gen.n_stop, 2);
+    CHECK_EQ_STR(p.gen.stop[1], "bc");
+    CHECK_EQ_INT(p.gen.stop_len[1], 2);
+    CHECK(p.gen.logprobs == 1 && p.gen.smp.n_top_logprobs == 20 && p.gen.n == 8);
+    CHECK_EQ_INT(p.gen.smp.n_bias, 2);
+    CHECK(p.gen.smp.bias[0].id == 5 && p.gen.smp.bias[0].bias == -100);
+    CHECK(p.gen.smp.bias[1].id == 999 && p.gen.smp.bias[1].bias == 100);
     gp_release(&p);
     /* logprobs without top_logprobs: chosen token only; a single stop string */
     CHECK_EQ_INT(parse("{\"logprobs\":true,\"stop\":\"###\",\"top_k\":-1,\"max_tokens\":3}",
                        GP_CHAT, &p, &e), 0);
-    CHECK(p.logprobs == 1 && p.smp.n_top_logprobs == 0 && p.n_stop == 1 && p.smp.top_k == 0);
-    CHECK_EQ_INT(p.max_tokens, 3);
+    CHECK(p.gen.logprobs == 1 && p.gen.smp.n_top_logprobs == 0 && p.gen.n_stop == 1 && p.gen.smp.top_k == 0);
+    CHECK_EQ_INT(p.gen.max_tokens, 3);
     gp_release(&p);
 }
 
 TEST(params_completions_prompts)
 {
-    struct gen_params p;
+    struct gp_request p;
     struct gp_error e;
     CHECK_EQ_INT(parse("{\"prompt\":\"hello\",\"logprobs\":3,\"best_of\":1,\"echo\":false,"
                        "\"suffix\":null}", GP_COMPLETIONS, &p, &e), 0);
     CHECK(p.n_prompts == 1 && p.prompts[0].text && p.prompts[0].text_len == 5);
-    CHECK(p.logprobs == 1 && p.smp.n_top_logprobs == 3);
+    CHECK(p.gen.logprobs == 1 && p.gen.smp.n_top_logprobs == 3);
     gp_release(&p);
     CHECK_EQ_INT(parse("{\"prompt\":[\"a\",\"bb\"],\"n\":2,\"logprobs\":0}", GP_COMPLETIONS, &p,
                        &e), 0);
-    CHECK(p.n_prompts == 2 && p.prompts[1].text_len == 2 && p.n == 2);
-    CHECK(p.logprobs == 1 && p.smp.n_top_logprobs == 0);
+    CHECK(p.n_prompts == 2 && p.prompts[1].text_len == 2 && p.gen.n == 2);
+    CHECK(p.gen.logprobs == 1 && p.gen.smp.n_top_logprobs == 0);
     gp_release(&p);
     CHECK_EQ_INT(parse("{\"prompt\":[1,2,3]}", GP_COMPLETIONS, &p, &e), 0);
     CHECK(p.n_prompts == 1 && p.prompts[0].n_ids == 3 && p.prompts[0].ids[2] == 3);
-    CHECK(!p.prompts[0].text && p.logprobs == 0 && p.smp.n_top_logprobs == -1);
+    CHECK(!p.prompts[0].text && p.gen.logprobs == 0 && p.gen.smp.n_top_logprobs == -1);
     gp_release(&p);
     CHECK_EQ_INT(parse("{\"prompt\":[[1],[4,5]]}", GP_COMPLETIONS, &p, &e), 0);
     CHECK(p.n_prompts == 2 && p.prompts[1].n_ids == 2 && p.prompts[1].ids[0] == 4);
@@ -113,7 +113,7 @@ TEST(params_completions_prompts)
     /* max_completion_tokens is a chat field: ignored for completions */
     CHECK_EQ_INT(parse("{\"prompt\":\"x\",\"max_tokens\":9,\"max_completion_tokens\":2}",
                        GP_COMPLETIONS, &p, &e), 0);
-    CHECK_EQ_INT(p.max_tokens, 9);
+    CHECK_EQ_INT(p.gen.max_tokens, 9);
     gp_release(&p);
 }
 
@@ -177,7 +177,7 @@ TEST(params_each_bad_field_named)
         {"{\"prompt\":\"x\",\"best_of\":1,\"n\":2}", GP_COMPLETIONS, "best_of", "invalid_value"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct gen_params p;
+        struct gp_request p;
         struct gp_error e;
         int rc = parse(cases[i].body, cases[i].ep, &p, &e);
         if (rc == 0) {
@@ -192,7 +192,7 @@ TEST(params_each_bad_field_named)
         CHECK(strstr(e.message, cases[i].param) != NULL);
     }
     /* 16 prompts x n=8 = 128 choices is the cap; 17 x 8 is refused on n */
-    struct gen_params p;
+    struct gp_request p;
     struct gp_error e;
     char body[256];
     snprintf(body, sizeof body, "{\"n\":8,\"prompt\":[%s]}",
@@ -208,7 +208,7 @@ TEST(params_each_bad_field_named)
 
 TEST(params_error_json_shape)
 {
-    struct gen_params p;
+    struct gp_request p;
     struct gp_error e;
     CHECK_EQ_INT(parse("{\"top_p\":3}", GP_CHAT, &p, &e), ERR_INVAL);
     json_t *j = gp_error_json(&e);

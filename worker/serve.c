@@ -1,5 +1,5 @@
-/* loop.c - the jobworker process serving jobd (see loop.h). */
-#include "worker/loop.h"
+/* serve.c - the jobworker process serving jobd (see serve.h). */
+#include "worker/serve.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -14,19 +14,20 @@
 #include "common/js.h"
 #include "common/log.h"
 #include "kernels/kn.h"
-#include "worker/engine/chat.h"
 #include "worker/client.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/gguf.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
+#include "worker/openai/request.h"
 #include "worker/engine/tok.h"
 
 #define WL_MAX_NAME 128
 #define WL_LONG_POLL_MS 2000
 #define WL_TICK_MS 100
-#define WL_FINAL_UPLOAD_MS 15000
-#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */   /* after the engine stopped: last uploads/releases */
+#define WL_FINAL_UPLOAD_MS 15000 /* after the engine stopped: last uploads/releases */
+#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -54,7 +55,7 @@ struct item {
 };
 
 struct wl {
-    const struct wloop_opts *o;
+    const struct serve_opts *o;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct item **items;
@@ -191,7 +192,7 @@ static void lease_gone(struct wl *w, const char *lease_id)
 
 /* ---- results lines ----------------------------------------------------------- */
 
-static json_t *timings(const struct sched_result *r, const struct item *it)
+static json_t *timings(const struct oreq_result *r, const struct item *it)
 {
     double queue_ms = (double)(it->t_added_ns - it->t_leased_ns) * 1e-6 + r->queue_s * 1e3;
     return json_pack("{s:I, s:I, s:I, s:I}", "queue_ms", (json_int_t)(queue_ms + 0.5),
@@ -212,7 +213,7 @@ static json_t *str_cap(const char *s, size_t max)
     return json_stringn(s, n);
 }
 
-static json_t *result_line(const struct sched_result *r, const struct item *it)
+static json_t *result_line(const struct oreq_result *r, const struct item *it)
 {
     json_t *o;
     if (r->status >= 200 && r->status < 300) {
@@ -256,7 +257,7 @@ static int outbox_put(struct wl *w, const struct item *it, json_t *line)
 }
 
 /* Scheduler callback (engine thread). */
-static void on_result(void *ctx, const struct sched_result *r)
+static void on_result(void *ctx, const struct oreq_result *r)
 {
     struct wl *w = ctx;
     pthread_mutex_lock(&w->mu);
@@ -323,7 +324,7 @@ static void wait_ms_locked(struct wl *w, long ms)
 
 static int do_register(struct wl *w)
 {
-    const struct wloop_opts *o = w->o;
+    const struct serve_opts *o = w->o;
     struct wcl_answer a = {0, NULL};
     int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
                           o->n_aliases, w->kv_tokens, w->pack_size, &a);
@@ -647,9 +648,10 @@ struct to_add {
     json_t *body;
 };
 
-static int engine_loop(struct wl *w, struct sched *s)
+static int engine_loop(struct wl *w, struct oreq_sched *os)
 {
-    const struct wloop_opts *o = w->o;
+    struct sched *s = oreq_sched_engine(os);
+    const struct serve_opts *o = w->o;
     uint64_t deadline = 0;
     struct to_add *add = NULL;
     size_t cap_add = 0;
@@ -657,7 +659,7 @@ static int engine_loop(struct wl *w, struct sched *s)
     for (;;) {
         size_t n_add = 0;
         pthread_mutex_lock(&w->mu);
-        sched_get_stats(s, &w->st);
+        oreq_sched_get_stats(os, &w->st);
         if (stopping(w) && !w->draining) {
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
@@ -724,7 +726,7 @@ static int engine_loop(struct wl *w, struct sched *s)
                                        "This worker serves /v1/chat/completions and "
                                        "/v1/completions only.", "type", "invalid_request_error",
                                        "param", "url", "code", "invalid_url");
-                struct sched_result er;
+                struct oreq_result er;
                 memset(&er, 0, sizeof er);
                 er.id = add[i].rid;
                 er.status = 400;
@@ -735,7 +737,7 @@ static int engine_loop(struct wl *w, struct sched *s)
                 json_decref(add[i].body);
                 continue;
             }
-            int arc = sched_add(s, add[i].rid, add[i].ep, add[i].body);
+            int arc = oreq_sched_add(os, add[i].rid, add[i].ep, add[i].body);
             json_decref(add[i].body);
             if (arc) {
                 log_error("%s: cannot queue the request: %s; releasing it", add[i].rid,
@@ -793,7 +795,7 @@ static int name_ok(const char *s, size_t n)
     return 1;
 }
 
-int wloop_model_id(const struct model *m, const char *path, char *out, size_t out_len)
+int serve_model_id(const struct model *m, const char *path, char *out, size_t out_len)
 {
     struct gguf_str gs;
     if (m && gguf_get_str(m->gguf, "general.name", &gs) == 0 && name_ok(gs.ptr, gs.len) &&
@@ -816,13 +818,10 @@ int wloop_model_id(const struct model *m, const char *path, char *out, size_t ou
     return 0;
 }
 
-int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
+int serve_run(const struct serve_opts *o, char *err, size_t err_len)
 {
-    struct model *m = NULL;
-    struct tok *t = NULL;
-    struct chat_tmpl *tmpl = NULL;
-    struct kn_pool *pool = NULL;
-    struct sched *s = NULL;
+    struct engine *e = NULL;
+    struct oreq_sched *s = NULL;
     struct wl w;
     int rc, mu_ok = 0, cv_ok = 0, thread_ok = 0;
     pthread_t th;
@@ -842,7 +841,7 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
         }
     w.pack_size = o->pack_size ? o->pack_size : 64;
     w.lease_seconds = o->lease_seconds ? o->lease_seconds : 120;
-    struct wloop_opts oc = *o;
+    struct serve_opts oc = *o;
     if (oc.drain_timeout_ms < 0)
         oc.drain_timeout_ms = 30000;
     w.o = &oc;
@@ -853,15 +852,22 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
     }
     if ((rc = wcl_outbox_new(&w.ob)) != 0)
         goto out;
-    if ((rc = model_load(o->model_path, &m, err, err_len)) != 0)
+    enum kn_device dev = KN_DEVICE_CPU;
+    if (o->device && kn_device_parse(o->device, &dev)) {
+        rc = ERR_INVAL;
+        snprintf(err, err_len, "unknown device '%s'", o->device);
         goto out;
-    if ((rc = model_tokenizer(m, &t, err, err_len)) != 0)
+    }
+    struct engine_opts eo = {
+        .model_path = o->model_path, .device = (int)dev, .threads = o->threads,
+        .n_ctx = o->n_ctx, .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
+        .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache,
+    };
+    if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;
-    if (model_chat_tmpl(m, t, &tmpl) != 0)
-        tmpl = NULL;
     if (o->model_id)
         snprintf(w.model_id, sizeof w.model_id, "%s", o->model_id);
-    else if ((rc = wloop_model_id(m, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
+    else if ((rc = serve_model_id(e->model, o->model_path, w.model_id, sizeof w.model_id)) != 0) {
         snprintf(err, err_len, "cannot derive a model id; give --model-id");
         goto out;
     }
@@ -874,38 +880,16 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
         snprintf(w.name, sizeof w.name, "%s/%ld/%s", host, (long)getpid(),
                  o->device ? o->device : "cpu");
     }
-    if ((rc = kn_pool_new(o->threads, &pool)) != 0) {
-        snprintf(err, err_len, "cannot start the thread pool: %s", err_msg(rc));
-        goto out;
-    }
     struct sched_opts so;
-    sched_opts_init(&so);
-    if (o->max_batch_tokens > 0)
-        so.max_batch_tokens = o->max_batch_tokens;
-    if (o->max_seqs > 0)
-        so.max_seqs = o->max_seqs;
-    if (o->kv_mem_bytes > 0)
-        so.kv_mem_bytes = o->kv_mem_bytes;
-    so.n_ctx = o->n_ctx;
-    so.no_prefix_cache = o->no_prefix_cache;
-    so.pool = pool;
-    enum kn_device dev = KN_DEVICE_CPU;
-    if (o->device && kn_device_parse(o->device, &dev)) {
-        rc = ERR_INVAL;
-        snprintf(err, err_len, "unknown device '%s'", o->device);
-        goto out;
-    }
-    so.device = (int)dev;
-    so.model_name = w.model_id;
-    so.on_result = on_result;
-    so.cb_ctx = &w;
-    if ((rc = sched_new(m, t, tmpl, &so, &s)) != 0) {
+    engine_sched_opts(e, &so);
+    struct oreq_sched_opts oo = {w.model_id, on_result, &w};
+    if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
         snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
                  "--max-batch-tokens): %s", err_msg(rc));
         goto out;
     }
     struct sched_stats st;
-    sched_get_stats(s, &st);
+    oreq_sched_get_stats(s, &st);
     w.kv_tokens = (int64_t)st.kv_blocks * KV_BLOCK_TOKENS;
     if (pthread_mutex_init(&w.mu, NULL) == 0)
         mu_ok = 1;
@@ -918,7 +902,7 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
     w.t0_ns = clock_mono_ns();
     log_info("serving '%s' from %s for %s (%d threads, %d sequence slots, context %d, "
              "pack %d, lease %d s)", w.model_id, o->model_path, o->jobd_url,
-             kn_pool_threads(pool), so.max_seqs, st.n_ctx, w.pack_size, w.lease_seconds);
+             kn_pool_threads(e->pool), so.max_seqs, st.n_ctx, w.pack_size, w.lease_seconds);
     if (pthread_create(&th, NULL, comm_main, &w) != 0) {
         rc = ERR_NOMEM;
         goto out;
@@ -932,7 +916,7 @@ int wloop_run(const struct wloop_opts *o, char *err, size_t err_len)
     else
         log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
                  (long long)w.total_done, wcl_outbox_count(w.ob));
-    sched_get_stats(s, &st);
+    oreq_sched_get_stats(s, &st);
     log_info("engine-stats: {\"requests\":%lld,\"request_errors\":%lld,\"cancelled\":%lld,"
              "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
              "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"
@@ -951,7 +935,7 @@ out:
         pthread_mutex_unlock(&w.mu);
         pthread_join(th, NULL);
     }
-    sched_free(s);
+    oreq_sched_free(s);
     for (size_t i = 0; i < w.n_items; i++) {
         json_decref(w.items[i]->body);
         free(w.items[i]);
@@ -967,9 +951,6 @@ out:
         pthread_mutex_destroy(&w.mu);
     wcl_outbox_free(w.ob);
     wcl_free(w.c);
-    kn_pool_free(pool);
-    chat_tmpl_free(tmpl);
-    tok_free(t);
-    model_free(m);
+    engine_close(e);
     return rc;
 }

@@ -1,5 +1,5 @@
 /*
- * loop.h - `jobworker --jobd URL --model M.gguf`: the worker process that
+ * serve.h - `jobworker --jobd URL --model M.gguf`: the worker process that
  * serves jobd (spec/worker-protocol.md).
  *
  * Two threads share one lock-protected table of leased requests:
@@ -34,10 +34,12 @@
  * without directory and ".gguf"; aliases are registered with it. Requests
  * are routed by jobd on those names, and responses echo the body's model.
  *
- * Endpoint: a lease item carries the line's body but not its url; a body
- * with "messages" runs as /v1/chat/completions, one with "prompt" (and no
- * messages) as /v1/completions (jobd validated each line against the
- * batch's endpoint at submission).
+ * Endpoint: a lease item carries the line's body and its `url` (the
+ * batch's endpoint): /v1/chat/completions or /v1/completions; any other url
+ * becomes an invalid_request result with code "invalid_url". An item
+ * without a url (an older jobd) runs as a chat completion when its body has
+ * "messages" or no "prompt", else as a completion (jobd validated each line
+ * against the batch's endpoint at submission).
  *
  * Seeds: a request without "seed" is sampled with a seed derived from its
  * request id (FNV-1a, worker/engine/sched.c), so a retried lease - on this worker
@@ -47,14 +49,14 @@
  * are asked for, requests not started (leased, or waiting in the scheduler
  * without ever being admitted) are released at once, running ones
  * get drain_timeout_ms to finish; then what is still running is released,
- * every finished result is uploaded, and wloop_run returns 0. A crash
+ * every finished result is uploaded, and serve_run returns 0. A crash
  * leaves the leases to lapse (jobd's sweeper requeues their requests).
  *
  * Logs: one info line per finished lease (pack) with its request count and
  * tokens per second; warnings while jobd is unreachable.
  */
-#ifndef WORKER_LOOP_H
-#define WORKER_LOOP_H
+#ifndef WORKER_SERVE_H
+#define WORKER_SERVE_H
 
 #include <signal.h>
 #include <stddef.h>
@@ -62,7 +64,7 @@
 
 struct model;
 
-struct wloop_opts {
+struct serve_opts {
     const char *jobd_url;           /* required */
     const char *token;              /* worker token or NULL */
     const char *model_path;         /* required */
@@ -84,12 +86,12 @@ struct wloop_opts {
 
 /* The model id of m loaded from path (see the file comment) into out.
  * Returns 0 or ERR_TOOBIG (out_len too small for the file name). */
-int wloop_model_id(const struct model *m, const char *path, char *out, size_t out_len);
+int serve_model_id(const struct model *m, const char *path, char *out, size_t out_len);
 
 /* Serve jobd until *o->stop (then drain) or a fatal engine error. Returns 0
  * after a clean drain; ERR_INVAL (bad options), model load / scheduler
  * errors, or the engine's error (after releasing what it held), with a
  * one-line message in err. */
-int wloop_run(const struct wloop_opts *o, char *err, size_t err_len);
+int serve_run(const struct serve_opts *o, char *err, size_t err_len);
 
 #endif

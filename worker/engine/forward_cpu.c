@@ -1,0 +1,406 @@
+/*
+ * forward_cpu.c - the batched forward pass of a llama/qwen2 model on the
+ * CPU (see forward_cpu.h; forward.c dispatches here).
+ *
+ * Per step (fwdcpu_forward), for a flat batch of n tokens (shapes in the
+ * buffer comments of struct model_ctx):
+ *
+ *   x = token_embd[token]                                  embedding rows, dequantized
+ *   per layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = h @ Wq^T (+bq), h @ Wk^T (+bk), h @ Wv^T (+bv)
+ *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (qwen2)
+ *     K/V cache[slot][pos] = k, v                         all tokens first ...
+ *     a = softmax(q.K^T / sqrt(hd)) V over 0..pos         ... then attention (GQA)
+ *     x += a @ Wo^T
+ *     h = rmsnorm(x) * ffn_norm
+ *     x += (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
+ *   logits = rmsnorm(x[marked]) * output_norm @ Wout^T
+ *
+ * Every op works per token with a fixed accumulation order, so a token's
+ * numbers do not depend on its batch neighbours. All matmuls go through
+ * model_linear (one place): by default the kernels' kn_matmul_w
+ * (kernels/cpu/matq.c: activations quantized to 8 bits per block, integer
+ * dot products, the context's thread pool), or with exact_matmul the
+ * reference linear_exact (dequantized weights, the kernels' float
+ * kn_matmul_f32: the path verified against HF transformers). Both have a
+ * fixed reduction order independent of n and of the thread count.
+ *
+ * Threads: the matmuls, the attention and SwiGLU run on the context's
+ * pool. The attention splits its (token, query head) pairs into contiguous
+ * ranges of about equal work (a pair at position p costs ~p + 17), one per
+ * thread; every pair is computed by the same code whatever thread takes
+ * it, so results are bit-identical for every thread count. RoPE angles are
+ * computed once per step (kn_rope_table) and shared by every layer's q and k.
+ *
+ * Allocation: none per step. fwdcpu_new sizes every buffer (the matmul
+ * scratch for kn_matmul_w_scratch(n_batch_max, k_max, Q8_0), which covers
+ * every weight type, and one attention score row per pool thread);
+ * kn_matmul_w and kn_pool_run allocate nothing (tests/unit/worker/engine/test_model.c
+ * model_forward_allocates_nothing checks with a counting malloc hook).
+ */
+#include "worker/engine/forward_cpu.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/kn.h"
+
+struct fwdcpu {
+    const struct model *m;
+    struct model_ctx_params p;   /* with defaults filled in */
+    struct kv_cache *kv;         /* the context's cache (borrowed): geometry, K/V values */
+    float *x;          /* (n_batch_max, n_embd) residual stream */
+    float *xb;         /* (n_batch_max, n_embd) normed input of a block */
+    float *q;          /* (n_batch_max, n_head*hd) */
+    float *k, *v;      /* (n_batch_max, n_head_kv*hd) */
+    float *att;        /* (n_batch_max, n_head*hd) attention output */
+    float *proj;       /* (n_batch_max, n_embd) output of Wo / Wd */
+    float *hb, *hb2;   /* (n_batch_max, n_ff) gate / up */
+    float *xo;         /* (n_out_max, n_embd) rows of the marked tokens */
+    float *scores;     /* (n_threads, n_ctx) attention scratch, one row per pool thread */
+    int n_threads;     /* kn_pool_threads(p.pool) */
+    int64_t *att_split; /* (n_threads + 1) first (token, head) pair of each thread, per step */
+    float *rope_cs;    /* (n_batch_max, n_rot) RoPE cos/sin of the step's positions (all layers) */
+    void *mm_scratch;  /* matmul scratch, mm_scratch_bytes */
+    size_t mm_scratch_bytes;
+};
+
+/* Scratch bytes of linear_exact for n activation rows of k values: one
+ * dequantized weight row and one output column. */
+static size_t linear_exact_scratch_bytes(int n, int k)
+{
+    return ((size_t)(n > 0 ? n : 0) + (size_t)(k > 0 ? k : 0)) * sizeof(float);
+}
+
+/* The reference product out (n, m) = x (n, k) @ W^T: each weight row is
+ * dequantized once with the bit-exact quant.c decoder, then dotted in float
+ * with every activation row by the kernels' kn_matmul_f32 (four
+ * accumulators, fixed order), so out[r][c] depends only on x row r and W
+ * row c. Runs on the caller's thread. Returns 0, ERR_UNSUPPORTED (w_type
+ * not decodable), ERR_INVAL (k not a multiple of the block size), ERR_TOOBIG
+ * (scratch too small). */
+static int linear_exact(float *out, const float *x, int n, int k, const void *w, int w_type,
+                        int m, void *scratch, size_t scratch_bytes)
+{
+    if (n < 0 || k < 0 || m < 0 || w_type < 0)
+        return ERR_INVAL;
+    if (!quant_type_supported((uint32_t)w_type))
+        return ERR_UNSUPPORTED;
+    int64_t row_bytes;
+    int rc = quant_row_bytes((uint32_t)w_type, k, &row_bytes);
+    if (rc)
+        return rc;
+    if (scratch_bytes < linear_exact_scratch_bytes(n, k))
+        return ERR_TOOBIG;
+    float *row = scratch;              /* (k) dequantized weight row c */
+    float *col = row + (size_t)k;      /* (n) out[.][c] */
+    const unsigned char *wb = w;
+    for (int c = 0; c < m; c++) {
+        rc = quant_dequant_row((uint32_t)w_type, wb + (size_t)c * (size_t)row_bytes, row, k);
+        if (rc)
+            return rc;
+        kn_matmul_f32(col, x, row, n, k, 1);
+        for (int r = 0; r < n; r++)
+            out[(size_t)r * (size_t)m + (size_t)c] = col[r];
+    }
+    return 0;
+}
+
+/* The one call site of the weight matmul: out (n, w->rows) = x (n, w->cols) @ W^T. */
+static int model_linear(struct fwdcpu *c, float *out, const float *x, int n,
+                        const struct model_mat *w)
+{
+    if (c->p.exact_matmul)
+        return linear_exact(out, x, n, w->cols, w->data, (int)w->type, w->rows, c->mm_scratch,
+                            c->mm_scratch_bytes);
+    return kn_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
+                       c->mm_scratch, c->mm_scratch_bytes);
+}
+
+/* Scratch model_linear needs for rows of up to k_max values and n_max
+ * activation rows: the reference needs one dequantized row and one output
+ * column, kn_matmul_w the quantized activations (the Q8_0 size bounds every
+ * weight type).
+ * SIZE_MAX on overflow. */
+static size_t model_linear_scratch_bytes(int n_max, int k_max)
+{
+    size_t a = linear_exact_scratch_bytes(n_max, k_max);
+    size_t b = kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0);
+    return a > b ? a : b;
+}
+
+/* *total += n * size, with overflow detection. */
+static int add_bytes(size_t *total, size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return ERR_TOOBIG;
+    if (*total > SIZE_MAX - n * size)
+        return ERR_TOOBIG;
+    *total += n * size;
+    return 0;
+}
+
+/* The widest matmul input: n_embd, n_head * head_dim or n_ff. */
+static int k_max_of(const struct model_hparams *hp)
+{
+    int k_max = hp->n_embd, q_dim = hp->n_head * hp->head_dim;
+    if (q_dim > k_max)
+        k_max = q_dim;
+    if (hp->n_ff > k_max)
+        k_max = hp->n_ff;
+    return k_max;
+}
+
+int fwdcpu_bytes(const struct model *m, const struct model_ctx_params *p, size_t *total)
+{
+    const struct model_hparams *hp = &m->hp;
+    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    size_t nb = (size_t)p->n_batch_max, no = (size_t)p->n_out_max;
+    size_t mm = model_linear_scratch_bytes(p->n_batch_max, k_max_of(hp));
+    if (mm == SIZE_MAX)
+        return ERR_TOOBIG;
+    int n_threads = kn_pool_threads(p->pool);
+    if (add_bytes(total, nb * 3, (size_t)hp->n_embd * sizeof(float)) ||
+        add_bytes(total, nb * 2, (size_t)q_dim * sizeof(float)) ||
+        add_bytes(total, nb * 2, (size_t)kv_dim * sizeof(float)) ||
+        add_bytes(total, nb * 2, (size_t)hp->n_ff * sizeof(float)) ||
+        add_bytes(total, no, (size_t)hp->n_embd * sizeof(float)) ||
+        add_bytes(total, (size_t)p->n_ctx * (size_t)n_threads, sizeof(float)) ||
+        add_bytes(total, (size_t)n_threads + 1, sizeof(int64_t)) ||
+        add_bytes(total, nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1), sizeof(float)) ||
+        add_bytes(total, 1, mm))
+        return ERR_TOOBIG;
+    return 0;
+}
+
+int fwdcpu_new(const struct model *m, const struct model_ctx_params *p, struct kv_cache *kv,
+               struct fwdcpu **out)
+{
+    const struct model_hparams *hp = &m->hp;
+    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    size_t nb = (size_t)p->n_batch_max, no = (size_t)p->n_out_max;
+    size_t mm = model_linear_scratch_bytes(p->n_batch_max, k_max_of(hp));
+    if (mm == SIZE_MAX)
+        return ERR_TOOBIG;
+    int n_threads = kn_pool_threads(p->pool);
+    struct fwdcpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return ERR_NOMEM;
+    c->m = m;
+    c->p = *p;
+    c->kv = kv;
+    c->x = malloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->xb = malloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->proj = malloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->q = malloc(nb * (size_t)q_dim * sizeof(float));
+    c->att = malloc(nb * (size_t)q_dim * sizeof(float));
+    c->k = malloc(nb * (size_t)kv_dim * sizeof(float));
+    c->v = malloc(nb * (size_t)kv_dim * sizeof(float));
+    c->hb = malloc(nb * (size_t)hp->n_ff * sizeof(float));
+    c->hb2 = malloc(nb * (size_t)hp->n_ff * sizeof(float));
+    c->xo = malloc(no * (size_t)hp->n_embd * sizeof(float));
+    c->n_threads = n_threads;
+    c->scores = malloc((size_t)n_threads * (size_t)p->n_ctx * sizeof(float));
+    c->att_split = malloc(((size_t)n_threads + 1) * sizeof *c->att_split);
+    c->rope_cs = malloc(nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * sizeof(float));
+    c->mm_scratch = malloc(mm);
+    c->mm_scratch_bytes = mm;
+    if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
+        !c->xo || !c->scores || !c->att_split || !c->rope_cs || !c->mm_scratch) {
+        fwdcpu_free(c);
+        return ERR_NOMEM;
+    }
+    *out = c;
+    return 0;
+}
+
+void fwdcpu_free(struct fwdcpu *c)
+{
+    if (!c)
+        return;
+    free(c->x);
+    free(c->xb);
+    free(c->proj);
+    free(c->q);
+    free(c->att);
+    free(c->k);
+    free(c->v);
+    free(c->hb);
+    free(c->hb2);
+    free(c->xo);
+    free(c->scores);
+    free(c->att_split);
+    free(c->rope_cs);
+    free(c->mm_scratch);
+    free(c);
+}
+
+/* Split the step's (token, head) pairs into contiguous ranges of about equal
+ * attention work, one per pool thread: a pair of a token at position p
+ * costs about p + 1 + 16 (its q.k and V passes over p + 1 positions, plus a
+ * fixed part). A decode token deep in its context weighs far more than an
+ * early prefill position, so equal pair counts would leave one thread
+ * waiting. The same for every layer; the numbers do not depend on it (each
+ * pair is computed by the same code whatever thread takes it). */
+static void attn_plan(struct fwdcpu *c, const struct model_batch *b)
+{
+    int nth = c->n_threads, nh = c->m->hp.n_head;
+    int64_t total = 0;
+    for (int i = 0; i < b->n_tokens; i++)
+        total += (int64_t)b->pos[i] + 17;
+    c->att_split[0] = 0;
+    int t = 1;
+    int64_t acc = 0;
+    for (int i = 0; i < b->n_tokens && t < nth; i++) {
+        int64_t w = (int64_t)b->pos[i] + 17;
+        /* heads of token i: pair (i, h) ends at acc + w * (h + 1) / nh of the work */
+        for (int h = 0; h < nh && t < nth; h++)
+            while (t < nth && (acc + w * (h + 1) / nh) * nth >= total * t)
+                c->att_split[t++] = (int64_t)i * nh + h + 1;
+        acc += w;
+    }
+    while (t <= nth)
+        c->att_split[t++] = (int64_t)b->n_tokens * nh;
+}
+
+/* The attention of one layer, split over the pool by (token, head) pairs. */
+struct attn_job {
+    struct fwdcpu *c;
+    const struct model_batch *b;
+    const float *kl, *vl;  /* this layer's K/V cache bases */
+    float scale;
+};
+
+static void attn_run(void *arg, int ith, int nth)
+{
+    const struct attn_job *j = arg;
+    const struct fwdcpu *c = j->c;
+    const struct model_hparams *hp = &c->m->hp;
+    const struct kv_cache *kv = c->kv;
+    int nh = hp->n_head, q_dim = nh * hp->head_dim;
+    int64_t lo = c->att_split[ith], hi = c->att_split[ith + 1];
+    if (nth == 1) { /* the caller's thread alone (a single pair) */
+        lo = 0;
+        hi = (int64_t)j->b->n_tokens * nh;
+    }
+    float *scores = c->scores + (size_t)ith * (size_t)c->p.n_ctx;
+    while (lo < hi) {
+        int i = (int)(lo / nh), h0 = (int)(lo % nh);
+        int h1 = hi - (int64_t)i * nh < nh ? (int)(hi - (int64_t)i * nh) : nh;
+        kn_attn_paged_heads_f32(c->att + (size_t)i * (size_t)q_dim,
+                                c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl,
+                                kv->seqs[j->b->seq[i]].blocks, kv->block_tokens, kv->block_stride,
+                                j->b->pos[i] + 1, nh, hp->n_head_kv, hp->head_dim, h0, h1,
+                                j->scale, scores);
+        lo = (int64_t)i * nh + h1;
+    }
+}
+
+/* SwiGLU in place over the pool: contiguous element ranges, each element
+ * computed alone, so the bits do not depend on the split. */
+struct swiglu_job {
+    float *gate;
+    const float *up;
+    size_t n;
+};
+
+static void swiglu_run(void *arg, int ith, int nth)
+{
+    const struct swiglu_job *j = arg;
+    size_t lo = j->n * (size_t)ith / (size_t)nth, hi = j->n * (size_t)(ith + 1) / (size_t)nth;
+    kn_swiglu_f32(j->gate + lo, j->gate + lo, j->up + lo, hi - lo);
+}
+
+static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
+{
+    const struct model *m = c->m;
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *L = &m->layers[l];
+    struct kv_cache *kv = c->kv;
+    int n = b->n_tokens;
+    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    enum kn_rope_mode mode = hp->rope_neox ? KN_ROPE_NEOX : KN_ROPE_NORM;
+    int rc;
+
+    kn_rmsnorm_f32(c->xb, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    if ((rc = model_linear(c, c->q, c->xb, n, &L->wq)) ||
+        (rc = model_linear(c, c->k, c->xb, n, &L->wk)) ||
+        (rc = model_linear(c, c->v, c->xb, n, &L->wv)))
+        return rc;
+    if (L->bq)
+        kn_add_bias_f32(c->q, L->bq, n, q_dim);
+    if (L->bk)
+        kn_add_bias_f32(c->k, L->bk, n, kv_dim);
+    if (L->bv)
+        kn_add_bias_f32(c->v, L->bv, n, kv_dim);
+    /* the angles of the step's positions were computed once (model_forward) */
+    kn_rope_apply_f32(c->q, n, hp->n_head, hp->head_dim, hp->n_rot, c->rope_cs, mode);
+    kn_rope_apply_f32(c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, c->rope_cs, mode);
+
+    /* append every token's K/V before any attention: a token may attend to
+     * earlier tokens of its own sequence in this same batch */
+    float *kl = kv->k + (size_t)l * kv->layer_stride, *vl = kv->v + (size_t)l * kv->layer_stride;
+    for (int i = 0; i < n; i++) {
+        const struct kv_seq *s = &kv->seqs[b->seq[i]];
+        int p = b->pos[i];
+        size_t off = (size_t)s->blocks[p / kv->block_tokens] * kv->block_stride +
+                     (size_t)(p % kv->block_tokens) * (size_t)kv_dim;
+        memcpy(kl + off, c->k + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(vl + off, c->v + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
+    }
+    struct attn_job job = {c, b, kl, vl, 1.0f / sqrtf((float)hp->head_dim)};
+    if (c->n_threads > 1 && (size_t)n * (size_t)hp->n_head > 1)
+        kn_pool_run(c->p.pool, attn_run, &job);
+    else
+        attn_run(&job, 0, 1);
+    if ((rc = model_linear(c, c->proj, c->att, n, &L->wo)))
+        return rc;
+    if (L->bo)
+        kn_add_bias_f32(c->proj, L->bo, n, hp->n_embd);
+    kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
+
+    kn_rmsnorm_f32(c->xb, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    if ((rc = model_linear(c, c->hb, c->xb, n, &L->w_gate)) ||
+        (rc = model_linear(c, c->hb2, c->xb, n, &L->w_up)))
+        return rc;
+    struct swiglu_job sj = {c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff};
+    if (c->n_threads > 1 && n >= 4)
+        kn_pool_run(c->p.pool, swiglu_run, &sj);
+    else
+        swiglu_run(&sj, 0, 1);
+    if ((rc = model_linear(c, c->proj, c->hb, n, &L->w_down)))
+        return rc;
+    kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
+    return 0;
+}
+
+
+int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_batch *b,
+                   const int32_t *out_rows, int n_out, float *logits)
+{
+    const struct model *m = c->m;
+    const struct model_hparams *hp = &m->hp;
+    int n = b->n_tokens;
+    c->kv = kv;
+    attn_plan(c, b);
+    kn_rope_table(c->rope_cs, n, hp->n_rot, b->pos, hp->rope_freq_base, hp->rope_freq_scale,
+                  m->rope_freqs);
+    kn_get_rows(c->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, b->token, n,
+                hp->n_embd);
+    for (int l = 0; l < hp->n_layer; l++)
+        if (run_layer(c, b, l))
+            return ERR_INTERNAL; /* types validated at load: cannot happen */
+    for (int o = 0; o < n_out; o++)
+        memcpy(c->xo + (size_t)o * (size_t)hp->n_embd, c->x + (size_t)out_rows[o] * (size_t)hp->n_embd,
+               (size_t)hp->n_embd * sizeof(float));
+    if (n_out) {
+        kn_rmsnorm_f32(c->xo, c->xo, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
+        if (model_linear(c, logits, c->xo, n_out, &m->output))
+            return ERR_INTERNAL;
+    }
+    return 0;
+}
