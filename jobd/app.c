@@ -524,9 +524,9 @@ int app_run(const struct app_config *cfg)
 
     if ((rc = mkdir_p(cfg->data_dir)))
         goto out;
-    snprintf(app->files_dir, sizeof app->files_dir, "%s/files", cfg->data_dir);
-    snprintf(app->tmp_dir, sizeof app->tmp_dir, "%s/tmp", cfg->data_dir);
-    if ((rc = mkdir_p(app->files_dir)) || (rc = mkdir_p(app->tmp_dir)))
+    if ((rc = store_path_dir(cfg->data_dir, STORE_DIR_FILES, app->files_dir, sizeof app->files_dir)) ||
+        (rc = store_path_dir(cfg->data_dir, STORE_DIR_TMP, app->tmp_dir, sizeof app->tmp_dir)) ||
+        (rc = mkdir_p(app->files_dir)) || (rc = mkdir_p(app->tmp_dir)))
         goto out;
     clean_tmp(app->tmp_dir);
     if ((rc = store_open(cfg->data_dir, &cfg->store, &app->loop_st))) {

@@ -457,18 +457,18 @@ static void jobs_fn(struct op *op, struct store *st)
     struct store_file sf;
     memset(&sf, 0, sizeof sf);
     int rc = id_new("file-", sf.id, sizeof sf.id);
-    char final[1400] = "";
+    char final[STORE_PATH_MAX] = "";
     if (!rc) {
         snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", op->tenant);
         snprintf(sf.purpose, sizeof sf.purpose, "batch");
         snprintf(sf.filename, sizeof sf.filename, "%s", bi->filename);
         sf.bytes = (int64_t)upload_bytes(bi->up);
         snprintf(sf.sha256, sizeof sf.sha256, "%s", upload_sha256_hex(bi->up));
-        snprintf(sf.storage_path, sizeof sf.storage_path, "files/%s.jsonl.zst", sf.id);
+        store_path_upload_rel(sf.id, sf.storage_path);
         snprintf(sf.encoding, sizeof sf.encoding, "zstd");
         sf.created_at = clock_wall_s();
-        snprintf(final, sizeof final, "%s/%s", op->app->cfg.data_dir, sf.storage_path);
-        rc = upload_commit(bi->up, final);
+        if (!(rc = store_path_abs(op->app->cfg.data_dir, sf.storage_path, final, sizeof final)))
+            rc = upload_commit(bi->up, final);
     }
     if (rc) {
         op_idem_release(op, st);

@@ -38,7 +38,7 @@ int app_admit_prepare(struct op *op, struct store *st, const char *path, const c
         return rc;
     if (!adm->limits.has_queued_tokens && !adm->limits.has_daily && !adm->limits.has_monthly)
         return 0; /* no limits: no estimate, no reservation */
-    char buf[1100];
+    char buf[STORE_PATH_MAX];
     if (!path) {
         struct store_file f;
         rc = store_file_get(st, op->tenant, file_id, &f);
@@ -46,10 +46,8 @@ int app_admit_prepare(struct op *op, struct store *st, const char *path, const c
             return 0; /* the creation answers 404 / 400 */
         if (rc)
             return rc;
-        if (f.storage_path[0] == '/' || strstr(f.storage_path, ".."))
-            return ERR_CORRUPT;
-        if ((size_t)snprintf(buf, sizeof buf, "%s/%s", op->app->cfg.data_dir, f.storage_path) >= sizeof buf)
-            return ERR_TOOBIG;
+        if ((rc = store_path_abs(op->app->cfg.data_dir, f.storage_path, buf, sizeof buf)))
+            return rc;
         path = buf;
     }
     /* the scan reads a file and wants no write lock: while it runs, this op

@@ -189,13 +189,13 @@ static void files_create_fn(struct op *op, struct store *st)
     snprintf(sf.filename, sizeof sf.filename, "%s", f->filename);
     sf.bytes = (int64_t)upload_bytes(f->up);
     snprintf(sf.sha256, sizeof sf.sha256, "%s", upload_sha256_hex(f->up));
-    snprintf(sf.storage_path, sizeof sf.storage_path, "files/%s.jsonl.zst", sf.id);
+    store_path_upload_rel(sf.id, sf.storage_path);
     snprintf(sf.encoding, sizeof sf.encoding, "zstd");
     snprintf(sf.status, sizeof sf.status, "processed");
     sf.created_at = clock_wall_s();
-    char final[1400];
-    snprintf(final, sizeof final, "%s/%s", op->app->cfg.data_dir, sf.storage_path);
-    if ((rc = upload_commit(f->up, final))) {
+    char final[STORE_PATH_MAX];
+    if ((rc = store_path_abs(op->app->cfg.data_dir, sf.storage_path, final, sizeof final)) ||
+        (rc = upload_commit(f->up, final))) {
         op_idem_release(op, st);
         op_internal(op, rc, "store upload");
         return;
@@ -373,8 +373,8 @@ static void files_delete_fn(struct op *op, struct store *st)
         op_internal(op, rc, "delete file");
         return;
     }
-    if (path[0] != '/' && !strstr(path, ".."))
-        snprintf(op->unlink_path, sizeof op->unlink_path, "%s/%s", op->app->cfg.data_dir, path);
+    if (store_path_abs(op->app->cfg.data_dir, path, op->unlink_path, sizeof op->unlink_path))
+        op->unlink_path[0] = '\0';
     buf_printf(&op->out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", op->id);
     op->status = 200;
 }
@@ -416,12 +416,11 @@ static void files_content_fn(struct op *op, struct store *st)
         op_internal(op, rc, "get file");
         return;
     }
-    if (f.storage_path[0] == '/' || strstr(f.storage_path, "..")) {
-        op_internal(op, ERR_CORRUPT, "file storage path");
+    char path[STORE_PATH_MAX];
+    if ((rc = store_path_abs(op->app->cfg.data_dir, f.storage_path, path, sizeof path))) {
+        op_internal(op, rc, "file storage path");
         return;
     }
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", op->app->cfg.data_dir, f.storage_path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {

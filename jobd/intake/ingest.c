@@ -196,13 +196,12 @@ static int open_input(struct ingest *g, int *fail_batch)
     }
     if (rc)
         return rc;
-    if (f.storage_path[0] == '/' || strstr(f.storage_path, "..")) {
-        log_error("ingest: %s: refusing storage path '%s'", g->b.id, f.storage_path);
-        return ERR_CORRUPT;
+    char path[STORE_PATH_MAX];
+    if ((rc = store_path_abs(store_data_dir(g->st), f.storage_path, path, sizeof path))) {
+        if (rc == ERR_CORRUPT)
+            log_error("ingest: %s: refusing storage path '%s'", g->b.id, f.storage_path);
+        return rc;
     }
-    char path[1024];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", store_data_dir(g->st), f.storage_path) >= sizeof path)
-        return ERR_TOOBIG;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) {

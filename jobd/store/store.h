@@ -122,6 +122,37 @@ int store_schema_version(struct store *st, int *out);
 /* Highest migration number in the embedded schema. */
 int store_schema_latest(void);
 
+/* ---- data directory ----------------------------------------------------------
+ *
+ * The store owns the layout of the data directory; every other module asks
+ * these functions (store_path.c) instead of spelling a path:
+ *
+ *   <data_dir>/jobd.db                        the database (STORE_DB_NAME)
+ *   <data_dir>/files/<file id>.jsonl.zst      an uploaded file's bytes (zstd)
+ *   <data_dir>/files/<batch>-<kind>.jsonl.zst a batch's output / error file
+ *   <data_dir>/tmp/                           uploads in progress (scratch;
+ *                                             leftovers are removed at start)
+ *
+ * files.storage_path holds the part after <data_dir>/. Pure string work:
+ * any thread, no connection. */
+
+#define STORE_REL_PATH_MAX 256  /* a storage_path, NUL included */
+#define STORE_PATH_MAX 1400     /* a path under the data directory, NUL included */
+
+enum store_dir { STORE_DIR_FILES, STORE_DIR_TMP };
+
+/* <data_dir>/files or <data_dir>/tmp into out (cap bytes). 0, ERR_INVAL,
+ * ERR_TOOBIG (does not fit; out is then truncated). */
+int store_path_dir(const char *data_dir, enum store_dir which, char *out, size_t cap);
+/* The storage_path of a new uploaded file's bytes. 0 or ERR_TOOBIG. */
+int store_path_upload_rel(const char *file_id, char rel[STORE_REL_PATH_MAX]);
+/* The storage_path of a batch's output (kind "output") or error ("errors")
+ * file. 0 or ERR_TOOBIG. */
+int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_REL_PATH_MAX]);
+/* The path of a storage_path under data_dir into out (cap bytes). 0,
+ * ERR_CORRUPT (rel is absolute or contains ".."), ERR_TOOBIG. */
+int store_path_abs(const char *data_dir, const char *rel, char *out, size_t cap);
+
 /* ---- transactions ---------------------------------------------------------- */
 
 /* BEGIN IMMEDIATE (waits for the write lock up to busy_timeout). Not nestable:
