@@ -194,6 +194,16 @@ int store_w_end(struct store *st, int rc)
     return rc ? rc : r;
 }
 
+int store_tx_enter(struct store *st)
+{
+    return store_w_begin(st);
+}
+
+int store_tx_leave(struct store *st, int rc)
+{
+    return store_w_end(st, rc);
+}
+
 int store_tx_begin(struct store *st)
 {
     if (st->depth)

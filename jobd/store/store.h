@@ -163,6 +163,14 @@ int store_tx_commit(struct store *st);
 /* ROLLBACK; no-op when no transaction is open. Can't fail. */
 void store_tx_rollback(struct store *st);
 
+/* One unit of work that nests: BEGIN IMMEDIATE when no transaction is open,
+ * else a SAVEPOINT inside it (the form every write function of the store
+ * takes). store_tx_leave(st, rc) commits / releases when rc == 0, rolls
+ * back (to the savepoint) otherwise, and returns rc or the commit's error.
+ * Every enter that returned 0 needs exactly one leave. */
+int store_tx_enter(struct store *st);
+int store_tx_leave(struct store *st, int rc);
+
 /* ---- tenants ----------------------------------------------------------------- */
 
 struct store_tenant {
@@ -545,7 +553,7 @@ struct store_leased {
     int64_t attempt;           /* 1 for the first attempt */
     int64_t prompt_tokens_est, max_tokens;
     char endpoint[32];         /* its batch's endpoint (the line's url); filled by
-                                  lease_acquire, "" from store_lease_acquire */
+                                  lease_acquire, "" from store_lease_ready */
 };
 
 struct store_lease {
@@ -558,17 +566,63 @@ struct store_lease {
 /* Free the items of a lease result (not l itself). NULL ok. */
 void store_lease_clear(struct store_lease *l);
 
-/* Lease up to ask->max_requests ready requests (status queued, next_attempt_at
- * <= now) of the asked model (any of its names) from in_progress, unexpired
- * batches, in one transaction: tenants with ready work are served round-robin
- * one request at a time, starting after the tenant served last for this
- * model (lease_rr); within a tenant, batches by priority desc then oldest
- * first; within a batch, fresh requests in line order, then due retries.
- * Each pick is queued -> leased under a new lease row. Nothing ready:
- * 0 with out->n = 0 and out->id "" (no lease row). ERR_NOTFOUND unknown
- * worker; ERR_INVAL bad ask or a model the worker did not register. */
-int store_lease_acquire(struct store *st, const struct store_lease_ask *ask, int64_t now,
-                        struct store_lease *out);
+/* ---- leasing primitives ----
+ *
+ * Which tenant and batch go next (fairness, the pack's caps) is policy, in
+ * C, in jobd/work/lease_policy.c; the store offers the small operations it
+ * is built from. The policy runs them all inside one transaction
+ * (store_tx_enter / store_tx_leave), so an acquire is all or nothing and
+ * two acquires never hand out the same request. A backend with row locks
+ * implements store_lease_ready as SELECT ... FOR UPDATE SKIP LOCKED, so
+ * concurrent acquires skip each other's rows instead of waiting. */
+
+/* The worker must have registered model: mark it seen (last_seen = now).
+ * 0, ERR_NOTFOUND (unknown worker), ERR_INVAL (model not registered by this
+ * worker), store errors. */
+int store_lease_worker_check(struct store *st, const char *worker_id, const char *model, int64_t now);
+
+/* A batch that may have work for a lease. */
+struct store_lease_cand {
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+};
+
+/* The in_progress, unexpired (expires_at > now) batches whose model is any
+ * of the names worker_id registered for the canonical model, ordered by
+ * tenant id, then priority desc, then batch id (oldest first). *items: heap
+ * array (free(); NULL when *n == 0). 0, ERR_NOMEM, store errors. */
+int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
+                           struct store_lease_cand **items, size_t *n);
+
+/* The tenant served last for model by the round-robin ("" when none). */
+int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MAX]);
+/* Remember tenant_id as the one served last for model. */
+int store_lease_rr_put(struct store *st, const char *model, const char *tenant_id);
+
+/* Up to limit (>= 1) ready requests of batch_id (queued, next_attempt_at <=
+ * now), fresh ones in line order then due retries (next_attempt_at order),
+ * into items[0 .. *n) (the caller's array of limit entries): id, batch_id,
+ * custom_id and body (heap: store_leased_clear), attempt (the one a claim
+ * starts), estimates; tenant_id and endpoint are left "". The rows stay
+ * queued until store_lease_claim. 0, ERR_INVAL, ERR_NOMEM, store errors
+ * (nothing is returned then). */
+int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
+                      struct store_leased *items, size_t *n);
+/* Free the heap strings of items[0 .. n) and clear their pointers. NULL ok. */
+void store_leased_clear(struct store_leased *items, size_t n);
+
+/* queued -> leased under lease_id (attempts+1) for each of ids, in order.
+ * Only inside a transaction (store_tx_enter; else ERR_BADSTATE): on an
+ * error the first ids may be claimed already, and the caller's
+ * store_tx_leave with that error undoes them. 0, ERR_BADSTATE (one is no
+ * longer queued), ERR_INVAL, store errors. */
+int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[ID_MAX], size_t n,
+                      int64_t now);
+
+/* Insert the lease row (lease_id made by the caller, "lease_" ids) holding
+ * n_requests claimed requests until expires_at. 0, ERR_EXISTS, store errors. */
+int store_lease_open(struct store *st, const char *lease_id, const char *worker_id, const char *model,
+                     int64_t n_requests, int64_t now, int64_t expires_at);
 
 /* Extend a live lease to max(expires_at, now + extend_s), mark the worker
  * seen (tokens_per_s >= 0 is recorded). *stop_ids (heap array, free(); may be
