@@ -65,6 +65,47 @@
  *   batch_cancelled, batch_expired). Finalization streams that table.
  *
  * Times are unix seconds passed in by the caller (now), so tests control them.
+ *
+ * The backend interface. This header (with store_budget.h, store_usage.h
+ * and store_webhook.h) is everything jobd asks of its database; the SQLite
+ * implementation is the jobd/store/store*.c files, and they alone include
+ * sqlite3.h (their statements all sit in STORE_SQL, store_int.h). A second
+ * backend (PostgreSQL) implements the same functions with the same
+ * contracts; nothing above this folder changes. What it implements:
+ *
+ *   group                    functions                               guarantee
+ *   lifecycle                store_open/_close, store_schema_*       open migrates; one connection
+ *   transactions             store_tx_begin/_commit/_rollback,      serializable writes (one writer
+ *                            store_tx_enter/_leave                   at a time here; row locks there)
+ *   tenants, keys            store_tenant_*, store_key_*            each call atomic
+ *   files, batches,          store_file_*, store_batch_*,           each write one transaction (or a
+ *   requests, ingest         store_request_*, store_ingest_*        savepoint inside the caller's);
+ *                                                                    transitions fenced by status
+ *   workers, leasing         store_worker_*, store_models_*,        the leasing primitives run inside
+ *                            store_lease_* (primitives, heartbeat,  the acquire's transaction
+ *                            release, sweep), store_results_commit, (jobd/work/lease_policy.c); commit
+ *                            store_batch_stop_step,                 is exactly-once per request id
+ *                            store_dead_letter_*
+ *   finalization             store_results_scan, store_batch_ids_to_finalize,
+ *                            store_batch_has_leased, store_batch_finish
+ *   idempotency              store_idem_reserve/_complete/_release/_expire
+ *   operators                store_workers_list, store_work_stats   reads
+ *   budgets, usage           store_budget.h, store_usage.h          reads see one snapshot
+ *   webhooks                 store_webhook.h                        outbox rows written in the
+ *                                                                    transaction of their event
+ *
+ * Shared by every backend (no database): the state-machine tables
+ * (store_*_status_name/_parse, store_*_edge_allowed), store_backoff_s,
+ * store_idem_fingerprint, store_lease_clear / store_leased_clear and the
+ * data-directory paths (store_path_*: the file bytes live on a file system
+ * every jobd instance shares, whatever the database).
+ *
+ * Who calls, on which thread (each with its own struct store):
+ *   event loop        store_key_verify (auth), startup tenant/keys
+ *   API pool threads  the routes' operations (one pooled connection per job)
+ *   ingest thread     store_ingest_*, store_request_add (intake/ingestq.c)
+ *   sweeper thread    store_lease_sweep, finalization, store_batch_stop_step
+ *   webhook threads   store_webhook.h (webhook/webhook_disp.c)
  */
 #ifndef JOBD_STORE_H
 #define JOBD_STORE_H
