@@ -19,6 +19,7 @@
 #include "jobd/api/api.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingestq.h"
+#include "jobd/store/store.h"
 #include "jobd/work/sweeper.h"
 
 void app_config_default(struct app_config *cfg)
@@ -214,9 +215,9 @@ int app_run(const struct app_config *cfg)
     setenv("UV_THREADPOOL_SIZE", tp, 1);
 
     char files_dir[1024], tmp_dir[1024];
-    snprintf(files_dir, sizeof files_dir, "%s/files", cfg->data_dir);
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/tmp", cfg->data_dir);
-    if ((rc = mkdir_p(cfg->data_dir)) || (rc = mkdir_p(files_dir)) || (rc = mkdir_p(tmp_dir)))
+    if ((rc = store_path_dir(cfg->data_dir, STORE_DIR_FILES, files_dir, sizeof files_dir)) ||
+        (rc = store_path_dir(cfg->data_dir, STORE_DIR_TMP, tmp_dir, sizeof tmp_dir)) ||
+        (rc = mkdir_p(cfg->data_dir)) || (rc = mkdir_p(files_dir)) || (rc = mkdir_p(tmp_dir)))
         goto out;
     clean_tmp(tmp_dir);
     struct api_config ac;

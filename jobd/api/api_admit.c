@@ -22,7 +22,7 @@ int api_admit_prepare(struct api_job *op, struct store *st, const char *path, co
         return rc;
     if (!adm->limits.has_queued_tokens && !adm->limits.has_daily && !adm->limits.has_monthly)
         return 0; /* no limits: no estimate, no reservation */
-    char buf[1100];
+    char buf[STORE_PATH_MAX];
     if (!path) {
         struct store_file f;
         rc = store_file_get(st, op->tenant, file_id, &f);
@@ -30,10 +30,8 @@ int api_admit_prepare(struct api_job *op, struct store *st, const char *path, co
             return 0; /* the creation answers 404 / 400 */
         if (rc)
             return rc;
-        if (f.storage_path[0] == '/' || strstr(f.storage_path, ".."))
-            return ERR_CORRUPT;
-        if ((size_t)snprintf(buf, sizeof buf, "%s/%s", op->api->cfg.data_dir, f.storage_path) >= sizeof buf)
-            return ERR_TOOBIG;
+        if ((rc = store_path_abs(op->api->cfg.data_dir, f.storage_path, buf, sizeof buf)))
+            return rc;
         path = buf;
     }
     /* the scan reads a file and wants no write lock: while it runs, this op

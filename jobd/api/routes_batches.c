@@ -123,10 +123,11 @@ static int store_body(struct create_job *cj, struct store_file *sf, char *final,
     snprintf(sf->filename, sizeof sf->filename, "%s", bi->filename);
     sf->bytes = (int64_t)upload_bytes(bi->up);
     snprintf(sf->sha256, sizeof sf->sha256, "%s", upload_sha256_hex(bi->up));
-    snprintf(sf->storage_path, sizeof sf->storage_path, "files/%s.jsonl.zst", sf->id);
+    store_path_upload_rel(sf->id, sf->storage_path);
     snprintf(sf->encoding, sizeof sf->encoding, "zstd");
     sf->created_at = clock_wall_s();
-    snprintf(final, cap, "%s/%s", cj->job.api->cfg.data_dir, sf->storage_path);
+    if ((rc = store_path_abs(cj->job.api->cfg.data_dir, sf->storage_path, final, cap)))
+        return rc;
     return upload_commit(bi->up, final);
 }
 

@@ -215,13 +215,13 @@ static void files_create_run(struct api_job *job, struct store *st)
     snprintf(sf.filename, sizeof sf.filename, "%s", f->filename);
     sf.bytes = (int64_t)upload_bytes(f->up);
     snprintf(sf.sha256, sizeof sf.sha256, "%s", upload_sha256_hex(f->up));
-    snprintf(sf.storage_path, sizeof sf.storage_path, "files/%s.jsonl.zst", sf.id);
+    store_path_upload_rel(sf.id, sf.storage_path);
     snprintf(sf.encoding, sizeof sf.encoding, "zstd");
     snprintf(sf.status, sizeof sf.status, "processed");
     sf.created_at = clock_wall_s();
-    char final[1400];
-    snprintf(final, sizeof final, "%s/%s", job->api->cfg.data_dir, sf.storage_path);
-    if ((rc = upload_commit(f->up, final))) {
+    char final[STORE_PATH_MAX];
+    if ((rc = store_path_abs(job->api->cfg.data_dir, sf.storage_path, final, sizeof final)) ||
+        (rc = upload_commit(f->up, final))) {
         api_idem_release(job, st);
         api_job_internal(job, rc, "store upload");
         return;
@@ -367,7 +367,7 @@ struct file_job {
     uint64_t fd_len;
     int fd_zstd_raw;        /* fd is the raw zstd stream: send Content-Encoding: zstd */
     int fd_decompress;      /* fd is zstd: stream it decompressed */
-    char unlink_path[1100]; /* delete: remove the bytes once answered */
+    char unlink_path[STORE_PATH_MAX]; /* delete: remove the bytes once answered */
 };
 
 static void file_job_free(struct api_job *job)
@@ -411,8 +411,8 @@ static void files_delete_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "delete file");
         return;
     }
-    if (path[0] != '/' && !strstr(path, ".."))
-        snprintf(fj->unlink_path, sizeof fj->unlink_path, "%s/%s", job->api->cfg.data_dir, path);
+    if (store_path_abs(job->api->cfg.data_dir, path, fj->unlink_path, sizeof fj->unlink_path))
+        fj->unlink_path[0] = '\0';
     buf_printf(&job->out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", fj->id);
     job->status = 200;
 }
@@ -465,12 +465,11 @@ static void files_content_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "get file");
         return;
     }
-    if (f.storage_path[0] == '/' || strstr(f.storage_path, "..")) {
-        api_job_internal(job, ERR_CORRUPT, "file storage path");
+    char path[STORE_PATH_MAX];
+    if ((rc = store_path_abs(job->api->cfg.data_dir, f.storage_path, path, sizeof path))) {
+        api_job_internal(job, rc, "file storage path");
         return;
     }
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", job->api->cfg.data_dir, f.storage_path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {

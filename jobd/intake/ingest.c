@@ -18,120 +18,7 @@
 #include "common/err.h"
 #include "common/js.h"
 #include "common/log.h"
-#include "common/zst.h"
-
-#define CHUNK_BYTES (256u << 10)
-
-/* ---- line reader ------------------------------------------------------------------------- */
-
-struct reader {
-    int fd;
-    struct zst_reader *z;   /* NULL for a plain file */
-    char *chunk;            /* CHUNK_BYTES */
-    size_t len, pos;        /* bytes in chunk, scan position */
-    struct buf line;        /* a line spanning chunks, capped at max_line + 1 */
-    size_t max_line;
-    uint64_t total;         /* decompressed bytes read so far */
-    uint64_t max_total;
-    int eof;
-    /* the pending prefix read to sniff the format, served before the stream */
-    unsigned char head[4];
-    size_t head_len, head_pos;
-};
-
-enum { RD_LINE = 1, RD_EOF = 0, RD_TOOBIG = 2 };
-
-static ssize_t reader_fill(struct reader *r)
-{
-    size_t off = 0;
-    while (r->head_pos < r->head_len && off < CHUNK_BYTES)
-        r->chunk[off++] = (char)r->head[r->head_pos++];
-    if (off)
-        return (ssize_t)off;
-    if (r->z)
-        return zst_reader_read(r->z, r->chunk, CHUNK_BYTES);
-    for (;;) {
-        ssize_t n = read(r->fd, r->chunk, CHUNK_BYTES);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
-            return ERR_IO;
-    }
-}
-
-/* Next line (without '\n'): RD_LINE with *p and *n (valid until the next call;
- * *too_long set if it exceeded max_line, in which case *n is not meaningful),
- * RD_EOF, RD_TOOBIG (max_total exceeded), or a negative ERR_*. */
-static int reader_next(struct reader *r, const char **p, size_t *n, int *too_long)
-{
-    buf_reset(&r->line);
-    int over = 0;
-    for (;;) {
-        if (r->pos == r->len) {
-            if (r->eof)
-                break;
-            ssize_t got = reader_fill(r);
-            if (got < 0)
-                return (int)got;
-            if (got == 0) {
-                r->eof = 1;
-                break;
-            }
-            r->len = (size_t)got;
-            r->pos = 0;
-            r->total += (uint64_t)got;
-            if (r->total > r->max_total)
-                return RD_TOOBIG;
-        }
-        char *start = r->chunk + r->pos;
-        size_t avail = r->len - r->pos;
-        char *nl = memchr(start, '\n', avail);
-        size_t seg = nl ? (size_t)(nl - start) : avail;
-        r->pos += seg + (nl ? 1 : 0);
-        if (nl && r->line.len == 0 && !over) { /* whole line inside the chunk: no copy */
-            *too_long = seg > r->max_line;
-            *p = start;
-            *n = seg;
-            return RD_LINE;
-        }
-        if (!over && buf_append(&r->line, start, seg) != 0)
-            over = 1; /* past the cap: keep scanning for the newline, drop bytes */
-        if (nl)
-            goto line;
-    }
-    if (r->line.len == 0 && !over)
-        return RD_EOF; /* clean end (a final newline, or an empty file) */
-line:
-    *too_long = over || r->line.len > r->max_line;
-    *p = r->line.data ? r->line.data : "";
-    *n = r->line.len;
-    return RD_LINE;
-}
-
-/* Take fd (closed by the owner of r) and sniff the zstd magic (28 b5 2f fd);
- * the sniffed bytes are served again by the reader. 0, ERR_IO, ERR_NOMEM. */
-static int reader_attach(struct reader *r, int fd)
-{
-    r->fd = fd;
-    while (r->head_len < 4) {
-        ssize_t n = read(fd, r->head + r->head_len, 4 - r->head_len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return ERR_IO;
-        if (n == 0)
-            break;
-        r->head_len += (size_t)n;
-    }
-    static const unsigned char magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
-    if (r->head_len == 4 && memcmp(r->head, magic, 4) == 0) {
-        r->head_len = 0; /* the zstd reader reads from the start of the file */
-        if (lseek(fd, 0, SEEK_SET) != 0)
-            return ERR_IO;
-        return zst_reader_new(zst_fd_source, &r->fd, &r->z);
-    }
-    return 0;
-}
+#include "jobd/intake/jsonl.h"
 
 /* ---- errors ----------------------------------------------------------------------------- */
 
@@ -175,7 +62,7 @@ struct ingest {
     const struct ingest_limits *lim;
     const struct ingest_hooks *hooks;
     struct store_batch b;
-    struct reader rd;
+    struct jsonl_reader *rd;
     struct errlist el;
     struct buf body;      /* compact JSON of the current body */
     char model[128];      /* the batch's model (first valid line) */
@@ -196,13 +83,12 @@ static int open_input(struct ingest *g, int *fail_batch)
     }
     if (rc)
         return rc;
-    if (f.storage_path[0] == '/' || strstr(f.storage_path, "..")) {
-        log_error("ingest: %s: refusing storage path '%s'", g->b.id, f.storage_path);
-        return ERR_CORRUPT;
+    char path[STORE_PATH_MAX];
+    if ((rc = store_path_abs(store_data_dir(g->st), f.storage_path, path, sizeof path))) {
+        if (rc == ERR_CORRUPT)
+            log_error("ingest: %s: refusing storage path '%s'", g->b.id, f.storage_path);
+        return rc;
     }
-    char path[1024];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", store_data_dir(g->st), f.storage_path) >= sizeof path)
-        return ERR_TOOBIG;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) {
@@ -214,7 +100,8 @@ static int open_input(struct ingest *g, int *fail_batch)
         log_error("ingest: %s: cannot open %s: %s", g->b.id, path, strerror(errno));
         return ERR_IO;
     }
-    return reader_attach(&g->rd, fd);
+    struct jsonl_caps caps = {g->lim->max_line_bytes, g->lim->max_file_bytes, g->lim->max_requests};
+    return jsonl_reader_new(fd, &caps, &g->rd);
 }
 
 static int tx_open(struct ingest *g)
@@ -318,60 +205,47 @@ static int errlist_load(struct errlist *el, const char *text)
 static int ingest_stream(struct ingest *g, int64_t *n_lines)
 {
     const struct ingest_limits *lim = g->lim;
-    int64_t ckpt = g->b.ingest_line, ln = 0, nonblank = 0;
+    int64_t ckpt = g->b.ingest_line, nonblank = 0;
     int rc = 0;
     for (;;) {
-        const char *p = NULL;
-        size_t n = 0;
-        int too_long = 0;
-        int r = reader_next(&g->rd, &p, &n, &too_long);
-        if (r < 0) {
-            if (r == ERR_CORRUPT)
-                return errlist_addf(&g->el, "invalid_file", ln + 1, NULL,
-                                    "The input is not a valid zstd stream (corrupt or truncated).");
-            return r;
-        }
-        if (r == RD_TOOBIG)
-            return errlist_addf(&g->el, "file_too_large", ln + 1, NULL,
+        struct jsonl_line l;
+        if ((rc = jsonl_reader_next(g->rd, &l)))
+            return rc;
+        nonblank = l.n_requests;
+        switch (l.kind) {
+        case JSONL_EOF: goto done;
+        case JSONL_CORRUPT:
+            return errlist_addf(&g->el, "invalid_file", l.line, NULL,
+                                "The input is not a valid zstd stream (corrupt or truncated).");
+        case JSONL_TOO_BIG:
+            return errlist_addf(&g->el, "file_too_large", l.line, NULL,
                                 "The input file is larger than the limit of %llu bytes.",
                                 (unsigned long long)lim->max_file_bytes);
-        if (r == RD_EOF)
-            break;
-        ln++;
-        if (too_long) {
-            nonblank++;
-            if (ln > ckpt &&
-                (rc = errlist_addf(&g->el, "line_too_long", ln, NULL,
+        case JSONL_TOO_MANY:
+            return errlist_addf(&g->el, "too_many_requests_in_file", l.line, NULL,
+                                "The input file has more than %lld requests.", (long long)lim->max_requests);
+        case JSONL_BLANK: goto next;
+        case JSONL_TOO_LONG:
+            if (l.line > ckpt &&
+                (rc = errlist_addf(&g->el, "line_too_long", l.line, NULL,
                                    "This line is longer than the limit of %zu bytes.", lim->max_line_bytes)))
                 return rc;
-        } else {
-            if (ln == 1 && n >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) {
-                p += 3; /* UTF-8 byte order mark */
-                n -= 3;
-            }
-            if (n && p[n - 1] == '\r')
-                n--;
-            size_t i = 0;
-            while (i < n && (p[i] == ' ' || p[i] == '\t'))
-                i++;
-            if (i == n)
-                goto next; /* blank line: ignored, but it keeps its line number */
-            if (++nonblank > lim->max_requests)
-                return errlist_addf(&g->el, "too_many_requests_in_file", ln, NULL,
-                                    "The input file has more than %lld requests.",
-                                    (long long)lim->max_requests);
-            if (ln > ckpt && (rc = handle_line(g, p, n, ln)))
+            break;
+        case JSONL_REQUEST:
+            if (l.line > ckpt && (rc = handle_line(g, l.p, l.n, l.line)))
                 return rc;
+            break;
         }
         if ((int)json_array_size(g->el.arr) >= lim->max_errors)
             break;
-        if (g->rows_in_tx >= lim->rows_per_tx && (rc = tx_checkpoint(g, ln)))
+        if (g->rows_in_tx >= lim->rows_per_tx && (rc = tx_checkpoint(g, l.line)))
             return rc;
     next:
-        if (g->hooks && g->hooks->on_line && g->hooks->on_line(g->hooks->ctx, ln))
+        if (g->hooks && g->hooks->on_line && g->hooks->on_line(g->hooks->ctx, l.line))
             return ERR_BUSY;
     }
-    *n_lines = ln;
+done:
+    *n_lines = jsonl_reader_lines(g->rd);
     if (nonblank == 0 && json_array_size(g->el.arr) == 0)
         return errlist_addf(&g->el, "empty_file", 0, NULL, "The input file has no requests.");
     return 0;
@@ -405,15 +279,10 @@ int ingest_batch(struct store *st, const char *batch_id, const struct ingest_lim
     }
     struct ingest g = {.st = st, .lim = lim, .hooks = hooks, .now = clock_wall_s()};
     struct ingest_report rep = {0};
-    g.rd.fd = -1;
-    g.rd.max_line = lim->max_line_bytes;
-    g.rd.max_total = lim->max_file_bytes;
-    buf_init(&g.rd.line, lim->max_line_bytes + 1);
     buf_init(&g.body, lim->max_line_bytes + 64);
     g.el.arr = json_array();
-    g.rd.chunk = malloc(CHUNK_BYTES);
     int rc = 0, fail_batch = 0;
-    if (!g.el.arr || !g.rd.chunk) {
+    if (!g.el.arr) {
         rc = ERR_NOMEM;
         goto out;
     }
@@ -468,11 +337,7 @@ out:
     if (rc == ERR_BADSTATE && g.in_tx)
         rc = ingest_lost_race(&g, &rep);
     tx_abort(&g);
-    zst_reader_free(g.rd.z);
-    if (g.rd.fd >= 0)
-        close(g.rd.fd);
-    free(g.rd.chunk);
-    buf_release(&g.rd.line);
+    jsonl_reader_free(g.rd);
     buf_release(&g.body);
     json_decref(g.el.arr);
     store_batch_release(&g.b);
@@ -515,67 +380,33 @@ int ingest_scan_file(const char *path, const char *endpoint, const struct ingest
         ingest_limits_default(&deflim);
         lim = &deflim;
     }
-    struct reader rd = {.fd = -1, .max_line = lim->max_line_bytes, .max_total = lim->max_file_bytes};
-    buf_init(&rd.line, lim->max_line_bytes + 1);
-    rd.chunk = malloc(CHUNK_BYTES);
-    int rc = 0;
-    int64_t ln = 0, nonblank = 0;
-    if (!rd.chunk) {
-        rc = ERR_NOMEM;
-        goto out;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = errno == ENOENT ? ERR_NOTFOUND : ERR_IO;
-        goto out;
-    }
-    if ((rc = reader_attach(&rd, fd)))
-        goto out;
+    struct jsonl_caps caps = {lim->max_line_bytes, lim->max_file_bytes, lim->max_requests};
+    struct jsonl_reader *rd = NULL;
+    int rc = jsonl_reader_open(path, &caps, &rd);
+    if (rc)
+        return rc;
     for (;;) {
-        const char *p = NULL;
-        size_t n = 0;
-        int too_long = 0;
-        int r = reader_next(&rd, &p, &n, &too_long);
-        if (r == ERR_CORRUPT || r == RD_TOOBIG || r == RD_EOF)
-            break; /* what ingest will reject is not this scan's business */
-        if (r < 0) {
-            rc = r;
+        struct jsonl_line l;
+        if ((rc = jsonl_reader_next(rd, &l)))
             goto out;
-        }
-        ln++;
-        if (too_long)
+        if (l.kind == JSONL_BLANK || l.kind == JSONL_TOO_LONG)
             continue;
-        if (ln == 1 && n >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) {
-            p += 3;
-            n -= 3;
-        }
-        if (n && p[n - 1] == '\r')
-            n--;
-        size_t i = 0;
-        while (i < n && (p[i] == ' ' || p[i] == '\t'))
-            i++;
-        if (i == n)
-            continue;
-        if (++nonblank > lim->max_requests)
-            break;
+        if (l.kind != JSONL_REQUEST)
+            break; /* the end, or where ingest fails the whole file: not this scan's business */
         struct ingest_error e;
-        struct ingest_line l = {0};
-        int c = ingest_line_check(p, n, endpoint, lim, &l, &e);
+        struct ingest_line il = {0};
+        int c = ingest_line_check(l.p, l.n, endpoint, lim, &il, &e);
         if (c == 0 && on_line)
-            on_line(ctx, &l);
-        ingest_line_release(&l);
+            on_line(ctx, &il);
+        ingest_line_release(&il);
         if (c && c != ERR_PARSE) {
             rc = c;
             goto out;
         }
     }
     if (n_lines)
-        *n_lines = ln;
+        *n_lines = jsonl_reader_lines(rd);
 out:
-    zst_reader_free(rd.z);
-    if (rd.fd >= 0)
-        close(rd.fd);
-    free(rd.chunk);
-    buf_release(&rd.line);
+    jsonl_reader_free(rd);
     return rc;
 }

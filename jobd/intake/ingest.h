@@ -1,9 +1,10 @@
 /*
  * ingest.h - streaming validation and ingestion of a batch's JSONL input.
  *
- * The input file (plain or zstd-compressed, detected by the zstd magic
- * bytes) is read in 256 KiB chunks and split into lines; no more than one
- * line (capped at max_line_bytes) is ever held in memory. Each line is
+ * The input file (plain or zstd-compressed) is read by the one JSONL line
+ * reader (jobd/intake/jsonl.h: chunks, BOM, CR, blank lines, line numbers
+ * and the size caps); no more than one line (capped at max_line_bytes) is
+ * ever held in memory. Each line is
  * checked by ingest_line_check (spec/jsonl.md lists every rule and error
  * code) and, if valid, inserted as a queued request in the batch.
  *

@@ -159,6 +159,19 @@ int store_w_begin(struct store *st)
     return rc;
 }
 
+int store_r_begin(struct store *st)
+{
+    int rc = store_run(st, st->depth == 0 ? S_BEGIN_READ : S_SAVEPOINT);
+    if (!rc)
+        st->depth++;
+    return rc;
+}
+
+int store_r_end(struct store *st, int rc)
+{
+    return store_w_end(st, rc);
+}
+
 int store_w_end(struct store *st, int rc)
 {
     if (st->depth <= 0)
@@ -179,6 +192,16 @@ int store_w_end(struct store *st, int rc)
         store_run(st, S_ROLLBACK_TO);
     int r = store_run(st, S_RELEASE);
     return rc ? rc : r;
+}
+
+int store_tx_enter(struct store *st)
+{
+    return store_w_begin(st);
+}
+
+int store_tx_leave(struct store *st, int rc)
+{
+    return store_w_end(st, rc);
 }
 
 int store_tx_begin(struct store *st)

@@ -65,6 +65,47 @@
  *   batch_cancelled, batch_expired). Finalization streams that table.
  *
  * Times are unix seconds passed in by the caller (now), so tests control them.
+ *
+ * The backend interface. This header (with store_budget.h, store_usage.h
+ * and store_webhook.h) is everything jobd asks of its database; the SQLite
+ * implementation is the jobd/store/store*.c files, and they alone include
+ * sqlite3.h (their statements all sit in STORE_SQL, store_int.h). A second
+ * backend (PostgreSQL) implements the same functions with the same
+ * contracts; nothing above this folder changes. What it implements:
+ *
+ *   group                    functions                               guarantee
+ *   lifecycle                store_open/_close, store_schema_*       open migrates; one connection
+ *   transactions             store_tx_begin/_commit/_rollback,      serializable writes (one writer
+ *                            store_tx_enter/_leave                   at a time here; row locks there)
+ *   tenants, keys            store_tenant_*, store_key_*            each call atomic
+ *   files, batches,          store_file_*, store_batch_*,           each write one transaction (or a
+ *   requests, ingest         store_request_*, store_ingest_*        savepoint inside the caller's);
+ *                                                                    transitions fenced by status
+ *   workers, leasing         store_worker_*, store_models_*,        the leasing primitives run inside
+ *                            store_lease_* (primitives, heartbeat,  the acquire's transaction
+ *                            release, sweep), store_results_commit, (jobd/work/lease_policy.c); commit
+ *                            store_batch_stop_step,                 is exactly-once per request id
+ *                            store_dead_letter_*
+ *   finalization             store_results_scan, store_batch_ids_to_finalize,
+ *                            store_batch_has_leased, store_batch_finish
+ *   idempotency              store_idem_reserve/_complete/_release/_expire
+ *   operators                store_workers_list, store_work_stats   reads
+ *   budgets, usage           store_budget.h, store_usage.h          reads see one snapshot
+ *   webhooks                 store_webhook.h                        outbox rows written in the
+ *                                                                    transaction of their event
+ *
+ * Shared by every backend (no database): the state-machine tables
+ * (store_*_status_name/_parse, store_*_edge_allowed), store_backoff_s,
+ * store_idem_fingerprint, store_lease_clear / store_leased_clear and the
+ * data-directory paths (store_path_*: the file bytes live on a file system
+ * every jobd instance shares, whatever the database).
+ *
+ * Who calls, on which thread (each with its own struct store):
+ *   event loop        store_key_verify (auth), startup tenant/keys
+ *   API pool threads  the routes' operations (one pooled connection per job)
+ *   ingest thread     store_ingest_*, store_request_add (intake/ingestq.c)
+ *   sweeper thread    store_lease_sweep, finalization, store_batch_stop_step
+ *   webhook threads   store_webhook.h (webhook/webhook_disp.c)
  */
 #ifndef JOBD_STORE_H
 #define JOBD_STORE_H
@@ -122,6 +163,37 @@ int store_schema_version(struct store *st, int *out);
 /* Highest migration number in the embedded schema. */
 int store_schema_latest(void);
 
+/* ---- data directory ----------------------------------------------------------
+ *
+ * The store owns the layout of the data directory; every other module asks
+ * these functions (store_path.c) instead of spelling a path:
+ *
+ *   <data_dir>/jobd.db                        the database (STORE_DB_NAME)
+ *   <data_dir>/files/<file id>.jsonl.zst      an uploaded file's bytes (zstd)
+ *   <data_dir>/files/<batch>-<kind>.jsonl.zst a batch's output / error file
+ *   <data_dir>/tmp/                           uploads in progress (scratch;
+ *                                             leftovers are removed at start)
+ *
+ * files.storage_path holds the part after <data_dir>/. Pure string work:
+ * any thread, no connection. */
+
+#define STORE_REL_PATH_MAX 256  /* a storage_path, NUL included */
+#define STORE_PATH_MAX 1400     /* a path under the data directory, NUL included */
+
+enum store_dir { STORE_DIR_FILES, STORE_DIR_TMP };
+
+/* <data_dir>/files or <data_dir>/tmp into out (cap bytes). 0, ERR_INVAL,
+ * ERR_TOOBIG (does not fit; out is then truncated). */
+int store_path_dir(const char *data_dir, enum store_dir which, char *out, size_t cap);
+/* The storage_path of a new uploaded file's bytes. 0 or ERR_TOOBIG. */
+int store_path_upload_rel(const char *file_id, char rel[STORE_REL_PATH_MAX]);
+/* The storage_path of a batch's output (kind "output") or error ("errors")
+ * file. 0 or ERR_TOOBIG. */
+int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_REL_PATH_MAX]);
+/* The path of a storage_path under data_dir into out (cap bytes). 0,
+ * ERR_CORRUPT (rel is absolute or contains ".."), ERR_TOOBIG. */
+int store_path_abs(const char *data_dir, const char *rel, char *out, size_t cap);
+
 /* ---- transactions ---------------------------------------------------------- */
 
 /* BEGIN IMMEDIATE (waits for the write lock up to busy_timeout). Not nestable:
@@ -131,6 +203,14 @@ int store_tx_begin(struct store *st);
 int store_tx_commit(struct store *st);
 /* ROLLBACK; no-op when no transaction is open. Can't fail. */
 void store_tx_rollback(struct store *st);
+
+/* One unit of work that nests: BEGIN IMMEDIATE when no transaction is open,
+ * else a SAVEPOINT inside it (the form every write function of the store
+ * takes). store_tx_leave(st, rc) commits / releases when rc == 0, rolls
+ * back (to the savepoint) otherwise, and returns rc or the commit's error.
+ * Every enter that returned 0 needs exactly one leave. */
+int store_tx_enter(struct store *st);
+int store_tx_leave(struct store *st, int rc);
 
 /* ---- tenants ----------------------------------------------------------------- */
 
@@ -514,7 +594,7 @@ struct store_leased {
     int64_t attempt;           /* 1 for the first attempt */
     int64_t prompt_tokens_est, max_tokens;
     char endpoint[32];         /* its batch's endpoint (the line's url); filled by
-                                  lease_acquire, "" from store_lease_acquire */
+                                  lease_acquire, "" from store_lease_ready */
 };
 
 struct store_lease {
@@ -527,17 +607,63 @@ struct store_lease {
 /* Free the items of a lease result (not l itself). NULL ok. */
 void store_lease_clear(struct store_lease *l);
 
-/* Lease up to ask->max_requests ready requests (status queued, next_attempt_at
- * <= now) of the asked model (any of its names) from in_progress, unexpired
- * batches, in one transaction: tenants with ready work are served round-robin
- * one request at a time, starting after the tenant served last for this
- * model (lease_rr); within a tenant, batches by priority desc then oldest
- * first; within a batch, fresh requests in line order, then due retries.
- * Each pick is queued -> leased under a new lease row. Nothing ready:
- * 0 with out->n = 0 and out->id "" (no lease row). ERR_NOTFOUND unknown
- * worker; ERR_INVAL bad ask or a model the worker did not register. */
-int store_lease_acquire(struct store *st, const struct store_lease_ask *ask, int64_t now,
-                        struct store_lease *out);
+/* ---- leasing primitives ----
+ *
+ * Which tenant and batch go next (fairness, the pack's caps) is policy, in
+ * C, in jobd/work/lease_policy.c; the store offers the small operations it
+ * is built from. The policy runs them all inside one transaction
+ * (store_tx_enter / store_tx_leave), so an acquire is all or nothing and
+ * two acquires never hand out the same request. A backend with row locks
+ * implements store_lease_ready as SELECT ... FOR UPDATE SKIP LOCKED, so
+ * concurrent acquires skip each other's rows instead of waiting. */
+
+/* The worker must have registered model: mark it seen (last_seen = now).
+ * 0, ERR_NOTFOUND (unknown worker), ERR_INVAL (model not registered by this
+ * worker), store errors. */
+int store_lease_worker_check(struct store *st, const char *worker_id, const char *model, int64_t now);
+
+/* A batch that may have work for a lease. */
+struct store_lease_cand {
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+};
+
+/* The in_progress, unexpired (expires_at > now) batches whose model is any
+ * of the names worker_id registered for the canonical model, ordered by
+ * tenant id, then priority desc, then batch id (oldest first). *items: heap
+ * array (free(); NULL when *n == 0). 0, ERR_NOMEM, store errors. */
+int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
+                           struct store_lease_cand **items, size_t *n);
+
+/* The tenant served last for model by the round-robin ("" when none). */
+int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MAX]);
+/* Remember tenant_id as the one served last for model. */
+int store_lease_rr_put(struct store *st, const char *model, const char *tenant_id);
+
+/* Up to limit (>= 1) ready requests of batch_id (queued, next_attempt_at <=
+ * now), fresh ones in line order then due retries (next_attempt_at order),
+ * into items[0 .. *n) (the caller's array of limit entries): id, batch_id,
+ * custom_id and body (heap: store_leased_clear), attempt (the one a claim
+ * starts), estimates; tenant_id and endpoint are left "". The rows stay
+ * queued until store_lease_claim. 0, ERR_INVAL, ERR_NOMEM, store errors
+ * (nothing is returned then). */
+int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
+                      struct store_leased *items, size_t *n);
+/* Free the heap strings of items[0 .. n) and clear their pointers. NULL ok. */
+void store_leased_clear(struct store_leased *items, size_t n);
+
+/* queued -> leased under lease_id (attempts+1) for each of ids, in order.
+ * Only inside a transaction (store_tx_enter; else ERR_BADSTATE): on an
+ * error the first ids may be claimed already, and the caller's
+ * store_tx_leave with that error undoes them. 0, ERR_BADSTATE (one is no
+ * longer queued), ERR_INVAL, store errors. */
+int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[ID_MAX], size_t n,
+                      int64_t now);
+
+/* Insert the lease row (lease_id made by the caller, "lease_" ids) holding
+ * n_requests claimed requests until expires_at. 0, ERR_EXISTS, store errors. */
+int store_lease_open(struct store *st, const char *lease_id, const char *worker_id, const char *model,
+                     int64_t n_requests, int64_t now, int64_t expires_at);
 
 /* Extend a live lease to max(expires_at, now + extend_s), mark the worker
  * seen (tokens_per_s >= 0 is recorded). *stop_ids (heap array, free(); may be

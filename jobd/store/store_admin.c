@@ -3,10 +3,9 @@
  * /v1/workers) and the work-distribution gauges of /metrics (queue depth by
  * model, leases outstanding, dead letters). See store.h.
  *
- * These queries run rarely (an admin page, a scrape every few seconds), so
- * their statements are prepared per call rather than kept. Queue depth reads
- * the partial indexes requests_ready / requests_leased, so its cost follows
- * the requests still waiting or running, not the whole table.
+ * The statements are STORE_SQL_ADMIN in store_int.h. Queue depth reads the
+ * partial indexes requests_ready / requests_leased, so its cost follows the
+ * requests still waiting or running, not the whole table.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,39 +13,19 @@
 #include "common/err.h"
 #include "jobd/store/store_int.h"
 
-static int prep(struct store *st, const char *sql, sqlite3_stmt **out)
-{
-    int r = sqlite3_prepare_v2(st->db, sql, -1, out, NULL);
-    if (r != SQLITE_OK) {
-        *out = NULL;
-        return store_sqlerr(st, r, "prepare admin query");
-    }
-    return 0;
-}
-
 int store_workers_list(struct store *st, int64_t since, int limit, struct store_worker_info **items,
                        size_t *n)
 {
     if (limit < 1 || limit > 1000)
         return ERR_INVAL;
-    static const char sql[] =
-        "SELECT w.id, w.name, w.device, w.registered_at, w.last_seen, w.tokens_per_s, "
-        "(SELECT group_concat(c, ',') FROM (SELECT DISTINCT canonical AS c FROM worker_models "
-        "WHERE worker_id = w.id ORDER BY canonical)), "
-        "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), "
-        "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE "
-        "l.worker_id = w.id AND l.released_at IS NULL) "
-        "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2";
-    sqlite3_stmt *s;
-    int rc = prep(st, sql, &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_WORKERS_LIST, &rc);
+    if (!s)
         return rc;
     struct store_worker_info *arr = NULL;
     size_t cnt = 0;
-    if (sqlite3_bind_int64(s, 1, since) != SQLITE_OK || sqlite3_bind_int(s, 2, limit) != SQLITE_OK) {
-        rc = ERR_INTERNAL;
+    if ((rc = store_bind_int(st, s, 1, since)) || (rc = store_bind_int(st, s, 2, limit)))
         goto out;
-    }
     arr = calloc((size_t)limit, sizeof *arr);
     if (!arr) {
         rc = ERR_NOMEM;
@@ -68,7 +47,7 @@ int store_workers_list(struct store *st, int64_t since, int limit, struct store_
     if (r != SQLITE_ROW && r != SQLITE_DONE)
         rc = store_sqlerr(st, r, "list workers");
 out:
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -78,28 +57,28 @@ out:
     return 0;
 }
 
-static int count1(struct store *st, const char *sql, int64_t *out)
+static int count1(struct store *st, enum store_stmt_id id, int64_t *out)
 {
-    sqlite3_stmt *s;
-    int rc = prep(st, sql, &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    if (!s)
         return rc;
     int r = sqlite3_step(s);
     if (r == SQLITE_ROW)
         *out = sqlite3_column_int64(s, 0);
     else
         rc = store_sqlerr(st, r, "count");
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     return rc;
 }
 
-/* Merge (model, count) rows of sql into the sorted depth array; leased = 0/1. */
-static int depth_rows(struct store *st, const char *sql, int leased, struct store_model_depth **arr,
-                      size_t *cnt, size_t *cap)
+/* Merge (model, count) rows of statement id into the sorted depth array; leased = 0/1. */
+static int depth_rows(struct store *st, enum store_stmt_id id, int leased,
+                      struct store_model_depth **arr, size_t *cnt, size_t *cap)
 {
-    sqlite3_stmt *s;
-    int rc = prep(st, sql, &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    if (!s)
         return rc;
     int r;
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
@@ -132,7 +111,7 @@ static int depth_rows(struct store *st, const char *sql, int leased, struct stor
     }
     if (!rc && r != SQLITE_DONE)
         rc = store_sqlerr(st, r, "queue depth");
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     return rc;
 }
 
@@ -142,12 +121,10 @@ int store_work_stats(struct store *st, struct store_work_stats *out)
     memset(&w, 0, sizeof w);
     size_t cap = 0;
     int rc;
-    if ((rc = depth_rows(st, "SELECT model, count(*) FROM requests WHERE status = 'queued' GROUP BY model",
-                         0, &w.models, &w.n_models, &cap)) ||
-        (rc = depth_rows(st, "SELECT model, count(*) FROM requests WHERE status = 'leased' GROUP BY model",
-                         1, &w.models, &w.n_models, &cap)) ||
-        (rc = count1(st, "SELECT count(*) FROM leases WHERE released_at IS NULL", &w.leases_outstanding)) ||
-        (rc = count1(st, "SELECT count(*) FROM dead_letters", &w.dead_letters))) {
+    if ((rc = depth_rows(st, S_DEPTH_QUEUED, 0, &w.models, &w.n_models, &cap)) ||
+        (rc = depth_rows(st, S_DEPTH_LEASED, 1, &w.models, &w.n_models, &cap)) ||
+        (rc = count1(st, S_LEASES_OUTSTANDING, &w.leases_outstanding)) ||
+        (rc = count1(st, S_DEAD_LETTERS_COUNT, &w.dead_letters))) {
         free(w.models);
         return rc;
     }

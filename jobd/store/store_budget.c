@@ -1,26 +1,16 @@
 /*
  * store_budget.c - tenant limits, budget use, batch reservations and the
- * usage totals (see store_budget.h). Statements prepared per call.
+ * usage totals (see store_budget.h). Statements: STORE_SQL_ACCOUNT in
+ * store_int.h.
  */
 #include "jobd/store/store_budget.h"
 
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "jobd/store/store_int.h"
-
-static int prep(struct store *st, const char *sql, sqlite3_stmt **out)
-{
-    int r = sqlite3_prepare_v2(st->db, sql, -1, out, NULL);
-    if (r != SQLITE_OK) {
-        *out = NULL;
-        return store_sqlerr(st, r, "budget prepare");
-    }
-    return 0;
-}
 
 static int bind_opt(struct store *st, sqlite3_stmt *s, int i, int has, int64_t v)
 {
@@ -33,10 +23,9 @@ static int bind_opt(struct store *st, sqlite3_stmt *s, int i, int has, int64_t v
 
 int store_limits_get(struct store *st, const char *tenant_id, struct store_limits *out)
 {
-    sqlite3_stmt *s;
-    int rc = prep(st, "SELECT max_queued_tokens, max_daily_micros, max_monthly_micros, updated_at "
-                      "FROM tenant_limits WHERE tenant_id = ?1", &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LIMITS_GET, &rc);
+    if (!s)
         return rc;
     struct store_limits l;
     memset(&l, 0, sizeof l);
@@ -54,7 +43,7 @@ int store_limits_get(struct store *st, const char *tenant_id, struct store_limit
             rc = store_sqlerr(st, r, "get limits");
         }
     }
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     if (!rc)
         *out = l;
     return rc;
@@ -69,43 +58,41 @@ int store_limits_put(struct store *st, const char *tenant_id, const struct store
     int rc = store_tenant_get(st, tenant_id, &t);
     if (rc)
         return rc;
-    sqlite3_stmt *s;
-    if ((rc = prep(st, "INSERT INTO tenant_limits(tenant_id, max_queued_tokens, max_daily_micros, "
-                       "max_monthly_micros, updated_at) VALUES (?1, ?2, ?3, ?4, ?5) "
-                       "ON CONFLICT (tenant_id) DO UPDATE SET max_queued_tokens = excluded.max_queued_tokens, "
-                       "max_daily_micros = excluded.max_daily_micros, "
-                       "max_monthly_micros = excluded.max_monthly_micros, updated_at = excluded.updated_at",
-                   &s)))
+    sqlite3_stmt *s = store_stmt(st, S_LIMITS_PUT, &rc);
+    if (!s)
         return rc;
-    if ((rc = store_w_begin(st))) {
-        sqlite3_finalize(s);
+    if ((rc = store_w_begin(st)))
         return rc;
-    }
     if (!(rc = store_bind_text(st, s, 1, tenant_id)) &&
         !(rc = bind_opt(st, s, 2, l->has_queued_tokens, l->max_queued_tokens)) &&
         !(rc = bind_opt(st, s, 3, l->has_daily, l->max_daily_micros)) &&
         !(rc = bind_opt(st, s, 4, l->has_monthly, l->max_monthly_micros)) &&
         !(rc = store_bind_int(st, s, 5, now)))
         rc = store_step_done(st, s, "put limits");
-    sqlite3_finalize(s);
     return store_w_end(st, rc);
 }
 
-/* One integer from a statement binding the tenant (?1) and an int (?2). */
-static int scalar(struct store *st, const char *sql, const char *tenant_id, int64_t arg, int64_t *out)
+/* Column 0 (and 1 when out1) of the one row of statement id, which binds
+ * the tenant as ?1 and, when it has one, arg as ?2. */
+static int scalar(struct store *st, enum store_stmt_id id, const char *tenant_id, int64_t arg,
+                  int64_t *out0, int64_t *out1)
 {
-    sqlite3_stmt *s;
-    int rc = prep(st, sql, &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    if (!s)
         return rc;
-    if (!(rc = store_bind_text(st, s, 1, tenant_id)) && !(rc = store_bind_int(st, s, 2, arg))) {
+    if (!(rc = store_bind_text(st, s, 1, tenant_id)) &&
+        (sqlite3_bind_parameter_count(s) < 2 || !(rc = store_bind_int(st, s, 2, arg)))) {
         int r = sqlite3_step(s);
-        if (r == SQLITE_ROW)
-            *out = sqlite3_column_int64(s, 0);
-        else
+        if (r == SQLITE_ROW) {
+            *out0 = sqlite3_column_int64(s, 0);
+            if (out1)
+                *out1 = sqlite3_column_int64(s, 1);
+        } else {
             rc = store_sqlerr(st, r, "budget use");
+        }
     }
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     return rc;
 }
 
@@ -114,18 +101,10 @@ int store_budget_use(struct store *st, const char *tenant_id, int64_t day_start,
 {
     struct store_budget_use u;
     memset(&u, 0, sizeof u);
-    /* ?2 is unused by the first two; bound anyway to share the helper */
-    static const char q_tok[] = "SELECT COALESCE(SUM(reserved_tokens), 0) + 0 * ?2 FROM batches "
-                                "WHERE tenant_id = ?1 AND (reserved_tokens > 0 OR reserved_micros > 0)";
-    static const char q_res[] = "SELECT COALESCE(SUM(reserved_micros), 0) + 0 * ?2 FROM batches "
-                                "WHERE tenant_id = ?1 AND (reserved_tokens > 0 OR reserved_micros > 0)";
-    static const char q_spent[] = "SELECT COALESCE(SUM(cost_micros), 0) FROM usage_ledger "
-                                  "WHERE tenant_id = ?1 AND created_at >= ?2";
     int rc;
-    if ((rc = scalar(st, q_tok, tenant_id, 0, &u.queued_tokens)) ||
-        (rc = scalar(st, q_res, tenant_id, 0, &u.reserved_micros)) ||
-        (rc = scalar(st, q_spent, tenant_id, day_start, &u.spent_day_micros)) ||
-        (rc = scalar(st, q_spent, tenant_id, month_start, &u.spent_month_micros)))
+    if ((rc = scalar(st, S_BUDGET_RESERVED, tenant_id, 0, &u.queued_tokens, &u.reserved_micros)) ||
+        (rc = scalar(st, S_BUDGET_SPENT, tenant_id, day_start, &u.spent_day_micros, NULL)) ||
+        (rc = scalar(st, S_BUDGET_SPENT, tenant_id, month_start, &u.spent_month_micros, NULL)))
         return rc;
     *out = u;
     return 0;
@@ -136,31 +115,25 @@ int store_batch_reserve(struct store *st, const char *batch_id, int64_t tokens, 
 {
     if (tokens < 0 || micros < 0 || price_in < 0 || price_out < 0)
         return ERR_INVAL;
-    sqlite3_stmt *s;
-    int rc = prep(st, "UPDATE batches SET budgeted = 1, reserved_tokens = ?2, reserved_micros = ?3, "
-                      "reserve_price_in = ?4, reserve_price_out = ?5 WHERE id = ?1", &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BATCH_RESERVE, &rc);
+    if (!s)
         return rc;
-    if ((rc = store_w_begin(st))) {
-        sqlite3_finalize(s);
+    if ((rc = store_w_begin(st)))
         return rc;
-    }
     if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_int(st, s, 2, tokens)) &&
         !(rc = store_bind_int(st, s, 3, micros)) && !(rc = store_bind_int(st, s, 4, price_in)) &&
         !(rc = store_bind_int(st, s, 5, price_out)) && !(rc = store_step_done(st, s, "reserve")) &&
         sqlite3_changes(st->db) == 0)
         rc = ERR_NOTFOUND;
-    sqlite3_finalize(s);
     return store_w_end(st, rc);
 }
 
 int store_usage_totals(struct store *st, size_t max_rows, struct store_usage_total **items, size_t *n)
 {
-    sqlite3_stmt *s;
-    int rc = prep(st, "SELECT t.name, u.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, "
-                      "u.cost_micros, u.requests FROM usage_totals u JOIN tenants t ON t.id = u.tenant_id "
-                      "ORDER BY t.name, u.model", &s);
-    if (rc)
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_USAGE_TOTALS, &rc);
+    if (!s)
         return rc;
     struct store_usage_total *v = NULL;
     size_t cnt = 0, cap = 0;
@@ -193,7 +166,7 @@ int store_usage_totals(struct store *st, size_t max_rows, struct store_usage_tot
         t->cost_micros = sqlite3_column_int64(s, 5);
         t->requests = sqlite3_column_int64(s, 6);
     }
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     if (rc) {
         free(v);
         return rc;

@@ -11,8 +11,7 @@
  * batch with its reservation in one write transaction, so two concurrent
  * submissions cannot both squeeze under a limit.
  *
- * Statements are prepared per call (admission and limit changes are rare
- * compared with leasing). Any thread, the caller's connection.
+ * Any thread, the caller's connection.
  */
 #ifndef JOBD_STORE_BUDGET_H
 #define JOBD_STORE_BUDGET_H

@@ -9,7 +9,10 @@
  * Write helpers: store_w_begin opens BEGIN IMMEDIATE at depth 0 and a
  * SAVEPOINT inside an open transaction; store_w_end commits / releases on
  * rc == 0 and rolls back (to the savepoint) otherwise, returning rc or the
- * commit's error.
+ * commit's error. store_r_begin / store_r_end do the same for a read that
+ * must see one snapshot (a deferred BEGIN, or a SAVEPOINT when nested).
+ * No file of the store runs SQL text of its own: every statement, the
+ * transaction control included, is an entry of STORE_SQL.
  */
 #ifndef JOBD_STORE_INT_H
 #define JOBD_STORE_INT_H
@@ -32,6 +35,7 @@
 
 #define STORE_SQL(X)                                                                          \
     X(BEGIN, "BEGIN IMMEDIATE")                                                               \
+    X(BEGIN_READ, "BEGIN")                                                                    \
     X(COMMIT, "COMMIT")                                                                       \
     X(ROLLBACK, "ROLLBACK")                                                                   \
     X(SAVEPOINT, "SAVEPOINT w")                                                               \
@@ -222,7 +226,63 @@
       "UPDATE batches SET output_file_id = ?2, error_file_id = ?3, n_completed = ?4, " \
       "n_failed = ?5, usage_prompt_tokens = ?6, usage_completion_tokens = ?7, " \
       "usage_cached_tokens = ?8, usage_cost_micros = (SELECT COALESCE(SUM(cost_micros), 0) " \
-      "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1")
+      "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1") \
+    STORE_SQL_ACCOUNT(X) \
+    STORE_SQL_ADMIN(X)
+
+/* Budgets and usage reports (store_budget.c, store_usage.c). */
+#define STORE_USAGE_SUMS \
+    "COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), " \
+    "COALESCE(SUM(cached_tokens), 0), COUNT(*), COALESCE(SUM(cost_micros), 0)"
+#define STORE_USAGE_RANGE \
+    "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3"
+#define STORE_USAGE_GROUPED(key) \
+    "SELECT " key " AS k, MIN(created_at), " STORE_USAGE_SUMS " FROM usage_ledger " \
+    STORE_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"
+#define STORE_SQL_ACCOUNT(X) \
+    X(LIMITS_GET, \
+      "SELECT max_queued_tokens, max_daily_micros, max_monthly_micros, updated_at " \
+      "FROM tenant_limits WHERE tenant_id = ?1") \
+    X(LIMITS_PUT, \
+      "INSERT INTO tenant_limits(tenant_id, max_queued_tokens, max_daily_micros, " \
+      "max_monthly_micros, updated_at) VALUES (?1, ?2, ?3, ?4, ?5) " \
+      "ON CONFLICT (tenant_id) DO UPDATE SET max_queued_tokens = excluded.max_queued_tokens, " \
+      "max_daily_micros = excluded.max_daily_micros, " \
+      "max_monthly_micros = excluded.max_monthly_micros, updated_at = excluded.updated_at") \
+    X(BUDGET_RESERVED, \
+      "SELECT COALESCE(SUM(reserved_tokens), 0), COALESCE(SUM(reserved_micros), 0) FROM batches " \
+      "WHERE tenant_id = ?1 AND (reserved_tokens > 0 OR reserved_micros > 0)") \
+    X(BUDGET_SPENT, \
+      "SELECT COALESCE(SUM(cost_micros), 0) FROM usage_ledger " \
+      "WHERE tenant_id = ?1 AND created_at >= ?2") \
+    X(BATCH_RESERVE, \
+      "UPDATE batches SET budgeted = 1, reserved_tokens = ?2, reserved_micros = ?3, " \
+      "reserve_price_in = ?4, reserve_price_out = ?5 WHERE id = ?1") \
+    X(USAGE_TOTALS, \
+      "SELECT t.name, u.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, " \
+      "u.cost_micros, u.requests FROM usage_totals u JOIN tenants t ON t.id = u.tenant_id " \
+      "ORDER BY t.name, u.model") \
+    X(USAGE_BY_BATCH, STORE_USAGE_GROUPED("batch_id")) \
+    X(USAGE_BY_MODEL, STORE_USAGE_GROUPED("model")) \
+    X(USAGE_BY_DAY, STORE_USAGE_GROUPED("strftime('%Y-%m-%d', created_at, 'unixepoch')")) \
+    X(USAGE_BY_TENANT, STORE_USAGE_GROUPED("tenant_id")) \
+    X(USAGE_TOTAL, "SELECT 0, 0, " STORE_USAGE_SUMS " FROM usage_ledger " STORE_USAGE_RANGE)
+
+/* Operator views (store_admin.c): the worker list and the /metrics gauges.
+ * Queue depth reads the partial indexes requests_ready / requests_leased. */
+#define STORE_SQL_ADMIN(X) \
+    X(WORKERS_LIST, \
+      "SELECT w.id, w.name, w.device, w.registered_at, w.last_seen, w.tokens_per_s, " \
+      "(SELECT group_concat(c, ',') FROM (SELECT DISTINCT canonical AS c FROM worker_models " \
+      "WHERE worker_id = w.id ORDER BY canonical)), " \
+      "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
+      "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
+      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
+    X(DEPTH_QUEUED, "SELECT model, count(*) FROM requests WHERE status = 'queued' GROUP BY model") \
+    X(DEPTH_LEASED, "SELECT model, count(*) FROM requests WHERE status = 'leased' GROUP BY model") \
+    X(LEASES_OUTSTANDING, "SELECT count(*) FROM leases WHERE released_at IS NULL") \
+    X(DEAD_LETTERS_COUNT, "SELECT count(*) FROM dead_letters")
 
 /* Statements of store_webhook.c (kept in their own list; same enum). */
 #define STORE_WH_EP_COLS \
@@ -341,6 +401,8 @@ int store_step_done(struct store *st, sqlite3_stmt *s, const char *what);
 
 int store_w_begin(struct store *st);
 int store_w_end(struct store *st, int rc);
+int store_r_begin(struct store *st);
+int store_r_end(struct store *st, int rc);
 
 /* Bind helpers: NULL text binds SQL NULL. Return 0 or an ERR_*. */
 int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v);

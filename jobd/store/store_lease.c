@@ -12,14 +12,12 @@
  * request leaves `leased` only under the lease that holds it, and
  * results.request_id is a primary key (first committed result wins).
  *
- * Fair leasing (store_lease_acquire): the in_progress batches of the asked
- * model are loaded grouped by tenant (batches_status index); tenants are
- * visited round-robin, one request per visit, starting after the tenant
- * served last for this model (lease_rr), so a pack of N requests shared by
- * k tenants with work gives each about N/k, and a tenant's backlog cannot
- * delay another tenant beyond one round. Each tenant's requests are read in
- * small chunks from requests_ready (batch_id, next_attempt_at), so a lease
- * reads about N rows whatever the queue length.
+ * Leasing: this file offers the primitives only (the worker check, the
+ * candidate batches grouped by tenant from the batches_status index, a
+ * chunk of a batch's ready requests from requests_ready (batch_id,
+ * next_attempt_at), the claim, the lease row, the round-robin cursor
+ * lease_rr); which tenant and batch go next is decided in C by
+ * jobd/work/lease_policy.c, inside one transaction it opens.
  *
  * Runs on the thread that owns the struct store.
  */
@@ -390,248 +388,173 @@ void store_lease_clear(struct store_lease *l)
     l->n = 0;
 }
 
-struct rr_tenant {
-    char id[ID_MAX];
-    size_t b0, nb, cur;         /* its batches: cand[b0 .. b0+nb), current one */
-    struct store_leased *buf;   /* fetched chunk */
-    size_t bn, bpos;
-    int done;
-};
-
-static void rr_free_buf(struct rr_tenant *t)
+int store_lease_worker_check(struct store *st, const char *worker_id, const char *model, int64_t now)
 {
-    for (size_t i = t->bpos; i < t->bn; i++) {
-        free(t->buf[i].custom_id);
-        free(t->buf[i].body);
-    }
-    free(t->buf);
-    t->buf = NULL;
-    t->bn = t->bpos = 0;
-}
-
-/* Refill t's buffer with up to q ready requests of its current batch (moving
- * on to its next batches while one has none); t->done when it has nothing. */
-static int rr_fetch(struct store *st, struct rr_tenant *t, char (*cand)[ID_MAX], int64_t now, int q)
-{
-    rr_free_buf(t);
-    while (t->cur < t->nb) {
-        const char *bid = cand[t->b0 + t->cur];
-        int rc = 0;
-        sqlite3_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
-        if (!s || (rc = store_bind_text(st, s, 1, bid)) || (rc = store_bind_int(st, s, 2, now)) ||
-            (rc = store_bind_int(st, s, 3, q)))
-            return rc;
-        t->buf = calloc((size_t)q, sizeof *t->buf);
-        if (!t->buf) {
-            sqlite3_reset(s);
-            return ERR_NOMEM;
-        }
-        int r;
-        while ((r = sqlite3_step(s)) == SQLITE_ROW && t->bn < (size_t)q) {
-            struct store_leased *it = &t->buf[t->bn];
-            store_col_text(s, 0, it->id, sizeof it->id);
-            snprintf(it->batch_id, sizeof it->batch_id, "%s", bid);
-            snprintf(it->tenant_id, sizeof it->tenant_id, "%s", t->id);
-            it->custom_id = store_col_dup(s, 1, &rc);
-            const void *body = sqlite3_column_text(s, 2);
-            it->body_len = (size_t)sqlite3_column_bytes(s, 2);
-            it->body = malloc(it->body_len + 1);
-            if (!it->custom_id || !it->body) {
-                free(it->custom_id);
-                free(it->body);
-                rc = ERR_NOMEM;
-                break;
-            }
-            memcpy(it->body, body ? body : "", it->body_len);
-            it->body[it->body_len] = '\0';
-            it->attempt = sqlite3_column_int64(s, 3) + 1;
-            it->prompt_tokens_est = sqlite3_column_int64(s, 4);
-            it->max_tokens = sqlite3_column_int64(s, 5);
-            t->bn++;
-        }
-        if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
-            rc = store_sqlerr(st, r, "ready requests");
-        sqlite3_reset(s);
-        if (rc)
-            return rc;
-        if (t->bn > 0)
-            return 0;
-        free(t->buf);
-        t->buf = NULL;
-        t->cur++;
-    }
-    t->done = 1;
-    return 0;
-}
-
-int store_lease_acquire(struct store *st, const struct store_lease_ask *ask, int64_t now,
-                        struct store_lease *out)
-{
-    if (!ask || !ask->worker_id || !ask->model || ask->max_requests < 1 ||
-        ask->max_requests > STORE_LEASE_MAX_REQUESTS || ask->max_tokens < 0 || ask->lease_s <= 0)
-        return ERR_INVAL;
-    char lease_id[ID_MAX];
-    int rc = id_new("lease_", lease_id, sizeof lease_id);
-    if (rc)
-        return rc;
-    char(*cand)[ID_MAX] = NULL;
-    struct rr_tenant *ts = NULL;
-    size_t nc = 0, capc = 0, nt = 0;
-    struct store_leased *items = NULL;
-    size_t n_out = 0;
-    if ((rc = store_w_begin(st)))
-        return rc;
-    /* the worker and its model */
+    int rc = 0;
     sqlite3_stmt *s = store_stmt(st, S_WORKER_HAS_MODEL, &rc);
-    if (!s || (rc = bind_texts(st, s, 1, ask->worker_id, ask->model)))
-        goto out;
+    if (!s || (rc = bind_texts(st, s, 1, worker_id, model)))
+        return rc;
     int r = sqlite3_step(s);
     int64_t has = r == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
     sqlite3_reset(s);
-    if (has < 0) {
-        rc = store_sqlerr(st, r, "worker model");
-        goto out;
-    }
-    if ((rc = store_worker_seen(st, ask->worker_id, -1, now)))
-        goto out; /* ERR_NOTFOUND: unknown worker */
-    if (has == 0) {
-        rc = ERR_INVAL;
-        goto out;
-    }
-    /* candidate batches, grouped by tenant */
-    char(*cand_tenant)[ID_MAX] = NULL;
-    s = store_stmt(st, S_LEASE_CANDIDATES, &rc);
-    if (!s || (rc = bind_texts(st, s, 1, ask->worker_id, ask->model)) || (rc = store_bind_int(st, s, 3, now)))
-        goto out;
+    if (has < 0)
+        return store_sqlerr(st, r, "worker model");
+    if ((rc = store_worker_seen(st, worker_id, -1, now)))
+        return rc; /* ERR_NOTFOUND: unknown worker */
+    return has == 0 ? ERR_INVAL : 0;
+}
+
+int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
+                           struct store_lease_cand **items, size_t *n)
+{
+    int rc = 0;
+    struct store_lease_cand *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_CANDIDATES, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, worker_id, model)) || (rc = store_bind_int(st, s, 3, now)))
+        return rc;
+    int r;
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        if (nc == capc) {
-            size_t ncap = capc ? 2 * capc : 16;
-            char(*na)[ID_MAX] = realloc(cand, ncap * sizeof *na);
-            char(*nt2)[ID_MAX] = na ? realloc(cand_tenant, ncap * sizeof *nt2) : NULL;
-            if (na)
-                cand = na;
-            if (!na || !nt2) {
+        if (cnt == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            struct store_lease_cand *na = realloc(arr, nc * sizeof *na);
+            if (!na) {
                 rc = ERR_NOMEM;
                 break;
             }
-            cand_tenant = nt2;
-            capc = ncap;
+            arr = na;
+            cap = nc;
         }
-        store_col_text(s, 0, cand[nc], ID_MAX);
-        store_col_text(s, 1, cand_tenant[nc], ID_MAX);
-        nc++;
+        store_col_text(s, 0, arr[cnt].batch_id, ID_MAX);
+        store_col_text(s, 1, arr[cnt].tenant_id, ID_MAX);
+        cnt++;
     }
     if (!rc && r != SQLITE_DONE)
         rc = store_sqlerr(st, r, "lease candidates");
     sqlite3_reset(s);
-    if (!rc && nc > 0 && !(ts = calloc(nc, sizeof *ts)))
-        rc = ERR_NOMEM;
-    for (size_t i = 0; !rc && i < nc; i++) {
-        if (nt == 0 || strcmp(ts[nt - 1].id, cand_tenant[i]) != 0) {
-            snprintf(ts[nt].id, ID_MAX, "%s", cand_tenant[i]);
-            ts[nt].b0 = i;
-            nt++;
-        }
-        ts[nt - 1].nb++;
-    }
-    free(cand_tenant);
-    if (rc || nt == 0)
-        goto out;
-    /* round-robin start: the first tenant after the one served last */
-    size_t start = 0;
-    s = store_stmt(st, S_RR_GET, &rc);
-    if (!s || (rc = store_bind_text(st, s, 1, ask->model)))
-        goto out;
-    if ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        const char *last = (const char *)sqlite3_column_text(s, 0);
-        while (last && start < nt && strcmp(ts[start].id, last) <= 0)
-            start++;
-        if (start == nt)
-            start = 0;
-    } else if (r != SQLITE_DONE) {
-        rc = store_sqlerr(st, r, "lease_rr");
-    }
-    sqlite3_reset(s);
-    if (rc)
-        goto out;
-    if (!(items = calloc((size_t)ask->max_requests, sizeof *items))) {
-        rc = ERR_NOMEM;
-        goto out;
-    }
-    int q = (int)((ask->max_requests + (int)nt - 1) / (int)nt);
-    if (q < 16)
-        q = ask->max_requests < 16 ? ask->max_requests : 16;
-    size_t active = nt, last_served = nt;
-    int64_t tokens = 0;
-    size_t bytes = 0;
-    struct store_request_change ch = {.lease_id = lease_id};
-    while (!rc && n_out < (size_t)ask->max_requests && active > 0) {
-        for (size_t k = 0; !rc && k < nt && n_out < (size_t)ask->max_requests; k++) {
-            struct rr_tenant *t = &ts[(start + k) % nt];
-            if (t->done)
-                continue;
-            if (t->bpos == t->bn && ((rc = rr_fetch(st, t, cand, now, q)) || t->done)) {
-                if (t->done)
-                    active--;
-                continue;
-            }
-            struct store_leased *it = &t->buf[t->bpos];
-            int64_t cost = it->prompt_tokens_est + it->max_tokens;
-            if (n_out > 0 && ((ask->max_tokens && tokens + cost > ask->max_tokens) ||
-                              (ask->max_bytes && bytes + it->body_len > ask->max_bytes))) {
-                t->done = 1; /* its next request does not fit this pack */
-                active--;
-                continue;
-            }
-            if ((rc = store_request_transition(st, it->id, STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now)))
-                break;
-            items[n_out++] = *it;
-            memset(it, 0, sizeof *it);
-            t->bpos++;
-            tokens += cost;
-            bytes += items[n_out - 1].body_len;
-            last_served = (size_t)(t - ts);
-        }
-    }
-    if (rc || n_out == 0)
-        goto out;
-    int64_t expires_at = now + ask->lease_s;
-    s = store_stmt(st, S_LEASE_INSERT, &rc);
-    if (!s || (rc = bind_texts(st, s, 1, lease_id, ask->worker_id)) ||
-        (rc = store_bind_text(st, s, 3, ask->model)) || (rc = store_bind_int(st, s, 4, (int64_t)n_out)) ||
-        (rc = store_bind_int(st, s, 5, now)) || (rc = store_bind_int(st, s, 6, expires_at)) ||
-        (rc = store_step_done(st, s, "insert lease")))
-        goto out;
-    s = store_stmt(st, S_RR_PUT, &rc);
-    if (s && !(rc = bind_texts(st, s, 1, ask->model, ts[last_served].id)))
-        rc = store_step_done(st, s, "lease_rr");
-    if (!rc) {
-        memset(out, 0, sizeof *out);
-        snprintf(out->id, sizeof out->id, "%s", lease_id);
-        out->expires_at = expires_at;
-    }
-out:
-    for (size_t i = 0; ts && i < nt; i++)
-        rr_free_buf(&ts[i]);
-    free(ts);
-    free(cand);
-    if (!rc && n_out == 0) {
-        /* nothing ready: keep the worker's last_seen, no lease row */
-        rc = store_w_end(st, 0);
-        free(items);
-        if (!rc)
-            memset(out, 0, sizeof *out);
-        return rc;
-    }
-    rc = store_w_end(st, rc);
     if (rc) {
-        struct store_lease tmp = {.n = n_out, .items = items};
-        store_lease_clear(&tmp);
+        free(arr);
         return rc;
     }
-    out->n = n_out;
-    out->items = items;
+    *items = arr;
+    *n = cnt;
     return 0;
+}
+
+int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MAX])
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_RR_GET, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, model)))
+        return rc;
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW)
+        store_col_text(s, 0, tenant_id, ID_MAX);
+    else if (r == SQLITE_DONE)
+        tenant_id[0] = '\0';
+    else
+        rc = store_sqlerr(st, r, "lease_rr");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_lease_rr_put(struct store *st, const char *model, const char *tenant_id)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_RR_PUT, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, model, tenant_id)))
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    rc = store_step_done(st, s, "lease_rr");
+    return store_w_end(st, rc);
+}
+
+void store_leased_clear(struct store_leased *items, size_t n)
+{
+    for (size_t i = 0; items && i < n; i++) {
+        free(items[i].custom_id);
+        free(items[i].body);
+        items[i].custom_id = items[i].body = NULL;
+    }
+}
+
+int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
+                      struct store_leased *items, size_t *n)
+{
+    if (limit < 1)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, now)) ||
+        (rc = store_bind_int(st, s, 3, limit)))
+        return rc;
+    size_t cnt = 0;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)limit) {
+        struct store_leased *it = &items[cnt];
+        memset(it, 0, sizeof *it);
+        store_col_text(s, 0, it->id, sizeof it->id);
+        snprintf(it->batch_id, sizeof it->batch_id, "%s", batch_id);
+        it->custom_id = store_col_dup(s, 1, &rc);
+        const void *body = sqlite3_column_text(s, 2);
+        it->body_len = (size_t)sqlite3_column_bytes(s, 2);
+        it->body = malloc(it->body_len + 1);
+        if (!it->custom_id || !it->body) {
+            free(it->custom_id);
+            free(it->body);
+            rc = ERR_NOMEM;
+            break;
+        }
+        memcpy(it->body, body ? body : "", it->body_len);
+        it->body[it->body_len] = '\0';
+        it->attempt = sqlite3_column_int64(s, 3) + 1;
+        it->prompt_tokens_est = sqlite3_column_int64(s, 4);
+        it->max_tokens = sqlite3_column_int64(s, 5);
+        cnt++;
+    }
+    if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "ready requests");
+    sqlite3_reset(s);
+    if (rc) {
+        store_leased_clear(items, cnt);
+        return rc;
+    }
+    *n = cnt;
+    return 0;
+}
+
+int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[ID_MAX], size_t n,
+                      int64_t now)
+{
+    if (!lease_id || !*lease_id)
+        return ERR_INVAL;
+    if (st->depth == 0)
+        return ERR_BADSTATE;
+    /* No savepoint around the loop: a savepoint held over hundreds of
+     * updates outgrows SQLite's in-memory statement journal and spills it
+     * to a temporary file (5x the writes of an acquire); each transition
+     * has its own, and the caller's transaction makes the claim atomic. */
+    struct store_request_change ch = {.lease_id = lease_id};
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = store_request_transition(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now);
+    return rc;
+}
+
+int store_lease_open(struct store *st, const char *lease_id, const char *worker_id, const char *model,
+                     int64_t n_requests, int64_t now, int64_t expires_at)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_LEASE_INSERT, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, lease_id, worker_id)) ||
+        (rc = store_bind_text(st, s, 3, model)) || (rc = store_bind_int(st, s, 4, n_requests)) ||
+        (rc = store_bind_int(st, s, 5, now)) || (rc = store_bind_int(st, s, 6, expires_at)))
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    rc = store_step_done(st, s, "insert lease");
+    return store_w_end(st, rc);
 }
 
 /* ---- heartbeat -------------------------------------------------------------------------------- */

@@ -1,14 +1,13 @@
 /*
  * store_usage.c - usage reports over the usage_ledger (see store_usage.h).
  *
- * Two statements per report, prepared per call (reports are rare, and this
- * keeps them out of the kept-statement lists): the grouped sums, ordered by
- * key, and the range total. Both read one snapshot (a read transaction), so
- * the groups always add up to the total. Any thread, own connection.
+ * Two statements per report (STORE_SQL_ACCOUNT in store_int.h): the grouped
+ * sums, ordered by key (one statement per grouping), and the range total.
+ * Both read one snapshot (store_r_begin), so the groups always add up to the
+ * total. Any thread, own connection.
  */
 #include "jobd/store/store_usage.h"
 
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +15,12 @@
 #include "common/err.h"
 #include "jobd/store/store_int.h"
 
-static const char *const group_key[] = {
-    [STORE_USAGE_BATCH] = "batch_id",
-    [STORE_USAGE_MODEL] = "model",
-    [STORE_USAGE_DAY] = "strftime('%Y-%m-%d', created_at, 'unixepoch')",
-    [STORE_USAGE_TENANT] = "tenant_id",
+static const enum store_stmt_id group_stmt[] = {
+    [STORE_USAGE_BATCH] = S_USAGE_BY_BATCH,
+    [STORE_USAGE_MODEL] = S_USAGE_BY_MODEL,
+    [STORE_USAGE_DAY] = S_USAGE_BY_DAY,
+    [STORE_USAGE_TENANT] = S_USAGE_BY_TENANT,
 };
-
-#define SUMS "COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), " \
-             "COALESCE(SUM(cached_tokens), 0), COUNT(*), COALESCE(SUM(cost_micros), 0)"
-#define WHERE "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3"
 
 static void row_sums(sqlite3_stmt *s, int c, struct store_usage_row *r)
 {
@@ -36,19 +31,17 @@ static void row_sums(sqlite3_stmt *s, int c, struct store_usage_row *r)
     r->cost_micros = sqlite3_column_int64(s, c + 4);
 }
 
-static int prep(struct store *st, const char *sql, const char *tenant_id, int64_t since,
-                int64_t until, sqlite3_stmt **out)
+/* The kept statement id with the range bound (?1 tenant, ?2 since, ?3 until). */
+static int range_stmt(struct store *st, enum store_stmt_id id, const char *tenant_id, int64_t since,
+                      int64_t until, sqlite3_stmt **out)
 {
-    sqlite3_stmt *s = NULL;
-    int r = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
-    if (r != SQLITE_OK)
-        return store_sqlerr(st, r, "usage report prepare");
-    int rc;
-    if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_int(st, s, 2, since)) ||
-        (rc = store_bind_int(st, s, 3, until))) {
-        sqlite3_finalize(s);
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    if (!s)
         return rc;
-    }
+    if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_int(st, s, 2, since)) ||
+        (rc = store_bind_int(st, s, 3, until)))
+        return rc;
     *out = s;
     return 0;
 }
@@ -59,22 +52,16 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
 {
     if ((unsigned)group > STORE_USAGE_TENANT)
         return ERR_INVAL;
-    char sql[512];
-    int len = snprintf(sql, sizeof sql,
-                       "SELECT %s AS k, MIN(created_at), " SUMS " FROM usage_ledger " WHERE
-                       " GROUP BY k ORDER BY k LIMIT %d",
-                       group_key[group], STORE_USAGE_MAX_ROWS + 1);
-    if (len < 0 || (size_t)len >= sizeof sql)
-        return ERR_INTERNAL;
     struct store_usage_row *v = NULL, tot;
     memset(&tot, 0, sizeof tot);
     size_t cnt = 0;
     int more = 0;
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_exec(st->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK ? 0 : ERR_BUSY;
+    int rc = store_r_begin(st);
     if (rc)
         return rc;
-    if ((rc = prep(st, sql, tenant_id, since, until, &s)))
+    if ((rc = range_stmt(st, group_stmt[group], tenant_id, since, until, &s)) ||
+        (rc = store_bind_int(st, s, 4, STORE_USAGE_MAX_ROWS + 1)))
         goto out;
     v = calloc(STORE_USAGE_MAX_ROWS, sizeof *v);
     if (!v) {
@@ -98,9 +85,9 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
         rc = store_sqlerr(st, r, "usage report");
         goto out;
     }
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     s = NULL;
-    if ((rc = prep(st, "SELECT 0, 0, " SUMS " FROM usage_ledger " WHERE, tenant_id, since, until, &s)))
+    if ((rc = range_stmt(st, S_USAGE_TOTAL, tenant_id, since, until, &s)))
         goto out;
     if ((r = sqlite3_step(s)) != SQLITE_ROW) {
         rc = store_sqlerr(st, r, "usage total");
@@ -108,8 +95,9 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
     }
     row_sums(s, 2, &tot);
 out:
-    sqlite3_finalize(s);
-    sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
+    if (s)
+        sqlite3_reset(s);
+    rc = store_r_end(st, rc);
     if (rc) {
         free(v);
         return rc;

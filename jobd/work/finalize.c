@@ -27,7 +27,7 @@ void finalize_output_id(const char *request_id, char out[ID_MAX])
 
 /* One output file being written. */
 struct ff {
-    char path[1024], tmp[1040], rel[256];
+    char path[STORE_PATH_MAX], tmp[STORE_PATH_MAX + 8], rel[STORE_REL_PATH_MAX];
     int fd;
     struct zst_writer *zw;
     struct sha256_ctx *sha;
@@ -52,15 +52,17 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    snprintf(f->rel, sizeof f->rel, "files/%s-%s.jsonl.zst", batch_id, kind);
-    snprintf(f->path, sizeof f->path, "%s/%s", dir, f->rel);
+    int rc;
+    if ((rc = store_path_batch_rel(batch_id, kind, f->rel)) ||
+        (rc = store_path_abs(dir, f->rel, f->path, sizeof f->path)))
+        return rc;
     snprintf(f->tmp, sizeof f->tmp, "%s.tmp", f->path);
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (f->fd < 0) {
         log_error("finalize: cannot create '%s': %s", f->tmp, strerror(errno));
         return ERR_IO;
     }
-    int rc = zst_writer_new(3, zst_fd_sink, &f->fd, &f->zw);
+    rc = zst_writer_new(3, zst_fd_sink, &f->fd, &f->zw);
     if (!rc && !(f->sha = sha256_new()))
         rc = ERR_NOMEM;
     if (rc)
@@ -126,9 +128,9 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
         unlink(f->tmp);
         return ERR_IO;
     }
-    char d[1024];
-    snprintf(d, sizeof d, "%s/files", dir);
-    int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char d[STORE_PATH_MAX];
+    int dfd = store_path_dir(dir, STORE_DIR_FILES, d, sizeof d) ? -1
+                                                                 : open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         if (fsync(dfd) != 0)
             rc = ERR_IO;
@@ -208,8 +210,9 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
                             int64_t now, const struct finalize_hooks *hooks, struct finalize_report *rep)
 {
     const char *dir = store_data_dir(st);
-    char fdir[1024];
-    snprintf(fdir, sizeof fdir, "%s/files", dir);
+    char fdir[STORE_PATH_MAX];
+    if (store_path_dir(dir, STORE_DIR_FILES, fdir, sizeof fdir))
+        return ERR_TOOBIG;
     if (mkdir(fdir, 0700) != 0 && errno != EEXIST) {
         log_error("finalize: cannot create '%s': %s", fdir, strerror(errno));
         return ERR_IO;

@@ -1,7 +1,8 @@
 /*
  * lease.c - the worker protocol's transactions: clamped wrappers over
- * store_lease.c (the parsers and answers are in lease_proto.c). See
- * lease.h. Runs on the thread that owns the store.
+ * store_lease.c (the acquire and its policy are in lease_policy.c, the
+ * parsers and answers in lease_proto.c). See lease.h. Runs on the thread
+ * that owns the store.
  */
 #include "jobd/work/lease.h"
 
@@ -47,47 +48,6 @@ int lease_worker_register(struct store *st, const struct store_worker_new *w, in
                           char id_out[ID_MAX])
 {
     return store_worker_register(st, w, now, id_out);
-}
-
-int lease_acquire(struct store *st, const struct lease_opts *o, const struct store_lease_ask *ask,
-                  int64_t now, struct store_lease *out)
-{
-    struct lease_opts tmp;
-    o = opts_or_default(o, &tmp);
-    if (!ask)
-        return ERR_INVAL;
-    struct store_lease_ask a = *ask;
-    a.lease_s = clamp64(a.lease_s ? a.lease_s : o->lease_s_default, o->lease_s_min, o->lease_s_max);
-    if (a.max_requests > o->max_requests)
-        a.max_requests = o->max_requests;
-    if (!a.max_bytes || a.max_bytes > o->max_bytes)
-        a.max_bytes = o->max_bytes;
-    struct store_lease l;
-    int rc = store_lease_acquire(st, &a, now, &l);
-    if (rc)
-        return rc;
-    /* each item's url is its batch's endpoint (a pack has few batches: one
-     * lookup per run of equal batch ids) */
-    struct store_batch b;
-    b.endpoint[0] = '\0';
-    const char *last = NULL;
-    for (size_t i = 0; i < l.n; i++) {
-        struct store_leased *it = &l.items[i];
-        if (!last || strcmp(last, it->batch_id) != 0) {
-            if (store_batch_get(st, NULL, it->batch_id, &b) == 0)
-                store_batch_release(&b); /* (only the endpoint is kept) */
-            else
-                b.endpoint[0] = '\0'; /* cannot happen for a leased row; the worker then guesses */
-            last = it->batch_id;
-        }
-        snprintf(it->endpoint, sizeof it->endpoint, "%s", b.endpoint);
-    }
-    if ((rc = lease_order_pack(&l, o->prefix_bytes))) {
-        /* the lease is committed; an order failure (no memory) keeps DB order */
-        rc = 0;
-    }
-    *out = l;
-    return 0;
 }
 
 int lease_heartbeat(struct store *st, const struct lease_opts *o, const char *lease_id,

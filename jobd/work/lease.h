@@ -3,9 +3,11 @@
  * (spec/worker-protocol.md) on top of the store's leasing transactions.
  *
  * Design. The transactional core lives in jobd/store/store_lease.c (only store*
- * files speak SQL); this module adds what is protocol rather than storage:
- * defaults and clamps (struct lease_opts), the order of a pack for the
- * worker (requests sharing a prompt prefix together, then by length), the
+ * files speak SQL); this module adds what is policy or protocol rather than
+ * storage: defaults and clamps (struct lease_opts), which tenant and batch
+ * a lease serves (lease_policy.c, over the store's leasing primitives), the
+ * order of a pack for the worker (requests sharing a prompt prefix
+ * together, then by length), the
  * strict parsers of the worker's JSON messages and of the zstd-compressed
  * JSONL result chunks (hostile input: capped, fuzzed by
  * tests/fuzz/fuzz_results.c), and the JSON answers. Each lease_* call that
@@ -64,9 +66,19 @@ int64_t lease_clock_s(void);
 int lease_worker_register(struct store *st, const struct store_worker_new *w, int64_t now,
                           char id_out[ID_MAX]);
 
-/* Lease a pack (store_lease_acquire) with the ask clamped to opts (lease
- * seconds, max_requests, max_bytes), then ordered by lease_order_pack.
- * out->n == 0: nothing ready. Errors as store_lease_acquire. */
+/* Lease up to ask->max_requests ready requests (status queued,
+ * next_attempt_at <= now) of the asked model (any of its names) from
+ * in_progress, unexpired batches, in one transaction, with the ask clamped
+ * to opts (lease seconds, max_requests, max_bytes; o NULL = defaults):
+ * tenants with ready work are served round-robin one request at a time,
+ * starting after the tenant served last for this model; within a tenant,
+ * batches by priority desc then oldest first; within a batch, fresh
+ * requests in line order, then due retries. Each pick is queued -> leased
+ * under a new lease row; the pack is then ordered by lease_order_pack and
+ * each item's endpoint filled. Nothing ready: 0 with out->n = 0 and out->id
+ * "" (no lease row; the worker is still marked seen). ERR_NOTFOUND unknown
+ * worker; ERR_INVAL bad ask or a model the worker did not register; store
+ * errors. out->items is the caller's (store_lease_clear). (lease_policy.c) */
 int lease_acquire(struct store *st, const struct lease_opts *o, const struct store_lease_ask *ask,
                   int64_t now, struct store_lease *out);
 
@@ -95,7 +107,7 @@ int lease_models_served(struct store *st, const struct lease_opts *o, int64_t no
 int lease_models_waiting(struct store *st, const struct lease_opts *o, int64_t now,
                          struct store_model_waiting **items, size_t *n);
 
-/* ---- pack order ---- */
+/* ---- pack order (lease_policy.c; not thread-safe: a static sort context) ---- */
 
 /* 64-bit FNV-1a of the first prefix_bytes of a body's prompt text: for chat
  * bodies the concatenation of role "\n" content "\n" of each message (text

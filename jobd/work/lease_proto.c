@@ -1,8 +1,8 @@
 /*
- * lease_proto.c - the worker protocol's pure parts: pack order, message
- * parsers, the results chunk parser (fuzzed: tests/fuzz/fuzz_results.c) and
- * the JSON answers. No store access, so the fuzzer links it alone. See
- * lease.h. Thread-safe except lease_order_pack (a static sort context).
+ * lease_proto.c - the worker protocol's pure parts: message parsers, the
+ * results chunk parser (fuzzed: tests/fuzz/fuzz_results.c) and the JSON
+ * answers. No store access, so the fuzzer links it alone. See lease.h.
+ * Thread-safe.
  */
 #include "jobd/work/lease.h"
 
@@ -34,135 +34,6 @@ void lease_opts_default(struct lease_opts *o)
     o->prefix_bytes = 256;
     o->worker_ttl_s = 120;
     o->retry_after_ms = 1000;
-}
-
-/* ---- pack order --------------------------------------------------------------------- */
-
-struct fnv {
-    uint64_t h;
-    size_t left;
-};
-
-static void fnv_add(struct fnv *f, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n && f->left > 0; i++, f->left--) {
-        f->h ^= (unsigned char)s[i];
-        f->h *= 1099511628211ull;
-    }
-}
-
-uint64_t lease_prefix_hash(const char *body, size_t len, size_t prefix_bytes)
-{
-    struct fnv f = {14695981039346656037ull, prefix_bytes};
-    json_t *root = NULL;
-    struct js_limits lim = {LEASE_LINE_MAX_BYTES, 64, 0};
-    if (js_parse(body, len, &lim, &root, NULL) || !json_is_object(root)) {
-        json_decref(root);
-        fnv_add(&f, body, len);
-        return f.h;
-    }
-    json_t *msgs = json_object_get(root, "messages");
-    json_t *prompt = json_object_get(root, "prompt");
-    if (json_is_array(msgs)) {
-        size_t i;
-        json_t *m;
-        json_array_foreach(msgs, i, m)
-        {
-            const char *role = json_string_value(json_object_get(m, "role"));
-            json_t *c = json_object_get(m, "content");
-            if (role)
-                fnv_add(&f, role, strlen(role));
-            fnv_add(&f, "\n", 1);
-            if (json_is_string(c)) {
-                fnv_add(&f, json_string_value(c), json_string_length(c));
-            } else if (json_is_array(c)) {
-                size_t j;
-                json_t *part;
-                json_array_foreach(c, j, part)
-                {
-                    json_t *t = json_object_get(part, "text");
-                    if (json_is_string(t))
-                        fnv_add(&f, json_string_value(t), json_string_length(t));
-                }
-            }
-            fnv_add(&f, "\n", 1);
-        }
-    } else if (json_is_string(prompt)) {
-        fnv_add(&f, json_string_value(prompt), json_string_length(prompt));
-    } else if (json_is_array(prompt) && json_is_string(json_array_get(prompt, 0))) {
-        json_t *p0 = json_array_get(prompt, 0);
-        fnv_add(&f, json_string_value(p0), json_string_length(p0));
-    }
-    json_decref(root);
-    return f.h;
-}
-
-struct pack_key {
-    uint64_t hash;
-    size_t group_n; /* items sharing the hash */
-    size_t index;   /* original position (stability) */
-};
-
-static const struct store_leased *g_sort_items; /* qsort has no context argument in C11 */
-
-static int pack_cmp(const void *a, const void *b)
-{
-    const struct pack_key *x = a, *y = b;
-    if (x->group_n != y->group_n)
-        return x->group_n > y->group_n ? -1 : 1;
-    if (x->hash != y->hash)
-        return x->hash < y->hash ? -1 : 1;
-    const struct store_leased *p = &g_sort_items[x->index], *q = &g_sort_items[y->index];
-    if (p->prompt_tokens_est != q->prompt_tokens_est)
-        return p->prompt_tokens_est < q->prompt_tokens_est ? -1 : 1;
-    if (p->max_tokens != q->max_tokens)
-        return p->max_tokens < q->max_tokens ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-static int hash_cmp(const void *a, const void *b)
-{
-    const struct pack_key *x = a, *y = b;
-    return x->hash < y->hash ? -1 : x->hash > y->hash;
-}
-
-int lease_order_pack(struct store_lease *l, size_t prefix_bytes)
-{
-    if (l->n < 2)
-        return 0;
-    struct pack_key *k = calloc(l->n, sizeof *k), *byh = calloc(l->n, sizeof *byh);
-    struct store_leased *sorted = calloc(l->n, sizeof *sorted);
-    if (!k || !byh || !sorted) {
-        free(k);
-        free(byh);
-        free(sorted);
-        return ERR_NOMEM;
-    }
-    for (size_t i = 0; i < l->n; i++) {
-        k[i].hash = lease_prefix_hash(l->items[i].body, l->items[i].body_len, prefix_bytes);
-        k[i].index = i;
-    }
-    /* group sizes: sort a copy by hash and count runs */
-    memcpy(byh, k, l->n * sizeof *k);
-    qsort(byh, l->n, sizeof *byh, hash_cmp);
-    for (size_t i = 0; i < l->n;) {
-        size_t j = i;
-        while (j < l->n && byh[j].hash == byh[i].hash)
-            j++;
-        for (size_t t = i; t < j; t++)
-            k[byh[t].index].group_n = j - i;
-        i = j;
-    }
-    g_sort_items = l->items;
-    qsort(k, l->n, sizeof *k, pack_cmp);
-    g_sort_items = NULL;
-    for (size_t i = 0; i < l->n; i++)
-        sorted[i] = l->items[k[i].index];
-    memcpy(l->items, sorted, l->n * sizeof *sorted);
-    free(k);
-    free(byh);
-    free(sorted);
-    return 0;
 }
 
 /* ---- errors --------------------------------------------------------------------------- */

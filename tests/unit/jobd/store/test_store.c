@@ -700,3 +700,23 @@ TEST(store_file_list_orders_and_filters)
     free(items);
     store_close(st);
 }
+
+TEST(store_paths_spell_the_data_directory_layout)
+{
+    char rel[STORE_REL_PATH_MAX], p[STORE_PATH_MAX];
+    CHECK_EQ_INT(store_path_upload_rel("file-abc", rel), 0);
+    CHECK_EQ_STR(rel, "files/file-abc.jsonl.zst");
+    CHECK_EQ_INT(store_path_abs("/d", rel, p, sizeof p), 0);
+    CHECK_EQ_STR(p, "/d/files/file-abc.jsonl.zst");
+    CHECK_EQ_INT(store_path_batch_rel("batch_x", "errors", rel), 0);
+    CHECK_EQ_STR(rel, "files/batch_x-errors.jsonl.zst");
+    CHECK_EQ_INT(store_path_dir("/d", STORE_DIR_TMP, p, sizeof p), 0);
+    CHECK_EQ_STR(p, "/d/tmp");
+    CHECK_EQ_INT(store_path_dir("/d", STORE_DIR_FILES, p, sizeof p), 0);
+    CHECK_EQ_STR(p, "/d/files");
+    /* a stored path that leaves the data directory is refused */
+    CHECK_EQ_INT(store_path_abs("/d", "/etc/passwd", p, sizeof p), ERR_CORRUPT);
+    CHECK_EQ_INT(store_path_abs("/d", "files/../../x", p, sizeof p), ERR_CORRUPT);
+    char small[8];
+    CHECK_EQ_INT(store_path_abs("/d", "files/long-name", small, sizeof small), ERR_TOOBIG);
+}
