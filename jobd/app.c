@@ -179,6 +179,7 @@ static void api_config_from(const struct app *app, struct api_config *ac)
     ac->data_dir = cfg->data_dir;
     ac->host = app->host;
     ac->store = cfg->store;
+    ac->prices = cfg->prices;
     ac->limits = cfg->limits;
     ac->max_upload_bytes = cfg->max_upload_bytes;
     ac->max_json_bytes = cfg->max_json_bytes;
@@ -197,6 +198,8 @@ int app_run(const struct app_config *cfg)
     if (!app)
         return ERR_NOMEM;
     app->cfg = *cfg;
+    app->cfg.store.cost = usage_cost_hook; /* every store connection prices results the same */
+    app->cfg.store.cost_ctx = cfg->prices;
     int rc = 0;
     uv_loop_t loop;
     int loop_ok = 0;

@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "jobd/account/usage.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
@@ -31,7 +32,9 @@
 struct app_config {
     const char *listen;              /* "HOST:PORT" or "[V6]:PORT"; default "127.0.0.1:8080" */
     const char *data_dir;            /* default "./data" */
-    struct store_opts store;         /* durability, busy timeout, idempotency retention */
+    struct store_opts store;         /* durability, busy timeout, idempotency retention (the
+                                        cost hook is set by app_run from prices) */
+    const struct usage_prices *prices; /* per-model prices (results, budget estimates); NULL = all 0 */
     struct http_config http;         /* deadlines, caps (host/port come from listen) */
     struct ingest_limits limits;     /* JSONL validation limits */
     uint64_t max_upload_bytes;       /* raw body of POST /v1/files and /v1/jobs; default 512 MiB */

@@ -6,6 +6,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "jobd/account/usage.h"
 #include "jobd/app.h"
 #include "jobd/store/store.h"
 
@@ -232,7 +233,7 @@ int main(int argc, char **argv)
         cli_error("jobd", "see jobd --help", "--prices: %s", perr);
         return CLI_EXIT_USAGE;
     }
-    ac.store.prices = &prices;
+    ac.prices = &prices;
     int rc = app_run(&ac);
     usage_prices_release(&prices);
     if (rc == ERR_AUTH)

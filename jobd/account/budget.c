@@ -1,6 +1,5 @@
 /*
- * budget.c - admission estimate and decision (see budget.h). Pure apart from
- * the file scan.
+ * budget.c - admission estimate and decision (see budget.h). Pure.
  */
 #include "jobd/account/budget.h"
 
@@ -9,47 +8,26 @@
 
 #include "common/err.h"
 
-struct scan {
-    const struct usage_prices *prices;
-    struct budget_estimate e;
-    const struct usage_price *price;
-    int rc;
-};
-
-static void on_line(void *ctx, const struct ingest_line *l)
+int budget_estimate_add(struct budget_estimate *e, const struct usage_prices *prices, const char *model,
+                        int64_t prompt_tokens_est, int64_t max_tokens)
 {
-    struct scan *sc = ctx;
-    if (sc->rc)
-        return;
-    if (!sc->e.model[0]) {
-        snprintf(sc->e.model, sizeof sc->e.model, "%s", l->model);
-        sc->price = usage_price_find(sc->prices, l->model);
-        sc->e.price_in = sc->price ? sc->price->in : 0;
-        sc->e.price_out = sc->price ? sc->price->out : 0;
+    if (!e->model[0]) {
+        snprintf(e->model, sizeof e->model, "%s", model);
+        const struct usage_price *p = usage_price_find(prices, model);
+        e->price_in = p ? p->in : 0;
+        e->price_out = p ? p->out : 0;
     }
-    int64_t cost = 0, tok;
-    if (__builtin_add_overflow(l->prompt_tokens_est, l->max_tokens, &tok) ||
-        usage_cost_micros(sc->price, l->prompt_tokens_est, 0, l->max_tokens, &cost) ||
-        __builtin_add_overflow(sc->e.tokens, tok, &sc->e.tokens) ||
-        __builtin_add_overflow(sc->e.micros, cost, &sc->e.micros)) {
-        sc->rc = ERR_TOOBIG;
-        return;
-    }
-    sc->e.n_requests++;
-}
-
-int budget_estimate_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
-                         const struct usage_prices *prices, struct budget_estimate *out)
-{
-    struct scan sc;
-    memset(&sc, 0, sizeof sc);
-    sc.prices = prices;
-    int rc = ingest_scan_file(path, endpoint, lim, on_line, &sc, NULL);
-    if (!rc)
-        rc = sc.rc;
-    if (!rc)
-        *out = sc.e;
-    return rc;
+    /* cached tokens are 0 in an estimate, so IN and OUT are the whole price */
+    struct usage_price price = {.in = e->price_in, .out = e->price_out};
+    int64_t cost = 0, tok, tokens, micros;
+    if (__builtin_add_overflow(prompt_tokens_est, max_tokens, &tok) ||
+        usage_cost_micros(&price, prompt_tokens_est, 0, max_tokens, &cost) ||
+        __builtin_add_overflow(e->tokens, tok, &tokens) || __builtin_add_overflow(e->micros, cost, &micros))
+        return ERR_TOOBIG;
+    e->tokens = tokens;
+    e->micros = micros;
+    e->n_requests++;
+    return 0;
 }
 
 const char *budget_verdict_code(enum budget_verdict v)

@@ -4,7 +4,8 @@
  *
  * Design. A submission's estimate is computed from its input file before
  * any batch row exists, by the same line reader and line check ingest uses
- * (ingest_scan_file), so the reserved tokens equal exactly what ingest will
+ * (ingest_estimate_file in jobd/intake/ingest.h feeds each valid line to
+ * budget_estimate_add), so the reserved tokens equal exactly what ingest will
  * store in requests.prompt_tokens_est + max_tokens for a valid file. Its
  * cost is priced per request as if every estimated prompt token were
  * uncached input and every max_tokens were produced, rounded half up per
@@ -13,8 +14,7 @@
  * ingest and releases its reservation). The check compares use + estimate
  * with each limit in the order queued tokens, daily spend, monthly spend.
  *
- * Threads: pure functions, plus a file scan (a thread-pool thread: it reads
- * the whole input file).
+ * Threads: pure functions, any thread.
  */
 #ifndef JOBD_BUDGET_H
 #define JOBD_BUDGET_H
@@ -22,7 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jobd/intake/ingest.h"
 #include "jobd/store/store_budget.h"
 #include "jobd/account/usage.h"
 
@@ -34,10 +33,12 @@ struct budget_estimate {
     char model[128];     /* model of the first valid line ("" if none) */
 };
 
-/* Estimate the JSONL file at path for endpoint (see above). 0, ERR_NOTFOUND
- * (no file), ERR_TOOBIG (a sum overflows int64), ERR_IO, ERR_NOMEM. */
-int budget_estimate_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
-                         const struct usage_prices *prices, struct budget_estimate *out);
+/* Add one valid request line (its model, estimated prompt tokens and
+ * max_tokens) to *e, which starts zeroed. The first line's model sets the
+ * model and its prices (unpriced: 0). 0, or ERR_TOOBIG (a sum overflows
+ * int64; *e unchanged). */
+int budget_estimate_add(struct budget_estimate *e, const struct usage_prices *prices, const char *model,
+                        int64_t prompt_tokens_est, int64_t max_tokens);
 
 enum budget_verdict {
     BUDGET_OK = 0,

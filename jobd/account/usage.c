@@ -149,3 +149,9 @@ int usage_cost_micros(const struct usage_price *price, int64_t prompt, int64_t c
     *out = whole;
     return 0;
 }
+
+int usage_cost_hook(const void *prices, const char *model, int64_t prompt, int64_t cached, int64_t completion,
+                    int64_t *out)
+{
+    return usage_cost_micros(usage_price_find(prices, model), prompt, cached, completion, out);
+}

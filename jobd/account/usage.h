@@ -55,4 +55,10 @@ const struct usage_price *usage_price_find(const struct usage_prices *p, const c
 int usage_cost_micros(const struct usage_price *price, int64_t prompt, int64_t cached,
                       int64_t completion, int64_t *out);
 
+/* usage_cost_micros with the price of model in the table prices (a const
+ * struct usage_prices *, NULL = empty): the store's cost hook
+ * (store_cost_fn, jobd/store/store.h). */
+int usage_cost_hook(const void *prices, const char *model, int64_t prompt, int64_t cached, int64_t completion,
+                    int64_t *out);
+
 #endif

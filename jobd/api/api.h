@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "jobd/account/usage.h"
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
 #include "jobd/work/lease.h"
@@ -47,7 +48,8 @@ struct webhook_dispatcher;
 struct api_config {
     const char *data_dir;         /* the data directory (files/, tmp/ exist) */
     const char *host;             /* the listen host: decides the no-auth mode */
-    struct store_opts store;      /* connections; usage prices (budget estimates) */
+    struct store_opts store;      /* connections */
+    const struct usage_prices *prices; /* budget estimates; NULL = everything costs 0 */
     struct ingest_limits limits;  /* JSONL limits: max_file_bytes caps uploads */
     uint64_t max_upload_bytes;    /* raw body of POST /v1/files and /v1/jobs */
     uint64_t max_json_bytes;      /* body of POST /v1/batches */

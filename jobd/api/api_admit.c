@@ -38,7 +38,7 @@ int api_admit_prepare(struct api_job *op, struct store *st, const char *path, co
      * is not a writer the ingest thread should yield to (jobd/intake/ingestq.c) */
     if (op->writes)
         atomic_fetch_sub(&op->api->writers, 1);
-    rc = budget_estimate_file(path, endpoint, &op->api->cfg.limits, op->api->cfg.store.prices, &adm->est);
+    rc = ingest_estimate_file(path, endpoint, &op->api->cfg.limits, op->api->cfg.prices, &adm->est);
     if (op->writes)
         atomic_fetch_add(&op->api->writers, 1);
     if (rc == ERR_NOTFOUND)

@@ -410,3 +410,32 @@ out:
     jsonl_reader_free(rd);
     return rc;
 }
+
+/* ---- admission estimate ------------------------------------------------------ */
+
+struct estimate_scan {
+    const struct usage_prices *prices;
+    struct budget_estimate e;
+    int rc;
+};
+
+static void estimate_line(void *ctx, const struct ingest_line *l)
+{
+    struct estimate_scan *sc = ctx;
+    if (!sc->rc)
+        sc->rc = budget_estimate_add(&sc->e, sc->prices, l->model, l->prompt_tokens_est, l->max_tokens);
+}
+
+int ingest_estimate_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
+                         const struct usage_prices *prices, struct budget_estimate *out)
+{
+    struct estimate_scan sc;
+    memset(&sc, 0, sizeof sc);
+    sc.prices = prices;
+    int rc = ingest_scan_file(path, endpoint, lim, estimate_line, &sc, NULL);
+    if (!rc)
+        rc = sc.rc;
+    if (!rc)
+        *out = sc.e;
+    return rc;
+}

@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jobd/account/budget.h"
 #include "jobd/store/store.h"
 
 struct ingest_limits {
@@ -136,12 +137,20 @@ int ingest_batch(struct store *st, const char *batch_id, const struct ingest_lim
  * on_line for every line that passes ingest_line_check (l is borrowed for
  * the call); invalid, blank and over-long lines are skipped, and the scan
  * stops quietly where ingest would fail the whole file (corrupt stream, size
- * or request limit). Used for admission estimates (jobd/account/budget.h), before
+ * or request limit). Used for admission estimates (ingest_estimate_file), before
  * any batch row exists. Returns 0 (*n_lines, may be NULL: physical lines
  * read), ERR_NOTFOUND (no file), ERR_IO, ERR_NOMEM. Any thread. */
 int ingest_scan_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
                      void (*on_line)(void *ctx, const struct ingest_line *l), void *ctx,
                      int64_t *n_lines);
+
+/* The admission estimate of the JSONL file at path for endpoint
+ * (jobd/account/budget.h): ingest_scan_file feeding budget_estimate_add, so
+ * it counts exactly the lines ingest will store. *out written on success
+ * only. 0, ERR_NOTFOUND (no file), ERR_TOOBIG (a sum overflows int64),
+ * ERR_IO, ERR_NOMEM. Any thread. */
+int ingest_estimate_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
+                         const struct usage_prices *prices, struct budget_estimate *out);
 
 /* Ingest every batch in 'validating' (startup scan after a crash), oldest
  * first. Returns 0 or the first error (it goes on with the others); *n_done

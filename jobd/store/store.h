@@ -115,7 +115,6 @@
 
 #include "common/crypto.h"
 #include "common/id.h"
-#include "jobd/account/usage.h"
 
 /* The embedded schema.sql (build/gen/schema_sql.c), NUL-terminated. */
 extern const char store_schema_sql[];
@@ -127,6 +126,14 @@ enum store_durability {
     STORE_DURABILITY_NORMAL,   /* synchronous=NORMAL: synced at checkpoints only */
 };
 
+/* The price of one committed result: micro-dollars of prompt (of which
+ * cached) and completion tokens of model into *micros; 0 or an error (the
+ * row then records INT64_MAX). Pure, called on the committing thread. The
+ * store knows no prices: the account layer provides this
+ * (usage_cost_hook, jobd/account/usage.h) and the wiring sets it. */
+typedef int (*store_cost_fn)(const void *ctx, const char *model, int64_t prompt, int64_t cached,
+                             int64_t completion, int64_t *micros);
+
 struct store_opts {
     enum store_durability durability;
     int busy_timeout_ms;             /* wait for the write lock this long (default 5000) */
@@ -134,11 +141,11 @@ struct store_opts {
     int64_t idem_inflight_timeout_s; /* an in-flight reservation older than this is
                                         abandoned (its holder died) and may be taken over
                                         (default 300) */
-    const struct usage_prices *prices; /* prices each committed result's usage_ledger row
-                                          (jobd/account/usage.h); borrowed, outlives the store;
-                                          NULL = everything costs 0 */
+    store_cost_fn cost;              /* prices each committed result's usage_ledger row;
+                                        NULL = everything costs 0 */
+    const void *cost_ctx;            /* cost's first argument; borrowed, outlives the store */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL})
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL})
 
 #define STORE_DB_NAME "jobd.db" /* file name inside the data directory */
 

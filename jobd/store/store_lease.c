@@ -30,7 +30,6 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/store/store_int.h"
-#include "jobd/account/usage.h"
 
 #define MSG_CANCELLED "This request was not executed because the batch was cancelled."
 #define MSG_EXPIRED "This request could not be executed before the completion window expired."
@@ -662,9 +661,10 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         int64_t cost = 0;
-        if (usage_cost_micros(usage_price_find(st->opts.prices, q.model), it->prompt_tokens,
-                              it->cached_tokens < it->prompt_tokens ? it->cached_tokens : it->prompt_tokens,
-                              it->completion_tokens, &cost))
+        if (st->opts.cost &&
+            st->opts.cost(st->opts.cost_ctx, q.model, it->prompt_tokens,
+                          it->cached_tokens < it->prompt_tokens ? it->cached_tokens : it->prompt_tokens,
+                          it->completion_tokens, &cost))
             cost = INT64_MAX; /* unreachable: the protocol caps counts at 2^40, prices at 1e12 */
         sqlite3_stmt *s = store_stmt(st, S_USAGE_INSERT, &rc);
         if (!s || (rc = store_bind_int(st, s, 9, cost)) || (rc = bind_texts(st, s, 1, q.tenant_id, q.batch_id)) ||

@@ -24,6 +24,12 @@ def _tree(files):
     return root
 
 
+def test_layout_tree_obeys_the_include_rules():
+    r = _check(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("check-includes: ok ("), r.stdout
+
+
 def test_layout_checker_refuses_a_lower_layer_including_a_higher_one():
     root = _tree({
         "common/buf.h": "int buf;\n",
