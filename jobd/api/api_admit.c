@@ -12,9 +12,23 @@
 #include "common/log.h"
 #include "jobd/api/api_int.h"
 
-int api_admit_prepare(struct api_job *op, struct store *st, const char *path, const char *file_id,
+struct estimate_call {
+    const char *path, *endpoint;
+    struct api *api;
+    struct budget_estimate *out;
+    int rc;
+};
+
+static void estimate_call(void *ctx)
+{
+    struct estimate_call *c = ctx;
+    c->rc = ingest_estimate_file(c->path, c->endpoint, &c->api->cfg.limits, c->api->cfg.prices, c->out);
+}
+
+int api_admit_prepare(struct api_job *op, struct store **stp, const char *path, const char *file_id,
                       const char *endpoint, struct api_admit *adm)
 {
+    struct store *st = *stp;
     memset(adm, 0, sizeof *adm);
     adm->job = op;
     int rc = store_limits_get(st, op->tenant, &adm->limits);
@@ -34,13 +48,11 @@ int api_admit_prepare(struct api_job *op, struct store *st, const char *path, co
             return rc;
         path = buf;
     }
-    /* the scan reads a file and wants no write lock: while it runs, this op
+    /* the scan reads the whole file: it holds no connection of the pool and
      * is not a writer the ingest thread should yield to (jobd/intake/ingestq.c) */
-    if (op->writes)
-        atomic_fetch_sub(&op->api->writers, 1);
-    rc = ingest_estimate_file(path, endpoint, &op->api->cfg.limits, op->api->cfg.prices, &adm->est);
-    if (op->writes)
-        atomic_fetch_add(&op->api->writers, 1);
+    struct estimate_call c = {path, endpoint, op->api, &adm->est, 0};
+    *stp = api_job_unlocked(op, st, estimate_call, &c);
+    rc = c.rc;
     if (rc == ERR_NOTFOUND)
         return 0; /* missing bytes: ingest fails the batch */
     if (rc)

@@ -128,14 +128,28 @@ static void job_work(void *arg)
     struct api *api = job->api;
     if (job->writes)
         atomic_fetch_add(&api->writers, 1);
-    struct store *st = pool_get(&api->pool);
+    job->st = pool_get(&api->pool);
     buf_reset(&job->out);
     job->status = 0;
     job->retry_after = 0;
-    job->run(job, st);
-    pool_put(&api->pool, st);
+    job->run(job, job->st);
+    pool_put(&api->pool, job->st); /* the one run ended with (api_job_unlocked may swap it) */
+    job->st = NULL;
     if (job->writes)
         atomic_fetch_sub(&api->writers, 1);
+}
+
+struct store *api_job_unlocked(struct api_job *job, struct store *st, void (*fn)(void *ctx), void *ctx)
+{
+    struct api *api = job->api;
+    if (job->writes)
+        atomic_fetch_sub(&api->writers, 1);
+    pool_put(&api->pool, st);
+    fn(ctx);
+    job->st = pool_get(&api->pool);
+    if (job->writes)
+        atomic_fetch_add(&api->writers, 1);
+    return job->st;
 }
 
 void api_job_answer(struct http_req *req, struct api_job *job)

@@ -73,6 +73,7 @@ struct api_job {
     int retry_after;                           /* seconds, 0 = none */
     int replayed;                              /* Idempotent-Replayed: true */
     int wake_sweeper;                          /* wake the sweeper before answering */
+    struct store *st;                          /* the connection run holds (api_job_unlocked) */
 };
 
 /* Set up job (zeroing it): api, run, free_fn (frees the struct embedding
@@ -90,6 +91,14 @@ void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
  * (allocation failed) or a failed queueing: answers 500 itself (and frees
  * job). Takes ownership. */
 void api_job_run(struct http_req *req, struct api_job *job);
+
+/* In run, with no transaction open on st: run fn(ctx) without holding a
+ * store connection (a long file scan must not keep one of the pool's few
+ * connections, nor count as a writer the ingest thread yields to). st goes
+ * back to the pool, fn runs, and a connection is checked out again and
+ * returned: run goes on with the returned one (perhaps another). Can't fail
+ * (a checkout waits for an idle connection). */
+struct store *api_job_unlocked(struct api_job *job, struct store *st, void (*fn)(void *ctx), void *ctx);
 
 /* Free job (out and the route struct). NULL ok. */
 void api_job_free(struct api_job *job);

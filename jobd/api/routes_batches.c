@@ -142,7 +142,7 @@ static void submit(struct create_job *cj, struct store *st)
     if (api_idem_begin(job, st))
         return;
     struct store_file sf;
-    char final[1400] = "";
+    char final[STORE_PATH_MAX] = "";
     int rc;
     if (jobs) {
         if ((rc = store_body(cj, &sf, final, sizeof final))) {
@@ -154,7 +154,7 @@ static void submit(struct create_job *cj, struct store *st)
     }
     struct api_admit adm;
     int prepared = 0;
-    rc = api_admit_prepare(job, st, jobs ? final : NULL, bi->input_file_id, bi->endpoint, &adm);
+    rc = api_admit_prepare(job, &st, jobs ? final : NULL, bi->input_file_id, bi->endpoint, &adm);
     if (rc) {
         what = jobs ? what : "budget estimate";
     } else {
