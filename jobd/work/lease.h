@@ -107,7 +107,7 @@ int lease_models_served(struct store *st, const struct lease_opts *o, int64_t no
 int lease_models_waiting(struct store *st, const struct lease_opts *o, int64_t now,
                          struct store_model_waiting **items, size_t *n);
 
-/* ---- pack order (lease_policy.c; not thread-safe: a static sort context) ---- */
+/* ---- pack order (lease_policy.c; thread-safe) ---- */
 
 /* 64-bit FNV-1a of the first prefix_bytes of a body's prompt text: for chat
  * bodies the concatenation of role "\n" content "\n" of each message (text

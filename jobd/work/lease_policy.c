@@ -330,13 +330,15 @@ uint64_t lease_prefix_hash(const char *body, size_t len, size_t prefix_bytes)
     return f.h;
 }
 
+/* The sort key of one item, self-contained: qsort has no context argument
+ * in C11, and lease_order_pack runs on several pool threads at once (a
+ * process-global pointer to the items raced between two workers' leases). */
 struct pack_key {
     uint64_t hash;
     size_t group_n; /* items sharing the hash */
+    int64_t prompt_tokens_est, max_tokens;
     size_t index;   /* original position (stability) */
 };
-
-static const struct store_leased *g_sort_items; /* qsort has no context argument in C11 */
 
 static int pack_cmp(const void *a, const void *b)
 {
@@ -345,11 +347,10 @@ static int pack_cmp(const void *a, const void *b)
         return x->group_n > y->group_n ? -1 : 1;
     if (x->hash != y->hash)
         return x->hash < y->hash ? -1 : 1;
-    const struct store_leased *p = &g_sort_items[x->index], *q = &g_sort_items[y->index];
-    if (p->prompt_tokens_est != q->prompt_tokens_est)
-        return p->prompt_tokens_est < q->prompt_tokens_est ? -1 : 1;
-    if (p->max_tokens != q->max_tokens)
-        return p->max_tokens < q->max_tokens ? -1 : 1;
+    if (x->prompt_tokens_est != y->prompt_tokens_est)
+        return x->prompt_tokens_est < y->prompt_tokens_est ? -1 : 1;
+    if (x->max_tokens != y->max_tokens)
+        return x->max_tokens < y->max_tokens ? -1 : 1;
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
@@ -373,6 +374,8 @@ int lease_order_pack(struct store_lease *l, size_t prefix_bytes)
     }
     for (size_t i = 0; i < l->n; i++) {
         k[i].hash = lease_prefix_hash(l->items[i].body, l->items[i].body_len, prefix_bytes);
+        k[i].prompt_tokens_est = l->items[i].prompt_tokens_est;
+        k[i].max_tokens = l->items[i].max_tokens;
         k[i].index = i;
     }
     /* group sizes: sort a copy by hash and count runs */
@@ -386,9 +389,7 @@ int lease_order_pack(struct store_lease *l, size_t prefix_bytes)
             k[byh[t].index].group_n = j - i;
         i = j;
     }
-    g_sort_items = l->items;
     qsort(k, l->n, sizeof *k, pack_cmp);
-    g_sort_items = NULL;
     for (size_t i = 0; i < l->n; i++)
         sorted[i] = l->items[k[i].index];
     memcpy(l->items, sorted, l->n * sizeof *sorted);

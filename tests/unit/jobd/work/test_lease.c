@@ -5,6 +5,7 @@
  * uploads, cancel, batch expiry, fairness, and crash safety with forked
  * children killed at random points. */
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1166,4 +1167,65 @@ TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
     CHECK_EQ_INT((int)ws.leases_outstanding, 0);
     free(ws.models);
     store_close(fx.st);
+}
+
+/* ---- lease_order_pack on several threads ---------------------------------------------- */
+
+struct order_run {
+    size_t n;     /* items in each pack */
+    int rounds;
+    int bad;      /* packs that came out in the wrong order */
+};
+
+static void *order_thread(void *arg)
+{
+    struct order_run *r = arg;
+    static const char body[] = "{\"prompt\":\"the same prompt for every item\"}";
+    for (int round = 0; round < r->rounds; round++) {
+        struct store_lease l;
+        memset(&l, 0, sizeof l);
+        l.n = r->n;
+        l.items = calloc(r->n, sizeof *l.items);
+        if (!l.items) {
+            r->bad++;
+            return NULL;
+        }
+        for (size_t i = 0; i < r->n; i++) {
+            l.items[i].body = (char *)body; /* one hash: every comparison reaches the lengths */
+            l.items[i].body_len = sizeof body - 1;
+            l.items[i].prompt_tokens_est = (int64_t)((r->n - i) % 5);
+            l.items[i].max_tokens = (int64_t)(i % 3);
+            l.items[i].attempt = (int64_t)i; /* the original position, to check stability */
+        }
+        if (lease_order_pack(&l, 64) != 0)
+            r->bad++;
+        for (size_t i = 1; i < r->n; i++) {
+            const struct store_leased *p = &l.items[i - 1], *q = &l.items[i];
+            if (p->prompt_tokens_est > q->prompt_tokens_est ||
+                (p->prompt_tokens_est == q->prompt_tokens_est &&
+                 (p->max_tokens > q->max_tokens || (p->max_tokens == q->max_tokens && p->attempt > q->attempt)))) {
+                r->bad++;
+                break;
+            }
+        }
+        free(l.items);
+    }
+    return NULL;
+}
+
+/* Regression: lease_order_pack sorted through a process-global pointer to
+ * the items (qsort has no context), while lease_acquire runs on several pool
+ * threads: two packs ordered at once read each other's items (wrong order,
+ * out of bounds, or NULL). Each thread's packs must come out right whatever
+ * the other does. */
+TEST(lease_order_pack_is_thread_safe)
+{
+    struct order_run a = {.n = 300, .rounds = 300}, b = {.n = 7, .rounds = 6000};
+    pthread_t ta, tb;
+    CHECK_EQ_INT(pthread_create(&ta, NULL, order_thread, &a), 0);
+    CHECK_EQ_INT(pthread_create(&tb, NULL, order_thread, &b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_EQ_INT(a.bad, 0);
+    CHECK_EQ_INT(b.bad, 0);
 }
