@@ -1143,7 +1143,10 @@ TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
     for (int i = 0; i < 1000 && !done; i++) {
         sweeper_wake(sw);
         get_batch(&fx, bid, &b);
-        done = b.status == STORE_BATCH_EXPIRED;
+        /* the sweeper counts a finished batch after its commit: the status
+         * can be visible a moment before the count (race fix: wait for both) */
+        sweeper_stats(sw, &s);
+        done = b.status == STORE_BATCH_EXPIRED && s.batches_finished >= 1;
         store_batch_release(&b);
         if (!done)
             usleep(10000);
