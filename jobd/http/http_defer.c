@@ -212,7 +212,7 @@ static void stream_next(struct http_stream *s)
 int http_respond_stream(struct http_req *req, int status, const char *content_type, http_read_fn read,
                         void (*done)(void *arg, int err), void *arg)
 {
-    if (!req || !req->srv || !read || !done)
+    if (!req || !req->srv || !read || !done || status < 100 || status > 999)
         return ERR_INVAL;
     if (req->responded)
         return ERR_BADSTATE;
@@ -232,7 +232,17 @@ int http_respond_stream(struct http_req *req, int status, const char *content_ty
     s->arg = arg;
     s->w.data = s;
     s->t.data = s;
-    http_respond_begin(req, status, content_type);
-    stream_next(s);
+    int rc = http_respond_begin(req, status, content_type);
+    if (rc && rc != ERR_CONN) {
+        /* the head could not be built or written: the connection was closed
+         * and the request retired with it (the arguments were checked above,
+         * so no other error is left). The stream ends before its first read;
+         * done runs from the timer's close callback. */
+        s->err = rc;
+        s->req = NULL;
+        uv_close((uv_handle_t *)&s->t, stream_closed);
+        return 0;
+    }
+    stream_next(s); /* ERR_CONN: the client is gone; the first chunk's write fails and ends it */
     return 0;
 }
