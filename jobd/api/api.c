@@ -18,9 +18,7 @@ int api_new(const struct api_config *cfg, struct api **out)
     if (!api)
         return ERR_NOMEM;
     api->cfg = *cfg;
-    int rc = store_path_dir(cfg->data_dir, STORE_DIR_FILES, api->files_dir, sizeof api->files_dir);
-    if (!rc)
-        rc = store_path_dir(cfg->data_dir, STORE_DIR_TMP, api->tmp_dir, sizeof api->tmp_dir);
+    int rc = store_path_dir(cfg->data_dir, STORE_DIR_TMP, api->tmp_dir, sizeof api->tmp_dir);
     if (rc) {
         log_error("data directory %s: %s", cfg->data_dir, err_msg(rc));
         goto fail;

@@ -21,7 +21,7 @@
 
 struct api {
     struct api_config cfg;
-    char files_dir[1024], tmp_dir[1024];
+    char tmp_dir[1024];            /* uploads in progress (store_path_dir) */
     struct store *loop_st;         /* loop thread: authentication only */
     struct api_pool pool;          /* thread-pool threads */
     struct http_server *srv;       /* routes added to it (metrics read its counters) */
