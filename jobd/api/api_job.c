@@ -90,6 +90,26 @@ void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
     api_job_init(job, rc->api, run, free_fn, strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0, 64u << 20);
     snprintf(job->tenant, sizeof job->tenant, "%s", rc->tenant);
     snprintf(job->idem_key, sizeof job->idem_key, "%s", rc->idem_key);
+    const char *inm = job->writes ? NULL : http_req_header(req, "If-None-Match");
+    if (inm)
+        snprintf(job->if_none_match, sizeof job->if_none_match, "%s", inm);
+}
+
+/* Pool thread, after run: the ETag of a GET's 200 body (see api_job.h). */
+static void job_etag(struct api_job *job)
+{
+    if (job->writes || job->answer || job->status != 200 || job->etag[0])
+        return;
+    uint8_t d[SHA256_LEN];
+    char hex[2 * SHA256_LEN + 1];
+    if (sha256(job->out.data ? job->out.data : "", job->out.len, d))
+        return;
+    hex_encode(d, 16, hex);
+    snprintf(job->etag, sizeof job->etag, "\"%s\"", hex);
+    if (job->if_none_match[0] && http_etag_matches(job->if_none_match, job->etag)) {
+        buf_reset(&job->out);
+        job->status = 304;
+    }
 }
 
 void api_job_free(struct api_job *job)
@@ -133,6 +153,7 @@ static void job_work(void *arg)
     job->status = 0;
     job->retry_after = 0;
     job->run(job, job->st);
+    job_etag(job);
     pool_put(&api->pool, job->st); /* the one run ended with (api_job_unlocked may swap it) */
     job->st = NULL;
     if (job->writes)
