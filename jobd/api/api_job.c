@@ -90,15 +90,12 @@ void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
     api_job_init(job, rc->api, run, free_fn, strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0, 64u << 20);
     snprintf(job->tenant, sizeof job->tenant, "%s", rc->tenant);
     snprintf(job->idem_key, sizeof job->idem_key, "%s", rc->idem_key);
-    const char *inm = job->writes ? NULL : http_req_header(req, "If-None-Match");
-    if (inm)
-        snprintf(job->if_none_match, sizeof job->if_none_match, "%s", inm);
 }
 
 /* Pool thread, after run: the ETag of a GET's 200 body (see api_job.h). */
 static void job_etag(struct api_job *job)
 {
-    if (job->writes || job->answer || job->status != 200 || job->etag[0])
+    if (!job->is_get || job->answer || job->status != 200 || job->etag[0])
         return;
     uint8_t d[SHA256_LEN];
     char hex[2 * SHA256_LEN + 1];
@@ -232,6 +229,11 @@ void api_job_run(struct http_req *req, struct api_job *job)
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
+    const char *m = http_req_method(req);
+    job->is_get = !job->writes && (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0);
+    const char *inm = http_req_header(req, "If-None-Match");
+    if (inm && job->is_get)
+        snprintf(job->if_none_match, sizeof job->if_none_match, "%s", inm);
     if (http_req_queue_work(req, job_work, job_after, job) != 0) {
         api_job_free(job);
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");

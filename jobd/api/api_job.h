@@ -73,6 +73,7 @@ struct api_job {
     struct buf out;                            /* response body */
     const char *content_type;                  /* NULL: application/json */
     char etag[80];                             /* set by run, or by the runner (below) */
+    int is_get;                                /* api_job_run: a GET or HEAD (gets a computed ETag) */
     char if_none_match[160];                   /* GET/HEAD: the request's If-None-Match ("" = none) */
     int retry_after;                           /* seconds, 0 = none */
     int replayed;                              /* Idempotent-Replayed: true */
