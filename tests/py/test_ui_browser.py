@@ -13,6 +13,7 @@ no-auth mode, a batch whose metadata and custom_ids are HTML/JS stay text,
 and the page says so when jobd goes away and recovers when it is back.
 Screenshots of each page go to $UI_SCREENSHOTS, else the test's temp dir.
 """
+import json
 import os
 import shutil
 import time
@@ -46,6 +47,8 @@ def browser(shots):
               "--password-store=basic", f"--user-data-dir={tmpdir()}"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.add_experimental_option("prefs", {"download.default_directory": os.path.join(shots, "downloads"),
+                                           "download.prompt_for_download": False})
     svc = Service(executable_path=CHROMEDRIVER, log_output=os.path.join(shots, "chromedriver.log"))
     drv = webdriver.Chrome(options=opts, service=svc)
     drv.set_page_load_timeout(30)
@@ -114,7 +117,7 @@ def test_dashboard_keyed():
     w = TestWorker(d.port, WT, model="smollm")
     w.register()
     # a webhook endpoint nobody listens on: batch A's event becomes a failing delivery
-    d.json("POST", "/v1/webhook_endpoints", {"url": f"http://127.0.0.1:{free_port()}/hook"})
+    ep = d.json("POST", "/v1/webhook_endpoints", {"url": f"http://127.0.0.1:{free_port()}/hook"})
     a = batch_with(d, [chat_line(i) for i in range(1, 5)], metadata={"project": "nightly"})
     drv = browser(shots)
     try:
@@ -158,9 +161,20 @@ def test_dashboard_keyed():
         assert cells == ["smollm", "4", "20", "12", "32", "$0.0044"], cells
         assert css(drv, "#dl-output").is_displayed()
         wait(drv, lambda x: css(x, "table.deliveries tbody tr"), "the webhook delivery of batch A")
+        dv = d.json("GET", f"/v1/webhook_endpoints/{ep['id']}/deliveries")["data"]
+        assert [x["object_id"] for x in dv] == [a["id"]], dv
+        assert css(drv, "table.deliveries tbody tr").get_attribute("data-id") == dv[0]["id"]
         drv.save_screenshot(os.path.join(shots, "batch.png"))
         click(drv, "table.deliveries button.redeliver", "redeliver")
         wait(drv, lambda x: "Redelivery" in text_of(x, ".flash.ok"), "redelivery queued")
+        # the output file, fetched with the key and saved by the browser
+        click(drv, "#dl-output", "download the output file")
+        wait(drv, lambda x: "Downloaded the output file" in text_of(x, ".flash.ok"), "downloaded")
+        out = os.path.join(shots, "downloads", a["id"] + "-output.jsonl")
+        wait(drv, lambda x: os.path.exists(out), "the saved output file")
+        with open(out) as f:
+            got_ids = sorted(json.loads(line)["custom_id"] for line in f)
+        assert got_ids == ["t-1", "t-2", "t-3", "t-4"], got_ids
 
         # batch B: one dead letter (a transient error at --max-attempts 1), one request held
         b = batch_with(d, [chat_line(1, custom_id="b-ok"), chat_line(2, custom_id="b-dead"),
@@ -217,6 +231,16 @@ def test_dashboard_keyed():
         wait(drv, lambda x: [r.get_attribute("data-id") for r in csss(x, "table.batches tbody tr")] == [a["id"]],
              "only the completed batch")
         no_page_errors(drv)
+
+        # signed out, then in with the key only: the Workers view asks for the admin token
+        click(drv, "#signout", "sign out")
+        wait(drv, lambda x: css(x, "#login").is_displayed() and "Signed out" in text_of(x, "#login-msg"), "signed out")
+        assert drv.execute_script("return sessionStorage.length") == 0
+        css(drv, "#key").send_keys(key)
+        css(drv, "#signin").click()
+        wait(drv, lambda x: css(x, "#view-batches"), "signed in again")
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/workers")
+        wait(drv, lambda x: "admin token" in text_of(x, "#workers-auth"), "the admin-token message")
     finally:
         drv.quit()
 

@@ -603,18 +603,19 @@
       s('svg', { width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': title }, axis, g));
   }
 
-  function modelChart(rows) {
+  /* One horizontal bar per model. */
+  function modelChart(id, title, rows, value, fmt) {
     const W = 720, rowH = 26, left = 200, H = Math.max(1, rows.length) * rowH + 10;
-    const max = Math.max(1, ...rows.map((u) => (u.cost && u.cost.amount_micros) || 0));
+    const max = Math.max(1, ...rows.map(value));
     const g = rows.map((u, i) => {
-      const x = (u.cost && u.cost.amount_micros) || 0, w = ((W - left - 120) * x) / max;
+      const x = value(u), w = ((W - left - 120) * x) / max;
       return s('g', { 'data-model': u.key },
         s('text', { x: left - 8, y: i * rowH + 18, 'text-anchor': 'end', class: 'axis' }, u.key),
         s('rect', { class: 'col', x: left, y: i * rowH + 5, width: Math.max(1, w).toFixed(1), height: rowH - 10, 'data-value': x }),
-        s('text', { x: left + w + 6, y: i * rowH + 18, class: 'axis' }, fmtCost(x) + ' \u00b7 ' + fmtInt(u.total_tokens) + ' tok'));
+        s('text', { x: left + w + 6, y: i * rowH + 18, class: 'axis' }, fmt(x)));
     });
-    return h('figure', { id: 'chart-models', class: 'chart' }, h('figcaption', { text: 'Cost per model' }),
-      s('svg', { width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': 'Cost per model' }, g));
+    return h('figure', { id, class: 'chart' }, h('figcaption', { text: title }),
+      s('svg', { width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': title }, g));
   }
 
   function renderUsage(v, since, byDay, byModel) {
@@ -631,7 +632,8 @@
         card('Requests', fmtInt(t.num_model_requests), 'requests-total')),
       dayChart('chart-cost', 'Cost per day (UTC)', since, v.days, sums, (u) => (u.cost && u.cost.amount_micros) || 0, fmtCost),
       dayChart('chart-tokens', 'Tokens per day (UTC)', since, v.days, sums, (u) => u.total_tokens || 0, fmtInt),
-      models.length ? modelChart(models) : null,
+      models.length ? modelChart('chart-models', 'Cost per model', models, (u) => (u.cost && u.cost.amount_micros) || 0, fmtCost) : null,
+      models.length ? modelChart('chart-model-tokens', 'Tokens per model', models, (u) => u.total_tokens || 0, fmtInt) : null,
       table('models-usage', ['Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'], rows, 'No usage in this range.'));
   }
 
