@@ -16,7 +16,6 @@ Screenshots of each page go to $UI_SCREENSHOTS, else the test's temp dir.
 import json
 import os
 import shutil
-import time
 
 from harness import Proc, Skip, free_port, tmpdir
 from jobdlib import Jobd, chat_line, create_key
@@ -206,18 +205,21 @@ def test_dashboard_keyed():
              "batch B cancelling")
         assert d.json("GET", f"/v1/batches/{b['id']}")["status"] in ("cancelling", "cancelled")
 
-        # usage: one bar per day of the range, today's bar is today's cost
+        # usage: one bar per day of the range, each bar the API's figure for that day
         drv.get(f"http://127.0.0.1:{d.port}/ui/#/usage")
         wait(drv, lambda x: len(csss(x, "#chart-cost rect.col")) == 14, "14 daily bars")
-        today = time.strftime("%Y-%m-%d", time.gmtime())
-        rep = d.json("GET", f"/v1/usage?group_by=day&since={today}")
+        rep = d.json("GET", "/v1/usage?group_by=day&since=0")
         want = {x["key"]: x["cost"]["amount_micros"] for x in rep["data"]}
-        got = {r.get_attribute("data-day"): int(r.get_attribute("data-value"))
-               for r in csss(drv, "#chart-cost rect.col")}
-        assert len(got) == 14 and got[today] == want[today] > 0, (got, want)
-        assert all(v == 0 for k, v in got.items() if k != today), got
-        sizes = {r.get_attribute("data-day"): r.size["height"] for r in csss(drv, "#chart-cost rect.col")}
-        assert sizes[today] > 50 and all(h == 0 for k, h in sizes.items() if k != today), sizes
+        assert sum(want.values()) == 5 * 1100, want  # A's 4 requests and B's b-ok
+        def bars(x):
+            return {r.get_attribute("data-day"): int(r.get_attribute("data-value"))
+                    for r in csss(x, "#chart-cost rect.col")}
+        wait(drv, lambda x: all(v == want.get(k, 0) for k, v in bars(x).items())
+             and sum(bars(x).values()) == sum(want.values()), "the bars are the API's daily costs")
+        sizes = {r.get_attribute("data-day"): (int(r.get_attribute("data-value")), r.size["height"])
+                 for r in csss(drv, "#chart-cost rect.col")}
+        assert all((h > 0) == (v > 0) for v, h in sizes.values()), sizes  # empty days are flat
+        assert max(h for v, h in sizes.values()) > 100, sizes  # the largest bar spans the plot
         assert len(csss(drv, "#chart-tokens rect.col")) == 14
         assert csss(drv, '#chart-models g[data-model="smollm"]')
         drv.save_screenshot(os.path.join(shots, "usage.png"))
@@ -226,10 +228,20 @@ def test_dashboard_keyed():
         wait(drv, lambda x: css(x, 'table.models tr[data-id="smollm"]'), "smollm served")
         drv.save_screenshot(os.path.join(shots, "models.png"))
 
-        # the status filter asks the API for one status
-        drv.get(f"http://127.0.0.1:{d.port}/ui/#/batches?status=completed")
-        wait(drv, lambda x: [r.get_attribute("data-id") for r in csss(x, "table.batches tbody tr")] == [a["id"]],
-             "only the completed batch")
+        # paging (one batch a page) and the status filter (the API filters)
+        def listed(x):
+            return [r.get_attribute("data-id") for r in csss(x, "table.batches tbody tr")]
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/batches?limit=1")
+        wait(drv, lambda x: listed(x) == [b["id"]], "page 1: batch B")
+        click(drv, "#page-older", "older")
+        wait(drv, lambda x: listed(x) == [a["id"]], "page 2: batch A")
+        assert not csss(drv, "#page-older")
+        click(drv, "#page-first", "newest")
+        wait(drv, lambda x: listed(x) == [b["id"]], "page 1 again")
+        from selenium.webdriver.support.ui import Select
+        Select(css(drv, "#status-filter")).select_by_value("completed")
+        wait(drv, lambda x: "status=completed" in x.current_url and listed(x) == [a["id"]], "only the completed batch")
+        assert not csss(drv, "#page-older")
         no_page_errors(drv)
 
         # signed out, then in with the key only: the Workers view asks for the admin token

@@ -315,9 +315,11 @@
   /* ---- Batches ------------------------------------------------------------------ */
 
   function batchesView(r) {
-    const v = { status: STATUSES.includes(r.q.get('status')) ? r.q.get('status') : '', after: r.q.get('after') || '' };
+    const lim = Number(r.q.get('limit'));
+    const v = { status: STATUSES.includes(r.q.get('status')) ? r.q.get('status') : '', after: r.q.get('after') || '',
+      limit: Number.isInteger(lim) && lim >= 1 && lim <= 100 ? lim : 20 };
     v.update = async () => {
-      let p = '/v1/batches?limit=20';
+      let p = '/v1/batches?limit=' + v.limit;
       if (v.status) p += '&status=' + enc(v.status);
       if (v.after) p += '&after=' + enc(v.after);
       const list = await api('GET', p);
@@ -338,7 +340,10 @@
     const sel = h('select', { id: 'status-filter', 'aria-label': 'Filter by status' },
       h('option', { value: '' }, 'all statuses'), STATUSES.map((st) => h('option', { value: st }, st)));
     sel.value = v.status;
-    sel.addEventListener('change', () => { location.hash = '#/batches' + (sel.value ? '?status=' + sel.value : ''); });
+    sel.addEventListener('change', () => {
+      const q = [sel.value ? 'status=' + sel.value : '', v.limit !== 20 ? 'limit=' + v.limit : ''].filter(Boolean).join('&');
+      location.hash = '#/batches' + (q ? '?' + q : '');
+    });
     const rows = (list.data || []).map((b) => {
       const u = sums.get(b.id) || {};
       const c = b.request_counts || {};
@@ -352,7 +357,7 @@
         h('td', { class: 'model', text: b.model || '' }),
         h('td', { class: 'age', title: fmtTime(b.created_at), text: age(b.created_at) }));
     });
-    const qs = v.status ? 'status=' + v.status : '';
+    const qs = [v.status ? 'status=' + v.status : '', v.limit !== 20 ? 'limit=' + v.limit : ''].filter(Boolean).join('&');
     return h('section', { id: 'view-batches' },
       h('div', { class: 'toolbar' }, h('h1', { text: 'Batches' }), sel),
       table('batches', ['Batch', 'Status', 'Progress', 'Done / failed / total', 'Tokens', 'Cost', 'Model', 'Age'], rows,
