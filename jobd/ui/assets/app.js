@@ -170,6 +170,7 @@
 
   function showLogin(msg) {
     state.signedIn = false;
+    state.gen++;
     clearTimeout(state.timer);
     $('main').replaceChildren();
     $('login').hidden = false;
@@ -223,8 +224,12 @@
     const path = qi < 0 ? raw : raw.slice(0, qi);
     const q = new URLSearchParams(qi < 0 ? '' : raw.slice(qi + 1));
     const parts = path.split('/').filter(Boolean);
-    if (parts[0] === 'batch' && parts[1]) return { name: 'batch', id: decodeURIComponent(parts[1]), q };
-    if (VIEWS[parts[0]]) return { name: parts[0], q };
+    if (parts[0] === 'batch' && parts[1]) {
+      try {
+        return { name: 'batch', id: decodeURIComponent(parts[1]), q };
+      } catch (e) { /* a malformed %-escape: the list */ }
+    }
+    if (['batches', 'workers', 'usage', 'models'].includes(parts[0])) return { name: parts[0], q };
     return { name: 'batches', q };
   }
 
@@ -242,8 +247,10 @@
 
   /* Redraw the current view now (after an action), then keep polling. */
   function redraw() {
-    if (state.view) state.view.force = true;
+    if (!state.signedIn || !state.view) return;
+    state.view.force = true;
     clearTimeout(state.timer);
+    state.gen++; /* a refresh still in flight is dropped: one polling chain at a time */
     refresh();
   }
 
@@ -269,7 +276,7 @@
       if (e.kind === 'down') banner(downText(e));
       else $('main').replaceChildren(h('p', { class: 'error', text: 'Error ' + e.status + ': ' + e.message }));
     }
-    if (gen === state.gen) state.timer = setTimeout(refresh, POLL_MS);
+    if (gen === state.gen && state.signedIn) state.timer = setTimeout(refresh, POLL_MS);
   }
 
   /* ---- shared widgets -------------------------------------------------------- */
