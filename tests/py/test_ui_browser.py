@@ -223,6 +223,12 @@ def test_dashboard_keyed():
         assert len(csss(drv, "#chart-tokens rect.col")) == 14
         assert csss(drv, '#chart-models g[data-model="smollm"]')
         drv.save_screenshot(os.path.join(shots, "usage.png"))
+        # every tenant's usage with the admin token
+        click(drv, "#usage-scope", "all tenants")
+        tenants = d.json("GET", "/v1/admin/usage?group_by=tenant&since=0", headers={"Authorization": f"Bearer {AT}"},
+                         key=None)["data"]
+        wait(drv, lambda x: [r.get_attribute("data-tenant") for r in csss(x, "table.tenants-usage tbody tr")]
+             == [t["key"] for t in tenants] and len(tenants) == 1, "the tenant table")
 
         drv.get(f"http://127.0.0.1:{d.port}/ui/#/models")
         wait(drv, lambda x: css(x, 'table.models tr[data-id="smollm"]'), "smollm served")
@@ -253,6 +259,8 @@ def test_dashboard_keyed():
         wait(drv, lambda x: css(x, "#view-batches"), "signed in again")
         drv.get(f"http://127.0.0.1:{d.port}/ui/#/workers")
         wait(drv, lambda x: "admin token" in text_of(x, "#workers-auth"), "the admin-token message")
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/usage?scope=all")
+        wait(drv, lambda x: "admin token" in text_of(x, "#usage-auth"), "the admin-token message (usage)")
     finally:
         drv.quit()
 

@@ -574,14 +574,25 @@
 
   function usageView(r) {
     const d = Number(r.q.get('days'));
-    const v = { days: USAGE_DAYS.includes(d) ? d : 14 };
+    /* scope=all: every tenant's usage (GET /v1/admin/usage, the admin token) */
+    const v = { days: USAGE_DAYS.includes(d) ? d : 14, all: r.q.get('scope') === 'all' };
     v.update = async () => {
       const today = Math.floor(now() / 86400) * 86400;
       const since = today - (v.days - 1) * 86400;
-      const byDay = await api('GET', '/v1/usage?group_by=day&since=' + since);
-      const byModel = await api('GET', '/v1/usage?group_by=model&since=' + since);
-      if (!byDay.changed && !byModel.changed && !v.force) return null;
-      return renderUsage(v, since, byDay.data, byModel.data);
+      const base = v.all ? '/v1/admin/usage' : '/v1/usage';
+      const opts = { admin: v.all };
+      let byDay, byModel, byTenant = { data: null, changed: false };
+      try {
+        byDay = await api('GET', base + '?group_by=day&since=' + since, opts);
+        byModel = await api('GET', base + '?group_by=model&since=' + since, opts);
+        if (v.all) byTenant = await api('GET', base + '?group_by=tenant&since=' + since, opts);
+      } catch (e) {
+        if (!(v.all && e.kind === 'auth')) throw e;
+        return h('section', { id: 'view-usage' }, h('h1', { text: 'Usage of every tenant' }),
+          h('p', { class: 'error', id: 'usage-auth', text: 'Every tenant\'s usage needs the admin token: sign out and sign in with it. (' + e.message + ')' }));
+      }
+      if (!byDay.changed && !byModel.changed && !byTenant.changed && !v.force) return null;
+      return renderUsage(v, since, byDay.data, byModel.data, byTenant.data);
     };
     return v;
   }
@@ -630,23 +641,31 @@
       s('svg', { width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': title }, g));
   }
 
-  function renderUsage(v, since, byDay, byModel) {
+  function usageRows(list, attr) {
+    return list.map((u) => h('tr', { [attr]: u.key }, h('td', { text: u.key }), h('td', { class: 'num', text: fmtInt(u.num_model_requests) }),
+      h('td', { class: 'num', text: fmtInt(u.input_tokens) }), h('td', { class: 'num', text: fmtInt(u.output_tokens) }),
+      h('td', { class: 'num', text: fmtInt(u.total_tokens) }), h('td', { class: 'num', text: fmtCost(u.cost && u.cost.amount_micros) })));
+  }
+
+  function renderUsage(v, since, byDay, byModel, byTenant) {
     const sums = new Map(((byDay && byDay.data) || []).map((u) => [u.key, u]));
     const models = (byModel && byModel.data) || [];
     const t = (byDay && byDay.totals) || {};
-    const pick = h('span', { class: 'days' }, USAGE_DAYS.map((d) => h('a', { href: '#/usage?days=' + d, class: d === v.days ? 'active' : '' }, d + ' days')));
-    const rows = models.map((u) => h('tr', { 'data-model': u.key }, h('td', { text: u.key }), h('td', { class: 'num', text: fmtInt(u.num_model_requests) }),
-      h('td', { class: 'num', text: fmtInt(u.input_tokens) }), h('td', { class: 'num', text: fmtInt(u.output_tokens) }),
-      h('td', { class: 'num', text: fmtInt(u.total_tokens) }), h('td', { class: 'num', text: fmtCost(u.cost && u.cost.amount_micros) })));
-    return h('section', { id: 'view-usage' },
-      h('div', { class: 'toolbar' }, h('h1', { text: 'Usage' }), pick),
+    const scope = v.all ? '&scope=all' : '';
+    const pick = h('span', { class: 'days' }, USAGE_DAYS.map((d) => h('a', { href: '#/usage?days=' + d + scope, class: d === v.days ? 'active' : '' }, d + ' days')),
+      h('a', { href: '#/usage?days=' + v.days + (v.all ? '' : '&scope=all'), id: 'usage-scope' }, v.all ? 'my tenant' : 'all tenants (admin)'));
+    const rows = usageRows(models, 'data-model');
+    return h('section', { id: 'view-usage', 'data-scope': v.all ? 'all' : 'tenant' },
+      h('div', { class: 'toolbar' }, h('h1', { text: v.all ? 'Usage of every tenant' : 'Usage' }), pick),
       h('div', { class: 'cards' }, card('Cost', fmtCost(t.cost && t.cost.amount_micros), 'cost-total'), card('Tokens', fmtInt(t.total_tokens), 'tokens-total'),
         card('Requests', fmtInt(t.num_model_requests), 'requests-total')),
       dayChart('chart-cost', 'Cost per day (UTC)', since, v.days, sums, (u) => (u.cost && u.cost.amount_micros) || 0, fmtCost),
       dayChart('chart-tokens', 'Tokens per day (UTC)', since, v.days, sums, (u) => u.total_tokens || 0, fmtInt),
       models.length ? modelChart('chart-models', 'Cost per model', models, (u) => (u.cost && u.cost.amount_micros) || 0, fmtCost) : null,
       models.length ? modelChart('chart-model-tokens', 'Tokens per model', models, (u) => u.total_tokens || 0, fmtInt) : null,
-      table('models-usage', ['Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'], rows, 'No usage in this range.'));
+      table('models-usage', ['Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'], rows, 'No usage in this range.'),
+      v.all ? [h('h2', { text: 'By tenant' }), table('tenants-usage', ['Tenant', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'],
+        usageRows((byTenant && byTenant.data) || [], 'data-tenant'), 'No usage in this range.')] : null);
   }
 
   /* ---- Models -------------------------------------------------------------------- */
