@@ -108,6 +108,38 @@ def no_page_errors(drv):
     assert not errs, errs
 
 
+def api_down_proxy(d):
+    """A server on a free port with jobd's /ui/ files and headers, 502 for anything else."""
+    import http.server
+    import threading
+    files = {p: d.call("GET", p) for p in ("/ui/", "/ui/app.js", "/ui/app.css")}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            r = files.get(self.path.split("#")[0])
+            if r is None:
+                body = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+                self.send_response(502)
+                self.send_header("Content-Type", "text/html")
+            else:
+                body = r.body
+                self.send_response(200)
+                for k in ("content-type", "content-security-policy", "x-content-type-options"):
+                    self.send_header(k, r.headers[k])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
 def test_dashboard_keyed():
     data = os.path.join(tmpdir(), "data")
     key = create_key(data, "alpha")
@@ -300,6 +332,19 @@ def test_dashboard_escapes_and_api_down():
         assert drv.execute_script("return window.__xss") is None
         drv.save_screenshot(os.path.join(shots, "escaping.png"))
         no_page_errors(drv)
+
+        # the page loads while the API is down: a reverse proxy that serves the
+        # dashboard's files (as jobd sent them) and answers 502 for /v1, as nginx
+        # does in front of a jobd that is not running
+        proxy = api_down_proxy(d)
+        drv.get(f"http://127.0.0.1:{proxy.server_port}/ui/")
+        wait(drv, lambda x: css(x, "#banner").is_displayed() and "HTTP 502" in text_of(x, "#banner"),
+             "the page says the API is down")
+        assert text_of(drv, "#who") == "not signed in"
+        drv.save_screenshot(os.path.join(shots, "api-down-at-load.png"))
+        proxy.shutdown()
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/batches")
+        wait(drv, lambda x: css(x, f'tr[data-id="{b["id"]}"]'), "the list from jobd")
 
         # jobd goes away: the page says so, and recovers when it is back
         d.proc.stop()

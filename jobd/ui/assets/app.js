@@ -28,6 +28,7 @@
     gen: 0,                 /* bumped on navigation: late answers of an old view are dropped */
     timer: null,
     signedIn: false,
+    answered: false,        /* some API call succeeded (the auth mode is known) */
   };
   const $ = (id) => document.getElementById(id);
 
@@ -126,6 +127,7 @@
     } finally {
       clearTimeout(timer);
     }
+    if (r.ok || r.status === 304) state.answered = true;
     if (r.status === 304 && cached) return { data: cached.data, changed: false };
     const text = await r.text();
     let data = null;
@@ -134,7 +136,9 @@
       const err = (data && data.error) || {};
       const msg = err.message || ('HTTP ' + r.status);
       if (r.status === 401) throw new ApiError('auth', 401, msg, err.code);
-      if (r.status >= 500) throw new ApiError('down', r.status, 'jobd answered ' + r.status + ': ' + msg, err.code);
+      if (r.status >= 500)
+        throw new ApiError('down', r.status, err.message ? 'jobd answered ' + r.status + ': ' + err.message
+          : 'jobd\'s API is unavailable (HTTP ' + r.status + ' from ' + location.host + ')', err.code);
       throw new ApiError('api', r.status, msg, err.code);
     }
     const etag = r.headers.get('ETag');
@@ -190,8 +194,14 @@
     $('login').hidden = true;
     $('nav').hidden = false;
     $('signout').hidden = !state.key && !state.admin;
-    $('who').textContent = state.key ? 'key \u2026' + state.key.slice(-4) : 'no-auth mode (loopback)';
+    showWho();
     navigate();
+  }
+
+  /* The header's "who": known once a call was answered (no key + 200 = no-auth mode). */
+  function showWho() {
+    $('who').textContent = state.key ? 'key \u2026' + state.key.slice(-4)
+      : state.answered ? 'no-auth mode (loopback)' : 'not signed in';
   }
 
   /* Is the key accepted? (Also how no-auth mode is found: no key, 200.) */
@@ -261,6 +271,7 @@
       const node = await v.update();
       if (gen !== state.gen) return;
       banner(null);
+      showWho();
       if (node) {
         v.force = false;
         $('main').replaceChildren(node);
