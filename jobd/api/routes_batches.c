@@ -495,12 +495,10 @@ static void batches_list(struct http_req *req, void *arg)
         api_respond_error(req, API_ERR_INVALID_VALUE, "after", "Invalid 'after'.");
         return;
     }
-    static const char *const statuses[] = {"validating", "failed",   "in_progress", "finalizing",
-                                           "completed",  "expired",  "cancelling",  "cancelled"};
-    const char *status = http_req_query(req, "status"), *st_name = NULL;
-    for (size_t i = 0; status && i < sizeof statuses / sizeof statuses[0]; i++)
-        if (strcmp(status, statuses[i]) == 0)
-            st_name = statuses[i];
+    const char *status = http_req_query(req, "status"), *st_name = NULL; /* st_name: static */
+    enum store_batch_status sv;
+    if (status && store_batch_status_parse(status, &sv) == 0)
+        st_name = store_batch_status_name(sv);
     if (status && !st_name) {
         api_respond_error(req, API_ERR_INVALID_VALUE, "status",
                           "status must be one of validating, failed, in_progress, finalizing, completed, "
