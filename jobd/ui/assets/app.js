@@ -519,6 +519,7 @@
       errs.length ? [h('h2', { text: 'Validation errors' }), table('errors', ['Line', 'Code', 'Message'], errs, '')] : null,
       h('h2', { text: 'Dead letters' }),
       table('dead-letters', ['custom_id', 'Reason', 'Attempts', 'Last error', 'Age', ''], dead, 'No dead letters.'),
+      dl && dl.has_more ? h('p', { class: 'muted', text: 'The first 100 dead letters are shown (jobctl retry-dead handles them all).' }) : null,
       h('h2', { text: 'Webhook deliveries' }),
       table('deliveries', ['Event', 'Endpoint', 'Status', 'Attempts', 'Last HTTP status', 'Last error', ''], whRows, 'No webhook deliveries for this batch.'));
   }
