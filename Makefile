@@ -82,8 +82,10 @@ GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c
                worker/engine/tok_gguf.c worker/engine/tok.c worker/engine/chat.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 
-# Generated sources (build/gen/): schema.sql embedded as store_schema_sql[].
-GEN_SRC   := $(BUILD)/gen/schema_sql.c
+# Generated sources (build/gen/): schema.sql embedded as store_schema_sql[];
+# the dashboard's static files (jobd/ui/assets/) as the table ui_assets[].
+UI_ASSETS := $(sort $(wildcard jobd/ui/assets/*))
+GEN_SRC   := $(BUILD)/gen/schema_sql.c $(BUILD)/gen/ui_assets.c
 
 REL_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o) \
                 $(GEN_SRC:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o)
@@ -140,6 +142,11 @@ $(BUILD)/gen/schema_sql.c: schema.sql scripts/embed-c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  GEN     $@')
 	$(Q)python3 scripts/embed-c store_schema_sql $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/ui_assets.c: $(UI_ASSETS) scripts/embed-c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  GEN     $@')
+	$(Q)python3 scripts/embed-c --table ui_assets $(UI_ASSETS) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/obj/.flags
 	@mkdir -p $(dir $@)

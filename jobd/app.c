@@ -20,6 +20,7 @@
 #include "jobd/http/http.h"
 #include "jobd/intake/ingestq.h"
 #include "jobd/store/store.h"
+#include "jobd/ui/ui.h"
 #include "jobd/work/sweeper.h"
 
 void app_config_default(struct app_config *cfg)
@@ -38,6 +39,7 @@ void app_config_default(struct app_config *cfg)
     cfg->sweep_interval_ms = 2000;
     cfg->window_min_s = API_WINDOW_MIN_S;
     cfg->webhook = WEBHOOK_CONFIG_DEFAULT;
+    cfg->ui = 1;
 }
 
 int app_parse_listen(const char *s, char *host, size_t cap, int *port)
@@ -245,6 +247,10 @@ int app_run(const struct app_config *cfg)
     }
     if ((rc = api_routes_add(app->api, app->srv)))
         goto out_shutdown;
+    if (cfg->ui && (rc = ui_routes_add(app->srv))) {
+        log_error("cannot add the dashboard's routes: %s", err_msg(rc));
+        goto out_shutdown;
+    }
     if ((rc = http_server_listen(app->srv))) {
         log_error("cannot listen on %s: %s", cfg->listen, err_msg(rc));
         goto out_shutdown;

@@ -49,6 +49,7 @@ struct app_config {
     int64_t sweep_interval_ms;       /* sweeper period; default 2000 */
     int64_t window_min_s;            /* smallest completion_window accepted; default 60 */
     struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook/webhook.h) */
+    int ui;                          /* serve the dashboard under /ui/ (jobd/ui/ui.h); default 1 */
 };
 
 /* Fill the documented defaults. Can't fail. */

@@ -115,6 +115,7 @@ int main(int argc, char **argv)
     int64_t wh_disable_ms = ac.webhook.disable_after_s * 1000, wh_conc = ac.webhook.concurrency;
     int64_t wh_poll_ms = ac.webhook.poll_ms;
     const char *prices_spec = NULL;
+    const char *ui = "on";
     struct cfg_opt opts[] = {
         {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
         {"data", "JOBD_DATA", CFG_STR, &data, "DIR", "data directory: database and files (default ./data)"},
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
         {"webhook-concurrency", NULL, CFG_INT, &wh_conc, "N", "webhook POSTs in flight at once (default 4)"},
         {"webhook-poll", NULL, CFG_DURATION, &wh_poll_ms, "DUR", "how often idle webhook senders look for work (default 500ms)"},
         {"prices", "JOBD_PRICES", CFG_STR, &prices_spec, "MODEL=IN:OUT[:CACHED],...", "price per model in integer micro-dollars per 1M input/output/cached-input tokens (cached defaults to IN/2); unlisted models cost 0 (spec/usage.md)"},
+        {"ui", "JOBD_UI", CFG_STR, &ui, "on|off", "serve the web dashboard at /ui/ (default on; it calls the public API with the key typed into it)"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
@@ -188,6 +190,11 @@ int main(int argc, char **argv)
         cli_error("jobd", "use full or normal", "--durability: unknown value '%s'", durability);
         return CLI_EXIT_USAGE;
     }
+    if (strcmp(ui, "on") != 0 && strcmp(ui, "off") != 0) {
+        cli_error("jobd", "use on or off", "--ui: unknown value '%s'", ui);
+        return CLI_EXIT_USAGE;
+    }
+    ac.ui = strcmp(ui, "on") == 0;
     if (max_requests < 1 || max_conns < 1 || db_threads < 1 || db_threads > 64 || idem_ms < 1000 ||
         header_ms < 0 || body_ms < 0 || idle_ms < 0 || shutdown_ms < 0 || sweep_ms < 10 ||
         max_attempts < 1 || max_attempts > 100 || backoff_ms < 1000 || lease_min_ms < 1000 ||

@@ -92,6 +92,23 @@ void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
     snprintf(job->idem_key, sizeof job->idem_key, "%s", rc->idem_key);
 }
 
+/* Pool thread, after run: the ETag of a GET's 200 body (see api_job.h). */
+static void job_etag(struct api_job *job)
+{
+    if (!job->is_get || job->answer || job->status != 200 || job->etag[0])
+        return;
+    uint8_t d[SHA256_LEN];
+    char hex[2 * SHA256_LEN + 1];
+    if (sha256(job->out.data ? job->out.data : "", job->out.len, d))
+        return;
+    hex_encode(d, 16, hex);
+    snprintf(job->etag, sizeof job->etag, "\"%s\"", hex);
+    if (job->if_none_match[0] && http_etag_matches(job->if_none_match, job->etag)) {
+        buf_reset(&job->out);
+        job->status = 304;
+    }
+}
+
 void api_job_free(struct api_job *job)
 {
     if (!job)
@@ -133,6 +150,7 @@ static void job_work(void *arg)
     job->status = 0;
     job->retry_after = 0;
     job->run(job, job->st);
+    job_etag(job);
     pool_put(&api->pool, job->st); /* the one run ended with (api_job_unlocked may swap it) */
     job->st = NULL;
     if (job->writes)
@@ -211,6 +229,11 @@ void api_job_run(struct http_req *req, struct api_job *job)
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         return;
     }
+    const char *m = http_req_method(req);
+    job->is_get = !job->writes && (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0);
+    const char *inm = http_req_header(req, "If-None-Match");
+    if (inm && job->is_get)
+        snprintf(job->if_none_match, sizeof job->if_none_match, "%s", inm);
     if (http_req_queue_work(req, job_work, job_after, job) != 0) {
         api_job_free(job);
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not schedule the request.");

@@ -8,7 +8,10 @@
  * route struct is freed, and optionally a custom answer (loop thread).
  * run fills status and out (the JSON body, also what an idempotency key
  * keeps); the default answer sends them with the Idempotent-Replayed, ETag
- * and Retry-After headers the job asked for. A custom answer may instead
+ * and Retry-After headers the job asked for. Every GET answered 200 by
+ * the default answer gets an ETag (a hash of the body) unless run set its
+ * own, and an If-None-Match naming it is answered 304 with no body, so a
+ * poller (the dashboard) re-reads nothing that did not change. A custom answer may instead
  * send a file, stream, or run the job again later (api_job_again: the
  * worker's long poll), all without touching libuv.
  *
@@ -69,7 +72,9 @@ struct api_job {
     int status;                                /* 0: not answered (internal error) */
     struct buf out;                            /* response body */
     const char *content_type;                  /* NULL: application/json */
-    char etag[80];
+    char etag[80];                             /* set by run, or by the runner (below) */
+    int is_get;                                /* api_job_run: a GET or HEAD (gets a computed ETag) */
+    char if_none_match[160];                   /* GET/HEAD: the request's If-None-Match ("" = none) */
     int retry_after;                           /* seconds, 0 = none */
     int replayed;                              /* Idempotent-Replayed: true */
     int wake_sweeper;                          /* wake the sweeper before answering */

@@ -439,6 +439,7 @@ struct list_job {
     struct api_job job;
     char after[ID_MAX]; /* "" = from the start */
     int limit;
+    const char *status; /* NULL = any; else a static status name */
 };
 
 static void list_job_free(struct api_job *job)
@@ -452,7 +453,8 @@ static void batches_list_run(struct api_job *job, struct store *st)
     struct store_batch *items = NULL;
     size_t n = 0;
     int has_more = 0;
-    int rc = store_batch_list(st, job->tenant, lj->after[0] ? lj->after : NULL, lj->limit, &items, &n, &has_more);
+    int rc = store_batch_list_status(st, job->tenant, lj->status, lj->after[0] ? lj->after : NULL, lj->limit,
+                                     &items, &n, &has_more);
     if (rc == ERR_NOTFOUND) {
         api_job_error(job, API_ERR_INVALID_VALUE, "after", "No batch '%s' to list after.", lj->after);
         return;
@@ -493,10 +495,21 @@ static void batches_list(struct http_req *req, void *arg)
         api_respond_error(req, API_ERR_INVALID_VALUE, "after", "Invalid 'after'.");
         return;
     }
+    const char *status = http_req_query(req, "status"), *st_name = NULL; /* st_name: static */
+    enum store_batch_status sv;
+    if (status && store_batch_status_parse(status, &sv) == 0)
+        st_name = store_batch_status_name(sv);
+    if (status && !st_name) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "status",
+                          "status must be one of validating, failed, in_progress, finalizing, completed, "
+                          "expired, cancelling, cancelled.");
+        return;
+    }
     struct list_job *lj = calloc(1, sizeof *lj);
     if (lj) {
         api_job_init_req(&lj->job, req, batches_list_run, list_job_free);
         lj->limit = (int)limit;
+        lj->status = st_name;
         if (after && *after)
             snprintf(lj->after, sizeof lj->after, "%s", after);
     }

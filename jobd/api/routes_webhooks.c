@@ -103,6 +103,8 @@ static int delivery_json(struct buf *b, const struct store_wh_delivery *d)
     buf_printf(b, "{\"id\":\"whd_%lld\",\"object\":\"webhook_delivery\",\"event_id\":\"%s\",\"event_type\":",
                (long long)d->id, d->event_id);
     js_escape(b, d->event_type, strlen(d->event_type));
+    buf_append_str(b, ",\"object_id\":");
+    js_escape(b, d->object_id, strlen(d->object_id));
     buf_printf(b, ",\"endpoint_id\":\"%s\",\"status\":\"%s\",\"attempts\":%lld,\"next_attempt_at\":",
                d->endpoint_id, d->status, (long long)d->attempts);
     json_int_or_null(b, d->next_attempt_at, strcmp(d->status, "pending") == 0);

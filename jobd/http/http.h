@@ -152,7 +152,8 @@ int http_server_new(struct uv_loop_s *loop, const struct http_config *cfg, struc
 
 /* Add a route. The most specific match wins (a literal segment beats a
  * {param} at the same position, leftmost first); a GET route also answers
- * HEAD. Returns 0, ERR_INVAL (bad pattern: not starting with '/', empty or
+ * HEAD. A pattern may end in "/" ("/ui/"): it matches only paths that end
+ * in "/" too, and no {param} matches that empty last segment. Returns 0, ERR_INVAL (bad pattern: not starting with '/', empty or
  * unbalanced braces, more than 16 segments, no handler), ERR_EXISTS (same
  * method and shape already routed) or ERR_NOMEM. */
 int http_server_route(struct http_server *srv, const struct http_route *route);
@@ -352,6 +353,11 @@ int http_respond_stream(struct http_req *req, int status, const char *content_ty
  * that decodes to NUL) or the errors of buf_append. */
 struct buf;
 int http_pct_decode(const char *s, size_t n, int plus_space, struct buf *out);
+
+/* Does an If-None-Match header value (NULL ok) name etag (a quoted
+ * strong tag)? Understands "*", W/ weak tags and comma lists (RFC 9110
+ * weak comparison). 1 or 0. */
+int http_etag_matches(const char *if_none_match, const char *etag);
 
 /* Reason phrase for a status ("Not Found"), "Unknown" if none. */
 const char *http_status_reason(int status);

@@ -116,3 +116,27 @@ int http_resp_header(struct http_req *req, const char *name, const char *value)
     }
     return rc;
 }
+
+int http_etag_matches(const char *inm, const char *etag)
+{
+    size_t el = strlen(etag);
+    const char *p = inm;
+    while (p && *p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '*')
+            return 1;
+        if (p[0] == 'W' && p[1] == '/')
+            p += 2;
+        const char *end = p;
+        while (*end && *end != ',')
+            end++;
+        const char *t = end;
+        while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
+            t--;
+        if (el && (size_t)(t - p) == el && memcmp(p, etag, el) == 0)
+            return 1;
+        p = end;
+    }
+    return 0;
+}

@@ -4,7 +4,9 @@
  * A pattern is split into '/'-separated segments, each literal or {name}.
  * A request path is split the same way (raw, so an encoded "%2F" stays
  * inside its segment), and each segment is percent-decoded before it is
- * compared with a literal or bound to a param. Among the routes whose shape
+ * compared with a literal or bound to a param. A trailing slash is an empty
+ * last segment: "/ui/" matches only a pattern that ends in "/" (never a
+ * {param}), so "/v1/batches/" stays a 404. Among the routes whose shape
  * matches, the most specific wins: compare segment by segment from the left,
  * a literal beats a param. If some shape matches but no route has the
  * method, the answer is 405 with the methods that would have matched (a GET
@@ -76,7 +78,8 @@ int http_router_add(struct http_router *rt, const struct http_route *route)
             const char *slash = strchr(p, '/');
             size_t n = slash ? (size_t)(slash - p) : strlen(p);
             rc = ERR_INVAL;
-            if (n == 0 || e->n_segs >= HTTP_MAX_SEGMENTS)
+            /* an empty segment only as a trailing slash ("/ui/"): a literal "" */
+            if ((n == 0 && (slash || e->n_segs == 0)) || e->n_segs >= HTTP_MAX_SEGMENTS)
                 goto out;
             const char *ob = memchr(p, '{', n), *cb = memchr(p, '}', n);
             if (ob || cb) {
@@ -147,6 +150,8 @@ static uint32_t shape_score(const struct http_route_ent *e, char **seg, size_t n
             if (strcmp(e->segs[i], seg[i]) != 0)
                 return 0;
             score |= 1u << (HTTP_MAX_SEGMENTS - i);
+        } else if (!seg[i][0]) {
+            return 0; /* a {param} never matches the empty segment of a trailing slash */
         }
     }
     return score;
@@ -175,7 +180,7 @@ int http_router_match(const struct http_router *rt, struct http_req *req, struct
         for (;;) {
             const char *slash = strchr(p, '/');
             size_t len = slash ? (size_t)(slash - p) : strlen(p);
-            if (n >= HTTP_MAX_SEGMENTS || len == 0) {
+            if (n >= HTTP_MAX_SEGMENTS || (len == 0 && (slash || n == 0))) {
                 buf_release(&dec);
                 return HTTP_MATCH_NOPATH;
             }

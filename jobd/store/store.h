@@ -398,6 +398,11 @@ int store_batch_get(struct store *st, const char *tenant_id, const char *id, str
 int store_batch_list(struct store *st, const char *tenant_id, const char *after, int limit,
                      struct store_batch **items, size_t *n, int *has_more);
 
+/* store_batch_list with only the batches whose status is `status` (a
+ * status name; NULL = any); `after` need not have that status. */
+int store_batch_list_status(struct store *st, const char *tenant_id, const char *status, const char *after,
+                            int limit, struct store_batch **items, size_t *n, int *has_more);
+
 /* THE batch state change: UPDATE ... SET status=to, <to>_at=now WHERE id=?
  * AND status=from. ERR_BADSTATE if from->to is not an edge or the batch is
  * no longer in `from` (row unchanged); ERR_NOTFOUND if no such batch.

@@ -69,7 +69,8 @@
     X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
                  "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
-                  "AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3")                    \
+                  "AND (?2 IS NULL OR id < ?2) AND (?4 IS NULL OR status = ?4) "             \
+                  "ORDER BY id DESC LIMIT ?3")                                              \
     X(BATCH_IDS_IN, "SELECT id FROM batches WHERE status = ?1 ORDER BY id")                   \
     X(BATCH_STATUS_COUNTS, "SELECT status, count(*) FROM batches GROUP BY status")            \
     X(BATCH_EXISTS, "SELECT status FROM batches WHERE id = ?1")                               \
@@ -349,7 +350,7 @@
     X(WH_DELIVERY_LIST, \
       "SELECT d.id, d.event_id, e.type, d.endpoint_id, d.status, d.attempts, d.next_attempt_at, " \
       "d.last_status, d.last_error, d.last_latency_ms, d.created_at, d.last_attempt_at, " \
-      "d.delivered_at FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id " \
+      "d.delivered_at, e.object_id FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id " \
       "WHERE d.endpoint_id = ?1 AND (?2 = 0 OR d.id < ?2) ORDER BY d.id DESC LIMIT ?3") \
     X(WH_ATTEMPT_LIST, \
       "SELECT attempt, started_at, status_code, latency_ms, outcome, error FROM (SELECT * FROM " \

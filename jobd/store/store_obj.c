@@ -345,6 +345,12 @@ int store_batch_get(struct store *st, const char *tenant_id, const char *id, str
 int store_batch_list(struct store *st, const char *tenant_id, const char *after, int limit,
                      struct store_batch **items, size_t *n, int *has_more)
 {
+    return store_batch_list_status(st, tenant_id, NULL, after, limit, items, n, has_more);
+}
+
+int store_batch_list_status(struct store *st, const char *tenant_id, const char *status, const char *after,
+                            int limit, struct store_batch **items, size_t *n, int *has_more)
+{
     if (limit < 1 || limit > 100)
         return ERR_INVAL;
     int rc = 0;
@@ -363,7 +369,7 @@ int store_batch_list(struct store *st, const char *tenant_id, const char *after,
     size_t cnt = 0;
     int more = 0, r = SQLITE_DONE;
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, after)) ||
-        (rc = store_bind_int(st, s, 3, limit + 1)))
+        (rc = store_bind_int(st, s, 3, limit + 1)) || (rc = store_bind_text(st, s, 4, status)))
         goto out;
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
         if (cnt == (size_t)limit) {

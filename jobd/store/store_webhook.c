@@ -523,6 +523,7 @@ int store_wh_delivery_list(struct store *st, const char *tenant_id, const char *
         d->created_at = sqlite3_column_int64(s, 10);
         d->last_attempt_at = sqlite3_column_int64(s, 11);
         d->delivered_at = sqlite3_column_int64(s, 12);
+        store_col_text(s, 13, d->object_id, sizeof d->object_id);
     }
     sqlite3_reset(s);
     int more = cnt > (size_t)limit;

@@ -150,6 +150,7 @@ struct store_wh_delivery {
     int64_t id;
     char event_id[ID_MAX];
     char event_type[64];
+    char object_id[ID_MAX];    /* what the event is about (the batch id) */
     char endpoint_id[ID_MAX];
     char status[16];           /* pending | delivered | failed */
     int64_t attempts;

@@ -1,5 +1,6 @@
 /* libFuzzer target: the HTTP request parsing layer (jobd/http/http_parse.c) and
- * the router, on memory - no sockets. The first byte picks the body mode
+ * the router (a trailing-slash route included) and the If-None-Match matcher,
+ * on memory - no sockets. The first byte picks the body mode
  * and a piece size; the rest is the byte stream of a connection. The stream
  * is parsed twice, in one feed and in pieces, and the two transcripts of
  * events (heads, routes, params, bodies) must agree; an error must end both
@@ -29,6 +30,8 @@ static struct http_router *router(void)
             {"GET", "/v1/batches/search", nop, NULL, 0, NULL},
             {"POST", "/v1/files", nop, NULL, 0, NULL},
             {"GET", "/v1/files/{id}/content", nop, NULL, 0, NULL},
+            {"GET", "/ui/", nop, NULL, 0, NULL},
+            {"GET", "/ui/{id}", nop, NULL, 0, NULL},
         };
         http_router_init(&rt);
         for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -66,6 +69,7 @@ static int transcript(const uint8_t *in, size_t len, size_t step, int stream, st
                 for (size_t i = 0; http_req_header_at(r, i, &name, &value) == 0; i++)
                     if (strlen(name) > 4096 || strlen(value) > 4096)
                         abort();
+                buf_printf(out, "e%d;", http_etag_matches(http_req_header(r, "If-None-Match"), "\"0123456789abcdef\""));
                 int m = http_router_match(router(), r, &allow);
                 buf_printf(out, "m%d %s;", m, m == 0 ? r->route->pattern : "");
                 if (m == 0 && http_req_param(r, "id"))

@@ -668,6 +668,57 @@ TEST(http_router_matching)
     http_router_release(&rt);
 }
 
+TEST(http_router_trailing_slash_is_a_literal_empty_segment)
+{
+    struct http_router rt;
+    http_router_init(&rt);
+    struct http_route r = {"GET", "/ui/", nop_handler, NULL, 0, NULL};
+    CHECK_EQ_INT(http_router_add(&rt, &r), 0);
+    r.pattern = "/ui/{name}";
+    CHECK_EQ_INT(http_router_add(&rt, &r), 0);
+    r.pattern = "/ui";
+    CHECK_EQ_INT(http_router_add(&rt, &r), 0);
+    r.pattern = "//";
+    CHECK_EQ_INT(http_router_add(&rt, &r), ERR_INVAL);
+    r.pattern = "/ui//";
+    CHECK_EQ_INT(http_router_add(&rt, &r), ERR_INVAL);
+    struct buf allow;
+    buf_init(&allow, 256);
+    struct http_req *q = parse_head("GET /ui/ HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_OK);
+    CHECK_EQ_STR(q->route->r.pattern, "/ui/");
+    http_req_destroy(q);
+    q = parse_head("GET /ui HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_OK);
+    CHECK_EQ_STR(q->route->r.pattern, "/ui");
+    http_req_destroy(q);
+    q = parse_head("GET /ui/app.js HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_OK);
+    CHECK_EQ_STR(http_req_param(q, "name"), "app.js");
+    http_req_destroy(q);
+    q = parse_head("GET /ui/app.js/ HTTP/1.1\r\n\r\n"); /* no such shape */
+    CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_NOPATH);
+    http_req_destroy(q);
+    q = parse_head("GET /ui// HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_NOPATH);
+    http_req_destroy(q);
+    buf_release(&allow);
+    http_router_release(&rt);
+}
+
+TEST(http_etag_matches_forms)
+{
+    CHECK(http_etag_matches("\"abc\"", "\"abc\""));
+    CHECK(http_etag_matches("W/\"abc\"", "\"abc\""));
+    CHECK(http_etag_matches("\"x\", \"abc\"", "\"abc\""));
+    CHECK(http_etag_matches(" * ", "\"abc\""));
+    CHECK(!http_etag_matches("\"abcd\"", "\"abc\""));
+    CHECK(!http_etag_matches("abc", "\"abc\""));
+    CHECK(!http_etag_matches("", "\"abc\""));
+    CHECK(!http_etag_matches(NULL, "\"abc\""));
+    CHECK(!http_etag_matches(",,", "\"abc\""));
+}
+
 /* Events and bodies from parsing `in` fed in pieces of at most `step` bytes
  * (or split once at `split`), written as text into out. */
 static void rx_transcript(const char *in, size_t len, size_t split, size_t step, int stream,

@@ -534,6 +534,52 @@ TEST(store_batch_list_paginates_250_batches)
     store_close(st);
 }
 
+TEST(store_batch_list_status_filters_and_pages)
+{
+    struct store *st = open_store(th_tmpdir());
+    struct store_tenant t;
+    struct store_file f;
+    make_tenant_file(st, "acme", &t, &f);
+    char ids[6][ID_MAX];
+    for (int i = 0; i < 6; i++) {
+        struct store_batch b;
+        make_batch(st, t.id, f.id, &b);
+        if (i % 2)
+            batch_to(st, b.id, STORE_BATCH_COMPLETED);
+        snprintf(ids[i], ID_MAX, "%s", b.id);
+        store_batch_release(&b);
+    }
+    struct store_batch *items;
+    size_t n;
+    int more;
+    /* completed: ids 5, 3, 1 (newest first), two per page */
+    CHECK_EQ_INT(store_batch_list_status(st, t.id, "completed", NULL, 2, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_STR(items[0].id, ids[5]);
+    CHECK_EQ_STR(items[1].id, ids[3]);
+    store_batch_list_free(items, n);
+    /* the cursor may be a batch of another status */
+    CHECK_EQ_INT(store_batch_list_status(st, t.id, "completed", ids[4], 2, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_STR(items[0].id, ids[3]);
+    CHECK_EQ_STR(items[1].id, ids[1]);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_status(st, t.id, "validating", NULL, 100, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 3);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ_INT(items[i].status, STORE_BATCH_VALIDATING);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_status(st, t.id, "expired", NULL, 100, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 0);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_status(st, t.id, NULL, NULL, 100, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 6);
+    store_batch_list_free(items, n);
+    store_close(st);
+}
+
 TEST(store_idempotency_new_replay_mismatch_inflight_expiry)
 {
     struct store *st = open_store(th_tmpdir());
