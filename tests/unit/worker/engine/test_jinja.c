@@ -1,0 +1,142 @@
+/*
+ * test_jinja.c - the Jinja interpreter (worker/engine/jinja.c) through
+ * chat_tmpl_new / chat_render_err against jinja2 renders of real chat
+ * templates (tests/fixtures/chat/renders.json, made by
+ * tests/oracle/chat_template_fixtures.py), plus its limits and errors.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "tests/th.h"
+#include "worker/engine/chat.h"
+#include "worker/engine/jinja.h"
+#include "worker/openai/chat_msgs.h"
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (p)
+        p[n] = 0;
+    if (len)
+        *len = (size_t)n;
+    fclose(f);
+    return p;
+}
+
+static struct tok *vocab2(const char *bos, const char *eos)
+{
+    const char *toks[] = {"a", bos, eos};
+    int32_t types[] = {TOK_TYPE_NORMAL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL};
+    struct tok_vocab_desc d;
+    tok_vocab_desc_init(&d);
+    d.model = "gpt2";
+    d.pre = "gpt-2";
+    d.n_tokens = strcmp(bos, eos) ? 3 : 2;
+    d.tokens = toks;
+    d.token_types = types;
+    d.bos_id = 1;
+    d.eos_id = strcmp(bos, eos) ? 2 : 1;
+    struct tok *t = NULL;
+    return tok_new(&d, &t) == 0 ? t : NULL;
+}
+
+TEST(jinja_renders_match_jinja2_on_real_templates)
+{
+    json_error_t e;
+    json_t *fx = json_load_file("tests/fixtures/chat/renders.json", 0, &e);
+    CHECK(fx);
+    json_t *templates = json_object_get(fx, "templates"), *convs = json_object_get(fx, "conversations");
+    json_t *cases = json_object_get(fx, "cases");
+    time_t now = (time_t)json_integer_value(json_object_get(fx, "now_epoch"));
+    size_t ok = 0, errors = 0, n_tmpl = 0, fails = 0;
+    char last_fail[256] = "";
+    const char *name;
+    json_t *spec;
+    json_object_foreach(templates, name, spec) {
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/chat/templates/%s.jinja", name);
+        char *src = slurp(path, NULL);
+        CHECK(src);
+        struct tok *t;
+        t = vocab2(json_string_value(json_object_get(spec, "bos")),
+                               json_string_value(json_object_get(spec, "eos")));
+        CHECK(t);
+        char perr[256];
+        struct jinja_tmpl *jt = NULL;
+        if (jinja_parse(src, strlen(src), &jt, perr, sizeof perr) != 0) {
+            printf("  %s: does not parse: %s\n", name, perr);
+            fails++;
+            free(src);
+            tok_free(t);
+            continue;
+        }
+        jinja_tmpl_free(jt);
+        struct chat_tmpl *ct = NULL;
+        CHECK_EQ_INT(chat_tmpl_new(src, t, &ct), 0);
+        CHECK_EQ_INT(chat_tmpl_format(ct), CHAT_JINJA);
+        n_tmpl++;
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i);
+            if (strcmp(json_string_value(json_object_get(c, "template")), name) != 0)
+                continue;
+            struct chat_msgs m;
+            json_t *conv = json_array_get(convs, (size_t)json_integer_value(json_object_get(c, "conv")));
+            CHECK_EQ_INT(chat_msgs_parse(conv, &m), 0);
+            struct buf out;
+            buf_init(&out, 1 << 20);
+            char why[256];
+            int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
+            int rc = chat_render_err(ct, m.v, m.n, gen, now, &out, why, sizeof why);
+            json_t *exp = json_object_get(c, "expected");
+            if (json_is_string(exp)) {
+                if (rc != 0 || strcmp(out.data ? out.data : "", json_string_value(exp)) != 0) {
+                    if (fails++ == 0 || strcmp(last_fail, name) != 0)
+                        printf("  %s case %zu (rc %d: %s)\n    ours:   \"%s\"\n    jinja2: \"%s\"\n", name,
+                               i, rc, why, out.data ? out.data : "", json_string_value(exp));
+                    snprintf(last_fail, sizeof last_fail, "%s", name);
+                } else {
+                    ok++;
+                }
+            } else {
+                const char *jerr = json_string_value(json_object_get(c, "error"));
+                if (rc != ERR_INVAL || out.len != 0) {
+                    if (fails++ == 0 || strcmp(last_fail, name) != 0)
+                        printf("  %s case %zu: jinja2 failed (%s), we gave rc %d: \"%s\"\n", name, i, jerr,
+                               rc, out.data ? out.data : "");
+                    snprintf(last_fail, sizeof last_fail, "%s", name);
+                } else if (json_is_true(json_object_get(c, "raised")) && strcmp(why, jerr) != 0) {
+                    if (fails++ == 0 || strcmp(last_fail, name) != 0)
+                        printf("  %s case %zu: raise_exception message \"%s\", jinja2 \"%s\"\n", name, i,
+                               why, jerr);
+                    snprintf(last_fail, sizeof last_fail, "%s", name);
+                } else {
+                    errors++;
+                }
+            }
+            buf_release(&out);
+            chat_msgs_release(&m);
+        }
+        chat_tmpl_free(ct);
+        tok_free(t);
+        free(src);
+    }
+    printf("  %zu templates: %zu renders and %zu errors identical, %zu differ\n", n_tmpl, ok, errors, fails);
+    CHECK_EQ_INT(fails, 0);
+    CHECK(n_tmpl >= 40);
+    CHECK(ok >= 500);
+    CHECK(errors > 0);
+    json_decref(fx);
+}
