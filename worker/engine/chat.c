@@ -95,7 +95,7 @@ static char *chatml_default_system(const char *src)
     return NULL;
 }
 
-int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
+static int tmpl_new(const char *src, const struct tok *t, int interp, struct chat_tmpl **out)
 {
     int rc = 0;
     struct chat_tmpl *ct = calloc(1, sizeof *ct);
@@ -104,7 +104,7 @@ int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
     const char *s = src ? src : "";
 #define HAS(x) (strstr(s, (x)) != NULL)
 #define VOCAB_HAS(x) (tok_find(t, (x), strlen(x)) >= 0)
-    if (src && (rc = jinja_parse(src, strlen(src), &ct->jt, NULL, 0)) == 0) {
+    if (interp && src && (rc = jinja_parse(src, strlen(src), &ct->jt, NULL, 0)) == 0) {
         ct->fmt = CHAT_JINJA;
     } else if (rc == ERR_NOMEM) {
         goto out;
@@ -152,6 +152,16 @@ int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
 out:
     chat_tmpl_free(ct);
     return rc;
+}
+
+int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
+{
+    return tmpl_new(src, t, 1, out);
+}
+
+int chat_tmpl_new_builtin(const char *src, const struct tok *t, struct chat_tmpl **out)
+{
+    return tmpl_new(src, t, 0, out);
 }
 
 void chat_tmpl_free(struct chat_tmpl *ct)

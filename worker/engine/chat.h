@@ -83,6 +83,9 @@ struct chat_tmpl;
  * chat_tmpl_free), ERR_UNSUPPORTED (no template that parses, no known
  * markers, and a vocabulary without <|im_start|>), ERR_NOMEM. */
 int chat_tmpl_new(const char *template_src, const struct tok *t, struct chat_tmpl **out);
+/* The fallback alone: a built-in format chosen as if template_src did not
+ * parse (lets tests check the built-ins). Same returns as chat_tmpl_new. */
+int chat_tmpl_new_builtin(const char *template_src, const struct tok *t, struct chat_tmpl **out);
 void chat_tmpl_free(struct chat_tmpl *ct);
 enum chat_format chat_tmpl_format(const struct chat_tmpl *ct);
 /* "chatml", "llama2", ..., "jinja". Can't fail. */
