@@ -33,6 +33,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TDIR = os.path.join(ROOT, "tests", "fixtures", "chat", "templates")
 OUT = os.path.join(ROOT, "tests", "fixtures", "chat", "renders.json")
+OUT_SNIPPETS = os.path.join(ROOT, "tests", "fixtures", "chat", "snippets.json")
 NOW = datetime.datetime(2026, 1, 15, 9, 30, 0, tzinfo=datetime.timezone.utc)
 
 # bos_token / eos_token texts by template-name prefix (the family's tokenizer);
@@ -71,6 +72,112 @@ CONVS = [
     [{"role": "user", "content": ""}],
     [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "A1"},
      {"role": "user", "content": "U2"}, {"role": "assistant", "content": "A2"}],
+]
+
+
+# Small templates, one feature each, rendered with VARS (plus the HF globals).
+VARS = {
+    "x": {"b": [1, 2.5, "é😀", None], "a": None, "c": True, "d": {"k": "v\n\"q\""}, "e": [], "f": {}},
+    "s": "  Hello wORLD-foo (bar) \n",
+    "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nyo"}],
+    "n": 7, "fl": 2.0, "neg": -3,
+    "items": [{"name": "b", "v": 2}, {"name": "A", "v": 1}, {"name": "c", "v": None}],
+    "words": ["b", "A", "c", "a", "b"],
+    "text": "line one\n\nline three\n",
+}
+SNIPPETS = [
+    # whitespace control, trim_blocks, lstrip_blocks, comments, the final newline
+    "{% if true %}\n  x\n{% endif %}\n",
+    "  {%- if true -%}  a  {%- endif -%}  b",
+    "  {%+ if true %}x{% endif %}",
+    "a\n  {# c #}\nb",
+    "a {#- c -#} b",
+    "{% if true +%}\nx{% endif %}",
+    "line\n    {% for i in [1, 2] %}\n    {{ i }}\n    {% endfor %}\n",
+    "x\n\n",
+    "{{ 'a' }}\n{{ 'b' }}\n",
+    "  {{- 'a' -}}  \n  {{ 'b' }}",
+    "\t{% set z = 1 %}\t|{{ z }}",
+    "a\r\nb{% if true %}\r\nc{% endif %}",
+    # numbers and Python str()
+    "{{ 1 }} {{ 1.5 }} {{ -3 }} {{ 1e3 }} {{ 0.1 + 0.2 }} {{ 10 / 4 }} {{ 10 // 4 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }}",
+    "{{ 1 / 3 }} {{ 1e20 }} {{ 1e-7 }} {{ 123456789.0 * 1000000000 }} {{ 1e16 }} {{ 0.0001 }} {{ 2.5 * 2 }} {{ 1_000 }}",
+    "{{ fl }} {{ neg }} {{ -neg }} {{ n * 'ab' }} {{ 7.0 // 2 }} {{ 7.5 % 2 }} {{ 2 ** -1 }}",
+    "{{ [1, 'a', none, true, 1.0] }} {{ {'a': 1, 'b': [2]} }} {{ ('x',) }} {{ (1, 2) }} {{ [\"it's\", 'q\"', 'a\\nb'] }}",
+    "{{ true }} {{ none }} {{ x.a }} {{ x }}",
+    # string literals
+    "{{ 'a\\nb\\t|\\'|\\\"|\\\\|\\u00e9|\\x41|\\U0001F600|\\q' }} {{ \"x\" 'y' }}",
+    # tojson as HF defines it
+    "{{ x | tojson }}",
+    "{{ x | tojson(indent=2) }}",
+    "{{ x | tojson(separators=(',', ':')) }}",
+    "{{ x | tojson(sort_keys=true, indent=1) }}",
+    "{{ x | tojson(ensure_ascii=true) }}",
+    "{{ 'é\\n\"\\u0001\\\\' | tojson }} {{ 1.0 | tojson }} {{ [] | tojson(indent=4) }} {{ none | tojson }} {{ items | tojson }}",
+    "{{ msgs | tojson(indent='\\t') }}",
+    # filters
+    "[{{ s | trim }}] [{{ s | upper }}] [{{ s | lower }}] [{{ s | capitalize }}] [{{ s | title }}] [{{ s | trim('\\n ') }}]",
+    "{{ 'héllo😀' | length }} {{ words | length }} {{ x | length }} {{ words | count }} {{ 'abc' | first }} {{ words | last }} {{ x | first }}",
+    "{{ words | join }} {{ words | join(', ') }} {{ items | join('/', attribute='name') }} {{ [1, none, 2.5] | join('-') }}",
+    "{{ s | replace('o', '0') }} {{ 'aaa' | replace('a', 'b', 2) }} {{ 'ab' | replace('', '-') }}",
+    "{{ undefined_thing | default('d') }} {{ '' | default('e') }} {{ '' | default('f', true) }} {{ none | default('g') }} {{ n | d(3) }}",
+    "{% for k, v in x | items %}{{ k }}={{ v }};{% endfor %} {{ u | items | list }}",
+    "{{ n | string }}{{ '42' | int + 1 }} {{ '3.9' | int }} {{ 'x' | int }} {{ 3.9 | int }} {{ 'x' | int(5) }} {{ '2.5' | float }} {{ 'q' | float }} {{ n | float }}",
+    "{{ 'abc' | list }} {{ 'héllo' | reverse }} {{ words | reverse | list }} {{ x | list }}",
+    "{{ items | selectattr('v') | map(attribute='name') | list }} {{ items | rejectattr('v', 'none') | list | length }}",
+    "{{ items | selectattr('name', 'equalto', 'A') | list }} {{ msgs | selectattr('role', '==', 'user') | map(attribute='content') | join }}",
+    "{{ [1, 2, 3, 4] | select('odd') | list }} {{ [1, 2, 3, 4] | reject('even') | list }} {{ [0, 1, none, ''] | select | list }}",
+    "{{ words | map('upper') | list }} {{ words | unique | list }} {{ words | sort | list }} {{ words | sort(reverse=true, case_sensitive=true) | list }}",
+    "{{ items | sort(attribute='name') | map(attribute='name') | join }} {{ x.d | dictsort }} {{ [3, 1, 2] | sum }} {{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }}",
+    "{{ -3 | abs }} {{ neg | abs }} {{ 2.675 | round(2) }} {{ 3.5 | round }} {{ 2.4 | round(0, 'ceil') }} {{ '<a href=\"x\">&</a>' | e }} {{ 'a b, c' | wordcount }}",
+    "[{{ text | indent }}] [{{ text | indent(2, true) }}] [{{ text | indent(first=true, blank=true) }}]",
+    "{% filter upper %}ab{{ 'c' }}{% endfilter %}|{% filter trim | replace('x', 'y') %}  x  {% endfilter %}",
+    # tests
+    "{{ u is defined }} {{ n is defined }} {{ u is undefined }} {{ none is none }} {{ s is string }} {{ x is mapping }} {{ words is sequence }} {{ 'a' is iterable }} {{ n is iterable }}",
+    "{{ n is number }} {{ n is integer }} {{ fl is float }} {{ true is boolean }} {{ true is true }} {{ 0 is false }} {{ n is odd }} {{ n is even }} {{ n is divisibleby 7 }} {{ 'ab' is lower }} {{ 'AB' is upper }}",
+    "{{ n is eq 7 }} {{ n is ne 7 }} {{ n is lt 8 }} {{ n is gt(8) }} {{ 'a' is in words }} {{ none is sameas none }} {{ n is equalto 7 }} {{ x.a is not none }} {{ not x.a is none }}",
+    # string methods
+    "{{ s.startswith(('  H', 'x')) }} {{ s.endswith('\\n') }} [{{ s.strip() }}] [{{ s.lstrip() }}] [{{ s.rstrip('\\n') }}] [{{ 'xxaxx'.strip('x') }}]",
+    "{{ 'a b  c '.split() }} {{ 'a,b,,c'.split(',') }} {{ ' a b c '.split(none, 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a,b,c'.split(',', 1) }}",
+    "{{ msgs[1].content.split('</think>')[-1].lstrip('\\n') }}|{{ msgs[1].content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}",
+    "{{ s.replace('o', '0', 1) }} {{ 'héllo wörld'.upper() }} {{ 'ÉCOLE'.lower() }} {{ \"they're bill's\".title() }} {{ 'hELLO'.capitalize() }}",
+    "{{ 'hello'.find('l') }} {{ 'hello'.find('z') }} {{ 'hello'.count('l') }} {{ ', '.join(words) }} {{ 'a\\nb\\r\\nc'.splitlines() }} {{ '{} and {name}'.format(1, name='x') }} {{ '12'.isdigit() }}",
+    # dicts
+    "{{ x.get('a') }} {{ x.get('zz') }} {{ x.get('zz', 5) }} {{ x.d.k }} {{ x['d']['k'] }} {{ x.keys() | list }} {{ x.d.values() | list }} {{ x.items() | list | length }}",
+    # indexing and slicing
+    "{{ words[0] }} {{ words[-1] }} {{ words[10] }} {{ words[1:] }} {{ words[:-1] }} {{ words[::-1] }} {{ words[::2] }} {{ words[-2:] }} {{ 'héllo'[1:3] }} {{ 'héllo'[-1] }} {{ words.0 }}",
+    "{{ msgs[::-1] | map(attribute='role') | join }} {{ msgs[1:] | length }} {{ 'abc'[5:] }}|{{ words[3:1] }}",
+    # loops
+    "{% for w in words %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}",
+    "{% for w in words %}{{ loop.previtem }}>{{ w }}>{{ loop.nextitem }}|{{ loop.cycle('o', 'e') }} {% endfor %}",
+    "{% for w in words if w != 'b' %}{{ loop.index }}/{{ loop.length }}:{{ w }} {% else %}none{% endfor %}{% for w in [] %}x{% else %}empty{% endfor %}",
+    "{% for k, v in x.d.items() %}{{ k }}{{ v }}{% endfor %}{% for a, b in [[1, 2], (3, 4)] %}{{ a + b }}{% endfor %}",
+    "{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %} {{ range(2, 10, 3) | list }} {{ range(3, 0, -1) | list }}",
+    "{% for m in msgs %}{% for c in m.role %}{{ loop.index }}{% endfor %}{{ loop.index }} {% endfor %}",
+    # scoping
+    "{% set c = 0 %}{% for i in [1, 2, 3] %}{% set c = c + i %}{{ c }}{% endfor %}|{{ c }}",
+    "{% set ns = namespace(c=0, found=false) %}{% for i in [1, 2, 3] %}{% set ns.c = ns.c + i %}{% endfor %}{{ ns.c }} {{ ns.found }}",
+    "{% if true %}{% set y = 'in-if' %}{% endif %}{{ y }} {% set a, b = 1, 2 %}{{ a }}{{ b }} {% set t = [1, 2] %}{{ t }}",
+    "{% set x2 %}a{{ 1 + 1 }}b{% endset %}[{{ x2 }}] {% set q = 'q' %}{% for i in [1] %}{{ q }}{% set q = 'r' %}{{ q }}{% endfor %}{{ q }}",
+    # macros
+    "{% macro m(a, b='B', c=none) %}[{{ a }}|{{ b }}|{{ c }}]{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(1, c=3) }}{{ m('x') | length }}",
+    "{% macro fact(k) %}{% if k <= 1 %}1{% else %}{{ k }}*{{ fact(k - 1) }}{% endif %}{% endmacro %}{{ fact(5) }} {% set g = 'G' %}{% macro h() %}{{ g }}{% endmacro %}{{ h() }}",
+    # expressions
+    "{{ 'a' if n > 3 }}|{{ 'a' if n < 3 }}|{{ 'y' if n else 'n' }} {{ 'b' in 'abc' }} {{ 'z' not in words }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 4 }} {{ n ~ none ~ 1.5 }}",
+    "{{ n and 'x' }} {{ 0 or 'y' }} {{ none or [] }} {{ not n }} {{ (n + 1) * 2 }} {{ [1] + [2] }} {{ 'a' + 'b' }} {{ n == 7.0 }} {{ true == 1 }} {{ [1, 2] == [1, 2] }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }}",
+    "{{ {'a': 1}['a'] }} {{ x.b[2] }} {{ (x.b | last) is none }} {{ msgs | length > 1 }} {{ msgs[0]['role'] | upper }}",
+    "{{ strftime_now('%Y-%m-%d %H:%M %b %B %a %A %d %j') }} {{ bos_token }}{{ eos_token }}",
+    "{% set d = dict(a=1, b=[2]) %}{{ d }} {{ namespace(z=1).z }}",
+    "{% generation %}gen{{ 1 }}{% endgeneration %}",
+    # errors (must fail in both)
+    "{{ u.x }}",
+    "{{ 1 + 'a' }}",
+    "{{ raise_exception('boom: ' ~ n) }}",
+    "{{ u + 1 }}",
+    "{{ 1 // 0 }}",
+    "{% for a, b in [1] %}{% endfor %}",
+    "{{ 'a' in 1 }}",
+    "{% set x3 = 1 %}{% set x3.y = 2 %}",
 ]
 
 
@@ -132,6 +239,26 @@ def main():
                     err = "%s: %s" % (type(e).__name__, e)
                 cases.append({"template": name, "conv": ci, "add_generation_prompt": gen,
                               "expected": out, "error": err, "raised": raised})
+    snippets = []
+    env2 = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                         extensions=[GenerationTag, "jinja2.ext.loopcontrols"])
+    env2.filters["tojson"] = tojson
+    env2.globals["raise_exception"] = raise_exception
+    env2.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
+    for src in SNIPPETS:
+        out, err = None, None
+        try:
+            out = env2.from_string(src).render(bos_token="<s>", eos_token="</s>", **VARS)
+        except Exception as e:
+            err = "%s: %s" % (type(e).__name__, e)
+        snippets.append({"template": src, "expected": out, "error": err})
+    with open(OUT_SNIPPETS, "w", encoding="utf-8") as f:
+        # key order matters: the C test builds VARS in file order, as Python iterates them
+        json.dump({"oracle": "jinja2 %s, same environment as renders.json" % jinja2.__version__,
+                   "now_epoch": int(NOW.timestamp()), "vars": VARS, "snippets": snippets},
+                  f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print("%d snippets (%d errors)" % (len(snippets), sum(1 for x in snippets if x["error"])))
     doc = {"oracle": "jinja2 %s ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, "
                      "loopcontrols + generation) with HF's tojson/raise_exception/strftime_now" % jinja2.__version__,
            "now_epoch": int(NOW.timestamp()), "templates": templates, "skipped": skipped,

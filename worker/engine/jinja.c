@@ -760,13 +760,6 @@ static int lex_all(struct lexer *L)
         int data_line = L->line;
         if (q + 1 >= L->len) {
             size_t end = L->len;
-            if (end > p && L->src[end - 1] == '\n') { /* keep_trailing_newline=False */
-                end--;
-                if (end > p && L->src[end - 1] == '\r')
-                    end--;
-            } else if (end > p && L->src[end - 1] == '\r') {
-                end--;
-            }
             if (lex_data(L, L->src + p, end - p, data_line))
                 return -1;
             count_lines(L, p, L->len);
@@ -1953,7 +1946,27 @@ int jinja_parse(const char *src, size_t len, struct jinja_tmpl **out, char *err,
     if (!t)
         return ERR_NOMEM;
     t->a.cap = (size_t)JINJA_MAX_SOURCE * 64;
-    struct lexer L = {.src = src, .len = len, .line = 1, .a = &t->a, .err = err, .errcap = errcap};
+    /* jinja2 first turns \r\n and \r into \n and drops one final newline
+     * (keep_trailing_newline=False) */
+    char *norm = malloc(len + 1);
+    if (!norm) {
+        jinja_tmpl_free(t);
+        return ERR_NOMEM;
+    }
+    size_t nl = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == '\r') {
+            norm[nl++] = '\n';
+            if (i + 1 < len && src[i + 1] == '\n')
+                i++;
+        } else {
+            norm[nl++] = src[i];
+        }
+    }
+    if (nl && norm[nl - 1] == '\n')
+        nl--;
+    norm[nl] = '\0';
+    struct lexer L = {.src = norm, .len = nl, .line = 1, .a = &t->a, .err = err, .errcap = errcap};
     int rc = 0;
     if (lex_all(&L)) {
         rc = L.rc ? L.rc : ERR_PARSE;
@@ -1969,6 +1982,7 @@ int jinja_parse(const char *src, size_t len, struct jinja_tmpl **out, char *err,
     rc = P.rc;
 out:
     free(L.v);
+    free(norm);
     if (t->a.oom)
         rc = ERR_NOMEM;
     if (rc) {
@@ -3789,18 +3803,17 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
             } else if (to_str(R, w, &ind, line)) {
                 return -1;
             }
+            /* jinja2: lines = (s + "\n").splitlines(); the first line is not indented,
+             * empty ones only with blank=True */
             struct buf b;
             buf_init(&b, R->out->max_bytes);
             int rc = 0;
-            size_t i = 0, ln = 0;
             if (truthy(first))
                 rc |= sb_put(R, &b, ind->p, ind->n);
-            while (i <= s->n && !rc) {
+            for (size_t i = 0, ln = 0; i <= s->n && !rc; ln++) {
                 size_t j = i;
                 while (j < s->n && s->p[j] != '\n')
                     j++;
-                if (j >= s->n && i == s->n && ln > 0)
-                    break; /* the "s += newline" quirk: no empty last line */
                 if (ln > 0) {
                     rc |= sb_put(R, &b, "\n", 1);
                     if (!rc && (j > i || truthy(blank)))
@@ -3808,7 +3821,6 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
                 }
                 if (!rc)
                     rc |= sb_put(R, &b, s->p + i, j - i);
-                ln++;
                 i = j + 1;
             }
             if (!rc)
@@ -3968,7 +3980,13 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         double r = x * p;
         if (method.t == JV_STR && str_eq(method.u.s, "floor", 5)) r = floor(r);
         else if (method.t == JV_STR && str_eq(method.u.s, "ceil", 4)) r = ceil(r);
-        else r = nearbyint(r);
+        else { /* Python's round(): the exact binary value, ties to even */
+            char tmp[400];
+            int digits = (int)(num_i(prec) < 0 ? 0 : num_i(prec) > 300 ? 300 : num_i(prec));
+            snprintf(tmp, sizeof tmp, "%.*f", digits, x);
+            *out = mk_float(strtod(tmp, NULL));
+            return 0;
+        }
         *out = mk_float(r / p);
         return 0;
     }
@@ -4037,17 +4055,27 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         return 0;
     }
     case F_UNIQUE: {
-        struct jv items;
+        struct jv items, cs = jinja_bool(0), at = mk(JV_UNDEF);
+        arg(A, 0, "case_sensitive", &cs);
+        arg(A, 1, "attribute", &at);
         if (iter_items(R, v, &items, line))
             return -1;
+        struct jv keys = new_list(R->a, JV_LIST);
+        if (keys.t == JV_UNDEF)
+            return oom(R, line);
         *out = new_list(R->a, JV_LIST);
         if (out->t == JV_UNDEF)
             return oom(R, line);
         for (size_t i = 0; i < items.u.l->n; i++) {
+            struct jv k = items.u.l->v[i];
+            if (at.t == JV_STR && attr_path(R, k, at.u.s, &k, line))
+                return -1;
+            if (!truthy(cs) && k.t == JV_STR && (k = do_case(R, k.u.s, CASE_LOWER, line)).t == JV_UNDEF)
+                return -1;
             int seen = 0;
-            for (size_t j = 0; j < out->u.l->n && !seen; j++)
-                seen = v_eq(out->u.l->v[j], items.u.l->v[i]);
-            if (!seen && list_push(R->a, out->u.l, items.u.l->v[i]))
+            for (size_t j = 0; j < keys.u.l->n && !seen; j++)
+                seen = v_eq(keys.u.l->v[j], k);
+            if (!seen && (list_push(R->a, out->u.l, items.u.l->v[i]) || list_push(R->a, keys.u.l, k)))
                 return oom(R, line);
         }
         return 0;

@@ -140,3 +140,95 @@ TEST(jinja_renders_match_jinja2_on_real_templates)
     CHECK(errors > 0);
     json_decref(fx);
 }
+
+static struct jv from_json(struct jinja_env *e, json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        struct jv d = jinja_dict(e);
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) jinja_dict_set(e, d, k, from_json(e, v));
+        return d;
+    }
+    case JSON_ARRAY: {
+        struct jv l = jinja_list(e);
+        for (size_t i = 0; i < json_array_size(j); i++)
+            jinja_list_push(e, l, from_json(e, json_array_get(j, i)));
+        return l;
+    }
+    case JSON_STRING: return jinja_str(e, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER: {
+        struct jv v = jinja_none();
+        v.t = JV_INT;
+        v.u.i = json_integer_value(j);
+        return v;
+    }
+    case JSON_REAL: {
+        struct jv v = jinja_none();
+        v.t = JV_FLOAT;
+        v.u.f = json_real_value(j);
+        return v;
+    }
+    case JSON_TRUE: return jinja_bool(1);
+    case JSON_FALSE: return jinja_bool(0);
+    default: return jinja_none();
+    }
+}
+
+/* One feature per snippet (whitespace control, Python str(), tojson, every
+ * filter, test and method, loops, scoping, macros, errors) against jinja2. */
+TEST(jinja_snippets_match_jinja2)
+{
+    json_error_t e;
+    json_t *fx = json_load_file("tests/fixtures/chat/snippets.json", 0, &e);
+    CHECK(fx);
+    json_t *vars = json_object_get(fx, "vars"), *sn = json_object_get(fx, "snippets");
+    time_t now = (time_t)json_integer_value(json_object_get(fx, "now_epoch"));
+    size_t fails = 0, ok = 0;
+    for (size_t i = 0; i < json_array_size(sn); i++) {
+        json_t *c = json_array_get(sn, i);
+        const char *src = json_string_value(json_object_get(c, "template"));
+        json_t *exp = json_object_get(c, "expected");
+        struct jinja_tmpl *t = NULL;
+        char err[256];
+        int rc = jinja_parse(src, strlen(src), &t, err, sizeof err);
+        struct buf out;
+        buf_init(&out, 1 << 20);
+        if (rc == 0) {
+            struct jinja_env *env = jinja_env_new(now);
+            CHECK(env);
+            const char *k;
+            json_t *v;
+            json_object_foreach(vars, k, v) jinja_global(env, k, from_json(env, v));
+            jinja_global(env, "bos_token", jinja_str(env, "<s>", 3));
+            jinja_global(env, "eos_token", jinja_str(env, "</s>", 4));
+            rc = jinja_render(t, env, &out, err, sizeof err);
+            jinja_env_free(env);
+        }
+        jinja_tmpl_free(t);
+        if (json_is_string(exp)) {
+            if (rc != 0 || strcmp(out.data ? out.data : "", json_string_value(exp)) != 0) {
+                printf("  snippet %zu %s\n    rc %d: %s\n    ours:   \"%s\"\n    jinja2: \"%s\"\n", i, src, rc,
+                       err, out.data ? out.data : "", json_string_value(exp));
+                fails++;
+            } else {
+                ok++;
+            }
+        } else {
+            const char *jerr = json_string_value(json_object_get(c, "error"));
+            int raised = !strncmp(jerr, "TemplateError: ", 15);
+            if (rc != ERR_INVAL || out.len != 0 || (raised && strcmp(err, jerr + 15) != 0)) {
+                printf("  snippet %zu %s\n    jinja2 failed (%s); we: rc %d (%s) \"%s\"\n", i, src, jerr, rc, err,
+                       out.data ? out.data : "");
+                fails++;
+            } else {
+                ok++;
+            }
+        }
+        buf_release(&out);
+    }
+    printf("  %zu snippets identical, %zu differ\n", ok, fails);
+    CHECK_EQ_INT(fails, 0);
+    json_decref(fx);
+}
