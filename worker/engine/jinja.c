@@ -1893,8 +1893,12 @@ static int p_body(struct parser *P, struct nvec *out, const char *const *ends)
     for (;;) {
         struct token *t = cur(P);
         if (t->k == TK_EOF) {
-            if (ends)
-                return p_fail(P, t->line, "unexpected end of template, expected '%s'", ends[0]);
+            if (ends) {
+                const char *const *e = ends;
+                while (e[1] && strncmp(*e, "end", 3) != 0)
+                    e++;
+                return p_fail(P, t->line, "unexpected end of template, expected '%s'", *e);
+            }
             return 0;
         }
         if (t->k == TK_DATA) {
@@ -3599,7 +3603,7 @@ static int do_select(struct rs *R, int id, struct jv seq, const struct args *A, 
             return -1;
         k++;
     }
-    struct args TA = {A->pos + k, A->n > k ? A->n - k : 0, NULL, NULL, 0};
+    struct args TA = {A->n > k ? A->pos + k : NULL, A->n > k ? A->n - k : 0, NULL, NULL, 0};
     struct jv items;
     if (!truthy(seq)) /* jinja2: `if value:` before iterating */
         seq = mk(JV_UNDEF);

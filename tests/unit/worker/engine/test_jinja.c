@@ -232,3 +232,106 @@ TEST(jinja_snippets_match_jinja2)
     CHECK_EQ_INT(fails, 0);
     json_decref(fx);
 }
+
+static int render_src(const char *src, size_t cap, struct buf *out, char *err, size_t errcap)
+{
+    struct jinja_tmpl *t = NULL;
+    int rc = jinja_parse(src, strlen(src), &t, err, errcap);
+    if (rc)
+        return rc;
+    struct jinja_env *e = jinja_env_new(0);
+    if (!e) {
+        jinja_tmpl_free(t);
+        return ERR_NOMEM;
+    }
+    buf_init(out, cap);
+    rc = jinja_render(t, e, out, err, errcap);
+    jinja_env_free(e);
+    jinja_tmpl_free(t);
+    return rc;
+}
+
+static char *repeat3(const char *a, const char *mid, const char *b, int n)
+{
+    size_t la = strlen(a), lm = strlen(mid), lb = strlen(b);
+    char *s = malloc(la * (size_t)n + lm + lb * (size_t)n + 1), *p = s;
+    for (int i = 0; i < n; i++, p += la)
+        memcpy(p, a, la);
+    memcpy(p, mid, lm);
+    p += lm;
+    for (int i = 0; i < n; i++, p += lb)
+        memcpy(p, b, lb);
+    *p = 0;
+    return s;
+}
+
+/* Templates are outside input: every limit is an error naming the line. */
+TEST(jinja_limits_and_errors)
+{
+    char err[JINJA_ERR_MAX];
+    struct buf out;
+    struct jinja_tmpl *t = NULL;
+    /* parse errors name the line */
+    CHECK_EQ_INT(jinja_parse("a\n\n{% if x %}b", 13, &t, err, sizeof err), ERR_PARSE);
+    CHECK_EQ_STR(err, "line 3: unexpected end of template, expected 'endif'");
+    const char *bad[] = {"{% include 'x' %}", "{{ x.|y }}", "{{ 'abc }}", "{# open", "{{ x | nosuch }}",
+                         "{% for %}{% endfor %}", "{% endif %}", "{{ (1, 2 }}", "{% raw %}x{% endraw %}",
+                         "{{ 99999999999999999999 }}", "{{ '\\u12' }}", "{% set ns.a %}{% endset %}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = jinja_parse(bad[i], strlen(bad[i]), &t, err, sizeof err);
+        if (rc != ERR_PARSE)
+            th_fail(__FILE__, __LINE__, bad[i], "rc %d", rc);
+        CHECK(!strncmp(err, "line 1: ", 8));
+    }
+    /* nesting: brackets, not-chains and blocks are capped */
+    char *deep = repeat3("(", "1", ")", 200);
+    char *src = malloc(strlen(deep) + 8);
+    sprintf(src, "{{ %s }}", deep);
+    CHECK_EQ_INT(jinja_parse(src, strlen(src), &t, err, sizeof err), ERR_PARSE);
+    free(src);
+    free(deep);
+    deep = repeat3("not ", "x", "", 500);
+    src = malloc(strlen(deep) + 8);
+    sprintf(src, "{{ %s }}", deep);
+    CHECK_EQ_INT(jinja_parse(src, strlen(src), &t, err, sizeof err), ERR_DEPTH);
+    free(src);
+    free(deep);
+    deep = repeat3("{% if 1 %}", "x", "{% endif %}", 200);
+    CHECK_EQ_INT(jinja_parse(deep, strlen(deep), &t, err, sizeof err), ERR_DEPTH);
+    free(deep);
+    /* size */
+    src = calloc(JINJA_MAX_SOURCE + 2, 1);
+    memset(src, 'a', JINJA_MAX_SOURCE + 1);
+    CHECK_EQ_INT(jinja_parse(src, JINJA_MAX_SOURCE + 1, &t, err, sizeof err), ERR_TOOBIG);
+    free(src);
+    /* runtime errors: the line, or raise_exception's message verbatim */
+    CHECK_EQ_INT(render_src("a\n{{ u.x }}", 1 << 10, &out, err, sizeof err), ERR_INVAL);
+    CHECK_EQ_STR(err, "line 2: 'u' is undefined");
+    CHECK_EQ_INT(out.len, 0);
+    buf_release(&out);
+    CHECK_EQ_INT(render_src("ok{{ raise_exception('No system role, sorry') }}", 1 << 10, &out, err, sizeof err),
+                 ERR_INVAL);
+    CHECK_EQ_STR(err, "No system role, sorry");
+    CHECK_EQ_INT(out.len, 0);
+    buf_release(&out);
+    /* loop iterations, macro recursion, output, memory */
+    CHECK_EQ_INT(render_src("{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+                            1 << 10, &out, err, sizeof err), ERR_INVAL);
+    CHECK(strstr(err, "loop iterations") != NULL);
+    buf_release(&out);
+    CHECK_EQ_INT(render_src("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", 1 << 10, &out, err,
+                            sizeof err), ERR_INVAL);
+    CHECK(strstr(err, "nested more than") != NULL);
+    buf_release(&out);
+    CHECK_EQ_INT(render_src("{% for i in range(1000) %}xxxx{% endfor %}", 100, &out, err, sizeof err), ERR_TOOBIG);
+    CHECK_EQ_INT(out.len, 0);
+    buf_release(&out);
+    CHECK_EQ_INT(render_src("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+                            "{% endfor %}", 1 << 20, &out, err, sizeof err), ERR_INVAL);
+    CHECK(strstr(err, "string too long") != NULL);
+    buf_release(&out);
+    CHECK_EQ_INT(render_src("{% set ns = namespace(l=[]) %}{% for i in range(30) %}{% set ns.l = ns.l + ns.l + [1] %}"
+                            "{% endfor %}", 1 << 20, &out, err, sizeof err), ERR_INVAL);
+    CHECK(strstr(err, "bytes of memory") != NULL);
+    buf_release(&out);
+}
