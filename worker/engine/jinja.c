@@ -2163,7 +2163,7 @@ static void fmt_float(double f, char *o, size_t cap)
             break;
     }
     /* tmp: [-]d[.ddd]e[+-]XX */
-    char digits[24];
+    char digits[24] = {0};
     size_t nd = 0;
     const char *s = tmp;
     int neg = 0;
@@ -2176,7 +2176,7 @@ static void fmt_float(double f, char *o, size_t cap)
             digits[nd++] = *s;
         s++;
     }
-    int exp = atoi(s + 1);
+    int exp = (int)strtol(s + 1, NULL, 10);
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
     digits[nd] = '\0';
@@ -4703,7 +4703,7 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
             R->out = saved;
             if (rc == 0) {
                 /* the chain's innermost operand is x->b: evaluate filters bottom-up */
-                const struct node *chain[JINJA_MAX_DEPTH];
+                const struct node *chain[JINJA_MAX_DEPTH] = {NULL};
                 size_t k = 0;
                 for (const struct node *c = x->a; c && c != x->b && k < JINJA_MAX_DEPTH; c = c->a)
                     chain[k++] = c;
