@@ -2024,6 +2024,7 @@ struct rs {
     long steps;
     int calls;
     int ctl;          /* 1: break, 2: continue pending */
+    int edepth;       /* eval() recursion depth */
     const struct jstr *loop_name;
 };
 
@@ -2367,7 +2368,11 @@ static double num_f(struct jv v)
 }
 static int64_t num_i(struct jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : 0; }
 
-static int v_eq(struct jv a, struct jv b)
+static int v_eq_d(struct jv a, struct jv b, int depth);
+static int v_eq(struct jv a, struct jv b) { return v_eq_d(a, b, 0); }
+
+/* Python ==; containers nested deeper than JINJA_MAX_DEPTH compare by identity. */
+static int v_eq_d(struct jv a, struct jv b, int depth)
 {
     if (is_num(a) && is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT)
@@ -2378,8 +2383,10 @@ static int v_eq(struct jv a, struct jv b)
     if (la && lb) {
         if (a.t != b.t || a.u.l->n != b.u.l->n)
             return 0;
+        if (depth > JINJA_MAX_DEPTH)
+            return a.u.l == b.u.l;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!v_eq(a.u.l->v[i], b.u.l->v[i]))
+            if (!v_eq_d(a.u.l->v[i], b.u.l->v[i], depth + 1))
                 return 0;
         return 1;
     }
@@ -2392,9 +2399,11 @@ static int v_eq(struct jv a, struct jv b)
     case JV_DICT:
         if (a.u.d->n != b.u.d->n)
             return 0;
+        if (depth > JINJA_MAX_DEPTH)
+            return a.u.d == b.u.d;
         for (size_t i = 0; i < a.u.d->n; i++) {
             struct jv *o = dict_find(b.u.d, a.u.d->k[i]);
-            if (!o || !v_eq(a.u.d->v[i], *o))
+            if (!o || !v_eq_d(a.u.d->v[i], *o, depth + 1))
                 return 0;
         }
         return 1;
@@ -2412,8 +2421,12 @@ static const char *type_name(struct jv v)
     return v.t < sizeof n / sizeof n[0] ? n[v.t] : "object";
 }
 
+static int v_lt_d(struct rs *R, struct jv a, struct jv b, int line, int depth);
+
 /* Python's <: -1 error, else 0/1 for a < b. */
-static int v_lt(struct rs *R, struct jv a, struct jv b, int line)
+static int v_lt(struct rs *R, struct jv a, struct jv b, int line) { return v_lt_d(R, a, b, line, 0); }
+
+static int v_lt_d(struct rs *R, struct jv a, struct jv b, int line, int depth)
 {
     if (is_num(a) && is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT)
@@ -2427,10 +2440,12 @@ static int v_lt(struct rs *R, struct jv a, struct jv b, int line)
     }
     if ((a.t == JV_LIST || a.t == JV_TUPLE) && a.t == b.t) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
+        if (depth > JINJA_MAX_DEPTH)
+            return fail(R, line, "comparison nested too deeply");
         for (size_t i = 0; i < n; i++) {
             if (v_eq(a.u.l->v[i], b.u.l->v[i]))
                 continue;
-            return v_lt(R, a.u.l->v[i], b.u.l->v[i], line);
+            return v_lt_d(R, a.u.l->v[i], b.u.l->v[i], line, depth + 1);
         }
         return a.u.l->n < b.u.l->n;
     }
@@ -4384,7 +4399,21 @@ static int call_value(struct rs *R, struct jv fn, const struct args *A, struct j
 
 /* ---- expressions -------------------------------------------------------------- */
 
+static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct jv *out);
+
+/* Left-leaning chains (a + b + c ..., a.b.c ..., x|f|g ...) parse without
+ * recursion but evaluate with it: the evaluation depth is capped here. */
 static int eval(struct rs *R, const struct node *x, struct frame *f, struct jv *out)
+{
+    if (R->edepth >= JINJA_MAX_EVAL_DEPTH)
+        return fail(R, x->line, "expression nested more than %d deep", JINJA_MAX_EVAL_DEPTH);
+    R->edepth++;
+    int rc = eval_node(R, x, f, out);
+    R->edepth--;
+    return rc;
+}
+
+static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct jv *out)
 {
     struct jv a, b;
     int line = x->line;

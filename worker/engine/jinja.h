@@ -26,8 +26,8 @@
  * are errors).
  *
  * Limits (templates are outside input): source JINJA_MAX_SOURCE bytes,
- * expression/statement nesting JINJA_MAX_DEPTH, macro call depth
- * JINJA_MAX_CALL_DEPTH, JINJA_MAX_STEPS loop iterations plus macro calls per
+ * expression/statement nesting JINJA_MAX_DEPTH (and JINJA_MAX_EVAL_DEPTH
+ * for long operator chains), macro call depth JINJA_MAX_CALL_DEPTH, JINJA_MAX_STEPS loop iterations plus macro calls per
  * render, JINJA_MAX_MEMORY bytes of values per render, and the output buffer's
  * own cap. Each is an error naming the template line, never a crash.
  *
@@ -46,6 +46,7 @@
 #define JINJA_MAX_SOURCE (1u << 20)
 #define JINJA_MAX_DEPTH 64
 #define JINJA_MAX_CALL_DEPTH 32
+#define JINJA_MAX_EVAL_DEPTH 512
 #define JINJA_MAX_STEPS 1000000
 #define JINJA_MAX_MEMORY (256u << 20)
 #define JINJA_ERR_MAX 256
@@ -107,8 +108,8 @@ void jinja_global(struct jinja_env *e, const char *name, struct jv v);
 /* Render t with e's globals, appending to out. Returns 0; ERR_INVAL with
  * the message in err: raise_exception(msg) gives exactly msg, any other
  * runtime error "line N: why" (undefined attribute, bad types, limits);
- * ERR_TOOBIG (out's cap; out keeps what was rendered); ERR_NOMEM. On error
- * out is restored to its length at entry. */
+ * ERR_TOOBIG (out's cap hit); ERR_NOMEM. On any error out is restored to
+ * its length at entry. */
 int jinja_render(const struct jinja_tmpl *t, struct jinja_env *e, struct buf *out, char *err,
                  size_t errcap);
 

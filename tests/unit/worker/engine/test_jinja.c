@@ -299,6 +299,19 @@ TEST(jinja_limits_and_errors)
     deep = repeat3("{% if 1 %}", "x", "{% endif %}", 200);
     CHECK_EQ_INT(jinja_parse(deep, strlen(deep), &t, err, sizeof err), ERR_DEPTH);
     free(deep);
+    /* long left-leaning chains parse flat but evaluate recursively: capped */
+    deep = repeat3("", "{{ 1", " + 1", 100000);
+    src = malloc(strlen(deep) + 4);
+    sprintf(src, "%s }}", deep);
+    CHECK_EQ_INT(render_src(src, 1 << 10, &out, err, sizeof err), ERR_INVAL);
+    CHECK(strstr(err, "nested more than") != NULL);
+    buf_release(&out);
+    free(src);
+    free(deep);
+    CHECK_EQ_INT(render_src("{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] %}"
+                            "{% endfor %}{{ ns.l == ns.l }}{{ ns.l | tojson | length > 0 }}", 1 << 20, &out, err,
+                            sizeof err), ERR_INVAL); /* tojson refuses the depth; == does not recurse forever */
+    buf_release(&out);
     /* size */
     src = calloc(JINJA_MAX_SOURCE + 2, 1);
     memset(src, 'a', JINJA_MAX_SOURCE + 1);
