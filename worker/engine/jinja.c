@@ -23,6 +23,7 @@
  */
 #include "worker/engine/jinja.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -749,6 +750,93 @@ static int lex_tag(struct lexer *L, int block)
     }
 }
 
+/* Whitespace control on the data text[0..*tn) before a tag: `-` strips all
+ * trailing whitespace; otherwise lstrip_blocks removes the spaces between
+ * the last newline (or the start of a line) and a block or comment tag. */
+static void strip_before_tag(const char *text, size_t *tn, char sign, int block, int line_starting)
+{
+    if (sign == '-') {
+        py_strip(&text, tn, 2);
+        return;
+    }
+    if (!block || sign == '+')
+        return;
+    size_t lpos = *tn;
+    while (lpos > 0 && text[lpos - 1] != '\n')
+        lpos--;
+    if (lpos > 0 || line_starting) {
+        size_t i = lpos, l;
+        while (i < *tn && text[i] != '\n' && (l = py_space((const unsigned char *)text + i, *tn - i)) != 0)
+            i += l;
+        if (i == *tn && *tn > lpos)
+            *tn = lpos;
+    }
+}
+
+static void skip_space(struct lexer *L)
+{
+    while (L->pos < L->len) {
+        size_t l = py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
+        if (!l)
+            break;
+        if (L->src[L->pos] == '\n')
+            L->line++;
+        L->pos += l;
+    }
+}
+
+/* At "raw" inside "{% raw %}": the text up to {% endraw %} is data, as is. */
+static int lex_raw(struct lexer *L, size_t r, int tag_line)
+{
+    const char *s = L->src;
+    r += 3;
+    while (r < L->len && py_space((const unsigned char *)s + r, L->len - r))
+        r++;
+    if (r + 3 <= L->len && s[r] == '-' && s[r + 1] == '%' && s[r + 2] == '}') {
+        count_lines(L, L->pos, r + 3);
+        L->pos = r + 3;
+        skip_space(L);
+    } else if (r + 2 <= L->len && s[r] == '%' && s[r + 1] == '}') {
+        count_lines(L, L->pos, r + 2);
+        L->pos = r + 2;
+    } else {
+        return lex_fail(L, tag_line, "expected '%%}' after raw");
+    }
+    int line_starting = L->pos > 0 && s[L->pos - 1] == '\n';
+    for (size_t q = L->pos; q + 1 < L->len; q++) {
+        if (s[q] != '{' || s[q + 1] != '%')
+            continue;
+        size_t e = q + 2;
+        char sign = e < L->len && (s[e] == '-' || s[e] == '+') ? s[e] : 0;
+        e += sign ? 1 : 0;
+        while (e < L->len && py_space((const unsigned char *)s + e, L->len - e))
+            e++;
+        if (L->len - e < 6 || memcmp(s + e, "endraw", 6) != 0)
+            continue;
+        e += 6;
+        while (e < L->len && py_space((const unsigned char *)s + e, L->len - e))
+            e++;
+        char esign = e < L->len && (s[e] == '-' || s[e] == '+') ? s[e] : 0;
+        size_t c = e + (esign ? 1 : 0);
+        if (c + 2 > L->len || s[c] != '%' || s[c + 1] != '}')
+            continue;
+        size_t tn = q - L->pos;
+        strip_before_tag(s + L->pos, &tn, sign, 1, line_starting);
+        if (lex_data(L, s + L->pos, tn, L->line))
+            return -1;
+        count_lines(L, L->pos, c + 2);
+        L->pos = c + 2;
+        if (esign == '-')
+            skip_space(L);
+        else if (!esign && L->pos < L->len && s[L->pos] == '\n') {
+            L->pos++;
+            L->line++;
+        }
+        return 0;
+    }
+    return lex_fail(L, tag_line, "missing {%% endraw %%}");
+}
+
 static int lex_all(struct lexer *L)
 {
     int line_starting = 1;
@@ -770,20 +858,7 @@ static int lex_all(struct lexer *L)
         char sign = q + 2 < L->len ? L->src[q + 2] : 0;
         const char *text = L->src + p;
         size_t tn = q - p;
-        if (sign == '-') {
-            py_strip(&text, &tn, 2);
-        } else if (kind != '{' && sign != '+') {
-            size_t lpos = tn;
-            while (lpos > 0 && text[lpos - 1] != '\n')
-                lpos--;
-            if (lpos > 0 || line_starting) {
-                size_t i = lpos, l;
-                while (i < tn && text[i] != '\n' && (l = py_space((const unsigned char *)text + i, tn - i)) != 0)
-                    i += l;
-                if (i == tn && tn > lpos)
-                    tn = lpos;
-            }
-        }
+        strip_before_tag(text, &tn, sign, kind != '{', line_starting);
         if (lex_data(L, text, tn, data_line))
             return -1;
         count_lines(L, p, q);
@@ -816,17 +891,19 @@ static int lex_all(struct lexer *L)
                 L->line++;
             }
         } else {
-            if (!lex_push(L, kind == '%' ? TK_BBEGIN : TK_VBEGIN, tag_line))
-                return -1;
-            /* {% raw %} ... {% endraw %} */
             size_t r = L->pos;
-            while (r < L->len && (L->src[r] == ' ' || L->src[r] == '\t'))
+            while (r < L->len && py_space((const unsigned char *)L->src + r, L->len - r))
                 r++;
             if (kind == '%' && L->len - r >= 3 && !memcmp(L->src + r, "raw", 3) &&
-                (r + 3 >= L->len || !(isname0(L->src[r + 3]) || isdigit_(L->src[r + 3]))))
-                return lex_fail(L, tag_line, "{%% raw %%} is not supported");
-            if (lex_tag(L, kind == '%'))
-                return -1;
+                (r + 3 >= L->len || !(isname0(L->src[r + 3]) || isdigit_(L->src[r + 3])))) {
+                if (lex_raw(L, r, tag_line))
+                    return -1;
+            } else {
+                if (!lex_push(L, kind == '%' ? TK_BBEGIN : TK_VBEGIN, tag_line))
+                    return -1;
+                if (lex_tag(L, kind == '%'))
+                    return -1;
+            }
         }
         line_starting = L->pos > 0 && L->src[L->pos - 1] == '\n';
     }
@@ -2302,7 +2379,11 @@ static int repr_into(struct rs *R, struct buf *b, struct jv v, int depth)
         return sb_put(R, b, "}", 1) || (v.t == JV_NS && sb_put(R, b, ">", 1)) ? -1 : 0;
     }
     case JV_UNDEF: return 0;
-    case JV_MACRO: return sb_put(R, b, "<Macro>", 7);
+    case JV_MACRO: {
+        const struct jmacro *m = v.u.p;
+        return sb_put(R, b, "<Macro '", 8) || sb_put(R, b, m->def->s->p, m->def->s->n) ||
+               sb_put(R, b, "'>", 2) ? -1 : 0;
+    }
     case JV_FUNC:
     case JV_BOUND: return sb_put(R, b, "<function>", 10);
     case JV_LOOP: return sb_put(R, b, "<LoopContext>", 13);
@@ -3120,6 +3201,7 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
         uint32_t c = l == 1 && (unsigned char)s->p[i] >= 0x80 ? 0xFFFD : u8dec((const unsigned char *)s->p + i, l);
         uint32_t o = c;
         int keep = l == 1 && (unsigned char)s->p[i] >= 0x80;
+        int word_start = !prev_cased;
         switch (how) {
         case CASE_UPPER: o = cp_upper(c); break;
         case CASE_LOWER: o = cp_lower(c); break;
@@ -3135,6 +3217,20 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
                            py_space((const unsigned char *)s->p + i, l));
             break;
         }
+        }
+        int upper_pos = how == CASE_UPPER || (how == CASE_CAPITALIZE && first) ||
+                        ((how == CASE_TITLE || how == CASE_JTITLE) && word_start);
+        if (c == 0xDF && upper_pos) { /* German sharp s: "SS" ("Ss" starting a word) */
+            /* jinja's title filter upper()s the first character: "SS" */
+            if (sb_put(R, &b, how == CASE_UPPER || how == CASE_JTITLE ? "SS" : "Ss", 2)) {
+                buf_release(&b);
+                return mk(JV_UNDEF);
+            }
+            first = 0;
+            if (how == CASE_TITLE)
+                prev_cased = 1;
+            i += l;
+            continue;
         }
         first = 0;
         char enc[4];
@@ -3640,6 +3736,31 @@ static int do_select(struct rs *R, int id, struct jv seq, const struct args *A, 
     return 0;
 }
 
+/* A numeric string as Python's int()/float() read it: surrounding whitespace
+ * dropped, '_' allowed between digits, no hex (C's strtod would take it).
+ * Writes a NUL-terminated copy into tmp; -1 if it cannot be a number. */
+static int py_numstr(const struct jstr *s, char *tmp, size_t cap)
+{
+    const char *b = s->p;
+    size_t n = s->n, k = 0;
+    py_strip(&b, &n, 3);
+    if (n == 0 || n >= cap)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (c == 'x' || c == 'X' || c == 'p' || c == 'P' || c == '(' || c == '\0')
+            return -1;
+        if (c == '_') {
+            if (i == 0 || i + 1 >= n || !isdigit_(b[i - 1]) || !isdigit_(b[i + 1]))
+                return -1;
+            continue;
+        }
+        tmp[k++] = c;
+    }
+    tmp[k] = '\0';
+    return 0;
+}
+
 static int to_int(struct rs *R, struct jv v, struct jv dflt, struct jv *out, int line)
 {
     (void)line;
@@ -3655,15 +3776,11 @@ static int to_int(struct rs *R, struct jv v, struct jv dflt, struct jv *out, int
         break;
     case JV_STR: {
         char tmp[64];
-        const char *b = v.u.s->p;
-        size_t n = v.u.s->n;
-        py_strip(&b, &n, 3);
-        if (n && n < sizeof tmp) {
-            memcpy(tmp, b, n);
-            tmp[n] = 0;
+        if (py_numstr(v.u.s, tmp, sizeof tmp) == 0) {
             char *end;
+            errno = 0;
             long long i = strtoll(tmp, &end, 10);
-            if (*end == 0 && end != tmp) {
+            if (*end == 0 && end != tmp && errno == 0) {
                 *out = mk_int(i);
                 return 0;
             }
@@ -3963,15 +4080,10 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
             *out = mk_float(num_f(v));
         else if (v.t == JV_STR) {
             char tmp[64], *end;
-            const char *b = v.u.s->p;
-            size_t n = v.u.s->n;
-            py_strip(&b, &n, 3);
             *out = d;
-            if (n && n < sizeof tmp) {
-                memcpy(tmp, b, n);
-                tmp[n] = 0;
+            if (py_numstr(v.u.s, tmp, sizeof tmp) == 0) {
                 double x = strtod(tmp, &end);
-                if (*end == 0)
+                if (*end == 0 && end != tmp)
                     *out = mk_float(x);
             }
         } else
@@ -4235,17 +4347,13 @@ static int apply_test(struct rs *R, int id, struct jv v, const struct args *A, i
 
 static int number_test(struct rs *R, int id, struct jv v, const struct args *A, int line)
 {
-    if (v.t != JV_INT && v.t != JV_BOOL)
-        return fail(R, line, "test expects an integer, got %s", type_name(v));
-    int64_t x = num_i(v);
-    if (id == T_ODD)
-        return (x % 2) != 0;
-    if (id == T_EVEN)
-        return (x % 2) == 0;
-    struct jv d;
-    if (!arg(A, 0, "num", &d) || (d.t != JV_INT && d.t != JV_BOOL) || num_i(d) == 0)
-        return fail(R, line, "divisibleby takes a non-zero integer");
-    return x % num_i(d) == 0;
+    /* jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 (Python %) */
+    struct jv d = mk_int(2), r;
+    if (id == T_DIVISIBLEBY && !arg(A, 0, "num", &d))
+        return fail(R, line, "divisibleby takes a number");
+    if (arith(R, OP_MOD, v, d, &r, line))
+        return -1;
+    return v_eq(r, mk_int(id == T_ODD ? 1 : 0));
 }
 
 /* ---- calls ------------------------------------------------------------------ */
@@ -4499,6 +4607,8 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
                         type_name(a));
         if (x->k == N_POS)
             *out = a.t == JV_BOOL ? mk_int(a.u.b) : a;
+        else if (a.t == JV_FLOAT)
+            *out = mk_float(-a.u.f); /* -0.0 stays negative */
         else
             return arith(R, OP_SUB, mk_int(0), a, out, line);
         return 0;

@@ -16,9 +16,9 @@
  * the list): {% for %} (tuple targets, `if` filter, else, loop.index/
  * index0/revindex/revindex0/first/last/length/previtem/nextitem/cycle,
  * break/continue), {% if/elif/else %}, {% set %} (names, tuples, namespace
- * attributes, block set), {% macro %} and calling macros, {% generation %}
- * (HF, renders its body), comments; expressions with literals, lists,
- * tuples, dicts, attribute/item access, slices, calls, filters, tests,
+ * attributes, block set), {% macro %} and calling macros, {% filter %},
+ * {% raw %}, {% generation %} (HF, renders its body), comments;
+ * expressions with literals, lists, tuples, dicts, attribute/item access, slices, calls, filters, tests,
  * `in`/`not in`, `~`, + - * / // % **, comparisons, and/or/not, inline
  * if/else; filters, tests, string/dict methods and globals listed in
  * spec/chat-templates.md. Undefined behaves as jinja2's default Undefined
