@@ -20,8 +20,8 @@
  * {% raw %}, {% generation %} (HF, renders its body), comments;
  * expressions with literals, lists, tuples, dicts, attribute/item access,
  * slices, calls, filters, tests, `in`/`not in`, `~`, + - * / // % **,
- * comparisons, and/or/not, inline if/else; filters, tests, string/dict methods and globals listed in
- * spec/chat-templates.md. Undefined behaves as jinja2's default Undefined
+ * comparisons, and/or/not, inline if/else; filters, tests, string/dict
+ * methods and globals listed in spec/chat-templates.md. Undefined behaves as jinja2's default Undefined
  * (prints as "", false, empty; attribute access on it and arithmetic with it
  * are errors).
  *
