@@ -12,24 +12,25 @@
  * arena. jinja_render walks the tree with values allocated in the caller's
  * jinja_env arena (freed all at once); a value is 16 bytes passed by value.
  *
- * Supported (the subset real chat templates use; spec/chat-templates.md has
- * the list): {% for %} (tuple targets, `if` filter, else, loop.index/
- * index0/revindex/revindex0/first/last/length/previtem/nextitem/cycle,
- * break/continue), {% if/elif/else %}, {% set %} (names, tuples, namespace
- * attributes, block set), {% macro %} and calling macros, {% filter %},
- * {% raw %}, {% generation %} (HF, renders its body), comments;
- * expressions with literals, lists, tuples, dicts, attribute/item access,
- * slices, calls, filters, tests, `in`/`not in`, `~`, + - * / // % **,
- * comparisons, and/or/not, inline if/else; filters, tests, string/dict
- * methods and globals listed in spec/chat-templates.md. Undefined behaves as jinja2's default Undefined
- * (prints as "", false, empty; attribute access on it and arithmetic with it
- * are errors).
+ * Supported (the subset real chat templates use; spec/chat-templates.md
+ * has the list): {% for %} (tuple targets, `if` filter, else,
+ * loop.index/index0/revindex/revindex0/first/last/length/previtem/
+ * nextitem/cycle, break/continue), {% if/elif/else %}, {% set %} (names,
+ * tuples, namespace attributes, block set), {% macro %} and calling
+ * macros, {% filter %}, {% raw %}, {% generation %} (HF, renders its
+ * body), comments; expressions with literals, lists, tuples, dicts,
+ * attribute/item access, slices, calls, filters, tests, `in`/`not in`,
+ * `~`, + - * / // % **, comparisons, and/or/not, inline if/else; the
+ * filters, tests, string/dict methods and globals listed in the spec.
+ * Undefined behaves as jinja2's default Undefined (prints as "", false,
+ * empty; attribute access on it and arithmetic with it are errors).
  *
  * Limits (templates are outside input): source JINJA_MAX_SOURCE bytes,
- * expression/statement nesting JINJA_MAX_DEPTH (and JINJA_MAX_EVAL_DEPTH
- * for long operator chains), macro call depth JINJA_MAX_CALL_DEPTH, JINJA_MAX_STEPS loop iterations plus macro calls per
- * render, JINJA_MAX_MEMORY bytes of values per render, and the output buffer's
- * own cap. Each is an error naming the template line, never a crash.
+ * expression/statement nesting JINJA_MAX_DEPTH (JINJA_MAX_EVAL_DEPTH for
+ * long operator chains), macro call depth JINJA_MAX_CALL_DEPTH,
+ * JINJA_MAX_STEPS loop iterations plus macro calls per render,
+ * JINJA_MAX_MEMORY bytes of values per render, and the output buffer's own
+ * cap. Each is an error naming the template line, never a crash.
  *
  * Thread: a parsed template is immutable and may be rendered from any number
  * of threads at once, each with its own jinja_env.
