@@ -20,6 +20,7 @@ struct chat_tmpl {
     char *bos, *eos;          /* token texts ("" when the vocab has none) */
     char *default_system;     /* CHATML: literal default system prompt, or NULL */
     struct jinja_tmpl *jt;    /* CHAT_JINJA: the parsed template */
+    char why[JINJA_ERR_MAX];  /* a built-in format: why the template did not parse, or "" */
 };
 
 const char *chat_format_name(enum chat_format f)
@@ -104,7 +105,7 @@ static int tmpl_new(const char *src, const struct tok *t, int interp, struct cha
     const char *s = src ? src : "";
 #define HAS(x) (strstr(s, (x)) != NULL)
 #define VOCAB_HAS(x) (tok_find(t, (x), strlen(x)) >= 0)
-    if (interp && src && (rc = jinja_parse(src, strlen(src), &ct->jt, NULL, 0)) == 0) {
+    if (interp && src && (rc = jinja_parse(src, strlen(src), &ct->jt, ct->why, sizeof ct->why)) == 0) {
         ct->fmt = CHAT_JINJA;
     } else if (rc == ERR_NOMEM) {
         goto out;
@@ -176,6 +177,8 @@ void chat_tmpl_free(struct chat_tmpl *ct)
 }
 
 enum chat_format chat_tmpl_format(const struct chat_tmpl *ct) { return ct->fmt; }
+
+const char *chat_tmpl_why(const struct chat_tmpl *ct) { return ct->why; }
 
 /* ---- rendering ---------------------------------------------------------------- */
 

@@ -88,6 +88,9 @@ int chat_tmpl_new(const char *template_src, const struct tok *t, struct chat_tmp
 int chat_tmpl_new_builtin(const char *template_src, const struct tok *t, struct chat_tmpl **out);
 void chat_tmpl_free(struct chat_tmpl *ct);
 enum chat_format chat_tmpl_format(const struct chat_tmpl *ct);
+/* For a built-in format chosen because the template did not parse: the
+ * parse error ("line N: why"); otherwise "". Can't fail. */
+const char *chat_tmpl_why(const struct chat_tmpl *ct);
 /* "chatml", "llama2", ..., "jinja". Can't fail. */
 const char *chat_format_name(enum chat_format f);
 

@@ -146,6 +146,7 @@ TEST(chat_unknown_template_falls_back_or_fails)
     chat_tmpl_free(ct);
     CHECK_EQ_INT(chat_tmpl_new("{% if %}[INST]<<SYS>>", t, &ct), 0); /* does not parse: markers */
     CHECK_EQ_INT(chat_tmpl_format(ct), CHAT_LLAMA2);
+    CHECK_EQ_STR(chat_tmpl_why(ct), "line 1: unexpected end of tag");
     chat_tmpl_free(ct);
     CHECK_EQ_INT(chat_tmpl_new(NULL, t, &ct), 0);
     CHECK_EQ_INT(chat_tmpl_format(ct), CHAT_CHATML);
