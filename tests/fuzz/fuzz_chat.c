@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(tmpl);
         return 0;
     }
-    if (chat_tmpl_format(ct) < CHAT_CHATML || chat_tmpl_format(ct) > CHAT_PHI3)
+    if (chat_tmpl_format(ct) < CHAT_CHATML || chat_tmpl_format(ct) > CHAT_JINJA)
         abort();
     json_error_t jerr;
     json_t *msgs = json_loadb((const char *)rest, rest_len, JSON_REJECT_DUPLICATES, &jerr);

@@ -1,22 +1,26 @@
 /*
- * chat.c - chat-template detection and rendering (see chat.h).
+ * chat.c - chat templates (see chat.h): the GGUF's own template through the
+ * Jinja interpreter, else a built-in format.
  *
- * Each format is a small function that walks the messages and appends the
- * same bytes the model's Jinja template produces; jinja's `trim` filter and
- * Python's str.strip() are implemented by py_strip (Python's notion of
- * whitespace, not just ASCII).
+ * The built-ins walk the messages and append the same bytes the family's
+ * Jinja template produces; jinja's `trim` filter and Python's str.strip()
+ * are implemented by py_strip (Python's notion of whitespace, not just ASCII).
  */
 #include "worker/engine/chat.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/err.h"
+#include "worker/engine/jinja.h"
 
 struct chat_tmpl {
     enum chat_format fmt;
     char *bos, *eos;          /* token texts ("" when the vocab has none) */
     char *default_system;     /* CHATML: literal default system prompt, or NULL */
+    struct jinja_tmpl *jt;    /* CHAT_JINJA: the parsed template */
+    char why[JINJA_ERR_MAX];  /* a built-in format: why the template did not parse, or "" */
 };
 
 const char *chat_format_name(enum chat_format f)
@@ -30,6 +34,7 @@ const char *chat_format_name(enum chat_format f)
     case CHAT_ZEPHYR: return "zephyr";
     case CHAT_GEMMA: return "gemma";
     case CHAT_PHI3: return "phi3";
+    case CHAT_JINJA: return "jinja";
     }
     return "unknown";
 }
@@ -91,7 +96,7 @@ static char *chatml_default_system(const char *src)
     return NULL;
 }
 
-int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
+static int tmpl_new(const char *src, const struct tok *t, int interp, struct chat_tmpl **out)
 {
     int rc = 0;
     struct chat_tmpl *ct = calloc(1, sizeof *ct);
@@ -99,7 +104,18 @@ int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
         return ERR_NOMEM;
     const char *s = src ? src : "";
 #define HAS(x) (strstr(s, (x)) != NULL)
-    if (HAS("<|im_start|>")) {
+#define VOCAB_HAS(x) (tok_find(t, (x), strlen(x)) >= 0)
+    if (interp && src && (rc = jinja_parse(src, strlen(src), &ct->jt, ct->why, sizeof ct->why)) == 0) {
+        ct->fmt = CHAT_JINJA;
+    } else if (rc == ERR_NOMEM) {
+        goto out;
+    } else if (!src && VOCAB_HAS("<|start_header_id|>") && VOCAB_HAS("<|eot_id|>")) {
+        ct->fmt = CHAT_LLAMA3;  /* no template: the vocabulary's specials say which family */
+    } else if (!src && VOCAB_HAS("<start_of_turn>")) {
+        ct->fmt = CHAT_GEMMA;
+    } else if (!src && VOCAB_HAS("<|assistant|>") && VOCAB_HAS("<|end|>")) {
+        ct->fmt = CHAT_PHI3;
+    } else if (HAS("<|im_start|>")) {
         ct->fmt = CHAT_CHATML;
         ct->default_system = chatml_default_system(s);
     } else if (HAS("[INST]")) {
@@ -123,7 +139,9 @@ int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
         rc = ERR_UNSUPPORTED;
         goto out;
     }
+    rc = 0;
 #undef HAS
+#undef VOCAB_HAS
     ct->bos = tok_text_dup(t, tok_bos(t));
     ct->eos = tok_text_dup(t, tok_eos(t));
     if (!ct->bos || !ct->eos) {
@@ -137,6 +155,16 @@ out:
     return rc;
 }
 
+int chat_tmpl_new(const char *src, const struct tok *t, struct chat_tmpl **out)
+{
+    return tmpl_new(src, t, 1, out);
+}
+
+int chat_tmpl_new_builtin(const char *src, const struct tok *t, struct chat_tmpl **out)
+{
+    return tmpl_new(src, t, 0, out);
+}
+
 void chat_tmpl_free(struct chat_tmpl *ct)
 {
     if (!ct)
@@ -144,10 +172,13 @@ void chat_tmpl_free(struct chat_tmpl *ct)
     free(ct->bos);
     free(ct->eos);
     free(ct->default_system);
+    jinja_tmpl_free(ct->jt);
     free(ct);
 }
 
 enum chat_format chat_tmpl_format(const struct chat_tmpl *ct) { return ct->fmt; }
+
+const char *chat_tmpl_why(const struct chat_tmpl *ct) { return ct->why; }
 
 /* ---- rendering ---------------------------------------------------------------- */
 
@@ -229,9 +260,46 @@ static int alternates(const struct chat_msg *m, size_t n)
     return 1;
 }
 
+/* The variables HF's apply_chat_template passes, then the interpreter. */
+static int render_jinja(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n, int gen,
+                        time_t now, struct buf *out, char *err, size_t errcap)
+{
+    struct jinja_env *e = jinja_env_new(now ? now : time(NULL));
+    if (!e)
+        return ERR_NOMEM;
+    struct jv list = jinja_list(e);
+    for (size_t i = 0; i < n; i++) {
+        struct jv m = jinja_dict(e);
+        const char *role = role_name(msgs[i].role);
+        jinja_dict_set(e, m, "role", jinja_str(e, role, strlen(role)));
+        jinja_dict_set(e, m, "content", jinja_str(e, msgs[i].content ? msgs[i].content : "",
+                                                  msgs[i].content ? msgs[i].content_len : 0));
+        jinja_list_push(e, list, m);
+    }
+    jinja_global(e, "messages", list);
+    jinja_global(e, "add_generation_prompt", jinja_bool(gen));
+    jinja_global(e, "bos_token", jinja_str(e, ct->bos, strlen(ct->bos)));
+    jinja_global(e, "eos_token", jinja_str(e, ct->eos, strlen(ct->eos)));
+    jinja_global(e, "tools", jinja_none());
+    jinja_global(e, "documents", jinja_none());
+    int rc = jinja_render(ct->jt, e, out, err, errcap);
+    jinja_env_free(e);
+    return rc;
+}
+
 int chat_render(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
                 int gen, struct buf *out)
 {
+    return chat_render_err(ct, msgs, n, gen, 0, out, NULL, 0);
+}
+
+int chat_render_err(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
+                    int gen, time_t now, struct buf *out, char *err, size_t errcap)
+{
+    if (err && errcap)
+        err[0] = '\0';
+    if (ct->fmt == CHAT_JINJA)
+        return render_jinja(ct, msgs, n, gen, now, out, err, errcap);
     struct w w = {out, 0};
     size_t start = out->len;
     const struct chat_msg *sys = NULL;
@@ -260,6 +328,8 @@ int chat_render(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t 
         }
         if (gen)
             puts_(&w, "<|im_start|>assistant\n");
+        break;
+    case CHAT_JINJA:
         break;
     case CHAT_LLAMA2:
         if (!alternates(loop, nl))

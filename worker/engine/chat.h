@@ -3,12 +3,22 @@
  * with the model's chat template (the OpenAI `messages` array is parsed by
  * worker/openai/chat_msgs.h).
  *
- * No Jinja engine: the GGUF's `tokenizer.chat_template` is classified by
- * marker substrings (like llama.cpp's llm_chat_detect_template) into one of
- * the built-in formats below, each written to produce byte-for-byte what HF
- * `apply_chat_template` (jinja2, trim_blocks + lstrip_blocks) produces with
- * that model family's published template, including its bos_token/eos_token
- * text. Verified against jinja2 renders in tests/fixtures/tok/chat.json.
+ * The GGUF's own `tokenizer.chat_template` is rendered by the Jinja2-subset
+ * interpreter (worker/engine/jinja.h) exactly as Hugging Face's
+ * apply_chat_template renders it with jinja2 (trim_blocks, lstrip_blocks,
+ * HF's tojson, raise_exception, strftime_now). The variables are those HF
+ * passes: messages (a list of {role, content}), add_generation_prompt,
+ * bos_token and eos_token (the vocabulary's BOS/EOS texts, "" when it has
+ * none), tools = None and documents = None. Verified byte-for-byte against
+ * jinja2 renders of real templates in tests/fixtures/chat/ (made by
+ * tests/oracle/chat_template_fixtures.py).
+ *
+ * Fallback: the built-in formats below, for a GGUF whose template is absent
+ * or does not parse with our subset. A template that does not parse is
+ * classified by marker substrings (like llama.cpp's llm_chat_detect_template);
+ * a GGUF without a template by the special tokens of its vocabulary. Each
+ * format produces byte-for-byte what HF produces with that family's
+ * published template (tests/fixtures/tok/chat.json):
  *
  *   CHATML         <|im_start|>{role}\n{c}<|im_end|>\n ... gen: <|im_start|>assistant\n
  *                  A default system prompt written literally in the template
@@ -25,14 +35,11 @@
  *   PHI3           Phi-3-mini: <|{role}|>\n{c}<|end|>\n ... gen <|assistant|>\n, else {eos}
  *
  * Where the HF template would raise (roles not alternating for LLAMA2 /
- * MISTRAL* / GEMMA, or a system message for MISTRAL_LEGACY / GEMMA) we
- * return ERR_INVAL, except that GEMMA and MISTRAL_LEGACY fold a leading
- * system message into the first user turn ("{sys}\n\n{user}") as llama.cpp's
- * built-ins do, rather than refuse the request.
- *
- * Unknown template (or none): ChatML if the vocabulary has <|im_start|>,
- * else ERR_UNSUPPORTED. Llama-3.1+ templates (date header, tools) are
- * detected as LLAMA3 and rendered without the date header.
+ * MISTRAL* / GEMMA, or a system message for MISTRAL_LEGACY / GEMMA) the
+ * built-ins return ERR_INVAL, except that GEMMA and MISTRAL_LEGACY fold a
+ * leading system message into the first user turn ("{sys}\n\n{user}") as
+ * llama.cpp's built-ins do, rather than refuse the request. (A template
+ * rendered by the interpreter raises exactly where HF raises.)
  *
  * Thread: any; a chat_tmpl is immutable after chat_tmpl_new.
  */
@@ -40,6 +47,7 @@
 #define WORKER_CHAT_H
 
 #include <stddef.h>
+#include <time.h>
 
 #include "common/buf.h"
 #include "worker/engine/tok.h"
@@ -53,6 +61,7 @@ enum chat_format {
     CHAT_ZEPHYR,
     CHAT_GEMMA,
     CHAT_PHI3,
+    CHAT_JINJA,    /* the GGUF's own template, rendered by the interpreter */
 };
 
 enum chat_role { CHAT_SYSTEM = 1, CHAT_USER, CHAT_ASSISTANT };
@@ -68,22 +77,38 @@ struct chat_msg {
 
 struct chat_tmpl;
 
-/* Classify template_src (tokenizer.chat_template; NULL = absent) for the
- * vocabulary t (gives bos/eos texts and the ChatML fallback). Returns 0 and
- * *out (free with chat_tmpl_free), ERR_UNSUPPORTED (unknown template and no
- * <|im_start|> token), ERR_NOMEM. */
+/* Prepare template_src (tokenizer.chat_template; NULL = absent) for the
+ * vocabulary t (gives bos/eos texts): CHAT_JINJA when it parses, else a
+ * built-in format (see the file comment). Returns 0 and *out (free with
+ * chat_tmpl_free), ERR_UNSUPPORTED (no template that parses, no known
+ * markers, and a vocabulary without <|im_start|>), ERR_NOMEM. */
 int chat_tmpl_new(const char *template_src, const struct tok *t, struct chat_tmpl **out);
+/* The fallback alone: a built-in format chosen as if template_src did not
+ * parse (lets tests check the built-ins). Same returns as chat_tmpl_new. */
+int chat_tmpl_new_builtin(const char *template_src, const struct tok *t, struct chat_tmpl **out);
 void chat_tmpl_free(struct chat_tmpl *ct);
 enum chat_format chat_tmpl_format(const struct chat_tmpl *ct);
-/* "chatml", "llama2", ... Can't fail. */
+/* For a built-in format chosen because the template did not parse: the
+ * parse error ("line N: why"); otherwise "". Can't fail. */
+const char *chat_tmpl_why(const struct chat_tmpl *ct);
+/* "chatml", "llama2", ..., "jinja". Can't fail. */
 const char *chat_format_name(enum chat_format f);
 
 /* Append the prompt for msgs[0..n) to out. add_generation_prompt as HF:
  * append the assistant-turn opener (formats without one ignore it, PHI3
- * appends eos instead when it is 0). Returns 0, ERR_INVAL (see file
- * comment), or buf_append's errors (ERR_TOOBIG when out's cap is hit). */
+ * appends eos instead when it is 0). Returns 0, ERR_INVAL (the template
+ * raised or failed, see the file comment), ERR_TOOBIG (out's cap is hit),
+ * ERR_NOMEM. On error out is unchanged. */
 int chat_render(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
                 int add_generation_prompt, struct buf *out);
+
+/* chat_render that also says why on ERR_INVAL / ERR_TOOBIG: err (errcap
+ * bytes) gets the template's raise_exception message verbatim, or "line N:
+ * why" for another template error, or "" when a built-in format refused.
+ * now: the instant strftime_now formats (UTC); 0 = the current time. */
+int chat_render_err(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
+                    int add_generation_prompt, time_t now, struct buf *out, char *err,
+                    size_t errcap);
 
 /* Tokenize a rendered prompt: special tokens parsed, BOS added per the
  * vocabulary's add_bos unless the text already starts with the BOS text (the

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "common/err.h"
+#include "common/log.h"
 #include "kernels/kn.h"
 #include "worker/engine/chat.h"
 #include "worker/engine/model.h"
@@ -37,6 +38,9 @@ int engine_open(const struct engine_opts *o, struct engine **out, char *err, siz
         e->tmpl = NULL;
         if (!e->tmpl_rc)
             e->tmpl_rc = ERR_UNSUPPORTED;
+    } else if (chat_tmpl_why(e->tmpl)[0]) {
+        log_warn("the model's chat template does not parse (%s); chat prompts use the built-in "
+                 "'%s' format", chat_tmpl_why(e->tmpl), chat_format_name(chat_tmpl_format(e->tmpl)));
     }
     if ((rc = kn_pool_new(o->threads, &e->pool)) != 0) {
         snprintf(err, err_len, "cannot start the thread pool: %s", err_msg(rc));

@@ -84,9 +84,14 @@ static int build_prompts(const struct oreq_model *m, enum gp_endpoint ep, const 
         if (rc)
             return rc;
         buf_init(&text, CHAT_MAX_PROMPT_BYTES);
-        rc = chat_render(m->tmpl, cm.v, cm.n, 1, &text);
+        char why[256];
+        rc = chat_render_err(m->tmpl, cm.v, cm.n, 1, 0, &text, why, sizeof why);
         chat_msgs_release(&cm);
-        if (rc == ERR_INVAL)
+        if (rc == ERR_INVAL && why[0])
+            rc = gp_fail(err, "messages", "invalid_value",
+                         "Invalid 'messages': this model's chat template cannot render the "
+                         "conversation: %s", why);
+        else if (rc == ERR_INVAL)
             rc = gp_fail(err, "messages", "invalid_value",
                          "Invalid 'messages': this model's chat template cannot render the "
                          "conversation (roles must alternate user/assistant%s).",

@@ -296,7 +296,7 @@ TEST(model_tokenizer_and_chat_from_gguf)
     buf_release(&b);
     struct chat_tmpl *ct;
     CHECK_EQ_INT(model_chat_tmpl(m, t, &ct), 0);
-    CHECK_EQ_INT(chat_tmpl_format(ct), CHAT_CHATML);
+    CHECK_EQ_INT(chat_tmpl_format(ct), CHAT_JINJA); /* the GGUF's own template */
     chat_tmpl_free(ct);
     tok_free(t);
     model_free(m);
