@@ -1269,7 +1269,7 @@ int gram_from_body(const struct json_t *body_, struct gram **out, struct gram_er
     char param[64];
     snprintf(param, sizeof param, "%s", given);
     const char *what = given;
-    char label[128] = "";
+    char label[224] = "";
     int rc = 0;
     json_t *v = json_object_get(body, given);
     if (strcmp(given, "guided_grammar") == 0) {
@@ -1315,8 +1315,8 @@ int gram_from_body(const struct json_t *body_, struct gram **out, struct gram_er
             }
             json_t *sc = json_object_get(js, "schema");
             snprintf(param, sizeof param, "response_format.json_schema.schema");
-            snprintf(label, sizeof label, "Invalid schema for response_format '%s': ",
-                     json_string_value(name));
+            snprintf(label, sizeof label, "Invalid schema for response_format '%s' "
+                     "('response_format.json_schema.schema'): ", json_string_value(name));
             kind = GRAM_JSON_SCHEMA;
             if (!sc || json_is_null(sc)) {
                 kind = GRAM_JSON_SCHEMA;
@@ -1335,8 +1335,8 @@ int gram_from_body(const struct json_t *body_, struct gram **out, struct gram_er
             }
         } else {
             rc = bfail(err, "response_format.type", "invalid_value",
-                       "Invalid value: '%.40s'. Supported values are: 'text', 'json_object' and "
-                       "'json_schema'.", ty);
+                       "Invalid value for 'response_format.type': '%.40s'. Supported values are: "
+                       "'text', 'json_object' and 'json_schema'.", ty);
             goto out;
         }
     } else if (strcmp(given, "guided_json") == 0) {
