@@ -365,6 +365,31 @@ int gb_finish(struct gb *b, struct gram **out, struct gram_error *err)
         rc = ERR_INVAL;
         goto out;
     }
+    /* productive rules (derive some finite byte string): the root must be */
+    memset(nullable, 0, b->n_rule);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t r = 0; r < b->n_rule; r++) {
+            if (nullable[r])
+                continue;
+            for (size_t a = 0; a < b->rule[r].n && !nullable[r]; a++) {
+                const struct gb_seq *s = &b->rule[r].alt[a];
+                size_t i = 0;
+                while (i < s->n && (s->e[i].kind == GE_CHR || nullable[s->e[i].arg]))
+                    i++;
+                if (i == s->n) {
+                    nullable[r] = 1;
+                    changed = 1;
+                }
+            }
+        }
+    }
+    if (!nullable[0]) {
+        set_err(err, "the grammar matches nothing (e.g. a schema whose $ref recursion never ends, "
+                     "or a class with no character)");
+        rc = ERR_INVAL;
+        goto out;
+    }
     size_t n_alt = 0, n_el = 0;
     for (size_t r = 0; r < b->n_rule; r++) {
         n_alt += b->rule[r].n;
@@ -627,11 +652,37 @@ static void advance(const struct gram *g, const struct gstate *in, unsigned char
     }
 }
 
+/* The trie walk's memo: within one mask computation the states reached are
+ * interned (hash-consed) and every (state, byte) transition is computed once,
+ * so the walk is a DFA walk over the trie: inside a JSON string, where a
+ * plain byte leads back to the same state, each of ~100k trie nodes costs
+ * one hash lookup instead of an advance(). */
+struct wstate {
+    size_t off, len;          /* ints in walk.sd */
+    int n, acc;
+};
+
+struct walk {
+    int32_t *sd;              /* (sd_len) interned states' ints */
+    size_t sd_len, sd_cap;
+    struct wstate *st;        /* (n_st) */
+    size_t n_st, cap_st;
+    int32_t *sh;              /* (sh_cap) state hash: ids, -1 empty */
+    size_t sh_cap;
+    int32_t *tr;              /* (n_st * 256) next state per byte: -1 dead, -3 not computed */
+    size_t tr_cap;
+    int32_t *at;              /* (n_at) state id per trie depth */
+    size_t n_at;
+    struct gstate in, out;
+    int ok;                   /* in/out allocated */
+};
+
+#define WALK_MAX_STATES 16384   /* 16 MiB of transitions at most */
+
 struct gram_matcher {
     struct gram *g;
     struct gstate cur, tmp[2];
-    struct gstate *walk;      /* (n_walk) per trie depth, lazily */
-    size_t n_walk;
+    struct walk w;
 };
 
 int gram_matcher_new(struct gram *g, struct gram_matcher **out)
@@ -656,9 +707,13 @@ void gram_matcher_free(struct gram_matcher *m)
     state_release(&m->cur);
     state_release(&m->tmp[0]);
     state_release(&m->tmp[1]);
-    for (size_t i = 0; i < m->n_walk; i++)
-        state_release(&m->walk[i]);
-    free(m->walk);
+    free(m->w.sd);
+    free(m->w.st);
+    free(m->w.sh);
+    free(m->w.tr);
+    free(m->w.at);
+    state_release(&m->w.in);
+    state_release(&m->w.out);
     gram_unref(m->g);
     free(m);
 }
@@ -849,37 +904,128 @@ static uint64_t state_hash(const struct gstate *s, const struct gram_vocab *v)
     return h ? h : 1;
 }
 
+static uint64_t ints_hash(const int32_t *d, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint32_t)d[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int walk_rehash_states(struct walk *w)
+{
+    size_t nc = w->sh_cap ? w->sh_cap * 2 : 1024;
+    int32_t *sh = malloc(nc * sizeof *sh);
+    if (!sh)
+        return ERR_NOMEM;
+    memset(sh, 0xff, nc * sizeof *sh);
+    for (size_t i = 0; i < w->n_st; i++) {
+        size_t j = ints_hash(w->sd + w->st[i].off, w->st[i].len) & (nc - 1);
+        while (sh[j] >= 0)
+            j = (j + 1) & (nc - 1);
+        sh[j] = (int32_t)i;
+    }
+    free(w->sh);
+    w->sh = sh;
+    w->sh_cap = nc;
+    return 0;
+}
+
+/* The id of state s (interned). -2 when out of memory or too many states. */
+static int32_t walk_intern(struct walk *w, const struct gstate *s)
+{
+    uint64_t h = ints_hash(s->d, s->len);
+    for (size_t j = h & (w->sh_cap - 1);; j = (j + 1) & (w->sh_cap - 1)) {
+        int32_t id = w->sh[j];
+        if (id < 0)
+            break;
+        const struct wstate *e = &w->st[id];
+        if (e->len == s->len && memcmp(w->sd + e->off, s->d, s->len * sizeof *s->d) == 0)
+            return id;
+    }
+    if (w->n_st >= WALK_MAX_STATES)
+        return -2;
+    if (grow((void **)&w->st, &w->cap_st, w->n_st + 1, sizeof *w->st) ||
+        grow((void **)&w->sd, &w->sd_cap, w->sd_len + s->len + 1, sizeof *w->sd) ||
+        grow((void **)&w->tr, &w->tr_cap, (w->n_st + 1) * 256, sizeof *w->tr))
+        return -2;
+    for (size_t b = 0; b < 256; b++)
+        w->tr[w->n_st * 256 + b] = -3;
+    memcpy(w->sd + w->sd_len, s->d, s->len * sizeof *s->d);
+    w->st[w->n_st] = (struct wstate){w->sd_len, s->len, s->n, s->acc};
+    w->sd_len += s->len;
+    int32_t id = (int32_t)w->n_st++;
+    if (w->n_st * 2 > w->sh_cap) {
+        if (walk_rehash_states(w) != 0)
+            return -2;
+    } else {
+        size_t j = h & (w->sh_cap - 1);
+        while (w->sh[j] >= 0)
+            j = (j + 1) & (w->sh_cap - 1);
+        w->sh[j] = id;
+    }
+    return id;
+}
+
 int gram_matcher_mask_uncached(struct gram_matcher *m, const struct gram_vocab *v,
                                uint32_t *mask, size_t *n_allowed)
 {
     if (!m || !v || !mask)
         return ERR_INVAL;
+    struct walk *w = &m->w;
     size_t words = gram_mask_words(v), n_ok = 0;
     memset(mask, 0, words * sizeof *mask);
-    if (m->n_walk < v->max_len + 1) {
-        struct gstate *w = realloc(m->walk, (v->max_len + 1) * sizeof *w);
-        if (!w)
+    if (!w->ok) {
+        if (state_init(&w->in) || state_init(&w->out))
             return ERR_NOMEM;
-        m->walk = w;
-        while (m->n_walk < v->max_len + 1) {
-            if (state_init(&m->walk[m->n_walk]) != 0)
-                return ERR_NOMEM;
-            m->n_walk++;
-        }
+        w->ok = 1;
     }
-    const struct gram *g = m->g;
-    struct gstate *S = m->walk;
-    if (state_reserve(&S[0], m->cur.len) != 0)
+    if (w->n_at < v->max_len + 1) {
+        int32_t *at = realloc(w->at, (v->max_len + 1) * sizeof *at);
+        if (!at)
+            return ERR_NOMEM;
+        w->at = at;
+        w->n_at = v->max_len + 1;
+    }
+    /* reset the memo (tables keep their memory) */
+    w->n_st = 0;
+    w->sd_len = 0;
+    if (!w->sh_cap && walk_rehash_states(w) != 0)
         return ERR_NOMEM;
-    state_copy(&S[0], &m->cur);
+    memset(w->sh, 0xff, w->sh_cap * sizeof *w->sh);
+
+    const struct gram *g = m->g;
+    int32_t root = walk_intern(w, &m->cur);
+    if (root < 0)
+        return ERR_NOMEM;
+    w->at[0] = root;
     size_t i = 1, n = v->n_node;
     while (i < n) {
         unsigned d = v->depth[i];
-        advance(g, &S[d - 1], v->byte[i], &S[d]);
-        if (S[d].n == 0) {
+        int32_t sid = w->at[d - 1];
+        int32_t nx = w->tr[(size_t)sid * 256 + v->byte[i]];
+        if (nx == -3) {
+            const struct wstate *e = &w->st[sid];
+            if (state_reserve(&w->in, e->len) != 0)
+                return ERR_NOMEM;
+            memcpy(w->in.d, w->sd + e->off, e->len * sizeof *w->in.d);
+            w->in.len = e->len;
+            w->in.n = e->n;
+            w->in.acc = e->acc;
+            advance(g, &w->in, v->byte[i], &w->out);
+            nx = w->out.n == 0 ? -1 : walk_intern(w, &w->out);
+            if (nx == -2)
+                return ERR_NOMEM;
+            w->tr[(size_t)sid * 256 + v->byte[i]] = nx;
+        }
+        if (nx < 0) {
             i = v->sub_end[i];
             continue;
         }
+        w->at[d] = nx;
         for (uint32_t k = v->tok_lo[i]; k < v->tok_hi[i]; k++) {
             int32_t id = v->ids[k];
             mask[id >> 5] |= 1u << (id & 31);

@@ -36,6 +36,11 @@
  * share each other's masks. The mask never includes end-of-generation
  * tokens; the caller allows them exactly when gram_matcher_accepting.
  *
+ * Recursive schemas ($ref cycles) are unrolled GRAM_MAX_REF_DEPTH levels:
+ * deeper instances are not generated (an array of recursive items must be
+ * empty at the last level), which also guarantees that a model that keeps
+ * nesting reaches the end. A schema with no finite instance is refused.
+ *
  * JSON output form (gram_compile_json_schema / gram_compile_json_object):
  * JSON text with object members in the schema's `properties` order and at
  * most one space after ':' and ',' (no other whitespace, so a model cannot
@@ -62,6 +67,7 @@
 #define GRAM_MAX_CHOICES 1024       /* guided_choice entries */
 #define GRAM_MAX_SCHEMA_BYTES (256u << 10) /* schema text */
 #define GRAM_MASK_CACHE 512         /* cached masks per grammar (cleared when full) */
+#define GRAM_MAX_REF_DEPTH 6        /* $ref recursion unrolled this many levels */
 
 struct gram;
 struct gram_vocab;

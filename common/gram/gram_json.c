@@ -30,6 +30,7 @@
 
 struct memo {
     const json_t *node;
+    int depth;     /* $ref nesting it was compiled at */
     int rule;
 };
 
@@ -39,6 +40,7 @@ struct jc {
     struct gram_error *err;
     int failed;
     int depth;
+    int ref_depth;          /* $ref targets being compiled, outermost first */
     char path[200];
     struct memo *memo;
     size_t n_memo, cap_memo;
@@ -900,12 +902,18 @@ static int compile_node(struct jc *c, json_t *s)
         json_t *t = NULL;
         if (resolve_ref(c, json_string_value(ref), &t) < 0)
             return -1;
+        /* recursion is unrolled GRAM_MAX_REF_DEPTH levels deep: a target is
+         * compiled once per nesting level; past the last level the reference
+         * matches nothing, so an array of such items can only be empty and an
+         * optional or anyOf branch is not taken */
         for (size_t i = 0; i < c->n_memo; i++)
-            if (c->memo[i].node == t)
+            if (c->memo[i].node == t && c->memo[i].depth == c->ref_depth)
                 return c->memo[i].rule;
         int r = gb_rule(c->b);
         if (r < 0)
             return -1;
+        if (c->ref_depth >= GRAM_MAX_REF_DEPTH)
+            return r;   /* no alternatives */
         if (c->n_memo == c->cap_memo) {
             size_t nc = c->cap_memo ? c->cap_memo * 2 : 16;
             struct memo *m = realloc(c->memo, nc * sizeof *m);
@@ -916,10 +924,12 @@ static int compile_node(struct jc *c, json_t *s)
             c->memo = m;
             c->cap_memo = nc;
         }
-        c->memo[c->n_memo++] = (struct memo){t, r};
+        c->memo[c->n_memo++] = (struct memo){t, c->ref_depth, r};
         char seg[160];
         snprintf(seg, sizeof seg, "$ref=%.120s", json_string_value(ref));
+        c->ref_depth++;
         int body = compile(c, t, seg);
+        c->ref_depth--;
         if (body < 0)
             return -1;
         struct gb_seq sq = {0};

@@ -161,6 +161,17 @@ TEST(gram_schema_refs_recursion_anyof_arrays)
     CHECK(m(g, "{\"v\":1,\"kids\":[]}"));
     CHECK(m(g, "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3,\"kids\":[{\"v\":4,\"kids\":[]}]}]}"));
     CHECK(!m(g, "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":2,\"kids\":[]},{\"v\":2,\"kids\":[]}]}"));
+    /* recursion is unrolled GRAM_MAX_REF_DEPTH levels: one more level is refused */
+    char deep[512] = "", tail[64] = "";
+    for (int d = 0; d <= GRAM_MAX_REF_DEPTH + 1; d++) {
+        strcat(deep, "{\"v\":1,\"kids\":[");
+        strcat(tail, "]}");
+        char whole[600];
+        snprintf(whole, sizeof whole, "%s%s", deep, tail);
+        /* the outer node is the $ref's first level: GRAM_MAX_REF_DEPTH nodes fit */
+        if (m(g, whole) != (d + 1 <= GRAM_MAX_REF_DEPTH))
+            th_fail(__FILE__, __LINE__, whole, "depth %d", d + 1);
+    }
     gram_unref(g);
     g = schema_ok("{\"anyOf\":[{\"type\":\"string\",\"enum\":[\"a\",\"b\"]},{\"type\":[\"integer\",\"null\"]}]}");
     CHECK(m(g, "\"a\""));
@@ -194,7 +205,8 @@ TEST(gram_schema_refusals_name_the_keyword)
         {"{\"type\":\"string\",\"format\":\"ipv6\"}", "ipv6"},
         {"{\"type\":\"number\",\"multipleOf\":0.5}", "multipleOf"},
         {"{\"$ref\":\"#/$defs/missing\"}", "does not resolve"},
-        {"{\"$ref\":\"#\"}", "loop"},
+        {"{\"$ref\":\"#\"}", "matches nothing"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#\"}},\"required\":[\"x\"]}", "matches nothing"},
         {"{\"type\":\"object\",\"required\":[\"x\"]}", "not in 'properties'"},
         {"{\"type\":\"frog\"}", "frog"},
         {"{\"type\":\"array\",\"prefixItems\":[]}", "prefixItems"},
