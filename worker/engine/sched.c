@@ -722,10 +722,13 @@ static int step_masks(struct sched *s)
     }
     if (s->n_maskq == 0)
         return 0;
+    uint64_t t0 = clock_mono_ns();
     if (s->o.pool && s->n_maskq > 1)
         kn_pool_run(s->o.pool, mask_job, s);
     else
         mask_job(s, 0, 1);
+    s->st.mask_s += (double)(clock_mono_ns() - t0) * 1e-9;
+    s->st.n_masks += s->n_maskq;
     for (int i = 0; i < s->n_maskq; i++)
         if (s->mask_rc[i])
             return s->mask_rc[i];
