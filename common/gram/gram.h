@@ -66,7 +66,7 @@
 #define GRAM_MAX_REPEAT 1000        /* {n,m}, minLength/maxLength, minItems/maxItems */
 #define GRAM_MAX_CHOICES 1024       /* guided_choice entries */
 #define GRAM_MAX_SCHEMA_BYTES (256u << 10) /* schema text */
-#define GRAM_MASK_CACHE 512         /* cached masks per grammar (cleared when full) */
+#define GRAM_MASK_CACHE 256         /* cached masks per grammar (cleared when full) */
 #define GRAM_MAX_REF_DEPTH 6        /* $ref recursion unrolled this many levels */
 
 struct gram;
@@ -130,9 +130,13 @@ enum gram_kind { GRAM_REGEX = 1, GRAM_CHOICE = 2, GRAM_JSON_OBJECT = 3, GRAM_JSO
  * as compact JSON; ignored for GRAM_JSON_OBJECT). Keyed by a 64-bit hash and
  * the full text; holds the last GRAM_CACHE_ENTRIES distinct grammars (a
  * batch's lines sharing a schema compile it once). Failures are cached too
- * (same error for the same text). Returns a new reference in *out, or the
- * compiler's error. Thread-safe. */
+ * (same error for the same text). Grammars over GRAM_CACHE_MAX_ELEMS
+ * elements are not kept, so the cache holds at most 64 x 512 KiB of
+ * grammar (plus, in a worker, each grammar's mask cache: at most
+ * GRAM_MASK_CACHE masks of n_vocab / 8 bytes). Returns a new reference in
+ * *out, or the compiler's error. Thread-safe. */
 #define GRAM_CACHE_ENTRIES 64
+#define GRAM_CACHE_MAX_ELEMS (64u << 10)   /* larger grammars are not kept (8 B per element) */
 int gram_cache_get(enum gram_kind kind, const char *src, size_t len, struct gram **out,
                    struct gram_error *err);
 

@@ -1193,6 +1193,10 @@ int gram_cache_get(enum gram_kind kind, const char *src, size_t len, struct gram
     int rc = compile_kind(kind, src, len, &g, err);
     if (rc == ERR_NOMEM)
         return rc;
+    if (rc == 0 && gram_n_elems(g) > GRAM_CACHE_MAX_ELEMS) {
+        *out = g;   /* too big to keep: compiled again next time, memory stays bounded */
+        return 0;
+    }
     char *copy = malloc(len + 1);
     if (!copy) {
         gram_unref(g);
