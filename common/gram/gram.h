@@ -11,9 +11,9 @@
  * alternative is a sequence of elements, each a byte class (256-bit set)
  * or a reference to a rule. Rule 0 is the root. Repetition is right
  * recursion (R := X R | empty); left recursion, and loops that can go
- * round without consuming a byte (e.g. `(a*)*`, a $ref to itself), are
- * refused when the grammar is finished (gram_build_finish), so expansion
- * always terminates.
+ * round without consuming a byte (e.g. `(a*)*`), are refused when the
+ * grammar is finished (gb_finish in gram_int.h), so expansion always
+ * terminates; so is a grammar whose root derives no finite string.
  *
  * Matcher (llama.cpp GBNF style, over bytes, not code points). A state is a
  * set of stacks of positions in the flattened element array; the top of
@@ -27,9 +27,13 @@
  *
  * Token masks. gram_vocab is a trie of the vocabulary's byte strings in
  * preorder (built once per tokenizer). gram_matcher_mask walks it depth
- * first from the matcher's state, advancing one byte per trie edge with a
- * state per depth, pruning a subtree as soon as its state is empty: cost is
- * proportional to the allowed prefixes, not to 49k independent matches.
+ * first from the matcher's state, one byte per trie edge, pruning a subtree
+ * as soon as its state is empty: cost is proportional to the allowed
+ * prefixes, not to 49k independent matches. Within a walk the states met
+ * are interned and each (state, byte) transition is computed once (a dense
+ * 256-entry row per state, at most 16384 states per walk), so a walk where
+ * most bytes loop back to the same state (inside a JSON string) costs one
+ * table lookup per trie node (~1 ms for 49k tokens).
  * Masks are cached per grammar, keyed by the exact state (stacks) and the
  * vocabulary: inside a string, a number or a repeated structure the state
  * recurs token after token, and sequences of one batch sharing a schema

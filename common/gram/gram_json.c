@@ -162,6 +162,7 @@ static int string_rule(struct jc *c, int64_t min, int64_t max)
 static int regex(struct jc *c, const char *re)
 {
     struct gram_error e;
+    memset(&e, 0, sizeof e);
     int r = gram_regex_rule(c->b, re, strlen(re), 0, &e);
     if (r < 0 && !c->b->rc)
         jfail(c, "internal: %s", e.message);
@@ -384,6 +385,7 @@ static int number_rule(struct jc *c, json_t *s, int integer)
     int r = -1;
     if (o.data && o.len <= GRAM_MAX_REGEX_BYTES) {
         struct gram_error e;
+        memset(&e, 0, sizeof e);
         r = gram_regex_rule(c->b, o.data, o.len, 0, &e);
         if (r < 0 && !c->b->rc)
             jfail(c, "internal: %s", e.message);
@@ -478,6 +480,7 @@ static int string_type(struct jc *c, json_t *s)
         int a0 = n > 0 && p[0] == '^';
         int a1 = n > 0 && p[n - 1] == '$' && !(n > 1 && p[n - 2] == '\\');
         struct gram_error e;
+        memset(&e, 0, sizeof e);
         int body = gram_regex_rule(c->b, p, n, 1, &e);
         if (body < 0) {
             if (!c->b->rc)
