@@ -188,13 +188,13 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
             "\"prompt_tokens\":%lld,\"prefill_computed\":%lld,\"prefix_reused\":%lld,"
             "\"completion_tokens\":%lld,\"recomputed\":%lld,\"preemptions\":%lld,"
             "\"blocks_evicted\":%lld,\"kv_blocks\":%d,\"n_ctx\":%d,\"kv_util_avg\":%.3f,"
-            "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f,\"cpu_s\":%.3f,"
+            "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f,\"mask_s\":%.3f,\"masks\":%lld,\"cpu_s\":%.3f,"
             "\"threads\":%d,\"output_tok_s\":%.2f,\"total_tok_s\":%.2f}\n",
             (long long)st.n_requests, (long long)st.n_request_errors, (long long)st.n_steps,
             (long long)prompt, (long long)st.prefill_computed, (long long)st.prefix_reused,
             (long long)st.output_tokens, (long long)st.recomputed, (long long)st.n_preemptions,
             (long long)st.blocks_evicted, st.kv_blocks, st.n_ctx, st.kv_util_avg,
-            st.kv_util_peak, st.wall_s, st.forward_s, st.cpu_s, kn_pool_threads(e->pool),
+            st.kv_util_peak, st.wall_s, st.forward_s, st.mask_s, (long long)st.n_masks, st.cpu_s, kn_pool_threads(e->pool),
             (double)st.output_tokens / w, (double)(st.output_tokens + prompt) / w);
     rc = 0;
 out:

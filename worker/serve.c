@@ -921,12 +921,14 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
              "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
              "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"
              "\"preemptions\":%lld,\"kv_blocks\":%d,\"kv_util_avg\":%.3f,"
-             "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f}",
+             "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f,\"mask_s\":%.3f,"
+             "\"masks\":%lld}",
              (long long)st.n_requests, (long long)st.n_request_errors, (long long)st.n_cancelled,
              (long long)st.n_steps, (long long)(st.prefill_computed + st.prefix_reused),
              (long long)st.prefill_computed, (long long)st.prefix_reused,
              (long long)st.output_tokens, (long long)st.recomputed, (long long)st.n_preemptions,
-             st.kv_blocks, st.kv_util_avg, st.kv_util_peak, st.wall_s, st.forward_s);
+             st.kv_blocks, st.kv_util_avg, st.kv_util_peak, st.wall_s, st.forward_s, st.mask_s,
+             (long long)st.n_masks);
 out:
     if (thread_ok) {
         pthread_mutex_lock(&w.mu);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gram/gram.h"
 #include "common/js.h"
 #include "jobd/intake/ingest.h"
 
@@ -339,6 +340,18 @@ static int check_params(json_t *body, int chat, const struct ingest_limits *lim,
         if (!ok)
             return fail(e, "invalid_type", "body.stop",
                         "Invalid type for 'stop': expected a string or an array of up to 4 strings.");
+    }
+    /* structured outputs: the worker's compiler, so a schema accepted here is one
+     * the worker runs (compiled once per distinct schema: gram_cache_get) */
+    struct gram *g = NULL;
+    struct gram_error ge;
+    int rc = gram_from_body((const struct json_t *)body, &g, &ge);
+    gram_unref(g);
+    if (rc == ERR_NOMEM)
+        return rc;
+    if (rc) {
+        snprintf(param, sizeof param, "body.%.50s", ge.param);
+        return fail(e, ge.code ? ge.code : "invalid_value", param, "%s", ge.message);
     }
     return 0;
 }

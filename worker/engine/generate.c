@@ -18,6 +18,7 @@ void gen_params_release(struct gen_params *p)
     for (size_t i = 0; i < STOP_MAX; i++)
         free(p->stop[i]);
     free(p->bias);
+    gram_unref(p->grammar);
     memset(p, 0, sizeof *p);
 }
 
@@ -53,6 +54,45 @@ int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct to
     buf_init(&s->piece, 4 * TOK_MAX_TOKEN_BYTES + 16);
     buf_init(&s->text, GEN_MAX_TEXT_BYTES);
     s->finish = STOP_NONE;
+    if (gp->grammar) {
+        if ((rc = tok_gram_vocab(t, &s->gv, &s->eog_ids, &s->n_eog)) != 0 ||
+            (rc = gram_matcher_new(gp->grammar, &s->gm)) != 0 ||
+            !(s->mask = malloc(gram_mask_words(s->gv) * sizeof *s->mask))) {
+            gen_seq_release(s);
+            return rc ? rc : ERR_NOMEM;
+        }
+    }
+    return 0;
+}
+
+int gen_seq_constrained(const struct gen_seq *s)
+{
+    return s && s->gm && s->finish == STOP_NONE;
+}
+
+int gen_seq_mask(struct gen_seq *s)
+{
+    if (!s)
+        return ERR_INVAL;
+    if (!s->gm || s->mask_ready)
+        return 0;
+    size_t n = 0;
+    int rc = gram_matcher_mask(s->gm, s->gv, s->mask, &n);
+    if (rc)
+        return rc;
+    /* EOG exactly when the grammar accepts; also when nothing else is possible
+     * (a vocabulary that cannot spell what the grammar needs: end rather than
+     * sample from an empty set) */
+    if (gram_matcher_accepting(s->gm) || n == 0) {
+        for (size_t i = 0; i < s->n_eog; i++) {
+            int32_t id = s->eog_ids[i];
+            if (!((s->mask[id >> 5] >> (id & 31)) & 1u))
+                n++;
+            s->mask[id >> 5] |= 1u << (id & 31);
+        }
+    }
+    s->mask_allowed = n;
+    s->mask_ready = 1;
     return 0;
 }
 
@@ -62,6 +102,8 @@ void gen_seq_release(struct gen_seq *s)
         return;
     free(s->gen);
     free(s->lp);
+    free(s->mask);
+    gram_matcher_free(s->gm);
     stop_release(&s->sm);
     buf_release(&s->piece);
     buf_release(&s->text);
@@ -116,6 +158,17 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
     int32_t tok = r->token;
     if (tok < 0 || (size_t)tok >= tok_n_vocab(s->t))
         return ERR_INVAL;
+    if (s->gm) {
+        s->mask_ready = 0;
+        if (!tok_is_eog(s->t, tok)) {
+            buf_reset(&s->piece);
+            if ((rc = tok_piece(s->t, tok, 0, &s->piece)) != 0)
+                return rc;
+            if (s->piece.len == 0 ||
+                gram_matcher_accept(s->gm, s->piece.data, s->piece.len) != 0)
+                return ERR_INVAL;   /* not allowed by the grammar */
+        }
+    }
     if ((rc = grow((void **)&s->gen, &s->cap_gen, s->n_gen + 1, sizeof *s->gen)) != 0)
         return rc;
     s->gen[s->n_gen++] = tok;
@@ -144,6 +197,8 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
         s->finish = STOP_FINISH_STOP;
         return 1;
     }
+    if (s->gm && gram_matcher_accepting(s->gm) && !gram_matcher_can_continue(s->gm))
+        return finalize(s, STOP_FINISH_STOP);   /* the output is complete */
     if (s->n_gen >= s->max_gen)
         return finalize(s, STOP_FINISH_LENGTH);
     return 0;
@@ -158,9 +213,12 @@ int gen_seq_step(struct gen_seq *s, const float *logits, size_t n_vocab,
     if (s->finish != STOP_NONE)
         return ERR_BADSTATE;
     const struct smp_params *p = &s->gp->smp;
-    int rc = smp_sample(p, logits, n_vocab, s->gen, s->n_gen,
-                        p->repetition_penalty != 1.0 ? s->prompt : NULL,
-                        p->repetition_penalty != 1.0 ? s->n_prompt : 0, &s->rng, scratch, &r);
+    int rc;
+    if (s->gm && (rc = gen_seq_mask(s)) != 0)
+        return rc;
+    rc = smp_sample_masked(p, logits, s->gm ? s->mask : NULL, n_vocab, s->gen, s->n_gen,
+                           p->repetition_penalty != 1.0 ? s->prompt : NULL,
+                           p->repetition_penalty != 1.0 ? s->n_prompt : 0, &s->rng, scratch, &r);
     if (rc)
         return rc;
     return gen_seq_accept(s, &r);

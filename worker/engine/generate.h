@@ -28,6 +28,17 @@
  * of the returned text (so tokens wholly inside a cut-off stop string are
  * dropped).
  *
+ * Constrained decoding (gp->grammar set). Before each draw the sequence's
+ * token mask is computed from its grammar matcher (gen_seq_mask; the
+ * scheduler does this for all constrained sequences of a step on its thread
+ * pool) and applied before sampling (smp_sample_masked), so greedy and
+ * seeded draws both honour it; EOG tokens are allowed exactly when the
+ * grammar accepts the bytes so far. An accepted token advances the matcher
+ * over the token's bytes. When the grammar accepts and nothing more can
+ * follow, the sequence finishes at once with "stop" (no EOG step needed).
+ * max_tokens reached first gives "length" and output that need not parse
+ * (as OpenAI). Stop strings still apply and may cut the output.
+ *
  * Thread: a gen_seq belongs to one thread at a time; gen_run is reentrant
  * (its callback decides the rest).
  */
@@ -38,6 +49,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/gram/gram.h"
 #include "worker/engine/sample.h"
 #include "worker/engine/stop.h"
 #include "worker/engine/tok.h"
@@ -59,6 +71,8 @@ struct gen_params {
     size_t n_stop;
     int logprobs;                /* 1 = keep logprob records */
     int n;                       /* choices per prompt */
+    struct gram *grammar;        /* owned reference, or NULL: every choice's output is a
+                                  * sentence of this grammar (structured outputs) */
 };
 
 /* Free the stop strings and the bias, and zero p. NULL ok. */
@@ -105,6 +119,15 @@ struct gen_seq {
     struct gen_lp *lp;             /* (n_lp) owned, when gp->logprobs */
     size_t n_lp, cap_lp;
     enum stop_finish finish;       /* STOP_NONE while running */
+    /* constrained decoding (gp->grammar): the matcher over the bytes so far,
+     * the vocabulary trie (owned by the tokenizer) and the next token's mask */
+    struct gram_matcher *gm;
+    const struct gram_vocab *gv;
+    const int32_t *eog_ids;        /* (n_eog) borrowed from the tokenizer */
+    size_t n_eog;
+    uint32_t *mask;                /* (gram_mask_words) allowed tokens, when mask_ready */
+    int mask_ready;
+    size_t mask_allowed;           /* tokens allowed by the last mask (with EOG) */
 };
 
 /* Set up choice `choice` (0-based overall index: prompt_index * n + i; it
@@ -124,8 +147,17 @@ void gen_seq_release(struct gen_seq *s);
 int gen_seq_step(struct gen_seq *s, const float *logits, size_t n_vocab,
                  struct smp_scratch *scratch);
 
+/* Compute the next token's mask of a constrained sequence (no-op when it is
+ * not constrained or the mask is ready). Thread-safe for distinct sequences.
+ * Returns 0, ERR_NOMEM. */
+int gen_seq_mask(struct gen_seq *s);
+
+/* 1 when s is constrained and still running (its next step needs a mask). */
+int gen_seq_constrained(const struct gen_seq *s);
+
 /* Take a token sampled elsewhere (r->token; r's logprobs used when the
- * request asked for them). Returns 1 finished, 0 continue, or an error. */
+ * request asked for them). Returns 1 finished, 0 continue, or an error
+ * (ERR_INVAL also for a token the sequence's grammar does not allow). */
 int gen_seq_accept(struct gen_seq *s, const struct smp_result *r);
 
 /* The sampling parameters smp_sample needs for this sequence. */

@@ -210,8 +210,8 @@ static int check_ids(const int32_t *ids, size_t n, size_t n_vocab)
 }
 
 /* Steps 0-2: sanitise, bias, penalties into s->val. */
-static int process(const struct smp_params *p, const float *logits, size_t n_vocab,
-                   const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
+static int process(const struct smp_params *p, const float *logits, const uint32_t *allow,
+                   size_t n_vocab, const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
                    struct smp_scratch *s)
 {
     if (!p || !logits || !s || n_vocab != s->n_vocab)
@@ -227,6 +227,10 @@ static int process(const struct smp_params *p, const float *logits, size_t n_voc
     double *v = s->val;
     for (size_t i = 0; i < n_vocab; i++)
         v[i] = sane(logits[i]);
+    if (allow)   /* the constraint's mask: excluded tokens are never sampled */
+        for (size_t i = 0; i < n_vocab; i++)
+            if (!((allow[i >> 5] >> (i & 31)) & 1u))
+                v[i] = -INFINITY;
     for (size_t i = 0; i < p->n_bias; i++)
         if (isfinite(p->bias[i].bias))
             v[p->bias[i].id] += (double)p->bias[i].bias;  /* -inf stays -inf */
@@ -352,7 +356,7 @@ int smp_filter(const struct smp_params *p, const float *logits, size_t n_vocab,
                struct smp_scratch *scratch, int32_t *ids, double *prob, size_t *n_out)
 {
     size_t nc = 0;
-    int rc = process(p, logits, n_vocab, gen, n_gen, prompt, n_prompt, scratch);
+    int rc = process(p, logits, NULL, n_vocab, gen, n_gen, prompt, n_prompt, scratch);
     if (rc == 0)
         rc = filter(p, scratch, &nc);
     if (rc)
@@ -428,10 +432,19 @@ int smp_sample(const struct smp_params *p, const float *logits, size_t n_vocab,
                const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
                struct smp_rng *rng, struct smp_scratch *scratch, struct smp_result *out)
 {
+    return smp_sample_masked(p, logits, NULL, n_vocab, gen, n_gen, prompt, n_prompt, rng, scratch,
+                             out);
+}
+
+int smp_sample_masked(const struct smp_params *p, const float *logits, const uint32_t *allow,
+                      size_t n_vocab, const int32_t *gen, size_t n_gen, const int32_t *prompt,
+                      size_t n_prompt, struct smp_rng *rng, struct smp_scratch *scratch,
+                      struct smp_result *out)
+{
     size_t nc = 0;
     if (!rng || !out)
         return ERR_INVAL;
-    int rc = process(p, logits, n_vocab, gen, n_gen, prompt, n_prompt, scratch);
+    int rc = process(p, logits, allow, n_vocab, gen, n_gen, prompt, n_prompt, scratch);
     if (rc == 0)
         rc = filter(p, scratch, &nc);
     if (rc)

@@ -16,6 +16,9 @@
  * Processing order (smp_sample), on a double copy of the logits row:
  *   0. sanitise: NaN -> -inf (never sampled), +inf -> FLT_MAX (finite, so
  *      max-subtraction cannot produce inf - inf); -inf means "excluded".
+ *      A constraint's token mask (smp_sample_masked) sets every token it
+ *      does not allow to -inf here, before everything else, so greedy and
+ *      random draws alike only pick allowed tokens.
  *   1. logit_bias:   l[id] += bias                       (OpenAI; -100..100)
  *   2. penalties, like vLLM / llama.cpp, in this order:
  *      repetition:   over prompt AND generated tokens (vLLM semantics): for
@@ -138,6 +141,14 @@ struct smp_result {
 int smp_sample(const struct smp_params *p, const float *logits, size_t n_vocab,
                const int32_t *gen, size_t n_gen, const int32_t *prompt, size_t n_prompt,
                struct smp_rng *rng, struct smp_scratch *scratch, struct smp_result *out);
+
+/* smp_sample with a token mask: allow[id >> 5] bit (id & 31) set = the token
+ * may be drawn (NULL = every token). Logprobs stay those of the raw row.
+ * Same returns; ERR_CORRUPT also when the mask leaves no finite logit. */
+int smp_sample_masked(const struct smp_params *p, const float *logits, const uint32_t *allow,
+                      size_t n_vocab, const int32_t *gen, size_t n_gen, const int32_t *prompt,
+                      size_t n_prompt, struct smp_rng *rng, struct smp_scratch *scratch,
+                      struct smp_result *out);
 
 /* The filter pipeline alone (steps 0-7) for tests and diagnostics: on
  * success writes the surviving ids (ascending) to ids[], their normalised

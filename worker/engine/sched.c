@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "kernels/kn.h"
 #include "worker/engine/generate.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
@@ -64,6 +65,9 @@ struct sched {
     uint8_t *b_out;
     struct sseq **step;          /* (max_seqs) sequences in the step, batch order */
     int n_step;
+    struct sseq **maskq;         /* (max_seqs) constrained sequences sampling this step */
+    int *mask_rc;                /* (max_seqs) their gen_seq_mask results */
+    int n_maskq;
     uint64_t serial;
     struct sreq *live;
     struct sched_stats st;
@@ -152,12 +156,14 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     size_t ns = (size_t)o->max_seqs, nbt = (size_t)o->max_batch_tokens;
     s->run = calloc(ns, sizeof *s->run);
     s->step = calloc(ns, sizeof *s->step);
+    s->maskq = calloc(ns, sizeof *s->maskq);
+    s->mask_rc = calloc(ns, sizeof *s->mask_rc);
     s->slots = malloc(ns * sizeof *s->slots);
     s->b_tok = malloc(nbt * sizeof *s->b_tok);
     s->b_pos = malloc(nbt * sizeof *s->b_pos);
     s->b_seq = malloc(nbt * sizeof *s->b_seq);
     s->b_out = malloc(nbt);
-    if (!s->run || !s->step || !s->slots || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_out)
+    if (!s->run || !s->step || !s->maskq || !s->mask_rc || !s->slots || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_out)
         goto out;
     for (int i = 0; i < o->max_seqs; i++)
         s->slots[i] = o->max_seqs - 1 - i;
@@ -212,6 +218,8 @@ void sched_free(struct sched *s)
     free(s->wait);
     free(s->run);
     free(s->step);
+    free(s->maskq);
+    free(s->mask_rc);
     free(s->slots);
     free(s->b_tok);
     free(s->b_pos);
@@ -529,6 +537,8 @@ static int should_defer(const struct sched *s, const struct sseq *c)
     return 0;
 }
 
+static int step_masks(struct sched *s);
+
 static int run_step(struct sched *s)
 {
     struct kv_cache *kv = s->kv;
@@ -637,7 +647,11 @@ static int run_step(struct sched *s)
     double cpu_tok = (cpu_now_s() - c0) / (double)nb;
     s->st.n_steps++;
 
-    /* 4. account, publish, sample, finish */
+    /* 4. masks of the constrained sequences that sample now, on the pool */
+    if ((rc = step_masks(s)) != 0)
+        return rc;
+
+    /* 5. account, publish, sample, finish */
     int oi = 0;
     for (int i = 0; i < s->n_step; i++) {
         struct sseq *q = s->step[i];
@@ -686,6 +700,39 @@ static int run_step(struct sched *s)
     }
     s->n_run = k;
     return 1;
+}
+
+static void mask_job(void *ctx, int ith, int nth)
+{
+    struct sched *s = ctx;
+    for (int i = ith; i < s->n_maskq; i += nth)
+        s->mask_rc[i] = gen_seq_mask(&s->maskq[i]->g);
+}
+
+/* Token masks for every constrained sequence of the step that samples a
+ * token (its last known token is in this step): computed together, split
+ * over the pool's threads, while nothing else runs. */
+static int step_masks(struct sched *s)
+{
+    s->n_maskq = 0;
+    for (int i = 0; i < s->n_step; i++) {
+        struct sseq *q = s->step[i];
+        if (q->n_computed + q->take == seq_known(q) && gen_seq_constrained(&q->g))
+            s->maskq[s->n_maskq++] = q;
+    }
+    if (s->n_maskq == 0)
+        return 0;
+    uint64_t t0 = clock_mono_ns();
+    if (s->o.pool && s->n_maskq > 1)
+        kn_pool_run(s->o.pool, mask_job, s);
+    else
+        mask_job(s, 0, 1);
+    s->st.mask_s += (double)(clock_mono_ns() - t0) * 1e-9;
+    s->st.n_masks += s->n_maskq;
+    for (int i = 0; i < s->n_maskq; i++)
+        if (s->mask_rc[i])
+            return s->mask_rc[i];
+    return 0;
 }
 
 int sched_step(struct sched *s)

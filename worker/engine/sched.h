@@ -125,6 +125,8 @@ struct sched_stats {
     double kv_util_peak;
     double wall_s;               /* time inside sched_step */
     double forward_s;            /* time inside model_forward */
+    double mask_s;               /* time computing structured-output token masks */
+    int64_t n_masks;             /* token masks computed (constrained sequence-steps) */
     double cpu_s;                /* process CPU time inside sched_step */
 };
 

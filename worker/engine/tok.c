@@ -21,10 +21,12 @@
 #include "worker/engine/tok.h"
 
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gram/gram.h"
 
 #define MAX_REGEX 4
 
@@ -62,6 +64,13 @@ struct tok {
     unsigned char bmap[256][2];
     uint8_t bmap_len[256];
     int16_t cp_byte[0x180];
+
+    /* token masks (tok_gram_vocab): built on first use, under gv_mu */
+    pthread_mutex_t gv_mu;
+    int gv_mu_ok;
+    struct gram_vocab *gv;
+    int32_t *eog_ids;
+    size_t n_eog_ids;
 };
 
 /* ---- small utilities ------------------------------------------------------ */
@@ -356,6 +365,11 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     t = calloc(1, sizeof *t);
     if (!t)
         return ERR_NOMEM;
+    if (pthread_mutex_init(&t->gv_mu, NULL) != 0) {
+        free(t);
+        return ERR_NOMEM;
+    }
+    t->gv_mu_ok = 1;
     if (strcmp(d->model, "llama") == 0) {
         t->model = TOK_MODEL_SPM;
     } else if (strcmp(d->model, "gpt2") == 0) {
@@ -538,6 +552,10 @@ void tok_free(struct tok *t)
     free(t->m_split);
     free(t->tok_map.slots);
     free(t->merge_map.slots);
+    gram_vocab_free(t->gv);
+    free(t->eog_ids);
+    if (t->gv_mu_ok)
+        pthread_mutex_destroy(&t->gv_mu);
     free(t);
 }
 
@@ -1274,4 +1292,76 @@ enum tok_type tok_token_type(const struct tok *t, int32_t id)
     if (id < 0 || (size_t)id >= t->n_vocab)
         return TOK_TYPE_UNDEFINED;
     return (enum tok_type)t->types[id];
+}
+
+/* ---- token masks ------------------------------------------------------------- */
+
+/* Build the trie of every NORMAL, BYTE and USER_DEFINED token's bytes
+ * (control, unknown and unused tokens and end-of-generation tokens are
+ * never in a grammar's mask) and the list of end-of-generation ids. */
+static int build_gram_vocab(struct tok *t)
+{
+    int rc = ERR_NOMEM;
+    size_t n = t->n_vocab, total = 0;
+    struct buf b;
+    buf_init(&b, (size_t)1 << 30);
+    const char **bytes = calloc(n, sizeof *bytes);
+    size_t *lens = calloc(n, sizeof *lens), *off = calloc(n, sizeof *off);
+    int32_t *eog = malloc(n * sizeof *eog);
+    size_t n_eog = 0;
+    if (!bytes || !lens || !off || !eog)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = (int32_t)i;
+        if (t->eog[i]) {
+            eog[n_eog++] = id;
+            continue;
+        }
+        enum tok_type ty = (enum tok_type)t->types[i];
+        if (ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_BYTE && ty != TOK_TYPE_USER_DEFINED)
+            continue;
+        size_t before = b.len;
+        if ((rc = tok_piece(t, id, 0, &b)) != 0)
+            goto out;
+        off[i] = before;
+        lens[i] = b.len - before;
+        total += lens[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        if (lens[i])
+            bytes[i] = b.data + off[i];
+    if ((rc = gram_vocab_new(n, bytes, lens, &t->gv)) != 0)
+        goto out;
+    t->eog_ids = eog;
+    t->n_eog_ids = n_eog;
+    eog = NULL;
+    (void)total;
+out:
+    buf_release(&b);
+    free(bytes);
+    free(lens);
+    free(off);
+    free(eog);
+    return rc;
+}
+
+int tok_gram_vocab(const struct tok *tc, const struct gram_vocab **gv, const int32_t **eog_ids,
+                   size_t *n_eog)
+{
+    struct tok *t = (struct tok *)tc;   /* the lazily built part only, under its lock */
+    if (!t || !gv)
+        return ERR_INVAL;
+    int rc = 0;
+    pthread_mutex_lock(&t->gv_mu);
+    if (!t->gv)
+        rc = build_gram_vocab(t);
+    pthread_mutex_unlock(&t->gv_mu);
+    if (rc)
+        return rc;
+    *gv = t->gv;
+    if (eog_ids)
+        *eog_ids = t->eog_ids;
+    if (n_eog)
+        *n_eog = t->n_eog_ids;
+    return 0;
 }

@@ -169,4 +169,13 @@ int tok_utf8_sanitize(const char *s, size_t len, struct buf *out);
  * truncated. Can't fail. */
 size_t tok_utf8_seq(const unsigned char *s, size_t len);
 
+/* The vocabulary trie for constrained decoding (common/gram/gram.h): every
+ * NORMAL, BYTE and USER_DEFINED token's bytes (tok_piece), built on the
+ * first call (thread-safe; a few ms for 49k tokens) and owned by t; and
+ * the end-of-generation ids (never in a grammar mask: the caller allows
+ * them when the grammar accepts). Returns 0, ERR_INVAL, ERR_NOMEM. */
+struct gram_vocab;
+int tok_gram_vocab(const struct tok *t, const struct gram_vocab **gv, const int32_t **eog_ids,
+                   size_t *n_eog);
+
 #endif

@@ -342,14 +342,6 @@ static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct gp
                            "Unsupported parameter: '%s' (tool calling) is not supported by this "
                            "server.", lists[i]);
     }
-    json_t *rf = member(body, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            return gp_fail(err, "response_format", "unsupported_value",
-                           "Unsupported value: 'response_format' only supports {\"type\": "
-                           "\"text\"} on this server.");
-    }
     json_t *mod = member(body, "modalities");
     if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
                  json_is_string(json_array_get(mod, 0)) &&
@@ -405,6 +397,17 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
     }
     if ((rc = reject_unsupported(body, ep, err)) != 0)
         goto out;
+    /* structured outputs: response_format / guided_* (common/gram) */
+    {
+        struct gram_error ge;
+        rc = gram_from_body((const struct json_t *)body, &p.gen.grammar, &ge);
+        if (rc == ERR_NOMEM)
+            goto out;
+        if (rc) {
+            rc = gp_fail(err, ge.param, ge.code ? ge.code : "invalid_value", "%s", ge.message);
+            goto out;
+        }
+    }
 
     /* max tokens: chat's max_completion_tokens wins over max_tokens */
     if ((rc = get_int(body, "max_tokens", 1, INT32_MAX, &iv, &present, err)) != 0)

@@ -57,9 +57,18 @@
  *                          GP_MAX_PROMPTS prompts and GP_MAX_CHOICES choices
  *                          in all; token ids must be < n_vocab; each prompt
  *                          must be non-empty.
+ *   response_format        {"type":"text"} (default), {"type":"json_object"},
+ *                          {"type":"json_schema","json_schema":{"name","schema",
+ *                          "strict"}}; vLLM's guided_json / guided_regex /
+ *                          guided_choice likewise (at most one of them): compiled
+ *                          by gram_from_body (common/gram/gram.h) into
+ *                          gen.grammar; a schema feature that cannot be enforced
+ *                          is refused (code "unsupported_value", the message names
+ *                          the keyword), guided_grammar is "unsupported_parameter".
+ *                          See spec/structured-outputs.md.
  *   Refused rather than silently ignored (code "unsupported_parameter" /
  *   "unsupported_value"): non-empty tools / functions (no tool calling),
- *   response_format other than {"type":"text"}, modalities other than
+ *   modalities other than
  *   ["text"], audio, prediction. tool_choice, function_call and
  *   parallel_tool_calls mean nothing without tools and are ignored.
  *

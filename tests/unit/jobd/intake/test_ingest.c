@@ -205,6 +205,16 @@ static const struct bad_case bad_cases[] = {
      "invalid_value", 2},
     {"max_tokens 0", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"max_tokens\":0}"), "invalid_value", 2},
     {"stream", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"stream\":true}"), "unsupported_parameter", 2},
+    {"schema keyword not enforceable", CHAT,
+     CHAT_WITH("{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+               "{\"name\":\"s\",\"strict\":true,\"schema\":{\"type\":\"object\",\"patternProperties\":{}}}}}"),
+     "unsupported_value", 2},
+    {"response_format type", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"xml\"}}"),
+     "invalid_value", 2},
+    {"bad guided_regex", COMPL,
+     "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\","
+     "\"prompt\":\"p\",\"guided_regex\":\"[a-\"}}",
+     "invalid_value", 2},
     {"other model", CHAT, CHAT_WITH("{\"model\":\"other\"," MSG "}"), "mismatched_model", 2},
     {"duplicate custom_id", CHAT,
      "{\"custom_id\":\"ok\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\"," MSG "}}",
@@ -246,6 +256,8 @@ TEST(ingest_each_error_class_reports_code_and_line)
                     c->name, code, (long long)line, msg, c->code, (long long)c->line);
         if (strcmp(c->code, "duplicate_custom_id") == 0)
             CHECK(strstr(msg, "line 1") != NULL);
+        if (strcmp(c->name, "schema keyword not enforceable") == 0)
+            CHECK(strstr(msg, "keyword 'patternProperties' is not supported") != NULL);
     }
     store_close(fx.st);
 }

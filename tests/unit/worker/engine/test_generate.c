@@ -589,3 +589,102 @@ TEST(gen_seq_step_api)
     json_decref(b2);
     env_release(&e);
 }
+
+/* ---- structured outputs: the grammar's mask inside the driver ---------------- */
+
+/* Pseudo-random logits (a hash of the position and the token) with the
+ * end-of-text token far ahead of everything: only the mask keeps the model
+ * from stopping at once, and every other choice is arbitrary. */
+struct noisy {
+    float *row;
+    size_t n_vocab;
+    int32_t eos;
+    uint64_t salt;
+};
+
+static int noisy_logits(void *ctx, uint64_t choice, const int32_t *tokens, size_t n_tokens,
+                        const float **logits)
+{
+    struct noisy *nz = ctx;
+    (void)choice;
+    (void)tokens;
+    for (size_t i = 0; i < nz->n_vocab; i++) {
+        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (n_tokens + nz->salt) * 0xC2B2AE3D27D4EB4Full;
+        h ^= h >> 29;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 32;
+        nz->row[i] = (float)((double)(h % 10000) / 1000.0 - 5.0);
+    }
+    nz->row[nz->eos] = 50.0f;
+    *logits = nz->row;
+    return 0;
+}
+
+static void constrained_run(double temperature, uint64_t seed, int64_t max_tokens, const char *schema,
+                            int want_finish)
+{
+    struct gvocab v;
+    struct tok *t = load_smollm(&v);
+    struct noisy nz = {calloc(tok_n_vocab(t), sizeof(float)), tok_n_vocab(t), tok_eos(t), seed};
+    CHECK(nz.eos >= 0);
+    struct gen_params gp;
+    memset(&gp, 0, sizeof gp);
+    smp_params_init(&gp.smp);
+    gp.smp.temperature = temperature;
+    gp.max_tokens = max_tokens;
+    gp.seed = seed;
+    gp.seed_given = 1;
+    gp.n = 2;
+    struct gram_error ge;
+    CHECK_EQ_INT(gram_compile_json_schema(schema, strlen(schema), &gp.grammar, &ge), 0);
+    int32_t prompt[] = {id_of(t, "Hi")};
+    struct gen_prompt pr = {prompt, 1};
+    struct gen_model gm = {t, 512, noisy_logits, &nz};
+    struct gen_seq seqs[2];
+    CHECK_EQ_INT(gen_run(&gm, &gp, &pr, 1, NULL, NULL, seqs), 0);
+    for (int k = 0; k < 2; k++) {
+        struct gen_choice ch;
+        CHECK_EQ_INT(gen_seq_choice(&seqs[k], &ch), 0);
+        if ((int)ch.finish != want_finish)
+            th_fail(__FILE__, __LINE__, "finish", "choice %d: finish %d, text '%.*s'", k, (int)ch.finish,
+                    (int)ch.text_len, ch.text);
+        if (want_finish == STOP_FINISH_STOP) {
+            if (!gram_match(gp.grammar, ch.text, ch.text_len))
+                th_fail(__FILE__, __LINE__, "match", "'%.*s'", (int)ch.text_len, ch.text);
+            json_error_t je;
+            json_t *j = json_loadb(ch.text, ch.text_len, 0, &je);
+            CHECK(j != NULL);
+            json_decref(j);
+            /* finished by the grammar being complete: no EOG token sampled */
+            CHECK(!tok_is_eog(t, seqs[k].gen[seqs[k].n_gen - 1]));
+        } else {
+            CHECK_EQ_INT(seqs[k].n_gen, max_tokens);
+        }
+        gen_seq_release(&seqs[k]);
+    }
+    gen_params_release(&gp);
+    free(nz.row);
+    gvocab_release(&v, t);
+}
+
+#define GEN_SCHEMA                                                                               \
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},"      \
+    "\"n\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":99},\"tags\":{\"type\":\"array\","   \
+    "\"items\":{\"enum\":[\"red\",\"green\"]},\"maxItems\":3},\"when\":{\"type\":\"string\","    \
+    "\"format\":\"date\"},\"ok\":{\"type\":[\"boolean\",\"null\"]}},\"required\":[\"name\",\"n\"," \
+    "\"tags\",\"when\",\"ok\"],\"additionalProperties\":false}"
+
+TEST(generate_constrained_greedy_stops_only_when_complete)
+{
+    constrained_run(0.0, 1, 200, GEN_SCHEMA, STOP_FINISH_STOP);
+}
+
+TEST(generate_constrained_seeded_sampling_honours_the_mask)
+{
+    constrained_run(1.0, 7, 200, GEN_SCHEMA, STOP_FINISH_STOP);
+}
+
+TEST(generate_constrained_cut_by_max_tokens_is_length)
+{
+    constrained_run(1.0, 3, 4, GEN_SCHEMA, STOP_FINISH_LENGTH);
+}

@@ -31,6 +31,8 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gram/gram.h"
+#include "kernels/kn.h"
 #include "tests/th.h"
 #include "worker/engine/chat.h"
 #include "worker/engine/kv.h"
@@ -817,6 +819,96 @@ TEST(sched_withdraw_only_requests_not_started)
     }
     results_release(&ref);
     results_release(&got);
+    reqset_release(&rs);
+    env_release(&e);
+}
+
+/* Structured outputs in the batched step: constrained requests (regex,
+ * choice, JSON Schema; greedy and seeded) give the same choices alone as in
+ * a pack of 96 mixed with unconstrained ones, whose masks the scheduler
+ * computes on a 2-thread pool; every "stop" output is in its language. */
+TEST(sched_constrained_masks_on_the_pool_batch_invariant)
+{
+    struct env e;
+    env_init(&e);
+    static const char *const kinds[] = {
+        "\"guided_regex\":\"[a-c]{2,6}( [0-9]{1,3})?\"",
+        "\"guided_choice\":[\"alpha\",\"beta\",\"gamma delta\"]",
+        "\"guided_json\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"maxLength\":5},"
+        "\"v\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},\"maxItems\":3}},"
+        "\"required\":[\"k\",\"v\"],\"additionalProperties\":false}",
+    };
+    struct reqset rs = {.n = 96};
+    int32_t ids[64];
+    for (int i = 0; i < rs.n; i++) {
+        int len = 3 + (int)rnd(40);
+        for (int j = 0; j < len; j++)
+            ids[j] = (int32_t)rnd(298);
+        rs.body[i] = body_new(ids, len, 60, i % 2, i % 7 == 2 ? 2 : 1, 500 + (uint64_t)i);
+        if (i % 4 != 3) {   /* three in four constrained */
+            char buf[512];
+            snprintf(buf, sizeof buf, "{%s}", kinds[i % 3]);
+            json_t *extra = json_loads(buf, 0, NULL);
+            CHECK(extra != NULL);
+            json_object_update(rs.body[i], extra);
+            json_decref(extra);
+        }
+    }
+    struct results alone = {0};
+    for (int i = 0; i < 12; i++) {
+        struct oreq_sched *s = sched_make(&e, &alone, 512, 4, 64 * TINY_BLOCK_BYTES, 1);
+        add_all(s, &rs, i, i + 1);
+        CHECK_EQ_INT(sched_run(eng(s)), 0);
+        oreq_sched_free(s);
+    }
+    struct kn_pool *pool = NULL;
+    CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
+    struct results pack = {0};
+    struct sched_opts o;
+    sched_opts_init(&o);
+    o.max_batch_tokens = 64;
+    o.max_seqs = 32;
+    o.kv_mem_bytes = 160 * TINY_BLOCK_BYTES;
+    o.pool = pool;
+    struct oreq_sched_opts oo = {NULL, on_result, &pack};
+    struct oreq_sched *s;
+    CHECK_EQ_INT(oreq_sched_new(e.m, e.t, e.tmpl, &o, &oo, &s), 0);
+    add_all(s, &rs, 0, rs.n);
+    CHECK_EQ_INT(sched_run(eng(s)), 0);
+    struct sched_stats st;
+    oreq_sched_get_stats(s, &st);
+    oreq_sched_free(s);
+    kn_pool_free(pool);
+    CHECK_EQ_INT(pack.n, rs.n);
+    CHECK(st.n_masks > 0 && st.mask_s >= 0);
+    for (int i = 0; i < 12; i++)
+        if (strcmp(alone.choices[i], pack.choices[i]) != 0)
+            th_fail(__FILE__, __LINE__, "alone == pack", "request %d:\n%s\n%s", i, alone.choices[i],
+                    pack.choices[i]);
+    int n_stop = 0;
+    for (int i = 0; i < rs.n; i++) {
+        CHECK_EQ_INT(pack.status[i], 200);
+        if (i % 4 == 3)
+            continue;
+        struct gram *g = NULL;
+        struct gram_error ge;
+        CHECK_EQ_INT(gram_from_body((const struct json_t *)rs.body[i], &g, &ge), 0);
+        json_t *c = json_loads(pack.choices[i], 0, NULL);
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            json_t *ch = json_array_get(c, k);
+            const char *txt = json_string_value(json_object_get(ch, "text"));
+            if (strcmp(json_string_value(json_object_get(ch, "finish_reason")), "stop") != 0)
+                continue;
+            n_stop++;
+            if (!gram_match(g, txt, strlen(txt)))
+                th_fail(__FILE__, __LINE__, "in language", "request %d: '%s'", i, txt);
+        }
+        json_decref(c);
+        gram_unref(g);
+    }
+    CHECK(n_stop >= 40);
+    results_release(&alone);
+    results_release(&pack);
     reqset_release(&rs);
     env_release(&e);
 }

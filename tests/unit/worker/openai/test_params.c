@@ -86,6 +86,16 @@ TEST(params_chat_all_fields)
                        GP_CHAT, &p, &e), 0);
     CHECK(p.gen.logprobs == 1 && p.gen.smp.n_top_logprobs == 0 && p.gen.n_stop == 1 && p.gen.smp.top_k == 0);
     CHECK_EQ_INT(p.gen.max_tokens, 3);
+    CHECK(p.gen.grammar == NULL);
+    gp_release(&p);
+    /* structured outputs compile into gen.grammar */
+    CHECK_EQ_INT(parse("{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+                       "\"n\",\"strict\":true,\"schema\":{\"type\":\"integer\",\"maximum\":9}}}}",
+                       GP_CHAT, &p, &e), 0);
+    CHECK(p.gen.grammar && gram_match(p.gen.grammar, "7", 1) && !gram_match(p.gen.grammar, "10", 2));
+    gp_release(&p);
+    CHECK_EQ_INT(parse("{\"prompt\":\"x\",\"guided_choice\":[\"up\",\"down\"]}", GP_COMPLETIONS, &p, &e), 0);
+    CHECK(p.gen.grammar && gram_match(p.gen.grammar, "down", 4));
     gp_release(&p);
 }
 
@@ -160,7 +170,12 @@ TEST(params_each_bad_field_named)
         {"{\"logit_bias\":[1]}", GP_CHAT, "logit_bias", "invalid_type"},
         {"{\"stream\":true}", GP_CHAT, "stream", "unsupported_value"},
         {"{\"tools\":[{\"type\":\"function\"}]}", GP_CHAT, "tools", "unsupported_parameter"},
-        {"{\"response_format\":{\"type\":\"json_object\"}}", GP_CHAT, "response_format", "unsupported_value"},
+        {"{\"response_format\":{\"type\":\"yaml\"}}", GP_CHAT, "response_format.type", "invalid_value"},
+        {"{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"not\":{}}}}}",
+         GP_CHAT, "response_format.json_schema.schema", "unsupported_value"},
+        {"{\"guided_regex\":\"a(\"}", GP_CHAT, "guided_regex", "invalid_value"},
+        {"{\"guided_choice\":[\"a\",\"\"]}", GP_COMPLETIONS, "guided_choice", "invalid_value"},
+        {"{\"guided_grammar\":\"x\"}", GP_CHAT, "guided_grammar", "unsupported_parameter"},
         {"{\"audio\":{}}", GP_CHAT, "audio", "unsupported_parameter"},
         {"{}", GP_COMPLETIONS, "prompt", "missing_required_parameter"},
         {"{\"prompt\":[]}", GP_COMPLETIONS, "prompt", "invalid_value"},
