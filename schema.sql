@@ -457,3 +457,32 @@ BEGIN
         cost_micros = cost_micros + excluded.cost_micros,
         requests = requests + 1;
 END;
+
+-- @migration 5
+-- Partial results (GET /v1/batches/{id}/results, spec/jsonl.md "Partial
+-- results"). Every results row gets a commit sequence number from one
+-- counter that never goes back, assigned in the row's own transaction;
+-- since SQLite has one writer at a time, a row with a larger seq is never
+-- visible before one with a smaller seq, so "seq > cursor" pages see every
+-- committed row exactly once. The rowid cannot serve: a dead-letter retry
+-- deletes its results row, and SQLite may hand the largest rowid out again.
+--
+-- results now also has:
+--   seq   commit sequence number, unique over the table, increasing in commit
+--         order; set by the trigger below (never by the inserting statement).
+--         Finalization and the results route read a batch's rows in seq order.
+-- result_seq (one row): last = the largest seq ever assigned.
+CREATE TABLE result_seq (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),  -- always 1
+    last  INTEGER NOT NULL                     -- the largest results.seq ever assigned (0: none)
+) STRICT;
+ALTER TABLE results ADD COLUMN seq INTEGER;
+UPDATE results SET seq = rowid;
+INSERT INTO result_seq(id, last) VALUES (1, (SELECT COALESCE(MAX(rowid), 0) FROM results));
+CREATE UNIQUE INDEX results_batch_seq ON results(batch_id, seq);
+DROP INDEX results_batch;  -- a prefix of results_batch_seq
+CREATE TRIGGER results_seq_assign AFTER INSERT ON results
+BEGIN
+    UPDATE result_seq SET last = last + 1 WHERE id = 1;
+    UPDATE results SET seq = (SELECT last FROM result_seq WHERE id = 1) WHERE rowid = NEW.rowid;
+END;

@@ -34,6 +34,7 @@ struct http_req;
     X(INVALID_ENCODING,         400, "invalid_request_error", "invalid_encoding")                       \
     X(INVALID_STATE,            400, "invalid_request_error", "invalid_state")                          \
     X(INVALID_IDEMPOTENCY_KEY,  400, "invalid_request_error", "invalid_idempotency_key")                \
+    X(INVALID_CURSOR,           400, "invalid_request_error", "invalid_cursor")                         \
     X(INVALID_URL,              400, "invalid_request_error", "invalid_url")                            \
     X(URL_NOT_ALLOWED,          400, "invalid_request_error", "url_not_allowed")                        \
     X(ENDPOINT_DISABLED,        400, "invalid_request_error", "endpoint_disabled")                      \

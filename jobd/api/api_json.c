@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/cfg.h"
 #include "common/err.h"
@@ -188,5 +189,31 @@ int api_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi
     if (errno || end == v || *end || x < lo || x > hi)
         return ERR_INVAL;
     *out = x;
+    return 0;
+}
+
+int api_accepts_coding(const char *h, const char *coding)
+{
+    if (!h)
+        return 0;
+    size_t cl = strlen(coding);
+    const char *p = h;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '\t')
+            p++;
+        const char *tok = p;
+        while (*p && *p != ',' && *p != ';' && *p != ' ' && *p != '\t')
+            p++;
+        size_t n = (size_t)(p - tok);
+        const char *params = p;
+        while (*p && *p != ',')
+            p++;
+        if (n == cl && strncasecmp(tok, coding, cl) == 0) {
+            const char *q = strstr(params, "q=");
+            if (q && q < p && strtod(q + 2, NULL) <= 0.0)
+                return 0;
+            return 1;
+        }
+    }
     return 0;
 }

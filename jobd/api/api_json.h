@@ -38,4 +38,9 @@ int api_metadata_check(const struct json_t *md, char *msg, size_t cap);
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int api_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *out);
 
+/* 1 when an Accept-Encoding header value h (NULL: absent) lists the
+ * content-coding `coding` ("zstd", "gzip") without q=0, else 0. "*" and
+ * identity are not treated specially (absent = identity only). Pure. */
+int api_accepts_coding(const char *h, const char *coding);
+
 #endif

@@ -427,31 +427,6 @@ static int files_delete_answer(struct http_req *req, struct api_job *job)
     return 0;
 }
 
-static int accepts_zstd(const char *h)
-{
-    if (!h)
-        return 0;
-    const char *p = h;
-    while (*p) {
-        while (*p == ' ' || *p == ',' || *p == '\t')
-            p++;
-        const char *tok = p;
-        while (*p && *p != ',' && *p != ';' && *p != ' ')
-            p++;
-        size_t n = (size_t)(p - tok);
-        const char *params = p;
-        while (*p && *p != ',')
-            p++;
-        if (n == 4 && strncasecmp(tok, "zstd", 4) == 0) {
-            const char *q = strstr(params, "q=");
-            if (q && q < p && strtod(q + 2, NULL) <= 0.0)
-                return 0;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void files_content_run(struct api_job *job, struct store *st)
 {
     struct file_job *fj = (struct file_job *)job;
@@ -569,7 +544,7 @@ static void files_by_id(struct http_req *req, api_job_fn run, int (*answer)(stru
         return;
     }
     snprintf(fj->id, sizeof fj->id, "%s", id);
-    fj->accept_zstd = accepts_zstd(http_req_header(req, "Accept-Encoding"));
+    fj->accept_zstd = api_accepts_coding(http_req_header(req, "Accept-Encoding"), "zstd");
     api_job_run(req, &fj->job);
 }
 

@@ -801,6 +801,7 @@ int store_dead_letter_retry(struct store *st, const char *tenant_id, const char 
 
 /* One results row with what an output line needs (borrowed; valid during the callback). */
 struct store_result_row {
+    int64_t seq;            /* commit sequence number (results.seq): > 0, unique, increasing in commit order */
     const char *request_id;
     const char *custom_id;
     int status_code;        /* 0 = none (SQL NULL) */
@@ -811,9 +812,19 @@ struct store_result_row {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
-/* Call fn for up to limit results rows of a batch with rowid > *cursor, in
- * rowid order; *cursor advances past the rows seen and *n_rows gets their
- * count (0 = end). A non-zero fn return stops the scan and is returned. */
+/* Call fn for up to limit results rows of a batch with seq > *cursor, in
+ * seq order; *cursor advances past the rows seen and *n_rows gets their
+ * count (0 = end). A non-zero fn return stops the scan and is returned
+ * (*cursor and *n_rows untouched then). *cursor 0 = from the start.
+ *
+ * The sequence (results.seq): every results row gets a number when it is
+ * inserted, from one counter that never goes back (a deleted row's number
+ * is never reused), and a row becomes visible only after every row with a
+ * smaller number. So a reader that pages with "seq > last seen" meets every
+ * row committed so far exactly once, whatever commits meanwhile; this is
+ * what GET /v1/batches/{id}/results relies on. A backend with concurrent
+ * writers must keep that visibility order (e.g. assign the number under a
+ * per-batch lock held to commit), not just uniqueness. */
 int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, int limit,
                        int (*fn)(void *ctx, const struct store_result_row *row), void *ctx,
                        int *n_rows);

@@ -212,10 +212,10 @@
     X(DL_DELETE, "DELETE FROM dead_letters WHERE request_id = ?1") \
     X(RESULT_DELETE, "DELETE FROM results WHERE request_id = ?1") \
     X(RESULTS_SCAN, \
-      "SELECT r.rowid, r.request_id, q.custom_id, r.status_code, r.body, " \
+      "SELECT r.seq, r.request_id, q.custom_id, r.status_code, r.body, " \
       "r.error_code, r.error_message, r.prompt_tokens, r.completion_tokens, " \
       "r.cached_tokens FROM results r JOIN requests q ON q.id = r.request_id WHERE " \
-      "r.batch_id = ?1 AND r.rowid > ?2 ORDER BY r.rowid LIMIT ?3") \
+      "r.batch_id = ?1 AND r.seq > ?2 ORDER BY r.seq LIMIT ?3") \
     X(FINALIZE_IDS, \
       "SELECT id FROM batches WHERE (status = 'in_progress' AND (expires_at <= ?1 OR " \
       "n_completed + n_failed >= n_total)) OR status = 'finalizing' OR (status = " \

@@ -1124,7 +1124,7 @@ int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, 
             if (!row.body)
                 row.body = "";
         }
-        cur = sqlite3_column_int64(s, 0);
+        cur = row.seq = sqlite3_column_int64(s, 0);
         cnt++;
         if (!row.request_id || !row.custom_id) {
             rc = ERR_CORRUPT;

@@ -156,19 +156,15 @@ struct writer {
     const struct finalize_hooks *hooks;
 };
 
-static int write_row(void *ctx, const struct store_result_row *r)
+int finalize_line(struct buf *b, const struct store_result_row *r, int *is_ok)
 {
-    struct writer *w = ctx;
-    if (w->hooks && w->hooks->on_step)
-        w->hooks->on_step(w->hooks->ctx);
     char oid[ID_MAX];
     finalize_output_id(r->request_id, oid);
-    struct buf *b = &w->line;
     buf_reset(b);
     int rc = buf_printf(b, "{\"id\":\"%s\",\"custom_id\":", oid);
     if (!rc)
         rc = js_escape(b, r->custom_id, strlen(r->custom_id));
-    int is_ok = r->status_code >= 200 && r->status_code < 300;
+    int ok = r->status_code >= 200 && r->status_code < 300;
     if (!rc && r->status_code > 0 && r->body) {
         rc = buf_printf(b, ",\"response\":{\"status_code\":%d,\"request_id\":\"%s\",\"body\":",
                         r->status_code, r->request_id);
@@ -188,14 +184,27 @@ static int write_row(void *ctx, const struct store_result_row *r)
             rc = js_escape(b, msg, strlen(msg));
         if (!rc)
             rc = buf_append_str(b, "}}\n");
-        if (strcmp(code, "batch_expired") == 0)
-            w->n_expired++;
-        is_ok = 0;
+        ok = 0;
     }
+    if (!rc && is_ok)
+        *is_ok = ok;
+    return rc;
+}
+
+static int write_row(void *ctx, const struct store_result_row *r)
+{
+    struct writer *w = ctx;
+    if (w->hooks && w->hooks->on_step)
+        w->hooks->on_step(w->hooks->ctx);
+    int is_ok = 0;
+    int rc = finalize_line(&w->line, r, &is_ok);
     if (rc)
         return rc;
+    if (!is_ok && r->error_code && strcmp(r->error_code, "batch_expired") == 0 &&
+        !(r->status_code > 0 && r->body))
+        w->n_expired++;
     struct ff *f = is_ok ? &w->out : &w->err;
-    if ((rc = ff_write(f, b->data, b->len)))
+    if ((rc = ff_write(f, w->line.data, w->line.len)))
         return rc;
     f->lines++;
     w->prompt_tokens += r->prompt_tokens;

@@ -495,6 +495,20 @@ static enum store_commit_outcome fail_once(struct fx *fx, int64_t now, const cha
     return oc;
 }
 
+/* store_results_scan's callback: collect up to 8 seqs. */
+struct seqs {
+    int64_t seq[8];
+    int n;
+};
+
+static int collect_seq(void *ctx, const struct store_result_row *r)
+{
+    struct seqs *s = ctx;
+    if (s->n < 8)
+        s->seq[s->n++] = r->seq;
+    return 0;
+}
+
 TEST(lease_transient_failures_dead_letter_then_retry_requeues)
 {
     struct fx fx;
@@ -554,6 +568,15 @@ TEST(lease_transient_failures_dead_letter_then_retry_requeues)
     struct store_batch b;
     get_batch(&fx, bid, &b);
     CHECK_EQ_INT(b.n_failed, 1);
+    /* the dead letter's results row is the newest: the retry deletes it, and
+     * its commit sequence number must never come back (a partial-results
+     * cursor past it would miss the new row) */
+    struct seqs before = {0};
+    int64_t cur = 0;
+    int n_rows = 0;
+    CHECK_EQ_INT(store_results_scan(fx.st, bid, &cur, 10, collect_seq, &before, &n_rows), 0);
+    CHECK_EQ_INT(n_rows, 1);
+    CHECK(before.seq[0] > 0 && cur == before.seq[0]);
     CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.ta.id, rid, NOW + 41), 0);
     CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.ta.id, rid, NOW + 41), ERR_NOTFOUND);
     get_batch(&fx, bid, &b);
@@ -569,6 +592,11 @@ TEST(lease_transient_failures_dead_letter_then_retry_requeues)
     CHECK_EQ_INT(answer_all(&fx, &l, NOW + 42), 1);
     store_lease_clear(&l);
     store_lease_clear(&l2);
+    struct seqs after = {0};
+    int64_t cur2 = cur;
+    CHECK_EQ_INT(store_results_scan(fx.st, bid, &cur2, 10, collect_seq, &after, &n_rows), 0);
+    CHECK_EQ_INT(n_rows, 2); /* q-0 again and q-1, both after the cursor */
+    CHECK(after.seq[0] > before.seq[0] && after.seq[1] > after.seq[0] && cur2 == after.seq[1]);
     struct finalize_report rep;
     CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 43, NULL, &rep), 0);
     CHECK_EQ_INT(rep.status, STORE_BATCH_COMPLETED);

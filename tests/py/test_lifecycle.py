@@ -1,0 +1,172 @@
+"""Batch lifecycle features (issue 20) on a real jobd over loopback, with
+workerlib's scripted worker committing results: partial results with a
+cursor (GET /v1/batches/{id}/results, jobctl results --follow).
+
+Each test starts its own jobd (ASan build) with fast sweeps; the scripted
+worker answers in small leases so pages are read while commits go on."""
+import gzip
+import json
+import os
+import subprocess
+import threading
+
+from harness import binary, tmpdir
+from jobdlib import Jobd, create_key, jsonl, zstd_decompress
+from workerlib import TestWorker, invalid, read_jsonl, success
+
+WT, AT = "life-worker-token", "life-admin-token"
+FAST = ["--worker-token", WT, "--admin-token", AT, "--sweep-interval", "100ms", "--lease-min", "1s",
+        "--retry-backoff", "1s", "--window-min", "1s"]
+
+
+def keyed_jobd(tenants=("alpha",), args=FAST):
+    data = os.path.join(tmpdir(), "data")
+    keys = [create_key(data, t) for t in tenants]
+    return Jobd(data=data, key=keys[0], args=args), keys
+
+
+def running_batch(d, n, key="default"):
+    b = d.submit(jsonl(n), key=key)
+    return d.wait_batch(b["id"], key=key)
+
+
+def page(d, bid, after=None, limit=None, enc=None, key="default"):
+    q = []
+    if after:
+        q.append(f"after={after}")
+    if limit:
+        q.append(f"limit={limit}")
+    path = f"/v1/batches/{bid}/results" + ("?" + "&".join(q) if q else "")
+    r = d.call("GET", path, headers={"Accept-Encoding": enc} if enc else {}, key=key)
+    assert r.status == 200, r
+    body = r.body
+    ce = r.headers.get("content-encoding")
+    if ce == "zstd":
+        body = zstd_decompress(body)
+    elif ce == "gzip":
+        body = gzip.decompress(body)
+    else:
+        assert ce is None, r.headers
+    h = r.headers
+    assert h["x-has-more"] in ("true", "false") and h["x-results-complete"] in ("true", "false"), h
+    return body, h
+
+
+def lines_of(body):
+    return [x for x in body.decode().split("\n") if x]
+
+
+def file_lines(d, fid):
+    if not fid:
+        return []
+    r = d.call("GET", f"/v1/files/{fid}/content")
+    assert r.status == 200, r
+    return lines_of(r.body)
+
+
+def test_results_pages_while_a_worker_commits_match_the_final_files():
+    d, _ = keyed_jobd()
+    b = running_batch(d, 23)
+    bid = b["id"]
+    body, h = page(d, bid)
+    assert body == b"" and h["x-has-more"] == "false" and h["x-results-complete"] == "false", h
+    assert h["x-batch-status"] == "in_progress", h
+    cursor = h["x-next-cursor"]
+    w = TestWorker(d.port, WT)
+    w.register()
+    seen, n_leases = [], 0
+    encs = [None, "zstd", "gzip", "gzip, zstd;q=0", "identity"]
+    while True:
+        r = w.lease(max_requests=4).json()
+        if not r["requests"]:
+            break
+        n_leases += 1
+        answers = [invalid(q) if q["custom_id"].endswith("7") else success(q) for q in r["requests"]]
+        w.results(r["lease_id"], answers)
+        # page with limit 3, alternating encodings, until caught up
+        while True:
+            body, h = page(d, bid, after=cursor, limit=3, enc=encs[len(seen) % len(encs)])
+            got = lines_of(body)
+            assert len(got) <= 3
+            seen += got
+            assert h["x-next-cursor"] != cursor or not got, h
+            cursor = h["x-next-cursor"]
+            if h["x-has-more"] == "false":
+                break
+    assert n_leases >= 6 and len(seen) == 23, (n_leases, len(seen))
+    b = d.wait_batch(bid, statuses=("completed",))
+    body, h = page(d, bid, after=cursor)
+    assert body == b"" and h["x-results-complete"] == "true" and h["x-batch-status"] == "completed", h
+    assert h["x-next-cursor"] == cursor
+    final = file_lines(d, b["output_file_id"]) + file_lines(d, b["error_file_id"])
+    # every line of the final files exactly once across the pages, byte for byte
+    assert sorted(seen) == sorted(final) and len(set(seen)) == 23, (seen, final)
+    bad = [json.loads(x) for x in seen if json.loads(x)["response"]["status_code"] != 200]
+    assert sorted(x["custom_id"] for x in bad) == ["t-17", "t-7"], bad
+    assert len(final) == 23 and len(file_lines(d, b["error_file_id"])) == 2
+    # the same cursor read again gives the same page (stable); from the start: everything in one page
+    body, h = page(d, bid)
+    assert lines_of(body) == seen and h["x-results-complete"] == "true", h
+
+
+def test_results_bad_input():
+    d, (ka, kb) = keyed_jobd(("alpha", "beta"))
+    b1 = running_batch(d, 2)["id"]
+    b2 = running_batch(d, 2)["id"]
+    other = running_batch(d, 1, key=kb)["id"]
+    _, h2 = page(d, b2)
+    for bad in ("nope", "rc1" + "0" * 28, h2["x-next-cursor"], h2["x-next-cursor"][:-1] + "x"):
+        r = d.call("GET", f"/v1/batches/{b1}/results?after={bad}")
+        e = r.json()["error"]
+        assert r.status == 400 and e["code"] == "invalid_cursor" and e["param"] == "after", r
+        assert "Unknown cursor" in e["message"] and b1 in e["message"], e
+    for lim in ("0", "10001", "x"):
+        r = d.call("GET", f"/v1/batches/{b1}/results?limit={lim}")
+        assert r.status == 400 and r.json()["error"]["param"] == "limit", r
+    for bid in ("batch_nope", other):
+        r = d.call("GET", f"/v1/batches/{bid}/results")
+        assert r.status == 404 and r.json()["error"]["code"] == "not_found", r
+    assert d.call("GET", f"/v1/batches/{b1}/results", key=None).status == 401
+    # a failed batch (invalid input) is complete at once, with no lines
+    f = d.submit(b"not json\n")
+    f = d.wait_batch(f["id"], statuses=("failed",))
+    body, h = page(d, f["id"])
+    assert body == b"" and h["x-results-complete"] == "true" and h["x-batch-status"] == "failed", h
+
+
+def test_jobctl_results_follow_prints_every_line_once():
+    d, (key,) = keyed_jobd()
+    b = running_batch(d, 12)
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key, "JOBCTL_CONFIG": "",
+           "HOME": tmpdir()}
+    out = os.path.join(tmpdir(), "follow.jsonl")
+    p = subprocess.Popen([binary("jobctl"), "results", b["id"], "--follow", "--interval", "50ms", "-o", out],
+                         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    w = TestWorker(d.port, WT)
+    w.register()
+    done = threading.Event()
+
+    def work():
+        while True:
+            r = w.lease(max_requests=3).json()
+            if not r["requests"]:
+                break
+            w.results(r["lease_id"], [success(q) for q in r["requests"]])
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(60)
+    assert done.is_set()
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 0, (p.returncode, stderr)
+    b = d.wait_batch(b["id"], statuses=("completed",))
+    got = open(out).read().splitlines()
+    final = file_lines(d, b["output_file_id"])
+    assert sorted(got) == sorted(final) and len(got) == 12, (got, final)
+    assert b"12 lines" in stderr, stderr
+    # without --follow: what is there now (everything, the batch is over), to stdout
+    r = subprocess.run([binary("jobctl"), "results", b["id"], "--partial"], env={**os.environ, **env},
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0 and sorted(r.stdout.decode().splitlines()) == sorted(final), r
+    assert read_jsonl(d, b["output_file_id"])[0]["error"] is None
