@@ -580,6 +580,85 @@ int cmd_cancel(struct jc *jc, int argc, char **argv)
     return rc;
 }
 
+/* ---- rerun ----------------------------------------------------------------------------------- */
+
+static const char *rerun_usage =
+    "usage: jobctl rerun BATCH_ID [--only failed|failed_and_expired|all] [--window DUR]\n"
+    "                    [--idempotency-key KEY] [--json]\n"
+    "\n"
+    "Submit a new batch of an ended batch's requests (POST /v1/batches/ID/rerun)\n"
+    "and print its id. --only failed (default): requests that ran and failed (a\n"
+    "4xx answer, or dead-lettered); failed_and_expired: every request without\n"
+    "a successful answer (also those that expired or were cancelled before they\n"
+    "ran); all: every request. The new batch has the same endpoint, window\n"
+    "(--window overrides it) and metadata, plus metadata rerun_of = BATCH_ID.\n"
+    "jobd refuses (exit 1, 409) while the batch is still running. The\n"
+    "Idempotency-Key defaults to jobctl-rerun-BATCH_ID-ONLY, so running the same\n"
+    "rerun twice prints the first new batch's id.\n"
+    "\n"
+    "example:\n"
+    "  new=$(jobctl rerun \"$id\" --only failed_and_expired) && jobctl wait \"$new\"\n";
+
+int cmd_rerun(struct jc *jc, int argc, char **argv)
+{
+    const char *only = "failed", *idem = NULL, *window = NULL;
+    int json_out = 0;
+    struct cfg_opt opts[] = {
+        {"only", NULL, CFG_STR, &only, "WHICH", "failed (default), failed_and_expired or all"},
+        {"window", NULL, CFG_STR, &window, "DUR", "completion window of the new batch (default: the original's)"},
+        {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the new batch object instead of its id"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, rerun_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1, &n_pos)) >= 0)
+        return rc;
+    if ((rc = jc_check_id(jc, "batch", pos[0])))
+        return rc;
+    if (strcmp(only, "failed") && strcmp(only, "failed_and_expired") && strcmp(only, "all"))
+        return jc_usage_error(jc, "--only: failed, failed_and_expired or all (not '%s')", only);
+    if (idem && (!*idem || strlen(idem) > 255))
+        return jc_usage_error(jc, "--idempotency-key: 1 to 255 bytes");
+    if (window && (!*window || strlen(window) > 32))
+        return jc_usage_error(jc, "--window: a duration such as 24h");
+    json_t *req = json_pack("{s:s}", "only", only);
+    if (req && window)
+        json_object_set_new(req, "completion_window", json_string(window));
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (!body)
+        return jc_fail(jc, JC_EXIT_FAIL, NULL, "out of memory");
+    char path[256], what[160], keyh[320];
+    snprintf(path, sizeof path, "/v1/batches/%s/rerun", pos[0]);
+    snprintf(what, sizeof what, "batch %s", pos[0]);
+    if (idem)
+        snprintf(keyh, sizeof keyh, "Idempotency-Key: %s", idem);
+    else
+        snprintf(keyh, sizeof keyh, "Idempotency-Key: jobctl-rerun-%s-%s%s%s", pos[0], only, window ? "-" : "",
+                 window ? window : "");
+    const char *hdr[] = {"Content-Type: application/json", keyh, NULL};
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.retry_unsafe = 1; /* safe: the Idempotency-Key makes a retry replay */
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *b = NULL;
+    rc = jc_call(jc, &o, "POST", path, hdr, body, strlen(body), NULL, &r);
+    free(body);
+    if (!(rc = jc_check(jc, "POST", path, rc, &r, what, 0)) && !(rc = jc_parse_json(jc, &r, &b))) {
+        const char *id = "?";
+        js_get_str(b, "id", &id);
+        if (json_out)
+            jc_print_json(b, stdout, 2);
+        else
+            printf("%s\n", id);
+    }
+    json_decref(b);
+    httpc_response_release(&r);
+    return rc;
+}
+
 /* ---- results / errors ------------------------------------------------------------------------ */
 
 static const char *results_usage =

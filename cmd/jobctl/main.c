@@ -19,6 +19,7 @@ static const char *usage_text =
     "                        --follow: lines as they commit, until the batch ends\n"
     "  errors ID [-o FILE]   the error file (JSONL)\n"
     "  cancel ID             cancel a batch\n"
+    "  rerun ID [--only W]   new batch of an ended batch's failed (or all) lines\n"
     "  retry-dead ID|--batch ID   requeue dead-lettered requests\n"
     "  usage                 token usage and cost (--since --until --group-by)\n"
     "  workers, models       what jobd's workers serve\n"
@@ -58,7 +59,7 @@ struct command {
 static const struct command commands[] = {
     {"submit", cmd_submit},   {"status", cmd_status},   {"wait", cmd_wait},
     {"list", cmd_list},       {"results", cmd_results}, {"errors", cmd_errors},
-    {"cancel", cmd_cancel},   {"retry-dead", cmd_retry_dead}, {"usage", cmd_usage},
+    {"cancel", cmd_cancel},   {"rerun", cmd_rerun},     {"retry-dead", cmd_retry_dead}, {"usage", cmd_usage},
     {"workers", cmd_workers}, {"models", cmd_models},   {"files", cmd_files},
 };
 

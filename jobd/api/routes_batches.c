@@ -2,7 +2,10 @@
  * routes_batches.c - the Batch API: POST /v1/batches, GET /v1/batches,
  * GET /v1/batches/{id} (ETag / If-None-Match / Retry-After),
  * POST /v1/batches/{id}/cancel, and the native one-call submission
- * POST /v1/jobs (the JSONL is the request body).
+ * POST /v1/jobs (the JSONL is the request body), and
+ * POST /v1/batches/{id}/rerun (a new batch of an ended batch's failed,
+ * not-run or all lines, rebuilt from the stored requests into a new input
+ * file, then the same sequence as /v1/jobs).
  *
  * Both creation routes share one sequence (submit): the Idempotency-Key
  * (jobd/api/api_idem.h), for /v1/jobs the body's bytes moved into place,
@@ -44,9 +47,13 @@ struct batch_in {
     char input_file_id[ID_MAX];
     int64_t window_s;
     char *metadata; /* JSON object text or NULL */
-    /* /v1/jobs */
+    /* /v1/jobs (and a rerun: its lines are written here) */
     struct upload *up;
     char filename[256];
+    /* POST /v1/batches/{id}/rerun */
+    char rerun_of[ID_MAX];
+    enum store_rerun_only only;
+    int window_given, metadata_given; /* else the original batch's */
 };
 
 static void batch_in_free(void *p)
@@ -543,6 +550,216 @@ static void batches_cancel(struct http_req *req, void *arg)
     api_job_run(req, &bj->job);
 }
 
+/* ---- POST /v1/batches/{id}/rerun ------------------------------------------------------------- */
+
+static const char *const rerun_only_names[] = {"failed", "failed_and_expired", "all"};
+
+static int is_terminal(enum store_batch_status s)
+{
+    return s == STORE_BATCH_COMPLETED || s == STORE_BATCH_FAILED || s == STORE_BATCH_EXPIRED ||
+           s == STORE_BATCH_CANCELLED;
+}
+
+/* store_request_scan_rerun's callback: the original input line, rebuilt. */
+static int rerun_line(void *ctx, const struct store_rerun_row *row)
+{
+    struct create_job *cj = ctx;
+    struct buf b;
+    buf_init(&b, (size_t)row->body_len + strlen(row->custom_id) * 6 + 128);
+    int rc = buf_append_str(&b, "{\"custom_id\":");
+    if (!rc)
+        rc = js_escape(&b, row->custom_id, strlen(row->custom_id));
+    if (!rc)
+        rc = buf_printf(&b, ",\"method\":\"POST\",\"url\":\"%s\",\"body\":", cj->bi->endpoint);
+    if (!rc)
+        rc = buf_append(&b, row->body, row->body_len);
+    if (!rc)
+        rc = buf_append_str(&b, "}\n");
+    if (!rc)
+        rc = upload_write(cj->bi->up, b.data, b.len);
+    buf_release(&b);
+    return rc;
+}
+
+/* The new batch's metadata: the original's (or the request's), plus
+ * rerun_of. 0, or -1 with the job answered (400 / 500). */
+static int rerun_metadata(struct api_job *job, struct batch_in *bi, const char *orig)
+{
+    const char *base = bi->metadata_given ? bi->metadata : orig;
+    json_t *md = base ? json_loads(base, 0, NULL) : json_object();
+    if (!json_is_object(md)) {
+        json_decref(md);
+        api_job_internal(job, ERR_CORRUPT, "rerun metadata");
+        return -1;
+    }
+    json_object_set_new(md, "rerun_of", json_string(bi->rerun_of));
+    char msg[200];
+    if (api_metadata_check(md, msg, sizeof msg)) {
+        json_decref(md);
+        api_job_error(job, API_ERR_INVALID_VALUE, "metadata",
+                      "The rerun's metadata (the original batch's plus \"rerun_of\") is invalid: %s Pass "
+                      "\"metadata\" in the request to replace the original's.", msg);
+        return -1;
+    }
+    free(bi->metadata);
+    bi->metadata = json_dumps(md, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(md);
+    if (!bi->metadata) {
+        api_job_internal(job, ERR_NOMEM, "rerun metadata");
+        return -1;
+    }
+    return 0;
+}
+
+/* Check the original, write the selected lines into a new input file,
+ * then the create sequence of POST /v1/jobs (submit) with that file. */
+static void rerun_run(struct api_job *job, struct store *st)
+{
+    struct create_job *cj = (struct create_job *)job;
+    struct batch_in *bi = cj->bi;
+    struct store_batch b;
+    int rc = store_batch_get(st, job->tenant, bi->rerun_of, &b);
+    if (rc == ERR_NOTFOUND) {
+        api_job_error(job, API_ERR_NOT_FOUND, "batch_id", "No such Batch object: '%s'.", bi->rerun_of);
+        return;
+    }
+    if (rc) {
+        api_job_internal(job, rc, "get batch");
+        return;
+    }
+    if (!is_terminal(b.status)) {
+        api_job_error(job, API_ERR_BATCH_NOT_FINISHED, "batch_id",
+                      "Batch '%s' is still %s: a rerun takes the lines of a batch that has ended "
+                      "(completed, failed, expired or cancelled). Wait for it (or cancel it), then rerun.",
+                      b.id, store_batch_status_name(b.status));
+        job->retry_after = retry_hint(b.status);
+        store_batch_release(&b);
+        return;
+    }
+    snprintf(bi->endpoint, sizeof bi->endpoint, "%s", b.endpoint);
+    if (!bi->window_given)
+        bi->window_s = b.completion_window_s;
+    rc = rerun_metadata(job, bi, b.metadata);
+    store_batch_release(&b);
+    if (rc)
+        return;
+    const struct api_config *cfg = &job->api->cfg;
+    if ((rc = upload_new(job->api->tmp_dir, UPLOAD_IDENTITY, cfg->limits.max_file_bytes, cfg->zstd_level, &bi->up))) {
+        api_job_internal(job, rc, "rerun file");
+        return;
+    }
+    int64_t n = 0;
+    rc = store_request_scan_rerun(st, bi->rerun_of, bi->only, rerun_line, cj, &n);
+    if (!rc && n == 0) {
+        api_job_error(job, API_ERR_INVALID_VALUE, "only",
+                      "Batch '%s' has no requests to rerun with only=\"%s\"%s.", bi->rerun_of,
+                      rerun_only_names[bi->only],
+                      bi->only == STORE_RERUN_FAILED ? " (none failed; \"failed_and_expired\" also takes "
+                                                       "requests that expired or were cancelled)" : "");
+        return;
+    }
+    if (!rc)
+        rc = upload_finish(bi->up);
+    if (rc) {
+        api_job_internal(job, rc, "rerun file");
+        return;
+    }
+    snprintf(bi->filename, sizeof bi->filename, "rerun-%s.jsonl", bi->rerun_of);
+    submit(cj, st);
+}
+
+static void batches_rerun(struct http_req *req, void *arg)
+{
+    const char *id = http_req_param(req, "id");
+    if (!id || strlen(id) >= ID_MAX) {
+        api_respond_error(req, API_ERR_NOT_FOUND, "batch_id", "No such Batch object.");
+        return;
+    }
+    size_t len;
+    const char *body = http_req_body(req, &len);
+    json_t *root = NULL;
+    struct batch_in *bi = calloc(1, sizeof *bi);
+    if (!bi) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
+        return;
+    }
+    if (len) {
+        const char *ct = http_req_header(req, "Content-Type");
+        struct js_limits lim = JS_LIMITS_DEFAULT;
+        if (ct && strncasecmp(ct, "application/json", 16) != 0) {
+            api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL, "Send the request body as application/json.");
+            goto out;
+        }
+        if (js_parse(body, len, &lim, &root, NULL) || !json_is_object(root)) {
+            api_respond_error(req, API_ERR_INVALID_JSON, NULL,
+                              "We could not parse the JSON body of your request (expected an object).");
+            goto out;
+        }
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "only") && strcmp(key, "completion_window") && strcmp(key, "metadata")) {
+            api_respond_error(req, API_ERR_UNKNOWN_PARAMETER, key,
+                              "Unknown parameter '%.64s': a rerun takes 'only', 'completion_window' and 'metadata'.",
+                              key);
+            goto out;
+        }
+    }
+    v = root ? json_object_get(root, "only") : NULL;
+    bi->only = STORE_RERUN_FAILED;
+    if (v) {
+        const char *o = json_string_value(v);
+        int found = 0;
+        for (int i = 0; o && i < 3; i++)
+            if (!strcmp(o, rerun_only_names[i])) {
+                bi->only = (enum store_rerun_only)i;
+                found = 1;
+            }
+        if (!found) {
+            api_respond_error(req, API_ERR_INVALID_VALUE, "only",
+                              "Invalid 'only': use \"failed\" (the default), \"failed_and_expired\" or \"all\".");
+            goto out;
+        }
+    }
+    v = root ? json_object_get(root, "completion_window") : NULL;
+    if (v) {
+        if (!json_is_string(v)) {
+            api_respond_error(req, API_ERR_INVALID_TYPE, "completion_window",
+                              "completion_window must be a string such as \"24h\".");
+            goto out;
+        }
+        if (parse_window(req, json_string_value(v), bi))
+            goto out;
+        bi->window_given = 1;
+    }
+    v = root ? json_object_get(root, "metadata") : NULL;
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) {
+            api_respond_error(req, API_ERR_INVALID_TYPE, "metadata", "metadata must be an object of strings.");
+            goto out;
+        }
+        if (parse_metadata(req, v, bi))
+            goto out;
+        bi->metadata_given = 1;
+    }
+    snprintf(bi->rerun_of, sizeof bi->rerun_of, "%s", id);
+    struct create_job *cj = calloc(1, sizeof *cj);
+    if (cj) {
+        api_job_init_req(&cj->job, req, rerun_run, create_free);
+        cj->job.answer = create_answer;
+        cj->bi = bi;
+        cj->owns_bi = 1;
+        bi = NULL;
+        store_idem_fingerprint("POST", http_req_path(req), body, len, cj->job.fp);
+    }
+    api_job_run(req, cj ? &cj->job : NULL);
+out:
+    batch_in_free(bi);
+    json_decref(root);
+}
+
 /* ---- POST /v1/jobs ------------------------------------------------------------------------------ */
 
 static int jobs_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -702,6 +919,8 @@ int routes_batches_add(struct api *api)
         (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches/{id}", batches_get, api_head_tenant, 0, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/cancel", batches_cancel,
                                                         api_head_tenant, 0, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/rerun", batches_rerun,
+                                                        api_head_tenant, api->cfg.max_json_bytes, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/jobs", jobs_create, jobs_head, 0, api})))
         return rc;
     return 0;

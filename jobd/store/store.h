@@ -480,6 +480,31 @@ int store_request_get(struct store *st, const char *id, struct store_request *ou
 /* Number of requests of a batch, and how many distinct custom_ids they carry. */
 int store_request_count(struct store *st, const char *batch_id, int64_t *n, int64_t *n_distinct);
 
+/* Which requests of an ended batch a rerun takes (POST /v1/batches/{id}/rerun). */
+enum store_rerun_only {
+    STORE_RERUN_FAILED = 0,          /* executed and failed: a non-2xx response (4xx) or dead-lettered
+                                        (max_attempts_exceeded); not the ones that never ran */
+    STORE_RERUN_FAILED_AND_EXPIRED,  /* every request without a 2xx response: the above plus
+                                        batch_expired, batch_cancelled (and any without a result) */
+    STORE_RERUN_ALL,                 /* every request */
+};
+
+/* One request's input, as a rerun needs it (borrowed; valid during the callback). */
+struct store_rerun_row {
+    int64_t line;            /* its line in the batch's input file */
+    const char *custom_id;
+    const char *body;        /* the line's body JSON text exactly as sent */
+    size_t body_len;
+};
+
+/* Call fn for each request of batch_id that `only` selects, in input line
+ * order, reading one snapshot; *n_rows gets the count. Meant for a batch in
+ * a terminal state (its results no longer change). A non-zero fn return
+ * stops the scan and is returned. 0 or store errors. */
+int store_request_scan_rerun(struct store *st, const char *batch_id, enum store_rerun_only only,
+                             int (*fn)(void *ctx, const struct store_rerun_row *row), void *ctx,
+                             int64_t *n_rows);
+
 /* ---- ingest support (used by jobd/intake/ingest.c) ----------------------------------------- */
 
 struct store_request_new {

@@ -102,6 +102,12 @@
                "next_attempt_at, lease_id, prompt_tokens_est, max_tokens FROM requests "      \
                "WHERE id = ?1")                                                               \
     X(REQ_COUNT, "SELECT count(*), count(DISTINCT custom_id) FROM requests WHERE batch_id = ?1") \
+    X(REQ_RERUN_SCAN,                                                                         \
+      "SELECT q.line, q.custom_id, q.body FROM requests q LEFT JOIN results r ON "            \
+      "r.request_id = q.id WHERE q.batch_id = ?1 AND (?2 = 2 OR ((r.status_code IS NULL OR "  \
+      "r.status_code NOT BETWEEN 200 AND 299) AND (?2 = 1 OR (r.request_id IS NOT NULL AND "  \
+      "coalesce(r.error_code, '') NOT IN ('batch_expired', 'batch_cancelled'))))) "           \
+      "ORDER BY q.line")                                                                      \
     X(REQ_TRANSITION,                                                                         \
       "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \

@@ -613,6 +613,39 @@ int store_request_count(struct store *st, const char *batch_id, int64_t *n, int6
     return rc;
 }
 
+int store_request_scan_rerun(struct store *st, const char *batch_id, enum store_rerun_only only,
+                             int (*fn)(void *ctx, const struct store_rerun_row *row), void *ctx,
+                             int64_t *n_rows)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_RERUN_SCAN, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, (int64_t)only)))
+        return rc;
+    int r;
+    int64_t cnt = 0;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_rerun_row row = {
+            .line = sqlite3_column_int64(s, 0),
+            .custom_id = (const char *)sqlite3_column_text(s, 1),
+            .body = (const char *)sqlite3_column_text(s, 2),
+        };
+        if (!row.custom_id || !row.body) {
+            rc = ERR_CORRUPT;
+            break;
+        }
+        row.body_len = (size_t)sqlite3_column_bytes(s, 2);
+        cnt++;
+        if ((rc = fn(ctx, &row)))
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "scan requests for a rerun");
+    sqlite3_reset(s);
+    if (!rc)
+        *n_rows = cnt;
+    return rc;
+}
+
 /* ---- ingest support ------------------------------------------------------------------------- */
 
 /* A new "req_" id of the common/id.h shape (48-bit ms + 80 bits, Crockford

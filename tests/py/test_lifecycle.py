@@ -170,3 +170,80 @@ def test_jobctl_results_follow_prints_every_line_once():
                        capture_output=True, timeout=60)
     assert r.returncode == 0 and sorted(r.stdout.decode().splitlines()) == sorted(final), r
     assert read_jsonl(d, b["output_file_id"])[0]["error"] is None
+
+
+# ---- rerun ------------------------------------------------------------------------------------
+
+def rerun(d, bid, body=None, key="default", headers=None):
+    h = {"Content-Type": "application/json", **(headers or {})}
+    return d.call("POST", f"/v1/batches/{bid}/rerun", json.dumps(body).encode() if body is not None else b"",
+                  h, key)
+
+
+def input_lines(d, b):
+    return file_lines(d, b["input_file_id"])
+
+
+def test_rerun_failed_lines_of_an_ended_batch():
+    d, (ka, kb) = keyed_jobd(("alpha", "beta"))
+    data = jsonl(5)
+    b = d.submit(data, query="?metadata[owner]=nightly&completion_window=2h")
+    b = d.wait_batch(b["id"])
+    bid = b["id"]
+    # still running: 409 with a clear message (and nothing created)
+    r = rerun(d, bid, {"only": "failed"})
+    e = r.json()["error"]
+    assert r.status == 409 and e["code"] == "batch_not_finished", r
+    assert "still in_progress" in e["message"] and bid in e["message"], e
+    w = TestWorker(d.port, WT)
+    w.register()
+    w.run_until(lambda: d.json("GET", f"/v1/batches/{bid}")["status"] == "completed",
+                policy=lambda q: invalid(q) if q["custom_id"] in ("t-2", "t-4") else success(q))
+    # bad input
+    for body, code, param in (({"only": "some"}, "invalid_value", "only"), ({"only": 1}, "invalid_value", "only"),
+                              ({"mode": "failed"}, "unknown_parameter", "mode"),
+                              ({"completion_window": "2x"}, "invalid_value", "completion_window")):
+        r = rerun(d, bid, body)
+        assert r.status == 400 and r.json()["error"]["code"] == code and r.json()["error"]["param"] == param, r
+    assert rerun(d, bid, {}, key=kb).status == 404
+    assert rerun(d, "batch_nope", {}).status == 404
+    # the failed lines, byte for byte the original input lines, with an idempotency key
+    r = rerun(d, bid, {"only": "failed"}, headers={"Idempotency-Key": "rr-1"})
+    assert r.status == 200, r
+    nb = r.json()
+    assert nb["id"] != bid and nb["metadata"] == {"owner": "nightly", "rerun_of": bid}, nb
+    assert nb["completion_window"] == "2h" and nb["endpoint"] == "/v1/chat/completions", nb
+    orig = data.decode().splitlines()
+    assert input_lines(d, nb) == [orig[1], orig[3]], input_lines(d, nb)
+    r2 = rerun(d, bid, {"only": "failed"}, headers={"Idempotency-Key": "rr-1"})
+    assert r2.status == 200 and r2.json()["id"] == nb["id"] and r2.headers.get("idempotent-replayed") == "true"
+    nb = d.wait_batch(nb["id"])
+    assert nb["request_counts"]["total"] == 2, nb
+    # all lines, no body = only failed (default) -> a second batch without a key
+    r = rerun(d, bid, {"only": "all", "completion_window": "1h"})
+    assert r.status == 200 and r.json()["completion_window"] == "1h", r
+    assert input_lines(d, r.json()) == orig
+    # nothing failed in the rerun once it succeeds -> 400 naming the option
+    w.run_until(lambda: d.json("GET", f"/v1/batches/{nb['id']}")["status"] == "completed")
+    r = rerun(d, nb["id"])
+    assert r.status == 400 and r.json()["error"]["param"] == "only" and "no requests" in r.json()["error"]["message"]
+
+
+def test_rerun_failed_and_expired_takes_lines_that_never_ran():
+    d, (key,) = keyed_jobd()
+    b = d.submit(jsonl(3), query="?completion_window=1s")
+    b = d.wait_batch(b["id"], statuses=("expired",), timeout=30)
+    assert rerun(d, b["id"], {"only": "failed"}).status == 400  # none ran
+    r = rerun(d, b["id"], {"only": "failed_and_expired", "completion_window": "24h"})
+    assert r.status == 200 and r.json()["metadata"] == {"rerun_of": b["id"]}, r
+    assert [json.loads(x)["custom_id"] for x in input_lines(d, r.json())] == ["t-1", "t-2", "t-3"]
+    # jobctl rerun: prints the id; twice -> the same batch (derived key); still running -> exit 1
+    env = {**os.environ, "JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key, "JOBCTL_CONFIG": "",
+           "HOME": tmpdir()}
+    args = [binary("jobctl"), "rerun", b["id"], "--only", "all"]
+    p1 = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    p2 = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert p1.returncode == 0 and p1.stdout.startswith("batch_") and p1.stdout == p2.stdout, (p1, p2)
+    p3 = subprocess.run([binary("jobctl"), "rerun", p1.stdout.strip()], env=env, capture_output=True, text=True,
+                        timeout=60)
+    assert p3.returncode == 1 and "still" in p3.stderr, p3
