@@ -472,6 +472,16 @@ END;
 --         order; set by the trigger below (never by the inserting statement).
 --         Finalization and the results route read a batch's rows in seq order.
 -- result_seq (one row): last = the largest seq ever assigned.
+--
+-- Output expiry (spec/openapi.yaml, output_expires_after / expires_after):
+-- batches now also has:
+--   output_expires_after_s  seconds: the batch's output and error files expire this long after
+--                           they are written (files.expires_at = their created_at + this);
+--                           0 = kept until deleted. From output_expires_after.seconds, else
+--                           jobd --file-retention, fixed at creation.
+-- files.expires_at is now enforced: the sweeper deletes a file's bytes and
+-- row once it passes (not while a validating batch still reads it as input),
+-- and the API answers 404 for it from that second on.
 CREATE TABLE result_seq (
     id    INTEGER PRIMARY KEY CHECK (id = 1),  -- always 1
     last  INTEGER NOT NULL                     -- the largest results.seq ever assigned (0: none)
@@ -481,6 +491,9 @@ UPDATE results SET seq = rowid;
 INSERT INTO result_seq(id, last) VALUES (1, (SELECT COALESCE(MAX(rowid), 0) FROM results));
 CREATE UNIQUE INDEX results_batch_seq ON results(batch_id, seq);
 DROP INDEX results_batch;  -- a prefix of results_batch_seq
+ALTER TABLE batches ADD COLUMN output_expires_after_s INTEGER NOT NULL DEFAULT 0
+    CHECK (output_expires_after_s >= 0);
+CREATE INDEX files_expiry ON files(expires_at) WHERE expires_at IS NOT NULL;
 CREATE TRIGGER results_seq_assign AFTER INSERT ON results
 BEGIN
     UPDATE result_seq SET last = last + 1 WHERE id = 1;

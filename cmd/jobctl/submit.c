@@ -45,6 +45,10 @@ static const char *submit_usage =
     "  --metadata K=V       a metadata pair (repeatable; at most 16 pairs in all,\n"
     "                       --priority and --webhook included)\n"
     "\n"
+    "--output-expires DUR: jobd deletes the batch's output and error files DUR\n"
+    "after it writes them (OpenAI's output_expires_after; jobd's default is\n"
+    "its --file-retention, or never).\n"
+    "\n"
     "--webhook URL is sent as the batch's metadata webhook_url: when the batch\n"
     "ends jobd POSTs its batch.* event there, signed with the tenant's secret\n"
     "(GET /v1/webhook_secret; see spec/webhooks.md). jobd checks the address\n"
@@ -247,7 +251,7 @@ static int submit_take_metadata(struct jc *jc, int *argc, char **argv, const cha
 int cmd_submit(struct jc *jc, int argc, char **argv)
 {
     const char *endpoint = NULL, *window = "24h", *webhook = NULL, *idem = NULL, *filename = NULL;
-    int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0;
+    int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0, out_expires_ms = 0;
     int wait = 0;
     const char *md[SUBMIT_MAX_METADATA + 1];
     int n_md = 0;
@@ -263,6 +267,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         {"webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"},
         {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
         {"filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"},
+        {"output-expires", NULL, CFG_DURATION, &out_expires_ms, "DUR",
+         "delete the output and error files DUR after they are written (output_expires_after; 1h .. 30d)"},
         {"wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"},
         {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "with --wait: polling interval (default 2s)"},
         {"timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "with --wait: give up after DUR (exit 14)"},
@@ -279,6 +285,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         return jc_usage_error(jc, "--window: '%s' is not a duration from 1m to 30d", window);
     if (priority != INT64_MIN && (priority < -1000 || priority > 1000))
         return jc_usage_error(jc, "--priority: %lld is outside -1000 .. 1000", (long long)priority);
+    if (out_expires_ms && (out_expires_ms % 1000 || out_expires_ms < 1000 || out_expires_ms > 30LL * 86400000))
+        return jc_usage_error(jc, "--output-expires: a whole number of seconds up to 30d (jobd wants at least 1h)");
     if (endpoint && strcmp(endpoint, "/v1/chat/completions") && strcmp(endpoint, "/v1/completions"))
         return jc_usage_error(jc, "--endpoint: use /v1/chat/completions or /v1/completions");
     if (idem && (!*idem || strlen(idem) > 255))
@@ -360,6 +368,9 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     }
     if (prio[0])
         e = e || buf_append_str(&q, "&metadata%5Bpriority%5D=") || buf_append_str(&q, prio);
+    if (out_expires_ms) /* in the key's material only when set, so older derived keys stay the same */
+        e = e || buf_printf(&q, "&output_expires_after%%5Bseconds%%5D=%lld", (long long)(out_expires_ms / 1000)) ||
+            buf_printf(&mat, "output_expires_after=%lld\n", (long long)(out_expires_ms / 1000));
     e = e || buf_printf(&mat, "%s\n", hex);
     if (e) {
         rc = jc_fail(jc, JC_EXIT_USAGE, NULL, "options too long");

@@ -107,6 +107,7 @@ int main(int argc, char **argv)
     uint64_t max_json = ac.max_json_bytes, max_line = ac.limits.max_line_bytes;
     const char *worker_token = NULL, *admin_token = NULL;
     int64_t sweep_ms = ac.sweep_interval_ms, window_min_ms = ac.window_min_s * 1000;
+    int64_t retention_ms = 0, expiry_min_ms = ac.expiry_min_s * 1000;
     int64_t lease_min_ms = ac.lease.lease_s_min * 1000, backoff_ms = ac.lease.retry.backoff_base_s * 1000;
     int64_t max_attempts = ac.lease.retry.max_attempts;
     int wh_private = 0;
@@ -139,6 +140,9 @@ int main(int argc, char **argv)
         {"retry-backoff", NULL, CFG_DURATION, &backoff_ms, "DUR", "first retry delay (doubling per attempt, capped at 600s; equal jitter) (default 10s)"},
         {"lease-min", NULL, CFG_DURATION, &lease_min_ms, "DUR", "shortest lease a worker may ask for (default 10s; tests use 1s)"},
         {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1m; tests use seconds)"},
+        {"file-retention", "JOBD_FILE_RETENTION", CFG_DURATION, &retention_ms, "DUR",
+         "delete uploaded input files and batch output/error files this long after they are created, unless the request set expires_after / output_expires_after (1h..30d; default: keep until deleted)"},
+        {"expiry-min", NULL, CFG_DURATION, &expiry_min_ms, "DUR", "shortest expires_after / output_expires_after / --file-retention accepted (default 1h; tests use seconds)"},
         {"port-file", NULL, CFG_STR, &port_file, "PATH", "write the bound port there once listening (for scripts and tests)"},
         {"webhook-allow-private", "JOBD_WEBHOOK_ALLOW_PRIVATE", CFG_BOOL, &wh_private, NULL,
          "allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (local setups and tests; off by default: SSRF guard)"},
@@ -193,7 +197,8 @@ int main(int argc, char **argv)
         max_attempts < 1 || max_attempts > 100 || backoff_ms < 1000 || lease_min_ms < 1000 ||
         lease_min_ms > ac.lease.lease_s_max * 1000 || window_min_ms < 1000 || wh_timeout_ms < 1 ||
         wh_attempts < 1 || wh_attempts > 100 || wh_base_ms < 0 || wh_cap_ms < 0 || wh_disable_ms < 0 ||
-        wh_conc < 1 || wh_conc > 64 || wh_poll_ms < 1) {
+        wh_conc < 1 || wh_conc > 64 || wh_poll_ms < 1 || expiry_min_ms < 1000 ||
+        (retention_ms && (retention_ms < expiry_min_ms || retention_ms > 30LL * 86400 * 1000))) {
         cli_error("jobd", "see jobd --help", "a limit is out of range");
         return CLI_EXIT_USAGE;
     }
@@ -216,6 +221,8 @@ int main(int argc, char **argv)
     ac.admin_token = admin_token;
     ac.sweep_interval_ms = sweep_ms;
     ac.window_min_s = window_min_ms / 1000;
+    ac.file_retention_s = retention_ms / 1000;
+    ac.expiry_min_s = expiry_min_ms / 1000;
     ac.lease.lease_s_min = lease_min_ms / 1000;
     ac.lease.retry.backoff_base_s = backoff_ms / 1000;
     ac.lease.retry.max_attempts = (int)max_attempts;

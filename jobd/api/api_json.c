@@ -16,6 +16,7 @@
 #include "common/cfg.h"
 #include "common/err.h"
 #include "common/js.h"
+#include "jobd/api/api_err.h"
 #include "jobd/http/http.h"
 
 static int str_or_null(struct buf *b, const char *s)
@@ -215,5 +216,50 @@ int api_accepts_coding(const char *h, const char *coding)
             return 1;
         }
     }
+    return 0;
+}
+
+int api_expiry_check(const char *anchor, int64_t seconds, int64_t min_s, char *msg, size_t cap)
+{
+    if (anchor && strcmp(anchor, "created_at") != 0) {
+        snprintf(msg, cap, "Invalid anchor '%.32s': the only anchor is \"created_at\".", anchor);
+        return ERR_INVAL;
+    }
+    if (seconds < min_s || seconds > API_EXPIRY_MAX_S) {
+        snprintf(msg, cap, "Invalid seconds %lld: use %lld (%s) to %d (30 days).", (long long)seconds,
+                 (long long)min_s, min_s == API_EXPIRY_MIN_S ? "1 hour" : "--expiry-min", API_EXPIRY_MAX_S);
+        return ERR_INVAL;
+    }
+    return 0;
+}
+
+int api_expiry_parse_json(const struct json_t *v, const char *field, int64_t min_s, int64_t *seconds,
+                          enum api_err *e, char *msg, size_t cap, char *param)
+{
+    snprintf(param, 64, "%s", field);
+    if (!json_is_object(v)) {
+        snprintf(msg, cap, "%s must be an object {\"anchor\": \"created_at\", \"seconds\": N}.", field);
+        *e = API_ERR_INVALID_TYPE;
+        return -1;
+    }
+    json_t *a = json_object_get(v, "anchor"), *sec = json_object_get(v, "seconds");
+    if (!a || !sec) {
+        snprintf(param, 64, "%s.%s", field, a ? "seconds" : "anchor");
+        snprintf(msg, cap, "Missing required parameter: '%s'.", param);
+        *e = API_ERR_MISSING_PARAMETER;
+        return -1;
+    }
+    if (!json_is_string(a) || !json_is_integer(sec)) {
+        snprintf(param, 64, "%s.%s", field, json_is_string(a) ? "seconds" : "anchor");
+        snprintf(msg, cap, "'%s' must be %s.", param, json_is_string(a) ? "an integer" : "a string");
+        *e = API_ERR_INVALID_TYPE;
+        return -1;
+    }
+    if (api_expiry_check(json_string_value(a), json_integer_value(sec), min_s, msg, cap)) {
+        snprintf(param, 64, "%s.%s", field, strcmp(json_string_value(a), "created_at") ? "anchor" : "seconds");
+        *e = API_ERR_INVALID_VALUE;
+        return -1;
+    }
+    *seconds = json_integer_value(sec);
     return 0;
 }

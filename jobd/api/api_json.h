@@ -11,6 +11,7 @@
 
 #include "common/buf.h"
 #include "jobd/api/api.h"
+#include "jobd/api/api_err.h"
 #include "jobd/store/store.h"
 
 struct http_req;
@@ -37,6 +38,19 @@ int api_metadata_check(const struct json_t *md, char *msg, size_t cap);
 
 /* Parse a query integer in [lo, hi]; absent -> def. 0 or ERR_INVAL. */
 int api_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi, int64_t def, int64_t *out);
+
+/* Check an expiry policy (OpenAI's expires_after / output_expires_after:
+ * {"anchor": "created_at", "seconds": N}): anchor must be "created_at"
+ * (NULL: absent, taken as created_at), seconds in min_s..API_EXPIRY_MAX_S.
+ * 0, or ERR_INVAL with a message for the client in msg. Pure. */
+int api_expiry_check(const char *anchor, int64_t seconds, int64_t min_s, char *msg, size_t cap);
+
+/* Parse an expiry policy object from JSON (v: the object). 0 with
+ * *seconds; else -1 with *e (INVALID_TYPE, MISSING_PARAMETER,
+ * INVALID_VALUE), msg and param (cap 64) filled: param is
+ * "<field>.anchor" / "<field>.seconds" / field. */
+int api_expiry_parse_json(const struct json_t *v, const char *field, int64_t min_s, int64_t *seconds,
+                          enum api_err *e, char *msg, size_t cap, char *param);
 
 /* 1 when an Accept-Encoding header value h (NULL: absent) lists the
  * content-coding `coding` ("zstd", "gzip") without q=0, else 0. "*" and

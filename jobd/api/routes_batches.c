@@ -54,6 +54,7 @@ struct batch_in {
     char rerun_of[ID_MAX];
     enum store_rerun_only only;
     int window_given, metadata_given; /* else the original batch's */
+    int64_t out_expires_s; /* output_expires_after.seconds; 0 = jobd's --file-retention */
 };
 
 static void batch_in_free(void *p)
@@ -133,6 +134,8 @@ static int store_body(struct create_job *cj, struct store_file *sf, char *final,
     store_path_upload_rel(sf->id, sf->storage_path);
     snprintf(sf->encoding, sizeof sf->encoding, "zstd");
     sf->created_at = clock_wall_s();
+    if (cj->job.api->cfg.file_retention_s)
+        sf->expires_at = sf->created_at + cj->job.api->cfg.file_retention_s;
     if ((rc = store_path_abs(cj->job.api->cfg.data_dir, sf->storage_path, final, cap)))
         return rc;
     return upload_commit(bi->up, final);
@@ -169,7 +172,8 @@ static void submit(struct create_job *cj, struct store *st)
         struct store_submit s = {
             .tenant_id = job->tenant,
             .file = jobs ? &sf : NULL,
-            .batch = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata},
+            .batch = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata,
+                      bi->out_expires_s ? bi->out_expires_s : job->api->cfg.file_retention_s},
             .now = clock_wall_s(),
             .admit = api_admit_check,
             .admit_arg = &adm,
@@ -260,6 +264,22 @@ static int parse_window(struct http_req *req, const char *w, struct batch_in *bi
     return 0;
 }
 
+/* output_expires_after (JSON; null or absent: jobd's default). Answers 400, returns -1 on a bad value. */
+static int parse_out_expiry(struct http_req *req, json_t *v, struct batch_in *bi)
+{
+    if (!v || json_is_null(v))
+        return 0;
+    struct api_rctx *rc = http_req_data(req);
+    enum api_err e;
+    char msg[256], param[64];
+    if (api_expiry_parse_json(v, "output_expires_after", rc->api->cfg.expiry_min_s, &bi->out_expires_s, &e, msg,
+                              sizeof msg, param)) {
+        api_respond_error(req, e, param, "%s", msg);
+        return -1;
+    }
+    return 0;
+}
+
 static void batches_create(struct http_req *req, void *arg)
 {
     const char *ct = http_req_header(req, "Content-Type");
@@ -304,7 +324,8 @@ static void batches_create(struct http_req *req, void *arg)
                            "completion_window must be a string such as \"24h\".");
         goto out;
     }
-    if (parse_window(req, r ? NULL : win, bi) || parse_metadata(req, json_object_get(root, "metadata"), bi))
+    if (parse_window(req, r ? NULL : win, bi) || parse_metadata(req, json_object_get(root, "metadata"), bi) ||
+        parse_out_expiry(req, json_object_get(root, "output_expires_after"), bi))
         goto out;
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);
     snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", fid);
@@ -639,6 +660,8 @@ static void rerun_run(struct api_job *job, struct store *st)
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", b.endpoint);
     if (!bi->window_given)
         bi->window_s = b.completion_window_s;
+    if (!bi->out_expires_s)
+        bi->out_expires_s = b.output_expires_after_s;
     rc = rerun_metadata(job, bi, b.metadata);
     store_batch_release(&b);
     if (rc)
@@ -700,10 +723,11 @@ static void batches_rerun(struct http_req *req, void *arg)
     json_t *v;
     json_object_foreach(root, key, v)
     {
-        if (strcmp(key, "only") && strcmp(key, "completion_window") && strcmp(key, "metadata")) {
+        if (strcmp(key, "only") && strcmp(key, "completion_window") && strcmp(key, "metadata") &&
+            strcmp(key, "output_expires_after")) {
             api_respond_error(req, API_ERR_UNKNOWN_PARAMETER, key,
-                              "Unknown parameter '%.64s': a rerun takes 'only', 'completion_window' and 'metadata'.",
-                              key);
+                              "Unknown parameter '%.64s': a rerun takes 'only', 'completion_window', "
+                              "'metadata' and 'output_expires_after'.", key);
             goto out;
         }
     }
@@ -744,6 +768,8 @@ static void batches_rerun(struct http_req *req, void *arg)
             goto out;
         bi->metadata_given = 1;
     }
+    if (parse_out_expiry(req, root ? json_object_get(root, "output_expires_after") : NULL, bi))
+        goto out;
     snprintf(bi->rerun_of, sizeof bi->rerun_of, "%s", id);
     struct create_job *cj = calloc(1, sizeof *cj);
     if (cj) {
@@ -830,6 +856,31 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
     return rc;
 }
 
+/* ?output_expires_after[seconds]=N (and optionally [anchor]=created_at) or Jobd-Output-Expires-After: N */
+static int jobs_out_expiry(struct http_req *req, struct batch_in *bi)
+{
+    const char *sec = opt(req, "output_expires_after[seconds]", NULL, "Jobd-Output-Expires-After");
+    const char *anchor = http_req_query(req, "output_expires_after[anchor]");
+    if (!sec && !anchor)
+        return 0;
+    struct api_rctx *rc = http_req_data(req);
+    char msg[256], *end = NULL;
+    long long v = sec ? strtoll(sec, &end, 10) : 0;
+    if (!sec || !*sec || *end) {
+        api_respond_error(req, sec ? API_ERR_INVALID_TYPE : API_ERR_MISSING_PARAMETER, "output_expires_after.seconds",
+                          "output_expires_after[seconds] must be an integer number of seconds.");
+        return -1;
+    }
+    if (api_expiry_check(anchor, v, rc->api->cfg.expiry_min_s, msg, sizeof msg)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE,
+                          anchor && strcmp(anchor, "created_at") ? "output_expires_after.anchor"
+                                                                 : "output_expires_after.seconds", "%s", msg);
+        return -1;
+    }
+    bi->out_expires_s = v;
+    return 0;
+}
+
 static void jobs_head(struct http_req *req, void *arg)
 {
     struct api *api = arg;
@@ -860,7 +911,7 @@ static void jobs_head(struct http_req *req, void *arg)
     }
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);
     if (parse_window(req, opt(req, "completion_window", "window", "Jobd-Completion-Window"), bi) ||
-        jobs_metadata(req, bi))
+        jobs_metadata(req, bi) || jobs_out_expiry(req, bi))
         return;
     const char *fn = opt(req, "filename", NULL, "Jobd-Filename");
     if (fn && (strlen(fn) >= sizeof bi->filename || !ingest_utf8_valid(fn, strlen(fn)))) {
@@ -899,6 +950,8 @@ static void jobs_create(struct http_req *req, void *arg)
         buf_init(&fp, 4096);
         buf_printf(&fp, "%s\n%s\n%s\n%s\n%s", bi->endpoint, win, bi->metadata ? bi->metadata : "",
                    bi->filename, upload_sha256_hex(bi->up));
+        if (bi->out_expires_s) /* only then: keys stored before the option existed still match */
+            buf_printf(&fp, "\n%lld", (long long)bi->out_expires_s);
         r = store_idem_fingerprint("POST", "/v1/jobs", fp.data, fp.len, cj->job.fp);
         buf_release(&fp);
         if (r) {

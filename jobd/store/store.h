@@ -297,6 +297,24 @@ struct store_file {
  * ERR_NOTFOUND for an unknown tenant, ERR_EXISTS for a duplicate id. */
 int store_file_create(struct store *st, struct store_file *f);
 
+/* A file to expire: its id and where its bytes are. */
+struct store_file_ref {
+    char id[ID_MAX];
+    char storage_path[256]; /* relative to the data directory */
+};
+
+/* Files whose expires_at <= now, oldest expiry first, at most max (>= 1,
+ * else ERR_INVAL), leaving out the input file of any batch still
+ * validating (its ingestion reads it; a batch cannot be created on an
+ * expired file, see store_batch_create). *items: heap array (free()). */
+int store_files_expired(struct store *st, int64_t now, int max, struct store_file_ref **items, size_t *n);
+
+/* Delete the row of file id if it is still expired at now, one
+ * transaction; *deleted (may be NULL) gets 1 if a row went. The caller
+ * removes the bytes first (store_files_expired's storage_path): a crash in
+ * between leaves a row without bytes, which the next pass deletes. */
+int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted);
+
 /* Get a tenant's file. ERR_NOTFOUND if absent or another tenant's. */
 int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out);
 
@@ -362,6 +380,7 @@ struct store_batch {
     int64_t priority;                     /* metadata "priority" (0 if absent) */
     int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
     int64_t usage_cost_micros; /* sum of the batch's usage_ledger cost, set at finalization */
+    int64_t output_expires_after_s; /* output/error files expire this long after they are written; 0 = never */
 };
 
 /* Free metadata and errors of b (not b itself). NULL ok. */
@@ -375,9 +394,11 @@ struct store_batch_new {
     int64_t completion_window_s;  /* > 0 */
     const char *metadata;         /* JSON object text or NULL: <= 16 pairs, string
                                      values, key <= 64 bytes, value <= 512 bytes */
+    int64_t output_expires_after_s; /* >= 0; 0 = output files never expire */
 };
 
-/* Create a batch in status validating (expires_at = now + window). A
+/* Create a batch in status validating (expires_at = now + window). The
+ * input file must not have expired (expires_at <= now: ERR_NOTFOUND). A
  * metadata "priority" value must be the decimal text of an integer in
  * -1000..1000 (else ERR_INVAL); it orders the tenant's own batches for
  * leasing (jobd/work/lease.h). Checks

@@ -27,7 +27,7 @@
     "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
     "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
     "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
-    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros"
+    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros, output_expires_after_s"
 
 #define STORE_FILE_COLS                                                                   \
     "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
@@ -63,9 +63,16 @@
                      "AND (?2 IS NULL OR purpose = ?2) AND (?3 IS NULL OR id > ?3) "          \
                      "ORDER BY id ASC LIMIT ?4")                                              \
     X(FILE_DELETE, "DELETE FROM files WHERE id = ?1 AND tenant_id = ?2 RETURNING storage_path") \
+    X(FILE_EXPIRED, "SELECT id, storage_path FROM files WHERE expires_at IS NOT NULL AND "    \
+                    "expires_at <= ?1 AND NOT EXISTS (SELECT 1 FROM batches b WHERE "         \
+                    "b.status = 'validating' AND b.input_file_id = files.id) "                \
+                    "ORDER BY expires_at LIMIT ?2")                                           \
+    X(FILE_PURGE, "DELETE FROM files WHERE id = ?1 AND expires_at IS NOT NULL AND "            \
+                  "expires_at <= ?2")                                                         \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
-                    "completion_window_s, status, metadata, created_at, expires_at, priority) "         \
-                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9)")                  \
+                    "completion_window_s, status, metadata, created_at, expires_at, priority, "  \
+                    "output_expires_after_s) "                                                    \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9, ?10)")             \
     X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
                  "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \

@@ -98,7 +98,7 @@ static int ff_write(struct ff *f, const char *data, size_t n)
 /* Close the frame, sync, rename into place, fill the file row. With no
  * lines the temp file is removed and *used = 0. */
 static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const char *batch_id,
-                     const char *kind, int64_t now, struct store_file *row, int *used)
+                     const char *kind, int64_t now, int64_t expires_after_s, struct store_file *row, int *used)
 {
     int rc = 0;
     *used = f->lines > 0;
@@ -145,6 +145,7 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
     snprintf(row->storage_path, sizeof row->storage_path, "%s", f->rel);
     snprintf(row->encoding, sizeof row->encoding, "zstd");
     row->created_at = now;
+    row->expires_at = expires_after_s > 0 ? now + expires_after_s : 0;
     return rc;
 }
 
@@ -241,9 +242,9 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
     struct store_file fo, fe;
     int used_o = 0, used_e = 0;
     if (!rc)
-        rc = ff_finish(&w.out, dir, b->tenant_id, b->id, "output", now, &fo, &used_o);
+        rc = ff_finish(&w.out, dir, b->tenant_id, b->id, "output", now, b->output_expires_after_s, &fo, &used_o);
     if (!rc)
-        rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, &fe, &used_e);
+        rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, b->output_expires_after_s, &fe, &used_e);
     buf_release(&w.line);
     if (rc) {
         ff_abandon(&w.out);

@@ -31,7 +31,9 @@
  * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst; a re-run after a
  * crash rewrites them from scratch, and the file rows exist only once the
  * final transaction commits. A file with no lines is not created (its id
- * stays null, as OpenAI does).
+ * stays null, as OpenAI does). Both files get expires_at = their
+ * created_at + the batch's output_expires_after_s when that is set
+ * (retention.h deletes them then).
  *
  * Threads: blocking disk work; run on a finalizer thread with its own store,
  * never on the event loop.

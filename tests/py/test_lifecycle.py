@@ -1,6 +1,9 @@
 """Batch lifecycle features (issue 20) on a real jobd over loopback, with
 workerlib's scripted worker committing results: partial results with a
-cursor (GET /v1/batches/{id}/results, jobctl results --follow).
+cursor (GET /v1/batches/{id}/results, jobctl results --follow); rerun of
+an ended batch's lines (POST /v1/batches/{id}/rerun, jobctl rerun); output
+and upload expiry (output_expires_after, expires_after, --file-retention,
+the sweeper deleting rows and bytes).
 
 Each test starts its own jobd (ASan build) with fast sweeps; the scripted
 worker answers in small leases so pages are read while commits go on."""
@@ -9,9 +12,10 @@ import json
 import os
 import subprocess
 import threading
+import time
 
 from harness import binary, tmpdir
-from jobdlib import Jobd, create_key, jsonl, zstd_decompress
+from jobdlib import Jobd, create_key, jsonl, multipart, zstd_decompress
 from workerlib import TestWorker, invalid, read_jsonl, success
 
 WT, AT = "life-worker-token", "life-admin-token"
@@ -247,3 +251,106 @@ def test_rerun_failed_and_expired_takes_lines_that_never_ran():
     p3 = subprocess.run([binary("jobctl"), "rerun", p1.stdout.strip()], env=env, capture_output=True, text=True,
                         timeout=60)
     assert p3.returncode == 1 and "still" in p3.stderr, p3
+
+
+# ---- output expiry --------------------------------------------------------------------------
+
+def stored_paths(d, f):
+    """The stored bytes of file object f (uploads are named by id, outputs by batch)."""
+    needle = f["id"]
+    if f["purpose"] == "batch_output":
+        needle = f["filename"].replace("_output.jsonl", "-output").replace("_errors.jsonl", "-errors")
+    out = []
+    for root, _, names in os.walk(d.data):
+        out += [os.path.join(root, n) for n in names if needle in n]
+    return out
+
+
+def wait_gone(d, f, timeout=20):
+    deadline = time.monotonic() + timeout
+    while stored_paths(d, f) or f["id"] in [x["id"] for x in d.json("GET", "/v1/files?limit=10000")["data"]]:
+        assert time.monotonic() < deadline, (f, stored_paths(d, f))
+        time.sleep(0.1)
+
+
+def test_output_and_upload_expiry_delete_rows_and_bytes():
+    d, _ = keyed_jobd(args=FAST + ["--expiry-min", "1s"])
+    up = d.upload(jsonl(3), headers=None)
+    assert up["expires_at"] is None, up
+    ct, body = multipart({"purpose": "batch", "expires_after[anchor]": "created_at",
+                          "expires_after[seconds]": "3"}, {"file": ("in.jsonl", jsonl(3))})
+    r = d.call("POST", "/v1/files", body, {"Content-Type": ct})
+    assert r.status == 200 and r.json()["expires_at"] == r.json()["created_at"] + 3, r
+    short = r.json()
+    b = d.create_batch(up["id"], output_expires_after={"anchor": "created_at", "seconds": 2})
+    bid = d.wait_batch(b["id"])["id"]
+    w = TestWorker(d.port, WT)
+    w.register()
+    w.run_until(lambda: d.json("GET", f"/v1/batches/{bid}")["status"] == "completed",
+                policy=lambda q: invalid(q) if q["custom_id"] == "t-1" else success(q))
+    b = d.json("GET", f"/v1/batches/{bid}")
+    files = [d.json("GET", f"/v1/files/{b[k]}") for k in ("output_file_id", "error_file_id")]
+    for f in files:
+        assert f["expires_at"] == f["created_at"] + 2, f
+        assert len(stored_paths(d, f)) == 1, f
+    assert d.json("GET", f"/v1/files/{up['id']}")["expires_at"] is None  # the input keeps its own policy
+    # jobctl submit --output-expires
+    env = {**os.environ, "JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": d.key, "JOBCTL_CONFIG": "",
+           "HOME": tmpdir()}
+    src = os.path.join(tmpdir(), "in.jsonl")
+    open(src, "wb").write(jsonl(2))
+    p = subprocess.run([binary("jobctl"), "submit", src, "--output-expires", "1h"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p
+    jid = p.stdout.strip()
+    w.run_until(lambda: d.json("GET", f"/v1/batches/{jid}")["status"] == "completed")
+    of = d.json("GET", f"/v1/files/{d.json('GET', f'/v1/batches/{jid}')['output_file_id']}")
+    assert of["expires_at"] == of["created_at"] + 3600, of
+    for f in files + [short]:
+        wait_gone(d, f)
+        for path in (f"/v1/files/{f['id']}", f"/v1/files/{f['id']}/content"):
+            r = d.call("GET", path)
+            assert r.status == 404 and r.json()["error"]["code"] == "not_found", r
+    # the batch keeps the ids (as OpenAI does); a batch on an expired upload is refused
+    assert d.json("GET", f"/v1/batches/{bid}")["output_file_id"] == files[0]["id"]
+    r = d.call("POST", "/v1/batches", json.dumps({"input_file_id": short["id"], "endpoint": "/v1/chat/completions"}),
+               {"Content-Type": "application/json"})
+    assert r.status == 404, r
+    assert d.json("GET", f"/v1/files/{up['id']}")["id"] == up["id"]  # never expired: still there
+
+
+def test_expiry_bad_input_and_file_retention_default():
+    d, _ = keyed_jobd(args=FAST + ["--file-retention", "30d"])
+    f = d.upload(jsonl(1))
+    assert f["expires_at"] == f["created_at"] + 30 * 86400, f  # the default
+    cases = [({"anchor": "created_at", "seconds": 3599}, "invalid_value", "output_expires_after.seconds"),
+             ({"anchor": "created_at", "seconds": 2592001}, "invalid_value", "output_expires_after.seconds"),
+             ({"anchor": "last_active_at", "seconds": 3600}, "invalid_value", "output_expires_after.anchor"),
+             ({"anchor": "created_at"}, "missing_required_parameter", "output_expires_after.seconds"),
+             ({"anchor": "created_at", "seconds": "3600"}, "invalid_type", "output_expires_after.seconds"),
+             (3600, "invalid_type", "output_expires_after")]
+    for v, code, param in cases:
+        r = d.call("POST", "/v1/batches", json.dumps({"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+                                                      "output_expires_after": v}), {"Content-Type": "application/json"})
+        e = r.json()["error"]
+        assert r.status == 400 and e["code"] == code and e["param"] == param, (v, r)
+    assert "3600" in d.call("POST", "/v1/batches", json.dumps(
+        {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+         "output_expires_after": cases[0][0]}), {"Content-Type": "application/json"}).json()["error"]["message"]
+    for fields, param in (({"expires_after[anchor]": "created_at", "expires_after[seconds]": "60"},
+                           "expires_after.seconds"),
+                          ({"expires_after[anchor]": "x", "expires_after[seconds]": "3600"}, "expires_after.anchor"),
+                          ({"expires_after[seconds]": "3600"}, "expires_after.anchor"),
+                          ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "1h"},
+                           "expires_after.seconds")):
+        ct, body = multipart({"purpose": "batch", **fields}, {"file": ("in.jsonl", jsonl(1))})
+        r = d.call("POST", "/v1/files", body, {"Content-Type": ct})
+        assert r.status == 400 and r.json()["error"]["param"] == param, (fields, r)
+    # POST /v1/jobs: the query form
+    r = d.call("POST", "/v1/jobs?output_expires_after[seconds]=10", jsonl(1))
+    assert r.status == 400 and r.json()["error"]["param"] == "output_expires_after.seconds", r
+    assert d.call("POST", "/v1/jobs?output_expires_after[seconds]=7200", jsonl(1)).status == 200
+    # jobd refuses a retention under the floor
+    from harness import run as hrun
+    r = hrun([binary("jobd"), "--data", os.path.join(tmpdir(), "x"), "--file-retention", "10m"])
+    assert r.returncode == 2 and "out of range" in r.stderr, r
