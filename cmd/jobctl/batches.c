@@ -271,6 +271,20 @@ int cmd_status(struct jc *jc, int argc, char **argv)
         int have = !strcmp(cur.status, "in_progress") && cur.completed + cur.failed > 0 &&
                    !live_tokens(jc, &cur, &live[0], &live[1], &live[2]);
         print_status(b, have ? live : NULL, stdout);
+        /* jobd's deadline estimate (X-Estimated-Completion, also in the object) */
+        int64_t eta = 0, exp = 0;
+        json_t *risk = json_object_get(b, "deadline_at_risk");
+        if (!js_get_int(b, "estimated_completion_at", &eta) && eta > 0) {
+            char t[40], d[40];
+            jc_fmt_time(eta, t, sizeof t);
+            printf("estimated  %s (jobd, at the current throughput)\n", t);
+            if (json_is_true(risk) && !js_get_int(b, "expires_at", &exp)) {
+                jc_fmt_time(exp, d, sizeof d);
+                fprintf(stderr, "jobctl status: warning: batch %s will miss its deadline: estimated to end %s, "
+                                "expires %s\nhint: add workers, raise its metadata priority, or cancel and "
+                                "resubmit with a longer --window\n", pos[0], t, d);
+            }
+        }
     }
     json_decref(b);
     return JC_EXIT_OK;

@@ -262,7 +262,7 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         {"endpoint", NULL, CFG_STR, &endpoint, "PATH",
          "/v1/chat/completions or /v1/completions (default: /v1/completions when the first line's url is, "
          "else /v1/chat/completions)"},
-        {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1m .. 30d (default 24h)"},
+        {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1h .. 7d (default 24h; the deadline leasing orders by)"},
         {"priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"},
         {"webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"},
         {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
@@ -281,8 +281,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         return rc;
 
     int64_t win_ms;
-    if (cfg_parse_duration_ms(window, &win_ms) || win_ms < 60000 || win_ms > 30LL * 86400000)
-        return jc_usage_error(jc, "--window: '%s' is not a duration from 1m to 30d", window);
+    if (cfg_parse_duration_ms(window, &win_ms) || win_ms < 3600000 || win_ms > 7LL * 86400000)
+        return jc_usage_error(jc, "--window: '%s' is not a duration from 1h to 7d", window);
     if (priority != INT64_MIN && (priority < -1000 || priority > 1000))
         return jc_usage_error(jc, "--priority: %lld is outside -1000 .. 1000", (long long)priority);
     if (out_expires_ms && (out_expires_ms % 1000 || out_expires_ms < 1000 || out_expires_ms > 30LL * 86400000))

@@ -139,7 +139,7 @@ int main(int argc, char **argv)
         {"max-attempts", NULL, CFG_INT, &max_attempts, "N", "attempts of a request before it is dead-lettered (default 3)"},
         {"retry-backoff", NULL, CFG_DURATION, &backoff_ms, "DUR", "first retry delay (doubling per attempt, capped at 600s; equal jitter) (default 10s)"},
         {"lease-min", NULL, CFG_DURATION, &lease_min_ms, "DUR", "shortest lease a worker may ask for (default 10s; tests use 1s)"},
-        {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1m; tests use seconds)"},
+        {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1h; tests use seconds)"},
         {"file-retention", "JOBD_FILE_RETENTION", CFG_DURATION, &retention_ms, "DUR",
          "delete uploaded input files and batch output/error files this long after they are created, unless the request set expires_after / output_expires_after (1h..30d; default: keep until deleted)"},
         {"expiry-min", NULL, CFG_DURATION, &expiry_min_ms, "DUR", "shortest expires_after / output_expires_after / --file-retention accepted (default 1h; tests use seconds)"},

@@ -41,9 +41,10 @@ struct ingestq;
 struct sweeper;
 struct webhook_dispatcher;
 
-/* completion_window bounds (POST /v1/batches, /v1/jobs); --window-min lowers the floor */
-#define API_WINDOW_MIN_S 60
-#define API_WINDOW_MAX_S (30 * 86400)
+/* completion_window bounds (POST /v1/batches, /v1/jobs): 1h .. 7d; OpenAI accepts only "24h" (the
+ * default), the rest is our extension (deadlines, jobd/work/lease_policy.c); --window-min lowers the floor */
+#define API_WINDOW_MIN_S 3600
+#define API_WINDOW_MAX_S (7 * 86400)
 /* expires_after / output_expires_after seconds (OpenAI's range); --expiry-min lowers the floor */
 #define API_EXPIRY_MIN_S 3600
 #define API_EXPIRY_MAX_S (30 * 86400)

@@ -257,7 +257,7 @@ static int parse_window(struct http_req *req, const char *w, struct batch_in *bi
     struct api_rctx *rc = http_req_data(req);
     if (api_window_parse(w, rc->api->cfg.window_min_s, &bi->window_s)) {
         api_respond_error(req, API_ERR_INVALID_VALUE, "completion_window",
-                           "Invalid completion_window '%s': use a duration from 1m to 30d, "
+                           "Invalid completion_window '%s': use a duration from 1h to 7d, "
                            "e.g. \"24h\" (the default), \"1h\" or \"7d\".", w);
         return -1;
     }
@@ -367,6 +367,7 @@ struct batch_job {
     struct api_job job;
     char id[ID_MAX];
     char if_none_match[128]; /* GET: "" = none */
+    int64_t eta;             /* GET: estimated completion (unix s), 0 = none */
 };
 
 static void batch_job_free(struct api_job *job)
@@ -412,6 +413,15 @@ static void batches_get_run(struct api_job *job, struct store *st)
     struct served sv = {0};
     rc = batch_json_served(job, st, &job->out, &b, &sv);
     free(sv.items);
+    /* the deadline extension: when it will end at the current throughput */
+    if (!rc && lease_batch_eta(st, &job->api->cfg.lease, &b, lease_clock_s(), &bj->eta) == 0 && job->out.len &&
+        job->out.data[job->out.len - 1] == '}') {
+        job->out.data[--job->out.len] = '\0'; /* reopen the object */
+        rc = buf_printf(&job->out, ",\"estimated_completion_at\":%lld,\"deadline_at_risk\":%s}",
+                        (long long)bj->eta, bj->eta > b.expires_at ? "true" : "false");
+    } else {
+        bj->eta = 0;
+    }
     job->retry_after = retry_hint(b.status);
     store_batch_release(&b);
     if (rc) {
@@ -450,11 +460,25 @@ static struct batch_job *batch_job_new(struct http_req *req, api_job_fn run)
     return bj;
 }
 
+/* The default answer plus X-Estimated-Completion while an estimate exists. */
+static int batches_get_answer(struct http_req *req, struct api_job *job)
+{
+    struct batch_job *bj = (struct batch_job *)job;
+    if (bj->eta > 0 && (job->status == 200 || job->status == 304)) {
+        char v[32];
+        snprintf(v, sizeof v, "%lld", (long long)bj->eta);
+        http_resp_header(req, "X-Estimated-Completion", v);
+    }
+    api_job_answer(req, job);
+    return 0;
+}
+
 static void batches_get(struct http_req *req, void *arg)
 {
     struct batch_job *bj = batch_job_new(req, batches_get_run);
     if (!bj)
         return;
+    bj->job.answer = batches_get_answer;
     const char *inm = http_req_header(req, "If-None-Match");
     if (inm)
         snprintf(bj->if_none_match, sizeof bj->if_none_match, "%s", inm);

@@ -679,14 +679,43 @@ int store_lease_worker_check(struct store *st, const char *worker_id, const char
 struct store_lease_cand {
     char batch_id[ID_MAX];
     char tenant_id[ID_MAX];
+    int64_t priority;   /* metadata "priority" */
+    int64_t expires_at; /* the batch's deadline (created_at + completion window) */
 };
 
 /* The in_progress, unexpired (expires_at > now) batches whose model is any
- * of the names worker_id registered for the canonical model, ordered by
- * tenant id, then priority desc, then batch id (oldest first). *items: heap
+ * of the names worker_id registered for the canonical model, grouped by
+ * tenant id (ascending); within a tenant ordered by priority desc, then
+ * expires_at (earliest deadline first), then batch id (oldest first) - the
+ * order the lease policy serves them in (it re-sorts each group with
+ * lease_batch_cmp, so a backend need only group by tenant). *items: heap
  * array (free(); NULL when *n == 0). 0, ERR_NOMEM, store errors. */
 int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
                            struct store_lease_cand **items, size_t *n);
+
+/* What a completion estimate needs (lease_batch_eta, jobd/work/lease.h). */
+struct store_backlog_batch {
+    struct store_lease_cand cand;   /* batch_id, tenant_id, priority, expires_at */
+    int64_t remaining;              /* requests not ended (n_total - n_completed - n_failed) */
+    double tokens_per_request;      /* output tokens per remaining request: the mean completion
+                                       tokens of its last 256 results, else the mean max_tokens of
+                                       256 of its requests, else 0 */
+};
+
+struct store_backlog {
+    struct store_backlog_batch *items; /* the tenant's in_progress batches of the model (heap) */
+    size_t n;
+    double tokens_per_s;   /* sum of the last reported throughput of workers seen at or after
+                              seen_since that answer to the model name */
+    int64_t n_tenants;     /* tenants with unfinished in_progress batches of the model name */
+};
+
+/* Read the backlog of tenant_id's batches whose model is `model` (one
+ * model name, as the batches store it). 0 or ERR_NOMEM / store errors;
+ * release with store_backlog_release. */
+int store_backlog_get(struct store *st, const char *tenant_id, const char *model, int64_t seen_since,
+                      struct store_backlog *out);
+void store_backlog_release(struct store_backlog *b);
 
 /* The tenant served last for model by the round-robin ("" when none). */
 int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MAX]);

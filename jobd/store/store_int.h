@@ -154,13 +154,26 @@
       "WHERE m.name = b.model AND w.last_seen >= ?1) GROUP BY b.model ORDER BY " \
       "b.model") \
     X(LEASE_CANDIDATES, \
-      "SELECT b.id, b.tenant_id FROM batches b WHERE b.status = 'in_progress' AND " \
-      "b.expires_at > ?3 AND b.model IN (SELECT name FROM worker_models WHERE " \
-      "worker_id = ?1 AND canonical = ?2) ORDER BY b.tenant_id, b.priority DESC, b.id") \
+      "SELECT b.id, b.tenant_id, b.priority, b.expires_at FROM batches b WHERE " \
+      "b.status = 'in_progress' AND b.expires_at > ?3 AND b.model IN (SELECT name FROM " \
+      "worker_models WHERE worker_id = ?1 AND canonical = ?2) ORDER BY b.tenant_id, " \
+      "b.priority DESC, b.expires_at, b.id") \
     X(LEASE_READY, \
       "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
       "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
       "ORDER BY next_attempt_at LIMIT ?3") \
+    X(BACKLOG_BATCHES, \
+      "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
+      "(SELECT avg(completion_tokens) FROM (SELECT u.completion_tokens FROM usage_ledger u " \
+      "WHERE u.batch_id = b.id ORDER BY u.id DESC LIMIT 256)), (SELECT avg(max_tokens) " \
+      "FROM (SELECT q.max_tokens FROM requests q WHERE q.batch_id = b.id LIMIT 256)) " \
+      "FROM batches b WHERE b.tenant_id = ?1 AND b.model = ?2 AND b.status = 'in_progress'") \
+    X(BACKLOG_TPS, \
+      "SELECT COALESCE(SUM(w.tokens_per_s), 0) FROM workers w WHERE w.last_seen >= ?2 AND " \
+      "EXISTS (SELECT 1 FROM worker_models m WHERE m.worker_id = w.id AND m.name = ?1)") \
+    X(BACKLOG_TENANTS, \
+      "SELECT count(DISTINCT tenant_id) FROM batches WHERE status = 'in_progress' AND " \
+      "model = ?1 AND n_completed + n_failed < n_total") \
     X(RR_GET, "SELECT last_tenant_id FROM lease_rr WHERE model = ?1") \
     X(RR_PUT, \
       "INSERT INTO lease_rr(model, last_tenant_id) VALUES (?1, ?2) ON CONFLICT " \
