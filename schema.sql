@@ -74,7 +74,8 @@ CREATE TABLE batches (
     completion_window_s  INTEGER NOT NULL CHECK (completion_window_s > 0),  -- seconds ("24h" = 86400)
     status               TEXT NOT NULL CHECK (status IN ('validating', 'failed', 'in_progress', 'finalizing',
                                                       'completed', 'expired', 'cancelling', 'cancelled')),
-    model                TEXT,              -- the one model every line names; set by ingest (checkpointed), NULL before
+    model                TEXT,              -- the one model every line names, or 'mixed' when lines name several (see
+                                            -- batch_models, migration 5); set by ingest (checkpointed), NULL before
     metadata             TEXT,              -- JSON object of up to 16 string pairs (key <= 64, value <= 512 bytes), or NULL
     errors               TEXT,              -- JSON array of {code,line,message,param} (<= 100), or NULL; final once status is failed
     output_file_id       TEXT,              -- files.id of the success lines, set at finalization
@@ -494,6 +495,20 @@ DROP INDEX results_batch;  -- a prefix of results_batch_seq
 ALTER TABLE batches ADD COLUMN output_expires_after_s INTEGER NOT NULL DEFAULT 0
     CHECK (output_expires_after_s >= 0);
 CREATE INDEX files_expiry ON files(expires_at) WHERE expires_at IS NOT NULL;
+
+-- Several models in one batch: lines may name different body.model values.
+-- Such a batch has model 'mixed' (batches.model), and the models it uses
+-- are listed here (written when its ingestion succeeds); leasing offers a
+-- worker the batches whose model, or one of whose batch_models, it serves,
+-- and only the requests of its model (requests.model). A batch of one
+-- model has no rows here.
+CREATE TABLE batch_models (
+    batch_id    TEXT NOT NULL REFERENCES batches(id) ON DELETE CASCADE,  -- a batch with model 'mixed'
+    model       TEXT NOT NULL,             -- a body.model value its lines use
+    n_requests  INTEGER NOT NULL CHECK (n_requests > 0),  -- its requests naming that model
+    PRIMARY KEY (batch_id, model)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX batch_models_model ON batch_models(model);
 CREATE TRIGGER results_seq_assign AFTER INSERT ON results
 BEGIN
     UPDATE result_seq SET last = last + 1 WHERE id = 1;

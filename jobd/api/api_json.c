@@ -161,8 +161,8 @@ int api_batch_json_ext(struct buf *out, const struct store_batch *b,
 {
     size_t start = out->len;
     int rc = api_batch_json(out, b);
-    if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0])
-        return rc;
+    if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0] || strcmp(b->model, STORE_MODEL_MIXED) == 0)
+        return rc; /* (a mixed batch's waiting models are in GET /v1/models' waiting list) */
     for (size_t i = 0; i < n_served; i++)
         if (strcmp(served[i].name, b->model) == 0)
             return 0;

@@ -566,6 +566,7 @@ int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
 /* ---- work distribution (store_lease.c; the protocol layer is jobd/work/lease.h) ------------ */
 
 #define STORE_MODEL_MAX 128           /* bytes of a model name, without NUL */
+#define STORE_MODEL_MIXED "mixed"     /* batches.model of a batch whose lines name several models */
 #define STORE_LEASE_MAX_REQUESTS 4096 /* requests per lease */
 #define STORE_WORKER_MAX_MODELS 64    /* (canonical, name) pairs per worker */
 
@@ -684,7 +685,8 @@ struct store_lease_cand {
 };
 
 /* The in_progress, unexpired (expires_at > now) batches whose model is any
- * of the names worker_id registered for the canonical model, grouped by
+ * of the names worker_id registered for the canonical model, or that mix
+ * models (STORE_MODEL_MIXED) one of which is such a name, grouped by
  * tenant id (ascending); within a tenant ordered by priority desc, then
  * expires_at (earliest deadline first), then batch id (oldest first) - the
  * order the lease policy serves them in (it re-sorts each group with
@@ -723,14 +725,16 @@ int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MA
 int store_lease_rr_put(struct store *st, const char *model, const char *tenant_id);
 
 /* Up to limit (>= 1) ready requests of batch_id (queued, next_attempt_at <=
- * now), fresh ones in line order then due retries (next_attempt_at order),
+ * now) whose body.model is one of the names worker_id registered for the
+ * canonical model (a batch may mix models: STORE_MODEL_MIXED), fresh ones
+ * in line order then due retries (next_attempt_at order),
  * into items[0 .. *n) (the caller's array of limit entries): id, batch_id,
  * custom_id and body (heap: store_leased_clear), attempt (the one a claim
  * starts), estimates; tenant_id and endpoint are left "". The rows stay
  * queued until store_lease_claim. 0, ERR_INVAL, ERR_NOMEM, store errors
  * (nothing is returned then). */
-int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
-                      struct store_leased *items, size_t *n);
+int store_lease_ready(struct store *st, const char *batch_id, const char *worker_id, const char *model,
+                      int64_t now, int limit, struct store_leased *items, size_t *n);
 /* Free the heap strings of items[0 .. n) and clear their pointers. NULL ok. */
 void store_leased_clear(struct store_leased *items, size_t n);
 

@@ -97,6 +97,9 @@
     X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
                     "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
                     "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \
+    X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
+                         "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY model " \
+                         "ON CONFLICT (batch_id, model) DO NOTHING") \
     X(INGEST_ERRORS, "UPDATE batches SET errors = ?2, n_total = 0, ingest_requests = 0 "      \
                      "WHERE id = ?1")                                                         \
     X(REQ_DELETE_BATCH, "DELETE FROM requests WHERE batch_id = ?1")                           \
@@ -149,18 +152,22 @@
       "workers w ON w.id = m.worker_id WHERE w.last_seen >= ?1 GROUP BY m.name, " \
       "m.canonical ORDER BY m.name, m.canonical") \
     X(MODELS_WAITING, \
-      "SELECT b.model, count(*) FROM batches b WHERE b.status = 'in_progress' AND NOT " \
-      "EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = m.worker_id " \
-      "WHERE m.name = b.model AND w.last_seen >= ?1) GROUP BY b.model ORDER BY " \
-      "b.model") \
+      "SELECT x.m, count(*) FROM (SELECT b.model AS m FROM batches b WHERE b.status = " \
+      "'in_progress' AND b.model != 'mixed' UNION ALL SELECT bm.model FROM batches b JOIN " \
+      "batch_models bm ON bm.batch_id = b.id WHERE b.status = 'in_progress' AND b.model = " \
+      "'mixed') x WHERE NOT EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = " \
+      "m.worker_id WHERE m.name = x.m AND w.last_seen >= ?1) GROUP BY x.m ORDER BY x.m") \
     X(LEASE_CANDIDATES, \
       "SELECT b.id, b.tenant_id, b.priority, b.expires_at FROM batches b WHERE " \
-      "b.status = 'in_progress' AND b.expires_at > ?3 AND b.model IN (SELECT name FROM " \
-      "worker_models WHERE worker_id = ?1 AND canonical = ?2) ORDER BY b.tenant_id, " \
-      "b.priority DESC, b.expires_at, b.id") \
+      "b.status = 'in_progress' AND b.expires_at > ?3 AND (b.model IN (SELECT name FROM " \
+      "worker_models WHERE worker_id = ?1 AND canonical = ?2) OR (b.model = 'mixed' AND " \
+      "EXISTS (SELECT 1 FROM batch_models bm WHERE bm.batch_id = b.id AND bm.model IN " \
+      "(SELECT name FROM worker_models WHERE worker_id = ?1 AND canonical = ?2)))) " \
+      "ORDER BY b.tenant_id, b.priority DESC, b.expires_at, b.id") \
     X(LEASE_READY, \
       "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
       "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
+      "AND model IN (SELECT name FROM worker_models WHERE worker_id = ?4 AND canonical = ?5) " \
       "ORDER BY next_attempt_at LIMIT ?3") \
     X(BACKLOG_BATCHES, \
       "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
@@ -261,7 +268,8 @@
     "COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), " \
     "COALESCE(SUM(cached_tokens), 0), COUNT(*), COALESCE(SUM(cost_micros), 0)"
 #define STORE_USAGE_RANGE \
-    "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3"
+    "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
+    "AND (?5 IS NULL OR batch_id = ?5)"
 #define STORE_USAGE_GROUPED(key) \
     "SELECT " key " AS k, MIN(created_at), " STORE_USAGE_SUMS " FROM usage_ledger " \
     STORE_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"

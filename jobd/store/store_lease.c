@@ -546,15 +546,15 @@ void store_leased_clear(struct store_leased *items, size_t n)
     }
 }
 
-int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
-                      struct store_leased *items, size_t *n)
+int store_lease_ready(struct store *st, const char *batch_id, const char *worker_id, const char *model,
+                      int64_t now, int limit, struct store_leased *items, size_t *n)
 {
     if (limit < 1)
         return ERR_INVAL;
     int rc = 0;
     sqlite3_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, now)) ||
-        (rc = store_bind_int(st, s, 3, limit)))
+        (rc = store_bind_int(st, s, 3, limit)) || (rc = bind_texts(st, s, 4, worker_id, model)))
         return rc;
     size_t cnt = 0;
     int r;

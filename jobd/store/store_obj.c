@@ -810,6 +810,9 @@ int store_ingest_succeed(struct store *st, const char *batch_id, const char *mod
             rc = store_batch_transition(st, batch_id, STORE_BATCH_VALIDATING,
                                         STORE_BATCH_IN_PROGRESS, now);
     }
+    if (!rc && model && strcmp(model, STORE_MODEL_MIXED) == 0 && (s = store_stmt(st, S_BATCH_MODELS_FILL, &rc)) &&
+        !(rc = store_bind_text(st, s, 1, batch_id)))
+        rc = store_step_done(st, s, "batch models");
     return store_w_end(st, rc);
 }
 

@@ -102,6 +102,7 @@ struct rr_tenant {
 struct rr {
     struct store *st;
     const char *lease_id;
+    const char *worker_id, *model; /* the ask's: a mixed batch offers only this model's requests */
     int64_t now;
     int q;                          /* chunk size */
     const struct store_lease_cand *cand;
@@ -146,7 +147,7 @@ static int rr_fetch(struct rr *r, struct rr_tenant *t)
         return ERR_NOMEM;
     while (t->cur < t->nb) {
         const struct store_lease_cand *c = &r->cand[t->b0 + t->cur];
-        if ((rc = store_lease_ready(r->st, c->batch_id, r->now, r->q, t->buf, &t->bn)))
+        if ((rc = store_lease_ready(r->st, c->batch_id, r->worker_id, r->model, r->now, r->q, t->buf, &t->bn)))
             return rc;
         for (size_t i = 0; i < t->bn; i++)
             snprintf(t->buf[i].tenant_id, sizeof t->buf[i].tenant_id, "%s", t->id);
@@ -212,7 +213,7 @@ static int acquire_in_tx(struct store *st, const struct store_lease_ask *ask, co
 {
     struct store_lease_cand *cand = NULL;
     size_t nc = 0;
-    struct rr r = {.st = st, .lease_id = lease_id, .now = now};
+    struct rr r = {.st = st, .lease_id = lease_id, .now = now, .worker_id = ask->worker_id, .model = ask->model};
     int rc = store_lease_worker_check(st, ask->worker_id, ask->model, now);
     if (rc || (rc = store_lease_candidates(st, ask->worker_id, ask->model, now, &cand, &nc)) || nc == 0)
         goto out;

@@ -129,7 +129,6 @@ def test_jobd_validation_errors_reported_on_the_batch():
     cases = [
         (jsonl(1) + b'{"custom_id": "x", \n', "invalid_json_line", 2),
         (jsonl(2) + chat_line(9, custom_id="t-1").encode() + b"\n", "duplicate_custom_id", 3),
-        (jsonl(1) + chat_line(2, model="other").encode() + b"\n", "mismatched_model", 2),
         (jsonl(3) + chat_line(4).replace('"POST"', '"GET"').encode() + b"\n", "invalid_method", 4),
         (b"\n  \n", "empty_file", None),
     ]

@@ -429,3 +429,46 @@ def test_estimated_completion_and_deadline_warning():
         e = r.json()["error"]
         assert r.status == 400 and e["param"] == "completion_window" and "1h to 7d" in e["message"], (win, r)
     assert d2.call("POST", "/v1/jobs?completion_window=7d", jsonl(1)).status == 200
+
+
+# ---- several models in one batch --------------------------------------------------------------
+
+def test_mixed_models_route_per_request_and_expire_only_the_unserved_model():
+    d, (key,) = keyed_jobd()
+    data = (named("s", 4).decode()
+            + "".join(chat_line(i, model="qwen", custom_id=f"q-{i}") + "\n" for i in range(3))
+            + "".join(chat_line(i, model="ghost", custom_id=f"g-{i}") + "\n" for i in range(2))).encode()
+    b = d.wait_batch(d.submit(data, query="?completion_window=4s")["id"])
+    assert b["model"] == "mixed" and b["request_counts"]["total"] == 9, b
+    single = d.wait_batch(d.submit(named("one", 2))["id"])
+    assert single["model"] == "smollm", single
+    ws, wq = TestWorker(d.port, WT, model="smollm", name="ws"), TestWorker(d.port, WT, model="qwen", name="wq")
+    ws.register()
+    wq.register()
+    got = {}
+    for w in (ws, wq):
+        r = w.lease(max_requests=64).json()
+        got[w.model] = sorted(q["custom_id"] for q in r["requests"])
+        w.results(r["lease_id"], [success(q) for q in r["requests"]])
+    assert got["smollm"] == ["one-0", "one-1", "s-0", "s-1", "s-2", "s-3"], got
+    assert got["qwen"] == ["q-0", "q-1", "q-2"], got
+    assert ws.lease(max_requests=64).json()["requests"] == [] and wq.lease(max_requests=64).json()["requests"] == []
+    # nobody serves "ghost": its lines alone expire with the window (no "waiting_for_model": mixed)
+    assert "waiting_for_model" not in d.json("GET", f"/v1/batches/{b['id']}")
+    b = d.wait_batch(b["id"], statuses=("expired",), timeout=30)
+    assert b["request_counts"] == {"total": 9, "completed": 7, "failed": 2}, b
+    errs = [json.loads(x) for x in file_lines(d, b["error_file_id"])]
+    assert sorted(x["custom_id"] for x in errs) == ["g-0", "g-1"] and {x["error"]["code"] for x in errs} == {
+        "batch_expired"}, errs
+    assert len(file_lines(d, b["output_file_id"])) == 7
+    # usage per model of this batch
+    u = d.json("GET", f"/v1/usage?group_by=model&batch={b['id']}")
+    assert {x["key"]: x["num_model_requests"] for x in u["data"]} == {"qwen": 3, "smollm": 4}, u
+    assert u["totals"]["num_model_requests"] == 7, u
+    r = d.call("GET", "/v1/usage?batch=")
+    assert r.status == 400 and r.json()["error"]["param"] == "batch", r
+    env = {**os.environ, "JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key, "JOBCTL_CONFIG": "",
+           "HOME": tmpdir()}
+    p = subprocess.run([binary("jobctl"), "usage", "--batch", b["id"]], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "qwen" in p.stdout and "smollm" in p.stdout and "one" not in p.stdout, p
