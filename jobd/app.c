@@ -192,6 +192,7 @@ static void api_config_from(const struct app *app, struct api_config *ac)
     ac->window_min_s = cfg->window_min_s;
     ac->file_retention_s = cfg->file_retention_s;
     ac->expiry_min_s = cfg->expiry_min_s;
+    ac->tokens = cfg->tokens;
     ac->webhook_allow_private = cfg->webhook.allow_private;
 }
 

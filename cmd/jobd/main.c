@@ -9,6 +9,7 @@
 #include "jobd/account/usage.h"
 #include "jobd/app.h"
 #include "jobd/store/store.h"
+#include "jobd/tokens/tokens.h"
 
 static const char *usage_text =
     "usage: jobd [--listen ADDR:PORT] [--data DIR] [options]\n"
@@ -115,7 +116,7 @@ int main(int argc, char **argv)
     int64_t wh_base_ms = ac.webhook.retry_base_ms, wh_cap_ms = ac.webhook.retry_cap_ms;
     int64_t wh_disable_ms = ac.webhook.disable_after_s * 1000, wh_conc = ac.webhook.concurrency;
     int64_t wh_poll_ms = ac.webhook.poll_ms;
-    const char *prices_spec = NULL;
+    const char *prices_spec = NULL, *tokenizer_spec = NULL;
     struct cfg_opt opts[] = {
         {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
         {"data", "JOBD_DATA", CFG_STR, &data, "DIR", "data directory: database and files (default ./data)"},
@@ -154,6 +155,8 @@ int main(int argc, char **argv)
         {"webhook-concurrency", NULL, CFG_INT, &wh_conc, "N", "webhook POSTs in flight at once (default 4)"},
         {"webhook-poll", NULL, CFG_DURATION, &wh_poll_ms, "DUR", "how often idle webhook senders look for work (default 500ms)"},
         {"prices", "JOBD_PRICES", CFG_STR, &prices_spec, "MODEL=IN:OUT[:CACHED],...", "price per model in integer micro-dollars per 1M input/output/cached-input tokens (cached defaults to IN/2); unlisted models cost 0 (spec/usage.md)"},
+        {"tokenizer", "JOBD_TOKENIZER", CFG_STR, &tokenizer_spec, "MODEL=PATH.gguf,...",
+         "GGUF files whose tokenizer and chat template jobd loads (tokenizer only, on first use) to count the input tokens of POST /v1/batches/estimate exactly as a worker would; other models are estimated as prompt bytes / 4"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
@@ -241,7 +244,15 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     ac.prices = &prices;
+    struct tokens *toks = NULL;
+    if (tokenizer_spec && tokens_new(tokenizer_spec, &toks, perr, sizeof perr)) {
+        usage_prices_release(&prices);
+        cli_error("jobd", "see jobd --help", "%s", perr);
+        return CLI_EXIT_USAGE;
+    }
+    ac.tokens = toks;
     int rc = app_run(&ac);
+    tokens_free(toks);
     usage_prices_release(&prices);
     if (rc == ERR_AUTH)
         cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",

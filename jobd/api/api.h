@@ -39,6 +39,7 @@ struct api;
 struct http_server;
 struct ingestq;
 struct sweeper;
+struct tokens;
 struct webhook_dispatcher;
 
 /* completion_window bounds (POST /v1/batches, /v1/jobs): 1h .. 7d; OpenAI accepts only "24h" (the
@@ -65,6 +66,7 @@ struct api_config {
     int64_t window_min_s;         /* smallest completion_window accepted */
     int64_t file_retention_s;     /* expiry of uploads and output files without their own; 0 = none */
     int64_t expiry_min_s;         /* smallest expires_after seconds accepted */
+    struct tokens *tokens;        /* tokenizer-only loads for estimates; NULL = none (borrowed) */
     int webhook_allow_private;    /* skip the SSRF guard of webhook URLs */
 };
 

@@ -40,6 +40,7 @@
 #include "jobd/intake/ingest.h"
 #include "jobd/intake/ingestq.h"
 #include "jobd/intake/upload.h"
+#include "jobd/tokens/tokens.h"
 #include "jobd/work/lease.h"
 
 struct batch_in {
@@ -280,13 +281,15 @@ static int parse_out_expiry(struct http_req *req, json_t *v, struct batch_in *bi
     return 0;
 }
 
-static void batches_create(struct http_req *req, void *arg)
+/* The body of POST /v1/batches (and /v1/batches/estimate) into a new
+ * batch_in; NULL when answered (400, 415, 500). */
+static struct batch_in *parse_create_body(struct http_req *req)
 {
     const char *ct = http_req_header(req, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0) {
         api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                            "Send the request body as application/json.");
-        return;
+        return NULL;
     }
     size_t len;
     const char *body = http_req_body(req, &len);
@@ -297,47 +300,60 @@ static void batches_create(struct http_req *req, void *arg)
         json_decref(root);
         api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                            "We could not parse the JSON body of your request (expected an object).");
-        return;
+        return NULL;
     }
     struct batch_in *bi = calloc(1, sizeof *bi);
     const char *fid = NULL, *ep = NULL, *win = NULL;
     int r;
     if (!bi) {
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
-        goto out;
+        goto fail;
     }
     if ((r = js_get_str(root, "input_file_id", &fid)) || !*fid || strlen(fid) >= ID_MAX) {
         api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "input_file_id", r == ERR_NOTFOUND ? "Missing required parameter: 'input_file_id'."
                                                               : "Invalid 'input_file_id': expected a file id.");
-        goto out;
+        goto fail;
     }
     if ((r = js_get_str(root, "endpoint", &ep)) || !endpoint_ok(ep)) {
         api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "endpoint", r == ERR_NOTFOUND ? "Missing required parameter: 'endpoint'."
                                                          : "Invalid 'endpoint': jobd supports "
                                                            "'/v1/chat/completions' and '/v1/completions'.");
-        goto out;
+        goto fail;
     }
     if ((r = js_get_str(root, "completion_window", &win)) && r != ERR_NOTFOUND) {
         api_respond_error(req, API_ERR_INVALID_TYPE, "completion_window",
                            "completion_window must be a string such as \"24h\".");
-        goto out;
+        goto fail;
     }
     if (parse_window(req, r ? NULL : win, bi) || parse_metadata(req, json_object_get(root, "metadata"), bi) ||
         parse_out_expiry(req, json_object_get(root, "output_expires_after"), bi))
-        goto out;
+        goto fail;
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);
     snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", fid);
+    json_decref(root);
+    return bi;
+fail:
+    batch_in_free(bi);
+    json_decref(root);
+    return NULL;
+}
+
+static void batches_create(struct http_req *req, void *arg)
+{
+    struct batch_in *bi = parse_create_body(req);
+    if (!bi)
+        return;
+    size_t len;
+    const char *body = http_req_body(req, &len);
     struct create_job *cj = create_new(req, bi, 1);
     if (cj) {
         bi = NULL;
         store_idem_fingerprint("POST", "/v1/batches", body, len, cj->job.fp);
     }
     api_job_run(req, cj ? &cj->job : NULL);
-out:
     batch_in_free(bi);
-    json_decref(root);
 }
 
 /* The batch JSON with the "waiting_for_model" extension (served: the model
@@ -810,6 +826,223 @@ out:
     json_decref(root);
 }
 
+/* ---- POST /v1/batches/estimate ---------------------------------------------------------------- */
+
+#define ESTIMATE_MAX_MODELS 64 /* per-model rows; further models are summed into the totals only */
+
+struct est_model {
+    char model[STORE_MODEL_MAX + 1];
+    int64_t requests, input_tokens, max_output_tokens;
+    int64_t exact;          /* requests counted with the model's tokenizer */
+    int64_t refused;        /* requests the model's tokenizer/prompt code refused (estimated instead) */
+    char refusal[200];      /* the first refusal's message */
+};
+
+struct estimate_job {
+    struct api_job job;
+    struct batch_in *bi;
+    char path[STORE_PATH_MAX];
+    int scan_rc;
+    int64_t n_lines;
+    /* the scan's sums */
+    struct est_model m[ESTIMATE_MAX_MODELS];
+    size_t nm;
+    int64_t requests, input_tokens, max_output_tokens, exact, other_models;
+};
+
+static void estimate_free(struct api_job *job)
+{
+    struct estimate_job *ej = (struct estimate_job *)job;
+    batch_in_free(ej->bi);
+    free(ej);
+}
+
+/* ingest_scan_file's callback: one valid line (the ones ingest would store). */
+static void estimate_line(void *ctx, const struct ingest_line *l)
+{
+    struct estimate_job *ej = ctx;
+    struct est_model *m = NULL;
+    for (size_t i = 0; i < ej->nm && !m; i++)
+        if (!strcmp(ej->m[i].model, l->model))
+            m = &ej->m[i];
+    if (!m && ej->nm < ESTIMATE_MAX_MODELS) {
+        m = &ej->m[ej->nm++];
+        snprintf(m->model, sizeof m->model, "%s", l->model);
+    }
+    int64_t in = l->prompt_tokens_est, n = 0;
+    char err[200] = "";
+    int rc = tokens_count(ej->job.api->cfg.tokens, l->model, !strcmp(ej->bi->endpoint, "/v1/chat/completions"),
+                          l->body, &n, err, sizeof err);
+    if (rc == 0) {
+        in = n;
+        ej->exact++;
+    }
+    ej->requests++;
+    ej->input_tokens += in;
+    ej->max_output_tokens += l->max_tokens;
+    if (!m) {
+        ej->other_models++;
+        return;
+    }
+    m->requests++;
+    m->input_tokens += in;
+    m->max_output_tokens += l->max_tokens;
+    if (rc == 0)
+        m->exact++;
+    else if (rc != ERR_NOTFOUND && !m->refused++)
+        snprintf(m->refusal, sizeof m->refusal, "%s", err);
+}
+
+static void estimate_scan(void *ctx)
+{
+    struct estimate_job *ej = ctx;
+    ej->scan_rc = ingest_scan_file(ej->path, ej->bi->endpoint, &ej->job.api->cfg.limits, estimate_line, ej,
+                                   &ej->n_lines);
+}
+
+static int64_t price_of(const struct usage_prices *p, const char *model, int64_t in, int64_t out, int *priced)
+{
+    const struct usage_price *pr = p ? usage_price_find(p, model) : NULL;
+    int64_t c = 0;
+    *priced = pr != NULL;
+    if (pr && usage_cost_micros(pr, in, 0, out, &c))
+        c = INT64_MAX;
+    return c;
+}
+
+static void estimate_run(struct api_job *job, struct store *st)
+{
+    struct estimate_job *ej = (struct estimate_job *)job;
+    struct batch_in *bi = ej->bi;
+    struct store_file f;
+    int rc = store_file_get(st, job->tenant, bi->input_file_id, &f);
+    if (!rc && f.expires_at && f.expires_at <= clock_wall_s())
+        rc = ERR_NOTFOUND;
+    if (rc == ERR_NOTFOUND) {
+        api_job_error(job, API_ERR_NOT_FOUND, "input_file_id", "No such File object: '%s'.", bi->input_file_id);
+        return;
+    }
+    if (rc) {
+        api_job_internal(job, rc, "get file");
+        return;
+    }
+    if (strcmp(f.purpose, "batch")) {
+        api_job_error(job, API_ERR_INVALID_VALUE, "input_file_id",
+                      "File '%s' cannot be a batch input: its purpose must be 'batch'.", bi->input_file_id);
+        return;
+    }
+    if ((rc = store_path_abs(job->api->cfg.data_dir, f.storage_path, ej->path, sizeof ej->path))) {
+        api_job_internal(job, rc, "file path");
+        return;
+    }
+    struct store_model_served *served = NULL;
+    size_t n_served = 0;
+    if ((rc = lease_models_served(st, &job->api->cfg.lease, lease_clock_s(), &served, &n_served))) {
+        api_job_internal(job, rc, "models served");
+        return;
+    }
+    st = api_job_unlocked(job, st, estimate_scan, ej); /* a long file scan holds no connection */
+    (void)st;
+    if (ej->scan_rc) {
+        free(served);
+        api_job_internal(job, ej->scan_rc, "scan input file");
+        return;
+    }
+    const struct usage_prices *prices = job->api->cfg.prices;
+    struct buf *b = &job->out;
+    char win[32];
+    api_window_format(bi->window_s, win, sizeof win);
+    int64_t min_total = 0, max_total = 0;
+    int all_priced = 1;
+    rc = buf_printf(b, "{\"object\":\"batch.estimate\",\"input_file_id\":\"%s\",\"endpoint\":\"%s\","
+                       "\"completion_window\":\"%s\",\"lines\":%lld,\"request_counts\":{\"total\":%lld},"
+                       "\"input_tokens\":%lld,\"input_tokens_exact\":%s,\"max_output_tokens\":%lld,\"models\":[",
+                    bi->input_file_id, bi->endpoint, win, (long long)ej->n_lines, (long long)ej->requests,
+                    (long long)ej->input_tokens, ej->exact == ej->requests ? "true" : "false",
+                    (long long)ej->max_output_tokens);
+    struct buf unknown, warn;
+    buf_init(&unknown, 1u << 16);
+    buf_init(&warn, 1u << 16);
+    for (size_t i = 0; !rc && i < ej->nm; i++) {
+        struct est_model *m = &ej->m[i];
+        int64_t workers = 0;
+        for (size_t k = 0; k < n_served; k++)
+            if (!strcmp(served[k].name, m->model))
+                workers += served[k].n_workers;
+        int priced = 0;
+        int64_t cmin = price_of(prices, m->model, m->input_tokens, 0, &priced);
+        int64_t cmax = price_of(prices, m->model, m->input_tokens, m->max_output_tokens, &priced);
+        all_priced &= priced;
+        min_total = cmin == INT64_MAX || min_total == INT64_MAX ? INT64_MAX : min_total + cmin;
+        max_total = cmax == INT64_MAX || max_total == INT64_MAX ? INT64_MAX : max_total + cmax;
+        int has_tok = tokens_has(job->api->cfg.tokens, m->model);
+        rc = buf_printf(b, "%s{\"model\":", i ? "," : "");
+        if (!rc)
+            rc = js_escape(b, m->model, strlen(m->model));
+        if (!rc)
+            rc = buf_printf(b, ",\"requests\":%lld,\"input_tokens\":%lld,\"input_tokens_exact\":%s,"
+                               "\"tokenizer\":\"%s\",\"max_output_tokens\":%lld,\"workers\":%lld,\"priced\":%s,"
+                               "\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld}}",
+                            (long long)m->requests, (long long)m->input_tokens,
+                            m->exact == m->requests ? "true" : "false", has_tok ? "gguf" : "bytes/4",
+                            (long long)m->max_output_tokens, (long long)workers, priced ? "true" : "false",
+                            (long long)cmin, (long long)cmax);
+        if (!rc && !workers && !has_tok) {
+            rc = buf_append_str(&unknown, unknown.len ? "," : "");
+            if (!rc)
+                rc = js_escape(&unknown, m->model, strlen(m->model));
+        }
+        char msg[512];
+        msg[0] = '\0';
+        if (!workers)
+            snprintf(msg, sizeof msg, "no live worker serves model '%.128s': its %lld requests would wait, and "
+                     "expire with the window if none comes", m->model, (long long)m->requests);
+        if (!rc && msg[0]) {
+            rc = buf_append_str(&warn, warn.len ? "," : "");
+            if (!rc)
+                rc = js_escape(&warn, msg, strlen(msg));
+        }
+        if (!rc && m->refused) {
+            snprintf(msg, sizeof msg, "%lld requests for model '%.128s' would be refused by its worker: %.200s",
+                     (long long)m->refused, m->model, m->refusal);
+            rc = buf_append_str(&warn, warn.len ? "," : "");
+            if (!rc)
+                rc = js_escape(&warn, msg, strlen(msg));
+        }
+    }
+    free(served);
+    if (!rc)
+        rc = buf_printf(b, "],\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld,\"priced\":%s},"
+                           "\"unknown_models\":[%s],\"warnings\":[%s]}",
+                        (long long)min_total, (long long)max_total, all_priced && !ej->other_models ? "true" : "false",
+                        unknown.data ? unknown.data : "", warn.data ? warn.data : "");
+    buf_release(&unknown);
+    buf_release(&warn);
+    if (rc) {
+        api_job_internal(job, rc, "render estimate");
+        return;
+    }
+    job->status = 200;
+}
+
+static void batches_estimate(struct http_req *req, void *arg)
+{
+    struct batch_in *bi = parse_create_body(req);
+    if (!bi)
+        return;
+    struct estimate_job *ej = calloc(1, sizeof *ej);
+    if (!ej) {
+        batch_in_free(bi);
+        api_job_run(req, NULL);
+        return;
+    }
+    api_job_init_req(&ej->job, req, estimate_run, estimate_free);
+    ej->job.writes = 0;     /* no side effects: reads only */
+    ej->job.idem_key[0] = '\0'; /* nothing to keep */
+    ej->bi = bi;
+    api_job_run(req, &ej->job);
+}
+
 /* ---- POST /v1/jobs ------------------------------------------------------------------------------ */
 
 static int jobs_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -996,6 +1229,8 @@ int routes_batches_add(struct api *api)
         (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches/{id}", batches_get, api_head_tenant, 0, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/cancel", batches_cancel,
                                                         api_head_tenant, 0, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/estimate", batches_estimate,
+                                                        api_head_tenant, api->cfg.max_json_bytes, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/rerun", batches_rerun,
                                                         api_head_tenant, api->cfg.max_json_bytes, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/jobs", jobs_create, jobs_head, 0, api})))

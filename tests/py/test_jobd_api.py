@@ -210,8 +210,9 @@ def test_jobd_openapi_lists_exactly_the_served_routes():
         if m and cur:
             routes.add((m.group(1).upper(), cur))
     # + 8 webhook routes (spec/webhooks.md), GET /v1/usage, GET/PUT /v1/admin/tenants/{tenant}/limits,
-    # GET /v1/admin/usage, GET /v1/batches/{id}/results, POST /v1/batches/{id}/rerun (issue 20)
-    assert len(routes) == 23 + 8 + 1 + 2 + 1 + 2, routes
+    # GET /v1/admin/usage, GET /v1/batches/{id}/results, POST /v1/batches/{id}/rerun, POST
+    # /v1/batches/estimate (issue 20)
+    assert len(routes) == 23 + 8 + 1 + 2 + 1 + 3, routes
     d = Jobd()
     for method, path in sorted(routes):
         p = re.sub(r"\{[^}]+\}", "x", path)

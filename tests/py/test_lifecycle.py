@@ -3,7 +3,10 @@ workerlib's scripted worker committing results: partial results with a
 cursor (GET /v1/batches/{id}/results, jobctl results --follow); rerun of
 an ended batch's lines (POST /v1/batches/{id}/rerun, jobctl rerun); output
 and upload expiry (output_expires_after, expires_after, --file-retention,
-the sweeper deleting rows and bytes).
+the sweeper deleting rows and bytes); deadlines and priorities in leasing
+(a scripted-worker benchmark) and the completion estimate; several models in
+one batch; the cost estimate (POST /v1/batches/estimate, jobctl submit
+--dry-run) checked against the worker engine's own prompt count.
 
 Each test starts its own jobd (ASan build) with fast sweeps; the scripted
 worker answers in small leases so pages are read while commits go on."""
@@ -14,7 +17,7 @@ import subprocess
 import threading
 import time
 
-from harness import binary, tmpdir
+from harness import ROOT, Skip, binary, tmpdir
 from jobdlib import Jobd, chat_line, create_key, jsonl, multipart, zstd_decompress
 from workerlib import TestWorker, invalid, read_jsonl, success
 
@@ -472,3 +475,68 @@ def test_mixed_models_route_per_request_and_expire_only_the_unserved_model():
     p = subprocess.run([binary("jobctl"), "usage", "--batch", b["id"]], env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0 and "qwen" in p.stdout and "smollm" in p.stdout and "one" not in p.stdout, p
+
+
+# ---- cost estimate ------------------------------------------------------------------------------
+
+MODEL_GGUF = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_estimate_counts_with_the_workers_tokenizer_and_has_no_side_effects():
+    if not os.path.exists(MODEL_GGUF):
+        raise Skip("no default model (scripts/fetch-model)")
+    d, (key,) = keyed_jobd(args=FAST + ["--tokenizer", f"smollm={MODEL_GGUF}",
+                                        "--prices", "smollm=20000:80000,other=1000000:2000000"])
+    lines = [json.dumps({"custom_id": f"e-{i}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": "smollm", "max_tokens": 1 + i,
+                                  "messages": [{"role": "system", "content": "You are terse."},
+                                               {"role": "user", "content": f"Name {i + 2} colours, é ü 漢字."}]}})
+             for i in range(5)]
+    lines.append(chat_line(9, model="other", custom_id="o-1"))
+    lines.append(chat_line(10, model="ghost", custom_id="g-1"))
+    f = d.upload(("\n".join(lines) + "\n").encode())
+    before = (d.json("GET", "/v1/files"), d.json("GET", "/v1/batches"))
+    w = TestWorker(d.port, WT, model="other")
+    w.register()
+    r = d.call("POST", "/v1/batches/estimate", json.dumps({"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}),
+               {"Content-Type": "application/json", "Idempotency-Key": "est-1"})
+    assert r.status == 200, r
+    e = r.json()
+    assert (d.json("GET", "/v1/files"), d.json("GET", "/v1/batches")) == before  # no side effects
+    assert e["object"] == "batch.estimate" and e["request_counts"]["total"] == 7 and e["lines"] == 7, e
+    m = {x["model"]: x for x in e["models"]}
+    assert m["smollm"]["tokenizer"] == "gguf" and m["smollm"]["input_tokens_exact"] is True, m
+    assert m["other"]["tokenizer"] == "bytes/4" and m["other"]["workers"] == 1 and m["smollm"]["workers"] == 0, m
+    assert e["unknown_models"] == ["ghost"] and any("ghost" in x for x in e["warnings"]), e
+    assert m["smollm"]["max_output_tokens"] == 1 + 2 + 3 + 4 + 5
+    # the price range from --prices (micro-dollars per 1M tokens, rounded half up per model)
+    smin = (m["smollm"]["input_tokens"] * 20000 + 500000) // 1000000
+    assert m["smollm"]["cost"]["min_micros"] == smin, m
+    assert e["cost"]["min_micros"] <= e["cost"]["max_micros"] and e["cost"]["priced"] is False, e
+    # the same count as the worker engine's: jobworker --batch-file on the smollm lines
+    src = os.path.join(tmpdir(), "e.jsonl")
+    open(src, "w").write("\n".join(lines[:5]) + "\n")
+    p = subprocess.run([binary("jobworker", asan=False), "--model", MODEL_GGUF, "--batch-file", src, "--threads", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    worker_in = sum(json.loads(x)["response"]["body"]["usage"]["prompt_tokens"] for x in p.stdout.splitlines() if x)
+    assert m["smollm"]["input_tokens"] == worker_in, (m["smollm"], worker_in)
+    # bad input: unknown file, bad window, bad endpoint
+    for body, status in (({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions"}, 404),
+                         ({"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "9d"}, 400),
+                         ({"input_file_id": f["id"], "endpoint": "/v1/embeddings"}, 400)):
+        r = d.call("POST", "/v1/batches/estimate", json.dumps(body), {"Content-Type": "application/json"})
+        assert r.status == status, (body, r)
+    # jobctl submit --dry-run: prints the estimate, submits nothing, deletes its upload; ghost -> exit 1
+    env = {**os.environ, "JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key, "JOBCTL_CONFIG": "",
+           "HOME": tmpdir()}
+    all_src = os.path.join(tmpdir(), "all.jsonl")
+    open(all_src, "w").write("\n".join(lines) + "\n")
+    p = subprocess.run([binary("jobctl"), "submit", all_src, "--dry-run"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1 and "smollm" in p.stdout and "total: 7 requests" in p.stdout, p
+    assert "ghost" in p.stderr and "warning" in p.stderr, p.stderr
+    assert (d.json("GET", "/v1/files"), d.json("GET", "/v1/batches")) == before
+    p = subprocess.run([binary("jobctl"), "submit", src, "--dry-run", "--json"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and json.loads(p.stdout)["input_tokens"] == worker_in, p
