@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "common/cfg.h"
+#include "common/crypto.h"
 #include "common/err.h"
 #include "common/js.h"
 #include "jobd/api/api_err.h"
@@ -261,5 +262,43 @@ int api_expiry_parse_json(const struct json_t *v, const char *field, int64_t min
         return -1;
     }
     *seconds = json_integer_value(sec);
+    return 0;
+}
+
+static void cursor_check(const char *batch_id, int64_t seq, char out[13])
+{
+    char msg[128];
+    uint8_t d[SHA256_LEN];
+    int n = snprintf(msg, sizeof msg, "jobd results cursor\n%s\n%lld", batch_id, (long long)seq);
+    sha256(msg, (size_t)n, d);
+    hex_encode(d, 6, out);
+}
+
+void api_results_cursor_make(const char *batch_id, int64_t seq, char out[API_CURSOR_LEN + 1])
+{
+    char chk[13];
+    cursor_check(batch_id, seq, chk);
+    snprintf(out, API_CURSOR_LEN + 1, "rc1%016llx%s", (unsigned long long)seq, chk);
+}
+
+int api_results_cursor_parse(const char *batch_id, const char *s, int64_t *seq)
+{
+    if (strlen(s) != API_CURSOR_LEN || strncmp(s, "rc1", 3) != 0)
+        return ERR_INVAL;
+    uint64_t v = 0;
+    for (int i = 3; i < 19; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return ERR_INVAL;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (v > (uint64_t)INT64_MAX)
+        return ERR_INVAL;
+    char chk[13];
+    cursor_check(batch_id, (int64_t)v, chk);
+    if (strcmp(chk, s + 19) != 0)
+        return ERR_INVAL;
+    *seq = (int64_t)v;
     return 0;
 }

@@ -52,6 +52,15 @@ int api_expiry_check(const char *anchor, int64_t seconds, int64_t min_s, char *m
 int api_expiry_parse_json(const struct json_t *v, const char *field, int64_t min_s, int64_t *seconds,
                           enum api_err *e, char *msg, size_t cap, char *param);
 
+/* The cursor of GET /v1/batches/{id}/results (routes_results.c): opaque
+ * to clients, "rc1" + 16 hex digits of a results seq + 12 hex digits of
+ * SHA-256("jobd results cursor\n" batch_id "\n" seq), so it is bound to
+ * its batch. make writes API_CURSOR_LEN + NUL bytes; parse answers 0 with
+ * *seq, or ERR_INVAL for anything make did not produce for batch_id. Pure. */
+#define API_CURSOR_LEN 31
+void api_results_cursor_make(const char *batch_id, int64_t seq, char out[API_CURSOR_LEN + 1]);
+int api_results_cursor_parse(const char *batch_id, const char *s, int64_t *seq);
+
 /* 1 when an Accept-Encoding header value h (NULL: absent) lists the
  * content-coding `coding` ("zstd", "gzip") without q=0, else 0. "*" and
  * identity are not treated specially (absent = identity only). Pure. */

@@ -37,7 +37,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "common/crypto.h"
 #include "common/err.h"
 #include "common/zst.h"
 #include "jobd/api/api_auth.h"
@@ -49,7 +48,6 @@
 #define RESULTS_PAGE_DEFAULT 1000
 #define RESULTS_PAGE_MAX 10000
 #define RESULTS_PAGE_BYTES (16u << 20)
-#define CURSOR_LEN 31 /* "rc1" + 16 + 12 */
 
 enum coding { CODING_IDENTITY = 0, CODING_ZSTD, CODING_GZIP };
 
@@ -60,7 +58,7 @@ struct results_job {
     int limit;
     enum coding coding;
     /* outputs */
-    char next[CURSOR_LEN + 1];
+    char next[API_CURSOR_LEN + 1];
     char status[16];
     int has_more, complete;
     /* scan state */
@@ -68,45 +66,6 @@ struct results_job {
     int n_lines;
     int64_t last_seq;
 };
-
-static void cursor_check(const char *batch_id, int64_t seq, char out[13])
-{
-    char msg[128];
-    uint8_t d[SHA256_LEN];
-    int n = snprintf(msg, sizeof msg, "jobd results cursor\n%s\n%lld", batch_id, (long long)seq);
-    sha256(msg, (size_t)n, d);
-    hex_encode(d, 6, out);
-}
-
-static void cursor_make(const char *batch_id, int64_t seq, char out[CURSOR_LEN + 1])
-{
-    char chk[13];
-    cursor_check(batch_id, seq, chk);
-    snprintf(out, CURSOR_LEN + 1, "rc1%016llx%s", (unsigned long long)seq, chk);
-}
-
-/* 0 with *seq, or ERR_INVAL for anything this jobd did not hand out for this batch. */
-static int cursor_parse(const char *batch_id, const char *s, int64_t *seq)
-{
-    if (strlen(s) != CURSOR_LEN || strncmp(s, "rc1", 3) != 0)
-        return ERR_INVAL;
-    uint64_t v = 0;
-    for (int i = 3; i < 19; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return ERR_INVAL;
-        v = v << 4 | (uint64_t)d;
-    }
-    if (v > (uint64_t)INT64_MAX)
-        return ERR_INVAL;
-    char chk[13];
-    cursor_check(batch_id, (int64_t)v, chk);
-    if (strcmp(chk, s + 19) != 0)
-        return ERR_INVAL;
-    *seq = (int64_t)v;
-    return 0;
-}
 
 static void results_job_free(struct api_job *job)
 {
@@ -192,7 +151,7 @@ static void results_run(struct api_job *job, struct store *st)
     int terminal = status == STORE_BATCH_COMPLETED || status == STORE_BATCH_FAILED ||
                    status == STORE_BATCH_EXPIRED || status == STORE_BATCH_CANCELLED;
     rj->complete = terminal && !rj->has_more;
-    cursor_make(rj->id, rj->last_seq, rj->next);
+    api_results_cursor_make(rj->id, rj->last_seq, rj->next);
     buf_reset(&job->out);
     if (rj->coding == CODING_ZSTD)
         rc = zst_compress_buf(rj->lines.data, rj->lines.len, 3, &job->out);
@@ -240,7 +199,7 @@ static void batches_results(struct http_req *req, void *arg)
     }
     int64_t after = 0;
     const char *cur = http_req_query(req, "after");
-    if (cur && *cur && cursor_parse(id, cur, &after)) {
+    if (cur && *cur && api_results_cursor_parse(id, cur, &after)) {
         api_respond_error(req, API_ERR_INVALID_CURSOR, "after",
                           "Unknown cursor '%.64s' for batch '%s': pass the X-Next-Cursor value of an earlier "
                           "answer for this batch, or no 'after' to start from the first result.",
