@@ -885,6 +885,38 @@ TEST(lease_priority_orders_a_tenants_own_batches_and_packs_group_prefixes)
     store_close(fx.st);
 }
 
+TEST(lease_earliest_deadline_first_within_a_tenant_and_fair_across_tenants)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char day[ID_MAX], hour[ID_MAX], other[ID_MAX];
+    fx_batch(&fx, &fx.ta, "day", 8, NULL, 86400, day);  /* older, 24h */
+    fx_batch(&fx, &fx.ta, "hour", 3, NULL, 3600, hour); /* newer, 1h: served first */
+    fx_batch(&fx, &fx.tb, "other", 8, NULL, 86400, other);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 6);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 6);
+    int n_hour = 0, n_day = 0, n_other = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        n_hour += !strcmp(l.items[i].batch_id, hour);
+        n_day += !strcmp(l.items[i].batch_id, day);
+        n_other += !strcmp(l.items[i].batch_id, other);
+    }
+    /* tenant B keeps its half; tenant A's half goes to its 1h batch */
+    CHECK_EQ_INT(n_other, 3);
+    CHECK_EQ_INT(n_hour, 3);
+    CHECK_EQ_INT(n_day, 0);
+    store_lease_clear(&l);
+    /* the comparator itself: priority, then deadline, then id */
+    struct store_lease_cand x = {"batch_a", "t", 0, 100}, y = {"batch_b", "t", 0, 50}, z = {"batch_c", "t", 1, 900};
+    CHECK(lease_batch_cmp(&y, &x) < 0);
+    CHECK(lease_batch_cmp(&z, &y) < 0);
+    y.expires_at = 100;
+    CHECK(lease_batch_cmp(&x, &y) < 0);
+    store_close(fx.st);
+}
+
 TEST(lease_token_and_byte_budgets_bound_a_pack)
 {
     struct fx fx;
