@@ -74,7 +74,8 @@ CREATE TABLE batches (
     completion_window_s  INTEGER NOT NULL CHECK (completion_window_s > 0),  -- seconds ("24h" = 86400)
     status               TEXT NOT NULL CHECK (status IN ('validating', 'failed', 'in_progress', 'finalizing',
                                                       'completed', 'expired', 'cancelling', 'cancelled')),
-    model                TEXT,              -- the one model every line names; set by ingest (checkpointed), NULL before
+    model                TEXT,              -- the one model every line names, or 'mixed' when lines name several (see
+                                            -- batch_models, migration 5); set by ingest (checkpointed), NULL before
     metadata             TEXT,              -- JSON object of up to 16 string pairs (key <= 64, value <= 512 bytes), or NULL
     errors               TEXT,              -- JSON array of {code,line,message,param} (<= 100), or NULL; final once status is failed
     output_file_id       TEXT,              -- files.id of the success lines, set at finalization
@@ -456,4 +457,60 @@ BEGIN
         completion_tokens = completion_tokens + excluded.completion_tokens,
         cost_micros = cost_micros + excluded.cost_micros,
         requests = requests + 1;
+END;
+
+-- @migration 5
+-- Partial results (GET /v1/batches/{id}/results, spec/jsonl.md "Partial
+-- results"). Every results row gets a commit sequence number from one
+-- counter that never goes back, assigned in the row's own transaction;
+-- since SQLite has one writer at a time, a row with a larger seq is never
+-- visible before one with a smaller seq, so "seq > cursor" pages see every
+-- committed row exactly once. The rowid cannot serve: a dead-letter retry
+-- deletes its results row, and SQLite may hand the largest rowid out again.
+--
+-- results now also has:
+--   seq   commit sequence number, unique over the table, increasing in commit
+--         order; set by the trigger below (never by the inserting statement).
+--         Finalization and the results route read a batch's rows in seq order.
+-- result_seq (one row): last = the largest seq ever assigned.
+--
+-- Output expiry (spec/openapi.yaml, output_expires_after / expires_after):
+-- batches now also has:
+--   output_expires_after_s  seconds: the batch's output and error files expire this long after
+--                           they are written (files.expires_at = their created_at + this);
+--                           0 = kept until deleted. From output_expires_after.seconds, else
+--                           jobd --file-retention, fixed at creation.
+-- files.expires_at is now enforced: the sweeper deletes a file's bytes and
+-- row once it passes (not while a validating batch still reads it as input),
+-- and the API answers 404 for it from that second on.
+CREATE TABLE result_seq (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),  -- always 1
+    last  INTEGER NOT NULL                     -- the largest results.seq ever assigned (0: none)
+) STRICT;
+ALTER TABLE results ADD COLUMN seq INTEGER;
+UPDATE results SET seq = rowid;
+INSERT INTO result_seq(id, last) VALUES (1, (SELECT COALESCE(MAX(rowid), 0) FROM results));
+CREATE UNIQUE INDEX results_batch_seq ON results(batch_id, seq);
+DROP INDEX results_batch;  -- a prefix of results_batch_seq
+ALTER TABLE batches ADD COLUMN output_expires_after_s INTEGER NOT NULL DEFAULT 0
+    CHECK (output_expires_after_s >= 0);
+CREATE INDEX files_expiry ON files(expires_at) WHERE expires_at IS NOT NULL;
+
+-- Several models in one batch: lines may name different body.model values.
+-- Such a batch has model 'mixed' (batches.model), and the models it uses
+-- are listed here (written when its ingestion succeeds); leasing offers a
+-- worker the batches whose model, or one of whose batch_models, it serves,
+-- and only the requests of its model (requests.model). A batch of one
+-- model has no rows here.
+CREATE TABLE batch_models (
+    batch_id    TEXT NOT NULL REFERENCES batches(id) ON DELETE CASCADE,  -- a batch with model 'mixed'
+    model       TEXT NOT NULL,             -- a body.model value its lines use
+    n_requests  INTEGER NOT NULL CHECK (n_requests > 0),  -- its requests naming that model
+    PRIMARY KEY (batch_id, model)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX batch_models_model ON batch_models(model);
+CREATE TRIGGER results_seq_assign AFTER INSERT ON results
+BEGIN
+    UPDATE result_seq SET last = last + 1 WHERE id = 1;
+    UPDATE results SET seq = (SELECT last FROM result_seq WHERE id = 1) WHERE rowid = NEW.rowid;
 END;

@@ -38,6 +38,7 @@ void app_config_default(struct app_config *cfg)
     lease_opts_default(&cfg->lease);
     cfg->sweep_interval_ms = 2000;
     cfg->window_min_s = API_WINDOW_MIN_S;
+    cfg->expiry_min_s = API_EXPIRY_MIN_S;
     cfg->webhook = WEBHOOK_CONFIG_DEFAULT;
     cfg->ui = 1;
 }
@@ -191,6 +192,9 @@ static void api_config_from(const struct app *app, struct api_config *ac)
     ac->admin_token = cfg->admin_token;
     ac->lease = cfg->lease;
     ac->window_min_s = cfg->window_min_s;
+    ac->file_retention_s = cfg->file_retention_s;
+    ac->expiry_min_s = cfg->expiry_min_s;
+    ac->tokens = cfg->tokens;
     ac->webhook_allow_private = cfg->webhook.allow_private;
 }
 

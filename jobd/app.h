@@ -29,6 +29,8 @@
 #include "jobd/webhook/webhook.h"
 #include "jobd/work/lease.h"
 
+struct tokens;
+
 struct app_config {
     const char *listen;              /* "HOST:PORT" or "[V6]:PORT"; default "127.0.0.1:8080" */
     const char *data_dir;            /* default "./data" */
@@ -48,8 +50,11 @@ struct app_config {
     struct lease_opts lease;         /* lease clamps, retry policy, worker TTL */
     int64_t sweep_interval_ms;       /* sweeper period; default 2000 */
     int64_t window_min_s;            /* smallest completion_window accepted; default 60 */
+    int64_t file_retention_s;        /* default expiry of uploads and output files (s after creation); 0 = none (default) */
+    int64_t expiry_min_s;            /* smallest expires_after / output_expires_after seconds; default 3600 */
     struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook/webhook.h) */
     int ui;                          /* serve the dashboard under /ui/ (jobd/ui/ui.h); default 1 */
+    struct tokens *tokens;           /* --tokenizer: exact counts for estimates (jobd/tokens/tokens.h); NULL = none */
 };
 
 /* Fill the documented defaults. Can't fail. */

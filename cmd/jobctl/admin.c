@@ -18,7 +18,7 @@
 /* ---- usage ----------------------------------------------------------------------------------- */
 
 static const char *usage_usage =
-    "usage: jobctl usage [--since T] [--until T] [--group-by model|batch|day|tenant] [--json]\n"
+    "usage: jobctl usage [--since T] [--until T] [--group-by model|batch|day|tenant] [--batch ID] [--json]\n"
     "                    [--all-tenants [--tenant NAME]] [--admin-token T]\n"
     "\n"
     "Token usage and cost of your batches from jobd's ledger (GET /v1/usage): one\n"
@@ -26,13 +26,16 @@ static const char *usage_usage =
     "(2026-11-01, UTC), an RFC 3339 time (2026-11-01T06:00:00Z) or unix seconds;\n"
     "--since is inclusive, --until exclusive (default: all time up to now).\n"
     "Costs come from jobd's price table (jobd --prices), exact in micro-dollars.\n"
-    "--json prints jobd's report object instead.\n"
+    "--json prints jobd's report object instead. --batch ID counts only that\n"
+    "batch's requests (with the default --group-by model: a batch that mixes\n"
+    "models, per model).\n"
     "--all-tenants reports every tenant (GET /v1/admin/usage, jobd's admin token:\n"
     "--admin-token / JOBD_ADMIN_TOKEN), one row per tenant id by default;\n"
     "--tenant NAME (or ten_... id) restricts it to one tenant.\n"
     "\n"
     "examples:\n"
     "  jobctl usage --since 2026-11-01 --group-by day\n"
+    "  jobctl usage --batch \"$id\"\n"
     "  JOBD_ADMIN_TOKEN=... jobctl usage --all-tenants --since 2026-11-01\n";
 
 /* One row of the usage table from a bucket (or the totals) object. */
@@ -55,13 +58,14 @@ static void usage_row(const char *key, const json_t *o, FILE *f)
 
 int cmd_usage(struct jc *jc, int argc, char **argv)
 {
-    const char *since = NULL, *until = NULL, *group = NULL, *tenant = NULL;
+    const char *since = NULL, *until = NULL, *group = NULL, *tenant = NULL, *batch = NULL;
     int json_out = 0, all = 0;
     struct cfg_opt opts[] = {
         {"since", NULL, CFG_STR, &since, "T", "from this time (inclusive)"},
         {"until", NULL, CFG_STR, &until, "T", "to this time (exclusive)"},
         {"group-by", NULL, CFG_STR, &group, "FIELD",
          "model (default), batch or day: one row per value (tenant, default with --all-tenants)"},
+        {"batch", NULL, CFG_STR, &batch, "ID", "only this batch's requests"},
         {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's report as JSON"},
         {"all-tenants", NULL, CFG_BOOL, &all, NULL, "every tenant's usage (admin token)"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "with --all-tenants: only this tenant"},
@@ -78,14 +82,17 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
         return jc_usage_error(jc, all ? "--group-by: use tenant, model, batch or day" : "--group-by: use model, batch or day");
     if (tenant && !all)
         return jc_usage_error(jc, "--tenant needs --all-tenants");
+    if (batch && (rc = jc_check_id(jc, "batch", batch)))
+        return rc;
     if (all)
         jc->admin = 2;
     struct buf p;
     buf_init(&p, 8192);
     char sep = '?';
     rc = buf_append_str(&p, all ? "/v1/admin/usage" : "/v1/usage");
-    const char *names[] = {"since", "until", "group_by", "tenant"}, *vals[] = {since, until, group, tenant};
-    for (int i = 0; i < 4 && !rc; i++) {
+    const char *names[] = {"since", "until", "group_by", "tenant", "batch"},
+               *vals[] = {since, until, group, tenant, batch};
+    for (int i = 0; i < 5 && !rc; i++) {
         if (!vals[i])
             continue;
         rc = buf_printf(&p, "%c%s=", sep, names[i]) || jc_url_escape(&p, vals[i]);

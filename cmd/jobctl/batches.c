@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
+#include "common/zst.h"
 
 /* The numbers of a batch object that the displays use. */
 struct bsum {
@@ -270,6 +271,20 @@ int cmd_status(struct jc *jc, int argc, char **argv)
         int have = !strcmp(cur.status, "in_progress") && cur.completed + cur.failed > 0 &&
                    !live_tokens(jc, &cur, &live[0], &live[1], &live[2]);
         print_status(b, have ? live : NULL, stdout);
+        /* jobd's deadline estimate (X-Estimated-Completion, also in the object) */
+        int64_t eta = 0, exp = 0;
+        json_t *risk = json_object_get(b, "deadline_at_risk");
+        if (!js_get_int(b, "estimated_completion_at", &eta) && eta > 0) {
+            char t[40], d[40];
+            jc_fmt_time(eta, t, sizeof t);
+            printf("estimated  %s (jobd, at the current throughput)\n", t);
+            if (json_is_true(risk) && !js_get_int(b, "expires_at", &exp)) {
+                jc_fmt_time(exp, d, sizeof d);
+                fprintf(stderr, "jobctl status: warning: batch %s will miss its deadline: estimated to end %s, "
+                                "expires %s\nhint: add workers, raise its metadata priority, or cancel and "
+                                "resubmit with a longer --window\n", pos[0], t, d);
+            }
+        }
     }
     json_decref(b);
     return JC_EXIT_OK;
@@ -579,18 +594,108 @@ int cmd_cancel(struct jc *jc, int argc, char **argv)
     return rc;
 }
 
+/* ---- rerun ----------------------------------------------------------------------------------- */
+
+static const char *rerun_usage =
+    "usage: jobctl rerun BATCH_ID [--only failed|failed_and_expired|all] [--window DUR]\n"
+    "                    [--idempotency-key KEY] [--json]\n"
+    "\n"
+    "Submit a new batch of an ended batch's requests (POST /v1/batches/ID/rerun)\n"
+    "and print its id. --only failed (default): requests that ran and failed (a\n"
+    "4xx answer, or dead-lettered); failed_and_expired: every request without\n"
+    "a successful answer (also those that expired or were cancelled before they\n"
+    "ran); all: every request. The new batch has the same endpoint, window\n"
+    "(--window overrides it) and metadata, plus metadata rerun_of = BATCH_ID.\n"
+    "jobd refuses (exit 1, 409) while the batch is still running. The\n"
+    "Idempotency-Key defaults to jobctl-rerun-BATCH_ID-ONLY, so running the same\n"
+    "rerun twice prints the first new batch's id.\n"
+    "\n"
+    "example:\n"
+    "  new=$(jobctl rerun \"$id\" --only failed_and_expired) && jobctl wait \"$new\"\n";
+
+int cmd_rerun(struct jc *jc, int argc, char **argv)
+{
+    const char *only = "failed", *idem = NULL, *window = NULL;
+    int json_out = 0;
+    struct cfg_opt opts[] = {
+        {"only", NULL, CFG_STR, &only, "WHICH", "failed (default), failed_and_expired or all"},
+        {"window", NULL, CFG_STR, &window, "DUR", "completion window of the new batch (default: the original's)"},
+        {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the new batch object instead of its id"},
+        JC_COMMON_OPTS(jc),
+    };
+    char *pos[1];
+    int n_pos = 0, rc;
+    if ((rc = jc_parse(jc, rerun_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1, &n_pos)) >= 0)
+        return rc;
+    if ((rc = jc_check_id(jc, "batch", pos[0])))
+        return rc;
+    if (strcmp(only, "failed") && strcmp(only, "failed_and_expired") && strcmp(only, "all"))
+        return jc_usage_error(jc, "--only: failed, failed_and_expired or all (not '%s')", only);
+    if (idem && (!*idem || strlen(idem) > 255))
+        return jc_usage_error(jc, "--idempotency-key: 1 to 255 bytes");
+    if (window && (!*window || strlen(window) > 32))
+        return jc_usage_error(jc, "--window: a duration such as 24h");
+    json_t *req = json_pack("{s:s}", "only", only);
+    if (req && window)
+        json_object_set_new(req, "completion_window", json_string(window));
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (!body)
+        return jc_fail(jc, JC_EXIT_FAIL, NULL, "out of memory");
+    char path[256], what[160], keyh[320];
+    snprintf(path, sizeof path, "/v1/batches/%s/rerun", pos[0]);
+    snprintf(what, sizeof what, "batch %s", pos[0]);
+    if (idem)
+        snprintf(keyh, sizeof keyh, "Idempotency-Key: %s", idem);
+    else
+        snprintf(keyh, sizeof keyh, "Idempotency-Key: jobctl-rerun-%s-%s%s%s", pos[0], only, window ? "-" : "",
+                 window ? window : "");
+    const char *hdr[] = {"Content-Type: application/json", keyh, NULL};
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.retry_unsafe = 1; /* safe: the Idempotency-Key makes a retry replay */
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *b = NULL;
+    rc = jc_call(jc, &o, "POST", path, hdr, body, strlen(body), NULL, &r);
+    free(body);
+    if (!(rc = jc_check(jc, "POST", path, rc, &r, what, 0)) && !(rc = jc_parse_json(jc, &r, &b))) {
+        const char *id = "?";
+        js_get_str(b, "id", &id);
+        if (json_out)
+            jc_print_json(b, stdout, 2);
+        else
+            printf("%s\n", id);
+    }
+    json_decref(b);
+    httpc_response_release(&r);
+    return rc;
+}
+
 /* ---- results / errors ------------------------------------------------------------------------ */
 
 static const char *results_usage =
     "usage: jobctl results BATCH_ID [-o FILE] [--raw]\n"
+    "       jobctl results BATCH_ID --follow|--partial [--after CURSOR] [--interval 2s] [-o FILE]\n"
     "\n"
     "Write the batch's output file (one JSONL line per successful request) to\n"
     "stdout or FILE (written to FILE.tmp, renamed when complete). --raw writes\n"
     "jobd's stored zstd stream instead (zstd -d to read it). Empty output when\n"
     "no request succeeded. Fails (exit 1) while the batch is still running.\n"
     "\n"
-    "example:\n"
-    "  jobctl results \"$id\" -o results.jsonl && jq -c .response.body results.jsonl\n";
+    "--partial: the result lines committed so far, in any state of the batch\n"
+    "(GET /v1/batches/ID/results, page by page): success and failure lines\n"
+    "together, in commit order, the same lines as the final files. --follow:\n"
+    "the same, then keep polling every --interval and print new lines as they\n"
+    "arrive until the batch has ended and every line is out (exit 0 then;\n"
+    "the batch's outcome is jobctl wait's business). -o FILE is written as\n"
+    "lines arrive. On stderr at the end: the line count and the cursor to\n"
+    "resume from (--after CURSOR prints only lines committed after it).\n"
+    "\n"
+    "examples:\n"
+    "  jobctl results \"$id\" -o results.jsonl && jq -c .response.body results.jsonl\n"
+    "  jobctl results \"$id\" --follow | jq -c 'select(.error == null) | .custom_id'\n";
 
 static const char *errors_usage =
     "usage: jobctl errors BATCH_ID [-o FILE] [--raw]\n"
@@ -603,22 +708,124 @@ static const char *errors_usage =
     "example:\n"
     "  jobctl errors \"$id\" | jq -r '.custom_id + \": \" + .error.code'\n";
 
+/* results --partial / --follow: page through GET /v1/batches/ID/results
+ * from cursor `after` (NULL: the start), asking for zstd. */
+static int follow_results(struct jc *jc, const char *id, const char *after, const char *output, int follow,
+                          int64_t interval_ms)
+{
+    char cursor[128] = "", path[512], what[160];
+    if (after)
+        snprintf(cursor, sizeof cursor, "%s", after);
+    snprintf(what, sizeof what, "batch %s", id);
+    FILE *f = stdout;
+    if (output && strcmp(output, "-") && !(f = fopen(output, "w")))
+        return jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot write '%s'", output);
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.max_retries = 6; /* ride out a jobd restart, as wait does */
+    const char *hdr[] = {"Accept-Encoding: zstd", NULL};
+    struct buf plain;
+    buf_init(&plain, 1u << 30);
+    int64_t n_lines = 0;
+    int rc = 0;
+    for (;;) {
+        snprintf(path, sizeof path, "/v1/batches/%s/results%s%s", id, cursor[0] ? "?after=" : "", cursor);
+        struct httpc_response r;
+        httpc_response_init(&r);
+        int hrc = jc_call(jc, &o, "GET", path, hdr, NULL, 0, NULL, &r);
+        if ((rc = jc_check(jc, "GET", path, hrc, &r, what, 0))) {
+            httpc_response_release(&r);
+            break;
+        }
+        char ce[32] = "", more[8] = "", complete[8] = "", next[128] = "";
+        httpc_response_header(&r, "Content-Encoding", ce, sizeof ce);
+        httpc_response_header(&r, "X-Has-More", more, sizeof more);
+        httpc_response_header(&r, "X-Results-Complete", complete, sizeof complete);
+        if (httpc_response_header(&r, "X-Next-Cursor", next, sizeof next)) {
+            httpc_response_release(&r);
+            rc = jc_fail(jc, JC_EXIT_FAIL, "is this jobd older than the results route?",
+                         "GET %s: no X-Next-Cursor in the answer", path);
+            break;
+        }
+        const char *data = r.body.data ? r.body.data : "";
+        size_t len = r.body.len;
+        buf_reset(&plain);
+        if (!strcmp(ce, "zstd")) {
+            if (zst_decompress_buf(data, len, &plain)) {
+                httpc_response_release(&r);
+                rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "GET %s: the zstd answer does not decode", path);
+                break;
+            }
+            data = plain.data ? plain.data : "";
+            len = plain.len;
+        } else if (ce[0] && strcmp(ce, "identity")) {
+            httpc_response_release(&r);
+            rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "GET %s: unexpected Content-Encoding '%s'", path, ce);
+            break;
+        }
+        for (size_t i = 0; i < len; i++)
+            n_lines += data[i] == '\n';
+        if (len && (fwrite(data, 1, len, f) != len || fflush(f))) {
+            httpc_response_release(&r);
+            rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot write '%s'", output ? output : "stdout");
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", next);
+        httpc_response_release(&r);
+        if (!strcmp(more, "true"))
+            continue;
+        if (!follow || !strcmp(complete, "true"))
+            break;
+        clock_sleep_ms((uint64_t)interval_ms);
+    }
+    buf_release(&plain);
+    if (f != stdout && fclose(f) && !rc)
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot write '%s'", output);
+    if (!rc)
+        fprintf(stderr, "jobctl results: %s: %lld lines; resume with --after %s\n", id, (long long)n_lines,
+                cursor);
+    return rc;
+}
+
 static int batch_file(struct jc *jc, int argc, char **argv, int errors)
 {
-    const char *output = NULL;
-    int raw = 0;
+    const char *output = NULL, *after = NULL;
+    int raw = 0, follow = 0, partial = 0;
+    int64_t interval_ms = 2000;
     struct cfg_opt opts[] = {
+        {"output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"},
+        {"raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"},
+        {"follow", NULL, CFG_BOOL, &follow, NULL, "results: print lines as they commit until the batch ends"},
+        {"partial", NULL, CFG_BOOL, &partial, NULL, "results: the lines committed so far, then exit"},
+        {"after", NULL, CFG_STR, &after, "CURSOR", "results --follow/--partial: start after this cursor"},
+        {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "results --follow: time between polls (default 2s)"},
+        JC_COMMON_OPTS(jc),
+    };
+    struct cfg_opt eopts[] = {
         {"output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"},
         {"raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"},
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
     int n_pos = 0, rc;
-    if ((rc = jc_parse(jc, errors ? errors_usage : results_usage, opts, sizeof opts / sizeof opts[0], argc,
-                       argv, pos, 1, 1, &n_pos)) >= 0)
+    if (errors)
+        rc = jc_parse(jc, errors_usage, eopts, sizeof eopts / sizeof eopts[0], argc, argv, pos, 1, 1, &n_pos);
+    else
+        rc = jc_parse(jc, results_usage, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 1, 1, &n_pos);
+    if (rc >= 0)
         return rc;
     if ((rc = jc_check_id(jc, "batch", pos[0])))
         return rc;
+    if ((follow || partial || after) && raw)
+        return jc_usage_error(jc, "--follow, --partial and --after are for results, without --raw");
+    if (follow && partial)
+        return jc_usage_error(jc, "--follow and --partial exclude each other");
+    if (after && !follow && !partial)
+        return jc_usage_error(jc, "--after goes with --follow or --partial");
+    if (after && (strlen(after) >= 128 || strspn(after, "0123456789abcdefghijklmnopqrstuvwxyz") != strlen(after)))
+        return jc_usage_error(jc, "--after: not a cursor (the X-Next-Cursor jobd gave)");
+    if (follow || partial)
+        return follow_results(jc, pos[0], after, output, follow, interval_ms < 10 ? 10 : interval_ms);
     json_t *b = NULL;
     if ((rc = get_batch(jc, pos[0], &b)))
         return rc;

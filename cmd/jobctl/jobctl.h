@@ -160,6 +160,7 @@ int cmd_list(struct jc *jc, int argc, char **argv);
 int cmd_results(struct jc *jc, int argc, char **argv);
 int cmd_errors(struct jc *jc, int argc, char **argv);
 int cmd_cancel(struct jc *jc, int argc, char **argv);
+int cmd_rerun(struct jc *jc, int argc, char **argv);
 int cmd_retry_dead(struct jc *jc, int argc, char **argv);
 int cmd_usage(struct jc *jc, int argc, char **argv);
 int cmd_workers(struct jc *jc, int argc, char **argv);

@@ -11,15 +11,19 @@ static const char *usage_text =
     "usage: jobctl COMMAND [options]     (jobctl COMMAND --help for each)\n"
     "\n"
     "commands:\n"
-    "  submit FILE.jsonl|-   submit a batch (POST /v1/jobs); prints its id\n"
+    "  submit FILE.jsonl|-   submit a batch (POST /v1/jobs); prints its id;\n"
+    "                        --dry-run: requests, tokens and cost range only\n"
     "  status ID             status, progress, counts, tokens, cost, ETA\n"
+    "                        (warns when jobd estimates the deadline will be missed)\n"
     "  wait ID               wait until it ends; exit code = outcome\n"
     "  list                  your batches (--status, --limit; follows pages)\n"
-    "  results ID [-o FILE]  the output file (JSONL), or --raw zstd bytes\n"
+    "  results ID [-o FILE]  the output file (JSONL), or --raw zstd bytes;\n"
+    "                        --follow: lines as they commit, until the batch ends\n"
     "  errors ID [-o FILE]   the error file (JSONL)\n"
     "  cancel ID             cancel a batch\n"
+    "  rerun ID [--only W]   new batch of an ended batch's failed (or all) lines\n"
     "  retry-dead ID|--batch ID   requeue dead-lettered requests\n"
-    "  usage                 token usage and cost (--since --until --group-by)\n"
+    "  usage                 token usage and cost (--since --until --group-by --batch)\n"
     "  workers, models       what jobd's workers serve\n"
     "  files list|get|delete|content   the Files API\n"
     "\n"
@@ -57,7 +61,7 @@ struct command {
 static const struct command commands[] = {
     {"submit", cmd_submit},   {"status", cmd_status},   {"wait", cmd_wait},
     {"list", cmd_list},       {"results", cmd_results}, {"errors", cmd_errors},
-    {"cancel", cmd_cancel},   {"retry-dead", cmd_retry_dead}, {"usage", cmd_usage},
+    {"cancel", cmd_cancel},   {"rerun", cmd_rerun},     {"retry-dead", cmd_retry_dead}, {"usage", cmd_usage},
     {"workers", cmd_workers}, {"models", cmd_models},   {"files", cmd_files},
 };
 

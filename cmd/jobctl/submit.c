@@ -45,6 +45,18 @@ static const char *submit_usage =
     "  --metadata K=V       a metadata pair (repeatable; at most 16 pairs in all,\n"
     "                       --priority and --webhook included)\n"
     "\n"
+    "--output-expires DUR: jobd deletes the batch's output and error files DUR\n"
+    "after it writes them (OpenAI's output_expires_after; jobd's default is\n"
+    "its --file-retention, or never).\n"
+    "\n"
+    "--dry-run submits nothing: the file is uploaded (expiring in an hour),\n"
+    "POST /v1/batches/estimate answers the request count, the input tokens\n"
+    "(counted with the model's tokenizer when jobd has one: jobd --tokenizer;\n"
+    "else prompt bytes / 4), the maximum output tokens and the cost range from\n"
+    "jobd's prices, and the upload is deleted. Warnings (a model no worker\n"
+    "serves, lines its worker would refuse) go to stderr; exit 1 when a model is\n"
+    "unknown to jobd.\n"
+    "\n"
     "--webhook URL is sent as the batch's metadata webhook_url: when the batch\n"
     "ends jobd POSTs its batch.* event there, signed with the tenant's secret\n"
     "(GET /v1/webhook_secret; see spec/webhooks.md). jobd checks the address\n"
@@ -56,7 +68,8 @@ static const char *submit_usage =
     "examples:\n"
     "  id=$(jobctl submit requests.jsonl --metadata owner=nightly) && jobctl wait \"$id\"\n"
     "  jobctl submit requests.jsonl --webhook https://hooks.example.com/jobd\n"
-    "  ./make-requests | jobctl submit - --window 6h --priority 10 --wait\n";
+    "  ./make-requests | jobctl submit - --window 6h --priority 10 --wait\n"
+    "  jobctl submit requests.jsonl --dry-run\n";
 
 struct submit_src {
     int fd;
@@ -102,6 +115,186 @@ static int submit_rewind(void *ctx)
     buf_reset(&s->pending);
     s->ended = 0;
     return zst_writer_new(SUBMIT_ZSTD_LEVEL, submit_sink, &s->pending, &s->zw);
+}
+
+/* ---- --dry-run: upload (expiring), estimate, delete ---------------------------------------- */
+
+/* A multipart body: head, the file's bytes, tail (Content-Length known). */
+struct mp_src {
+    int fd;
+    struct buf head, tail;
+    size_t head_at, tail_at;
+    int file_done;
+};
+
+static long mp_source(void *ctx, void *data, size_t cap)
+{
+    struct mp_src *m = ctx;
+    if (m->head_at < m->head.len) {
+        size_t k = m->head.len - m->head_at < cap ? m->head.len - m->head_at : cap;
+        memcpy(data, m->head.data + m->head_at, k);
+        m->head_at += k;
+        return (long)k;
+    }
+    while (!m->file_done) {
+        ssize_t n = read(m->fd, data, cap);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ERR_IO;
+        if (n > 0)
+            return (long)n;
+        m->file_done = 1;
+    }
+    size_t k = m->tail.len - m->tail_at < cap ? m->tail.len - m->tail_at : cap;
+    memcpy(data, m->tail.data + m->tail_at, k);
+    m->tail_at += k;
+    return (long)k;
+}
+
+static int mp_rewind(void *ctx)
+{
+    struct mp_src *m = ctx;
+    m->head_at = m->tail_at = 0;
+    m->file_done = 0;
+    return lseek(m->fd, 0, SEEK_SET) == 0 ? 0 : ERR_IO;
+}
+
+/* Print an estimate object as a table (stdout) and its warnings (stderr). */
+static void print_estimate(const json_t *e)
+{
+    int64_t reqs = 0, in = 0, out = 0, cmin = 0, cmax = 0;
+    json_t *rc = NULL, *cost = NULL, *models = NULL, *warn = NULL;
+    if (!js_get_obj(e, "request_counts", &rc))
+        js_get_int(rc, "total", &reqs);
+    js_get_int(e, "input_tokens", &in);
+    js_get_int(e, "max_output_tokens", &out);
+    if (!js_get_obj(e, "cost", &cost)) {
+        js_get_int(cost, "min_micros", &cmin);
+        js_get_int(cost, "max_micros", &cmax);
+    }
+    printf("%-32s %9s %12s %9s %14s %14s %8s\n", "model", "requests", "input_tok", "exact", "max_output_tok",
+           "cost_max", "workers");
+    js_get_arr(e, "models", &models);
+    for (size_t i = 0; i < json_array_size(models); i++) {
+        json_t *m = json_array_get(models, i), *mc = NULL;
+        const char *name = "?";
+        int64_t r = 0, mi = 0, mo = 0, mx = 0, w = 0;
+        js_get_str(m, "model", &name);
+        js_get_int(m, "requests", &r);
+        js_get_int(m, "input_tokens", &mi);
+        js_get_int(m, "max_output_tokens", &mo);
+        js_get_int(m, "workers", &w);
+        if (!js_get_obj(m, "cost", &mc))
+            js_get_int(mc, "max_micros", &mx);
+        char c[32];
+        jc_fmt_micros(mx, c, sizeof c);
+        printf("%-32s %9lld %12lld %9s %14lld %14s %8lld\n", name, (long long)r, (long long)mi,
+               json_is_true(json_object_get(m, "input_tokens_exact")) ? "yes" : "bytes/4", (long long)mo, c,
+               (long long)w);
+    }
+    char lo[32], hi[32];
+    jc_fmt_micros(cmin, lo, sizeof lo);
+    jc_fmt_micros(cmax, hi, sizeof hi);
+    printf("total: %lld requests, %lld input tokens, at most %lld output tokens; cost %s .. %s%s\n",
+           (long long)reqs, (long long)in, (long long)out, lo, hi,
+           json_is_true(json_object_get(cost, "priced")) ? "" : " (some models have no price: counted as 0)");
+    js_get_arr(e, "warnings", &warn);
+    for (size_t i = 0; i < json_array_size(warn); i++)
+        fprintf(stderr, "jobctl submit: warning: %s\n", json_string_value(json_array_get(warn, i)));
+}
+
+/* --dry-run: upload the file (expiring in an hour), ask POST
+ * /v1/batches/estimate, delete the file again, print. Exit 0, or 1 when a
+ * model is unknown to jobd (no worker, no tokenizer), or jc's codes. */
+static int submit_dry_run(struct jc *jc, int fd, const char *filename, const char *endpoint, const char *window,
+                          unsigned long long n_bytes, int json_out)
+{
+    struct mp_src m = {.fd = fd};
+    const char *boundary = "jobctl-dry-run-9b1f0c3e";
+    buf_init(&m.head, 4096);
+    buf_init(&m.tail, 256);
+    int rc = buf_printf(&m.head,
+                        "--%s\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+                        "--%s\r\nContent-Disposition: form-data; name=\"expires_after[anchor]\"\r\n\r\ncreated_at\r\n"
+                        "--%s\r\nContent-Disposition: form-data; name=\"expires_after[seconds]\"\r\n\r\n3600\r\n"
+                        "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"dry-run.jsonl\"\r\n"
+                        "Content-Type: application/jsonl\r\n\r\n",
+                        boundary, boundary, boundary, boundary);
+    if (!rc)
+        rc = buf_printf(&m.tail, "\r\n--%s--\r\n", boundary);
+    (void)filename;
+    char ct[128];
+    snprintf(ct, sizeof ct, "Content-Type: multipart/form-data; boundary=%s", boundary);
+    const char *hdrs[] = {ct, NULL};
+    struct httpc_opts o;
+    jc_opts_default(&o);
+    o.timeout_ms = 0;
+    o.stall_timeout_ms = 120000;
+    struct httpc_stream st = {mp_source, mp_rewind, &m, (long long)(m.head.len + n_bytes + m.tail.len), NULL, NULL};
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *file = NULL, *est = NULL;
+    char fid[128] = "";
+    if (rc || lseek(fd, 0, SEEK_SET) != 0) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot prepare the upload");
+        goto out;
+    }
+    int hrc = jc_call(jc, &o, "POST", "/v1/files", hdrs, NULL, 0, &st, &r);
+    const char *id = NULL;
+    if ((rc = jc_check(jc, "POST", "/v1/files", hrc, &r, NULL, 0)) || (rc = jc_parse_json(jc, &r, &file)))
+        goto out;
+    if (js_get_str(file, "id", &id) || jc_check_id(jc, "file", id)) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's answer has no file id");
+        goto out;
+    }
+    snprintf(fid, sizeof fid, "%s", id);
+    json_t *req = json_pack("{s:s,s:s,s:s}", "input_file_id", fid, "endpoint",
+                            endpoint ? endpoint : "/v1/chat/completions", "completion_window", window);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (!body) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "out of memory");
+        goto out;
+    }
+    httpc_response_release(&r);
+    httpc_response_init(&r);
+    const char *jh[] = {"Content-Type: application/json", NULL};
+    struct httpc_opts eo;
+    jc_opts_default(&eo);
+    eo.retry_unsafe = 1; /* no side effects */
+    eo.timeout_ms = 600000;
+    hrc = jc_call(jc, &eo, "POST", "/v1/batches/estimate", jh, body, strlen(body), NULL, &r);
+    free(body);
+    if ((rc = jc_check(jc, "POST", "/v1/batches/estimate", hrc, &r, NULL, 0)) || (rc = jc_parse_json(jc, &r, &est)))
+        goto out;
+    if (json_out)
+        jc_print_json(est, stdout, 2);
+    else
+        print_estimate(est);
+    json_t *unknown = NULL;
+    if (!js_get_arr(est, "unknown_models", &unknown) && json_array_size(unknown) > 0)
+        rc = jc_fail(jc, JC_EXIT_FAIL, "start a worker for it (jobworker --model-id/--alias) or fix the lines' model",
+                     "%zu model(s) unknown to jobd (no worker serves them, no --tokenizer): %s",
+                     json_array_size(unknown), json_string_value(json_array_get(unknown, 0)));
+out:
+    if (fid[0]) { /* the file was only for the estimate */
+        char path[256];
+        snprintf(path, sizeof path, "/v1/files/%s", fid);
+        httpc_response_release(&r);
+        httpc_response_init(&r);
+        struct httpc_opts d;
+        jc_opts_default(&d);
+        if (jc_call(jc, &d, "DELETE", path, NULL, NULL, 0, NULL, &r) || r.status != 200)
+            fprintf(stderr, "jobctl submit: note: could not delete the estimate's upload %s (it expires in an "
+                            "hour)\n", fid);
+    }
+    json_decref(file);
+    json_decref(est);
+    httpc_response_release(&r);
+    buf_release(&m.head);
+    buf_release(&m.tail);
+    return rc;
 }
 
 /* Copy stdin to an unlinked temporary file; returns its fd or -1. */
@@ -247,8 +440,8 @@ static int submit_take_metadata(struct jc *jc, int *argc, char **argv, const cha
 int cmd_submit(struct jc *jc, int argc, char **argv)
 {
     const char *endpoint = NULL, *window = "24h", *webhook = NULL, *idem = NULL, *filename = NULL;
-    int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0;
-    int wait = 0;
+    int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0, out_expires_ms = 0;
+    int wait = 0, dry_run = 0, json_out = 0;
     const char *md[SUBMIT_MAX_METADATA + 1];
     int n_md = 0;
     int rc = submit_take_metadata(jc, &argc, argv, md, &n_md);
@@ -258,12 +451,17 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         {"endpoint", NULL, CFG_STR, &endpoint, "PATH",
          "/v1/chat/completions or /v1/completions (default: /v1/completions when the first line's url is, "
          "else /v1/chat/completions)"},
-        {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1m .. 30d (default 24h)"},
+        {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1h .. 7d (default 24h; the deadline leasing orders by)"},
         {"priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"},
         {"webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"},
         {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
         {"filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"},
+        {"output-expires", NULL, CFG_DURATION, &out_expires_ms, "DUR",
+         "delete the output and error files DUR after they are written (output_expires_after; 1h .. 30d)"},
         {"wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"},
+        {"dry-run", NULL, CFG_BOOL, &dry_run, NULL,
+         "submit nothing: print jobd's estimate (requests, input tokens, max output tokens, cost range)"},
+        {"json", NULL, CFG_BOOL, &json_out, NULL, "with --dry-run: print jobd's estimate object"},
         {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "with --wait: polling interval (default 2s)"},
         {"timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "with --wait: give up after DUR (exit 14)"},
         JC_COMMON_OPTS(jc),
@@ -275,10 +473,12 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         return rc;
 
     int64_t win_ms;
-    if (cfg_parse_duration_ms(window, &win_ms) || win_ms < 60000 || win_ms > 30LL * 86400000)
-        return jc_usage_error(jc, "--window: '%s' is not a duration from 1m to 30d", window);
+    if (cfg_parse_duration_ms(window, &win_ms) || win_ms < 3600000 || win_ms > 7LL * 86400000)
+        return jc_usage_error(jc, "--window: '%s' is not a duration from 1h to 7d", window);
     if (priority != INT64_MIN && (priority < -1000 || priority > 1000))
         return jc_usage_error(jc, "--priority: %lld is outside -1000 .. 1000", (long long)priority);
+    if (out_expires_ms && (out_expires_ms % 1000 || out_expires_ms < 1000 || out_expires_ms > 30LL * 86400000))
+        return jc_usage_error(jc, "--output-expires: a whole number of seconds up to 30d (jobd wants at least 1h)");
     if (endpoint && strcmp(endpoint, "/v1/chat/completions") && strcmp(endpoint, "/v1/completions"))
         return jc_usage_error(jc, "--endpoint: use /v1/chat/completions or /v1/completions");
     if (idem && (!*idem || strlen(idem) > 255))
@@ -339,6 +539,10 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     }
     if (!endpoint)
         endpoint = submit_sniff_endpoint(src.fd, src.rbuf);
+    if (dry_run) {
+        rc = submit_dry_run(jc, src.fd, filename, endpoint, window, n_bytes, json_out);
+        goto out;
+    }
 
     /* the query: options and metadata; the material of the derived key */
     qsort(md, (size_t)n_md, sizeof md[0], cmp_str);
@@ -360,6 +564,9 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     }
     if (prio[0])
         e = e || buf_append_str(&q, "&metadata%5Bpriority%5D=") || buf_append_str(&q, prio);
+    if (out_expires_ms) /* in the key's material only when set, so older derived keys stay the same */
+        e = e || buf_printf(&q, "&output_expires_after%%5Bseconds%%5D=%lld", (long long)(out_expires_ms / 1000)) ||
+            buf_printf(&mat, "output_expires_after=%lld\n", (long long)(out_expires_ms / 1000));
     e = e || buf_printf(&mat, "%s\n", hex);
     if (e) {
         rc = jc_fail(jc, JC_EXIT_USAGE, NULL, "options too long");

@@ -9,6 +9,7 @@
 #include "jobd/account/usage.h"
 #include "jobd/app.h"
 #include "jobd/store/store.h"
+#include "jobd/tokens/tokens.h"
 
 static const char *usage_text =
     "usage: jobd [--listen ADDR:PORT] [--data DIR] [options]\n"
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
     uint64_t max_json = ac.max_json_bytes, max_line = ac.limits.max_line_bytes;
     const char *worker_token = NULL, *admin_token = NULL;
     int64_t sweep_ms = ac.sweep_interval_ms, window_min_ms = ac.window_min_s * 1000;
+    int64_t retention_ms = 0, expiry_min_ms = ac.expiry_min_s * 1000;
     int64_t lease_min_ms = ac.lease.lease_s_min * 1000, backoff_ms = ac.lease.retry.backoff_base_s * 1000;
     int64_t max_attempts = ac.lease.retry.max_attempts;
     int wh_private = 0;
@@ -114,7 +116,7 @@ int main(int argc, char **argv)
     int64_t wh_base_ms = ac.webhook.retry_base_ms, wh_cap_ms = ac.webhook.retry_cap_ms;
     int64_t wh_disable_ms = ac.webhook.disable_after_s * 1000, wh_conc = ac.webhook.concurrency;
     int64_t wh_poll_ms = ac.webhook.poll_ms;
-    const char *prices_spec = NULL;
+    const char *prices_spec = NULL, *tokenizer_spec = NULL;
     const char *ui = "on";
     struct cfg_opt opts[] = {
         {"listen", "JOBD_LISTEN", CFG_STR, &listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"},
@@ -139,7 +141,10 @@ int main(int argc, char **argv)
         {"max-attempts", NULL, CFG_INT, &max_attempts, "N", "attempts of a request before it is dead-lettered (default 3)"},
         {"retry-backoff", NULL, CFG_DURATION, &backoff_ms, "DUR", "first retry delay (doubling per attempt, capped at 600s; equal jitter) (default 10s)"},
         {"lease-min", NULL, CFG_DURATION, &lease_min_ms, "DUR", "shortest lease a worker may ask for (default 10s; tests use 1s)"},
-        {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1m; tests use seconds)"},
+        {"window-min", NULL, CFG_DURATION, &window_min_ms, "DUR", "shortest completion_window accepted (default 1h; tests use seconds)"},
+        {"file-retention", "JOBD_FILE_RETENTION", CFG_DURATION, &retention_ms, "DUR",
+         "delete uploaded input files and batch output/error files this long after they are created, unless the request set expires_after / output_expires_after (1h..30d; default: keep until deleted)"},
+        {"expiry-min", NULL, CFG_DURATION, &expiry_min_ms, "DUR", "shortest expires_after / output_expires_after / --file-retention accepted (default 1h; tests use seconds)"},
         {"port-file", NULL, CFG_STR, &port_file, "PATH", "write the bound port there once listening (for scripts and tests)"},
         {"webhook-allow-private", "JOBD_WEBHOOK_ALLOW_PRIVATE", CFG_BOOL, &wh_private, NULL,
          "allow webhook URLs that resolve to loopback, private, link-local or metadata addresses (local setups and tests; off by default: SSRF guard)"},
@@ -152,6 +157,8 @@ int main(int argc, char **argv)
         {"webhook-poll", NULL, CFG_DURATION, &wh_poll_ms, "DUR", "how often idle webhook senders look for work (default 500ms)"},
         {"prices", "JOBD_PRICES", CFG_STR, &prices_spec, "MODEL=IN:OUT[:CACHED],...", "price per model in integer micro-dollars per 1M input/output/cached-input tokens (cached defaults to IN/2); unlisted models cost 0 (spec/usage.md)"},
         {"ui", "JOBD_UI", CFG_STR, &ui, "on|off", "serve the web dashboard at /ui/ (default on; it calls the public API with the key typed into it)"},
+        {"tokenizer", "JOBD_TOKENIZER", CFG_STR, &tokenizer_spec, "MODEL=PATH.gguf,...",
+         "GGUF files whose tokenizer and chat template jobd loads (tokenizer only, on first use) to count the input tokens of POST /v1/batches/estimate exactly as a worker would; other models are estimated as prompt bytes / 4"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
         CLI_LOG_OPTS(&lg),
         {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
@@ -200,7 +207,8 @@ int main(int argc, char **argv)
         max_attempts < 1 || max_attempts > 100 || backoff_ms < 1000 || lease_min_ms < 1000 ||
         lease_min_ms > ac.lease.lease_s_max * 1000 || window_min_ms < 1000 || wh_timeout_ms < 1 ||
         wh_attempts < 1 || wh_attempts > 100 || wh_base_ms < 0 || wh_cap_ms < 0 || wh_disable_ms < 0 ||
-        wh_conc < 1 || wh_conc > 64 || wh_poll_ms < 1) {
+        wh_conc < 1 || wh_conc > 64 || wh_poll_ms < 1 || expiry_min_ms < 1000 ||
+        (retention_ms && (retention_ms < expiry_min_ms || retention_ms > 30LL * 86400 * 1000))) {
         cli_error("jobd", "see jobd --help", "a limit is out of range");
         return CLI_EXIT_USAGE;
     }
@@ -223,6 +231,8 @@ int main(int argc, char **argv)
     ac.admin_token = admin_token;
     ac.sweep_interval_ms = sweep_ms;
     ac.window_min_s = window_min_ms / 1000;
+    ac.file_retention_s = retention_ms / 1000;
+    ac.expiry_min_s = expiry_min_ms / 1000;
     ac.lease.lease_s_min = lease_min_ms / 1000;
     ac.lease.retry.backoff_base_s = backoff_ms / 1000;
     ac.lease.retry.max_attempts = (int)max_attempts;
@@ -241,7 +251,15 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     ac.prices = &prices;
+    struct tokens *toks = NULL;
+    if (tokenizer_spec && tokens_new(tokenizer_spec, &toks, perr, sizeof perr)) {
+        usage_prices_release(&prices);
+        cli_error("jobd", "see jobd --help", "%s", perr);
+        return CLI_EXIT_USAGE;
+    }
+    ac.tokens = toks;
     int rc = app_run(&ac);
+    tokens_free(toks);
     usage_prices_release(&prices);
     if (rc == ERR_AUTH)
         cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",

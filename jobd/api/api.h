@@ -39,11 +39,16 @@ struct api;
 struct http_server;
 struct ingestq;
 struct sweeper;
+struct tokens;
 struct webhook_dispatcher;
 
-/* completion_window bounds (POST /v1/batches, /v1/jobs); --window-min lowers the floor */
-#define API_WINDOW_MIN_S 60
-#define API_WINDOW_MAX_S (30 * 86400)
+/* completion_window bounds (POST /v1/batches, /v1/jobs): 1h .. 7d; OpenAI accepts only "24h" (the
+ * default), the rest is our extension (deadlines, jobd/work/lease_policy.c); --window-min lowers the floor */
+#define API_WINDOW_MIN_S 3600
+#define API_WINDOW_MAX_S (7 * 86400)
+/* expires_after / output_expires_after seconds (OpenAI's range); --expiry-min lowers the floor */
+#define API_EXPIRY_MIN_S 3600
+#define API_EXPIRY_MAX_S (30 * 86400)
 
 struct api_config {
     const char *data_dir;         /* the data directory (files/, tmp/ exist) */
@@ -59,6 +64,9 @@ struct api_config {
     const char *admin_token;      /* Bearer token of admin routes; NULL = none */
     struct lease_opts lease;      /* lease clamps, worker TTL */
     int64_t window_min_s;         /* smallest completion_window accepted */
+    int64_t file_retention_s;     /* expiry of uploads and output files without their own; 0 = none */
+    int64_t expiry_min_s;         /* smallest expires_after seconds accepted */
+    struct tokens *tokens;        /* tokenizer-only loads for estimates; NULL = none (borrowed) */
     int webhook_allow_private;    /* skip the SSRF guard of webhook URLs */
 };
 

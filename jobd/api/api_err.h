@@ -34,6 +34,7 @@ struct http_req;
     X(INVALID_ENCODING,         400, "invalid_request_error", "invalid_encoding")                       \
     X(INVALID_STATE,            400, "invalid_request_error", "invalid_state")                          \
     X(INVALID_IDEMPOTENCY_KEY,  400, "invalid_request_error", "invalid_idempotency_key")                \
+    X(INVALID_CURSOR,           400, "invalid_request_error", "invalid_cursor")                         \
     X(INVALID_URL,              400, "invalid_request_error", "invalid_url")                            \
     X(URL_NOT_ALLOWED,          400, "invalid_request_error", "url_not_allowed")                        \
     X(ENDPOINT_DISABLED,        400, "invalid_request_error", "endpoint_disabled")                      \
@@ -44,6 +45,7 @@ struct http_req;
     X(INVALID_ADMIN_TOKEN,      401, "invalid_request_error", "invalid_admin_token")                    \
     X(NOT_FOUND,                404, "invalid_request_error", "not_found")                              \
     X(IDEMPOTENCY_KEY_IN_USE,   409, "invalid_request_error", "idempotency_key_in_use")                 \
+    X(BATCH_NOT_FINISHED,       409, "invalid_request_error", "batch_not_finished")                     \
     X(FILE_TOO_LARGE,           413, "invalid_request_error", "file_too_large")                         \
     X(UNSUPPORTED_MEDIA_TYPE,   415, "invalid_request_error", "unsupported_media_type")                 \
     X(UNSUPPORTED_ENCODING,     415, "invalid_request_error", "unsupported_encoding")                   \

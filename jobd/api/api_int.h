@@ -41,6 +41,7 @@ struct api {
 int routes_ops_add(struct api *api);      /* routes_ops.c: /healthz, /readyz, /metrics */
 int routes_files_add(struct api *api);    /* routes_files.c: /v1/files */
 int routes_batches_add(struct api *api);  /* routes_batches.c: /v1/batches, /v1/jobs */
+int routes_results_add(struct api *api);  /* routes_results.c: /v1/batches/{id}/results */
 int routes_worker_add(struct api *api);   /* routes_worker.c: worker protocol, models, dead letters, workers */
 int routes_usage_add(struct api *api);    /* routes_usage.c: /v1/usage, /v1/admin/usage */
 int routes_budget_add(struct api *api);   /* routes_budget.c: /v1/admin/tenants/{tenant}/limits */

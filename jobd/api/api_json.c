@@ -11,10 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/cfg.h"
+#include "common/crypto.h"
 #include "common/err.h"
 #include "common/js.h"
+#include "jobd/api/api_err.h"
 #include "jobd/http/http.h"
 
 static int str_or_null(struct buf *b, const char *s)
@@ -159,8 +162,8 @@ int api_batch_json_ext(struct buf *out, const struct store_batch *b,
 {
     size_t start = out->len;
     int rc = api_batch_json(out, b);
-    if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0])
-        return rc;
+    if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0] || strcmp(b->model, STORE_MODEL_MIXED) == 0)
+        return rc; /* (a mixed batch's waiting models are in GET /v1/models' waiting list) */
     for (size_t i = 0; i < n_served; i++)
         if (strcmp(served[i].name, b->model) == 0)
             return 0;
@@ -188,5 +191,114 @@ int api_query_int(struct http_req *req, const char *name, int64_t lo, int64_t hi
     if (errno || end == v || *end || x < lo || x > hi)
         return ERR_INVAL;
     *out = x;
+    return 0;
+}
+
+int api_accepts_coding(const char *h, const char *coding)
+{
+    if (!h)
+        return 0;
+    size_t cl = strlen(coding);
+    const char *p = h;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '\t')
+            p++;
+        const char *tok = p;
+        while (*p && *p != ',' && *p != ';' && *p != ' ' && *p != '\t')
+            p++;
+        size_t n = (size_t)(p - tok);
+        const char *params = p;
+        while (*p && *p != ',')
+            p++;
+        if (n == cl && strncasecmp(tok, coding, cl) == 0) {
+            const char *q = strstr(params, "q=");
+            if (q && q < p && strtod(q + 2, NULL) <= 0.0)
+                return 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int api_expiry_check(const char *anchor, int64_t seconds, int64_t min_s, char *msg, size_t cap)
+{
+    if (anchor && strcmp(anchor, "created_at") != 0) {
+        snprintf(msg, cap, "Invalid anchor '%.32s': the only anchor is \"created_at\".", anchor);
+        return ERR_INVAL;
+    }
+    if (seconds < min_s || seconds > API_EXPIRY_MAX_S) {
+        snprintf(msg, cap, "Invalid seconds %lld: use %lld (%s) to %d (30 days).", (long long)seconds,
+                 (long long)min_s, min_s == API_EXPIRY_MIN_S ? "1 hour" : "--expiry-min", API_EXPIRY_MAX_S);
+        return ERR_INVAL;
+    }
+    return 0;
+}
+
+int api_expiry_parse_json(const struct json_t *v, const char *field, int64_t min_s, int64_t *seconds,
+                          enum api_err *e, char *msg, size_t cap, char *param)
+{
+    snprintf(param, 64, "%s", field);
+    if (!json_is_object(v)) {
+        snprintf(msg, cap, "%s must be an object {\"anchor\": \"created_at\", \"seconds\": N}.", field);
+        *e = API_ERR_INVALID_TYPE;
+        return -1;
+    }
+    json_t *a = json_object_get(v, "anchor"), *sec = json_object_get(v, "seconds");
+    if (!a || !sec) {
+        snprintf(param, 64, "%s.%s", field, a ? "seconds" : "anchor");
+        snprintf(msg, cap, "Missing required parameter: '%s'.", param);
+        *e = API_ERR_MISSING_PARAMETER;
+        return -1;
+    }
+    if (!json_is_string(a) || !json_is_integer(sec)) {
+        snprintf(param, 64, "%s.%s", field, json_is_string(a) ? "seconds" : "anchor");
+        snprintf(msg, cap, "'%s' must be %s.", param, json_is_string(a) ? "an integer" : "a string");
+        *e = API_ERR_INVALID_TYPE;
+        return -1;
+    }
+    if (api_expiry_check(json_string_value(a), json_integer_value(sec), min_s, msg, cap)) {
+        snprintf(param, 64, "%s.%s", field, strcmp(json_string_value(a), "created_at") ? "anchor" : "seconds");
+        *e = API_ERR_INVALID_VALUE;
+        return -1;
+    }
+    *seconds = json_integer_value(sec);
+    return 0;
+}
+
+static void cursor_check(const char *batch_id, int64_t seq, char out[13])
+{
+    char msg[128];
+    uint8_t d[SHA256_LEN];
+    int n = snprintf(msg, sizeof msg, "jobd results cursor\n%s\n%lld", batch_id, (long long)seq);
+    sha256(msg, (size_t)n, d);
+    hex_encode(d, 6, out);
+}
+
+void api_results_cursor_make(const char *batch_id, int64_t seq, char out[API_CURSOR_LEN + 1])
+{
+    char chk[13];
+    cursor_check(batch_id, seq, chk);
+    snprintf(out, API_CURSOR_LEN + 1, "rc1%016llx%s", (unsigned long long)seq, chk);
+}
+
+int api_results_cursor_parse(const char *batch_id, const char *s, int64_t *seq)
+{
+    if (strlen(s) != API_CURSOR_LEN || strncmp(s, "rc1", 3) != 0)
+        return ERR_INVAL;
+    uint64_t v = 0;
+    for (int i = 3; i < 19; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return ERR_INVAL;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (v > (uint64_t)INT64_MAX)
+        return ERR_INVAL;
+    char chk[13];
+    cursor_check(batch_id, (int64_t)v, chk);
+    if (strcmp(chk, s + 19) != 0)
+        return ERR_INVAL;
+    *seq = (int64_t)v;
     return 0;
 }

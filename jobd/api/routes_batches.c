@@ -2,7 +2,10 @@
  * routes_batches.c - the Batch API: POST /v1/batches, GET /v1/batches,
  * GET /v1/batches/{id} (ETag / If-None-Match / Retry-After),
  * POST /v1/batches/{id}/cancel, and the native one-call submission
- * POST /v1/jobs (the JSONL is the request body).
+ * POST /v1/jobs (the JSONL is the request body), and
+ * POST /v1/batches/{id}/rerun (a new batch of an ended batch's failed,
+ * not-run or all lines, rebuilt from the stored requests into a new input
+ * file, then the same sequence as /v1/jobs).
  *
  * Both creation routes share one sequence (submit): the Idempotency-Key
  * (jobd/api/api_idem.h), for /v1/jobs the body's bytes moved into place,
@@ -37,6 +40,7 @@
 #include "jobd/intake/ingest.h"
 #include "jobd/intake/ingestq.h"
 #include "jobd/intake/upload.h"
+#include "jobd/tokens/tokens.h"
 #include "jobd/work/lease.h"
 
 struct batch_in {
@@ -44,9 +48,14 @@ struct batch_in {
     char input_file_id[ID_MAX];
     int64_t window_s;
     char *metadata; /* JSON object text or NULL */
-    /* /v1/jobs */
+    /* /v1/jobs (and a rerun: its lines are written here) */
     struct upload *up;
     char filename[256];
+    /* POST /v1/batches/{id}/rerun */
+    char rerun_of[ID_MAX];
+    enum store_rerun_only only;
+    int window_given, metadata_given; /* else the original batch's */
+    int64_t out_expires_s; /* output_expires_after.seconds; 0 = jobd's --file-retention */
 };
 
 static void batch_in_free(void *p)
@@ -126,6 +135,8 @@ static int store_body(struct create_job *cj, struct store_file *sf, char *final,
     store_path_upload_rel(sf->id, sf->storage_path);
     snprintf(sf->encoding, sizeof sf->encoding, "zstd");
     sf->created_at = clock_wall_s();
+    if (cj->job.api->cfg.file_retention_s)
+        sf->expires_at = sf->created_at + cj->job.api->cfg.file_retention_s;
     if ((rc = store_path_abs(cj->job.api->cfg.data_dir, sf->storage_path, final, cap)))
         return rc;
     return upload_commit(bi->up, final);
@@ -162,7 +173,8 @@ static void submit(struct create_job *cj, struct store *st)
         struct store_submit s = {
             .tenant_id = job->tenant,
             .file = jobs ? &sf : NULL,
-            .batch = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata},
+            .batch = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata,
+                      bi->out_expires_s ? bi->out_expires_s : job->api->cfg.file_retention_s},
             .now = clock_wall_s(),
             .admit = api_admit_check,
             .admit_arg = &adm,
@@ -246,20 +258,38 @@ static int parse_window(struct http_req *req, const char *w, struct batch_in *bi
     struct api_rctx *rc = http_req_data(req);
     if (api_window_parse(w, rc->api->cfg.window_min_s, &bi->window_s)) {
         api_respond_error(req, API_ERR_INVALID_VALUE, "completion_window",
-                           "Invalid completion_window '%s': use a duration from 1m to 30d, "
+                           "Invalid completion_window '%s': use a duration from 1h to 7d, "
                            "e.g. \"24h\" (the default), \"1h\" or \"7d\".", w);
         return -1;
     }
     return 0;
 }
 
-static void batches_create(struct http_req *req, void *arg)
+/* output_expires_after (JSON; null or absent: jobd's default). Answers 400, returns -1 on a bad value. */
+static int parse_out_expiry(struct http_req *req, json_t *v, struct batch_in *bi)
+{
+    if (!v || json_is_null(v))
+        return 0;
+    struct api_rctx *rc = http_req_data(req);
+    enum api_err e;
+    char msg[256], param[64];
+    if (api_expiry_parse_json(v, "output_expires_after", rc->api->cfg.expiry_min_s, &bi->out_expires_s, &e, msg,
+                              sizeof msg, param)) {
+        api_respond_error(req, e, param, "%s", msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The body of POST /v1/batches (and /v1/batches/estimate) into a new
+ * batch_in; NULL when answered (400, 415, 500). */
+static struct batch_in *parse_create_body(struct http_req *req)
 {
     const char *ct = http_req_header(req, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0) {
         api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                            "Send the request body as application/json.");
-        return;
+        return NULL;
     }
     size_t len;
     const char *body = http_req_body(req, &len);
@@ -270,46 +300,60 @@ static void batches_create(struct http_req *req, void *arg)
         json_decref(root);
         api_respond_error(req, API_ERR_INVALID_JSON, NULL,
                            "We could not parse the JSON body of your request (expected an object).");
-        return;
+        return NULL;
     }
     struct batch_in *bi = calloc(1, sizeof *bi);
     const char *fid = NULL, *ep = NULL, *win = NULL;
     int r;
     if (!bi) {
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
-        goto out;
+        goto fail;
     }
     if ((r = js_get_str(root, "input_file_id", &fid)) || !*fid || strlen(fid) >= ID_MAX) {
         api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "input_file_id", r == ERR_NOTFOUND ? "Missing required parameter: 'input_file_id'."
                                                               : "Invalid 'input_file_id': expected a file id.");
-        goto out;
+        goto fail;
     }
     if ((r = js_get_str(root, "endpoint", &ep)) || !endpoint_ok(ep)) {
         api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "endpoint", r == ERR_NOTFOUND ? "Missing required parameter: 'endpoint'."
                                                          : "Invalid 'endpoint': jobd supports "
                                                            "'/v1/chat/completions' and '/v1/completions'.");
-        goto out;
+        goto fail;
     }
     if ((r = js_get_str(root, "completion_window", &win)) && r != ERR_NOTFOUND) {
         api_respond_error(req, API_ERR_INVALID_TYPE, "completion_window",
                            "completion_window must be a string such as \"24h\".");
-        goto out;
+        goto fail;
     }
-    if (parse_window(req, r ? NULL : win, bi) || parse_metadata(req, json_object_get(root, "metadata"), bi))
-        goto out;
+    if (parse_window(req, r ? NULL : win, bi) || parse_metadata(req, json_object_get(root, "metadata"), bi) ||
+        parse_out_expiry(req, json_object_get(root, "output_expires_after"), bi))
+        goto fail;
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);
     snprintf(bi->input_file_id, sizeof bi->input_file_id, "%s", fid);
+    json_decref(root);
+    return bi;
+fail:
+    batch_in_free(bi);
+    json_decref(root);
+    return NULL;
+}
+
+static void batches_create(struct http_req *req, void *arg)
+{
+    struct batch_in *bi = parse_create_body(req);
+    if (!bi)
+        return;
+    size_t len;
+    const char *body = http_req_body(req, &len);
     struct create_job *cj = create_new(req, bi, 1);
     if (cj) {
         bi = NULL;
         store_idem_fingerprint("POST", "/v1/batches", body, len, cj->job.fp);
     }
     api_job_run(req, cj ? &cj->job : NULL);
-out:
     batch_in_free(bi);
-    json_decref(root);
 }
 
 /* The batch JSON with the "waiting_for_model" extension (served: the model
@@ -339,6 +383,7 @@ struct batch_job {
     struct api_job job;
     char id[ID_MAX];
     char if_none_match[128]; /* GET: "" = none */
+    int64_t eta;             /* GET: estimated completion (unix s), 0 = none */
 };
 
 static void batch_job_free(struct api_job *job)
@@ -384,6 +429,15 @@ static void batches_get_run(struct api_job *job, struct store *st)
     struct served sv = {0};
     rc = batch_json_served(job, st, &job->out, &b, &sv);
     free(sv.items);
+    /* the deadline extension: when it will end at the current throughput */
+    if (!rc && lease_batch_eta(st, &job->api->cfg.lease, &b, lease_clock_s(), &bj->eta) == 0 && job->out.len &&
+        job->out.data[job->out.len - 1] == '}') {
+        job->out.data[--job->out.len] = '\0'; /* reopen the object */
+        rc = buf_printf(&job->out, ",\"estimated_completion_at\":%lld,\"deadline_at_risk\":%s}",
+                        (long long)bj->eta, bj->eta > b.expires_at ? "true" : "false");
+    } else {
+        bj->eta = 0;
+    }
     job->retry_after = retry_hint(b.status);
     store_batch_release(&b);
     if (rc) {
@@ -422,11 +476,25 @@ static struct batch_job *batch_job_new(struct http_req *req, api_job_fn run)
     return bj;
 }
 
+/* The default answer plus X-Estimated-Completion while an estimate exists. */
+static int batches_get_answer(struct http_req *req, struct api_job *job)
+{
+    struct batch_job *bj = (struct batch_job *)job;
+    if (bj->eta > 0 && (job->status == 200 || job->status == 304)) {
+        char v[32];
+        snprintf(v, sizeof v, "%lld", (long long)bj->eta);
+        http_resp_header(req, "X-Estimated-Completion", v);
+    }
+    api_job_answer(req, job);
+    return 0;
+}
+
 static void batches_get(struct http_req *req, void *arg)
 {
     struct batch_job *bj = batch_job_new(req, batches_get_run);
     if (!bj)
         return;
+    bj->job.answer = batches_get_answer;
     const char *inm = http_req_header(req, "If-None-Match");
     if (inm)
         snprintf(bj->if_none_match, sizeof bj->if_none_match, "%s", inm);
@@ -556,6 +624,438 @@ static void batches_cancel(struct http_req *req, void *arg)
     api_job_run(req, &bj->job);
 }
 
+/* ---- POST /v1/batches/{id}/rerun ------------------------------------------------------------- */
+
+static const char *const rerun_only_names[] = {"failed", "failed_and_expired", "all"};
+
+static int is_terminal(enum store_batch_status s)
+{
+    return s == STORE_BATCH_COMPLETED || s == STORE_BATCH_FAILED || s == STORE_BATCH_EXPIRED ||
+           s == STORE_BATCH_CANCELLED;
+}
+
+/* store_request_scan_rerun's callback: the original input line, rebuilt. */
+static int rerun_line(void *ctx, const struct store_rerun_row *row)
+{
+    struct create_job *cj = ctx;
+    struct buf b;
+    buf_init(&b, (size_t)row->body_len + strlen(row->custom_id) * 6 + 128);
+    int rc = buf_append_str(&b, "{\"custom_id\":");
+    if (!rc)
+        rc = js_escape(&b, row->custom_id, strlen(row->custom_id));
+    if (!rc)
+        rc = buf_printf(&b, ",\"method\":\"POST\",\"url\":\"%s\",\"body\":", cj->bi->endpoint);
+    if (!rc)
+        rc = buf_append(&b, row->body, row->body_len);
+    if (!rc)
+        rc = buf_append_str(&b, "}\n");
+    if (!rc)
+        rc = upload_write(cj->bi->up, b.data, b.len);
+    buf_release(&b);
+    return rc;
+}
+
+/* The new batch's metadata: the original's (or the request's), plus
+ * rerun_of. 0, or -1 with the job answered (400 / 500). */
+static int rerun_metadata(struct api_job *job, struct batch_in *bi, const char *orig)
+{
+    const char *base = bi->metadata_given ? bi->metadata : orig;
+    json_t *md = base ? json_loads(base, 0, NULL) : json_object();
+    if (!json_is_object(md)) {
+        json_decref(md);
+        api_job_internal(job, ERR_CORRUPT, "rerun metadata");
+        return -1;
+    }
+    json_object_set_new(md, "rerun_of", json_string(bi->rerun_of));
+    char msg[200];
+    if (api_metadata_check(md, msg, sizeof msg)) {
+        json_decref(md);
+        api_job_error(job, API_ERR_INVALID_VALUE, "metadata",
+                      "The rerun's metadata (the original batch's plus \"rerun_of\") is invalid: %s Pass "
+                      "\"metadata\" in the request to replace the original's.", msg);
+        return -1;
+    }
+    free(bi->metadata);
+    bi->metadata = json_dumps(md, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(md);
+    if (!bi->metadata) {
+        api_job_internal(job, ERR_NOMEM, "rerun metadata");
+        return -1;
+    }
+    return 0;
+}
+
+/* Check the original, write the selected lines into a new input file,
+ * then the create sequence of POST /v1/jobs (submit) with that file. */
+static void rerun_run(struct api_job *job, struct store *st)
+{
+    struct create_job *cj = (struct create_job *)job;
+    struct batch_in *bi = cj->bi;
+    struct store_batch b;
+    int rc = store_batch_get(st, job->tenant, bi->rerun_of, &b);
+    if (rc == ERR_NOTFOUND) {
+        api_job_error(job, API_ERR_NOT_FOUND, "batch_id", "No such Batch object: '%s'.", bi->rerun_of);
+        return;
+    }
+    if (rc) {
+        api_job_internal(job, rc, "get batch");
+        return;
+    }
+    if (!is_terminal(b.status)) {
+        api_job_error(job, API_ERR_BATCH_NOT_FINISHED, "batch_id",
+                      "Batch '%s' is still %s: a rerun takes the lines of a batch that has ended "
+                      "(completed, failed, expired or cancelled). Wait for it (or cancel it), then rerun.",
+                      b.id, store_batch_status_name(b.status));
+        job->retry_after = retry_hint(b.status);
+        store_batch_release(&b);
+        return;
+    }
+    snprintf(bi->endpoint, sizeof bi->endpoint, "%s", b.endpoint);
+    if (!bi->window_given)
+        bi->window_s = b.completion_window_s;
+    if (!bi->out_expires_s)
+        bi->out_expires_s = b.output_expires_after_s;
+    rc = rerun_metadata(job, bi, b.metadata);
+    store_batch_release(&b);
+    if (rc)
+        return;
+    const struct api_config *cfg = &job->api->cfg;
+    if ((rc = upload_new(job->api->tmp_dir, UPLOAD_IDENTITY, cfg->limits.max_file_bytes, cfg->zstd_level, &bi->up))) {
+        api_job_internal(job, rc, "rerun file");
+        return;
+    }
+    int64_t n = 0;
+    rc = store_request_scan_rerun(st, bi->rerun_of, bi->only, rerun_line, cj, &n);
+    if (!rc && n == 0) {
+        api_job_error(job, API_ERR_INVALID_VALUE, "only",
+                      "Batch '%s' has no requests to rerun with only=\"%s\"%s.", bi->rerun_of,
+                      rerun_only_names[bi->only],
+                      bi->only == STORE_RERUN_FAILED ? " (none failed; \"failed_and_expired\" also takes "
+                                                       "requests that expired or were cancelled)" : "");
+        return;
+    }
+    if (!rc)
+        rc = upload_finish(bi->up);
+    if (rc) {
+        api_job_internal(job, rc, "rerun file");
+        return;
+    }
+    snprintf(bi->filename, sizeof bi->filename, "rerun-%s.jsonl", bi->rerun_of);
+    submit(cj, st);
+}
+
+static void batches_rerun(struct http_req *req, void *arg)
+{
+    const char *id = http_req_param(req, "id");
+    if (!id || strlen(id) >= ID_MAX) {
+        api_respond_error(req, API_ERR_NOT_FOUND, "batch_id", "No such Batch object.");
+        return;
+    }
+    size_t len;
+    const char *body = http_req_body(req, &len);
+    json_t *root = NULL;
+    struct batch_in *bi = calloc(1, sizeof *bi);
+    if (!bi) {
+        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
+        return;
+    }
+    if (len) {
+        const char *ct = http_req_header(req, "Content-Type");
+        struct js_limits lim = JS_LIMITS_DEFAULT;
+        if (ct && strncasecmp(ct, "application/json", 16) != 0) {
+            api_respond_error(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, NULL, "Send the request body as application/json.");
+            goto out;
+        }
+        if (js_parse(body, len, &lim, &root, NULL) || !json_is_object(root)) {
+            api_respond_error(req, API_ERR_INVALID_JSON, NULL,
+                              "We could not parse the JSON body of your request (expected an object).");
+            goto out;
+        }
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "only") && strcmp(key, "completion_window") && strcmp(key, "metadata") &&
+            strcmp(key, "output_expires_after")) {
+            api_respond_error(req, API_ERR_UNKNOWN_PARAMETER, key,
+                              "Unknown parameter '%.64s': a rerun takes 'only', 'completion_window', "
+                              "'metadata' and 'output_expires_after'.", key);
+            goto out;
+        }
+    }
+    v = root ? json_object_get(root, "only") : NULL;
+    bi->only = STORE_RERUN_FAILED;
+    if (v) {
+        const char *o = json_string_value(v);
+        int found = 0;
+        for (int i = 0; o && i < 3; i++)
+            if (!strcmp(o, rerun_only_names[i])) {
+                bi->only = (enum store_rerun_only)i;
+                found = 1;
+            }
+        if (!found) {
+            api_respond_error(req, API_ERR_INVALID_VALUE, "only",
+                              "Invalid 'only': use \"failed\" (the default), \"failed_and_expired\" or \"all\".");
+            goto out;
+        }
+    }
+    v = root ? json_object_get(root, "completion_window") : NULL;
+    if (v) {
+        if (!json_is_string(v)) {
+            api_respond_error(req, API_ERR_INVALID_TYPE, "completion_window",
+                              "completion_window must be a string such as \"24h\".");
+            goto out;
+        }
+        if (parse_window(req, json_string_value(v), bi))
+            goto out;
+        bi->window_given = 1;
+    }
+    v = root ? json_object_get(root, "metadata") : NULL;
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) {
+            api_respond_error(req, API_ERR_INVALID_TYPE, "metadata", "metadata must be an object of strings.");
+            goto out;
+        }
+        if (parse_metadata(req, v, bi))
+            goto out;
+        bi->metadata_given = 1;
+    }
+    if (parse_out_expiry(req, root ? json_object_get(root, "output_expires_after") : NULL, bi))
+        goto out;
+    snprintf(bi->rerun_of, sizeof bi->rerun_of, "%s", id);
+    struct create_job *cj = calloc(1, sizeof *cj);
+    if (cj) {
+        api_job_init_req(&cj->job, req, rerun_run, create_free);
+        cj->job.answer = create_answer;
+        cj->bi = bi;
+        cj->owns_bi = 1;
+        bi = NULL;
+        store_idem_fingerprint("POST", http_req_path(req), body, len, cj->job.fp);
+    }
+    api_job_run(req, cj ? &cj->job : NULL);
+out:
+    batch_in_free(bi);
+    json_decref(root);
+}
+
+/* ---- POST /v1/batches/estimate ---------------------------------------------------------------- */
+
+#define ESTIMATE_MAX_MODELS 64 /* per-model rows; further models are summed into the totals only */
+
+struct est_model {
+    char model[STORE_MODEL_MAX + 1];
+    int64_t requests, input_tokens, max_output_tokens;
+    int64_t exact;          /* requests counted with the model's tokenizer */
+    int64_t refused;        /* requests the model's tokenizer/prompt code refused (estimated instead) */
+    char refusal[200];      /* the first refusal's message */
+};
+
+struct estimate_job {
+    struct api_job job;
+    struct batch_in *bi;
+    char path[STORE_PATH_MAX];
+    int scan_rc;
+    int64_t n_lines;
+    /* the scan's sums */
+    struct est_model m[ESTIMATE_MAX_MODELS];
+    size_t nm;
+    int64_t requests, input_tokens, max_output_tokens, exact, other_models;
+};
+
+static void estimate_free(struct api_job *job)
+{
+    struct estimate_job *ej = (struct estimate_job *)job;
+    batch_in_free(ej->bi);
+    free(ej);
+}
+
+/* ingest_scan_file's callback: one valid line (the ones ingest would store). */
+static void estimate_line(void *ctx, const struct ingest_line *l)
+{
+    struct estimate_job *ej = ctx;
+    struct est_model *m = NULL;
+    for (size_t i = 0; i < ej->nm && !m; i++)
+        if (!strcmp(ej->m[i].model, l->model))
+            m = &ej->m[i];
+    if (!m && ej->nm < ESTIMATE_MAX_MODELS) {
+        m = &ej->m[ej->nm++];
+        snprintf(m->model, sizeof m->model, "%s", l->model);
+    }
+    int64_t in = l->prompt_tokens_est, n = 0;
+    char err[200] = "";
+    int rc = tokens_count(ej->job.api->cfg.tokens, l->model, !strcmp(ej->bi->endpoint, "/v1/chat/completions"),
+                          l->body, &n, err, sizeof err);
+    if (rc == 0) {
+        in = n;
+        ej->exact++;
+    }
+    ej->requests++;
+    ej->input_tokens += in;
+    ej->max_output_tokens += l->max_tokens;
+    if (!m) {
+        ej->other_models++;
+        return;
+    }
+    m->requests++;
+    m->input_tokens += in;
+    m->max_output_tokens += l->max_tokens;
+    if (rc == 0)
+        m->exact++;
+    else if (rc != ERR_NOTFOUND && !m->refused++)
+        snprintf(m->refusal, sizeof m->refusal, "%s", err);
+}
+
+static void estimate_scan(void *ctx)
+{
+    struct estimate_job *ej = ctx;
+    ej->scan_rc = ingest_scan_file(ej->path, ej->bi->endpoint, &ej->job.api->cfg.limits, estimate_line, ej,
+                                   &ej->n_lines);
+}
+
+static int64_t price_of(const struct usage_prices *p, const char *model, int64_t in, int64_t out, int *priced)
+{
+    const struct usage_price *pr = p ? usage_price_find(p, model) : NULL;
+    int64_t c = 0;
+    *priced = pr != NULL;
+    if (pr && usage_cost_micros(pr, in, 0, out, &c))
+        c = INT64_MAX;
+    return c;
+}
+
+static void estimate_run(struct api_job *job, struct store *st)
+{
+    struct estimate_job *ej = (struct estimate_job *)job;
+    struct batch_in *bi = ej->bi;
+    struct store_file f;
+    int rc = store_file_get(st, job->tenant, bi->input_file_id, &f);
+    if (!rc && f.expires_at && f.expires_at <= clock_wall_s())
+        rc = ERR_NOTFOUND;
+    if (rc == ERR_NOTFOUND) {
+        api_job_error(job, API_ERR_NOT_FOUND, "input_file_id", "No such File object: '%s'.", bi->input_file_id);
+        return;
+    }
+    if (rc) {
+        api_job_internal(job, rc, "get file");
+        return;
+    }
+    if (strcmp(f.purpose, "batch")) {
+        api_job_error(job, API_ERR_INVALID_VALUE, "input_file_id",
+                      "File '%s' cannot be a batch input: its purpose must be 'batch'.", bi->input_file_id);
+        return;
+    }
+    if ((rc = store_path_abs(job->api->cfg.data_dir, f.storage_path, ej->path, sizeof ej->path))) {
+        api_job_internal(job, rc, "file path");
+        return;
+    }
+    struct store_model_served *served = NULL;
+    size_t n_served = 0;
+    if ((rc = lease_models_served(st, &job->api->cfg.lease, lease_clock_s(), &served, &n_served))) {
+        api_job_internal(job, rc, "models served");
+        return;
+    }
+    st = api_job_unlocked(job, st, estimate_scan, ej); /* a long file scan holds no connection */
+    (void)st;
+    if (ej->scan_rc) {
+        free(served);
+        api_job_internal(job, ej->scan_rc, "scan input file");
+        return;
+    }
+    const struct usage_prices *prices = job->api->cfg.prices;
+    struct buf *b = &job->out;
+    char win[32];
+    api_window_format(bi->window_s, win, sizeof win);
+    int64_t min_total = 0, max_total = 0;
+    int all_priced = 1;
+    rc = buf_printf(b, "{\"object\":\"batch.estimate\",\"input_file_id\":\"%s\",\"endpoint\":\"%s\","
+                       "\"completion_window\":\"%s\",\"lines\":%lld,\"request_counts\":{\"total\":%lld},"
+                       "\"input_tokens\":%lld,\"input_tokens_exact\":%s,\"max_output_tokens\":%lld,\"models\":[",
+                    bi->input_file_id, bi->endpoint, win, (long long)ej->n_lines, (long long)ej->requests,
+                    (long long)ej->input_tokens, ej->exact == ej->requests ? "true" : "false",
+                    (long long)ej->max_output_tokens);
+    struct buf unknown, warn;
+    buf_init(&unknown, 1u << 16);
+    buf_init(&warn, 1u << 16);
+    for (size_t i = 0; !rc && i < ej->nm; i++) {
+        struct est_model *m = &ej->m[i];
+        int64_t workers = 0;
+        for (size_t k = 0; k < n_served; k++)
+            if (!strcmp(served[k].name, m->model))
+                workers += served[k].n_workers;
+        int priced = 0;
+        int64_t cmin = price_of(prices, m->model, m->input_tokens, 0, &priced);
+        int64_t cmax = price_of(prices, m->model, m->input_tokens, m->max_output_tokens, &priced);
+        all_priced &= priced;
+        min_total = cmin == INT64_MAX || min_total == INT64_MAX ? INT64_MAX : min_total + cmin;
+        max_total = cmax == INT64_MAX || max_total == INT64_MAX ? INT64_MAX : max_total + cmax;
+        int has_tok = tokens_has(job->api->cfg.tokens, m->model);
+        rc = buf_printf(b, "%s{\"model\":", i ? "," : "");
+        if (!rc)
+            rc = js_escape(b, m->model, strlen(m->model));
+        if (!rc)
+            rc = buf_printf(b, ",\"requests\":%lld,\"input_tokens\":%lld,\"input_tokens_exact\":%s,"
+                               "\"tokenizer\":\"%s\",\"max_output_tokens\":%lld,\"workers\":%lld,\"priced\":%s,"
+                               "\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld}}",
+                            (long long)m->requests, (long long)m->input_tokens,
+                            m->exact == m->requests ? "true" : "false", has_tok ? "gguf" : "bytes/4",
+                            (long long)m->max_output_tokens, (long long)workers, priced ? "true" : "false",
+                            (long long)cmin, (long long)cmax);
+        if (!rc && !workers && !has_tok) {
+            rc = buf_append_str(&unknown, unknown.len ? "," : "");
+            if (!rc)
+                rc = js_escape(&unknown, m->model, strlen(m->model));
+        }
+        char msg[512];
+        msg[0] = '\0';
+        if (!workers)
+            snprintf(msg, sizeof msg, "no live worker serves model '%.128s': its %lld requests would wait, and "
+                     "expire with the window if none comes", m->model, (long long)m->requests);
+        if (!rc && msg[0]) {
+            rc = buf_append_str(&warn, warn.len ? "," : "");
+            if (!rc)
+                rc = js_escape(&warn, msg, strlen(msg));
+        }
+        if (!rc && m->refused) {
+            snprintf(msg, sizeof msg, "%lld requests for model '%.128s' would be refused by its worker: %.200s",
+                     (long long)m->refused, m->model, m->refusal);
+            rc = buf_append_str(&warn, warn.len ? "," : "");
+            if (!rc)
+                rc = js_escape(&warn, msg, strlen(msg));
+        }
+    }
+    free(served);
+    if (!rc)
+        rc = buf_printf(b, "],\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld,\"priced\":%s},"
+                           "\"unknown_models\":[%s],\"warnings\":[%s]}",
+                        (long long)min_total, (long long)max_total, all_priced && !ej->other_models ? "true" : "false",
+                        unknown.data ? unknown.data : "", warn.data ? warn.data : "");
+    buf_release(&unknown);
+    buf_release(&warn);
+    if (rc) {
+        api_job_internal(job, rc, "render estimate");
+        return;
+    }
+    job->status = 200;
+}
+
+static void batches_estimate(struct http_req *req, void *arg)
+{
+    struct batch_in *bi = parse_create_body(req);
+    if (!bi)
+        return;
+    struct estimate_job *ej = calloc(1, sizeof *ej);
+    if (!ej) {
+        batch_in_free(bi);
+        api_job_run(req, NULL);
+        return;
+    }
+    api_job_init_req(&ej->job, req, estimate_run, estimate_free);
+    ej->job.writes = 0;     /* no side effects: reads only */
+    ej->job.idem_key[0] = '\0'; /* nothing to keep */
+    ej->bi = bi;
+    api_job_run(req, &ej->job);
+}
+
 /* ---- POST /v1/jobs ------------------------------------------------------------------------------ */
 
 static int jobs_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -626,6 +1126,31 @@ static int jobs_metadata(struct http_req *req, struct batch_in *bi)
     return rc;
 }
 
+/* ?output_expires_after[seconds]=N (and optionally [anchor]=created_at) or Jobd-Output-Expires-After: N */
+static int jobs_out_expiry(struct http_req *req, struct batch_in *bi)
+{
+    const char *sec = opt(req, "output_expires_after[seconds]", NULL, "Jobd-Output-Expires-After");
+    const char *anchor = http_req_query(req, "output_expires_after[anchor]");
+    if (!sec && !anchor)
+        return 0;
+    struct api_rctx *rc = http_req_data(req);
+    char msg[256], *end = NULL;
+    long long v = sec ? strtoll(sec, &end, 10) : 0;
+    if (!sec || !*sec || *end) {
+        api_respond_error(req, sec ? API_ERR_INVALID_TYPE : API_ERR_MISSING_PARAMETER, "output_expires_after.seconds",
+                          "output_expires_after[seconds] must be an integer number of seconds.");
+        return -1;
+    }
+    if (api_expiry_check(anchor, v, rc->api->cfg.expiry_min_s, msg, sizeof msg)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE,
+                          anchor && strcmp(anchor, "created_at") ? "output_expires_after.anchor"
+                                                                 : "output_expires_after.seconds", "%s", msg);
+        return -1;
+    }
+    bi->out_expires_s = v;
+    return 0;
+}
+
 static void jobs_head(struct http_req *req, void *arg)
 {
     struct api *api = arg;
@@ -656,7 +1181,7 @@ static void jobs_head(struct http_req *req, void *arg)
     }
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);
     if (parse_window(req, opt(req, "completion_window", "window", "Jobd-Completion-Window"), bi) ||
-        jobs_metadata(req, bi))
+        jobs_metadata(req, bi) || jobs_out_expiry(req, bi))
         return;
     const char *fn = opt(req, "filename", NULL, "Jobd-Filename");
     if (fn && (strlen(fn) >= sizeof bi->filename || !ingest_utf8_valid(fn, strlen(fn)))) {
@@ -695,6 +1220,8 @@ static void jobs_create(struct http_req *req, void *arg)
         buf_init(&fp, 4096);
         buf_printf(&fp, "%s\n%s\n%s\n%s\n%s", bi->endpoint, win, bi->metadata ? bi->metadata : "",
                    bi->filename, upload_sha256_hex(bi->up));
+        if (bi->out_expires_s) /* only then: keys stored before the option existed still match */
+            buf_printf(&fp, "\n%lld", (long long)bi->out_expires_s);
         r = store_idem_fingerprint("POST", "/v1/jobs", fp.data, fp.len, cj->job.fp);
         buf_release(&fp);
         if (r) {
@@ -715,6 +1242,10 @@ int routes_batches_add(struct api *api)
         (rc = http_server_route(s, &(struct http_route){"GET", "/v1/batches/{id}", batches_get, api_head_tenant, 0, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/cancel", batches_cancel,
                                                         api_head_tenant, 0, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/estimate", batches_estimate,
+                                                        api_head_tenant, api->cfg.max_json_bytes, api})) ||
+        (rc = http_server_route(s, &(struct http_route){"POST", "/v1/batches/{id}/rerun", batches_rerun,
+                                                        api_head_tenant, api->cfg.max_json_bytes, api})) ||
         (rc = http_server_route(s, &(struct http_route){"POST", "/v1/jobs", jobs_create, jobs_head, 0, api})))
         return rc;
     return 0;

@@ -49,10 +49,13 @@ struct fup {
     struct http_req *req;
     struct mp_parser mp;
     struct upload *up;
-    int part;                 /* 0 none, 1 file, 2 purpose, 3 other */
+    int part;                 /* 0 none, 1 file, 2 purpose, 3 other, 4 expires_after[anchor], 5 [seconds] */
     int have_file, have_purpose;
     char purpose[32];
     size_t purpose_len;
+    char exp_anchor[32], exp_seconds[32]; /* the expires_after fields ("" = absent) */
+    size_t exp_anchor_len, exp_seconds_len; /* >= sizeof: too long */
+    int have_exp_anchor, have_exp_seconds;
     char filename[256];
     int bad_filename;         /* the file part's name is not UTF-8 */
     uint64_t other_bytes;
@@ -87,16 +90,42 @@ static int fup_part_begin(void *ctx, const char *name, const char *filename)
         f->part = 2;
         f->purpose_len = 0;
         f->have_purpose = 1;
+    } else if (strcmp(name, "expires_after[anchor]") == 0) {
+        f->part = 4;
+        f->exp_anchor_len = 0;
+        f->have_exp_anchor = 1;
+    } else if (strcmp(name, "expires_after[seconds]") == 0) {
+        f->part = 5;
+        f->exp_seconds_len = 0;
+        f->have_exp_seconds = 1;
     } else {
         f->part = 3;
     }
     return 0;
 }
 
+/* Append to a short text field; over its size it is marked too long (len = cap). */
+static void small_field(char *dst, size_t cap, size_t *len, const char *d, size_t n)
+{
+    if (*len >= cap || *len + n >= cap) {
+        *len = cap;
+        return;
+    }
+    memcpy(dst + *len, d, n);
+    *len += n;
+    dst[*len] = '\0';
+}
+
 static int fup_part_data(void *ctx, const char *d, size_t n)
 {
     struct fup *f = ctx;
     switch (f->part) {
+    case 4:
+        small_field(f->exp_anchor, sizeof f->exp_anchor, &f->exp_anchor_len, d, n);
+        return 0;
+    case 5:
+        small_field(f->exp_seconds, sizeof f->exp_seconds, &f->exp_seconds_len, d, n);
+        return 0;
     case 1:
         return upload_write(f->up, d, n);
     case 2:
@@ -179,6 +208,7 @@ static void files_create_head(struct http_req *req, void *arg)
 struct create_job {
     struct api_job job;
     struct fup *f; /* the request's (it outlives the job) */
+    int64_t expires_s; /* expires_after.seconds, or jobd's --file-retention; 0 = never */
 };
 
 static void create_free(struct api_job *job)
@@ -219,6 +249,8 @@ static void files_create_run(struct api_job *job, struct store *st)
     snprintf(sf.encoding, sizeof sf.encoding, "zstd");
     snprintf(sf.status, sizeof sf.status, "processed");
     sf.created_at = clock_wall_s();
+    int64_t exp = ((struct create_job *)job)->expires_s;
+    sf.expires_at = exp ? sf.created_at + exp : 0;
     char final[STORE_PATH_MAX];
     if ((rc = store_path_abs(job->api->cfg.data_dir, sf.storage_path, final, sizeof final)) ||
         (rc = upload_commit(f->up, final))) {
@@ -258,6 +290,31 @@ static void files_create(struct http_req *req, void *arg)
                            "Invalid value for 'purpose': jobd accepts only 'batch'.");
         return;
     }
+    int64_t expires_s = f->api->cfg.file_retention_s;
+    if (f->have_exp_anchor || f->have_exp_seconds) {
+        char msg[256], *end = NULL;
+        long long v = f->exp_seconds_len < sizeof f->exp_seconds ? strtoll(f->exp_seconds, &end, 10) : 0;
+        if (!f->have_exp_seconds || !f->have_exp_anchor) {
+            api_respond_error(req, API_ERR_MISSING_PARAMETER, f->have_exp_seconds ? "expires_after.anchor"
+                                                                                   : "expires_after.seconds",
+                              "Missing required parameter: '%s'.",
+                              f->have_exp_seconds ? "expires_after[anchor]" : "expires_after[seconds]");
+            return;
+        }
+        if (!end || end == f->exp_seconds || *end) {
+            api_respond_error(req, API_ERR_INVALID_TYPE, "expires_after.seconds",
+                              "expires_after[seconds] must be an integer number of seconds.");
+            return;
+        }
+        const char *anchor = f->exp_anchor_len < sizeof f->exp_anchor ? f->exp_anchor : "(too long)";
+        if (api_expiry_check(anchor, v, f->api->cfg.expiry_min_s, msg, sizeof msg)) {
+            api_respond_error(req, API_ERR_INVALID_VALUE,
+                              strcmp(anchor, "created_at") ? "expires_after.anchor" : "expires_after.seconds",
+                              "%s", msg);
+            return;
+        }
+        expires_s = v;
+    }
     int r = upload_finish(f->up);
     if (r) {
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(r));
@@ -267,9 +324,12 @@ static void files_create(struct http_req *req, void *arg)
     if (cj) {
         api_job_init_req(&cj->job, req, files_create_run, create_free);
         cj->f = f;
+        cj->expires_s = expires_s;
         struct buf fp;
         buf_init(&fp, 1024);
         buf_printf(&fp, "%s\n%s\n%s", f->purpose, f->filename, upload_sha256_hex(f->up));
+        if (f->have_exp_seconds) /* only then: keys stored before the option existed still match */
+            buf_printf(&fp, "\n%lld", (long long)expires_s);
         r = store_idem_fingerprint("POST", "/v1/files", fp.data, fp.len, cj->job.fp);
         buf_release(&fp);
         if (r) {
@@ -383,11 +443,21 @@ static void not_found(struct file_job *fj)
     api_job_error(&fj->job, API_ERR_NOT_FOUND, "file_id", "No such File object: '%s'.", fj->id);
 }
 
+/* store_file_get, where a file whose expires_at has passed is gone (the
+ * sweeper deletes its bytes and row soon; from this second on it is 404). */
+static int file_get_live(struct store *st, const char *tenant, const char *id, struct store_file *f)
+{
+    int rc = store_file_get(st, tenant, id, f);
+    if (!rc && f->expires_at && f->expires_at <= clock_wall_s())
+        rc = ERR_NOTFOUND;
+    return rc;
+}
+
 static void files_get_run(struct api_job *job, struct store *st)
 {
     struct file_job *fj = (struct file_job *)job;
     struct store_file f;
-    int rc = store_file_get(st, job->tenant, fj->id, &f);
+    int rc = file_get_live(st, job->tenant, fj->id, &f);
     if (rc == ERR_NOTFOUND)
         not_found(fj);
     else if (rc)
@@ -427,36 +497,11 @@ static int files_delete_answer(struct http_req *req, struct api_job *job)
     return 0;
 }
 
-static int accepts_zstd(const char *h)
-{
-    if (!h)
-        return 0;
-    const char *p = h;
-    while (*p) {
-        while (*p == ' ' || *p == ',' || *p == '\t')
-            p++;
-        const char *tok = p;
-        while (*p && *p != ',' && *p != ';' && *p != ' ')
-            p++;
-        size_t n = (size_t)(p - tok);
-        const char *params = p;
-        while (*p && *p != ',')
-            p++;
-        if (n == 4 && strncasecmp(tok, "zstd", 4) == 0) {
-            const char *q = strstr(params, "q=");
-            if (q && q < p && strtod(q + 2, NULL) <= 0.0)
-                return 0;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void files_content_run(struct api_job *job, struct store *st)
 {
     struct file_job *fj = (struct file_job *)job;
     struct store_file f;
-    int rc = store_file_get(st, job->tenant, fj->id, &f);
+    int rc = file_get_live(st, job->tenant, fj->id, &f);
     if (rc == ERR_NOTFOUND) {
         not_found(fj);
         return;
@@ -569,7 +614,7 @@ static void files_by_id(struct http_req *req, api_job_fn run, int (*answer)(stru
         return;
     }
     snprintf(fj->id, sizeof fj->id, "%s", id);
-    fj->accept_zstd = accepts_zstd(http_req_header(req, "Accept-Encoding"));
+    fj->accept_zstd = api_accepts_coding(http_req_header(req, "Accept-Encoding"), "zstd");
     api_job_run(req, &fj->job);
 }
 

@@ -5,7 +5,8 @@
  *
  * Query: since, until (unix seconds, "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SSZ",
  * UTC; since <= created_at < until; defaults
- * 0 and "now + 1 day"), group_by = batch | model | day (default model). The
+ * 0 and "now + 1 day"), group_by = batch | model | day (default model),
+ * batch = one batch's rows only (e.g. a mixed batch's usage per model). The
  * answer is a list of buckets ordered by key plus the range totals, each with
  * tokens, requests and cost (integer micro-dollars). Sums of usage_ledger
  * rows (jobd/store/store_usage.h), so they agree exactly with each batch's usage.
@@ -30,6 +31,7 @@ struct usage_job {
     enum store_usage_group group;
     int admin;       /* across tenants */
     char tenant[80]; /* admin filter: name or ten_... id; "" = every tenant */
+    char batch[ID_MAX]; /* batch= filter; "" = every batch */
 };
 
 static const char *const group_name[] = {"batch", "model", "day", "tenant"};
@@ -72,7 +74,8 @@ static void usage_run(struct api_job *job, struct store *st)
             tenant = t.id;
         }
     }
-    rc = store_usage_report(st, tenant, in->since, in->until, in->group, &rows, &n, &more, &tot);
+    rc = store_usage_report(st, tenant, in->since, in->until, in->batch[0] ? in->batch : NULL, in->group, &rows, &n,
+                            &more, &tot);
     if (rc) {
         api_job_internal(job, rc, "usage report");
         return;
@@ -168,6 +171,13 @@ static int parse_query(struct http_req *req, struct usage_job *in, size_t groups
         }
         in->group = (enum store_usage_group)i;
     }
+    const char *bid = http_req_query(req, "batch");
+    if (bid && (!*bid || strlen(bid) >= sizeof in->batch)) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "batch", "batch must be a batch id.");
+        return -1;
+    }
+    if (bid)
+        snprintf(in->batch, sizeof in->batch, "%s", bid);
     if (in->admin) {
         const char *t = http_req_query(req, "tenant");
         if (t && (!*t || strlen(t) >= sizeof in->tenant)) {

@@ -7,10 +7,13 @@
  * compared with a literal or bound to a param. A trailing slash is an empty
  * last segment: "/ui/" matches only a pattern that ends in "/" (never a
  * {param}), so "/v1/batches/" stays a 404. Among the routes whose shape
- * matches, the most specific wins: compare segment by segment from the left,
- * a literal beats a param. If some shape matches but no route has the
- * method, the answer is 405 with the methods that would have matched (a GET
- * route also serves HEAD). Linear scan: jobd has a few dozen routes.
+ * matches, the most specific shape names the resource: compare segment by
+ * segment from the left, a literal beats a param, and only the routes of
+ * that shape are considered (so POST /v1/batches/estimate is its own
+ * resource: GET /v1/batches/estimate is a 405, not GET /v1/batches/{id}
+ * with id "estimate"). If no route of that shape has the method, the answer
+ * is 405 with the methods it has (a GET route also serves HEAD). Linear scan:
+ * jobd has a few dozen routes.
  * Pure code (no uv); loop thread in practice.
  */
 #include <stdlib.h>
@@ -202,12 +205,17 @@ int http_router_match(const struct http_router *rt, struct http_req *req, struct
         seg[i] = dec.data + off[i];
 
     const struct http_route_ent *best = NULL;
-    uint32_t best_score = 0;
+    uint32_t best_score = 0, top = 0;
     int shape_seen = 0;
+    for (size_t i = 0; i < rt->n_routes; i++) {
+        uint32_t s = shape_score(rt->routes[i], seg, n);
+        if (s > top)
+            top = s;
+    }
     for (size_t i = 0; i < rt->n_routes; i++) {
         const struct http_route_ent *e = rt->routes[i];
         uint32_t s = shape_score(e, seg, n);
-        if (!s)
+        if (!s || s != top)
             continue;
         shape_seen = 1;
         if (!method_matches(e, method))
@@ -229,7 +237,7 @@ int http_router_match(const struct http_router *rt, struct http_req *req, struct
                 size_t na = 0;
                 for (size_t i = 0; i < rt->n_routes && na < 62; i++) {
                     const struct http_route_ent *e = rt->routes[i];
-                    if (!shape_score(e, seg, n))
+                    if (shape_score(e, seg, n) != top)
                         continue;
                     const char *ms[2] = {e->method, strcmp(e->method, "GET") == 0 ? "HEAD" : NULL};
                     for (int k = 0; k < 2; k++) {

@@ -152,14 +152,10 @@ static int handle_line(struct ingest *g, const char *p, size_t n, int64_t ln)
     }
     if (rc)
         return rc;
-    if (!*g->model) {
+    if (!*g->model)
         snprintf(g->model, sizeof g->model, "%s", l.model);
-    } else if (strcmp(g->model, l.model) != 0) {
-        rc = errlist_addf(&g->el, "mismatched_model", ln, "body.model",
-                          "The model '%.60s' differs from '%.60s' used by earlier lines; a batch "
-                          "uses a single model.", l.model, g->model);
-        goto out;
-    }
+    else if (strcmp(g->model, l.model) != 0) /* several models: each request routes by its own */
+        snprintf(g->model, sizeof g->model, "%s", STORE_MODEL_MIXED);
     buf_reset(&g->body);
     if ((!l.body_raw && (rc = js_dump(&g->body, l.body))) || (rc = tx_open(g)))
         goto out;

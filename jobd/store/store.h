@@ -297,6 +297,24 @@ struct store_file {
  * ERR_NOTFOUND for an unknown tenant, ERR_EXISTS for a duplicate id. */
 int store_file_create(struct store *st, struct store_file *f);
 
+/* A file to expire: its id and where its bytes are. */
+struct store_file_ref {
+    char id[ID_MAX];
+    char storage_path[256]; /* relative to the data directory */
+};
+
+/* Files whose expires_at <= now, oldest expiry first, at most max (>= 1,
+ * else ERR_INVAL), leaving out the input file of any batch still
+ * validating (its ingestion reads it; a batch cannot be created on an
+ * expired file, see store_batch_create). *items: heap array (free()). */
+int store_files_expired(struct store *st, int64_t now, int max, struct store_file_ref **items, size_t *n);
+
+/* Delete the row of file id if it is still expired at now, one
+ * transaction; *deleted (may be NULL) gets 1 if a row went. The caller
+ * removes the bytes first (store_files_expired's storage_path): a crash in
+ * between leaves a row without bytes, which the next pass deletes. */
+int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted);
+
 /* Get a tenant's file. ERR_NOTFOUND if absent or another tenant's. */
 int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out);
 
@@ -362,6 +380,7 @@ struct store_batch {
     int64_t priority;                     /* metadata "priority" (0 if absent) */
     int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
     int64_t usage_cost_micros; /* sum of the batch's usage_ledger cost, set at finalization */
+    int64_t output_expires_after_s; /* output/error files expire this long after they are written; 0 = never */
 };
 
 /* Free metadata and errors of b (not b itself). NULL ok. */
@@ -375,9 +394,11 @@ struct store_batch_new {
     int64_t completion_window_s;  /* > 0 */
     const char *metadata;         /* JSON object text or NULL: <= 16 pairs, string
                                      values, key <= 64 bytes, value <= 512 bytes */
+    int64_t output_expires_after_s; /* >= 0; 0 = output files never expire */
 };
 
-/* Create a batch in status validating (expires_at = now + window). A
+/* Create a batch in status validating (expires_at = now + window). The
+ * input file must not have expired (expires_at <= now: ERR_NOTFOUND). A
  * metadata "priority" value must be the decimal text of an integer in
  * -1000..1000 (else ERR_INVAL); it orders the tenant's own batches for
  * leasing (jobd/work/lease.h). Checks
@@ -485,6 +506,31 @@ int store_request_get(struct store *st, const char *id, struct store_request *ou
 /* Number of requests of a batch, and how many distinct custom_ids they carry. */
 int store_request_count(struct store *st, const char *batch_id, int64_t *n, int64_t *n_distinct);
 
+/* Which requests of an ended batch a rerun takes (POST /v1/batches/{id}/rerun). */
+enum store_rerun_only {
+    STORE_RERUN_FAILED = 0,          /* executed and failed: a non-2xx response (4xx) or dead-lettered
+                                        (max_attempts_exceeded); not the ones that never ran */
+    STORE_RERUN_FAILED_AND_EXPIRED,  /* every request without a 2xx response: the above plus
+                                        batch_expired, batch_cancelled (and any without a result) */
+    STORE_RERUN_ALL,                 /* every request */
+};
+
+/* One request's input, as a rerun needs it (borrowed; valid during the callback). */
+struct store_rerun_row {
+    int64_t line;            /* its line in the batch's input file */
+    const char *custom_id;
+    const char *body;        /* the line's body JSON text exactly as sent */
+    size_t body_len;
+};
+
+/* Call fn for each request of batch_id that `only` selects, in input line
+ * order, reading one snapshot; *n_rows gets the count. Meant for a batch in
+ * a terminal state (its results no longer change). A non-zero fn return
+ * stops the scan and is returned. 0 or store errors. */
+int store_request_scan_rerun(struct store *st, const char *batch_id, enum store_rerun_only only,
+                             int (*fn)(void *ctx, const struct store_rerun_row *row), void *ctx,
+                             int64_t *n_rows);
+
 /* ---- ingest support (used by jobd/intake/ingest.c) ----------------------------------------- */
 
 struct store_request_new {
@@ -525,6 +571,7 @@ int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
 /* ---- work distribution (store_lease.c; the protocol layer is jobd/work/lease.h) ------------ */
 
 #define STORE_MODEL_MAX 128           /* bytes of a model name, without NUL */
+#define STORE_MODEL_MIXED "mixed"     /* batches.model of a batch whose lines name several models */
 #define STORE_LEASE_MAX_REQUESTS 4096 /* requests per lease */
 #define STORE_WORKER_MAX_MODELS 64    /* (canonical, name) pairs per worker */
 
@@ -638,14 +685,44 @@ int store_lease_worker_check(struct store *st, const char *worker_id, const char
 struct store_lease_cand {
     char batch_id[ID_MAX];
     char tenant_id[ID_MAX];
+    int64_t priority;   /* metadata "priority" */
+    int64_t expires_at; /* the batch's deadline (created_at + completion window) */
 };
 
 /* The in_progress, unexpired (expires_at > now) batches whose model is any
- * of the names worker_id registered for the canonical model, ordered by
- * tenant id, then priority desc, then batch id (oldest first). *items: heap
+ * of the names worker_id registered for the canonical model, or that mix
+ * models (STORE_MODEL_MIXED) one of which is such a name, grouped by
+ * tenant id (ascending); within a tenant ordered by priority desc, then
+ * expires_at (earliest deadline first), then batch id (oldest first) - the
+ * order the lease policy serves them in (it re-sorts each group with
+ * lease_batch_cmp, so a backend need only group by tenant). *items: heap
  * array (free(); NULL when *n == 0). 0, ERR_NOMEM, store errors. */
 int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
                            struct store_lease_cand **items, size_t *n);
+
+/* What a completion estimate needs (lease_batch_eta, jobd/work/lease.h). */
+struct store_backlog_batch {
+    struct store_lease_cand cand;   /* batch_id, tenant_id, priority, expires_at */
+    int64_t remaining;              /* requests not ended (n_total - n_completed - n_failed) */
+    double tokens_per_request;      /* output tokens per remaining request: the mean completion
+                                       tokens of its last 256 results, else the mean max_tokens of
+                                       256 of its requests, else 0 */
+};
+
+struct store_backlog {
+    struct store_backlog_batch *items; /* the tenant's in_progress batches of the model (heap) */
+    size_t n;
+    double tokens_per_s;   /* sum of the last reported throughput of workers seen at or after
+                              seen_since that answer to the model name */
+    int64_t n_tenants;     /* tenants with unfinished in_progress batches of the model name */
+};
+
+/* Read the backlog of tenant_id's batches whose model is `model` (one
+ * model name, as the batches store it). 0 or ERR_NOMEM / store errors;
+ * release with store_backlog_release. */
+int store_backlog_get(struct store *st, const char *tenant_id, const char *model, int64_t seen_since,
+                      struct store_backlog *out);
+void store_backlog_release(struct store_backlog *b);
 
 /* The tenant served last for model by the round-robin ("" when none). */
 int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MAX]);
@@ -653,14 +730,16 @@ int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MA
 int store_lease_rr_put(struct store *st, const char *model, const char *tenant_id);
 
 /* Up to limit (>= 1) ready requests of batch_id (queued, next_attempt_at <=
- * now), fresh ones in line order then due retries (next_attempt_at order),
+ * now) whose body.model is one of the names worker_id registered for the
+ * canonical model (a batch may mix models: STORE_MODEL_MIXED), fresh ones
+ * in line order then due retries (next_attempt_at order),
  * into items[0 .. *n) (the caller's array of limit entries): id, batch_id,
  * custom_id and body (heap: store_leased_clear), attempt (the one a claim
  * starts), estimates; tenant_id and endpoint are left "". The rows stay
  * queued until store_lease_claim. 0, ERR_INVAL, ERR_NOMEM, store errors
  * (nothing is returned then). */
-int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
-                      struct store_leased *items, size_t *n);
+int store_lease_ready(struct store *st, const char *batch_id, const char *worker_id, const char *model,
+                      int64_t now, int limit, struct store_leased *items, size_t *n);
 /* Free the heap strings of items[0 .. n) and clear their pointers. NULL ok. */
 void store_leased_clear(struct store_leased *items, size_t n);
 
@@ -806,6 +885,7 @@ int store_dead_letter_retry(struct store *st, const char *tenant_id, const char 
 
 /* One results row with what an output line needs (borrowed; valid during the callback). */
 struct store_result_row {
+    int64_t seq;            /* commit sequence number (results.seq): > 0, unique, increasing in commit order */
     const char *request_id;
     const char *custom_id;
     int status_code;        /* 0 = none (SQL NULL) */
@@ -816,9 +896,19 @@ struct store_result_row {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
-/* Call fn for up to limit results rows of a batch with rowid > *cursor, in
- * rowid order; *cursor advances past the rows seen and *n_rows gets their
- * count (0 = end). A non-zero fn return stops the scan and is returned. */
+/* Call fn for up to limit results rows of a batch with seq > *cursor, in
+ * seq order; *cursor advances past the rows seen and *n_rows gets their
+ * count (0 = end). A non-zero fn return stops the scan and is returned
+ * (*cursor and *n_rows untouched then). *cursor 0 = from the start.
+ *
+ * The sequence (results.seq): every results row gets a number when it is
+ * inserted, from one counter that never goes back (a deleted row's number
+ * is never reused), and a row becomes visible only after every row with a
+ * smaller number. So a reader that pages with "seq > last seen" meets every
+ * row committed so far exactly once, whatever commits meanwhile; this is
+ * what GET /v1/batches/{id}/results relies on. A backend with concurrent
+ * writers must keep that visibility order (e.g. assign the number under a
+ * per-batch lock held to commit), not just uniqueness. */
 int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, int limit,
                        int (*fn)(void *ctx, const struct store_result_row *row), void *ctx,
                        int *n_rows);

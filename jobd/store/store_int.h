@@ -27,7 +27,7 @@
     "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
     "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
     "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
-    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros"
+    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros, output_expires_after_s"
 
 #define STORE_FILE_COLS                                                                   \
     "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
@@ -63,9 +63,16 @@
                      "AND (?2 IS NULL OR purpose = ?2) AND (?3 IS NULL OR id > ?3) "          \
                      "ORDER BY id ASC LIMIT ?4")                                              \
     X(FILE_DELETE, "DELETE FROM files WHERE id = ?1 AND tenant_id = ?2 RETURNING storage_path") \
+    X(FILE_EXPIRED, "SELECT id, storage_path FROM files WHERE expires_at IS NOT NULL AND "    \
+                    "expires_at <= ?1 AND NOT EXISTS (SELECT 1 FROM batches b WHERE "         \
+                    "b.status = 'validating' AND b.input_file_id = files.id) "                \
+                    "ORDER BY expires_at LIMIT ?2")                                           \
+    X(FILE_PURGE, "DELETE FROM files WHERE id = ?1 AND expires_at IS NOT NULL AND "            \
+                  "expires_at <= ?2")                                                         \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
-                    "completion_window_s, status, metadata, created_at, expires_at, priority) "         \
-                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9)")                  \
+                    "completion_window_s, status, metadata, created_at, expires_at, priority, "  \
+                    "output_expires_after_s) "                                                    \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9, ?10)")             \
     X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
                  "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
@@ -91,6 +98,9 @@
     X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
                     "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
                     "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \
+    X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
+                         "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY model " \
+                         "ON CONFLICT (batch_id, model) DO NOTHING") \
     X(INGEST_ERRORS, "UPDATE batches SET errors = ?2, n_total = 0, ingest_requests = 0 "      \
                      "WHERE id = ?1")                                                         \
     X(REQ_DELETE_BATCH, "DELETE FROM requests WHERE batch_id = ?1")                           \
@@ -103,6 +113,12 @@
                "next_attempt_at, lease_id, prompt_tokens_est, max_tokens FROM requests "      \
                "WHERE id = ?1")                                                               \
     X(REQ_COUNT, "SELECT count(*), count(DISTINCT custom_id) FROM requests WHERE batch_id = ?1") \
+    X(REQ_RERUN_SCAN,                                                                         \
+      "SELECT q.line, q.custom_id, q.body FROM requests q LEFT JOIN results r ON "            \
+      "r.request_id = q.id WHERE q.batch_id = ?1 AND (?2 = 2 OR ((r.status_code IS NULL OR "  \
+      "r.status_code NOT BETWEEN 200 AND 299) AND (?2 = 1 OR (r.request_id IS NOT NULL AND "  \
+      "coalesce(r.error_code, '') NOT IN ('batch_expired', 'batch_cancelled'))))) "           \
+      "ORDER BY q.line")                                                                      \
     X(REQ_TRANSITION,                                                                         \
       "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \
@@ -137,18 +153,35 @@
       "workers w ON w.id = m.worker_id WHERE w.last_seen >= ?1 GROUP BY m.name, " \
       "m.canonical ORDER BY m.name, m.canonical") \
     X(MODELS_WAITING, \
-      "SELECT b.model, count(*) FROM batches b WHERE b.status = 'in_progress' AND NOT " \
-      "EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = m.worker_id " \
-      "WHERE m.name = b.model AND w.last_seen >= ?1) GROUP BY b.model ORDER BY " \
-      "b.model") \
+      "SELECT x.m, count(*) FROM (SELECT b.model AS m FROM batches b WHERE b.status = " \
+      "'in_progress' AND b.model != 'mixed' UNION ALL SELECT bm.model FROM batches b JOIN " \
+      "batch_models bm ON bm.batch_id = b.id WHERE b.status = 'in_progress' AND b.model = " \
+      "'mixed') x WHERE NOT EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = " \
+      "m.worker_id WHERE m.name = x.m AND w.last_seen >= ?1) GROUP BY x.m ORDER BY x.m") \
     X(LEASE_CANDIDATES, \
-      "SELECT b.id, b.tenant_id FROM batches b WHERE b.status = 'in_progress' AND " \
-      "b.expires_at > ?3 AND b.model IN (SELECT name FROM worker_models WHERE " \
-      "worker_id = ?1 AND canonical = ?2) ORDER BY b.tenant_id, b.priority DESC, b.id") \
+      "SELECT b.id, b.tenant_id, b.priority, b.expires_at FROM batches b WHERE " \
+      "b.status = 'in_progress' AND b.expires_at > ?3 AND (b.model IN (SELECT name FROM " \
+      "worker_models WHERE worker_id = ?1 AND canonical = ?2) OR (b.model = 'mixed' AND " \
+      "EXISTS (SELECT 1 FROM batch_models bm WHERE bm.batch_id = b.id AND bm.model IN " \
+      "(SELECT name FROM worker_models WHERE worker_id = ?1 AND canonical = ?2)))) " \
+      "ORDER BY b.tenant_id, b.priority DESC, b.expires_at, b.id") \
     X(LEASE_READY, \
       "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
       "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
+      "AND model IN (SELECT name FROM worker_models WHERE worker_id = ?4 AND canonical = ?5) " \
       "ORDER BY next_attempt_at LIMIT ?3") \
+    X(BACKLOG_BATCHES, \
+      "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
+      "(SELECT avg(completion_tokens) FROM (SELECT u.completion_tokens FROM usage_ledger u " \
+      "WHERE u.batch_id = b.id ORDER BY u.id DESC LIMIT 256)), (SELECT avg(max_tokens) " \
+      "FROM (SELECT q.max_tokens FROM requests q WHERE q.batch_id = b.id LIMIT 256)) " \
+      "FROM batches b WHERE b.tenant_id = ?1 AND b.model = ?2 AND b.status = 'in_progress'") \
+    X(BACKLOG_TPS, \
+      "SELECT COALESCE(SUM(w.tokens_per_s), 0) FROM workers w WHERE w.last_seen >= ?2 AND " \
+      "EXISTS (SELECT 1 FROM worker_models m WHERE m.worker_id = w.id AND m.name = ?1)") \
+    X(BACKLOG_TENANTS, \
+      "SELECT count(DISTINCT tenant_id) FROM batches WHERE status = 'in_progress' AND " \
+      "model = ?1 AND n_completed + n_failed < n_total") \
     X(RR_GET, "SELECT last_tenant_id FROM lease_rr WHERE model = ?1") \
     X(RR_PUT, \
       "INSERT INTO lease_rr(model, last_tenant_id) VALUES (?1, ?2) ON CONFLICT " \
@@ -213,10 +246,10 @@
     X(DL_DELETE, "DELETE FROM dead_letters WHERE request_id = ?1") \
     X(RESULT_DELETE, "DELETE FROM results WHERE request_id = ?1") \
     X(RESULTS_SCAN, \
-      "SELECT r.rowid, r.request_id, q.custom_id, r.status_code, r.body, " \
+      "SELECT r.seq, r.request_id, q.custom_id, r.status_code, r.body, " \
       "r.error_code, r.error_message, r.prompt_tokens, r.completion_tokens, " \
       "r.cached_tokens FROM results r JOIN requests q ON q.id = r.request_id WHERE " \
-      "r.batch_id = ?1 AND r.rowid > ?2 ORDER BY r.rowid LIMIT ?3") \
+      "r.batch_id = ?1 AND r.seq > ?2 ORDER BY r.seq LIMIT ?3") \
     X(FINALIZE_IDS, \
       "SELECT id FROM batches WHERE (status = 'in_progress' AND (expires_at <= ?1 OR " \
       "n_completed + n_failed >= n_total)) OR status = 'finalizing' OR (status = " \
@@ -236,7 +269,8 @@
     "COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), " \
     "COALESCE(SUM(cached_tokens), 0), COUNT(*), COALESCE(SUM(cost_micros), 0)"
 #define STORE_USAGE_RANGE \
-    "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3"
+    "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
+    "AND (?5 IS NULL OR batch_id = ?5)"
 #define STORE_USAGE_GROUPED(key) \
     "SELECT " key " AS k, MIN(created_at), " STORE_USAGE_SUMS " FROM usage_ledger " \
     STORE_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"

@@ -403,6 +403,72 @@ int store_lease_worker_check(struct store *st, const char *worker_id, const char
     return has == 0 ? ERR_INVAL : 0;
 }
 
+void store_backlog_release(struct store_backlog *b)
+{
+    if (!b)
+        return;
+    free(b->items);
+    memset(b, 0, sizeof *b);
+}
+
+int store_backlog_get(struct store *st, const char *tenant_id, const char *model, int64_t seen_since,
+                      struct store_backlog *out)
+{
+    struct store_backlog bl;
+    memset(&bl, 0, sizeof bl);
+    int rc = 0, r;
+    size_t cap = 0;
+    sqlite3_stmt *s = store_stmt(st, S_BACKLOG_BATCHES, &rc);
+    if (!s || (rc = bind_texts(st, s, 1, tenant_id, model)))
+        return rc;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        if (bl.n == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            struct store_backlog_batch *na = realloc(bl.items, nc * sizeof *na);
+            if (!na) {
+                rc = ERR_NOMEM;
+                break;
+            }
+            bl.items = na;
+            cap = nc;
+        }
+        struct store_backlog_batch *it = &bl.items[bl.n++];
+        memset(it, 0, sizeof *it);
+        store_col_text(s, 0, it->cand.batch_id, ID_MAX);
+        snprintf(it->cand.tenant_id, sizeof it->cand.tenant_id, "%s", tenant_id);
+        it->cand.priority = sqlite3_column_int64(s, 1);
+        it->cand.expires_at = sqlite3_column_int64(s, 2);
+        it->remaining = sqlite3_column_int64(s, 3);
+        it->tokens_per_request = sqlite3_column_type(s, 4) != SQLITE_NULL   ? sqlite3_column_double(s, 4)
+                                 : sqlite3_column_type(s, 5) != SQLITE_NULL ? sqlite3_column_double(s, 5)
+                                                                            : 0;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "backlog batches");
+    sqlite3_reset(s);
+    if (!rc && (s = store_stmt(st, S_BACKLOG_TPS, &rc)) && !(rc = store_bind_text(st, s, 1, model)) &&
+        !(rc = store_bind_int(st, s, 2, seen_since))) {
+        if ((r = sqlite3_step(s)) == SQLITE_ROW)
+            bl.tokens_per_s = sqlite3_column_double(s, 0);
+        else
+            rc = store_sqlerr(st, r, "backlog throughput");
+        sqlite3_reset(s);
+    }
+    if (!rc && (s = store_stmt(st, S_BACKLOG_TENANTS, &rc)) && !(rc = store_bind_text(st, s, 1, model))) {
+        if ((r = sqlite3_step(s)) == SQLITE_ROW)
+            bl.n_tenants = sqlite3_column_int64(s, 0);
+        else
+            rc = store_sqlerr(st, r, "backlog tenants");
+        sqlite3_reset(s);
+    }
+    if (rc) {
+        store_backlog_release(&bl);
+        return rc;
+    }
+    *out = bl;
+    return 0;
+}
+
 int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
                            struct store_lease_cand **items, size_t *n)
 {
@@ -426,6 +492,8 @@ int store_lease_candidates(struct store *st, const char *worker_id, const char *
         }
         store_col_text(s, 0, arr[cnt].batch_id, ID_MAX);
         store_col_text(s, 1, arr[cnt].tenant_id, ID_MAX);
+        arr[cnt].priority = sqlite3_column_int64(s, 2);
+        arr[cnt].expires_at = sqlite3_column_int64(s, 3);
         cnt++;
     }
     if (!rc && r != SQLITE_DONE)
@@ -478,15 +546,15 @@ void store_leased_clear(struct store_leased *items, size_t n)
     }
 }
 
-int store_lease_ready(struct store *st, const char *batch_id, int64_t now, int limit,
-                      struct store_leased *items, size_t *n)
+int store_lease_ready(struct store *st, const char *batch_id, const char *worker_id, const char *model,
+                      int64_t now, int limit, struct store_leased *items, size_t *n)
 {
     if (limit < 1)
         return ERR_INVAL;
     int rc = 0;
     sqlite3_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, now)) ||
-        (rc = store_bind_int(st, s, 3, limit)))
+        (rc = store_bind_int(st, s, 3, limit)) || (rc = bind_texts(st, s, 4, worker_id, model)))
         return rc;
     size_t cnt = 0;
     int r;
@@ -1124,7 +1192,7 @@ int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, 
             if (!row.body)
                 row.body = "";
         }
-        cur = sqlite3_column_int64(s, 0);
+        cur = row.seq = sqlite3_column_int64(s, 0);
         cnt++;
         if (!row.request_id || !row.custom_id) {
             rc = ERR_CORRUPT;

@@ -251,6 +251,7 @@ int store_batch_row(sqlite3_stmt *s, struct store_batch *b)
     b->usage_completion_tokens = sqlite3_column_int64(s, 27);
     b->usage_cached_tokens = sqlite3_column_int64(s, 28);
     b->usage_cost_micros = sqlite3_column_int64(s, 29);
+    b->output_expires_after_s = sqlite3_column_int64(s, 30);
     if (rc)
         store_batch_release(b);
     return rc;
@@ -297,12 +298,14 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
                           strcmp(nb->endpoint, "/v1/completions") != 0))
         return ERR_INVAL;
     if (nb->completion_window_s <= 0 || nb->completion_window_s > 365 * 86400 ||
-        (nb->metadata && !metadata_ok(nb->metadata, &priority)))
+        nb->output_expires_after_s < 0 || (nb->metadata && !metadata_ok(nb->metadata, &priority)))
         return ERR_INVAL;
     struct store_file f;
     int rc = store_file_get(st, tenant_id, nb->input_file_id ? nb->input_file_id : "", &f);
     if (rc)
         return rc;
+    if (f.expires_at && f.expires_at <= now)
+        return ERR_NOTFOUND; /* expired: the sweeper may delete its bytes at any moment */
     if (strcmp(f.purpose, "batch") != 0)
         return ERR_INVAL;
     char id[ID_MAX];
@@ -319,7 +322,7 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
         !(rc = store_bind_int(st, s, 5, nb->completion_window_s)) &&
         !(rc = store_bind_text(st, s, 6, nb->metadata)) && !(rc = store_bind_int(st, s, 7, now)) &&
         !(rc = store_bind_int(st, s, 8, now + nb->completion_window_s)) &&
-        !(rc = store_bind_int(st, s, 9, priority)))
+        !(rc = store_bind_int(st, s, 9, priority)) && !(rc = store_bind_int(st, s, 10, nb->output_expires_after_s)))
         rc = store_step_done(st, s, "insert batch");
     sqlite3_clear_bindings(s);
     if (!rc && out)
@@ -619,6 +622,90 @@ int store_request_count(struct store *st, const char *batch_id, int64_t *n, int6
     return rc;
 }
 
+int store_files_expired(struct store *st, int64_t now, int max, struct store_file_ref **items, size_t *n)
+{
+    if (max < 1)
+        return ERR_INVAL;
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_FILE_EXPIRED, &rc);
+    if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max)))
+        return rc;
+    struct store_file_ref *v = calloc((size_t)max, sizeof *v);
+    if (!v) {
+        sqlite3_reset(s);
+        return ERR_NOMEM;
+    }
+    size_t cnt = 0;
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)max) {
+        const char *id = (const char *)sqlite3_column_text(s, 0);
+        const char *path = (const char *)sqlite3_column_text(s, 1);
+        if (!id || !path || strlen(id) >= sizeof v[cnt].id || strlen(path) >= sizeof v[cnt].storage_path) {
+            rc = ERR_CORRUPT;
+            break;
+        }
+        snprintf(v[cnt].id, sizeof v[cnt].id, "%s", id);
+        snprintf(v[cnt].storage_path, sizeof v[cnt].storage_path, "%s", path);
+        cnt++;
+    }
+    if (!rc && r != SQLITE_DONE && r != SQLITE_ROW)
+        rc = store_sqlerr(st, r, "list expired files");
+    sqlite3_reset(s);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *items = v;
+    *n = cnt;
+    return 0;
+}
+
+int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted)
+{
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    sqlite3_stmt *s = store_stmt(st, S_FILE_PURGE, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_int(st, s, 2, now)))
+        rc = store_step_done(st, s, "purge file");
+    if (!rc && deleted)
+        *deleted = sqlite3_changes(st->db) > 0;
+    return store_w_end(st, rc);
+}
+
+int store_request_scan_rerun(struct store *st, const char *batch_id, enum store_rerun_only only,
+                             int (*fn)(void *ctx, const struct store_rerun_row *row), void *ctx,
+                             int64_t *n_rows)
+{
+    int rc = 0;
+    sqlite3_stmt *s = store_stmt(st, S_REQ_RERUN_SCAN, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, (int64_t)only)))
+        return rc;
+    int r;
+    int64_t cnt = 0;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_rerun_row row = {
+            .line = sqlite3_column_int64(s, 0),
+            .custom_id = (const char *)sqlite3_column_text(s, 1),
+            .body = (const char *)sqlite3_column_text(s, 2),
+        };
+        if (!row.custom_id || !row.body) {
+            rc = ERR_CORRUPT;
+            break;
+        }
+        row.body_len = (size_t)sqlite3_column_bytes(s, 2);
+        cnt++;
+        if ((rc = fn(ctx, &row)))
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_sqlerr(st, r, "scan requests for a rerun");
+    sqlite3_reset(s);
+    if (!rc)
+        *n_rows = cnt;
+    return rc;
+}
+
 /* ---- ingest support ------------------------------------------------------------------------- */
 
 /* A new "req_" id of the common/id.h shape (48-bit ms + 80 bits, Crockford
@@ -729,6 +816,9 @@ int store_ingest_succeed(struct store *st, const char *batch_id, const char *mod
             rc = store_batch_transition(st, batch_id, STORE_BATCH_VALIDATING,
                                         STORE_BATCH_IN_PROGRESS, now);
     }
+    if (!rc && model && strcmp(model, STORE_MODEL_MIXED) == 0 && (s = store_stmt(st, S_BATCH_MODELS_FILL, &rc)) &&
+        !(rc = store_bind_text(st, s, 1, batch_id)))
+        rc = store_step_done(st, s, "batch models");
     return store_w_end(st, rc);
 }
 

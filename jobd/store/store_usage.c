@@ -31,23 +31,23 @@ static void row_sums(sqlite3_stmt *s, int c, struct store_usage_row *r)
     r->cost_micros = sqlite3_column_int64(s, c + 4);
 }
 
-/* The kept statement id with the range bound (?1 tenant, ?2 since, ?3 until). */
+/* The kept statement id with the range bound (?1 tenant, ?2 since, ?3 until, ?5 batch). */
 static int range_stmt(struct store *st, enum store_stmt_id id, const char *tenant_id, int64_t since,
-                      int64_t until, sqlite3_stmt **out)
+                      int64_t until, const char *batch_id, sqlite3_stmt **out)
 {
     int rc = 0;
     sqlite3_stmt *s = store_stmt(st, id, &rc);
     if (!s)
         return rc;
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_int(st, s, 2, since)) ||
-        (rc = store_bind_int(st, s, 3, until)))
+        (rc = store_bind_int(st, s, 3, until)) || (rc = store_bind_text(st, s, 5, batch_id)))
         return rc;
     *out = s;
     return 0;
 }
 
 int store_usage_report(struct store *st, const char *tenant_id, int64_t since, int64_t until,
-                       enum store_usage_group group, struct store_usage_row **rows, size_t *n,
+                       const char *batch_id, enum store_usage_group group, struct store_usage_row **rows, size_t *n,
                        int *has_more, struct store_usage_row *total)
 {
     if ((unsigned)group > STORE_USAGE_TENANT)
@@ -60,7 +60,7 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
     int rc = store_r_begin(st);
     if (rc)
         return rc;
-    if ((rc = range_stmt(st, group_stmt[group], tenant_id, since, until, &s)) ||
+    if ((rc = range_stmt(st, group_stmt[group], tenant_id, since, until, batch_id, &s)) ||
         (rc = store_bind_int(st, s, 4, STORE_USAGE_MAX_ROWS + 1)))
         goto out;
     v = calloc(STORE_USAGE_MAX_ROWS, sizeof *v);
@@ -87,7 +87,7 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
     }
     sqlite3_reset(s);
     s = NULL;
-    if ((rc = range_stmt(st, S_USAGE_TOTAL, tenant_id, since, until, &s)))
+    if ((rc = range_stmt(st, S_USAGE_TOTAL, tenant_id, since, until, batch_id, &s)))
         goto out;
     if ((r = sqlite3_step(s)) != SQLITE_ROW) {
         rc = store_sqlerr(st, r, "usage total");

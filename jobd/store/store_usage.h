@@ -29,12 +29,13 @@ struct store_usage_row {
 #define STORE_USAGE_MAX_ROWS 1000 /* groups per report */
 
 /* Sum the ledger rows with since <= created_at < until of tenant_id (NULL =
- * every tenant), grouped, ordered by key, at most STORE_USAGE_MAX_ROWS groups
+ * every tenant) and batch_id (NULL = every batch; a mixed batch's usage by
+ * model is group STORE_USAGE_MODEL with its id), grouped, ordered by key, at most STORE_USAGE_MAX_ROWS groups
  * (*has_more = 1 when there were more). *total gets the sums over the whole
  * range (all groups). *rows is the caller's (free()). Returns 0, ERR_NOMEM,
  * or a database error. */
 int store_usage_report(struct store *st, const char *tenant_id, int64_t since, int64_t until,
-                       enum store_usage_group group, struct store_usage_row **rows, size_t *n,
+                       const char *batch_id, enum store_usage_group group, struct store_usage_row **rows, size_t *n,
                        int *has_more, struct store_usage_row *total);
 
 #endif

@@ -98,7 +98,7 @@ static int ff_write(struct ff *f, const char *data, size_t n)
 /* Close the frame, sync, rename into place, fill the file row. With no
  * lines the temp file is removed and *used = 0. */
 static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const char *batch_id,
-                     const char *kind, int64_t now, struct store_file *row, int *used)
+                     const char *kind, int64_t now, int64_t expires_after_s, struct store_file *row, int *used)
 {
     int rc = 0;
     *used = f->lines > 0;
@@ -145,6 +145,7 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
     snprintf(row->storage_path, sizeof row->storage_path, "%s", f->rel);
     snprintf(row->encoding, sizeof row->encoding, "zstd");
     row->created_at = now;
+    row->expires_at = expires_after_s > 0 ? now + expires_after_s : 0;
     return rc;
 }
 
@@ -156,19 +157,15 @@ struct writer {
     const struct finalize_hooks *hooks;
 };
 
-static int write_row(void *ctx, const struct store_result_row *r)
+int finalize_line(struct buf *b, const struct store_result_row *r, int *is_ok)
 {
-    struct writer *w = ctx;
-    if (w->hooks && w->hooks->on_step)
-        w->hooks->on_step(w->hooks->ctx);
     char oid[ID_MAX];
     finalize_output_id(r->request_id, oid);
-    struct buf *b = &w->line;
     buf_reset(b);
     int rc = buf_printf(b, "{\"id\":\"%s\",\"custom_id\":", oid);
     if (!rc)
         rc = js_escape(b, r->custom_id, strlen(r->custom_id));
-    int is_ok = r->status_code >= 200 && r->status_code < 300;
+    int ok = r->status_code >= 200 && r->status_code < 300;
     if (!rc && r->status_code > 0 && r->body) {
         rc = buf_printf(b, ",\"response\":{\"status_code\":%d,\"request_id\":\"%s\",\"body\":",
                         r->status_code, r->request_id);
@@ -188,14 +185,27 @@ static int write_row(void *ctx, const struct store_result_row *r)
             rc = js_escape(b, msg, strlen(msg));
         if (!rc)
             rc = buf_append_str(b, "}}\n");
-        if (strcmp(code, "batch_expired") == 0)
-            w->n_expired++;
-        is_ok = 0;
+        ok = 0;
     }
+    if (!rc && is_ok)
+        *is_ok = ok;
+    return rc;
+}
+
+static int write_row(void *ctx, const struct store_result_row *r)
+{
+    struct writer *w = ctx;
+    if (w->hooks && w->hooks->on_step)
+        w->hooks->on_step(w->hooks->ctx);
+    int is_ok = 0;
+    int rc = finalize_line(&w->line, r, &is_ok);
     if (rc)
         return rc;
+    if (!is_ok && r->error_code && strcmp(r->error_code, "batch_expired") == 0 &&
+        !(r->status_code > 0 && r->body))
+        w->n_expired++;
     struct ff *f = is_ok ? &w->out : &w->err;
-    if ((rc = ff_write(f, b->data, b->len)))
+    if ((rc = ff_write(f, w->line.data, w->line.len)))
         return rc;
     f->lines++;
     w->prompt_tokens += r->prompt_tokens;
@@ -232,9 +242,9 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
     struct store_file fo, fe;
     int used_o = 0, used_e = 0;
     if (!rc)
-        rc = ff_finish(&w.out, dir, b->tenant_id, b->id, "output", now, &fo, &used_o);
+        rc = ff_finish(&w.out, dir, b->tenant_id, b->id, "output", now, b->output_expires_after_s, &fo, &used_o);
     if (!rc)
-        rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, &fe, &used_e);
+        rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, b->output_expires_after_s, &fe, &used_e);
     buf_release(&w.line);
     if (rc) {
         ff_abandon(&w.out);

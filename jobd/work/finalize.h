@@ -21,7 +21,7 @@
  *                                    move to completed, expired (some request
  *                                    ended batch_expired) or cancelled.
  *
- * Files. The batch's results rows are streamed in rowid order, 512 rows per
+ * Files. The batch's results rows are streamed in commit (seq) order, 512 rows per
  * query, into two zstd streams (common/zst.h): 2xx responses to the output
  * file, everything else (4xx responses, max_attempts_exceeded,
  * batch_cancelled, batch_expired) to the error file, one OpenAI
@@ -31,7 +31,9 @@
  * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst; a re-run after a
  * crash rewrites them from scratch, and the file rows exist only once the
  * final transaction commits. A file with no lines is not created (its id
- * stays null, as OpenAI does).
+ * stays null, as OpenAI does). Both files get expires_at = their
+ * created_at + the batch's output_expires_after_s when that is set
+ * (retention.h deletes them then).
  *
  * Threads: blocking disk work; run on a finalizer thread with its own store,
  * never on the event loop.
@@ -71,6 +73,18 @@ int finalize_batch(struct store *st, const char *batch_id, int64_t now,
  * at most max_batches. *n_finished (may be NULL) gets how many became
  * terminal. Returns the first error (after trying the others). */
 int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finished);
+
+struct buf;
+
+/* The output line of one results row, with its "\n", into b (reset first):
+ * {"id","custom_id","response":{status_code,request_id,body},"error":null}
+ * for a row with a response, else {"id","custom_id","response":null,
+ * "error":{"code","message"}} (spec/jsonl.md). *is_ok (may be NULL): 1 when
+ * the line belongs to the output file (a 2xx response), 0 to the error
+ * file. Shared by finalization and GET /v1/batches/{id}/results, so a
+ * partial page and the final files hold the same bytes per line. 0 or
+ * buf's error. */
+int finalize_line(struct buf *b, const struct store_result_row *r, int *is_ok);
 
 /* "batch_req_" + the 26-character body of a "req_" id, into out (ID_MAX). */
 void finalize_output_id(const char *request_id, char out[ID_MAX]);

@@ -72,7 +72,8 @@ int lease_worker_register(struct store *st, const struct store_worker_new *w, in
  * to opts (lease seconds, max_requests, max_bytes; o NULL = defaults):
  * tenants with ready work are served round-robin one request at a time,
  * starting after the tenant served last for this model; within a tenant,
- * batches by priority desc then oldest first; within a batch, fresh
+ * batches by lease_batch_cmp (priority desc, then earliest deadline first,
+ * then oldest); within a batch, fresh
  * requests in line order, then due retries. Each pick is queued -> leased
  * under a new lease row; the pack is then ordered by lease_order_pack and
  * each item's endpoint filled. Nothing ready: 0 with out->n = 0 and out->id
@@ -106,6 +107,30 @@ int lease_models_served(struct store *st, const struct lease_opts *o, int64_t no
                         struct store_model_served **items, size_t *n);
 int lease_models_waiting(struct store *st, const struct lease_opts *o, int64_t now,
                          struct store_model_waiting **items, size_t *n);
+
+/* The order of one tenant's batches for leasing (qsort comparator over
+ * struct store_lease_cand): metadata priority desc, then expires_at asc
+ * (earliest deadline first: a 1h batch submitted behind a 24h backlog is
+ * served first), then batch id (oldest first). Fairness between tenants
+ * stays round-robin: a deadline never lets one tenant take another's
+ * share. Pure. */
+int lease_batch_cmp(const void *a, const void *b);
+
+/* Estimated completion of batch b (in_progress, with a model) at the
+ * current throughput, into *eta (unix seconds, rounded up to a minute, so
+ * the batch's ETag changes at most once a minute). The model: leasing
+ * serves the tenant's batches in lease_batch_cmp order and shares the
+ * model's throughput equally between the tenants that have work for it, so
+ *
+ *   eta = now + n_tenants * sum(remaining * tokens_per_request) / tokens_per_s
+ *
+ * summed over the tenant's batches served before b and b itself (see
+ * store_backlog for the estimates; throughput is the sum of what the live
+ * workers of the model last reported in heartbeats). Output tokens only:
+ * prefill is not counted. ERR_NOTFOUND when it cannot be estimated (no live
+ * worker has reported a throughput, or b is not in_progress); store errors. */
+int lease_batch_eta(struct store *st, const struct lease_opts *o, const struct store_batch *b, int64_t now,
+                    int64_t *eta);
 
 /* ---- pack order (lease_policy.c; thread-safe) ---- */
 

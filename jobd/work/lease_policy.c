@@ -8,7 +8,9 @@
  *
  *   check the worker serves the model (and mark it seen)
  *   candidates = in_progress batches of the model, grouped by tenant
- *                (each tenant's batches by priority desc, then oldest first)
+ *                (each tenant's batches by priority desc, then earliest
+ *                deadline - expires_at - first, then oldest first:
+ *                lease_batch_cmp)
  *   start      = the first tenant after the one served last for this model
  *   while the pack has room and a tenant has work:
  *       visit the tenants round-robin from start, one request per visit:
@@ -42,6 +44,49 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+int lease_batch_cmp(const void *a, const void *b)
+{
+    const struct store_lease_cand *x = a, *y = b;
+    if (x->priority != y->priority)
+        return x->priority > y->priority ? -1 : 1;
+    if (x->expires_at != y->expires_at)
+        return x->expires_at < y->expires_at ? -1 : 1;
+    return strcmp(x->batch_id, y->batch_id);
+}
+
+int lease_batch_eta(struct store *st, const struct lease_opts *o, const struct store_batch *b, int64_t now,
+                    int64_t *eta)
+{
+    if (b->status != STORE_BATCH_IN_PROGRESS || !b->model[0])
+        return ERR_NOTFOUND;
+    struct lease_opts tmp;
+    if (!o) {
+        lease_opts_default(&tmp);
+        o = &tmp;
+    }
+    struct store_backlog bl;
+    int rc = store_backlog_get(st, b->tenant_id, b->model, now - o->worker_ttl_s, &bl);
+    if (rc)
+        return rc;
+    struct store_lease_cand me = {.priority = b->priority, .expires_at = b->expires_at};
+    snprintf(me.batch_id, sizeof me.batch_id, "%s", b->id);
+    double ahead = 0;
+    for (size_t i = 0; i < bl.n; i++)
+        if (lease_batch_cmp(&bl.items[i].cand, &me) <= 0 && bl.items[i].remaining > 0)
+            ahead += (double)bl.items[i].remaining * bl.items[i].tokens_per_request;
+    double tps = bl.tokens_per_s;
+    int64_t k = bl.n_tenants > 0 ? bl.n_tenants : 1;
+    store_backlog_release(&bl);
+    if (!(tps > 0))
+        return ERR_NOTFOUND;
+    double secs = ahead * (double)k / tps;
+    if (secs > 365.0 * 86400)
+        secs = 365.0 * 86400;
+    int64_t t = now + (int64_t)secs + 1;
+    *eta = (t + 59) / 60 * 60;
+    return 0;
+}
+
 /* ---- fair round-robin ------------------------------------------------------------- */
 
 /* One tenant with candidate batches. */
@@ -57,6 +102,7 @@ struct rr_tenant {
 struct rr {
     struct store *st;
     const char *lease_id;
+    const char *worker_id, *model; /* the ask's: a mixed batch offers only this model's requests */
     int64_t now;
     int q;                          /* chunk size */
     const struct store_lease_cand *cand;
@@ -101,7 +147,7 @@ static int rr_fetch(struct rr *r, struct rr_tenant *t)
         return ERR_NOMEM;
     while (t->cur < t->nb) {
         const struct store_lease_cand *c = &r->cand[t->b0 + t->cur];
-        if ((rc = store_lease_ready(r->st, c->batch_id, r->now, r->q, t->buf, &t->bn)))
+        if ((rc = store_lease_ready(r->st, c->batch_id, r->worker_id, r->model, r->now, r->q, t->buf, &t->bn)))
             return rc;
         for (size_t i = 0; i < t->bn; i++)
             snprintf(t->buf[i].tenant_id, sizeof t->buf[i].tenant_id, "%s", t->id);
@@ -167,7 +213,7 @@ static int acquire_in_tx(struct store *st, const struct store_lease_ask *ask, co
 {
     struct store_lease_cand *cand = NULL;
     size_t nc = 0;
-    struct rr r = {.st = st, .lease_id = lease_id, .now = now};
+    struct rr r = {.st = st, .lease_id = lease_id, .now = now, .worker_id = ask->worker_id, .model = ask->model};
     int rc = store_lease_worker_check(st, ask->worker_id, ask->model, now);
     if (rc || (rc = store_lease_candidates(st, ask->worker_id, ask->model, now, &cand, &nc)) || nc == 0)
         goto out;
@@ -183,6 +229,9 @@ static int acquire_in_tx(struct store *st, const struct store_lease_ask *ask, co
         }
         r.ts[r.nt - 1].nb++;
     }
+    /* a tenant's own batches: priority, then earliest deadline first (the policy, not the store's) */
+    for (size_t i = 0; i < r.nt; i++)
+        qsort(&cand[r.ts[i].b0], r.ts[i].nb, sizeof *cand, lease_batch_cmp);
     r.cand = cand;
     r.q = (int)((ask->max_requests + (int)r.nt - 1) / (int)r.nt);
     if (r.q < 16)

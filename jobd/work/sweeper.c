@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/work/finalize.h"
+#include "jobd/work/retention.h"
 
 #define SWEEP_MAX_BATCHES 64 /* batches finalize_sweep looks at per pass */
 
@@ -24,7 +25,7 @@ struct sweeper {
     struct store *st;
     struct lease_opts lopts;
     int64_t interval_ms;
-    atomic_uint_fast64_t passes, expired, requeued, dead, finished, errors;
+    atomic_uint_fast64_t passes, expired, requeued, dead, finished, errors, files_expired;
 };
 
 static void pass(struct sweeper *sw)
@@ -51,6 +52,13 @@ static void pass(struct sweeper *sw)
         atomic_fetch_add(&sw->errors, 1);
     }
     atomic_fetch_add(&sw->finished, (uint64_t)n_fin);
+    int64_t n_files = 0;
+    rc = retention_sweep(sw->st, clock_wall_s(), RETENTION_MAX_PER_PASS, &n_files);
+    if (rc) {
+        log_warn("sweeper: file expiry: %s", err_msg(rc));
+        atomic_fetch_add(&sw->errors, 1);
+    }
+    atomic_fetch_add(&sw->files_expired, (uint64_t)n_files);
     atomic_fetch_add(&sw->passes, 1);
 }
 
@@ -143,6 +151,7 @@ void sweeper_stats(struct sweeper *sw, struct sweeper_stats *out)
     out->dead_lettered = atomic_load(&sw->dead);
     out->batches_finished = atomic_load(&sw->finished);
     out->errors = atomic_load(&sw->errors);
+    out->files_expired = atomic_load(&sw->files_expired);
 }
 
 void sweeper_free(struct sweeper *sw)

@@ -3,8 +3,9 @@
  *
  * Design. One thread with its own store connection runs, every interval
  * (and soon after a wake-up), lease_expire_sweep (lapsed leases: requests
- * requeued or dead-lettered) and then finalize_sweep (cancel and expiry
- * processing, output / error files, terminal states). Routes wake it after
+ * requeued or dead-lettered), then finalize_sweep (cancel and expiry
+ * processing, output / error files, terminal states), then retention_sweep
+ * (expired files deleted, retention.h). Routes wake it after
  * a results commit that ended requests and after a cancel; it also runs
  * once at start, so a crash in the middle of finalization is resumed.
  * Wake-ups are coalesced (a flag under a mutex), and two passes are at
@@ -35,6 +36,7 @@ struct sweeper_stats {
     uint64_t dead_lettered;   /* requests of lapsed leases that hit the attempt limit */
     uint64_t batches_finished; /* batches that reached a terminal state in a pass */
     uint64_t errors;          /* passes that ended with an error (logged) */
+    uint64_t files_expired;   /* files deleted because their expires_at passed (retention.h) */
 };
 
 /* Open a store on data_dir (opts as the daemon's), start the thread. The

@@ -23,7 +23,7 @@ from test_webhooks import Receiver, hmac_verify
 from workerlib import TestWorker, invalid, success, transient
 
 ID_RE = re.compile(r"^batch_[0-9a-z]+\n$")
-COMMANDS = ["submit", "status", "wait", "list", "results", "errors", "cancel", "retry-dead",
+COMMANDS = ["submit", "status", "wait", "list", "results", "errors", "cancel", "rerun", "retry-dead",
             "usage", "workers", "models", "files"]
 
 
@@ -108,6 +108,11 @@ def test_usage_errors_exit_2():
         ["files", "get"],
         ["wait", "batch_x", "--interval", "soon"],
         ["--url", "ftp://x", "status", "batch_x"],
+        ["rerun", "batch_x", "--only", "some"],
+        ["rerun"],
+        ["results", "batch_x", "--follow", "--partial"],
+        ["results", "batch_x", "--after", "rc1"],
+        ["results", "batch_x", "--follow", "--raw"],
     ]
     for args in cases:
         r = jobctl(args, env)

@@ -191,9 +191,15 @@ def test_security_tenant_isolation_on_every_tenant_route():
         not_found("GET", "/v1/batches/{batch_id}", f"/v1/batches/{bid}", headers={"If-None-Match": "*"})
         not_found("POST", "/v1/batches/{batch_id}/cancel", f"/v1/batches/{bid}/cancel")
         not_found("GET", "/v1/batches/{batch_id}/dead_letters", f"/v1/batches/{bid}/dead_letters")
+        not_found("GET", "/v1/batches/{batch_id}/results", f"/v1/batches/{bid}/results")
+        not_found("POST", "/v1/batches/{batch_id}/rerun", f"/v1/batches/{bid}/rerun", {"only": "all"})
     not_found("POST", "/v1/batches", "/v1/batches",
               {"input_file_id": a["file"], "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+    not_found("POST", "/v1/batches/estimate", "/v1/batches/estimate",
+              {"input_file_id": a["file"], "endpoint": "/v1/chat/completions"})
     b_list("/v1/batches", "/v1/batches")
+    u = d.json("GET", f"/v1/usage?batch={a['batch']}", key=B)  # A's batch id filters B's ledger: empty
+    assert u["data"] == [] and u["totals"]["num_model_requests"] == 0, u
     r = d.call("GET", f"/v1/batches?after={a['batch']}", key=B)  # A's id is no cursor for B
     assert r.status == 400 and a["batch"] not in r.body.decode().replace(f"'{a['batch']}'", ""), r
     # POST /v1/jobs creates B's own batch; A's Idempotency-Key means nothing to B

@@ -641,6 +641,11 @@ TEST(http_router_matching)
     CHECK(http_req_param(q, "id") == NULL);
     http_req_destroy(q);
 
+    q = parse_head("DELETE /v1/batches/search HTTP/1.1\r\n\r\n"); /* the literal names its own resource */
+    CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_NOMETHOD);
+    CHECK_EQ_STR(allow.data, "GET, HEAD");
+    http_req_destroy(q);
+
     q = parse_head("HEAD /v1/batches/z HTTP/1.1\r\n\r\n"); /* HEAD served by GET */
     CHECK_EQ_INT(http_router_match(&rt, q, &allow), HTTP_MATCH_OK);
     http_req_destroy(q);

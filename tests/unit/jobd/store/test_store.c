@@ -40,7 +40,7 @@ static void make_tenant_file(struct store *st, const char *name, struct store_te
 
 static void make_batch(struct store *st, const char *tenant, const char *file, struct store_batch *b)
 {
-    struct store_batch_new nb = {"/v1/chat/completions", file, 86400, NULL};
+    struct store_batch_new nb = {"/v1/chat/completions", file, 86400, NULL, 0};
     CHECK_EQ_INT(store_batch_create(st, tenant, &nb, NOW, b), 0);
 }
 
@@ -412,7 +412,7 @@ TEST(store_tenant_isolation_returns_not_found)
     CHECK_EQ_INT(store_batch_cancel(st, b.id, ba.id, NOW, NULL), ERR_NOTFOUND);
     CHECK_EQ_INT(store_file_delete(st, b.id, fa.id, NULL), ERR_NOTFOUND);
     /* B cannot start a batch on A's file */
-    struct store_batch_new nb = {"/v1/chat/completions", fa.id, 86400, NULL};
+    struct store_batch_new nb = {"/v1/chat/completions", fa.id, 86400, NULL, 0};
     CHECK_EQ_INT(store_batch_create(st, b.id, &nb, NOW, NULL), ERR_NOTFOUND);
     struct store_batch *items;
     size_t n;
@@ -442,7 +442,7 @@ TEST(store_batch_create_checks_inputs_and_cancel_is_idempotent)
     struct store_tenant t;
     struct store_file f;
     make_tenant_file(st, "acme", &t, &f);
-    struct store_batch_new nb = {"/v1/embeddings", f.id, 86400, NULL};
+    struct store_batch_new nb = {"/v1/embeddings", f.id, 86400, NULL, 0};
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, NULL), ERR_INVAL);
     nb.endpoint = "/v1/completions";
     nb.completion_window_s = 0;
@@ -603,7 +603,7 @@ TEST(store_idempotency_new_replay_mismatch_inflight_expiry)
     CHECK_EQ_INT(store_idem_reserve(st, t2.id, "k1", fp2, NOW, &r), 0);
     CHECK_EQ_INT(r.outcome, STORE_IDEM_NEW);
     /* effect + response in one transaction; a rolled-back one leaves no response */
-    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL};
+    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0};
     CHECK_EQ_INT(store_tx_begin(st), 0);
     CHECK_EQ_INT(store_idem_reserve(st, t.id, "k1", fp, NOW, &r), ERR_BADSTATE); /* not inside a tx */
     struct store_batch b;

@@ -83,7 +83,7 @@ static void fx_batch(struct fx *fx, const struct store_tenant *t, const char *pr
     snprintf(sf.storage_path, sizeof sf.storage_path, "%s", rel);
     sf.created_at = NOW;
     CHECK_EQ_INT(store_file_create(fx->st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, window_s, metadata};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, window_s, metadata, 0};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx->st, t->id, &nb, NOW, &b), 0);
     snprintf(batch_id, ID_MAX, "%s", b.id);
@@ -390,7 +390,7 @@ TEST(lease_validating_batches_are_not_leasable)
     snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
     CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
     CHECK_EQ_INT(store_tx_begin(fx.st), 0);
@@ -495,6 +495,20 @@ static enum store_commit_outcome fail_once(struct fx *fx, int64_t now, const cha
     return oc;
 }
 
+/* store_results_scan's callback: collect up to 8 seqs. */
+struct seqs {
+    int64_t seq[8];
+    int n;
+};
+
+static int collect_seq(void *ctx, const struct store_result_row *r)
+{
+    struct seqs *s = ctx;
+    if (s->n < 8)
+        s->seq[s->n++] = r->seq;
+    return 0;
+}
+
 TEST(lease_transient_failures_dead_letter_then_retry_requeues)
 {
     struct fx fx;
@@ -554,6 +568,15 @@ TEST(lease_transient_failures_dead_letter_then_retry_requeues)
     struct store_batch b;
     get_batch(&fx, bid, &b);
     CHECK_EQ_INT(b.n_failed, 1);
+    /* the dead letter's results row is the newest: the retry deletes it, and
+     * its commit sequence number must never come back (a partial-results
+     * cursor past it would miss the new row) */
+    struct seqs before = {0};
+    int64_t cur = 0;
+    int n_rows = 0;
+    CHECK_EQ_INT(store_results_scan(fx.st, bid, &cur, 10, collect_seq, &before, &n_rows), 0);
+    CHECK_EQ_INT(n_rows, 1);
+    CHECK(before.seq[0] > 0 && cur == before.seq[0]);
     CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.ta.id, rid, NOW + 41), 0);
     CHECK_EQ_INT(store_dead_letter_retry(fx.st, fx.ta.id, rid, NOW + 41), ERR_NOTFOUND);
     get_batch(&fx, bid, &b);
@@ -569,6 +592,11 @@ TEST(lease_transient_failures_dead_letter_then_retry_requeues)
     CHECK_EQ_INT(answer_all(&fx, &l, NOW + 42), 1);
     store_lease_clear(&l);
     store_lease_clear(&l2);
+    struct seqs after = {0};
+    int64_t cur2 = cur;
+    CHECK_EQ_INT(store_results_scan(fx.st, bid, &cur2, 10, collect_seq, &after, &n_rows), 0);
+    CHECK_EQ_INT(n_rows, 2); /* q-0 again and q-1, both after the cursor */
+    CHECK(after.seq[0] > before.seq[0] && after.seq[1] > after.seq[0] && cur2 == after.seq[1]);
     struct finalize_report rep;
     CHECK_EQ_INT(finalize_batch(fx.st, bid, NOW + 43, NULL, &rep), 0);
     CHECK_EQ_INT(rep.status, STORE_BATCH_COMPLETED);
@@ -850,10 +878,42 @@ TEST(lease_priority_orders_a_tenants_own_batches_and_packs_group_prefixes)
     snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
     CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, "{\"priority\":\"high\"}"};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, "{\"priority\":\"high\"}", 0};
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
     nb.metadata = "{\"priority\":\"1001\"}";
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
+    store_close(fx.st);
+}
+
+TEST(lease_earliest_deadline_first_within_a_tenant_and_fair_across_tenants)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char day[ID_MAX], hour[ID_MAX], other[ID_MAX];
+    fx_batch(&fx, &fx.ta, "day", 8, NULL, 86400, day);  /* older, 24h */
+    fx_batch(&fx, &fx.ta, "hour", 3, NULL, 3600, hour); /* newer, 1h: served first */
+    fx_batch(&fx, &fx.tb, "other", 8, NULL, 86400, other);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 6);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 6);
+    int n_hour = 0, n_day = 0, n_other = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        n_hour += !strcmp(l.items[i].batch_id, hour);
+        n_day += !strcmp(l.items[i].batch_id, day);
+        n_other += !strcmp(l.items[i].batch_id, other);
+    }
+    /* tenant B keeps its half; tenant A's half goes to its 1h batch */
+    CHECK_EQ_INT(n_other, 3);
+    CHECK_EQ_INT(n_hour, 3);
+    CHECK_EQ_INT(n_day, 0);
+    store_lease_clear(&l);
+    /* the comparator itself: priority, then deadline, then id */
+    struct store_lease_cand x = {"batch_a", "t", 0, 100}, y = {"batch_b", "t", 0, 50}, z = {"batch_c", "t", 1, 900};
+    CHECK(lease_batch_cmp(&y, &x) < 0);
+    CHECK(lease_batch_cmp(&z, &y) < 0);
+    y.expires_at = 100;
+    CHECK(lease_batch_cmp(&x, &y) < 0);
     store_close(fx.st);
 }
 
