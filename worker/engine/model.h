@@ -45,7 +45,17 @@ struct kn_pool;
 struct tok;
 struct chat_tmpl;
 
-enum model_arch { MODEL_ARCH_LLAMA = 1, MODEL_ARCH_QWEN2 = 2 };
+enum model_arch {
+    MODEL_ARCH_LLAMA = 1,
+    MODEL_ARCH_QWEN2 = 2,
+    MODEL_ARCH_QWEN3 = 3,
+    MODEL_ARCH_GEMMA2 = 4,
+    MODEL_ARCH_GEMMA3 = 5,
+    MODEL_ARCH_PHI3 = 6,
+};
+
+/* Feed-forward activation: silu(gate) * up, or gelu_tanh(gate) * up. */
+enum model_ffn_act { MODEL_FFN_SWIGLU = 0, MODEL_FFN_GEGLU = 1 };
 
 /* Caps on hyperparameters (far above real models; keep hostile headers
  * from sizing absurd buffers). Shapes are also bounded by the file. */
@@ -70,6 +80,21 @@ struct model_hparams {
     float rope_freq_base;  /* rope.freq_base, default 10000 */
     float rope_freq_scale; /* 1 / rope.scaling.factor (linear), default 1 */
     int rope_neox;         /* 1: NEOX (rotate-half) layout, 0: NORM (adjacent pairs) */
+    /* what the newer architectures add (defaults = the llama behaviour) */
+    enum model_ffn_act ffn_act; /* gemma: GEGLU */
+    float embd_scale;      /* embedding rows times this (gemma: sqrt(n_embd) in float); 1 = none */
+    float attn_scale;      /* q.k factor: 1/sqrt(head_dim), or attention.scale; gemma 27B:
+                            * 1/sqrt(n_embd/n_head) as llama.cpp */
+    float attn_softcap;    /* gemma2: attention.logit_softcapping (default 50); 0 = none */
+    float final_softcap;   /* gemma2: final_logit_softcapping (default 30); gemma3 when the
+                            * key is present; 0 = none */
+    int n_swa;             /* attention.sliding_window: a sliding-window layer attends to the
+                            * last n_swa positions (itself included); 0 = none */
+    float rope_freq_base_swa;  /* rope base of sliding-window layers (gemma3: rope.freq_base_swa,
+                                * default 10000; gemma2: rope.freq_base) */
+    float rope_freq_scale_swa; /* rope scale of sliding-window layers (gemma3: 1) */
+    int n_ctx_orig;        /* phi3 LongRoPE: rope.scaling.original_context_length (0 = none) */
+    float rope_attn_factor; /* phi3 LongRoPE: rope.scaling.attn_factor, times cos and sin (1 = none) */
 };
 
 /* A weight matrix: rows x cols values of type `type`, row stride row_bytes,
@@ -91,6 +116,11 @@ struct model_layer {
     const float *ffn_norm;         /* (n_embd) */
     struct model_mat w_gate, w_up; /* (n_ff, n_embd) */
     struct model_mat w_down;       /* (n_embd, n_ff) */
+    const float *attn_q_norm;      /* qwen3, gemma3: per-head RMSNorm of q (head_dim); else NULL */
+    const float *attn_k_norm;      /* ... and of k (head_dim) */
+    const float *post_attn_norm;   /* gemma2/3: RMSNorm of the attention output (n_embd); else NULL */
+    const float *post_ffn_norm;    /* gemma2/3: RMSNorm of the FFN output (n_embd); else NULL */
+    int swa;                       /* 1: sliding-window layer (hp.n_swa, rope_freq_base_swa) */
 };
 
 struct model {
@@ -101,6 +131,9 @@ struct model {
     int tied;                      /* 1 when output.weight is absent */
     const float *output_norm;      /* (n_embd) */
     const float *rope_freqs;       /* (n_rot/2) frequency divisors or NULL */
+    const float *rope_factors_short; /* phi3 LongRoPE (n_rot/2) divisors for contexts up to
+                                      * hp.n_ctx_orig, or NULL */
+    const float *rope_factors_long;  /* ... and for longer contexts (chosen per model_ctx by n_ctx) */
     struct model_layer *layers;    /* (n_layer) */
 };
 
