@@ -123,7 +123,7 @@ static int get_hp_f32(const struct gguf *g, const char *arch, const char *suffix
  *        1/sqrt(head_dim) except the 27B models (46 / 62 layers):
  *        1/sqrt(n_embd / n_head), as llama.cpp (the GGUF has no key for
  *        HF's query_pre_attn_scalar);
- *   gemma2: attention.logit_softcapping (default 50), final_logit_softcapping
+ *   gemma2: attn_logit_softcapping (default 50), final_logit_softcapping
  *        (default 30), window default 4096, rope.freq_base_swa default
  *        rope.freq_base;
  *   gemma3: final_logit_softcapping when present, rope.freq_base_swa
@@ -154,7 +154,7 @@ static int read_arch_hparams(const struct gguf *g, const char *arch, struct mode
         return fail(err, err_len, ERR_CORRUPT, "%s.rope.freq_base_swa out of range", arch);
     float cap_attn = hp->arch == MODEL_ARCH_GEMMA2 ? 50.0f : 0.0f;
     float cap_final = hp->arch == MODEL_ARCH_GEMMA2 ? 30.0f : 0.0f;
-    if (gemma && ((rc = get_hp_f32(g, arch, "attention.logit_softcapping", 0, cap_attn,
+    if (gemma && ((rc = get_hp_f32(g, arch, "attn_logit_softcapping", 0, cap_attn,
                                    &hp->attn_softcap, err, err_len)) ||
                   (rc = get_hp_f32(g, arch, "final_logit_softcapping", 0, cap_final,
                                    &hp->final_softcap, err, err_len))))

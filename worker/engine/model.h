@@ -85,7 +85,7 @@ struct model_hparams {
     float embd_scale;      /* embedding rows times this (gemma: sqrt(n_embd) in float); 1 = none */
     float attn_scale;      /* q.k factor: 1/sqrt(head_dim), or attention.scale; gemma 27B:
                             * 1/sqrt(n_embd/n_head) as llama.cpp */
-    float attn_softcap;    /* gemma2: attention.logit_softcapping (default 50); 0 = none */
+    float attn_softcap;    /* gemma2: attn_logit_softcapping (default 50); 0 = none */
     float final_softcap;   /* gemma2: final_logit_softcapping (default 30); gemma3 when the
                             * key is present; 0 = none */
     int n_swa;             /* attention.sliding_window: a sliding-window layer attends to the

@@ -63,12 +63,14 @@ static struct model *load(const char *file)
     return m;
 }
 
-/* The three prompts of a fixture entry. */
+/* The three prompts of a fixture entry, and the context size to run them
+ * in (manifest "n_ctx", default 64: phi3 picks its LongRoPE factors by it). */
 struct prompts {
     int n;
     int len[4];
     int32_t ids[4][64];
     int total;
+    int n_ctx;
 };
 
 static void get_prompts(json_t *entry, struct prompts *p)
@@ -76,6 +78,8 @@ static void get_prompts(json_t *entry, struct prompts *p)
     json_t *ps = json_object_get(entry, "prompts");
     p->n = (int)json_array_size(ps);
     p->total = 0;
+    json_t *nc = json_object_get(entry, "n_ctx");
+    p->n_ctx = nc ? (int)json_integer_value(nc) : 64;
     CHECK(p->n >= 1 && p->n <= 4);
     for (int i = 0; i < p->n; i++) {
         json_t *a = json_array_get(ps, (size_t)i);
@@ -94,7 +98,7 @@ static void run_all(const struct model *m, const struct prompts *p, float *out, 
     struct model_ctx_params cp;
     model_ctx_params_init(&cp);
     cp.exact_matmul = exact;
-    cp.n_ctx = 64;
+    cp.n_ctx = p->n_ctx;
     cp.n_seq_max = p->n;
     cp.n_batch_max = p->total;
     cp.n_out_max = p->total;
@@ -129,7 +133,9 @@ static double rel_l2(const float *a, const float *b, int n)
     return sqrt(d / nb);
 }
 
-/* Max over positions of the relative L2 error of file's logits. */
+/* Max over positions of the relative L2 error of file's logits. file is a
+ * manifest "gguf" entry: a file name, optionally followed by "#variant" (a
+ * second reference for the same file). */
 static double fixture_error(const char *file, struct model *m_override, int exact)
 {
     size_t len;
@@ -150,7 +156,10 @@ static double fixture_error(const char *file, struct model *m_override, int exac
     json_decref(man);
     size_t want_len;
     float *want = read_all(lpath, &want_len);
-    struct model *m = m_override ? m_override : load(file);
+    char gfile[128];
+    snprintf(gfile, sizeof gfile, "%s", file);
+    gfile[strcspn(gfile, "#")] = 0;
+    struct model *m = m_override ? m_override : load(gfile);
     int nv = m->hp.n_vocab;
     CHECK_EQ_INT(want_len, (size_t)p.total * (size_t)nv * sizeof(float));
     float *got = malloc(want_len);
@@ -199,6 +208,33 @@ TEST(model_logits_match_hf_quantized)
                            "llama3_untied.q8_0.gguf", "qwen2_tied.f16.gguf", "qwen2_tied.q8_0.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         check_fixture(files[i], MODEL_TOL_QUANT, 1);
+}
+
+/* The newer architectures, converted by llama.cpp's convert_hf_to_gguf.py
+ * (tests/oracle/make_arch_fixtures.py). */
+TEST(model_logits_match_hf_qwen3)
+{
+    check_fixture("qwen3_tied.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("qwen3_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
+TEST(model_logits_match_hf_gemma2)
+{
+    check_fixture("gemma2_tied.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("gemma2_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
+TEST(model_logits_match_hf_gemma3)
+{
+    check_fixture("gemma3_tied.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("gemma3_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
+TEST(model_logits_match_hf_phi3)
+{
+    check_fixture("phi3_longrope.f32.gguf", MODEL_TOL_F32, 1);      /* short factors (n_ctx 64) */
+    check_fixture("phi3_longrope.f32.gguf#long", MODEL_TOL_F32, 1); /* long factors (n_ctx 128) */
+    check_fixture("phi3_longrope.q8_0.gguf", MODEL_TOL_QUANT, 1);
 }
 
 /* The default path on every fixture: F32/F16 weights are dotted with the
