@@ -245,7 +245,10 @@ TEST(model_logits_fast_path_near_hf)
     const char *files[] = {"llama_tied.f32.gguf", "llama3_untied.f32.gguf", "qwen2_tied.f32.gguf",
                            "llama_tied.q8_0.gguf", "llama_tied.q4_0.gguf", "llama_tied.q4_1.gguf",
                            "llama_tied.q5_0.gguf", "llama_tied.q5_1.gguf",
-                           "llama3_untied.q8_0.gguf", "qwen2_tied.f16.gguf", "qwen2_tied.q8_0.gguf"};
+                           "llama3_untied.q8_0.gguf", "qwen2_tied.f16.gguf", "qwen2_tied.q8_0.gguf",
+                           "qwen3_tied.f32.gguf", "qwen3_tied.q8_0.gguf", "gemma2_tied.f32.gguf",
+                           "gemma2_tied.q8_0.gguf", "gemma3_tied.f32.gguf", "gemma3_tied.q8_0.gguf",
+                           "phi3_longrope.f32.gguf", "phi3_longrope.q8_0.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         check_fixture(files[i], strstr(files[i], ".f32.") || strstr(files[i], ".f16.")
                                     ? MODEL_TOL_F32 : MODEL_TOL_FAST, 0);
@@ -278,6 +281,63 @@ TEST(model_fixtures_detect_rope_mistakes)
     m->layers[1].bk = NULL; /* drop a bias */
     e = fixture_error("qwen2_tied.f32.gguf", m, 1);
     CHECK(e > 100 * MODEL_TOL_F32);
+    model_free(m);
+}
+
+/* Each feature of the newer architectures matters on its fixture: leaving
+ * it out moves the logits far beyond the tolerance. */
+TEST(model_fixtures_detect_arch_mistakes)
+{
+    struct model *m = load("qwen3_tied.f32.gguf");
+    CHECK(m->hp.arch == MODEL_ARCH_QWEN3 && m->layers[1].attn_k_norm && m->hp.rope_neox);
+    m->layers[1].attn_q_norm = NULL; /* skip the q/k norms of layer 1 */
+    CHECK(fixture_error("qwen3_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+
+    m = load("gemma2_tied.f32.gguf");
+    struct model_hparams hp = m->hp;
+    CHECK(hp.attn_softcap == 2.0f && hp.final_softcap == 5.0f && hp.n_swa == 4 &&
+          m->layers[0].swa && !m->layers[1].swa && hp.ffn_act == MODEL_FFN_GEGLU &&
+          hp.embd_scale == 8.0f && m->tied);
+    m->hp.attn_softcap = 0;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->hp.final_softcap = 0;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->layers[0].swa = 0; /* no window */
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->layers[0].swa = 1;
+    m->hp.ffn_act = MODEL_FFN_SWIGLU;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->hp.embd_scale = 1.0f;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->layers[1].post_ffn_norm = NULL;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+
+    m = load("gemma3_tied.f32.gguf");
+    hp = m->hp;
+    CHECK(hp.rope_freq_base == 1e6f && hp.rope_freq_base_swa == 1e4f && m->layers[4].swa &&
+          !m->layers[5].swa && hp.final_softcap == 0 && hp.attn_softcap == 0);
+    m->hp.rope_freq_base_swa = hp.rope_freq_base; /* one rope base for all layers */
+    CHECK(fixture_error("gemma3_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->layers[5].swa = 1; /* the global layer windowed */
+    CHECK(fixture_error("gemma3_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+
+    m = load("phi3_longrope.f32.gguf");
+    hp = m->hp;
+    CHECK(m->rope_factors_short && m->rope_factors_long && hp.n_ctx_orig == 64 &&
+          hp.rope_attn_factor > 1.15f && hp.rope_attn_factor < 1.16f && !m->tied);
+    m->hp.rope_attn_factor = 1.0f;
+    CHECK(fixture_error("phi3_longrope.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->rope_factors_short = m->rope_factors_long; /* the wrong factors for a short context */
+    CHECK(fixture_error("phi3_longrope.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
     model_free(m);
 }
 
@@ -481,12 +541,27 @@ TEST(model_batched_equals_single_qwen2_f16)
     check_batch_invariance("qwen2_tied.f16.gguf", NULL, NULL);
 }
 
+/* Sliding windows (gemma3: 5 of 6 layers, window 4, own rope base),
+ * soft-capping (gemma2), q/k norms and LongRoPE keep the invariance. */
+TEST(model_batched_equals_single_new_archs)
+{
+    const char *files[] = {"gemma3_tied.q8_0.gguf", "gemma2_tied.f32.gguf", "qwen3_tied.q8_0.gguf",
+                           "phi3_longrope.q8_0.gguf"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        g_exact = 1;
+        check_batch_invariance(files[f], NULL, NULL);
+        g_exact = 0;
+        check_batch_invariance(files[f], NULL, NULL);
+    }
+}
+
 /* The default path on 1, 2 and 3 threads: the same bits (matmul tiles and
  * attention heads are split differently, each output computed alike), and
  * still batch- and chunk-invariant. Both SIMD levels too, when AVX2 exists. */
 TEST(model_fast_path_same_on_any_thread_count)
 {
-    const char *files[] = {"llama_tied.q4_1.gguf", "llama3_untied.q8_0.gguf", "qwen2_tied.q8_0.gguf"};
+    const char *files[] = {"llama_tied.q4_1.gguf", "llama3_untied.q8_0.gguf", "qwen2_tied.q8_0.gguf",
+                           "gemma3_tied.q8_0.gguf"};
     static float ref[INV_LEN * 512];
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         g_exact = 0;
@@ -884,6 +959,65 @@ TEST(model_forward_allocates_nothing)
  * score and output element keeps the reference's operation order. Paged
  * K/V (scattered blocks), GQA, context lengths around the 4-position
  * unrolling, head_dim 64 and 128. */
+/* The window attends exactly positions p0..n_ctx-1: the same as plain
+ * attention over a cache holding only those positions; the soft-cap is
+ * cap * tanh(s / cap) of the scaled score (checked against a direct
+ * double-precision softmax). */
+TEST(kn_attention_window_and_softcap)
+{
+    enum { HD = 8, NKV = 1, NH = 2, N = 11, BT = 4 };
+    float k[16 * HD], v[16 * HD], q[NH * HD], out[NH * HD], ref[NH * HD], sc[16];
+    int32_t table[4] = {2, 0, 3, 1};
+    for (int i = 0; i < 16 * HD; i++) {
+        k[i] = (float)((i * 29) % 17 - 8) / 5.0f;
+        v[i] = (float)((i * 13) % 19 - 9) / 7.0f;
+    }
+    for (int i = 0; i < NH * HD; i++)
+        q[i] = (float)((i * 7) % 11 - 5) / 3.0f;
+    int p0 = 6;
+    float scale = 0.35f, cap = 1.5f;
+    kn_attn_paged_win_heads_f32(out, q, k, v, table, BT, (size_t)BT * HD, p0, N, NH, NKV, HD, 0, NH,
+                                scale, cap, sc);
+    for (int h = 0; h < NH; h++) {
+        double w[N], sum = 0, mx = -1e30;
+        for (int p = p0; p < N; p++) {
+            const float *kp = k + (size_t)table[p / BT] * BT * HD + (size_t)(p % BT) * HD;
+            double d = 0;
+            for (int i = 0; i < HD; i++)
+                d += (double)q[h * HD + i] * kp[i];
+            w[p] = cap * tanh(d * scale / cap);
+            if (w[p] > mx)
+                mx = w[p];
+        }
+        for (int p = p0; p < N; p++)
+            sum += (w[p] = exp(w[p] - mx));
+        for (int i = 0; i < HD; i++) {
+            double acc = 0;
+            for (int p = p0; p < N; p++)
+                acc += w[p] / sum * v[(size_t)table[p / BT] * BT * HD + (size_t)(p % BT) * HD + i];
+            ref[h * HD + i] = (float)acc;
+        }
+    }
+    for (int i = 0; i < NH * HD; i++)
+        CHECK(fabsf(out[i] - ref[i]) <= 1e-5f * (1.0f + fabsf(ref[i])));
+    /* p0 = 0, cap 0: the plain kernel's bits */
+    kn_attn_paged_win_heads_f32(out, q, k, v, table, BT, (size_t)BT * HD, 0, N, NH, NKV, HD, 0, NH,
+                                scale, 0.0f, sc);
+    kn_attn_paged_f32(ref, q, k, v, table, BT, (size_t)BT * HD, N, NH, NKV, HD, scale, sc);
+    CHECK(memcmp(out, ref, sizeof out) == 0);
+    /* GeGLU and soft-capping element-wise */
+    float g[3] = {-2.0f, 0.5f, 3.0f}, u[3] = {1.0f, 2.0f, -1.0f}, o[3];
+    kn_geglu_f32(o, g, u, 3);
+    for (int i = 0; i < 3; i++) {
+        double x = g[i];
+        double ge = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        CHECK(fabs(o[i] - ge * u[i]) <= 1e-6);
+    }
+    float x[2] = {10.0f, -0.1f};
+    kn_softcap_f32(x, 5.0f, 2);
+    CHECK(fabs(x[0] - 5 * tanh(2.0)) < 1e-6 && fabs(x[1] - 5 * tanh(-0.02)) < 1e-6);
+}
+
 TEST(kn_attention_avx2_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() < KN_SIMD_AVX2) {
@@ -919,6 +1053,24 @@ TEST(kn_attention_avx2_equals_scalar_bit_for_bit)
                 if (memcmp(o1, o2, (size_t)n_head * (size_t)hd * sizeof *o1) != 0)
                     th_fail(__FILE__, __LINE__, "attention simd == scalar", "%s hd %d n_ctx %d",
                             kn_simd_name(lv), hd, n_ctx);
+            }
+            /* the windowed, soft-capped variant: windows starting inside a
+             * block and at block edges, with and without the cap */
+            for (int w = 1; w <= 13; w += 4) {
+                int p0 = n_ctx > w ? n_ctx - w : 0;
+                float cap = w % 8 == 1 ? 2.0f : 0.0f;
+                CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
+                kn_attn_paged_win_heads_f32(o1, q, k, v, table, bt, bs, p0, n_ctx, n_head,
+                                            n_head_kv, hd, 0, n_head, 0.125f, cap, sc);
+                for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++) {
+                    CHECK_EQ_INT(kn_simd_set(lv), 0);
+                    kn_attn_paged_win_heads_f32(o2, q, k, v, table, bt, bs, p0, n_ctx, n_head,
+                                                n_head_kv, hd, 0, n_head, 0.125f, cap, sc);
+                    if (memcmp(o1, o2, (size_t)n_head * (size_t)hd * sizeof *o1) != 0)
+                        th_fail(__FILE__, __LINE__, "windowed attention simd == scalar",
+                                "%s hd %d n_ctx %d p0 %d cap %g", kn_simd_name(lv), hd, n_ctx, p0,
+                                (double)cap);
+                }
             }
         }
         free(k);
