@@ -423,6 +423,8 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
             (rc = get_mat(g, NAME("attn_qkv.weight"), q_dim + 2 * kv_dim, hp->n_embd, 1, &qkv, err,
                           err_len)))
             return rc;
+        if (!qkv.data && hp->arch == MODEL_ARCH_PHI3 && !gguf_tensor_find(g, NAME("attn_q.weight")))
+            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s", NAME("attn_qkv.weight"));
         if (qkv.data) {
             const unsigned char *base = qkv.data;
             L->wq = L->wk = L->wv = qkv;

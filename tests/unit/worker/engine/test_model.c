@@ -341,6 +341,25 @@ TEST(model_fixtures_detect_arch_mistakes)
     model_free(m);
 }
 
+/* The CUDA forward implements llama and qwen2 only: the others are refused
+ * at context creation, in CUDA builds too. */
+TEST(model_cuda_refuses_new_archs)
+{
+    const char *files[] = {"qwen3_tied.q8_0.gguf", "gemma2_tied.q8_0.gguf", "gemma3_tied.q8_0.gguf",
+                           "phi3_longrope.q8_0.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        struct model *m = load(files[i]);
+        struct model_ctx_params cp;
+        model_ctx_params_init(&cp);
+        cp.n_ctx = 64;
+        cp.device = KN_DEVICE_CUDA;
+        struct model_ctx *c = NULL;
+        CHECK_EQ_INT(model_ctx_new(m, &cp, &c), ERR_UNSUPPORTED);
+        CHECK(c == NULL);
+        model_free(m);
+    }
+}
+
 TEST(model_hparams_from_gguf)
 {
     struct model *m = load("qwen2_tied.q8_0.gguf");
@@ -772,6 +791,65 @@ TEST(model_load_validation)
     patch(buf, len, "output_norm.weight", "output_norx.weight", 18);
     expect_load_error(buf, len, ERR_CORRUPT, "missing tensor output_norm.weight");
     free(buf);
+    free(orig);
+
+    /* the newer architectures: every tensor and key they need, named */
+    struct {
+        const char *file, *from, *to, *msg;
+        int rc;
+    } cases[] = {
+        {"gemma3_tied.q8_0.gguf", "\x06\0\0\0\0\0\0\0gemma3", "\x06\0\0\0\0\0\0\0gemma4",
+         "unsupported architecture 'gemma4'", ERR_UNSUPPORTED},
+        {"gemma3_tied.q8_0.gguf", "blk.3.attn_q_norm.weight", "blk.3.attn_q_norx.weight",
+         "missing tensor blk.3.attn_q_norm.weight", ERR_CORRUPT},
+        {"gemma3_tied.q8_0.gguf", "blk.2.post_attention_norm.weight",
+         "blk.2.post_attention_norx.weight", "missing tensor blk.2.post_attention_norm.weight",
+         ERR_CORRUPT},
+        {"gemma3_tied.q8_0.gguf", "gemma3.attention.layer_norm_rms_epsilon",
+         "gemma3.attention.layer_norm_rms_epsilom",
+         "missing hyperparameter gemma3.attention.layer_norm_rms_epsilon", ERR_CORRUPT},
+        {"gemma2_tied.q8_0.gguf", "blk.1.post_ffw_norm.weight", "blk.1.post_ffw_norx.weight",
+         "missing tensor blk.1.post_ffw_norm.weight", ERR_CORRUPT},
+        {"qwen3_tied.q8_0.gguf", "blk.1.attn_k_norm.weight", "blk.1.attn_k_norx.weight",
+         "missing tensor blk.1.attn_k_norm.weight", ERR_CORRUPT},
+        {"phi3_longrope.q8_0.gguf", "rope_factors_long.weight", "rope_factors_lonx.weight",
+         "missing tensor rope_factors_long.weight", ERR_CORRUPT},
+        {"phi3_longrope.q8_0.gguf", "blk.1.attn_qkv.weight", "blk.1.attn_qkx.weight",
+         "missing tensor blk.1.attn_qkv.weight", ERR_CORRUPT},
+        {"phi3_longrope.q8_0.gguf", "phi3.rope.scaling.original_context_length",
+         "phi3.rope.scaling.original_context_lengtx",
+         "missing hyperparameter phi3.rope.scaling.original_context_length", ERR_CORRUPT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, FIX "%s", cases[i].file);
+        orig = read_all(path, &len);
+        /* the architecture string comes with its 8-byte length */
+        size_t n = cases[i].to[0] == 6 ? 14 : strlen(cases[i].to);
+        patch(orig, len, cases[i].from, cases[i].to, n);
+        expect_load_error(orig, len, cases[i].rc, cases[i].msg);
+        free(orig);
+    }
+    /* shapes and values checked against the hyperparameters */
+    orig = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_u32(orig, len, "phi3.feed_forward_length", 32);
+    expect_load_error(orig, len, ERR_CORRUPT, "blk.0.ffn_up.weight: shape [64, 128, 1, 1], expected [64, 64]");
+    free(orig);
+    orig = read_all(FIX "qwen3_tied.q8_0.gguf", &len);
+    patch_u32(orig, len, "qwen3.attention.key_length", 32);
+    patch_u32(orig, len, "qwen3.attention.value_length", 32);
+    expect_load_error(orig, len, ERR_CORRUPT,
+                      "blk.0.attn_q.weight: shape [64, 64, 1, 1], expected [64, 128]");
+    free(orig);
+    orig = read_all(FIX "gemma2_tied.q8_0.gguf", &len);
+    {
+        float neg = -2.0f, two = 2.0f;
+        size_t kl = strlen("gemma2.attn_logit_softcapping");
+        unsigned char *at = memmem(orig, len, "gemma2.attn_logit_softcapping", kl);
+        CHECK(at != NULL && memcmp(at + kl + 4, &two, 4) == 0);
+        memcpy(at + kl + 4, &neg, 4);
+    }
+    expect_load_error(orig, len, ERR_CORRUPT, "negative or infinite logit soft-capping");
     free(orig);
 
     /* qwen2 needs its q/k/v biases */
