@@ -14,6 +14,7 @@
 
 #include "common/err.h"
 #include "kernels/kn.h"
+#include "worker/engine/chat.h"
 #include "worker/engine/tok_gguf.h"
 
 static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
@@ -581,7 +582,51 @@ int model_tokenizer(const struct model *m, struct tok **out, char *err, size_t e
     return tok_gguf_new(m->gguf, out, err, err_len);
 }
 
+/* The default chat template of an architecture whose GGUF carries none
+ * (tokenizer.chat_template absent): the family's published format as a
+ * Jinja template, so that it renders the same through the known-format
+ * classifier and a Jinja interpreter.
+ *   gemma2, gemma3: Gemma 3's format (a system message becomes the prefix
+ *     of the first user turn; Gemma 2's template raises on it instead);
+ *     string contents only.
+ *   phi3: Phi-3-mini-4k-instruct's template.
+ * Others: NULL (qwen2/qwen3 fall back to ChatML through their <|im_start|>
+ * token, see chat.h). */
+static const char *default_chat_template(enum model_arch a)
+{
+    switch (a) {
+    case MODEL_ARCH_GEMMA2:
+    case MODEL_ARCH_GEMMA3:
+        return "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+               "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}"
+               "{% set loop_messages = messages[1:] %}"
+               "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}"
+               "{% endif %}{% for message in loop_messages %}"
+               "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+               "{{ raise_exception('Conversation roles must alternate "
+               "user/assistant/user/assistant/...') }}{% endif %}"
+               "{% if message['role'] == 'assistant' %}{% set role = 'model' %}"
+               "{% else %}{% set role = message['role'] %}{% endif %}"
+               "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + "
+               "message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+    case MODEL_ARCH_PHI3:
+        return "{% for message in messages %}{% if message['role'] == 'system' %}"
+               "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
+               "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + "
+               "'<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + "
+               "message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}"
+               "{% endif %}";
+    default:
+        return NULL;
+    }
+}
+
 int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl **out)
 {
+    const char *dflt = default_chat_template(m->hp.arch);
+    if (dflt && gguf_kv_find(m->gguf, "tokenizer.chat_template") < 0)
+        return chat_tmpl_new(dflt, t, out);
     return tok_gguf_chat_new(m->gguf, t, out);
 }
