@@ -1,21 +1,26 @@
 /*
- * forward_cpu.c - the batched forward pass of a llama/qwen2 model on the
+ * forward_cpu.c - the batched forward pass of a model (model.h) on the
  * CPU (see forward_cpu.h; forward.c dispatches here).
  *
  * Per step (fwdcpu_forward), for a flat batch of n tokens (shapes in the
  * buffer comments of struct model_ctx):
  *
- *   x = token_embd[token]                                  embedding rows, dequantized
+ *   x = token_embd[token] (* sqrt(n_embd): gemma)         embedding rows, dequantized
  *   per layer:
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h @ Wq^T (+bq), h @ Wk^T (+bk), h @ Wv^T (+bv)
- *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (qwen2)
+ *     q, k = rmsnorm per head (qwen3, gemma3)
+ *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (others);
+ *                                                          own table for gemma3's sliding layers
  *     K/V cache[slot][pos] = k, v                         all tokens first ...
- *     a = softmax(q.K^T / sqrt(hd)) V over 0..pos         ... then attention (GQA)
- *     x += a @ Wo^T
+ *     a = softmax(cap(q.K^T * scale)) V over the window   ... then attention (GQA); window
+ *                                                          0..pos, or the last n_swa positions
+ *                                                          on sliding layers; cap: gemma2
+ *     o = a @ Wo^T (rmsnorm * post_attn_norm: gemma); x += o
  *     h = rmsnorm(x) * ffn_norm
- *     x += (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
- *   logits = rmsnorm(x[marked]) * output_norm @ Wout^T
+ *     f = (act(h @ Wg^T) * (h @ Wu^T)) @ Wd^T             act = silu, or tanh-GELU (gemma)
+ *     x += f (rmsnorm * post_ffn_norm: gemma)
+ *   logits = rmsnorm(x[marked]) * output_norm @ Wout^T (soft-capped: gemma2)
  *
  * Every op works per token with a fixed accumulation order, so a token's
  * numbers do not depend on its batch neighbours. All matmuls go through

@@ -1,5 +1,5 @@
 /*
- * model.c - load a llama/qwen2 GGUF: hyperparameters, tensor validation,
+ * model.c - load a llama/qwen2/qwen3/gemma2/gemma3/phi3 GGUF: hyperparameters, tensor validation,
  * weight pointers into the mapping. See model.h for the design, the keys
  * read and the tensor names expected.
  */
