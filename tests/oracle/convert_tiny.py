@@ -46,6 +46,16 @@ def main():
     def get_model_class(name, mmproj=False):
         cls = real_get(name, mmproj)
         cls.set_vocab = set_vocab  # this process converts one model and exits
+        if name == "MistralForCausalLM":
+            # the converter maps Mistral to "llama" and drops sliding_window;
+            # write it, as a GGUF that declares a window would have it
+            real_params = cls.set_gguf_parameters
+
+            def set_gguf_parameters(self):
+                real_params(self)
+                if self.hparams.get("sliding_window"):
+                    self.gguf_writer.add_sliding_window(self.hparams["sliding_window"])
+            cls.set_gguf_parameters = set_gguf_parameters
         return cls
 
     conv.get_model_class = get_model_class

@@ -16,6 +16,11 @@ vocab 300, the toy byte-level BPE of make_model_fixtures.py):
   gemma3_tied    Gemma3ForCausalLM (text only), 6 layers: q/k norms, layers
                  0-4 sliding (window 4, rope base 10000), layer 5 global
                  (rope base 1e6)
+  mistral_swa    MistralForCausalLM, 2 layers, tied, sliding window 4 on every
+                 layer; written as general.architecture "llama" (llama.cpp's
+                 converter maps Mistral to llama and drops the window:
+                 convert_tiny.py adds llama.attention.sliding_window, as a
+                 GGUF that declares it would have)
   phi3_longrope  Phi3ForCausalLM, 2 layers, untied: fused qkv and gate_up,
                  LongRoPE (random short/long factors, original context 64,
                  max 256, so the attention factor is sqrt(1 + ln 4 / ln 64))
@@ -36,7 +41,7 @@ than it, as llama.cpp does: the test runs that file with n_ctx 128).
 
 Run once (the oracle venv of tests/fixtures/model/NOTES.md, plus the
 llama-cpp-python 0.3.36 sdist unpacked somewhere):
-    /work/venv-oracle/bin/python tests/oracle/make_arch_fixtures.py LLAMA_CPP_DIR
+    /work/venv-oracle/bin/python tests/oracle/make_arch_fixtures.py LLAMA_CPP_DIR [KIND...]
 Writes tests/fixtures/model/{qwen3,gemma2,gemma3,phi3}_*.{gguf,logits} and
 merges its entries into manifest.json (other entries kept).
 """
@@ -53,11 +58,18 @@ import numpy as np
 import torch
 import transformers
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from make_model_fixtures import CHATML, N_VOCAB, OUT, hf_logits, prompts, rel_l2, tiny_bpe  # noqa: E402
+
+
+def unpermute(w, n_head):
+    """Inverse of convert_hf_to_gguf's LlamaModel.permute."""
+    return (w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
 
 N_EMBD, N_FF, N_HEAD, N_HEAD_KV, HEAD_DIM, N_CTX = 64, 64, 4, 2, 16, 256
 
@@ -85,6 +97,10 @@ def make_hf(kind, seed):
                                                    sliding_window=4, rope_theta=1e6,
                                                    rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
                                                    tie_word_embeddings=True, **common(6)))
+    elif kind == "mistral_swa":
+        model = MistralForCausalLM(MistralConfig(head_dim=HEAD_DIM, sliding_window=4, rope_theta=10000.0,
+                                                 rms_norm_eps=1e-5, tie_word_embeddings=True,
+                                                 **common(2)))
     elif kind == "phi3_longrope":
         g = torch.Generator().manual_seed(seed + 100)
         short = (1 + torch.rand(HEAD_DIM // 2, generator=g)).tolist()
@@ -168,6 +184,9 @@ def gguf_into_hf(path, kind, model):
         a = np.array(a, dtype=np.float32)
         if kind.startswith("gemma") and t.name.endswith("norm.weight"):
             a = a - 1.0  # the converter stored 1 + w
+        if kind.startswith("mistral") and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+            nh = N_HEAD if t.name.endswith("attn_q.weight") else N_HEAD_KV
+            a = unpermute(a, nh)  # llama.cpp permutes Q/K rows for the NORM rope
         hn = names[t.name]
         assert sd[hn].shape == a.shape, (t.name, sd[hn].shape, a.shape)
         sd[hn] = torch.tensor(a)
@@ -194,11 +213,13 @@ def long_factor_model(model):
     return m
 
 
-PLAN = [("qwen3_tied", 11), ("gemma2_tied", 12), ("gemma3_tied", 13), ("phi3_longrope", 14)]
+PLAN = [("qwen3_tied", 11), ("gemma2_tied", 12), ("gemma3_tied", 13), ("phi3_longrope", 14),
+        ("mistral_swa", 15)]
 
 
 def main():
     llama_dir = sys.argv[1]
+    only = set(sys.argv[2:])  # kinds to (re)make; default all
     tok = tiny_bpe()
     man_path = os.path.join(OUT, "manifest.json")
     with open(man_path) as f:
@@ -206,9 +227,10 @@ def main():
     manifest["arch_generator"] = (f"tests/oracle/make_arch_fixtures.py (torch {torch.__version__}, "
                                   f"transformers {transformers.__version__}, llama.cpp "
                                   f"convert_hf_to_gguf.py of llama-cpp-python 0.3.36)")
-    ours = {f"{k}.{t}.gguf" for k, _ in PLAN for t in ("f32", "q8_0")}
+    plan = [(k, s) for k, s in PLAN if not only or k in only]
+    ours = {f"{k}.{t}.gguf{v}" for k, _ in plan for t in ("f32", "q8_0") for v in ("", "#long")}
     manifest["files"] = [e for e in manifest["files"] if e["gguf"] not in ours]
-    for kind, seed in PLAN:
+    for kind, seed in plan:
         model = make_hf(kind, seed)
         ps = prompts(seed)
         ref = hf_logits(model, ps)
@@ -227,7 +249,7 @@ def main():
                 want, how = got, "HF model + gguf-py dequantized weights"
             want.astype("<f4").tofile(os.path.join(OUT, name + ".logits"))
             entry = {"gguf": name + ".gguf", "logits": name + ".logits",
-                     "arch": kind.split("_")[0], "type": outtype.upper(), "tied": kind.endswith("_tied"),
+                     "arch": "llama" if kind.startswith("mistral") else kind.split("_")[0], "type": outtype.upper(), "tied": bool(model.config.tie_word_embeddings),
                      "reference": how, "prompts": ps}
             manifest["files"].append(entry)
             if kind == "phi3_longrope" and outtype == "f32":

@@ -230,6 +230,20 @@ TEST(model_logits_match_hf_gemma3)
     check_fixture("gemma3_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
 }
 
+/* A Mistral-style llama GGUF declaring llama.attention.sliding_window (4):
+ * every layer attends to the last 4 positions, as HF's Mistral. */
+TEST(model_logits_match_hf_mistral_sliding_window)
+{
+    check_fixture("mistral_swa.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("mistral_swa.q8_0.gguf", MODEL_TOL_QUANT, 1);
+    struct model *m = load("mistral_swa.f32.gguf");
+    CHECK(m->hp.arch == MODEL_ARCH_LLAMA && m->hp.n_swa == 4 && m->layers[0].swa &&
+          m->layers[1].swa);
+    m->hp.n_swa = 0; /* no window: far off */
+    CHECK(fixture_error("mistral_swa.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+}
+
 TEST(model_logits_match_hf_phi3)
 {
     check_fixture("phi3_longrope.f32.gguf", MODEL_TOL_F32, 1);      /* short factors (n_ctx 64) */
@@ -248,7 +262,8 @@ TEST(model_logits_fast_path_near_hf)
                            "llama3_untied.q8_0.gguf", "qwen2_tied.f16.gguf", "qwen2_tied.q8_0.gguf",
                            "qwen3_tied.f32.gguf", "qwen3_tied.q8_0.gguf", "gemma2_tied.f32.gguf",
                            "gemma2_tied.q8_0.gguf", "gemma3_tied.f32.gguf", "gemma3_tied.q8_0.gguf",
-                           "phi3_longrope.f32.gguf", "phi3_longrope.q8_0.gguf"};
+                           "phi3_longrope.f32.gguf", "phi3_longrope.q8_0.gguf",
+                           "mistral_swa.q8_0.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         check_fixture(files[i], strstr(files[i], ".f32.") || strstr(files[i], ".f16.")
                                     ? MODEL_TOL_F32 : MODEL_TOL_FAST, 0);
