@@ -84,8 +84,9 @@ TEST(model_gemma3_real_tokenizer_matches_llamacpp)
     const char *path = real_model();
     json_error_t jerr;
     json_t *doc = json_load_file(REAL_JSON, 0, &jerr), *corpus =
-        json_load_file("tests/fixtures/tok/corpus.json", 0, &jerr);
-    CHECK(doc != NULL && corpus != NULL);
+        json_load_file("tests/fixtures/tok/corpus.json", JSON_ALLOW_NUL, &jerr);
+    if (!doc || !corpus)
+        th_fail(__FILE__, __LINE__, "json", "%s: %s", jerr.source, jerr.text);
     struct model *m;
     struct tok *t;
     char err[256];
