@@ -432,6 +432,51 @@ TEST(model_tokenizer_and_chat_from_gguf)
     model_free(m);
 }
 
+static void patch(unsigned char *buf, size_t len, const void *from, const void *to, size_t n);
+
+/* A GGUF without tokenizer.chat_template gets its architecture's default
+ * (model.c default_chat_template): Gemma's turns with the system message
+ * folded into the first user turn, Phi-3's tags; qwen3 the ChatML fallback. */
+TEST(model_default_chat_template_per_arch)
+{
+    struct {
+        const char *file, *want;
+    } cases[] = {
+        {"gemma3_tied.q8_0.gguf",
+         "<|im_start|><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {"gemma2_tied.q8_0.gguf",
+         "<|im_start|><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {"phi3_longrope.q8_0.gguf", "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n"},
+        {"qwen3_tied.q8_0.gguf",
+         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+    };
+    struct chat_msg msgs[2] = {{CHAT_SYSTEM, "Be brief.", 9}, {CHAT_USER, "Hi", 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256], err[256];
+        size_t len;
+        snprintf(path, sizeof path, FIX "%s", cases[i].file);
+        unsigned char *buf = read_all(path, &len);
+        patch(buf, len, "tokenizer.chat_template", "tokenizer.chat_templatx", 23);
+        struct gguf *g;
+        struct model *m;
+        struct tok *t;
+        struct chat_tmpl *ct;
+        CHECK_EQ_INT(gguf_open_mem(buf, len, &g, err, sizeof err), 0);
+        CHECK_EQ_INT(model_load_gguf(g, &m, err, sizeof err), 0);
+        CHECK_EQ_INT(model_tokenizer(m, &t, err, sizeof err), 0);
+        CHECK_EQ_INT(model_chat_tmpl(m, t, &ct), 0);
+        struct buf out;
+        buf_init(&out, 1 << 16);
+        CHECK_EQ_INT(chat_render(ct, msgs, 2, 1, &out), 0);
+        CHECK_EQ_STR(out.data, cases[i].want);
+        buf_release(&out);
+        chat_tmpl_free(ct);
+        tok_free(t);
+        model_free(m);
+        free(buf);
+    }
+}
+
 /* ---- batching ---- */
 
 /* Matmul path and pool of the contexts new_ctx makes. */
