@@ -919,6 +919,89 @@ TEST(model_load_validation)
     free(orig);
 }
 
+/* A copy of the GGUF at path with kv (a serialized key/value pair) inserted
+ * before its first key, padded with a filler string key so that the
+ * inserted bytes are a multiple of 32 and the tensor data stays aligned. */
+static unsigned char *with_kv(const char *path, const unsigned char *kv, size_t kv_len,
+                              size_t *len_out)
+{
+    size_t len;
+    unsigned char *orig = read_all(path, &len);
+    unsigned char pad[128];
+    size_t n_fill = (32 - (kv_len + 28) % 32) % 32; /* filler: 8 + 8 key, 4 type, 8 + n */
+    size_t pl = 0;
+    uint64_t kl = 8, sl = n_fill;
+    uint32_t ty = 8;
+    memcpy(pad + pl, &kl, 8), pl += 8;
+    memcpy(pad + pl, "test.pad", 8), pl += 8;
+    memcpy(pad + pl, &ty, 4), pl += 4;
+    memcpy(pad + pl, &sl, 8), pl += 8;
+    memset(pad + pl, 'x', n_fill), pl += n_fill;
+    CHECK((kv_len + pl) % 32 == 0);
+    unsigned char *b = malloc(len + kv_len + pl);
+    CHECK(b != NULL);
+    memcpy(b, orig, 24);
+    memcpy(b + 24, kv, kv_len);
+    memcpy(b + 24 + kv_len, pad, pl);
+    memcpy(b + 24 + kv_len + pl, orig + 24, len - 24);
+    uint64_t n_kv;
+    memcpy(&n_kv, b + 16, 8);
+    n_kv += 2;
+    memcpy(b + 16, &n_kv, 8);
+    free(orig);
+    *len_out = len + kv_len + pl;
+    return b;
+}
+
+/* attention.sliding_window_pattern: a per-layer bool array, or a number. */
+TEST(model_sliding_window_pattern_key)
+{
+    const char *key = "gemma3.attention.sliding_window_pattern";
+    unsigned char kv[128];
+    size_t kl = strlen(key), n = 0;
+    uint64_t k64 = kl;
+    memcpy(kv, &k64, 8), n = 8;
+    memcpy(kv + n, key, kl), n += kl;
+    uint32_t t_arr = 9, t_bool = 7, t_u32 = 4;
+    uint64_t n_el = 6;
+    memcpy(kv + n, &t_arr, 4), n += 4;
+    memcpy(kv + n, &t_bool, 4), n += 4;
+    memcpy(kv + n, &n_el, 8), n += 8;
+    const unsigned char pat[6] = {1, 0, 1, 0, 1, 1};
+    memcpy(kv + n, pat, 6), n += 6;
+    size_t len;
+    unsigned char *b = with_kv(FIX "gemma3_tied.q8_0.gguf", kv, n, &len);
+    struct gguf *g;
+    struct model *m;
+    char err[256];
+    CHECK_EQ_INT(gguf_open_mem(b, len, &g, err, sizeof err), 0);
+    CHECK_EQ_INT(model_load_gguf(g, &m, err, sizeof err), 0);
+    for (int l = 0; l < 6; l++)
+        CHECK_EQ_INT(m->layers[l].swa, pat[l]);
+    model_free(m);
+    free(b);
+
+    /* wrong length: named */
+    n_el = 5;
+    memcpy(kv + 8 + kl + 8, &n_el, 8);
+    b = with_kv(FIX "gemma3_tied.q8_0.gguf", kv, n - 1, &len);
+    expect_load_error(b, len, ERR_CORRUPT, "gemma3.attention.sliding_window_pattern: expected 6 per-layer values");
+    free(b);
+
+    /* a number n: layer l slides when l % n < n - 1 */
+    n = 8 + kl;
+    uint32_t three = 3;
+    memcpy(kv + n, &t_u32, 4), n += 4;
+    memcpy(kv + n, &three, 4), n += 4;
+    b = with_kv(FIX "gemma3_tied.q8_0.gguf", kv, n, &len);
+    CHECK_EQ_INT(gguf_open_mem(b, len, &g, err, sizeof err), 0);
+    CHECK_EQ_INT(model_load_gguf(g, &m, err, sizeof err), 0);
+    for (int l = 0; l < 6; l++)
+        CHECK_EQ_INT(m->layers[l].swa, l % 3 < 2);
+    model_free(m);
+    free(b);
+}
+
 /* ---- ops ---- */
 
 /* NORM rope on rows permuted the way the llama converter permutes Q/K equals
