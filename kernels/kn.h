@@ -319,7 +319,7 @@ void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const f
 /* The windowed, soft-capped variant (sliding-window layers; Gemma 2's
  * attention soft-capping): positions p0..n_ctx-1 only are attended
  * (0 <= p0 < n_ctx; scores is still indexed by position, so it needs n_ctx
- * floats), and each scaled score s becomes softcap * tanhf(s / softcap)
+ * floats), and each scaled score s becomes softcap * kn_tanh(s / softcap)
  * before the softmax (softcap 0 = none). With p0 = 0 and softcap = 0 the
  * numbers are kn_attn_paged_heads_f32's; every SIMD level gives the scalar
  * path's bits. */
@@ -340,8 +340,12 @@ void kn_geglu_f32(float *out, const float *gate, const float *up, size_t n);
 /* Scaling (scale.c): x[i] *= s. CPU only. */
 void kn_scale_f32(float *x, float s, size_t n);
 
-/* Soft-capping (scale.c): x[i] = cap * tanhf(x[i] / cap), cap > 0. CPU only. */
+/* Soft-capping (scale.c): x[i] = cap * kn_tanh(x[i] / cap), cap > 0. CPU only. */
 void kn_softcap_f32(float *x, float cap, size_t n);
+
+/* tanh in float, within 1e-6 relative of the exact value, ~4x faster than
+ * libm's tanhf (scale.c). Can't fail. */
+float kn_tanh(float x);
 
 /* Residual add (add.c): x[i] += y[i]. */
 void kn_add_f32(float *x, const float *y, size_t n);

@@ -21,7 +21,7 @@
  * Per query head, the query's kv head is h / (n_head / n_head_kv).
  * The windowed variant (kn_attn_paged_win_heads_f32) runs the same
  * operations over positions p0..n_ctx-1 only, and soft-caps the scaled
- * scores (cap * tanhf(s / cap), scalar on every path) before the softmax. */
+ * scores (cap * kn_tanh(s / cap), scalar on every path) before the softmax. */
 #include "kernels/kn.h"
 
 #include <math.h>
@@ -49,14 +49,14 @@ static float dot_lanes(const float *a, const float *b, int n)
     return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-/* Soft-capping (Gemma 2): s = cap * tanh(s / cap) in place; cap 0 = none.
- * Scalar on every SIMD path, so the bits stay the same. */
+/* Soft-capping (Gemma 2): s = cap * kn_tanh(s / cap) in place (scale.c);
+ * cap 0 = none. Scalar on every SIMD path, so the bits stay the same. */
 static void softcap_row(float *scores, int n, float cap)
 {
     if (cap == 0.0f)
         return;
     for (int p = 0; p < n; p++)
-        scores[p] = cap * tanhf(scores[p] / cap);
+        scores[p] = cap * kn_tanh(scores[p] / cap);
 }
 
 /* Softmax of scores[0..n) in place into weights (exp / sum). */

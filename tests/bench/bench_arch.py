@@ -2,8 +2,15 @@
 """Throughput of a newer architecture against the llama path, per parameter
 on the same quant types: the same GGUF run as itself and as a "llama twin".
 
-Usage: tests/bench/bench_arch.py MODEL.gguf [THREADS]   (default 1 thread)
+Usage: tests/bench/bench_arch.py MODEL.gguf [THREADS] [AS_ARCH]   (default 1 thread)
 e.g.   tests/bench/bench_arch.py "$(scripts/fetch-model gemma3-270m)"
+       tests/bench/bench_arch.py "$(scripts/fetch-model gemma3-270m)" 1 qwen3
+
+AS_ARCH runs the model's tensors as another architecture too (relabelled
+the same way; it must find the tensors it needs: Gemma 3's file has q/k
+norms and post-norms, so it runs as qwen3, gemma2 or phi3 - numerically
+meaningless, but the same shapes and quant types on that architecture's
+code path): the way to time architectures no small real GGUF exists for.
 
 The twin is the very same file with general.architecture set to "llama"
 and the "<arch>." keys renamed "llama." (sliding_window dropped): the same
@@ -51,8 +58,8 @@ def pack_str(s):
     return struct.pack("<Q", len(s)) + s
 
 
-def llama_twin(src, dst):
-    """Rewrite src's metadata as a llama model; the tensor section unchanged."""
+def llama_twin(src, dst, new_arch=b"llama"):
+    """Rewrite src's metadata as a new_arch model; the tensor section unchanged."""
     with open(src, "rb") as f:
         b = f.read()
     magic, version, n_t, n_kv = struct.unpack_from("<4sIQQ", b, 0)
@@ -79,12 +86,12 @@ def llama_twin(src, dst):
     out = [struct.pack("<4sIQQ", b"GGUF", version, n_t, 0)]
     n = 0
     for k, t, v in kvs:
-        if k.startswith(arch + b".attention.sliding_window"):
+        if new_arch == b"llama" and k.startswith(arch + b".attention.sliding_window"):
             continue
         if k == b"general.architecture":
-            v = pack_str(b"llama")
+            v = pack_str(new_arch)
         elif k.startswith(arch + b"."):
-            k = b"llama." + k[len(arch) + 1:]
+            k = new_arch + b"." + k[len(arch) + 1:]
         out.append(pack_str(k) + struct.pack("<I", t) + v)
         n += 1
     out[0] = struct.pack("<4sIQQ", b"GGUF", version, n_t, n)
@@ -112,13 +119,17 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         twin = os.path.join(d, "llama-twin.gguf")
         arch = llama_twin(model, twin)
+        if len(sys.argv) > 3:
+            arch = sys.argv[3]
+            model = os.path.join(d, arch + "-twin.gguf")
+            llama_twin(sys.argv[1], model, arch.encode())
         best = {arch: [0.0, 0.0], "llama": [0.0, 0.0]}
         for _ in range(rounds):
             for who, path in ((arch, model), ("llama", twin)):
                 p, dec = bench(path, threads)
                 best[who] = [max(best[who][0], p), max(best[who][1], dec)]
     a, l = best[arch], best["llama"]
-    print(f"{os.path.basename(model)} ({arch}) vs its llama twin, {threads} thread(s), best of {rounds}:")
+    print(f"{os.path.basename(sys.argv[1])} as {arch} vs as llama, {threads} thread(s), best of {rounds}:")
     print(f"  prefill {a[0]:.1f} vs {l[0]:.1f} tok/s, ratio {a[0] / l[0]:.3f}")
     print(f"  decode  {a[1]:.1f} vs {l[1]:.1f} tok/s, ratio {a[1] / l[1]:.3f}")
 
