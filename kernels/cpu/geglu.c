@@ -4,11 +4,11 @@
  * gate, up, out (n) f32: out[i] = gelu_tanh(gate[i]) * up[i] with PyTorch's
  * gelu(approximate="tanh") (HF "gelu_pytorch_tanh", the Gemma activation):
  *   gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
- * in float (tanhf). No CUDA twin: the CUDA forward refuses the Gemma
+ * in float, tanh by kn_tanh (scale.c: within 1e-6 relative, ~4x faster
+ * than tanhf, which cost ~9% of a Gemma 270M prefill). No CUDA twin: the CUDA forward refuses the Gemma
  * architectures (worker/engine/forward.c). Pure, any thread. */
 #include "kernels/kn.h"
 
-#include <math.h>
 
 void kn_geglu_f32(float *out, const float *gate, const float *up, size_t n)
 {
@@ -17,6 +17,6 @@ void kn_geglu_f32(float *out, const float *gate, const float *up, size_t n)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         float inner = k0 * (g + k1 * g * g * g);
-        out[i] = 0.5f * g * (1.0f + tanhf(inner)) * up[i];
+        out[i] = 0.5f * g * (1.0f + kn_tanh(inner)) * up[i];
     }
 }
