@@ -14,7 +14,13 @@ Writes tests/fixtures/model/gemma3_270m_llamacpp.json:
 
 Run once with a venv holding llama-cpp-python==0.3.36 and numpy:
     VENV/bin/python tests/oracle/make_gemma3_llamacpp.py [MODEL.gguf]
-(default .cache/models/gemma-3-270m-q4_k_m.gguf).
+(default .cache/models/gemma-3-270m-q4_k_m.gguf). The recorded fixture was
+made with the sdist's own Python package and the libllama/libggml that its
+build had produced before it went on to the parts Llama() does not use
+(common, mtmd), too slow on a shared 2-core machine:
+    PYTHONPATH=<sdist>/ LLAMA_CPP_LIB_PATH=<dir with libllama.so, libggml*.so> \
+        VENV/bin/python tests/oracle/make_gemma3_llamacpp.py MODEL.gguf
+(VENV with numpy, typing_extensions, diskcache, jinja2).
 """
 import json
 import os
