@@ -26,6 +26,26 @@ void buf_release(struct buf *b)
     b->alloc = 0;
 }
 
+int buf_grow_array(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : 16;
+    while (nc < need) {
+        if (nc > SIZE_MAX / 2)
+            return ERR_NOMEM;
+        nc *= 2;
+    }
+    if (elem && nc > SIZE_MAX / elem)
+        return ERR_NOMEM;
+    void *q = realloc(*p, nc * elem);
+    if (!q)
+        return ERR_NOMEM;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
 void buf_reset(struct buf *b)
 {
     b->len = 0;

@@ -24,6 +24,12 @@ struct buf {
     size_t max_bytes;  /* hard cap on len */
 };
 
+/* Grow a heap array *p of *cap elements of elem bytes so that it holds at
+ * least need elements (doubling, starting at 16). Returns 0 (unchanged if
+ * already big enough) or ERR_NOMEM (also when need * elem overflows); on
+ * error *p and *cap are unchanged. For typed arrays beside a struct buf. */
+int buf_grow_array(void **p, size_t *cap, size_t need, size_t elem);
+
 /* Set up an empty buffer whose length may never exceed max_bytes. Can't fail. */
 void buf_init(struct buf *b, size_t max_bytes);
 

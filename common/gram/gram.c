@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 
 /* ---- classes and the builder --------------------------------------------------- */
@@ -42,21 +43,6 @@ void gb_release(struct gb *b)
     memset(b, 0, sizeof *b);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 8;
-    while (nc < need)
-        nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q)
-        return ERR_NOMEM;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 static void fail(struct gb *b, int rc)
 {
     if (!b->rc)
@@ -71,7 +57,7 @@ int gb_rule(struct gb *b)
         fail(b, ERR_TOOBIG);
         return -1;
     }
-    if (grow((void **)&b->rule, &b->cap_rule, b->n_rule + 1, sizeof *b->rule)) {
+    if (buf_grow_array((void **)&b->rule, &b->cap_rule, b->n_rule + 1, sizeof *b->rule)) {
         fail(b, ERR_NOMEM);
         return -1;
     }
@@ -87,7 +73,7 @@ static void seq_push(struct gb *b, struct gb_seq *s, int kind, int arg)
         fail(b, ERR_TOOBIG);
         return;
     }
-    if (grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
+    if (buf_grow_array((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
         fail(b, ERR_NOMEM);
         return;
     }
@@ -106,7 +92,7 @@ void gb_seq_chr(struct gb *b, struct gb_seq *s, const struct gcls *c)
         if (memcmp(&b->cls[i - 1], c, sizeof *c) == 0)
             break;
     if (i == lo) {
-        if (grow((void **)&b->cls, &b->cap_cls, b->n_cls + 1, sizeof *b->cls)) {
+        if (buf_grow_array((void **)&b->cls, &b->cap_cls, b->n_cls + 1, sizeof *b->cls)) {
             fail(b, ERR_NOMEM);
             return;
         }
@@ -147,7 +133,7 @@ void gb_rule_add(struct gb *b, int r, struct gb_seq *s)
         return;
     }
     struct gb_rule *R = &b->rule[r];
-    if (grow((void **)&R->alt, &R->cap, R->n + 1, sizeof *R->alt)) {
+    if (buf_grow_array((void **)&R->alt, &R->cap, R->n + 1, sizeof *R->alt)) {
         fail(b, ERR_NOMEM);
         gb_seq_free(s);
         return;
@@ -948,9 +934,9 @@ static int32_t walk_intern(struct walk *w, const struct gstate *s)
     }
     if (w->n_st >= WALK_MAX_STATES)
         return -2;
-    if (grow((void **)&w->st, &w->cap_st, w->n_st + 1, sizeof *w->st) ||
-        grow((void **)&w->sd, &w->sd_cap, w->sd_len + s->len + 1, sizeof *w->sd) ||
-        grow((void **)&w->tr, &w->tr_cap, (w->n_st + 1) * 256, sizeof *w->tr))
+    if (buf_grow_array((void **)&w->st, &w->cap_st, w->n_st + 1, sizeof *w->st) ||
+        buf_grow_array((void **)&w->sd, &w->sd_cap, w->sd_len + s->len + 1, sizeof *w->sd) ||
+        buf_grow_array((void **)&w->tr, &w->tr_cap, (w->n_st + 1) * 256, sizeof *w->tr))
         return -2;
     for (size_t b = 0; b < 256; b++)
         w->tr[w->n_st * 256 + b] = -3;

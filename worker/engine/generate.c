@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 
 /* ---- parameters and prompts ------------------------------------------------ */
@@ -112,21 +113,6 @@ void gen_seq_release(struct gen_seq *s)
 
 const struct smp_params *gen_seq_smp_params(const struct gen_seq *s) { return &s->gp->smp; }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need)
-        nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q)
-        return ERR_NOMEM;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 /* End of the sequence without a stop string so far: flush the decoder
  * (an incomplete character becomes U+FFFD) and the stop matcher. */
 static int finalize(struct gen_seq *s, enum stop_finish why)
@@ -169,7 +155,7 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
                 return ERR_INVAL;   /* not allowed by the grammar */
         }
     }
-    if ((rc = grow((void **)&s->gen, &s->cap_gen, s->n_gen + 1, sizeof *s->gen)) != 0)
+    if ((rc = buf_grow_array((void **)&s->gen, &s->cap_gen, s->n_gen + 1, sizeof *s->gen)) != 0)
         return rc;
     s->gen[s->n_gen++] = tok;
 
@@ -177,7 +163,7 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
         return finalize(s, STOP_FINISH_STOP);
 
     if (s->gp->logprobs) {
-        if ((rc = grow((void **)&s->lp, &s->cap_lp, s->n_lp + 1, sizeof *s->lp)) != 0)
+        if ((rc = buf_grow_array((void **)&s->lp, &s->cap_lp, s->n_lp + 1, sizeof *s->lp)) != 0)
             return rc;
         s->lp[s->n_lp].r = *r;
         s->lp[s->n_lp].text_offset = s->stream_bytes;

@@ -1,4 +1,5 @@
 /* Unit tests: err, buf, clock, id. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,28 @@ TEST(buf_grows_geometrically_and_detaches)
     p = buf_detach(&b, &n); /* empty buffer detaches to "" */
     CHECK_EQ_STR(p, "");
     free(p);
+}
+
+TEST(buf_grow_array_doubles_keeps_contents_and_refuses_overflow)
+{
+    int *a = NULL;
+    size_t cap = 0;
+    CHECK_EQ_INT(buf_grow_array((void **)&a, &cap, 1, sizeof *a), 0);
+    CHECK_EQ_INT((int)cap, 16);
+    for (int i = 0; i < 16; i++)
+        a[i] = i;
+    CHECK_EQ_INT(buf_grow_array((void **)&a, &cap, 16, sizeof *a), 0); /* enough */
+    CHECK_EQ_INT((int)cap, 16);
+    CHECK_EQ_INT(buf_grow_array((void **)&a, &cap, 100, sizeof *a), 0);
+    CHECK_EQ_INT((int)cap, 128);
+    for (int i = 0; i < 16; i++)
+        CHECK_EQ_INT(a[i], i);
+    int *before = a;
+    CHECK_EQ_INT(buf_grow_array((void **)&a, &cap, SIZE_MAX / 2, sizeof *a), ERR_NOMEM);
+    CHECK_EQ_INT(buf_grow_array((void **)&a, &cap, SIZE_MAX, 1), ERR_NOMEM);
+    CHECK(a == before);
+    CHECK_EQ_INT((int)cap, 128);
+    free(a);
 }
 
 TEST(clock_monotonic_and_iso8601)
