@@ -95,7 +95,7 @@ void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
 /* Pool thread, after run: the ETag of a GET's 200 body (see api_job.h). */
 static void job_etag(struct api_job *job)
 {
-    if (!job->is_get || job->answer || job->status != 200 || job->etag[0])
+    if (!job->is_get || (job->answer && !job->answer_sends_out) || job->status != 200 || job->etag[0])
         return;
     uint8_t d[SHA256_LEN];
     char hex[2 * SHA256_LEN + 1];

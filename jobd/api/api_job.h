@@ -11,7 +11,8 @@
  * and Retry-After headers the job asked for. Every GET answered 200 by
  * the default answer gets an ETag (a hash of the body) unless run set its
  * own, and an If-None-Match naming it is answered 304 with no body, so a
- * poller (the dashboard) re-reads nothing that did not change. A custom answer may instead
+ * poller (the dashboard) re-reads nothing that did not change (a custom
+ * answer that ends in api_job_answer sets answer_sends_out to keep that). A custom answer may instead
  * send a file, stream, or run the job again later (api_job_again: the
  * worker's long poll), all without touching libuv.
  *
@@ -63,6 +64,7 @@ struct api_job {
     /* loop thread: answer req from the job (NULL: api_job_answer). Returns 0
      * when answered, 1 when the job was queued again (api_job_again). */
     int (*answer)(struct http_req *req, struct api_job *job);
+    int answer_sends_out;                      /* the custom answer sends out as the body: ETag it too */
     void (*free)(struct api_job *job);         /* frees the route struct (not out) */
     char tenant[ID_MAX];                       /* "" = none (admin and ops routes) */
     char idem_key[STORE_IDEM_KEY_MAX + 1];     /* "" = none */

@@ -382,7 +382,6 @@ static int batch_json_served(struct api_job *job, struct store *st, struct buf *
 struct batch_job {
     struct api_job job;
     char id[ID_MAX];
-    char if_none_match[128]; /* GET: "" = none */
     int64_t eta;             /* GET: estimated completion (unix s), 0 = none */
 };
 
@@ -394,23 +393,6 @@ static void batch_job_free(struct api_job *job)
 static void batch_not_found(struct batch_job *bj)
 {
     api_job_error(&bj->job, API_ERR_NOT_FOUND, "batch_id", "No such Batch object: '%s'.", bj->id);
-}
-
-static int etag_matches(const char *inm, const char *etag)
-{
-    if (!inm[0])
-        return 0;
-    if (strcmp(inm, "*") == 0)
-        return 1;
-    /* a list of entity tags; compare each, ignoring a weak W/ prefix */
-    const char *bare = etag;
-    size_t n = strlen(bare);
-    for (const char *p = inm; (p = strstr(p, bare)); p += n) {
-        char after = p[n];
-        if (after == '\0' || after == ',' || after == ' ')
-            return 1;
-    }
-    return 0;
 }
 
 static void batches_get_run(struct api_job *job, struct store *st)
@@ -444,17 +426,7 @@ static void batches_get_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "render batch");
         return;
     }
-    uint8_t d[SHA256_LEN];
-    char hex[2 * SHA256_LEN + 1];
-    sha256(job->out.data, job->out.len, d);
-    hex_encode(d, 16, hex);
-    snprintf(job->etag, sizeof job->etag, "\"%s\"", hex);
-    if (etag_matches(bj->if_none_match, job->etag)) {
-        buf_reset(&job->out);
-        job->status = 304;
-        return;
-    }
-    job->status = 200;
+    job->status = 200; /* the runner adds the ETag (answer_sends_out) */
 }
 
 /* A job on the batch named by the {id} parameter; NULL when answered (404, 500). */
@@ -495,9 +467,7 @@ static void batches_get(struct http_req *req, void *arg)
     if (!bj)
         return;
     bj->job.answer = batches_get_answer;
-    const char *inm = http_req_header(req, "If-None-Match");
-    if (inm)
-        snprintf(bj->if_none_match, sizeof bj->if_none_match, "%s", inm);
+    bj->job.answer_sends_out = 1;
     api_job_run(req, &bj->job);
 }
 

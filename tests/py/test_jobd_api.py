@@ -34,6 +34,9 @@ def test_jobd_openai_flow_and_pagination():
     assert r2.status == 304 and r2.body == b"", r2
     r3 = d.call("GET", f"/v1/batches/{b['id']}", headers={"If-None-Match": '"other"'})
     assert r3.status == 200
+    # a weak tag in a list matches too (RFC 9110 weak comparison)
+    r4 = d.call("GET", f"/v1/batches/{b['id']}", headers={"If-None-Match": f'"x", W/{etag}'})
+    assert r4.status == 304, r4
     # 250 batches, then walk the pages the way the SDK does (after = last id)
     ids = [b["id"]]
     for _ in range(249):
