@@ -1,7 +1,14 @@
-/* gram_fuzz_check_mask: shared by the grammar fuzz targets (fuzz-src of
- * tests/fuzz/fuzz_gram_regex.c and fuzz_gram_schema.c): the token mask of a
- * grammar's start state over a small vocabulary must agree, token by token,
- * with accepting the token on a fresh matcher, and count what it allows. */
+/* Shared by the grammar fuzz targets (fuzz-src of tests/fuzz/fuzz_gram_regex.c
+ * and fuzz_gram_schema.c).
+ *
+ * gram_fuzz_check_mask: the token mask of a grammar's start state over a
+ * small vocabulary must agree, token by token, with accepting the token on a
+ * fresh matcher, and count what it allows.
+ *
+ * gram_fuzz_compiled: what both targets check after a compile: a refusal has
+ * no grammar and (unless out of memory) a message; a grammar matches the
+ * input bytes without crashing (either answer is fine) and passes the mask
+ * check; it is released. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +19,22 @@ static const char *const TOKS[] = {"a", "b", "ab", "0", "12", "-", ".", " ", "\"
                                    "[", "]", ":", ",", "x", "yz", "\xc3\xa9", "\xc3", "\n", "aaa"};
 #define N_TOKS (sizeof TOKS / sizeof TOKS[0])
 
+#include "common/err.h"
+
 void gram_fuzz_check_mask(struct gram *g);
+void gram_fuzz_compiled(int rc, struct gram *g, const struct gram_error *e, const uint8_t *data, size_t size);
+
+void gram_fuzz_compiled(int rc, struct gram *g, const struct gram_error *e, const uint8_t *data, size_t size)
+{
+    if (rc) {
+        if (g || (rc != ERR_NOMEM && !e->message[0]))
+            abort();
+        return;
+    }
+    (void)gram_match(g, (const char *)data, size);
+    gram_fuzz_check_mask(g);
+    gram_unref(g);
+}
 
 void gram_fuzz_check_mask(struct gram *g)
 {
