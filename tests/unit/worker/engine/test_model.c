@@ -356,12 +356,13 @@ TEST(model_fixtures_detect_arch_mistakes)
     model_free(m);
 }
 
-/* The CUDA forward implements llama and qwen2 only: the others are refused
- * at context creation, in CUDA builds too. */
+/* The CUDA forward implements llama and qwen2 without sliding windows
+ * only: the others (and a Mistral-style llama with a window, which it
+ * would run without one) are refused at context creation, in CUDA builds too. */
 TEST(model_cuda_refuses_new_archs)
 {
     const char *files[] = {"qwen3_tied.q8_0.gguf", "gemma2_tied.q8_0.gguf", "gemma3_tied.q8_0.gguf",
-                           "phi3_longrope.q8_0.gguf"};
+                           "phi3_longrope.q8_0.gguf", "mistral_swa.q8_0.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         struct model *m = load(files[i]);
         struct model_ctx_params cp;
@@ -632,6 +633,124 @@ TEST(model_batched_equals_single_new_archs)
         g_exact = 0;
         check_batch_invariance(files[f], NULL, NULL);
     }
+}
+
+/* A context for ring tests: 3 slots, steps of up to 14 tokens, n_ctx 64;
+ * swa_full selects rings (0) or every position kept (1). */
+static struct model_ctx *ring_ctx(const struct model *m, int swa_full)
+{
+    struct model_ctx_params cp;
+    model_ctx_params_init(&cp);
+    cp.n_ctx = 64;
+    cp.n_seq_max = 3;
+    cp.n_batch_max = 14;
+    cp.n_out_max = 14;
+    cp.exact_matmul = g_exact;
+    cp.swa_full = swa_full;
+    struct model_ctx *c;
+    CHECK_EQ_INT(model_ctx_new(m, &cp, &c), 0);
+    return c;
+}
+
+/* Sliding-window layers keep only a ring of window + 14 - 1 positions per
+ * slot, rounded up to blocks (kv.h; window 4 here: 2 blocks = 32 positions
+ * for n_ctx 64; 17 is the least that works: steps of 14 tokens make 1
+ * block fail): less K/V memory, and the logits of 3 sequences of 60 tokens
+ * (past the window and around the ring), advanced in uneven interleaved
+ * steps, are
+ * bit-identical to those with every position kept. gemma3: 5 of 6 layers
+ * slide; gemma2: alternate; mistral_swa: every layer (the pool then holds
+ * no K/V at all). A rewind inside the window recomputes the same bits; one
+ * below what the ring still holds is refused. */
+TEST(model_sliding_window_rings_same_bits_less_memory)
+{
+    const char *files[] = {"gemma3_tied.q8_0.gguf", "gemma2_tied.f32.gguf", "mistral_swa.q8_0.gguf"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        struct model *m = load(files[f]);
+        int nv = m->hp.n_vocab, n_swa_layers = 0;
+        for (int l = 0; l < m->hp.n_layer; l++)
+            n_swa_layers += m->layers[l].swa;
+        CHECK(m->hp.n_swa == 4 && n_swa_layers > 0 && nv <= 512);
+        g_exact = (int)(f % 2);
+        struct model_ctx *full = ring_ctx(m, 1), *ring = ring_ctx(m, 0);
+        struct kv_cache *kf = model_ctx_kv(full), *kr = model_ctx_kv(ring);
+        CHECK_EQ_INT(kf->n_layer_ring, 0);
+        CHECK_EQ_INT(kr->n_layer_ring, n_swa_layers);
+        CHECK_EQ_INT(kr->ring_blocks, 2);
+        /* memory: the pool keeps the global layers only, plus 3 x 2 ring blocks */
+        struct model_ctx_params cp;
+        model_ctx_params_init(&cp);
+        cp.n_ctx = 64;
+        cp.n_seq_max = 3;
+        cp.n_batch_max = 14;
+        cp.n_out_max = 14;
+        size_t bb_r, rb_r, bb_f, rb_f;
+        CHECK_EQ_INT(model_ctx_kv_bytes(m, &cp, &bb_r, &rb_r), 0);
+        cp.swa_full = 1;
+        CHECK_EQ_INT(model_ctx_kv_bytes(m, &cp, &bb_f, &rb_f), 0);
+        size_t per_layer_block = bb_f / (size_t)m->hp.n_layer;
+        CHECK(rb_f == 0 && rb_r == (size_t)n_swa_layers * 6 * per_layer_block);
+        CHECK(bb_r == (size_t)(m->hp.n_layer - n_swa_layers) * per_layer_block);
+        CHECK(bb_r * 12 + rb_r < bb_f * 12); /* 12 blocks: 3 slots x 64 positions */
+        printf("# %s: K/V %zu bytes with rings, %zu with every position\n", files[f],
+                bb_r * 12 + rb_r, bb_f * 12);
+
+        enum { LEN = 60 };
+        int at[3] = {0, 0, 0}, step = 0;
+        static float lf[14 * 512], lr[14 * 512];
+        while (at[0] < LEN || at[1] < LEN || at[2] < LEN) {
+            int32_t tok[14], pos[14], seq[14];
+            uint8_t mark[14];
+            int n = 0;
+            for (int s = 0; s < 3 && n < 14; s++) {
+                /* uneven: 1..8, and whole steps of 14 for slot 0 every other step */
+                int take = s == 0 && step % 2 ? 14 : (step * 5 + s * 3) % 8 + 1;
+                if (take > 14 - n)
+                    take = 14 - n;
+                if (take > LEN - at[s])
+                    take = LEN - at[s];
+                for (int i = 0; i < take; i++, n++) {
+                    pos[n] = at[s] + i;
+                    tok[n] = (int32_t)((pos[n] * 7919 + 13 + s * 101) % nv);
+                    seq[n] = s;
+                    mark[n] = 1;
+                }
+                at[s] += take;
+            }
+            struct model_batch b = {n, tok, pos, seq, mark};
+            const float *lg;
+            int no_f, no_r;
+            CHECK_EQ_INT(model_forward(full, &b, &lg, &no_f), 0);
+            memcpy(lf, lg, (size_t)no_f * (size_t)nv * sizeof(float));
+            CHECK_EQ_INT(model_forward(ring, &b, &lg, &no_r), 0);
+            memcpy(lr, lg, (size_t)no_r * (size_t)nv * sizeof(float));
+            CHECK_EQ_INT(no_f, n);
+            CHECK_EQ_INT(no_r, n);
+            CHECK(memcmp(lf, lr, (size_t)n * (size_t)nv * sizeof(float)) == 0);
+            step++;
+        }
+        CHECK(kr->seqs[0].ring_lo > 0); /* the ring did wrap */
+        /* rewind slot 1 by 2 positions and recompute them: same bits as kept */
+        CHECK_EQ_INT(kv_seq_truncate(kr, 1, LEN - 2), 0);
+        CHECK_EQ_INT(kv_seq_truncate(kf, 1, LEN - 2), 0);
+        int32_t tok[2] = {5, 9}, pos[2] = {LEN - 2, LEN - 1}, seq[2] = {1, 1};
+        uint8_t mark[2] = {1, 1};
+        struct model_batch b = {2, tok, pos, seq, mark};
+        const float *lg;
+        int no;
+        CHECK_EQ_INT(model_forward(full, &b, &lg, &no), 0);
+        memcpy(lf, lg, 2 * (size_t)nv * sizeof(float));
+        CHECK_EQ_INT(model_forward(ring, &b, &lg, &no), 0);
+        CHECK(memcmp(lf, lg, 2 * (size_t)nv * sizeof(float)) == 0);
+        /* a rewind far back: the ring no longer holds that window */
+        CHECK_EQ_INT(kv_seq_truncate(kr, 1, 10), ERR_BADSTATE);
+        CHECK_EQ_INT(kr->seqs[1].n_pos, LEN);
+        CHECK_EQ_INT(kv_seq_truncate(kf, 1, 10), 0);
+        model_ctx_free(full);
+        model_ctx_free(ring);
+        model_free(m);
+    }
+    g_exact = 0;
 }
 
 /* The default path on 1, 2 and 3 threads: the same bits (matmul tiles and
