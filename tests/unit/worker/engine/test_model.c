@@ -1038,6 +1038,117 @@ TEST(model_load_validation)
     free(orig);
 }
 
+/* Patch the f32 value stored right after key (its type word 6, then the value). */
+static void patch_f32(unsigned char *buf, size_t len, const char *key, float v)
+{
+    size_t kl = strlen(key);
+    unsigned char *at = memmem(buf, len, key, kl);
+    if (!at)
+        th_fail(__FILE__, __LINE__, key, "key not found");
+    uint32_t type;
+    memcpy(&type, at + kl, 4);
+    CHECK_EQ_INT(type, 6);
+    memcpy(at + kl + 4, &v, 4);
+}
+
+/* Patch ne[0] of tensor name in the tensor infos (name, n_dims u32, ne u64...). */
+static void patch_ne0(unsigned char *buf, size_t len, const char *name, uint64_t ne0)
+{
+    size_t nl = strlen(name);
+    unsigned char *at = memmem(buf, len, name, nl);
+    if (!at)
+        th_fail(__FILE__, __LINE__, name, "tensor not found");
+    uint64_t stored_len;
+    memcpy(&stored_len, at - 8, 8);
+    CHECK(stored_len == nl);
+    memcpy(at + nl + 4, &ne0, 8);
+}
+
+/* Set element i of F32 tensor name to v. */
+static void patch_tensor_f32(unsigned char *buf, size_t len, const char *name, int i, float v)
+{
+    struct gguf *g;
+    char err[256];
+    CHECK_EQ_INT(gguf_open_mem(buf, len, &g, err, sizeof err), 0);
+    const struct gguf_tensor *t = gguf_tensor_find(g, name);
+    CHECK(t != NULL && t->type == QUANT_F32 && i < t->n_elements);
+    size_t off = (size_t)t->offset + (size_t)i * 4;
+    gguf_free(g);
+    CHECK(off + 4 <= len);
+    memcpy(buf + off, &v, 4);
+}
+
+/* Values and shapes of the newer architectures' keys and tensors that are
+ * present but wrong: refused at load, each named. */
+TEST(model_load_validation_new_arch_values)
+{
+    size_t len;
+    unsigned char *b;
+    /* llama 3.x rope scaling: rope_freqs of n_rot / 2 positive factors */
+    b = read_all(FIX "llama3_untied.q8_0.gguf", &len);
+    patch_tensor_f32(b, len, "rope_freqs.weight", 3, 0.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "rope_freqs.weight[3] is not positive");
+    free(b);
+    b = read_all(FIX "llama3_untied.q8_0.gguf", &len);
+    patch_ne0(b, len, "rope_freqs.weight", 4);
+    expect_load_error(b, len, ERR_CORRUPT, "rope_freqs.weight: shape [4, 1, 1, 1], expected [8]");
+    free(b);
+    /* Mistral-style window beyond any context */
+    b = read_all(FIX "mistral_swa.q8_0.gguf", &len);
+    patch_u32(b, len, "llama.attention.sliding_window", 0x7fffffff);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "llama.attention.sliding_window = 2147483647 is out of range");
+    free(b);
+    /* gemma3: the sliding layers' rope base */
+    b = read_all(FIX "gemma3_tied.q8_0.gguf", &len);
+    patch_f32(b, len, "gemma3.rope.freq_base_swa", -1.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "gemma3.rope.freq_base_swa out of range");
+    free(b);
+    /* gemma2: post-FFN norm of the wrong width */
+    b = read_all(FIX "gemma2_tied.q8_0.gguf", &len);
+    patch_ne0(b, len, "blk.1.post_ffw_norm.weight", 32);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "blk.1.post_ffw_norm.weight: shape [32, 1, 1, 1], expected [64]");
+    free(b);
+    /* qwen3: per-head k norm of the wrong head size */
+    b = read_all(FIX "qwen3_tied.q8_0.gguf", &len);
+    patch_ne0(b, len, "blk.0.attn_k_norm.weight", 8);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "blk.0.attn_k_norm.weight: shape [8, 1, 1, 1], expected [16]");
+    free(b);
+    /* phi3 LongRoPE: attn_factor, both factor tensors, positive factors */
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_f32(b, len, "phi3.rope.scaling.attn_factor", 0.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "phi3.rope.scaling.attn_factor out of range");
+    free(b);
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch(b, len, "rope_factors_short.weight", "rope_factors_shorx.weight", 25);
+    expect_load_error(b, len, ERR_CORRUPT, "missing tensor rope_factors_short.weight");
+    free(b);
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_tensor_f32(b, len, "rope_factors_long.weight", 0, -1.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "rope_factors_long.weight[0] is not positive");
+    free(b);
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_u32(b, len, "phi3.rope.scaling.original_context_length", 0);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "missing hyperparameter phi3.rope.scaling.original_context_length");
+    free(b);
+    /* phi3: a fused qkv of the wrong height */
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    {
+        const char *name = "blk.0.attn_qkv.weight";
+        size_t nl = strlen(name);
+        unsigned char *at = memmem(b, len, name, nl);
+        CHECK(at != NULL);
+        uint64_t ne1 = 96; /* q 64 + k 32 + v 32 = 128 */
+        memcpy(at + nl + 4 + 8, &ne1, 8);
+    }
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "blk.0.attn_qkv.weight: shape [64, 96, 1, 1], expected [64, 128]");
+    free(b);
+}
+
 /* A copy of the GGUF at path with kv (a serialized key/value pair) inserted
  * before its first key, padded with a filler string key so that the
  * inserted bytes are a multiple of 32 and the tensor data stays aligned. */
