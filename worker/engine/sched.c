@@ -128,7 +128,15 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
         cp.n_ctx = n_ctx;
         if (model_ctx_kv_bytes(m, &cp, &per_block, &ring_bytes))
             return ERR_INVAL;
-        if (ring_bytes >= o->kv_mem_bytes / 2) { /* rings eat the budget: keep every position */
+        /* rings hold more tokens in flight than the same bytes of full blocks
+         * exactly when the budget at full size covers every slot's ring
+         * (max_seqs x ring positions x all layers <= kv_mem); else keep
+         * every position */
+        double full_rings = (double)o->max_seqs *
+                            (double)kv_ring_blocks(hp->n_swa, o->max_batch_tokens, KV_BLOCK_TOKENS) *
+                            (double)kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim,
+                                                   KV_BLOCK_TOKENS, 1);
+        if (ring_bytes && full_rings > (double)o->kv_mem_bytes) {
             cp.swa_full = 1;
             if (model_ctx_kv_bytes(m, &cp, &per_block, &ring_bytes))
                 return ERR_INVAL;
