@@ -15,7 +15,7 @@
  *   check_batch(b)                    ids, slots, positions, marked rows, free blocks
  *   kv_seq_reserve(new positions)
  *   logits = cpu or cuda forward(b)   (n_out, n_vocab) rows of the marked tokens
- *   slot lengths += new positions
+ *   slot lengths += new positions      (kv_seq_commit: also what the rings still hold)
  *
  * Allocation: none per step (the backends allocate at creation).
  * Threads: the thread that owns the context.
