@@ -128,7 +128,12 @@ static int slot_next_logits(void *ctx, uint64_t choice, const int32_t *tokens, s
         keep++;
     if ((size_t)keep == n)
         keep--; /* everything is cached: feed the last token again for its logits */
-    if (kv_seq_truncate(model_ctx_kv(e->c), 0, keep))
+    int trc = kv_seq_truncate(model_ctx_kv(e->c), 0, keep);
+    if (trc == ERR_BADSTATE) { /* a sliding-window ring lost the window before keep */
+        keep = 0;
+        trc = kv_seq_truncate(model_ctx_kv(e->c), 0, 0);
+    }
+    if (trc)
         return ERR_INTERNAL;
     e->n_fed = keep;
     int first = choice != e->last_choice;

@@ -81,6 +81,7 @@ struct serve_opts {
     size_t kv_mem_bytes;            /* 0 = scheduler default */
     int n_ctx;                      /* 0 = scheduler default */
     int no_prefix_cache;
+    int swa_full;                   /* sched_opts.swa_full */
     volatile sig_atomic_t *stop;    /* set non-zero to drain; required */
 };
 

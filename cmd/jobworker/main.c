@@ -91,7 +91,8 @@ int main(int argc, char **argv)
     struct cli_log lg = {0};
     const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL;
     int64_t threads = 0, max_tokens = 256;
-    int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0, no_prefix_cache = 0;
+    int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0, no_prefix_cache = 0,
+        swa_full = 0;
     const char *batch_file = NULL;
     uint64_t kv_mem = 0;
     int64_t max_batch_tokens = 0, max_seqs = 0;
@@ -145,6 +146,8 @@ int main(int argc, char **argv)
         {"max-batch-tokens", NULL, CFG_INT, &max_batch_tokens, "N", "tokens per forward step (default 512)"},
         {"max-seqs", NULL, CFG_INT, &max_seqs, "N", "sequences running at once (default 64)"},
         {"no-prefix-cache", NULL, CFG_BOOL, &no_prefix_cache, NULL, "never share KV blocks between requests"},
+        {"swa-full", NULL, CFG_BOOL, &swa_full, NULL,
+         "sliding-window layers keep every position (more KV memory; prefix caching for Gemma/Mistral)"},
         {"temperature", NULL, CFG_STR, &temperature, "T", "--prompt/--chat: sampling temperature (default 1)"},
         {"top-p", NULL, CFG_STR, &top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"},
         {"top-k", NULL, CFG_INT, &top_k, "K", "--prompt/--chat: sample among the K best (default off)"},
@@ -222,7 +225,7 @@ int main(int argc, char **argv)
         }
         struct batchrun_opts bo = {model, batch_file, (int)threads, (int)max_batch_tokens,
                                    (int)max_seqs, (size_t)kv_mem, (int)n_ctx, no_prefix_cache,
-                                   exact, (int)dev};
+                                   exact, (int)dev, swa_full};
         int rc = batchrun_file(&bo, stdout, stderr, err, sizeof err);
         if (rc)
             cli_error("jobworker", NULL, "%s", err);
@@ -313,6 +316,7 @@ int main(int argc, char **argv)
         wo.kv_mem_bytes = (size_t)kv_mem;
         wo.n_ctx = (int)n_ctx;
         wo.no_prefix_cache = no_prefix_cache;
+        wo.swa_full = swa_full;
         wo.stop = &stop_flag;
         int rc = serve_run(&wo, err, sizeof err);
         if (rc)

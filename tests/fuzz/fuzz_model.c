@@ -2,7 +2,8 @@
  * validation), the tokenizer built from the file (worker/engine/tok_gguf.c) and,
  * for small models that load, one forward step of two tokens - which reads
  * every weight row, so a wrong shape or stride check shows up as an
- * overread of the input buffer. */
+ * overread of the input buffer - in a context whose sliding-window layers
+ * (if any) keep rings. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -36,7 +37,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                   (double)hp->n_vocab * hp->n_embd;
     struct model_ctx_params p;
     model_ctx_params_init(&p);
-    p.n_ctx = hp->n_ctx_train < 8 ? hp->n_ctx_train : 8;
+    /* 32 positions: a sliding window under 31 gets its per-slot ring (kv.h),
+     * so the ring layout is built from the file's window and layer pattern */
+    p.n_ctx = hp->n_ctx_train < 32 ? hp->n_ctx_train : 32;
     p.n_batch_max = 2;
     p.n_out_max = 2;
     p.max_bytes = 64u << 20;

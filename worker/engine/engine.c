@@ -75,6 +75,7 @@ void engine_sched_opts(const struct engine *e, struct sched_opts *so)
         so->kv_mem_bytes = e->o.kv_mem_bytes;
     so->n_ctx = e->o.n_ctx;
     so->no_prefix_cache = e->o.no_prefix_cache;
+    so->swa_full = e->o.swa_full;
     so->pool = e->pool;
     so->exact_matmul = e->o.exact_matmul;
     so->device = e->o.device;
@@ -87,4 +88,5 @@ void engine_ctx_params(const struct engine *e, struct model_ctx_params *p)
     p->pool = e->pool;
     p->exact_matmul = e->o.exact_matmul;
     p->device = e->o.device;
+    p->swa_full = e->o.swa_full;
 }

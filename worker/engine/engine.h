@@ -41,6 +41,7 @@ struct engine_opts {
     int max_seqs;             /* sequence slots */
     size_t kv_mem_bytes;      /* K/V budget in bytes */
     int no_prefix_cache;      /* 1: never share KV blocks */
+    int swa_full;             /* 1: sliding-window layers keep every position (sched_opts.swa_full) */
 };
 
 struct engine {

@@ -15,7 +15,7 @@
  *   check_batch(b)                    ids, slots, positions, marked rows, free blocks
  *   kv_seq_reserve(new positions)
  *   logits = cpu or cuda forward(b)   (n_out, n_vocab) rows of the marked tokens
- *   slot lengths += new positions
+ *   slot lengths += new positions      (kv_seq_commit: also what the rings still hold)
  *
  * Allocation: none per step (the backends allocate at creation).
  * Threads: the thread that owns the context.
@@ -71,23 +71,77 @@ static int add_bytes(size_t *total, size_t n, size_t size)
     return 0;
 }
 
+/* p with model_ctx_new's defaults, checked. 0 or ERR_INVAL. */
+static int fill_params(const struct model *m, struct model_ctx_params *p)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (p->n_ctx == 0)
+        p->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p->n_out_max == 0)
+        p->n_out_max = p->n_seq_max;
+    if (p->n_ctx < 1 || p->n_ctx > hp->n_ctx_train || p->n_batch_max < 1 || p->n_seq_max < 1 ||
+        p->n_out_max < 1 || p->n_out_max > p->n_batch_max || p->n_kv_blocks < 0 ||
+        p->n_batch_max > (1 << 20) || p->n_seq_max > (1 << 20) ||
+        (p->device != KN_DEVICE_CPU && p->device != KN_DEVICE_CUDA))
+        return ERR_INVAL;
+    return 0;
+}
+
+/* Which layers keep their K/V in rings (kv.h): the sliding-window ones on
+ * the CPU, unless swa_full, and only when a ring is shorter than a slot's
+ * context. Fills ring[n_layer] (may be NULL) and returns their count. */
+static int ring_layers(const struct model *m, const struct model_ctx_params *p, uint8_t *ring)
+{
+    const struct model_hparams *hp = &m->hp;
+    int per_seq = (p->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    int w = kv_ring_blocks(hp->n_swa, p->n_batch_max, KV_BLOCK_TOKENS);
+    int on = p->device == KN_DEVICE_CPU && !p->swa_full && hp->n_swa > 0 && w > 0 && w < per_seq;
+    int n = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        int r = on && m->layers[l].swa;
+        if (ring)
+            ring[l] = (uint8_t)r;
+        n += r;
+    }
+    return n;
+}
+
+int model_ctx_kv_bytes(const struct model *m, const struct model_ctx_params *pin, size_t *block_bytes,
+                       size_t *ring_bytes)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct model_ctx_params p = *pin;
+    if (fill_params(m, &p))
+        return ERR_INVAL;
+    int kv_dim = hp->n_head_kv * hp->head_dim;
+    int n_ring = ring_layers(m, &p, NULL);
+    size_t bb = 0, rb = 0;
+    if (n_ring < hp->n_layer &&
+        (bb = kv_cache_bytes(hp->n_layer - n_ring, kv_dim, KV_BLOCK_TOKENS, 1)) == 0)
+        return ERR_TOOBIG;
+    if (n_ring && (rb = kv_cache_ring_bytes(n_ring, kv_dim, KV_BLOCK_TOKENS, p.n_seq_max, hp->n_swa,
+                                            p.n_batch_max)) == 0)
+        return ERR_TOOBIG;
+    *block_bytes = bb;
+    *ring_bytes = rb;
+    return 0;
+}
+
 int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, struct model_ctx **out)
 {
     const struct model_hparams *hp = &m->hp;
     struct model_ctx_params p = *pin;
-    if (p.n_ctx == 0)
-        p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    if (p.n_out_max == 0)
-        p.n_out_max = p.n_seq_max;
-    if (p.n_ctx < 1 || p.n_ctx > hp->n_ctx_train || p.n_batch_max < 1 || p.n_seq_max < 1 ||
-        p.n_out_max < 1 || p.n_out_max > p.n_batch_max || p.n_kv_blocks < 0 ||
-        p.n_batch_max > (1 << 20) || p.n_seq_max > (1 << 20) ||
-        (p.device != KN_DEVICE_CPU && p.device != KN_DEVICE_CUDA))
+    if (fill_params(m, &p))
         return ERR_INVAL;
-    /* the CUDA forward implements llama and qwen2 only (no q/k norms,
-     * GeGLU, post-norms, sliding windows, soft-capping or LongRoPE there) */
-    if (p.device == KN_DEVICE_CUDA && hp->arch != MODEL_ARCH_LLAMA && hp->arch != MODEL_ARCH_QWEN2) {
-        log_error("cuda: architecture '%s' runs on the CPU only (--device cpu)",
+    /* the CUDA forward implements llama and qwen2 without sliding windows
+     * (no q/k norms, GeGLU, post-norms, windows, soft-capping or LongRoPE there) */
+    int any_swa = 0;
+    for (int l = 0; l < hp->n_layer; l++)
+        any_swa |= hp->n_swa > 0 && m->layers[l].swa;
+    if (p.device == KN_DEVICE_CUDA &&
+        ((hp->arch != MODEL_ARCH_LLAMA && hp->arch != MODEL_ARCH_QWEN2) || any_swa)) {
+        log_error("cuda: %s'%s' runs on the CPU only (--device cpu)",
+                  any_swa ? "sliding-window attention of " : "architecture ",
                   model_arch_name(hp->arch));
         return ERR_UNSUPPORTED;
     }
@@ -101,18 +155,26 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     int64_t blocks = p.n_kv_blocks ? p.n_kv_blocks : (int64_t)per_seq * p.n_seq_max;
     if (blocks > INT32_MAX)
         return ERR_TOOBIG;
-    size_t kvb = kv_cache_bytes(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks);
-    if (kvb == 0 || add_bytes(&total, 1, kvb) || (p.max_bytes && total > p.max_bytes))
+    size_t bb, rb;
+    if (model_ctx_kv_bytes(m, &p, &bb, &rb) || (bb && (size_t)blocks > SIZE_MAX / bb) ||
+        add_bytes(&total, 1, bb * (size_t)blocks) || add_bytes(&total, 1, rb) ||
+        (p.max_bytes && total > p.max_bytes))
         return ERR_TOOBIG;
+    uint8_t *ring = malloc((size_t)hp->n_layer);
+    if (!ring)
+        return ERR_NOMEM;
+    ring_layers(m, &p, ring);
 
     int rc = ERR_NOMEM;
     struct model_ctx *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        free(ring);
         return ERR_NOMEM;
+    }
     c->m = m;
     c->p = p;
-    rc = kv_cache_new(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx, 0,
-                      &c->kv);
+    rc = kv_cache_new_ring(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx,
+                           ring, hp->n_swa, p.n_batch_max, 0, &c->kv);
     if (rc)
         goto out;
     rc = ERR_NOMEM;
@@ -137,6 +199,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     c = NULL;
     rc = 0;
 out:
+    free(ring);
     model_ctx_free(c);
     return rc;
 }
@@ -206,7 +269,7 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
         return rc;
     for (int s = 0; s < kv->n_seq; s++)
         if (c->new_len[s] > kv->seqs[s].n_pos)
-            kv->seqs[s].n_pos = c->new_len[s];
+            kv_seq_commit(kv, s, c->new_len[s]);
     *logits = c->logits;
     *n_out = no;
     return 0;

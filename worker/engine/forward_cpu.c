@@ -12,7 +12,8 @@
  *     q, k = rmsnorm per head (qwen3, gemma3)
  *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (others);
  *                                                          own table for gemma3's sliding layers
- *     K/V cache[slot][pos] = k, v                         all tokens first ...
+ *     K/V cache[slot][pos] = k, v                         all tokens first (the pool, or the
+ *                                                          slot's ring on sliding layers: kv.h) ...
  *     a = softmax(cap(q.K^T * scale)) V over the window   ... then attention (GQA); window
  *                                                          0..pos, or the last n_swa positions
  *                                                          on sliding layers; cap: gemma2
@@ -298,6 +299,7 @@ struct attn_job {
     float scale;
     float softcap;         /* attention logit soft-capping, 0 = none */
     int window;            /* sliding window (positions attended, itself included), 0 = all */
+    int ring;              /* 1: the layer's K/V are in the slots' rings (kv.h), else the pool */
 };
 
 static void attn_run(void *arg, int ith, int nth)
@@ -320,7 +322,9 @@ static void attn_run(void *arg, int ith, int nth)
         int p0 = j->window && n_ctx > j->window ? n_ctx - j->window : 0;
         kn_attn_paged_win_heads_f32(c->att + (size_t)i * (size_t)q_dim,
                                     c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl,
-                                    kv->seqs[j->b->seq[i]].blocks, kv->block_tokens,
+                                    j->ring ? kv->seqs[j->b->seq[i]].ring
+                                            : kv->seqs[j->b->seq[i]].blocks,
+                                    kv->block_tokens,
                                     kv->block_stride, p0, n_ctx, nh, hp->n_head_kv, hp->head_dim,
                                     h0, h1, j->scale, j->softcap, scores);
         lo = (int64_t)i * nh + h1;
@@ -379,16 +383,19 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
 
     /* append every token's K/V before any attention: a token may attend to
      * earlier tokens of its own sequence in this same batch */
-    float *kl = kv->k + (size_t)l * kv->layer_stride, *vl = kv->v + (size_t)l * kv->layer_stride;
+    float *kl = kv->k + kv->layer_off[l], *vl = kv->v + kv->layer_off[l];
+    int ring = kv->layer_ring[l];
     for (int i = 0; i < n; i++) {
         const struct kv_seq *s = &kv->seqs[b->seq[i]];
+        const int32_t *table = ring ? s->ring : s->blocks;
         int p = b->pos[i];
-        size_t off = (size_t)s->blocks[p / kv->block_tokens] * kv->block_stride +
+        size_t off = (size_t)table[p / kv->block_tokens] * kv->block_stride +
                      (size_t)(p % kv->block_tokens) * (size_t)kv_dim;
         memcpy(kl + off, c->k + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
         memcpy(vl + off, c->v + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
     }
-    struct attn_job job = {c, b, kl, vl, hp->attn_scale, hp->attn_softcap, L->swa ? hp->n_swa : 0};
+    struct attn_job job = {c, b, kl, vl, hp->attn_scale, hp->attn_softcap, L->swa ? hp->n_swa : 0,
+                           ring};
     if (c->n_threads > 1 && (size_t)n * (size_t)hp->n_head > 1)
         kn_pool_run(c->p.pool, attn_run, &job);
     else

@@ -24,12 +24,50 @@ size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks)
     return n * 2 * sizeof(float);
 }
 
+int kv_ring_blocks(int window, int max_chunk, int block_tokens)
+{
+    if (window < 1 || max_chunk < 1 || block_tokens < 1)
+        return 0;
+    /* block j -> ring block j % w is position p -> p mod (w * block_tokens):
+     * a ring of w * block_tokens positions, and a step's first token
+     * needs the window + max_chunk - 1 positions up to the step's last */
+    int64_t span = (int64_t)window + max_chunk - 1;
+    int64_t w = (span + block_tokens - 1) / block_tokens;
+    return w > INT32_MAX / 2 ? 0 : (int)w;
+}
+
+size_t kv_cache_ring_bytes(int n_layer_ring, int kv_dim, int block_tokens, int n_seq, int window,
+                           int max_chunk)
+{
+    int w = kv_ring_blocks(window, max_chunk, block_tokens);
+    if (n_layer_ring <= 0 || n_seq <= 0 || w == 0 || (int64_t)w * n_seq > INT32_MAX / 2)
+        return 0;
+    return kv_cache_bytes(n_layer_ring, kv_dim, block_tokens, w * n_seq);
+}
+
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
                  size_t max_bytes, struct kv_cache **out)
+{
+    return kv_cache_new_ring(n_layer, kv_dim, block_tokens, n_blocks, n_seq, max_pos, NULL, 0, 0,
+                             max_bytes, out);
+}
+
+int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq,
+                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk,
+                      size_t max_bytes, struct kv_cache **out)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_seq <= 0 || max_pos <= 0 ||
         n_blocks < 0)
         return ERR_INVAL;
+    int n_ring = 0;
+    for (int l = 0; ring_layers && l < n_layer; l++)
+        n_ring += ring_layers[l] != 0;
+    int ring_blocks = 0;
+    if (n_ring > 0) {
+        ring_blocks = kv_ring_blocks(window, max_chunk, block_tokens);
+        if (ring_blocks == 0)
+            return ERR_INVAL;
+    }
     int per_seq = (int)(((int64_t)max_pos + block_tokens - 1) / block_tokens);
     if (n_blocks == 0) {
         int64_t all = (int64_t)per_seq * n_seq;
@@ -39,10 +77,20 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     }
     if (n_blocks > INT32_MAX / 2)
         return ERR_TOOBIG;
-    size_t bytes = kv_cache_bytes(n_layer, kv_dim, block_tokens, n_blocks);
+    /* the pool holds the other layers (none when every layer slides: the
+     * pool's blocks then only count positions) */
+    int n_pool = n_layer - n_ring;
+    size_t pool_bytes = n_pool ? kv_cache_bytes(n_pool, kv_dim, block_tokens, n_blocks) : 0;
+    size_t ring_bytes = n_ring ? kv_cache_ring_bytes(n_ring, kv_dim, block_tokens, n_seq, window,
+                                                     max_chunk)
+                               : 0;
+    if ((n_pool && pool_bytes == 0) || (n_ring && ring_bytes == 0) ||
+        pool_bytes > SIZE_MAX - ring_bytes)
+        return ERR_TOOBIG;
+    size_t bytes = pool_bytes + ring_bytes;
     if (bytes == 0 || (max_bytes && bytes > max_bytes))
         return ERR_TOOBIG;
-    if ((size_t)n_seq > SIZE_MAX / sizeof(int32_t) / (size_t)per_seq)
+    if ((size_t)n_seq > SIZE_MAX / sizeof(int32_t) / (size_t)per_seq / 2)
         return ERR_TOOBIG;
     if ((size_t)n_blocks > SIZE_MAX / sizeof(int32_t) / (size_t)block_tokens)
         return ERR_TOOBIG;
@@ -62,12 +110,19 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     kv->max_blocks_per_seq = per_seq;
     kv->block_stride = (size_t)block_tokens * (size_t)kv_dim;
     kv->layer_stride = (size_t)n_blocks * kv->block_stride;
+    kv->n_layer_ring = n_ring;
+    kv->window = n_ring ? window : 0;
+    kv->ring_blocks = ring_blocks;
+    kv->ring_layer_stride = (size_t)n_seq * (size_t)ring_blocks * kv->block_stride;
     kv->k = malloc(bytes / 2);
     kv->v = malloc(bytes / 2);
     size_t nb = (size_t)n_blocks;
+    size_t nt = (size_t)n_seq * (size_t)per_seq;
+    kv->layer_off = malloc((size_t)n_layer * sizeof *kv->layer_off);
+    kv->layer_ring = calloc((size_t)n_layer, 1);
     kv->free_list = malloc(nb * sizeof *kv->free_list);
     kv->seqs = calloc((size_t)n_seq, sizeof *kv->seqs);
-    kv->tables_ = malloc((size_t)n_seq * (size_t)per_seq * sizeof *kv->tables_);
+    kv->tables_ = malloc((n_ring ? 2 : 1) * nt * sizeof *kv->tables_);
     kv->ref_ = calloc(nb, sizeof *kv->ref_);
     kv->pub_ = calloc(nb, sizeof *kv->pub_);
     kv->key_ = calloc(nb, sizeof *kv->key_);
@@ -77,10 +132,23 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     kv->lprev_ = malloc(nb * sizeof *kv->lprev_);
     kv->lnext_ = malloc(nb * sizeof *kv->lnext_);
     kv->hhead_ = malloc((size_t)nh * sizeof *kv->hhead_);
-    if (!kv->k || !kv->v || !kv->free_list || !kv->seqs || !kv->tables_ || !kv->ref_ ||
-        !kv->pub_ || !kv->key_ || !kv->parent_ || !kv->btok_ || !kv->hnext_ || !kv->lprev_ ||
-        !kv->lnext_ || !kv->hhead_)
+    if (!kv->k || !kv->v || !kv->layer_off || !kv->layer_ring || !kv->free_list || !kv->seqs ||
+        !kv->tables_ || !kv->ref_ || !kv->pub_ || !kv->key_ || !kv->parent_ || !kv->btok_ ||
+        !kv->hnext_ || !kv->lprev_ || !kv->lnext_ || !kv->hhead_)
         goto out;
+    /* pool layers first, then the ring layers */
+    size_t off = 0;
+    for (int l = 0; l < n_layer; l++)
+        if (!(ring_layers && ring_layers[l])) {
+            kv->layer_off[l] = off;
+            off += kv->layer_stride;
+        }
+    for (int l = 0; l < n_layer; l++)
+        if (ring_layers && ring_layers[l]) {
+            kv->layer_ring[l] = 1;
+            kv->layer_off[l] = off;
+            off += kv->ring_layer_stride;
+        }
     kv->hmask = nh - 1;
     for (uint32_t i = 0; i < nh; i++)
         kv->hhead_[i] = -1;
@@ -96,6 +164,12 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     for (int s = 0; s < n_seq; s++) {
         kv->seqs[s].blocks = kv->tables_ + (size_t)s * (size_t)per_seq;
         kv->seqs[s].last_key = kv->seed;
+        if (n_ring) {
+            int32_t *ring = kv->tables_ + nt + (size_t)s * (size_t)per_seq;
+            for (int j = 0; j < per_seq; j++)
+                ring[j] = s * ring_blocks + j % ring_blocks;
+            kv->seqs[s].ring = ring;
+        }
     }
     *out = kv;
     kv = NULL;
@@ -111,6 +185,8 @@ void kv_cache_free(struct kv_cache *kv)
         return;
     free(kv->k);
     free(kv->v);
+    free(kv->layer_off);
+    free(kv->layer_ring);
     free(kv->free_list);
     free(kv->seqs);
     free(kv->tables_);
@@ -261,7 +337,9 @@ static void copy_block(struct kv_cache *kv, int32_t dst, int32_t src, int n_pos)
     }
     size_t n = (size_t)n_pos * (size_t)kv->kv_dim * sizeof(float);
     for (int l = 0; l < kv->n_layer; l++) {
-        size_t base = (size_t)l * kv->layer_stride;
+        if (kv->layer_ring[l]) /* rings are never shared: nothing published to copy from */
+            continue;
+        size_t base = kv->layer_off[l];
         memcpy(kv->k + base + (size_t)dst * kv->block_stride,
                kv->k + base + (size_t)src * kv->block_stride, n);
         memcpy(kv->v + base + (size_t)dst * kv->block_stride,
@@ -316,6 +394,8 @@ int kv_seq_truncate(struct kv_cache *kv, int seq, int n_pos)
     struct kv_seq *s = &kv->seqs[seq];
     if (n_pos >= s->n_pos)
         return 0;
+    if (n_pos > 0 && s->ring_lo > 0 && n_pos - kv->window + 1 < s->ring_lo)
+        return ERR_BADSTATE; /* the ring overwrote part of the window before n_pos */
     int bt = kv->block_tokens;
     int keep = (int)(((int64_t)n_pos + bt - 1) / bt);
     if (n_pos % bt && keep <= s->n_blocks) {
@@ -334,6 +414,8 @@ int kv_seq_truncate(struct kv_cache *kv, int seq, int n_pos)
         }
     }
     s->n_pos = n_pos;
+    if (n_pos == 0)
+        s->ring_lo = 0;
     while (s->n_blocks > keep)
         block_release(kv, s->blocks[--s->n_blocks]);
     if (s->n_hashed > n_pos / bt) {
@@ -343,12 +425,26 @@ int kv_seq_truncate(struct kv_cache *kv, int seq, int n_pos)
     return 0;
 }
 
+void kv_seq_commit(struct kv_cache *kv, int seq, int n_pos)
+{
+    struct kv_seq *s = &kv->seqs[seq];
+    if (n_pos > s->n_pos)
+        s->n_pos = n_pos;
+    if (kv->ring_blocks) {
+        /* the ring holds the last ring_blocks * block_tokens positions written */
+        int64_t lo = (int64_t)s->n_pos - (int64_t)kv->ring_blocks * kv->block_tokens;
+        if (lo > s->ring_lo)
+            s->ring_lo = (int)lo;
+    }
+}
+
 void kv_seq_clear(struct kv_cache *kv, int seq)
 {
     if (seq < 0 || seq >= kv->n_seq)
         return;
     struct kv_seq *s = &kv->seqs[seq];
     s->n_pos = 0;
+    s->ring_lo = 0;
     s->n_hashed = 0;
     s->last_key = kv->seed;
     while (s->n_blocks > 0)
@@ -362,6 +458,8 @@ int kv_seq_share_prefix(struct kv_cache *kv, int seq, const int32_t *tokens, int
     struct kv_seq *s = &kv->seqs[seq];
     if (s->n_blocks != 0 || s->n_pos != 0)
         return ERR_BADSTATE;
+    if (kv->n_layer_ring)
+        return 0; /* rings keep no prefix: nothing is ever published */
     int bt = kv->block_tokens;
     int n_full = n_tokens / bt;
     if (n_full > kv->max_blocks_per_seq)
@@ -391,6 +489,8 @@ int kv_seq_share_partial(struct kv_cache *kv, int seq, const int32_t *tokens, in
     int bt = kv->block_tokens;
     if (s->n_pos != s->n_blocks * bt || s->n_hashed != s->n_blocks)
         return ERR_BADSTATE;
+    if (kv->n_layer_ring)
+        return 0;
     int rest = n_tokens - s->n_pos;
     if (rest <= 0 || s->n_blocks >= kv->max_blocks_per_seq)
         return 0;
@@ -433,6 +533,8 @@ int kv_seq_publish(struct kv_cache *kv, int seq, const int32_t *tokens, int n_to
     if (seq < 0 || seq >= kv->n_seq || n_tokens < 0 || (n_tokens > 0 && !tokens))
         return ERR_INVAL;
     struct kv_seq *s = &kv->seqs[seq];
+    if (kv->n_layer_ring)
+        return 0; /* the ring layers' K/V of these blocks will be overwritten */
     int bt = kv->block_tokens;
     int lim = n_tokens < s->n_pos ? n_tokens : s->n_pos;
     while ((s->n_hashed + 1) * bt <= lim) {

@@ -18,6 +18,30 @@
  * n_pos), and kv_seq_truncate rewinds. Everything is allocated by
  * kv_cache_new; the per-step functions never allocate.
  *
+ * Sliding-window rings (kv_cache_new_ring). A layer that only attends to
+ * the last `window` positions (Gemma 2/3 local layers, Mistral) does not
+ * need the rest. Such "ring layers" keep their K/V in a ring of
+ * ring_blocks blocks per slot instead of the shared pool: slot s's ring
+ * table (kv_seq.ring) maps block j to s*ring_blocks + j % ring_blocks, so
+ * position p of a ring layer is at
+ *         k + layer_off[l] + ring[p / block_tokens]*block_stride
+ *           + (p % block_tokens)*kv_dim
+ * (the same element addressing as the pool, through another table):
+ * position p lands at p mod (ring_blocks * block_tokens) of the slot's
+ * ring, overwriting position p - ring_blocks * block_tokens. ring_blocks
+ * is chosen so one step that appends up to max_chunk positions never
+ * overwrites a position that the step's first token still attends to. ring_lo is the first
+ * position whose ring-layer K/V the slot still holds (kv_seq_commit moves
+ * it); kv_seq_truncate refuses a cut whose window starts below it. The
+ * pool blocks (their count, reservations, free list) are unchanged and
+ * still bound every slot's length; they just hold fewer layers. Ring
+ * layers' K/V of a prefix is not kept once the slot moves on, so a cache
+ * with rings publishes and shares nothing (the prefix functions return 0).
+ *
+ * Layers: layer_off[l] is the offset (in elements) of layer l's K in k
+ * (and V in v); pool layers come first, each layer_stride long, then the
+ * ring layers, each ring_layer_stride long.
+ *
  * Prefix sharing (vLLM-style automatic prefix caching). Every block has a
  * reference count: the number of slot tables that hold it. A FULL block
  * whose tokens are known can be published (kv_seq_publish): it gets the
@@ -49,6 +73,9 @@
 
 struct kv_seq {
     int32_t *blocks;       /* (max_blocks_per_seq) block table; first n_blocks valid */
+    const int32_t *ring;   /* (max_blocks_per_seq) ring table of the ring layers (fixed);
+                            * NULL when the cache has no ring layers */
+    int ring_lo;           /* ring layers hold positions ring_lo..n_pos-1 */
     int n_blocks;
     int n_pos;             /* positions 0..n_pos-1 hold keys/values */
     int n_hashed;          /* leading blocks that are published (shared or shareable) */
@@ -60,8 +87,14 @@ struct kv_cache {
     int max_pos;           /* positions per slot (the context length) */
     int max_blocks_per_seq;
     size_t block_stride;   /* floats per block of one layer = block_tokens * kv_dim */
-    size_t layer_stride;   /* floats per layer = n_blocks * block_stride */
+    size_t layer_stride;   /* floats per pool layer = n_blocks * block_stride */
     float *k, *v;          /* see the file comment */
+    size_t *layer_off;     /* (n_layer) offset of layer l in k and v, in floats */
+    uint8_t *layer_ring;   /* (n_layer) 1: layer l keeps its K/V in the slots' rings */
+    int n_layer_ring;      /* ring layers (0: none, every layer in the pool) */
+    int window;            /* positions a ring layer attends to (0 without rings) */
+    int ring_blocks;       /* ring blocks per slot (0 without rings) */
+    size_t ring_layer_stride; /* floats per ring layer = n_seq * ring_blocks * block_stride */
     int32_t *free_list;    /* (n_blocks) never-used/unpublished free ids; first n_blank valid */
     int n_blank;
     int n_free;            /* blocks an allocation can get: n_blank + n_cached */
@@ -100,6 +133,30 @@ void kv_cache_free(struct kv_cache *kv);
 /* Bytes kv_cache_new would allocate for K and V (0 on overflow). */
 size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks);
 
+/* Ring blocks per slot for layers attending to the last `window`
+ * positions when one step appends up to max_chunk positions per slot:
+ * ceil((window + max_chunk - 1) / block_tokens). 0 on bad input. */
+int kv_ring_blocks(int window, int max_chunk, int block_tokens);
+
+/* kv_cache_new, with the layers l where ring_layers[l] is 1 kept in
+ * per-slot rings of kv_ring_blocks(window, max_chunk, block_tokens)
+ * blocks (see the file comment). ring_layers NULL or all 0 = kv_cache_new.
+ * max_bytes bounds pool and rings together. Same returns, and ERR_INVAL
+ * for window or max_chunk < 1 with ring layers. */
+int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq,
+                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk,
+                      size_t max_bytes, struct kv_cache **out);
+
+/* Bytes of K and V that kv_cache_new_ring puts in the rings (0 without
+ * ring layers or on overflow). */
+size_t kv_cache_ring_bytes(int n_layer_ring, int kv_dim, int block_tokens, int n_seq, int window,
+                           int max_chunk);
+
+/* Set slot seq's length to n_pos >= its current one after a step wrote
+ * positions up to n_pos - 1 (the forward pass calls it), and advance
+ * ring_lo past what the ring overwrote. Can't fail (seq must be valid). */
+void kv_seq_commit(struct kv_cache *kv, int seq, int n_pos);
+
 /* Blocks slot seq needs in addition to its current ones to hold n_pos
  * positions (0 if it has enough). seq and n_pos must be valid. */
 int kv_seq_blocks_needed(const struct kv_cache *kv, int seq, int n_pos);
@@ -112,7 +169,9 @@ int kv_seq_reserve(struct kv_cache *kv, int seq, int n_pos);
 /* Forget positions >= n_pos of slot seq and return the blocks no longer
  * needed. 0, ERR_INVAL (seq out of range, n_pos < 0), ERR_BUSY (the cut
  * falls inside a published block other slots hold, and no block is free
- * for the private copy: nothing changed). A published block cut inside
+ * for the private copy: nothing changed), ERR_BADSTATE (the cache has
+ * rings and they no longer hold the window before n_pos > 0: only a cut
+ * to 0 is possible; nothing changed). A published block cut inside
  * and held by this slot alone is unpublished. n_pos above the current
  * length changes nothing. */
 int kv_seq_truncate(struct kv_cache *kv, int seq, int n_pos);
@@ -132,9 +191,10 @@ void kv_cache_set_seed(struct kv_cache *kv, uint64_t seed);
  * tokens[0..n_tokens), and set n_pos to the positions they cover
  * (a multiple of block_tokens, <= n_tokens). Callers that need logits of
  * the last token pass n_tokens - 1 so at least one token is left to
- * compute. Returns the number of positions taken (>= 0), ERR_INVAL (seq out
- * of range, n_tokens < 0, tokens NULL with n_tokens > 0), ERR_BADSTATE
- * (the slot is not empty). Allocates nothing. */
+ * compute. Returns the number of positions taken (>= 0; always 0 in a
+ * cache with rings), ERR_INVAL (seq out of range, n_tokens < 0, tokens
+ * NULL with n_tokens > 0), ERR_BADSTATE (the slot is not empty).
+ * Allocates nothing. */
 int kv_seq_share_prefix(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
 
 /* After kv_seq_share_prefix: when the next positions of slot seq
@@ -145,7 +205,8 @@ int kv_seq_share_prefix(struct kv_cache *kv, int seq, const int32_t *tokens, int
  * system prompt whose length is not a multiple of block_tokens) recomputes
  * only its own tokens. The source block stays published and untouched.
  * Callers that need logits pass n_tokens - 1 as for kv_seq_share_prefix.
- * Returns the positions copied (0: no match or no free block), ERR_INVAL,
+ * Returns the positions copied (0: no match, no free block, or a cache
+ * with rings), ERR_INVAL,
  * ERR_BADSTATE (n_pos is not exactly the slot's published full blocks). */
 int kv_seq_share_partial(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
 
@@ -155,7 +216,8 @@ int kv_seq_share_partial(struct kv_cache *kv, int seq, const int32_t *tokens, in
  * key is already published by another block is replaced in this slot's
  * table by that block (same contents: the forward pass is deterministic),
  * and its own block is released. Idempotent. Returns the number of the
- * slot's leading blocks now published, or ERR_INVAL. Allocates nothing. */
+ * slot's leading blocks now published (0 in a cache with rings), or
+ * ERR_INVAL. Allocates nothing. */
 int kv_seq_publish(struct kv_cache *kv, int seq, const int32_t *tokens, int n_tokens);
 
 /* Blocks held by at least one slot: n_blocks - n_free. */

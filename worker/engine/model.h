@@ -206,9 +206,22 @@ struct model_ctx_params {
                             * (worker/engine/forward_cuda.h; bf16 numerics, exact_matmul ignored);
                             * the block tables and prefix cache stay in the host kv_cache,
                             * whose k/v arrays are then NULL */
+    int swa_full;          /* sliding-window layers (model_layer.swa) on the CPU: 0 (default)
+                            * keep only a per-slot ring of their last window + n_batch_max
+                            * positions when that is shorter than n_ctx (kv.h "rings"; less
+                            * memory, same bits, no prefix caching); 1 keep every position
+                            * like the other layers (prefix caching stays on) */
 };
 
 void model_ctx_params_init(struct model_ctx_params *p);
+
+/* The K/V bytes model_ctx_new would allocate for m with p (defaults
+ * applied as model_ctx_new does): *block_bytes per block of the shared
+ * pool (0 when every layer keeps its K/V in rings) and *ring_bytes for
+ * the sliding-window rings of all n_seq_max slots (0 without rings).
+ * Returns 0, ERR_INVAL (p refused by model_ctx_new), ERR_TOOBIG. */
+int model_ctx_kv_bytes(const struct model *m, const struct model_ctx_params *p, size_t *block_bytes,
+                       size_t *ring_bytes);
 
 struct model_ctx;
 

@@ -110,16 +110,51 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     int n_ctx = o->n_ctx ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (n_ctx > hp->n_ctx_train)
         return ERR_INVAL;
-    size_t per_block = kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim, KV_BLOCK_TOKENS, 1);
-    if (per_block == 0)
-        return ERR_TOOBIG;
-    size_t nb = o->kv_mem_bytes / per_block;
-    if (nb > (size_t)(INT32_MAX / 4))
-        nb = (size_t)(INT32_MAX / 4);
-    if (nb < 2)
-        return ERR_INVAL;
-    if ((size_t)n_ctx > nb * KV_BLOCK_TOKENS)
+    /* the budget pays for the sliding-window rings first (kv.h; fixed per
+     * slot), the rest buys pool blocks */
+    struct model_ctx_params cp;
+    model_ctx_params_init(&cp);
+    cp.n_ctx = n_ctx;
+    cp.n_batch_max = o->max_batch_tokens;
+    cp.n_seq_max = o->max_seqs;
+    cp.n_out_max = o->max_seqs < o->max_batch_tokens ? o->max_seqs : o->max_batch_tokens;
+    cp.pool = o->pool;
+    cp.exact_matmul = o->exact_matmul;
+    cp.device = o->device;
+    cp.swa_full = o->swa_full;
+    size_t per_block, ring_bytes, nb = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        /* again when a lowered n_ctx turns the rings off (then nb settles) */
+        cp.n_ctx = n_ctx;
+        if (model_ctx_kv_bytes(m, &cp, &per_block, &ring_bytes))
+            return ERR_INVAL;
+        /* rings hold more tokens in flight than the same bytes of full blocks
+         * exactly when the budget at full size covers every slot's ring
+         * (max_seqs x ring positions x all layers <= kv_mem); else keep
+         * every position */
+        double full_rings = (double)o->max_seqs *
+                            (double)kv_ring_blocks(hp->n_swa, o->max_batch_tokens, KV_BLOCK_TOKENS) *
+                            (double)kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim,
+                                                   KV_BLOCK_TOKENS, 1);
+        if (ring_bytes && full_rings > (double)o->kv_mem_bytes) {
+            cp.swa_full = 1;
+            if (model_ctx_kv_bytes(m, &cp, &per_block, &ring_bytes))
+                return ERR_INVAL;
+        }
+        if (per_block == 0) /* every layer in rings: blocks only count positions */
+            nb = (size_t)((n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) * (size_t)o->max_seqs;
+        else
+            nb = (o->kv_mem_bytes - ring_bytes) / per_block;
+        if (nb > (size_t)(INT32_MAX / 4))
+            nb = (size_t)(INT32_MAX / 4);
+        if (nb < 2)
+            return ERR_INVAL;
+        if ((size_t)n_ctx <= nb * KV_BLOCK_TOKENS)
+            break;
         n_ctx = (int)(nb * KV_BLOCK_TOKENS); /* one sequence must always fit alone */
+    }
+    cp.n_ctx = n_ctx;
+    cp.n_kv_blocks = (int)nb;
 
     int rc = ERR_NOMEM;
     struct sched *s = calloc(1, sizeof *s);
@@ -130,16 +165,6 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     s->o = *o;
     s->n_ctx = n_ctx;
     s->n_vocab = hp->n_vocab;
-    struct model_ctx_params cp;
-    model_ctx_params_init(&cp);
-    cp.n_ctx = n_ctx;
-    cp.n_batch_max = o->max_batch_tokens;
-    cp.n_seq_max = o->max_seqs;
-    cp.n_out_max = o->max_seqs < o->max_batch_tokens ? o->max_seqs : o->max_batch_tokens;
-    cp.n_kv_blocks = (int)nb;
-    cp.pool = o->pool;
-    cp.exact_matmul = o->exact_matmul;
-    cp.device = o->device;
     if ((rc = model_ctx_new(m, &cp, &s->ctx)) != 0)
         goto out;
     s->kv = model_ctx_kv(s->ctx);

@@ -95,6 +95,12 @@ struct sched_opts {
     int max_seqs;                /* sequence slots (default 64) */
     size_t kv_mem_bytes;         /* K/V budget in bytes (default 256 MiB) */
     int no_prefix_cache;         /* 1: never share KV blocks */
+    int swa_full;                /* model_ctx_params.swa_full: 1 keeps every position of
+                                  * sliding-window layers (prefix caching on for them); 0 (default)
+                                  * rings of window + max_batch_tokens - 1 positions per slot, paid
+                                  * from kv_mem_bytes first, when that many positions per slot
+                                  * at full size fit in kv_mem_bytes (then the rings hold more
+                                  * tokens in flight than full blocks would); else as 1 */
     struct kn_pool *pool;        /* for the matmuls; NULL = caller's thread */
     int exact_matmul;            /* 1: the reference matmul (model_ctx_params.exact_matmul) */
     int device;                  /* model_ctx_params.device (KN_DEVICE_CPU = 0) */

@@ -356,12 +356,13 @@ TEST(model_fixtures_detect_arch_mistakes)
     model_free(m);
 }
 
-/* The CUDA forward implements llama and qwen2 only: the others are refused
- * at context creation, in CUDA builds too. */
+/* The CUDA forward implements llama and qwen2 without sliding windows
+ * only: the others (and a Mistral-style llama with a window, which it
+ * would run without one) are refused at context creation, in CUDA builds too. */
 TEST(model_cuda_refuses_new_archs)
 {
     const char *files[] = {"qwen3_tied.q8_0.gguf", "gemma2_tied.q8_0.gguf", "gemma3_tied.q8_0.gguf",
-                           "phi3_longrope.q8_0.gguf"};
+                           "phi3_longrope.q8_0.gguf", "mistral_swa.q8_0.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         struct model *m = load(files[i]);
         struct model_ctx_params cp;
@@ -632,6 +633,124 @@ TEST(model_batched_equals_single_new_archs)
         g_exact = 0;
         check_batch_invariance(files[f], NULL, NULL);
     }
+}
+
+/* A context for ring tests: 3 slots, steps of up to 14 tokens, n_ctx 64;
+ * swa_full selects rings (0) or every position kept (1). */
+static struct model_ctx *ring_ctx(const struct model *m, int swa_full)
+{
+    struct model_ctx_params cp;
+    model_ctx_params_init(&cp);
+    cp.n_ctx = 64;
+    cp.n_seq_max = 3;
+    cp.n_batch_max = 14;
+    cp.n_out_max = 14;
+    cp.exact_matmul = g_exact;
+    cp.swa_full = swa_full;
+    struct model_ctx *c;
+    CHECK_EQ_INT(model_ctx_new(m, &cp, &c), 0);
+    return c;
+}
+
+/* Sliding-window layers keep only a ring of window + 14 - 1 positions per
+ * slot, rounded up to blocks (kv.h; window 4 here: 2 blocks = 32 positions
+ * for n_ctx 64; 17 is the least that works: steps of 14 tokens make 1
+ * block fail): less K/V memory, and the logits of 3 sequences of 60 tokens
+ * (past the window and around the ring), advanced in uneven interleaved
+ * steps, are
+ * bit-identical to those with every position kept. gemma3: 5 of 6 layers
+ * slide; gemma2: alternate; mistral_swa: every layer (the pool then holds
+ * no K/V at all). A rewind inside the window recomputes the same bits; one
+ * below what the ring still holds is refused. */
+TEST(model_sliding_window_rings_same_bits_less_memory)
+{
+    const char *files[] = {"gemma3_tied.q8_0.gguf", "gemma2_tied.f32.gguf", "mistral_swa.q8_0.gguf"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        struct model *m = load(files[f]);
+        int nv = m->hp.n_vocab, n_swa_layers = 0;
+        for (int l = 0; l < m->hp.n_layer; l++)
+            n_swa_layers += m->layers[l].swa;
+        CHECK(m->hp.n_swa == 4 && n_swa_layers > 0 && nv <= 512);
+        g_exact = (int)(f % 2);
+        struct model_ctx *full = ring_ctx(m, 1), *ring = ring_ctx(m, 0);
+        struct kv_cache *kf = model_ctx_kv(full), *kr = model_ctx_kv(ring);
+        CHECK_EQ_INT(kf->n_layer_ring, 0);
+        CHECK_EQ_INT(kr->n_layer_ring, n_swa_layers);
+        CHECK_EQ_INT(kr->ring_blocks, 2);
+        /* memory: the pool keeps the global layers only, plus 3 x 2 ring blocks */
+        struct model_ctx_params cp;
+        model_ctx_params_init(&cp);
+        cp.n_ctx = 64;
+        cp.n_seq_max = 3;
+        cp.n_batch_max = 14;
+        cp.n_out_max = 14;
+        size_t bb_r, rb_r, bb_f, rb_f;
+        CHECK_EQ_INT(model_ctx_kv_bytes(m, &cp, &bb_r, &rb_r), 0);
+        cp.swa_full = 1;
+        CHECK_EQ_INT(model_ctx_kv_bytes(m, &cp, &bb_f, &rb_f), 0);
+        size_t per_layer_block = bb_f / (size_t)m->hp.n_layer;
+        CHECK(rb_f == 0 && rb_r == (size_t)n_swa_layers * 6 * per_layer_block);
+        CHECK(bb_r == (size_t)(m->hp.n_layer - n_swa_layers) * per_layer_block);
+        CHECK(bb_r * 12 + rb_r < bb_f * 12); /* 12 blocks: 3 slots x 64 positions */
+        printf("# %s: K/V %zu bytes with rings, %zu with every position\n", files[f],
+                bb_r * 12 + rb_r, bb_f * 12);
+
+        enum { LEN = 60 };
+        int at[3] = {0, 0, 0}, step = 0;
+        static float lf[14 * 512], lr[14 * 512];
+        while (at[0] < LEN || at[1] < LEN || at[2] < LEN) {
+            int32_t tok[14], pos[14], seq[14];
+            uint8_t mark[14];
+            int n = 0;
+            for (int s = 0; s < 3 && n < 14; s++) {
+                /* uneven: 1..8, and whole steps of 14 for slot 0 every other step */
+                int take = s == 0 && step % 2 ? 14 : (step * 5 + s * 3) % 8 + 1;
+                if (take > 14 - n)
+                    take = 14 - n;
+                if (take > LEN - at[s])
+                    take = LEN - at[s];
+                for (int i = 0; i < take; i++, n++) {
+                    pos[n] = at[s] + i;
+                    tok[n] = (int32_t)((pos[n] * 7919 + 13 + s * 101) % nv);
+                    seq[n] = s;
+                    mark[n] = 1;
+                }
+                at[s] += take;
+            }
+            struct model_batch b = {n, tok, pos, seq, mark};
+            const float *lg;
+            int no_f, no_r;
+            CHECK_EQ_INT(model_forward(full, &b, &lg, &no_f), 0);
+            memcpy(lf, lg, (size_t)no_f * (size_t)nv * sizeof(float));
+            CHECK_EQ_INT(model_forward(ring, &b, &lg, &no_r), 0);
+            memcpy(lr, lg, (size_t)no_r * (size_t)nv * sizeof(float));
+            CHECK_EQ_INT(no_f, n);
+            CHECK_EQ_INT(no_r, n);
+            CHECK(memcmp(lf, lr, (size_t)n * (size_t)nv * sizeof(float)) == 0);
+            step++;
+        }
+        CHECK(kr->seqs[0].ring_lo > 0); /* the ring did wrap */
+        /* rewind slot 1 by 2 positions and recompute them: same bits as kept */
+        CHECK_EQ_INT(kv_seq_truncate(kr, 1, LEN - 2), 0);
+        CHECK_EQ_INT(kv_seq_truncate(kf, 1, LEN - 2), 0);
+        int32_t tok[2] = {5, 9}, pos[2] = {LEN - 2, LEN - 1}, seq[2] = {1, 1};
+        uint8_t mark[2] = {1, 1};
+        struct model_batch b = {2, tok, pos, seq, mark};
+        const float *lg;
+        int no;
+        CHECK_EQ_INT(model_forward(full, &b, &lg, &no), 0);
+        memcpy(lf, lg, 2 * (size_t)nv * sizeof(float));
+        CHECK_EQ_INT(model_forward(ring, &b, &lg, &no), 0);
+        CHECK(memcmp(lf, lg, 2 * (size_t)nv * sizeof(float)) == 0);
+        /* a rewind far back: the ring no longer holds that window */
+        CHECK_EQ_INT(kv_seq_truncate(kr, 1, 10), ERR_BADSTATE);
+        CHECK_EQ_INT(kr->seqs[1].n_pos, LEN);
+        CHECK_EQ_INT(kv_seq_truncate(kf, 1, 10), 0);
+        model_ctx_free(full);
+        model_ctx_free(ring);
+        model_free(m);
+    }
+    g_exact = 0;
 }
 
 /* The default path on 1, 2 and 3 threads: the same bits (matmul tiles and
@@ -917,6 +1036,117 @@ TEST(model_load_validation)
     patch(orig, len, "blk.0.attn_v.bias", "blk.0.attn_v.bia_", 17);
     expect_load_error(orig, len, ERR_CORRUPT, "missing tensor blk.0.attn_v.bias");
     free(orig);
+}
+
+/* Patch the f32 value stored right after key (its type word 6, then the value). */
+static void patch_f32(unsigned char *buf, size_t len, const char *key, float v)
+{
+    size_t kl = strlen(key);
+    unsigned char *at = memmem(buf, len, key, kl);
+    if (!at)
+        th_fail(__FILE__, __LINE__, key, "key not found");
+    uint32_t type;
+    memcpy(&type, at + kl, 4);
+    CHECK_EQ_INT(type, 6);
+    memcpy(at + kl + 4, &v, 4);
+}
+
+/* Patch ne[0] of tensor name in the tensor infos (name, n_dims u32, ne u64...). */
+static void patch_ne0(unsigned char *buf, size_t len, const char *name, uint64_t ne0)
+{
+    size_t nl = strlen(name);
+    unsigned char *at = memmem(buf, len, name, nl);
+    if (!at)
+        th_fail(__FILE__, __LINE__, name, "tensor not found");
+    uint64_t stored_len;
+    memcpy(&stored_len, at - 8, 8);
+    CHECK(stored_len == nl);
+    memcpy(at + nl + 4, &ne0, 8);
+}
+
+/* Set element i of F32 tensor name to v. */
+static void patch_tensor_f32(unsigned char *buf, size_t len, const char *name, int i, float v)
+{
+    struct gguf *g;
+    char err[256];
+    CHECK_EQ_INT(gguf_open_mem(buf, len, &g, err, sizeof err), 0);
+    const struct gguf_tensor *t = gguf_tensor_find(g, name);
+    CHECK(t != NULL && t->type == QUANT_F32 && i < t->n_elements);
+    size_t off = (size_t)t->offset + (size_t)i * 4;
+    gguf_free(g);
+    CHECK(off + 4 <= len);
+    memcpy(buf + off, &v, 4);
+}
+
+/* Values and shapes of the newer architectures' keys and tensors that are
+ * present but wrong: refused at load, each named. */
+TEST(model_load_validation_new_arch_values)
+{
+    size_t len;
+    unsigned char *b;
+    /* llama 3.x rope scaling: rope_freqs of n_rot / 2 positive factors */
+    b = read_all(FIX "llama3_untied.q8_0.gguf", &len);
+    patch_tensor_f32(b, len, "rope_freqs.weight", 3, 0.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "rope_freqs.weight[3] is not positive");
+    free(b);
+    b = read_all(FIX "llama3_untied.q8_0.gguf", &len);
+    patch_ne0(b, len, "rope_freqs.weight", 4);
+    expect_load_error(b, len, ERR_CORRUPT, "rope_freqs.weight: shape [4, 1, 1, 1], expected [8]");
+    free(b);
+    /* Mistral-style window beyond any context */
+    b = read_all(FIX "mistral_swa.q8_0.gguf", &len);
+    patch_u32(b, len, "llama.attention.sliding_window", 0x7fffffff);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "llama.attention.sliding_window = 2147483647 is out of range");
+    free(b);
+    /* gemma3: the sliding layers' rope base */
+    b = read_all(FIX "gemma3_tied.q8_0.gguf", &len);
+    patch_f32(b, len, "gemma3.rope.freq_base_swa", -1.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "gemma3.rope.freq_base_swa out of range");
+    free(b);
+    /* gemma2: post-FFN norm of the wrong width */
+    b = read_all(FIX "gemma2_tied.q8_0.gguf", &len);
+    patch_ne0(b, len, "blk.1.post_ffw_norm.weight", 32);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "blk.1.post_ffw_norm.weight: shape [32, 1, 1, 1], expected [64]");
+    free(b);
+    /* qwen3: per-head k norm of the wrong head size */
+    b = read_all(FIX "qwen3_tied.q8_0.gguf", &len);
+    patch_ne0(b, len, "blk.0.attn_k_norm.weight", 8);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "blk.0.attn_k_norm.weight: shape [8, 1, 1, 1], expected [16]");
+    free(b);
+    /* phi3 LongRoPE: attn_factor, both factor tensors, positive factors */
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_f32(b, len, "phi3.rope.scaling.attn_factor", 0.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "phi3.rope.scaling.attn_factor out of range");
+    free(b);
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch(b, len, "rope_factors_short.weight", "rope_factors_shorx.weight", 25);
+    expect_load_error(b, len, ERR_CORRUPT, "missing tensor rope_factors_short.weight");
+    free(b);
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_tensor_f32(b, len, "rope_factors_long.weight", 0, -1.0f);
+    expect_load_error(b, len, ERR_CORRUPT, "rope_factors_long.weight[0] is not positive");
+    free(b);
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_u32(b, len, "phi3.rope.scaling.original_context_length", 0);
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "missing hyperparameter phi3.rope.scaling.original_context_length");
+    free(b);
+    /* phi3: a fused qkv of the wrong height */
+    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    {
+        const char *name = "blk.0.attn_qkv.weight";
+        size_t nl = strlen(name);
+        unsigned char *at = memmem(b, len, name, nl);
+        CHECK(at != NULL);
+        uint64_t ne1 = 96; /* q 64 + k 32 + v 32 = 128 */
+        memcpy(at + nl + 4 + 8, &ne1, 8);
+    }
+    expect_load_error(b, len, ERR_CORRUPT,
+                      "blk.0.attn_qkv.weight: shape [64, 96, 1, 1], expected [64, 128]");
+    free(b);
 }
 
 /* A copy of the GGUF at path with kv (a serialized key/value pair) inserted

@@ -236,6 +236,86 @@ TEST(kv_prefix_share_and_lru_eviction)
     kv_cache_free(kv);
 }
 
+/* Sliding-window rings: layers 1 and 3 of 4 keep only a ring per slot;
+ * layout, ring tables, the window bookkeeping (ring_lo), the truncation
+ * it allows, and no prefix sharing. */
+TEST(kv_rings_layout_and_window_bookkeeping)
+{
+    /* window 5, steps of up to 3 positions, blocks of 4: ceil(7/4) = 2 ring blocks */
+    CHECK_EQ_INT(kv_ring_blocks(5, 3, KB), 2);
+    CHECK_EQ_INT(kv_ring_blocks(0, 3, KB), 0);
+    CHECK_EQ_INT(kv_ring_blocks(4, 1, KB), 1);
+    CHECK_EQ_INT(kv_ring_blocks(4, 2, KB), 2);
+    const uint8_t ring[4] = {0, 1, 0, 1};
+    struct kv_cache *kv;
+    CHECK_EQ_INT(kv_cache_new_ring(4, 2, KB, 20, 2, 40, ring, 0, 3, 0, &kv), ERR_INVAL);
+    CHECK_EQ_INT(kv_cache_new_ring(4, 2, KB, 20, 2, 40, ring, 5, 3, 0, &kv), 0);
+    CHECK_EQ_INT(kv->n_layer_ring, 2);
+    CHECK_EQ_INT(kv->ring_blocks, 2);
+    CHECK_EQ_INT(kv->window, 5);
+    /* pool layers first (20 blocks each), then the rings (2 slots x 2 blocks) */
+    size_t bs = kv->block_stride, pool = 20 * bs, rl = 4 * bs;
+    CHECK(kv->layer_off[0] == 0 && kv->layer_off[2] == pool);
+    CHECK(kv->layer_off[1] == 2 * pool && kv->layer_off[3] == 2 * pool + rl);
+    CHECK(kv->ring_layer_stride == rl);
+    CHECK_EQ_INT(!kv->layer_ring[0] && kv->layer_ring[1] && !kv->layer_ring[2] && kv->layer_ring[3],
+                 1);
+    /* bytes: 2 pool layers of 20 blocks + 2 ring layers of 4 blocks, K and V */
+    CHECK(kv_cache_ring_bytes(2, 2, KB, 2, 5, 3) == kv_cache_bytes(2, 2, KB, 4));
+    CHECK(kv_cache_bytes(2, 2, KB, 20) + kv_cache_ring_bytes(2, 2, KB, 2, 5, 3) <
+          kv_cache_bytes(4, 2, KB, 20));
+    /* slot 1's ring table: block j -> 2 + j % 2 */
+    for (int j = 0; j < kv->max_blocks_per_seq; j++) {
+        CHECK_EQ_INT(kv->seqs[1].ring[j], 2 + j % 2);
+        CHECK_EQ_INT(kv->seqs[0].ring[j], j % 2);
+    }
+    /* steps of 3: the ring keeps the last 8 positions written */
+    for (int n = 3; n <= 30; n += 3) {
+        CHECK_EQ_INT(kv_seq_reserve(kv, 0, n), 0);
+        kv_seq_commit(kv, 0, n);
+        CHECK_EQ_INT(kv->seqs[0].ring_lo, n > 8 ? n - 8 : 0);
+        /* the next step's first token (position n) sees its window n-4..n */
+        CHECK(kv->seqs[0].ring_lo <= (n > 4 ? n - 4 : 0));
+    }
+    CHECK_EQ_INT(kv->seqs[0].n_pos, 30);
+    CHECK_EQ_INT(kv->seqs[0].ring_lo, 22); /* positions 22..29 */
+    /* a cut whose window (n - 4 ..) starts below ring_lo is refused, nothing changed */
+    CHECK_EQ_INT(kv_seq_truncate(kv, 0, 25), ERR_BADSTATE);
+    CHECK_EQ_INT(kv->seqs[0].n_pos, 30);
+    CHECK_EQ_INT(kv_seq_truncate(kv, 0, 26), 0);
+    CHECK_EQ_INT(kv->seqs[0].n_pos, 26);
+    CHECK_EQ_INT(kv->seqs[0].ring_lo, 22);
+    CHECK_EQ_INT(kv->seqs[0].n_blocks, 7); /* the pool keeps every position */
+    CHECK_EQ_INT(kv_seq_truncate(kv, 0, 0), 0); /* always possible */
+    CHECK_EQ_INT(kv->seqs[0].ring_lo, 0);
+    CHECK_EQ_INT(kv_seq_reserve(kv, 0, 30), 0);
+    kv_seq_commit(kv, 0, 30);
+    kv_seq_clear(kv, 0);
+    CHECK_EQ_INT(kv->seqs[0].ring_lo, 0);
+    /* nothing is published or shared */
+    int32_t t[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    CHECK_EQ_INT(kv_seq_reserve(kv, 0, 12), 0);
+    kv_seq_commit(kv, 0, 12);
+    CHECK_EQ_INT(kv_seq_publish(kv, 0, t, 12), 0);
+    CHECK_EQ_INT(kv_seq_share_prefix(kv, 1, t, 12), 0);
+    CHECK_EQ_INT(kv_seq_share_partial(kv, 1, t, 12), 0);
+    CHECK_EQ_INT(kv->seqs[1].n_pos, 0);
+    kv_cache_free(kv);
+    /* every layer in rings: the pool holds no bytes, only counts blocks */
+    const uint8_t all[2] = {1, 1};
+    CHECK_EQ_INT(kv_cache_new_ring(2, 2, KB, 20, 2, 40, all, 5, 3, 0, &kv), 0);
+    CHECK_EQ_INT(kv->n_layer_ring, 2);
+    CHECK(kv->layer_off[0] == 0 && kv->layer_off[1] == 4 * kv->block_stride);
+    CHECK_EQ_INT(kv_seq_reserve(kv, 0, 40), 0);
+    CHECK_EQ_INT(kv->n_free, 10);
+    kv_cache_free(kv);
+    /* no ring layers = kv_cache_new */
+    const uint8_t none[2] = {0, 0};
+    CHECK_EQ_INT(kv_cache_new_ring(2, 2, KB, 20, 2, 40, none, 5, 3, 0, &kv), 0);
+    CHECK(kv->n_layer_ring == 0 && kv->seqs[0].ring == NULL && kv->layer_off[1] == kv->layer_stride);
+    kv_cache_free(kv);
+}
+
 /* ---- the scheduler --------------------------------------------------------------- */
 
 struct env {
@@ -243,6 +323,14 @@ struct env {
     struct tok *t;
     struct chat_tmpl *tmpl;
 };
+
+static void env_init_file(struct env *e, const char *path)
+{
+    char err[256];
+    CHECK_EQ_INT(model_load(path, &e->m, err, sizeof err), 0);
+    CHECK_EQ_INT(model_tokenizer(e->m, &e->t, err, sizeof err), 0);
+    CHECK_EQ_INT(model_chat_tmpl(e->m, e->t, &e->tmpl), 0);
+}
 
 static void env_init(struct env *e)
 {
@@ -511,6 +599,58 @@ TEST(sched_preemption_small_kv_budget_same_outputs)
     CHECK_EQ_INT((int)st.output_tokens, (int)st_big.output_tokens);
     results_release(&big);
     results_release(&small);
+    reqset_release(&rs);
+    env_release(&e);
+}
+
+/* A sliding-window model (tiny gemma3: 5 of 6 layers, window 4) under one
+ * K/V budget: with rings (the default) the pool holds 1 layer per block
+ * instead of 6, so the budget buys far more blocks, fewer sequences are
+ * preempted, and every output is the same as with every position kept. */
+TEST(sched_sliding_window_rings_buy_blocks_same_outputs)
+{
+    struct env e;
+    env_init_file(&e, "tests/fixtures/model/gemma3_tied.q8_0.gguf");
+    struct reqset rs = {.n = 16};
+    int32_t ids[100];
+    for (int i = 0; i < rs.n; i++) {
+        int len = 20 + (int)rnd(60);
+        for (int j = 0; j < len; j++)
+            ids[j] = (int32_t)rnd(298);
+        rs.body[i] = body_new(ids, len, 40, i % 2, 1, 91 + (uint64_t)i);
+    }
+    /* 6 layers x (2 heads x 16) x 16 positions x K,V x 4 bytes */
+    size_t full_block = 6 * 32 * 16 * 2 * 4, budget = 24 * full_block;
+    struct results r[2] = {0};
+    struct sched_stats st[2];
+    for (int k = 0; k < 2; k++) {
+        struct sched_opts o;
+        sched_opts_init(&o);
+        o.max_batch_tokens = 8;
+        o.max_seqs = 8;
+        o.kv_mem_bytes = budget;
+        o.swa_full = k;
+        struct oreq_sched_opts oo = {NULL, on_result, &r[k]};
+        struct oreq_sched *s;
+        CHECK_EQ_INT(oreq_sched_new(e.m, e.t, e.tmpl, &o, &oo, &s), 0);
+        add_all(s, &rs, 0, rs.n);
+        CHECK_EQ_INT(sched_run(eng(s)), 0);
+        oreq_sched_get_stats(s, &st[k]);
+        oreq_sched_free(s);
+    }
+    /* rings: 5 layers x 8 slots x 1 block; the rest at 1 layer per block */
+    CHECK_EQ_INT(st[1].kv_blocks, 24);
+    CHECK_EQ_INT(st[0].kv_blocks, (int)((budget - 5 * 8 * full_block / 6) / (full_block / 6)));
+    CHECK(st[1].n_preemptions > 0);
+    CHECK_EQ_INT(st[0].n_preemptions, 0);
+    printf("# gemma3 tiny, budget of 24 full blocks: %d blocks with rings; preemptions %d vs %d\n",
+           st[0].kv_blocks, (int)st[0].n_preemptions, (int)st[1].n_preemptions);
+    CHECK_EQ_INT(r[0].n, rs.n);
+    CHECK_EQ_INT(r[1].n, rs.n);
+    for (int i = 0; i < rs.n; i++)
+        CHECK_EQ_STR(r[0].choices[i], r[1].choices[i]);
+    results_release(&r[0]);
+    results_release(&r[1]);
     reqset_release(&rs);
     env_release(&e);
 }
