@@ -447,7 +447,9 @@ int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_bat
     for (int o = 0; o < n_out; o++)
         memcpy(c->xo + (size_t)o * (size_t)hp->n_embd, c->x + (size_t)out_rows[o] * (size_t)hp->n_embd,
                (size_t)hp->n_embd * sizeof(float));
-    if (n_out) {
+    if (n_out && c->p.embeddings) { /* final-norm hidden states (worker/engine/embed.h) */
+        kn_rmsnorm_f32(logits, c->xo, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
+    } else if (n_out) {
         kn_rmsnorm_f32(c->xo, c->xo, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
         if (model_linear(c, logits, c->xo, n_out, &m->output))
             return ERR_INTERNAL;

@@ -169,6 +169,11 @@ static int read_arch_hparams(const struct gguf *g, const char *arch, struct mode
                              hp->arch == MODEL_ARCH_GEMMA2 ? 4096 : 0, 0, MODEL_MAX_CTX, &hp->n_swa,
                              err, err_len)))
         return rc;
+    int pool;
+    if ((rc = get_hp_int_min(g, arch, "pooling_type", 0, MODEL_POOL_NONE, MODEL_POOL_NONE,
+                             MODEL_POOL_RANK, &pool, err, err_len)))
+        return rc;
+    hp->pooling = (enum model_pooling)pool;
     hp->n_ctx_orig = 0;
     hp->rope_attn_factor = 1.0f;
     if (hp->arch == MODEL_ARCH_PHI3) {

@@ -73,6 +73,17 @@ enum model_arch {
     MODEL_ARCH_PHI3 = 6,
 };
 
+/* How a sequence's hidden states become one embedding: `<arch>.pooling_type`
+ * as llama.cpp's converter writes it from a sentence-transformers
+ * 1_Pooling/config.json (gguf-py PoolingType; absent = NONE). */
+enum model_pooling {
+    MODEL_POOL_NONE = 0, /* not an embedding model (or per-token outputs) */
+    MODEL_POOL_MEAN = 1, /* mean of the sequence's final-norm hidden states */
+    MODEL_POOL_CLS = 2,  /* the first token's */
+    MODEL_POOL_LAST = 3, /* the last token's (decoder embedders: Qwen3-Embedding) */
+    MODEL_POOL_RANK = 4, /* reranker head: not supported for embeddings */
+};
+
 /* Feed-forward activation: silu(gate) * up, or gelu_tanh(gate) * up. */
 enum model_ffn_act { MODEL_FFN_SWIGLU = 0, MODEL_FFN_GEGLU = 1 };
 
@@ -114,6 +125,7 @@ struct model_hparams {
     float rope_freq_scale_swa; /* rope scale of sliding-window layers (gemma3: 1) */
     int n_ctx_orig;        /* phi3 LongRoPE: rope.scaling.original_context_length (0 = none) */
     float rope_attn_factor; /* phi3 LongRoPE: rope.scaling.attn_factor, times cos and sin (1 = none) */
+    enum model_pooling pooling; /* <arch>.pooling_type (0..4), default MODEL_POOL_NONE */
 };
 
 /* A weight matrix: rows x cols values of type `type`, row stride row_bytes,
@@ -206,6 +218,10 @@ struct model_ctx_params {
                             * (worker/engine/forward_cuda.h; bf16 numerics, exact_matmul ignored);
                             * the block tables and prefix cache stay in the host kv_cache,
                             * whose k/v arrays are then NULL */
+    int embeddings;        /* 1: model_forward returns, for each marked token, its final-norm
+                            * hidden state (n_embd floats: output_norm applied, no LM head,
+                            * no soft-capping) instead of logits - what worker/engine/embed.h
+                            * pools. CPU only (ERR_UNSUPPORTED on CUDA) */
 };
 
 void model_ctx_params_init(struct model_ctx_params *p);
@@ -224,6 +240,9 @@ void model_ctx_free(struct model_ctx *c);
  * sequence ends, kv_seq_truncate to rewind, free-block accounting). */
 struct kv_cache *model_ctx_kv(struct model_ctx *c);
 int model_ctx_n_ctx(const struct model_ctx *c);
+/* The context's model and its parameters with the defaults filled in. */
+const struct model *model_ctx_model(const struct model_ctx *c);
+const struct model_ctx_params *model_ctx_get_params(const struct model_ctx *c);
 
 /* One step: a flat batch of n_tokens tokens. */
 struct model_batch {
@@ -239,7 +258,8 @@ struct model_batch {
  * the step appends to each sequence. A token attends to positions 0..pos of
  * its own slot (earlier steps and earlier tokens of this batch).
  * On success returns 0, *logits points to (n_out, n_vocab) float32 rows -
- * the marked tokens in batch order - valid until the next call, and the
+ * the marked tokens in batch order; (n_out, n_embd) hidden-state rows with
+ * model_ctx_params.embeddings - valid until the next call, and the
  * slots' lengths have grown. Errors, with nothing changed: ERR_INVAL
  * (n_tokens 0 or > n_batch_max, more than n_out_max marked, a token id,
  * slot or position out of range or out of order), ERR_BUSY (the KV cache
