@@ -9,7 +9,10 @@
  *   add / copy the marked rows into out[input]
  *   finished inputs: mean divide, normalise, kv_seq_clear(slot)
  *
- * The step arrays (token, pos, seq, out flags) and the slot table are
+ * An input enters a slot only when the cache's blocks can hold it whole
+ * next to the inputs in flight (so a context needs only one n_ctx worth
+ * of blocks, whatever its slot count). The step arrays (token, pos, seq,
+ * out flags) and the slot table are
  * allocated once per call (n_batch_max / n_seq_max entries).
  */
 #include "worker/engine/embed.h"
@@ -81,14 +84,25 @@ int embed_run(struct model_ctx *c, enum model_pooling pool, int normalize,
     }
     if (n_in)
         memset(out, 0, (size_t)n_in * (size_t)n_embd * sizeof(float));
+    /* an input is admitted only when the cache can hold all of it next to
+     * the inputs in flight (blocks of their whole lengths): then a step
+     * never runs out of blocks, and one input of n_ctx always fits when
+     * the cache holds one slot's worth */
+    int bt = kv->block_tokens, held = 0;
+    for (int i = 0; i < n_in; i++)
+        if ((lens[i] + bt - 1) / bt > kv->n_blocks) {
+            rc = ERR_TOOBIG;
+            goto out;
+        }
     int next = 0, done = 0;
     while (done < n_in) {
         int n = 0;
         /* busy slots first, then new inputs into free slots */
         for (int s = 0; s < ns && n < nb; s++) {
             if (slot_in[s] < 0) {
-                if (next == n_in)
+                if (next == n_in || held + (lens[next] + bt - 1) / bt > kv->n_blocks)
                     continue;
+                held += (lens[next] + bt - 1) / bt;
                 slot_in[s] = next++;
                 slot_pos[s] = 0;
             }
@@ -128,6 +142,7 @@ int embed_run(struct model_ctx *c, enum model_pooling pool, int normalize,
             if (normalize)
                 embed_normalize(o, n_embd);
             kv_seq_clear(kv, s);
+            held -= (lens[in] + bt - 1) / bt;
             slot_in[s] = -1;
             done++;
         }

@@ -47,8 +47,9 @@ enum model_pooling embed_default_pooling(const struct model *m);
  * context's slots cleared: ERR_INVAL (the context was not made with
  * embeddings and n_out_max = n_batch_max, a pooling other than the three,
  * an empty input, a token id out of range), ERR_TOOBIG (an input longer
- * than the context's n_ctx: the caller truncates or refuses, see
- * spec/jsonl.md), model_forward's errors. */
+ * than the context's n_ctx or than all its KV blocks: the caller truncates
+ * or refuses), model_forward's errors. The prefix cache must be off (it is
+ * unless kv_seq_publish is called). */
 int embed_run(struct model_ctx *c, enum model_pooling pool, int normalize,
               const int32_t *const *ids, const int *lens, int n_in, float *out);
 
