@@ -514,3 +514,22 @@ BEGIN
     UPDATE result_seq SET last = last + 1 WHERE id = 1;
     UPDATE results SET seq = (SELECT last FROM result_seq WHERE id = 1) WHERE rowid = NEW.rowid;
 END;
+
+-- @migration 6
+-- /v1/embeddings batches (issue 22): the endpoint CHECK of batches gains
+-- '/v1/embeddings'. SQLite cannot ALTER a CHECK constraint; widening one
+-- changes no stored row, so the table's CREATE text is edited in place
+-- (the procedure of sqlite.org/lang_altertable.html section 7, for changes
+-- that "do not affect the on-disk content in any way"), and the schema is
+-- reloaded. The edit matches the exact text of migration 1 and fails the
+-- migration if it did not change exactly one row.
+PRAGMA writable_schema = ON;
+UPDATE sqlite_schema
+   SET sql = replace(sql, 'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions''))',
+                          'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions'', ''/v1/embeddings''))')
+ WHERE type = 'table' AND name = 'batches'
+   AND instr(sql, 'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions''))') > 0;
+CREATE TEMP TABLE migration6_check (edited INTEGER CHECK (edited = 1));
+INSERT INTO migration6_check VALUES (changes());
+DROP TABLE migration6_check;
+PRAGMA writable_schema = RESET;

@@ -20,6 +20,8 @@
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
+#include "worker/engine/embed.h"
+#include "worker/openai/embed_req.h"
 #include "worker/openai/request.h"
 #include "worker/engine/tok.h"
 
@@ -28,6 +30,9 @@
 #define WL_TICK_MS 100
 #define WL_FINAL_UPLOAD_MS 15000 /* after the engine stopped: last uploads/releases */
 #define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */
+#define WL_EMBED ((enum gp_endpoint)100) /* a /v1/embeddings item (worker/openai/embed_req.h) */
+#define WL_EMBED_SLOTS 16                /* sequence slots of the embeddings context */
+#define WL_EMBED_BATCH 512               /* tokens per embeddings step */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -410,6 +415,7 @@ static void take_lease(struct wl *w, json_t *ans)
         if (url)
             it->ep = strcmp(url, "/v1/chat/completions") == 0 ? GP_CHAT
                      : strcmp(url, "/v1/completions") == 0  ? GP_COMPLETIONS
+                     : strcmp(url, "/v1/embeddings") == 0   ? WL_EMBED
                                                             : WL_BAD_URL;
         else
             it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
@@ -648,8 +654,67 @@ struct to_add {
     json_t *body;
 };
 
-static int engine_loop(struct wl *w, struct oreq_sched *os)
+/* One /v1/embeddings request, answered at once on the engine thread (no
+ * generation: one forward per input, its inputs packed together) through
+ * an embeddings context made on first use (*ectx, freed by the caller). */
+static void run_embed(struct wl *w, const struct engine *e, struct model_ctx **ectx,
+                      const struct to_add *a)
 {
+    struct oreq_result r;
+    memset(&r, 0, sizeof r);
+    r.id = a->rid;
+    json_t *resp = NULL;
+    struct gp_error gerr;
+    memset(&gerr, 0, sizeof gerr);
+    int rc = 0;
+    if (!*ectx) {
+        struct model_ctx_params cp;
+        engine_ctx_params(e, &cp);
+        cp.device = KN_DEVICE_CPU; /* embeddings run on the CPU (model.h) */
+        cp.embeddings = 1;
+        cp.n_seq_max = WL_EMBED_SLOTS;
+        cp.n_batch_max = WL_EMBED_BATCH;
+        cp.n_out_max = WL_EMBED_BATCH;
+        int n_ctx = cp.n_ctx ? cp.n_ctx
+                             : (e->model->hp.n_ctx_train < 4096 ? e->model->hp.n_ctx_train : 4096);
+        cp.n_ctx = n_ctx;
+        cp.n_kv_blocks = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * 2; /* see embed.c */
+        rc = model_ctx_new(e->model, &cp, ectx);
+        if (rc)
+            log_error("cannot create the embeddings context: %s", err_msg(rc));
+    }
+    uint64_t t0 = clock_mono_ns();
+    if (!rc)
+        rc = oembed_run(*ectx, e->tok, w->model_id, a->body, &resp, &r.prompt_tokens, &gerr);
+    r.prefill_s = (double)(clock_mono_ns() - t0) / 1e9;
+    if (rc == ERR_INVAL && gerr.message[0]) {
+        resp = gp_error_json(&gerr);
+        r.status = 400;
+        r.prompt_tokens = 0;
+    } else if (rc) {
+        log_error("%s: embedding failed: %s; releasing it", a->rid, err_msg(rc));
+        pthread_mutex_lock(&w->mu);
+        struct item *it = item_find(w, a->rid, NULL);
+        if (it && it->state == IT_RUNNING)
+            item_set(w, it, IT_RELEASE);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    } else {
+        r.status = 200;
+        /* the body echoes the request's model, as the other endpoints do */
+        json_t *mj = json_object_get(a->body, "model");
+        if (json_is_string(mj))
+            json_object_set(resp, "model", mj);
+    }
+    r.body = resp;
+    if (resp)
+        on_result(w, &r);
+    json_decref(resp);
+}
+
+static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine *e)
+{
+    struct model_ctx *ectx = NULL;
     struct sched *s = oreq_sched_engine(os);
     const struct serve_opts *o = w->o;
     uint64_t deadline = 0;
@@ -723,8 +788,8 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
         for (size_t i = 0; i < n_add; i++) {
             if (add[i].ep == WL_BAD_URL) { /* a request error, answered without the engine */
                 json_t *eb = json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message",
-                                       "This worker serves /v1/chat/completions and "
-                                       "/v1/completions only.", "type", "invalid_request_error",
+                                       "This worker serves /v1/chat/completions, "
+                                       "/v1/completions and /v1/embeddings only.", "type", "invalid_request_error",
                                        "param", "url", "code", "invalid_url");
                 struct oreq_result er;
                 memset(&er, 0, sizeof er);
@@ -734,6 +799,11 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
                 if (eb)
                     on_result(w, &er);
                 json_decref(eb);
+                json_decref(add[i].body);
+                continue;
+            }
+            if (add[i].ep == WL_EMBED) {
+                run_embed(w, e, &ectx, &add[i]);
                 json_decref(add[i].body);
                 continue;
             }
@@ -771,6 +841,7 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
         pthread_mutex_unlock(&w->mu);
     }
     free(add);
+    model_ctx_free(ectx);
     /* what the scheduler still holds goes back to jobd */
     pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < w->n_items; i++)
@@ -908,7 +979,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
         goto out;
     }
     thread_ok = 1;
-    rc = engine_loop(&w, s);
+    rc = engine_loop(&w, s, e);
     pthread_join(th, NULL);
     thread_ok = 0;
     if (rc)
