@@ -152,3 +152,40 @@ def test_embeddings_batch_openai_sdk():
     bid = r.stdout.strip().split()[-1]
     assert client.batches.retrieve(bid).endpoint == "/v1/embeddings"
     assert w.p.poll() is None, w.log()[-2000:]
+
+
+REAL = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+REAL_FIXTURE = os.path.join(ROOT, "tests/fixtures/model/smollm2_embed_llamacpp.json")
+
+
+def test_embeddings_real_gguf_match_llamacpp():
+    """50 varied texts on the real default GGUF (last-token pooling,
+    normalised) through `jobworker --json`: cosine >= 0.999 with llama.cpp's
+    embed() of each text (tests/oracle/make_smollm2_embed_llamacpp.py).
+    Seen: min 0.99936 (default path), 0.99925 (--exact)."""
+    if not os.path.exists(binary("jobworker", asan=False)):
+        raise Skip("release build/jobworker not built")
+    if not os.path.exists(REAL):
+        r = run([os.path.join(ROOT, "scripts/fetch-model")], timeout=300)
+        if r.returncode != 0 or not os.path.exists(REAL):
+            raise Skip("the default model cannot be fetched: " + r.stderr[-300:])
+    with open(REAL_FIXTURE) as f:
+        fx = json.load(f)
+    body = os.path.join(tmpdir(), "emb50.json")
+    with open(body, "w") as f:
+        json.dump({"model": "smol", "input": fx["texts"]}, f)
+    r = run([binary("jobworker", asan=False), "--model", REAL, "--json", body, "--threads", "2"],
+            timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert len(out["data"]) == 50
+    n = fx["n_embd"]
+    worst = 1.0
+    for d, b64 in zip(out["data"], fx["embeddings"]):
+        ref = struct.unpack(f"<{n}f", base64.b64decode(b64))
+        v = d["embedding"]
+        assert len(v) == n
+        cos = sum(a * b for a, b in zip(v, ref)) / (sum(a * a for a in v) * sum(b * b for b in ref)) ** 0.5
+        worst = min(worst, cos)
+    print(f"# min cosine vs llama.cpp over 50 texts: {worst:.6f}")
+    assert worst >= 0.999, worst
