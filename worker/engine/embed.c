@@ -22,12 +22,14 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "worker/engine/encoder.h"
 
 enum model_pooling embed_default_pooling(const struct model *m)
 {
     enum model_pooling p = m->hp.pooling;
-    return p == MODEL_POOL_MEAN || p == MODEL_POOL_CLS || p == MODEL_POOL_LAST ? p
-                                                                                : MODEL_POOL_LAST;
+    if (p == MODEL_POOL_MEAN || p == MODEL_POOL_CLS || p == MODEL_POOL_LAST)
+        return p;
+    return m->hp.arch == MODEL_ARCH_BERT ? MODEL_POOL_MEAN : MODEL_POOL_LAST;
 }
 
 void embed_normalize(float *v, int n)
@@ -68,6 +70,8 @@ int embed_run(struct model_ctx *c, enum model_pooling pool, int normalize,
             if (ids[i][j] < 0 || ids[i][j] >= m->hp.n_vocab)
                 return ERR_INVAL;
     }
+    if (m->hp.arch == MODEL_ARCH_BERT) /* bidirectional: whole inputs, no KV cache */
+        return encoder_run(c, pool, normalize, ids, lens, n_in, out);
     int rc = ERR_NOMEM;
     int32_t *tok = malloc((size_t)nb * sizeof *tok);   /* (nb) step token ids */
     int32_t *pos = malloc((size_t)nb * sizeof *pos);   /* (nb) positions */

@@ -26,6 +26,10 @@
  * for the call and cleared before it returns (kv_seq_clear), so the context
  * must not hold live sequences.
  *
+ * Encoder models (bert) take their own path, encoder_run
+ * (worker/engine/encoder.h): whole inputs packed into one step with
+ * bidirectional attention within each input, no KV cache.
+ *
  * Threads: the thread owning the context (the pool's threads inside).
  */
 #ifndef WORKER_EMBED_H
@@ -38,7 +42,8 @@
 
 /* The pooling embed_run uses for m: the GGUF's pooling_type; NONE (a plain
  * decoder GGUF without the key) falls back to LAST, as llama.cpp's
- * server does for causal models. Can't fail. */
+ * server does for causal models, and to MEAN for a bert GGUF without the
+ * key (sentence-transformers' default). Can't fail. */
 enum model_pooling embed_default_pooling(const struct model *m);
 
 /* Embed n_in token sequences (ids[i], lens[i] tokens) into out

@@ -102,6 +102,10 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
                   model_arch_name(hp->arch));
         return ERR_UNSUPPORTED;
     }
+    if (hp->arch == MODEL_ARCH_BERT && !p.embeddings) {
+        log_error("%s: an encoder model serves embeddings only", model_arch_name(hp->arch));
+        return ERR_UNSUPPORTED;
+    }
     if (p.device == KN_DEVICE_CUDA && p.embeddings) {
         log_error("cuda: embeddings run on the CPU only (--device cpu)");
         return ERR_UNSUPPORTED;
@@ -211,6 +215,8 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
 {
     struct kv_cache *kv = c->kv;
     int no = 0;
+    if (c->m->hp.arch == MODEL_ARCH_BERT) /* encoders run through embed_run (encoder.h) */
+        return ERR_UNSUPPORTED;
     int rc = check_batch(c, b, &no);
     if (rc)
         return rc;

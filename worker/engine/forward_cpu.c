@@ -458,3 +458,18 @@ int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_bat
     }
     return 0;
 }
+
+int fwdcpu_linear(struct kn_pool *pool, int exact, float *out, const float *x, int n,
+                  const struct model_mat *w, void *scratch, size_t scratch_bytes)
+{
+    if (exact)
+        return linear_exact(out, x, n, w->cols, w->data, (int)w->type, w->rows, scratch,
+                            scratch_bytes);
+    return kn_matmul_w(pool, out, x, n, w->cols, w->data, (int)w->type, w->rows, scratch,
+                       scratch_bytes);
+}
+
+size_t fwdcpu_linear_scratch_bytes(int n_max, int k_max)
+{
+    return model_linear_scratch_bytes(n_max, k_max);
+}

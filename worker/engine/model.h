@@ -31,6 +31,14 @@
  *           LongRoPE rope_factors_{short,long}.weight chosen per context by
  *           n_ctx vs rope.scaling.original_context_length, cos/sin times
  *           rope.scaling.attn_factor
+ *   bert    an encoder for embeddings only (worker/engine/encoder.h): learned
+ *           absolute position_embd, token_types (row 0 used),
+ *           token_embd_norm (LayerNorm with bias), post-LN blocks
+ *           (attn_output_norm, layer_output_norm, with biases), biases on
+ *           every projection, ffn_up/ffn_down with GELU (no gate), no
+ *           output_norm / LM head; attention.causal must be false;
+ *           attention.layer_norm_epsilon. model_forward refuses it
+ *           (ERR_UNSUPPORTED): embed_run takes the encoder path.
  * YaRN and other rope scaling types are refused. The CUDA forward
  * implements llama and qwen2 only; a CUDA context for the others is
  * refused (ERR_UNSUPPORTED).
@@ -71,6 +79,7 @@ enum model_arch {
     MODEL_ARCH_GEMMA2 = 4,
     MODEL_ARCH_GEMMA3 = 5,
     MODEL_ARCH_PHI3 = 6,
+    MODEL_ARCH_BERT = 7, /* encoder: embeddings only (worker/engine/encoder.h) */
 };
 
 /* How a sequence's hidden states become one embedding: `<arch>.pooling_type`
@@ -126,6 +135,7 @@ struct model_hparams {
     int n_ctx_orig;        /* phi3 LongRoPE: rope.scaling.original_context_length (0 = none) */
     float rope_attn_factor; /* phi3 LongRoPE: rope.scaling.attn_factor, times cos and sin (1 = none) */
     enum model_pooling pooling; /* <arch>.pooling_type (0..4), default MODEL_POOL_NONE */
+    float norm_eps;        /* bert: attention.layer_norm_epsilon (LayerNorm) */
 };
 
 /* A weight matrix: rows x cols values of type `type`, row stride row_bytes,
@@ -138,13 +148,15 @@ struct model_mat {
 };
 
 struct model_layer {
-    const float *attn_norm;        /* (n_embd) */
+    const float *attn_norm;        /* (n_embd); bert: attn_output_norm (after the attention) */
     struct model_mat wq;           /* (n_head*head_dim, n_embd) */
     struct model_mat wk, wv;       /* (n_head_kv*head_dim, n_embd) */
     struct model_mat wo;           /* (n_embd, n_head*head_dim) */
     const float *bq, *bk, *bv;     /* qwen2: (n_head*head_dim), (kv_dim), (kv_dim); else NULL */
     const float *bo;               /* optional attn_output.bias (n_embd) or NULL */
-    const float *ffn_norm;         /* (n_embd) */
+    const float *ffn_norm;         /* (n_embd); bert: layer_output_norm (after the FFN) */
+    const float *attn_norm_b, *ffn_norm_b; /* bert: LayerNorm biases (n_embd); else NULL */
+    const float *b_up, *b_down;    /* bert: ffn_up.bias (n_ff), ffn_down.bias (n_embd); else NULL */
     struct model_mat w_gate, w_up; /* (n_ff, n_embd) */
     struct model_mat w_down;       /* (n_embd, n_ff) */
     const float *attn_q_norm;      /* qwen3, gemma3: per-head RMSNorm of q (head_dim); else NULL */
@@ -166,6 +178,10 @@ struct model {
                                       * hp.n_ctx_orig, or NULL */
     const float *rope_factors_long;  /* ... and for longer contexts (chosen per model_ctx by n_ctx) */
     struct model_layer *layers;    /* (n_layer) */
+    /* bert only (zeroed otherwise) */
+    struct model_mat pos_embd;     /* (n_ctx_train, n_embd) absolute position embeddings */
+    struct model_mat tok_types;    /* (n_token_types, n_embd); row 0 is added to every token */
+    const float *tok_norm, *tok_norm_b; /* (n_embd) LayerNorm of the embeddings */
 };
 
 /* Open and validate the GGUF at path. Returns 0 and *out (model_free), or
@@ -183,7 +199,7 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
  * first. */
 void model_free(struct model *m);
 
-/* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" ("?" otherwise). */
+/* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "bert" ("?" otherwise). */
 const char *model_arch_name(enum model_arch a);
 
 /* Tokenizer of the model, built from its tokenizer.ggml.* keys (see
