@@ -533,3 +533,22 @@ CREATE TEMP TABLE migration6_check (edited INTEGER CHECK (edited = 1));
 INSERT INTO migration6_check VALUES (changes());
 DROP TABLE migration6_check;
 PRAGMA writable_schema = RESET;
+
+-- @migration 7
+-- Endpoint routing (issue 22): the endpoints each worker serves for each
+-- model it registered. A batch's lines are leased only to a worker that
+-- serves the batch's endpoint for the asked model (an encoder model serves
+-- /v1/embeddings only; a worker on a device without embeddings serves the
+-- generation endpoints only). A worker that registers without declaring
+-- endpoints serves all three; so do the workers registered before this
+-- migration (back-filled below).
+CREATE TABLE worker_endpoints (
+    worker_id  TEXT NOT NULL REFERENCES workers(id) ON DELETE CASCADE,  -- the worker
+    canonical  TEXT NOT NULL,              -- a model's canonical name it registered
+    endpoint   TEXT NOT NULL CHECK (endpoint IN ('/v1/chat/completions', '/v1/completions', '/v1/embeddings')),
+    PRIMARY KEY (worker_id, canonical, endpoint)
+) STRICT, WITHOUT ROWID;
+INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
+    SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
+        (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
+         UNION ALL SELECT '/v1/embeddings') e;

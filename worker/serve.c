@@ -61,6 +61,9 @@ struct item {
 
 struct wl {
     const struct serve_opts *o;
+    const char *endpoints[3];      /* urls served, declared at registration (see serve.h) */
+    size_t n_endpoints;
+    int encoder;                   /* an encoder model: /v1/embeddings only, no scheduler */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct item **items;
@@ -332,7 +335,8 @@ static int do_register(struct wl *w)
     const struct serve_opts *o = w->o;
     struct wcl_answer a = {0, NULL};
     int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
-                          o->n_aliases, w->kv_tokens, w->pack_size, &a);
+                          o->n_aliases, w->endpoints, w->n_endpoints, w->kv_tokens, w->pack_size,
+                          &a);
     if (rc) {
         wcl_answer_release(&a);
         return rc;
@@ -715,7 +719,7 @@ static void run_embed(struct wl *w, const struct engine *e, struct model_ctx **e
 static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine *e)
 {
     struct model_ctx *ectx = NULL;
-    struct sched *s = oreq_sched_engine(os);
+    struct sched *s = os ? oreq_sched_engine(os) : NULL; /* NULL: an encoder worker */
     const struct serve_opts *o = w->o;
     uint64_t deadline = 0;
     struct to_add *add = NULL;
@@ -724,7 +728,8 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
     for (;;) {
         size_t n_add = 0;
         pthread_mutex_lock(&w->mu);
-        oreq_sched_get_stats(os, &w->st);
+        if (os)
+            oreq_sched_get_stats(os, &w->st);
         if (stopping(w) && !w->draining) {
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
@@ -734,13 +739,13 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
                 /* not started: leased only, or queued in the scheduler without
                  * ever being admitted (nothing computed, no callback) */
                 if (it->state == IT_QUEUED ||
-                    (it->state == IT_RUNNING && sched_withdraw(s, it->rid) == 0)) {
+                    (it->state == IT_RUNNING && s && sched_withdraw(s, it->rid) == 0)) {
                     item_set(w, it, IT_RELEASE);
                     n_rel++;
                 }
             }
             log_info("draining: %zu request(s) to release, %d in the engine get up to %lld ms",
-                     n_rel, sched_n_waiting(s) + sched_n_running(s),
+                     n_rel, s ? sched_n_waiting(s) + sched_n_running(s) : 0,
                      (long long)o->drain_timeout_ms);
             pthread_cond_broadcast(&w->cv);
         }
@@ -759,7 +764,7 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
             char rid[ID_MAX];
             memcpy(rid, w->stop_ids[--w->n_stop], ID_MAX);
             pthread_mutex_unlock(&w->mu);
-            if (sched_cancel(s, rid) == 0)
+            if (s && sched_cancel(s, rid) == 0)
                 log_info("%s: stopped in the engine", rid);
             pthread_mutex_lock(&w->mu);
         }
@@ -786,11 +791,15 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
         }
         pthread_mutex_unlock(&w->mu);
         for (size_t i = 0; i < n_add; i++) {
-            if (add[i].ep == WL_BAD_URL) { /* a request error, answered without the engine */
-                json_t *eb = json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message",
-                                       "This worker serves /v1/chat/completions, "
-                                       "/v1/completions and /v1/embeddings only.", "type", "invalid_request_error",
-                                       "param", "url", "code", "invalid_url");
+            if (add[i].ep == WL_BAD_URL || (!os && add[i].ep != WL_EMBED)) {
+                /* a request error, answered without the engine (an encoder worker is
+                 * leased only embeddings by jobd: this is a safety net) */
+                json_t *eb = json_pack(
+                    "{s:{s:s, s:s, s:s, s:s}}", "error", "message",
+                    os ? "This worker serves /v1/chat/completions, /v1/completions and "
+                         "/v1/embeddings only."
+                       : "This worker's model is an encoder: it serves /v1/embeddings only.",
+                    "type", "invalid_request_error", "param", "url", "code", "invalid_url");
                 struct oreq_result er;
                 memset(&er, 0, sizeof er);
                 er.id = add[i].rid;
@@ -820,9 +829,9 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
             }
         }
         pthread_mutex_lock(&w->mu);
-        w->n_waiting = (size_t)sched_n_waiting(s);
+        w->n_waiting = s ? (size_t)sched_n_waiting(s) : 0;
         pthread_mutex_unlock(&w->mu);
-        if (sched_n_waiting(s) + sched_n_running(s) > 0) {
+        if (s && sched_n_waiting(s) + sched_n_running(s) > 0) {
             int src = sched_step(s);
             if (src < 0) {
                 rc = src;
@@ -954,13 +963,25 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     struct sched_opts so;
     engine_sched_opts(e, &so);
     struct oreq_sched_opts oo = {w.model_id, on_result, &w};
-    if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
-        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
-                 "--max-batch-tokens): %s", err_msg(rc));
-        goto out;
-    }
     struct sched_stats st;
-    oreq_sched_get_stats(s, &st);
+    memset(&st, 0, sizeof st);
+    /* what this worker serves: an encoder model embeddings only (no generation
+     * scheduler); embeddings run on the CPU, so a CUDA worker serves generation */
+    w.encoder = e->model->hp.arch == MODEL_ARCH_BERT;
+    if (w.encoder || dev == KN_DEVICE_CPU)
+        w.endpoints[w.n_endpoints++] = "/v1/embeddings";
+    if (!w.encoder) {
+        w.endpoints[w.n_endpoints++] = "/v1/chat/completions";
+        w.endpoints[w.n_endpoints++] = "/v1/completions";
+        if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
+            snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
+                     "--max-batch-tokens): %s", err_msg(rc));
+            goto out;
+        }
+        oreq_sched_get_stats(s, &st);
+    } else {
+        st.n_ctx = e->model->hp.n_ctx_train < 4096 ? e->model->hp.n_ctx_train : 4096;
+    }
     w.kv_tokens = (int64_t)st.kv_blocks * KV_BLOCK_TOKENS;
     if (pthread_mutex_init(&w.mu, NULL) == 0)
         mu_ok = 1;
@@ -987,7 +1008,8 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     else
         log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
                  (long long)w.total_done, wcl_outbox_count(w.ob));
-    oreq_sched_get_stats(s, &st);
+    if (s)
+        oreq_sched_get_stats(s, &st);
     log_info("engine-stats: {\"requests\":%lld,\"request_errors\":%lld,\"cancelled\":%lld,"
              "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
              "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"

@@ -189,3 +189,57 @@ def test_embeddings_real_gguf_match_llamacpp():
         worst = min(worst, cos)
     print(f"# min cosine vs llama.cpp over 50 texts: {worst:.6f}")
     assert worst >= 0.999, worst
+
+
+BERT = os.path.join(ROOT, "tests/fixtures/model/bert_mean.f32.gguf")
+
+
+def test_embeddings_bert_worker_serves_embeddings_only():
+    """A worker on an encoder GGUF (the tiny BERT fixture) registers
+    /v1/embeddings only: jobd leases it the embeddings batch (vectors equal
+    `jobworker --embed`'s, unit length, SDK-shaped), never the chat batch
+    for the same model, which stays in_progress with waiting_for_model and
+    GET /v1/models lists the model with endpoints ["/v1/embeddings"]."""
+    need()
+    import openai
+    from openai.types import CreateEmbeddingResponse
+
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "bert", asan=False)
+    d = Jobd(data=data, key=key, asan=False,
+             args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s"])
+    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", BERT,
+              "--model-id", "tiny-bert", "--worker-token", WT, "--name", "bert-w", "--threads", "2"])
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{d.port}/v1", api_key=key, max_retries=0)
+    chat = (json.dumps({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions",
+                        "body": {"model": "tiny-bert", "messages": [{"role": "user", "content": "hi"}],
+                                 "max_tokens": 4}}) + "\n").encode()
+    fc = client.files.create(file=("chat.jsonl", chat), purpose="batch")
+    bc = client.batches.create(input_file_id=fc.id, endpoint="/v1/chat/completions", completion_window="24h")
+    texts = ["Hello, world!", "The quick brown fox jumps over the lazy dog."]
+    emb = (line("e", {"model": "tiny-bert", "input": texts}) + "\n").encode()
+    fe = client.files.create(file=("emb.jsonl", emb), purpose="batch")
+    be = client.batches.create(input_file_id=fe.id, endpoint="/v1/embeddings", completion_window="24h")
+    be = wait_final(client, be.id, w)
+    assert be.status == "completed" and be.request_counts.completed == 1, be
+    out = json.loads(client.files.content(be.output_file_id).read().decode().splitlines()[0])
+    body = out["response"]["body"]
+    r = CreateEmbeddingResponse.model_validate(body)
+    assert r.model == "tiny-bert" and len(r.data) == 2 and r.usage.prompt_tokens > 0, r
+    for t, e in zip(texts, body["data"]):
+        v = e["embedding"]
+        assert len(v) == 64 and abs(sum(x * x for x in v) - 1) < 1e-5
+        cli = run([binary("jobworker", asan=False), "--model", BERT, "--embed", t, "--threads", "1"],
+                  timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        assert f32(json.loads(cli.stdout)["data"][0]["embedding"]) == f32(v)
+    # the chat batch was never leased to the encoder worker
+    cb = client.batches.retrieve(bc.id)
+    assert cb.status == "in_progress" and cb.request_counts.completed == 0 and cb.request_counts.failed == 0, cb
+    assert cb.model_extra.get("waiting_for_model") == {"model": "tiny-bert", "requests": 1}, cb.model_extra
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{d.port}/v1/models", headers={"Authorization": f"Bearer {key}"})
+    models = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    m = [x for x in models["data"] if x["id"] == "tiny-bert"]
+    assert m and m[0]["endpoints"] == ["/v1/embeddings"], models
+    assert w.p.poll() is None, w.log()[-2000:]
