@@ -243,3 +243,42 @@ def test_embeddings_bert_worker_serves_embeddings_only():
     m = [x for x in models["data"] if x["id"] == "tiny-bert"]
     assert m and m[0]["endpoints"] == ["/v1/embeddings"], models
     assert w.p.poll() is None, w.log()[-2000:]
+
+
+MINILM = os.path.join(ROOT, ".cache/models/all-MiniLM-L6-v2.f32.gguf")
+MINILM_FIXTURE = os.path.join(ROOT, "tests/fixtures/model/minilm_embed_llamacpp.json")
+
+
+def test_embeddings_minilm_match_llamacpp():
+    """A real BERT embedding model, all-MiniLM-L6-v2 (opt-in: runs when
+    `scripts/fetch-model all-minilm-l6-v2` has cached it): 60 varied texts
+    through `jobworker --json` (WordPiece, encoder, mean pooling,
+    normalised), cosine >= 0.999 with llama.cpp's embed() of each text
+    (tests/oracle/make_minilm_llamacpp.py)."""
+    if not os.path.exists(binary("jobworker", asan=False)):
+        raise Skip("release build/jobworker not built")
+    if not os.path.exists(MINILM):
+        raise Skip("all-MiniLM-L6-v2 not cached (scripts/fetch-model all-minilm-l6-v2)")
+    with open(MINILM_FIXTURE, encoding="utf-8") as f:
+        fx = json.load(f)
+    body = os.path.join(tmpdir(), "emb60.json")
+    with open(body, "w", encoding="utf-8") as f:
+        json.dump({"model": "minilm", "input": fx["texts"]}, f)
+    worst = {}
+    for extra in ([], ["--exact"]):
+        r = run([binary("jobworker", asan=False), "--model", MINILM, "--json", body, "--threads", "2"] + extra,
+                timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout)
+        assert len(out["data"]) == len(fx["texts"]) >= 50
+        n = fx["n_embd"]
+        w = 1.0
+        for d, b64 in zip(out["data"], fx["embeddings"]):
+            ref = struct.unpack(f"<{n}f", base64.b64decode(b64))
+            v = d["embedding"]
+            assert len(v) == n
+            cos = sum(a * b for a, b in zip(v, ref)) / (sum(a * a for a in v) * sum(b * b for b in ref)) ** 0.5
+            w = min(w, cos)
+        worst["exact" if extra else "default"] = w
+    print(f"# min cosine vs llama.cpp over {len(fx['texts'])} texts: {worst}")
+    assert min(worst.values()) >= 0.999, worst

@@ -57,8 +57,8 @@ struct tok {
 
     int32_t bos, eos, eot, eom, unk, pad;
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
-    int32_t sep;            /* bert: [SEP] appended with add_sep, -1 none */
-    int add_sep, lowercase, strip_accents; /* bert */
+    int32_t sep;            /* bert: [SEP] appended with TOK_ADD_SPECIAL, -1 none */
+    int lowercase, strip_accents; /* bert */
     size_t max_tok_len;     /* bytes of the longest token text (WordPiece matching) */
 
     pcre2_code *re[MAX_REGEX];
@@ -351,7 +351,7 @@ void tok_vocab_desc_init(struct tok_vocab_desc *d)
     d->bos_id = d->eos_id = d->eot_id = d->eom_id = d->unk_id = d->pad_id = -1;
     d->add_bos = d->add_eos = d->add_space_prefix = -1;
     d->sep_id = d->cls_id = -1;
-    d->add_sep = d->lowercase = d->strip_accents = -1;
+    d->lowercase = d->strip_accents = -1;
 }
 
 static const char *const eog_names[] = {
@@ -497,11 +497,8 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     if (t->model == TOK_MODEL_WPM) {
         t->sep = 102;
         t->pad = 0;
-        t->add_sep = 1;
         if (d->bos_id < 0 && d->cls_id >= 0 && (uint64_t)d->cls_id < t->n_vocab)
             t->bos = (int32_t)d->cls_id;
-        if (d->add_sep >= 0)
-            t->add_sep = d->add_sep != 0;
         t->lowercase = d->lowercase > 0;
         t->strip_accents = d->strip_accents >= 0 ? d->strip_accents != 0 : t->lowercase;
     }
@@ -1177,7 +1174,9 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int
     if ((rc = partition(t, s, clean.len, (flags & TOK_PARSE_SPECIAL) != 0, &fr)) < 0)
         goto out;
     int add = (flags & TOK_ADD_SPECIAL) != 0;
-    if (add && t->add_bos && t->bos >= 0 && (rc = push_id(&o, t->bos)) < 0)
+    /* WordPiece: [CLS] ... [SEP] whatever the add_* flags say (llama.cpp) */
+    int wpm = t->model == TOK_MODEL_WPM;
+    if (add && (t->add_bos || wpm) && t->bos >= 0 && (rc = push_id(&o, t->bos)) < 0)
         goto out;
     int prev_special = 1;
     for (size_t i = 0; i < fr.n; i++) {
@@ -1196,9 +1195,9 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int
         if (rc < 0)
             goto out;
     }
-    if (add && t->add_eos && t->eos >= 0 && (rc = push_id(&o, t->eos)) < 0)
+    if (add && !wpm && t->add_eos && t->eos >= 0 && (rc = push_id(&o, t->eos)) < 0)
         goto out;
-    if (add && t->add_sep && t->sep >= 0 && (rc = push_id(&o, t->sep)) < 0)
+    if (add && wpm && t->sep >= 0 && (rc = push_id(&o, t->sep)) < 0)
         goto out;
     *n_out = o.n;
 out:

@@ -22,8 +22,9 @@
  *           around every punctuation character, ASCII symbol and CJK
  *           ideograph; each word is matched greedily longest-first ("▁" +
  *           word, then continuations); a word with an unmatched rest
- *           becomes one [UNK]. TOK_ADD_SPECIAL adds [CLS] before and [SEP]
- *           after (add_bos / add_sep). Unicode properties: tok_unicode.h.
+ *           becomes one [UNK]. TOK_ADD_SPECIAL adds [CLS] (bos) before and
+ *           [SEP] after, whatever add_bos / add_eos say (llama.cpp does the
+ *           same). Unicode properties: tok_unicode.h.
  *
  * Special tokens (CONTROL, USER_DEFINED, UNKNOWN types) are cut out of the
  * text first, longest first, like llama.cpp's tokenizer_st_partition:
@@ -97,7 +98,6 @@ struct tok_vocab_desc {
     int add_bos;                 /* tokenizer.ggml.add_bos_token: 0/1, -1 absent (model default) */
     int add_eos;                 /* add_eos_token: 0/1, -1 absent (default 0) */
     int add_space_prefix;        /* add_space_prefix: 0/1, -1 absent (llama: 1, gpt2: 0) */
-    int add_sep;                 /* bert: add_sep_token 0/1, -1 absent (default 1) */
     int lowercase;               /* bert: normalizer.lowercase 0/1, -1 absent (default 0, as
                                   * llama.cpp) */
     int strip_accents;           /* bert: normalizer.strip_accents 0/1, -1 absent (= lowercase) */
