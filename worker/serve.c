@@ -33,6 +33,7 @@
 #define WL_EMBED ((enum gp_endpoint)100) /* a /v1/embeddings item (worker/openai/embed_req.h) */
 #define WL_EMBED_SLOTS 16                /* sequence slots of the embeddings context */
 #define WL_EMBED_BATCH 512               /* tokens per embeddings step */
+#define WL_EMBED_PACK 256                /* embeddings requests embedded together at most */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -658,18 +659,26 @@ struct to_add {
     json_t *body;
 };
 
-/* One /v1/embeddings request, answered at once on the engine thread (no
- * generation: one forward per input, its inputs packed together) through
- * an embeddings context made on first use (*ectx, freed by the caller). */
-static void run_embed(struct wl *w, const struct engine *e, struct model_ctx **ectx,
-                      const struct to_add *a)
+/* Give an item back to jobd (an engine failure, not the request's fault). */
+static void release_item(struct wl *w, const char *rid)
 {
-    struct oreq_result r;
-    memset(&r, 0, sizeof r);
-    r.id = a->rid;
-    json_t *resp = NULL;
-    struct gp_error gerr;
-    memset(&gerr, 0, sizeof gerr);
+    pthread_mutex_lock(&w->mu);
+    struct item *it = item_find(w, rid, NULL);
+    if (it && it->state == IT_RUNNING)
+        item_set(w, it, IT_RELEASE);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* k /v1/embeddings requests, answered at once on the engine thread (no
+ * generation): each is validated and tokenized alone (a bad one gets its
+ * 400 and does not hold the others back), then the inputs of all of them
+ * go through one embed_run - one pack of forwards, padding-free - on an
+ * embeddings context made on first use (*ectx, freed by the caller). A
+ * vector does not depend on its pack (embed.h), so the answers are those
+ * of each request alone. */
+static void run_embeds(struct wl *w, const struct engine *e, struct model_ctx **ectx,
+                       const struct to_add *a, size_t k)
+{
     int rc = 0;
     if (!*ectx) {
         struct model_ctx_params cp;
@@ -687,33 +696,96 @@ static void run_embed(struct wl *w, const struct engine *e, struct model_ctx **e
         if (rc)
             log_error("cannot create the embeddings context: %s", err_msg(rc));
     }
+    struct oembed_prep *pp = calloc(k, sizeof *pp);
+    int *ok = calloc(k, sizeof *ok);
+    const int32_t **ids = NULL;
+    int *lens = NULL;
+    float *vec = NULL;
+    if (!rc && (!pp || !ok))
+        rc = ERR_NOMEM;
+    if (rc) {
+        for (size_t i = 0; i < k; i++)
+            release_item(w, a[i].rid);
+        goto out;
+    }
     uint64_t t0 = clock_mono_ns();
+    size_t n_in = 0;
+    int64_t n_tok = 0;
+    for (size_t i = 0; i < k; i++) {
+        struct gp_error gerr;
+        memset(&gerr, 0, sizeof gerr);
+        int prc = oembed_prepare(*ectx, e->tok, a[i].body, &pp[i], &gerr);
+        if (prc == ERR_INVAL && gerr.message[0]) { /* the request's error: answered now */
+            struct oreq_result r;
+            memset(&r, 0, sizeof r);
+            r.id = a[i].rid;
+            r.status = 400;
+            json_t *eb = gp_error_json(&gerr);
+            r.body = eb;
+            if (eb)
+                on_result(w, &r);
+            json_decref(eb);
+        } else if (prc) {
+            log_error("%s: embedding failed: %s; releasing it", a[i].rid, err_msg(prc));
+            release_item(w, a[i].rid);
+        } else {
+            ok[i] = 1;
+            n_in += pp[i].n;
+            n_tok += pp[i].n_tokens;
+        }
+    }
+    if (n_in == 0)
+        goto out;
+    int n_embd = e->model->hp.n_embd;
+    ids = malloc(n_in * sizeof *ids);
+    lens = malloc(n_in * sizeof *lens);
+    vec = malloc(n_in * (size_t)n_embd * sizeof *vec);
+    rc = ids && lens && vec ? 0 : ERR_NOMEM;
+    size_t at = 0;
+    for (size_t i = 0; !rc && i < k; i++)
+        for (size_t j = 0; ok[i] && j < pp[i].n; j++, at++) {
+            ids[at] = pp[i].ids[j];
+            lens[at] = pp[i].lens[j];
+        }
     if (!rc)
-        rc = oembed_run(*ectx, e->tok, w->model_id, a->body, &resp, &r.prompt_tokens, &gerr);
-    r.prefill_s = (double)(clock_mono_ns() - t0) / 1e9;
-    if (rc == ERR_INVAL && gerr.message[0]) {
-        resp = gp_error_json(&gerr);
-        r.status = 400;
-        r.prompt_tokens = 0;
-    } else if (rc) {
-        log_error("%s: embedding failed: %s; releasing it", a->rid, err_msg(rc));
-        pthread_mutex_lock(&w->mu);
-        struct item *it = item_find(w, a->rid, NULL);
-        if (it && it->state == IT_RUNNING)
-            item_set(w, it, IT_RELEASE);
-        pthread_mutex_unlock(&w->mu);
-        return;
-    } else {
+        rc = embed_run(*ectx, embed_default_pooling(e->model), 1, ids, lens, (int)n_in, vec);
+    double dt = (double)(clock_mono_ns() - t0) / 1e9;
+    at = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (!ok[i])
+            continue;
+        json_t *resp = NULL;
+        int arc = rc ? rc : oembed_answer(&pp[i], n_embd, w->model_id, vec + at * (size_t)n_embd, &resp);
+        at += pp[i].n;
+        if (arc) {
+            log_error("%s: embedding failed: %s; releasing it", a[i].rid, err_msg(arc));
+            release_item(w, a[i].rid);
+            continue;
+        }
+        struct oreq_result r;
+        memset(&r, 0, sizeof r);
+        r.id = a[i].rid;
         r.status = 200;
+        r.prompt_tokens = pp[i].n_tokens;
+        /* the pack's time, shared by tokens */
+        r.prefill_s = n_tok ? dt * (double)pp[i].n_tokens / (double)n_tok : 0;
         /* the body echoes the request's model, as the other endpoints do */
-        json_t *mj = json_object_get(a->body, "model");
+        json_t *mj = json_object_get(a[i].body, "model");
         if (json_is_string(mj))
             json_object_set(resp, "model", mj);
-    }
-    r.body = resp;
-    if (resp)
+        r.body = resp;
         on_result(w, &r);
-    json_decref(resp);
+        json_decref(resp);
+    }
+out:
+    if (pp)
+        for (size_t i = 0; i < k; i++)
+            oembed_prep_release(&pp[i]);
+    free(pp);
+    free(ok);
+    free(ids);
+    free(lens);
+    free(vec);
 }
 
 static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine *e)
@@ -811,9 +883,14 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
                 json_decref(add[i].body);
                 continue;
             }
-            if (add[i].ep == WL_EMBED) {
-                run_embed(w, e, &ectx, &add[i]);
-                json_decref(add[i].body);
+            if (add[i].ep == WL_EMBED) { /* this and the embeddings right after it: one pack */
+                size_t k = 1;
+                while (i + k < n_add && add[i + k].ep == WL_EMBED && k < WL_EMBED_PACK)
+                    k++;
+                run_embeds(w, e, &ectx, &add[i], k);
+                for (size_t j = 0; j < k; j++)
+                    json_decref(add[i + j].body);
+                i += k - 1;
                 continue;
             }
             int arc = oreq_sched_add(os, add[i].rid, add[i].ep, add[i].body);

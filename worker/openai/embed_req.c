@@ -178,31 +178,39 @@ static json_t *item_json(size_t index, const float *v, int dims, int b64)
     return o;
 }
 
-int oembed_run(struct model_ctx *c, const struct tok *t, const char *model_name,
-               const json_t *body, json_t **resp, int64_t *n_tokens, struct gp_error *err)
+void oembed_prep_release(struct oembed_prep *p)
+{
+    if (!p)
+        return;
+    if (p->ids)
+        for (size_t i = 0; i < p->n; i++)
+            free(p->ids[i]);
+    free(p->ids);
+    free(p->lens);
+    memset(p, 0, sizeof *p);
+}
+
+int oembed_prepare(struct model_ctx *c, const struct tok *t, const json_t *body,
+                   struct oembed_prep *p, struct gp_error *err)
 {
     const struct model *m = model_ctx_model(c);
     int n_embd = m->hp.n_embd, n_ctx = model_ctx_n_ctx(c);
     const json_t **items = NULL;
-    int32_t **ids = NULL;
-    int *lens = NULL;
-    float *vec = NULL;
-    json_t *out = NULL;
     size_t n = 0;
     int rc;
 
+    memset(p, 0, sizeof *p);
     if (!json_is_object(body))
         return gp_fail(err, NULL, "invalid_type", "The body must be a JSON object.");
-    int b64 = 0;
     const json_t *fmt = json_object_get(body, "encoding_format");
     if (fmt && !json_is_null(fmt)) {
         const char *f = json_string_value(fmt);
         if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
             return gp_fail(err, "encoding_format", "invalid_value",
                            "Invalid value for 'encoding_format': expected 'float' or 'base64'.");
-        b64 = strcmp(f, "base64") == 0;
+        p->b64 = strcmp(f, "base64") == 0;
     }
-    int dims = n_embd;
+    p->dims = n_embd;
     const json_t *dj = json_object_get(body, "dimensions");
     if (dj && !json_is_null(dj)) {
         if (!json_is_integer(dj))
@@ -213,64 +221,76 @@ int oembed_run(struct model_ctx *c, const struct tok *t, const char *model_name,
             return gp_fail(err, "dimensions", "invalid_value",
                            "Invalid value for 'dimensions': this model supports 1 to %d, got %lld.",
                            n_embd, (long long)d);
-        dims = (int)d;
+        p->dims = (int)d;
     }
     if ((rc = parse_input(body, &items, &n, err)))
         return rc;
     rc = ERR_NOMEM;
-    ids = calloc(n, sizeof *ids);
-    lens = calloc(n, sizeof *lens);
-    vec = malloc(n * (size_t)n_embd * sizeof *vec);
-    if (!ids || !lens || !vec)
+    p->n = n;
+    p->ids = calloc(n, sizeof *p->ids);
+    p->lens = calloc(n, sizeof *p->lens);
+    if (!p->ids || !p->lens)
         goto out;
-    int64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if ((rc = input_ids(t, items[i], i, n_ctx, (size_t)m->hp.n_vocab, &ids[i], &lens[i], err)))
+        if ((rc = input_ids(t, items[i], i, n_ctx, (size_t)m->hp.n_vocab, &p->ids[i], &p->lens[i],
+                            err)))
             goto out;
-        total += lens[i];
+        p->n_tokens += p->lens[i];
     }
-    if ((rc = embed_run(c, embed_default_pooling(m), 1, (const int32_t *const *)ids, lens, (int)n,
-                        vec)))
-        goto out;
-    rc = ERR_NOMEM;
-    json_t *data = json_array(), *usage = json_object();
-    out = json_object();
-    if (!data || !usage || !out) {
-        json_decref(data);
-        json_decref(usage);
-        goto out;
-    }
-    if (json_object_set_new(out, "object", json_string("list")) ||
-        json_object_set_new(out, "data", data)) {
-        json_decref(usage);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        float *v = vec + i * (size_t)n_embd;
-        if (dims < n_embd)
-            embed_normalize(v, dims);
-        if (json_array_append_new(data, item_json(i, v, dims, b64))) {
-            json_decref(usage);
-            goto out;
-        }
-    }
-    if (json_object_set_new(out, "model", json_string(model_name ? model_name : "")) ||
-        json_object_set_new(usage, "prompt_tokens", json_integer(total)) ||
-        json_object_set_new(usage, "total_tokens", json_integer(total)) ||
-        json_object_set_new(out, "usage", usage))
-        goto out;
-    *resp = out;
-    out = NULL;
-    *n_tokens = total;
     rc = 0;
 out:
-    json_decref(out);
-    if (ids)
-        for (size_t i = 0; i < n; i++)
-            free(ids[i]);
-    free(ids);
-    free(lens);
-    free(vec);
     free(items);
+    if (rc)
+        oembed_prep_release(p);
+    return rc;
+}
+
+int oembed_answer(const struct oembed_prep *p, int n_embd, const char *model_name, float *vec,
+                  json_t **resp)
+{
+    json_t *data = json_array(), *usage = json_object(), *out = json_object();
+    if (!data || !usage || !out)
+        goto fail;
+    for (size_t i = 0; i < p->n; i++) {
+        float *v = vec + i * (size_t)n_embd;
+        if (p->dims < n_embd)
+            embed_normalize(v, p->dims);
+        if (json_array_append_new(data, item_json(i, v, p->dims, p->b64)))
+            goto fail;
+    }
+    if (json_object_set_new(out, "object", json_string("list")) ||
+        json_object_set(out, "data", data) ||
+        json_object_set_new(out, "model", json_string(model_name ? model_name : "")) ||
+        json_object_set_new(usage, "prompt_tokens", json_integer(p->n_tokens)) ||
+        json_object_set_new(usage, "total_tokens", json_integer(p->n_tokens)) ||
+        json_object_set(out, "usage", usage))
+        goto fail;
+    json_decref(data);
+    json_decref(usage);
+    *resp = out;
+    return 0;
+fail:
+    json_decref(data);
+    json_decref(usage);
+    json_decref(out);
+    return ERR_NOMEM;
+}
+
+int oembed_run(struct model_ctx *c, const struct tok *t, const char *model_name,
+               const json_t *body, json_t **resp, int64_t *n_tokens, struct gp_error *err)
+{
+    const struct model *m = model_ctx_model(c);
+    struct oembed_prep p;
+    int rc = oembed_prepare(c, t, body, &p, err);
+    if (rc)
+        return rc;
+    float *vec = malloc(p.n * (size_t)m->hp.n_embd * sizeof *vec);
+    rc = ERR_NOMEM;
+    if (vec && !(rc = embed_run(c, embed_default_pooling(m), 1, (const int32_t *const *)p.ids,
+                                p.lens, (int)p.n, vec)) &&
+        !(rc = oembed_answer(&p, m->hp.n_embd, model_name, vec, resp)))
+        *n_tokens = p.n_tokens;
+    free(vec);
+    oembed_prep_release(&p);
     return rc;
 }

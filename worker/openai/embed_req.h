@@ -55,4 +55,24 @@
 int oembed_run(struct model_ctx *c, const struct tok *t, const char *model_name,
                const json_t *body, json_t **resp, int64_t *n_tokens, struct gp_error *err);
 
+/* The same in two halves, so that a worker can embed the inputs of several
+ * requests in one embed_run (one pack of forwards): oembed_prepare
+ * validates and tokenizes body (the same errors as oembed_run before
+ * embedding) into *p (oembed_prep_release; released on error);
+ * oembed_answer builds the response from vec, the (p->n, n_embd)
+ * normalised vectors of p's inputs in order (cut to dims in place). */
+struct oembed_prep {
+    size_t n;              /* inputs */
+    int32_t **ids;         /* (n) owned token ids of each input */
+    int *lens;             /* (n) their lengths */
+    int64_t n_tokens;      /* sum of lens: usage.prompt_tokens */
+    int dims;              /* values per returned vector */
+    int b64;               /* encoding_format base64 */
+};
+int oembed_prepare(struct model_ctx *c, const struct tok *t, const json_t *body,
+                   struct oembed_prep *p, struct gp_error *err);
+int oembed_answer(const struct oembed_prep *p, int n_embd, const char *model_name, float *vec,
+                  json_t **resp);
+void oembed_prep_release(struct oembed_prep *p); /* NULL ok */
+
 #endif
