@@ -514,3 +514,41 @@ BEGIN
     UPDATE result_seq SET last = last + 1 WHERE id = 1;
     UPDATE results SET seq = (SELECT last FROM result_seq WHERE id = 1) WHERE rowid = NEW.rowid;
 END;
+
+-- @migration 6
+-- /v1/embeddings batches (issue 22): the endpoint CHECK of batches gains
+-- '/v1/embeddings'. SQLite cannot ALTER a CHECK constraint; widening one
+-- changes no stored row, so the table's CREATE text is edited in place
+-- (the procedure of sqlite.org/lang_altertable.html section 7, for changes
+-- that "do not affect the on-disk content in any way"), and the schema is
+-- reloaded. The edit matches the exact text of migration 1 and fails the
+-- migration if it did not change exactly one row.
+PRAGMA writable_schema = ON;
+UPDATE sqlite_schema
+   SET sql = replace(sql, 'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions''))',
+                          'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions'', ''/v1/embeddings''))')
+ WHERE type = 'table' AND name = 'batches'
+   AND instr(sql, 'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions''))') > 0;
+CREATE TEMP TABLE migration6_check (edited INTEGER CHECK (edited = 1));
+INSERT INTO migration6_check VALUES (changes());
+DROP TABLE migration6_check;
+PRAGMA writable_schema = RESET;
+
+-- @migration 7
+-- Endpoint routing (issue 22): the endpoints each worker serves for each
+-- model it registered. A batch's lines are leased only to a worker that
+-- serves the batch's endpoint for the asked model (an encoder model serves
+-- /v1/embeddings only; a worker on a device without embeddings serves the
+-- generation endpoints only). A worker that registers without declaring
+-- endpoints serves all three; so do the workers registered before this
+-- migration (back-filled below).
+CREATE TABLE worker_endpoints (
+    worker_id  TEXT NOT NULL REFERENCES workers(id) ON DELETE CASCADE,  -- the worker
+    canonical  TEXT NOT NULL,              -- a model's canonical name it registered
+    endpoint   TEXT NOT NULL CHECK (endpoint IN ('/v1/chat/completions', '/v1/completions', '/v1/embeddings')),
+    PRIMARY KEY (worker_id, canonical, endpoint)
+) STRICT, WITHOUT ROWID;
+INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
+    SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
+        (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
+         UNION ALL SELECT '/v1/embeddings') e;

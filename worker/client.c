@@ -161,8 +161,8 @@ static int post_obj(struct wcl *c, const char *path, json_t *o, long extra_ms, i
 }
 
 int wcl_register(struct wcl *c, const char *name, const char *device, const char *model_id,
-                 const char *const *aliases, size_t n_aliases, int64_t kv_tokens,
-                 int64_t pack_size, struct wcl_answer *a)
+                 const char *const *aliases, size_t n_aliases, const char *const *endpoints,
+                 size_t n_endpoints, int64_t kv_tokens, int64_t pack_size, struct wcl_answer *a)
 {
     json_t *al = json_array();
     for (size_t i = 0; al && i < n_aliases; i++)
@@ -170,10 +170,22 @@ int wcl_register(struct wcl *c, const char *name, const char *device, const char
             break;
     if (!al)
         return ERR_NOMEM;
-    json_t *o = json_pack("{s:s, s:s, s:[{s:s, s:o}], s:{s:I, s:I}}", "name", name, "device",
-                          device ? device : "", "models", "id", model_id, "aliases", al,
-                          "capacity", "kv_tokens", (json_int_t)kv_tokens, "pack_size",
-                          (json_int_t)pack_size);
+    json_t *m = json_pack("{s:s, s:o}", "id", model_id, "aliases", al);
+    if (!m)
+        return ERR_NOMEM;
+    if (n_endpoints) {
+        json_t *ep = json_array();
+        for (size_t i = 0; ep && i < n_endpoints; i++)
+            if (json_array_append_new(ep, json_string(endpoints[i])))
+                break;
+        if (!ep || json_object_set_new(m, "endpoints", ep)) {
+            json_decref(m);
+            return ERR_NOMEM;
+        }
+    }
+    json_t *o = json_pack("{s:s, s:s, s:[o], s:{s:I, s:I}}", "name", name, "device",
+                          device ? device : "", "models", m, "capacity", "kv_tokens",
+                          (json_int_t)kv_tokens, "pack_size", (json_int_t)pack_size);
     return post_obj(c, "/v1/worker/register", o, 0, 0, a);
 }
 

@@ -80,9 +80,11 @@ int wcl_post(struct wcl *c, const char *path, const json_t *body, long extra_ms,
              struct wcl_answer *a);
 
 /* The protocol's calls (fields as in the spec). Same returns as wcl_post. */
+/* endpoints: the urls served for the model (n_endpoints 0: the field is
+ * left out, i.e. all three). */
 int wcl_register(struct wcl *c, const char *name, const char *device, const char *model_id,
-                 const char *const *aliases, size_t n_aliases, int64_t kv_tokens,
-                 int64_t pack_size, struct wcl_answer *a);
+                 const char *const *aliases, size_t n_aliases, const char *const *endpoints,
+                 size_t n_endpoints, int64_t kv_tokens, int64_t pack_size, struct wcl_answer *a);
 int wcl_lease(struct wcl *c, const char *worker_id, const char *model, int64_t max_requests,
               int64_t max_tokens, int64_t lease_seconds, int64_t wait_ms, struct wcl_answer *a);
 int wcl_heartbeat(struct wcl *c, const char *worker_id, const char *lease_id,

@@ -17,6 +17,7 @@
 #include "worker/engine/generate.h"
 #include "worker/engine/model.h"
 #include "worker/engine/tok.h"
+#include "worker/openai/embed_req.h"
 #include "worker/openai/request.h"
 
 #define ONESHOT_BATCH 512   /* tokens per prefill step */
@@ -188,6 +189,15 @@ static int build_body(const struct oneshot_opts *o, json_t **out)
     if (!b)
         return ERR_NOMEM;
     int bad = 0;
+    if (o->embed) {
+        bad |= json_object_set_new(b, "input", json_stringn(o->text, strlen(o->text)));
+        if (bad) {
+            json_decref(b);
+            return ERR_NOMEM;
+        }
+        *out = b;
+        return 0;
+    }
     if (o->chat) {
         json_t *msgs = json_array(), *msg = json_object();
         bad |= !msgs || !msg;
@@ -266,6 +276,74 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
+/* An /v1/embeddings body (see oneshot.h). Takes body. */
+static int run_embed(const struct oneshot_opts *o, json_t *body, FILE *out, FILE *errout, char *err,
+                     size_t err_len)
+{
+    struct engine *eng = NULL;
+    struct model_ctx *c = NULL;
+    json_t *resp = NULL;
+    char *dump = NULL;
+    struct engine_opts eo = {.model_path = o->model_path, .device = o->device,
+                             .threads = o->threads, .exact_matmul = o->exact, .n_ctx = o->n_ctx};
+    int rc = engine_open(&eo, &eng, err, err_len);
+    if (rc)
+        goto out;
+    struct model_ctx_params cp;
+    engine_ctx_params(eng, &cp);
+    cp.embeddings = 1;
+    cp.n_seq_max = 16;
+    cp.n_batch_max = ONESHOT_BATCH;
+    cp.n_out_max = ONESHOT_BATCH;
+    int n_ctx = cp.n_ctx ? cp.n_ctx
+                         : (eng->model->hp.n_ctx_train < 4096 ? eng->model->hp.n_ctx_train : 4096);
+    cp.n_kv_blocks = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * 2; /* see embed.c */
+    if ((rc = model_ctx_new(eng->model, &cp, &c))) {
+        fail(err, err_len, rc, "cannot create the embeddings context: %s", err_msg(rc));
+        goto out;
+    }
+    const char *name = json_string_value(json_object_get(body, "model"));
+    struct gp_error gerr;
+    memset(&gerr, 0, sizeof gerr);
+    int64_t n_tok = 0;
+    uint64_t t0 = clock_mono_ns();
+    rc = oembed_run(c, eng->tok, name ? name : base_name(o->model_path), body, &resp, &n_tok, &gerr);
+    uint64_t dt = clock_mono_ns() - t0;
+    if (rc == ERR_INVAL && gerr.message[0]) {
+        if (o->json_path) {
+            json_t *eb = gp_error_json(&gerr);
+            if (eb && (dump = json_dumps(eb, JSON_COMPACT)))
+                fprintf(out, "%s\n", dump);
+            json_decref(eb);
+        }
+        fail(err, err_len, rc, "request error%s%s%s: %s", gerr.param[0] ? " (" : "", gerr.param,
+             gerr.param[0] ? ")" : "", gerr.message);
+        goto out;
+    }
+    if (rc) {
+        fail(err, err_len, rc, "embedding failed: %s", err_msg(rc));
+        goto out;
+    }
+    if (!(dump = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(9)))) {
+        rc = fail(err, err_len, ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    fprintf(out, "%s\n", dump);
+    if (fflush(out)) {
+        rc = fail(err, err_len, ERR_IO, "cannot write the response");
+        goto out;
+    }
+    fprintf(errout, "embed: %lld tokens, %.3f s (%.1f tok/s)\n", (long long)n_tok, (double)dt / 1e9,
+            rate(n_tok, dt));
+out:
+    free(dump);
+    json_decref(resp);
+    json_decref(body);
+    model_ctx_free(c);
+    engine_close(eng);
+    return rc;
+}
+
 int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err, size_t err_len)
 {
     struct slot e;
@@ -281,6 +359,9 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
             fail(err, err_len, rc, "out of memory");
         return rc;
     }
+    if (o->embed || (json_object_get(body, "input") && !json_object_get(body, "messages") &&
+                     !json_object_get(body, "prompt")))
+        return run_embed(o, body, out, errout, err, err_len);
     enum gp_endpoint ep = json_object_get(body, "messages") ? GP_CHAT : GP_COMPLETIONS;
     if ((rc = slot_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, err,
                           err_len))) {

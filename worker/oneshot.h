@@ -21,6 +21,12 @@
  * one token, and choice 2 of n=2 reuses the prompt of choice 1, feeding
  * just its last token again to get its logits).
  *
+ * --embed TEXT (or a --json body with "input" and neither "messages" nor
+ * "prompt") is an /v1/embeddings request instead (worker/openai/embed_req.h):
+ * no generation, one forward per input on an embeddings context of 16
+ * slots and 512 tokens a step; it prints the embedding response body (one
+ * line of JSON) and on errout "embed: N tokens, S s (R tok/s)".
+ *
  * Output: --json prints the exact OpenAI response body (one line of JSON)
  * on out; --prompt/--chat print the text of each choice followed by a
  * newline. A summary with the prompt and decode speeds goes to errout:
@@ -47,6 +53,7 @@ struct oneshot_opts {
     const char *model_path;
     const char *text;          /* --prompt / --chat text, or NULL with json_path */
     int chat;                  /* 1: text is a user message for the chat template */
+    int embed;                 /* 1: text is the input of an /v1/embeddings body (--embed) */
     const char *json_path;     /* request body file (instead of text) */
     int64_t max_tokens;        /* --prompt/--chat: tokens to generate at most (> 0) */
     int has_temperature, has_top_p, has_top_k, has_seed;

@@ -20,6 +20,8 @@
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
+#include "worker/engine/embed.h"
+#include "worker/openai/embed_req.h"
 #include "worker/openai/request.h"
 #include "worker/engine/tok.h"
 
@@ -28,6 +30,10 @@
 #define WL_TICK_MS 100
 #define WL_FINAL_UPLOAD_MS 15000 /* after the engine stopped: last uploads/releases */
 #define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */
+#define WL_EMBED ((enum gp_endpoint)100) /* a /v1/embeddings item (worker/openai/embed_req.h) */
+#define WL_EMBED_SLOTS 16                /* sequence slots of the embeddings context */
+#define WL_EMBED_BATCH 512               /* tokens per embeddings step */
+#define WL_EMBED_PACK 256                /* embeddings requests embedded together at most */
 
 enum item_state {
     IT_QUEUED,     /* leased, not yet given to the scheduler */
@@ -56,6 +62,9 @@ struct item {
 
 struct wl {
     const struct serve_opts *o;
+    const char *endpoints[3];      /* urls served, declared at registration (see serve.h) */
+    size_t n_endpoints;
+    int encoder;                   /* an encoder model: /v1/embeddings only, no scheduler */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct item **items;
@@ -327,7 +336,8 @@ static int do_register(struct wl *w)
     const struct serve_opts *o = w->o;
     struct wcl_answer a = {0, NULL};
     int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
-                          o->n_aliases, w->kv_tokens, w->pack_size, &a);
+                          o->n_aliases, w->endpoints, w->n_endpoints, w->kv_tokens, w->pack_size,
+                          &a);
     if (rc) {
         wcl_answer_release(&a);
         return rc;
@@ -410,6 +420,7 @@ static void take_lease(struct wl *w, json_t *ans)
         if (url)
             it->ep = strcmp(url, "/v1/chat/completions") == 0 ? GP_CHAT
                      : strcmp(url, "/v1/completions") == 0  ? GP_COMPLETIONS
+                     : strcmp(url, "/v1/embeddings") == 0   ? WL_EMBED
                                                             : WL_BAD_URL;
         else
             it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
@@ -648,9 +659,139 @@ struct to_add {
     json_t *body;
 };
 
-static int engine_loop(struct wl *w, struct oreq_sched *os)
+/* Give an item back to jobd (an engine failure, not the request's fault). */
+static void release_item(struct wl *w, const char *rid)
 {
-    struct sched *s = oreq_sched_engine(os);
+    pthread_mutex_lock(&w->mu);
+    struct item *it = item_find(w, rid, NULL);
+    if (it && it->state == IT_RUNNING)
+        item_set(w, it, IT_RELEASE);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* k /v1/embeddings requests, answered at once on the engine thread (no
+ * generation): each is validated and tokenized alone (a bad one gets its
+ * 400 and does not hold the others back), then the inputs of all of them
+ * go through one embed_run - one pack of forwards, padding-free - on an
+ * embeddings context made on first use (*ectx, freed by the caller). A
+ * vector does not depend on its pack (embed.h), so the answers are those
+ * of each request alone. */
+static void run_embeds(struct wl *w, const struct engine *e, struct model_ctx **ectx,
+                       const struct to_add *a, size_t k)
+{
+    int rc = 0;
+    if (!*ectx) {
+        struct model_ctx_params cp;
+        engine_ctx_params(e, &cp);
+        cp.device = KN_DEVICE_CPU; /* embeddings run on the CPU (model.h) */
+        cp.embeddings = 1;
+        cp.n_seq_max = WL_EMBED_SLOTS;
+        cp.n_batch_max = WL_EMBED_BATCH;
+        cp.n_out_max = WL_EMBED_BATCH;
+        int n_ctx = cp.n_ctx ? cp.n_ctx
+                             : (e->model->hp.n_ctx_train < 4096 ? e->model->hp.n_ctx_train : 4096);
+        cp.n_ctx = n_ctx;
+        cp.n_kv_blocks = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * 2; /* see embed.c */
+        rc = model_ctx_new(e->model, &cp, ectx);
+        if (rc)
+            log_error("cannot create the embeddings context: %s", err_msg(rc));
+    }
+    struct oembed_prep *pp = calloc(k, sizeof *pp);
+    int *ok = calloc(k, sizeof *ok);
+    const int32_t **ids = NULL;
+    int *lens = NULL;
+    float *vec = NULL;
+    if (!rc && (!pp || !ok))
+        rc = ERR_NOMEM;
+    if (rc) {
+        for (size_t i = 0; i < k; i++)
+            release_item(w, a[i].rid);
+        goto out;
+    }
+    uint64_t t0 = clock_mono_ns();
+    size_t n_in = 0;
+    int64_t n_tok = 0;
+    for (size_t i = 0; i < k; i++) {
+        struct gp_error gerr;
+        memset(&gerr, 0, sizeof gerr);
+        int prc = oembed_prepare(*ectx, e->tok, a[i].body, &pp[i], &gerr);
+        if (prc == ERR_INVAL && gerr.message[0]) { /* the request's error: answered now */
+            struct oreq_result r;
+            memset(&r, 0, sizeof r);
+            r.id = a[i].rid;
+            r.status = 400;
+            json_t *eb = gp_error_json(&gerr);
+            r.body = eb;
+            if (eb)
+                on_result(w, &r);
+            json_decref(eb);
+        } else if (prc) {
+            log_error("%s: embedding failed: %s; releasing it", a[i].rid, err_msg(prc));
+            release_item(w, a[i].rid);
+        } else {
+            ok[i] = 1;
+            n_in += pp[i].n;
+            n_tok += pp[i].n_tokens;
+        }
+    }
+    if (n_in == 0)
+        goto out;
+    int n_embd = e->model->hp.n_embd;
+    ids = malloc(n_in * sizeof *ids);
+    lens = malloc(n_in * sizeof *lens);
+    vec = malloc(n_in * (size_t)n_embd * sizeof *vec);
+    rc = ids && lens && vec ? 0 : ERR_NOMEM;
+    size_t at = 0;
+    for (size_t i = 0; !rc && i < k; i++)
+        for (size_t j = 0; ok[i] && j < pp[i].n; j++, at++) {
+            ids[at] = pp[i].ids[j];
+            lens[at] = pp[i].lens[j];
+        }
+    if (!rc)
+        rc = embed_run(*ectx, embed_default_pooling(e->model), 1, ids, lens, (int)n_in, vec);
+    double dt = (double)(clock_mono_ns() - t0) / 1e9;
+    at = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (!ok[i])
+            continue;
+        json_t *resp = NULL;
+        int arc = rc ? rc : oembed_answer(&pp[i], n_embd, w->model_id, vec + at * (size_t)n_embd, &resp);
+        at += pp[i].n;
+        if (arc) {
+            log_error("%s: embedding failed: %s; releasing it", a[i].rid, err_msg(arc));
+            release_item(w, a[i].rid);
+            continue;
+        }
+        struct oreq_result r;
+        memset(&r, 0, sizeof r);
+        r.id = a[i].rid;
+        r.status = 200;
+        r.prompt_tokens = pp[i].n_tokens;
+        /* the pack's time, shared by tokens */
+        r.prefill_s = n_tok ? dt * (double)pp[i].n_tokens / (double)n_tok : 0;
+        /* the body echoes the request's model, as the other endpoints do */
+        json_t *mj = json_object_get(a[i].body, "model");
+        if (json_is_string(mj))
+            json_object_set(resp, "model", mj);
+        r.body = resp;
+        on_result(w, &r);
+        json_decref(resp);
+    }
+out:
+    if (pp)
+        for (size_t i = 0; i < k; i++)
+            oembed_prep_release(&pp[i]);
+    free(pp);
+    free(ok);
+    free(ids);
+    free(lens);
+    free(vec);
+}
+
+static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine *e)
+{
+    struct model_ctx *ectx = NULL;
+    struct sched *s = os ? oreq_sched_engine(os) : NULL; /* NULL: an encoder worker */
     const struct serve_opts *o = w->o;
     uint64_t deadline = 0;
     struct to_add *add = NULL;
@@ -659,7 +800,8 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
     for (;;) {
         size_t n_add = 0;
         pthread_mutex_lock(&w->mu);
-        oreq_sched_get_stats(os, &w->st);
+        if (os)
+            oreq_sched_get_stats(os, &w->st);
         if (stopping(w) && !w->draining) {
             w->draining = 1;
             deadline = clock_mono_ms() + (uint64_t)o->drain_timeout_ms;
@@ -669,13 +811,13 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
                 /* not started: leased only, or queued in the scheduler without
                  * ever being admitted (nothing computed, no callback) */
                 if (it->state == IT_QUEUED ||
-                    (it->state == IT_RUNNING && sched_withdraw(s, it->rid) == 0)) {
+                    (it->state == IT_RUNNING && s && sched_withdraw(s, it->rid) == 0)) {
                     item_set(w, it, IT_RELEASE);
                     n_rel++;
                 }
             }
             log_info("draining: %zu request(s) to release, %d in the engine get up to %lld ms",
-                     n_rel, sched_n_waiting(s) + sched_n_running(s),
+                     n_rel, s ? sched_n_waiting(s) + sched_n_running(s) : 0,
                      (long long)o->drain_timeout_ms);
             pthread_cond_broadcast(&w->cv);
         }
@@ -694,7 +836,7 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
             char rid[ID_MAX];
             memcpy(rid, w->stop_ids[--w->n_stop], ID_MAX);
             pthread_mutex_unlock(&w->mu);
-            if (sched_cancel(s, rid) == 0)
+            if (s && sched_cancel(s, rid) == 0)
                 log_info("%s: stopped in the engine", rid);
             pthread_mutex_lock(&w->mu);
         }
@@ -721,11 +863,15 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
         }
         pthread_mutex_unlock(&w->mu);
         for (size_t i = 0; i < n_add; i++) {
-            if (add[i].ep == WL_BAD_URL) { /* a request error, answered without the engine */
-                json_t *eb = json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message",
-                                       "This worker serves /v1/chat/completions and "
-                                       "/v1/completions only.", "type", "invalid_request_error",
-                                       "param", "url", "code", "invalid_url");
+            if (add[i].ep == WL_BAD_URL || (!os && add[i].ep != WL_EMBED)) {
+                /* a request error, answered without the engine (an encoder worker is
+                 * leased only embeddings by jobd: this is a safety net) */
+                json_t *eb = json_pack(
+                    "{s:{s:s, s:s, s:s, s:s}}", "error", "message",
+                    os ? "This worker serves /v1/chat/completions, /v1/completions and "
+                         "/v1/embeddings only."
+                       : "This worker's model is an encoder: it serves /v1/embeddings only.",
+                    "type", "invalid_request_error", "param", "url", "code", "invalid_url");
                 struct oreq_result er;
                 memset(&er, 0, sizeof er);
                 er.id = add[i].rid;
@@ -735,6 +881,16 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
                     on_result(w, &er);
                 json_decref(eb);
                 json_decref(add[i].body);
+                continue;
+            }
+            if (add[i].ep == WL_EMBED) { /* this and the embeddings right after it: one pack */
+                size_t k = 1;
+                while (i + k < n_add && add[i + k].ep == WL_EMBED && k < WL_EMBED_PACK)
+                    k++;
+                run_embeds(w, e, &ectx, &add[i], k);
+                for (size_t j = 0; j < k; j++)
+                    json_decref(add[i + j].body);
+                i += k - 1;
                 continue;
             }
             int arc = oreq_sched_add(os, add[i].rid, add[i].ep, add[i].body);
@@ -750,9 +906,9 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
             }
         }
         pthread_mutex_lock(&w->mu);
-        w->n_waiting = (size_t)sched_n_waiting(s);
+        w->n_waiting = s ? (size_t)sched_n_waiting(s) : 0;
         pthread_mutex_unlock(&w->mu);
-        if (sched_n_waiting(s) + sched_n_running(s) > 0) {
+        if (s && sched_n_waiting(s) + sched_n_running(s) > 0) {
             int src = sched_step(s);
             if (src < 0) {
                 rc = src;
@@ -771,6 +927,7 @@ static int engine_loop(struct wl *w, struct oreq_sched *os)
         pthread_mutex_unlock(&w->mu);
     }
     free(add);
+    model_ctx_free(ectx);
     /* what the scheduler still holds goes back to jobd */
     pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < w->n_items; i++)
@@ -883,13 +1040,25 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     struct sched_opts so;
     engine_sched_opts(e, &so);
     struct oreq_sched_opts oo = {w.model_id, on_result, &w};
-    if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
-        snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
-                 "--max-batch-tokens): %s", err_msg(rc));
-        goto out;
-    }
     struct sched_stats st;
-    oreq_sched_get_stats(s, &st);
+    memset(&st, 0, sizeof st);
+    /* what this worker serves: an encoder model embeddings only (no generation
+     * scheduler); embeddings run on the CPU, so a CUDA worker serves generation */
+    w.encoder = e->model->hp.arch == MODEL_ARCH_BERT;
+    if (w.encoder || dev == KN_DEVICE_CPU)
+        w.endpoints[w.n_endpoints++] = "/v1/embeddings";
+    if (!w.encoder) {
+        w.endpoints[w.n_endpoints++] = "/v1/chat/completions";
+        w.endpoints[w.n_endpoints++] = "/v1/completions";
+        if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
+            snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
+                     "--max-batch-tokens): %s", err_msg(rc));
+            goto out;
+        }
+        oreq_sched_get_stats(s, &st);
+    } else {
+        st.n_ctx = e->model->hp.n_ctx_train < 4096 ? e->model->hp.n_ctx_train : 4096;
+    }
     w.kv_tokens = (int64_t)st.kv_blocks * KV_BLOCK_TOKENS;
     if (pthread_mutex_init(&w.mu, NULL) == 0)
         mu_ok = 1;
@@ -908,7 +1077,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
         goto out;
     }
     thread_ok = 1;
-    rc = engine_loop(&w, s);
+    rc = engine_loop(&w, s, e);
     pthread_join(th, NULL);
     thread_ok = 0;
     if (rc)
@@ -916,7 +1085,8 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     else
         log_info("drained: %lld request(s) done, %zu result(s) not acknowledged",
                  (long long)w.total_done, wcl_outbox_count(w.ob));
-    oreq_sched_get_stats(s, &st);
+    if (s)
+        oreq_sched_get_stats(s, &st);
     log_info("engine-stats: {\"requests\":%lld,\"request_errors\":%lld,\"cancelled\":%lld,"
              "\"steps\":%lld,\"prompt_tokens\":%lld,\"prefill_computed\":%lld,"
              "\"prefix_reused\":%lld,\"completion_tokens\":%lld,\"recomputed\":%lld,"

@@ -89,7 +89,8 @@ static int parse_double(const char *flag, const char *s, int *given, double *out
 int main(int argc, char **argv)
 {
     struct cli_log lg = {0};
-    const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL;
+    const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL,
+               *embed = NULL;
     int64_t threads = 0, max_tokens = 256;
     int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0, no_prefix_cache = 0,
         swa_full = 0;
@@ -139,6 +140,7 @@ int main(int argc, char **argv)
         {"drain-timeout", NULL, CFG_DURATION, &drain_ms, "DUR", "on SIGTERM, running requests get this long (default 30s)"},
         {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
         {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
+        {"embed", NULL, CFG_STR, &embed, "TEXT", "one-off embedding of TEXT (prints the /v1/embeddings response)"},
         {"json", NULL, CFG_STR, &json_path, "FILE", "one-off request: an OpenAI chat/completions body"},
         {"max-tokens", NULL, CFG_INT, &max_tokens, "N", "--prompt/--chat: tokens to generate (default 256)"},
         {"batch-file", NULL, CFG_STR, &batch_file, "FILE", "run an OpenAI batch input file, output lines on stdout"},
@@ -244,18 +246,19 @@ int main(int argc, char **argv)
             cli_error("jobworker", NULL, "%s", err);
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
-    if (prompt || chat || json_path) {
-        if (!model || (!!prompt + !!chat + !!json_path) != 1 || max_tokens < 1 ||
+    if (prompt || chat || json_path || embed) {
+        if (!model || (!!prompt + !!chat + !!json_path + !!embed) != 1 || max_tokens < 1 ||
             max_tokens > 1000000) {
             cli_error("jobworker", "see jobworker --help",
-                      "--prompt/--chat/--json need --model, one of the three, and --max-tokens 1..1000000");
+                      "--prompt/--chat/--json/--embed need --model, one of the four, and --max-tokens 1..1000000");
             return CLI_EXIT_USAGE;
         }
         struct oneshot_opts o;
         memset(&o, 0, sizeof o);
         o.model_path = model;
-        o.text = prompt ? prompt : chat;
+        o.text = prompt ? prompt : chat ? chat : embed;
         o.chat = chat != NULL;
+        o.embed = embed != NULL;
         o.json_path = json_path;
         o.max_tokens = max_tokens;
         if (parse_double("temperature", temperature, &o.has_temperature, &o.temperature) ||

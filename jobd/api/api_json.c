@@ -164,8 +164,12 @@ int api_batch_json_ext(struct buf *out, const struct store_batch *b,
     int rc = api_batch_json(out, b);
     if (rc || b->status != STORE_BATCH_IN_PROGRESS || !b->model[0] || strcmp(b->model, STORE_MODEL_MIXED) == 0)
         return rc; /* (a mixed batch's waiting models are in GET /v1/models' waiting list) */
+    /* served: a live worker answers to the model for this batch's endpoint */
+    unsigned bit = strcmp(b->endpoint, "/v1/embeddings") == 0    ? STORE_EP_EMBEDDINGS
+                   : strcmp(b->endpoint, "/v1/completions") == 0 ? STORE_EP_COMPLETIONS
+                                                                 : STORE_EP_CHAT;
     for (size_t i = 0; i < n_served; i++)
-        if (strcmp(served[i].name, b->model) == 0)
+        if (strcmp(served[i].name, b->model) == 0 && (served[i].endpoints & bit))
             return 0;
     int64_t left = b->n_total - b->n_completed - b->n_failed;
     if (left <= 0 || out->len <= start)

@@ -21,8 +21,9 @@ struct json_t;
 int api_file_json(struct buf *out, const struct store_file *f);
 int api_batch_json(struct buf *out, const struct store_batch *b);
 /* The batch JSON plus the extension field "waiting_for_model" when the
- * batch is in_progress and no live worker serves its model (served: the
- * names live workers serve, n_served of them). */
+ * batch is in_progress and no live worker serves its model for the batch's
+ * endpoint (served: the names live workers serve with their endpoints,
+ * n_served of them). */
 int api_batch_json_ext(struct buf *out, const struct store_batch *b, const struct store_model_served *served,
                        size_t n_served);
 

@@ -70,7 +70,8 @@ static void batch_in_free(void *p)
 
 static int endpoint_ok(const char *e)
 {
-    return strcmp(e, "/v1/chat/completions") == 0 || strcmp(e, "/v1/completions") == 0;
+    return strcmp(e, "/v1/chat/completions") == 0 || strcmp(e, "/v1/completions") == 0 ||
+           strcmp(e, "/v1/embeddings") == 0;
 }
 
 static int retry_hint(enum store_batch_status s)
@@ -319,7 +320,8 @@ static struct batch_in *parse_create_body(struct http_req *req)
         api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "endpoint", r == ERR_NOTFOUND ? "Missing required parameter: 'endpoint'."
                                                          : "Invalid 'endpoint': jobd supports "
-                                                           "'/v1/chat/completions' and '/v1/completions'.");
+                                                           "'/v1/chat/completions', '/v1/completions' "
+                                                           "and '/v1/embeddings'.");
         goto fail;
     }
     if ((r = js_get_str(root, "completion_window", &win)) && r != ERR_NOTFOUND) {
@@ -1145,8 +1147,8 @@ static void jobs_head(struct http_req *req, void *arg)
         ep = "/v1/chat/completions";
     if (!endpoint_ok(ep)) {
         api_respond_error(req, API_ERR_INVALID_VALUE, "endpoint",
-                           "Invalid endpoint '%s': jobd supports '/v1/chat/completions' and "
-                           "'/v1/completions'.", ep);
+                           "Invalid endpoint '%s': jobd supports '/v1/chat/completions', "
+                           "'/v1/completions' and '/v1/embeddings'.", ep);
         return;
     }
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);

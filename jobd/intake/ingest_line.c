@@ -248,6 +248,60 @@ static int check_prompt(json_t *body, int64_t *bytes, struct ingest_error *e)
                 "token ids or an array of token-id arrays (non-empty).");
 }
 
+/* An /v1/embeddings body: input (a non-empty string, an array of them, a
+ * token array, or an array of token arrays - one kind, at most 2048
+ * items), encoding_format float|base64, dimensions a positive integer
+ * (its upper bound, the model's width, is the worker's check). What
+ * depends on the model (token ids in range, the context length) is the
+ * worker's: a per-line 400 result. */
+static int check_embed(json_t *body, int64_t *bytes, struct ingest_error *e)
+{
+    json_t *p = json_object_get(body, "input");
+    if (!p || json_is_null(p))
+        return fail(e, "missing_required_parameter", "body.input", "Missing required parameter: 'input'.");
+    if (json_is_string(p)) {
+        if (json_string_length(p) == 0)
+            return fail(e, "invalid_value", "body.input", "'input' must not be an empty string.");
+        *bytes += (int64_t)json_string_length(p);
+    } else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        if (!token_array_ok(p))
+            return fail(e, "invalid_type", "body.input",
+                        "Invalid type for 'input': a token array must hold only token ids (0..2^31-1).");
+        *bytes += 4 * (int64_t)json_array_size(p);
+    } else if (json_is_array(p) && json_array_size(p) > 0) {
+        if (json_array_size(p) > 2048)
+            return fail(e, "invalid_value", "body.input", "'input' has %zu items; at most 2048 are allowed.",
+                        json_array_size(p));
+        int strings = json_is_string(json_array_get(p, 0));
+        size_t k;
+        json_t *x;
+        json_array_foreach(p, k, x)
+        {
+            if (strings ? !json_is_string(x) : !(json_is_array(x) && token_array_ok(x)))
+                return fail(e, "invalid_type", "body.input",
+                            "Invalid type for 'input[%zu]': all items must be non-empty strings, or "
+                            "all non-empty arrays of token ids (mixed types are not allowed).", k);
+            if (strings && json_string_length(x) == 0)
+                return fail(e, "invalid_value", "body.input", "'input[%zu]' is an empty string.", k);
+            *bytes += strings ? (int64_t)json_string_length(x) : 4 * (int64_t)json_array_size(x);
+        }
+    } else {
+        return fail(e, "invalid_type", "body.input",
+                    "Invalid type for 'input': expected a non-empty string, an array of strings, an "
+                    "array of token ids or an array of token-id arrays.");
+    }
+    json_t *f = json_object_get(body, "encoding_format");
+    if (f && !json_is_null(f) &&
+        (!json_is_string(f) || (strcmp(json_string_value(f), "float") && strcmp(json_string_value(f), "base64"))))
+        return fail(e, "invalid_value", "body.encoding_format",
+                    "Invalid value for 'encoding_format': expected 'float' or 'base64'.");
+    json_t *d = json_object_get(body, "dimensions");
+    if (d && !json_is_null(d) && (!json_is_integer(d) || json_integer_value(d) < 1))
+        return fail(e, "invalid_value", "body.dimensions",
+                    "Invalid value for 'dimensions': expected a positive integer.");
+    return 0;
+}
+
 /* ---- optional parameters ------------------------------------------------------------------ */
 
 enum num_kind { K_INT, K_NUM, K_BOOL };
@@ -449,7 +503,8 @@ static int member_span(const char *s, size_t n, const char *key, size_t *off, si
     }
 }
 
-static const char *const endpoints[] = {"/v1/chat/completions", "/v1/completions", NULL};
+static const char *const endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                                        NULL};
 
 int ingest_line_check(const char *line, size_t len, const char *endpoint,
                       const struct ingest_limits *lim, struct ingest_line *out,
@@ -522,8 +577,8 @@ int ingest_line_check(const char *line, size_t len, const char *endpoint,
         known = strcmp(json_string_value(url), *p) == 0;
     if (!known) {
         rc = fail(e, "invalid_url", "url",
-                  "Invalid value for 'url': supported endpoints are /v1/chat/completions and "
-                  "/v1/completions.");
+                  "Invalid value for 'url': supported endpoints are /v1/chat/completions, "
+                  "/v1/completions and /v1/embeddings.");
         goto out;
     }
     if (strcmp(json_string_value(url), endpoint) != 0) {
@@ -560,11 +615,18 @@ int ingest_line_check(const char *line, size_t len, const char *endpoint,
     }
     l.model = json_string_value(model);
     int chat = strcmp(endpoint, "/v1/chat/completions") == 0;
+    int embed = strcmp(endpoint, "/v1/embeddings") == 0;
     int64_t bytes = 0;
-    if ((rc = chat ? check_messages(body, &bytes, e) : check_prompt(body, &bytes, e)))
-        goto out;
-    if ((rc = check_params(body, chat, lim, &l.max_tokens, e)))
-        goto out;
+    if (embed) {
+        if ((rc = check_embed(body, &bytes, e)))
+            goto out;
+        l.max_tokens = 0; /* no generation */
+    } else {
+        if ((rc = chat ? check_messages(body, &bytes, e) : check_prompt(body, &bytes, e)))
+            goto out;
+        if ((rc = check_params(body, chat, lim, &l.max_tokens, e)))
+            goto out;
+    }
     l.prompt_tokens_est = (bytes + 3) / 4;
     size_t boff, blen;
     if (member_span(line, len, "body", &boff, &blen) == 0) {

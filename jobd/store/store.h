@@ -575,11 +575,20 @@ int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
 #define STORE_LEASE_MAX_REQUESTS 4096 /* requests per lease */
 #define STORE_WORKER_MAX_MODELS 64    /* (canonical, name) pairs per worker */
 
+/* Endpoints a worker serves for a model (store_model_name.endpoints). */
+#define STORE_EP_CHAT 1u        /* /v1/chat/completions */
+#define STORE_EP_COMPLETIONS 2u /* /v1/completions */
+#define STORE_EP_EMBEDDINGS 4u  /* /v1/embeddings */
+#define STORE_EP_ALL 7u
+
 /* One name a worker answers to: canonical == name for the model itself,
  * or an alias of it. */
 struct store_model_name {
     const char *canonical;
     const char *name;
+    unsigned endpoints;     /* STORE_EP_* the worker serves for canonical (its lines of other
+                             * endpoints are not leased to it); 0 = STORE_EP_ALL. The union over
+                             * the entries of one canonical name counts */
 };
 
 struct store_worker_new {
@@ -603,6 +612,7 @@ struct store_model_served {
     char name[STORE_MODEL_MAX + 1];      /* a name requests may use (canonical or alias) */
     char canonical[STORE_MODEL_MAX + 1]; /* the model it belongs to */
     int64_t n_workers;                   /* workers seen since `since` that serve it */
+    unsigned endpoints;                  /* STORE_EP_* those workers serve for it (union) */
 };
 
 /* Model names served by workers seen at or after `since` (now - worker TTL),

@@ -147,23 +147,35 @@
     X(WORKER_SEEN, \
       "UPDATE workers SET last_seen = max(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
+    X(WORKER_ENDPOINT_INSERT, \
+      "INSERT OR IGNORE INTO worker_endpoints(worker_id, canonical, endpoint) VALUES " \
+      "(?1, ?2, ?3)") \
     X(WORKER_HAS_MODEL, "SELECT count(*) FROM worker_models WHERE worker_id = ?1 AND canonical = ?2") \
     X(MODELS_SERVED, \
-      "SELECT m.name, m.canonical, count(DISTINCT w.id) FROM worker_models m JOIN " \
+      "SELECT m.name, m.canonical, count(DISTINCT w.id), COALESCE((SELECT sum(x.bit) FROM " \
+      "(SELECT DISTINCT CASE e.endpoint WHEN '/v1/chat/completions' THEN 1 WHEN " \
+      "'/v1/completions' THEN 2 ELSE 4 END AS bit FROM worker_endpoints e JOIN workers w2 ON " \
+      "w2.id = e.worker_id JOIN worker_models m2 ON m2.worker_id = e.worker_id AND " \
+      "m2.canonical = e.canonical WHERE m2.name = m.name AND m2.canonical = m.canonical AND " \
+      "w2.last_seen >= ?1) x), 0) FROM worker_models m JOIN " \
       "workers w ON w.id = m.worker_id WHERE w.last_seen >= ?1 GROUP BY m.name, " \
       "m.canonical ORDER BY m.name, m.canonical") \
     X(MODELS_WAITING, \
-      "SELECT x.m, count(*) FROM (SELECT b.model AS m FROM batches b WHERE b.status = " \
-      "'in_progress' AND b.model != 'mixed' UNION ALL SELECT bm.model FROM batches b JOIN " \
-      "batch_models bm ON bm.batch_id = b.id WHERE b.status = 'in_progress' AND b.model = " \
-      "'mixed') x WHERE NOT EXISTS (SELECT 1 FROM worker_models m JOIN workers w ON w.id = " \
-      "m.worker_id WHERE m.name = x.m AND w.last_seen >= ?1) GROUP BY x.m ORDER BY x.m") \
+      "SELECT x.m, count(*) FROM (SELECT b.model AS m, b.endpoint AS ep FROM batches b " \
+      "WHERE b.status = 'in_progress' AND b.model != 'mixed' UNION ALL SELECT bm.model, " \
+      "b.endpoint FROM batches b JOIN batch_models bm ON bm.batch_id = b.id WHERE b.status " \
+      "= 'in_progress' AND b.model = 'mixed') x WHERE NOT EXISTS (SELECT 1 FROM " \
+      "worker_models m JOIN workers w ON w.id = m.worker_id JOIN worker_endpoints e ON " \
+      "e.worker_id = m.worker_id AND e.canonical = m.canonical AND e.endpoint = x.ep WHERE " \
+      "m.name = x.m AND w.last_seen >= ?1) GROUP BY x.m ORDER BY x.m") \
     X(LEASE_CANDIDATES, \
       "SELECT b.id, b.tenant_id, b.priority, b.expires_at FROM batches b WHERE " \
       "b.status = 'in_progress' AND b.expires_at > ?3 AND (b.model IN (SELECT name FROM " \
       "worker_models WHERE worker_id = ?1 AND canonical = ?2) OR (b.model = 'mixed' AND " \
       "EXISTS (SELECT 1 FROM batch_models bm WHERE bm.batch_id = b.id AND bm.model IN " \
       "(SELECT name FROM worker_models WHERE worker_id = ?1 AND canonical = ?2)))) " \
+      "AND b.endpoint IN (SELECT endpoint FROM worker_endpoints WHERE worker_id = ?1 AND " \
+      "canonical = ?2) " \
       "ORDER BY b.tenant_id, b.priority DESC, b.expires_at, b.id") \
     X(LEASE_READY, \
       "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \

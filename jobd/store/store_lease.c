@@ -100,6 +100,19 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
         if (s && !(rc = store_bind_text(st, s, 1, id)) && !(rc = bind_texts(st, s, 2, m->canonical, i % 2 ? m->name : m->canonical)))
             rc = store_step_done(st, s, "insert worker model");
     }
+    static const char *const ep_names[3] = {"/v1/chat/completions", "/v1/completions",
+                                            "/v1/embeddings"};
+    for (size_t i = 0; !rc && i < w->n_models; i++) {
+        unsigned eps = w->models[i].endpoints ? w->models[i].endpoints : STORE_EP_ALL;
+        for (int b = 0; !rc && b < 3; b++) {
+            if (!(eps & (1u << b)))
+                continue;
+            s = store_stmt(st, S_WORKER_ENDPOINT_INSERT, &rc);
+            if (s && !(rc = store_bind_text(st, s, 1, id)) &&
+                !(rc = bind_texts(st, s, 2, w->models[i].canonical, ep_names[b])))
+                rc = store_step_done(st, s, "insert worker endpoint");
+        }
+    }
     if ((rc = store_w_end(st, rc)))
         return rc;
     snprintf(id_out, ID_MAX, "%s", id);
@@ -147,6 +160,7 @@ int store_models_served(struct store *st, int64_t since, struct store_model_serv
         store_col_text(s, 0, arr[cnt].name, sizeof arr[cnt].name);
         store_col_text(s, 1, arr[cnt].canonical, sizeof arr[cnt].canonical);
         arr[cnt].n_workers = sqlite3_column_int64(s, 2);
+        arr[cnt].endpoints = (unsigned)sqlite3_column_int64(s, 3);
         cnt++;
     }
     if (!rc && r != SQLITE_DONE)

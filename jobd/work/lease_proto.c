@@ -163,9 +163,36 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
             rc = fail(e, ERR_INVAL, 400, "invalid_request", "each model needs an 'id' string of 1..128 bytes");
             goto out;
         }
+        /* endpoints served for this model: absent = all three */
+        json_t *eps = NULL;
+        unsigned epmask = 0;
+        int erc = js_get_arr(m, "endpoints", &eps);
+        if (erc == ERR_INVAL || (eps && json_array_size(eps) == 0)) {
+            rc = fail(e, ERR_INVAL, 400, "invalid_request",
+                      "'endpoints' must be a non-empty array of endpoint urls");
+            goto out;
+        }
+        size_t k;
+        json_t *ep;
+        json_array_foreach(eps, k, ep)
+        {
+            const char *es = json_string_value(ep);
+            unsigned bit = !es                                         ? 0
+                           : strcmp(es, "/v1/chat/completions") == 0 ? STORE_EP_CHAT
+                           : strcmp(es, "/v1/completions") == 0      ? STORE_EP_COMPLETIONS
+                           : strcmp(es, "/v1/embeddings") == 0       ? STORE_EP_EMBEDDINGS
+                                                                       : 0;
+            if (!bit) {
+                rc = fail(e, ERR_INVAL, 400, "invalid_request",
+                          "'endpoints' entries must be \"/v1/chat/completions\", "
+                          "\"/v1/completions\" or \"/v1/embeddings\"");
+                goto out;
+            }
+            epmask |= bit;
+        }
         if (r.w.n_models >= STORE_WORKER_MAX_MODELS)
             goto toomany;
-        r.models[r.w.n_models++] = (struct store_model_name){id, id};
+        r.models[r.w.n_models++] = (struct store_model_name){id, id, epmask};
         int arc = js_get_arr(m, "aliases", &aliases);
         if (arc == ERR_INVAL) {
             rc = fail(e, ERR_INVAL, 400, "invalid_request", "'aliases' must be an array of strings");
@@ -182,7 +209,7 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
             }
             if (r.w.n_models >= STORE_WORKER_MAX_MODELS)
                 goto toomany;
-            r.models[r.w.n_models++] = (struct store_model_name){id, as};
+            r.models[r.w.n_models++] = (struct store_model_name){id, as, epmask};
         }
     }
     r.w.models = r.models;
@@ -666,7 +693,16 @@ int lease_write_models(struct buf *b, const struct store_model_served *m, size_t
         if (!rc)
             rc = put_str(b, m[i].canonical);
         if (!rc)
-            rc = buf_printf(b, ",\"workers\":%lld}", (long long)m[i].n_workers);
+            rc = buf_printf(b, ",\"workers\":%lld,\"endpoints\":[", (long long)m[i].n_workers);
+        static const char *const eps[3] = {"/v1/chat/completions", "/v1/completions",
+                                           "/v1/embeddings"};
+        for (int k = 0, first = 1; !rc && k < 3; k++)
+            if (m[i].endpoints & (1u << k)) {
+                rc = buf_printf(b, "%s\"%s\"", first ? "" : ",", eps[k]);
+                first = 0;
+            }
+        if (!rc)
+            rc = buf_append_str(b, "]}");
     }
     return rc ? rc : buf_append_str(b, "]}");
 }

@@ -3,11 +3,13 @@
  * for small models that load, one forward step of two tokens - which reads
  * every weight row, so a wrong shape or stride check shows up as an
  * overread of the input buffer - in a context whose sliding-window layers
- * (if any) keep rings. */
+ * (if any) keep rings; an encoder (bert) embeds those two tokens through
+ * embed_run instead (its forward is not model_forward's). */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "worker/engine/chat.h"
+#include "worker/engine/embed.h"
 #include "worker/engine/gguf.h"
 #include "worker/engine/model.h"
 #include "worker/engine/tok.h"
@@ -43,14 +45,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     p.n_batch_max = 2;
     p.n_out_max = 2;
     p.max_bytes = 64u << 20;
+    p.embeddings = hp->arch == MODEL_ARCH_BERT;
     struct model_ctx *c;
     if (work < 4e6 && model_ctx_new(m, &p, &c) == 0) {
         int32_t tok[2] = {0, hp->n_vocab - 1}, pos[2] = {0, 1}, seq[2] = {0, 0};
         uint8_t out[2] = {1, 1};
         struct model_batch b = {p.n_ctx >= 2 ? 2 : 1, tok, pos, seq, out};
-        const float *lg;
-        int n_out;
-        (void)model_forward(c, &b, &lg, &n_out);
+        if (p.embeddings) {
+            float *v = malloc((size_t)hp->n_embd * sizeof(float));
+            const int32_t *ids = tok;
+            int len = b.n_tokens;
+            if (v)
+                (void)embed_run(c, embed_default_pooling(m), 1, &ids, &len, 1, v);
+            free(v);
+        } else {
+            const float *lg;
+            int n_out;
+            (void)model_forward(c, &b, &lg, &n_out);
+        }
         model_ctx_free(c);
     }
     model_free(m);

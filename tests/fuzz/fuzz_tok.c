@@ -2,7 +2,9 @@
  *
  * A small built-in byte-level BPE vocabulary (the 256 byte-map characters, a
  * few merges, two special tokens) and a small SPM vocabulary (with byte
- * fallback). The first input byte picks the tokenizer, pre-tokenizer and
+ * fallback), and a small WordPiece ("bert") vocabulary, cased and
+ * uncased (lowercase + strip_accents: NFD through the Unicode tables). The
+ * first input byte picks the tokenizer, pre-tokenizer and
  * flags; the rest is the text. Checks: encoding never fails on valid sizes,
  * every id is in range, decoding never fails, gpt2 round-trips
  * sanitized text exactly, and the streaming decoder's output is valid UTF-8.
@@ -15,7 +17,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static struct tok *bpe[5], *spm;
+static struct tok *bpe[5], *spm, *wpm[2];
 
 static void build(void)
 {
@@ -88,6 +90,28 @@ static void build(void)
     d.scores = sc;
     if (tok_new(&d, &spm) != 0)
         abort();
+    /* WordPiece as llama.cpp's converter writes it: "▁" word starts, bare
+     * continuations, CONTROL specials */
+    static const char *wt[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "\xE2\x96\x81" "a",
+                               "\xE2\x96\x81" "ab", "b", "c", "ing", "\xE2\x96\x81" "the",
+                               "\xE2\x96\x81" "\xE4\xB8\xAD", "\xE2\x96\x81" "e",
+                               "\xE2\x96\x81" "\xC3\xA9", "\xE2\x96\x81" ",", "\xE2\x96\x81"};
+    static int32_t wty[sizeof wt / sizeof wt[0]];
+    for (size_t i = 0; i < sizeof wt / sizeof wt[0]; i++)
+        wty[i] = i < 4 ? TOK_TYPE_CONTROL : TOK_TYPE_NORMAL;
+    for (int k = 0; k < 2; k++) {
+        tok_vocab_desc_init(&d);
+        d.model = "bert";
+        d.n_tokens = sizeof wt / sizeof wt[0];
+        d.tokens = wt;
+        d.token_types = wty;
+        d.bos_id = 2;
+        d.unk_id = 1;
+        d.sep_id = 3;
+        d.lowercase = k;
+        if (tok_new(&d, &wpm[k]) != 0)
+            abort();
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -99,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t sel = data[0];
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
-    struct tok *t = (sel & 7) < 5 ? bpe[sel & 7] : spm;
+    struct tok *t = (sel & 7) < 5 ? bpe[sel & 7] : (sel & 7) == 5 ? spm : wpm[(sel & 7) - 6];
     int flags = (sel >> 3) & 3;
     size_t cap = TOK_ENCODE_BOUND(len), n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);

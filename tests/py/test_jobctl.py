@@ -95,7 +95,7 @@ def test_usage_errors_exit_2():
         ["submit", f, "--window", "10s"],
         ["submit", f, "--priority", "5000"],
         ["submit", f, "--metadata", "novalue"],
-        ["submit", f, "--endpoint", "/v1/embeddings"],
+        ["submit", f, "--endpoint", "/v1/moderations"],
         ["retry-dead"],
         ["retry-dead", "req_x", "--batch", "batch_x"],
         ["retry-dead", "--batch", "batch_x", "--page-size", "0"],

@@ -98,7 +98,7 @@ def test_jobd_native_jobs_encodings_and_options():
     assert bc["endpoint"] == "/v1/completions"
     assert d.wait_batch(bc["id"])["request_counts"]["total"] == 3
     # bad options are refused before the body is read
-    assert d.call("POST", "/v1/jobs?endpoint=/v1/embeddings", data).status == 400
+    assert d.call("POST", "/v1/jobs?endpoint=/v1/moderations", data).status == 400
     assert d.call("POST", "/v1/jobs?completion_window=90d", data).status == 400
     assert d.call("POST", "/v1/jobs", data, {"Content-Encoding": "br"}).status == 415
     r = d.call("POST", "/v1/jobs", b"\x28\xb5\x2f\xfd garbage", {"Content-Encoding": "zstd"})
@@ -160,7 +160,7 @@ def test_jobd_error_envelopes_and_metrics():
         ("GET", "/v1/files/file-nope/content", None, {}, 404),
         ("POST", "/v1/batches/batch_nope/cancel", None, {}, 404),
         ("POST", "/v1/batches", b"{nope", {"Content-Type": "application/json"}, 400),
-        ("POST", "/v1/batches", b'{"input_file_id":"file-x","endpoint":"/v1/embeddings"}',
+        ("POST", "/v1/batches", b'{"input_file_id":"file-x","endpoint":"/v1/moderations"}',
          {"Content-Type": "application/json"}, 400),
         ("POST", "/v1/batches", b'{"input_file_id":"file-x","endpoint":"/v1/completions"}',
          {"Content-Type": "application/json"}, 404),

@@ -524,7 +524,7 @@ def test_estimate_counts_with_the_workers_tokenizer_and_has_no_side_effects():
     # bad input: unknown file, bad window, bad endpoint
     for body, status in (({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions"}, 404),
                          ({"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "9d"}, 400),
-                         ({"input_file_id": f["id"], "endpoint": "/v1/embeddings"}, 400)):
+                         ({"input_file_id": f["id"], "endpoint": "/v1/moderations"}, 400)):
         r = d.call("POST", "/v1/batches/estimate", json.dumps(body), {"Content-Type": "application/json"})
         assert r.status == status, (body, r)
     # jobctl submit --dry-run: prints the estimate, submits nothing, deletes its upload; ghost -> exit 1

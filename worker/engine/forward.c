@@ -36,7 +36,8 @@ struct model_ctx {
     const struct model *m;
     struct model_ctx_params p;   /* with defaults filled in */
     struct kv_cache *kv;
-    float *logits;     /* (n_out_max, n_vocab) host rows of the marked tokens */
+    float *logits;     /* (n_out_max, n_vocab) host rows of the marked tokens;
+                        * (n_out_max, n_embd) hidden states with p.embeddings */
     int32_t *new_len;  /* (n_seq_max) slot lengths after the step (validation) */
     int32_t *out_rows; /* (n_out_max) batch index of each marked token */
     struct fwdcpu *cpu; /* device KN_DEVICE_CPU: the CPU forward pass (forward_cpu.h) */
@@ -58,6 +59,16 @@ struct kv_cache *model_ctx_kv(struct model_ctx *c)
 int model_ctx_n_ctx(const struct model_ctx *c)
 {
     return c->p.n_ctx;
+}
+
+const struct model *model_ctx_model(const struct model_ctx *c)
+{
+    return c->m;
+}
+
+const struct model_ctx_params *model_ctx_get_params(const struct model_ctx *c)
+{
+    return &c->p;
 }
 
 /* *total += n * size, with overflow detection. */
@@ -145,11 +156,21 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
                   model_arch_name(hp->arch));
         return ERR_UNSUPPORTED;
     }
+    if (hp->arch == MODEL_ARCH_BERT && !p.embeddings) {
+        log_error("%s: an encoder model serves embeddings only", model_arch_name(hp->arch));
+        return ERR_UNSUPPORTED;
+    }
+    if (p.device == KN_DEVICE_CUDA && p.embeddings) {
+        log_error("cuda: embeddings run on the CPU only (--device cpu)");
+        return ERR_UNSUPPORTED;
+    }
     int kv_dim = hp->n_head_kv * hp->head_dim;
     size_t no = (size_t)p.n_out_max;
+    /* a row of the output: logits, or the hidden state with embeddings */
+    size_t row = (size_t)(p.embeddings ? hp->n_embd : hp->n_vocab);
     size_t total = 0;
     if ((p.device == KN_DEVICE_CPU && fwdcpu_bytes(m, &p, &total)) ||
-        add_bytes(&total, no, (size_t)hp->n_vocab * sizeof(float)))
+        add_bytes(&total, no, row * sizeof(float)))
         return ERR_TOOBIG;
     int per_seq = (p.n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     int64_t blocks = p.n_kv_blocks ? p.n_kv_blocks : (int64_t)per_seq * p.n_seq_max;
@@ -178,7 +199,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     if (rc)
         goto out;
     rc = ERR_NOMEM;
-    c->logits = malloc(no * (size_t)hp->n_vocab * sizeof(float));
+    c->logits = malloc(no * row * sizeof(float));
     c->new_len = malloc((size_t)p.n_seq_max * sizeof(int32_t));
     c->out_rows = malloc(no * sizeof(int32_t));
     if (!c->logits || !c->new_len || !c->out_rows)
@@ -257,6 +278,8 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
 {
     struct kv_cache *kv = c->kv;
     int no = 0;
+    if (c->m->hp.arch == MODEL_ARCH_BERT) /* encoders run through embed_run (encoder.h) */
+        return ERR_UNSUPPORTED;
     int rc = check_batch(c, b, &no);
     if (rc)
         return rc;

@@ -454,7 +454,9 @@ int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_bat
     for (int o = 0; o < n_out; o++)
         memcpy(c->xo + (size_t)o * (size_t)hp->n_embd, c->x + (size_t)out_rows[o] * (size_t)hp->n_embd,
                (size_t)hp->n_embd * sizeof(float));
-    if (n_out) {
+    if (n_out && c->p.embeddings) { /* final-norm hidden states (worker/engine/embed.h) */
+        kn_rmsnorm_f32(logits, c->xo, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
+    } else if (n_out) {
         kn_rmsnorm_f32(c->xo, c->xo, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
         if (model_linear(c, logits, c->xo, n_out, &m->output))
             return ERR_INTERNAL;
@@ -462,4 +464,19 @@ int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_bat
             kn_softcap_f32(logits, hp->final_softcap, (size_t)n_out * (size_t)hp->n_vocab);
     }
     return 0;
+}
+
+int fwdcpu_linear(struct kn_pool *pool, int exact, float *out, const float *x, int n,
+                  const struct model_mat *w, void *scratch, size_t scratch_bytes)
+{
+    if (exact)
+        return linear_exact(out, x, n, w->cols, w->data, (int)w->type, w->rows, scratch,
+                            scratch_bytes);
+    return kn_matmul_w(pool, out, x, n, w->cols, w->data, (int)w->type, w->rows, scratch,
+                       scratch_bytes);
+}
+
+size_t fwdcpu_linear_scratch_bytes(int n_max, int k_max)
+{
+    return model_linear_scratch_bytes(n_max, k_max);
 }

@@ -42,4 +42,15 @@ void fwdcpu_free(struct fwdcpu *f); /* NULL ok */
 int fwdcpu_forward(struct fwdcpu *f, struct kv_cache *kv, const struct model_batch *b,
                    const int32_t *out_rows, int n_out, float *logits);
 
+/* The forward pass's one weight matmul, for the encoder (encoder.c):
+ * out (n, w->rows) = x (n, w->cols) @ W^T, with exact the reference
+ * (dequantized weights, float dot products) else kn_matmul_w on pool.
+ * scratch must hold fwdcpu_linear_scratch_bytes(n, w->cols). Returns 0 or
+ * ERR_UNSUPPORTED / ERR_INVAL / ERR_TOOBIG (see kn_matmul_w). */
+int fwdcpu_linear(struct kn_pool *pool, int exact, float *out, const float *x, int n,
+                  const struct model_mat *w, void *scratch, size_t scratch_bytes);
+/* Scratch fwdcpu_linear needs for n_max rows of up to k_max values;
+ * SIZE_MAX on overflow. */
+size_t fwdcpu_linear_scratch_bytes(int n_max, int k_max);
+
 #endif

@@ -37,6 +37,7 @@ static const struct {
 } ARCHS[] = {
     {"llama", MODEL_ARCH_LLAMA}, {"qwen2", MODEL_ARCH_QWEN2},   {"qwen3", MODEL_ARCH_QWEN3},
     {"gemma2", MODEL_ARCH_GEMMA2}, {"gemma3", MODEL_ARCH_GEMMA3}, {"phi3", MODEL_ARCH_PHI3},
+    {"bert", MODEL_ARCH_BERT},
 };
 
 const char *model_arch_name(enum model_arch a)
@@ -169,6 +170,11 @@ static int read_arch_hparams(const struct gguf *g, const char *arch, struct mode
                              hp->arch == MODEL_ARCH_GEMMA2 ? 4096 : 0, 0, MODEL_MAX_CTX, &hp->n_swa,
                              err, err_len)))
         return rc;
+    int pool;
+    if ((rc = get_hp_int_min(g, arch, "pooling_type", 0, MODEL_POOL_NONE, MODEL_POOL_NONE,
+                             MODEL_POOL_RANK, &pool, err, err_len)))
+        return rc;
+    hp->pooling = (enum model_pooling)pool;
     hp->n_ctx_orig = 0;
     hp->rope_attn_factor = 1.0f;
     if (hp->arch == MODEL_ARCH_PHI3) {
@@ -496,6 +502,101 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
     return 0;
 }
 
+/* bert (llama.cpp's converter, conversion/bert.py and src/models/bert.cpp):
+ * the hyperparameters every BERT GGUF has, no rope, no GQA. */
+static int read_bert_hparams(const struct gguf *g, const char *arch, struct model_hparams *hp,
+                             char *err, size_t err_len)
+{
+    int rc;
+    if ((rc = get_hp_int(g, arch, "block_count", 1, 0, MODEL_MAX_LAYERS, &hp->n_layer, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "embedding_length", 1, 0, MODEL_MAX_EMBD, &hp->n_embd, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "feed_forward_length", 1, 0, MODEL_MAX_FF, &hp->n_ff, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "attention.head_count", 1, 0, MODEL_MAX_HEADS, &hp->n_head, err,
+                         err_len)) ||
+        (rc = get_hp_int(g, arch, "context_length", 1, 0, MODEL_MAX_CTX, &hp->n_ctx_train, err,
+                         err_len)) ||
+        (rc = get_hp_f32(g, arch, "attention.layer_norm_epsilon", 1, 0, &hp->norm_eps, err,
+                         err_len)))
+        return rc;
+    if (hp->n_embd % hp->n_head)
+        return fail(err, err_len, ERR_CORRUPT, "embedding_length %d is not a multiple of head_count %d",
+                    hp->n_embd, hp->n_head);
+    if (!(hp->norm_eps >= 0 && hp->norm_eps < 1))
+        return fail(err, err_len, ERR_CORRUPT, "%s.attention.layer_norm_epsilon out of range", arch);
+    char key[128];
+    arch_key(key, sizeof key, arch, "attention.causal");
+    int causal = 0;
+    rc = gguf_get_bool(g, key, &causal);
+    if (rc && rc != ERR_NOTFOUND)
+        return fail(err, err_len, ERR_CORRUPT, "%s is not a bool", key);
+    if (causal)
+        return fail(err, err_len, ERR_UNSUPPORTED, "%s: causal bert is not supported", arch);
+    int pool;
+    if ((rc = get_hp_int_min(g, arch, "pooling_type", 0, MODEL_POOL_NONE, MODEL_POOL_NONE,
+                             MODEL_POOL_RANK, &pool, err, err_len)))
+        return rc;
+    hp->pooling = (enum model_pooling)pool;
+    hp->n_head_kv = hp->n_head;
+    hp->head_dim = hp->n_embd / hp->n_head;
+    hp->n_rot = 0;
+    hp->rms_eps = hp->norm_eps;
+    hp->rope_freq_base = hp->rope_freq_base_swa = 10000.0f;
+    hp->rope_freq_scale = hp->rope_freq_scale_swa = 1.0f;
+    hp->rope_attn_factor = 1.0f;
+    hp->embd_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    return 0;
+}
+
+static int load_bert_tensors(const struct gguf *g, struct model *m, char *err, size_t err_len)
+{
+    const struct model_hparams *hp = &m->hp;
+    int d = hp->n_embd, rc;
+    const struct gguf_tensor *tt = gguf_tensor_find(g, "token_types.weight");
+    int n_types = tt && tt->ne[1] >= 1 && tt->ne[1] <= 16 ? (int)tt->ne[1] : 1;
+    if ((rc = get_mat(g, "token_embd.weight", hp->n_vocab, d, 0, &m->tok_embd, err, err_len)) ||
+        (rc = get_mat(g, "position_embd.weight", hp->n_ctx_train, d, 0, &m->pos_embd, err,
+                      err_len)) ||
+        (rc = get_mat(g, "token_types.weight", n_types, d, 0, &m->tok_types, err, err_len)) ||
+        (rc = get_vec(g, "token_embd_norm.weight", d, 0, &m->tok_norm, err, err_len)) ||
+        (rc = get_vec(g, "token_embd_norm.bias", d, 0, &m->tok_norm_b, err, err_len)))
+        return rc;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct model_layer *L = &m->layers[l];
+        char n[GGUF_MAX_NAME + 1];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        if ((rc = get_mat(g, NAME("attn_q.weight"), d, d, 0, &L->wq, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_k.weight"), d, d, 0, &L->wk, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_v.weight"), d, d, 0, &L->wv, err, err_len)) ||
+            (rc = get_mat(g, NAME("attn_output.weight"), d, d, 0, &L->wo, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_q.bias"), d, 0, &L->bq, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_k.bias"), d, 0, &L->bk, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_v.bias"), d, 0, &L->bv, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_output.bias"), d, 0, &L->bo, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_output_norm.weight"), d, 0, &L->attn_norm, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_output_norm.bias"), d, 0, &L->attn_norm_b, err, err_len)) ||
+            (rc = get_mat(g, NAME("ffn_up.weight"), hp->n_ff, d, 0, &L->w_up, err, err_len)) ||
+            (rc = get_vec(g, NAME("ffn_up.bias"), hp->n_ff, 0, &L->b_up, err, err_len)) ||
+            (rc = get_mat(g, NAME("ffn_down.weight"), d, hp->n_ff, 0, &L->w_down, err, err_len)) ||
+            (rc = get_vec(g, NAME("ffn_down.bias"), d, 0, &L->b_down, err, err_len)) ||
+            (rc = get_vec(g, NAME("layer_output_norm.weight"), d, 0, &L->ffn_norm, err, err_len)) ||
+            (rc = get_vec(g, NAME("layer_output_norm.bias"), d, 0, &L->ffn_norm_b, err, err_len)))
+            return rc;
+        if (gguf_tensor_find(g, NAME("ffn_gate.weight")))
+            return fail(err, err_len, ERR_UNSUPPORTED, "%s: gated bert FFN is not supported", n);
+#undef NAME
+    }
+    char extra[GGUF_MAX_NAME + 1];
+    snprintf(extra, sizeof extra, "blk.%d.attn_q.weight", hp->n_layer);
+    if (gguf_tensor_find(g, extra))
+        return fail(err, err_len, ERR_CORRUPT, "tensor %s beyond block_count %d", extra,
+                    hp->n_layer);
+    return 0;
+}
+
 int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_len)
 {
     const char *arch = gguf_architecture(g);
@@ -512,7 +613,9 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
         rc = fail(err, err_len, ERR_UNSUPPORTED, "unsupported architecture '%s'", arch);
         goto out;
     }
-    if ((rc = read_hparams(g, arch, &m->hp, err, err_len)))
+    int bert = m->hp.arch == MODEL_ARCH_BERT;
+    if ((rc = bert ? read_bert_hparams(g, arch, &m->hp, err, err_len)
+                   : read_hparams(g, arch, &m->hp, err, err_len)))
         goto out;
     const struct gguf_tensor *te = gguf_tensor_find(g, "token_embd.weight");
     if (!te) {
@@ -544,7 +647,11 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
         rc = ERR_NOMEM;
         goto out;
     }
-    if ((rc = read_swa_layers(g, arch, m, err, err_len)) || (rc = load_tensors(g, m, err, err_len)))
+    if (bert)
+        rc = load_bert_tensors(g, m, err, err_len);
+    else if (!(rc = read_swa_layers(g, arch, m, err, err_len)))
+        rc = load_tensors(g, m, err, err_len);
+    if (rc)
         goto out;
     m->gguf = g;
     *out = m;

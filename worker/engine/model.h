@@ -31,6 +31,14 @@
  *           LongRoPE rope_factors_{short,long}.weight chosen per context by
  *           n_ctx vs rope.scaling.original_context_length, cos/sin times
  *           rope.scaling.attn_factor
+ *   bert    an encoder for embeddings only (worker/engine/encoder.h): learned
+ *           absolute position_embd, token_types (row 0 used),
+ *           token_embd_norm (LayerNorm with bias), post-LN blocks
+ *           (attn_output_norm, layer_output_norm, with biases), biases on
+ *           every projection, ffn_up/ffn_down with GELU (no gate), no
+ *           output_norm / LM head; attention.causal must be false;
+ *           attention.layer_norm_epsilon. model_forward refuses it
+ *           (ERR_UNSUPPORTED): embed_run takes the encoder path.
  * YaRN and other rope scaling types are refused. The CUDA forward
  * implements llama and qwen2 only; a CUDA context for the others is
  * refused (ERR_UNSUPPORTED).
@@ -71,6 +79,18 @@ enum model_arch {
     MODEL_ARCH_GEMMA2 = 4,
     MODEL_ARCH_GEMMA3 = 5,
     MODEL_ARCH_PHI3 = 6,
+    MODEL_ARCH_BERT = 7, /* encoder: embeddings only (worker/engine/encoder.h) */
+};
+
+/* How a sequence's hidden states become one embedding: `<arch>.pooling_type`
+ * as llama.cpp's converter writes it from a sentence-transformers
+ * 1_Pooling/config.json (gguf-py PoolingType; absent = NONE). */
+enum model_pooling {
+    MODEL_POOL_NONE = 0, /* not an embedding model (or per-token outputs) */
+    MODEL_POOL_MEAN = 1, /* mean of the sequence's final-norm hidden states */
+    MODEL_POOL_CLS = 2,  /* the first token's */
+    MODEL_POOL_LAST = 3, /* the last token's (decoder embedders: Qwen3-Embedding) */
+    MODEL_POOL_RANK = 4, /* reranker head: not supported for embeddings */
 };
 
 /* Feed-forward activation: silu(gate) * up, or gelu_tanh(gate) * up. */
@@ -114,6 +134,8 @@ struct model_hparams {
     float rope_freq_scale_swa; /* rope scale of sliding-window layers (gemma3: 1) */
     int n_ctx_orig;        /* phi3 LongRoPE: rope.scaling.original_context_length (0 = none) */
     float rope_attn_factor; /* phi3 LongRoPE: rope.scaling.attn_factor, times cos and sin (1 = none) */
+    enum model_pooling pooling; /* <arch>.pooling_type (0..4), default MODEL_POOL_NONE */
+    float norm_eps;        /* bert: attention.layer_norm_epsilon (LayerNorm) */
 };
 
 /* A weight matrix: rows x cols values of type `type`, row stride row_bytes,
@@ -126,13 +148,15 @@ struct model_mat {
 };
 
 struct model_layer {
-    const float *attn_norm;        /* (n_embd) */
+    const float *attn_norm;        /* (n_embd); bert: attn_output_norm (after the attention) */
     struct model_mat wq;           /* (n_head*head_dim, n_embd) */
     struct model_mat wk, wv;       /* (n_head_kv*head_dim, n_embd) */
     struct model_mat wo;           /* (n_embd, n_head*head_dim) */
     const float *bq, *bk, *bv;     /* qwen2: (n_head*head_dim), (kv_dim), (kv_dim); else NULL */
     const float *bo;               /* optional attn_output.bias (n_embd) or NULL */
-    const float *ffn_norm;         /* (n_embd) */
+    const float *ffn_norm;         /* (n_embd); bert: layer_output_norm (after the FFN) */
+    const float *attn_norm_b, *ffn_norm_b; /* bert: LayerNorm biases (n_embd); else NULL */
+    const float *b_up, *b_down;    /* bert: ffn_up.bias (n_ff), ffn_down.bias (n_embd); else NULL */
     struct model_mat w_gate, w_up; /* (n_ff, n_embd) */
     struct model_mat w_down;       /* (n_embd, n_ff) */
     const float *attn_q_norm;      /* qwen3, gemma3: per-head RMSNorm of q (head_dim); else NULL */
@@ -154,6 +178,10 @@ struct model {
                                       * hp.n_ctx_orig, or NULL */
     const float *rope_factors_long;  /* ... and for longer contexts (chosen per model_ctx by n_ctx) */
     struct model_layer *layers;    /* (n_layer) */
+    /* bert only (zeroed otherwise) */
+    struct model_mat pos_embd;     /* (n_ctx_train, n_embd) absolute position embeddings */
+    struct model_mat tok_types;    /* (n_token_types, n_embd); row 0 is added to every token */
+    const float *tok_norm, *tok_norm_b; /* (n_embd) LayerNorm of the embeddings */
 };
 
 /* Open and validate the GGUF at path. Returns 0 and *out (model_free), or
@@ -171,7 +199,7 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
  * first. */
 void model_free(struct model *m);
 
-/* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" ("?" otherwise). */
+/* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "bert" ("?" otherwise). */
 const char *model_arch_name(enum model_arch a);
 
 /* Tokenizer of the model, built from its tokenizer.ggml.* keys (see
@@ -211,6 +239,10 @@ struct model_ctx_params {
                             * positions when that is shorter than n_ctx (kv.h "rings"; less
                             * memory, same bits, no prefix caching); 1 keep every position
                             * like the other layers (prefix caching stays on) */
+    int embeddings;        /* 1: model_forward returns, for each marked token, its final-norm
+                            * hidden state (n_embd floats: output_norm applied, no LM head,
+                            * no soft-capping) instead of logits - what worker/engine/embed.h
+                            * pools. CPU only (ERR_UNSUPPORTED on CUDA) */
 };
 
 void model_ctx_params_init(struct model_ctx_params *p);
@@ -237,6 +269,9 @@ void model_ctx_free(struct model_ctx *c);
  * sequence ends, kv_seq_truncate to rewind, free-block accounting). */
 struct kv_cache *model_ctx_kv(struct model_ctx *c);
 int model_ctx_n_ctx(const struct model_ctx *c);
+/* The context's model and its parameters with the defaults filled in. */
+const struct model *model_ctx_model(const struct model_ctx *c);
+const struct model_ctx_params *model_ctx_get_params(const struct model_ctx *c);
 
 /* One step: a flat batch of n_tokens tokens. */
 struct model_batch {
@@ -252,7 +287,8 @@ struct model_batch {
  * the step appends to each sequence. A token attends to positions 0..pos of
  * its own slot (earlier steps and earlier tokens of this batch).
  * On success returns 0, *logits points to (n_out, n_vocab) float32 rows -
- * the marked tokens in batch order - valid until the next call, and the
+ * the marked tokens in batch order; (n_out, n_embd) hidden-state rows with
+ * model_ctx_params.embeddings - valid until the next call, and the
  * slots' lengths have grown. Errors, with nothing changed: ERR_INVAL
  * (n_tokens 0 or > n_batch_max, more than n_out_max marked, a token id,
  * slot or position out of range or out of order), ERR_BUSY (the KV cache

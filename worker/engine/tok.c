@@ -27,6 +27,7 @@
 
 #include "common/err.h"
 #include "common/gram/gram.h"
+#include "worker/engine/tok_unicode.h"
 
 #define MAX_REGEX 4
 
@@ -56,6 +57,9 @@ struct tok {
 
     int32_t bos, eos, eot, eom, unk, pad;
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
+    int32_t sep;            /* bert: [SEP] appended with TOK_ADD_SPECIAL, -1 none */
+    int lowercase, strip_accents; /* bert */
+    size_t max_tok_len;     /* bytes of the longest token text (WordPiece matching) */
 
     pcre2_code *re[MAX_REGEX];
     int n_re;
@@ -346,6 +350,8 @@ void tok_vocab_desc_init(struct tok_vocab_desc *d)
     memset(d, 0, sizeof *d);
     d->bos_id = d->eos_id = d->eot_id = d->eom_id = d->unk_id = d->pad_id = -1;
     d->add_bos = d->add_eos = d->add_space_prefix = -1;
+    d->sep_id = d->cls_id = -1;
+    d->lowercase = d->strip_accents = -1;
 }
 
 static const char *const eog_names[] = {
@@ -372,6 +378,8 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     t->gv_mu_ok = 1;
     if (strcmp(d->model, "llama") == 0) {
         t->model = TOK_MODEL_SPM;
+    } else if (strcmp(d->model, "bert") == 0) {
+        t->model = TOK_MODEL_WPM;
     } else if (strcmp(d->model, "gpt2") == 0) {
         t->model = TOK_MODEL_BPE;
         if (!d->merges && d->n_merges) {
@@ -468,18 +476,32 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     t->n_merges = nm;
     if ((rc = hash_tokens(t)) < 0 || (rc = hash_merges(t)) < 0)
         goto out;
+    for (size_t i = 0; i < t->n_vocab; i++)
+        if (t->tok_len[i] > t->max_tok_len)
+            t->max_tok_len = t->tok_len[i];
 
     /* special ids and flags */
     if (t->model == TOK_MODEL_SPM) {
         t->bos = 1; t->eos = 2; t->unk = 0;
         t->add_bos = 1; t->add_space_prefix = 1;
+    } else if (t->model == TOK_MODEL_WPM) { /* llama.cpp's defaults for "bert" */
+        t->bos = 101; t->eos = -1; t->unk = 100;
+        t->add_bos = 1; t->add_space_prefix = 1; /* decode: drop the first "▁"'s space */
     } else {
         t->bos = t->eos = t->unk = -1;
         t->add_bos = pd->add_bos;
         t->ignore_merges = pd->ignore_merges;
         t->clean_spaces = pd->clean_spaces;
     }
-    t->eot = t->eom = t->pad = -1;
+    t->eot = t->eom = t->pad = t->sep = -1;
+    if (t->model == TOK_MODEL_WPM) {
+        t->sep = 102;
+        t->pad = 0;
+        if (d->bos_id < 0 && d->cls_id >= 0 && (uint64_t)d->cls_id < t->n_vocab)
+            t->bos = (int32_t)d->cls_id;
+        t->lowercase = d->lowercase > 0;
+        t->strip_accents = d->strip_accents >= 0 ? d->strip_accents != 0 : t->lowercase;
+    }
 #define SET_ID(field, v) \
     if ((v) >= 0 && (uint64_t)(v) < t->n_vocab) t->field = (int32_t)(v)
     SET_ID(bos, d->bos_id);
@@ -488,7 +510,9 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     SET_ID(eom, d->eom_id);
     SET_ID(unk, d->unk_id);
     SET_ID(pad, d->pad_id);
+    SET_ID(sep, d->sep_id);
 #undef SET_ID
+    if (t->sep >= (int32_t)t->n_vocab) t->sep = -1;
     if (t->bos >= (int32_t)t->n_vocab) t->bos = -1;
     if (t->eos >= (int32_t)t->n_vocab) t->eos = -1;
     if (t->unk >= (int32_t)t->n_vocab) t->unk = -1;
@@ -929,6 +953,133 @@ static int spm_fragment(const struct tok *t, struct work *w, const char *text, s
     return 0;
 }
 
+/* ---- WordPiece (bert) ------------------------------------------------------- */
+
+/* CJK ideographs that BERT splits into one-character words (llama.cpp's
+ * is_chinese_char, including its 0x2B920 lower bound). */
+static int wpm_cjk(uint32_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+static size_t utf8_put(uint32_t c, char *o)
+{
+    if (c < 0x80) {
+        o[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        o[0] = (char)(0xC0 | (c >> 6));
+        o[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        o[0] = (char)(0xE0 | (c >> 12));
+        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (c >> 18));
+    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* Greedy longest-first match of one word w[0..n) ("▁" + the word's bytes),
+ * as llama.cpp's llm_tokenizer_wpm_session::tokenize: from each position
+ * the longest vocabulary entry; if some position matches nothing, the
+ * word's tokens are taken back and it becomes one [UNK]. */
+static int wpm_word(const struct tok *t, const char *w, size_t n, struct ids_out *o)
+{
+    size_t start = o->n;
+    int rc;
+    for (size_t i = 0; i < n;) {
+        size_t j = n < i + t->max_tok_len ? n : i + t->max_tok_len;
+        int32_t id = -1;
+        for (; j > i; j--)
+            if ((id = tok_find(t, w + i, j - i)) >= 0)
+                break;
+        if (id < 0) {
+            o->n = start;
+            break;
+        }
+        if ((rc = push_id(o, id)) < 0)
+            return rc;
+        i = j;
+    }
+    if (o->n == start && t->unk >= 0 && (rc = push_id(o, t->unk)) < 0)
+        return rc;
+    return 0;
+}
+
+/* One raw-text fragment (valid UTF-8): normalise, split into words, match
+ * each (see tok.h). The current word is built in w->text, "▁" first. */
+static int wpm_fragment(const struct tok *t, struct work *w, const char *text, size_t len,
+                        struct ids_out *o)
+{
+    static const char phantom[3] = {'\xE2', '\x96', '\x81'};
+    struct buf *b = &w->text;
+    int rc;
+    buf_reset(b);
+    if ((rc = buf_append(b, phantom, 3)) < 0)
+        return rc;
+    const unsigned char *p = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t n = tok_utf8_seq(p + i, len - i);
+        uint32_t c0;
+        if (n == 1)
+            c0 = p[i];
+        else if (n == 2)
+            c0 = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
+        else if (n == 3)
+            c0 = ((p[i] & 0x0Fu) << 12) | ((p[i + 1] & 0x3Fu) << 6) | (p[i + 2] & 0x3Fu);
+        else if (n == 4)
+            c0 = ((p[i] & 0x07u) << 18) | ((p[i + 1] & 0x3Fu) << 12) | ((p[i + 2] & 0x3Fu) << 6) |
+                 (p[i + 3] & 0x3Fu);
+        else { /* cannot happen: the text was sanitised */
+            i++;
+            continue;
+        }
+        i += n;
+        uint32_t cps[4];
+        int nc = t->strip_accents ? tok_uni_nfd(c0, cps) : (cps[0] = c0, 1);
+        for (int k = 0; k < nc; k++) {
+            uint32_t c = cps[k];
+            unsigned f = tok_uni_flags(c);
+            if (f & TOK_UNI_WS) {
+                if (b->len > 3 && (rc = wpm_word(t, b->data, b->len, o)) < 0)
+                    return rc;
+                b->len = 3;
+                continue;
+            }
+            if (c == 0 || c == 0xFFFD || (f & TOK_UNI_CTRL))
+                continue;
+            if (t->strip_accents && (f & TOK_UNI_MARK))
+                continue;
+            char u[4];
+            size_t un = utf8_put(t->lowercase ? tok_uni_lower(c) : c, u);
+            if ((f & TOK_UNI_PUNCT) || (c < 0x7F && (f & TOK_UNI_SYMBOL)) || wpm_cjk(c)) {
+                /* a word of its own */
+                if (b->len > 3 && (rc = wpm_word(t, b->data, b->len, o)) < 0)
+                    return rc;
+                b->len = 3;
+                if ((rc = buf_append(b, u, un)) < 0 || (rc = wpm_word(t, b->data, b->len, o)) < 0)
+                    return rc;
+                b->len = 3;
+            } else if ((rc = buf_append(b, u, un)) < 0) {
+                return rc;
+            }
+        }
+    }
+    if (b->len > 3 && (rc = wpm_word(t, b->data, b->len, o)) < 0)
+        return rc;
+    return 0;
+}
+
 /* ---- special-token partition and encode ------------------------------------ */
 
 struct frag {
@@ -1023,7 +1174,9 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int
     if ((rc = partition(t, s, clean.len, (flags & TOK_PARSE_SPECIAL) != 0, &fr)) < 0)
         goto out;
     int add = (flags & TOK_ADD_SPECIAL) != 0;
-    if (add && t->add_bos && t->bos >= 0 && (rc = push_id(&o, t->bos)) < 0)
+    /* WordPiece: [CLS] ... [SEP] whatever the add_* flags say (llama.cpp) */
+    int wpm = t->model == TOK_MODEL_WPM;
+    if (add && (t->add_bos || wpm) && t->bos >= 0 && (rc = push_id(&o, t->bos)) < 0)
         goto out;
     int prev_special = 1;
     for (size_t i = 0; i < fr.n; i++) {
@@ -1033,6 +1186,8 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int
             prev_special = 1;
         } else if (t->model == TOK_MODEL_BPE) {
             rc = bpe_fragment(t, &w, s + f->off, f->len, &o);
+        } else if (t->model == TOK_MODEL_WPM) {
+            rc = wpm_fragment(t, &w, s + f->off, f->len, &o);
         } else {
             rc = spm_fragment(t, &w, s + f->off, f->len, t->add_space_prefix && prev_special, &o);
             prev_special = 0;
@@ -1040,7 +1195,9 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int
         if (rc < 0)
             goto out;
     }
-    if (add && t->add_eos && t->eos >= 0 && (rc = push_id(&o, t->eos)) < 0)
+    if (add && !wpm && t->add_eos && t->eos >= 0 && (rc = push_id(&o, t->eos)) < 0)
+        goto out;
+    if (add && wpm && t->sep >= 0 && (rc = push_id(&o, t->sep)) < 0)
         goto out;
     *n_out = o.n;
 out:

@@ -12,6 +12,19 @@
  *           are merged by token score (highest first), leftovers fall back to
  *           <0xXX> byte tokens, like llama.cpp's llm_tokenizer_spm and the
  *           sentencepiece library's BPE model.
+ *   "bert"  WordPiece (BERT encoders), like llama.cpp's llm_tokenizer_wpm:
+ *           the vocabulary as llama.cpp's converter writes it (a word-start
+ *           piece is "▁" + text, a "##" continuation is its bare text,
+ *           CONTROL tokens as they are). The text is normalised as HF's
+ *           BertNormalizer - with strip_accents NFD and every mark dropped,
+ *           with lowercase the simple lowercase mapping; NUL, U+FFFD and
+ *           control characters dropped - and split at whitespace and
+ *           around every punctuation character, ASCII symbol and CJK
+ *           ideograph; each word is matched greedily longest-first ("▁" +
+ *           word, then continuations); a word with an unmatched rest
+ *           becomes one [UNK]. TOK_ADD_SPECIAL adds [CLS] (bos) before and
+ *           [SEP] after, whatever add_bos / add_eos say (llama.cpp does the
+ *           same). Unicode properties: tok_unicode.h.
  *
  * Special tokens (CONTROL, USER_DEFINED, UNKNOWN types) are cut out of the
  * text first, longest first, like llama.cpp's tokenizer_st_partition:
@@ -46,8 +59,9 @@
 #define TOK_MAX_MERGES       (1u << 22)    /* BPE merge rules */
 
 /* Ids tok_encode can produce for len input bytes, at most: an invalid byte
- * becomes U+FFFD (3 bytes), each byte at most one token, plus BOS and EOS. */
-#define TOK_ENCODE_BOUND(len) (3 * (size_t)(len) + 2)
+ * becomes U+FFFD (3 bytes), each byte at most one token, plus BOS, EOS and
+ * SEP. */
+#define TOK_ENCODE_BOUND(len) (3 * (size_t)(len) + 3)
 
 /* tokenizer.ggml.token_type values (gguf-py TokenType). */
 enum tok_type {
@@ -60,12 +74,12 @@ enum tok_type {
     TOK_TYPE_BYTE = 6,
 };
 
-enum tok_model { TOK_MODEL_SPM = 1, TOK_MODEL_BPE = 2 };
+enum tok_model { TOK_MODEL_SPM = 1, TOK_MODEL_BPE = 2, TOK_MODEL_WPM = 3 };
 
 /* The vocabulary, as the GGUF `tokenizer.ggml.*` keys give it. Everything is
  * borrowed for the duration of tok_new only (tok copies what it keeps). */
 struct tok_vocab_desc {
-    const char *model;           /* tokenizer.ggml.model: "llama" or "gpt2" */
+    const char *model;           /* tokenizer.ggml.model: "llama", "gpt2" or "bert" */
     const char *pre;             /* tokenizer.ggml.pre, NULL when absent (= "default") */
     size_t n_tokens;
     const char *const *tokens;   /* (n_tokens) token texts */
@@ -77,11 +91,16 @@ struct tok_vocab_desc {
     const size_t *merge_lens;    /* (n_merges) or NULL: NUL-terminated */
     /* special token ids; -1 when the key is absent (then the model default
      * applies: llama bos 1 eos 2 unk 0; gpt2 none). Out-of-range ids are
-     * ignored like llama.cpp does (default kept). */
-    int64_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
+     * ignored like llama.cpp does (default kept). bert: bos 101 ([CLS]),
+     * unk 100, sep 102, no eos; a GGUF without bos_token_id but with
+     * cls_token_id gets that as bos (HF's choice; llama.cpp keeps 101). */
+    int64_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id, sep_id, cls_id;
     int add_bos;                 /* tokenizer.ggml.add_bos_token: 0/1, -1 absent (model default) */
     int add_eos;                 /* add_eos_token: 0/1, -1 absent (default 0) */
     int add_space_prefix;        /* add_space_prefix: 0/1, -1 absent (llama: 1, gpt2: 0) */
+    int lowercase;               /* bert: normalizer.lowercase 0/1, -1 absent (default 0, as
+                                  * llama.cpp) */
+    int strip_accents;           /* bert: normalizer.strip_accents 0/1, -1 absent (= lowercase) */
 };
 
 /* A desc with every optional field "absent" (ids -1, flags -1). */

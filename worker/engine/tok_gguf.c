@@ -190,7 +190,12 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
         (rc = get_id(g, "tokenizer.ggml.padding_token_id", &d.pad_id, err, err_len)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_bos_token", &d.add_bos, err, err_len)) ||
         (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &d.add_eos, err, err_len)) ||
-        (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &d.add_space_prefix, err, err_len)))
+        (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &d.add_space_prefix, err, err_len)) ||
+        (rc = get_id(g, "tokenizer.ggml.seperator_token_id", &d.sep_id, err, err_len)) ||
+        (rc = get_id(g, "tokenizer.ggml.cls_token_id", &d.cls_id, err, err_len)) ||
+        (rc = get_flag(g, "tokenizer.ggml.normalizer.lowercase", &d.lowercase, err, err_len)) ||
+        (rc = get_flag(g, "tokenizer.ggml.normalizer.strip_accents", &d.strip_accents, err,
+                       err_len)))
         goto out;
     d.model = model;
     d.pre = pre;

@@ -182,7 +182,7 @@ static const struct bad_case bad_cases[] = {
      "invalid_value", 2},
     {"GET", CHAT, "{\"custom_id\":\"x\",\"method\":\"GET\",\"url\":\"/v1/chat/completions\",\"body\":{}}",
      "invalid_method", 2},
-    {"bad url", CHAT, "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/embeddings\",\"body\":{}}", "invalid_url", 2},
+    {"bad url", CHAT, "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/moderations\",\"body\":{}}", "invalid_url", 2},
     {"other endpoint", CHAT, "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}",
      "mismatched_endpoint", 2},
     {"no body", CHAT, "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\"}",

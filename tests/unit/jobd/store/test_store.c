@@ -442,7 +442,7 @@ TEST(store_batch_create_checks_inputs_and_cancel_is_idempotent)
     struct store_tenant t;
     struct store_file f;
     make_tenant_file(st, "acme", &t, &f);
-    struct store_batch_new nb = {"/v1/embeddings", f.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/moderations", f.id, 86400, NULL, 0};
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, NULL), ERR_INVAL);
     nb.endpoint = "/v1/completions";
     nb.completion_window_s = 0;

@@ -39,7 +39,7 @@ struct fx {
 
 static void fx_register(struct fx *fx, int64_t now)
 {
-    struct store_model_name names[] = {{MODEL, MODEL}, {MODEL, "smollm"}};
+    struct store_model_name names[] = {{MODEL, MODEL, 0}, {MODEL, "smollm", 0}};
     struct store_worker_new w = {"test-worker", "cpu", 4096, 64, names, 2};
     CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, fx->worker), 0);
 }
@@ -407,6 +407,109 @@ TEST(lease_validating_batches_are_not_leasable)
     store_lease_clear(&l);
     store_batch_release(&b);
     store_close(fx.st);
+}
+
+/* Endpoint routing (issue 22): a worker that declared /v1/embeddings only
+ * (an encoder model) is leased the embeddings batch's lines and never the
+ * chat batch's; one that declared the generation endpoints the reverse; a
+ * model whose live workers do not serve a batch's endpoint is "waiting". */
+TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char chat_id[ID_MAX];
+    fx_batch(&fx, &fx.ta, "c", 3, NULL, 86400, chat_id);
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", fx.ta.id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.filename, sizeof sf.filename, "e.jsonl");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
+    CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
+    struct store_batch_new nb = {"/v1/embeddings", sf.id, 86400, NULL, 0};
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
+    CHECK_EQ_INT(store_tx_begin(fx.st), 0);
+    for (int i = 0; i < 2; i++) {
+        char cid[16];
+        snprintf(cid, sizeof cid, "e-%d", i);
+        struct store_request_new q = {b.id, fx.ta.id, i + 1, cid, "smollm",
+                                      "{\"model\":\"smollm\",\"input\":\"x\"}", 31, 1, 0, NOW};
+        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+    }
+    CHECK_EQ_INT(store_tx_commit(fx.st), 0);
+    CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
+
+    /* the fixture's worker declared nothing (all endpoints): it would take both.
+     * Two more: an encoder worker and a generation worker. */
+    struct store_model_name enc_names[] = {{MODEL, MODEL, STORE_EP_EMBEDDINGS},
+                                           {MODEL, "smollm", STORE_EP_EMBEDDINGS}};
+    struct store_model_name gen_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_COMPLETIONS},
+                                           {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_COMPLETIONS}};
+    struct store_worker_new we = {"enc", "cpu", 0, 0, enc_names, 2};
+    struct store_worker_new wg = {"gen", "cuda:0", 0, 0, gen_names, 2};
+    char enc[ID_MAX], gen[ID_MAX];
+    CHECK_EQ_INT(lease_worker_register(fx.st, &we, NOW + 200, enc), 0);
+    /* the fixture's worker (registered at NOW) has lapsed by NOW + 200: with only
+     * the encoder worker live, the chat batch's model waits for a worker */
+    struct store_model_waiting *w = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(lease_models_waiting(fx.st, NULL, NOW + 200, &w, &n), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_STR(w[0].model, "smollm");
+    CHECK_EQ_INT(w[0].n_batches, 1);
+    free(w);
+    CHECK_EQ_INT(lease_worker_register(fx.st, &wg, NOW + 200, gen), 0);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 16);
+    a.worker_id = enc;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 200, &l), 0);
+    CHECK_EQ_INT(l.n, 2);
+    for (size_t i = 0; i < l.n; i++) {
+        CHECK_EQ_STR(l.items[i].endpoint, "/v1/embeddings");
+        CHECK_EQ_STR(l.items[i].batch_id, b.id);
+    }
+    store_lease_clear(&l);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 200, &l), 0);
+    CHECK_EQ_INT(l.n, 0); /* the chat lines are not for it */
+    store_lease_clear(&l);
+    a.worker_id = gen;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 200, &l), 0);
+    CHECK_EQ_INT(l.n, 3);
+    for (size_t i = 0; i < l.n; i++)
+        CHECK_EQ_STR(l.items[i].endpoint, "/v1/chat/completions");
+    store_lease_clear(&l);
+    /* both endpoints have a live worker now */
+    CHECK_EQ_INT(lease_models_waiting(fx.st, NULL, NOW + 200, &w, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    free(w);
+    store_batch_release(&b);
+    store_close(fx.st);
+}
+
+/* The registration message: "endpoints" per model, checked. */
+TEST(lease_register_parses_declared_endpoints)
+{
+    struct lease_register r;
+    struct lease_error e;
+    const char *ok = "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"aliases\":[\"a\"],"
+                     "\"endpoints\":[\"/v1/embeddings\"]},{\"id\":\"g\"}]}";
+    CHECK_EQ_INT(lease_parse_register(ok, strlen(ok), &r, &e), 0);
+    CHECK_EQ_INT(r.w.n_models, 3);
+    CHECK_EQ_INT(r.w.models[0].endpoints, STORE_EP_EMBEDDINGS);
+    CHECK_EQ_INT(r.w.models[1].endpoints, STORE_EP_EMBEDDINGS); /* the alias */
+    CHECK_EQ_INT(r.w.models[2].endpoints, 0);                   /* absent: all */
+    lease_register_release(&r);
+    const char *bad[] = {
+        "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[]}]}",
+        "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":\"/v1/embeddings\"}]}",
+        "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[\"/v1/responses\"]}]}",
+        "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[1]}]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(lease_parse_register(bad[i], strlen(bad[i]), &r, &e), ERR_INVAL);
+        CHECK_EQ_INT(e.status, 400);
+    }
 }
 
 TEST(lease_expiry_requeues_with_attempts_and_refuses_the_stale_upload)

@@ -228,10 +228,14 @@ TEST(lease_proto_answers_are_json)
     CHECK_EQ_INT(json_array_size(json_object_get(v, "cancelled")), 1);
     json_decref(v);
     buf_reset(&b);
-    struct store_model_served m = {"smollm", "SmolLM2", 2};
+    struct store_model_served m = {"smollm", "SmolLM2", 2, STORE_EP_CHAT | STORE_EP_EMBEDDINGS};
     CHECK_EQ_INT(lease_write_models(&b, &m, 1), 0);
     v = json_loads(b.data, 0, NULL);
     CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(json_object_get(v, "data"), 0), "id")), "smollm");
+    json_t *eps = json_object_get(json_array_get(json_object_get(v, "data"), 0), "endpoints");
+    CHECK_EQ_INT(json_array_size(eps), 2);
+    CHECK_EQ_STR(json_string_value(json_array_get(eps, 0)), "/v1/chat/completions");
+    CHECK_EQ_STR(json_string_value(json_array_get(eps, 1)), "/v1/embeddings");
     json_decref(v);
     buf_release(&b);
 }

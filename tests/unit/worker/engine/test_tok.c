@@ -378,7 +378,9 @@ TEST(tok_limits)
     d.pre = "smollm";
     d.n_tokens = 3;
     CHECK_EQ_INT(tok_new(&d, &x), ERR_CORRUPT); /* duplicate text */
-    d.model = "bert";
+    d.model = "bert"; /* WordPiece is known: the duplicate text is the error */
+    CHECK_EQ_INT(tok_new(&d, &x), ERR_CORRUPT);
+    d.model = "ugm";  /* an unknown tokenizer model */
     CHECK_EQ_INT(tok_new(&d, &x), ERR_INVAL);
     const char *merges[] = {"ab"};
     d.model = "gpt2";

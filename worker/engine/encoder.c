@@ -1,0 +1,273 @@
+/*
+ * encoder.c - the BERT encoder forward pass over packed inputs. See
+ * encoder.h for the step's pseudocode and the numerics.
+ */
+#include "worker/engine/encoder.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/kn.h"
+#include "worker/engine/embed.h"
+#include "worker/engine/forward_cpu.h"
+
+struct enc {
+    const struct model *m;
+    struct kn_pool *pool;
+    int exact;
+    int cap;           /* tokens per step */
+    int max_len;       /* longest input */
+    float *x;          /* (cap, n_embd) residual stream */
+    float *q, *k, *v;  /* (cap, n_embd) */
+    float *att;        /* (cap, n_embd) attention output */
+    float *proj;       /* (cap, n_embd) Wo / Wdown output */
+    float *hb;         /* (cap, n_ff) FFN inner */
+    float *scores;     /* (n_threads, max_len) one score row per pool thread */
+    float *row;        /* (n_embd) dequantized type / position row */
+    int32_t *tok, *pos; /* (cap) the step's token ids and positions */
+    int32_t *start;    /* (cap) first token of each token's input (its range) */
+    int32_t *len;      /* (cap) length of each token's input */
+    void *mm;          /* matmul scratch */
+    size_t mm_bytes;
+    int n_threads;
+    int n_tok;         /* tokens in the current step */
+};
+
+static void enc_free(struct enc *e)
+{
+    free(e->x);
+    free(e->q);
+    free(e->k);
+    free(e->v);
+    free(e->att);
+    free(e->proj);
+    free(e->hb);
+    free(e->scores);
+    free(e->row);
+    free(e->tok);
+    free(e->pos);
+    free(e->start);
+    free(e->len);
+    free(e->mm);
+}
+
+static int enc_init(struct enc *e, const struct model *m, const struct model_ctx_params *p,
+                    int max_len)
+{
+    const struct model_hparams *hp = &m->hp;
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    e->pool = p->pool;
+    e->exact = p->exact_matmul;
+    e->max_len = max_len;
+    e->cap = p->n_batch_max > max_len ? p->n_batch_max : max_len;
+    e->n_threads = kn_pool_threads(p->pool);
+    int k_max = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    e->mm_bytes = fwdcpu_linear_scratch_bytes(e->cap, k_max);
+    if (e->mm_bytes == SIZE_MAX)
+        return ERR_TOOBIG;
+    size_t c = (size_t)e->cap, d = (size_t)hp->n_embd;
+    if (c > SIZE_MAX / sizeof(float) / (d > (size_t)hp->n_ff ? d : (size_t)hp->n_ff))
+        return ERR_TOOBIG;
+    e->x = malloc(c * d * sizeof(float));
+    e->q = malloc(c * d * sizeof(float));
+    e->k = malloc(c * d * sizeof(float));
+    e->v = malloc(c * d * sizeof(float));
+    e->att = malloc(c * d * sizeof(float));
+    e->proj = malloc(c * d * sizeof(float));
+    e->hb = malloc(c * (size_t)hp->n_ff * sizeof(float));
+    e->scores = malloc((size_t)e->n_threads * (size_t)max_len * sizeof(float));
+    e->row = malloc(d * sizeof(float));
+    e->tok = malloc(c * sizeof(int32_t));
+    e->pos = malloc(c * sizeof(int32_t));
+    e->start = malloc(c * sizeof(int32_t));
+    e->len = malloc(c * sizeof(int32_t));
+    e->mm = malloc(e->mm_bytes);
+    if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->proj || !e->hb || !e->scores ||
+        !e->row || !e->tok || !e->pos || !e->start || !e->len || !e->mm)
+        return ERR_NOMEM;
+    return 0;
+}
+
+/* out = LN(x) * w + b per row, in place allowed; mean and variance in
+ * double (biased variance, as torch.nn.LayerNorm). */
+static void layernorm(float *out, const float *x, const float *w, const float *b, int n, int dim,
+                      float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * (size_t)dim;
+        float *o = out + (size_t)r * (size_t)dim;
+        double mean = 0, var = 0;
+        for (int i = 0; i < dim; i++)
+            mean += xr[i];
+        mean /= dim;
+        for (int i = 0; i < dim; i++) {
+            double t = xr[i] - mean;
+            var += t * t;
+        }
+        var /= dim;
+        float inv = (float)(1.0 / sqrt(var + (double)eps)), mf = (float)mean;
+        for (int i = 0; i < dim; i++)
+            o[i] = (xr[i] - mf) * inv * w[i] + b[i];
+    }
+}
+
+static int linear(struct enc *e, float *out, const float *x, int n, const struct model_mat *w,
+                  const float *bias)
+{
+    int rc = fwdcpu_linear(e->pool, e->exact, out, x, n, w, e->mm, e->mm_bytes);
+    if (rc)
+        return ERR_INTERNAL;
+    if (bias)
+        kn_add_bias_f32(out, bias, n, w->rows);
+    return 0;
+}
+
+/* Bidirectional attention within each token's input range; tokens split
+ * evenly over the pool (each token's numbers are the same whatever thread
+ * computes it). */
+static void attn_run(void *arg, int ith, int nth)
+{
+    struct enc *e = arg;
+    const struct model_hparams *hp = &e->m->hp;
+    int d = hp->n_embd, hd = hp->head_dim;
+    int lo = (int)((int64_t)e->n_tok * ith / nth), hi = (int)((int64_t)e->n_tok * (ith + 1) / nth);
+    float *sc = e->scores + (size_t)ith * (size_t)e->max_len;
+    for (int i = lo; i < hi; i++) {
+        int s0 = e->start[i], n = e->len[i];
+        for (int h = 0; h < hp->n_head; h++) {
+            const float *q = e->q + (size_t)i * (size_t)d + (size_t)h * (size_t)hd;
+            float mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                const float *k = e->k + (size_t)(s0 + j) * (size_t)d + (size_t)h * (size_t)hd;
+                float dot = 0;
+                for (int t = 0; t < hd; t++)
+                    dot += q[t] * k[t];
+                sc[j] = dot * hp->attn_scale;
+                if (sc[j] > mx)
+                    mx = sc[j];
+            }
+            float sum = 0;
+            for (int j = 0; j < n; j++) {
+                sc[j] = expf(sc[j] - mx);
+                sum += sc[j];
+            }
+            float inv = 1.0f / sum;
+            float *o = e->att + (size_t)i * (size_t)d + (size_t)h * (size_t)hd;
+            for (int t = 0; t < hd; t++)
+                o[t] = 0;
+            for (int j = 0; j < n; j++) {
+                const float *v = e->v + (size_t)(s0 + j) * (size_t)d + (size_t)h * (size_t)hd;
+                float p = sc[j] * inv;
+                for (int t = 0; t < hd; t++)
+                    o[t] += p * v[t];
+            }
+        }
+    }
+}
+
+static void gelu_erf(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+/* One step over e->n_tok tokens (tok, pos, start, len filled): e->x holds
+ * the final hidden states after. */
+static int enc_step(struct enc *e)
+{
+    const struct model *m = e->m;
+    const struct model_hparams *hp = &m->hp;
+    int n = e->n_tok, d = hp->n_embd, rc;
+    kn_get_rows(e->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, e->tok, n, d);
+    int32_t zero = 0;
+    kn_get_rows(e->row, m->tok_types.data, m->tok_types.type, m->tok_types.row_bytes, &zero, 1, d);
+    kn_add_bias_f32(e->x, e->row, n, d);
+    kn_get_rows(e->proj, m->pos_embd.data, m->pos_embd.type, m->pos_embd.row_bytes, e->pos, n, d);
+    kn_add_f32(e->x, e->proj, (size_t)n * (size_t)d);
+    layernorm(e->x, e->x, m->tok_norm, m->tok_norm_b, n, d, hp->norm_eps);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        if ((rc = linear(e, e->q, e->x, n, &L->wq, L->bq)) ||
+            (rc = linear(e, e->k, e->x, n, &L->wk, L->bk)) ||
+            (rc = linear(e, e->v, e->x, n, &L->wv, L->bv)))
+            return rc;
+        if (e->n_threads > 1 && n > 1)
+            kn_pool_run(e->pool, attn_run, e);
+        else
+            attn_run(e, 0, 1);
+        if ((rc = linear(e, e->proj, e->att, n, &L->wo, L->bo)))
+            return rc;
+        kn_add_f32(e->x, e->proj, (size_t)n * (size_t)d);
+        layernorm(e->x, e->x, L->attn_norm, L->attn_norm_b, n, d, hp->norm_eps);
+        if ((rc = linear(e, e->hb, e->x, n, &L->w_up, L->b_up)))
+            return rc;
+        gelu_erf(e->hb, (size_t)n * (size_t)hp->n_ff);
+        if ((rc = linear(e, e->proj, e->hb, n, &L->w_down, L->b_down)))
+            return rc;
+        kn_add_f32(e->x, e->proj, (size_t)n * (size_t)d);
+        layernorm(e->x, e->x, L->ffn_norm, L->ffn_norm_b, n, d, hp->norm_eps);
+    }
+    return 0;
+}
+
+int encoder_run(struct model_ctx *c, enum model_pooling pool, int normalize,
+                const int32_t *const *ids, const int *lens, int n_in, float *out)
+{
+    const struct model *m = model_ctx_model(c);
+    if (m->hp.arch != MODEL_ARCH_BERT ||
+        (pool != MODEL_POOL_MEAN && pool != MODEL_POOL_CLS && pool != MODEL_POOL_LAST))
+        return ERR_INVAL;
+    if (n_in <= 0)
+        return 0;
+    int max_len = 1;
+    for (int i = 0; i < n_in; i++)
+        if (lens[i] > max_len)
+            max_len = lens[i];
+    struct enc e;
+    int rc = enc_init(&e, m, model_ctx_get_params(c), max_len);
+    if (rc)
+        goto out;
+    int d = m->hp.n_embd;
+    for (int first = 0; first < n_in;) {
+        /* whole inputs back to back while they fit */
+        int last = first, n = 0;
+        while (last < n_in && n + lens[last] <= e.cap) {
+            for (int j = 0; j < lens[last]; j++) {
+                e.tok[n + j] = ids[last][j];
+                e.pos[n + j] = j;
+                e.start[n + j] = n;
+                e.len[n + j] = lens[last];
+            }
+            n += lens[last++];
+        }
+        e.n_tok = n;
+        if ((rc = enc_step(&e)))
+            goto out;
+        for (int i = first, s0 = 0; i < last; s0 += lens[i++]) {
+            float *o = out + (size_t)i * (size_t)d;
+            int len = lens[i];
+            if (pool == MODEL_POOL_MEAN) {
+                for (int k = 0; k < d; k++)
+                    o[k] = 0;
+                for (int j = 0; j < len; j++) /* summed in position order */
+                    kn_add_f32(o, e.x + (size_t)(s0 + j) * (size_t)d, (size_t)d);
+                for (int k = 0; k < d; k++)
+                    o[k] /= (float)len;
+            } else {
+                int r = pool == MODEL_POOL_CLS ? s0 : s0 + len - 1;
+                memcpy(o, e.x + (size_t)r * (size_t)d, (size_t)d * sizeof(float));
+            }
+            if (normalize)
+                embed_normalize(o, d);
+        }
+        first = last;
+    }
+    rc = 0;
+out:
+    enc_free(&e);
+    return rc;
+}
