@@ -21,30 +21,31 @@ int store_sqlerr(struct store *st, int sqlite_rc, const char *what)
 {
     int prim = sqlite_rc & 0xff;
     int ext = sqlite_rc;
-    const char *msg = st && st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(sqlite_rc);
+    const char *msg = st && st->db ? sdb_errmsg(st->db) : sdb_errstr(sqlite_rc);
     int e;
     switch (prim) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: e = ERR_BUSY; break;
-    case SQLITE_NOMEM: e = ERR_NOMEM; break;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: e = ERR_CORRUPT; break;
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM: e = ERR_IO; break;
-    case SQLITE_CONSTRAINT:
-        e = (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY) ? ERR_EXISTS
-            : ext == SQLITE_CONSTRAINT_FOREIGNKEY                                    ? ERR_NOTFOUND
+    case SDB_BUSY:
+    case SDB_LOCKED: e = ERR_BUSY; break;
+    case SDB_NOMEM: e = ERR_NOMEM; break;
+    case SDB_CORRUPT:
+    case SDB_NOTADB: e = ERR_CORRUPT; break;
+    case SDB_IOERR:
+    case SDB_FULL:
+    case SDB_CANTOPEN:
+    case SDB_READONLY:
+    case SDB_PERM: e = ERR_IO; break;
+    case SDB_CONSTRAINT:
+        e = (ext == SDB_CONSTRAINT_UNIQUE || ext == SDB_CONSTRAINT_PRIMARYKEY) ? ERR_EXISTS
+            : ext == SDB_CONSTRAINT_FOREIGNKEY                                    ? ERR_NOTFOUND
                                                                                      : ERR_INVAL;
         break;
-    case SQLITE_TOOBIG: e = ERR_TOOBIG; break;
+    case SDB_TOOBIG: e = ERR_TOOBIG; break;
     default: e = ERR_INTERNAL; break;
     }
     /* Constraint violations are expected outcomes (duplicates); the rest are not. */
-    log_write(prim == SQLITE_CONSTRAINT || prim == SQLITE_BUSY ? LOG_DEBUG : LOG_ERROR, NULL,
-              "store: %s: sqlite error %d (%s): %s", what, sqlite_rc, sqlite3_errstr(sqlite_rc),
+    log_write(prim == SDB_CONSTRAINT || prim == SDB_BUSY ? LOG_DEBUG : LOG_ERROR, NULL,
+              "store: %s: %s error %d (%s): %s", what, st && st->db ? st->db->ops->name : "sqlite",
+              sqlite_rc, sdb_errstr(sqlite_rc),
               msg ? msg : "");
     return e;
 }
@@ -56,16 +57,16 @@ static const char *const store_sql_text[S__COUNT] = {
 #undef STORE_SQL_TEXT_
 };
 
-sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
+struct sdb_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
 {
-    sqlite3_stmt *s = st->stmts[id];
+    struct sdb_stmt *s = st->stmts[id];
     if (s) {
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
+        sdb_reset(s);
+        sdb_clear_bindings(s);
         return s;
     }
-    int r = sqlite3_prepare_v3(st->db, store_sql_text[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
-    if (r != SQLITE_OK) {
+    int r = sdb_prepare(st->db, store_sql_text[id], &s);
+    if (r != SDB_OK) {
         *rc = store_sqlerr(st, r, store_sql_text[id]);
         return NULL;
     }
@@ -73,47 +74,47 @@ sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
     return s;
 }
 
-int store_step_done(struct store *st, sqlite3_stmt *s, const char *what)
+int store_step_done(struct store *st, struct sdb_stmt *s, const char *what)
 {
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW)
+    while ((r = sdb_step(s)) == SDB_ROW)
         ;
-    int rc = r == SQLITE_DONE ? 0 : store_sqlerr(st, r, what);
-    sqlite3_reset(s);
+    int rc = r == SDB_DONE ? 0 : store_sqlerr(st, r, what);
+    sdb_reset(s);
     return rc;
 }
 
 static int store_run(struct store *st, enum store_stmt_id id)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     return s ? store_step_done(st, s, store_sql_text[id]) : rc;
 }
 
-int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v)
+int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v)
 {
-    int r = v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(s, i);
-    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+    int r = v ? sdb_bind_text(s, i, v, -1) : sdb_bind_null(s, i);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, "bind");
 }
 
-int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v)
+int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v)
 {
-    int r = sqlite3_bind_int64(s, i, v);
-    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+    int r = sdb_bind_int64(s, i, v);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, "bind");
 }
 
-void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap)
+void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap)
 {
-    const unsigned char *t = sqlite3_column_text(s, col);
+    const unsigned char *t = sdb_column_text(s, col);
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
-int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n)
+int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n)
 {
     char(*arr)[ID_MAX] = NULL;
     size_t cnt = 0, cap = 0;
     int r, rc = 0;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? 2 * cap : 8;
             char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
@@ -126,9 +127,9 @@ int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], s
         }
         store_col_text(s, 0, arr[cnt++], ID_MAX);
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "collect ids");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -138,9 +139,9 @@ int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], s
     return 0;
 }
 
-char *store_col_dup(sqlite3_stmt *s, int col, int *err)
+char *store_col_dup(struct sdb_stmt *s, int col, int *err)
 {
-    const unsigned char *t = sqlite3_column_text(s, col);
+    const unsigned char *t = sdb_column_text(s, col);
     if (!t)
         return NULL;
     char *d = strdup((const char *)t);
@@ -184,7 +185,7 @@ int store_w_end(struct store *st, int rc)
                 return 0;
             rc = c;
         }
-        if (!sqlite3_get_autocommit(st->db))
+        if (sdb_in_tx(st->db))
             store_run(st, S_ROLLBACK);
         return rc;
     }
@@ -277,15 +278,15 @@ int store_schema_latest(void)
 static int store_user_version(struct store *st, int *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_USER_VERSION, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_USER_VERSION, &rc);
     if (!s)
         return rc;
-    int r = sqlite3_step(s);
-    if (r != SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r != SDB_ROW)
         rc = store_sqlerr(st, r, "read user_version");
     else
-        *out = sqlite3_column_int(s, 0);
-    sqlite3_reset(s);
+        *out = sdb_column_int(s, 0);
+    sdb_reset(s);
     return rc;
 }
 
@@ -325,13 +326,11 @@ static int store_migrate(struct store *st)
             } else {
                 memcpy(sql, text, len);
                 snprintf(sql + len, 64, "\nPRAGMA user_version = %d;\n", num);
-                char *emsg = NULL;
-                int r = sqlite3_exec(st->db, sql, NULL, NULL, &emsg);
-                if (r != SQLITE_OK) {
-                    log_error("store: migration %d failed: %s", num, emsg ? emsg : "?");
+                int r = sdb_exec(st->db, sql);
+                if (r != SDB_OK) {
+                    log_error("store: migration %d failed: %s", num, sdb_errmsg(st->db));
                     rc = store_sqlerr(st, r, "migration");
                 }
-                sqlite3_free(emsg);
                 free(sql);
             }
             if (!rc)
@@ -347,10 +346,8 @@ static int store_migrate(struct store *st)
 
 static int store_pragma(struct store *st, const char *sql)
 {
-    char *emsg = NULL;
-    int r = sqlite3_exec(st->db, sql, NULL, NULL, &emsg);
-    sqlite3_free(emsg);
-    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, sql);
+    int r = sdb_exec(st->db, sql);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, sql);
 }
 
 int store_open(const char *data_dir, const struct store_opts *opts, struct store **out)
@@ -374,14 +371,11 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
         goto out;
     }
     snprintf(st->db_path, plen, "%s/%s", data_dir, STORE_DB_NAME);
-    int r = sqlite3_open_v2(st->db_path, &st->db,
-                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (r != SQLITE_OK) {
+    int r = sdb_sqlite_open(st->db_path, st->opts.busy_timeout_ms, &st->db);
+    if (r != SDB_OK) {
         rc = store_sqlerr(st, r, "open");
         goto out;
     }
-    sqlite3_extended_result_codes(st->db, 1);
-    sqlite3_busy_timeout(st->db, st->opts.busy_timeout_ms > 0 ? st->opts.busy_timeout_ms : 0);
     if ((rc = store_pragma(st, "PRAGMA journal_mode=WAL")) ||
         (rc = store_pragma(st, st->opts.durability == STORE_DURABILITY_NORMAL
                                    ? "PRAGMA synchronous=NORMAL"
@@ -401,12 +395,12 @@ void store_close(struct store *st)
 {
     if (!st)
         return;
-    if (st->db && !sqlite3_get_autocommit(st->db))
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    if (st->db && sdb_in_tx(st->db))
+        sdb_exec(st->db, "ROLLBACK");
     for (int i = 0; i < S__COUNT; i++)
-        sqlite3_finalize(st->stmts[i]);
+        sdb_finalize(st->stmts[i]);
     if (st->db)
-        sqlite3_close(st->db);
+        sdb_close(st->db);
     free(st->dir);
     free(st->db_path);
     free(st);
@@ -437,18 +431,18 @@ static int tenant_fetch(struct store *st, enum store_stmt_id id, const char *arg
                         struct store_tenant *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, arg)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
         store_col_text(s, 0, out->id, sizeof out->id);
         store_col_text(s, 1, out->name, sizeof out->name);
-        out->created_at = sqlite3_column_int64(s, 2);
+        out->created_at = sdb_column_int64(s, 2);
     } else {
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get tenant");
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get tenant");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -479,7 +473,7 @@ int store_tenant_create(struct store *st, const char *name, int64_t now, struct 
     if (rc)
         return rc;
     snprintf(t.name, sizeof t.name, "%s", name);
-    sqlite3_stmt *s = store_stmt(st, S_TENANT_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_TENANT_INSERT, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -531,18 +525,18 @@ int store_key_create(struct store *st, const char *tenant_id, int64_t now,
             (rc = key_random(secret, STORE_KEY_SECRET_LEN)) ||
             (rc = sha256(secret, STORE_KEY_SECRET_LEN, hash)))
             goto out;
-        sqlite3_stmt *s = store_stmt(st, S_KEY_INSERT, &rc);
+        struct sdb_stmt *s = store_stmt(st, S_KEY_INSERT, &rc);
         if (!s)
             goto out;
         if ((rc = store_w_begin(st)))
             goto out;
         if (!(rc = store_bind_text(st, s, 1, kid)) && !(rc = store_bind_text(st, s, 2, tenant_id))) {
-            int r = sqlite3_bind_blob(s, 3, hash, SHA256_LEN, SQLITE_STATIC);
-            rc = r == SQLITE_OK ? store_bind_int(st, s, 4, now) : store_sqlerr(st, r, "bind");
+            int r = sdb_bind_blob(s, 3, hash, SHA256_LEN);
+            rc = r == SDB_OK ? store_bind_int(st, s, 4, now) : store_sqlerr(st, r, "bind");
             if (!rc)
                 rc = store_step_done(st, s, "insert api key");
         }
-        sqlite3_clear_bindings(s);
+        sdb_clear_bindings(s);
         rc = store_w_end(st, rc);
         if (rc != ERR_EXISTS || attempt >= 3) /* key id collision: draw again */
             break;
@@ -580,31 +574,31 @@ int store_key_verify(struct store *st, const char *presented, struct store_key *
     int rc = sha256(presented + plen + STORE_KEY_ID_LEN + 1, STORE_KEY_SECRET_LEN, hash);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_KEY_LOOKUP, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_KEY_LOOKUP, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, kid)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
-        const void *stored = sqlite3_column_blob(s, 1);
-        int ok = sqlite3_column_bytes(s, 1) == SHA256_LEN && stored &&
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
+        const void *stored = sdb_column_blob(s, 1);
+        int ok = sdb_column_bytes(s, 1) == SHA256_LEN && stored &&
                  crypto_equal(stored, hash, SHA256_LEN);
         if (ok) {
             memset(out, 0, sizeof *out);
             snprintf(out->id, sizeof out->id, "%s", kid);
             snprintf(out->prefix, sizeof out->prefix, "%s%s", STORE_KEY_PREFIX, kid);
             store_col_text(s, 0, out->tenant_id, sizeof out->tenant_id);
-            out->created_at = sqlite3_column_int64(s, 2);
+            out->created_at = sdb_column_int64(s, 2);
             store_col_text(s, 3, out->tenant_name, sizeof out->tenant_name);
         } else {
             rc = ERR_AUTH;
         }
-    } else if (r == SQLITE_DONE) {
+    } else if (r == SDB_DONE) {
         (void)crypto_equal(dummy, hash, SHA256_LEN); /* same work as a real miss */
         rc = ERR_AUTH;
     } else {
         rc = store_sqlerr(st, r, "verify api key");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -613,11 +607,11 @@ int store_key_list(struct store *st, const char *tenant_id, struct store_key **i
     int rc = 0;
     struct store_key *arr = NULL;
     size_t cnt = 0, cap = 0;
-    sqlite3_stmt *s = store_stmt(st, S_KEY_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_KEY_LIST, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, tenant_id)))
         return rc;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? cap * 2 : 16;
             struct store_key *na = realloc(arr, nc * sizeof *na);
@@ -634,13 +628,13 @@ int store_key_list(struct store *st, const char *tenant_id, struct store_key **i
         snprintf(k->prefix, sizeof k->prefix, "%s%s", STORE_KEY_PREFIX, k->id);
         store_col_text(s, 1, k->tenant_id, sizeof k->tenant_id);
         store_col_text(s, 2, k->tenant_name, sizeof k->tenant_name);
-        k->created_at = sqlite3_column_int64(s, 3);
-        k->revoked_at = sqlite3_column_int64(s, 4);
+        k->created_at = sdb_column_int64(s, 3);
+        k->revoked_at = sdb_column_int64(s, 4);
     }
-    if (r != SQLITE_DONE)
+    if (r != SDB_DONE)
         rc = store_sqlerr(st, r, "list api keys");
 out:
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -662,13 +656,13 @@ int store_key_revoke(struct store *st, const char *key_id, int64_t now)
     memcpy(kid, key_id, STORE_KEY_ID_LEN);
     kid[STORE_KEY_ID_LEN] = '\0';
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_KEY_REVOKE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_KEY_REVOKE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
     if (!(rc = store_bind_text(st, s, 1, kid)) && !(rc = store_bind_int(st, s, 2, now)) &&
-        !(rc = store_step_done(st, s, "revoke api key")) && sqlite3_changes(st->db) == 0)
+        !(rc = store_step_done(st, s, "revoke api key")) && sdb_changes(st->db) == 0)
         rc = ERR_NOTFOUND;
     return store_w_end(st, rc);
 }

@@ -67,11 +67,17 @@
  * Times are unix seconds passed in by the caller (now), so tests control them.
  *
  * The backend interface. This header (with store_budget.h, store_usage.h
- * and store_webhook.h) is everything jobd asks of its database; the SQLite
- * implementation is the jobd/store/store*.c files, and they alone include
- * sqlite3.h (their statements all sit in STORE_SQL, store_int.h). A second
- * backend (PostgreSQL) implements the same functions with the same
- * contracts; nothing above this folder changes. What it implements:
+ * and store_webhook.h) is everything jobd asks of its database. It is
+ * implemented once, by the jobd/store/store*.c files (their statements all
+ * sit in STORE_SQL, store_int.h), on top of an internal driver layer
+ * (sdb.h: prepare / bind / step / column / exec, SQLite's model and result
+ * codes) with one driver per engine: sdb_sqlite.c (the only file that
+ * includes sqlite3.h) and, planned for issue 19, a libpq driver. A second
+ * engine therefore brings a driver, its schema migration and the
+ * statements whose dialect differs, not a second copy of this interface;
+ * writers that SQLite serialises globally (BEGIN IMMEDIATE) need row locks
+ * there (leasing: FOR UPDATE SKIP LOCKED) -- see the guarantee column.
+ * Nothing above this folder changes. What the interface promises:
  *
  *   group                    functions                               guarantee
  *   lifecycle                store_open/_close, store_schema_*       open migrates; one connection

@@ -17,7 +17,7 @@
 #ifndef JOBD_STORE_INT_H
 #define JOBD_STORE_INT_H
 
-#include <sqlite3.h>
+#include "jobd/store/sdb.h"
 
 #include "jobd/store/store.h"
 
@@ -411,13 +411,13 @@ enum store_stmt_id {
 };
 
 struct store {
-    sqlite3 *db;
+    struct sdb *db;
     char *dir;
     char *db_path;
     struct store_opts opts;
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */
-    sqlite3_stmt *stmts[S__COUNT];
+    struct sdb_stmt *stmts[S__COUNT];
     /* request ids (store_request_id): ULID monotonic mode */
     int64_t rid_ms;      /* timestamp of the last id */
     uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
@@ -425,14 +425,14 @@ struct store {
 
 /* The kept statement id, reset and unbound; NULL after logging on failure
  * (*rc gets the ERR_*). */
-sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc);
+struct sdb_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc);
 
 /* Translate an SQLite result code into an ERR_*, logging the original with
- * `what` (the operation) and sqlite3_errmsg. */
+ * `what` (the operation) and the driver's message (sdb_errmsg). */
 int store_sqlerr(struct store *st, int sqlite_rc, const char *what);
 
 /* Step a statement that returns no rows (or whose rows are ignored). */
-int store_step_done(struct store *st, sqlite3_stmt *s, const char *what);
+int store_step_done(struct store *st, struct sdb_stmt *s, const char *what);
 
 int store_w_begin(struct store *st);
 int store_w_end(struct store *st, int rc);
@@ -440,19 +440,19 @@ int store_r_begin(struct store *st);
 int store_r_end(struct store *st, int rc);
 
 /* Bind helpers: NULL text binds SQL NULL. Return 0 or an ERR_*. */
-int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v);
-int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v);
+int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v);
+int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
-void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap);
+void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap);
 /* Step s to the end, collecting column 0 (an id) of each row into a new
  * array (*ids, caller frees; NULL when empty) of *n ids; resets s. 0,
  * ERR_NOMEM or the translated SQLite error (nothing returned then). */
-int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n);
+int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n);
 /* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
-char *store_col_dup(sqlite3_stmt *s, int col, int *err);
+char *store_col_dup(struct sdb_stmt *s, int col, int *err);
 
 /* Fill *b from a row selected with STORE_BATCH_COLS. ERR_NOMEM/ERR_CORRUPT. */
-int store_batch_row(sqlite3_stmt *s, struct store_batch *b);
+int store_batch_row(struct sdb_stmt *s, struct store_batch *b);
 
 #endif
