@@ -25,7 +25,7 @@ BUILD    ?= build
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-PKGS     := libuv sqlite3 libzstd jansson libcurl openssl libpcre2-8 zlib
+PKGS     := libuv sqlite3 libpq libzstd jansson libcurl openssl libpcre2-8 zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser
 

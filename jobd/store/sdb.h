@@ -12,7 +12,10 @@
  *
  *   driver     file           connection                  status
  *   SQLite     sdb_sqlite.c   sdb_sqlite_open(path, ...)   the default, complete
- *   PostgreSQL (sdb_pg.c)     (sdb_pg_open(url, ...))     planned (issue 19)
+ *   PostgreSQL sdb_pg.c       sdb_pg_open(url, ...)       driver done and tested
+ *                                                         (tests/unit/jobd/store/
+ *                                                         test_sdb_pg.c); the store
+ *                                                         does not open it yet
  *
  * The model is SQLite's (the store was written against it): a statement is
  * compiled once and kept, parameters are numbered from 1 (?N in the SQL
@@ -119,6 +122,28 @@ int sdb_sqlite_open(const char *path, int busy_timeout_ms, struct sdb **out);
 
 /* The engine's description of a result code (static string). */
 const char *sdb_errstr(int rc);
+
+/* ---- the PostgreSQL driver (sdb_pg.c) ------------------------------------------- */
+
+/* Connect to url (a libpq connection string or postgresql:// URI), then set
+ * lock_timeout (a lock wait longer than that is SDB_BUSY, like SQLite's
+ * busy timeout), UTC and client_min_messages=warning. SDB_OK with *out set;
+ * otherwise SDB_CANTOPEN (cannot connect, wrong password, no such database)
+ * or another code, and libpq's message in err (err_cap bytes). */
+int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *err, size_t err_cap);
+
+/* Rewrite SQLite-style ?N placeholders as $N outside quoted strings and
+ * identifiers; *out (caller frees) and the highest N in *nparams. SDB_OK,
+ * SDB_NOMEM, or SDB_ERROR (N out of 1..64, a bare ?, an unclosed quote).
+ * Pure; exposed for tests. */
+int sdb_pg_rewrite(const char *sql, char **out, int *nparams);
+
+/* The SDB_* code of a PostgreSQL SQLSTATE (5 characters; NULL -> SDB_ERROR):
+ * 23505 CONSTRAINT_UNIQUE, 23503 CONSTRAINT_FOREIGNKEY, other 23xxx
+ * CONSTRAINT, 40001 / 40P01 / 55P03 / 57014 BUSY, 53100 FULL, 53200 NOMEM,
+ * 08xxx / 53xxx / 57Pxx / 58xxx IOERR, 28xxx / 42501 PERM, 22001 / 54xxx
+ * TOOBIG, XX001 / XX002 CORRUPT, 25006 READONLY, the rest ERROR. Pure. */
+int sdb_pg_sqlstate(const char *state);
 
 /* ---- dispatch ------------------------------------------------------------------ */
 
