@@ -24,6 +24,7 @@
  *                            (t/f -> 1/0) for int64, strtod for double, bytea
  *                            decoded (PQunescapeBytea) once per row and column
  *   changes                  PQcmdTuples of the last INSERT/UPDATE/DELETE
+ *                            (a SELECT leaves it as it was, like SQLite)
  *   in_tx                    PQtransactionStatus != PQTRANS_IDLE
  *   last_insert_rowid        0: PostgreSQL statements use RETURNING instead
  *
@@ -327,9 +328,10 @@ static int pg_step(struct sdb_stmt *x)
             PQclear(r);
             return rc;
         }
-        const char *ct = PQcmdTuples(r);
-        if (ct && *ct)
-            d->changes = strtoll(ct, NULL, 10);
+        /* like sqlite3_changes: only INSERT, UPDATE and DELETE count */
+        const char *cs = PQcmdStatus(r), *ct = PQcmdTuples(r);
+        if (cs && (!strncmp(cs, "INSERT", 6) || !strncmp(cs, "UPDATE", 6) || !strncmp(cs, "DELETE", 6)))
+            d->changes = ct && *ct ? strtoll(ct, NULL, 10) : 0;
         s->res = r;
         s->ncol = PQnfields(r);
         s->cols = s->ncol ? calloc((size_t)s->ncol, sizeof *s->cols) : NULL;
@@ -402,8 +404,9 @@ static int pg_bind_text(struct sdb_stmt *x, int i, const char *v, int len)
         p->val = v;
         return SDB_OK;
     }
-    if (memchr(v, 0, (size_t)len))
-        return SDB_MISUSE; /* PostgreSQL text cannot hold NUL */
+    /* PostgreSQL text cannot hold NUL: the text ends at the first one (what
+     * a C reader of SQLite's copy sees too) */
+    len = (int)strnlen(v, (size_t)len);
     p->own = malloc((size_t)len + 1);
     if (!p->own)
         return SDB_NOMEM;

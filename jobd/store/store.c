@@ -57,6 +57,18 @@ static const char *const store_sql_text[S__COUNT] = {
 #undef STORE_SQL_TEXT_
 };
 
+/* The PostgreSQL texts that differ (NULL: the common text serves). */
+static const char *const store_sql_pg_text[S__COUNT] = {
+#define STORE_SQL_PG_TEXT_(name, sql) [S_##name] = sql,
+    STORE_SQL_PG(STORE_SQL_PG_TEXT_)
+#undef STORE_SQL_PG_TEXT_
+};
+
+static const char *store_sql(const struct store *st, enum store_stmt_id id)
+{
+    return st->pg && store_sql_pg_text[id] ? store_sql_pg_text[id] : store_sql_text[id];
+}
+
 struct sdb_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
 {
     struct sdb_stmt *s = st->stmts[id];
@@ -65,9 +77,9 @@ struct sdb_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
         sdb_clear_bindings(s);
         return s;
     }
-    int r = sdb_prepare(st->db, store_sql_text[id], &s);
+    int r = sdb_prepare(st->db, store_sql(st, id), &s);
     if (r != SDB_OK) {
-        *rc = store_sqlerr(st, r, store_sql_text[id]);
+        *rc = store_sqlerr(st, r, store_sql(st, id));
         return NULL;
     }
     st->stmts[id] = s;
@@ -88,7 +100,7 @@ static int store_run(struct store *st, enum store_stmt_id id)
 {
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, id, &rc);
-    return s ? store_step_done(st, s, store_sql_text[id]) : rc;
+    return s ? store_step_done(st, s, store_sql(st, id)) : rc;
 }
 
 int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v)
@@ -155,6 +167,10 @@ char *store_col_dup(struct sdb_stmt *s, int col, int *err)
 int store_w_begin(struct store *st)
 {
     int rc = store_run(st, st->depth == 0 ? S_BEGIN : S_SAVEPOINT);
+    if (!rc && st->pg && st->depth == 0 && (rc = store_run(st, S_WRITE_LOCK))) {
+        store_run(st, S_ROLLBACK);
+        return rc;
+    }
     if (!rc)
         st->depth++;
     return rc;
@@ -237,11 +253,11 @@ void store_tx_rollback(struct store *st)
 /* Split the embedded schema at its "-- @migration N" lines. Returns the
  * number of blocks, or -1 if they are not numbered 1, 2, 3...; when block k
  * (0-based) exists, *start / *len get its text and *num its number. */
-static int schema_block(int k, const char **start, size_t *len, int *num)
+static int schema_block(const char *schema, int k, const char **start, size_t *len, int *num)
 {
     static const char marker[] = "-- @migration ";
     const size_t mlen = sizeof marker - 1;
-    const char *p = store_schema_sql, *cur = NULL;
+    const char *p = schema, *cur = NULL;
     int count = 0;
     while (*p) {
         const char *eol = strchr(p, '\n');
@@ -271,7 +287,16 @@ int store_schema_latest(void)
     const char *s;
     size_t l;
     int n;
-    int c = schema_block(-1, &s, &l, &n);
+    int c = schema_block(store_schema_sql, -1, &s, &l, &n);
+    return c < 0 ? 0 : c;
+}
+
+int store_schema_pg_latest(void)
+{
+    const char *s;
+    size_t l;
+    int n;
+    int c = schema_block(store_schema_pg_sql, -1, &s, &l, &n);
     return c < 0 ? 0 : c;
 }
 
@@ -313,7 +338,7 @@ static int store_migrate(struct store *st)
         const char *text;
         size_t len = 0;
         int num = 0;
-        if (schema_block(k, &text, &len, &num) < 0)
+        if (schema_block(store_schema_sql, k, &text, &len, &num) < 0)
             return ERR_INTERNAL;
         if ((rc = store_w_begin(st)))
             return rc;
@@ -342,12 +367,107 @@ static int store_migrate(struct store *st)
     return 0;
 }
 
+/* PostgreSQL: every pending block of schema_pg.sql in one transaction (DDL
+ * is transactional there) under an advisory lock, so jobd instances starting
+ * together migrate once; the version is the one row of schema_version. */
+#define STORE_PG_MIGRATE_LOCK "7240619002"
+static int store_migrate_pg(struct store *st)
+{
+    int latest = store_schema_pg_latest();
+    if (latest <= 0) {
+        log_error("store: embedded PostgreSQL schema has no valid '-- @migration N' blocks");
+        return ERR_INTERNAL;
+    }
+    int r = sdb_exec(st->db, "BEGIN; SELECT pg_advisory_xact_lock(" STORE_PG_MIGRATE_LOCK "); "
+                             "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL); "
+                             "INSERT INTO schema_version(version) SELECT 0 WHERE NOT EXISTS "
+                             "(SELECT 1 FROM schema_version)");
+    if (r != SDB_OK) {
+        int rc = store_sqlerr(st, r, "prepare migration");
+        sdb_exec(st->db, "ROLLBACK");
+        return rc;
+    }
+    int v = 0, rc = store_user_version(st, &v);
+    if (!rc && v > latest) {
+        log_error("store: database schema version %d is newer than this binary's %d", v, latest);
+        rc = ERR_UNSUPPORTED;
+    }
+    for (int k = v; !rc && k < latest; k++) {
+        const char *text;
+        size_t len = 0;
+        int num = 0;
+        if (schema_block(store_schema_pg_sql, k, &text, &len, &num) < 0) {
+            rc = ERR_INTERNAL;
+            break;
+        }
+        char *sql = malloc(len + 64);
+        if (!sql) {
+            rc = ERR_NOMEM;
+            break;
+        }
+        memcpy(sql, text, len);
+        snprintf(sql + len, 64, "\nUPDATE schema_version SET version = %d;\n", num);
+        r = sdb_exec(st->db, sql);
+        free(sql);
+        if (r != SDB_OK) {
+            log_error("store: PostgreSQL migration %d failed: %s", num, sdb_errmsg(st->db));
+            rc = store_sqlerr(st, r, "migration");
+        } else {
+            log_info("store: migrated %s to schema version %d", st->db_path, num);
+        }
+    }
+    r = sdb_exec(st->db, rc ? "ROLLBACK" : "COMMIT");
+    if (!rc && r != SDB_OK)
+        rc = store_sqlerr(st, r, "commit migration");
+    return rc;
+}
+
 /* ---- open / close ------------------------------------------------------------------ */
 
 static int store_pragma(struct store *st, const char *sql)
 {
     int r = sdb_exec(st->db, sql);
     return r == SDB_OK ? 0 : store_sqlerr(st, r, sql);
+}
+
+int store_database_is_pg(const char *url)
+{
+    return url && (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0);
+}
+
+/* The URL with the password of its user info replaced by "***" (for logs). */
+static char *store_url_masked(const char *url)
+{
+    char *m = strdup(url);
+    if (!m)
+        return NULL;
+    char *scheme = strstr(m, "://");
+    char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    char *colon = at ? memchr(scheme + 3, ':', (size_t)(at - (scheme + 3))) : NULL;
+    if (colon && at - colon > 1) {
+        memmove(colon + 4, at, strlen(at) + 1);
+        memcpy(colon + 1, "***", 3);
+    }
+    return m;
+}
+
+/* Connect and migrate a PostgreSQL store (st->opts.database). A failure to
+ * connect (no server, wrong host, password or database name) is ERR_IO with
+ * libpq's message in the log, naming the URL without its password. */
+static int store_open_pg(struct store *st)
+{
+    free(st->db_path);
+    st->db_path = store_url_masked(st->opts.database);
+    if (!st->db_path)
+        return ERR_NOMEM;
+    st->pg = 1;
+    char err[512];
+    int r = sdb_pg_open(st->opts.database, st->opts.busy_timeout_ms, &st->db, err, sizeof err);
+    if (r != SDB_OK) {
+        log_error("store: cannot open the PostgreSQL database %s: %s", st->db_path, err[0] ? err : sdb_errstr(r));
+        return r == SDB_NOMEM ? ERR_NOMEM : ERR_IO;
+    }
+    return store_migrate_pg(st);
 }
 
 int store_open(const char *data_dir, const struct store_opts *opts, struct store **out)
@@ -370,6 +490,10 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
         rc = ERR_NOMEM;
         goto out;
     }
+    if (store_database_is_pg(st->opts.database)) {
+        rc = store_open_pg(st);
+        goto opened;
+    }
     snprintf(st->db_path, plen, "%s/%s", data_dir, STORE_DB_NAME);
     int r = sdb_sqlite_open(st->db_path, st->opts.busy_timeout_ms, &st->db);
     if (r != SDB_OK) {
@@ -382,7 +506,9 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
                                    : "PRAGMA synchronous=FULL")) ||
         (rc = store_pragma(st, "PRAGMA foreign_keys=ON")))
         goto out;
-    if ((rc = store_migrate(st)))
+    rc = store_migrate(st);
+opened:
+    if (rc)
         goto out;
     *out = st;
     st = NULL;

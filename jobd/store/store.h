@@ -124,6 +124,8 @@
 
 /* The embedded schema.sql (build/gen/schema_sql.c), NUL-terminated. */
 extern const char store_schema_sql[];
+/* The embedded schema_pg.sql (build/gen/schema_pg_sql.c): the PostgreSQL store's. */
+extern const char store_schema_pg_sql[];
 
 struct store;
 
@@ -150,8 +152,15 @@ struct store_opts {
     store_cost_fn cost;              /* prices each committed result's usage_ledger row;
                                         NULL = everything costs 0 */
     const void *cost_ctx;            /* cost's first argument; borrowed, outlives the store */
+    const char *database;            /* NULL or "": SQLite, <data_dir>/jobd.db; a
+                                        "postgresql://" or "postgres://" URL: that
+                                        PostgreSQL database (store_database_is_pg);
+                                        borrowed, outlives the store */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL})
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL})
+
+/* 1 if url names a PostgreSQL database (postgresql:// or postgres://). Pure. */
+int store_database_is_pg(const char *url);
 
 #define STORE_DB_NAME "jobd.db" /* file name inside the data directory */
 
@@ -175,6 +184,9 @@ int store_schema_version(struct store *st, int *out);
 
 /* Highest migration number in the embedded schema. */
 int store_schema_latest(void);
+/* Highest migration number in the embedded PostgreSQL schema (schema_pg.sql:
+ * its own numbering, which store_schema_version reports on PostgreSQL). */
+int store_schema_pg_latest(void);
 
 /* ---- data directory ----------------------------------------------------------
  *

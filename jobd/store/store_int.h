@@ -42,6 +42,7 @@
     X(RELEASE, "RELEASE w")                                                                   \
     X(ROLLBACK_TO, "ROLLBACK TO w")                                                           \
     X(USER_VERSION, "PRAGMA user_version")                                                    \
+    X(WRITE_LOCK, "SELECT 1") /* PostgreSQL only (STORE_SQL_PG): the writer lock */            \
     X(TENANT_INSERT, "INSERT INTO tenants(id, name, created_at) VALUES (?1, ?2, ?3)")         \
     X(TENANT_BY_NAME, "SELECT id, name, created_at FROM tenants WHERE name = ?1")             \
     X(TENANT_BY_ID, "SELECT id, name, created_at FROM tenants WHERE id = ?1")                 \
@@ -350,7 +351,7 @@
       "instr(',' || event_types || ',', ',' || ?4 || ',') > 0)") \
     X(WH_DELIVERY_INSERT, \
       "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
-      "VALUES (?1, ?2, ?3, ?3)") \
+      "VALUES (?1, ?2, ?3, ?3) RETURNING id") \
     X(WH_EVENT_DONE, "UPDATE webhook_events SET fanned_out = 1 WHERE id = ?1") \
     X(WH_DUE, "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?1 LIMIT 1") \
     X(WH_CLAIM, \
@@ -402,6 +403,130 @@
       "(SELECT count(*) FROM webhook_deliveries WHERE status = 'failed'), " \
       "(SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NOT NULL)")
 
+/* The PostgreSQL text of the statements whose SQLite text PostgreSQL does
+ * not take (store_stmt picks it on a PostgreSQL store; every other entry
+ * runs as written, its ?N rewritten to $N by the driver). Why each differs:
+ *   BEGIN/WRITE_LOCK  SQLite's BEGIN IMMEDIATE is one writer at a time; here
+ *                     a write transaction takes pg_advisory_xact_lock on
+ *                     STORE_PG_WRITE_LOCK, so writes keep exactly SQLite's
+ *                     serial order across every connection and every jobd
+ *                     instance (the first, safe step; leasing and the
+ *                     webhook outbox move to row locks with FOR UPDATE SKIP
+ *                     LOCKED next, issue 19)
+ *   BEGIN_READ        one snapshot for the whole read: REPEATABLE READ
+ *   USER_VERSION      no PRAGMA: the schema_version table (store_migrate)
+ *   "?N::text IS NULL" a NULL parameter whose first use does not type it
+ *   INSERT OR IGNORE / OR REPLACE -> ON CONFLICT; max(a, b) -> greatest;
+ *   (a = b) as 0/1 -> CASE; group_concat -> string_agg; instr -> strpos;
+ *   strftime -> to_char; json_extract -> ->>; json_object -> concatenation
+ *   (the body is kept as sent: PostgreSQL has no json minifier);
+ *   subqueries in FROM need an alias before PostgreSQL 16. */
+#define STORE_PG_WRITE_LOCK "7240619001" /* advisory lock key of the writer lock */
+#define STORE_PG_USAGE_RANGE \
+    "WHERE (?1::text IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
+    "AND (?5::text IS NULL OR batch_id = ?5)"
+#define STORE_PG_USAGE_GROUPED(key) \
+    "SELECT " key " AS k, MIN(created_at), " STORE_USAGE_SUMS " FROM usage_ledger " \
+    STORE_PG_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"
+#define STORE_SQL_PG(X) \
+    X(BEGIN, "BEGIN ISOLATION LEVEL READ COMMITTED") \
+    X(WRITE_LOCK, "SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")") \
+    X(BEGIN_READ, "BEGIN ISOLATION LEVEL REPEATABLE READ") \
+    X(USER_VERSION, "SELECT version FROM schema_version") \
+    X(KEY_LIST, "SELECT k.id, k.tenant_id, t.name, k.created_at, k.revoked_at FROM api_keys k " \
+                "JOIN tenants t ON t.id = k.tenant_id WHERE ?1::text IS NULL OR k.tenant_id = ?1 " \
+                "ORDER BY k.created_at, k.id") \
+    X(FILE_LIST_DESC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 " \
+                      "AND (?2::text IS NULL OR purpose = ?2) AND (?3::text IS NULL OR id < ?3) " \
+                      "ORDER BY id DESC LIMIT ?4") \
+    X(FILE_LIST_ASC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 " \
+                     "AND (?2::text IS NULL OR purpose = ?2) AND (?3::text IS NULL OR id > ?3) " \
+                     "ORDER BY id ASC LIMIT ?4") \
+    X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 " \
+                 "AND (?2::text IS NULL OR tenant_id = ?2)") \
+    X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 " \
+                  "AND (?2::text IS NULL OR id < ?2) AND (?4::text IS NULL OR status = ?4) " \
+                  "ORDER BY id DESC LIMIT ?3") \
+    X(REQ_TRANSITION, \
+      "UPDATE requests SET status = ?2, updated_at = ?5, " \
+      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \
+      "CASE WHEN ?2 = 'leased' THEN 1 ELSE 0 END - ?9 END, " \
+      "lease_id = CASE WHEN ?2 = 'leased' THEN ?6::text ELSE NULL END, " \
+      "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, " \
+      "last_error = coalesce(?8::text, last_error), " \
+      "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
+      "WHERE id = ?1 AND status = ?3 AND (?4::text IS NULL OR lease_id = ?4) " \
+      "RETURNING batch_id") \
+    X(IDEM_PUT, "INSERT INTO idempotency_keys(tenant_id, key, fingerprint, created_at) " \
+                "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant_id, key) DO UPDATE SET " \
+                "fingerprint = excluded.fingerprint, created_at = excluded.created_at, " \
+                "status_code = NULL, response = NULL, completed_at = NULL") \
+    X(WORKER_MODEL_INSERT, \
+      "INSERT INTO worker_models(worker_id, canonical, name) VALUES (?1, ?2, ?3) " \
+      "ON CONFLICT DO NOTHING") \
+    X(WORKER_SEEN, \
+      "UPDATE workers SET last_seen = greatest(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
+      ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
+    X(BACKLOG_BATCHES, \
+      "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
+      "(SELECT avg(completion_tokens) FROM (SELECT u.completion_tokens FROM usage_ledger u " \
+      "WHERE u.batch_id = b.id ORDER BY u.id DESC LIMIT 256) lu), (SELECT avg(max_tokens) " \
+      "FROM (SELECT q.max_tokens FROM requests q WHERE q.batch_id = b.id LIMIT 256) lq) " \
+      "FROM batches b WHERE b.tenant_id = ?1 AND b.model = ?2 AND b.status = 'in_progress'") \
+    X(LEASE_EXTEND, \
+      "UPDATE leases SET expires_at = greatest(expires_at, ?2) WHERE id = ?1 AND " \
+      "released_at IS NULL RETURNING expires_at") \
+    X(DL_INSERT, \
+      "INSERT INTO dead_letters(request_id, batch_id, tenant_id, custom_id, attempts, " \
+      "reason, last_error, line, created_at) SELECT q.id, q.batch_id, q.tenant_id, " \
+      "q.custom_id, q.attempts, ?2, ?3::text, '{\"custom_id\":' || to_json(q.custom_id)::text || " \
+      "',\"method\":\"POST\",\"url\":' || to_json(b.endpoint)::text || ',\"body\":' || " \
+      "q.body || '}', ?4 FROM requests q JOIN batches b ON b.id = q.batch_id WHERE q.id = ?1") \
+    X(DL_COLS_LIST_BATCH, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE batch_id = ?1 AND (?2::text IS " \
+      "NULL OR tenant_id = ?2) AND (?3::text IS NULL OR request_id > ?3) ORDER BY " \
+      "request_id LIMIT ?4") \
+    X(DL_COLS_LIST_ALL, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE (?2::text IS NULL OR tenant_id " \
+      "= ?2) AND (?3::text IS NULL OR request_id > ?3) AND ?1::text IS NULL ORDER BY request_id " \
+      "LIMIT ?4") \
+    X(DL_GET, \
+      "SELECT d.batch_id, b.status, b.expires_at FROM dead_letters d JOIN batches b " \
+      "ON b.id = d.batch_id WHERE d.request_id = ?1 AND (?2::text IS NULL OR d.tenant_id = " \
+      "?2)") \
+    X(USAGE_BY_BATCH, STORE_PG_USAGE_GROUPED("batch_id")) \
+    X(USAGE_BY_MODEL, STORE_PG_USAGE_GROUPED("model")) \
+    X(USAGE_BY_DAY, STORE_PG_USAGE_GROUPED("to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')")) \
+    X(USAGE_BY_TENANT, STORE_PG_USAGE_GROUPED("tenant_id")) \
+    X(USAGE_TOTAL, "SELECT 0, 0, " STORE_USAGE_SUMS " FROM usage_ledger " STORE_PG_USAGE_RANGE) \
+    X(WORKERS_LIST, \
+      "SELECT w.id, w.name, w.device, w.registered_at, w.last_seen, w.tokens_per_s, " \
+      "(SELECT string_agg(c, ',' ORDER BY c) FROM (SELECT DISTINCT canonical AS c FROM " \
+      "worker_models WHERE worker_id = w.id) wm), " \
+      "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
+      "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
+      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
+    X(WH_SECRET_INSERT, "INSERT INTO webhook_tenant_secrets(tenant_id, secret, created_at) " \
+                        "VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING") \
+    X(WH_EVENTS_PENDING, \
+      "SELECT e.id, e.tenant_id, e.type, e.object_id, b.metadata::json ->> 'webhook_url' " \
+      "FROM webhook_events e LEFT JOIN batches b ON b.id = e.object_id WHERE e.fanned_out = 0 " \
+      "ORDER BY e.id LIMIT ?1") \
+    X(WH_FANOUT_ENDPOINTS, \
+      "INSERT INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "SELECT ?1, id, ?2, ?2 FROM webhook_endpoints WHERE tenant_id = ?3 AND kind = 'endpoint' " \
+      "AND disabled_at IS NULL AND (event_types = '*' OR " \
+      "strpos(',' || event_types || ',', ',' || ?4 || ',') > 0) ON CONFLICT DO NOTHING") \
+    X(WH_DELIVERY_INSERT, \
+      "INSERT INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO NOTHING RETURNING id") \
+    X(WH_ATTEMPT_LIST, \
+      "SELECT attempt, started_at, status_code, latency_ms, outcome, error FROM (SELECT * FROM " \
+      "webhook_attempts WHERE delivery_id = ?1 ORDER BY id DESC LIMIT 50) a ORDER BY id")
+
 enum store_stmt_id {
 #define STORE_SQL_ENUM_(name, sql) S_##name,
     STORE_SQL(STORE_SQL_ENUM_)
@@ -412,8 +537,9 @@ enum store_stmt_id {
 
 struct store {
     struct sdb *db;
+    int pg;      /* 1: PostgreSQL (STORE_SQL_PG texts, schema_pg.sql), 0: SQLite */
     char *dir;
-    char *db_path;
+    char *db_path; /* the SQLite file, or the PostgreSQL URL with its password masked */
     struct store_opts opts;
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */

@@ -575,10 +575,16 @@ int store_wh_test_event(struct store *st, const char *tenant_id, const char *end
         !(rc = store_bind_text(st, s, 2, tenant_id)) && !(rc = store_bind_text(st, s, 3, endpoint_id)) &&
         !(rc = store_bind_text(st, s, 4, payload)) && !(rc = store_bind_int(st, s, 5, now)))
         rc = store_step_done(st, s, "insert test event");
+    int64_t did = 0;
     if (!rc && (s = store_stmt(st, S_WH_DELIVERY_INSERT, &rc)) && !(rc = store_bind_text(st, s, 1, evt)) &&
-        !(rc = store_bind_text(st, s, 2, endpoint_id)) && !(rc = store_bind_int(st, s, 3, now)))
-        rc = store_step_done(st, s, "insert test delivery");
-    int64_t did = sdb_last_insert_rowid(st->db);
+        !(rc = store_bind_text(st, s, 2, endpoint_id)) && !(rc = store_bind_int(st, s, 3, now))) {
+        int r = sdb_step(s); /* RETURNING id: the event is new, so the row is too */
+        if (r == SDB_ROW)
+            did = sdb_column_int64(s, 0);
+        else
+            rc = store_sqlerr(st, r == SDB_DONE ? SDB_INTERNAL : r, "insert test delivery");
+        sdb_reset(s);
+    }
     if ((rc = store_w_end(st, rc)))
         return rc;
     if (delivery_id)

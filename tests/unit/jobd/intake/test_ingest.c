@@ -2,7 +2,6 @@
  * encodings, and crash-resume, on real SQLite files in th_tmpdir(). */
 #include <jansson.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 #define NOW 1700000000
 #define CHAT "/v1/chat/completions"
@@ -34,7 +34,7 @@ static void fx_open(struct fx *fx)
 {
     memset(fx, 0, sizeof *fx);
     fx->dir = th_tmpdir();
-    CHECK_EQ_INT(store_open(fx->dir, NULL, &fx->st), 0);
+    CHECK_EQ_INT(th_store_open(fx->dir, NULL, &fx->st), 0);
     CHECK_EQ_INT(store_tenant_create(fx->st, "acme", NOW, &fx->t), 0);
     char files[700];
     snprintf(files, sizeof files, "%s/files", fx->dir);
@@ -453,27 +453,23 @@ TEST(ingest_reads_zstd_compressed_input)
     CHECK_EQ_INT(nd, 3000);
     /* request ids have the common/id.h shape and sort in line order; bodies
      * are stored exactly as sent */
-    char path[800];
-    snprintf(path, sizeof path, "%s/jobd.db", fx.dir);
-    sqlite3 *db;
-    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT id, line, body FROM requests WHERE batch_id = ? ORDER BY id",
-                                    -1, &s, NULL), SQLITE_OK);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    struct sdb *db = th_db_open(fx.dir);
+    struct sdb_stmt *s;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT id, line, body FROM requests WHERE batch_id = ?1 ORDER BY id", &s), SDB_OK);
+    sdb_bind_text(s, 1, id, -1);
     int64_t prev = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        CHECK(id_valid("req_", (const char *)sqlite3_column_text(s, 0)));
-        CHECK(sqlite3_column_int64(s, 1) > prev);
-        prev = sqlite3_column_int64(s, 1);
+    while (sdb_step(s) == SDB_ROW) {
+        CHECK(id_valid("req_", (const char *)sdb_column_text(s, 0)));
+        CHECK(sdb_column_int64(s, 1) > prev);
+        prev = sdb_column_int64(s, 1);
         if (prev == 7)
-            CHECK_EQ_STR((const char *)sqlite3_column_text(s, 2),
+            CHECK_EQ_STR((const char *)sdb_column_text(s, 2),
                          "{\"model\":\"smollm\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                          "{\"role\":\"user\",\"content\":\"Say hello to z-7\"}],\"max_tokens\":32}");
     }
     CHECK_EQ_INT(prev, 3000);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
+    sdb_finalize(s);
+    sdb_close(db);
     buf_release(&in);
     buf_release(&l);
     buf_release(&z);
@@ -541,20 +537,15 @@ TEST(ingest_cancelled_while_validating_ends_cancelled_with_no_requests)
 /* Every request row has custom_id "r-<line>" (so each id is present once). */
 static int64_t rows_matching_line(const char *dir, const char *batch)
 {
-    char path[800];
-    snprintf(path, sizeof path, "%s/jobd.db", dir);
-    sqlite3 *db;
-    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db,
-                                    "SELECT count(*) FROM requests WHERE batch_id = ? AND custom_id = 'r-' || line",
-                                    -1, &s, NULL),
-                 SQLITE_OK);
-    sqlite3_bind_text(s, 1, batch, -1, SQLITE_STATIC);
-    CHECK_EQ_INT(sqlite3_step(s), SQLITE_ROW);
-    int64_t n = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
+    struct sdb *db = th_db_open(dir);
+    struct sdb_stmt *s;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT count(*) FROM requests WHERE batch_id = ?1 AND custom_id = 'r-' || line", &s),
+                 SDB_OK);
+    sdb_bind_text(s, 1, batch, -1);
+    CHECK_EQ_INT(sdb_step(s), SDB_ROW);
+    int64_t n = sdb_column_int64(s, 0);
+    sdb_finalize(s);
+    sdb_close(db);
     return n;
 }
 
@@ -565,7 +556,7 @@ static void crash_child_at(const char *dir, const char *id, const struct ingest_
     CHECK(pid >= 0);
     if (pid == 0) {
         struct store *st = NULL;
-        if (store_open(dir, NULL, &st))
+        if (th_store_open(dir, NULL, &st))
             _exit(3);
         struct stop_at s = {line, 1};
         struct ingest_hooks h = {stop_hook, &s, NULL};
@@ -608,7 +599,7 @@ TEST(ingest_resumes_exactly_after_crashes_at_random_points)
         for (int c = 0; c < crashes; c++) {
             int64_t at = 1 + rand() % N;
             crash_child_at(fx.dir, id, &lim, at);
-            CHECK_EQ_INT(store_open(fx.dir, NULL, &fx.st), 0);
+            CHECK_EQ_INT(th_store_open(fx.dir, NULL, &fx.st), 0);
             struct store_batch b;
             CHECK_EQ_INT(store_batch_get(fx.st, NULL, id, &b), 0);
             CHECK_EQ_INT(b.status, STORE_BATCH_VALIDATING);
@@ -622,7 +613,7 @@ TEST(ingest_resumes_exactly_after_crashes_at_random_points)
             store_close(fx.st);
             fx.st = NULL;
         }
-        CHECK_EQ_INT(store_open(fx.dir, NULL, &fx.st), 0);
+        CHECK_EQ_INT(th_store_open(fx.dir, NULL, &fx.st), 0);
         int done = 0;
         CHECK_EQ_INT(ingest_resume_all(fx.st, &lim, &done), 0);
         CHECK_EQ_INT(done, 1);
