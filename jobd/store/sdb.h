@@ -32,7 +32,7 @@
  * the same numbers), so store_sqlerr translates every driver's errors with
  * one table; another driver maps its own errors onto them (for PostgreSQL:
  * SQLSTATE 23505 -> SDB_CONSTRAINT_UNIQUE, 40001/40P01/55P03 -> SDB_BUSY,
- * 08xxx -> SDB_IOERR, ...). sdb_errmsg gives the engine's message of the
+ * 08xxx -> SDB_IOERR, a dropped connection -> SDB_BUSY while it reconnects). sdb_errmsg gives the engine's message of the
  * last failure on a connection.
  *
  * Threads: a connection and its statements belong to one thread at a time

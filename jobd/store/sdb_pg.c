@@ -29,8 +29,11 @@
  *   last_insert_rowid        0: PostgreSQL statements use RETURNING instead
  *
  * Errors: SQLSTATE classes are mapped onto SQLite's codes (sdb.h) so the
- * store translates both engines with one table (sdb_pg_sqlstate below); a
- * lost connection (CONNECTION_BAD) is SDB_IOERR. The server's message is
+ * store translates both engines with one table (sdb_pg_sqlstate below).
+ * A lost connection is SDB_BUSY (ERR_BUSY above: 503 + Retry-After at the
+ * API) and is re-established on a later call, with backoff (pg_ready); a
+ * transaction it interrupted stays failed (every call SDB_BUSY) until its
+ * owner's ROLLBACK, so no statement of it ever runs outside it. The server's message is
  * kept for sdb_errmsg. A statement that fails inside a transaction puts
  * PostgreSQL's transaction in the failed state: the store's savepoints
  * (store_w_begin inside an open transaction) are what recover from it.
@@ -43,6 +46,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -61,6 +66,11 @@ struct sdb_pg {
     struct sdb base; /* first */
     PGconn *conn;
     int64_t changes;
+    int lock_timeout_ms;
+    int in_tx;           /* the server's transaction state after the last call */
+    int tx_lost;         /* the connection dropped inside a transaction: fail all but ROLLBACK */
+    int backoff_ms;      /* wait before the next reconnect attempt (0: none failed) */
+    int64_t next_try_ms; /* monotonic ms of the next reconnect attempt */
     char err[512];
 };
 
@@ -189,9 +199,12 @@ static void pg_seterr(struct sdb_pg *d, const char *msg)
 /* The sdb code of a result that is not OK (also records the message). */
 static int pg_result_err(struct sdb_pg *d, const PGresult *r)
 {
-    if (PQstatus(d->conn) == CONNECTION_BAD) {
+    if (PQstatus(d->conn) == CONNECTION_BAD) { /* retried on the next call (pg_ready) */
         pg_seterr(d, PQerrorMessage(d->conn));
-        return SDB_IOERR;
+        if (d->in_tx)
+            d->tx_lost = 1;
+        d->in_tx = 0;
+        return SDB_BUSY;
     }
     if (!r) {
         pg_seterr(d, PQerrorMessage(d->conn));
@@ -199,6 +212,88 @@ static int pg_result_err(struct sdb_pg *d, const PGresult *r)
     }
     pg_seterr(d, PQresultErrorMessage(r));
     return sdb_pg_sqlstate(PQresultErrorField(r, PG_DIAG_SQLSTATE));
+}
+
+static int64_t pg_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int pg_session(struct sdb_pg *d)
+{
+    char set[160];
+    snprintf(set, sizeof set,
+             "SET client_min_messages = warning; SET lock_timeout = %d; SET TIME ZONE 'UTC'",
+             d->lock_timeout_ms > 0 ? d->lock_timeout_ms : 0);
+    PGresult *r = PQexec(d->conn, set);
+    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        pg_seterr(d, r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
+    PQclear(r);
+    return ok ? SDB_OK : SDB_IOERR;
+}
+
+/* Before a call: a dropped connection is re-established (PQreset), at most
+ * once per backoff period (100 ms doubling to 5 s while it keeps failing);
+ * meanwhile, and while a transaction that the drop lost is not yet rolled
+ * back by its owner, calls fail with SDB_BUSY (the store's ERR_BUSY: 503 +
+ * Retry-After at the API), never running a statement outside the
+ * transaction it belonged to. is_rollback: the call is a ROLLBACK (not TO a
+ * savepoint), which ends a lost transaction. SDB_OK to go on, or SDB_DONE
+ * when the call is a ROLLBACK that has nothing left to do. */
+static int pg_ready(struct sdb_pg *d, int is_rollback)
+{
+    if (PQstatus(d->conn) == CONNECTION_BAD) {
+        if (d->in_tx)
+            d->tx_lost = 1;
+        d->in_tx = 0;
+        int64_t now = pg_now_ms();
+        if (d->backoff_ms && now < d->next_try_ms) {
+            if (is_rollback && d->tx_lost) {
+                d->tx_lost = 0;
+                return SDB_DONE;
+            }
+            pg_seterr(d, "the PostgreSQL connection is down; reconnecting");
+            return SDB_BUSY;
+        }
+        PQreset(d->conn);
+        if (PQstatus(d->conn) != CONNECTION_OK || pg_session(d) != SDB_OK) {
+            d->backoff_ms = d->backoff_ms ? (d->backoff_ms * 2 > 5000 ? 5000 : d->backoff_ms * 2) : 100;
+            d->next_try_ms = now + d->backoff_ms;
+            pg_seterr(d, PQerrorMessage(d->conn));
+            if (is_rollback && d->tx_lost) {
+                d->tx_lost = 0;
+                return SDB_DONE;
+            }
+            return SDB_BUSY;
+        }
+        d->backoff_ms = 0;
+    }
+    if (d->tx_lost) {
+        if (is_rollback) {
+            d->tx_lost = 0;
+            return SDB_DONE;
+        }
+        pg_seterr(d, "the PostgreSQL connection dropped inside this transaction");
+        return SDB_BUSY;
+    }
+    return SDB_OK;
+}
+
+/* The call's statement is a ROLLBACK of the whole transaction. */
+static int pg_is_rollback(const char *sql)
+{
+    while (*sql == ' ' || *sql == '\n')
+        sql++;
+    return strncasecmp(sql, "ROLLBACK", 8) == 0 && !strstr(sql + 8, " TO ") && !strstr(sql + 8, " to ");
+}
+
+static void pg_after(struct sdb_pg *d)
+{
+    PGTransactionStatusType t = PQtransactionStatus(d->conn);
+    d->in_tx = t == PQTRANS_INTRANS || t == PQTRANS_INERROR || t == PQTRANS_ACTIVE;
 }
 
 static void pg_close(struct sdb *db)
@@ -228,11 +323,15 @@ static int pg_prepare(struct sdb *db, const char *sql, struct sdb_stmt **out)
 static int pg_exec(struct sdb *db, const char *script)
 {
     struct sdb_pg *d = PGDB(db);
+    int rc = pg_ready(d, pg_is_rollback(script));
+    if (rc != SDB_OK)
+        return rc == SDB_DONE ? SDB_OK : rc;
     PGresult *r = PQexec(d->conn, script);
     ExecStatusType t = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    int rc = SDB_OK;
     if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK && t != PGRES_EMPTY_QUERY)
         rc = pg_result_err(d, r);
+    else
+        pg_after(d);
     PQclear(r);
     return rc;
 }
@@ -249,7 +348,12 @@ static int64_t pg_last_insert_rowid(struct sdb *db)
 
 static int pg_in_tx(struct sdb *db)
 {
-    PGTransactionStatusType t = PQtransactionStatus(PGDB(db)->conn);
+    struct sdb_pg *d = PGDB(db);
+    if (d->tx_lost)
+        return 1; /* until the owner's ROLLBACK */
+    if (PQstatus(d->conn) == CONNECTION_BAD)
+        return d->in_tx;
+    PGTransactionStatusType t = PQtransactionStatus(d->conn);
     return t == PQTRANS_INTRANS || t == PQTRANS_INERROR || t == PQTRANS_ACTIVE;
 }
 
@@ -312,6 +416,9 @@ static int pg_step(struct sdb_stmt *x)
     struct sdb_pg_stmt *s = PGST(x);
     struct sdb_pg *d = s->db;
     if (!s->res) {
+        int ready = pg_ready(d, pg_is_rollback(s->sql));
+        if (ready != SDB_OK)
+            return ready;
         const char *vals[PG_MAX_PARAMS];
         int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
         Oid types[PG_MAX_PARAMS];
@@ -328,6 +435,7 @@ static int pg_step(struct sdb_stmt *x)
             PQclear(r);
             return rc;
         }
+        pg_after(d);
         /* like sqlite3_changes: only INSERT, UPDATE and DELETE count */
         const char *cs = PQcmdStatus(r), *ct = PQcmdTuples(r);
         if (cs && (!strncmp(cs, "INSERT", 6) || !strncmp(cs, "UPDATE", 6) || !strncmp(cs, "DELETE", 6)))
@@ -581,11 +689,8 @@ int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *er
         pg_close(&d->base);
         return SDB_CANTOPEN;
     }
-    char set[160];
-    snprintf(set, sizeof set,
-             "SET client_min_messages = warning; SET lock_timeout = %d; SET TIME ZONE 'UTC'",
-             lock_timeout_ms > 0 ? lock_timeout_ms : 0);
-    int rc = pg_exec(&d->base, set);
+    d->lock_timeout_ms = lock_timeout_ms;
+    int rc = pg_session(d);
     if (rc != SDB_OK) {
         if (err_cap)
             snprintf(err, err_cap, "%s", d->err);

@@ -532,6 +532,27 @@ void store_close(struct store *st)
     free(st);
 }
 
+int store_instance_claim(struct store *st)
+{
+    if (!st->pg)
+        return 0;
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_INSTANCE_CLAIM, &rc);
+    if (!s)
+        return rc;
+    int r = sdb_step(s);
+    if (r != SDB_ROW)
+        rc = store_sqlerr(st, r, "claim the database");
+    else if (!sdb_column_int64(s, 0))
+        rc = ERR_BUSY;
+    sdb_reset(s);
+    if (rc == ERR_BUSY)
+        log_error("store: another jobd already serves %s; one jobd per PostgreSQL database for now "
+                  "(several instances need the multi-instance support of issue 19)",
+                  st->db_path);
+    return rc;
+}
+
 const char *store_data_dir(const struct store *st)
 {
     return st->dir;

@@ -176,6 +176,16 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
 /* Finalize every kept statement and close. Rolls back an open transaction. NULL ok. */
 void store_close(struct store *st);
 
+/* Claim the database for this jobd process, on the connection st (keep it
+ * open for the life of the process). SQLite: nothing to do (0; the
+ * database file belongs to the one jobd of its data directory). PostgreSQL:
+ * a session advisory lock, so that a second jobd on the same database fails
+ * at start with ERR_BUSY and a clear log line: several jobd instances on one
+ * database are not supported yet (issue 19: they need LISTEN/NOTIFY wake-ups
+ * and ingest/finalization hand-over between instances first). 0, ERR_BUSY,
+ * or a database error. */
+int store_instance_claim(struct store *st);
+
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
 

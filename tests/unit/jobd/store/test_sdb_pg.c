@@ -210,3 +210,61 @@ TEST(sdb_pg_driver_round_trips_against_a_server)
     exec_ok(db, "DROP TABLE sdbt");
     sdb_close(db);
 }
+
+static void pg_cluster(const char *what)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "scripts/pg-cluster %s '%s'", what, pg_dir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
+TEST(sdb_pg_outage_fails_busy_keeps_the_lost_transaction_failed_and_reconnects)
+{
+    if (getenv("JOBD_TEST_PG_URL"))
+        th_skip("needs a cluster of its own to stop (runs without JOBD_TEST_PG_URL)");
+    char url[256], err[512];
+    pg_url(url, sizeof url);
+    struct sdb *db = NULL;
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
+    exec_ok(db, "CREATE TABLE o (x BIGINT)");
+    struct sdb_stmt *ins = NULL, *cnt = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, "INSERT INTO o VALUES (?1)", &ins), SDB_OK);
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT count(*), coalesce(sum(x), 0) FROM o", &cnt), SDB_OK);
+    exec_ok(db, "BEGIN");
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 1), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    sdb_reset(ins);
+
+    pg_cluster("halt"); /* the database goes away mid-transaction */
+    CHECK_EQ_INT(sdb_step(ins), SDB_BUSY);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_BUSY); /* reconnect fails: backoff starts */
+    sdb_reset(cnt);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_BUSY); /* within the backoff: no attempt */
+    sdb_reset(cnt);
+
+    pg_cluster("resume");
+    usleep(300 * 1000); /* past the backoff */
+    /* connected again, but the transaction was lost: nothing of it runs in
+     * autocommit, every statement fails until the owner rolls back */
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 2), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_BUSY);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_exec(db, "COMMIT"), SDB_BUSY);
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    exec_ok(db, "ROLLBACK");
+    CHECK_EQ_INT(sdb_in_tx(db), 0);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 0), 0); /* neither 1 nor 2 was committed */
+    sdb_reset(cnt);
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 3), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 1), 3);
+    sdb_reset(cnt);
+    sdb_finalize(ins);
+    sdb_finalize(cnt);
+    sdb_close(db);
+}
