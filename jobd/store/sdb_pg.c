@@ -94,6 +94,7 @@ struct sdb_pg_stmt {
     struct sdb_pg *db;
     char *sql; /* with $N placeholders */
     int nparams;
+    uint64_t used; /* bit N-1: $N appears in sql */
     struct pg_param p[PG_MAX_PARAMS];
     PGresult *res;
     int row;  /* current row; -1 before the first step */
@@ -311,6 +312,11 @@ static int pg_prepare(struct sdb *db, const char *sql, struct sdb_stmt **out)
     s->db = PGDB(db);
     s->row = -1;
     int r = sdb_pg_rewrite(sql, &s->sql, &s->nparams);
+    for (const char *p = s->sql; r == SDB_OK && (p = strchr(p, '$')) != NULL; p++) {
+        long v = strtol(p + 1, NULL, 10);
+        if (v >= 1 && v <= PG_MAX_PARAMS)
+            s->used |= 1ULL << (v - 1);
+    }
     if (r != SDB_OK) {
         pg_seterr(PGDB(db), "cannot rewrite the statement's parameters for PostgreSQL");
         free(s);
@@ -426,7 +432,9 @@ static int pg_step(struct sdb_stmt *x)
             vals[i] = s->p[i].val;
             lens[i] = s->p[i].len;
             fmts[i] = s->p[i].fmt;
-            types[i] = s->p[i].oid;
+            /* a parameter the text never names (SQLite lets ?4 be skipped)
+             * must still have a type */
+            types[i] = (s->used >> i) & 1 ? s->p[i].oid : PG_OID_TEXT;
         }
         PGresult *r = PQexecParams(d->conn, s->sql, s->nparams, types, vals, lens, fmts, 0);
         ExecStatusType t = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
