@@ -1,7 +1,22 @@
 /*
- * store.h - jobd's durable state: one SQLite database in the data directory.
+ * store.h - jobd's durable state: one SQLite database in the data directory
+ * (the default), or one PostgreSQL database (store_opts.database).
  *
- * Design. The schema lives in schema.sql (repo root), embedded at build time
+ * PostgreSQL (issue 19). The same functions and contracts on a second engine:
+ * schema_pg.sql (its own migration numbering, applied under an advisory
+ * lock; the version is the schema_version row), the libpq driver sdb_pg.c
+ * and STORE_SQL_PG for the statements whose dialect differs (store_int.h).
+ * Write transactions take one advisory lock (STORE_PG_WRITE_LOCK), so every
+ * write keeps the order SQLite's single writer gives, across connections and
+ * processes; reads run in REPEATABLE READ snapshots. A dropped connection
+ * answers ERR_BUSY (503 + Retry-After at the API) and reconnects with
+ * backoff. One jobd per database for now (store_instance_claim). What is
+ * not done yet, in order: row locks (FOR UPDATE SKIP LOCKED) for leasing and
+ * the webhook outbox instead of the one write lock, LISTEN/NOTIFY wake-ups,
+ * ingestion / finalization taken over by another instance, then several
+ * instances. The data directory still holds the files (store_path_*).
+ *
+ * Design (SQLite; PostgreSQL as above). The schema lives in schema.sql (repo root), embedded at build time
  * as store_schema_sql and applied by a migration runner keyed on PRAGMA
  * user_version: the file is split at "-- @migration N" lines and every block
  * newer than the database runs once, in its own BEGIN IMMEDIATE transaction
