@@ -16,8 +16,10 @@
  *                            and whose only context does not type it (a
  *                            bare "?1 IS NULL OR x = ?1") needs a cast in the
  *                            PostgreSQL text of the statement: ?1::text.
- *   step                     the first step runs PQexecParams with every
- *                            parameter and keeps the PGresult (text format);
+ *   step                     the first step runs the statement with every
+ *                            parameter (PQprepare once per type signature
+ *                            and connection, then PQexecPrepared) and keeps
+ *                            the PGresult (text format);
  *                            each step moves one row; SDB_DONE after the last
  *   reset                    PQclear (bindings kept); clear_bindings: all NULL
  *   column_*                 parse the row's text: integers and booleans
@@ -71,6 +73,8 @@ struct sdb_pg {
     int tx_lost;         /* the connection dropped inside a transaction: fail all but ROLLBACK */
     int backoff_ms;      /* wait before the next reconnect attempt (0: none failed) */
     int64_t next_try_ms; /* monotonic ms of the next reconnect attempt */
+    unsigned gen;        /* +1 per reconnect: server-side prepared statements are gone */
+    unsigned n_stmts;    /* statements prepared on this connection (names) */
     char err[512];
 };
 
@@ -89,12 +93,22 @@ struct pg_col { /* a bytea column of the current row, decoded */
     int done;
 };
 
+#define PG_VARIANTS 4 /* prepared type signatures kept per statement */
+struct pg_variant {
+    int used;              /* 0: empty */
+    unsigned gen;          /* the connection generation it was prepared on */
+    char name[32];         /* server-side name */
+    Oid types[PG_MAX_PARAMS];
+};
+
 struct sdb_pg_stmt {
     struct sdb_stmt base; /* first */
     struct sdb_pg *db;
     char *sql; /* with $N placeholders */
     int nparams;
     uint64_t used; /* bit N-1: $N appears in sql */
+    struct pg_variant var[PG_VARIANTS];
+    int next_var; /* the slot the next new variant replaces */
     struct pg_param p[PG_MAX_PARAMS];
     PGresult *res;
     int row;  /* current row; -1 before the first step */
@@ -271,6 +285,7 @@ static int pg_ready(struct sdb_pg *d, int is_rollback)
             return SDB_BUSY;
         }
         d->backoff_ms = 0;
+        d->gen++;
     }
     if (d->tx_lost) {
         if (is_rollback) {
@@ -436,7 +451,36 @@ static int pg_step(struct sdb_stmt *x)
              * must still have a type */
             types[i] = (s->used >> i) & 1 ? s->p[i].oid : PG_OID_TEXT;
         }
-        PGresult *r = PQexecParams(d->conn, s->sql, s->nparams, types, vals, lens, fmts, 0);
+        /* server-side prepared once per type signature (parse and plan
+         * once, not per row); NULLs are typed unknown, so a statement bound
+         * with and without NULLs has two variants */
+        struct pg_variant *v = NULL;
+        for (int k = 0; k < PG_VARIANTS && !v; k++)
+            if (s->var[k].used && s->var[k].gen == d->gen &&
+                !memcmp(s->var[k].types, types, (size_t)s->nparams * sizeof *types))
+                v = &s->var[k];
+        if (!v) {
+            v = &s->var[s->next_var];
+            s->next_var = (s->next_var + 1) % PG_VARIANTS;
+            if (v->used && v->gen == d->gen) { /* replaced: free the server's copy */
+                char sql[64];
+                snprintf(sql, sizeof sql, "DEALLOCATE %s", v->name);
+                PQclear(PQexec(d->conn, sql));
+            }
+            v->used = 0;
+            snprintf(v->name, sizeof v->name, "sdb%u", ++d->n_stmts);
+            PGresult *pr = PQprepare(d->conn, v->name, s->sql, s->nparams, types);
+            if (!pr || PQresultStatus(pr) != PGRES_COMMAND_OK) {
+                int rc = pg_result_err(d, pr);
+                PQclear(pr);
+                return rc;
+            }
+            PQclear(pr);
+            memcpy(v->types, types, (size_t)s->nparams * sizeof *types);
+            v->gen = d->gen;
+            v->used = 1;
+        }
+        PGresult *r = PQexecPrepared(d->conn, v->name, s->nparams, vals, lens, fmts, 0);
         ExecStatusType t = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
         if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
             int rc = pg_result_err(d, r);
