@@ -442,7 +442,7 @@ static int pg_step(struct sdb_stmt *x)
             return ready;
         const char *vals[PG_MAX_PARAMS];
         int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
-        Oid types[PG_MAX_PARAMS];
+        Oid types[PG_MAX_PARAMS] = {0};
         for (int i = 0; i < s->nparams; i++) {
             vals[i] = s->p[i].val;
             lens[i] = s->p[i].len;
