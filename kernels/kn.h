@@ -33,6 +33,9 @@
  *   attention       kn_attn_paged_f32   attention.c  kn_cuda_attention  attention.cu 1e-5 rel
  *                                                                                  (bf16 K/V both sides)
  *   swiglu          kn_swiglu_f32       swiglu.c     kn_cuda_swiglu     swiglu.cu  2e-6 rel (bf16 out 4e-3)
+ *   geglu           kn_geglu_f32        geglu.c      (none: the CUDA forward refuses gemma2/gemma3)
+ *   scale, softcap  kn_scale_f32 ...    scale.c      (none: likewise)
+ *   windowed attn   kn_attn_paged_win_heads_f32 attention.c (none: likewise)
  *   add, add_bias   kn_add_f32 ...      add.c        kn_cuda_add ...    add.cu     0
  *   argmax          kn_argmax_f32       argmax.c     kn_cuda_argmax     argmax.cu  exact
  *   to bf16         quant_fp32_to_bf16  quant.c      kn_cuda_to_bf16    to_bf16.cu 0
@@ -313,9 +316,36 @@ void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const f
                              int n_ctx, int n_head, int n_head_kv, int head_dim, int h0, int h1,
                              float scale, float *scores);
 
+/* The windowed, soft-capped variant (sliding-window layers; Gemma 2's
+ * attention soft-capping): positions p0..n_ctx-1 only are attended
+ * (0 <= p0 < n_ctx; scores is still indexed by position, so it needs n_ctx
+ * floats), and each scaled score s becomes softcap * kn_tanh(s / softcap)
+ * before the softmax (softcap 0 = none). With p0 = 0 and softcap = 0 the
+ * numbers are kn_attn_paged_heads_f32's; every SIMD level gives the scalar
+ * path's bits. */
+void kn_attn_paged_win_heads_f32(float *out, const float *q, const float *k, const float *v,
+                                 const int32_t *block_table, int block_tokens,
+                                 size_t block_stride, int p0, int n_ctx, int n_head, int n_head_kv,
+                                 int head_dim, int h0, int h1, float scale, float softcap,
+                                 float *scores);
+
 /* SwiGLU (swiglu.c): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
  * out may alias gate or up. */
 void kn_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+
+/* GeGLU (geglu.c): out[i] = gelu_tanh(gate[i]) * up[i], PyTorch's
+ * gelu(approximate="tanh") in float. out may alias gate or up. CPU only. */
+void kn_geglu_f32(float *out, const float *gate, const float *up, size_t n);
+
+/* Scaling (scale.c): x[i] *= s. CPU only. */
+void kn_scale_f32(float *x, float s, size_t n);
+
+/* Soft-capping (scale.c): x[i] = cap * kn_tanh(x[i] / cap), cap > 0. CPU only. */
+void kn_softcap_f32(float *x, float cap, size_t n);
+
+/* tanh in float, within 1e-6 relative of the exact value, ~4x faster than
+ * libm's tanhf (scale.c). Can't fail. */
+float kn_tanh(float x);
 
 /* Residual add (add.c): x[i] += y[i]. */
 void kn_add_f32(float *x, const float *y, size_t n);

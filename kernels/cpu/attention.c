@@ -18,7 +18,10 @@
  *   - softmax: max, then expf(s - max) and their sum in position order;
  *   - output: out[d] = fma(w_p, v_p[d], out[d]) in position order, w_p =
  *     exp_p * (1 / sum).
- * Per query head, the query's kv head is h / (n_head / n_head_kv). */
+ * Per query head, the query's kv head is h / (n_head / n_head_kv).
+ * The windowed variant (kn_attn_paged_win_heads_f32) runs the same
+ * operations over positions p0..n_ctx-1 only, and soft-caps the scaled
+ * scores (cap * kn_tanh(s / cap), scalar on every path) before the softmax. */
 #include "kernels/kn.h"
 
 #include <math.h>
@@ -46,6 +49,16 @@ static float dot_lanes(const float *a, const float *b, int n)
     return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
+/* Soft-capping (Gemma 2): s = cap * kn_tanh(s / cap) in place (scale.c);
+ * cap 0 = none. Scalar on every SIMD path, so the bits stay the same. */
+static void softcap_row(float *scores, int n, float cap)
+{
+    if (cap == 0.0f)
+        return;
+    for (int p = 0; p < n; p++)
+        scores[p] = cap * kn_tanh(scores[p] / cap);
+}
+
 /* Softmax of scores[0..n) in place into weights (exp / sum). */
 static void softmax_row(float *scores, int n)
 {
@@ -65,16 +78,17 @@ static void softmax_row(float *scores, int n)
 
 static void head_scalar(float *oh, const float *qh, const float *k, const float *v,
                         const int32_t *block_table, int block_tokens, size_t block_stride,
-                        int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
-                        float *scores)
+                        int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
+                        float softcap, float *scores)
 {
-    for (int p = 0; p < n_ctx; p++) {
+    for (int p = p0; p < n_ctx; p++) {
         const float *kp = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
         scores[p] = dot_lanes(qh, kp, head_dim) * scale;
     }
-    softmax_row(scores, n_ctx);
+    softcap_row(scores + p0, n_ctx - p0, softcap);
+    softmax_row(scores + p0, n_ctx - p0);
     memset(oh, 0, (size_t)head_dim * sizeof *oh);
-    for (int p = 0; p < n_ctx; p++) {
+    for (int p = p0; p < n_ctx; p++) {
         const float *vp = kv_at(v, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
         float w = scores[p];
         for (int d = 0; d < head_dim; d++)
@@ -133,19 +147,20 @@ AVX2 static void scores_avx2(float *scores, const float *qh, const float *k,
 
 AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const float *v,
                            const int32_t *block_table, int block_tokens, size_t block_stride,
-                           int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
-                           float *scores)
+                           int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
+                           float softcap, float *scores)
 {
-    scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, 0, n_ctx, kv_dim, kv_off,
+    scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim, kv_off,
                 head_dim, scale);
-    softmax_row(scores, n_ctx);
+    softcap_row(scores + p0, n_ctx - p0, softcap);
+    softmax_row(scores + p0, n_ctx - p0);
     /* up to 64 dimensions per pass: eight independent accumulator chains */
     for (int d0 = 0; d0 < head_dim; d0 += 64) {
         int nd = head_dim - d0 < 64 ? head_dim - d0 : 64; /* multiple of 8 */
         __m256 o[8];
         for (int j = 0; j < 8; j++)
             o[j] = _mm256_setzero_ps();
-        for (int pv = 0; pv < n_ctx; pv++) {
+        for (int pv = p0; pv < n_ctx; pv++) {
             const float *vp =
                 kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
             __m256 w = _mm256_set1_ps(scores[pv]);
@@ -190,10 +205,10 @@ AVX512A static inline __m256 hsum8x8_att(const __m512 a[4])
 
 AVX512A static void head_avx512(float *oh, const float *qh, const float *k, const float *v,
                                 const int32_t *block_table, int block_tokens, size_t block_stride,
-                                int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
-                                float *scores)
+                                int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim,
+                                float scale, float softcap, float *scores)
 {
-    int p = 0;
+    int p = p0;
     for (; p + 8 <= n_ctx; p += 8) {
         const float *kp[8];
         for (int i = 0; i < 8; i++)
@@ -212,12 +227,13 @@ AVX512A static void head_avx512(float *oh, const float *qh, const float *k, cons
     }
     scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, p, n_ctx, kv_dim, kv_off,
                 head_dim, scale);
-    softmax_row(scores, n_ctx);
+    softcap_row(scores + p0, n_ctx - p0, softcap);
+    softmax_row(scores + p0, n_ctx - p0);
     /* 64 dimensions per pass in four named accumulators, then 16 at a time */
     int d0 = 0;
     for (; d0 + 64 <= head_dim; d0 += 64) {
         __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        for (int pv = 0; pv < n_ctx; pv++) {
+        for (int pv = p0; pv < n_ctx; pv++) {
             const float *vp =
                 kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
             __m512 w = _mm512_set1_ps(scores[pv]);
@@ -233,7 +249,7 @@ AVX512A static void head_avx512(float *oh, const float *qh, const float *k, cons
     }
     for (; d0 < head_dim; d0 += 16) {
         __m512 o0 = _mm512_setzero_ps();
-        for (int pv = 0; pv < n_ctx; pv++) {
+        for (int pv = p0; pv < n_ctx; pv++) {
             const float *vp =
                 kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
             o0 = _mm512_fmadd_ps(_mm512_set1_ps(scores[pv]), _mm512_loadu_ps(vp), o0);
@@ -257,6 +273,16 @@ void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const f
                              int n_ctx, int n_head, int n_head_kv, int head_dim, int h0, int h1,
                              float scale, float *scores)
 {
+    kn_attn_paged_win_heads_f32(out, q, k, v, block_table, block_tokens, block_stride, 0, n_ctx,
+                                n_head, n_head_kv, head_dim, h0, h1, scale, 0.0f, scores);
+}
+
+void kn_attn_paged_win_heads_f32(float *out, const float *q, const float *k, const float *v,
+                                 const int32_t *block_table, int block_tokens,
+                                 size_t block_stride, int p0, int n_ctx, int n_head, int n_head_kv,
+                                 int head_dim, int h0, int h1, float scale, float softcap,
+                                 float *scores)
+{
     int group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
 #if ATT_X86
     int lv = kn_simd_level();
@@ -269,17 +295,17 @@ void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const f
         size_t kv_off = (size_t)(h / group) * (size_t)head_dim;
 #if ATT_X86
         if (avx512) {
-            head_avx512(oh, qh, k, v, block_table, block_tokens, block_stride, n_ctx, kv_dim,
-                        kv_off, head_dim, scale, scores);
+            head_avx512(oh, qh, k, v, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim,
+                        kv_off, head_dim, scale, softcap, scores);
             continue;
         }
         if (avx2) {
-            head_avx2(oh, qh, k, v, block_table, block_tokens, block_stride, n_ctx, kv_dim, kv_off,
-                      head_dim, scale, scores);
+            head_avx2(oh, qh, k, v, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim,
+                      kv_off, head_dim, scale, softcap, scores);
             continue;
         }
 #endif
-        head_scalar(oh, qh, k, v, block_table, block_tokens, block_stride, n_ctx, kv_dim, kv_off,
-                    head_dim, scale, scores);
+        head_scalar(oh, qh, k, v, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim,
+                    kv_off, head_dim, scale, softcap, scores);
     }
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/log.h"
 #include "kernels/kn.h"
 #include "worker/engine/forward_cpu.h"
 #include "worker/engine/forward_cuda.h"
@@ -83,6 +84,13 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         p.n_batch_max > (1 << 20) || p.n_seq_max > (1 << 20) ||
         (p.device != KN_DEVICE_CPU && p.device != KN_DEVICE_CUDA))
         return ERR_INVAL;
+    /* the CUDA forward implements llama and qwen2 only (no q/k norms,
+     * GeGLU, post-norms, sliding windows, soft-capping or LongRoPE there) */
+    if (p.device == KN_DEVICE_CUDA && hp->arch != MODEL_ARCH_LLAMA && hp->arch != MODEL_ARCH_QWEN2) {
+        log_error("cuda: architecture '%s' runs on the CPU only (--device cpu)",
+                  model_arch_name(hp->arch));
+        return ERR_UNSUPPORTED;
+    }
     int kv_dim = hp->n_head_kv * hp->head_dim;
     size_t no = (size_t)p.n_out_max;
     size_t total = 0;

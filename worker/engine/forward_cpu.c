@@ -1,21 +1,26 @@
 /*
- * forward_cpu.c - the batched forward pass of a llama/qwen2 model on the
+ * forward_cpu.c - the batched forward pass of a model (model.h) on the
  * CPU (see forward_cpu.h; forward.c dispatches here).
  *
  * Per step (fwdcpu_forward), for a flat batch of n tokens (shapes in the
  * buffer comments of struct model_ctx):
  *
- *   x = token_embd[token]                                  embedding rows, dequantized
+ *   x = token_embd[token] (* sqrt(n_embd): gemma)         embedding rows, dequantized
  *   per layer:
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h @ Wq^T (+bq), h @ Wk^T (+bk), h @ Wv^T (+bv)
- *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (qwen2)
+ *     q, k = rmsnorm per head (qwen3, gemma3)
+ *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (others);
+ *                                                          own table for gemma3's sliding layers
  *     K/V cache[slot][pos] = k, v                         all tokens first ...
- *     a = softmax(q.K^T / sqrt(hd)) V over 0..pos         ... then attention (GQA)
- *     x += a @ Wo^T
+ *     a = softmax(cap(q.K^T * scale)) V over the window   ... then attention (GQA); window
+ *                                                          0..pos, or the last n_swa positions
+ *                                                          on sliding layers; cap: gemma2
+ *     o = a @ Wo^T (rmsnorm * post_attn_norm: gemma); x += o
  *     h = rmsnorm(x) * ffn_norm
- *     x += (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
- *   logits = rmsnorm(x[marked]) * output_norm @ Wout^T
+ *     f = (act(h @ Wg^T) * (h @ Wu^T)) @ Wd^T             act = silu, or tanh-GELU (gemma)
+ *     x += f (rmsnorm * post_ffn_norm: gemma)
+ *   logits = rmsnorm(x[marked]) * output_norm @ Wout^T (soft-capped: gemma2)
  *
  * Every op works per token with a fixed accumulation order, so a token's
  * numbers do not depend on its batch neighbours. All matmuls go through
@@ -65,6 +70,10 @@ struct fwdcpu {
     int n_threads;     /* kn_pool_threads(p.pool) */
     int64_t *att_split; /* (n_threads + 1) first (token, head) pair of each thread, per step */
     float *rope_cs;    /* (n_batch_max, n_rot) RoPE cos/sin of the step's positions (all layers) */
+    float *rope_cs_swa; /* (n_batch_max, n_rot) the same for sliding-window layers when their
+                         * rope base/scale differ (gemma3), else NULL (rope_cs is used) */
+    const float *rope_factors; /* divisors of the rope angles: rope_freqs.weight, or phi3's
+                                * LongRoPE short/long factors chosen by n_ctx; or NULL */
     void *mm_scratch;  /* matmul scratch, mm_scratch_bytes */
     size_t mm_scratch_bytes;
 };
@@ -171,7 +180,7 @@ int fwdcpu_bytes(const struct model *m, const struct model_ctx_params *p, size_t
         add_bytes(total, no, (size_t)hp->n_embd * sizeof(float)) ||
         add_bytes(total, (size_t)p->n_ctx * (size_t)n_threads, sizeof(float)) ||
         add_bytes(total, (size_t)n_threads + 1, sizeof(int64_t)) ||
-        add_bytes(total, nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1), sizeof(float)) ||
+        add_bytes(total, nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 2, sizeof(float)) ||
         add_bytes(total, 1, mm))
         return ERR_TOOBIG;
     return 0;
@@ -207,10 +216,23 @@ int fwdcpu_new(const struct model *m, const struct model_ctx_params *p, struct k
     c->scores = malloc((size_t)n_threads * (size_t)p->n_ctx * sizeof(float));
     c->att_split = malloc(((size_t)n_threads + 1) * sizeof *c->att_split);
     c->rope_cs = malloc(nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * sizeof(float));
+    int any_swa = 0;
+    for (int l = 0; l < hp->n_layer; l++)
+        any_swa |= m->layers[l].swa;
+    int swa_table = any_swa && (hp->rope_freq_base_swa != hp->rope_freq_base ||
+                                hp->rope_freq_scale_swa != hp->rope_freq_scale);
+    if (swa_table)
+        c->rope_cs_swa = malloc(nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * sizeof(float));
+    /* phi3 LongRoPE: the long factors when this context reaches beyond the
+     * original training context (llama.cpp's choice, per context) */
+    c->rope_factors = m->rope_freqs;
+    if (m->rope_factors_short)
+        c->rope_factors = p->n_ctx > hp->n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
     c->mm_scratch = malloc(mm);
     c->mm_scratch_bytes = mm;
     if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
-        !c->xo || !c->scores || !c->att_split || !c->rope_cs || !c->mm_scratch) {
+        !c->xo || !c->scores || !c->att_split || !c->rope_cs || !c->mm_scratch ||
+        (swa_table && !c->rope_cs_swa)) {
         fwdcpu_free(c);
         return ERR_NOMEM;
     }
@@ -235,6 +257,7 @@ void fwdcpu_free(struct fwdcpu *c)
     free(c->scores);
     free(c->att_split);
     free(c->rope_cs);
+    free(c->rope_cs_swa);
     free(c->mm_scratch);
     free(c);
 }
@@ -273,6 +296,8 @@ struct attn_job {
     const struct model_batch *b;
     const float *kl, *vl;  /* this layer's K/V cache bases */
     float scale;
+    float softcap;         /* attention logit soft-capping, 0 = none */
+    int window;            /* sliding window (positions attended, itself included), 0 = all */
 };
 
 static void attn_run(void *arg, int ith, int nth)
@@ -291,11 +316,13 @@ static void attn_run(void *arg, int ith, int nth)
     while (lo < hi) {
         int i = (int)(lo / nh), h0 = (int)(lo % nh);
         int h1 = hi - (int64_t)i * nh < nh ? (int)(hi - (int64_t)i * nh) : nh;
-        kn_attn_paged_heads_f32(c->att + (size_t)i * (size_t)q_dim,
-                                c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl,
-                                kv->seqs[j->b->seq[i]].blocks, kv->block_tokens, kv->block_stride,
-                                j->b->pos[i] + 1, nh, hp->n_head_kv, hp->head_dim, h0, h1,
-                                j->scale, scores);
+        int n_ctx = j->b->pos[i] + 1;
+        int p0 = j->window && n_ctx > j->window ? n_ctx - j->window : 0;
+        kn_attn_paged_win_heads_f32(c->att + (size_t)i * (size_t)q_dim,
+                                    c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl,
+                                    kv->seqs[j->b->seq[i]].blocks, kv->block_tokens,
+                                    kv->block_stride, p0, n_ctx, nh, hp->n_head_kv, hp->head_dim,
+                                    h0, h1, j->scale, j->softcap, scores);
         lo = (int64_t)i * nh + h1;
     }
 }
@@ -306,13 +333,17 @@ struct swiglu_job {
     float *gate;
     const float *up;
     size_t n;
+    enum model_ffn_act act; /* SwiGLU or GeGLU */
 };
 
 static void swiglu_run(void *arg, int ith, int nth)
 {
     const struct swiglu_job *j = arg;
     size_t lo = j->n * (size_t)ith / (size_t)nth, hi = j->n * (size_t)(ith + 1) / (size_t)nth;
-    kn_swiglu_f32(j->gate + lo, j->gate + lo, j->up + lo, hi - lo);
+    if (j->act == MODEL_FFN_GEGLU)
+        kn_geglu_f32(j->gate + lo, j->gate + lo, j->up + lo, hi - lo);
+    else
+        kn_swiglu_f32(j->gate + lo, j->gate + lo, j->up + lo, hi - lo);
 }
 
 static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
@@ -337,9 +368,14 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
         kn_add_bias_f32(c->k, L->bk, n, kv_dim);
     if (L->bv)
         kn_add_bias_f32(c->v, L->bv, n, kv_dim);
+    if (L->attn_q_norm) { /* qwen3, gemma3: RMSNorm of each head's q and k */
+        kn_rmsnorm_f32(c->q, c->q, L->attn_q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps);
+        kn_rmsnorm_f32(c->k, c->k, L->attn_k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
+    }
     /* the angles of the step's positions were computed once (model_forward) */
-    kn_rope_apply_f32(c->q, n, hp->n_head, hp->head_dim, hp->n_rot, c->rope_cs, mode);
-    kn_rope_apply_f32(c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, c->rope_cs, mode);
+    const float *cs = L->swa && c->rope_cs_swa ? c->rope_cs_swa : c->rope_cs;
+    kn_rope_apply_f32(c->q, n, hp->n_head, hp->head_dim, hp->n_rot, cs, mode);
+    kn_rope_apply_f32(c->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, mode);
 
     /* append every token's K/V before any attention: a token may attend to
      * earlier tokens of its own sequence in this same batch */
@@ -352,7 +388,7 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
         memcpy(kl + off, c->k + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
         memcpy(vl + off, c->v + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
     }
-    struct attn_job job = {c, b, kl, vl, 1.0f / sqrtf((float)hp->head_dim)};
+    struct attn_job job = {c, b, kl, vl, hp->attn_scale, hp->attn_softcap, L->swa ? hp->n_swa : 0};
     if (c->n_threads > 1 && (size_t)n * (size_t)hp->n_head > 1)
         kn_pool_run(c->p.pool, attn_run, &job);
     else
@@ -361,19 +397,23 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
         return rc;
     if (L->bo)
         kn_add_bias_f32(c->proj, L->bo, n, hp->n_embd);
+    if (L->post_attn_norm)
+        kn_rmsnorm_f32(c->proj, c->proj, L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
     kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
 
     kn_rmsnorm_f32(c->xb, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
     if ((rc = model_linear(c, c->hb, c->xb, n, &L->w_gate)) ||
         (rc = model_linear(c, c->hb2, c->xb, n, &L->w_up)))
         return rc;
-    struct swiglu_job sj = {c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff};
+    struct swiglu_job sj = {c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff, hp->ffn_act};
     if (c->n_threads > 1 && n >= 4)
         kn_pool_run(c->p.pool, swiglu_run, &sj);
     else
         swiglu_run(&sj, 0, 1);
     if ((rc = model_linear(c, c->proj, c->hb, n, &L->w_down)))
         return rc;
+    if (L->post_ffn_norm)
+        kn_rmsnorm_f32(c->proj, c->proj, L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
     kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
     return 0;
 }
@@ -388,9 +428,19 @@ int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_bat
     c->kv = kv;
     attn_plan(c, b);
     kn_rope_table(c->rope_cs, n, hp->n_rot, b->pos, hp->rope_freq_base, hp->rope_freq_scale,
-                  m->rope_freqs);
+                  c->rope_factors);
+    if (c->rope_cs_swa)
+        kn_rope_table(c->rope_cs_swa, n, hp->n_rot, b->pos, hp->rope_freq_base_swa,
+                      hp->rope_freq_scale_swa, c->rope_factors);
+    if (hp->rope_attn_factor != 1.0f) { /* phi3 LongRoPE: cos and sin times the factor */
+        kn_scale_f32(c->rope_cs, hp->rope_attn_factor, (size_t)n * (size_t)hp->n_rot);
+        if (c->rope_cs_swa)
+            kn_scale_f32(c->rope_cs_swa, hp->rope_attn_factor, (size_t)n * (size_t)hp->n_rot);
+    }
     kn_get_rows(c->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, b->token, n,
                 hp->n_embd);
+    if (hp->embd_scale != 1.0f) /* gemma: embedding times sqrt(n_embd) */
+        kn_scale_f32(c->x, hp->embd_scale, (size_t)n * (size_t)hp->n_embd);
     for (int l = 0; l < hp->n_layer; l++)
         if (run_layer(c, b, l))
             return ERR_INTERNAL; /* types validated at load: cannot happen */
@@ -401,6 +451,8 @@ int fwdcpu_forward(struct fwdcpu *c, struct kv_cache *kv, const struct model_bat
         kn_rmsnorm_f32(c->xo, c->xo, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
         if (model_linear(c, logits, c->xo, n_out, &m->output))
             return ERR_INTERNAL;
+        if (hp->final_softcap > 0) /* gemma2: logits = cap * tanh(logits / cap) */
+            kn_softcap_f32(logits, hp->final_softcap, (size_t)n_out * (size_t)hp->n_vocab);
     }
     return 0;
 }

@@ -1,5 +1,6 @@
 /*
- * forward_cpu.h - the forward pass of a llama/qwen2 model on the CPU.
+ * forward_cpu.h - the forward pass of a model (every architecture of
+ * model.h) on the CPU.
  *
  * Used by worker/engine/forward.c (the dispatch) when
  * model_ctx_params.device is KN_DEVICE_CPU; its counterpart is

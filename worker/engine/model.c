@@ -1,11 +1,12 @@
 /*
- * model.c - load a llama/qwen2 GGUF: hyperparameters, tensor validation,
+ * model.c - load a llama/qwen2/qwen3/gemma2/gemma3/phi3 GGUF: hyperparameters, tensor validation,
  * weight pointers into the mapping. See model.h for the design, the keys
  * read and the tensor names expected.
  */
 #include "worker/engine/model.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "common/err.h"
 #include "kernels/kn.h"
+#include "worker/engine/chat.h"
 #include "worker/engine/tok_gguf.h"
 
 static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
@@ -28,9 +30,26 @@ static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
     return rc;
 }
 
+/* The architectures we run: general.architecture -> enum. */
+static const struct {
+    const char *name;
+    enum model_arch arch;
+} ARCHS[] = {
+    {"llama", MODEL_ARCH_LLAMA}, {"qwen2", MODEL_ARCH_QWEN2},   {"qwen3", MODEL_ARCH_QWEN3},
+    {"gemma2", MODEL_ARCH_GEMMA2}, {"gemma3", MODEL_ARCH_GEMMA3}, {"phi3", MODEL_ARCH_PHI3},
+};
+
 const char *model_arch_name(enum model_arch a)
 {
-    return a == MODEL_ARCH_QWEN2 ? "qwen2" : "llama";
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (ARCHS[i].arch == a)
+            return ARCHS[i].name;
+    return "?";
+}
+
+static int is_gemma(enum model_arch a)
+{
+    return a == MODEL_ARCH_GEMMA2 || a == MODEL_ARCH_GEMMA3;
 }
 
 /* "<arch>.<suffix>" into key. */
@@ -39,10 +58,20 @@ static void arch_key(char *key, size_t cap, const char *arch, const char *suffix
     snprintf(key, cap, "%s.%s", arch, suffix);
 }
 
-/* A positive integer hyperparameter in [1, max]. required = 0: absent gives
+/* An integer hyperparameter in [min, max]. required = 0: absent gives
  * *out = dflt. Arrays (per-layer values) are refused. */
+static int get_hp_int_min(const struct gguf *g, const char *arch, const char *suffix, int required,
+                          int dflt, int min, int max, int *out, char *err, size_t err_len);
+
+/* A positive integer hyperparameter in [1, max] (see get_hp_int_min). */
 static int get_hp_int(const struct gguf *g, const char *arch, const char *suffix, int required,
                       int dflt, int max, int *out, char *err, size_t err_len)
+{
+    return get_hp_int_min(g, arch, suffix, required, dflt, 1, max, out, err, err_len);
+}
+
+static int get_hp_int_min(const struct gguf *g, const char *arch, const char *suffix, int required,
+                          int dflt, int min, int max, int *out, char *err, size_t err_len)
 {
     char key[128];
     arch_key(key, sizeof key, arch, suffix);
@@ -58,9 +87,9 @@ static int get_hp_int(const struct gguf *g, const char *arch, const char *suffix
     int64_t v;
     if (gguf_get_i64(g, key, &v))
         return fail(err, err_len, ERR_CORRUPT, "%s is not an integer", key);
-    if (v < 1 || v > max)
-        return fail(err, err_len, ERR_CORRUPT, "%s = %" PRId64 " is out of range (1..%d)", key, v,
-                    max);
+    if (v < min || v > max)
+        return fail(err, err_len, ERR_CORRUPT, "%s = %" PRId64 " is out of range (%d..%d)", key, v,
+                    min, max);
     *out = (int)v;
     return 0;
 }
@@ -81,6 +110,113 @@ static int get_hp_f32(const struct gguf *g, const char *arch, const char *suffix
         return fail(err, err_len, ERR_CORRUPT, "%s is not a float", key);
     if (!(*out == *out))
         return fail(err, err_len, ERR_CORRUPT, "%s is NaN", key);
+    return 0;
+}
+
+/* The hyperparameters beyond llama's, with llama.cpp's defaults where the
+ * GGUF may leave a key out (llama.cpp's src/models/<arch>.cpp):
+ *   all: attention.sliding_window (0 / absent = none), and which layers
+ *        use it: attention.sliding_window_pattern, a per-layer bool array
+ *        or a number n (layer il slides when il % n < n - 1; n = 0: all);
+ *        default n = 2 for gemma2, 6 for gemma3, every layer otherwise
+ *        (Mistral-style, phi3: HF applies the window to all layers);
+ *   gemma2/3: embedding times sqrt(n_embd), GeGLU; attention scale
+ *        1/sqrt(head_dim) except the 27B models (46 / 62 layers):
+ *        1/sqrt(n_embd / n_head), as llama.cpp (the GGUF has no key for
+ *        HF's query_pre_attn_scalar);
+ *   gemma2: attn_logit_softcapping (default 50), final_logit_softcapping
+ *        (default 30), window default 4096, rope.freq_base_swa default
+ *        rope.freq_base;
+ *   gemma3: final_logit_softcapping when present, rope.freq_base_swa
+ *        default 10000 with scale 1 on the sliding layers;
+ *   phi3: rope.scaling.original_context_length and rope.scaling.attn_factor
+ *        (LongRoPE; the factors are tensors). */
+static int read_arch_hparams(const struct gguf *g, const char *arch, struct model_hparams *hp,
+                             char *err, size_t err_len)
+{
+    int rc;
+    int gemma = is_gemma(hp->arch);
+    hp->ffn_act = gemma ? MODEL_FFN_GEGLU : MODEL_FFN_SWIGLU;
+    hp->embd_scale = gemma ? (float)sqrt((double)hp->n_embd) : 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if ((hp->arch == MODEL_ARCH_GEMMA2 && hp->n_layer == 46) ||
+        (hp->arch == MODEL_ARCH_GEMMA3 && hp->n_layer == 62))
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    if (hp->arch == MODEL_ARCH_GEMMA3) {
+        hp->rope_freq_base_swa = 10000.0f;
+        hp->rope_freq_scale_swa = 1.0f;
+    }
+    if ((rc = get_hp_f32(g, arch, "rope.freq_base_swa", 0, hp->rope_freq_base_swa,
+                         &hp->rope_freq_base_swa, err, err_len)))
+        return rc;
+    if (!(hp->rope_freq_base_swa > 0))
+        return fail(err, err_len, ERR_CORRUPT, "%s.rope.freq_base_swa out of range", arch);
+    float cap_attn = hp->arch == MODEL_ARCH_GEMMA2 ? 50.0f : 0.0f;
+    float cap_final = hp->arch == MODEL_ARCH_GEMMA2 ? 30.0f : 0.0f;
+    if (gemma && ((rc = get_hp_f32(g, arch, "attn_logit_softcapping", 0, cap_attn,
+                                   &hp->attn_softcap, err, err_len)) ||
+                  (rc = get_hp_f32(g, arch, "final_logit_softcapping", 0, cap_final,
+                                   &hp->final_softcap, err, err_len))))
+        return rc;
+    if (hp->arch == MODEL_ARCH_GEMMA3)
+        hp->attn_softcap = 0.0f; /* removed in Gemma 3 (HF, llama.cpp) */
+    if (!(hp->attn_softcap >= 0 && hp->attn_softcap < 1e30f) ||
+        !(hp->final_softcap >= 0 && hp->final_softcap < 1e30f))
+        return fail(err, err_len, ERR_CORRUPT, "%s: negative or infinite logit soft-capping", arch);
+    if ((rc = get_hp_int_min(g, arch, "attention.sliding_window", 0,
+                             hp->arch == MODEL_ARCH_GEMMA2 ? 4096 : 0, 0, MODEL_MAX_CTX, &hp->n_swa,
+                             err, err_len)))
+        return rc;
+    hp->n_ctx_orig = 0;
+    hp->rope_attn_factor = 1.0f;
+    if (hp->arch == MODEL_ARCH_PHI3) {
+        if ((rc = get_hp_int_min(g, arch, "rope.scaling.original_context_length", 0, 0, 0,
+                                 MODEL_MAX_CTX, &hp->n_ctx_orig, err, err_len)) ||
+            (rc = get_hp_f32(g, arch, "rope.scaling.attn_factor", 0, 1.0f, &hp->rope_attn_factor,
+                             err, err_len)))
+            return rc;
+        if (!(hp->rope_attn_factor > 0 && hp->rope_attn_factor < 1e3f))
+            return fail(err, err_len, ERR_CORRUPT, "%s.rope.scaling.attn_factor out of range",
+                        arch);
+    }
+    return 0;
+}
+
+/* Which layers slide (model_layer.swa): see read_arch_hparams. */
+static int read_swa_layers(const struct gguf *g, const char *arch, struct model *m, char *err,
+                           size_t err_len)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->n_swa == 0)
+        return 0;
+    char key[128];
+    arch_key(key, sizeof key, arch, "attention.sliding_window_pattern");
+    long i = gguf_kv_find(g, key);
+    int pattern = hp->arch == MODEL_ARCH_GEMMA2 ? 2 : hp->arch == MODEL_ARCH_GEMMA3 ? 6 : 0;
+    if (i >= 0 && gguf_kv_type(g, (size_t)i) == GGUF_VT_ARRAY) {
+        struct gguf_arr a;
+        if (gguf_get_arr(g, key, &a) || a.n != (uint64_t)hp->n_layer)
+            return fail(err, err_len, ERR_CORRUPT, "%s: expected %d per-layer values", key,
+                        hp->n_layer);
+        for (int l = 0; l < hp->n_layer; l++) {
+            int b;
+            int64_t v;
+            if (gguf_arr_bool(&a, (uint64_t)l, &b) == 0)
+                v = b;
+            else if (gguf_arr_i64(&a, (uint64_t)l, &v) || v < 0 || v > 1)
+                return fail(err, err_len, ERR_CORRUPT, "%s[%d] is not a bool", key, l);
+            m->layers[l].swa = (int)v;
+        }
+        return 0;
+    }
+    int rc = get_hp_int_min(g, arch, "attention.sliding_window_pattern", 0, pattern, 0,
+                            MODEL_MAX_LAYERS, &pattern, err, err_len);
+    if (rc)
+        return rc;
+    for (int l = 0; l < hp->n_layer; l++)
+        m->layers[l].swa = pattern == 0 || l % pattern < pattern - 1;
     return 0;
 }
 
@@ -147,14 +283,18 @@ static int read_hparams(const struct gguf *g, const char *arch, struct model_hpa
         return rc;
     int is_none = st.len == 4 && memcmp(st.ptr, "none", 4) == 0;
     int is_linear = st.len == 6 && memcmp(st.ptr, "linear", 6) == 0;
+    /* phi3 LongRoPE: the factors come as rope_factors_{short,long}.weight */
+    int is_longrope = hp->arch == MODEL_ARCH_PHI3 && st.len == 8 && memcmp(st.ptr, "longrope", 8) == 0;
+    if (is_longrope)
+        is_none = 1;
     if (!is_none && !is_linear)
         return fail(err, err_len, ERR_UNSUPPORTED, "unsupported rope scaling type '%.*s'",
                     (int)(st.len > 32 ? 32 : st.len), st.ptr);
     if (factor < 0)
         return fail(err, err_len, ERR_CORRUPT, "negative rope.scaling.factor");
     hp->rope_freq_scale = (is_linear && factor > 0) ? 1.0f / factor : 1.0f;
-    hp->rope_neox = hp->arch == MODEL_ARCH_QWEN2;
-    return 0;
+    hp->rope_neox = hp->arch != MODEL_ARCH_LLAMA;
+    return read_arch_hparams(g, arch, hp, err, err_len);
 }
 
 /* The tensor called name with ne = [ne0, ne1] (ne1 = 0: a 1-D tensor [ne0]).
@@ -248,27 +388,99 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
         for (int i = 0; i < hp->n_rot / 2; i++)
             if (!(m->rope_freqs[i] > 0))
                 return fail(err, err_len, ERR_CORRUPT, "rope_freqs.weight[%d] is not positive", i);
-    int qwen = hp->arch == MODEL_ARCH_QWEN2;
+    int qwen2 = hp->arch == MODEL_ARCH_QWEN2;
+    int qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
+    int post_norms = is_gemma(hp->arch);
+    if (hp->arch == MODEL_ARCH_PHI3) {
+        /* LongRoPE factors: both or neither */
+        if ((rc = get_vec(g, "rope_factors_short.weight", hp->n_rot / 2, 1, &m->rope_factors_short,
+                          err, err_len)) ||
+            (rc = get_vec(g, "rope_factors_long.weight", hp->n_rot / 2, 1, &m->rope_factors_long,
+                          err, err_len)))
+            return rc;
+        if (!m->rope_factors_short != !m->rope_factors_long)
+            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s",
+                        m->rope_factors_short ? "rope_factors_long.weight"
+                                              : "rope_factors_short.weight");
+        for (int i = 0; m->rope_factors_short && i < hp->n_rot / 2; i++)
+            if (!(m->rope_factors_short[i] > 0) || !(m->rope_factors_long[i] > 0))
+                return fail(err, err_len, ERR_CORRUPT, "rope_factors_%s.weight[%d] is not positive",
+                            m->rope_factors_short[i] > 0 ? "long" : "short", i);
+        if (m->rope_factors_short && hp->n_ctx_orig == 0)
+            return fail(err, err_len, ERR_CORRUPT,
+                        "missing hyperparameter phi3.rope.scaling.original_context_length");
+        if (m->rope_freqs)
+            return fail(err, err_len, ERR_CORRUPT, "phi3: unexpected tensor rope_freqs.weight");
+    }
     for (int l = 0; l < hp->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
         char n[GGUF_MAX_NAME + 1];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
-        if ((rc = get_vec(g, NAME("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, err_len)) ||
-            (rc = get_mat(g, NAME("attn_q.weight"), q_dim, hp->n_embd, 0, &L->wq, err, err_len)) ||
-            (rc = get_mat(g, NAME("attn_k.weight"), kv_dim, hp->n_embd, 0, &L->wk, err, err_len)) ||
-            (rc = get_mat(g, NAME("attn_v.weight"), kv_dim, hp->n_embd, 0, &L->wv, err, err_len)) ||
-            (rc = get_mat(g, NAME("attn_output.weight"), hp->n_embd, q_dim, 0, &L->wo, err,
+        if ((rc = get_vec(g, NAME("attn_norm.weight"), hp->n_embd, 0, &L->attn_norm, err, err_len)))
+            return rc;
+        /* phi3 fuses Q|K|V into attn_qkv: the three are row ranges of it */
+        struct model_mat qkv = {0};
+        if (hp->arch == MODEL_ARCH_PHI3 &&
+            (rc = get_mat(g, NAME("attn_qkv.weight"), q_dim + 2 * kv_dim, hp->n_embd, 1, &qkv, err,
+                          err_len)))
+            return rc;
+        if (!qkv.data && hp->arch == MODEL_ARCH_PHI3 && !gguf_tensor_find(g, NAME("attn_q.weight")))
+            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s", NAME("attn_qkv.weight"));
+        if (qkv.data) {
+            const unsigned char *base = qkv.data;
+            L->wq = L->wk = L->wv = qkv;
+            L->wq.rows = q_dim;
+            L->wk.rows = L->wv.rows = kv_dim;
+            L->wk.data = base + (size_t)q_dim * qkv.row_bytes;
+            L->wv.data = base + (size_t)(q_dim + kv_dim) * qkv.row_bytes;
+        } else if ((rc = get_mat(g, NAME("attn_q.weight"), q_dim, hp->n_embd, 0, &L->wq, err,
+                                 err_len)) ||
+                   (rc = get_mat(g, NAME("attn_k.weight"), kv_dim, hp->n_embd, 0, &L->wk, err,
+                                 err_len)) ||
+                   (rc = get_mat(g, NAME("attn_v.weight"), kv_dim, hp->n_embd, 0, &L->wv, err,
+                                 err_len))) {
+            return rc;
+        }
+        if ((rc = get_mat(g, NAME("attn_output.weight"), hp->n_embd, q_dim, 0, &L->wo, err,
                           err_len)) ||
-            (rc = get_vec(g, NAME("attn_q.bias"), q_dim, !qwen, &L->bq, err, err_len)) ||
-            (rc = get_vec(g, NAME("attn_k.bias"), kv_dim, !qwen, &L->bk, err, err_len)) ||
-            (rc = get_vec(g, NAME("attn_v.bias"), kv_dim, !qwen, &L->bv, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_q.bias"), q_dim, !qwen2, &L->bq, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_k.bias"), kv_dim, !qwen2, &L->bk, err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_v.bias"), kv_dim, !qwen2, &L->bv, err, err_len)) ||
             (rc = get_vec(g, NAME("attn_output.bias"), hp->n_embd, 1, &L->bo, err, err_len)) ||
-            (rc = get_vec(g, NAME("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, err_len)) ||
-            (rc = get_mat(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, 0, &L->w_gate, err,
-                          err_len)) ||
-            (rc = get_mat(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, 0, &L->w_up, err,
-                          err_len)) ||
-            (rc = get_mat(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, 0, &L->w_down, err,
+            (rc = get_vec(g, NAME("attn_q_norm.weight"), hp->head_dim, !qk_norm, &L->attn_q_norm,
+                          err, err_len)) ||
+            (rc = get_vec(g, NAME("attn_k_norm.weight"), hp->head_dim, !qk_norm, &L->attn_k_norm,
+                          err, err_len)) ||
+            (rc = get_vec(g, NAME("post_attention_norm.weight"), hp->n_embd, !post_norms,
+                          &L->post_attn_norm, err, err_len)) ||
+            (rc = get_vec(g, NAME("post_ffw_norm.weight"), hp->n_embd, !post_norms,
+                          &L->post_ffn_norm, err, err_len)) ||
+            (rc = get_vec(g, NAME("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, err_len)))
+            return rc;
+        if (!L->attn_q_norm != !L->attn_k_norm)
+            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s",
+                        L->attn_q_norm ? NAME("attn_k_norm.weight") : NAME("attn_q_norm.weight"));
+        if (!L->post_attn_norm != !L->post_ffn_norm)
+            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s",
+                        L->post_attn_norm ? NAME("post_ffw_norm.weight")
+                                          : NAME("post_attention_norm.weight"));
+        /* phi3 fuses gate|up into ffn_up (2 n_ff rows, gate first) */
+        struct model_mat gu = {0};
+        if (hp->arch == MODEL_ARCH_PHI3 && !gguf_tensor_find(g, NAME("ffn_gate.weight")) &&
+            (rc = get_mat(g, NAME("ffn_up.weight"), 2 * hp->n_ff, hp->n_embd, 0, &gu, err,
+                          err_len)))
+            return rc;
+        if (gu.data) {
+            L->w_gate = L->w_up = gu;
+            L->w_gate.rows = L->w_up.rows = hp->n_ff;
+            L->w_up.data = (const unsigned char *)gu.data + (size_t)hp->n_ff * gu.row_bytes;
+        } else if ((rc = get_mat(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, 0, &L->w_gate,
+                                 err, err_len)) ||
+                   (rc = get_mat(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, 0, &L->w_up, err,
+                                 err_len))) {
+            return rc;
+        }
+        if ((rc = get_mat(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, 0, &L->w_down, err,
                           err_len)))
             return rc;
 #undef NAME
@@ -293,11 +505,10 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
     if (!m)
         return ERR_NOMEM;
     int rc;
-    if (strcmp(arch, "llama") == 0)
-        m->hp.arch = MODEL_ARCH_LLAMA;
-    else if (strcmp(arch, "qwen2") == 0)
-        m->hp.arch = MODEL_ARCH_QWEN2;
-    else {
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (strcmp(arch, ARCHS[i].name) == 0)
+            m->hp.arch = ARCHS[i].arch;
+    if (!m->hp.arch) {
         rc = fail(err, err_len, ERR_UNSUPPORTED, "unsupported architecture '%s'", arch);
         goto out;
     }
@@ -333,7 +544,7 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
         rc = ERR_NOMEM;
         goto out;
     }
-    if ((rc = load_tensors(g, m, err, err_len)))
+    if ((rc = read_swa_layers(g, arch, m, err, err_len)) || (rc = load_tensors(g, m, err, err_len)))
         goto out;
     m->gguf = g;
     *out = m;
@@ -371,7 +582,51 @@ int model_tokenizer(const struct model *m, struct tok **out, char *err, size_t e
     return tok_gguf_new(m->gguf, out, err, err_len);
 }
 
+/* The default chat template of an architecture whose GGUF carries none
+ * (tokenizer.chat_template absent): the family's published format as a
+ * Jinja template, so that it renders the same through the known-format
+ * classifier and a Jinja interpreter.
+ *   gemma2, gemma3: Gemma 3's format (a system message becomes the prefix
+ *     of the first user turn; Gemma 2's template raises on it instead);
+ *     string contents only.
+ *   phi3: Phi-3-mini-4k-instruct's template.
+ * Others: NULL (qwen2/qwen3 fall back to ChatML through their <|im_start|>
+ * token, see chat.h). */
+static const char *default_chat_template(enum model_arch a)
+{
+    switch (a) {
+    case MODEL_ARCH_GEMMA2:
+    case MODEL_ARCH_GEMMA3:
+        return "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+               "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}"
+               "{% set loop_messages = messages[1:] %}"
+               "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}"
+               "{% endif %}{% for message in loop_messages %}"
+               "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+               "{{ raise_exception('Conversation roles must alternate "
+               "user/assistant/user/assistant/...') }}{% endif %}"
+               "{% if message['role'] == 'assistant' %}{% set role = 'model' %}"
+               "{% else %}{% set role = message['role'] %}{% endif %}"
+               "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + "
+               "message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+    case MODEL_ARCH_PHI3:
+        return "{% for message in messages %}{% if message['role'] == 'system' %}"
+               "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
+               "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + "
+               "'<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + "
+               "message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}"
+               "{% endif %}";
+    default:
+        return NULL;
+    }
+}
+
 int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl **out)
 {
+    const char *dflt = default_chat_template(m->hp.arch);
+    if (dflt && gguf_kv_find(m->gguf, "tokenizer.chat_template") < 0)
+        return chat_tmpl_new(dflt, t, out);
     return tok_gguf_chat_new(m->gguf, t, out);
 }

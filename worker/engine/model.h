@@ -1,20 +1,39 @@
 /*
- * model.h - a Llama-family decoder model loaded from GGUF, and its batched
- * forward pass on the CPU.
+ * model.h - a decoder-only transformer loaded from GGUF (llama, qwen2,
+ * qwen3, gemma2, gemma3, phi3), and its batched forward pass on the CPU.
  *
  * Loading (worker/engine/model.c). model_load maps the GGUF file (worker/engine/gguf.h)
- * and reads the hyperparameters of `general.architecture` "llama" or
- * "qwen2" (anything else: "unsupported architecture 'mamba'"). Weights are
- * not copied: each is a pointer into the mapping, kept in its file type
- * (norms and biases must be F32; projection matrices any type
- * kernels/cpu/quant.c decodes). Every tensor the architecture needs is
- * checked for presence, type and exact shape against the hyperparameters,
- * with an error naming it ("blk.3.attn_k.weight: shape [64, 64], expected
- * [64, 32]"). output.weight absent = tied embeddings (token_embd is the LM
- * head). RoPE: llama GGUFs have Q/K rows permuted by the converter and use
- * the adjacent-pair (NORM) layout; qwen2 uses NEOX (rotate-half) and has
- * Q/K/V biases. rope_freqs.weight (llama3-style scaling) and linear
- * rope.scaling are applied; YaRN/longrope are refused.
+ * and reads the hyperparameters of `general.architecture` (anything else:
+ * "unsupported architecture 'mamba'"). Weights are not copied: each is a
+ * pointer into the mapping, kept in its file type (norms and biases must be
+ * F32; projection matrices any type kernels/cpu/quant.c decodes). Every
+ * tensor the architecture needs is checked for presence, type and exact
+ * shape against the hyperparameters, with an error naming it
+ * ("blk.3.attn_k.weight: shape [64, 64], expected [64, 32]", "missing
+ * tensor blk.3.attn_q_norm.weight"). output.weight absent = tied embeddings
+ * (token_embd is the LM head). What each architecture adds to the llama
+ * block, all read from the GGUF (tensor names as llama.cpp's converter
+ * writes them):
+ *   llama   Q/K rows permuted by the converter, NORM (adjacent-pair) RoPE;
+ *           rope_freqs.weight (llama3 scaling) and linear rope.scaling;
+ *           Mistral-style sliding window if attention.sliding_window is set
+ *   qwen2   NEOX (rotate-half) RoPE, Q/K/V biases
+ *   qwen3   NEOX, per-head RMSNorm of q and k (attn_{q,k}_norm) before RoPE
+ *   gemma2  NEOX, embedding * sqrt(n_embd), GeGLU (tanh GELU), RMSNorm of the
+ *           attention and FFN outputs (post_attention_norm, post_ffw_norm),
+ *           the converter having folded Gemma's (1 + w) into the weights;
+ *           even layers slide (window attention.sliding_window), attention
+ *           and final logit soft-capping
+ *   gemma3  gemma2 without soft-capping, plus q/k norms; 5 of 6 layers slide
+ *           (attention.sliding_window_pattern) with rope.freq_base_swa
+ *           (default 10000), the others use rope.freq_base and its scaling
+ *   phi3    NEOX, fused attn_qkv and ffn_up (gate|up) used as row ranges,
+ *           LongRoPE rope_factors_{short,long}.weight chosen per context by
+ *           n_ctx vs rope.scaling.original_context_length, cos/sin times
+ *           rope.scaling.attn_factor
+ * YaRN and other rope scaling types are refused. The CUDA forward
+ * implements llama and qwen2 only; a CUDA context for the others is
+ * refused (ERR_UNSUPPORTED).
  *
  * Running (worker/engine/forward.c, the dispatch to forward_cpu.c or
  * forward_cuda.c). A struct model_ctx holds every buffer of the forward pass, sized at creation for n_batch_max tokens per step, and the
@@ -45,7 +64,17 @@ struct kn_pool;
 struct tok;
 struct chat_tmpl;
 
-enum model_arch { MODEL_ARCH_LLAMA = 1, MODEL_ARCH_QWEN2 = 2 };
+enum model_arch {
+    MODEL_ARCH_LLAMA = 1,
+    MODEL_ARCH_QWEN2 = 2,
+    MODEL_ARCH_QWEN3 = 3,
+    MODEL_ARCH_GEMMA2 = 4,
+    MODEL_ARCH_GEMMA3 = 5,
+    MODEL_ARCH_PHI3 = 6,
+};
+
+/* Feed-forward activation: silu(gate) * up, or gelu_tanh(gate) * up. */
+enum model_ffn_act { MODEL_FFN_SWIGLU = 0, MODEL_FFN_GEGLU = 1 };
 
 /* Caps on hyperparameters (far above real models; keep hostile headers
  * from sizing absurd buffers). Shapes are also bounded by the file. */
@@ -70,6 +99,21 @@ struct model_hparams {
     float rope_freq_base;  /* rope.freq_base, default 10000 */
     float rope_freq_scale; /* 1 / rope.scaling.factor (linear), default 1 */
     int rope_neox;         /* 1: NEOX (rotate-half) layout, 0: NORM (adjacent pairs) */
+    /* what the newer architectures add (defaults = the llama behaviour) */
+    enum model_ffn_act ffn_act; /* gemma: GEGLU */
+    float embd_scale;      /* embedding rows times this (gemma: sqrt(n_embd) in float); 1 = none */
+    float attn_scale;      /* q.k factor: 1/sqrt(head_dim), or attention.scale; gemma 27B:
+                            * 1/sqrt(n_embd/n_head) as llama.cpp */
+    float attn_softcap;    /* gemma2: attn_logit_softcapping (default 50); 0 = none */
+    float final_softcap;   /* gemma2: final_logit_softcapping (default 30); gemma3 when the
+                            * key is present; 0 = none */
+    int n_swa;             /* attention.sliding_window: a sliding-window layer attends to the
+                            * last n_swa positions (itself included); 0 = none */
+    float rope_freq_base_swa;  /* rope base of sliding-window layers (gemma3: rope.freq_base_swa,
+                                * default 10000; gemma2: rope.freq_base) */
+    float rope_freq_scale_swa; /* rope scale of sliding-window layers (gemma3: 1) */
+    int n_ctx_orig;        /* phi3 LongRoPE: rope.scaling.original_context_length (0 = none) */
+    float rope_attn_factor; /* phi3 LongRoPE: rope.scaling.attn_factor, times cos and sin (1 = none) */
 };
 
 /* A weight matrix: rows x cols values of type `type`, row stride row_bytes,
@@ -91,6 +135,11 @@ struct model_layer {
     const float *ffn_norm;         /* (n_embd) */
     struct model_mat w_gate, w_up; /* (n_ff, n_embd) */
     struct model_mat w_down;       /* (n_embd, n_ff) */
+    const float *attn_q_norm;      /* qwen3, gemma3: per-head RMSNorm of q (head_dim); else NULL */
+    const float *attn_k_norm;      /* ... and of k (head_dim) */
+    const float *post_attn_norm;   /* gemma2/3: RMSNorm of the attention output (n_embd); else NULL */
+    const float *post_ffn_norm;    /* gemma2/3: RMSNorm of the FFN output (n_embd); else NULL */
+    int swa;                       /* 1: sliding-window layer (hp.n_swa, rope_freq_base_swa) */
 };
 
 struct model {
@@ -101,6 +150,9 @@ struct model {
     int tied;                      /* 1 when output.weight is absent */
     const float *output_norm;      /* (n_embd) */
     const float *rope_freqs;       /* (n_rot/2) frequency divisors or NULL */
+    const float *rope_factors_short; /* phi3 LongRoPE (n_rot/2) divisors for contexts up to
+                                      * hp.n_ctx_orig, or NULL */
+    const float *rope_factors_long;  /* ... and for longer contexts (chosen per model_ctx by n_ctx) */
     struct model_layer *layers;    /* (n_layer) */
 };
 
@@ -119,7 +171,7 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
  * first. */
 void model_free(struct model *m);
 
-/* "llama" / "qwen2". */
+/* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" ("?" otherwise). */
 const char *model_arch_name(enum model_arch a);
 
 /* Tokenizer of the model, built from its tokenizer.ggml.* keys (see
@@ -127,8 +179,10 @@ const char *model_arch_name(enum model_arch a);
  * message in err. */
 int model_tokenizer(const struct model *m, struct tok **out, char *err, size_t err_len);
 
-/* Chat template of the model from tokenizer.chat_template (ChatML fallback
- * when absent and the vocabulary has <|im_start|>, see worker/engine/chat.h).
+/* Chat template of the model from tokenizer.chat_template; when the GGUF
+ * has none, the architecture's default (gemma2/3: Gemma's turns, phi3:
+ * Phi-3's), else the ChatML fallback when the vocabulary has <|im_start|>
+ * (see worker/engine/chat.h).
  * Returns 0 and *out (chat_tmpl_free), ERR_UNSUPPORTED, ERR_NOMEM. */
 int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl **out);
 

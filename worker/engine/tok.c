@@ -506,7 +506,10 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
             strcmp(eog_names[i], "<|end_of_text|>") != 0 && strcmp(eog_names[i], "<|return|>") != 0 &&
             strcmp(eog_names[i], "<|call|>") != 0)
             t->eot = id;
-        if (t->types[id] != TOK_TYPE_CONTROL && t->types[id] != TOK_TYPE_USER_DEFINED)
+        /* llama.cpp ORs the CONTROL attribute in, and CONTROL wins over
+         * USER_DEFINED wherever both are tested (Gemma's "</s>" is
+         * USER_DEFINED: not cut out of plain text) */
+        if (t->types[id] != TOK_TYPE_CONTROL)
             t->types[id] = TOK_TYPE_CONTROL;
         t->eog[id] = 1;
     }

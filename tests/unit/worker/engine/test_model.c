@@ -63,12 +63,14 @@ static struct model *load(const char *file)
     return m;
 }
 
-/* The three prompts of a fixture entry. */
+/* The three prompts of a fixture entry, and the context size to run them
+ * in (manifest "n_ctx", default 64: phi3 picks its LongRoPE factors by it). */
 struct prompts {
     int n;
     int len[4];
     int32_t ids[4][64];
     int total;
+    int n_ctx;
 };
 
 static void get_prompts(json_t *entry, struct prompts *p)
@@ -76,6 +78,8 @@ static void get_prompts(json_t *entry, struct prompts *p)
     json_t *ps = json_object_get(entry, "prompts");
     p->n = (int)json_array_size(ps);
     p->total = 0;
+    json_t *nc = json_object_get(entry, "n_ctx");
+    p->n_ctx = nc ? (int)json_integer_value(nc) : 64;
     CHECK(p->n >= 1 && p->n <= 4);
     for (int i = 0; i < p->n; i++) {
         json_t *a = json_array_get(ps, (size_t)i);
@@ -94,7 +98,7 @@ static void run_all(const struct model *m, const struct prompts *p, float *out, 
     struct model_ctx_params cp;
     model_ctx_params_init(&cp);
     cp.exact_matmul = exact;
-    cp.n_ctx = 64;
+    cp.n_ctx = p->n_ctx;
     cp.n_seq_max = p->n;
     cp.n_batch_max = p->total;
     cp.n_out_max = p->total;
@@ -129,7 +133,9 @@ static double rel_l2(const float *a, const float *b, int n)
     return sqrt(d / nb);
 }
 
-/* Max over positions of the relative L2 error of file's logits. */
+/* Max over positions of the relative L2 error of file's logits. file is a
+ * manifest "gguf" entry: a file name, optionally followed by "#variant" (a
+ * second reference for the same file). */
 static double fixture_error(const char *file, struct model *m_override, int exact)
 {
     size_t len;
@@ -150,7 +156,10 @@ static double fixture_error(const char *file, struct model *m_override, int exac
     json_decref(man);
     size_t want_len;
     float *want = read_all(lpath, &want_len);
-    struct model *m = m_override ? m_override : load(file);
+    char gfile[128];
+    snprintf(gfile, sizeof gfile, "%s", file);
+    gfile[strcspn(gfile, "#")] = 0;
+    struct model *m = m_override ? m_override : load(gfile);
     int nv = m->hp.n_vocab;
     CHECK_EQ_INT(want_len, (size_t)p.total * (size_t)nv * sizeof(float));
     float *got = malloc(want_len);
@@ -201,6 +210,47 @@ TEST(model_logits_match_hf_quantized)
         check_fixture(files[i], MODEL_TOL_QUANT, 1);
 }
 
+/* The newer architectures, converted by llama.cpp's convert_hf_to_gguf.py
+ * (tests/oracle/make_arch_fixtures.py). */
+TEST(model_logits_match_hf_qwen3)
+{
+    check_fixture("qwen3_tied.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("qwen3_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
+TEST(model_logits_match_hf_gemma2)
+{
+    check_fixture("gemma2_tied.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("gemma2_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
+TEST(model_logits_match_hf_gemma3)
+{
+    check_fixture("gemma3_tied.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("gemma3_tied.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
+/* A Mistral-style llama GGUF declaring llama.attention.sliding_window (4):
+ * every layer attends to the last 4 positions, as HF's Mistral. */
+TEST(model_logits_match_hf_mistral_sliding_window)
+{
+    check_fixture("mistral_swa.f32.gguf", MODEL_TOL_F32, 1);
+    check_fixture("mistral_swa.q8_0.gguf", MODEL_TOL_QUANT, 1);
+    struct model *m = load("mistral_swa.f32.gguf");
+    CHECK(m->hp.arch == MODEL_ARCH_LLAMA && m->hp.n_swa == 4 && m->layers[0].swa &&
+          m->layers[1].swa);
+    m->hp.n_swa = 0; /* no window: far off */
+    CHECK(fixture_error("mistral_swa.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+}
+
+TEST(model_logits_match_hf_phi3)
+{
+    check_fixture("phi3_longrope.f32.gguf", MODEL_TOL_F32, 1);      /* short factors (n_ctx 64) */
+    check_fixture("phi3_longrope.f32.gguf#long", MODEL_TOL_F32, 1); /* long factors (n_ctx 128) */
+    check_fixture("phi3_longrope.q8_0.gguf", MODEL_TOL_QUANT, 1);
+}
+
 /* The default path on every fixture: F32/F16 weights are dotted with the
  * unquantized activations (the exact tolerance holds); the quantized
  * types see 8-bit activations (seen: 1.3-1.8%, tolerance MODEL_TOL_FAST). */
@@ -209,7 +259,11 @@ TEST(model_logits_fast_path_near_hf)
     const char *files[] = {"llama_tied.f32.gguf", "llama3_untied.f32.gguf", "qwen2_tied.f32.gguf",
                            "llama_tied.q8_0.gguf", "llama_tied.q4_0.gguf", "llama_tied.q4_1.gguf",
                            "llama_tied.q5_0.gguf", "llama_tied.q5_1.gguf",
-                           "llama3_untied.q8_0.gguf", "qwen2_tied.f16.gguf", "qwen2_tied.q8_0.gguf"};
+                           "llama3_untied.q8_0.gguf", "qwen2_tied.f16.gguf", "qwen2_tied.q8_0.gguf",
+                           "qwen3_tied.f32.gguf", "qwen3_tied.q8_0.gguf", "gemma2_tied.f32.gguf",
+                           "gemma2_tied.q8_0.gguf", "gemma3_tied.f32.gguf", "gemma3_tied.q8_0.gguf",
+                           "phi3_longrope.f32.gguf", "phi3_longrope.q8_0.gguf",
+                           "mistral_swa.q8_0.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         check_fixture(files[i], strstr(files[i], ".f32.") || strstr(files[i], ".f16.")
                                     ? MODEL_TOL_F32 : MODEL_TOL_FAST, 0);
@@ -243,6 +297,82 @@ TEST(model_fixtures_detect_rope_mistakes)
     e = fixture_error("qwen2_tied.f32.gguf", m, 1);
     CHECK(e > 100 * MODEL_TOL_F32);
     model_free(m);
+}
+
+/* Each feature of the newer architectures matters on its fixture: leaving
+ * it out moves the logits far beyond the tolerance. */
+TEST(model_fixtures_detect_arch_mistakes)
+{
+    struct model *m = load("qwen3_tied.f32.gguf");
+    CHECK(m->hp.arch == MODEL_ARCH_QWEN3 && m->layers[1].attn_k_norm && m->hp.rope_neox);
+    m->layers[1].attn_q_norm = NULL; /* skip the q/k norms of layer 1 */
+    CHECK(fixture_error("qwen3_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+
+    m = load("gemma2_tied.f32.gguf");
+    struct model_hparams hp = m->hp;
+    CHECK(hp.attn_softcap == 2.0f && hp.final_softcap == 5.0f && hp.n_swa == 4 &&
+          m->layers[0].swa && !m->layers[1].swa && hp.ffn_act == MODEL_FFN_GEGLU &&
+          hp.embd_scale == 8.0f && m->tied);
+    m->hp.attn_softcap = 0;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->hp.final_softcap = 0;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->layers[0].swa = 0; /* no window */
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->layers[0].swa = 1;
+    m->hp.ffn_act = MODEL_FFN_SWIGLU;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->hp.embd_scale = 1.0f;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->layers[1].post_ffn_norm = NULL;
+    CHECK(fixture_error("gemma2_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+
+    m = load("gemma3_tied.f32.gguf");
+    hp = m->hp;
+    CHECK(hp.rope_freq_base == 1e6f && hp.rope_freq_base_swa == 1e4f && m->layers[4].swa &&
+          !m->layers[5].swa && hp.final_softcap == 0 && hp.attn_softcap == 0);
+    m->hp.rope_freq_base_swa = hp.rope_freq_base; /* one rope base for all layers */
+    CHECK(fixture_error("gemma3_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->layers[5].swa = 1; /* the global layer windowed */
+    CHECK(fixture_error("gemma3_tied.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+
+    m = load("phi3_longrope.f32.gguf");
+    hp = m->hp;
+    CHECK(m->rope_factors_short && m->rope_factors_long && hp.n_ctx_orig == 64 &&
+          hp.rope_attn_factor > 1.15f && hp.rope_attn_factor < 1.16f && !m->tied);
+    m->hp.rope_attn_factor = 1.0f;
+    CHECK(fixture_error("phi3_longrope.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    m->hp = hp;
+    m->rope_factors_short = m->rope_factors_long; /* the wrong factors for a short context */
+    CHECK(fixture_error("phi3_longrope.f32.gguf", m, 1) > 100 * MODEL_TOL_F32);
+    model_free(m);
+}
+
+/* The CUDA forward implements llama and qwen2 only: the others are refused
+ * at context creation, in CUDA builds too. */
+TEST(model_cuda_refuses_new_archs)
+{
+    const char *files[] = {"qwen3_tied.q8_0.gguf", "gemma2_tied.q8_0.gguf", "gemma3_tied.q8_0.gguf",
+                           "phi3_longrope.q8_0.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        struct model *m = load(files[i]);
+        struct model_ctx_params cp;
+        model_ctx_params_init(&cp);
+        cp.n_ctx = 64;
+        cp.device = KN_DEVICE_CUDA;
+        struct model_ctx *c = NULL;
+        CHECK_EQ_INT(model_ctx_new(m, &cp, &c), ERR_UNSUPPORTED);
+        CHECK(c == NULL);
+        model_free(m);
+    }
 }
 
 TEST(model_hparams_from_gguf)
@@ -300,6 +430,51 @@ TEST(model_tokenizer_and_chat_from_gguf)
     chat_tmpl_free(ct);
     tok_free(t);
     model_free(m);
+}
+
+static void patch(unsigned char *buf, size_t len, const void *from, const void *to, size_t n);
+
+/* A GGUF without tokenizer.chat_template gets its architecture's default
+ * (model.c default_chat_template): Gemma's turns with the system message
+ * folded into the first user turn, Phi-3's tags; qwen3 the ChatML fallback. */
+TEST(model_default_chat_template_per_arch)
+{
+    struct {
+        const char *file, *want;
+    } cases[] = {
+        {"gemma3_tied.q8_0.gguf",
+         "<|im_start|><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {"gemma2_tied.q8_0.gguf",
+         "<|im_start|><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {"phi3_longrope.q8_0.gguf", "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n"},
+        {"qwen3_tied.q8_0.gguf",
+         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+    };
+    struct chat_msg msgs[2] = {{CHAT_SYSTEM, "Be brief.", 9}, {CHAT_USER, "Hi", 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256], err[256];
+        size_t len;
+        snprintf(path, sizeof path, FIX "%s", cases[i].file);
+        unsigned char *buf = read_all(path, &len);
+        patch(buf, len, "tokenizer.chat_template", "tokenizer.chat_templatx", 23);
+        struct gguf *g;
+        struct model *m;
+        struct tok *t;
+        struct chat_tmpl *ct;
+        CHECK_EQ_INT(gguf_open_mem(buf, len, &g, err, sizeof err), 0);
+        CHECK_EQ_INT(model_load_gguf(g, &m, err, sizeof err), 0);
+        CHECK_EQ_INT(model_tokenizer(m, &t, err, sizeof err), 0);
+        CHECK_EQ_INT(model_chat_tmpl(m, t, &ct), 0);
+        struct buf out;
+        buf_init(&out, 1 << 16);
+        CHECK_EQ_INT(chat_render(ct, msgs, 2, 1, &out), 0);
+        CHECK_EQ_STR(out.data, cases[i].want);
+        buf_release(&out);
+        chat_tmpl_free(ct);
+        tok_free(t);
+        model_free(m);
+        free(buf);
+    }
 }
 
 /* ---- batching ---- */
@@ -445,12 +620,27 @@ TEST(model_batched_equals_single_qwen2_f16)
     check_batch_invariance("qwen2_tied.f16.gguf", NULL, NULL);
 }
 
+/* Sliding windows (gemma3: 5 of 6 layers, window 4, own rope base),
+ * soft-capping (gemma2), q/k norms and LongRoPE keep the invariance. */
+TEST(model_batched_equals_single_new_archs)
+{
+    const char *files[] = {"gemma3_tied.q8_0.gguf", "gemma2_tied.f32.gguf", "qwen3_tied.q8_0.gguf",
+                           "phi3_longrope.q8_0.gguf"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        g_exact = 1;
+        check_batch_invariance(files[f], NULL, NULL);
+        g_exact = 0;
+        check_batch_invariance(files[f], NULL, NULL);
+    }
+}
+
 /* The default path on 1, 2 and 3 threads: the same bits (matmul tiles and
  * attention heads are split differently, each output computed alike), and
  * still batch- and chunk-invariant. Both SIMD levels too, when AVX2 exists. */
 TEST(model_fast_path_same_on_any_thread_count)
 {
-    const char *files[] = {"llama_tied.q4_1.gguf", "llama3_untied.q8_0.gguf", "qwen2_tied.q8_0.gguf"};
+    const char *files[] = {"llama_tied.q4_1.gguf", "llama3_untied.q8_0.gguf", "qwen2_tied.q8_0.gguf",
+                           "gemma3_tied.q8_0.gguf"};
     static float ref[INV_LEN * 512];
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         g_exact = 0;
@@ -663,11 +853,153 @@ TEST(model_load_validation)
     free(buf);
     free(orig);
 
+    /* the newer architectures: every tensor and key they need, named */
+    struct {
+        const char *file, *from, *to, *msg;
+        int rc;
+    } cases[] = {
+        {"gemma3_tied.q8_0.gguf", "\x06\0\0\0\0\0\0\0gemma3", "\x06\0\0\0\0\0\0\0gemma4",
+         "unsupported architecture 'gemma4'", ERR_UNSUPPORTED},
+        {"gemma3_tied.q8_0.gguf", "blk.3.attn_q_norm.weight", "blk.3.attn_q_norx.weight",
+         "missing tensor blk.3.attn_q_norm.weight", ERR_CORRUPT},
+        {"gemma3_tied.q8_0.gguf", "blk.2.post_attention_norm.weight",
+         "blk.2.post_attention_norx.weight", "missing tensor blk.2.post_attention_norm.weight",
+         ERR_CORRUPT},
+        {"gemma3_tied.q8_0.gguf", "gemma3.attention.layer_norm_rms_epsilon",
+         "gemma3.attention.layer_norm_rms_epsilom",
+         "missing hyperparameter gemma3.attention.layer_norm_rms_epsilon", ERR_CORRUPT},
+        {"gemma2_tied.q8_0.gguf", "blk.1.post_ffw_norm.weight", "blk.1.post_ffw_norx.weight",
+         "missing tensor blk.1.post_ffw_norm.weight", ERR_CORRUPT},
+        {"qwen3_tied.q8_0.gguf", "blk.1.attn_k_norm.weight", "blk.1.attn_k_norx.weight",
+         "missing tensor blk.1.attn_k_norm.weight", ERR_CORRUPT},
+        {"phi3_longrope.q8_0.gguf", "rope_factors_long.weight", "rope_factors_lonx.weight",
+         "missing tensor rope_factors_long.weight", ERR_CORRUPT},
+        {"phi3_longrope.q8_0.gguf", "blk.1.attn_qkv.weight", "blk.1.attn_qkx.weight",
+         "missing tensor blk.1.attn_qkv.weight", ERR_CORRUPT},
+        {"phi3_longrope.q8_0.gguf", "phi3.rope.scaling.original_context_length",
+         "phi3.rope.scaling.original_context_lengtx",
+         "missing hyperparameter phi3.rope.scaling.original_context_length", ERR_CORRUPT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, FIX "%s", cases[i].file);
+        orig = read_all(path, &len);
+        /* the architecture string comes with its 8-byte length */
+        size_t n = cases[i].to[0] == 6 ? 14 : strlen(cases[i].to);
+        patch(orig, len, cases[i].from, cases[i].to, n);
+        expect_load_error(orig, len, cases[i].rc, cases[i].msg);
+        free(orig);
+    }
+    /* shapes and values checked against the hyperparameters */
+    orig = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    patch_u32(orig, len, "phi3.feed_forward_length", 32);
+    expect_load_error(orig, len, ERR_CORRUPT, "blk.0.ffn_up.weight: shape [64, 128, 1, 1], expected [64, 64]");
+    free(orig);
+    orig = read_all(FIX "qwen3_tied.q8_0.gguf", &len);
+    patch_u32(orig, len, "qwen3.attention.key_length", 32);
+    patch_u32(orig, len, "qwen3.attention.value_length", 32);
+    expect_load_error(orig, len, ERR_CORRUPT,
+                      "blk.0.attn_q.weight: shape [64, 64, 1, 1], expected [64, 128]");
+    free(orig);
+    orig = read_all(FIX "gemma2_tied.q8_0.gguf", &len);
+    {
+        float neg = -2.0f, two = 2.0f;
+        size_t kl = strlen("gemma2.attn_logit_softcapping");
+        unsigned char *at = memmem(orig, len, "gemma2.attn_logit_softcapping", kl);
+        CHECK(at != NULL && memcmp(at + kl + 4, &two, 4) == 0);
+        memcpy(at + kl + 4, &neg, 4);
+    }
+    expect_load_error(orig, len, ERR_CORRUPT, "negative or infinite logit soft-capping");
+    free(orig);
+
     /* qwen2 needs its q/k/v biases */
     orig = read_all(FIX "qwen2_tied.q8_0.gguf", &len);
     patch(orig, len, "blk.0.attn_v.bias", "blk.0.attn_v.bia_", 17);
     expect_load_error(orig, len, ERR_CORRUPT, "missing tensor blk.0.attn_v.bias");
     free(orig);
+}
+
+/* A copy of the GGUF at path with kv (a serialized key/value pair) inserted
+ * before its first key, padded with a filler string key so that the
+ * inserted bytes are a multiple of 32 and the tensor data stays aligned. */
+static unsigned char *with_kv(const char *path, const unsigned char *kv, size_t kv_len,
+                              size_t *len_out)
+{
+    size_t len;
+    unsigned char *orig = read_all(path, &len);
+    unsigned char pad[128];
+    size_t n_fill = (32 - (kv_len + 28) % 32) % 32; /* filler: 8 + 8 key, 4 type, 8 + n */
+    size_t pl = 0;
+    uint64_t kl = 8, sl = n_fill;
+    uint32_t ty = 8;
+    memcpy(pad + pl, &kl, 8), pl += 8;
+    memcpy(pad + pl, "test.pad", 8), pl += 8;
+    memcpy(pad + pl, &ty, 4), pl += 4;
+    memcpy(pad + pl, &sl, 8), pl += 8;
+    memset(pad + pl, 'x', n_fill), pl += n_fill;
+    CHECK((kv_len + pl) % 32 == 0);
+    unsigned char *b = malloc(len + kv_len + pl);
+    CHECK(b != NULL);
+    memcpy(b, orig, 24);
+    memcpy(b + 24, kv, kv_len);
+    memcpy(b + 24 + kv_len, pad, pl);
+    memcpy(b + 24 + kv_len + pl, orig + 24, len - 24);
+    uint64_t n_kv;
+    memcpy(&n_kv, b + 16, 8);
+    n_kv += 2;
+    memcpy(b + 16, &n_kv, 8);
+    free(orig);
+    *len_out = len + kv_len + pl;
+    return b;
+}
+
+/* attention.sliding_window_pattern: a per-layer bool array, or a number. */
+TEST(model_sliding_window_pattern_key)
+{
+    const char *key = "gemma3.attention.sliding_window_pattern";
+    unsigned char kv[128];
+    size_t kl = strlen(key), n = 0;
+    uint64_t k64 = kl;
+    memcpy(kv, &k64, 8), n = 8;
+    memcpy(kv + n, key, kl), n += kl;
+    uint32_t t_arr = 9, t_bool = 7, t_u32 = 4;
+    uint64_t n_el = 6;
+    memcpy(kv + n, &t_arr, 4), n += 4;
+    memcpy(kv + n, &t_bool, 4), n += 4;
+    memcpy(kv + n, &n_el, 8), n += 8;
+    const unsigned char pat[6] = {1, 0, 1, 0, 1, 1};
+    memcpy(kv + n, pat, 6), n += 6;
+    size_t len;
+    unsigned char *b = with_kv(FIX "gemma3_tied.q8_0.gguf", kv, n, &len);
+    struct gguf *g;
+    struct model *m;
+    char err[256];
+    CHECK_EQ_INT(gguf_open_mem(b, len, &g, err, sizeof err), 0);
+    CHECK_EQ_INT(model_load_gguf(g, &m, err, sizeof err), 0);
+    for (int l = 0; l < 6; l++)
+        CHECK_EQ_INT(m->layers[l].swa, pat[l]);
+    model_free(m);
+    free(b);
+
+    /* wrong length: named */
+    n_el = 5;
+    memcpy(kv + 8 + kl + 8, &n_el, 8);
+    b = with_kv(FIX "gemma3_tied.q8_0.gguf", kv, n - 1, &len);
+    expect_load_error(b, len, ERR_CORRUPT, "gemma3.attention.sliding_window_pattern: expected 6 per-layer values");
+    free(b);
+
+    /* a number n: layer l slides when l % n < n - 1 */
+    n = 8 + kl;
+    uint32_t three = 3;
+    memcpy(kv + n, &t_u32, 4), n += 4;
+    memcpy(kv + n, &three, 4), n += 4;
+    b = with_kv(FIX "gemma3_tied.q8_0.gguf", kv, n, &len);
+    CHECK_EQ_INT(gguf_open_mem(b, len, &g, err, sizeof err), 0);
+    CHECK_EQ_INT(model_load_gguf(g, &m, err, sizeof err), 0);
+    for (int l = 0; l < 6; l++)
+        CHECK_EQ_INT(m->layers[l].swa, l % 3 < 2);
+    model_free(m);
+    free(b);
 }
 
 /* ---- ops ---- */
@@ -848,6 +1180,75 @@ TEST(model_forward_allocates_nothing)
  * score and output element keeps the reference's operation order. Paged
  * K/V (scattered blocks), GQA, context lengths around the 4-position
  * unrolling, head_dim 64 and 128. */
+/* The window attends exactly positions p0..n_ctx-1: the same as plain
+ * attention over a cache holding only those positions; the soft-cap is
+ * cap * tanh(s / cap) of the scaled score (checked against a direct
+ * double-precision softmax). */
+TEST(kn_attention_window_and_softcap)
+{
+    enum { HD = 8, NKV = 1, NH = 2, N = 11, BT = 4 };
+    float k[16 * HD], v[16 * HD], q[NH * HD], out[NH * HD], ref[NH * HD], sc[16];
+    int32_t table[4] = {2, 0, 3, 1};
+    for (int i = 0; i < 16 * HD; i++) {
+        k[i] = (float)((i * 29) % 17 - 8) / 5.0f;
+        v[i] = (float)((i * 13) % 19 - 9) / 7.0f;
+    }
+    for (int i = 0; i < NH * HD; i++)
+        q[i] = (float)((i * 7) % 11 - 5) / 3.0f;
+    int p0 = 6;
+    float scale = 0.35f, cap = 1.5f;
+    kn_attn_paged_win_heads_f32(out, q, k, v, table, BT, (size_t)BT * HD, p0, N, NH, NKV, HD, 0, NH,
+                                scale, cap, sc);
+    for (int h = 0; h < NH; h++) {
+        double w[N], sum = 0, mx = -1e30;
+        for (int p = p0; p < N; p++) {
+            const float *kp = k + (size_t)table[p / BT] * BT * HD + (size_t)(p % BT) * HD;
+            double d = 0;
+            for (int i = 0; i < HD; i++)
+                d += (double)q[h * HD + i] * kp[i];
+            w[p] = cap * tanh(d * scale / cap);
+            /* (kn_tanh is within 1e-6 of tanh: inside this test's tolerance) */
+            if (w[p] > mx)
+                mx = w[p];
+        }
+        for (int p = p0; p < N; p++)
+            sum += (w[p] = exp(w[p] - mx));
+        for (int i = 0; i < HD; i++) {
+            double acc = 0;
+            for (int p = p0; p < N; p++)
+                acc += w[p] / sum * v[(size_t)table[p / BT] * BT * HD + (size_t)(p % BT) * HD + i];
+            ref[h * HD + i] = (float)acc;
+        }
+    }
+    for (int i = 0; i < NH * HD; i++)
+        CHECK(fabsf(out[i] - ref[i]) <= 1e-5f * (1.0f + fabsf(ref[i])));
+    /* p0 = 0, cap 0: the plain kernel's bits */
+    kn_attn_paged_win_heads_f32(out, q, k, v, table, BT, (size_t)BT * HD, 0, N, NH, NKV, HD, 0, NH,
+                                scale, 0.0f, sc);
+    kn_attn_paged_f32(ref, q, k, v, table, BT, (size_t)BT * HD, N, NH, NKV, HD, scale, sc);
+    CHECK(memcmp(out, ref, sizeof out) == 0);
+    /* GeGLU and soft-capping element-wise */
+    float g[3] = {-2.0f, 0.5f, 3.0f}, u[3] = {1.0f, 2.0f, -1.0f}, o[3];
+    kn_geglu_f32(o, g, u, 3);
+    for (int i = 0; i < 3; i++) {
+        double x = g[i];
+        double ge = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        CHECK(fabs(o[i] - ge * u[i]) <= 1e-6);
+    }
+    float x[2] = {10.0f, -0.1f};
+    kn_softcap_f32(x, 5.0f, 2);
+    CHECK(fabs(x[0] - 5 * tanh(2.0)) < 1e-5 && fabs(x[1] - 5 * tanh(-0.02)) < 1e-6);
+    /* kn_tanh within 1e-6 relative everywhere (both branches, the switch, saturation) */
+    double worst = 0;
+    for (int i = -200000; i <= 200000; i++) {
+        float xv = (float)i * 6e-5f;
+        double want = tanh((double)xv), e = fabs((double)kn_tanh(xv) - want) / fmax(fabs(want), 1e-30);
+        if (e > worst)
+            worst = e;
+    }
+    CHECK(worst < 1e-6 && kn_tanh(30.0f) == 1.0f && kn_tanh(-30.0f) == -1.0f && kn_tanh(0.0f) == 0.0f);
+}
+
 TEST(kn_attention_avx2_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() < KN_SIMD_AVX2) {
@@ -883,6 +1284,24 @@ TEST(kn_attention_avx2_equals_scalar_bit_for_bit)
                 if (memcmp(o1, o2, (size_t)n_head * (size_t)hd * sizeof *o1) != 0)
                     th_fail(__FILE__, __LINE__, "attention simd == scalar", "%s hd %d n_ctx %d",
                             kn_simd_name(lv), hd, n_ctx);
+            }
+            /* the windowed, soft-capped variant: windows starting inside a
+             * block and at block edges, with and without the cap */
+            for (int w = 1; w <= 13; w += 4) {
+                int p0 = n_ctx > w ? n_ctx - w : 0;
+                float cap = w % 8 == 1 ? 2.0f : 0.0f;
+                CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
+                kn_attn_paged_win_heads_f32(o1, q, k, v, table, bt, bs, p0, n_ctx, n_head,
+                                            n_head_kv, hd, 0, n_head, 0.125f, cap, sc);
+                for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++) {
+                    CHECK_EQ_INT(kn_simd_set(lv), 0);
+                    kn_attn_paged_win_heads_f32(o2, q, k, v, table, bt, bs, p0, n_ctx, n_head,
+                                                n_head_kv, hd, 0, n_head, 0.125f, cap, sc);
+                    if (memcmp(o1, o2, (size_t)n_head * (size_t)hd * sizeof *o1) != 0)
+                        th_fail(__FILE__, __LINE__, "windowed attention simd == scalar",
+                                "%s hd %d n_ctx %d p0 %d cap %g", kn_simd_name(lv), hd, n_ctx, p0,
+                                (double)cap);
+                }
             }
         }
         free(k);
