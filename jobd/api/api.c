@@ -28,8 +28,6 @@ int api_new(const struct api_config *cfg, struct api **out)
         log_error("cannot open the database in %s: %s", cfg->data_dir, err_msg(rc));
         goto fail;
     }
-    if ((rc = store_instance_claim(api->loop_st)))
-        goto fail;
     if ((rc = api_auth_decide(api)))
         goto fail;
     if ((rc = api_pool_open(&api->pool, cfg->data_dir, &cfg->store, (size_t)cfg->db_threads))) {

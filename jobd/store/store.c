@@ -532,25 +532,45 @@ void store_close(struct store *st)
     free(st);
 }
 
-int store_instance_claim(struct store *st)
+int store_is_pg(const struct store *st)
 {
-    if (!st->pg)
-        return 0;
+    return st->pg;
+}
+
+static int own_call(struct store *st, int which, enum store_own_kind kind, const char *id, int *yes)
+{
     int rc = 0;
-    struct sdb_stmt *s = store_stmt(st, S_INSTANCE_CLAIM, &rc);
+    struct sdb_stmt *s = store_stmt(st, which, &rc);
     if (!s)
         return rc;
-    int r = sdb_step(s);
-    if (r != SDB_ROW)
-        rc = store_sqlerr(st, r, "claim the database");
-    else if (!sdb_column_int64(s, 0))
-        rc = ERR_BUSY;
+    if (!(rc = store_bind_int(st, s, 1, (int64_t)kind)) && !(rc = store_bind_text(st, s, 2, id))) {
+        int r = sdb_step(s);
+        if (r != SDB_ROW)
+            rc = store_sqlerr(st, r, "work ownership");
+        else if (yes)
+            *yes = sdb_column_int64(s, 0) != 0;
+    }
     sdb_reset(s);
-    if (rc == ERR_BUSY)
-        log_error("store: another jobd already serves %s; one jobd per PostgreSQL database for now "
-                  "(several instances need the multi-instance support of issue 19)",
-                  st->db_path);
     return rc;
+}
+
+int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned)
+{
+    if (!st->pg) {
+        *owned = 1;
+        return 0;
+    }
+    int yes = 0;
+    int rc = own_call(st, S_OWN_TRY, kind, id, &yes);
+    if (!rc)
+        *owned = yes;
+    return rc;
+}
+
+void store_own_release(struct store *st, enum store_own_kind kind, const char *id)
+{
+    if (st->pg && !sdb_in_tx(st->db))
+        own_call(st, S_OWN_RELEASE, kind, id, NULL);
 }
 
 const char *store_data_dir(const struct store *st)

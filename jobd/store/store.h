@@ -10,11 +10,30 @@
  * write keeps the order SQLite's single writer gives, across connections and
  * processes; reads run in REPEATABLE READ snapshots. A dropped connection
  * answers ERR_BUSY (503 + Retry-After at the API) and reconnects with
- * backoff. One jobd per database for now (store_instance_claim). What is
- * not done yet, in order: row locks (FOR UPDATE SKIP LOCKED) for leasing and
- * the webhook outbox instead of the one write lock, LISTEN/NOTIFY wake-ups,
- * ingestion / finalization taken over by another instance, then several
- * instances. The data directory still holds the files (store_path_*).
+ * backoff.
+ *
+ * Several jobd instances on one PostgreSQL database (issue 19). The global
+ * order stays where it is needed: every write transaction holds the one
+ * writer lock (STORE_PG_WRITE_LOCK, pg_advisory_xact_lock) and runs in READ
+ * COMMITTED, so each statement after the lock sees every earlier commit and
+ * every check-then-write in this interface (status-fenced transitions,
+ * exactly-once result commits keyed on the request id, idempotency keys
+ * (one row per tenant+key; a reservation is one locked transaction, so of
+ * two instances given the same key one creates, the other answers "in
+ * flight" or, once it is complete, the stored answer), leasing and its
+ * fairness cursor, the webhook outbox claim) is as atomic across instances
+ * as SQLite makes it within one. What spans several transactions is owned
+ * by one instance at a time (store_own_try: a session advisory lock, ended
+ * by the owner or by its connection's end, so a killed instance's work is
+ * taken over): the ingest of a validating batch (each chunk also fenced by
+ * store_ingest_fence) and the finalization of a batch (its files have fixed
+ * names). The lease sweep, cancel / expiry steps and retention are one
+ * transaction per step, fenced by status, and may run on every instance.
+ * Long-polling workers re-read the queue every 200 ms (routes_worker.c), so
+ * work submitted to one instance reaches a worker polling another without
+ * any wake-up. The data directory (store_path_*) must be one POSIX file
+ * system shared by every instance. Not done yet: row locks (FOR UPDATE SKIP
+ * LOCKED) instead of the one writer lock, LISTEN/NOTIFY wake-ups.
  *
  * Design (SQLite; PostgreSQL as above). The schema lives in schema.sql (repo root), embedded at build time
  * as store_schema_sql and applied by a migration runner keyed on PRAGMA
@@ -191,15 +210,27 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
 /* Finalize every kept statement and close. Rolls back an open transaction. NULL ok. */
 void store_close(struct store *st);
 
-/* Claim the database for this jobd process, on the connection st (keep it
- * open for the life of the process). SQLite: nothing to do (0; the
- * database file belongs to the one jobd of its data directory). PostgreSQL:
- * a session advisory lock, so that a second jobd on the same database fails
- * at start with ERR_BUSY and a clear log line: several jobd instances on one
- * database are not supported yet (issue 19: they need LISTEN/NOTIFY wake-ups
- * and ingest/finalization hand-over between instances first). 0, ERR_BUSY,
- * or a database error. */
-int store_instance_claim(struct store *st);
+/* 1 on a PostgreSQL store, 0 on SQLite. */
+int store_is_pg(const struct store *st);
+
+/* Work that one jobd instance at a time must do (several jobd may share a
+ * PostgreSQL database): the ingest of a validating batch and the
+ * finalization of a batch. store_own_try takes ownership of (kind, id) for
+ * the connection st: PostgreSQL: a session advisory lock keyed (kind,
+ * hashtext(id)) (pg_try_advisory_lock: never waits); *owned = 1 when this
+ * connection now owns it, 0 when another connection does. Ownership ends
+ * with store_own_release or with the connection (a killed jobd's locks go
+ * when PostgreSQL notices its connection closed, so another instance takes
+ * its work over at once; a connection the driver re-opens has lost them).
+ * Two ids of one kind whose hashes collide share an owner (harmless: one
+ * waits). Ownership avoids duplicated work; correctness does not rest on
+ * it (each step stays fenced in its transaction: the batch's status, and
+ * for ingest store_ingest_fence). SQLite: the data directory has one jobd,
+ * so *owned = 1 and release does nothing. Call outside a transaction.
+ * 0 or a database error. */
+enum store_own_kind { STORE_OWN_INGEST = 1, STORE_OWN_FINALIZE = 2 };
+int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned);
+void store_own_release(struct store *st, enum store_own_kind kind, const char *id);
 
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
@@ -598,6 +629,14 @@ int store_request_add(struct store *st, const struct store_request_new *r, int64
  * cancelled): the caller stops. */
 int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,
                             int64_t n_requests, const char *errors, const char *model);
+
+/* Inside the ingester's chunk transaction, before its first write: 0 if
+ * batch_id is validating with its checkpoint still at line (what this
+ * ingester last committed or started from), else ERR_BADSTATE (the batch
+ * left validating, or another ingester committed past line: this one must
+ * stop, its chunk rolled back). On PostgreSQL the write transaction holds
+ * the writer lock, so the check and the chunk are one atomic step. */
+int store_ingest_fence(struct store *st, const char *batch_id, int64_t line);
 
 /* End of a successful ingest, atomically: n_total = requests of the batch,
  * model set, validating -> in_progress. ERR_BADSTATE if no longer validating. */

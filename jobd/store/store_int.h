@@ -43,7 +43,8 @@
     X(ROLLBACK_TO, "ROLLBACK TO w")                                                           \
     X(USER_VERSION, "PRAGMA user_version")                                                    \
     X(WRITE_LOCK, "SELECT 1") /* PostgreSQL only (STORE_SQL_PG): the writer lock */            \
-    X(INSTANCE_CLAIM, "SELECT 1") /* PostgreSQL only: store_instance_claim */                  \
+    X(OWN_TRY, "SELECT 1") /* PostgreSQL only: store_own_try */                                \
+    X(OWN_RELEASE, "SELECT 1") /* PostgreSQL only: store_own_release */                        \
     X(TENANT_INSERT, "INSERT INTO tenants(id, name, created_at) VALUES (?1, ?2, ?3)")         \
     X(TENANT_BY_NAME, "SELECT id, name, created_at FROM tenants WHERE name = ?1")             \
     X(TENANT_BY_ID, "SELECT id, name, created_at FROM tenants WHERE id = ?1")                 \
@@ -97,6 +98,7 @@
                         "n_failed = n_failed + ?3 WHERE id = ?1")                             \
     X(INGEST_CHECKPOINT, "UPDATE batches SET ingest_line = ?2, ingest_requests = ?3, "        \
                          "errors = ?4, model = ?5 WHERE id = ?1 AND status = 'validating'")               \
+    X(INGEST_FENCE, "SELECT ingest_line FROM batches WHERE id = ?1 AND status = 'validating'")   \
     X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
                     "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
                     "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \
@@ -423,7 +425,6 @@
  *   (the body is kept as sent: PostgreSQL has no json minifier);
  *   subqueries in FROM need an alias before PostgreSQL 16. */
 #define STORE_PG_WRITE_LOCK "7240619001" /* advisory lock key of the writer lock */
-#define STORE_PG_INSTANCE_LOCK "7240619003" /* session lock of the one jobd (store_instance_claim) */
 #define STORE_PG_USAGE_RANGE \
     "WHERE (?1::text IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
     "AND (?5::text IS NULL OR batch_id = ?5)"
@@ -435,7 +436,8 @@
     X(WRITE_LOCK, "SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")") \
     X(BEGIN_READ, "BEGIN ISOLATION LEVEL REPEATABLE READ") \
     X(USER_VERSION, "SELECT version FROM schema_version") \
-    X(INSTANCE_CLAIM, "SELECT pg_try_advisory_lock(" STORE_PG_INSTANCE_LOCK ")") \
+    X(OWN_TRY, "SELECT pg_try_advisory_lock(?1::int4, hashtext(?2::text))") \
+    X(OWN_RELEASE, "SELECT pg_advisory_unlock(?1::int4, hashtext(?2::text))") \
     X(KEY_LIST, "SELECT k.id, k.tenant_id, t.name, k.created_at, k.revoked_at FROM api_keys k " \
                 "JOIN tenants t ON t.id = k.tenant_id WHERE ?1::text IS NULL OR k.tenant_id = ?1 " \
                 "ORDER BY k.created_at, k.id") \

@@ -800,6 +800,32 @@ int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line
     return store_w_end(st, rc);
 }
 
+int store_ingest_fence(struct store *st, const char *batch_id, int64_t line)
+{
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_INGEST_FENCE, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_bind_text(st, s, 1, batch_id)))
+        return rc;
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
+        int64_t at = sdb_column_int64(s, 0);
+        if (at != line) {
+            log_warn("store: ingest of %s moved on elsewhere (checkpoint %lld, this ingester's %lld): "
+                     "this ingester stops",
+                     batch_id, (long long)at, (long long)line);
+            rc = ERR_BADSTATE;
+        }
+    } else if (r == SDB_DONE) {
+        rc = ERR_BADSTATE;
+    } else {
+        rc = store_sqlerr(st, r, "ingest fence");
+    }
+    sdb_reset(s);
+    return rc;
+}
+
 int store_ingest_succeed(struct store *st, const char *batch_id, const char *model, int64_t now)
 {
     int rc = 0;

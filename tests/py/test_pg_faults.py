@@ -50,10 +50,6 @@ def test_pg_outage_mid_batch_recovers_without_restart_nothing_lost_or_doubled():
         k = run([binary("jobd"), "keys", "create", "--tenant", "alpha", "--data", data, "--database", url])
         assert k.returncode == 0, k.stderr
         d = Jobd(data=data, key=k.stdout.strip(), args=FAST + ["--database", url])
-        # a second jobd on the same database is refused at start, clearly
-        two = run([binary("jobd"), "--listen", "127.0.0.1:0", "--data", os.path.join(tmpdir(), "d2"),
-                   "--database", url], timeout=30)
-        assert two.returncode != 0 and "another jobd already serves" in two.stderr, two.stderr
         n = 400
         b = d.submit(jsonl(n))
         d.wait_batch(b["id"], statuses=("in_progress",))

@@ -654,3 +654,95 @@ TEST(ingest_line_check_estimates_tokens_and_caps)
     CHECK(!ingest_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
     CHECK(!ingest_utf8_valid("\xe2\x82", 2));         /* truncated */
 }
+
+/* ---- several ingesters on one batch (several jobd on one PostgreSQL database) ---- */
+
+struct takeover {
+    const char *dir, *id;
+    const struct ingest_limits *lim;
+    int done;
+    int rc;
+    struct ingest_report rep;
+};
+
+/* After the first ingester's first chunk commit, a second one (its own
+ * connection, as another jobd instance) ingests the whole batch. */
+static void takeover_commit(void *ctx, int64_t line)
+{
+    struct takeover *t = ctx;
+    (void)line;
+    if (t->done++)
+        return;
+    struct store *st2;
+    CHECK_EQ_INT(th_store_open(t->dir, NULL, &st2), 0);
+    t->rc = ingest_batch(st2, t->id, t->lim, NULL, &t->rep);
+    store_close(st2);
+}
+
+TEST(ingest_second_ingester_finishes_first_one_stops_at_its_fence)
+{
+    struct fx fx;
+    fx_open(&fx);
+    struct buf in, l;
+    buf_init(&in, 1 << 20);
+    buf_init(&l, 4096);
+    for (int i = 0; i < 300; i++) {
+        char cid[16];
+        snprintf(cid, sizeof cid, "c%d", i);
+        buf_append_str(&in, chat_line(&l, cid));
+        buf_append_byte(&in, '\n');
+    }
+    char id[ID_MAX];
+    fx_batch(&fx, CHAT, in.data, in.len, id);
+    struct ingest_limits lim;
+    ingest_limits_default(&lim);
+    lim.rows_per_tx = 50;
+    /* ownership: on PostgreSQL a second connection cannot own what the
+     * first owns until it lets go; SQLite has one jobd, always the owner */
+    struct store *st2;
+    CHECK_EQ_INT(th_store_open(fx.dir, NULL, &st2), 0);
+    int owned = -1;
+    CHECK_EQ_INT(store_own_try(fx.st, STORE_OWN_INGEST, id, &owned), 0);
+    CHECK_EQ_INT(owned, 1);
+    CHECK_EQ_INT(store_own_try(st2, STORE_OWN_INGEST, id, &owned), 0);
+    CHECK_EQ_INT(owned, store_is_pg(st2) ? 0 : 1);
+    CHECK_EQ_INT(store_own_try(st2, STORE_OWN_FINALIZE, id, &owned), 0);
+    CHECK_EQ_INT(owned, 1); /* another kind: another owner */
+    store_own_release(st2, STORE_OWN_FINALIZE, id);
+    store_own_release(fx.st, STORE_OWN_INGEST, id);
+    CHECK_EQ_INT(store_own_try(st2, STORE_OWN_INGEST, id, &owned), 0);
+    CHECK_EQ_INT(owned, 1);
+    store_close(st2); /* a closed connection's ownership ends with it (once the
+                         server has ended that session: not synchronous) */
+    owned = 0;
+    for (int i = 0; i < 1000 && !owned; i++) {
+        CHECK_EQ_INT(store_own_try(fx.st, STORE_OWN_INGEST, id, &owned), 0);
+        if (!owned)
+            usleep(10000);
+    }
+    CHECK_EQ_INT(owned, 1);
+    store_own_release(fx.st, STORE_OWN_INGEST, id);
+    /* the fence: the first ingester commits lines 1..50, then a second one
+     * ingests the rest and ends the batch; the first one's next chunk finds
+     * the checkpoint moved and stops without writing a row */
+    struct takeover t = {fx.dir, id, &lim, 0, -1, {0}};
+    struct ingest_hooks h = {NULL, NULL, takeover_commit};
+    h.ctx = &t;
+    struct ingest_report rep;
+    CHECK_EQ_INT(ingest_batch(fx.st, id, &lim, &h, &rep), ERR_BADSTATE);
+    CHECK_EQ_INT(t.rc, 0);
+    CHECK_EQ_INT(t.rep.outcome, INGEST_VALID);
+    CHECK_EQ_INT(t.rep.resumed, 1);
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_get(fx.st, fx.t.id, id, &b), 0);
+    CHECK_EQ_INT(b.status, STORE_BATCH_IN_PROGRESS);
+    CHECK_EQ_INT(b.n_total, 300);
+    CHECK(b.errors == NULL || strcmp(b.errors, "[]") == 0);
+    store_batch_release(&b);
+    int64_t n, nd;
+    CHECK_EQ_INT(store_request_count(fx.st, id, &n, &nd), 0);
+    CHECK_EQ_INT(n, 300);
+    buf_release(&in);
+    buf_release(&l);
+    store_close(fx.st);
+}
