@@ -62,8 +62,17 @@ def test_pg_outage_mid_batch_recovers_without_restart_nothing_lost_or_doubled():
         assert pg("halt", cluster).returncode == 0
         away = d.call("GET", f"/v1/batches/{b['id']}")
         assert away.status == 503 and away.headers.get("retry-after"), away
+        # /readyz says why (a load balancer takes this instance out meanwhile)
+        rz = d.call("GET", "/readyz")
+        assert rz.status == 503 and rz.headers.get("retry-after"), rz
+        assert "database is unreachable" in rz.json()["error"]["message"], rz
         time.sleep(2)
         assert pg("resume", cluster).returncode == 0
+        deadline = time.monotonic() + 60
+        while d.call("GET", "/readyz").status != 200:
+            assert time.monotonic() < deadline, "not ready again after the database came back"
+            time.sleep(0.1)
+        assert d.json("GET", "/readyz") == {"status": "ready", "database": "ok"}
         done = wait_done(d, b["id"], 120)
         assert done["status"] == "completed", done
         assert done["request_counts"] == {"total": n, "completed": n, "failed": 0}, done
