@@ -10,7 +10,8 @@ output file, the usage ledger sums exactly to what the workers reported
 one batch.completed event per batch (deliveries deduplicated by webhook-id,
 as Standard Webhooks receivers do: a kill between a POST and its record may
 repeat it with the same id), and one idempotency key sent to both
-instances makes one batch. The workers answer at most a quota of requests
+instances makes one batch; a worker long-polling B gets work submitted to A
+while its poll is open. The workers answer at most a quota of requests
 per chaos round, so the kills land while the batches run. The suite starts
 its own throwaway cluster (scripts/pg-cluster); it skips where PostgreSQL
 is not installed."""
@@ -160,6 +161,7 @@ def test_two_jobd_one_database_kill9_chaos_exactly_once():
     insts = []
     ch = Chaos(sum(SIZES))
     at_kill = "?"
+    wake_s = -1.0
     threads = []
     try:
         data = os.path.join(tmpdir(), "shared-data")
@@ -172,10 +174,36 @@ def test_two_jobd_one_database_kill9_chaos_exactly_once():
         ep = until_ok(insts, "POST", "/v1/webhook_endpoints", json.dumps(
             {"url": rx.url("/hook"), "event_types": ["batch.completed"]}).encode(),
             {**auth, "Content-Type": "application/json"})
+        # a worker long-polling B (wait_ms 5000) gets work submitted to A
+        # while its poll is open, well before the poll would end
+        wauth = {"Authorization": f"Bearer {WT}", "Content-Type": "application/json"}
+        wid = until_ok(insts, "POST", "/v1/worker/register", json.dumps(
+            {"name": "poller", "device": "cpu", "models": [{"id": "smollm", "aliases": []}]}).encode(), wauth,
+            start=1)["worker_id"]
+        got = {}
+
+        def long_poll():
+            r = call(insts[1], "POST", "/v1/worker/lease", json.dumps(
+                {"worker_id": wid, "model": "smollm", "max_requests": 4, "lease_seconds": 30,
+                 "wait_ms": 5000}).encode(), wauth)
+            got["t"], got["r"] = time.monotonic(), r
+
+        poll = threading.Thread(target=long_poll, daemon=True)
+        poll.start()
+        time.sleep(0.5)  # the poll is open (if not, it still finds the work at once)
         # batch 0 through A; the same idempotency key through B answers the same batch
         idem = {**auth, "Idempotency-Key": "mi-0"}
         body0 = b"".join(line(0, i) for i in range(SIZES[0]))
+        t_sub = time.monotonic()
         b0 = until_ok(insts, "POST", "/v1/jobs", body0, idem, start=0)
+        poll.join(10)
+        assert got.get("r") and got["r"][0] == 200, got
+        polled = json.loads(got["r"][1])
+        assert len(polled["requests"]) == 4, polled
+        wake_s = got["t"] - t_sub
+        assert wake_s < 4.0, wake_s  # the 5 s poll did not run out
+        until_ok(insts, "POST", "/v1/worker/release", json.dumps(
+            {"worker_id": wid, "lease_id": polled["lease_id"]}).encode(), wauth, start=1)
         again = until_ok(insts, "POST", "/v1/jobs", body0, idem, start=1)
         assert again["id"] == b0["id"], (b0, again)
         b1 = until_ok(insts, "POST", "/v1/jobs", b"".join(line(1, i) for i in range(SIZES[1])), auth, start=1)
@@ -265,7 +293,7 @@ def test_two_jobd_one_database_kill9_chaos_exactly_once():
         if os.environ.get("MI_DEBUG"):
             print("\n".join(x for x in logs.splitlines() if "ingest" in x or "finaliz" in x))
         print(f"multi-instance: {KILLS} kills in {chaos_s:.1f} s, {sum(SIZES)} requests, "
-              f"{len(calls)} webhook POSTs for 3 events; batch 2 {at_kill} after the first kill; ingest resumed {logs.count('(resumed)')}x, "
+              f"{len(calls)} webhook POSTs for 3 events; long poll on B woke {wake_s:.2f} s after the submit to A; batch 2 {at_kill} after the first kill; ingest resumed {logs.count('(resumed)')}x, "
               f"stopped at a fence {logs.count('moved on elsewhere')}x")
     finally:
         ch.stop = True
