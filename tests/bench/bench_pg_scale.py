@@ -162,6 +162,7 @@ def run_setup(name, insts, n, w, pack):
     th.join()
     rate = n / (t_end - min(firsts))
     while True:
+        c = http.client.HTTPConnection("127.0.0.1", insts[0].port, timeout=600)  # the old one idled out
         c.request("GET", "/v1/batches/" + b["id"])
         b = json.loads(c.getresponse().read())
         if b["status"] == "completed":
