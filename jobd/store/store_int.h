@@ -571,6 +571,12 @@ int store_r_begin(struct store *st);
 int store_r_end(struct store *st, int rc);
 
 /* Bind helpers: NULL text binds SQL NULL. Return 0 or an ERR_*. */
+/* store_request_transition without its own savepoint: for callers inside
+ * a transaction whose every error rolls the whole of it back (the lease
+ * claim, the results commit), where the savepoint bought nothing and cost
+ * two round trips per request on PostgreSQL. */
+int store_req_transition_in(struct store *st, const char *id, enum store_request_status from,
+                            enum store_request_status to, const struct store_request_change *ch, int64_t now);
 int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v);
 int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
 

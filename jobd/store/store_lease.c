@@ -600,12 +600,13 @@ int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[
         return ERR_BADSTATE;
     /* No savepoint around the loop: a savepoint held over hundreds of
      * updates outgrows SQLite's in-memory statement journal and spills it
-     * to a temporary file (5x the writes of an acquire); each transition
-     * has its own, and the caller's transaction makes the claim atomic. */
+     * to a temporary file (5x the writes of an acquire). None per
+     * transition either: an error fails the acquire, whose transaction
+     * rolls back whole, and the caller's transaction makes the claim atomic. */
     struct store_request_change ch = {.lease_id = lease_id};
     int rc = 0;
     for (size_t i = 0; !rc && i < n; i++)
-        rc = store_request_transition(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now);
+        rc = store_req_transition_in(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now);
     return rc;
 }
 
@@ -725,7 +726,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
     struct store_request_change ch = {.lease_id = lease_id};
     switch (it->kind) {
     case STORE_RESULT_SUCCESS:
-        if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now)) ||
+        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         int64_t cost = 0;
@@ -746,7 +747,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
         return 0;
     case STORE_RESULT_INVALID:
         ch.error = "invalid request";
-        if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)) ||
+        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         *outcome = STORE_COMMIT_OK;

@@ -514,6 +514,15 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
                              enum store_request_status to, const struct store_request_change *ch,
                              int64_t now)
 {
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    return store_w_end(st, store_req_transition_in(st, id, from, to, ch, now));
+}
+
+int store_req_transition_in(struct store *st, const char *id, enum store_request_status from,
+                            enum store_request_status to, const struct store_request_change *ch, int64_t now)
+{
     static const struct store_request_change none = {0};
     if (!ch)
         ch = &none;
@@ -527,8 +536,6 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_REQ_TRANSITION, &rc);
     if (!s)
-        return rc;
-    if ((rc = store_w_begin(st)))
         return rc;
     char batch_id[ID_MAX] = "";
     if (!(rc = store_bind_text(st, s, 1, id)) &&
@@ -566,7 +573,7 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
             !(rc = store_bind_int(st, c, 3, from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED)))
             rc = store_step_done(st, c, "count request");
     }
-    return store_w_end(st, rc);
+    return rc;
 }
 
 int store_request_get(struct store *st, const char *id, struct store_request *out)
