@@ -575,8 +575,26 @@ int store_r_end(struct store *st, int rc);
  * a transaction whose every error rolls the whole of it back (the lease
  * claim, the results commit), where the savepoint bought nothing and cost
  * two round trips per request on PostgreSQL. */
+/* acc: NULL, or where the batch counters' changes (n_completed, n_failed)
+ * add up until store_count_flush writes them, one UPDATE per batch instead
+ * of one per request (the results commit; nothing in between reads them). */
+#define STORE_COUNT_ACC_MAX 8
+struct store_count_acc {
+    int n;
+    struct {
+        char batch_id[ID_MAX];
+        int64_t ok, failed;
+    } b[STORE_COUNT_ACC_MAX];
+};
 int store_req_transition_in(struct store *st, const char *id, enum store_request_status from,
-                            enum store_request_status to, const struct store_request_change *ch, int64_t now);
+                            enum store_request_status to, const struct store_request_change *ch, int64_t now,
+                            struct store_count_acc *acc);
+/* Add to a batch's counters: now (acc NULL) or into acc (flushed first
+ * when full). 0 or a database error. */
+int store_count_add(struct store *st, struct store_count_acc *acc, const char *batch_id, int64_t ok,
+                    int64_t failed);
+/* Write acc's counters and empty it. 0 or a database error. */
+int store_count_flush(struct store *st, struct store_count_acc *acc);
 int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v);
 int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
 

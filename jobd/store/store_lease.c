@@ -606,7 +606,7 @@ int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[
     struct store_request_change ch = {.lease_id = lease_id};
     int rc = 0;
     for (size_t i = 0; !rc && i < n; i++)
-        rc = store_req_transition_in(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now);
+        rc = store_req_transition_in(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now, NULL);
     return rc;
 }
 
@@ -706,7 +706,7 @@ static int result_valid(const struct store_result *it)
 
 static int commit_one(struct store *st, const char *lease_id, const struct store_result *it,
                       const struct store_retry_policy *policy, int64_t now,
-                      enum store_commit_outcome *outcome)
+                      enum store_commit_outcome *outcome, struct store_count_acc *acc)
 {
     struct req_info q;
     int rc = req_info_get(st, it->request_id, &q);
@@ -726,7 +726,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
     struct store_request_change ch = {.lease_id = lease_id};
     switch (it->kind) {
     case STORE_RESULT_SUCCESS:
-        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now)) ||
+        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now, acc)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         int64_t cost = 0;
@@ -747,7 +747,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
         return 0;
     case STORE_RESULT_INVALID:
         ch.error = "invalid request";
-        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)) ||
+        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now, acc)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         *outcome = STORE_COMMIT_OK;
@@ -797,8 +797,11 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
         rc = ERR_NOMEM;
         goto out;
     }
+    struct store_count_acc acc = {0};
     for (size_t i = 0; !rc && i < n; i++)
-        rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i]);
+        rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
+    if (!rc)
+        rc = store_count_flush(st, &acc);
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
     if (!rc && worker_id && (rc = store_worker_seen(st, worker_id, -1, now)) == ERR_NOTFOUND)

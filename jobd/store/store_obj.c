@@ -517,11 +517,12 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
     int rc = store_w_begin(st);
     if (rc)
         return rc;
-    return store_w_end(st, store_req_transition_in(st, id, from, to, ch, now));
+    return store_w_end(st, store_req_transition_in(st, id, from, to, ch, now, NULL));
 }
 
 int store_req_transition_in(struct store *st, const char *id, enum store_request_status from,
-                            enum store_request_status to, const struct store_request_change *ch, int64_t now)
+                            enum store_request_status to, const struct store_request_change *ch, int64_t now,
+                            struct store_count_acc *acc)
 {
     static const struct store_request_change none = {0};
     if (!ch)
@@ -566,13 +567,52 @@ int store_req_transition_in(struct store *st, const char *id, enum store_request
         }
         sdb_reset(s);
     }
-    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED)) {
-        struct sdb_stmt *c = store_stmt(st, S_BATCH_COUNT_DONE, &rc);
-        if (c && !(rc = store_bind_text(st, c, 1, batch_id)) &&
-            !(rc = store_bind_int(st, c, 2, to == STORE_REQ_SUCCEEDED)) &&
-            !(rc = store_bind_int(st, c, 3, from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED)))
-            rc = store_step_done(st, c, "count request");
+    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED))
+        rc = store_count_add(st, acc, batch_id, to == STORE_REQ_SUCCEEDED,
+                             from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED);
+    return rc;
+}
+
+static int count_write(struct store *st, const char *batch_id, int64_t ok, int64_t failed)
+{
+    int rc = 0;
+    struct sdb_stmt *c = store_stmt(st, S_BATCH_COUNT_DONE, &rc);
+    if (c && !(rc = store_bind_text(st, c, 1, batch_id)) && !(rc = store_bind_int(st, c, 2, ok)) &&
+        !(rc = store_bind_int(st, c, 3, failed)))
+        rc = store_step_done(st, c, "count request");
+    return rc;
+}
+
+int store_count_add(struct store *st, struct store_count_acc *acc, const char *batch_id, int64_t ok,
+                    int64_t failed)
+{
+    if (!acc)
+        return count_write(st, batch_id, ok, failed);
+    for (int i = 0; i < acc->n; i++)
+        if (strcmp(acc->b[i].batch_id, batch_id) == 0) {
+            acc->b[i].ok += ok;
+            acc->b[i].failed += failed;
+            return 0;
+        }
+    if (acc->n == STORE_COUNT_ACC_MAX) {
+        int rc = store_count_flush(st, acc);
+        if (rc)
+            return rc;
     }
+    snprintf(acc->b[acc->n].batch_id, ID_MAX, "%s", batch_id);
+    acc->b[acc->n].ok = ok;
+    acc->b[acc->n].failed = failed;
+    acc->n++;
+    return 0;
+}
+
+int store_count_flush(struct store *st, struct store_count_acc *acc)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < acc->n; i++)
+        if (acc->b[i].ok || acc->b[i].failed)
+            rc = count_write(st, acc->b[i].batch_id, acc->b[i].ok, acc->b[i].failed);
+    acc->n = 0;
     return rc;
 }
 
