@@ -60,6 +60,7 @@ class Inst:
             except OSError:
                 pass
             time.sleep(0.01)
+        self.p.kill()
         raise SystemExit("jobd did not start")
 
     def stop(self):
