@@ -25,7 +25,7 @@ BUILD    ?= build
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-PKGS     := libuv sqlite3 libzstd jansson libcurl openssl libpcre2-8 zlib
+PKGS     := libuv sqlite3 libpq libzstd jansson libcurl openssl libpcre2-8 zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser
 
@@ -83,10 +83,11 @@ GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c
                common/gram/gram.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 
-# Generated sources (build/gen/): schema.sql embedded as store_schema_sql[];
+# Generated sources (build/gen/): schema.sql embedded as store_schema_sql[],
+# schema_pg.sql (the PostgreSQL store) as store_schema_pg_sql[];
 # the dashboard's static files (jobd/ui/assets/) as the table ui_assets[].
 UI_ASSETS := $(sort $(wildcard jobd/ui/assets/*))
-GEN_SRC   := $(BUILD)/gen/schema_sql.c $(BUILD)/gen/ui_assets.c
+GEN_SRC   := $(BUILD)/gen/schema_sql.c $(BUILD)/gen/schema_pg_sql.c $(BUILD)/gen/ui_assets.c
 
 REL_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o) \
                 $(GEN_SRC:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o)
@@ -143,6 +144,11 @@ $(BUILD)/gen/schema_sql.c: schema.sql scripts/embed-c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  GEN     $@')
 	$(Q)python3 scripts/embed-c store_schema_sql $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/schema_pg_sql.c: schema_pg.sql scripts/embed-c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  GEN     $@')
+	$(Q)python3 scripts/embed-c store_schema_pg_sql $< > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/ui_assets.c: $(UI_ASSETS) scripts/embed-c
 	@mkdir -p $(dir $@)

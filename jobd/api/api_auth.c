@@ -61,6 +61,8 @@ int api_auth_decide(struct api *api)
     rc = store_tenant_get_by_name(api->loop_st, "default", &t);
     if (rc == ERR_NOTFOUND)
         rc = store_tenant_create(api->loop_st, "default", clock_wall_s(), &t);
+    if (rc == ERR_EXISTS) /* another jobd instance on the same database made it first */
+        rc = store_tenant_get_by_name(api->loop_st, "default", &t);
     if (rc)
         return rc;
     snprintf(api->default_tenant, sizeof api->default_tenant, "%s", t.id);

@@ -1,7 +1,8 @@
 /*
  * routes_ops.c - operational routes: GET /healthz (liveness: the loop
- * answers; no database), GET /readyz (the database is open, the ingest
- * thread finished its startup scan, and jobd is not draining), GET /metrics
+ * answers; no database), GET /readyz (the database answers a query on a
+ * pool connection, the ingest thread finished its startup scan, and jobd is
+ * not draining; else 503 with Retry-After and the reason), GET /metrics
  * (Prometheus text format 0.0.4). No authentication on these.
  *
  * /metrics reads the batch counts by status, the work-distribution
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/log.h"
 #include "jobd/account/budget.h"
 #include "jobd/api/api_int.h"
 #include "jobd/http/http.h"
@@ -29,6 +31,23 @@ static void healthz(struct http_req *req, void *arg)
     http_respond(req, 200, "application/json", body, sizeof body - 1);
 }
 
+static void readyz_free(struct api_job *job)
+{
+    free(job);
+}
+
+static void readyz_run(struct api_job *job, struct store *st)
+{
+    int v = 0, rc = store_schema_version(st, &v);
+    if (rc) {
+        log_warn("readyz: the database does not answer: %s", err_msg(rc));
+        api_job_error(job, API_ERR_UNAVAILABLE, NULL, "The database is unreachable (%s).", err_msg(rc));
+        return;
+    }
+    buf_append_str(&job->out, "{\"status\":\"ready\",\"database\":\"ok\"}");
+    job->status = 200;
+}
+
 static void readyz(struct http_req *req, void *arg)
 {
     struct api *app = arg;
@@ -41,8 +60,13 @@ static void readyz(struct http_req *req, void *arg)
         api_respond_error(req, API_ERR_STARTING, NULL, "jobd is starting (resuming ingestion).");
         return;
     }
-    static const char body[] = "{\"status\":\"ready\"}";
-    http_respond(req, 200, "application/json", body, sizeof body - 1);
+    /* the database answers: one query on a pool connection (never on the
+     * loop; a PostgreSQL connection the driver is re-opening answers
+     * ERR_BUSY until it is back) */
+    struct api_job *job = calloc(1, sizeof *job);
+    if (job)
+        api_job_init(job, app, readyz_run, readyz_free, 0, 4096);
+    api_job_run(req, job);
 }
 
 struct metrics_job {

@@ -69,6 +69,7 @@ struct ingest {
     int64_t n_requests;   /* committed + pending rows */
     int64_t rows_in_tx;
     int64_t now;          /* created_at of the rows: refreshed at each checkpoint */
+    int64_t ckpt;         /* the checkpoint line this ingester last committed or began from */
     int in_tx;
 };
 
@@ -109,9 +110,13 @@ static int tx_open(struct ingest *g)
     if (g->in_tx)
         return 0;
     int rc = store_tx_begin(g->st);
-    if (!rc)
-        g->in_tx = 1;
-    return rc;
+    if (rc)
+        return rc;
+    g->in_tx = 1;
+    /* another jobd instance may have ingested past our checkpoint (its
+     * ownership outlived ours, store_own_try): then this chunk must not be
+     * written (ERR_BADSTATE: stop) */
+    return store_ingest_fence(g->st, g->b.id, g->ckpt);
 }
 
 static void tx_abort(struct ingest *g)
@@ -133,6 +138,8 @@ static int tx_checkpoint(struct ingest *g, int64_t line)
     if (!rc) {
         g->in_tx = 0;
         rc = store_tx_commit(g->st);
+        if (!rc)
+            g->ckpt = line;
         if (!rc && g->hooks && g->hooks->on_commit)
             g->hooks->on_commit(g->hooks->ctx, line);
     }
@@ -293,6 +300,7 @@ int ingest_batch(struct store *st, const char *batch_id, const struct ingest_lim
         goto out;
     }
     rep.resumed = g.b.ingest_line > 0;
+    g.ckpt = g.b.ingest_line;
     g.n_requests = g.b.ingest_requests;
     snprintf(g.model, sizeof g.model, "%s", g.b.model);
     if ((rc = errlist_load(&g.el, g.b.errors)))
@@ -305,7 +313,11 @@ int ingest_batch(struct store *st, const char *batch_id, const struct ingest_lim
     if (rep.n_errors) {
         tx_abort(&g);
         char *errs = errlist_dump(&g.el);
-        rc = errs ? store_ingest_fail(st, batch_id, errs, clock_wall_s()) : ERR_NOMEM;
+        rc = errs ? tx_open(&g) : ERR_NOMEM;
+        if (!rc && !(rc = store_ingest_fail(st, batch_id, errs, clock_wall_s()))) {
+            g.in_tx = 0;
+            rc = store_tx_commit(st);
+        }
         free(errs);
         rep.outcome = INGEST_INVALID;
     } else {

@@ -73,11 +73,32 @@ static int nap(struct ingestq *q, int ms)
     return atomic_load(&q->stop);
 }
 
+static int run_owned(struct ingestq *q, struct store *st, const char *id, const struct ingest_hooks *hk);
+
 /* Ingest one batch until it reaches a final state, retrying transient
  * errors. Returns 1 if stopped. */
 static int run_one(struct ingestq *q, struct store *st, const char *id)
 {
     struct ingest_hooks hooks = {on_line, q, on_commit};
+    /* several jobd on one PostgreSQL database: the instance that owns the
+     * batch ingests it; the others skip it (their rescan takes it over if
+     * the owner dies). SQLite: always owned. */
+    int owned = 0, orc = store_own_try(st, STORE_OWN_INGEST, id, &owned);
+    if (orc) {
+        log_warn("ingest: %s: cannot take ownership: %s; the rescan retries", id, err_msg(orc));
+        return 0;
+    }
+    if (!owned)
+        return 0;
+    int stopped = run_owned(q, st, id, &hooks);
+    store_own_release(st, STORE_OWN_INGEST, id);
+    return stopped;
+}
+
+/* run_one's loop, while this instance owns the batch. */
+static int run_owned(struct ingestq *q, struct store *st, const char *id, const struct ingest_hooks *hk)
+{
+    struct ingest_hooks hooks = *hk;
     for (;;) {
         if (atomic_load(&q->stop))
             return 1;
@@ -113,6 +134,34 @@ static int run_one(struct ingestq *q, struct store *st, const char *id)
     }
 }
 
+/* Run every batch in 'validating' (the ones another instance owns are
+ * skipped by run_one). Returns 1 if stopped. */
+static int rescan_then(struct ingestq *q, struct store *st, const char *what, int ready);
+
+static int rescan(struct ingestq *q, struct store *st, const char *what)
+{
+    return rescan_then(q, st, what, 0);
+}
+
+/* rescan; ready: mark the queue ready once the list is read (the startup scan). */
+static int rescan_then(struct ingestq *q, struct store *st, const char *what, int ready)
+{
+    char(*ids)[ID_MAX] = NULL;
+    size_t n = 0;
+    int rc = store_batch_ids_in(st, STORE_BATCH_VALIDATING, &ids, &n);
+    if (rc)
+        log_error("ingest: scan for validating batches failed: %s", err_msg(rc));
+    if (n && !store_is_pg(st))
+        log_info("ingest: %s %zu batch(es) left in validating", what, n);
+    if (ready)
+        atomic_store(&q->ready, 1);
+    int stopped = 0;
+    for (size_t i = 0; i < n && !stopped; i++)
+        stopped = atomic_load(&q->stop) || run_one(q, st, ids[i]);
+    free(ids);
+    return stopped;
+}
+
 static void *thread_main(void *arg)
 {
     struct ingestq *q = arg;
@@ -129,24 +178,40 @@ static void *thread_main(void *arg)
     if (!st)
         return NULL;
     /* resume what a previous run left in 'validating' */
-    char(*ids)[ID_MAX] = NULL;
-    size_t n = 0;
-    int rc = store_batch_ids_in(st, STORE_BATCH_VALIDATING, &ids, &n);
-    if (rc)
-        log_error("ingest: startup scan failed: %s", err_msg(rc));
-    if (n)
-        log_info("ingest: resuming %zu batch(es) left in validating", n);
-    atomic_store(&q->ready, 1);
-    for (size_t i = 0; i < n && !atomic_load(&q->stop); i++)
-        run_one(q, st, ids[i]);
-    free(ids);
+    if (rescan_then(q, st, "resuming", 1) == 1) {
+        store_close(st);
+        return NULL;
+    }
+    uint64_t next_scan = clock_mono_ms() + INGESTQ_RESCAN_MS;
     for (;;) {
         pthread_mutex_lock(&q->mu);
-        while (!q->head && !atomic_load(&q->stop))
-            pthread_cond_wait(&q->cv, &q->mu);
+        while (!q->head && !atomic_load(&q->stop)) {
+            if (!store_is_pg(st)) {
+                pthread_cond_wait(&q->cv, &q->mu);
+                continue;
+            }
+            /* PostgreSQL, maybe several jobd: look for validating batches
+             * no instance owns (their ingester died) every INGESTQ_RESCAN_MS */
+            uint64_t now = clock_mono_ms();
+            if (now >= next_scan)
+                break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + (next_scan - now) * 1000000ull;
+            ts.tv_sec += (time_t)(ns / 1000000000ull);
+            ts.tv_nsec = (long)(ns % 1000000000ull);
+            pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+        }
         if (atomic_load(&q->stop)) {
             pthread_mutex_unlock(&q->mu);
             break;
+        }
+        if (!q->head) {
+            pthread_mutex_unlock(&q->mu);
+            next_scan = clock_mono_ms() + INGESTQ_RESCAN_MS;
+            if (rescan(q, st, "taking over") == 1)
+                break;
+            continue;
         }
         struct qitem *it = q->head;
         q->head = it->next;

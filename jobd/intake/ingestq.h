@@ -12,6 +12,14 @@
  * resumable either way. Pushing an id twice is harmless: the second run
  * finds the batch no longer validating (ERR_BADSTATE) and drops it.
  *
+ * Several jobd instances (PostgreSQL): each batch is ingested by the
+ * instance that owns it (store_own_try, STORE_OWN_INGEST; the others skip
+ * it), and every chunk is fenced by store_ingest_fence, so two ingesters
+ * never both write a batch's requests. An idle thread re-scans for
+ * validating batches every INGESTQ_RESCAN_MS and takes over those whose
+ * owner died (its connection closed, so its ownership ended). On SQLite (one
+ * jobd per data directory) there is no re-scan.
+ *
  * Stopping (SIGTERM): ingestq_stop sets a flag the ingest's per-line hook
  * reads, so a running ingest stops at the next line boundary leaving its
  * last committed checkpoint (the batch resumes after restart), and the
@@ -34,6 +42,8 @@
 
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
+
+#define INGESTQ_RESCAN_MS 2000 /* PostgreSQL: idle re-scan for orphaned validating batches */
 
 struct ingestq;
 

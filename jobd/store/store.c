@@ -21,30 +21,31 @@ int store_sqlerr(struct store *st, int sqlite_rc, const char *what)
 {
     int prim = sqlite_rc & 0xff;
     int ext = sqlite_rc;
-    const char *msg = st && st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(sqlite_rc);
+    const char *msg = st && st->db ? sdb_errmsg(st->db) : sdb_errstr(sqlite_rc);
     int e;
     switch (prim) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: e = ERR_BUSY; break;
-    case SQLITE_NOMEM: e = ERR_NOMEM; break;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: e = ERR_CORRUPT; break;
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM: e = ERR_IO; break;
-    case SQLITE_CONSTRAINT:
-        e = (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY) ? ERR_EXISTS
-            : ext == SQLITE_CONSTRAINT_FOREIGNKEY                                    ? ERR_NOTFOUND
+    case SDB_BUSY:
+    case SDB_LOCKED: e = ERR_BUSY; break;
+    case SDB_NOMEM: e = ERR_NOMEM; break;
+    case SDB_CORRUPT:
+    case SDB_NOTADB: e = ERR_CORRUPT; break;
+    case SDB_IOERR:
+    case SDB_FULL:
+    case SDB_CANTOPEN:
+    case SDB_READONLY:
+    case SDB_PERM: e = ERR_IO; break;
+    case SDB_CONSTRAINT:
+        e = (ext == SDB_CONSTRAINT_UNIQUE || ext == SDB_CONSTRAINT_PRIMARYKEY) ? ERR_EXISTS
+            : ext == SDB_CONSTRAINT_FOREIGNKEY                                    ? ERR_NOTFOUND
                                                                                      : ERR_INVAL;
         break;
-    case SQLITE_TOOBIG: e = ERR_TOOBIG; break;
+    case SDB_TOOBIG: e = ERR_TOOBIG; break;
     default: e = ERR_INTERNAL; break;
     }
     /* Constraint violations are expected outcomes (duplicates); the rest are not. */
-    log_write(prim == SQLITE_CONSTRAINT || prim == SQLITE_BUSY ? LOG_DEBUG : LOG_ERROR, NULL,
-              "store: %s: sqlite error %d (%s): %s", what, sqlite_rc, sqlite3_errstr(sqlite_rc),
+    log_write(prim == SDB_CONSTRAINT || prim == SDB_BUSY ? LOG_DEBUG : LOG_ERROR, NULL,
+              "store: %s: %s error %d (%s): %s", what, st && st->db ? st->db->ops->name : "sqlite",
+              sqlite_rc, sdb_errstr(sqlite_rc),
               msg ? msg : "");
     return e;
 }
@@ -56,64 +57,76 @@ static const char *const store_sql_text[S__COUNT] = {
 #undef STORE_SQL_TEXT_
 };
 
-sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
+/* The PostgreSQL texts that differ (NULL: the common text serves). */
+static const char *const store_sql_pg_text[S__COUNT] = {
+#define STORE_SQL_PG_TEXT_(name, sql) [S_##name] = sql,
+    STORE_SQL_PG(STORE_SQL_PG_TEXT_)
+#undef STORE_SQL_PG_TEXT_
+};
+
+static const char *store_sql(const struct store *st, enum store_stmt_id id)
 {
-    sqlite3_stmt *s = st->stmts[id];
+    return st->pg && store_sql_pg_text[id] ? store_sql_pg_text[id] : store_sql_text[id];
+}
+
+struct sdb_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc)
+{
+    struct sdb_stmt *s = st->stmts[id];
     if (s) {
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
+        sdb_reset(s);
+        sdb_clear_bindings(s);
         return s;
     }
-    int r = sqlite3_prepare_v3(st->db, store_sql_text[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
-    if (r != SQLITE_OK) {
-        *rc = store_sqlerr(st, r, store_sql_text[id]);
+    int r = sdb_prepare(st->db, store_sql(st, id), &s);
+    if (r != SDB_OK) {
+        *rc = store_sqlerr(st, r, store_sql(st, id));
         return NULL;
     }
     st->stmts[id] = s;
     return s;
 }
 
-int store_step_done(struct store *st, sqlite3_stmt *s, const char *what)
+int store_step_done(struct store *st, struct sdb_stmt *s, const char *what)
 {
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW)
+    while ((r = sdb_step(s)) == SDB_ROW)
         ;
-    int rc = r == SQLITE_DONE ? 0 : store_sqlerr(st, r, what);
-    sqlite3_reset(s);
+    int rc = r == SDB_DONE ? 0 : store_sqlerr(st, r, what);
+    sdb_reset(s);
     return rc;
 }
 
 static int store_run(struct store *st, enum store_stmt_id id)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
-    return s ? store_step_done(st, s, store_sql_text[id]) : rc;
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
+    return s ? store_step_done(st, s, store_sql(st, id)) : rc;
 }
 
-int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v)
+int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v)
 {
-    int r = v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(s, i);
-    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+    int r = v ? sdb_bind_text(s, i, v, -1) : sdb_bind_null(s, i);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, "bind");
 }
 
-int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v)
+int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v)
 {
-    int r = sqlite3_bind_int64(s, i, v);
-    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+    int r = sdb_bind_int64(s, i, v);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, "bind");
 }
 
-void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap)
+void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap)
 {
-    const unsigned char *t = sqlite3_column_text(s, col);
+    const unsigned char *t = sdb_column_text(s, col);
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
-int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n)
+int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n)
 {
     char(*arr)[ID_MAX] = NULL;
     size_t cnt = 0, cap = 0;
     int r, rc = 0;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? 2 * cap : 8;
             char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
@@ -126,9 +139,9 @@ int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], s
         }
         store_col_text(s, 0, arr[cnt++], ID_MAX);
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "collect ids");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -138,9 +151,9 @@ int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], s
     return 0;
 }
 
-char *store_col_dup(sqlite3_stmt *s, int col, int *err)
+char *store_col_dup(struct sdb_stmt *s, int col, int *err)
 {
-    const unsigned char *t = sqlite3_column_text(s, col);
+    const unsigned char *t = sdb_column_text(s, col);
     if (!t)
         return NULL;
     char *d = strdup((const char *)t);
@@ -154,6 +167,10 @@ char *store_col_dup(sqlite3_stmt *s, int col, int *err)
 int store_w_begin(struct store *st)
 {
     int rc = store_run(st, st->depth == 0 ? S_BEGIN : S_SAVEPOINT);
+    if (!rc && st->pg && st->depth == 0 && (rc = store_run(st, S_WRITE_LOCK))) {
+        store_run(st, S_ROLLBACK);
+        return rc;
+    }
     if (!rc)
         st->depth++;
     return rc;
@@ -184,7 +201,7 @@ int store_w_end(struct store *st, int rc)
                 return 0;
             rc = c;
         }
-        if (!sqlite3_get_autocommit(st->db))
+        if (sdb_in_tx(st->db))
             store_run(st, S_ROLLBACK);
         return rc;
     }
@@ -236,11 +253,11 @@ void store_tx_rollback(struct store *st)
 /* Split the embedded schema at its "-- @migration N" lines. Returns the
  * number of blocks, or -1 if they are not numbered 1, 2, 3...; when block k
  * (0-based) exists, *start / *len get its text and *num its number. */
-static int schema_block(int k, const char **start, size_t *len, int *num)
+static int schema_block(const char *schema, int k, const char **start, size_t *len, int *num)
 {
     static const char marker[] = "-- @migration ";
     const size_t mlen = sizeof marker - 1;
-    const char *p = store_schema_sql, *cur = NULL;
+    const char *p = schema, *cur = NULL;
     int count = 0;
     while (*p) {
         const char *eol = strchr(p, '\n');
@@ -270,22 +287,31 @@ int store_schema_latest(void)
     const char *s;
     size_t l;
     int n;
-    int c = schema_block(-1, &s, &l, &n);
+    int c = schema_block(store_schema_sql, -1, &s, &l, &n);
+    return c < 0 ? 0 : c;
+}
+
+int store_schema_pg_latest(void)
+{
+    const char *s;
+    size_t l;
+    int n;
+    int c = schema_block(store_schema_pg_sql, -1, &s, &l, &n);
     return c < 0 ? 0 : c;
 }
 
 static int store_user_version(struct store *st, int *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_USER_VERSION, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_USER_VERSION, &rc);
     if (!s)
         return rc;
-    int r = sqlite3_step(s);
-    if (r != SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r != SDB_ROW)
         rc = store_sqlerr(st, r, "read user_version");
     else
-        *out = sqlite3_column_int(s, 0);
-    sqlite3_reset(s);
+        *out = sdb_column_int(s, 0);
+    sdb_reset(s);
     return rc;
 }
 
@@ -312,7 +338,7 @@ static int store_migrate(struct store *st)
         const char *text;
         size_t len = 0;
         int num = 0;
-        if (schema_block(k, &text, &len, &num) < 0)
+        if (schema_block(store_schema_sql, k, &text, &len, &num) < 0)
             return ERR_INTERNAL;
         if ((rc = store_w_begin(st)))
             return rc;
@@ -325,13 +351,11 @@ static int store_migrate(struct store *st)
             } else {
                 memcpy(sql, text, len);
                 snprintf(sql + len, 64, "\nPRAGMA user_version = %d;\n", num);
-                char *emsg = NULL;
-                int r = sqlite3_exec(st->db, sql, NULL, NULL, &emsg);
-                if (r != SQLITE_OK) {
-                    log_error("store: migration %d failed: %s", num, emsg ? emsg : "?");
+                int r = sdb_exec(st->db, sql);
+                if (r != SDB_OK) {
+                    log_error("store: migration %d failed: %s", num, sdb_errmsg(st->db));
                     rc = store_sqlerr(st, r, "migration");
                 }
-                sqlite3_free(emsg);
                 free(sql);
             }
             if (!rc)
@@ -343,14 +367,107 @@ static int store_migrate(struct store *st)
     return 0;
 }
 
+/* PostgreSQL: every pending block of schema_pg.sql in one transaction (DDL
+ * is transactional there) under an advisory lock, so jobd instances starting
+ * together migrate once; the version is the one row of schema_version. */
+#define STORE_PG_MIGRATE_LOCK "7240619002"
+static int store_migrate_pg(struct store *st)
+{
+    int latest = store_schema_pg_latest();
+    if (latest <= 0) {
+        log_error("store: embedded PostgreSQL schema has no valid '-- @migration N' blocks");
+        return ERR_INTERNAL;
+    }
+    int r = sdb_exec(st->db, "BEGIN; SELECT pg_advisory_xact_lock(" STORE_PG_MIGRATE_LOCK "); "
+                             "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL); "
+                             "INSERT INTO schema_version(version) SELECT 0 WHERE NOT EXISTS "
+                             "(SELECT 1 FROM schema_version)");
+    if (r != SDB_OK) {
+        int rc = store_sqlerr(st, r, "prepare migration");
+        sdb_exec(st->db, "ROLLBACK");
+        return rc;
+    }
+    int v = 0, rc = store_user_version(st, &v);
+    if (!rc && v > latest) {
+        log_error("store: database schema version %d is newer than this binary's %d", v, latest);
+        rc = ERR_UNSUPPORTED;
+    }
+    for (int k = v; !rc && k < latest; k++) {
+        const char *text;
+        size_t len = 0;
+        int num = 0;
+        if (schema_block(store_schema_pg_sql, k, &text, &len, &num) < 0) {
+            rc = ERR_INTERNAL;
+            break;
+        }
+        char *sql = malloc(len + 64);
+        if (!sql) {
+            rc = ERR_NOMEM;
+            break;
+        }
+        memcpy(sql, text, len);
+        snprintf(sql + len, 64, "\nUPDATE schema_version SET version = %d;\n", num);
+        r = sdb_exec(st->db, sql);
+        free(sql);
+        if (r != SDB_OK) {
+            log_error("store: PostgreSQL migration %d failed: %s", num, sdb_errmsg(st->db));
+            rc = store_sqlerr(st, r, "migration");
+        } else {
+            log_info("store: migrated %s to schema version %d", st->db_path, num);
+        }
+    }
+    r = sdb_exec(st->db, rc ? "ROLLBACK" : "COMMIT");
+    if (!rc && r != SDB_OK)
+        rc = store_sqlerr(st, r, "commit migration");
+    return rc;
+}
+
 /* ---- open / close ------------------------------------------------------------------ */
 
 static int store_pragma(struct store *st, const char *sql)
 {
-    char *emsg = NULL;
-    int r = sqlite3_exec(st->db, sql, NULL, NULL, &emsg);
-    sqlite3_free(emsg);
-    return r == SQLITE_OK ? 0 : store_sqlerr(st, r, sql);
+    int r = sdb_exec(st->db, sql);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, sql);
+}
+
+int store_database_is_pg(const char *url)
+{
+    return url && (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0);
+}
+
+/* The URL with the password of its user info replaced by "***" (for logs). */
+static char *store_url_masked(const char *url)
+{
+    char *m = strdup(url);
+    if (!m)
+        return NULL;
+    char *scheme = strstr(m, "://");
+    char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    char *colon = at ? memchr(scheme + 3, ':', (size_t)(at - (scheme + 3))) : NULL;
+    if (colon && at - colon > 1) {
+        memmove(colon + 4, at, strlen(at) + 1);
+        memcpy(colon + 1, "***", 3);
+    }
+    return m;
+}
+
+/* Connect and migrate a PostgreSQL store (st->opts.database). A failure to
+ * connect (no server, wrong host, password or database name) is ERR_IO with
+ * libpq's message in the log, naming the URL without its password. */
+static int store_open_pg(struct store *st)
+{
+    free(st->db_path);
+    st->db_path = store_url_masked(st->opts.database);
+    if (!st->db_path)
+        return ERR_NOMEM;
+    st->pg = 1;
+    char err[512];
+    int r = sdb_pg_open(st->opts.database, st->opts.busy_timeout_ms, &st->db, err, sizeof err);
+    if (r != SDB_OK) {
+        log_error("store: cannot open the PostgreSQL database %s: %s", st->db_path, err[0] ? err : sdb_errstr(r));
+        return r == SDB_NOMEM ? ERR_NOMEM : ERR_IO;
+    }
+    return store_migrate_pg(st);
 }
 
 int store_open(const char *data_dir, const struct store_opts *opts, struct store **out)
@@ -373,22 +490,25 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
         rc = ERR_NOMEM;
         goto out;
     }
+    if (store_database_is_pg(st->opts.database)) {
+        rc = store_open_pg(st);
+        goto opened;
+    }
     snprintf(st->db_path, plen, "%s/%s", data_dir, STORE_DB_NAME);
-    int r = sqlite3_open_v2(st->db_path, &st->db,
-                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (r != SQLITE_OK) {
+    int r = sdb_sqlite_open(st->db_path, st->opts.busy_timeout_ms, &st->db);
+    if (r != SDB_OK) {
         rc = store_sqlerr(st, r, "open");
         goto out;
     }
-    sqlite3_extended_result_codes(st->db, 1);
-    sqlite3_busy_timeout(st->db, st->opts.busy_timeout_ms > 0 ? st->opts.busy_timeout_ms : 0);
     if ((rc = store_pragma(st, "PRAGMA journal_mode=WAL")) ||
         (rc = store_pragma(st, st->opts.durability == STORE_DURABILITY_NORMAL
                                    ? "PRAGMA synchronous=NORMAL"
                                    : "PRAGMA synchronous=FULL")) ||
         (rc = store_pragma(st, "PRAGMA foreign_keys=ON")))
         goto out;
-    if ((rc = store_migrate(st)))
+    rc = store_migrate(st);
+opened:
+    if (rc)
         goto out;
     *out = st;
     st = NULL;
@@ -401,15 +521,56 @@ void store_close(struct store *st)
 {
     if (!st)
         return;
-    if (st->db && !sqlite3_get_autocommit(st->db))
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    if (st->db && sdb_in_tx(st->db))
+        sdb_exec(st->db, "ROLLBACK");
     for (int i = 0; i < S__COUNT; i++)
-        sqlite3_finalize(st->stmts[i]);
+        sdb_finalize(st->stmts[i]);
     if (st->db)
-        sqlite3_close(st->db);
+        sdb_close(st->db);
     free(st->dir);
     free(st->db_path);
     free(st);
+}
+
+int store_is_pg(const struct store *st)
+{
+    return st->pg;
+}
+
+static int own_call(struct store *st, int which, enum store_own_kind kind, const char *id, int *yes)
+{
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, which, &rc);
+    if (!s)
+        return rc;
+    if (!(rc = store_bind_int(st, s, 1, (int64_t)kind)) && !(rc = store_bind_text(st, s, 2, id))) {
+        int r = sdb_step(s);
+        if (r != SDB_ROW)
+            rc = store_sqlerr(st, r, "work ownership");
+        else if (yes)
+            *yes = sdb_column_int64(s, 0) != 0;
+    }
+    sdb_reset(s);
+    return rc;
+}
+
+int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned)
+{
+    if (!st->pg) {
+        *owned = 1;
+        return 0;
+    }
+    int yes = 0;
+    int rc = own_call(st, S_OWN_TRY, kind, id, &yes);
+    if (!rc)
+        *owned = yes;
+    return rc;
+}
+
+void store_own_release(struct store *st, enum store_own_kind kind, const char *id)
+{
+    if (st->pg && !sdb_in_tx(st->db))
+        own_call(st, S_OWN_RELEASE, kind, id, NULL);
 }
 
 const char *store_data_dir(const struct store *st)
@@ -437,18 +598,18 @@ static int tenant_fetch(struct store *st, enum store_stmt_id id, const char *arg
                         struct store_tenant *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, arg)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
         store_col_text(s, 0, out->id, sizeof out->id);
         store_col_text(s, 1, out->name, sizeof out->name);
-        out->created_at = sqlite3_column_int64(s, 2);
+        out->created_at = sdb_column_int64(s, 2);
     } else {
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get tenant");
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get tenant");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -479,7 +640,7 @@ int store_tenant_create(struct store *st, const char *name, int64_t now, struct 
     if (rc)
         return rc;
     snprintf(t.name, sizeof t.name, "%s", name);
-    sqlite3_stmt *s = store_stmt(st, S_TENANT_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_TENANT_INSERT, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -531,18 +692,18 @@ int store_key_create(struct store *st, const char *tenant_id, int64_t now,
             (rc = key_random(secret, STORE_KEY_SECRET_LEN)) ||
             (rc = sha256(secret, STORE_KEY_SECRET_LEN, hash)))
             goto out;
-        sqlite3_stmt *s = store_stmt(st, S_KEY_INSERT, &rc);
+        struct sdb_stmt *s = store_stmt(st, S_KEY_INSERT, &rc);
         if (!s)
             goto out;
         if ((rc = store_w_begin(st)))
             goto out;
         if (!(rc = store_bind_text(st, s, 1, kid)) && !(rc = store_bind_text(st, s, 2, tenant_id))) {
-            int r = sqlite3_bind_blob(s, 3, hash, SHA256_LEN, SQLITE_STATIC);
-            rc = r == SQLITE_OK ? store_bind_int(st, s, 4, now) : store_sqlerr(st, r, "bind");
+            int r = sdb_bind_blob(s, 3, hash, SHA256_LEN);
+            rc = r == SDB_OK ? store_bind_int(st, s, 4, now) : store_sqlerr(st, r, "bind");
             if (!rc)
                 rc = store_step_done(st, s, "insert api key");
         }
-        sqlite3_clear_bindings(s);
+        sdb_clear_bindings(s);
         rc = store_w_end(st, rc);
         if (rc != ERR_EXISTS || attempt >= 3) /* key id collision: draw again */
             break;
@@ -580,31 +741,31 @@ int store_key_verify(struct store *st, const char *presented, struct store_key *
     int rc = sha256(presented + plen + STORE_KEY_ID_LEN + 1, STORE_KEY_SECRET_LEN, hash);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_KEY_LOOKUP, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_KEY_LOOKUP, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, kid)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
-        const void *stored = sqlite3_column_blob(s, 1);
-        int ok = sqlite3_column_bytes(s, 1) == SHA256_LEN && stored &&
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
+        const void *stored = sdb_column_blob(s, 1);
+        int ok = sdb_column_bytes(s, 1) == SHA256_LEN && stored &&
                  crypto_equal(stored, hash, SHA256_LEN);
         if (ok) {
             memset(out, 0, sizeof *out);
             snprintf(out->id, sizeof out->id, "%s", kid);
             snprintf(out->prefix, sizeof out->prefix, "%s%s", STORE_KEY_PREFIX, kid);
             store_col_text(s, 0, out->tenant_id, sizeof out->tenant_id);
-            out->created_at = sqlite3_column_int64(s, 2);
+            out->created_at = sdb_column_int64(s, 2);
             store_col_text(s, 3, out->tenant_name, sizeof out->tenant_name);
         } else {
             rc = ERR_AUTH;
         }
-    } else if (r == SQLITE_DONE) {
+    } else if (r == SDB_DONE) {
         (void)crypto_equal(dummy, hash, SHA256_LEN); /* same work as a real miss */
         rc = ERR_AUTH;
     } else {
         rc = store_sqlerr(st, r, "verify api key");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -613,11 +774,11 @@ int store_key_list(struct store *st, const char *tenant_id, struct store_key **i
     int rc = 0;
     struct store_key *arr = NULL;
     size_t cnt = 0, cap = 0;
-    sqlite3_stmt *s = store_stmt(st, S_KEY_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_KEY_LIST, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, tenant_id)))
         return rc;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? cap * 2 : 16;
             struct store_key *na = realloc(arr, nc * sizeof *na);
@@ -634,13 +795,13 @@ int store_key_list(struct store *st, const char *tenant_id, struct store_key **i
         snprintf(k->prefix, sizeof k->prefix, "%s%s", STORE_KEY_PREFIX, k->id);
         store_col_text(s, 1, k->tenant_id, sizeof k->tenant_id);
         store_col_text(s, 2, k->tenant_name, sizeof k->tenant_name);
-        k->created_at = sqlite3_column_int64(s, 3);
-        k->revoked_at = sqlite3_column_int64(s, 4);
+        k->created_at = sdb_column_int64(s, 3);
+        k->revoked_at = sdb_column_int64(s, 4);
     }
-    if (r != SQLITE_DONE)
+    if (r != SDB_DONE)
         rc = store_sqlerr(st, r, "list api keys");
 out:
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -662,13 +823,13 @@ int store_key_revoke(struct store *st, const char *key_id, int64_t now)
     memcpy(kid, key_id, STORE_KEY_ID_LEN);
     kid[STORE_KEY_ID_LEN] = '\0';
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_KEY_REVOKE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_KEY_REVOKE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
     if (!(rc = store_bind_text(st, s, 1, kid)) && !(rc = store_bind_int(st, s, 2, now)) &&
-        !(rc = store_step_done(st, s, "revoke api key")) && sqlite3_changes(st->db) == 0)
+        !(rc = store_step_done(st, s, "revoke api key")) && sdb_changes(st->db) == 0)
         rc = ERR_NOTFOUND;
     return store_w_end(st, rc);
 }

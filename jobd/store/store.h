@@ -1,7 +1,41 @@
 /*
- * store.h - jobd's durable state: one SQLite database in the data directory.
+ * store.h - jobd's durable state: one SQLite database in the data directory
+ * (the default), or one PostgreSQL database (store_opts.database).
  *
- * Design. The schema lives in schema.sql (repo root), embedded at build time
+ * PostgreSQL (issue 19). The same functions and contracts on a second engine:
+ * schema_pg.sql (its own migration numbering, applied under an advisory
+ * lock; the version is the schema_version row), the libpq driver sdb_pg.c
+ * and STORE_SQL_PG for the statements whose dialect differs (store_int.h).
+ * Write transactions take one advisory lock (STORE_PG_WRITE_LOCK), so every
+ * write keeps the order SQLite's single writer gives, across connections and
+ * processes; reads run in REPEATABLE READ snapshots. A dropped connection
+ * answers ERR_BUSY (503 + Retry-After at the API) and reconnects with
+ * backoff.
+ *
+ * Several jobd instances on one PostgreSQL database (issue 19). The global
+ * order stays where it is needed: every write transaction holds the one
+ * writer lock (STORE_PG_WRITE_LOCK, pg_advisory_xact_lock) and runs in READ
+ * COMMITTED, so each statement after the lock sees every earlier commit and
+ * every check-then-write in this interface (status-fenced transitions,
+ * exactly-once result commits keyed on the request id, idempotency keys
+ * (one row per tenant+key; a reservation is one locked transaction, so of
+ * two instances given the same key one creates, the other answers "in
+ * flight" or, once it is complete, the stored answer), leasing and its
+ * fairness cursor, the webhook outbox claim) is as atomic across instances
+ * as SQLite makes it within one. What spans several transactions is owned
+ * by one instance at a time (store_own_try: a session advisory lock, ended
+ * by the owner or by its connection's end, so a killed instance's work is
+ * taken over): the ingest of a validating batch (each chunk also fenced by
+ * store_ingest_fence) and the finalization of a batch (its files have fixed
+ * names). The lease sweep, cancel / expiry steps and retention are one
+ * transaction per step, fenced by status, and may run on every instance.
+ * Long-polling workers re-read the queue every 200 ms (routes_worker.c), so
+ * work submitted to one instance reaches a worker polling another without
+ * any wake-up. The data directory (store_path_*) must be one POSIX file
+ * system shared by every instance. Not done yet: row locks (FOR UPDATE SKIP
+ * LOCKED) instead of the one writer lock, LISTEN/NOTIFY wake-ups.
+ *
+ * Design (SQLite; PostgreSQL as above). The schema lives in schema.sql (repo root), embedded at build time
  * as store_schema_sql and applied by a migration runner keyed on PRAGMA
  * user_version: the file is split at "-- @migration N" lines and every block
  * newer than the database runs once, in its own BEGIN IMMEDIATE transaction
@@ -67,11 +101,17 @@
  * Times are unix seconds passed in by the caller (now), so tests control them.
  *
  * The backend interface. This header (with store_budget.h, store_usage.h
- * and store_webhook.h) is everything jobd asks of its database; the SQLite
- * implementation is the jobd/store/store*.c files, and they alone include
- * sqlite3.h (their statements all sit in STORE_SQL, store_int.h). A second
- * backend (PostgreSQL) implements the same functions with the same
- * contracts; nothing above this folder changes. What it implements:
+ * and store_webhook.h) is everything jobd asks of its database. It is
+ * implemented once, by the jobd/store/store*.c files (their statements all
+ * sit in STORE_SQL, store_int.h), on top of an internal driver layer
+ * (sdb.h: prepare / bind / step / column / exec, SQLite's model and result
+ * codes) with one driver per engine: sdb_sqlite.c (the only file that
+ * includes sqlite3.h) and, planned for issue 19, a libpq driver. A second
+ * engine therefore brings a driver, its schema migration and the
+ * statements whose dialect differs, not a second copy of this interface;
+ * writers that SQLite serialises globally (BEGIN IMMEDIATE) need row locks
+ * there (leasing: FOR UPDATE SKIP LOCKED) -- see the guarantee column.
+ * Nothing above this folder changes. What the interface promises:
  *
  *   group                    functions                               guarantee
  *   lifecycle                store_open/_close, store_schema_*       open migrates; one connection
@@ -118,6 +158,8 @@
 
 /* The embedded schema.sql (build/gen/schema_sql.c), NUL-terminated. */
 extern const char store_schema_sql[];
+/* The embedded schema_pg.sql (build/gen/schema_pg_sql.c): the PostgreSQL store's. */
+extern const char store_schema_pg_sql[];
 
 struct store;
 
@@ -144,8 +186,15 @@ struct store_opts {
     store_cost_fn cost;              /* prices each committed result's usage_ledger row;
                                         NULL = everything costs 0 */
     const void *cost_ctx;            /* cost's first argument; borrowed, outlives the store */
+    const char *database;            /* NULL or "": SQLite, <data_dir>/jobd.db; a
+                                        "postgresql://" or "postgres://" URL: that
+                                        PostgreSQL database (store_database_is_pg);
+                                        borrowed, outlives the store */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL})
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL})
+
+/* 1 if url names a PostgreSQL database (postgresql:// or postgres://). Pure. */
+int store_database_is_pg(const char *url);
 
 #define STORE_DB_NAME "jobd.db" /* file name inside the data directory */
 
@@ -161,6 +210,28 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
 /* Finalize every kept statement and close. Rolls back an open transaction. NULL ok. */
 void store_close(struct store *st);
 
+/* 1 on a PostgreSQL store, 0 on SQLite. */
+int store_is_pg(const struct store *st);
+
+/* Work that one jobd instance at a time must do (several jobd may share a
+ * PostgreSQL database): the ingest of a validating batch and the
+ * finalization of a batch. store_own_try takes ownership of (kind, id) for
+ * the connection st: PostgreSQL: a session advisory lock keyed (kind,
+ * hashtext(id)) (pg_try_advisory_lock: never waits); *owned = 1 when this
+ * connection now owns it, 0 when another connection does. Ownership ends
+ * with store_own_release or with the connection (a killed jobd's locks go
+ * when PostgreSQL notices its connection closed, so another instance takes
+ * its work over at once; a connection the driver re-opens has lost them).
+ * Two ids of one kind whose hashes collide share an owner (harmless: one
+ * waits). Ownership avoids duplicated work; correctness does not rest on
+ * it (each step stays fenced in its transaction: the batch's status, and
+ * for ingest store_ingest_fence). SQLite: the data directory has one jobd,
+ * so *owned = 1 and release does nothing. Call outside a transaction.
+ * 0 or a database error. */
+enum store_own_kind { STORE_OWN_INGEST = 1, STORE_OWN_FINALIZE = 2 };
+int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned);
+void store_own_release(struct store *st, enum store_own_kind kind, const char *id);
+
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
 
@@ -169,6 +240,9 @@ int store_schema_version(struct store *st, int *out);
 
 /* Highest migration number in the embedded schema. */
 int store_schema_latest(void);
+/* Highest migration number in the embedded PostgreSQL schema (schema_pg.sql:
+ * its own numbering, which store_schema_version reports on PostgreSQL). */
+int store_schema_pg_latest(void);
 
 /* ---- data directory ----------------------------------------------------------
  *
@@ -555,6 +629,14 @@ int store_request_add(struct store *st, const struct store_request_new *r, int64
  * cancelled): the caller stops. */
 int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,
                             int64_t n_requests, const char *errors, const char *model);
+
+/* Inside the ingester's chunk transaction, before its first write: 0 if
+ * batch_id is validating with its checkpoint still at line (what this
+ * ingester last committed or started from), else ERR_BADSTATE (the batch
+ * left validating, or another ingester committed past line: this one must
+ * stop, its chunk rolled back). On PostgreSQL the write transaction holds
+ * the writer lock, so the check and the chunk are one atomic step. */
+int store_ingest_fence(struct store *st, const char *batch_id, int64_t line);
 
 /* End of a successful ingest, atomically: n_total = requests of the batch,
  * model set, validating -> in_progress. ERR_BADSTATE if no longer validating. */

@@ -19,7 +19,7 @@ int store_workers_list(struct store *st, int64_t since, int limit, struct store_
     if (limit < 1 || limit > 1000)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WORKERS_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WORKERS_LIST, &rc);
     if (!s)
         return rc;
     struct store_worker_info *arr = NULL;
@@ -32,22 +32,22 @@ int store_workers_list(struct store *st, int64_t since, int limit, struct store_
         goto out;
     }
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)limit) {
+    while ((r = sdb_step(s)) == SDB_ROW && cnt < (size_t)limit) {
         struct store_worker_info *w = &arr[cnt++];
         store_col_text(s, 0, w->id, sizeof w->id);
         store_col_text(s, 1, w->name, sizeof w->name);
         store_col_text(s, 2, w->device, sizeof w->device);
-        w->registered_at = sqlite3_column_int64(s, 3);
-        w->last_seen = sqlite3_column_int64(s, 4);
-        w->tokens_per_s = sqlite3_column_double(s, 5);
+        w->registered_at = sdb_column_int64(s, 3);
+        w->last_seen = sdb_column_int64(s, 4);
+        w->tokens_per_s = sdb_column_double(s, 5);
         store_col_text(s, 6, w->models, sizeof w->models);
-        w->leases_held = sqlite3_column_int64(s, 7);
-        w->requests_held = sqlite3_column_int64(s, 8);
+        w->leases_held = sdb_column_int64(s, 7);
+        w->requests_held = sdb_column_int64(s, 8);
     }
-    if (r != SQLITE_ROW && r != SQLITE_DONE)
+    if (r != SDB_ROW && r != SDB_DONE)
         rc = store_sqlerr(st, r, "list workers");
 out:
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -60,15 +60,15 @@ out:
 static int count1(struct store *st, enum store_stmt_id id, int64_t *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     if (!s)
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
-        *out = sqlite3_column_int64(s, 0);
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
+        *out = sdb_column_int64(s, 0);
     else
         rc = store_sqlerr(st, r, "count");
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -77,14 +77,14 @@ static int depth_rows(struct store *st, enum store_stmt_id id, int leased,
                       struct store_model_depth **arr, size_t *cnt, size_t *cap)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     if (!s)
         return rc;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         char model[STORE_MODEL_MAX + 1];
         store_col_text(s, 0, model, sizeof model);
-        int64_t c = sqlite3_column_int64(s, 1);
+        int64_t c = sdb_column_int64(s, 1);
         size_t i = 0;
         while (i < *cnt && strcmp((*arr)[i].model, model) < 0)
             i++;
@@ -109,9 +109,9 @@ static int depth_rows(struct store *st, enum store_stmt_id id, int leased,
         else
             (*arr)[i].queued = c;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "queue depth");
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 

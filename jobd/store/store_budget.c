@@ -12,11 +12,11 @@
 #include "common/err.h"
 #include "jobd/store/store_int.h"
 
-static int bind_opt(struct store *st, sqlite3_stmt *s, int i, int has, int64_t v)
+static int bind_opt(struct store *st, struct sdb_stmt *s, int i, int has, int64_t v)
 {
     if (!has) {
-        int r = sqlite3_bind_null(s, i);
-        return r == SQLITE_OK ? 0 : store_sqlerr(st, r, "bind");
+        int r = sdb_bind_null(s, i);
+        return r == SDB_OK ? 0 : store_sqlerr(st, r, "bind");
     }
     return store_bind_int(st, s, i, v);
 }
@@ -24,26 +24,26 @@ static int bind_opt(struct store *st, sqlite3_stmt *s, int i, int has, int64_t v
 int store_limits_get(struct store *st, const char *tenant_id, struct store_limits *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LIMITS_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LIMITS_GET, &rc);
     if (!s)
         return rc;
     struct store_limits l;
     memset(&l, 0, sizeof l);
     if (!(rc = store_bind_text(st, s, 1, tenant_id))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
-            l.has_queued_tokens = sqlite3_column_type(s, 0) != SQLITE_NULL;
-            l.max_queued_tokens = sqlite3_column_int64(s, 0);
-            l.has_daily = sqlite3_column_type(s, 1) != SQLITE_NULL;
-            l.max_daily_micros = sqlite3_column_int64(s, 1);
-            l.has_monthly = sqlite3_column_type(s, 2) != SQLITE_NULL;
-            l.max_monthly_micros = sqlite3_column_int64(s, 2);
-            l.updated_at = sqlite3_column_int64(s, 3);
-        } else if (r != SQLITE_DONE) {
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
+            l.has_queued_tokens = sdb_column_type(s, 0) != SDB_NULL;
+            l.max_queued_tokens = sdb_column_int64(s, 0);
+            l.has_daily = sdb_column_type(s, 1) != SDB_NULL;
+            l.max_daily_micros = sdb_column_int64(s, 1);
+            l.has_monthly = sdb_column_type(s, 2) != SDB_NULL;
+            l.max_monthly_micros = sdb_column_int64(s, 2);
+            l.updated_at = sdb_column_int64(s, 3);
+        } else if (r != SDB_DONE) {
             rc = store_sqlerr(st, r, "get limits");
         }
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (!rc)
         *out = l;
     return rc;
@@ -58,7 +58,7 @@ int store_limits_put(struct store *st, const char *tenant_id, const struct store
     int rc = store_tenant_get(st, tenant_id, &t);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_LIMITS_PUT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LIMITS_PUT, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -78,21 +78,21 @@ static int scalar(struct store *st, enum store_stmt_id id, const char *tenant_id
                   int64_t *out0, int64_t *out1)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     if (!s)
         return rc;
     if (!(rc = store_bind_text(st, s, 1, tenant_id)) &&
-        (sqlite3_bind_parameter_count(s) < 2 || !(rc = store_bind_int(st, s, 2, arg)))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
-            *out0 = sqlite3_column_int64(s, 0);
+        (sdb_bind_parameter_count(s) < 2 || !(rc = store_bind_int(st, s, 2, arg)))) {
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
+            *out0 = sdb_column_int64(s, 0);
             if (out1)
-                *out1 = sqlite3_column_int64(s, 1);
+                *out1 = sdb_column_int64(s, 1);
         } else {
             rc = store_sqlerr(st, r, "budget use");
         }
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -116,7 +116,7 @@ int store_batch_reserve(struct store *st, const char *batch_id, int64_t tokens, 
     if (tokens < 0 || micros < 0 || price_in < 0 || price_out < 0)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_RESERVE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_RESERVE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -124,7 +124,7 @@ int store_batch_reserve(struct store *st, const char *batch_id, int64_t tokens, 
     if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_int(st, s, 2, tokens)) &&
         !(rc = store_bind_int(st, s, 3, micros)) && !(rc = store_bind_int(st, s, 4, price_in)) &&
         !(rc = store_bind_int(st, s, 5, price_out)) && !(rc = store_step_done(st, s, "reserve")) &&
-        sqlite3_changes(st->db) == 0)
+        sdb_changes(st->db) == 0)
         rc = ERR_NOTFOUND;
     return store_w_end(st, rc);
 }
@@ -132,16 +132,16 @@ int store_batch_reserve(struct store *st, const char *batch_id, int64_t tokens, 
 int store_usage_totals(struct store *st, size_t max_rows, struct store_usage_total **items, size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_USAGE_TOTALS, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_USAGE_TOTALS, &rc);
     if (!s)
         return rc;
     struct store_usage_total *v = NULL;
     size_t cnt = 0, cap = 0;
     for (;;) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_DONE)
+        int r = sdb_step(s);
+        if (r == SDB_DONE)
             break;
-        if (r != SQLITE_ROW) {
+        if (r != SDB_ROW) {
             rc = store_sqlerr(st, r, "usage totals");
             break;
         }
@@ -160,13 +160,13 @@ int store_usage_totals(struct store *st, size_t max_rows, struct store_usage_tot
         struct store_usage_total *t = &v[cnt++];
         store_col_text(s, 0, t->tenant, sizeof t->tenant);
         store_col_text(s, 1, t->model, sizeof t->model);
-        t->prompt_tokens = sqlite3_column_int64(s, 2);
-        t->cached_tokens = sqlite3_column_int64(s, 3);
-        t->completion_tokens = sqlite3_column_int64(s, 4);
-        t->cost_micros = sqlite3_column_int64(s, 5);
-        t->requests = sqlite3_column_int64(s, 6);
+        t->prompt_tokens = sdb_column_int64(s, 2);
+        t->cached_tokens = sdb_column_int64(s, 3);
+        t->completion_tokens = sdb_column_int64(s, 4);
+        t->cost_micros = sdb_column_int64(s, 5);
+        t->requests = sdb_column_int64(s, 6);
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(v);
         return rc;

@@ -47,18 +47,18 @@ int store_idem_reserve(struct store *st, const char *tenant_id, const char *key,
     int rc = store_w_begin(st);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_IDEM_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_IDEM_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, key)))
         goto out;
-    int r = sqlite3_step(s);
+    int r = sdb_step(s);
     int take = 0;
-    if (r == SQLITE_DONE) {
+    if (r == SDB_DONE) {
         take = 1;
-    } else if (r == SQLITE_ROW) {
-        int64_t created = sqlite3_column_int64(s, 3);
-        int in_flight = sqlite3_column_type(s, 1) == SQLITE_NULL;
-        int same = sqlite3_column_bytes(s, 0) == SHA256_LEN &&
-                   memcmp(sqlite3_column_blob(s, 0), fp, SHA256_LEN) == 0;
+    } else if (r == SDB_ROW) {
+        int64_t created = sdb_column_int64(s, 3);
+        int in_flight = sdb_column_type(s, 1) == SDB_NULL;
+        int same = sdb_column_bytes(s, 0) == SHA256_LEN &&
+                   memcmp(sdb_column_blob(s, 0), fp, SHA256_LEN) == 0;
         if (created <= now - st->opts.idem_retention_s) {
             take = 1; /* expired: as if never seen */
         } else if (in_flight && created <= now - st->opts.idem_inflight_timeout_s) {
@@ -69,9 +69,9 @@ int store_idem_reserve(struct store *st, const char *tenant_id, const char *key,
             res.outcome = STORE_IDEM_IN_FLIGHT;
         } else {
             res.outcome = STORE_IDEM_REPLAY;
-            res.status_code = sqlite3_column_int(s, 1);
-            const void *b = sqlite3_column_blob(s, 2);
-            res.body_len = (size_t)sqlite3_column_bytes(s, 2);
+            res.status_code = sdb_column_int(s, 1);
+            const void *b = sdb_column_blob(s, 2);
+            res.body_len = (size_t)sdb_column_bytes(s, 2);
             res.body = malloc(res.body_len + 1);
             if (!res.body) {
                 rc = ERR_NOMEM;
@@ -84,15 +84,15 @@ int store_idem_reserve(struct store *st, const char *tenant_id, const char *key,
     } else {
         rc = store_sqlerr(st, r, "get idempotency key");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (!rc && take) {
-        sqlite3_stmt *p = store_stmt(st, S_IDEM_PUT, &rc);
+        struct sdb_stmt *p = store_stmt(st, S_IDEM_PUT, &rc);
         if (p && !(rc = store_bind_text(st, p, 1, tenant_id)) && !(rc = store_bind_text(st, p, 2, key))) {
-            int b = sqlite3_bind_blob(p, 3, fp, SHA256_LEN, SQLITE_STATIC);
-            rc = b != SQLITE_OK ? store_sqlerr(st, b, "bind") : store_bind_int(st, p, 4, now);
+            int b = sdb_bind_blob(p, 3, fp, SHA256_LEN);
+            rc = b != SDB_OK ? store_sqlerr(st, b, "bind") : store_bind_int(st, p, 4, now);
             if (!rc)
                 rc = store_step_done(st, p, "reserve idempotency key");
-            sqlite3_clear_bindings(p);
+            sdb_clear_bindings(p);
         }
     }
 out:
@@ -111,19 +111,19 @@ int store_idem_complete(struct store *st, const char *tenant_id, const char *key
     if (!key_ok(key) || body_len > (size_t)0x7fffffff)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_IDEM_COMPLETE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_IDEM_COMPLETE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
     if (!(rc = store_bind_text(st, s, 1, tenant_id)) && !(rc = store_bind_text(st, s, 2, key)) &&
         !(rc = store_bind_int(st, s, 3, status_code))) {
-        int b = sqlite3_bind_blob(s, 4, body ? body : "", (int)body_len, SQLITE_STATIC);
-        rc = b != SQLITE_OK ? store_sqlerr(st, b, "bind") : store_bind_int(st, s, 5, now);
+        int b = sdb_bind_blob(s, 4, body ? body : "", (int)body_len);
+        rc = b != SDB_OK ? store_sqlerr(st, b, "bind") : store_bind_int(st, s, 5, now);
         if (!rc && !(rc = store_step_done(st, s, "complete idempotency key")) &&
-            sqlite3_changes(st->db) == 0)
+            sdb_changes(st->db) == 0)
             rc = ERR_BADSTATE;
-        sqlite3_clear_bindings(s);
+        sdb_clear_bindings(s);
     }
     return store_w_end(st, rc);
 }
@@ -133,7 +133,7 @@ int store_idem_release(struct store *st, const char *tenant_id, const char *key)
     if (!key_ok(key))
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_IDEM_RELEASE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_IDEM_RELEASE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -146,7 +146,7 @@ int store_idem_release(struct store *st, const char *tenant_id, const char *key)
 int store_idem_expire(struct store *st, int64_t now, int64_t *n_deleted)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_IDEM_EXPIRE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_IDEM_EXPIRE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -154,7 +154,7 @@ int store_idem_expire(struct store *st, int64_t now, int64_t *n_deleted)
     int64_t n = 0;
     if (!(rc = store_bind_int(st, s, 1, now - st->opts.idem_retention_s)) &&
         !(rc = store_step_done(st, s, "expire idempotency keys")))
-        n = sqlite3_changes(st->db);
+        n = sdb_changes(st->db);
     if ((rc = store_w_end(st, rc)))
         return rc;
     if (n_deleted)

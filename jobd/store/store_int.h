@@ -17,7 +17,7 @@
 #ifndef JOBD_STORE_INT_H
 #define JOBD_STORE_INT_H
 
-#include <sqlite3.h>
+#include "jobd/store/sdb.h"
 
 #include "jobd/store/store.h"
 
@@ -42,6 +42,9 @@
     X(RELEASE, "RELEASE w")                                                                   \
     X(ROLLBACK_TO, "ROLLBACK TO w")                                                           \
     X(USER_VERSION, "PRAGMA user_version")                                                    \
+    X(WRITE_LOCK, "SELECT 1") /* PostgreSQL only (STORE_SQL_PG): the writer lock */            \
+    X(OWN_TRY, "SELECT 1") /* PostgreSQL only: store_own_try */                                \
+    X(OWN_RELEASE, "SELECT 1") /* PostgreSQL only: store_own_release */                        \
     X(TENANT_INSERT, "INSERT INTO tenants(id, name, created_at) VALUES (?1, ?2, ?3)")         \
     X(TENANT_BY_NAME, "SELECT id, name, created_at FROM tenants WHERE name = ?1")             \
     X(TENANT_BY_ID, "SELECT id, name, created_at FROM tenants WHERE id = ?1")                 \
@@ -95,6 +98,7 @@
                         "n_failed = n_failed + ?3 WHERE id = ?1")                             \
     X(INGEST_CHECKPOINT, "UPDATE batches SET ingest_line = ?2, ingest_requests = ?3, "        \
                          "errors = ?4, model = ?5 WHERE id = ?1 AND status = 'validating'")               \
+    X(INGEST_FENCE, "SELECT ingest_line FROM batches WHERE id = ?1 AND status = 'validating'")   \
     X(INGEST_TOTAL, "UPDATE batches SET n_total = (SELECT count(*) FROM requests "            \
                     "WHERE batch_id = ?1), ingest_requests = (SELECT count(*) FROM requests " \
                     "WHERE batch_id = ?1), model = ?2 WHERE id = ?1 AND status = 'validating'") \
@@ -362,7 +366,7 @@
       "instr(',' || event_types || ',', ',' || ?4 || ',') > 0)") \
     X(WH_DELIVERY_INSERT, \
       "INSERT OR IGNORE INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
-      "VALUES (?1, ?2, ?3, ?3)") \
+      "VALUES (?1, ?2, ?3, ?3) RETURNING id") \
     X(WH_EVENT_DONE, "UPDATE webhook_events SET fanned_out = 1 WHERE id = ?1") \
     X(WH_DUE, "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?1 LIMIT 1") \
     X(WH_CLAIM, \
@@ -414,6 +418,135 @@
       "(SELECT count(*) FROM webhook_deliveries WHERE status = 'failed'), " \
       "(SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NOT NULL)")
 
+/* The PostgreSQL text of the statements whose SQLite text PostgreSQL does
+ * not take (store_stmt picks it on a PostgreSQL store; every other entry
+ * runs as written, its ?N rewritten to $N by the driver). Why each differs:
+ *   BEGIN/WRITE_LOCK  SQLite's BEGIN IMMEDIATE is one writer at a time; here
+ *                     a write transaction takes pg_advisory_xact_lock on
+ *                     STORE_PG_WRITE_LOCK, so writes keep exactly SQLite's
+ *                     serial order across every connection and every jobd
+ *                     instance (the first, safe step; leasing and the
+ *                     webhook outbox move to row locks with FOR UPDATE SKIP
+ *                     LOCKED next, issue 19)
+ *   BEGIN_READ        one snapshot for the whole read: REPEATABLE READ
+ *   USER_VERSION      no PRAGMA: the schema_version table (store_migrate)
+ *   "?N::text IS NULL" a NULL parameter whose first use does not type it
+ *   INSERT OR IGNORE / OR REPLACE -> ON CONFLICT; max(a, b) -> greatest;
+ *   (a = b) as 0/1 -> CASE; group_concat -> string_agg; instr -> strpos;
+ *   strftime -> to_char; json_extract -> ->>; json_object -> concatenation
+ *   (the body is kept as sent: PostgreSQL has no json minifier);
+ *   subqueries in FROM need an alias before PostgreSQL 16. */
+#define STORE_PG_WRITE_LOCK "7240619001" /* advisory lock key of the writer lock */
+#define STORE_PG_USAGE_RANGE \
+    "WHERE (?1::text IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
+    "AND (?5::text IS NULL OR batch_id = ?5)"
+#define STORE_PG_USAGE_GROUPED(key) \
+    "SELECT " key " AS k, MIN(created_at), " STORE_USAGE_SUMS " FROM usage_ledger " \
+    STORE_PG_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"
+#define STORE_SQL_PG(X) \
+    X(BEGIN, "BEGIN ISOLATION LEVEL READ COMMITTED") \
+    X(WRITE_LOCK, "SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")") \
+    X(BEGIN_READ, "BEGIN ISOLATION LEVEL REPEATABLE READ") \
+    X(USER_VERSION, "SELECT version FROM schema_version") \
+    X(OWN_TRY, "SELECT pg_try_advisory_lock(?1::int4, hashtext(?2::text))") \
+    X(OWN_RELEASE, "SELECT pg_advisory_unlock(?1::int4, hashtext(?2::text))") \
+    X(KEY_LIST, "SELECT k.id, k.tenant_id, t.name, k.created_at, k.revoked_at FROM api_keys k " \
+                "JOIN tenants t ON t.id = k.tenant_id WHERE ?1::text IS NULL OR k.tenant_id = ?1 " \
+                "ORDER BY k.created_at, k.id") \
+    X(FILE_LIST_DESC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 " \
+                      "AND (?2::text IS NULL OR purpose = ?2) AND (?3::text IS NULL OR id < ?3) " \
+                      "ORDER BY id DESC LIMIT ?4") \
+    X(FILE_LIST_ASC, "SELECT " STORE_FILE_COLS " FROM files WHERE tenant_id = ?1 " \
+                     "AND (?2::text IS NULL OR purpose = ?2) AND (?3::text IS NULL OR id > ?3) " \
+                     "ORDER BY id ASC LIMIT ?4") \
+    X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 " \
+                 "AND (?2::text IS NULL OR tenant_id = ?2)") \
+    X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 " \
+                  "AND (?2::text IS NULL OR id < ?2) AND (?4::text IS NULL OR status = ?4) " \
+                  "ORDER BY id DESC LIMIT ?3") \
+    X(REQ_TRANSITION, \
+      "UPDATE requests SET status = ?2, updated_at = ?5, " \
+      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \
+      "CASE WHEN ?2 = 'leased' THEN 1 ELSE 0 END - ?9 END, " \
+      "lease_id = CASE WHEN ?2 = 'leased' THEN ?6::text ELSE NULL END, " \
+      "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, " \
+      "last_error = coalesce(?8::text, last_error), " \
+      "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
+      "WHERE id = ?1 AND status = ?3 AND (?4::text IS NULL OR lease_id = ?4) " \
+      "RETURNING batch_id") \
+    X(IDEM_PUT, "INSERT INTO idempotency_keys(tenant_id, key, fingerprint, created_at) " \
+                "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant_id, key) DO UPDATE SET " \
+                "fingerprint = excluded.fingerprint, created_at = excluded.created_at, " \
+                "status_code = NULL, response = NULL, completed_at = NULL") \
+    X(WORKER_MODEL_INSERT, \
+      "INSERT INTO worker_models(worker_id, canonical, name) VALUES (?1, ?2, ?3) " \
+      "ON CONFLICT DO NOTHING") \
+    X(WORKER_ENDPOINT_INSERT, \
+      "INSERT INTO worker_endpoints(worker_id, canonical, endpoint) VALUES (?1, ?2, ?3) " \
+      "ON CONFLICT DO NOTHING") \
+    X(WORKER_SEEN, \
+      "UPDATE workers SET last_seen = greatest(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
+      ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
+    X(BACKLOG_BATCHES, \
+      "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
+      "(SELECT avg(completion_tokens) FROM (SELECT u.completion_tokens FROM usage_ledger u " \
+      "WHERE u.batch_id = b.id ORDER BY u.id DESC LIMIT 256) lu), (SELECT avg(max_tokens) " \
+      "FROM (SELECT q.max_tokens FROM requests q WHERE q.batch_id = b.id LIMIT 256) lq) " \
+      "FROM batches b WHERE b.tenant_id = ?1 AND b.model = ?2 AND b.status = 'in_progress'") \
+    X(LEASE_EXTEND, \
+      "UPDATE leases SET expires_at = greatest(expires_at, ?2) WHERE id = ?1 AND " \
+      "released_at IS NULL RETURNING expires_at") \
+    X(DL_INSERT, \
+      "INSERT INTO dead_letters(request_id, batch_id, tenant_id, custom_id, attempts, " \
+      "reason, last_error, line, created_at) SELECT q.id, q.batch_id, q.tenant_id, " \
+      "q.custom_id, q.attempts, ?2, ?3::text, '{\"custom_id\":' || to_json(q.custom_id)::text || " \
+      "',\"method\":\"POST\",\"url\":' || to_json(b.endpoint)::text || ',\"body\":' || " \
+      "q.body || '}', ?4 FROM requests q JOIN batches b ON b.id = q.batch_id WHERE q.id = ?1") \
+    X(DL_COLS_LIST_BATCH, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE batch_id = ?1 AND (?2::text IS " \
+      "NULL OR tenant_id = ?2) AND (?3::text IS NULL OR request_id > ?3) ORDER BY " \
+      "request_id LIMIT ?4") \
+    X(DL_COLS_LIST_ALL, \
+      "SELECT request_id, batch_id, tenant_id, custom_id, attempts, reason, " \
+      "last_error, line, created_at FROM dead_letters WHERE (?2::text IS NULL OR tenant_id " \
+      "= ?2) AND (?3::text IS NULL OR request_id > ?3) AND ?1::text IS NULL ORDER BY request_id " \
+      "LIMIT ?4") \
+    X(DL_GET, \
+      "SELECT d.batch_id, b.status, b.expires_at FROM dead_letters d JOIN batches b " \
+      "ON b.id = d.batch_id WHERE d.request_id = ?1 AND (?2::text IS NULL OR d.tenant_id = " \
+      "?2)") \
+    X(USAGE_BY_BATCH, STORE_PG_USAGE_GROUPED("batch_id")) \
+    X(USAGE_BY_MODEL, STORE_PG_USAGE_GROUPED("model")) \
+    X(USAGE_BY_DAY, STORE_PG_USAGE_GROUPED("to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')")) \
+    X(USAGE_BY_TENANT, STORE_PG_USAGE_GROUPED("tenant_id")) \
+    X(USAGE_TOTAL, "SELECT 0, 0, " STORE_USAGE_SUMS " FROM usage_ledger " STORE_PG_USAGE_RANGE) \
+    X(WORKERS_LIST, \
+      "SELECT w.id, w.name, w.device, w.registered_at, w.last_seen, w.tokens_per_s, " \
+      "(SELECT string_agg(c, ',' ORDER BY c) FROM (SELECT DISTINCT canonical AS c FROM " \
+      "worker_models WHERE worker_id = w.id) wm), " \
+      "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
+      "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
+      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
+    X(WH_SECRET_INSERT, "INSERT INTO webhook_tenant_secrets(tenant_id, secret, created_at) " \
+                        "VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING") \
+    X(WH_EVENTS_PENDING, \
+      "SELECT e.id, e.tenant_id, e.type, e.object_id, b.metadata::json ->> 'webhook_url' " \
+      "FROM webhook_events e LEFT JOIN batches b ON b.id = e.object_id WHERE e.fanned_out = 0 " \
+      "ORDER BY e.id LIMIT ?1") \
+    X(WH_FANOUT_ENDPOINTS, \
+      "INSERT INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "SELECT ?1, id, ?2, ?2 FROM webhook_endpoints WHERE tenant_id = ?3 AND kind = 'endpoint' " \
+      "AND disabled_at IS NULL AND (event_types = '*' OR " \
+      "strpos(',' || event_types || ',', ',' || ?4 || ',') > 0) ON CONFLICT DO NOTHING") \
+    X(WH_DELIVERY_INSERT, \
+      "INSERT INTO webhook_deliveries(event_id, endpoint_id, next_attempt_at, created_at) " \
+      "VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO NOTHING RETURNING id") \
+    X(WH_ATTEMPT_LIST, \
+      "SELECT attempt, started_at, status_code, latency_ms, outcome, error FROM (SELECT * FROM " \
+      "webhook_attempts WHERE delivery_id = ?1 ORDER BY id DESC LIMIT 50) a ORDER BY id")
+
 enum store_stmt_id {
 #define STORE_SQL_ENUM_(name, sql) S_##name,
     STORE_SQL(STORE_SQL_ENUM_)
@@ -423,13 +556,14 @@ enum store_stmt_id {
 };
 
 struct store {
-    sqlite3 *db;
+    struct sdb *db;
+    int pg;      /* 1: PostgreSQL (STORE_SQL_PG texts, schema_pg.sql), 0: SQLite */
     char *dir;
-    char *db_path;
+    char *db_path; /* the SQLite file, or the PostgreSQL URL with its password masked */
     struct store_opts opts;
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */
-    sqlite3_stmt *stmts[S__COUNT];
+    struct sdb_stmt *stmts[S__COUNT];
     /* request ids (store_request_id): ULID monotonic mode */
     int64_t rid_ms;      /* timestamp of the last id */
     uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
@@ -437,14 +571,14 @@ struct store {
 
 /* The kept statement id, reset and unbound; NULL after logging on failure
  * (*rc gets the ERR_*). */
-sqlite3_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc);
+struct sdb_stmt *store_stmt(struct store *st, enum store_stmt_id id, int *rc);
 
 /* Translate an SQLite result code into an ERR_*, logging the original with
- * `what` (the operation) and sqlite3_errmsg. */
+ * `what` (the operation) and the driver's message (sdb_errmsg). */
 int store_sqlerr(struct store *st, int sqlite_rc, const char *what);
 
 /* Step a statement that returns no rows (or whose rows are ignored). */
-int store_step_done(struct store *st, sqlite3_stmt *s, const char *what);
+int store_step_done(struct store *st, struct sdb_stmt *s, const char *what);
 
 int store_w_begin(struct store *st);
 int store_w_end(struct store *st, int rc);
@@ -452,19 +586,43 @@ int store_r_begin(struct store *st);
 int store_r_end(struct store *st, int rc);
 
 /* Bind helpers: NULL text binds SQL NULL. Return 0 or an ERR_*. */
-int store_bind_text(struct store *st, sqlite3_stmt *s, int i, const char *v);
-int store_bind_int(struct store *st, sqlite3_stmt *s, int i, int64_t v);
+/* store_request_transition without its own savepoint: for callers inside
+ * a transaction whose every error rolls the whole of it back (the lease
+ * claim, the results commit), where the savepoint bought nothing and cost
+ * two round trips per request on PostgreSQL. */
+/* acc: NULL, or where the batch counters' changes (n_completed, n_failed)
+ * add up until store_count_flush writes them, one UPDATE per batch instead
+ * of one per request (the results commit; nothing in between reads them). */
+#define STORE_COUNT_ACC_MAX 8
+struct store_count_acc {
+    int n;
+    struct {
+        char batch_id[ID_MAX];
+        int64_t ok, failed;
+    } b[STORE_COUNT_ACC_MAX];
+};
+int store_req_transition_in(struct store *st, const char *id, enum store_request_status from,
+                            enum store_request_status to, const struct store_request_change *ch, int64_t now,
+                            struct store_count_acc *acc);
+/* Add to a batch's counters: now (acc NULL) or into acc (flushed first
+ * when full). 0 or a database error. */
+int store_count_add(struct store *st, struct store_count_acc *acc, const char *batch_id, int64_t ok,
+                    int64_t failed);
+/* Write acc's counters and empty it. 0 or a database error. */
+int store_count_flush(struct store *st, struct store_count_acc *acc);
+int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v);
+int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
-void store_col_text(sqlite3_stmt *s, int col, char *dst, size_t cap);
+void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap);
 /* Step s to the end, collecting column 0 (an id) of each row into a new
  * array (*ids, caller frees; NULL when empty) of *n ids; resets s. 0,
  * ERR_NOMEM or the translated SQLite error (nothing returned then). */
-int store_collect_ids(struct store *st, sqlite3_stmt *s, char (**ids)[ID_MAX], size_t *n);
+int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n);
 /* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
-char *store_col_dup(sqlite3_stmt *s, int col, int *err);
+char *store_col_dup(struct sdb_stmt *s, int col, int *err);
 
 /* Fill *b from a row selected with STORE_BATCH_COLS. ERR_NOMEM/ERR_CORRUPT. */
-int store_batch_row(sqlite3_stmt *s, struct store_batch *b);
+int store_batch_row(struct sdb_stmt *s, struct store_batch *b);
 
 #endif

@@ -36,7 +36,7 @@
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
-static int bind_texts(struct store *st, sqlite3_stmt *s, int first, const char *a, const char *b)
+static int bind_texts(struct store *st, struct sdb_stmt *s, int first, const char *a, const char *b)
 {
     int rc = store_bind_text(st, s, first, a);
     return rc ? rc : store_bind_text(st, s, first + 1, b);
@@ -88,7 +88,7 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WORKER_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WORKER_INSERT, &rc);
     if (s && !(rc = bind_texts(st, s, 1, id, w->name)) &&
         !(rc = store_bind_text(st, s, 3, w->device ? w->device : "")) &&
         !(rc = store_bind_int(st, s, 4, w->kv_tokens)) && !(rc = store_bind_int(st, s, 5, w->pack_size)) &&
@@ -122,16 +122,16 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
 int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WORKER_SEEN, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WORKER_SEEN, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
     int r;
     if (!(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now))) {
-        r = sqlite3_bind_double(s, 3, tokens_per_s);
-        rc = r == SQLITE_OK ? store_step_done(st, s, "worker seen") : store_sqlerr(st, r, "bind");
-        if (!rc && sqlite3_changes(st->db) == 0)
+        r = sdb_bind_double(s, 3, tokens_per_s);
+        rc = r == SDB_OK ? store_step_done(st, s, "worker seen") : store_sqlerr(st, r, "bind");
+        if (!rc && sdb_changes(st->db) == 0)
             rc = ERR_NOTFOUND;
     }
     return store_w_end(st, rc);
@@ -140,13 +140,13 @@ int store_worker_seen(struct store *st, const char *worker_id, double tokens_per
 int store_models_served(struct store *st, int64_t since, struct store_model_served **items, size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_MODELS_SERVED, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_MODELS_SERVED, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, since)))
         return rc;
     struct store_model_served *arr = NULL;
     size_t cnt = 0, cap = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? 2 * cap : 8;
             struct store_model_served *na = realloc(arr, nc * sizeof *na);
@@ -159,13 +159,13 @@ int store_models_served(struct store *st, int64_t since, struct store_model_serv
         }
         store_col_text(s, 0, arr[cnt].name, sizeof arr[cnt].name);
         store_col_text(s, 1, arr[cnt].canonical, sizeof arr[cnt].canonical);
-        arr[cnt].n_workers = sqlite3_column_int64(s, 2);
-        arr[cnt].endpoints = (unsigned)sqlite3_column_int64(s, 3);
+        arr[cnt].n_workers = sdb_column_int64(s, 2);
+        arr[cnt].endpoints = (unsigned)sdb_column_int64(s, 3);
         cnt++;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "models served");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -178,13 +178,13 @@ int store_models_served(struct store *st, int64_t since, struct store_model_serv
 int store_models_waiting(struct store *st, int64_t since, struct store_model_waiting **items, size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_MODELS_WAITING, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_MODELS_WAITING, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, since)))
         return rc;
     struct store_model_waiting *arr = NULL;
     size_t cnt = 0, cap = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? 2 * cap : 8;
             struct store_model_waiting *na = realloc(arr, nc * sizeof *na);
@@ -196,12 +196,12 @@ int store_models_waiting(struct store *st, int64_t since, struct store_model_wai
             cap = nc;
         }
         store_col_text(s, 0, arr[cnt].model, sizeof arr[cnt].model);
-        arr[cnt].n_batches = sqlite3_column_int64(s, 1);
+        arr[cnt].n_batches = sdb_column_int64(s, 1);
         cnt++;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "models waiting");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -218,20 +218,20 @@ static int result_put(struct store *st, const char *req_id, const char *batch_id
                       const char *error_message, int64_t now)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_RESULT_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_RESULT_INSERT, &rc);
     if (!s)
         return rc;
     static const struct store_result none = {0};
     if (!res)
         res = &none;
-    int r = SQLITE_OK;
+    int r = SDB_OK;
     if ((rc = bind_texts(st, s, 1, req_id, batch_id)) || (rc = store_bind_text(st, s, 3, lease_id)))
         return rc;
     if (res->status_code > 0)
-        r = sqlite3_bind_int(s, 4, res->status_code);
-    if (r == SQLITE_OK && res->body)
-        r = sqlite3_bind_blob(s, 5, res->body, (int)res->body_len, SQLITE_STATIC);
-    if (r != SQLITE_OK)
+        r = sdb_bind_int(s, 4, res->status_code);
+    if (r == SDB_OK && res->body)
+        r = sdb_bind_blob(s, 5, res->body, (int)res->body_len);
+    if (r != SDB_OK)
         return store_sqlerr(st, r, "bind result");
     if ((rc = bind_texts(st, s, 6, error_code, error_message)) ||
         (rc = store_bind_int(st, s, 8, res->prompt_tokens)) ||
@@ -243,7 +243,7 @@ static int result_put(struct store *st, const char *req_id, const char *batch_id
         (rc = store_bind_int(st, s, 15, now)))
         return rc;
     rc = store_step_done(st, s, "insert result");
-    sqlite3_clear_bindings(s);
+    sdb_clear_bindings(s);
     return rc;
 }
 
@@ -278,7 +278,7 @@ static int req_retry_or_dead(struct store *st, const char *req_id, const char *b
         struct store_request_change ch = {.lease_id = lease_id, .error = error};
         if ((rc = store_request_transition(st, req_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)))
             return rc;
-        sqlite3_stmt *s = store_stmt(st, S_DL_INSERT, &rc);
+        struct sdb_stmt *s = store_stmt(st, S_DL_INSERT, &rc);
         if (!s || (rc = bind_texts(st, s, 1, req_id, reason)) || (rc = store_bind_text(st, s, 3, error)) ||
             (rc = store_bind_int(st, s, 4, now)) || (rc = store_step_done(st, s, "insert dead letter")))
             return rc;
@@ -299,14 +299,14 @@ static int req_retry_or_dead(struct store *st, const char *req_id, const char *b
 static int lease_end_if_empty(struct store *st, const char *lease_id, int64_t now)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, 1)))
         return rc;
-    int r = sqlite3_step(s);
-    sqlite3_reset(s);
-    if (r == SQLITE_ROW)
+    int r = sdb_step(s);
+    sdb_reset(s);
+    if (r == SDB_ROW)
         return 0;
-    if (r != SQLITE_DONE)
+    if (r != SDB_DONE)
         return store_sqlerr(st, r, "lease held");
     s = store_stmt(st, S_LEASE_END, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
@@ -322,18 +322,18 @@ struct lease_row {
 static int lease_get(struct store *st, const char *lease_id, struct lease_row *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, lease_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
         store_col_text(s, 0, out->worker_id, sizeof out->worker_id);
-        out->expires_at = sqlite3_column_int64(s, 1);
-        out->released_at = sqlite3_column_int64(s, 2);
+        out->expires_at = sdb_column_int64(s, 1);
+        out->released_at = sdb_column_int64(s, 2);
     } else {
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get lease");
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get lease");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -355,34 +355,34 @@ struct req_info {
 static int req_info_get(struct store *st, const char *req_id, struct req_info *q)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_FOR_COMMIT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_FOR_COMMIT, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, req_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
         memset(q, 0, sizeof *q);
-        const char *stname = (const char *)sqlite3_column_text(s, 0);
+        const char *stname = (const char *)sdb_column_text(s, 0);
         q->status = STORE_REQ__COUNT;
         for (int i = 0; stname && i < STORE_REQ__COUNT; i++)
             if (strcmp(stname, store_request_status_name((enum store_request_status)i)) == 0)
                 q->status = (enum store_request_status)i;
         store_col_text(s, 1, q->lease_id, sizeof q->lease_id);
-        q->attempts = sqlite3_column_int64(s, 2);
+        q->attempts = sdb_column_int64(s, 2);
         store_col_text(s, 3, q->batch_id, sizeof q->batch_id);
         store_col_text(s, 4, q->tenant_id, sizeof q->tenant_id);
         store_col_text(s, 5, q->model, sizeof q->model);
         if (q->status == STORE_REQ__COUNT ||
-            store_batch_status_parse((const char *)sqlite3_column_text(s, 6), &q->batch_status))
+            store_batch_status_parse((const char *)sdb_column_text(s, 6), &q->batch_status))
             rc = ERR_CORRUPT;
-        q->batch_expires_at = sqlite3_column_int64(s, 7);
-        q->has_result = sqlite3_column_type(s, 10) != SQLITE_NULL;
+        q->batch_expires_at = sdb_column_int64(s, 7);
+        q->has_result = sdb_column_type(s, 10) != SDB_NULL;
         store_col_text(s, 8, q->result_lease, sizeof q->result_lease);
-        const char *ec = (const char *)sqlite3_column_text(s, 9);
+        const char *ec = (const char *)sdb_column_text(s, 9);
         q->result_closed = ec && (strcmp(ec, "batch_cancelled") == 0 || strcmp(ec, "batch_expired") == 0);
     } else {
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "request for commit");
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "request for commit");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -404,12 +404,12 @@ void store_lease_clear(struct store_lease *l)
 int store_lease_worker_check(struct store *st, const char *worker_id, const char *model, int64_t now)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WORKER_HAS_MODEL, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WORKER_HAS_MODEL, &rc);
     if (!s || (rc = bind_texts(st, s, 1, worker_id, model)))
         return rc;
-    int r = sqlite3_step(s);
-    int64_t has = r == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
-    sqlite3_reset(s);
+    int r = sdb_step(s);
+    int64_t has = r == SDB_ROW ? sdb_column_int64(s, 0) : -1;
+    sdb_reset(s);
     if (has < 0)
         return store_sqlerr(st, r, "worker model");
     if ((rc = store_worker_seen(st, worker_id, -1, now)))
@@ -432,10 +432,10 @@ int store_backlog_get(struct store *st, const char *tenant_id, const char *model
     memset(&bl, 0, sizeof bl);
     int rc = 0, r;
     size_t cap = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BACKLOG_BATCHES, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BACKLOG_BATCHES, &rc);
     if (!s || (rc = bind_texts(st, s, 1, tenant_id, model)))
         return rc;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (bl.n == cap) {
             size_t nc = cap ? 2 * cap : 8;
             struct store_backlog_batch *na = realloc(bl.items, nc * sizeof *na);
@@ -450,30 +450,30 @@ int store_backlog_get(struct store *st, const char *tenant_id, const char *model
         memset(it, 0, sizeof *it);
         store_col_text(s, 0, it->cand.batch_id, ID_MAX);
         snprintf(it->cand.tenant_id, sizeof it->cand.tenant_id, "%s", tenant_id);
-        it->cand.priority = sqlite3_column_int64(s, 1);
-        it->cand.expires_at = sqlite3_column_int64(s, 2);
-        it->remaining = sqlite3_column_int64(s, 3);
-        it->tokens_per_request = sqlite3_column_type(s, 4) != SQLITE_NULL   ? sqlite3_column_double(s, 4)
-                                 : sqlite3_column_type(s, 5) != SQLITE_NULL ? sqlite3_column_double(s, 5)
+        it->cand.priority = sdb_column_int64(s, 1);
+        it->cand.expires_at = sdb_column_int64(s, 2);
+        it->remaining = sdb_column_int64(s, 3);
+        it->tokens_per_request = sdb_column_type(s, 4) != SDB_NULL   ? sdb_column_double(s, 4)
+                                 : sdb_column_type(s, 5) != SDB_NULL ? sdb_column_double(s, 5)
                                                                             : 0;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "backlog batches");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (!rc && (s = store_stmt(st, S_BACKLOG_TPS, &rc)) && !(rc = store_bind_text(st, s, 1, model)) &&
         !(rc = store_bind_int(st, s, 2, seen_since))) {
-        if ((r = sqlite3_step(s)) == SQLITE_ROW)
-            bl.tokens_per_s = sqlite3_column_double(s, 0);
+        if ((r = sdb_step(s)) == SDB_ROW)
+            bl.tokens_per_s = sdb_column_double(s, 0);
         else
             rc = store_sqlerr(st, r, "backlog throughput");
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     if (!rc && (s = store_stmt(st, S_BACKLOG_TENANTS, &rc)) && !(rc = store_bind_text(st, s, 1, model))) {
-        if ((r = sqlite3_step(s)) == SQLITE_ROW)
-            bl.n_tenants = sqlite3_column_int64(s, 0);
+        if ((r = sdb_step(s)) == SDB_ROW)
+            bl.n_tenants = sdb_column_int64(s, 0);
         else
             rc = store_sqlerr(st, r, "backlog tenants");
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     if (rc) {
         store_backlog_release(&bl);
@@ -489,11 +489,11 @@ int store_lease_candidates(struct store *st, const char *worker_id, const char *
     int rc = 0;
     struct store_lease_cand *arr = NULL;
     size_t cnt = 0, cap = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_CANDIDATES, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_CANDIDATES, &rc);
     if (!s || (rc = bind_texts(st, s, 1, worker_id, model)) || (rc = store_bind_int(st, s, 3, now)))
         return rc;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? 2 * cap : 16;
             struct store_lease_cand *na = realloc(arr, nc * sizeof *na);
@@ -506,13 +506,13 @@ int store_lease_candidates(struct store *st, const char *worker_id, const char *
         }
         store_col_text(s, 0, arr[cnt].batch_id, ID_MAX);
         store_col_text(s, 1, arr[cnt].tenant_id, ID_MAX);
-        arr[cnt].priority = sqlite3_column_int64(s, 2);
-        arr[cnt].expires_at = sqlite3_column_int64(s, 3);
+        arr[cnt].priority = sdb_column_int64(s, 2);
+        arr[cnt].expires_at = sdb_column_int64(s, 3);
         cnt++;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "lease candidates");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -525,24 +525,24 @@ int store_lease_candidates(struct store *st, const char *worker_id, const char *
 int store_lease_rr_get(struct store *st, const char *model, char tenant_id[ID_MAX])
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_RR_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_RR_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, model)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
         store_col_text(s, 0, tenant_id, ID_MAX);
-    else if (r == SQLITE_DONE)
+    else if (r == SDB_DONE)
         tenant_id[0] = '\0';
     else
         rc = store_sqlerr(st, r, "lease_rr");
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
 int store_lease_rr_put(struct store *st, const char *model, const char *tenant_id)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_RR_PUT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_RR_PUT, &rc);
     if (!s || (rc = bind_texts(st, s, 1, model, tenant_id)))
         return rc;
     if ((rc = store_w_begin(st)))
@@ -566,20 +566,20 @@ int store_lease_ready(struct store *st, const char *batch_id, const char *worker
     if (limit < 1)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_READY, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, now)) ||
         (rc = store_bind_int(st, s, 3, limit)) || (rc = bind_texts(st, s, 4, worker_id, model)))
         return rc;
     size_t cnt = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)limit) {
+    while ((r = sdb_step(s)) == SDB_ROW && cnt < (size_t)limit) {
         struct store_leased *it = &items[cnt];
         memset(it, 0, sizeof *it);
         store_col_text(s, 0, it->id, sizeof it->id);
         snprintf(it->batch_id, sizeof it->batch_id, "%s", batch_id);
         it->custom_id = store_col_dup(s, 1, &rc);
-        const void *body = sqlite3_column_text(s, 2);
-        it->body_len = (size_t)sqlite3_column_bytes(s, 2);
+        const void *body = sdb_column_text(s, 2);
+        it->body_len = (size_t)sdb_column_bytes(s, 2);
         it->body = malloc(it->body_len + 1);
         if (!it->custom_id || !it->body) {
             free(it->custom_id);
@@ -589,14 +589,14 @@ int store_lease_ready(struct store *st, const char *batch_id, const char *worker
         }
         memcpy(it->body, body ? body : "", it->body_len);
         it->body[it->body_len] = '\0';
-        it->attempt = sqlite3_column_int64(s, 3) + 1;
-        it->prompt_tokens_est = sqlite3_column_int64(s, 4);
-        it->max_tokens = sqlite3_column_int64(s, 5);
+        it->attempt = sdb_column_int64(s, 3) + 1;
+        it->prompt_tokens_est = sdb_column_int64(s, 4);
+        it->max_tokens = sdb_column_int64(s, 5);
         cnt++;
     }
-    if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
+    if (!rc && r != SDB_ROW && r != SDB_DONE)
         rc = store_sqlerr(st, r, "ready requests");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         store_leased_clear(items, cnt);
         return rc;
@@ -614,12 +614,13 @@ int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[
         return ERR_BADSTATE;
     /* No savepoint around the loop: a savepoint held over hundreds of
      * updates outgrows SQLite's in-memory statement journal and spills it
-     * to a temporary file (5x the writes of an acquire); each transition
-     * has its own, and the caller's transaction makes the claim atomic. */
+     * to a temporary file (5x the writes of an acquire). None per
+     * transition either: an error fails the acquire, whose transaction
+     * rolls back whole, and the caller's transaction makes the claim atomic. */
     struct store_request_change ch = {.lease_id = lease_id};
     int rc = 0;
     for (size_t i = 0; !rc && i < n; i++)
-        rc = store_request_transition(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now);
+        rc = store_req_transition_in(st, ids[i], STORE_REQ_QUEUED, STORE_REQ_LEASED, &ch, now, NULL);
     return rc;
 }
 
@@ -627,7 +628,7 @@ int store_lease_open(struct store *st, const char *lease_id, const char *worker_
                      int64_t n_requests, int64_t now, int64_t expires_at)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_INSERT, &rc);
     if (!s || (rc = bind_texts(st, s, 1, lease_id, worker_id)) ||
         (rc = store_bind_text(st, s, 3, model)) || (rc = store_bind_int(st, s, 4, n_requests)) ||
         (rc = store_bind_int(st, s, 5, now)) || (rc = store_bind_int(st, s, 6, expires_at)))
@@ -663,15 +664,15 @@ int store_lease_heartbeat(struct store *st, const char *lease_id, const char *wo
         rc = ERR_BADSTATE;
         goto out;
     }
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_EXTEND, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_EXTEND, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, now + extend_s)))
         goto out;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
-        exp = sqlite3_column_int64(s, 0);
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
+        exp = sdb_column_int64(s, 0);
     else
-        rc = r == SQLITE_DONE ? ERR_BADSTATE : store_sqlerr(st, r, "extend lease");
-    sqlite3_reset(s);
+        rc = r == SDB_DONE ? ERR_BADSTATE : store_sqlerr(st, r, "extend lease");
+    sdb_reset(s);
     if (rc)
         goto out;
     if ((rc = store_worker_seen(st, L.worker_id, tokens_per_s, now)) == ERR_NOTFOUND)
@@ -719,7 +720,7 @@ static int result_valid(const struct store_result *it)
 
 static int commit_one(struct store *st, const char *lease_id, const struct store_result *it,
                       const struct store_retry_policy *policy, int64_t now,
-                      enum store_commit_outcome *outcome)
+                      enum store_commit_outcome *outcome, struct store_count_acc *acc)
 {
     struct req_info q;
     int rc = req_info_get(st, it->request_id, &q);
@@ -739,7 +740,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
     struct store_request_change ch = {.lease_id = lease_id};
     switch (it->kind) {
     case STORE_RESULT_SUCCESS:
-        if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now)) ||
+        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_SUCCEEDED, &ch, now, acc)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         int64_t cost = 0;
@@ -748,7 +749,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
                           it->cached_tokens < it->prompt_tokens ? it->cached_tokens : it->prompt_tokens,
                           it->completion_tokens, &cost))
             cost = INT64_MAX; /* unreachable: the protocol caps counts at 2^40, prices at 1e12 */
-        sqlite3_stmt *s = store_stmt(st, S_USAGE_INSERT, &rc);
+        struct sdb_stmt *s = store_stmt(st, S_USAGE_INSERT, &rc);
         if (!s || (rc = store_bind_int(st, s, 9, cost)) || (rc = bind_texts(st, s, 1, q.tenant_id, q.batch_id)) ||
             (rc = bind_texts(st, s, 3, it->request_id, q.model)) ||
             (rc = store_bind_int(st, s, 5, it->prompt_tokens)) ||
@@ -760,7 +761,7 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
         return 0;
     case STORE_RESULT_INVALID:
         ch.error = "invalid request";
-        if ((rc = store_request_transition(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now)) ||
+        if ((rc = store_req_transition_in(st, it->request_id, STORE_REQ_LEASED, STORE_REQ_FAILED, &ch, now, acc)) ||
             (rc = result_put(st, it->request_id, q.batch_id, lease_id, it, NULL, NULL, now)))
             return rc;
         *outcome = STORE_COMMIT_OK;
@@ -810,8 +811,11 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
         rc = ERR_NOMEM;
         goto out;
     }
+    struct store_count_acc acc = {0};
     for (size_t i = 0; !rc && i < n; i++)
-        rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i]);
+        rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
+    if (!rc)
+        rc = store_count_flush(st, &acc);
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
     if (!rc && worker_id && (rc = store_worker_seen(st, worker_id, -1, now)) == ERR_NOTFOUND)
@@ -848,7 +852,7 @@ static int release_one(struct store *st, const char *lease_id, const char *req_i
 static int held_ids(struct store *st, const char *lease_id, int max, char (**ids)[ID_MAX], size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, max)))
         return rc;
     return store_collect_ids(st, s, ids, n);
@@ -926,7 +930,7 @@ static int sweep_one(struct store *st, const char *lease_id, int64_t now,
         }
     }
     if (!rc) {
-        sqlite3_stmt *s = store_stmt(st, S_LEASE_END, &rc);
+        struct sdb_stmt *s = store_stmt(st, S_LEASE_END, &rc);
         if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
             rc = store_step_done(st, s, "end lease");
         add.n_leases = 1;
@@ -952,7 +956,7 @@ int store_lease_sweep(struct store *st, int64_t now, const struct store_retry_po
     if (max_leases < 1)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_LEASE_EXPIRED, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_EXPIRED, &rc);
     char(*ids)[ID_MAX] = NULL;
     size_t n = 0;
     if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max_leases)) ||
@@ -975,24 +979,24 @@ static int batch_ids_in(struct store *st, enum store_stmt_id which, const char *
                         struct id_pair **out, size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, which, &rc);
+    struct sdb_stmt *s = store_stmt(st, which, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, max)))
         return rc;
     struct id_pair *arr = calloc((size_t)max, sizeof *arr);
     if (!arr) {
-        sqlite3_reset(s);
+        sdb_reset(s);
         return ERR_NOMEM;
     }
     size_t cnt = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)max) {
+    while ((r = sdb_step(s)) == SDB_ROW && cnt < (size_t)max) {
         store_col_text(s, 0, arr[cnt].id, ID_MAX);
         store_col_text(s, 1, arr[cnt].lease, ID_MAX);
         cnt++;
     }
-    if (r != SQLITE_ROW && r != SQLITE_DONE)
+    if (r != SDB_ROW && r != SDB_DONE)
         rc = store_sqlerr(st, r, "batch requests");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -1005,15 +1009,15 @@ static int batch_ids_in(struct store *st, enum store_stmt_id which, const char *
 int store_batch_has_leased(struct store *st, const char *batch_id, int *yes)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_HAS_LEASED, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_HAS_LEASED, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW || r == SQLITE_DONE)
-        *yes = r == SQLITE_ROW;
+    int r = sdb_step(s);
+    if (r == SDB_ROW || r == SDB_DONE)
+        *yes = r == SDB_ROW;
     else
         rc = store_sqlerr(st, r, "has leased");
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -1099,18 +1103,18 @@ int store_dead_letter_list(struct store *st, const char *tenant_id, const char *
     if (limit < 1 || limit > 1000)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, batch_id ? S_DL_COLS_LIST_BATCH : S_DL_COLS_LIST_ALL, &rc);
+    struct sdb_stmt *s = store_stmt(st, batch_id ? S_DL_COLS_LIST_BATCH : S_DL_COLS_LIST_ALL, &rc);
     if (!s || (rc = bind_texts(st, s, 1, batch_id, tenant_id)) || (rc = store_bind_text(st, s, 3, after)) ||
         (rc = store_bind_int(st, s, 4, limit + 1)))
         return rc;
     struct store_dead_letter *arr = calloc((size_t)limit, sizeof *arr);
     if (!arr) {
-        sqlite3_reset(s);
+        sdb_reset(s);
         return ERR_NOMEM;
     }
     size_t cnt = 0;
     int more = 0, r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == (size_t)limit) {
             more = 1;
             break;
@@ -1120,17 +1124,17 @@ int store_dead_letter_list(struct store *st, const char *tenant_id, const char *
         store_col_text(s, 1, d->batch_id, sizeof d->batch_id);
         store_col_text(s, 2, d->tenant_id, sizeof d->tenant_id);
         store_col_text(s, 3, d->custom_id, sizeof d->custom_id);
-        d->attempts = sqlite3_column_int64(s, 4);
+        d->attempts = sdb_column_int64(s, 4);
         store_col_text(s, 5, d->reason, sizeof d->reason);
         d->last_error = store_col_dup(s, 6, &rc);
         d->line = store_col_dup(s, 7, &rc);
-        d->created_at = sqlite3_column_int64(s, 8);
+        d->created_at = sdb_column_int64(s, 8);
         if (rc)
             break;
     }
-    if (!rc && r != SQLITE_ROW && r != SQLITE_DONE)
+    if (!rc && r != SDB_ROW && r != SDB_DONE)
         rc = store_sqlerr(st, r, "list dead letters");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         store_dead_letter_list_free(arr, cnt);
         return rc;
@@ -1147,20 +1151,20 @@ int store_dead_letter_retry(struct store *st, const char *tenant_id, const char 
     int rc = store_w_begin(st);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_DL_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_DL_GET, &rc);
     if (!s || (rc = bind_texts(st, s, 1, request_id, tenant_id)))
         return store_w_end(st, rc);
-    int r = sqlite3_step(s);
+    int r = sdb_step(s);
     enum store_batch_status bs = STORE_BATCH__COUNT;
     int64_t bexp = 0;
-    if (r == SQLITE_ROW) {
-        if (store_batch_status_parse((const char *)sqlite3_column_text(s, 1), &bs))
+    if (r == SDB_ROW) {
+        if (store_batch_status_parse((const char *)sdb_column_text(s, 1), &bs))
             rc = ERR_CORRUPT;
-        bexp = sqlite3_column_int64(s, 2);
+        bexp = sdb_column_int64(s, 2);
     } else {
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get dead letter");
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get dead letter");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (!rc && (bs != STORE_BATCH_IN_PROGRESS || bexp <= now))
         rc = ERR_BADSTATE;
     if (!rc && (s = store_stmt(st, S_DL_DELETE, &rc)) && !(rc = store_bind_text(st, s, 1, request_id)))
@@ -1183,30 +1187,30 @@ int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, 
     if (limit < 1)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_RESULTS_SCAN, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_RESULTS_SCAN, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, *cursor)) ||
         (rc = store_bind_int(st, s, 3, limit)))
         return rc;
     int r, cnt = 0;
     int64_t cur = *cursor;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         struct store_result_row row = {
-            .request_id = (const char *)sqlite3_column_text(s, 1),
-            .custom_id = (const char *)sqlite3_column_text(s, 2),
-            .status_code = sqlite3_column_type(s, 3) == SQLITE_NULL ? 0 : sqlite3_column_int(s, 3),
-            .error_code = (const char *)sqlite3_column_text(s, 5),
-            .error_message = (const char *)sqlite3_column_text(s, 6),
-            .prompt_tokens = sqlite3_column_int64(s, 7),
-            .completion_tokens = sqlite3_column_int64(s, 8),
-            .cached_tokens = sqlite3_column_int64(s, 9),
+            .request_id = (const char *)sdb_column_text(s, 1),
+            .custom_id = (const char *)sdb_column_text(s, 2),
+            .status_code = sdb_column_type(s, 3) == SDB_NULL ? 0 : sdb_column_int(s, 3),
+            .error_code = (const char *)sdb_column_text(s, 5),
+            .error_message = (const char *)sdb_column_text(s, 6),
+            .prompt_tokens = sdb_column_int64(s, 7),
+            .completion_tokens = sdb_column_int64(s, 8),
+            .cached_tokens = sdb_column_int64(s, 9),
         };
-        if (sqlite3_column_type(s, 4) != SQLITE_NULL) {
-            row.body = sqlite3_column_blob(s, 4);
-            row.body_len = (size_t)sqlite3_column_bytes(s, 4);
+        if (sdb_column_type(s, 4) != SDB_NULL) {
+            row.body = sdb_column_blob(s, 4);
+            row.body_len = (size_t)sdb_column_bytes(s, 4);
             if (!row.body)
                 row.body = "";
         }
-        cur = row.seq = sqlite3_column_int64(s, 0);
+        cur = row.seq = sdb_column_int64(s, 0);
         cnt++;
         if (!row.request_id || !row.custom_id) {
             rc = ERR_CORRUPT;
@@ -1215,9 +1219,9 @@ int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, 
         if ((rc = fn(ctx, &row)))
             break;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "scan results");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc)
         return rc;
     *cursor = cur;
@@ -1230,7 +1234,7 @@ int store_batch_ids_to_finalize(struct store *st, int64_t now, int max, char (**
     if (max < 1)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_FINALIZE_IDS, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_FINALIZE_IDS, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max)))
         return rc;
     return store_collect_ids(st, s, ids, n);
@@ -1248,7 +1252,7 @@ int store_batch_finish(struct store *st, const char *batch_id, enum store_batch_
         return store_w_end(st, rc);
     if (fin->errors && (rc = store_file_create(st, fin->errors)))
         return store_w_end(st, rc);
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_FINISH, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_FINISH, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, batch_id)) &&
         !(rc = bind_texts(st, s, 2, fin->output ? fin->output->id : NULL, fin->errors ? fin->errors->id : NULL)) &&
         !(rc = store_bind_int(st, s, 4, fin->n_completed)) && !(rc = store_bind_int(st, s, 5, fin->n_failed)) &&

@@ -42,7 +42,7 @@ int store_file_create(struct store *st, struct store_file *f)
     int rc = 0;
     if (!*f->id && (rc = id_new("file-", f->id, sizeof f->id)))
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_FILE_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_FILE_INSERT, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -62,34 +62,34 @@ int store_file_create(struct store *st, struct store_file *f)
     return store_w_end(st, rc);
 }
 
-static void file_row(sqlite3_stmt *s, struct store_file *f)
+static void file_row(struct sdb_stmt *s, struct store_file *f)
 {
     memset(f, 0, sizeof *f);
     store_col_text(s, 0, f->id, sizeof f->id);
     store_col_text(s, 1, f->tenant_id, sizeof f->tenant_id);
     store_col_text(s, 2, f->purpose, sizeof f->purpose);
     store_col_text(s, 3, f->filename, sizeof f->filename);
-    f->bytes = sqlite3_column_int64(s, 4);
+    f->bytes = sdb_column_int64(s, 4);
     store_col_text(s, 5, f->sha256, sizeof f->sha256);
     store_col_text(s, 6, f->storage_path, sizeof f->storage_path);
     store_col_text(s, 7, f->encoding, sizeof f->encoding);
     store_col_text(s, 8, f->status, sizeof f->status);
-    f->created_at = sqlite3_column_int64(s, 9);
-    f->expires_at = sqlite3_column_int64(s, 10);
+    f->created_at = sdb_column_int64(s, 9);
+    f->expires_at = sdb_column_int64(s, 10);
 }
 
 int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_FILE_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_FILE_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, id)) || (rc = store_bind_text(st, s, 2, tenant_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
         file_row(s, out);
     else
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get file");
-    sqlite3_reset(s);
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get file");
+    sdb_reset(s);
     return rc;
 }
 
@@ -100,7 +100,7 @@ int store_file_list(struct store *st, const char *tenant_id, const char *purpose
     if (limit < 1 || limit > 10000)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, desc ? S_FILE_LIST_DESC : S_FILE_LIST_ASC, &rc);
+    struct sdb_stmt *s = store_stmt(st, desc ? S_FILE_LIST_DESC : S_FILE_LIST_ASC, &rc);
     if (!s)
         return rc;
     struct store_file *arr = calloc((size_t)limit, sizeof *arr);
@@ -111,17 +111,17 @@ int store_file_list(struct store *st, const char *tenant_id, const char *purpose
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, purpose)) ||
         (rc = store_bind_text(st, s, 3, after)) || (rc = store_bind_int(st, s, 4, limit + 1)))
         goto out;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == (size_t)limit) {
             more = 1;
             break;
         }
         file_row(s, &arr[cnt++]);
     }
-    if (r != SQLITE_ROW && r != SQLITE_DONE)
+    if (r != SDB_ROW && r != SDB_DONE)
         rc = store_sqlerr(st, r, "list files");
 out:
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -137,20 +137,20 @@ int store_file_delete(struct store *st, const char *tenant_id, const char *id,
 {
     int rc = 0;
     char path[256] = "";
-    sqlite3_stmt *s = store_stmt(st, S_FILE_DELETE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_FILE_DELETE, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
     if (!(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_text(st, s, 2, tenant_id))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
             store_col_text(s, 0, path, sizeof path);
             rc = store_step_done(st, s, "delete file");
         } else {
-            rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "delete file");
+            rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "delete file");
         }
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     if ((rc = store_w_end(st, rc)))
         return rc;
@@ -215,7 +215,7 @@ void store_batch_list_free(struct store_batch *items, size_t n)
     free(items);
 }
 
-int store_batch_row(sqlite3_stmt *s, struct store_batch *b)
+int store_batch_row(struct sdb_stmt *s, struct store_batch *b)
 {
     int rc = 0;
     memset(b, 0, sizeof *b);
@@ -223,35 +223,35 @@ int store_batch_row(sqlite3_stmt *s, struct store_batch *b)
     store_col_text(s, 1, b->tenant_id, sizeof b->tenant_id);
     store_col_text(s, 2, b->endpoint, sizeof b->endpoint);
     store_col_text(s, 3, b->input_file_id, sizeof b->input_file_id);
-    b->completion_window_s = sqlite3_column_int64(s, 4);
-    if (store_batch_status_parse((const char *)sqlite3_column_text(s, 5), &b->status))
+    b->completion_window_s = sdb_column_int64(s, 4);
+    if (store_batch_status_parse((const char *)sdb_column_text(s, 5), &b->status))
         return ERR_CORRUPT;
     store_col_text(s, 6, b->model, sizeof b->model);
     b->metadata = store_col_dup(s, 7, &rc);
     b->errors = store_col_dup(s, 8, &rc);
     store_col_text(s, 9, b->output_file_id, sizeof b->output_file_id);
     store_col_text(s, 10, b->error_file_id, sizeof b->error_file_id);
-    b->n_total = sqlite3_column_int64(s, 11);
-    b->n_completed = sqlite3_column_int64(s, 12);
-    b->n_failed = sqlite3_column_int64(s, 13);
-    b->created_at = sqlite3_column_int64(s, 14);
-    b->expires_at = sqlite3_column_int64(s, 15);
+    b->n_total = sdb_column_int64(s, 11);
+    b->n_completed = sdb_column_int64(s, 12);
+    b->n_failed = sdb_column_int64(s, 13);
+    b->created_at = sdb_column_int64(s, 14);
+    b->expires_at = sdb_column_int64(s, 15);
     b->at[STORE_BATCH_VALIDATING] = b->created_at;
-    b->at[STORE_BATCH_IN_PROGRESS] = sqlite3_column_int64(s, 16);
-    b->at[STORE_BATCH_FINALIZING] = sqlite3_column_int64(s, 17);
-    b->at[STORE_BATCH_COMPLETED] = sqlite3_column_int64(s, 18);
-    b->at[STORE_BATCH_FAILED] = sqlite3_column_int64(s, 19);
-    b->at[STORE_BATCH_EXPIRED] = sqlite3_column_int64(s, 20);
-    b->at[STORE_BATCH_CANCELLING] = sqlite3_column_int64(s, 21);
-    b->at[STORE_BATCH_CANCELLED] = sqlite3_column_int64(s, 22);
-    b->ingest_line = sqlite3_column_int64(s, 23);
-    b->ingest_requests = sqlite3_column_int64(s, 24);
-    b->priority = sqlite3_column_int64(s, 25);
-    b->usage_prompt_tokens = sqlite3_column_int64(s, 26);
-    b->usage_completion_tokens = sqlite3_column_int64(s, 27);
-    b->usage_cached_tokens = sqlite3_column_int64(s, 28);
-    b->usage_cost_micros = sqlite3_column_int64(s, 29);
-    b->output_expires_after_s = sqlite3_column_int64(s, 30);
+    b->at[STORE_BATCH_IN_PROGRESS] = sdb_column_int64(s, 16);
+    b->at[STORE_BATCH_FINALIZING] = sdb_column_int64(s, 17);
+    b->at[STORE_BATCH_COMPLETED] = sdb_column_int64(s, 18);
+    b->at[STORE_BATCH_FAILED] = sdb_column_int64(s, 19);
+    b->at[STORE_BATCH_EXPIRED] = sdb_column_int64(s, 20);
+    b->at[STORE_BATCH_CANCELLING] = sdb_column_int64(s, 21);
+    b->at[STORE_BATCH_CANCELLED] = sdb_column_int64(s, 22);
+    b->ingest_line = sdb_column_int64(s, 23);
+    b->ingest_requests = sdb_column_int64(s, 24);
+    b->priority = sdb_column_int64(s, 25);
+    b->usage_prompt_tokens = sdb_column_int64(s, 26);
+    b->usage_completion_tokens = sdb_column_int64(s, 27);
+    b->usage_cached_tokens = sdb_column_int64(s, 28);
+    b->usage_cost_micros = sdb_column_int64(s, 29);
+    b->output_expires_after_s = sdb_column_int64(s, 30);
     if (rc)
         store_batch_release(b);
     return rc;
@@ -312,7 +312,7 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
     char id[ID_MAX];
     if ((rc = id_new("batch_", id, sizeof id)))
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_INSERT, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -325,7 +325,7 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
         !(rc = store_bind_int(st, s, 8, now + nb->completion_window_s)) &&
         !(rc = store_bind_int(st, s, 9, priority)) && !(rc = store_bind_int(st, s, 10, nb->output_expires_after_s)))
         rc = store_step_done(st, s, "insert batch");
-    sqlite3_clear_bindings(s);
+    sdb_clear_bindings(s);
     if (!rc && out)
         rc = store_batch_get(st, tenant_id, id, out);
     return store_w_end(st, rc);
@@ -334,15 +334,15 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
 int store_batch_get(struct store *st, const char *tenant_id, const char *id, struct store_batch *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, id)) || (rc = store_bind_text(st, s, 2, tenant_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
         rc = store_batch_row(s, out);
     else
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get batch");
-    sqlite3_reset(s);
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get batch");
+    sdb_reset(s);
     return rc;
 }
 
@@ -364,18 +364,18 @@ int store_batch_list_status(struct store *st, const char *tenant_id, const char 
             return rc;
         store_batch_release(&cur);
     }
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_LIST, &rc);
     if (!s)
         return rc;
     struct store_batch *arr = calloc((size_t)limit, sizeof *arr);
     if (!arr)
         return ERR_NOMEM;
     size_t cnt = 0;
-    int more = 0, r = SQLITE_DONE;
+    int more = 0, r = SDB_DONE;
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, after)) ||
         (rc = store_bind_int(st, s, 3, limit + 1)) || (rc = store_bind_text(st, s, 4, status)))
         goto out;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == (size_t)limit) {
             more = 1;
             break;
@@ -384,10 +384,10 @@ int store_batch_list_status(struct store *st, const char *tenant_id, const char 
             goto out;
         cnt++;
     }
-    if (r != SQLITE_ROW && r != SQLITE_DONE)
+    if (r != SDB_ROW && r != SDB_DONE)
         rc = store_sqlerr(st, r, "list batches");
 out:
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         store_batch_list_free(arr, cnt);
         return rc;
@@ -402,7 +402,7 @@ int store_batch_ids_in(struct store *st, enum store_batch_status status, char (*
                        size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_IDS_IN, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_IDS_IN, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, store_batch_status_name(status))))
         return rc;
     return store_collect_ids(st, s, ids, n);
@@ -412,12 +412,12 @@ int store_batch_ids_in(struct store *st, enum store_batch_status status, char (*
 static int batch_why_unchanged(struct store *st, const char *id)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_EXISTS, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_EXISTS, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, id)))
         return rc;
-    int r = sqlite3_step(s);
-    rc = r == SQLITE_ROW ? ERR_BADSTATE : r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "batch");
-    sqlite3_reset(s);
+    int r = sdb_step(s);
+    rc = r == SDB_ROW ? ERR_BADSTATE : r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "batch");
+    sdb_reset(s);
     return rc;
 }
 
@@ -430,7 +430,7 @@ int store_batch_transition(struct store *st, const char *id, enum store_batch_st
         return ERR_BADSTATE;
     }
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_TRANSITION, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_TRANSITION, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -439,7 +439,7 @@ int store_batch_transition(struct store *st, const char *id, enum store_batch_st
         !(rc = store_bind_text(st, s, 2, store_batch_status_name(to))) &&
         !(rc = store_bind_text(st, s, 3, store_batch_status_name(from))) &&
         !(rc = store_bind_int(st, s, 4, now)) && !(rc = store_step_done(st, s, "batch transition")) &&
-        sqlite3_changes(st->db) == 0) {
+        sdb_changes(st->db) == 0) {
         rc = batch_why_unchanged(st, id);
         if (rc == ERR_BADSTATE)
             log_warn("store: batch %s is not %s (wanted -> %s)", id, store_batch_status_name(from),
@@ -472,19 +472,19 @@ int store_batch_cancel(struct store *st, const char *tenant_id, const char *id, 
 int store_batch_count_by_status(struct store *st, int64_t counts[STORE_BATCH__COUNT])
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_BATCH_STATUS_COUNTS, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_STATUS_COUNTS, &rc);
     if (!s)
         return rc;
     int64_t tmp[STORE_BATCH__COUNT] = {0};
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         enum store_batch_status b;
-        if (store_batch_status_parse((const char *)sqlite3_column_text(s, 0), &b) == 0)
-            tmp[b] = sqlite3_column_int64(s, 1);
+        if (store_batch_status_parse((const char *)sdb_column_text(s, 0), &b) == 0)
+            tmp[b] = sdb_column_int64(s, 1);
     }
-    if (r != SQLITE_DONE)
+    if (r != SDB_DONE)
         rc = store_sqlerr(st, r, "count batches");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (!rc)
         memcpy(counts, tmp, sizeof tmp);
     return rc;
@@ -515,6 +515,16 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
                              enum store_request_status to, const struct store_request_change *ch,
                              int64_t now)
 {
+    int rc = store_w_begin(st);
+    if (rc)
+        return rc;
+    return store_w_end(st, store_req_transition_in(st, id, from, to, ch, now, NULL));
+}
+
+int store_req_transition_in(struct store *st, const char *id, enum store_request_status from,
+                            enum store_request_status to, const struct store_request_change *ch, int64_t now,
+                            struct store_count_acc *acc)
+{
     static const struct store_request_change none = {0};
     if (!ch)
         ch = &none;
@@ -526,10 +536,8 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
     if (to == STORE_REQ_LEASED && (!ch->lease_id || !*ch->lease_id))
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_TRANSITION, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_TRANSITION, &rc);
     if (!s)
-        return rc;
-    if ((rc = store_w_begin(st)))
         return rc;
     char batch_id[ID_MAX] = "";
     if (!(rc = store_bind_text(st, s, 1, id)) &&
@@ -541,13 +549,13 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
         !(rc = store_bind_int(st, s, 7, ch->next_attempt_at)) &&
         !(rc = store_bind_text(st, s, 8, ch->error)) &&
         !(rc = store_bind_int(st, s, 9, from == STORE_REQ_LEASED && to == STORE_REQ_QUEUED && ch->give_back))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
             store_col_text(s, 0, batch_id, sizeof batch_id);
             rc = store_step_done(st, s, "request transition");
-        } else if (r == SQLITE_DONE) {
+        } else if (r == SDB_DONE) {
             struct store_request q;
-            sqlite3_reset(s);
+            sdb_reset(s);
             rc = store_request_get(st, id, &q);
             if (!rc) {
                 rc = ERR_BADSTATE;
@@ -558,68 +566,107 @@ int store_request_transition(struct store *st, const char *id, enum store_reques
         } else {
             rc = store_sqlerr(st, r, "request transition");
         }
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
-    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED)) {
-        sqlite3_stmt *c = store_stmt(st, S_BATCH_COUNT_DONE, &rc);
-        if (c && !(rc = store_bind_text(st, c, 1, batch_id)) &&
-            !(rc = store_bind_int(st, c, 2, to == STORE_REQ_SUCCEEDED)) &&
-            !(rc = store_bind_int(st, c, 3, from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED)))
-            rc = store_step_done(st, c, "count request");
+    if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED))
+        rc = store_count_add(st, acc, batch_id, to == STORE_REQ_SUCCEEDED,
+                             from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED);
+    return rc;
+}
+
+static int count_write(struct store *st, const char *batch_id, int64_t ok, int64_t failed)
+{
+    int rc = 0;
+    struct sdb_stmt *c = store_stmt(st, S_BATCH_COUNT_DONE, &rc);
+    if (c && !(rc = store_bind_text(st, c, 1, batch_id)) && !(rc = store_bind_int(st, c, 2, ok)) &&
+        !(rc = store_bind_int(st, c, 3, failed)))
+        rc = store_step_done(st, c, "count request");
+    return rc;
+}
+
+int store_count_add(struct store *st, struct store_count_acc *acc, const char *batch_id, int64_t ok,
+                    int64_t failed)
+{
+    if (!acc)
+        return count_write(st, batch_id, ok, failed);
+    for (int i = 0; i < acc->n; i++)
+        if (strcmp(acc->b[i].batch_id, batch_id) == 0) {
+            acc->b[i].ok += ok;
+            acc->b[i].failed += failed;
+            return 0;
+        }
+    if (acc->n == STORE_COUNT_ACC_MAX) {
+        int rc = store_count_flush(st, acc);
+        if (rc)
+            return rc;
     }
-    return store_w_end(st, rc);
+    snprintf(acc->b[acc->n].batch_id, ID_MAX, "%s", batch_id);
+    acc->b[acc->n].ok = ok;
+    acc->b[acc->n].failed = failed;
+    acc->n++;
+    return 0;
+}
+
+int store_count_flush(struct store *st, struct store_count_acc *acc)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < acc->n; i++)
+        if (acc->b[i].ok || acc->b[i].failed)
+            rc = count_write(st, acc->b[i].batch_id, acc->b[i].ok, acc->b[i].failed);
+    acc->n = 0;
+    return rc;
 }
 
 int store_request_get(struct store *st, const char *id, struct store_request *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
         struct store_request q;
         memset(&q, 0, sizeof q);
         store_col_text(s, 0, q.id, sizeof q.id);
         store_col_text(s, 1, q.batch_id, sizeof q.batch_id);
-        q.line = sqlite3_column_int64(s, 2);
+        q.line = sdb_column_int64(s, 2);
         store_col_text(s, 3, q.custom_id, sizeof q.custom_id);
         store_col_text(s, 4, q.model, sizeof q.model);
-        const char *status = (const char *)sqlite3_column_text(s, 5);
+        const char *status = (const char *)sdb_column_text(s, 5);
         q.status = STORE_REQ__COUNT;
         for (int i = 0; status && i < STORE_REQ__COUNT; i++)
             if (strcmp(status, req_status_names[i]) == 0)
                 q.status = (enum store_request_status)i;
-        q.attempts = sqlite3_column_int64(s, 6);
-        q.next_attempt_at = sqlite3_column_int64(s, 7);
+        q.attempts = sdb_column_int64(s, 6);
+        q.next_attempt_at = sdb_column_int64(s, 7);
         store_col_text(s, 8, q.lease_id, sizeof q.lease_id);
-        q.prompt_tokens_est = sqlite3_column_int64(s, 9);
-        q.max_tokens = sqlite3_column_int64(s, 10);
+        q.prompt_tokens_est = sdb_column_int64(s, 9);
+        q.max_tokens = sdb_column_int64(s, 10);
         if (q.status == STORE_REQ__COUNT)
             rc = ERR_CORRUPT;
         else
             *out = q;
     } else {
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get request");
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get request");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
 int store_request_count(struct store *st, const char *batch_id, int64_t *n, int64_t *n_distinct)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_COUNT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_COUNT, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
-        *n = sqlite3_column_int64(s, 0);
-        *n_distinct = sqlite3_column_int64(s, 1);
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
+        *n = sdb_column_int64(s, 0);
+        *n_distinct = sdb_column_int64(s, 1);
     } else {
         rc = store_sqlerr(st, r, "count requests");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }
 
@@ -628,19 +675,19 @@ int store_files_expired(struct store *st, int64_t now, int max, struct store_fil
     if (max < 1)
         return ERR_INVAL;
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_FILE_EXPIRED, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_FILE_EXPIRED, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, now)) || (rc = store_bind_int(st, s, 2, max)))
         return rc;
     struct store_file_ref *v = calloc((size_t)max, sizeof *v);
     if (!v) {
-        sqlite3_reset(s);
+        sdb_reset(s);
         return ERR_NOMEM;
     }
     size_t cnt = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW && cnt < (size_t)max) {
-        const char *id = (const char *)sqlite3_column_text(s, 0);
-        const char *path = (const char *)sqlite3_column_text(s, 1);
+    while ((r = sdb_step(s)) == SDB_ROW && cnt < (size_t)max) {
+        const char *id = (const char *)sdb_column_text(s, 0);
+        const char *path = (const char *)sdb_column_text(s, 1);
         if (!id || !path || strlen(id) >= sizeof v[cnt].id || strlen(path) >= sizeof v[cnt].storage_path) {
             rc = ERR_CORRUPT;
             break;
@@ -649,9 +696,9 @@ int store_files_expired(struct store *st, int64_t now, int max, struct store_fil
         snprintf(v[cnt].storage_path, sizeof v[cnt].storage_path, "%s", path);
         cnt++;
     }
-    if (!rc && r != SQLITE_DONE && r != SQLITE_ROW)
+    if (!rc && r != SDB_DONE && r != SDB_ROW)
         rc = store_sqlerr(st, r, "list expired files");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(v);
         return rc;
@@ -666,11 +713,11 @@ int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted
     int rc = store_w_begin(st);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_FILE_PURGE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_FILE_PURGE, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_int(st, s, 2, now)))
         rc = store_step_done(st, s, "purge file");
     if (!rc && deleted)
-        *deleted = sqlite3_changes(st->db) > 0;
+        *deleted = sdb_changes(st->db) > 0;
     return store_w_end(st, rc);
 }
 
@@ -679,29 +726,29 @@ int store_request_scan_rerun(struct store *st, const char *batch_id, enum store_
                              int64_t *n_rows)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_RERUN_SCAN, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_RERUN_SCAN, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_bind_int(st, s, 2, (int64_t)only)))
         return rc;
     int r;
     int64_t cnt = 0;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         struct store_rerun_row row = {
-            .line = sqlite3_column_int64(s, 0),
-            .custom_id = (const char *)sqlite3_column_text(s, 1),
-            .body = (const char *)sqlite3_column_text(s, 2),
+            .line = sdb_column_int64(s, 0),
+            .custom_id = (const char *)sdb_column_text(s, 1),
+            .body = (const char *)sdb_column_text(s, 2),
         };
         if (!row.custom_id || !row.body) {
             rc = ERR_CORRUPT;
             break;
         }
-        row.body_len = (size_t)sqlite3_column_bytes(s, 2);
+        row.body_len = (size_t)sdb_column_bytes(s, 2);
         cnt++;
         if ((rc = fn(ctx, &row)))
             break;
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "scan requests for a rerun");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (!rc)
         *n_rows = cnt;
     return rc;
@@ -754,33 +801,33 @@ int store_request_add(struct store *st, const struct store_request_new *q, int64
     int rc = store_request_id(st, id);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_INSERT, &rc);
     if (!s)
         return rc;
     int r;
-    if ((r = sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC)) ||
-        (r = sqlite3_bind_text(s, 2, q->batch_id, -1, SQLITE_STATIC)) ||
-        (r = sqlite3_bind_text(s, 3, q->tenant_id, -1, SQLITE_STATIC)) ||
-        (r = sqlite3_bind_int64(s, 4, q->line)) ||
-        (r = sqlite3_bind_text(s, 5, q->custom_id, -1, SQLITE_STATIC)) ||
-        (r = sqlite3_bind_text(s, 6, q->model, -1, SQLITE_STATIC)) ||
-        (r = sqlite3_bind_text(s, 7, q->body, (int)q->body_len, SQLITE_STATIC)) ||
-        (r = sqlite3_bind_int64(s, 8, q->prompt_tokens_est)) ||
-        (r = sqlite3_bind_int64(s, 9, q->max_tokens)) || (r = sqlite3_bind_int64(s, 10, q->now)))
+    if ((r = sdb_bind_text(s, 1, id, -1)) ||
+        (r = sdb_bind_text(s, 2, q->batch_id, -1)) ||
+        (r = sdb_bind_text(s, 3, q->tenant_id, -1)) ||
+        (r = sdb_bind_int64(s, 4, q->line)) ||
+        (r = sdb_bind_text(s, 5, q->custom_id, -1)) ||
+        (r = sdb_bind_text(s, 6, q->model, -1)) ||
+        (r = sdb_bind_text(s, 7, q->body, (int)q->body_len)) ||
+        (r = sdb_bind_int64(s, 8, q->prompt_tokens_est)) ||
+        (r = sdb_bind_int64(s, 9, q->max_tokens)) || (r = sdb_bind_int64(s, 10, q->now)))
         return store_sqlerr(st, r, "bind request");
     if ((rc = store_step_done(st, s, "insert request")))
         return rc;
-    if (sqlite3_changes(st->db) == 1)
+    if (sdb_changes(st->db) == 1)
         return 0;
     /* ON CONFLICT DO NOTHING: the custom_id is taken; find the first line. */
-    sqlite3_stmt *d = store_stmt(st, S_REQ_DUP_LINE, &rc);
+    struct sdb_stmt *d = store_stmt(st, S_REQ_DUP_LINE, &rc);
     if (!d || (rc = store_bind_text(st, d, 1, q->batch_id)) || (rc = store_bind_text(st, d, 2, q->custom_id)))
         return rc;
-    r = sqlite3_step(d);
-    if (r == SQLITE_ROW && dup_line)
-        *dup_line = sqlite3_column_int64(d, 0);
-    rc = r == SQLITE_ROW ? ERR_EXISTS : store_sqlerr(st, r == SQLITE_DONE ? SQLITE_INTERNAL : r, "dup line");
-    sqlite3_reset(d);
+    r = sdb_step(d);
+    if (r == SDB_ROW && dup_line)
+        *dup_line = sdb_column_int64(d, 0);
+    rc = r == SDB_ROW ? ERR_EXISTS : store_sqlerr(st, r == SDB_DONE ? SDB_INTERNAL : r, "dup line");
+    sdb_reset(d);
     return rc;
 }
 
@@ -788,7 +835,7 @@ int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line
                             int64_t n_requests, const char *errors, const char *model)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_INGEST_CHECKPOINT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_INGEST_CHECKPOINT, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
@@ -796,22 +843,48 @@ int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line
     if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_int(st, s, 2, line)) &&
         !(rc = store_bind_int(st, s, 3, n_requests)) && !(rc = store_bind_text(st, s, 4, errors)) &&
         !(rc = store_bind_text(st, s, 5, model)) &&
-        !(rc = store_step_done(st, s, "ingest checkpoint")) && sqlite3_changes(st->db) == 0)
+        !(rc = store_step_done(st, s, "ingest checkpoint")) && sdb_changes(st->db) == 0)
         rc = batch_why_unchanged(st, batch_id);
     return store_w_end(st, rc);
+}
+
+int store_ingest_fence(struct store *st, const char *batch_id, int64_t line)
+{
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_INGEST_FENCE, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_bind_text(st, s, 1, batch_id)))
+        return rc;
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
+        int64_t at = sdb_column_int64(s, 0);
+        if (at != line) {
+            log_warn("store: ingest of %s moved on elsewhere (checkpoint %lld, this ingester's %lld): "
+                     "this ingester stops",
+                     batch_id, (long long)at, (long long)line);
+            rc = ERR_BADSTATE;
+        }
+    } else if (r == SDB_DONE) {
+        rc = ERR_BADSTATE;
+    } else {
+        rc = store_sqlerr(st, r, "ingest fence");
+    }
+    sdb_reset(s);
+    return rc;
 }
 
 int store_ingest_succeed(struct store *st, const char *batch_id, const char *model, int64_t now)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_INGEST_TOTAL, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_INGEST_TOTAL, &rc);
     if (!s)
         return rc;
     if ((rc = store_w_begin(st)))
         return rc;
     if (!(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_text(st, s, 2, model)) &&
         !(rc = store_step_done(st, s, "ingest total"))) {
-        if (sqlite3_changes(st->db) == 0)
+        if (sdb_changes(st->db) == 0)
             rc = batch_why_unchanged(st, batch_id);
         else
             rc = store_batch_transition(st, batch_id, STORE_BATCH_VALIDATING,
@@ -826,7 +899,7 @@ int store_ingest_succeed(struct store *st, const char *batch_id, const char *mod
 static int delete_requests(struct store *st, const char *batch_id)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_REQ_DELETE_BATCH, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_REQ_DELETE_BATCH, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, batch_id)))
         rc = store_step_done(st, s, "delete requests");
     return rc;
@@ -841,7 +914,7 @@ int store_ingest_fail(struct store *st, const char *batch_id, const char *errors
     if (!rc)
         rc = delete_requests(st, batch_id);
     if (!rc) {
-        sqlite3_stmt *s = store_stmt(st, S_INGEST_ERRORS, &rc);
+        struct sdb_stmt *s = store_stmt(st, S_INGEST_ERRORS, &rc);
         if (s && !(rc = store_bind_text(st, s, 1, batch_id)) && !(rc = store_bind_text(st, s, 2, errors)))
             rc = store_step_done(st, s, "ingest errors");
     }

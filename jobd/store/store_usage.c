@@ -22,21 +22,21 @@ static const enum store_stmt_id group_stmt[] = {
     [STORE_USAGE_TENANT] = S_USAGE_BY_TENANT,
 };
 
-static void row_sums(sqlite3_stmt *s, int c, struct store_usage_row *r)
+static void row_sums(struct sdb_stmt *s, int c, struct store_usage_row *r)
 {
-    r->prompt_tokens = sqlite3_column_int64(s, c);
-    r->completion_tokens = sqlite3_column_int64(s, c + 1);
-    r->cached_tokens = sqlite3_column_int64(s, c + 2);
-    r->requests = sqlite3_column_int64(s, c + 3);
-    r->cost_micros = sqlite3_column_int64(s, c + 4);
+    r->prompt_tokens = sdb_column_int64(s, c);
+    r->completion_tokens = sdb_column_int64(s, c + 1);
+    r->cached_tokens = sdb_column_int64(s, c + 2);
+    r->requests = sdb_column_int64(s, c + 3);
+    r->cost_micros = sdb_column_int64(s, c + 4);
 }
 
 /* The kept statement id with the range bound (?1 tenant, ?2 since, ?3 until, ?5 batch). */
 static int range_stmt(struct store *st, enum store_stmt_id id, const char *tenant_id, int64_t since,
-                      int64_t until, const char *batch_id, sqlite3_stmt **out)
+                      int64_t until, const char *batch_id, struct sdb_stmt **out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, id, &rc);
+    struct sdb_stmt *s = store_stmt(st, id, &rc);
     if (!s)
         return rc;
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_int(st, s, 2, since)) ||
@@ -56,7 +56,7 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
     memset(&tot, 0, sizeof tot);
     size_t cnt = 0;
     int more = 0;
-    sqlite3_stmt *s = NULL;
+    struct sdb_stmt *s = NULL;
     int rc = store_r_begin(st);
     if (rc)
         return rc;
@@ -69,34 +69,34 @@ int store_usage_report(struct store *st, const char *tenant_id, int64_t since, i
         goto out;
     }
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == STORE_USAGE_MAX_ROWS) {
             more = 1;
             break;
         }
         struct store_usage_row *x = &v[cnt++];
         store_col_text(s, 0, x->key, sizeof x->key);
-        x->start_time = sqlite3_column_int64(s, 1);
+        x->start_time = sdb_column_int64(s, 1);
         if (group == STORE_USAGE_DAY)
             x->start_time -= x->start_time % 86400;
         row_sums(s, 2, x);
     }
-    if (r != SQLITE_ROW && r != SQLITE_DONE) {
+    if (r != SDB_ROW && r != SDB_DONE) {
         rc = store_sqlerr(st, r, "usage report");
         goto out;
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     s = NULL;
     if ((rc = range_stmt(st, S_USAGE_TOTAL, tenant_id, since, until, batch_id, &s)))
         goto out;
-    if ((r = sqlite3_step(s)) != SQLITE_ROW) {
+    if ((r = sdb_step(s)) != SDB_ROW) {
         rc = store_sqlerr(st, r, "usage total");
         goto out;
     }
     row_sums(s, 2, &tot);
 out:
     if (s)
-        sqlite3_reset(s);
+        sdb_reset(s);
     rc = store_r_end(st, rc);
     if (rc) {
         free(v);

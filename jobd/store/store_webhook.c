@@ -47,21 +47,21 @@ int store_wh_event_for_batch(struct store *st, const char *batch_id, enum store_
     int rc = id_new("evt_", evt, sizeof evt);
     if (rc || (rc = event_payload(payload, sizeof payload, evt, type, now, batch_id)))
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EVENT_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EVENT_INSERT, &rc);
     if (!s)
         return rc;
     if (!(rc = store_bind_text(st, s, 1, evt)) && !(rc = store_bind_text(st, s, 2, type)) &&
         !(rc = store_bind_text(st, s, 3, payload)) && !(rc = store_bind_int(st, s, 4, now)) &&
         !(rc = store_bind_text(st, s, 5, batch_id)))
         rc = store_step_done(st, s, "insert webhook event");
-    if (!rc && sqlite3_changes(st->db) != 1)
+    if (!rc && sdb_changes(st->db) != 1)
         rc = ERR_NOTFOUND;
     return rc;
 }
 
 /* ---- endpoints ------------------------------------------------------------------- */
 
-static void ep_row(sqlite3_stmt *s, struct store_wh_endpoint *e)
+static void ep_row(struct sdb_stmt *s, struct store_wh_endpoint *e)
 {
     memset(e, 0, sizeof *e);
     store_col_text(s, 0, e->id, sizeof e->id);
@@ -69,10 +69,10 @@ static void ep_row(sqlite3_stmt *s, struct store_wh_endpoint *e)
     store_col_text(s, 2, e->kind, sizeof e->kind);
     store_col_text(s, 3, e->url, sizeof e->url);
     store_col_text(s, 4, e->event_types, sizeof e->event_types);
-    e->created_at = sqlite3_column_int64(s, 5);
-    e->disabled_at = sqlite3_column_int64(s, 6);
+    e->created_at = sdb_column_int64(s, 5);
+    e->disabled_at = sdb_column_int64(s, 6);
     store_col_text(s, 7, e->disabled_reason, sizeof e->disabled_reason);
-    e->failing_since = sqlite3_column_int64(s, 8);
+    e->failing_since = sdb_column_int64(s, 8);
 }
 
 int store_wh_endpoint_create(struct store *st, const char *tenant_id, const char *url,
@@ -86,14 +86,14 @@ int store_wh_endpoint_create(struct store *st, const char *tenant_id, const char
     int rc = id_new("whep_", id, sizeof id);
     if (rc || (rc = store_w_begin(st)))
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EP_COUNT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EP_COUNT, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, tenant_id))) {
-        int r = sqlite3_step(s);
-        if (r != SQLITE_ROW)
+        int r = sdb_step(s);
+        if (r != SDB_ROW)
             rc = store_sqlerr(st, r, "count endpoints");
-        else if (sqlite3_column_int64(s, 0) >= STORE_WH_MAX_ENDPOINTS)
+        else if (sdb_column_int64(s, 0) >= STORE_WH_MAX_ENDPOINTS)
             rc = ERR_TOOBIG;
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     if (!rc && (s = store_stmt(st, S_WH_EP_INSERT, &rc)) && !(rc = store_bind_text(st, s, 1, id)) &&
         !(rc = store_bind_text(st, s, 2, tenant_id)) && !(rc = store_bind_text(st, s, 3, url)) &&
@@ -109,15 +109,15 @@ int store_wh_endpoint_get(struct store *st, const char *tenant_id, const char *i
                           struct store_wh_endpoint *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EP_GET, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EP_GET, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, id)) || (rc = store_bind_text(st, s, 2, tenant_id)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
         ep_row(s, out);
     else
-        rc = r == SQLITE_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get webhook endpoint");
-    sqlite3_reset(s);
+        rc = r == SDB_DONE ? ERR_NOTFOUND : store_sqlerr(st, r, "get webhook endpoint");
+    sdb_reset(s);
     return rc;
 }
 
@@ -125,13 +125,13 @@ int store_wh_endpoint_list(struct store *st, const char *tenant_id, struct store
                            size_t *n)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EP_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EP_LIST, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, tenant_id)))
         return rc;
     struct store_wh_endpoint *arr = NULL;
     size_t cnt = 0, cap = 0;
     int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((r = sdb_step(s)) == SDB_ROW) {
         if (cnt == cap) {
             size_t nc = cap ? cap * 2 : 8;
             struct store_wh_endpoint *na = realloc(arr, nc * sizeof *na);
@@ -144,9 +144,9 @@ int store_wh_endpoint_list(struct store *st, const char *tenant_id, struct store
         }
         ep_row(s, &arr[cnt++]);
     }
-    if (!rc && r != SQLITE_DONE)
+    if (!rc && r != SDB_DONE)
         rc = store_sqlerr(st, r, "list webhook endpoints");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc) {
         free(arr);
         return rc;
@@ -159,11 +159,11 @@ int store_wh_endpoint_list(struct store *st, const char *tenant_id, struct store
 int store_wh_endpoint_delete(struct store *st, const char *tenant_id, const char *id)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EP_DELETE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EP_DELETE, &rc);
     if (!s || (rc = store_w_begin(st)))
         return rc;
     if (!(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_text(st, s, 2, tenant_id)) &&
-        !(rc = store_step_done(st, s, "delete webhook endpoint")) && sqlite3_changes(st->db) == 0)
+        !(rc = store_step_done(st, s, "delete webhook endpoint")) && sdb_changes(st->db) == 0)
         rc = ERR_NOTFOUND;
     return store_w_end(st, rc);
 }
@@ -174,17 +174,17 @@ int store_wh_tenant_secret(struct store *st, const char *tenant_id, const char *
     int rc = store_w_begin(st);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WH_SECRET_INSERT, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_SECRET_INSERT, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, tenant_id)) &&
         !(rc = store_bind_text(st, s, 2, secret_new)) && !(rc = store_bind_int(st, s, 3, now)))
         rc = store_step_done(st, s, "insert tenant secret");
     if (!rc && (s = store_stmt(st, S_WH_SECRET_GET, &rc)) && !(rc = store_bind_text(st, s, 1, tenant_id))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW)
+        int r = sdb_step(s);
+        if (r == SDB_ROW)
             store_col_text(s, 0, out, STORE_WH_SECRET_MAX);
         else
-            rc = r == SQLITE_DONE ? ERR_INTERNAL : store_sqlerr(st, r, "get tenant secret");
-        sqlite3_reset(s);
+            rc = r == SDB_DONE ? ERR_INTERNAL : store_sqlerr(st, r, "get tenant secret");
+        sdb_reset(s);
     }
     return store_w_end(st, rc);
 }
@@ -201,16 +201,16 @@ static int batch_url_endpoint(struct store *st, const struct pending_event *ev, 
                               char id[ID_MAX])
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EP_BY_URL, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EP_BY_URL, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, ev->tenant_id)) || (rc = store_bind_text(st, s, 2, ev->url)))
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW)
+    int r = sdb_step(s);
+    if (r == SDB_ROW)
         store_col_text(s, 0, id, ID_MAX);
-    else if (r != SQLITE_DONE)
+    else if (r != SDB_DONE)
         rc = store_sqlerr(st, r, "find batch url endpoint");
-    sqlite3_reset(s);
-    if (rc || r == SQLITE_ROW)
+    sdb_reset(s);
+    if (rc || r == SDB_ROW)
         return rc;
     if ((rc = id_new("whep_", id, ID_MAX)))
         return rc;
@@ -228,7 +228,7 @@ static int fanout_one(struct store *st, const struct pending_event *ev, int64_t 
     int rc = store_w_begin(st);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WH_FANOUT_ENDPOINTS, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_FANOUT_ENDPOINTS, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, ev->id)) && !(rc = store_bind_int(st, s, 2, now)) &&
         !(rc = store_bind_text(st, s, 3, ev->tenant_id)) && !(rc = store_bind_text(st, s, 4, ev->type)))
         rc = store_step_done(st, s, "fan out event");
@@ -254,10 +254,10 @@ int store_wh_fanout(struct store *st, int64_t now, int max_events, const char *s
     if (!evs)
         return ERR_NOMEM;
     int rc = 0, n = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EVENTS_PENDING, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EVENTS_PENDING, &rc);
     if (s && !(rc = store_bind_int(st, s, 1, max_events))) {
         int r;
-        while (n < max_events && (r = sqlite3_step(s)) == SQLITE_ROW) {
+        while (n < max_events && (r = sdb_step(s)) == SDB_ROW) {
             struct pending_event *e = &evs[n++];
             store_col_text(s, 0, e->id, sizeof e->id);
             store_col_text(s, 1, e->tenant_id, sizeof e->tenant_id);
@@ -265,13 +265,13 @@ int store_wh_fanout(struct store *st, int64_t now, int max_events, const char *s
             store_col_text(s, 3, e->object_id, sizeof e->object_id);
             /* a non-string or oversized webhook_url is ignored (metadata values are
                strings of <= 512 bytes, checked at batch creation) */
-            if (sqlite3_column_type(s, 4) == SQLITE_TEXT &&
-                (size_t)sqlite3_column_bytes(s, 4) <= STORE_WH_URL_MAX)
+            if (sdb_column_type(s, 4) == SDB_TEXT &&
+                (size_t)sdb_column_bytes(s, 4) <= STORE_WH_URL_MAX)
                 store_col_text(s, 4, e->url, sizeof e->url);
         }
-        if (r != SQLITE_ROW && r != SQLITE_DONE)
+        if (r != SDB_ROW && r != SDB_DONE)
             rc = store_sqlerr(st, r, "pending events");
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     int done = 0;
     for (int i = 0; !rc && i < n; i++) {
@@ -302,14 +302,14 @@ int store_wh_claim(struct store *st, int64_t now, int64_t hold_s, struct store_w
     memset(&j, 0, sizeof j);
     /* a plain read first: an idle dispatcher never takes the write lock */
     int rc = 0, got = 0, due = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_DUE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_DUE, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, now)))
         return rc;
-    int r0 = sqlite3_step(s);
-    due = r0 == SQLITE_ROW;
-    if (r0 != SQLITE_ROW && r0 != SQLITE_DONE)
+    int r0 = sdb_step(s);
+    due = r0 == SDB_ROW;
+    if (r0 != SDB_ROW && r0 != SDB_DONE)
         rc = store_sqlerr(st, r0, "due deliveries");
-    sqlite3_reset(s);
+    sdb_reset(s);
     if (rc || !due) {
         if (!rc)
             *found = 0;
@@ -319,31 +319,31 @@ int store_wh_claim(struct store *st, int64_t now, int64_t hold_s, struct store_w
         return rc;
     s = store_stmt(st, S_WH_CLAIM, &rc);
     if (s && !(rc = store_bind_int(st, s, 1, now)) && !(rc = store_bind_int(st, s, 2, now + hold_s))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
             got = 1;
-            j.delivery_id = sqlite3_column_int64(s, 0);
-            j.attempt = sqlite3_column_int64(s, 1);
+            j.delivery_id = sdb_column_int64(s, 0);
+            j.attempt = sdb_column_int64(s, 1);
             store_col_text(s, 2, j.event_id, sizeof j.event_id);
             store_col_text(s, 3, j.endpoint_id, sizeof j.endpoint_id);
-            r = sqlite3_step(s);
+            r = sdb_step(s);
         }
-        if (r != SQLITE_DONE)
+        if (r != SDB_DONE)
             rc = store_sqlerr(st, r, "claim delivery");
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     if (!rc && got && (s = store_stmt(st, S_WH_JOB, &rc)) && !(rc = store_bind_text(st, s, 1, j.event_id)) &&
         !(rc = store_bind_text(st, s, 2, j.endpoint_id))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
-            j.payload_len = (size_t)sqlite3_column_bytes(s, 0);
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
+            j.payload_len = (size_t)sdb_column_bytes(s, 0);
             j.payload = store_col_dup(s, 0, &rc);
             store_col_text(s, 1, j.url, sizeof j.url);
             store_col_text(s, 2, j.secret, sizeof j.secret);
         } else {
-            rc = r == SQLITE_DONE ? ERR_CORRUPT : store_sqlerr(st, r, "delivery job");
+            rc = r == SDB_DONE ? ERR_CORRUPT : store_sqlerr(st, r, "delivery job");
         }
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     if ((rc = store_w_end(st, rc))) {
         store_wh_job_release(&j);
@@ -370,7 +370,7 @@ static const char *outcome_name(enum store_wh_result r)
 static int endpoint_disable(struct store *st, const char *ep, const char *reason, int64_t now)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_EP_DISABLE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_EP_DISABLE, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, ep)) && !(rc = store_bind_int(st, s, 2, now)) &&
         !(rc = store_bind_text(st, s, 3, reason)))
         rc = store_step_done(st, s, "disable endpoint");
@@ -395,17 +395,17 @@ int store_wh_record(struct store *st, const struct store_wh_outcome *o, int64_t 
     char ep[ID_MAX] = "";
     int64_t failing_since = 0;
     int current = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_DELIVERY_FENCE, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_DELIVERY_FENCE, &rc);
     if (s && !(rc = store_bind_int(st, s, 1, o->delivery_id)) && !(rc = store_bind_int(st, s, 2, o->attempt))) {
-        int r = sqlite3_step(s);
-        if (r == SQLITE_ROW) {
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
             current = 1;
             store_col_text(s, 0, ep, sizeof ep);
-            failing_since = sqlite3_column_int64(s, 1);
-        } else if (r != SQLITE_DONE) {
+            failing_since = sdb_column_int64(s, 1);
+        } else if (r != SDB_DONE) {
             rc = store_sqlerr(st, r, "delivery fence");
         }
-        sqlite3_reset(s);
+        sdb_reset(s);
     }
     char reason[STORE_WH_REASON_MAX] = "";
     if (!rc && current && res == STORE_WH_RETRY && o->disable_after_s > 0 && failing_since > 0 &&
@@ -465,25 +465,25 @@ void store_wh_delivery_list_free(struct store_wh_delivery *items, size_t n)
 static int load_attempts(struct store *st, struct store_wh_delivery *d)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_ATTEMPT_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_ATTEMPT_LIST, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, d->id)))
         return rc;
     d->log = calloc(50, sizeof *d->log);
     if (!d->log) {
-        sqlite3_reset(s);
+        sdb_reset(s);
         return ERR_NOMEM;
     }
     int r;
-    while (d->n_log < 50 && (r = sqlite3_step(s)) == SQLITE_ROW) {
+    while (d->n_log < 50 && (r = sdb_step(s)) == SDB_ROW) {
         struct store_wh_attempt *a = &d->log[d->n_log++];
-        a->attempt = sqlite3_column_int64(s, 0);
-        a->started_at = sqlite3_column_int64(s, 1);
-        a->status_code = sqlite3_column_int(s, 2);
-        a->latency_ms = sqlite3_column_int64(s, 3);
+        a->attempt = sdb_column_int64(s, 0);
+        a->started_at = sdb_column_int64(s, 1);
+        a->status_code = sdb_column_int(s, 2);
+        a->latency_ms = sdb_column_int64(s, 3);
         store_col_text(s, 4, a->outcome, sizeof a->outcome);
         store_col_text(s, 5, a->error, sizeof a->error);
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return 0;
 }
 
@@ -497,35 +497,35 @@ int store_wh_delivery_list(struct store *st, const char *tenant_id, const char *
     int rc = store_wh_endpoint_get(st, tenant_id, endpoint_id, &ep);
     if (rc)
         return rc;
-    sqlite3_stmt *s = store_stmt(st, S_WH_DELIVERY_LIST, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_DELIVERY_LIST, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, endpoint_id)) || (rc = store_bind_int(st, s, 2, before)) ||
         (rc = store_bind_int(st, s, 3, limit + 1)))
         return rc;
     struct store_wh_delivery *arr = calloc((size_t)limit + 1, sizeof *arr);
     if (!arr) {
-        sqlite3_reset(s);
+        sdb_reset(s);
         return ERR_NOMEM;
     }
     size_t cnt = 0;
     int r;
-    while (cnt < (size_t)limit + 1 && (r = sqlite3_step(s)) == SQLITE_ROW) {
+    while (cnt < (size_t)limit + 1 && (r = sdb_step(s)) == SDB_ROW) {
         struct store_wh_delivery *d = &arr[cnt++];
-        d->id = sqlite3_column_int64(s, 0);
+        d->id = sdb_column_int64(s, 0);
         store_col_text(s, 1, d->event_id, sizeof d->event_id);
         store_col_text(s, 2, d->event_type, sizeof d->event_type);
         store_col_text(s, 3, d->endpoint_id, sizeof d->endpoint_id);
         store_col_text(s, 4, d->status, sizeof d->status);
-        d->attempts = sqlite3_column_int64(s, 5);
-        d->next_attempt_at = sqlite3_column_int64(s, 6);
-        d->last_status = sqlite3_column_int(s, 7);
+        d->attempts = sdb_column_int64(s, 5);
+        d->next_attempt_at = sdb_column_int64(s, 6);
+        d->last_status = sdb_column_int(s, 7);
         store_col_text(s, 8, d->last_error, sizeof d->last_error);
-        d->last_latency_ms = sqlite3_column_type(s, 9) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 9);
-        d->created_at = sqlite3_column_int64(s, 10);
-        d->last_attempt_at = sqlite3_column_int64(s, 11);
-        d->delivered_at = sqlite3_column_int64(s, 12);
+        d->last_latency_ms = sdb_column_type(s, 9) == SDB_NULL ? -1 : sdb_column_int64(s, 9);
+        d->created_at = sdb_column_int64(s, 10);
+        d->last_attempt_at = sdb_column_int64(s, 11);
+        d->delivered_at = sdb_column_int64(s, 12);
         store_col_text(s, 13, d->object_id, sizeof d->object_id);
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     int more = cnt > (size_t)limit;
     if (more)
         cnt = (size_t)limit;
@@ -550,10 +550,10 @@ int store_wh_redeliver(struct store *st, const char *tenant_id, const char *endp
     struct store_wh_endpoint ep;
     if (!(rc = store_wh_endpoint_get(st, tenant_id, endpoint_id, &ep)) && ep.disabled_at)
         rc = ERR_BADSTATE;
-    sqlite3_stmt *s;
+    struct sdb_stmt *s;
     if (!rc && (s = store_stmt(st, S_WH_REDELIVER, &rc)) && !(rc = store_bind_int(st, s, 1, delivery_id)) &&
         !(rc = store_bind_text(st, s, 2, endpoint_id)) && !(rc = store_bind_int(st, s, 3, now)) &&
-        !(rc = store_step_done(st, s, "redeliver")) && sqlite3_changes(st->db) == 0)
+        !(rc = store_step_done(st, s, "redeliver")) && sdb_changes(st->db) == 0)
         rc = ERR_NOTFOUND;
     return store_w_end(st, rc);
 }
@@ -570,15 +570,21 @@ int store_wh_test_event(struct store *st, const char *tenant_id, const char *end
     struct store_wh_endpoint ep;
     if (!(rc = store_wh_endpoint_get(st, tenant_id, endpoint_id, &ep)) && ep.disabled_at)
         rc = ERR_BADSTATE;
-    sqlite3_stmt *s;
+    struct sdb_stmt *s;
     if (!rc && (s = store_stmt(st, S_WH_TEST_EVENT, &rc)) && !(rc = store_bind_text(st, s, 1, evt)) &&
         !(rc = store_bind_text(st, s, 2, tenant_id)) && !(rc = store_bind_text(st, s, 3, endpoint_id)) &&
         !(rc = store_bind_text(st, s, 4, payload)) && !(rc = store_bind_int(st, s, 5, now)))
         rc = store_step_done(st, s, "insert test event");
+    int64_t did = 0;
     if (!rc && (s = store_stmt(st, S_WH_DELIVERY_INSERT, &rc)) && !(rc = store_bind_text(st, s, 1, evt)) &&
-        !(rc = store_bind_text(st, s, 2, endpoint_id)) && !(rc = store_bind_int(st, s, 3, now)))
-        rc = store_step_done(st, s, "insert test delivery");
-    int64_t did = sqlite3_last_insert_rowid(st->db);
+        !(rc = store_bind_text(st, s, 2, endpoint_id)) && !(rc = store_bind_int(st, s, 3, now))) {
+        int r = sdb_step(s); /* RETURNING id: the event is new, so the row is too */
+        if (r == SDB_ROW)
+            did = sdb_column_int64(s, 0);
+        else
+            rc = store_sqlerr(st, r == SDB_DONE ? SDB_INTERNAL : r, "insert test delivery");
+        sdb_reset(s);
+    }
     if ((rc = store_w_end(st, rc)))
         return rc;
     if (delivery_id)
@@ -589,19 +595,19 @@ int store_wh_test_event(struct store *st, const char *tenant_id, const char *end
 int store_wh_stats(struct store *st, struct store_wh_stats *out)
 {
     int rc = 0;
-    sqlite3_stmt *s = store_stmt(st, S_WH_STATS, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_WH_STATS, &rc);
     if (!s)
         return rc;
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
-        out->events_pending = sqlite3_column_int64(s, 0);
-        out->deliveries_pending = sqlite3_column_int64(s, 1);
-        out->deliveries_delivered = sqlite3_column_int64(s, 2);
-        out->deliveries_failed = sqlite3_column_int64(s, 3);
-        out->endpoints_disabled = sqlite3_column_int64(s, 4);
+    int r = sdb_step(s);
+    if (r == SDB_ROW) {
+        out->events_pending = sdb_column_int64(s, 0);
+        out->deliveries_pending = sdb_column_int64(s, 1);
+        out->deliveries_delivered = sdb_column_int64(s, 2);
+        out->deliveries_failed = sdb_column_int64(s, 3);
+        out->endpoints_disabled = sdb_column_int64(s, 4);
     } else {
         rc = store_sqlerr(st, r, "webhook stats");
     }
-    sqlite3_reset(s);
+    sdb_reset(s);
     return rc;
 }

@@ -355,7 +355,16 @@ int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finish
     int first = 0, fin = 0;
     for (size_t i = 0; i < n; i++) {
         struct finalize_report rep;
-        int r = finalize_batch(st, ids[i], now, NULL, &rep);
+        /* several jobd on one PostgreSQL database: one finalizes a batch at
+         * a time (its files have fixed names); the others skip it */
+        int owned = 0;
+        int r = store_own_try(st, STORE_OWN_FINALIZE, ids[i], &owned);
+        if (!r && !owned)
+            continue;
+        if (!r) {
+            r = finalize_batch(st, ids[i], now, NULL, &rep);
+            store_own_release(st, STORE_OWN_FINALIZE, ids[i]);
+        }
         if (r) {
             log_warn("finalize: batch %s: %s", ids[i], err_msg(r));
             if (!first)

@@ -70,7 +70,10 @@ int finalize_batch(struct store *st, const char *batch_id, int64_t now,
                    const struct finalize_hooks *hooks, struct finalize_report *rep);
 
 /* Run finalize_batch on every batch that needs it (store_batch_ids_to_finalize),
- * at most max_batches. *n_finished (may be NULL) gets how many became
+ * at most max_batches, skipping those another jobd instance is finalizing
+ * (store_own_try, STORE_OWN_FINALIZE: PostgreSQL with several instances;
+ * every step stays fenced by the batch's status, so ownership only keeps two
+ * instances from writing the same files/<batch>-*.tmp at once). *n_finished (may be NULL) gets how many became
  * terminal. Returns the first error (after trying the others). */
 int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finished);
 

@@ -5,7 +5,17 @@ the project's binaries (or any command) with logs captured, waiting for an
 HTTP endpoint, and stopping them with SIGTERM or SIGKILL. Everything a test
 starts is killed and every temp dir removed when the test process ends
 (runner.py calls cleanup()).
+
+PostgreSQL: with JOBD_TEST_DATABASE set to a server URL (scripts/pg-cluster
+start prints one), every jobd started here with --data DIR gets
+JOBD_DATABASE = a database of its own on that server ("py_<hash of DIR>",
+made afresh the first time this process sees DIR), so the same suites run
+on either store engine:
+
+    url=$(scripts/pg-cluster start /tmp/pg) &&
+    JOBD_TEST_DATABASE=$url .venv/bin/python tests/py/runner.py test_jobd_lease
 """
+import hashlib
 import os
 import shutil
 import signal
@@ -18,6 +28,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _procs = []
 _dirs = []
+_pg_dbs = {}  # database name -> URL, made by this process
 
 
 class Skip(Exception):
@@ -42,10 +53,116 @@ def binary(name, asan=True):
     return os.path.join(ROOT, sub, name)
 
 
+def pg_url_for(data_dir):
+    """The JOBD_TEST_DATABASE database of a data directory (None without it)."""
+    url = os.environ.get("JOBD_TEST_DATABASE")
+    if not url:
+        return None
+    name = "py_" + hashlib.sha1(os.path.realpath(data_dir).encode()).hexdigest()[:16]
+    if name not in _pg_dbs:
+        head, _, tail = url.partition("://")
+        auth, slash, rest = tail.partition("/")
+        query = rest.partition("?")[2]
+        for sql in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
+            r = subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        _pg_dbs[name] = f"{head}://{auth}/{name}" + (f"?{query}" if query else "")
+    return _pg_dbs[name]
+
+
+def _jobd_env(argv, env):
+    """env plus JOBD_DATABASE when argv runs jobd on a --data DIR and
+    JOBD_TEST_DATABASE is set."""
+    if not os.environ.get("JOBD_TEST_DATABASE") or not argv or os.path.basename(argv[0]) != "jobd":
+        return env
+    data = None
+    for i, a in enumerate(argv):
+        if a == "--data" and i + 1 < len(argv):
+            data = argv[i + 1]
+        elif a.startswith("--data="):
+            data = a[len("--data="):]
+    if data is None or (env and "JOBD_DATABASE" in env):
+        return env
+    out = dict(env or {})
+    out["JOBD_DATABASE"] = pg_url_for(data)
+    return out
+
+
+class _PgCursor:
+    def __init__(self, rows):
+        self._rows = rows
+
+    def fetchone(self):
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self):
+        return list(self._rows)
+
+    def __iter__(self):
+        return iter(self._rows)
+
+
+class _PgDb:
+    """The little of sqlite3.Connection the suites use (execute with ?
+    parameters, fetchone / fetchall, close), through psql."""
+
+    def __init__(self, url):
+        self.url = url
+
+    @staticmethod
+    def _literal(v):
+        if v is None:
+            return "NULL"
+        if isinstance(v, bool) or isinstance(v, int):
+            return str(int(v))
+        return "'" + str(v).replace("'", "''") + "'"
+
+    def execute(self, sql, params=()):
+        parts = sql.split("?")
+        assert len(parts) == len(params) + 1, (sql, params)
+        text = parts[0] + "".join(self._literal(p) + rest for p, rest in zip(params, parts[1:]))
+        r = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-F", "\x1f", "-P", "null=\x1e",
+                            "-v", "ON_ERROR_STOP=1", self.url, "-c", text],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        rows = []
+        for line in r.stdout.splitlines():
+            row = []
+            for v in line.split("\x1f"):
+                if v == "\x1e":
+                    row.append(None)
+                elif v.lstrip("-").isdigit():
+                    row.append(int(v))
+                else:
+                    row.append(v)
+            rows.append(tuple(row))
+        return _PgCursor(rows)
+
+    def close(self):
+        pass
+
+
+def db_connect(data_dir):
+    """A connection to the store of a data directory for direct reads: the
+    SQLite file, or the JOBD_TEST_DATABASE database (execute / fetchone /
+    fetchall / close either way; ? parameters)."""
+    url = pg_url_for(data_dir)
+    if url:
+        return _PgDb(url)
+    import sqlite3
+    return sqlite3.connect(os.path.join(data_dir, "jobd.db"))
+
+
+def on_pg():
+    return bool(os.environ.get("JOBD_TEST_DATABASE"))
+
+
 class Proc:
     def __init__(self, argv, env=None, cwd=None):
         self.log_path = os.path.join(tmpdir(), "proc.log")
         self._log = open(self.log_path, "wb")
+        env = _jobd_env(argv, env)
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.p = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
@@ -84,6 +201,7 @@ class Proc:
 
 def run(argv, timeout=60, env=None, input=None):
     """Run to completion; returns CompletedProcess with text stdout/stderr."""
+    env = _jobd_env(argv, env)
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env,
@@ -97,3 +215,8 @@ def cleanup():
             pr.p.wait()
     for d in _dirs:
         shutil.rmtree(d, ignore_errors=True)
+    for name in list(_pg_dbs):
+        subprocess.run(["psql", "-q", os.environ["JOBD_TEST_DATABASE"], "-c",
+                        f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"],
+                       capture_output=True, text=True, timeout=60)
+        del _pg_dbs[name]

@@ -13,10 +13,10 @@ up per request."""
 import json
 import os
 import re
-import sqlite3
 
 from jobdlib import Jobd, create_key
 from workerlib import TestWorker, success
+from harness import db_connect  # noqa: E402
 
 WT = "worker-secret-b"
 AT = "admin-secret-b"
@@ -46,7 +46,7 @@ def est_cost(content, max_tokens=16):
 
 
 def counts(data):
-    db = sqlite3.connect(os.path.join(data, "jobd.db"))
+    db = db_connect(data)
     try:
         return {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("batches", "requests", "files")}
     finally:
@@ -54,7 +54,7 @@ def counts(data):
 
 
 def reserved(data, batch_id):
-    db = sqlite3.connect(os.path.join(data, "jobd.db"))
+    db = db_connect(data)
     try:
         return db.execute("SELECT reserved_tokens, reserved_micros FROM batches WHERE id = ?", (batch_id,)).fetchone()
     finally:

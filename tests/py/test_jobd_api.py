@@ -10,6 +10,7 @@ import re
 import time
 
 from jobdlib import Jobd, chat_line, jsonl, zstd_compress, zstd_decompress
+from harness import db_connect  # noqa: E402
 
 
 def test_jobd_openai_flow_and_pagination():
@@ -121,8 +122,7 @@ def test_jobd_file_content_round_trip_binary_and_zstd():
     assert r.body == data
     # sha256 on disk matches (the row is the source of truth for integrity)
     import hashlib
-    import sqlite3
-    db = sqlite3.connect(os.path.join(d.data, "jobd.db"))
+    db = db_connect(d.data)
     (sha, enc), = db.execute("SELECT sha256, encoding FROM files WHERE id = ?", (f["id"],))
     assert sha == hashlib.sha256(data).hexdigest() and enc == "zstd"
 

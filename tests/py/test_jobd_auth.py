@@ -4,10 +4,9 @@ non-loopback address without keys, other tenants' ids are 404, the
 database holds no plaintext key, Idempotency-Key replay / 422 mismatch /
 50 concurrent requests creating exactly one batch."""
 import os
-import sqlite3
 import threading
 
-from harness import Proc, free_port, tmpdir
+from harness import Proc, free_port, tmpdir, db_connect
 from jobdlib import Jobd, create_key, jsonl
 
 
@@ -123,5 +122,5 @@ def test_jobd_idempotency_50_concurrent_requests_one_batch():
     assert len({r.json()["id"] for r in ok}) == 1 and ok
     assert all(r.headers.get("retry-after") for r in busy)
     assert len(d.json("GET", "/v1/batches")["data"]) == 1
-    db = sqlite3.connect(os.path.join(d.data, "jobd.db"))
+    db = db_connect(d.data)
     assert db.execute("SELECT count(*) FROM batches").fetchone()[0] == 1

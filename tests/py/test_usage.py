@@ -3,10 +3,9 @@ every committed result's usage_ledger row is priced from --prices (checked by
 hand calculation here), the ledger sums exactly to each batch's usage and to
 GET /v1/usage for the same range, grouped by batch, model and day, per tenant."""
 import os
-import sqlite3
 import time
 
-from harness import tmpdir
+from harness import tmpdir, db_connect
 from jobdlib import Jobd, create_key, jsonl
 from workerlib import TestWorker, success
 
@@ -53,7 +52,7 @@ def test_usage_ledger_cost_batch_usage_and_report_agree():
     b1 = run_batch(d, w1, "smollm", 7, "default")
     b2 = run_batch(d, w2, "other", 5, "default")
     b3 = run_batch(d, w1, "smollm", 4, kb)  # another tenant: not in alpha's report
-    db = sqlite3.connect(os.path.join(data, "jobd.db"))
+    db = db_connect(data)
     rows = db.execute("SELECT batch_id, model, prompt_tokens, completion_tokens, cached_tokens, cost_micros, "
                       "created_at FROM usage_ledger").fetchall()
     assert len(rows) == 16, rows

@@ -8,12 +8,12 @@ library (and plain hmac, and the openai SDK), and a second kill -9 + restart
 after the delivery sends nothing more."""
 import os
 import signal
-import sqlite3
 import time
 
 from jobdlib import Jobd
 from test_webhooks import Receiver, verify_all
 from workerlib import TestWorker
+from harness import db_connect  # noqa: E402
 
 WT = "worker-secret-wc"
 BASE = ["--worker-token", WT, "--sweep-interval", "100ms", "--webhook-allow-private",
@@ -23,7 +23,7 @@ AWAKE = BASE + ["--webhook-poll", "20ms"]
 
 
 def db_rows(data, sql):
-    db = sqlite3.connect(os.path.join(data, "jobd.db"))
+    db = db_connect(data)
     try:
         return db.execute(sql).fetchall()
     finally:

@@ -3,7 +3,6 @@
  * decision and its messages, the estimate of plain and zstd files by the
  * documented rule, and the reservation triggers of schema.sql migration 4 on
  * a real SQLite file. */
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include "jobd/store/store.h"
 #include "jobd/store/store_budget.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 TEST(budget_day_and_month_start)
 {
@@ -126,13 +126,13 @@ TEST(budget_estimate_plain_and_zstd)
     usage_prices_release(&prices);
 }
 
-static int64_t q1(sqlite3 *db, const char *sql)
+static int64_t q1(struct sdb *db, const char *sql)
 {
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-    CHECK_EQ_INT(sqlite3_step(s), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
+    struct sdb_stmt *s;
+    CHECK_EQ_INT(sdb_prepare(db, sql, &s), SDB_OK);
+    CHECK_EQ_INT(sdb_step(s), SDB_ROW);
+    int64_t v = sdb_column_int64(s, 0);
+    sdb_finalize(s);
     return v;
 }
 
@@ -140,7 +140,7 @@ TEST(budget_reservation_triggers_release_per_request_and_at_the_end)
 {
     const char *dir = th_tmpdir();
     struct store *st;
-    CHECK_EQ_INT(store_open(dir, NULL, &st), 0);
+    CHECK_EQ_INT(th_store_open(dir, NULL, &st), 0);
     struct store_tenant t;
     CHECK_EQ_INT(store_tenant_create(st, "acme", 1700000000, &t), 0);
     char files[700], path[800];
@@ -169,17 +169,14 @@ TEST(budget_reservation_triggers_release_per_request_and_at_the_end)
     CHECK_EQ_INT(u.queued_tokens, 22 + 32777);
     CHECK_EQ_INT(u.reserved_micros, 42 + 98313);
     /* the rows carry exactly the admission estimate */
-    sqlite3 *db;
-    char dbp[800];
-    snprintf(dbp, sizeof dbp, "%s/jobd.db", dir);
-    CHECK_EQ_INT(sqlite3_open(dbp, &db), SQLITE_OK);
+    struct sdb *db = th_db_open(dir);
     CHECK_EQ_INT(q1(db, "SELECT sum(prompt_tokens_est + max_tokens) FROM requests"), 22 + 32777);
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT id FROM requests WHERE custom_id = 'a'", -1, &s, NULL), SQLITE_OK);
-    CHECK_EQ_INT(sqlite3_step(s), SQLITE_ROW);
+    struct sdb_stmt *s;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT id FROM requests WHERE custom_id = 'a'", &s), SDB_OK);
+    CHECK_EQ_INT(sdb_step(s), SDB_ROW);
     char ra[64];
-    snprintf(ra, sizeof ra, "%s", (const char *)sqlite3_column_text(s, 0));
-    sqlite3_finalize(s);
+    snprintf(ra, sizeof ra, "%s", (const char *)sdb_column_text(s, 0));
+    sdb_finalize(s);
     /* a finishes (failed, e.g. cancelled): its share (22 tokens, 42 micro-dollars) goes */
     struct store_request_change ch = {0};
     CHECK_EQ_INT(store_request_transition(st, ra, STORE_REQ_QUEUED, STORE_REQ_FAILED, &ch, 1700000001), 0);
@@ -205,7 +202,7 @@ TEST(budget_reservation_triggers_release_per_request_and_at_the_end)
     l.max_daily_micros = -1;
     CHECK_EQ_INT(store_limits_put(st, t.id, &l, 1700000005), ERR_INVAL);
     CHECK_EQ_INT(store_limits_put(st, "ten_nobody", &g, 1700000005), ERR_NOTFOUND);
-    sqlite3_close(db);
+    sdb_close(db);
     store_batch_release(&b);
     store_close(st);
 }

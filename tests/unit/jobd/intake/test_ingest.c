@@ -2,7 +2,6 @@
  * encodings, and crash-resume, on real SQLite files in th_tmpdir(). */
 #include <jansson.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 #define NOW 1700000000
 #define CHAT "/v1/chat/completions"
@@ -34,7 +34,7 @@ static void fx_open(struct fx *fx)
 {
     memset(fx, 0, sizeof *fx);
     fx->dir = th_tmpdir();
-    CHECK_EQ_INT(store_open(fx->dir, NULL, &fx->st), 0);
+    CHECK_EQ_INT(th_store_open(fx->dir, NULL, &fx->st), 0);
     CHECK_EQ_INT(store_tenant_create(fx->st, "acme", NOW, &fx->t), 0);
     char files[700];
     snprintf(files, sizeof files, "%s/files", fx->dir);
@@ -453,27 +453,23 @@ TEST(ingest_reads_zstd_compressed_input)
     CHECK_EQ_INT(nd, 3000);
     /* request ids have the common/id.h shape and sort in line order; bodies
      * are stored exactly as sent */
-    char path[800];
-    snprintf(path, sizeof path, "%s/jobd.db", fx.dir);
-    sqlite3 *db;
-    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT id, line, body FROM requests WHERE batch_id = ? ORDER BY id",
-                                    -1, &s, NULL), SQLITE_OK);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    struct sdb *db = th_db_open(fx.dir);
+    struct sdb_stmt *s;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT id, line, body FROM requests WHERE batch_id = ?1 ORDER BY id", &s), SDB_OK);
+    sdb_bind_text(s, 1, id, -1);
     int64_t prev = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        CHECK(id_valid("req_", (const char *)sqlite3_column_text(s, 0)));
-        CHECK(sqlite3_column_int64(s, 1) > prev);
-        prev = sqlite3_column_int64(s, 1);
+    while (sdb_step(s) == SDB_ROW) {
+        CHECK(id_valid("req_", (const char *)sdb_column_text(s, 0)));
+        CHECK(sdb_column_int64(s, 1) > prev);
+        prev = sdb_column_int64(s, 1);
         if (prev == 7)
-            CHECK_EQ_STR((const char *)sqlite3_column_text(s, 2),
+            CHECK_EQ_STR((const char *)sdb_column_text(s, 2),
                          "{\"model\":\"smollm\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                          "{\"role\":\"user\",\"content\":\"Say hello to z-7\"}],\"max_tokens\":32}");
     }
     CHECK_EQ_INT(prev, 3000);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
+    sdb_finalize(s);
+    sdb_close(db);
     buf_release(&in);
     buf_release(&l);
     buf_release(&z);
@@ -541,20 +537,15 @@ TEST(ingest_cancelled_while_validating_ends_cancelled_with_no_requests)
 /* Every request row has custom_id "r-<line>" (so each id is present once). */
 static int64_t rows_matching_line(const char *dir, const char *batch)
 {
-    char path[800];
-    snprintf(path, sizeof path, "%s/jobd.db", dir);
-    sqlite3 *db;
-    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db,
-                                    "SELECT count(*) FROM requests WHERE batch_id = ? AND custom_id = 'r-' || line",
-                                    -1, &s, NULL),
-                 SQLITE_OK);
-    sqlite3_bind_text(s, 1, batch, -1, SQLITE_STATIC);
-    CHECK_EQ_INT(sqlite3_step(s), SQLITE_ROW);
-    int64_t n = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
+    struct sdb *db = th_db_open(dir);
+    struct sdb_stmt *s;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT count(*) FROM requests WHERE batch_id = ?1 AND custom_id = 'r-' || line", &s),
+                 SDB_OK);
+    sdb_bind_text(s, 1, batch, -1);
+    CHECK_EQ_INT(sdb_step(s), SDB_ROW);
+    int64_t n = sdb_column_int64(s, 0);
+    sdb_finalize(s);
+    sdb_close(db);
     return n;
 }
 
@@ -565,7 +556,7 @@ static void crash_child_at(const char *dir, const char *id, const struct ingest_
     CHECK(pid >= 0);
     if (pid == 0) {
         struct store *st = NULL;
-        if (store_open(dir, NULL, &st))
+        if (th_store_open(dir, NULL, &st))
             _exit(3);
         struct stop_at s = {line, 1};
         struct ingest_hooks h = {stop_hook, &s, NULL};
@@ -608,7 +599,7 @@ TEST(ingest_resumes_exactly_after_crashes_at_random_points)
         for (int c = 0; c < crashes; c++) {
             int64_t at = 1 + rand() % N;
             crash_child_at(fx.dir, id, &lim, at);
-            CHECK_EQ_INT(store_open(fx.dir, NULL, &fx.st), 0);
+            CHECK_EQ_INT(th_store_open(fx.dir, NULL, &fx.st), 0);
             struct store_batch b;
             CHECK_EQ_INT(store_batch_get(fx.st, NULL, id, &b), 0);
             CHECK_EQ_INT(b.status, STORE_BATCH_VALIDATING);
@@ -622,7 +613,7 @@ TEST(ingest_resumes_exactly_after_crashes_at_random_points)
             store_close(fx.st);
             fx.st = NULL;
         }
-        CHECK_EQ_INT(store_open(fx.dir, NULL, &fx.st), 0);
+        CHECK_EQ_INT(th_store_open(fx.dir, NULL, &fx.st), 0);
         int done = 0;
         CHECK_EQ_INT(ingest_resume_all(fx.st, &lim, &done), 0);
         CHECK_EQ_INT(done, 1);
@@ -662,4 +653,96 @@ TEST(ingest_line_check_estimates_tokens_and_caps)
     CHECK(!ingest_utf8_valid("\xc0\xaf", 2));         /* overlong */
     CHECK(!ingest_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
     CHECK(!ingest_utf8_valid("\xe2\x82", 2));         /* truncated */
+}
+
+/* ---- several ingesters on one batch (several jobd on one PostgreSQL database) ---- */
+
+struct takeover {
+    const char *dir, *id;
+    const struct ingest_limits *lim;
+    int done;
+    int rc;
+    struct ingest_report rep;
+};
+
+/* After the first ingester's first chunk commit, a second one (its own
+ * connection, as another jobd instance) ingests the whole batch. */
+static void takeover_commit(void *ctx, int64_t line)
+{
+    struct takeover *t = ctx;
+    (void)line;
+    if (t->done++)
+        return;
+    struct store *st2;
+    CHECK_EQ_INT(th_store_open(t->dir, NULL, &st2), 0);
+    t->rc = ingest_batch(st2, t->id, t->lim, NULL, &t->rep);
+    store_close(st2);
+}
+
+TEST(ingest_second_ingester_finishes_first_one_stops_at_its_fence)
+{
+    struct fx fx;
+    fx_open(&fx);
+    struct buf in, l;
+    buf_init(&in, 1 << 20);
+    buf_init(&l, 4096);
+    for (int i = 0; i < 300; i++) {
+        char cid[16];
+        snprintf(cid, sizeof cid, "c%d", i);
+        buf_append_str(&in, chat_line(&l, cid));
+        buf_append_byte(&in, '\n');
+    }
+    char id[ID_MAX];
+    fx_batch(&fx, CHAT, in.data, in.len, id);
+    struct ingest_limits lim;
+    ingest_limits_default(&lim);
+    lim.rows_per_tx = 50;
+    /* ownership: on PostgreSQL a second connection cannot own what the
+     * first owns until it lets go; SQLite has one jobd, always the owner */
+    struct store *st2;
+    CHECK_EQ_INT(th_store_open(fx.dir, NULL, &st2), 0);
+    int owned = -1;
+    CHECK_EQ_INT(store_own_try(fx.st, STORE_OWN_INGEST, id, &owned), 0);
+    CHECK_EQ_INT(owned, 1);
+    CHECK_EQ_INT(store_own_try(st2, STORE_OWN_INGEST, id, &owned), 0);
+    CHECK_EQ_INT(owned, store_is_pg(st2) ? 0 : 1);
+    CHECK_EQ_INT(store_own_try(st2, STORE_OWN_FINALIZE, id, &owned), 0);
+    CHECK_EQ_INT(owned, 1); /* another kind: another owner */
+    store_own_release(st2, STORE_OWN_FINALIZE, id);
+    store_own_release(fx.st, STORE_OWN_INGEST, id);
+    CHECK_EQ_INT(store_own_try(st2, STORE_OWN_INGEST, id, &owned), 0);
+    CHECK_EQ_INT(owned, 1);
+    store_close(st2); /* a closed connection's ownership ends with it (once the
+                         server has ended that session: not synchronous) */
+    owned = 0;
+    for (int i = 0; i < 1000 && !owned; i++) {
+        CHECK_EQ_INT(store_own_try(fx.st, STORE_OWN_INGEST, id, &owned), 0);
+        if (!owned)
+            usleep(10000);
+    }
+    CHECK_EQ_INT(owned, 1);
+    store_own_release(fx.st, STORE_OWN_INGEST, id);
+    /* the fence: the first ingester commits lines 1..50, then a second one
+     * ingests the rest and ends the batch; the first one's next chunk finds
+     * the checkpoint moved and stops without writing a row */
+    struct takeover t = {fx.dir, id, &lim, 0, -1, {0}};
+    struct ingest_hooks h = {NULL, NULL, takeover_commit};
+    h.ctx = &t;
+    struct ingest_report rep;
+    CHECK_EQ_INT(ingest_batch(fx.st, id, &lim, &h, &rep), ERR_BADSTATE);
+    CHECK_EQ_INT(t.rc, 0);
+    CHECK_EQ_INT(t.rep.outcome, INGEST_VALID);
+    CHECK_EQ_INT(t.rep.resumed, 1);
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_get(fx.st, fx.t.id, id, &b), 0);
+    CHECK_EQ_INT(b.status, STORE_BATCH_IN_PROGRESS);
+    CHECK_EQ_INT(b.n_total, 300);
+    CHECK(b.errors == NULL || strcmp(b.errors, "[]") == 0);
+    store_batch_release(&b);
+    int64_t n, nd;
+    CHECK_EQ_INT(store_request_count(fx.st, id, &n, &nd), 0);
+    CHECK_EQ_INT(n, 300);
+    buf_release(&in);
+    buf_release(&l);
+    store_close(fx.st);
 }

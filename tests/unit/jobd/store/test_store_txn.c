@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "jobd/store/store.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 #define NOW 1700000000
 
@@ -66,7 +67,7 @@ static size_t n_batches(struct store *st, const char *tenant)
 TEST(store_batch_submit_commits_with_its_answer_or_not_at_all)
 {
     struct store *st = NULL;
-    CHECK_EQ_INT(store_open(th_tmpdir(), NULL, &st), 0);
+    CHECK_EQ_INT(th_store_open(th_tmpdir(), NULL, &st), 0);
     struct store_tenant t;
     CHECK_EQ_INT(store_tenant_create(st, "acme", NOW, &t), 0);
     uint8_t fp[SHA256_LEN] = {1};
@@ -133,7 +134,7 @@ TEST(store_batch_submit_commits_with_its_answer_or_not_at_all)
 TEST(store_batch_cancel_keyed_keeps_the_answer)
 {
     struct store *st = NULL;
-    CHECK_EQ_INT(store_open(th_tmpdir(), NULL, &st), 0);
+    CHECK_EQ_INT(th_store_open(th_tmpdir(), NULL, &st), 0);
     struct store_tenant t;
     CHECK_EQ_INT(store_tenant_create(st, "acme", NOW, &t), 0);
     struct store_file f;

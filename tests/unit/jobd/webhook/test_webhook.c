@@ -3,7 +3,6 @@
  * transition, also across a crash). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "jobd/store/store_webhook.h"
 #include "jobd/webhook/webhook.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 #define NOW 1700000000
 
@@ -140,24 +140,21 @@ TEST(webhook_backoff_schedule_spans_about_a_day)
 
 static int count_events(const char *dir, const char *batch_id, char *type_out, size_t cap)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_NAME);
-    sqlite3 *db = NULL;
-    CHECK_EQ_INT(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *s = NULL;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db, "SELECT type, payload FROM webhook_events WHERE object_id = ?1", -1, &s, NULL),
-                 SQLITE_OK);
-    sqlite3_bind_text(s, 1, batch_id, -1, SQLITE_STATIC);
+    struct sdb *db = th_db_open(dir);
+    struct sdb_stmt *s = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT type, payload FROM webhook_events WHERE object_id = ?1", &s),
+                 SDB_OK);
+    sdb_bind_text(s, 1, batch_id, -1);
     int n = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while (sdb_step(s) == SDB_ROW) {
         n++;
         if (type_out)
-            snprintf(type_out, cap, "%s", (const char *)sqlite3_column_text(s, 0));
-        const char *payload = (const char *)sqlite3_column_text(s, 1);
+            snprintf(type_out, cap, "%s", (const char *)sdb_column_text(s, 0));
+        const char *payload = (const char *)sdb_column_text(s, 1);
         CHECK(strstr(payload, batch_id) != NULL && strstr(payload, "\"object\":\"event\"") != NULL);
     }
-    sqlite3_finalize(s);
-    sqlite3_close(db);
+    sdb_finalize(s);
+    sdb_close(db);
     return n;
 }
 
@@ -189,7 +186,7 @@ TEST(outbox_event_commits_and_rolls_back_with_the_transition)
 {
     const char *dir = th_tmpdir();
     struct store *st = NULL;
-    CHECK_EQ_INT(store_open(dir, NULL, &st), 0);
+    CHECK_EQ_INT(th_store_open(dir, NULL, &st), 0);
     char t[ID_MAX], b[ID_MAX], type[64] = "";
     new_batch(st, t, b);
     /* non-terminal states write nothing */
@@ -240,7 +237,7 @@ TEST(outbox_crash_neither_loses_nor_invents_events)
 {
     const char *dir = th_tmpdir();
     struct store *st = NULL;
-    CHECK_EQ_INT(store_open(dir, NULL, &st), 0);
+    CHECK_EQ_INT(th_store_open(dir, NULL, &st), 0);
     char t[ID_MAX], b[ID_MAX];
     new_batch(st, t, b);
     CHECK_EQ_INT(store_batch_transition(st, b, STORE_BATCH_VALIDATING, STORE_BATCH_IN_PROGRESS, NOW), 0);
@@ -251,7 +248,7 @@ TEST(outbox_crash_neither_loses_nor_invents_events)
         CHECK(pid >= 0);
         if (pid == 0) {
             struct store *cs = NULL;
-            if (store_open(dir, NULL, &cs) || store_tx_begin(cs) ||
+            if (th_store_open(dir, NULL, &cs) || store_tx_begin(cs) ||
                 store_batch_transition(cs, b, STORE_BATCH_FINALIZING, STORE_BATCH_COMPLETED, NOW))
                 _exit(3);
             if (commit && store_tx_commit(cs))
@@ -261,7 +258,7 @@ TEST(outbox_crash_neither_loses_nor_invents_events)
         int ws = 0;
         CHECK(waitpid(pid, &ws, 0) == pid);
         CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-        CHECK_EQ_INT(store_open(dir, NULL, &st), 0);
+        CHECK_EQ_INT(th_store_open(dir, NULL, &st), 0);
         struct store_batch got;
         CHECK_EQ_INT(store_batch_get(st, NULL, b, &got), 0);
         CHECK_EQ_INT(got.status, commit ? STORE_BATCH_COMPLETED : STORE_BATCH_FINALIZING);

@@ -7,7 +7,6 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 #include "jobd/store/store.h"
 #include "jobd/work/sweeper.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 #define NOW 1700000000
 #define MODEL "SmolLM2-135M-Instruct"
@@ -50,7 +50,7 @@ static void fx_open(struct fx *fx)
     fx->dir = th_tmpdir();
     struct store_opts so = STORE_OPTS_DEFAULT;
     so.durability = STORE_DURABILITY_NORMAL;
-    CHECK_EQ_INT(store_open(fx->dir, &so, &fx->st), 0);
+    CHECK_EQ_INT(th_store_open(fx->dir, &so, &fx->st), 0);
     CHECK_EQ_INT(store_tenant_create(fx->st, "acme", NOW, &fx->ta), 0);
     CHECK_EQ_INT(store_tenant_create(fx->st, "bolt", NOW, &fx->tb), 0);
     char files[700];
@@ -325,17 +325,7 @@ TEST(lease_worker_runs_a_batch_to_a_completed_output_file)
 static int64_t sql_count(struct fx *fx, const char *what)
 {
     /* a second connection: tests may read SQL directly (only product code is barred) */
-    char path[800];
-    snprintf(path, sizeof path, "%s/jobd.db", fx->dir);
-    sqlite3 *db;
-    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *s;
-    CHECK_EQ_INT(sqlite3_prepare_v2(db, what, -1, &s, NULL), SQLITE_OK);
-    CHECK_EQ_INT(sqlite3_step(s), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
+    return th_db_int(fx->dir, what);
 }
 
 TEST(lease_rejects_unknown_worker_and_unregistered_model)
@@ -1061,7 +1051,7 @@ static void crash_worker_loop(const char *dir, const char *worker, int64_t now, 
     struct store *st;
     struct store_opts so = STORE_OPTS_DEFAULT;
     so.durability = STORE_DURABILITY_NORMAL;
-    if (store_open(dir, &so, &st))
+    if (th_store_open(dir, &so, &st))
         _exit(3);
     for (int s = 0; s < steps; s++) {
         struct store_sweep_report rep;
@@ -1206,7 +1196,7 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
         pid = fork();
         if (pid == 0) {
             struct store *st;
-            if (store_open(fx.dir, NULL, &st))
+            if (th_store_open(fx.dir, NULL, &st))
                 _exit(3);
             struct finalize_hooks h = {crash_exit_hook, &stop_after};
             struct finalize_report rep;
@@ -1219,7 +1209,7 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
     struct store_opts so = STORE_OPTS_DEFAULT;
-    CHECK_EQ_INT(store_open(fx.dir, &so, &fx.st), 0);
+    CHECK_EQ_INT(th_store_open(fx.dir, &so, &fx.st), 0);
     struct store_sweep_report rep;
     CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, now, &rep), 0);
     int fin = 0;
@@ -1299,6 +1289,7 @@ TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
     struct store_opts so = STORE_OPTS_DEFAULT;
     so.durability = STORE_DURABILITY_NORMAL;
     struct sweeper *sw = NULL;
+    th_pg_opts(fx.dir, &so, &so);
     CHECK_EQ_INT(sweeper_start(fx.dir, &so, &lo, 20, &sw), 0);
     struct sweeper_stats s;
     struct store_batch b;

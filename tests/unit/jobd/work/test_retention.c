@@ -12,6 +12,7 @@
 #include "jobd/store/store.h"
 #include "jobd/work/retention.h"
 #include "tests/th.h"
+#include "tests/unit/th_pg.h"
 
 #define NOW 1700000000
 
@@ -49,7 +50,7 @@ TEST(retention_deletes_expired_files_but_not_a_validating_batchs_input)
     struct store_opts so = STORE_OPTS_DEFAULT;
     so.durability = STORE_DURABILITY_NORMAL;
     struct store *st;
-    CHECK_EQ_INT(store_open(dir, &so, &st), 0);
+    CHECK_EQ_INT(th_store_open(dir, &so, &st), 0);
     struct store_tenant t;
     CHECK_EQ_INT(store_tenant_create(st, "acme", NOW, &t), 0);
     char files[700];

@@ -1,0 +1,270 @@
+/*
+ * test_sdb_pg.c - the PostgreSQL driver of the store's driver layer
+ * (jobd/store/sdb_pg.c): the pure parts (placeholder rewrite, SQLSTATE
+ * mapping) always, and the driver against a real server: the one in
+ * $JOBD_TEST_PG_URL, or else a throwaway cluster started here with
+ * scripts/pg-cluster (skipped when PostgreSQL is not installed).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "jobd/store/sdb.h"
+#include "tests/th.h"
+
+TEST(sdb_pg_rewrite_numbers_placeholders_outside_quotes)
+{
+    char *o = NULL;
+    int n = -1;
+    CHECK_EQ_INT(sdb_pg_rewrite("SELECT ?1, '?2', \"a?3\", ?12 FROM t WHERE x = ?2 AND y = 'it''s ?4'", &o,
+                                &n),
+                 SDB_OK);
+    CHECK_EQ_STR(o, "SELECT $1, '?2', \"a?3\", $12 FROM t WHERE x = $2 AND y = 'it''s ?4'");
+    CHECK_EQ_INT(n, 12);
+    free(o);
+    CHECK_EQ_INT(sdb_pg_rewrite("SELECT 1", &o, &n), SDB_OK);
+    CHECK_EQ_INT(n, 0);
+    free(o);
+    CHECK_EQ_INT(sdb_pg_rewrite("SELECT ?", &o, &n), SDB_ERROR);
+    CHECK_EQ_INT(sdb_pg_rewrite("SELECT ?65", &o, &n), SDB_ERROR);
+    CHECK_EQ_INT(sdb_pg_rewrite("SELECT ?0", &o, &n), SDB_ERROR);
+    CHECK_EQ_INT(sdb_pg_rewrite("SELECT 'open", &o, &n), SDB_ERROR);
+}
+
+TEST(sdb_pg_sqlstate_maps_classes_onto_sqlite_codes)
+{
+    CHECK_EQ_INT(sdb_pg_sqlstate("23505"), SDB_CONSTRAINT_UNIQUE);
+    CHECK_EQ_INT(sdb_pg_sqlstate("23503"), SDB_CONSTRAINT_FOREIGNKEY);
+    CHECK_EQ_INT(sdb_pg_sqlstate("23514"), SDB_CONSTRAINT);
+    CHECK_EQ_INT(sdb_pg_sqlstate("40001"), SDB_BUSY);
+    CHECK_EQ_INT(sdb_pg_sqlstate("40P01"), SDB_BUSY);
+    CHECK_EQ_INT(sdb_pg_sqlstate("55P03"), SDB_BUSY);
+    CHECK_EQ_INT(sdb_pg_sqlstate("08006"), SDB_IOERR);
+    CHECK_EQ_INT(sdb_pg_sqlstate("57P01"), SDB_IOERR);
+    CHECK_EQ_INT(sdb_pg_sqlstate("53100"), SDB_FULL);
+    CHECK_EQ_INT(sdb_pg_sqlstate("28P01"), SDB_PERM);
+    CHECK_EQ_INT(sdb_pg_sqlstate("XX001"), SDB_CORRUPT);
+    CHECK_EQ_INT(sdb_pg_sqlstate("42P01"), SDB_ERROR);
+    CHECK_EQ_INT(sdb_pg_sqlstate(NULL), SDB_ERROR);
+    CHECK_EQ_INT(sdb_pg_sqlstate("235"), SDB_ERROR);
+}
+
+/* ---- against a server ------------------------------------------------------- */
+
+static char pg_dir[256];
+
+static void pg_stop(void)
+{
+    if (pg_dir[0]) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "scripts/pg-cluster stop '%s'", pg_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "pg-cluster stop failed\n");
+        pg_dir[0] = 0;
+    }
+}
+
+/* The URL of a server for this test (started here if need be). */
+static void pg_url(char *url, size_t cap)
+{
+    const char *env = getenv("JOBD_TEST_PG_URL");
+    if (env && *env) {
+        snprintf(url, cap, "%s", env);
+        return;
+    }
+    snprintf(pg_dir, sizeof pg_dir, "/tmp/th-pg-%d", (int)getpid());
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "scripts/pg-cluster start '%s'", pg_dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p);
+    char line[256] = "";
+    char *got = fgets(line, sizeof line, p);
+    int st = pclose(p);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+        pg_dir[0] = 0;
+        th_skip("PostgreSQL is not installed");
+    }
+    atexit(pg_stop);
+    CHECK(got && st == 0);
+    line[strcspn(line, "\n")] = 0;
+    snprintf(url, cap, "%s", line);
+}
+
+static void exec_ok(struct sdb *db, const char *sql)
+{
+    int r = sdb_exec(db, sql);
+    if (r != SDB_OK)
+        th_fail(__FILE__, __LINE__, sql, "rc %d: %s", r, sdb_errmsg(db));
+}
+
+TEST(sdb_pg_driver_round_trips_against_a_server)
+{
+    char url[256], err[512];
+    pg_url(url, sizeof url);
+    struct sdb *db = NULL;
+
+    /* a wrong password fails at open with libpq's message */
+    char bad[300];
+    const char *at = strchr(url + strlen("postgresql://"), '@');
+    CHECK(at);
+    snprintf(bad, sizeof bad, "postgresql://jobd:wrong%s", at);
+    if (!getenv("JOBD_TEST_PG_URL")) {
+        CHECK_EQ_INT(sdb_pg_open(bad, 1000, &db, err, sizeof err), SDB_CANTOPEN);
+        CHECK(db == NULL);
+        CHECK(strstr(err, "password authentication failed") != NULL);
+    }
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
+    exec_ok(db, "DROP TABLE IF EXISTS sdbt; CREATE TABLE sdbt (id BIGINT PRIMARY KEY, "
+                "name TEXT UNIQUE, blob BYTEA, score DOUBLE PRECISION, flag BOOLEAN)");
+
+    struct sdb_stmt *ins = NULL, *sel = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, "INSERT INTO sdbt(id, name, blob, score, flag) VALUES (?1, ?2, ?3, ?4, ?5) "
+                                 "ON CONFLICT (id) DO NOTHING RETURNING id",
+                             &ins),
+                 SDB_OK);
+    CHECK_EQ_INT(sdb_bind_parameter_count(ins), 5);
+    static const unsigned char bytes[] = {0, 1, 2, 0xff, 0, '\\', 'x'};
+    const char counted[] = "alphaXXXX";
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 9000000000LL), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_text(ins, 2, counted, 5), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_blob(ins, 3, bytes, (int)sizeof bytes), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_double(ins, 4, 0.1), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_null(ins, 5), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(ins, 0), 9000000000LL);
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    CHECK_EQ_INT(sdb_changes(db), 1);
+    /* reset keeps the bindings: the same row again is a no-op (ON CONFLICT) */
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    CHECK_EQ_INT(sdb_changes(db), 0);
+    /* a second row; a unique violation on name maps to CONSTRAINT_UNIQUE */
+    sdb_reset(ins);
+    sdb_clear_bindings(ins);
+    CHECK_EQ_INT(sdb_bind_int(ins, 1, 2), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_text(ins, 2, "beta", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_int(ins, 5, 1), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_ERROR); /* int8 into BOOLEAN: a type error */
+    CHECK(strlen(sdb_errmsg(db)) > 0);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_bind_null(ins, 5), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_ROW);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_bind_int(ins, 1, 3), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_CONSTRAINT_UNIQUE);
+    sdb_reset(ins);
+
+    /* reads: a NULL parameter whose first use has no type needs a cast (sdb_pg.c),
+     * column types, bytea, booleans */
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT id, name, blob, score, flag, id > 5, count(*) OVER () FROM sdbt "
+                                 "WHERE (?1::text IS NULL OR name = ?1) ORDER BY id",
+                             &sel),
+                 SDB_OK);
+    int r = sdb_step(sel);
+    if (r != SDB_ROW)
+        th_fail(__FILE__, __LINE__, "step", "rc %d: %s", r, sdb_errmsg(db));
+    CHECK_EQ_INT(sdb_column_int64(sel, 0), 2);
+    CHECK_EQ_STR((const char *)sdb_column_text(sel, 1), "beta");
+    CHECK_EQ_INT(sdb_column_type(sel, 2), SDB_NULL);
+    CHECK(sdb_column_blob(sel, 2) == NULL);
+    CHECK_EQ_INT(sdb_column_int(sel, 5), 0);
+    CHECK_EQ_INT(sdb_column_int64(sel, 6), 2);
+    CHECK_EQ_INT(sdb_step(sel), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_type(sel, 0), SDB_INTEGER);
+    CHECK_EQ_STR((const char *)sdb_column_text(sel, 1), "alpha");
+    CHECK_EQ_INT(sdb_column_bytes(sel, 1), 5);
+    CHECK_EQ_INT(sdb_column_type(sel, 2), SDB_BLOB);
+    CHECK_EQ_INT(sdb_column_bytes(sel, 2), sizeof bytes);
+    CHECK(memcmp(sdb_column_blob(sel, 2), bytes, sizeof bytes) == 0);
+    CHECK_EQ_INT(sdb_column_type(sel, 3), SDB_FLOAT);
+    CHECK(sdb_column_double(sel, 3) == 0.1);
+    CHECK_EQ_INT(sdb_column_int(sel, 5), 1);
+    CHECK_EQ_INT(sdb_step(sel), SDB_DONE);
+    sdb_reset(sel);
+    CHECK_EQ_INT(sdb_bind_text(sel, 1, "alpha", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_step(sel), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(sel, 6), 1);
+    CHECK_EQ_INT(sdb_step(sel), SDB_DONE);
+    sdb_reset(sel);
+
+    /* transactions: in_tx follows BEGIN / COMMIT; a failed statement inside
+     * one is undone by a savepoint, the transaction goes on */
+    CHECK_EQ_INT(sdb_in_tx(db), 0);
+    exec_ok(db, "BEGIN");
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    exec_ok(db, "SAVEPOINT w");
+    CHECK_EQ_INT(sdb_step(ins), SDB_CONSTRAINT_UNIQUE);
+    sdb_reset(ins);
+    exec_ok(db, "ROLLBACK TO w");
+    exec_ok(db, "RELEASE w");
+    exec_ok(db, "UPDATE sdbt SET score = 2 WHERE id = 2");
+    exec_ok(db, "COMMIT");
+    CHECK_EQ_INT(sdb_in_tx(db), 0);
+    CHECK_EQ_INT(sdb_exec(db, "SELECT * FROM no_such_table"), SDB_ERROR);
+    CHECK(strstr(sdb_errmsg(db), "no_such_table") != NULL);
+
+    sdb_finalize(ins);
+    sdb_finalize(sel);
+    exec_ok(db, "DROP TABLE sdbt");
+    sdb_close(db);
+}
+
+static void pg_cluster(const char *what)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "scripts/pg-cluster %s '%s'", what, pg_dir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
+TEST(sdb_pg_outage_fails_busy_keeps_the_lost_transaction_failed_and_reconnects)
+{
+    if (getenv("JOBD_TEST_PG_URL"))
+        th_skip("needs a cluster of its own to stop (runs without JOBD_TEST_PG_URL)");
+    char url[256], err[512];
+    pg_url(url, sizeof url);
+    struct sdb *db = NULL;
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
+    exec_ok(db, "CREATE TABLE o (x BIGINT)");
+    struct sdb_stmt *ins = NULL, *cnt = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, "INSERT INTO o VALUES (?1)", &ins), SDB_OK);
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT count(*), coalesce(sum(x), 0) FROM o", &cnt), SDB_OK);
+    exec_ok(db, "BEGIN");
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 1), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    sdb_reset(ins);
+
+    pg_cluster("halt"); /* the database goes away mid-transaction */
+    CHECK_EQ_INT(sdb_step(ins), SDB_BUSY);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_BUSY); /* reconnect fails: backoff starts */
+    sdb_reset(cnt);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_BUSY); /* within the backoff: no attempt */
+    sdb_reset(cnt);
+
+    pg_cluster("resume");
+    usleep(300 * 1000); /* past the backoff */
+    /* connected again, but the transaction was lost: nothing of it runs in
+     * autocommit, every statement fails until the owner rolls back */
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 2), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_BUSY);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_exec(db, "COMMIT"), SDB_BUSY);
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    exec_ok(db, "ROLLBACK");
+    CHECK_EQ_INT(sdb_in_tx(db), 0);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 0), 0); /* neither 1 nor 2 was committed */
+    sdb_reset(cnt);
+    CHECK_EQ_INT(sdb_bind_int64(ins, 1, 3), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 1), 3);
+    sdb_reset(cnt);
+    sdb_finalize(ins);
+    sdb_finalize(cnt);
+    sdb_close(db);
+}
