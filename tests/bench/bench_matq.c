@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     if (!(secs > 0))
         secs = 0.3;
     printf("simd path: %s\n", kn_simd_name(kn_simd_level()));
-    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     const int shapes[][2] = {{576, 1536}, {1536, 576}};
     const int ns[] = {1, 64};
     const int threads[] = {1, 2};
