@@ -55,6 +55,13 @@
  * sets (block parity) side by side - and one multiply gives the scales of 4
  * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
  * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
+ * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
+ * of a weight super-block for 4 activation rows); at AVX-512 two 32-value
+ * sub-blocks share a register and vpdpwssd applies their scales. Per row the
+ * operations are the reference's (exact integer sums, the same fmas). At
+ * n = 64 they reach 41-50% (AVX2) of the AVX2 int8 idiom's peak and 18-20%
+ * (AVX-512) of vpdpbusd's, measured by bench_matq's peak loop in the same
+ * run (bench/NOTES.md, 2026-12-01).
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
