@@ -56,12 +56,14 @@
  * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
  * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
  * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
- * of a weight super-block for 4 activation rows); at AVX-512 two 32-value
- * sub-blocks share a register and vpdpwssd applies their scales. Per row the
- * operations are the reference's (exact integer sums, the same fmas). At
- * n = 64 they reach 41-50% (AVX2) of the AVX2 int8 idiom's peak and 18-20%
- * (AVX-512) of vpdpbusd's, measured by bench_matq's peak loop in the same
- * run (bench/NOTES.md, 2026-12-01).
+ * of a weight super-block for 4 activation rows), plus an 8-row kernel at
+ * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
+ * applies their scales, and the 8-row kernel does the per-super-block tail
+ * (horizontal sums, mins, fmas) for the 8 rows in one 8-lane vector, lane r
+ * = row r. Per row the operations are the reference's (exact integer sums,
+ * the same fmas in the same order). At n = 64 they reach 41-50% (AVX2) of
+ * the AVX2 int8 idiom's peak and ~25% (AVX-512, 8 rows) of vpdpbusd's,
+ * measured by bench_matq's peak loop (bench/NOTES.md, 2026-12-01).
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
@@ -1013,12 +1015,36 @@ AVX512 static FORCE_INLINE __m512i join256(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
+ * (exact, so the same integers as eight horizontal sums). */
+AVX512 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
+{
+    __m256i a0 = _mm256_hadd_epi32(t[0], t[1]), a1 = _mm256_hadd_epi32(t[2], t[3]);
+    __m256i a2 = _mm256_hadd_epi32(t[4], t[5]), a3 = _mm256_hadd_epi32(t[6], t[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+AVX512 static FORCE_INLINE __m256i fold512(__m512i v)
+{
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* The activation scales of block b of eight rows, lane r = a[r][b].d. */
+AVX512 static FORCE_INLINE __m256 act_d8(const struct act256 *const *a, int b)
+{
+    return _mm256_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d, a[4][b].d, a[5][b].d,
+                          a[6][b].d, a[7][b].d);
+}
+
 AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const struct act256 *const *a,
                                                   float *out, const int NR, const int Q5)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[8] = {0}, accm[8] = {0};
+    __m256 accv = _mm256_setzero_ps(), accmv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * bs;
         struct k4_words kw = k4_scale_words(blk + 4);
@@ -1029,7 +1055,7 @@ AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const 
             __m256i h = _mm256_loadu_si256((const __m256i *)(blk + 16));
             qh = join256(h, _mm256_srli_epi16(h, 1));
         }
-        __m512i isum[4];
+        __m512i isum[8];
         UNROLL for (int r = 0; r < NR; r++)
             isum[r] = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
@@ -1047,11 +1073,26 @@ AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const 
         }
         __m256i mins = k4_mins16(&kw);
         float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
+        if (NR == 8) { /* lane r of each vector: row r's scalar steps below */
+            __m256i t[8], tm[8];
+            UNROLL for (int r = 0; r < 8; r++) {
+                t[r] = fold512(isum[r]);
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            }
+            __m256 ad = act_d8(a, b);
+            accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), ad), _mm256_cvtepi32_ps(hsum_rows8(t)), accv);
+            accmv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm), ad), _mm256_cvtepi32_ps(hsum_rows8(tm)), accmv);
+            continue;
+        }
         UNROLL for (int r = 0; r < NR; r++) {
             int imin = bsum_dot_avx2(a[r][b].bsums, mins);
             acc[r] = fmaf(dw * a[r][b].d, (float)_mm512_reduce_add_epi32(isum[r]), acc[r]);
             accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
         }
+    }
+    if (NR == 8) {
+        _mm256_storeu_ps(out, _mm256_sub_ps(accv, accmv));
+        return;
     }
     UNROLL for (int r = 0; r < NR; r++)
         out[r] = acc[r] - accm[r];
@@ -1061,13 +1102,14 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
                                                  float *out, const int NR)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[8] = {0};
+    __m256 accv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
         const uint8_t *ql = blk, *qhp = blk + 128;
         const int8_t *scales = (const int8_t *)(blk + 192);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
-        __m512i isum[4];
+        __m512i isum[8];
         UNROLL for (int r = 0; r < NR; r++)
             isum[r] = _mm512_setzero_si512();
         UNROLL for (int h = 0; h < 2; h++) {
@@ -1088,10 +1130,24 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
             }
         }
         float dw = h2f_avx2(rd16(blk + 208));
+        if (NR == 8) { /* lane r: row r's scalar steps below */
+            __m256i t[8], tc[8];
+            UNROLL for (int r = 0; r < 8; r++) {
+                t[r] = fold512(isum[r]);
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            }
+            __m256i total = _mm256_sub_epi32(hsum_rows8(t), _mm256_slli_epi32(hsum_rows8(tc), 5));
+            accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), act_d8(a, b)), _mm256_cvtepi32_ps(total), accv);
+            continue;
+        }
         UNROLL for (int r = 0; r < NR; r++) {
             int total = _mm512_reduce_add_epi32(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
             acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
         }
+    }
+    if (NR == 8) {
+        _mm256_storeu_ps(out, accv);
+        return;
     }
     UNROLL for (int r = 0; r < NR; r++)
         out[r] = acc[r];
@@ -1103,6 +1159,20 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
 KQ_PAIR(AVX512, dot_q4_k_avx512, dot4_q4_k_avx512, Q4K_512)
 KQ_PAIR(AVX512, dot_q5_k_avx512, dot4_q5_k_avx512, Q5K_512)
 KQ_PAIR(AVX512, dot_q6_k_avx512, dot4_q6_k_avx512, Q6K_512)
+
+/* Eight rows (a dot4_fn reading a[0..7]): 32 zmm registers hold the eight
+ * accumulators, so the weight unpacking is shared by twice as many rows. */
+#define KQ_8(n8, CALL)                                                                        \
+    AVX512 static void n8(int k, const uint8_t *w, const void *const *av, float *out)         \
+    {                                                                                         \
+        const struct act256 *a[8];                                                            \
+        for (int r = 0; r < 8; r++)                                                           \
+            a[r] = av[r];                                                                     \
+        CALL(k, w, a, out, 8);                                                                \
+    }
+KQ_8(dot8_q4_k_avx512, Q4K_512)
+KQ_8(dot8_q5_k_avx512, Q5K_512)
+KQ_8(dot8_q6_k_avx512, Q6K_512)
 
 /* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
  * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
@@ -1226,6 +1296,25 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
     return 0;
 }
 
+/* The 8-row kernel of a weight type at a level (same signature as dot4_fn,
+ * reading eight rows), or NULL: the K-quants at AVX-512. */
+static dot4_fn pick8(int type, int level)
+{
+#if MATQ_X86
+    if (level >= KN_SIMD_AVX512)
+        switch (type) {
+        case QUANT_Q4_K: return dot8_q4_k_avx512;
+        case QUANT_Q5_K: return dot8_q5_k_avx512;
+        case QUANT_Q6_K: return dot8_q6_k_avx512;
+        default: break;
+        }
+#else
+    (void)type;
+    (void)level;
+#endif
+    return NULL;
+}
+
 /* Bytes of one quantized activation row (ACT_32X4: of a group of four
  * rows); 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
@@ -1289,6 +1378,7 @@ struct matq_job {
     enum act_kind ak;
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
+    dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     const dotx_fn *dotx;  /* ACT_32X4: kernels for 1..4 rows of a group */
     int64_t n_tiles_m, n_tiles;
     atomic_llong next_tile;
@@ -1384,6 +1474,18 @@ static void dot_worker(void *ctx, int ith, int nth)
             }
             continue;
         }
+        if (j->dot8) /* 8 activation rows x the tile's weight rows */
+            for (; r + 8 <= r1; r += 8) {
+                const void *a[8];
+                for (int i = 0; i < 8; i++)
+                    a[i] = act_row(j, r + i);
+                for (int c = c0; c < c1; c++) {
+                    float o[8];
+                    j->dot8(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    for (int i = 0; i < 8; i++)
+                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                }
+            }
         if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
             for (; r + 4 <= r1; r += 4) {
                 const void *a[4];
@@ -1420,6 +1522,7 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
     int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.ak, &j.w_row_bytes);
     if (rc)
         return rc;
+    j.dot8 = pick8(w_type, level);
     if (n == 0 || m == 0)
         return 0;
     if (!out || !x || !w)
