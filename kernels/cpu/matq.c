@@ -695,6 +695,19 @@ AVX2 static FORCE_INLINE __m256i k4_scales16(const struct k4_words *k)
     return _mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(k->sc[0] | (uint64_t)k->sc[1] << 32)));
 }
 
+/* Four integer sums at once: lane r = the sum of the i32 lanes of t[r]. */
+AVX2 static FORCE_INLINE __m128i hsum_rows4(const __m256i t[4])
+{
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* The activation scales of block b of four rows, lane r = a[r][b].d. */
+AVX2 static FORCE_INLINE __m128 act_d4(const struct act256 *const *a, int b)
+{
+    return _mm_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d);
+}
+
 AVX2 static FORCE_INLINE int bsum_dot_avx2(const int16_t *bsums, __m256i s16)
 {
     return hsum_i32_avx2(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bsums), s16));
@@ -707,6 +720,7 @@ AVX2 static FORCE_INLINE void q45k_rows_avx2(int k, const uint8_t *w, const stru
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 accv = _mm_setzero_ps(), accmv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * bs;
         struct k4_words kw = k4_scale_words(blk + 4);
@@ -734,11 +748,24 @@ AVX2 static FORCE_INLINE void q45k_rows_avx2(int k, const uint8_t *w, const stru
         }
         __m256i mins = k4_mins16(&kw);
         float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
+        if (NR == 4) { /* lane r of each vector: row r's scalar steps below */
+            __m256i tm[4];
+            UNROLL for (int r = 0; r < 4; r++)
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            __m128 ad = act_d4(a, b);
+            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(isum)), accv);
+            accmv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accmv);
+            continue;
+        }
         UNROLL for (int r = 0; r < NR; r++) {
             int imin = bsum_dot_avx2(a[r][b].bsums, mins);
             acc[r] = fmaf(dw * a[r][b].d, (float)hsum_i32_avx2(isum[r]), acc[r]);
             accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
         }
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, _mm_sub_ps(accv, accmv));
+        return;
     }
     UNROLL for (int r = 0; r < NR; r++)
         out[r] = acc[r] - accm[r];
@@ -762,6 +789,7 @@ AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struc
                                              float *out, const int NR)
 {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 accv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
         const uint8_t *ql = blk, *qhp = blk + 128;
@@ -787,10 +815,22 @@ AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struc
         /* the -32 offset: 32 * sum_g scale_g * bsum_g */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
         float dw = h2f_avx2(rd16(blk + 208));
+        if (NR == 4) { /* lane r: row r's scalar steps below */
+            __m256i tc[4];
+            UNROLL for (int r = 0; r < 4; r++)
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            __m128i total = _mm_sub_epi32(hsum_rows4(isum), _mm_slli_epi32(hsum_rows4(tc), 5));
+            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), accv);
+            continue;
+        }
         UNROLL for (int r = 0; r < NR; r++) {
             int total = hsum_i32_avx2(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
             acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
         }
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, accv);
+        return;
     }
     UNROLL for (int r = 0; r < NR; r++)
         out[r] = acc[r];
