@@ -1085,6 +1085,7 @@ AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const 
     const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
     float acc[8] = {0}, accm[8] = {0};
     __m256 accv = _mm256_setzero_ps(), accmv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
+    __m128 accv4 = _mm_setzero_ps(), accmv4 = _mm_setzero_ps(); /* NR == 4 */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * bs;
         struct k4_words kw = k4_scale_words(blk + 4);
@@ -1124,6 +1125,17 @@ AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const 
             accmv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm), ad), _mm256_cvtepi32_ps(hsum_rows8(tm)), accmv);
             continue;
         }
+        if (NR == 4) { /* the same with 4-lane vectors */
+            __m256i t[4], tm[4];
+            UNROLL for (int r = 0; r < 4; r++) {
+                t[r] = fold512(isum[r]);
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            }
+            __m128 ad = act_d4(a, b);
+            accv4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(t)), accv4);
+            accmv4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accmv4);
+            continue;
+        }
         UNROLL for (int r = 0; r < NR; r++) {
             int imin = bsum_dot_avx2(a[r][b].bsums, mins);
             acc[r] = fmaf(dw * a[r][b].d, (float)_mm512_reduce_add_epi32(isum[r]), acc[r]);
@@ -1132,6 +1144,10 @@ AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const 
     }
     if (NR == 8) {
         _mm256_storeu_ps(out, _mm256_sub_ps(accv, accmv));
+        return;
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, _mm_sub_ps(accv4, accmv4));
         return;
     }
     UNROLL for (int r = 0; r < NR; r++)
@@ -1144,6 +1160,7 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
     float acc[8] = {0};
     __m256 accv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
+    __m128 accv4 = _mm_setzero_ps(); /* NR == 4 */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
         const uint8_t *ql = blk, *qhp = blk + 128;
@@ -1180,6 +1197,16 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
             accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), act_d8(a, b)), _mm256_cvtepi32_ps(total), accv);
             continue;
         }
+        if (NR == 4) { /* the same with 4-lane vectors */
+            __m256i t[4], tc[4];
+            UNROLL for (int r = 0; r < 4; r++) {
+                t[r] = fold512(isum[r]);
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            }
+            __m128i total = _mm_sub_epi32(hsum_rows4(t), _mm_slli_epi32(hsum_rows4(tc), 5));
+            accv4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), accv4);
+            continue;
+        }
         UNROLL for (int r = 0; r < NR; r++) {
             int total = _mm512_reduce_add_epi32(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
             acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
@@ -1187,6 +1214,10 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
     }
     if (NR == 8) {
         _mm256_storeu_ps(out, accv);
+        return;
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, accv4);
         return;
     }
     UNROLL for (int r = 0; r < NR; r++)
