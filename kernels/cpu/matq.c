@@ -58,12 +58,13 @@
  * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
  * of a weight super-block for 4 activation rows), plus an 8-row kernel at
  * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
- * applies their scales, and the 8-row kernel does the per-super-block tail
- * (horizontal sums, mins, fmas) for the 8 rows in one 8-lane vector, lane r
- * = row r. Per row the operations are the reference's (exact integer sums,
- * the same fmas in the same order). At n = 64 they reach 41-50% (AVX2) of
- * the AVX2 int8 idiom's peak and ~25% (AVX-512, 8 rows) of vpdpbusd's,
- * measured by bench_matq's peak loop (bench/NOTES.md, 2026-12-01).
+ * applies their scales. The 4- and 8-row kernels do the per-super-block
+ * tail (horizontal sums, mins, fmas) for all their rows in one 4- or 8-lane
+ * vector, lane r = row r. Per row the operations are the reference's (exact
+ * integer sums, the same fmas in the same order). At n = 64, 1 thread, they
+ * reach about 50% (AVX2, 4 rows) of the AVX2 maddubs+madd idiom's peak and
+ * about 25% (AVX-512, 8 rows) of vpdpbusd's, both peaks measured by
+ * bench_matq's peak loop in the same run (bench/NOTES.md, 2026-12-01).
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
