@@ -79,7 +79,8 @@ GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c
                $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
                worker/engine/forward_cpu.c \
                worker/engine/forward_cuda.c worker/engine/kv.c worker/engine/gguf.c \
-               worker/engine/tok_gguf.c worker/engine/tok.c worker/engine/chat.c common/gram/gram.c
+               worker/engine/tok_gguf.c worker/engine/tok.c worker/engine/chat.c worker/engine/jinja.c \
+               common/gram/gram.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 
 # Generated sources (build/gen/): schema.sql embedded as store_schema_sql[];

@@ -23,6 +23,7 @@ from harness import Skip, binary
 from jobdlib import Jobd
 from test_jobworker import MODEL, start_jobd, start_worker, wait_done
 from test_jobworker import need as need_model
+
 from workerlib import read_jsonl
 
 try:
@@ -30,6 +31,10 @@ try:
     V = jsonschema.Draft202012Validator
 except ImportError:
     jsonschema = None
+
+# the end-to-end batch generates ~112 constrained answers on the default
+# model (about a minute on 2 idle cores); generous for a loaded machine
+TIMEOUT = 900
 
 
 def need():

@@ -6,11 +6,12 @@ for as a DOM condition (never a sleep that could race).
 
 test_dashboard_keyed: sign in (a wrong key first), watch a batch's progress
 bar advance 25% at a time to 100%, open its detail (timeline, usage, files,
-webhook delivery + redeliver), retry a dead letter, see a worker's live
+webhook delivery + redeliver), download a running batch's results so far,
+retry a dead letter, see a worker's live
 tokens/s, cancel a batch, check the usage chart has one bar per day, the
 models view and the status filter. test_dashboard_escapes_and_api_down:
 no-auth mode, a batch whose metadata and custom_ids are HTML/JS stay text,
-and the page says so when jobd goes away and recovers when it is back.
+its deadline-at-risk warning, one usage row per model of a mixed batch, and the page says so when jobd goes away and recovers when it is back.
 Screenshots of each page go to $UI_SCREENSHOTS, else the test's temp dir.
 """
 import json
@@ -25,7 +26,7 @@ TIMEOUT = 180
 WT, AT = "worker-secret-ui", "admin-secret-ui"
 ARGS = ["--worker-token", WT, "--sweep-interval", "100ms", "--lease-min", "1s", "--window-min", "1s",
         "--max-attempts", "1", "--webhook-allow-private", "--webhook-retry-base", "60s",
-        "--prices", "smollm=100000000:200000000"]
+        "--prices", "smollm=100000000:200000000,qwen=300000000:400000000"]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
@@ -191,6 +192,7 @@ def test_dashboard_keyed():
         cells = [c.text for c in csss(drv, "table.usage-models td")]
         assert cells == ["smollm", "4", "20", "12", "32", "$0.0044"], cells
         assert css(drv, "#dl-output").is_displayed()
+        assert "UTC" in text_of(drv, "tr.output-expiry td") or text_of(drv, "tr.output-expiry td") == "never"
         wait(drv, lambda x: css(x, "table.deliveries tbody tr"), "the webhook delivery of batch A")
         dv = d.json("GET", f"/v1/webhook_endpoints/{ep['id']}/deliveries")["data"]
         assert [x["object_id"] for x in dv] == [a["id"]], dv
@@ -214,9 +216,25 @@ def test_dashboard_keyed():
         by_cid = {r["custom_id"]: r for r in lease["requests"]}
         w.results(lease["lease_id"], [success(by_cid["b-ok"]), transient(by_cid["b-dead"])])
         w.heartbeat(lease["lease_id"], tokens_per_s=123.5)
+        est = d.json("GET", f"/v1/batches/{b['id']}")
+        assert est.get("estimated_completion_at") and est.get("deadline_at_risk") is False, est
         drv.get(f"http://127.0.0.1:{d.port}/ui/#/batch/{b['id']}")
         wait(drv, lambda x: css(x, "table.dead-letters td.custom-id").text == "b-dead", "the dead letter")
+        assert "UTC" in text_of(drv, ".card.estimate .card-body"), "jobd's estimate is shown"
+        assert "UTC" in text_of(drv, ".card.deadline .card-body") and not csss(drv, "#deadline-risk")
         drv.save_screenshot(os.path.join(shots, "batch-dead-letter.png"))
+        # the results committed so far while B runs (GET /v1/batches/ID/results, with the key):
+        # b-ok's output line and b-dead's error line, byte for byte the API's stream
+        assert d.json("GET", f"/v1/batches/{b['id']}")["status"] == "in_progress"
+        click(drv, "#dl-partial", "download the results so far")
+        wait(drv, lambda x: "so far" in text_of(x, ".flash.ok"), "partial results downloaded")
+        assert "Downloaded 2 result lines" in text_of(drv, ".flash.ok")
+        part = os.path.join(shots, "downloads", b["id"] + "-partial.jsonl")
+        wait(drv, lambda x: os.path.exists(part), "the saved partial results")
+        with open(part, "rb") as f:
+            got = f.read()
+        assert got == d.call("GET", f"/v1/batches/{b['id']}/results").body, got
+        assert sorted(json.loads(x)["custom_id"] for x in got.splitlines()) == ["b-dead", "b-ok"], got
         click(drv, "table.dead-letters button.retry", "retry the dead letter")
         wait(drv, lambda x: "Requeued b-dead" in text_of(x, ".flash.ok"), "requeued")
         wait(drv, lambda x: csss(x, "p.dead-letters-empty"), "the dead letter is gone")
@@ -307,6 +325,7 @@ def test_dashboard_escapes_and_api_down():
         "attr": "\"><img src=x onerror=\"window.__xss=2\">",
         "url": "javascript:window.__xss=3",
         "quote'\"<b>": "</td></tr><tr><td>injected",
+        "rerun_of": "<i>batch_x</i>",  # shown as a link to that batch's page, by route only
     }
     cids = ["<img src=x onerror=window.__xss=4>", "\"'><script>window.__xss=5</script>", "javascript:alert(6)"]
     b = batch_with(d, [chat_line(i + 1, custom_id=c) for i, c in enumerate(cids)] + [chat_line(9, custom_id="held")],
@@ -325,12 +344,42 @@ def test_dashboard_escapes_and_api_down():
         assert shown == sorted(cids), shown
         assert drv.execute_script("return window.__xss") is None
         assert not csss(drv, "main script, main img, main iframe")
+        assert text_of(drv, "#rerun-of") == "<i>batch_x</i>"
+        assert css(drv, "#rerun-of").get_attribute("href").endswith("#/batch/%3Ci%3Ebatch_x%3C%2Fi%3E")
+        # a throughput far too low for the 24 h window: jobd says the deadline is at risk, so does the page
+        w.heartbeat(lease["lease_id"], tokens_per_s=0.0001)
+        est = d.json("GET", f"/v1/batches/{b['id']}")
+        assert est.get("deadline_at_risk") is True and est["estimated_completion_at"] > est["expires_at"], est
+        wait(drv, lambda x: "Deadline at risk" in text_of(x, "#deadline-risk"), "the deadline-at-risk warning")
+        assert csss(drv, ".card.estimate.risk")
         hrefs = [a.get_attribute("href") or "" for a in csss(drv, "a")]
         assert not [x for x in hrefs if x.lower().startswith("javascript")], hrefs
         drv.get(f"http://127.0.0.1:{d.port}/ui/#/batches")
         wait(drv, lambda x: css(x, f'tr[data-id="{b["id"]}"]'), "the batch in the list")
         assert drv.execute_script("return window.__xss") is None
         drv.save_screenshot(os.path.join(shots, "escaping.png"))
+
+        # a batch of two models (model "mixed"): one usage row per model, the API's figures
+        wq = TestWorker(d.port, WT, model="qwen", name="wq")
+        wq.register()
+        m = batch_with(d, [chat_line(1, custom_id="m-s1"), chat_line(2, custom_id="m-s2"),
+                           chat_line(3, model="qwen", custom_id="m-q1")])
+        assert m["model"] == "mixed", m
+        for x in (w, wq):
+            r = x.lease(max_requests=8).json()
+            x.results(r["lease_id"], [success(q) for q in r["requests"]])
+        m = d.wait_batch(m["id"], statuses=("completed",))
+        u = d.json("GET", f"/v1/usage?group_by=model&batch={m['id']}")
+        want = [[x["key"], str(x["num_model_requests"]), str(x["input_tokens"]), str(x["output_tokens"]),
+                 str(x["total_tokens"]), "$%.4f" % (x["cost"]["amount_micros"] / 1e6)] for x in u["data"]]
+        assert [x[:2] for x in want] == [["qwen", "1"], ["smollm", "2"]], want
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/batch/{m['id']}")
+        def model_rows(x):
+            return [[c.text for c in r.find_elements("css selector", "td")]
+                    for r in csss(x, "table.usage-models tbody tr[data-model]")]
+        wait(drv, lambda x: model_rows(x) == want, "one usage row per model of the mixed batch")
+        assert [c.text for c in csss(drv, "table.usage-models tr.total td")][:1] == ["3"]
+        drv.save_screenshot(os.path.join(shots, "batch-mixed.png"))
         no_page_errors(drv)
 
         # the page loads while the API is down: a reverse proxy that serves the

@@ -461,19 +461,28 @@ struct lexer {
     int rc;
 };
 
-static int lex_fail(struct lexer *L, int line, const char *fmt, ...)
+/* The first error of a lexer, parser or render wins: set *rc to code and
+ * write "line N: <message>" into err (errcap bytes, may be 0). Returns -1,
+ * the callers' failure value. */
+static int set_fail(int *rc, int code, char *err, size_t errcap, int line, const char *fmt, va_list ap)
 {
-    if (L->rc == 0) {
-        L->rc = ERR_PARSE;
-        if (L->err && L->errcap) {
-            int k = snprintf(L->err, L->errcap, "line %d: ", line);
-            va_list ap;
-            va_start(ap, fmt);
-            if (k >= 0 && (size_t)k < L->errcap)
-                vsnprintf(L->err + k, L->errcap - (size_t)k, fmt, ap);
-            va_end(ap);
+    if (*rc == 0) {
+        *rc = code;
+        if (err && errcap) {
+            int k = snprintf(err, errcap, "line %d: ", line);
+            if (k >= 0 && (size_t)k < errcap)
+                vsnprintf(err + k, errcap - (size_t)k, fmt, ap);
         }
     }
+    return -1;
+}
+
+static int lex_fail(struct lexer *L, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_fail(&L->rc, ERR_PARSE, L->err, L->errcap, line, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -1008,17 +1017,10 @@ struct parser {
 
 static int p_fail(struct parser *P, int line, const char *fmt, ...)
 {
-    if (P->rc == 0) {
-        P->rc = ERR_PARSE;
-        if (P->err && P->errcap) {
-            int k = snprintf(P->err, P->errcap, "line %d: ", line);
-            va_list ap;
-            va_start(ap, fmt);
-            if (k >= 0 && (size_t)k < P->errcap)
-                vsnprintf(P->err + k, P->errcap - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    set_fail(&P->rc, ERR_PARSE, P->err, P->errcap, line, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -2123,17 +2125,10 @@ static const struct { const char *name; uint8_t id; } STR_METHODS[] = {
 
 static int fail(struct rs *R, int line, const char *fmt, ...)
 {
-    if (R->rc == 0) {
-        R->rc = ERR_INVAL;
-        if (R->err && R->errcap) {
-            int k = snprintf(R->err, R->errcap, "line %d: ", line);
-            va_list ap;
-            va_start(ap, fmt);
-            if (k >= 0 && (size_t)k < R->errcap)
-                vsnprintf(R->err + k, R->errcap - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    set_fail(&R->rc, ERR_INVAL, R->err, R->errcap, line, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

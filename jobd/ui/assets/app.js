@@ -154,7 +154,12 @@
     const headers = state.key ? { Authorization: 'Bearer ' + state.key } : {};
     const r = await fetch('/v1/files/' + enc(fileId) + '/content', { headers, cache: 'no-store', credentials: 'omit' });
     if (!r.ok) throw new ApiError(r.status === 401 ? 'auth' : 'api', r.status, 'download failed: HTTP ' + r.status);
-    const url = URL.createObjectURL(await r.blob());
+    save(await r.blob(), name);
+  }
+
+  /* Hand a blob to the browser as a download. */
+  function save(blob, name) {
+    const url = URL.createObjectURL(blob);
     const a = document.createElement('a');
     a.href = url; /* a blob: URL made here, never one from the API */
     a.download = name;
@@ -162,6 +167,32 @@
     a.click();
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  /* Download the result lines a batch has committed so far (GET
+   * /v1/batches/ID/results, spec/jsonl.md "Partial results"): pages are
+   * read with successive cursors while X-Has-More is true, and the loop
+   * ends at X-Results-Complete or when no more lines are committed. */
+  async function downloadResults(batchId, name) {
+    const headers = state.key ? { Authorization: 'Bearer ' + state.key } : {};
+    const parts = [];
+    let after = '', lines = 0, complete = false;
+    for (let page = 0; page < 100000; page++) {
+      const r = await fetch('/v1/batches/' + enc(batchId) + '/results?limit=10000' + (after ? '&after=' + enc(after) : ''),
+        { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+      if (!r.ok) throw new ApiError(r.status === 401 ? 'auth' : 'api', r.status, 'download failed: HTTP ' + r.status);
+      const text = await r.text(); /* the browser undoes Content-Encoding */
+      if (text) {
+        parts.push(text);
+        for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) lines++;
+      }
+      complete = r.headers.get('X-Results-Complete') === 'true';
+      const next = r.headers.get('X-Next-Cursor') || after;
+      if (complete || r.headers.get('X-Has-More') !== 'true' || !text || next === after) break;
+      after = next;
+    }
+    save(new Blob(parts, { type: 'application/jsonl' }), name);
+    return { lines, complete };
   }
 
   /* ---- shell: sign-in, banner, navigation, polling -------------------------- */
@@ -393,19 +424,33 @@
     v.update = async () => {
       const b = await api('GET', base);
       const dl = await api('GET', base + '/dead_letters?limit=100');
-      const us = await api('GET', '/v1/usage?group_by=batch&since=' + b.data.created_at);
+      /* per model of this batch (one row, or several when its model is "mixed") */
+      const us = await api('GET', '/v1/usage?group_by=model&batch=' + enc(v.id) + '&since=' + b.data.created_at);
       const wh = await deliveriesFor(v.id);
+      const of = await outputFile(b.data);
       const c = b.data.request_counts || {};
-      const row = ((us.data && us.data.data) || []).find((x) => x.key === v.id) || {};
+      const row = (us.data && us.data.totals) || {};
       const done = (c.completed || 0) + (c.failed || 0);
       const last = v.samples[v.samples.length - 1];
       if (!last || last.done !== done || last.tokens !== (row.total_tokens || 0))
         v.samples.push({ t: now(), done, tokens: row.total_tokens || 0 });
       if (v.samples.length > 120) v.samples.shift();
-      if (!b.changed && !dl.changed && !us.changed && !wh.changed && !v.force) return null;
-      return renderBatch(v, b.data, dl.data, row, wh.list);
+      if (!b.changed && !dl.changed && !us.changed && !wh.changed && !of.changed && !v.force) return null;
+      return renderBatch(v, b.data, dl.data, us.data, wh.list, of.data);
     };
     return v;
+  }
+
+  /* The output (else error) file object: when it expires (404 once it has). */
+  async function outputFile(b) {
+    const id = b.output_file_id || b.error_file_id;
+    if (!id) return { data: null, changed: false };
+    try {
+      return await api('GET', '/v1/files/' + enc(id));
+    } catch (e) {
+      if (e.kind === 'api' && e.status === 404) return { data: { id, gone: true }, changed: false };
+      throw e;
+    }
   }
 
   /* Webhook deliveries about this batch: each endpoint's recent deliveries,
@@ -437,7 +482,7 @@
     return { rps, tps, eta };
   }
 
-  function renderBatch(v, b, dl, usage, deliveries) {
+  function renderBatch(v, b, dl, usage, deliveries, outFile) {
     const c = b.request_counts || {};
     const rt = rates(v, b);
     const timeline = [['created', b.created_at], ['in_progress', b.in_progress_at], ['finalizing', b.finalizing_at],
@@ -485,14 +530,26 @@
         : button('Cancel batch\u2026', () => { v.armed = true; redraw(); }, { id: 'cancel', class: 'danger' });
     }
 
-    /* ISSUE-20 (multi-model batches): one row per model once the batch object
-     * reports per-model usage; today a batch has one model. */
-    const inTok = usage.input_tokens || (b.usage && b.usage.input_tokens) || 0;
-    const outTok = usage.output_tokens || (b.usage && b.usage.output_tokens) || 0;
-    const cost = (usage.cost && usage.cost.amount_micros) || (b.cost && b.cost.amount_micros) || 0;
-    const usageRows = [h('tr', null, h('td', { text: b.model || '(unknown)' }), h('td', { class: 'num', text: fmtInt(usage.num_model_requests) }),
-      h('td', { class: 'num', text: fmtInt(inTok) }), h('td', { class: 'num', text: fmtInt(outTok) }),
-      h('td', { class: 'num', text: fmtInt(inTok + outTok) }), h('td', { class: 'num', text: fmtCost(cost) }))];
+    /* one row per model (GET /v1/usage?group_by=model&batch=ID): a "mixed" batch has several */
+    const models = (usage && usage.data) || [];
+    const usageRowsB = usageRows(models, 'data-model');
+    const tot = (usage && usage.totals) || {};
+    if (models.length > 1)
+      usageRowsB.push(h('tr', { class: 'total' }, h('th', { text: 'Total' }), h('td', { class: 'num', text: fmtInt(tot.num_model_requests) }),
+        h('td', { class: 'num', text: fmtInt(tot.input_tokens) }), h('td', { class: 'num', text: fmtInt(tot.output_tokens) }),
+        h('td', { class: 'num', text: fmtInt(tot.total_tokens) }), h('td', { class: 'num', text: fmtCost(tot.cost && tot.cost.amount_micros) })));
+
+    /* the deadline (expires_at), jobd's estimate and whether it misses the deadline */
+    const active = ACTIVE.includes(b.status);
+    const deadline = b.expires_at ? fmtTime(b.expires_at) + (active ? ' (in ' + fmtDur(b.expires_at - now()) + ')' : '') : '';
+    const est = b.estimated_completion_at ? fmtTime(b.estimated_completion_at) + ' (in ' + fmtDur(b.estimated_completion_at - now()) + ')' : '';
+    const risk = b.deadline_at_risk ? h('p', { class: 'warn', id: 'deadline-risk', text: 'Deadline at risk: at the current throughput this batch should end at '
+      + fmtTime(b.estimated_completion_at) + ', after its deadline ' + fmtTime(b.expires_at)
+      + '. Add workers, raise metadata.priority, or resubmit with a longer completion window.' }) : null;
+    const rerunOf = b.metadata && b.metadata.rerun_of;
+    let expiry = null;
+    if (outFile && outFile.gone) expiry = 'expired (the files answer 404)';
+    else if (outFile) expiry = outFile.expires_at ? fmtTime(outFile.expires_at) + (outFile.expires_at > now() ? ' (in ' + fmtDur(outFile.expires_at - now()) + ')' : '') : 'never';
 
     return h('section', { id: 'view-batch', 'data-id': b.id, 'data-status': b.status },
       h('p', null, h('a', { href: '#/batches' }, '\u2190 Batches')),
@@ -505,15 +562,22 @@
         card('Failed', fmtInt(c.failed), 'failed'),
         card('Total', fmtInt(c.total), 'total'),
         card('Throughput', rt.rps ? rt.rps.toFixed(2) + ' req/s' + (rt.tps ? ', ' + Math.round(rt.tps) + ' tok/s' : '') : '\u2014', 'throughput'),
-        card('ETA', rt.eta, 'eta')),
+        card('ETA', rt.eta, 'eta'),
+        est ? card('Estimated completion (jobd)', est, 'estimate' + (b.deadline_at_risk ? ' risk' : '')) : null,
+        est && deadline ? card('Deadline', deadline, 'deadline') : null),
+      risk,
       h('div', { class: 'cols' },
         h('div', null, h('h2', { text: 'Timeline' }), h('ol', { class: 'timeline' }, tlRows)),
         h('div', null, h('h2', { text: 'Details' }), h('table', { class: 'kv' }, h('tbody', null,
           kv('Endpoint', b.endpoint), kv('Model', b.model || ''), kv('Completion window', b.completion_window),
-          kv('Input file', b.input_file_id))),
+          kv('Deadline (expires_at)', deadline),
+          rerunOf ? h('tr', { class: 'rerun-of' }, h('th', { text: 'Rerun of' }),
+            h('td', null, h('a', { href: '#/batch/' + enc(rerunOf), id: 'rerun-of' }, rerunOf))) : null,
+          kv('Input file', b.input_file_id),
+          expiry !== null ? h('tr', { class: 'output-expiry' }, h('th', { text: 'Output files expire' }), h('td', { text: expiry })) : null)),
         h('h2', { text: 'Files' }), files.length ? h('div', { class: 'files' }, files) : h('p', { class: 'muted', text: 'No files yet.' }))),
       h('h2', { text: 'Usage and cost by model' }),
-      table('usage-models', ['Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'], usageRows, ''),
+      table('usage-models', ['Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'], usageRowsB, 'No usage yet.'),
       h('h2', { text: 'Metadata' }),
       table('metadata', ['Key', 'Value'], meta, 'No metadata.'),
       errs.length ? [h('h2', { text: 'Validation errors' }), table('errors', ['Line', 'Code', 'Message'], errs, '')] : null,
@@ -524,11 +588,16 @@
       table('deliveries', ['Event', 'Endpoint', 'Status', 'Attempts', 'Last HTTP status', 'Last error', ''], whRows, 'No webhook deliveries for this batch.'));
   }
 
-  /* ISSUE-20 (partial results): when GET /v1/batches/{id}/results exists,
-   * return a button here that downloads the results finished so far while
-   * the batch runs (as download() does for files). Until then: nothing. */
+  /* The results committed so far (GET /v1/batches/ID/results), in any state
+   * once the batch has started: one JSONL stream of output and error lines. */
   function partialResults(v, b) {
-    return null;
+    if (!b.in_progress_at) return null;
+    const running = ACTIVE.includes(b.status) || b.status === 'cancelling';
+    return button(running ? 'Results so far' : 'All results (one stream)', action(v, async () => {
+      const r = await downloadResults(b.id, b.id + (running ? '-partial' : '-results') + '.jsonl');
+      return 'Downloaded ' + r.lines + ' result line' + (r.lines === 1 ? '' : 's')
+        + (r.complete ? ' (complete).' : ' (so far: the batch is still running).');
+    }), { id: 'dl-partial' });
   }
 
   const kv = (k, val) => h('tr', null, h('th', { text: k }), h('td', { text: val == null ? '' : val }));
