@@ -101,7 +101,9 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     int64_t blocks = p.n_kv_blocks ? p.n_kv_blocks : (int64_t)per_seq * p.n_seq_max;
     if (blocks > INT32_MAX)
         return ERR_TOOBIG;
-    size_t kvb = kv_cache_bytes(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks);
+    /* binary16 K/V, or float32 for the exact path (HF parity to ~1e-6) */
+    int kv_f32 = p.device == KN_DEVICE_CPU && p.exact_matmul;
+    size_t kvb = kv_cache_bytes(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, kv_f32);
     if (kvb == 0 || add_bytes(&total, 1, kvb) || (p.max_bytes && total > p.max_bytes))
         return ERR_TOOBIG;
 
@@ -111,8 +113,8 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         return ERR_NOMEM;
     c->m = m;
     c->p = p;
-    rc = kv_cache_new(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx, 0,
-                      &c->kv);
+    rc = kv_cache_new(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx,
+                      kv_f32, 0, &c->kv);
     if (rc)
         goto out;
     rc = ERR_NOMEM;
@@ -127,7 +129,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         /* the K/V values live on the GPU */
         free(c->kv->k);
         free(c->kv->v);
-        c->kv->k = c->kv->v = NULL;
+        c->kv->k = c->kv->v = NULL; /* (a binary16 cache: kv_f32 is CPU-only) */
         c->kv->copy_hook = fwdcuda_copy_block;
         c->kv->copy_ud = c->cu;
     } else if ((rc = fwdcpu_new(m, &p, c->kv, &c->cpu))) {

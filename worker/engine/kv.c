@@ -8,7 +8,7 @@
 
 #include "common/err.h"
 
-size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks)
+size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks <= 0)
         return 0;
@@ -19,13 +19,13 @@ size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks)
             return 0;
         n *= f[i];
     }
-    if (n > SIZE_MAX / (2 * sizeof(float)))
+    if (n > SIZE_MAX / (2 * sizeof(uint16_t)))
         return 0;
     return n * 2 * sizeof(float);
 }
 
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
-                 size_t max_bytes, struct kv_cache **out)
+                 int f32, size_t max_bytes, struct kv_cache **out)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_seq <= 0 || max_pos <= 0 ||
         n_blocks < 0)
@@ -39,7 +39,7 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     }
     if (n_blocks > INT32_MAX / 2)
         return ERR_TOOBIG;
-    size_t bytes = kv_cache_bytes(n_layer, kv_dim, block_tokens, n_blocks);
+    size_t bytes = kv_cache_bytes(n_layer, kv_dim, block_tokens, n_blocks, f32);
     if (bytes == 0 || (max_bytes && bytes > max_bytes))
         return ERR_TOOBIG;
     if ((size_t)n_seq > SIZE_MAX / sizeof(int32_t) / (size_t)per_seq)
@@ -62,8 +62,14 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     kv->max_blocks_per_seq = per_seq;
     kv->block_stride = (size_t)block_tokens * (size_t)kv_dim;
     kv->layer_stride = (size_t)n_blocks * kv->block_stride;
-    kv->k = malloc(bytes / 2);
-    kv->v = malloc(bytes / 2);
+    kv->f32 = f32 ? 1 : 0;
+    if (kv->f32) {
+        kv->k32 = malloc(bytes / 2);
+        kv->v32 = malloc(bytes / 2);
+    } else {
+        kv->k = malloc(bytes / 2);
+        kv->v = malloc(bytes / 2);
+    }
     size_t nb = (size_t)n_blocks;
     kv->free_list = malloc(nb * sizeof *kv->free_list);
     kv->seqs = calloc((size_t)n_seq, sizeof *kv->seqs);
@@ -77,7 +83,7 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
     kv->lprev_ = malloc(nb * sizeof *kv->lprev_);
     kv->lnext_ = malloc(nb * sizeof *kv->lnext_);
     kv->hhead_ = malloc((size_t)nh * sizeof *kv->hhead_);
-    if (!kv->k || !kv->v || !kv->free_list || !kv->seqs || !kv->tables_ || !kv->ref_ ||
+    if (!(kv->f32 ? kv->k32 && kv->v32 : kv->k && kv->v) || !kv->free_list || !kv->seqs || !kv->tables_ || !kv->ref_ ||
         !kv->pub_ || !kv->key_ || !kv->parent_ || !kv->btok_ || !kv->hnext_ || !kv->lprev_ ||
         !kv->lnext_ || !kv->hhead_)
         goto out;
@@ -111,6 +117,8 @@ void kv_cache_free(struct kv_cache *kv)
         return;
     free(kv->k);
     free(kv->v);
+    free(kv->k32);
+    free(kv->v32);
     free(kv->free_list);
     free(kv->seqs);
     free(kv->tables_);
@@ -259,13 +267,17 @@ static void copy_block(struct kv_cache *kv, int32_t dst, int32_t src, int n_pos)
         kv->copy_hook(kv->copy_ud, dst, src, n_pos);
         return;
     }
-    size_t n = (size_t)n_pos * (size_t)kv->kv_dim * sizeof(float);
+    size_t n = (size_t)n_pos * (size_t)kv->kv_dim;
     for (int l = 0; l < kv->n_layer; l++) {
-        size_t base = (size_t)l * kv->layer_stride;
-        memcpy(kv->k + base + (size_t)dst * kv->block_stride,
-               kv->k + base + (size_t)src * kv->block_stride, n);
-        memcpy(kv->v + base + (size_t)dst * kv->block_stride,
-               kv->v + base + (size_t)src * kv->block_stride, n);
+        size_t d = (size_t)l * kv->layer_stride + (size_t)dst * kv->block_stride;
+        size_t s = (size_t)l * kv->layer_stride + (size_t)src * kv->block_stride;
+        if (kv->f32) {
+            memcpy(kv->k32 + d, kv->k32 + s, n * sizeof(float));
+            memcpy(kv->v32 + d, kv->v32 + s, n * sizeof(float));
+        } else {
+            memcpy(kv->k + d, kv->k + s, n * sizeof(uint16_t));
+            memcpy(kv->v + d, kv->v + s, n * sizeof(uint16_t));
+        }
     }
 }
 

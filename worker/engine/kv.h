@@ -8,7 +8,12 @@
  * tokens actually cached, not n_seq x n_ctx; a slot that finishes returns
  * its blocks at once (continuous batching refills it).
  *
- *   k, v: (n_layer, n_blocks, block_tokens, kv_dim) float32, kv_dim =
+ *   k, v: (n_layer, n_blocks, block_tokens, kv_dim) IEEE binary16 (f16, as
+ *         llama.cpp's default cache: half the memory traffic of float32;
+ *         a value is rounded to nearest even once, when it is appended,
+ *         and converted back exactly when attention reads it); or, for a
+ *         cache made with f32 = 1 (the exact path that matches HF
+ *         transformers to ~1e-6), float32 in k32, v32 instead, kv_dim =
  *         n_head_kv * head_dim; position p of slot s, layer l is at
  *         k + l*layer_stride + table[s][p / block_tokens]*block_stride
  *           + (p % block_tokens)*kv_dim
@@ -59,9 +64,11 @@ struct kv_cache {
     int n_layer, kv_dim, block_tokens, n_blocks, n_seq;
     int max_pos;           /* positions per slot (the context length) */
     int max_blocks_per_seq;
-    size_t block_stride;   /* floats per block of one layer = block_tokens * kv_dim */
-    size_t layer_stride;   /* floats per layer = n_blocks * block_stride */
-    float *k, *v;          /* see the file comment */
+    size_t block_stride;   /* values per block of one layer = block_tokens * kv_dim */
+    size_t layer_stride;   /* values per layer = n_blocks * block_stride */
+    int f32;               /* 1: float32 values in k32/v32 (k, v NULL); 0: binary16 in k/v */
+    uint16_t *k, *v;       /* binary16 bits; see the file comment */
+    float *k32, *v32;      /* float32 values (f32 caches only) */
     int32_t *free_list;    /* (n_blocks) never-used/unpublished free ids; first n_blank valid */
     int n_blank;
     int n_free;            /* blocks an allocation can get: n_blank + n_cached */
@@ -90,15 +97,16 @@ struct kv_cache {
 
 /* A cache for n_seq slots of up to max_pos positions each, with n_blocks
  * blocks of block_tokens positions in all (n_blocks 0 = enough for every
- * slot to reach max_pos). Returns 0 and *out (kv_cache_free), ERR_INVAL
+ * slot to reach max_pos); f32 = 1: float32 values, else binary16. Returns 0 and *out (kv_cache_free), ERR_INVAL
  * (a count <= 0), ERR_TOOBIG (the size overflows or exceeds max_bytes,
  * 0 = no cap), ERR_NOMEM. */
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
-                 size_t max_bytes, struct kv_cache **out);
+                 int f32, size_t max_bytes, struct kv_cache **out);
 void kv_cache_free(struct kv_cache *kv);
 
-/* Bytes kv_cache_new would allocate for K and V (0 on overflow). */
-size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks);
+/* Bytes kv_cache_new would allocate for K and V (0 on overflow): 2 bytes
+ * per value, 4 with f32. */
+size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32);
 
 /* Blocks slot seq needs in addition to its current ones to hold n_pos
  * positions (0 if it has enough). seq and n_pos must be valid. */

@@ -110,7 +110,8 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     int n_ctx = o->n_ctx ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (n_ctx > hp->n_ctx_train)
         return ERR_INVAL;
-    size_t per_block = kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim, KV_BLOCK_TOKENS, 1);
+    size_t per_block = kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim, KV_BLOCK_TOKENS, 1,
+                                      o->exact_matmul && o->device == KN_DEVICE_CPU);
     if (per_block == 0)
         return ERR_TOOBIG;
     size_t nb = o->kv_mem_bytes / per_block;

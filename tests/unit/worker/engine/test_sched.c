@@ -67,14 +67,14 @@ struct kmodel {
 };
 
 /* "Compute" positions [n_pos, to) of slot s: write the token id into K of
- * layer 0 (every float of the row) through the slot's table. */
+ * layer 0 (every value of the row, as raw 16-bit bits) through the slot's table. */
 static void k_compute(struct kv_cache *kv, struct kmodel *m, int s, int to)
 {
     struct kv_seq *q = &kv->seqs[s];
     for (int p = q->n_pos; p < to; p++) {
-        float *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
+        uint16_t *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
         for (int d = 0; d < kv->kv_dim; d++)
-            row[d] = (float)m->tok[s][p];
+            row[d] = (uint16_t)m->tok[s][p];
     }
     q->n_pos = to;
     m->n_pos[s] = to;
@@ -92,7 +92,7 @@ static void k_check(const struct kv_cache *kv, const struct kmodel *m)
         for (int j = 0; j < q->n_blocks; j++)
             refs[q->blocks[j]]++;
         for (int p = 0; p < q->n_pos; p++) {
-            const float *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
+            const uint16_t *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
             CHECK_EQ_INT((int)row[0], m->tok[s][p]);
         }
         for (int j = 0; j < q->n_hashed; j++)
@@ -122,7 +122,7 @@ TEST(kv_pool_random_ops_match_model)
     for (int round = 0; round < 20; round++) {
         struct kv_cache *kv;
         int n_blocks = 12 + (int)rnd(20);
-        CHECK_EQ_INT(kv_cache_new(1, 2, KB, n_blocks, KSEQ, KPOS, 0, &kv), 0);
+        CHECK_EQ_INT(kv_cache_new(1, 2, KB, n_blocks, KSEQ, KPOS, 0, 0, &kv), 0);
         struct kmodel m;
         memset(&m, 0, sizeof m);
         /* token streams drawn from a few shared "system prompts" so prefixes collide */
@@ -198,7 +198,7 @@ TEST(kv_pool_random_ops_match_model)
 TEST(kv_prefix_share_and_lru_eviction)
 {
     struct kv_cache *kv;
-    CHECK_EQ_INT(kv_cache_new(1, 2, KB, 6, 3, 24, 0, &kv), 0);
+    CHECK_EQ_INT(kv_cache_new(1, 2, KB, 6, 3, 24, 0, 0, &kv), 0);
     int32_t t[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     CHECK_EQ_INT(kv_seq_share_prefix(kv, 0, t, 12), 0);
     CHECK_EQ_INT(kv_seq_reserve(kv, 0, 10), 0);
