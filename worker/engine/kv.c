@@ -19,9 +19,10 @@ size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
             return 0;
         n *= f[i];
     }
-    if (n > SIZE_MAX / (2 * sizeof(uint16_t)))
+    size_t el = f32 ? sizeof(float) : sizeof(uint16_t);
+    if (n > SIZE_MAX / (2 * el))
         return 0;
-    return n * 2 * sizeof(float);
+    return n * 2 * el;
 }
 
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,

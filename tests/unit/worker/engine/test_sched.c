@@ -195,6 +195,26 @@ TEST(kv_pool_random_ops_match_model)
     CHECK(shared > 0 && partial > 0); /* the sequences did share, whole and partial blocks */
 }
 
+/* The cache's size: 2 bytes per value (binary16), 4 with f32; the arrays
+ * of the other type are not allocated. */
+TEST(kv_cache_bytes_f16_and_f32)
+{
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 0), (size_t)30 * 192 * 16 * 2 * 2);
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 1), (size_t)30 * 192 * 16 * 2 * 4);
+    CHECK_EQ_INT(kv_cache_bytes(0, 192, 16, 1, 0), 0);
+    struct kv_cache *kv = NULL;
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 0, 0, &kv), 0);
+    CHECK(kv->k && kv->v && !kv->k32 && !kv->v32 && !kv->f32);
+    kv_cache_free(kv);
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 1, 0, &kv), 0);
+    CHECK(!kv->k && !kv->v && kv->k32 && kv->v32 && kv->f32);
+    kv_cache_free(kv);
+    /* max_bytes counts the element size */
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 0, kv_cache_bytes(2, 8, KB, 4, 0), &kv), 0);
+    kv_cache_free(kv);
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 1, kv_cache_bytes(2, 8, KB, 4, 0), &kv), ERR_TOOBIG);
+}
+
 TEST(kv_prefix_share_and_lru_eviction)
 {
     struct kv_cache *kv;
@@ -348,8 +368,9 @@ static void add_all(struct oreq_sched *s, const struct reqset *rs, int from, int
     }
 }
 
-/* Bytes per KV block of the tiny model: 2 layers * 16 positions * kv_dim 32 * K,V * 4. */
-#define TINY_BLOCK_BYTES (2u * 16u * 32u * 2u * 4u)
+/* Bytes per KV block of the tiny model: 2 layers * 16 positions * kv_dim 32 * K,V
+ * * 2 (binary16). */
+#define TINY_BLOCK_BYTES (2u * 16u * 32u * 2u * 2u)
 
 TEST(sched_batch_invariance_alone_vs_pack_of_256)
 {
