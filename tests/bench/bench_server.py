@@ -315,6 +315,7 @@ def main():
     ap.add_argument("--single-decode", type=int, default=64)
     ap.add_argument("--no-single", action="store_true", help="skip the single-sequence comparison")
     ap.add_argument("--no-peer", action="store_true", help="only our side")
+    ap.add_argument("--no-e2e", action="store_true", help="only the single-sequence comparison")
     a = ap.parse_args()
     models = a.model or [subprocess.run([os.path.join(ROOT, "scripts/fetch-model")], capture_output=True,
                                         text=True, check=True).stdout.strip()]
@@ -331,6 +332,23 @@ def main():
         print(f"== {os.path.basename(model)}: {a.n} chat requests, prompts 50-400 tokens, "
               f"64-128 output tokens ({sum(m for _, m in work)} in all, EOG ids {eog} biased -100), "
               f"greedy, {a.threads} threads; load average {loadavg()}", flush=True)
+        if a.no_e2e:
+            s_l = None
+            if peer and not a.no_single:
+                srv = Server(a.server, model, a.threads, 1, a.ctx_per_seq, a.poll)
+                try:
+                    s_l = single_server(srv, a)
+                finally:
+                    srv.stop()
+            if not a.no_single:
+                s_o = single_ours(model, a)
+                line = f"  single sequence, {s_o[0]}-token prompt, {a.single_decode} decoded: ours prefill " \
+                       f"{s_o[1]:.1f} tok/s, decode {s_o[2]:.1f} tok/s"
+                if s_l:
+                    line += (f"; llama-server ({s_l[0]}-token prompt) prefill {s_l[1]:.1f}, decode {s_l[2]:.1f}; "
+                             f"ratio prefill {s_o[1] / s_l[1]:.2f}x, decode {s_o[2] / s_l[2]:.2f}x")
+                print(line, flush=True)
+            continue
         ours = run_ours(model, work, eog, a)
         o_out, o_tot = rates(ours)
         print(f"  ours (jobd + jobworker, max-seqs {a.max_seqs}, max-batch-tokens {a.max_batch_tokens}): "
