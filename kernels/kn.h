@@ -143,6 +143,10 @@ float quant_fp16_to_fp32(uint16_t h);
  * and the top 9 payload bits (as F16C and CUDA's __float2half do). */
 uint16_t quant_fp32_to_fp16(float f);
 
+/* quant_fp32_to_fp16 over n values (the KV cache append; F16C's vcvtps2ph
+ * with round-to-nearest-even where the CPU has it: the same bits). */
+void kn_f32_to_f16(uint16_t *dst, const float *src, size_t n);
+
 /* bfloat16 bits -> float: the bits become the top half of a binary32. Exact. */
 float quant_bf16_to_fp32(uint16_t h);
 
@@ -324,6 +328,17 @@ void kn_attn_paged_heads_f32(float *out, const float *q, const float *k, const f
  * numbers are kn_attn_paged_heads_f32's; every SIMD level gives the scalar
  * path's bits. */
 void kn_attn_paged_win_heads_f32(float *out, const float *q, const float *k, const float *v,
+                                 const int32_t *block_table, int block_tokens,
+                                 size_t block_stride, int p0, int n_ctx, int n_head, int n_head_kv,
+                                 int head_dim, int h0, int h1, float scale, float softcap,
+                                 float *scores);
+
+/* The same on a binary16 cache (the engine's; k, v hold IEEE half bits,
+ * block_stride and the layout counted in elements as above): each K/V
+ * element is converted to float exactly and the float operations above run
+ * on it, so the result is kn_attn_paged_win_heads_f32's on the converted
+ * cache, bit for bit, at every SIMD level (the SIMD paths need F16C). */
+void kn_attn_paged_win_heads_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
                                  const int32_t *block_table, int block_tokens,
                                  size_t block_stride, int p0, int n_ctx, int n_head, int n_head_kv,
                                  int head_dim, int h0, int h1, float scale, float softcap,

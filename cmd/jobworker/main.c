@@ -54,7 +54,7 @@ static const char *usage_text =
     "                 [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
     "                 [--n N] [--stop STR]... [--threads N] [--ctx N] [--exact] [--print-ids]\n"
     "                 (one-off request, no jobd; --json prints the OpenAI response body)\n"
-    "       jobworker --model M.gguf --bench [--threads N] [--bench-decode N]\n"
+    "       jobworker --model M.gguf --bench [--threads N] [--bench-decode N] [--bench-prompt R]\n"
     "                 (prompt-processing and decode tokens/s)\n"
     "       jobworker --self-check [--device cpu|cuda]\n"
     "       jobworker --model M.gguf --inspect   (print the model's metadata and tensor summary)\n"
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
     int64_t pack_size = 0, lease_seconds = 0, drain_ms = 30000;
     const char *json_path = NULL, *temperature = NULL, *top_p = NULL;
     int64_t top_k = INT64_MIN, seed = INT64_MIN, n_choices = 0;
-    int64_t n_ctx = 0, bench_decode = 128;
+    int64_t n_ctx = 0, bench_decode = 128, bench_prompt = 6;
     int exact = 0, bench = 0;
     /* --stop may repeat (cfg does not): take the pairs out of argv first */
     const char *stops[STOP_MAX], *stop_unused = NULL;
@@ -160,6 +160,7 @@ int main(int argc, char **argv)
         {"exact", NULL, CFG_BOOL, &exact, NULL, "reference matmul (float dot products; slow)"},
         {"bench", NULL, CFG_BOOL, &bench, NULL, "print prompt-processing and decode tokens/s"},
         {"bench-decode", NULL, CFG_INT, &bench_decode, "N", "--bench: tokens to decode (default 128)"},
+        {"bench-prompt", NULL, CFG_INT, &bench_prompt, "R", "--bench: the prompt sentence repeated R times (default 6: 61 tokens on SmolLM2)"},
         {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat/--json: also print the token ids on stderr"},
         {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
         {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
@@ -234,12 +235,12 @@ int main(int argc, char **argv)
         return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     }
     if (bench) {
-        if (!model || bench_decode < 1 || bench_decode > 100000) {
+        if (!model || bench_decode < 1 || bench_decode > 100000 || bench_prompt < 1 || bench_prompt > 1000) {
             cli_error("jobworker", "see jobworker --help",
-                      "--bench needs --model and --bench-decode 1..100000");
+                      "--bench needs --model, --bench-decode 1..100000, --bench-prompt 1..1000");
             return CLI_EXIT_USAGE;
         }
-        struct oneshot_bench_opts bo = {model, (int)threads, 6, (int)bench_decode, exact,
+        struct oneshot_bench_opts bo = {model, (int)threads, (int)bench_prompt, (int)bench_decode, exact,
                                         (int)dev};
         int rc = oneshot_bench(&bo, stdout, err, sizeof err);
         if (rc)

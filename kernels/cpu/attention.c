@@ -1,6 +1,10 @@
 /* attention.c - causal GQA attention of one query over a paged K/V cache,
  * CPU reference (kn_attn_paged_f32, kn_attn_paged_heads_f32; contracts and
- * shapes in kernels/kn.h).
+ * shapes in kernels/kn.h), on a float cache or a binary16 one
+ * (kn_attn_paged_win_heads_f16: the engine's cache; each element is
+ * converted to float exactly, then the very operations below run). The
+ * per-head paths are written once, in attention_body.h, and instantiated
+ * for both element types here.
  *
  * The reference of cuda/attention.cu, run on the same bf16-rounded K/V:
  * 1e-5 relative per element in f32 output (exp and summation order differ).
@@ -34,21 +38,6 @@
 #define ATT_X86 0
 #endif
 
-static const float *kv_at(const float *base, const int32_t *block_table, int block_tokens,
-                          size_t block_stride, int kv_dim, int p)
-{
-    return base + (size_t)block_table[p / block_tokens] * block_stride +
-           (size_t)(p % block_tokens) * (size_t)kv_dim;
-}
-
-static float dot_lanes(const float *a, const float *b, int n)
-{
-    float l[8] = {0};
-    for (int d = 0; d < n; d++)
-        l[d & 7] = fmaf(a[d], b[d], l[d & 7]);
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
 /* Soft-capping (Gemma 2): s = cap * kn_tanh(s / cap) in place (scale.c);
  * cap 0 = none. Scalar on every SIMD path, so the bits stay the same. */
 static void softcap_row(float *scores, int n, float cap)
@@ -76,100 +65,19 @@ static void softmax_row(float *scores, int n)
         scores[p] *= inv;
 }
 
-static void head_scalar(float *oh, const float *qh, const float *k, const float *v,
-                        const int32_t *block_table, int block_tokens, size_t block_stride,
-                        int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
-                        float softcap, float *scores)
-{
-    for (int p = p0; p < n_ctx; p++) {
-        const float *kp = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
-        scores[p] = dot_lanes(qh, kp, head_dim) * scale;
-    }
-    softcap_row(scores + p0, n_ctx - p0, softcap);
-    softmax_row(scores + p0, n_ctx - p0);
-    memset(oh, 0, (size_t)head_dim * sizeof *oh);
-    for (int p = p0; p < n_ctx; p++) {
-        const float *vp = kv_at(v, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
-        float w = scores[p];
-        for (int d = 0; d < head_dim; d++)
-            oh[d] = fmaf(w, vp[d], oh[d]);
-    }
-}
-
 #if ATT_X86
-#define AVX2 __attribute__((target("avx2,fma")))
+#define ATT_AVX2_F32 __attribute__((target("avx2,fma")))
+#define ATT_AVX2_F16 __attribute__((target("avx2,fma,f16c")))
+#define ATT_AVX512_F32 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+#define ATT_AVX512_F16 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 
 /* head_dim a multiple of 8. */
 /* ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
-AVX2 static inline float hsum_att(__m256 acc)
+ATT_AVX2_F32 static inline float hsum_att(__m256 acc)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-/* scores[p] = q.k_p * scale for p0 <= p < n_ctx (head_avx2's q.k; the
- * AVX-512 head uses it for the positions after its 8-position passes). */
-AVX2 static void scores_avx2(float *scores, const float *qh, const float *k,
-                             const int32_t *block_table, int block_tokens, size_t block_stride,
-                             int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim,
-                             float scale)
-{
-    /* four positions at a time: four independent FMA chains instead of one
-     * latency-bound chain; each position's operations are unchanged */
-    int p = p0;
-    for (; p + 4 <= n_ctx; p += 4) {
-        const float *k0 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
-        const float *k1 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 1) + kv_off;
-        const float *k2 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 2) + kv_off;
-        const float *k3 = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + 3) + kv_off;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int d = 0; d < head_dim; d += 8) {
-            __m256 qd = _mm256_loadu_ps(qh + d);
-            a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k0 + d), a0);
-            a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k1 + d), a1);
-            a2 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k2 + d), a2);
-            a3 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k3 + d), a3);
-        }
-        scores[p] = hsum_att(a0) * scale;
-        scores[p + 1] = hsum_att(a1) * scale;
-        scores[p + 2] = hsum_att(a2) * scale;
-        scores[p + 3] = hsum_att(a3) * scale;
-    }
-    for (; p < n_ctx; p++) {
-        const float *kp = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p) + kv_off;
-        __m256 acc = _mm256_setzero_ps();
-        for (int d = 0; d < head_dim; d += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kp + d), acc);
-        scores[p] = hsum_att(acc) * scale;
-    }
-}
-
-AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const float *v,
-                           const int32_t *block_table, int block_tokens, size_t block_stride,
-                           int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim, float scale,
-                           float softcap, float *scores)
-{
-    scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim, kv_off,
-                head_dim, scale);
-    softcap_row(scores + p0, n_ctx - p0, softcap);
-    softmax_row(scores + p0, n_ctx - p0);
-    /* up to 64 dimensions per pass: eight independent accumulator chains */
-    for (int d0 = 0; d0 < head_dim; d0 += 64) {
-        int nd = head_dim - d0 < 64 ? head_dim - d0 : 64; /* multiple of 8 */
-        __m256 o[8];
-        for (int j = 0; j < 8; j++)
-            o[j] = _mm256_setzero_ps();
-        for (int pv = p0; pv < n_ctx; pv++) {
-            const float *vp =
-                kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
-            __m256 w = _mm256_set1_ps(scores[pv]);
-            for (int j = 0; j < nd / 8; j++)
-                o[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * j), o[j]);
-        }
-        for (int j = 0; j < nd / 8; j++)
-            _mm256_storeu_ps(oh + d0 + 8 * j, o[j]);
-    }
 }
 
 /* AVX-512: the same operations as head_avx2, more of them per instruction.
@@ -179,17 +87,9 @@ AVX2 static void head_avx2(float *oh, const float *qh, const float *k, const flo
  * (l0+l4, l1+l5, l2+l6, l3+l7), then (s0+s2, s1+s3), then their sum.
  * V: 16 dimensions per register (out[d] = fma(w, v[d], out[d]) per d, any
  * width gives the same bits). head_dim a multiple of 16. */
-#define AVX512A __attribute__((target("avx512f,avx512vl,avx2,fma")))
-
-/* 8 floats at a (low half) and 8 at b (high half). */
-AVX512A static inline __m512 ld_pair(const float *a, const float *b)
-{
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a))),
-                                               _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
-}
 
 /* Lane sums of positions (2i, 2i+1) in a[i], i < 4 -> 8 floats in order. */
-AVX512A static inline __m256 hsum8x8_att(const __m512 a[4])
+ATT_AVX512_F32 static inline __m256 hsum8x8_att(const __m512 a[4])
 {
     __m512 r[2];
     for (int h = 0; h < 2; h++) {
@@ -203,61 +103,70 @@ AVX512A static inline __m256 hsum8x8_att(const __m512 a[4])
     return _mm512_castps512_ps256(_mm512_permutex2var_ps(r[0], idx, r[1]));
 }
 
-AVX512A static void head_avx512(float *oh, const float *qh, const float *k, const float *v,
-                                const int32_t *block_table, int block_tokens, size_t block_stride,
-                                int p0, int n_ctx, int kv_dim, size_t kv_off, int head_dim,
-                                float scale, float softcap, float *scores)
+
+/* 8 values at a (low half) and 8 at b (high half). */
+ATT_AVX512_F32 static inline __m512 ld_pair_f32(const float *a, const float *b)
 {
-    int p = p0;
-    for (; p + 8 <= n_ctx; p += 8) {
-        const float *kp[8];
-        for (int i = 0; i < 8; i++)
-            kp[i] = kv_at(k, block_table, block_tokens, block_stride, kv_dim, p + i) + kv_off;
-        /* four named accumulators: an array here would live on the stack */
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int d = 0; d < head_dim; d += 8) {
-            __m512 qd = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(qh + d))));
-            a0 = _mm512_fmadd_ps(qd, ld_pair(kp[0] + d, kp[1] + d), a0);
-            a1 = _mm512_fmadd_ps(qd, ld_pair(kp[2] + d, kp[3] + d), a1);
-            a2 = _mm512_fmadd_ps(qd, ld_pair(kp[4] + d, kp[5] + d), a2);
-            a3 = _mm512_fmadd_ps(qd, ld_pair(kp[6] + d, kp[7] + d), a3);
-        }
-        const __m512 a[4] = {a0, a1, a2, a3};
-        _mm256_storeu_ps(scores + p, _mm256_mul_ps(hsum8x8_att(a), _mm256_set1_ps(scale)));
-    }
-    scores_avx2(scores, qh, k, block_table, block_tokens, block_stride, p, n_ctx, kv_dim, kv_off,
-                head_dim, scale);
-    softcap_row(scores + p0, n_ctx - p0, softcap);
-    softmax_row(scores + p0, n_ctx - p0);
-    /* 64 dimensions per pass in four named accumulators, then 16 at a time */
-    int d0 = 0;
-    for (; d0 + 64 <= head_dim; d0 += 64) {
-        __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        for (int pv = p0; pv < n_ctx; pv++) {
-            const float *vp =
-                kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
-            __m512 w = _mm512_set1_ps(scores[pv]);
-            o0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp), o0);
-            o1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 16), o1);
-            o2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 32), o2);
-            o3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 48), o3);
-        }
-        _mm512_storeu_ps(oh + d0, o0);
-        _mm512_storeu_ps(oh + d0 + 16, o1);
-        _mm512_storeu_ps(oh + d0 + 32, o2);
-        _mm512_storeu_ps(oh + d0 + 48, o3);
-    }
-    for (; d0 < head_dim; d0 += 16) {
-        __m512 o0 = _mm512_setzero_ps();
-        for (int pv = p0; pv < n_ctx; pv++) {
-            const float *vp =
-                kv_at(v, block_table, block_tokens, block_stride, kv_dim, pv) + kv_off + d0;
-            o0 = _mm512_fmadd_ps(_mm512_set1_ps(scores[pv]), _mm512_loadu_ps(vp), o0);
-        }
-        _mm512_storeu_ps(oh + d0, o0);
-    }
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a))),
+                                               _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+ATT_AVX512_F16 static inline __m512 ld_pair_f16(const uint16_t *a, const uint16_t *b)
+{
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+        _mm_loadu_si128((const __m128i *)(const void *)b), 1));
+}
+
+/* The SIMD level for the binary16 cache: AVX2 and AVX-512 also need F16C
+ * (every AVX2 CPU so far has it; checked once all the same). */
+static int level_f16(void)
+{
+    static int f16c = -1;
+    if (f16c < 0)
+        f16c = __builtin_cpu_supports("f16c") ? 1 : 0;
+    return f16c ? kn_simd_level() : KN_SIMD_SCALAR;
 }
 #endif
+
+/* ---- the per-head paths, once per cache element type (attention_body.h) ---- */
+#define ATT_PASTE2(a, b) a##b
+#define ATT_PASTE(a, b) ATT_PASTE2(a, b)
+#define AT(name) ATT_PASTE(name, ATT_SFX)
+
+/* float cache */
+#define KVT float
+#define ATT_SFX _f32
+#define LD1(p) (*(p))
+#define LD8(p) _mm256_loadu_ps(p)
+#define LD16(p) _mm512_loadu_ps(p)
+#define LDPAIR(a, b) ld_pair_f32(a, b)
+#define ATT_AVX2 ATT_AVX2_F32
+#define ATT_AVX512 ATT_AVX512_F32
+#define ATT_LEVEL() kn_simd_level()
+#include "kernels/cpu/attention_body.h"
+#undef KVT
+#undef ATT_SFX
+#undef LD1
+#undef LD8
+#undef LD16
+#undef LDPAIR
+#undef ATT_AVX2
+#undef ATT_AVX512
+#undef ATT_LEVEL
+
+/* binary16 cache: the SIMD paths need F16C (vcvtph2ps) besides AVX2 */
+#define KVT uint16_t
+#define ATT_SFX _f16
+#define LD1(p) quant_fp16_to_fp32(*(p))
+#define LD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define LD16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define LDPAIR(a, b) ld_pair_f16(a, b)
+#define ATT_AVX2 ATT_AVX2_F16
+#define ATT_AVX512 ATT_AVX512_F16
+#define ATT_LEVEL() level_f16()
+#include "kernels/cpu/attention_body.h"
+
 
 void kn_attn_paged_f32(float *out, const float *q, const float *k, const float *v,
                        const int32_t *block_table, int block_tokens, size_t block_stride,
@@ -283,29 +192,16 @@ void kn_attn_paged_win_heads_f32(float *out, const float *q, const float *k, con
                                  int head_dim, int h0, int h1, float scale, float softcap,
                                  float *scores)
 {
-    int group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
-#if ATT_X86
-    int lv = kn_simd_level();
-    int avx2 = lv >= KN_SIMD_AVX2 && head_dim % 8 == 0;
-    int avx512 = lv >= KN_SIMD_AVX512 && head_dim % 16 == 0;
-#endif
-    for (int h = h0; h < h1; h++) {
-        const float *qh = q + (size_t)h * (size_t)head_dim;
-        float *oh = out + (size_t)h * (size_t)head_dim;
-        size_t kv_off = (size_t)(h / group) * (size_t)head_dim;
-#if ATT_X86
-        if (avx512) {
-            head_avx512(oh, qh, k, v, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim,
-                        kv_off, head_dim, scale, softcap, scores);
-            continue;
-        }
-        if (avx2) {
-            head_avx2(oh, qh, k, v, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim,
-                      kv_off, head_dim, scale, softcap, scores);
-            continue;
-        }
-#endif
-        head_scalar(oh, qh, k, v, block_table, block_tokens, block_stride, p0, n_ctx, kv_dim,
-                    kv_off, head_dim, scale, softcap, scores);
-    }
+    win_heads_f32(out, q, k, v, block_table, block_tokens, block_stride, p0, n_ctx, n_head,
+                  n_head_kv, head_dim, h0, h1, scale, softcap, scores);
+}
+
+void kn_attn_paged_win_heads_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                                 const int32_t *block_table, int block_tokens,
+                                 size_t block_stride, int p0, int n_ctx, int n_head, int n_head_kv,
+                                 int head_dim, int h0, int h1, float scale, float softcap,
+                                 float *scores)
+{
+    win_heads_f16(out, q, k, v, block_table, block_tokens, block_stride, p0, n_ctx, n_head,
+                  n_head_kv, head_dim, h0, h1, scale, softcap, scores);
 }

@@ -55,6 +55,16 @@
  * sets (block parity) side by side - and one multiply gives the scales of 4
  * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
  * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
+ * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
+ * of a weight super-block for 4 activation rows), plus an 8-row kernel at
+ * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
+ * applies their scales. The 4- and 8-row kernels do the per-super-block
+ * tail (horizontal sums, mins, fmas) for all their rows in one 4- or 8-lane
+ * vector, lane r = row r. Per row the operations are the reference's (exact
+ * integer sums, the same fmas in the same order). At n = 64, 1 thread, they
+ * reach about 50% (AVX2, 4 rows) of the AVX2 maddubs+madd idiom's peak and
+ * about 25% (AVX-512, 8 rows) of vpdpbusd's, both peaks measured by
+ * bench_matq's peak loop in the same run (bench/NOTES.md, 2026-12-01).
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
@@ -634,106 +644,220 @@ AVX2 static inline __m256i scaled_dot(__m256i u, __m256i s, __m256i scale16)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
 }
 
-AVX2 static float dot_q4_k_avx2(int k, const uint8_t *w, const void *av)
+/* ---- K-quants, AVX2: NR activation rows per weight row ------------------------------
+ *
+ * Each weight super-block is unpacked once and dotted with NR = 1 or 4
+ * activation rows. Per row the operations are the reference's: the integer
+ * sums are exact (so the order of the vector adds does not matter), then
+ * the same two fmas per super-block in block order (dot_q4_k_s). The sums
+ * of mins (Q4_K/Q5_K) and the -32 correction of Q6_K are integer dots of
+ * the 16 bsums with the scales, done with one madd: exact too. */
+#define FORCE_INLINE inline __attribute__((always_inline))
+/* the row and sub-block loops unrolled, so that the NR accumulators live in
+ * registers (GCC keeps an array indexed in a rolled loop on the stack) */
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* The 6-bit scales and mins of a Q4_K/Q5_K block (k4_scales) computed in
+ * general registers, four bytes to a word: byte j of sc[w] is the scale of
+ * sub-block 4 w + j, of mn[w] its min. (Writing the bytes to memory and
+ * loading them as a vector would stall store forwarding every block.) */
+struct k4_words {
+    uint32_t sc[2], mn[2];
+};
+
+static inline struct k4_words k4_scale_words(const uint8_t *p)
 {
-    const struct act256 *a = av;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    float acc = 0.0f, accm = 0.0f;
+    uint32_t u[3];
+    memcpy(u, p, sizeof u);
+    struct k4_words k;
+    k.sc[0] = u[0] & 0x3F3F3F3Fu;
+    k.mn[0] = u[1] & 0x3F3F3F3Fu;
+    k.sc[1] = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    k.mn[1] = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    return k;
+}
+
+static inline int k4_byte(const uint32_t w[2], int i)
+{
+    return (int)((w[i >> 2] >> (8 * (i & 3))) & 0xFF);
+}
+
+/* The eight mins, each twice (16 x i16), in the order of the 16 bsums:
+ * sum_s mn[s] * (bsums[2s] + bsums[2s+1]) is then one madd. */
+AVX2 static FORCE_INLINE __m256i k4_mins16(const struct k4_words *k)
+{
+    __m128i m8 = _mm_cvtsi64_si128((long long)(k->mn[0] | (uint64_t)k->mn[1] << 32));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+}
+
+/* The eight scales as i16 (lanes 0-7), zero above. */
+AVX2 static FORCE_INLINE __m256i k4_scales16(const struct k4_words *k)
+{
+    return _mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(k->sc[0] | (uint64_t)k->sc[1] << 32)));
+}
+
+/* Four integer sums at once: lane r = the sum of the i32 lanes of t[r]. */
+AVX2 static FORCE_INLINE __m128i hsum_rows4(const __m256i t[4])
+{
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* The activation scales of block b of four rows, lane r = a[r][b].d. */
+AVX2 static FORCE_INLINE __m128 act_d4(const struct act256 *const *a, int b)
+{
+    return _mm_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d);
+}
+
+AVX2 static FORCE_INLINE int bsum_dot_avx2(const int16_t *bsums, __m256i s16)
+{
+    return hsum_i32_avx2(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bsums), s16));
+}
+
+/* Q4_K (Q5 = 0) or Q5_K (Q5 = 1) against NR rows. */
+AVX2 static FORCE_INLINE void q45k_rows_avx2(int k, const uint8_t *w, const struct act256 *const *a,
+                                              float *out, const int NR, const int Q5)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 accv = _mm_setzero_ps(), accmv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q4_k);
-        uint8_t sc[8], mn[8];
-        k4_scales(blk + 4, sc, mn);
-        const uint8_t *qs = blk + 16;
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
+        const uint8_t *blk = w + (size_t)b * bs;
+        struct k4_words kw = k4_scale_words(blk + 4);
+        const uint8_t *qs = blk + (Q5 ? 48 : 16);
+        __m256i qh = Q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        __m256i isum[4];
+        UNROLL for (int r = 0; r < NR; r++)
+            isum[r] = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c));
-            __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c + 32));
-            isum = _mm256_add_epi32(isum, scaled_dot(lo, y0, _mm256_set1_epi16(sc[2 * c])));
-            isum = _mm256_add_epi32(isum, scaled_dot(hi, y1, _mm256_set1_epi16(sc[2 * c + 1])));
+            if (Q5) { /* bit 2c of qh[l]: 5th bit of sub-block 2c; bit 2c+1: of 2c+1 */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+                qh = _mm256_srli_epi16(qh, 2);
+            }
+            __m256i s0 = _mm256_set1_epi16((short)k4_byte(kw.sc, 2 * c)),
+                    s1 = _mm256_set1_epi16((short)k4_byte(kw.sc, 2 * c + 1));
+            UNROLL for (int r = 0; r < NR; r++) {
+                __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c));
+                __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c + 32));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(scaled_dot(lo, y0, s0),
+                                                                     scaled_dot(hi, y1, s1)));
+            }
         }
-        int imin = 0;
-        for (int s = 0; s < 8; s++)
-            imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
-        acc = fmaf(h2f_avx2(rd16(blk)) * a[b].d, (float)hsum_i32_avx2(isum), acc);
-        accm = fmaf(h2f_avx2(rd16(blk + 2)) * a[b].d, (float)imin, accm);
+        __m256i mins = k4_mins16(&kw);
+        float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
+        if (NR == 4) { /* lane r of each vector: row r's scalar steps below */
+            __m256i tm[4];
+            UNROLL for (int r = 0; r < 4; r++)
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            __m128 ad = act_d4(a, b);
+            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(isum)), accv);
+            accmv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accmv);
+            continue;
+        }
+        UNROLL for (int r = 0; r < NR; r++) {
+            int imin = bsum_dot_avx2(a[r][b].bsums, mins);
+            acc[r] = fmaf(dw * a[r][b].d, (float)hsum_i32_avx2(isum[r]), acc[r]);
+            accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
+        }
     }
-    return acc - accm;
+    if (NR == 4) {
+        _mm_storeu_ps(out, _mm_sub_ps(accv, accmv));
+        return;
+    }
+    UNROLL for (int r = 0; r < NR; r++)
+        out[r] = acc[r] - accm[r];
 }
 
-AVX2 static float dot_q5_k_avx2(int k, const uint8_t *w, const void *av)
+/* The 6-bit values of the four 32-value quarters of Q6_K half h, from the
+ * half's ql (l0, l1) and qh: quarter g pairs with activations 128 h + 32 g. */
+AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, __m256i q[4])
 {
-    const struct act256 *a = av;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    float acc = 0.0f, accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q5_k);
-        uint8_t sc[8], mn[8];
-        k4_scales(blk + 4, sc, mn);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        const uint8_t *qs = blk + 48;
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            /* bit 2c of qh[l] is the 5th bit of sub-block 2c, bit 2c+1 of 2c+1 */
-            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
-            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
-            qh = _mm256_srli_epi16(qh, 2);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
-            __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c));
-            __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[b].q + 64 * c + 32));
-            isum = _mm256_add_epi32(isum, scaled_dot(lo, y0, _mm256_set1_epi16(sc[2 * c])));
-            isum = _mm256_add_epi32(isum, scaled_dot(hi, y1, _mm256_set1_epi16(sc[2 * c + 1])));
-        }
-        int imin = 0;
-        for (int s = 0; s < 8; s++)
-            imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
-        acc = fmaf(h2f_avx2(rd16(blk)) * a[b].d, (float)hsum_i32_avx2(isum), acc);
-        accm = fmaf(h2f_avx2(rd16(blk + 2)) * a[b].d, (float)imin, accm);
-    }
-    return acc - accm;
-}
-
-AVX2 static float dot_q6_k_avx2(int k, const uint8_t *w, const void *av)
-{
-    const struct act256 *a = av;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    float acc = 0.0f;
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+}
+
+AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struct act256 *const *a,
+                                             float *out, const int NR)
+{
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    __m128 accv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
     for (int b = 0; b < k / QUANT_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
         const uint8_t *ql = blk, *qhp = blk + 128;
         const int8_t *scales = (const int8_t *)(blk + 192);
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
+        __m256i isum[4];
+        UNROLL for (int r = 0; r < NR; r++)
+            isum[r] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-            for (int g = 0; g < 4; g++) {
+            q6k_quarters(l0, l1, qh, q);
+            UNROLL for (int g = 0; g < 4; g++) {
                 int si = 8 * h + 2 * g;
                 __m256i scv = _mm256_set_m128i(_mm_set1_epi16(scales[si + 1]), _mm_set1_epi16(scales[si]));
-                __m256i y = _mm256_loadu_si256((const __m256i *)(a[b].q + 128 * h + 32 * g));
-                isum = _mm256_add_epi32(isum, scaled_dot(q[g], y, scv));
+                UNROLL for (int r = 0; r < NR; r++) {
+                    __m256i y = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 128 * h + 32 * g));
+                    isum[r] = _mm256_add_epi32(isum[r], scaled_dot(q[g], y, scv));
+                }
             }
         }
-        int corr = 0; /* the -32 offset: 32 * sum_g scale_g * bsum_g */
-        for (int g = 0; g < 16; g++)
-            corr += scales[g] * a[b].bsums[g];
-        int total = hsum_i32_avx2(isum) - 32 * corr;
-        acc = fmaf(h2f_avx2(rd16(blk + 208)) * a[b].d, (float)total, acc);
+        /* the -32 offset: 32 * sum_g scale_g * bsum_g */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
+        float dw = h2f_avx2(rd16(blk + 208));
+        if (NR == 4) { /* lane r: row r's scalar steps below */
+            __m256i tc[4];
+            UNROLL for (int r = 0; r < 4; r++)
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            __m128i total = _mm_sub_epi32(hsum_rows4(isum), _mm_slli_epi32(hsum_rows4(tc), 5));
+            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), accv);
+            continue;
+        }
+        UNROLL for (int r = 0; r < NR; r++) {
+            int total = hsum_i32_avx2(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
+            acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
+        }
     }
-    return acc;
+    if (NR == 4) {
+        _mm_storeu_ps(out, accv);
+        return;
+    }
+    UNROLL for (int r = 0; r < NR; r++)
+        out[r] = acc[r];
 }
+
+/* One-row (dot_fn) and four-row (dot4_fn) entry points of a rows kernel. */
+#define KQ_PAIR(ATTR, n1, n4, CALL)                                                           \
+    ATTR static float n1(int k, const uint8_t *w, const void *av)                             \
+    {                                                                                         \
+        const struct act256 *a[1] = {av};                                                     \
+        float o;                                                                              \
+        CALL(k, w, a, &o, 1);                                                                 \
+        return o;                                                                             \
+    }                                                                                         \
+    ATTR static void n4(int k, const uint8_t *w, const void *const *av, float *out)           \
+    {                                                                                         \
+        const struct act256 *a[4] = {av[0], av[1], av[2], av[3]};                             \
+        CALL(k, w, a, out, 4);                                                                \
+    }
+
+#define Q4K_AVX2(k, w, a, o, nr) q45k_rows_avx2(k, w, a, o, nr, 0)
+#define Q5K_AVX2(k, w, a, o, nr) q45k_rows_avx2(k, w, a, o, nr, 1)
+#define Q6K_AVX2(k, w, a, o, nr) q6k_rows_avx2(k, w, a, o, nr)
+KQ_PAIR(AVX2, dot_q4_k_avx2, dot4_q4_k_avx2, Q4K_AVX2)
+KQ_PAIR(AVX2, dot_q5_k_avx2, dot4_q5_k_avx2, Q5K_AVX2)
+KQ_PAIR(AVX2, dot_q6_k_avx2, dot4_q6_k_avx2, Q6K_AVX2)
 
 /* Float weights: four 8-lane accumulators = lanes 0-31; the tail (k % 32)
  * goes through the same lanes in scalar code; sum32 combines them. */
@@ -897,6 +1021,231 @@ X4_SET(QUANT_Q5_0, dotx_q5_0)
 X4_SET(QUANT_Q5_1, dotx_q5_1)
 X4_SET(QUANT_Q8_0, dotx_q8_0)
 
+/* ---- K-quants, AVX-512 VNNI: two sub-blocks per register ------------------------------
+ *
+ * One 512-bit register holds 64 weight values, two sub-blocks (Q4_K/Q5_K:
+ * the low and high nibbles of one 32-byte qs chunk = sub-blocks 2c, 2c+1;
+ * Q6_K: two 32-value quarters), against the 64 matching activation bytes
+ * in one load. maddubs gives exact i16 pair sums (|u * s| pairs stay below
+ * 2 * 63 * 127), vpdpwssd multiplies them by the i16 sub-block scales and
+ * adds into i32 lanes in one instruction (no saturation: the exact integers
+ * of the AVX2 madd + add). So the integer sum per super-block is the
+ * reference's, and the float steps per row are the same fmas: the bits of
+ * the scalar path. */
+
+/* 16 i16 values (a 256-bit vector) -> 32 i16 lanes, lane i = v16[idx[i]]. */
+AVX512 static FORCE_INLINE __m512i spread16(__m256i v16, __m512i idx)
+{
+    return _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(v16));
+}
+
+AVX512 static FORCE_INLINE __m512i idx_halves(int i0)
+{ /* lanes 0-15: i0, lanes 16-31: i0 + 1 */
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)i0), _mm256_set1_epi16((short)(i0 + 1)), 1);
+}
+
+AVX512 static FORCE_INLINE __m512i idx_quarters(int i0)
+{ /* lanes 8 j .. 8 j + 7: i0 + j, j = 0..3 */
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(i0 + 1)), _mm_set1_epi16((short)i0))),
+        _mm256_set_m128i(_mm_set1_epi16((short)(i0 + 3)), _mm_set1_epi16((short)(i0 + 2))), 1);
+}
+
+AVX512 static FORCE_INLINE __m512i join256(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
+ * (exact, so the same integers as eight horizontal sums). */
+AVX512 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
+{
+    __m256i a0 = _mm256_hadd_epi32(t[0], t[1]), a1 = _mm256_hadd_epi32(t[2], t[3]);
+    __m256i a2 = _mm256_hadd_epi32(t[4], t[5]), a3 = _mm256_hadd_epi32(t[6], t[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+AVX512 static FORCE_INLINE __m256i fold512(__m512i v)
+{
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* The activation scales of block b of eight rows, lane r = a[r][b].d. */
+AVX512 static FORCE_INLINE __m256 act_d8(const struct act256 *const *a, int b)
+{
+    return _mm256_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d, a[4][b].d, a[5][b].d,
+                          a[6][b].d, a[7][b].d);
+}
+
+AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const struct act256 *const *a,
+                                                  float *out, const int NR, const int Q5)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
+    float acc[8] = {0}, accm[8] = {0};
+    __m256 accv = _mm256_setzero_ps(), accmv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
+    __m128 accv4 = _mm_setzero_ps(), accmv4 = _mm_setzero_ps(); /* NR == 4 */
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * bs;
+        struct k4_words kw = k4_scale_words(blk + 4);
+        __m256i sc16 = k4_scales16(&kw);
+        const uint8_t *qs = blk + (Q5 ? 48 : 16);
+        __m512i qh = _mm512_setzero_si512();
+        if (Q5) { /* low half: bits 2c (sub-block 2c), high half: bits 2c+1 */
+            __m256i h = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            qh = join256(h, _mm256_srli_epi16(h, 1));
+        }
+        __m512i isum[8];
+        UNROLL for (int r = 0; r < NR; r++)
+            isum[r] = _mm512_setzero_si512();
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m512i u = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
+            if (Q5) {
+                u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(qh, one), 4));
+                qh = _mm512_srli_epi16(qh, 2);
+            }
+            __m512i s = spread16(sc16, idx_halves(2 * c));
+            UNROLL for (int r = 0; r < NR; r++) {
+                __m512i y = _mm512_loadu_si512((const void *)(a[r][b].q + 64 * c));
+                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(u, y), s);
+            }
+        }
+        __m256i mins = k4_mins16(&kw);
+        float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
+        if (NR == 8) { /* lane r of each vector: row r's scalar steps below */
+            __m256i t[8], tm[8];
+            UNROLL for (int r = 0; r < 8; r++) {
+                t[r] = fold512(isum[r]);
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            }
+            __m256 ad = act_d8(a, b);
+            accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), ad), _mm256_cvtepi32_ps(hsum_rows8(t)), accv);
+            accmv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm), ad), _mm256_cvtepi32_ps(hsum_rows8(tm)), accmv);
+            continue;
+        }
+        if (NR == 4) { /* the same with 4-lane vectors */
+            __m256i t[4], tm[4];
+            UNROLL for (int r = 0; r < 4; r++) {
+                t[r] = fold512(isum[r]);
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            }
+            __m128 ad = act_d4(a, b);
+            accv4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(t)), accv4);
+            accmv4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accmv4);
+            continue;
+        }
+        UNROLL for (int r = 0; r < NR; r++) {
+            int imin = bsum_dot_avx2(a[r][b].bsums, mins);
+            acc[r] = fmaf(dw * a[r][b].d, (float)_mm512_reduce_add_epi32(isum[r]), acc[r]);
+            accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
+        }
+    }
+    if (NR == 8) {
+        _mm256_storeu_ps(out, _mm256_sub_ps(accv, accmv));
+        return;
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, _mm_sub_ps(accv4, accmv4));
+        return;
+    }
+    UNROLL for (int r = 0; r < NR; r++)
+        out[r] = acc[r] - accm[r];
+}
+
+AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const struct act256 *const *a,
+                                                 float *out, const int NR)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    float acc[8] = {0};
+    __m256 accv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
+    __m128 accv4 = _mm_setzero_ps(); /* NR == 4 */
+    for (int b = 0; b < k / QUANT_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
+        const uint8_t *ql = blk, *qhp = blk + 128;
+        const int8_t *scales = (const int8_t *)(blk + 192);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
+        __m512i isum[8];
+        UNROLL for (int r = 0; r < NR; r++)
+            isum[r] = _mm512_setzero_si512();
+        UNROLL for (int h = 0; h < 2; h++) {
+            /* quarters 0|1 from (l0 | l1) and qh bits 0-1 | 2-3; 2|3 from
+             * their high nibbles and qh bits 4-5 | 6-7 */
+            __m512i l = _mm512_loadu_si512((const void *)(ql + 64 * h));
+            __m256i h8 = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
+            __m512i qh = join256(h8, _mm256_srli_epi16(h8, 2));
+            __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
+            __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m2), 4));
+            __m512i s01 = spread16(sc16, idx_quarters(8 * h)), s23 = spread16(sc16, idx_quarters(8 * h + 4));
+            UNROLL for (int r = 0; r < NR; r++) {
+                const int8_t *y = a[r][b].q + 128 * h;
+                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)y)), s01);
+                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(y + 64))), s23);
+            }
+        }
+        float dw = h2f_avx2(rd16(blk + 208));
+        if (NR == 8) { /* lane r: row r's scalar steps below */
+            __m256i t[8], tc[8];
+            UNROLL for (int r = 0; r < 8; r++) {
+                t[r] = fold512(isum[r]);
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            }
+            __m256i total = _mm256_sub_epi32(hsum_rows8(t), _mm256_slli_epi32(hsum_rows8(tc), 5));
+            accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), act_d8(a, b)), _mm256_cvtepi32_ps(total), accv);
+            continue;
+        }
+        if (NR == 4) { /* the same with 4-lane vectors */
+            __m256i t[4], tc[4];
+            UNROLL for (int r = 0; r < 4; r++) {
+                t[r] = fold512(isum[r]);
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            }
+            __m128i total = _mm_sub_epi32(hsum_rows4(t), _mm_slli_epi32(hsum_rows4(tc), 5));
+            accv4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), accv4);
+            continue;
+        }
+        UNROLL for (int r = 0; r < NR; r++) {
+            int total = _mm512_reduce_add_epi32(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
+            acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
+        }
+    }
+    if (NR == 8) {
+        _mm256_storeu_ps(out, accv);
+        return;
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, accv4);
+        return;
+    }
+    UNROLL for (int r = 0; r < NR; r++)
+        out[r] = acc[r];
+}
+
+#define Q4K_512(k, w, a, o, nr) q45k_rows_avx512(k, w, a, o, nr, 0)
+#define Q5K_512(k, w, a, o, nr) q45k_rows_avx512(k, w, a, o, nr, 1)
+#define Q6K_512(k, w, a, o, nr) q6k_rows_avx512(k, w, a, o, nr)
+KQ_PAIR(AVX512, dot_q4_k_avx512, dot4_q4_k_avx512, Q4K_512)
+KQ_PAIR(AVX512, dot_q5_k_avx512, dot4_q5_k_avx512, Q5K_512)
+KQ_PAIR(AVX512, dot_q6_k_avx512, dot4_q6_k_avx512, Q6K_512)
+
+/* Eight rows (a dot4_fn reading a[0..7]): 32 zmm registers hold the eight
+ * accumulators, so the weight unpacking is shared by twice as many rows. */
+#define KQ_8(n8, CALL)                                                                        \
+    AVX512 static void n8(int k, const uint8_t *w, const void *const *av, float *out)         \
+    {                                                                                         \
+        const struct act256 *a[8];                                                            \
+        for (int r = 0; r < 8; r++)                                                           \
+            a[r] = av[r];                                                                     \
+        CALL(k, w, a, out, 8);                                                                \
+    }
+KQ_8(dot8_q4_k_avx512, Q4K_512)
+KQ_8(dot8_q5_k_avx512, Q5K_512)
+KQ_8(dot8_q6_k_avx512, Q6K_512)
+
 /* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
  * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
  * to nearest even, as round_even; the clamp to [-127, 127] as quant_one. */
@@ -972,9 +1321,9 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
     K(QUANT_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
     K(QUANT_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
     K(QUANT_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
-    K(QUANT_Q4_K, dot_q4_k_s, dot_q4_k_avx2, NULL, ACT_256)
-    K(QUANT_Q5_K, dot_q5_k_s, dot_q5_k_avx2, NULL, ACT_256)
-    K(QUANT_Q6_K, dot_q6_k_s, dot_q6_k_avx2, NULL, ACT_256)
+    K(QUANT_Q4_K, dot_q4_k_s, dot_q4_k_avx2, dot4_q4_k_avx2, ACT_256)
+    K(QUANT_Q5_K, dot_q5_k_s, dot_q5_k_avx2, dot4_q5_k_avx2, ACT_256)
+    K(QUANT_Q6_K, dot_q6_k_s, dot_q6_k_avx2, dot4_q6_k_avx2, ACT_256)
 #undef K
     default: return ERR_UNSUPPORTED;
     }
@@ -993,6 +1342,13 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
 #endif
     const dotx_fn *vx = NULL;
 #if MATQ_X86
+    if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
+        switch (type) {
+        case QUANT_Q4_K: v = dot_q4_k_avx512; v4 = dot4_q4_k_avx512; break;
+        case QUANT_Q5_K: v = dot_q5_k_avx512; v4 = dot4_q5_k_avx512; break;
+        default: v = dot_q6_k_avx512; v4 = dot4_q6_k_avx512; break;
+        }
+    }
     if (simd && ak == ACT_32 && level >= KN_SIMD_AVX512) {
         switch (type) {
         case QUANT_Q4_0: vx = dotx_q4_0; break;
@@ -1010,6 +1366,25 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
         *dotx = vx;
     *act = ak;
     return 0;
+}
+
+/* The 8-row kernel of a weight type at a level (same signature as dot4_fn,
+ * reading eight rows), or NULL: the K-quants at AVX-512. */
+static dot4_fn pick8(int type, int level)
+{
+#if MATQ_X86
+    if (level >= KN_SIMD_AVX512)
+        switch (type) {
+        case QUANT_Q4_K: return dot8_q4_k_avx512;
+        case QUANT_Q5_K: return dot8_q5_k_avx512;
+        case QUANT_Q6_K: return dot8_q6_k_avx512;
+        default: break;
+        }
+#else
+    (void)type;
+    (void)level;
+#endif
+    return NULL;
 }
 
 /* Bytes of one quantized activation row (ACT_32X4: of a group of four
@@ -1075,6 +1450,7 @@ struct matq_job {
     enum act_kind ak;
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
+    dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     const dotx_fn *dotx;  /* ACT_32X4: kernels for 1..4 rows of a group */
     int64_t n_tiles_m, n_tiles;
     atomic_llong next_tile;
@@ -1170,6 +1546,18 @@ static void dot_worker(void *ctx, int ith, int nth)
             }
             continue;
         }
+        if (j->dot8) /* 8 activation rows x the tile's weight rows */
+            for (; r + 8 <= r1; r += 8) {
+                const void *a[8];
+                for (int i = 0; i < 8; i++)
+                    a[i] = act_row(j, r + i);
+                for (int c = c0; c < c1; c++) {
+                    float o[8];
+                    j->dot8(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    for (int i = 0; i < 8; i++)
+                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                }
+            }
         if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
             for (; r + 4 <= r1; r += 4) {
                 const void *a[4];
@@ -1196,14 +1584,17 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
 {
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    /* fewer than 4 rows: the AVX2 one-row kernels waste no lanes on padding
-     * rows (same bits either way) */
+    /* 32-value types with fewer than 4 rows: the AVX2 one-row kernels waste
+     * no lanes on padding rows (same bits either way); the K-quants' AVX-512
+     * kernels have no padding rows */
     int level = kn_simd_level();
-    if (level == KN_SIMD_AVX512 && n < 4)
+    if (level == KN_SIMD_AVX512 && n < 4 && w_type != QUANT_Q4_K && w_type != QUANT_Q5_K &&
+        w_type != QUANT_Q6_K)
         level = KN_SIMD_AVX2;
     int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.ak, &j.w_row_bytes);
     if (rc)
         return rc;
+    j.dot8 = pick8(w_type, level);
     if (n == 0 || m == 0)
         return 0;
     if (!out || !x || !w)

@@ -23,6 +23,10 @@
 
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "common/err.h"
 #include "kernels/cpu/blocks.h"
 
@@ -181,6 +185,33 @@ uint16_t quant_fp32_to_fp16(float f)
     if (rem > 0x1000u || (rem == 0x1000u && (q & 1)))
         q++; /* a carry into the exponent is correct, up to 0x7C00 = inf */
     return (uint16_t)(sign | q);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = quant_fp32_to_fp16(src[i]);
+}
+#endif
+
+void kn_f32_to_f16(uint16_t *dst, const float *src, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    static int f16c = -1;
+    if (f16c < 0)
+        f16c = __builtin_cpu_supports("f16c") ? 1 : 0;
+    if (f16c && kn_simd_level() >= KN_SIMD_AVX2) {
+        f32_to_f16_f16c(dst, src, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = quant_fp32_to_fp16(src[i]);
 }
 
 float quant_bf16_to_fp32(uint16_t h)

@@ -162,13 +162,96 @@ static void noop(void *ctx, int ith, int nth)
     (void)nth;
 }
 
+/* ---- the core's int8 peak, measured in the same run --------------------------------
+ *
+ * Ten independent accumulator chains (unrolled, in registers) of the instruction each kernel's inner
+ * loop is built on, so that only throughput limits them: AVX-512 VNNI
+ * vpdpbusd on 512 bits (64 u8 x s8 products per instruction) and the AVX2
+ * idiom vpmaddubsw + vpmaddwd + vpaddd (32 products per three
+ * instructions). Reported as GOP/s with a multiply-add = 2 ops, the unit of
+ * the GFLOP/s above (2 n m k per product), so ours / peak is the fraction
+ * of the core's int8 peak a kernel reaches. One thread; best of many short
+ * bursts, like the kernels' best-of timing, so that other jobs on a shared
+ * machine bias both the same way. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PEAK_CHAINS 10
+#define PEAK_ITERS 2000 /* per timed burst (~20-50 us); the best burst counts, as time_call */
+static volatile int peak_sink;
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_vnni512(double secs)
+{
+    __m512i acc[PEAK_CHAINS];
+    for (int j = 0; j < PEAK_CHAINS; j++)
+        acc[j] = _mm512_set1_epi32(j);
+    __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8((char)(peak_sink | 2));
+    uint64_t start = clock_mono_ns();
+    double t = 1e30;
+    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i < PEAK_ITERS; i++) {
+            _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_CHAINS; j++)
+                acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+        }
+        double ti = (double)(clock_mono_ns() - t0) / 1e9;
+        t = ti < t ? ti : t;
+    }
+    int sum = 0;
+    for (int j = 0; j < PEAK_CHAINS; j++)
+        sum += _mm512_reduce_add_epi32(acc[j]);
+    peak_sink = sum;
+    return (double)PEAK_ITERS * PEAK_CHAINS * 64 * 2 / t / 1e9;
+}
+
+__attribute__((target("avx2"))) static double peak_avx2(double secs)
+{
+    __m256i acc[PEAK_CHAINS];
+    for (int j = 0; j < PEAK_CHAINS; j++)
+        acc[j] = _mm256_set1_epi32(j);
+    __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8((char)(peak_sink | 2)), one = _mm256_set1_epi16(1);
+    uint64_t start = clock_mono_ns();
+    double t = 1e30;
+    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i < PEAK_ITERS; i++) {
+            _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_CHAINS; j++) {
+                __asm__("" : "+x"(a)); /* the product is not loop-invariant */
+                acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+            }
+        }
+        double ti = (double)(clock_mono_ns() - t0) / 1e9;
+        t = ti < t ? ti : t;
+    }
+    int sum = 0;
+    for (int j = 0; j < PEAK_CHAINS; j++)
+        sum += _mm256_extract_epi32(acc[j], 0);
+    peak_sink = sum;
+    return (double)PEAK_ITERS * PEAK_CHAINS * 32 * 2 / t / 1e9;
+}
+
+static void print_peaks(double secs)
+{
+    printf("int8 peak, 1 thread: avx2 maddubs+madd %.1f GOP/s", peak_avx2(secs));
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+        printf(", avx512 vpdpbusd %.1f GOP/s", peak_vnni512(secs));
+    printf(" (multiply-add = 2 ops)\n");
+}
+#else
+static void print_peaks(double secs)
+{
+    (void)secs;
+    printf("int8 peak: not measured on this architecture\n");
+}
+#endif
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? strtod(argv[1], NULL) : 0.3;
     if (!(secs > 0))
         secs = 0.3;
     printf("simd path: %s\n", kn_simd_name(kn_simd_level()));
-    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    print_peaks(secs);
+    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     const int shapes[][2] = {{576, 1536}, {1536, 576}};
     const int ns[] = {1, 64};
     const int threads[] = {1, 2};

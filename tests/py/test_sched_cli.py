@@ -117,8 +117,8 @@ def test_batch_file_lines_and_errors_tiny():
 
 
 def test_batch_file_preemption_default_model():
-    """A KV budget too small for the pack (15 MiB = 21 blocks of 16 positions
-    on SmolLM2-135M, about four sequences' worth) still completes it, with
+    """A KV budget too small for the pack (7.5 MiB = 21 blocks of 16 positions
+    of the fp16 cache on SmolLM2-135M, about four sequences' worth) still completes it, with
     preemptions, and every output equals the unconstrained run."""
     if not os.path.exists(MODEL):
         raise Skip("default model not fetched (scripts/fetch-model)")
@@ -128,7 +128,7 @@ def test_batch_file_preemption_default_model():
                                 **({"temperature": 0} if i % 2 else {"temperature": 0.8, "seed": i})))
              for i in range(8)]
     big, st_big = run_batch(release_bin(), MODEL, lines)
-    small, st = run_batch(release_bin(), MODEL, lines, "--kv-mem", "15M", "--max-seqs", "8")
+    small, st = run_batch(release_bin(), MODEL, lines, "--kv-mem", "7680K", "--max-seqs", "8")
     assert st_big["preemptions"] == 0, st_big
     assert st["kv_blocks"] == 21 and st["preemptions"] > 0 and st["recomputed"] > 0, st
     assert sorted(small) == sorted(big) and len(big) == 8

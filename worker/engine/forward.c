@@ -117,6 +117,11 @@ static int ring_layers(const struct model *m, const struct model_ctx_params *p, 
     return n;
 }
 
+int model_ctx_kv_f32(const struct model_ctx_params *p)
+{
+    return p->device == KN_DEVICE_CPU && p->exact_matmul;
+}
+
 int model_ctx_kv_bytes(const struct model *m, const struct model_ctx_params *pin, size_t *block_bytes,
                        size_t *ring_bytes)
 {
@@ -128,10 +133,10 @@ int model_ctx_kv_bytes(const struct model *m, const struct model_ctx_params *pin
     int n_ring = ring_layers(m, &p, NULL);
     size_t bb = 0, rb = 0;
     if (n_ring < hp->n_layer &&
-        (bb = kv_cache_bytes(hp->n_layer - n_ring, kv_dim, KV_BLOCK_TOKENS, 1)) == 0)
+        (bb = kv_cache_bytes(hp->n_layer - n_ring, kv_dim, KV_BLOCK_TOKENS, 1, model_ctx_kv_f32(&p))) == 0)
         return ERR_TOOBIG;
     if (n_ring && (rb = kv_cache_ring_bytes(n_ring, kv_dim, KV_BLOCK_TOKENS, p.n_seq_max, hp->n_swa,
-                                            p.n_batch_max)) == 0)
+                                            p.n_batch_max, model_ctx_kv_f32(&p))) == 0)
         return ERR_TOOBIG;
     *block_bytes = bb;
     *ring_bytes = rb;
@@ -176,6 +181,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     int64_t blocks = p.n_kv_blocks ? p.n_kv_blocks : (int64_t)per_seq * p.n_seq_max;
     if (blocks > INT32_MAX)
         return ERR_TOOBIG;
+    /* binary16 K/V, or float32 for the exact path (HF parity to ~1e-6) */
     size_t bb, rb;
     if (model_ctx_kv_bytes(m, &p, &bb, &rb) || (bb && (size_t)blocks > SIZE_MAX / bb) ||
         add_bytes(&total, 1, bb * (size_t)blocks) || add_bytes(&total, 1, rb) ||
@@ -195,7 +201,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     c->m = m;
     c->p = p;
     rc = kv_cache_new_ring(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx,
-                           ring, hp->n_swa, p.n_batch_max, 0, &c->kv);
+                           ring, hp->n_swa, p.n_batch_max, model_ctx_kv_f32(&p), 0, &c->kv);
     if (rc)
         goto out;
     rc = ERR_NOMEM;
@@ -210,7 +216,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         /* the K/V values live on the GPU */
         free(c->kv->k);
         free(c->kv->v);
-        c->kv->k = c->kv->v = NULL;
+        c->kv->k = c->kv->v = NULL; /* (a binary16 cache: kv_f32 is CPU-only) */
         c->kv->copy_hook = fwdcuda_copy_block;
         c->kv->copy_ud = c->cu;
     } else if ((rc = fwdcpu_new(m, &p, c->kv, &c->cpu))) {

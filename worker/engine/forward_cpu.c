@@ -295,7 +295,8 @@ static void attn_plan(struct fwdcpu *c, const struct model_batch *b)
 struct attn_job {
     struct fwdcpu *c;
     const struct model_batch *b;
-    const float *kl, *vl;  /* this layer's K/V cache bases */
+    const uint16_t *kl, *vl; /* this layer's K/V cache bases (binary16) */
+    const float *kl32, *vl32; /* or float32 (an exact-path cache) */
     float scale;
     float softcap;         /* attention logit soft-capping, 0 = none */
     int window;            /* sliding window (positions attended, itself included), 0 = all */
@@ -320,13 +321,19 @@ static void attn_run(void *arg, int ith, int nth)
         int h1 = hi - (int64_t)i * nh < nh ? (int)(hi - (int64_t)i * nh) : nh;
         int n_ctx = j->b->pos[i] + 1;
         int p0 = j->window && n_ctx > j->window ? n_ctx - j->window : 0;
-        kn_attn_paged_win_heads_f32(c->att + (size_t)i * (size_t)q_dim,
-                                    c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl,
-                                    j->ring ? kv->seqs[j->b->seq[i]].ring
-                                            : kv->seqs[j->b->seq[i]].blocks,
-                                    kv->block_tokens,
-                                    kv->block_stride, p0, n_ctx, nh, hp->n_head_kv, hp->head_dim,
-                                    h0, h1, j->scale, j->softcap, scores);
+        const int32_t *table = j->ring ? kv->seqs[j->b->seq[i]].ring : kv->seqs[j->b->seq[i]].blocks;
+        if (kv->f32)
+            kn_attn_paged_win_heads_f32(c->att + (size_t)i * (size_t)q_dim,
+                                        c->q + (size_t)i * (size_t)q_dim, j->kl32, j->vl32, table,
+                                        kv->block_tokens, kv->block_stride, p0, n_ctx, nh,
+                                        hp->n_head_kv, hp->head_dim, h0, h1, j->scale, j->softcap,
+                                        scores);
+        else
+            kn_attn_paged_win_heads_f16(c->att + (size_t)i * (size_t)q_dim,
+                                        c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl, table,
+                                        kv->block_tokens, kv->block_stride, p0, n_ctx, nh,
+                                        hp->n_head_kv, hp->head_dim, h0, h1, j->scale, j->softcap,
+                                        scores);
         lo = (int64_t)i * nh + h1;
     }
 }
@@ -383,7 +390,9 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
 
     /* append every token's K/V before any attention: a token may attend to
      * earlier tokens of its own sequence in this same batch */
-    float *kl = kv->k + kv->layer_off[l], *vl = kv->v + kv->layer_off[l];
+    size_t lo = kv->layer_off[l];
+    uint16_t *kl = kv->f32 ? NULL : kv->k + lo, *vl = kv->f32 ? NULL : kv->v + lo;
+    float *kl32 = kv->f32 ? kv->k32 + lo : NULL, *vl32 = kv->f32 ? kv->v32 + lo : NULL;
     int ring = kv->layer_ring[l];
     for (int i = 0; i < n; i++) {
         const struct kv_seq *s = &kv->seqs[b->seq[i]];
@@ -391,11 +400,17 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
         int p = b->pos[i];
         size_t off = (size_t)table[p / kv->block_tokens] * kv->block_stride +
                      (size_t)(p % kv->block_tokens) * (size_t)kv_dim;
-        memcpy(kl + off, c->k + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
-        memcpy(vl + off, c->v + (size_t)i * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
+        const float *ki = c->k + (size_t)i * (size_t)kv_dim, *vi = c->v + (size_t)i * (size_t)kv_dim;
+        if (kv->f32) {
+            memcpy(kl32 + off, ki, (size_t)kv_dim * sizeof(float));
+            memcpy(vl32 + off, vi, (size_t)kv_dim * sizeof(float));
+        } else { /* rounded to binary16 once, here */
+            kn_f32_to_f16(kl + off, ki, (size_t)kv_dim);
+            kn_f32_to_f16(vl + off, vi, (size_t)kv_dim);
+        }
     }
-    struct attn_job job = {c, b, kl, vl, hp->attn_scale, hp->attn_softcap, L->swa ? hp->n_swa : 0,
-                           ring};
+    struct attn_job job = {c, b, kl, vl, kl32, vl32, hp->attn_scale, hp->attn_softcap,
+                           L->swa ? hp->n_swa : 0, ring};
     if (c->n_threads > 1 && (size_t)n * (size_t)hp->n_head > 1)
         kn_pool_run(c->p.pool, attn_run, &job);
     else

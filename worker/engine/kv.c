@@ -8,7 +8,7 @@
 
 #include "common/err.h"
 
-size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks)
+size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks <= 0)
         return 0;
@@ -19,9 +19,10 @@ size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks)
             return 0;
         n *= f[i];
     }
-    if (n > SIZE_MAX / (2 * sizeof(float)))
+    size_t el = f32 ? sizeof(float) : sizeof(uint16_t);
+    if (n > SIZE_MAX / (2 * el))
         return 0;
-    return n * 2 * sizeof(float);
+    return n * 2 * el;
 }
 
 int kv_ring_blocks(int window, int max_chunk, int block_tokens)
@@ -37,23 +38,23 @@ int kv_ring_blocks(int window, int max_chunk, int block_tokens)
 }
 
 size_t kv_cache_ring_bytes(int n_layer_ring, int kv_dim, int block_tokens, int n_seq, int window,
-                           int max_chunk)
+                           int max_chunk, int f32)
 {
     int w = kv_ring_blocks(window, max_chunk, block_tokens);
     if (n_layer_ring <= 0 || n_seq <= 0 || w == 0 || (int64_t)w * n_seq > INT32_MAX / 2)
         return 0;
-    return kv_cache_bytes(n_layer_ring, kv_dim, block_tokens, w * n_seq);
+    return kv_cache_bytes(n_layer_ring, kv_dim, block_tokens, w * n_seq, f32);
 }
 
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
-                 size_t max_bytes, struct kv_cache **out)
+                 int f32, size_t max_bytes, struct kv_cache **out)
 {
     return kv_cache_new_ring(n_layer, kv_dim, block_tokens, n_blocks, n_seq, max_pos, NULL, 0, 0,
-                             max_bytes, out);
+                             f32, max_bytes, out);
 }
 
 int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq,
-                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk,
+                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk, int f32,
                       size_t max_bytes, struct kv_cache **out)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_seq <= 0 || max_pos <= 0 ||
@@ -80,9 +81,9 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     /* the pool holds the other layers (none when every layer slides: the
      * pool's blocks then only count positions) */
     int n_pool = n_layer - n_ring;
-    size_t pool_bytes = n_pool ? kv_cache_bytes(n_pool, kv_dim, block_tokens, n_blocks) : 0;
+    size_t pool_bytes = n_pool ? kv_cache_bytes(n_pool, kv_dim, block_tokens, n_blocks, f32) : 0;
     size_t ring_bytes = n_ring ? kv_cache_ring_bytes(n_ring, kv_dim, block_tokens, n_seq, window,
-                                                     max_chunk)
+                                                     max_chunk, f32)
                                : 0;
     if ((n_pool && pool_bytes == 0) || (n_ring && ring_bytes == 0) ||
         pool_bytes > SIZE_MAX - ring_bytes)
@@ -114,8 +115,14 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     kv->window = n_ring ? window : 0;
     kv->ring_blocks = ring_blocks;
     kv->ring_layer_stride = (size_t)n_seq * (size_t)ring_blocks * kv->block_stride;
-    kv->k = malloc(bytes / 2);
-    kv->v = malloc(bytes / 2);
+    kv->f32 = f32 ? 1 : 0;
+    if (kv->f32) {
+        kv->k32 = malloc(bytes / 2);
+        kv->v32 = malloc(bytes / 2);
+    } else {
+        kv->k = malloc(bytes / 2);
+        kv->v = malloc(bytes / 2);
+    }
     size_t nb = (size_t)n_blocks;
     size_t nt = (size_t)n_seq * (size_t)per_seq;
     kv->layer_off = malloc((size_t)n_layer * sizeof *kv->layer_off);
@@ -132,9 +139,9 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     kv->lprev_ = malloc(nb * sizeof *kv->lprev_);
     kv->lnext_ = malloc(nb * sizeof *kv->lnext_);
     kv->hhead_ = malloc((size_t)nh * sizeof *kv->hhead_);
-    if (!kv->k || !kv->v || !kv->layer_off || !kv->layer_ring || !kv->free_list || !kv->seqs ||
-        !kv->tables_ || !kv->ref_ || !kv->pub_ || !kv->key_ || !kv->parent_ || !kv->btok_ ||
-        !kv->hnext_ || !kv->lprev_ || !kv->lnext_ || !kv->hhead_)
+    if (!(kv->f32 ? kv->k32 && kv->v32 : kv->k && kv->v) || !kv->layer_off || !kv->layer_ring ||
+        !kv->free_list || !kv->seqs || !kv->tables_ || !kv->ref_ || !kv->pub_ || !kv->key_ ||
+        !kv->parent_ || !kv->btok_ || !kv->hnext_ || !kv->lprev_ || !kv->lnext_ || !kv->hhead_)
         goto out;
     /* pool layers first, then the ring layers */
     size_t off = 0;
@@ -185,6 +192,8 @@ void kv_cache_free(struct kv_cache *kv)
         return;
     free(kv->k);
     free(kv->v);
+    free(kv->k32);
+    free(kv->v32);
     free(kv->layer_off);
     free(kv->layer_ring);
     free(kv->free_list);
@@ -335,15 +344,19 @@ static void copy_block(struct kv_cache *kv, int32_t dst, int32_t src, int n_pos)
         kv->copy_hook(kv->copy_ud, dst, src, n_pos);
         return;
     }
-    size_t n = (size_t)n_pos * (size_t)kv->kv_dim * sizeof(float);
+    size_t n = (size_t)n_pos * (size_t)kv->kv_dim;
     for (int l = 0; l < kv->n_layer; l++) {
         if (kv->layer_ring[l]) /* rings are never shared: nothing published to copy from */
             continue;
-        size_t base = kv->layer_off[l];
-        memcpy(kv->k + base + (size_t)dst * kv->block_stride,
-               kv->k + base + (size_t)src * kv->block_stride, n);
-        memcpy(kv->v + base + (size_t)dst * kv->block_stride,
-               kv->v + base + (size_t)src * kv->block_stride, n);
+        size_t d = kv->layer_off[l] + (size_t)dst * kv->block_stride;
+        size_t s = kv->layer_off[l] + (size_t)src * kv->block_stride;
+        if (kv->f32) {
+            memcpy(kv->k32 + d, kv->k32 + s, n * sizeof(float));
+            memcpy(kv->v32 + d, kv->v32 + s, n * sizeof(float));
+        } else {
+            memcpy(kv->k + d, kv->k + s, n * sizeof(uint16_t));
+            memcpy(kv->v + d, kv->v + s, n * sizeof(uint16_t));
+        }
     }
 }
 

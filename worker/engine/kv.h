@@ -8,10 +8,15 @@
  * tokens actually cached, not n_seq x n_ctx; a slot that finishes returns
  * its blocks at once (continuous batching refills it).
  *
- *   k, v: (n_layer, n_blocks, block_tokens, kv_dim) float32, kv_dim =
+ *   k, v: (n_layer, n_blocks, block_tokens, kv_dim) IEEE binary16 (f16, as
+ *         llama.cpp's default cache: half the memory traffic of float32;
+ *         a value is rounded to nearest even once, when it is appended,
+ *         and converted back exactly when attention reads it); or, for a
+ *         cache made with f32 = 1 (the exact path that matches HF
+ *         transformers to ~1e-6), float32 in k32, v32 instead, kv_dim =
  *         n_head_kv * head_dim; position p of slot s, layer l is at
- *         k + l*layer_stride + table[s][p / block_tokens]*block_stride
- *           + (p % block_tokens)*kv_dim
+ *         k + layer_off[l] + table[s][p / block_tokens]*block_stride
+ *           + (p % block_tokens)*kv_dim   (layer_off below)
  *
  * The cache knows how many positions of each slot hold data (n_pos); the
  * forward pass only appends (a token's position must equal its slot's
@@ -38,8 +43,8 @@
  * layers' K/V of a prefix is not kept once the slot moves on, so a cache
  * with rings publishes and shares nothing (the prefix functions return 0).
  *
- * Layers: layer_off[l] is the offset (in elements) of layer l's K in k
- * (and V in v); pool layers come first, each layer_stride long, then the
+ * Layers: layer_off[l] is the offset (in values) of layer l's K in k or k32
+ * (and V in v or v32); pool layers come first, each layer_stride long, then the
  * ring layers, each ring_layer_stride long.
  *
  * Prefix sharing (vLLM-style automatic prefix caching). Every block has a
@@ -86,15 +91,17 @@ struct kv_cache {
     int n_layer, kv_dim, block_tokens, n_blocks, n_seq;
     int max_pos;           /* positions per slot (the context length) */
     int max_blocks_per_seq;
-    size_t block_stride;   /* floats per block of one layer = block_tokens * kv_dim */
-    size_t layer_stride;   /* floats per pool layer = n_blocks * block_stride */
-    float *k, *v;          /* see the file comment */
-    size_t *layer_off;     /* (n_layer) offset of layer l in k and v, in floats */
+    size_t block_stride;   /* values per block of one layer = block_tokens * kv_dim */
+    size_t layer_stride;   /* values per pool layer = n_blocks * block_stride */
+    int f32;               /* 1: float32 values in k32/v32 (k, v NULL); 0: binary16 in k/v */
+    uint16_t *k, *v;       /* binary16 bits; see the file comment */
+    float *k32, *v32;      /* float32 values (f32 caches only) */
+    size_t *layer_off;     /* (n_layer) offset of layer l in k and v (or k32, v32), in values */
     uint8_t *layer_ring;   /* (n_layer) 1: layer l keeps its K/V in the slots' rings */
     int n_layer_ring;      /* ring layers (0: none, every layer in the pool) */
     int window;            /* positions a ring layer attends to (0 without rings) */
     int ring_blocks;       /* ring blocks per slot (0 without rings) */
-    size_t ring_layer_stride; /* floats per ring layer = n_seq * ring_blocks * block_stride */
+    size_t ring_layer_stride; /* values per ring layer = n_seq * ring_blocks * block_stride */
     int32_t *free_list;    /* (n_blocks) never-used/unpublished free ids; first n_blank valid */
     int n_blank;
     int n_free;            /* blocks an allocation can get: n_blank + n_cached */
@@ -123,15 +130,16 @@ struct kv_cache {
 
 /* A cache for n_seq slots of up to max_pos positions each, with n_blocks
  * blocks of block_tokens positions in all (n_blocks 0 = enough for every
- * slot to reach max_pos). Returns 0 and *out (kv_cache_free), ERR_INVAL
+ * slot to reach max_pos); f32 = 1: float32 values, else binary16. Returns 0 and *out (kv_cache_free), ERR_INVAL
  * (a count <= 0), ERR_TOOBIG (the size overflows or exceeds max_bytes,
  * 0 = no cap), ERR_NOMEM. */
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
-                 size_t max_bytes, struct kv_cache **out);
+                 int f32, size_t max_bytes, struct kv_cache **out);
 void kv_cache_free(struct kv_cache *kv);
 
-/* Bytes kv_cache_new would allocate for K and V (0 on overflow). */
-size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks);
+/* Bytes kv_cache_new would allocate for K and V (0 on overflow): 2 bytes
+ * per value, 4 with f32. */
+size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32);
 
 /* Ring blocks per slot for layers attending to the last `window`
  * positions when one step appends up to max_chunk positions per slot:
@@ -144,13 +152,13 @@ int kv_ring_blocks(int window, int max_chunk, int block_tokens);
  * max_bytes bounds pool and rings together. Same returns, and ERR_INVAL
  * for window or max_chunk < 1 with ring layers. */
 int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq,
-                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk,
+                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk, int f32,
                       size_t max_bytes, struct kv_cache **out);
 
 /* Bytes of K and V that kv_cache_new_ring puts in the rings (0 without
  * ring layers or on overflow). */
 size_t kv_cache_ring_bytes(int n_layer_ring, int kv_dim, int block_tokens, int n_seq, int window,
-                           int max_chunk);
+                           int max_chunk, int f32);
 
 /* Set slot seq's length to n_pos >= its current one after a step wrote
  * positions up to n_pos - 1 (the forward pass calls it), and advance

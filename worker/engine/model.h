@@ -227,8 +227,9 @@ struct model_ctx_params {
     struct kn_pool *pool;  /* for the matmuls and the attention; NULL = caller's thread.
                             * Must outlive the context; results do not depend on it */
     int exact_matmul;      /* 1: the reference matmul (forward_cpu.c linear_exact: float dot products
-                            * on dequantized weights, matches HF transformers to ~1e-6);
-                            * 0 (default): kn_matmul_w (8-bit activations, as llama.cpp) */
+                            * on dequantized weights, matches HF transformers to ~1e-6) and a
+                            * float32 KV cache; 0 (default): kn_matmul_w (8-bit activations, as
+                            * llama.cpp) and a binary16 KV cache (kv.h), as llama.cpp's default */
     int device;            /* enum kn_device (kernels/kn.h): KN_DEVICE_CPU (0, default) or
                             * KN_DEVICE_CUDA - weights, K/V values and activations on the GPU
                             * (worker/engine/forward_cuda.h; bf16 numerics, exact_matmul ignored);
@@ -246,6 +247,10 @@ struct model_ctx_params {
 };
 
 void model_ctx_params_init(struct model_ctx_params *p);
+
+/* 1 when a context made with p keeps its K/V in float32 (the exact CPU
+ * path, HF parity to ~1e-6), 0 for binary16 (kv.h). */
+int model_ctx_kv_f32(const struct model_ctx_params *p);
 
 /* The K/V bytes model_ctx_new would allocate for m with p (defaults
  * applied as model_ctx_new does): *block_bytes per block of the shared

@@ -135,7 +135,7 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
         double full_rings = (double)o->max_seqs *
                             (double)kv_ring_blocks(hp->n_swa, o->max_batch_tokens, KV_BLOCK_TOKENS) *
                             (double)kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim,
-                                                   KV_BLOCK_TOKENS, 1);
+                                                   KV_BLOCK_TOKENS, 1, model_ctx_kv_f32(&cp));
         if (ring_bytes && full_rings > (double)o->kv_mem_bytes) {
             cp.swa_full = 1;
             if (model_ctx_kv_bytes(m, &cp, &per_block, &ring_bytes))

@@ -327,12 +327,11 @@ TEST(matq_simd_equals_scalar_bit_for_bit)
 /* Activations with NaN, infinities, signed zeros, subnormals (whose scale
  * overflows 1/d), an all-zero block and values that round to ties quantize
  * to the same bits on every level: the AVX-512 quantizer is a vector copy
- * of the scalar one. */
-TEST(matq_simd_special_activations_bit_for_bit)
+ * of the scalar one. The K-quants (256-value activation blocks) get the same
+ * values at k = 768, an odd count of super-blocks, and n = 6 (a 4-row group
+ * then two single rows). */
+static float *special_x(int n, int k)
 {
-    if (kn_simd_best() == KN_SIMD_SCALAR)
-        SKIP("no SIMD path on this CPU");
-    const int k = 192, n = 6, m = 19;
     float *x = make_x(n, k);
     for (int i = 0; i < 32; i++) {
         x[i] = 0.0f;                            /* row 0 block 0: all zero */
@@ -349,9 +348,22 @@ TEST(matq_simd_special_activations_bit_for_bit)
         x[3 * k + i] = NAN; /* a block of NaN only */
     x[4 * k + 5] = 3.4e38f;
     x[4 * k + 6] = -3.4e38f;
-    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_0, QUANT_Q5_1};
+    for (int i = 0; k >= 512 && i < 256; i++)
+        x[5 * k + 256 + i] = 1e-40f * (float)(i % 7 - 3); /* a super-block of subnormals */
+    return x;
+}
+
+TEST(matq_simd_special_activations_bit_for_bit)
+{
+    if (kn_simd_best() == KN_SIMD_SCALAR)
+        SKIP("no SIMD path on this CPU");
+    const int n = 6, m = 19;
+    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_0, QUANT_Q5_1, QUANT_Q5_0,
+                         QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            int k = block_of(types[t]) == 32 ? 288 : 768;
+            float *x = special_x(n, k);
             size_t rb;
             uint8_t *w = make_weights(types[t], k, m, &rb);
             CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
@@ -367,8 +379,8 @@ TEST(matq_simd_special_activations_bit_for_bit)
             free(a);
             free(b);
             free(w);
+            free(x);
         }
-    free(x);
     kn_simd_set(kn_simd_best());
 }
 

@@ -51,7 +51,7 @@ static void record_copy(void *ud, int32_t dst, int32_t src, int n_pos)
 TEST(forward_cuda_kv_copy_hook_replaces_host_copy)
 {
     struct kv_cache *kv = NULL;
-    CHECK_EQ_INT(kv_cache_new(2, 8, KV_BLOCK_TOKENS, 8, 2, 64, 0, &kv), 0);
+    CHECK_EQ_INT(kv_cache_new(2, 8, KV_BLOCK_TOKENS, 8, 2, 64, 0, 0, &kv), 0);
     int32_t toks[40];
     for (int i = 0; i < 40; i++)
         toks[i] = 100 + i;

@@ -67,14 +67,14 @@ struct kmodel {
 };
 
 /* "Compute" positions [n_pos, to) of slot s: write the token id into K of
- * layer 0 (every float of the row) through the slot's table. */
+ * layer 0 (every value of the row, as raw 16-bit bits) through the slot's table. */
 static void k_compute(struct kv_cache *kv, struct kmodel *m, int s, int to)
 {
     struct kv_seq *q = &kv->seqs[s];
     for (int p = q->n_pos; p < to; p++) {
-        float *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
+        uint16_t *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
         for (int d = 0; d < kv->kv_dim; d++)
-            row[d] = (float)m->tok[s][p];
+            row[d] = (uint16_t)m->tok[s][p];
     }
     q->n_pos = to;
     m->n_pos[s] = to;
@@ -92,7 +92,7 @@ static void k_check(const struct kv_cache *kv, const struct kmodel *m)
         for (int j = 0; j < q->n_blocks; j++)
             refs[q->blocks[j]]++;
         for (int p = 0; p < q->n_pos; p++) {
-            const float *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
+            const uint16_t *row = kv->k + (size_t)q->blocks[p / KB] * kv->block_stride + (size_t)(p % KB) * (size_t)kv->kv_dim;
             CHECK_EQ_INT((int)row[0], m->tok[s][p]);
         }
         for (int j = 0; j < q->n_hashed; j++)
@@ -122,7 +122,7 @@ TEST(kv_pool_random_ops_match_model)
     for (int round = 0; round < 20; round++) {
         struct kv_cache *kv;
         int n_blocks = 12 + (int)rnd(20);
-        CHECK_EQ_INT(kv_cache_new(1, 2, KB, n_blocks, KSEQ, KPOS, 0, &kv), 0);
+        CHECK_EQ_INT(kv_cache_new(1, 2, KB, n_blocks, KSEQ, KPOS, 0, 0, &kv), 0);
         struct kmodel m;
         memset(&m, 0, sizeof m);
         /* token streams drawn from a few shared "system prompts" so prefixes collide */
@@ -195,10 +195,30 @@ TEST(kv_pool_random_ops_match_model)
     CHECK(shared > 0 && partial > 0); /* the sequences did share, whole and partial blocks */
 }
 
+/* The cache's size: 2 bytes per value (binary16), 4 with f32; the arrays
+ * of the other type are not allocated. */
+TEST(kv_cache_bytes_f16_and_f32)
+{
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 0), (size_t)30 * 192 * 16 * 2 * 2);
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 1), (size_t)30 * 192 * 16 * 2 * 4);
+    CHECK_EQ_INT(kv_cache_bytes(0, 192, 16, 1, 0), 0);
+    struct kv_cache *kv = NULL;
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 0, 0, &kv), 0);
+    CHECK(kv->k && kv->v && !kv->k32 && !kv->v32 && !kv->f32);
+    kv_cache_free(kv);
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 1, 0, &kv), 0);
+    CHECK(!kv->k && !kv->v && kv->k32 && kv->v32 && kv->f32);
+    kv_cache_free(kv);
+    /* max_bytes counts the element size */
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 0, kv_cache_bytes(2, 8, KB, 4, 0), &kv), 0);
+    kv_cache_free(kv);
+    CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 1, kv_cache_bytes(2, 8, KB, 4, 0), &kv), ERR_TOOBIG);
+}
+
 TEST(kv_prefix_share_and_lru_eviction)
 {
     struct kv_cache *kv;
-    CHECK_EQ_INT(kv_cache_new(1, 2, KB, 6, 3, 24, 0, &kv), 0);
+    CHECK_EQ_INT(kv_cache_new(1, 2, KB, 6, 3, 24, 0, 0, &kv), 0);
     int32_t t[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     CHECK_EQ_INT(kv_seq_share_prefix(kv, 0, t, 12), 0);
     CHECK_EQ_INT(kv_seq_reserve(kv, 0, 10), 0);
@@ -248,8 +268,8 @@ TEST(kv_rings_layout_and_window_bookkeeping)
     CHECK_EQ_INT(kv_ring_blocks(4, 2, KB), 2);
     const uint8_t ring[4] = {0, 1, 0, 1};
     struct kv_cache *kv;
-    CHECK_EQ_INT(kv_cache_new_ring(4, 2, KB, 20, 2, 40, ring, 0, 3, 0, &kv), ERR_INVAL);
-    CHECK_EQ_INT(kv_cache_new_ring(4, 2, KB, 20, 2, 40, ring, 5, 3, 0, &kv), 0);
+    CHECK_EQ_INT(kv_cache_new_ring(4, 2, KB, 20, 2, 40, ring, 0, 3, 0, 0, &kv), ERR_INVAL);
+    CHECK_EQ_INT(kv_cache_new_ring(4, 2, KB, 20, 2, 40, ring, 5, 3, 0, 0, &kv), 0);
     CHECK_EQ_INT(kv->n_layer_ring, 2);
     CHECK_EQ_INT(kv->ring_blocks, 2);
     CHECK_EQ_INT(kv->window, 5);
@@ -261,9 +281,10 @@ TEST(kv_rings_layout_and_window_bookkeeping)
     CHECK_EQ_INT(!kv->layer_ring[0] && kv->layer_ring[1] && !kv->layer_ring[2] && kv->layer_ring[3],
                  1);
     /* bytes: 2 pool layers of 20 blocks + 2 ring layers of 4 blocks, K and V */
-    CHECK(kv_cache_ring_bytes(2, 2, KB, 2, 5, 3) == kv_cache_bytes(2, 2, KB, 4));
-    CHECK(kv_cache_bytes(2, 2, KB, 20) + kv_cache_ring_bytes(2, 2, KB, 2, 5, 3) <
-          kv_cache_bytes(4, 2, KB, 20));
+    CHECK(kv_cache_ring_bytes(2, 2, KB, 2, 5, 3, 0) == kv_cache_bytes(2, 2, KB, 4, 0));
+    CHECK(kv_cache_ring_bytes(2, 2, KB, 2, 5, 3, 1) == kv_cache_bytes(2, 2, KB, 4, 1));
+    CHECK(kv_cache_bytes(2, 2, KB, 20, 0) + kv_cache_ring_bytes(2, 2, KB, 2, 5, 3, 0) <
+          kv_cache_bytes(4, 2, KB, 20, 0));
     /* slot 1's ring table: block j -> 2 + j % 2 */
     for (int j = 0; j < kv->max_blocks_per_seq; j++) {
         CHECK_EQ_INT(kv->seqs[1].ring[j], 2 + j % 2);
@@ -303,7 +324,7 @@ TEST(kv_rings_layout_and_window_bookkeeping)
     kv_cache_free(kv);
     /* every layer in rings: the pool holds no bytes, only counts blocks */
     const uint8_t all[2] = {1, 1};
-    CHECK_EQ_INT(kv_cache_new_ring(2, 2, KB, 20, 2, 40, all, 5, 3, 0, &kv), 0);
+    CHECK_EQ_INT(kv_cache_new_ring(2, 2, KB, 20, 2, 40, all, 5, 3, 0, 0, &kv), 0);
     CHECK_EQ_INT(kv->n_layer_ring, 2);
     CHECK(kv->layer_off[0] == 0 && kv->layer_off[1] == 4 * kv->block_stride);
     CHECK_EQ_INT(kv_seq_reserve(kv, 0, 40), 0);
@@ -311,7 +332,7 @@ TEST(kv_rings_layout_and_window_bookkeeping)
     kv_cache_free(kv);
     /* no ring layers = kv_cache_new */
     const uint8_t none[2] = {0, 0};
-    CHECK_EQ_INT(kv_cache_new_ring(2, 2, KB, 20, 2, 40, none, 5, 3, 0, &kv), 0);
+    CHECK_EQ_INT(kv_cache_new_ring(2, 2, KB, 20, 2, 40, none, 5, 3, 0, 0, &kv), 0);
     CHECK(kv->n_layer_ring == 0 && kv->seqs[0].ring == NULL && kv->layer_off[1] == kv->layer_stride);
     kv_cache_free(kv);
 }
@@ -436,8 +457,9 @@ static void add_all(struct oreq_sched *s, const struct reqset *rs, int from, int
     }
 }
 
-/* Bytes per KV block of the tiny model: 2 layers * 16 positions * kv_dim 32 * K,V * 4. */
-#define TINY_BLOCK_BYTES (2u * 16u * 32u * 2u * 4u)
+/* Bytes per KV block of the tiny model: 2 layers * 16 positions * kv_dim 32 * K,V
+ * * 2 (binary16). */
+#define TINY_BLOCK_BYTES (2u * 16u * 32u * 2u * 2u)
 
 TEST(sched_batch_invariance_alone_vs_pack_of_256)
 {
@@ -619,8 +641,8 @@ TEST(sched_sliding_window_rings_buy_blocks_same_outputs)
             ids[j] = (int32_t)rnd(298);
         rs.body[i] = body_new(ids, len, 40, i % 2, 1, 91 + (uint64_t)i);
     }
-    /* 6 layers x (2 heads x 16) x 16 positions x K,V x 4 bytes */
-    size_t full_block = 6 * 32 * 16 * 2 * 4, budget = 24 * full_block;
+    /* 6 layers x (2 heads x 16) x 16 positions x K,V x 2 bytes (binary16) */
+    size_t full_block = 6 * 32 * 16 * 2 * 2, budget = 24 * full_block;
     struct results r[2] = {0};
     struct sched_stats st[2];
     for (int k = 0; k < 2; k++) {
