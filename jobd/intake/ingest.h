@@ -80,8 +80,8 @@ struct ingest_line {
 };
 
 /* Check one line (len bytes, without the newline and CR; BOM already
- * removed) against the rules for endpoint ("/v1/chat/completions" or
- * "/v1/completions"). Returns 0 and fills *out (release it), or ERR_PARSE
+ * removed) against the rules for endpoint ("/v1/chat/completions",
+ * "/v1/completions" or "/v1/embeddings"). Returns 0 and fills *out (release it), or ERR_PARSE
  * with *err filled (err->line left 0 for the caller); ERR_NOMEM. */
 int ingest_line_check(const char *line, size_t len, const char *endpoint,
                       const struct ingest_limits *lim, struct ingest_line *out,

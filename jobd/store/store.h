@@ -463,7 +463,7 @@ void store_batch_release(struct store_batch *b);
 void store_batch_list_free(struct store_batch *items, size_t n);
 
 struct store_batch_new {
-    const char *endpoint;         /* "/v1/chat/completions" or "/v1/completions" */
+    const char *endpoint;         /* "/v1/chat/completions", "/v1/completions" or "/v1/embeddings" */
     const char *input_file_id;    /* a file of this tenant with purpose "batch" */
     int64_t completion_window_s;  /* > 0 */
     const char *metadata;         /* JSON object text or NULL: <= 16 pairs, string

@@ -137,8 +137,9 @@ int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_
                  int f32, size_t max_bytes, struct kv_cache **out);
 void kv_cache_free(struct kv_cache *kv);
 
-/* Bytes kv_cache_new would allocate for K and V (0 on overflow): 2 bytes
- * per value, 4 with f32. */
+/* Bytes kv_cache_new would allocate for K and V of n_blocks pool blocks of
+ * n_layer layers (0 on overflow): 2 bytes per value, 4 with f32. A cache
+ * with rings allocates this for its pool layers plus kv_cache_ring_bytes. */
 size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32);
 
 /* Ring blocks per slot for layers attending to the last `window`
