@@ -118,14 +118,12 @@ ATT_AVX512_F16 static inline __m512 ld_pair_f16(const uint16_t *a, const uint16_
         _mm_loadu_si128((const __m128i *)(const void *)b), 1));
 }
 
-/* The SIMD level for the binary16 cache: AVX2 and AVX-512 also need F16C
- * (every AVX2 CPU so far has it; checked once all the same). */
+/* The SIMD level for the binary16 cache: its AVX2 and AVX-512 paths need
+ * F16C, which level KN_SIMD_AVX2 includes (kn.h; simd.c checks it in CPUID
+ * before that level can be chosen). */
 static int level_f16(void)
 {
-    static int f16c = -1;
-    if (f16c < 0)
-        f16c = __builtin_cpu_supports("f16c") ? 1 : 0;
-    return f16c ? kn_simd_level() : KN_SIMD_SCALAR;
+    return kn_simd_level();
 }
 #endif
 

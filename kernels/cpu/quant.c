@@ -202,10 +202,8 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, c
 void kn_f32_to_f16(uint16_t *dst, const float *src, size_t n)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    static int f16c = -1;
-    if (f16c < 0)
-        f16c = __builtin_cpu_supports("f16c") ? 1 : 0;
-    if (f16c && kn_simd_level() >= KN_SIMD_AVX2) {
+    /* F16C comes with level AVX2 (kn.h: simd.c checks it in CPUID) */
+    if (kn_simd_level() >= KN_SIMD_AVX2) {
         f32_to_f16_f16c(dst, src, n);
         return;
     }
