@@ -75,7 +75,7 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 # The GPU test and benchmark binaries link only what they need (kernels and
 # the model code: jansson and pcre2 are their only libraries), so that a GPU
 # machine without our -dev packages can build them (scripts/gpu-check).
-GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c \
+GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c common/utf8.c \
                $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
                worker/engine/forward_cpu.c \
                worker/engine/forward_cuda.c worker/engine/kv.c worker/engine/gguf.c \

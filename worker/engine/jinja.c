@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/utf8.h"
 
 /* ---- arena ------------------------------------------------------------------ */
 
@@ -338,42 +339,6 @@ static size_t u8len(const unsigned char *s, size_t left)
     return l;
 }
 
-static uint32_t u8dec(const unsigned char *s, size_t l)
-{
-    if (l == 1)
-        return s[0];
-    if (l == 2)
-        return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    if (l == 3)
-        return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
-           ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-}
-
-static size_t u8enc(uint32_t c, char *o)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 static size_t u8count(const char *s, size_t n)
 {
     size_t k = 0;
@@ -602,7 +567,7 @@ static int lex_string(struct lexer *L, char q, int line)
                 while (m < 3 && p < n && s[p] >= '0' && s[p] <= '7')
                     cp = cp * 8 + (uint32_t)(s[p++] - '0'), m++;
                 p--;
-                k += u8enc(cp, j->p + k);
+                k += utf8_encode(cp, j->p + k);
             } else {
                 j->p[k++] = '\\';
                 j->p[k++] = e;
@@ -618,7 +583,7 @@ static int lex_string(struct lexer *L, char q, int line)
             }
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
                 return lex_fail(L, line, "invalid escape in string");
-            k += u8enc(cp, j->p + k);
+            k += utf8_encode(cp, j->p + k);
         }
     }
     j->n = k;
@@ -2967,7 +2932,7 @@ static int json_str(struct rs *R, struct buf *b, const char *s, size_t n, int as
             on = 6;
         } else if (ascii && c >= 0x80) {
             l = u8len((const unsigned char *)s + i, n - i);
-            uint32_t cp = u8dec((const unsigned char *)s + i, l);
+            uint32_t cp = utf8_decode((const unsigned char *)s + i, l);
             if (cp >= 0x10000) {
                 cp -= 0x10000;
                 snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
@@ -3193,7 +3158,7 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
     int prev_cased = 0, first = 1;
     for (size_t i = 0; i < s->n;) {
         size_t l = u8len((const unsigned char *)s->p + i, s->n - i);
-        uint32_t c = l == 1 && (unsigned char)s->p[i] >= 0x80 ? 0xFFFD : u8dec((const unsigned char *)s->p + i, l);
+        uint32_t c = l == 1 && (unsigned char)s->p[i] >= 0x80 ? 0xFFFD : utf8_decode((const unsigned char *)s->p + i, l);
         uint32_t o = c;
         int keep = l == 1 && (unsigned char)s->p[i] >= 0x80;
         int word_start = !prev_cased;
@@ -3229,7 +3194,7 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
         }
         first = 0;
         char enc[4];
-        size_t el = keep ? 1 : u8enc(o, enc);
+        size_t el = keep ? 1 : utf8_encode(o, enc);
         if (sb_put(R, &b, keep ? s->p + i : enc, el)) {
             buf_release(&b);
             return mk(JV_UNDEF);
@@ -4296,7 +4261,7 @@ static int apply_test(struct rs *R, int id, struct jv v, const struct args *A, i
         int cased = 0;
         for (size_t i = 0; i < v.u.s->n;) {
             size_t l = u8len((const unsigned char *)v.u.s->p + i, v.u.s->n - i);
-            uint32_t c = u8dec((const unsigned char *)v.u.s->p + i, l);
+            uint32_t c = utf8_decode((const unsigned char *)v.u.s->p + i, l);
             if (cp_cased(c)) {
                 cased = 1;
                 if (id == T_LOWER ? cp_lower(c) != c : cp_upper(c) != c)

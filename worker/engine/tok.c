@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/utf8.h"
 #include "common/gram/gram.h"
 #include "worker/engine/tok_unicode.h"
 
@@ -965,30 +966,6 @@ static int wpm_cjk(uint32_t c)
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-static size_t utf8_put(uint32_t c, char *o)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 /* Greedy longest-first match of one word w[0..n) ("▁" + the word's bytes),
  * as llama.cpp's llm_tokenizer_wpm_session::tokenize: from each position
  * the longest vocabulary entry; if some position matches nothing, the
@@ -1030,20 +1007,11 @@ static int wpm_fragment(const struct tok *t, struct work *w, const char *text, s
     const unsigned char *p = (const unsigned char *)text;
     for (size_t i = 0; i < len;) {
         size_t n = tok_utf8_seq(p + i, len - i);
-        uint32_t c0;
-        if (n == 1)
-            c0 = p[i];
-        else if (n == 2)
-            c0 = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
-        else if (n == 3)
-            c0 = ((p[i] & 0x0Fu) << 12) | ((p[i + 1] & 0x3Fu) << 6) | (p[i + 2] & 0x3Fu);
-        else if (n == 4)
-            c0 = ((p[i] & 0x07u) << 18) | ((p[i + 1] & 0x3Fu) << 12) | ((p[i + 2] & 0x3Fu) << 6) |
-                 (p[i + 3] & 0x3Fu);
-        else { /* cannot happen: the text was sanitised */
+        if (n < 1 || n > 4) { /* cannot happen: the text was sanitised */
             i++;
             continue;
         }
+        uint32_t c0 = utf8_decode(p + i, n);
         i += n;
         uint32_t cps[4];
         int nc = t->strip_accents ? tok_uni_nfd(c0, cps) : (cps[0] = c0, 1);
@@ -1061,7 +1029,7 @@ static int wpm_fragment(const struct tok *t, struct work *w, const char *text, s
             if (t->strip_accents && (f & TOK_UNI_MARK))
                 continue;
             char u[4];
-            size_t un = utf8_put(t->lowercase ? tok_uni_lower(c) : c, u);
+            size_t un = utf8_encode(t->lowercase ? tok_uni_lower(c) : c, u);
             if ((f & TOK_UNI_PUNCT) || (c < 0x7F && (f & TOK_UNI_SYMBOL)) || wpm_cjk(c)) {
                 /* a word of its own */
                 if (b->len > 3 && (rc = wpm_word(t, b->data, b->len, o)) < 0)

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/id.h"
+#include "common/utf8.h"
 #include "tests/th.h"
 
 TEST(err_names_and_messages)
@@ -102,6 +103,22 @@ TEST(buf_grow_array_doubles_keeps_contents_and_refuses_overflow)
     CHECK(a == before);
     CHECK_EQ_INT((int)cap, 128);
     free(a);
+}
+
+TEST(utf8_encode_decode_round_trip_at_every_length_boundary)
+{
+    static const uint32_t cps[] = {0, 0x41, 0x7F, 0x80, 0xE9, 0x7FF, 0x800, 0x20AC, 0xFFFF, 0x10000,
+                                   0x1F600, 0x10FFFF};
+    static const size_t lens[] = {1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4};
+    for (size_t i = 0; i < sizeof cps / sizeof cps[0]; i++) {
+        char b[4];
+        size_t n = utf8_encode(cps[i], b);
+        CHECK_EQ_INT((int)n, (int)lens[i]);
+        CHECK_EQ_INT((int)utf8_decode((const unsigned char *)b, n), (int)cps[i]);
+    }
+    char e[4];
+    CHECK_EQ_INT((int)utf8_encode(0x20AC, e), 3);
+    CHECK(memcmp(e, "\xe2\x82\xac", 3) == 0);
 }
 
 TEST(clock_monotonic_and_iso8601)
