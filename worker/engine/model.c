@@ -226,8 +226,9 @@ static int read_swa_layers(const struct gguf *g, const char *arch, struct model 
     return 0;
 }
 
-static int read_hparams(const struct gguf *g, const char *arch, struct model_hparams *hp, char *err,
-                        size_t err_len)
+/* The sizes every architecture declares: layers, width, FFN width, heads. */
+static int read_dims(const struct gguf *g, const char *arch, struct model_hparams *hp, char *err,
+                     size_t err_len)
 {
     int rc;
     if ((rc = get_hp_int(g, arch, "block_count", 1, 0, MODEL_MAX_LAYERS, &hp->n_layer, err,
@@ -235,9 +236,17 @@ static int read_hparams(const struct gguf *g, const char *arch, struct model_hpa
         (rc = get_hp_int(g, arch, "embedding_length", 1, 0, MODEL_MAX_EMBD, &hp->n_embd, err,
                          err_len)) ||
         (rc = get_hp_int(g, arch, "feed_forward_length", 1, 0, MODEL_MAX_FF, &hp->n_ff, err,
-                         err_len)) ||
-        (rc = get_hp_int(g, arch, "attention.head_count", 1, 0, MODEL_MAX_HEADS, &hp->n_head, err,
-                         err_len)) ||
+                         err_len)))
+        return rc;
+    return get_hp_int(g, arch, "attention.head_count", 1, 0, MODEL_MAX_HEADS, &hp->n_head, err,
+                      err_len);
+}
+
+static int read_hparams(const struct gguf *g, const char *arch, struct model_hparams *hp, char *err,
+                        size_t err_len)
+{
+    int rc;
+    if ((rc = read_dims(g, arch, hp, err, err_len)) ||
         (rc = get_hp_int(g, arch, "attention.head_count_kv", 0, hp->n_head, MODEL_MAX_HEADS,
                          &hp->n_head_kv, err, err_len)) ||
         (rc = get_hp_int(g, arch, "context_length", 1, 0, MODEL_MAX_CTX, &hp->n_ctx_train, err,
@@ -508,14 +517,7 @@ static int read_bert_hparams(const struct gguf *g, const char *arch, struct mode
                              char *err, size_t err_len)
 {
     int rc;
-    if ((rc = get_hp_int(g, arch, "block_count", 1, 0, MODEL_MAX_LAYERS, &hp->n_layer, err,
-                         err_len)) ||
-        (rc = get_hp_int(g, arch, "embedding_length", 1, 0, MODEL_MAX_EMBD, &hp->n_embd, err,
-                         err_len)) ||
-        (rc = get_hp_int(g, arch, "feed_forward_length", 1, 0, MODEL_MAX_FF, &hp->n_ff, err,
-                         err_len)) ||
-        (rc = get_hp_int(g, arch, "attention.head_count", 1, 0, MODEL_MAX_HEADS, &hp->n_head, err,
-                         err_len)) ||
+    if ((rc = read_dims(g, arch, hp, err, err_len)) ||
         (rc = get_hp_int(g, arch, "context_length", 1, 0, MODEL_MAX_CTX, &hp->n_ctx_train, err,
                          err_len)) ||
         (rc = get_hp_f32(g, arch, "attention.layer_norm_epsilon", 1, 0, &hp->norm_eps, err,
