@@ -33,6 +33,23 @@ static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
     return rc;
 }
 
+/* A request refused with an OpenAI-shaped error: its JSON body on out for
+ * --json, and the message in err. */
+static void request_error(const struct oneshot_opts *o, FILE *out, const struct gp_error *gerr, int rc,
+                          char *err, size_t err_len)
+{
+    if (o->json_path) {
+        json_t *eb = gp_error_json(gerr);
+        char *dump = eb ? json_dumps(eb, JSON_COMPACT) : NULL;
+        if (dump)
+            fprintf(out, "%s\n", dump);
+        free(dump);
+        json_decref(eb);
+    }
+    fail(err, err_len, rc, "request error%s%s%s: %s", gerr->param[0] ? " (" : "", gerr->param,
+         gerr->param[0] ? ")" : "", gerr->message);
+}
+
 static double rate(int64_t n, uint64_t ns)
 {
     return ns ? (double)n / ((double)ns / 1e9) : 0.0;
@@ -310,14 +327,7 @@ static int run_embed(const struct oneshot_opts *o, json_t *body, FILE *out, FILE
     rc = oembed_run(c, eng->tok, name ? name : base_name(o->model_path), body, &resp, &n_tok, &gerr);
     uint64_t dt = clock_mono_ns() - t0;
     if (rc == ERR_INVAL && gerr.message[0]) {
-        if (o->json_path) {
-            json_t *eb = gp_error_json(&gerr);
-            if (eb && (dump = json_dumps(eb, JSON_COMPACT)))
-                fprintf(out, "%s\n", dump);
-            json_decref(eb);
-        }
-        fail(err, err_len, rc, "request error%s%s%s: %s", gerr.param[0] ? " (" : "", gerr.param,
-             gerr.param[0] ? ")" : "", gerr.message);
+        request_error(o, out, &gerr, rc, err, err_len);
         goto out;
     }
     if (rc) {
@@ -384,14 +394,7 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
     memset(&gerr, 0, sizeof gerr);
     rc = oreq_run(&gm, ep, body, &go, &resp, &gerr);
     if (rc == ERR_INVAL && gerr.message[0]) {
-        if (o->json_path) {
-            json_t *eb = gp_error_json(&gerr);
-            if (eb && (dump = json_dumps(eb, JSON_COMPACT)))
-                fprintf(out, "%s\n", dump);
-            json_decref(eb);
-        }
-        fail(err, err_len, rc, "request error%s%s%s: %s", gerr.param[0] ? " (" : "", gerr.param,
-             gerr.param[0] ? ")" : "", gerr.message);
+        request_error(o, out, &gerr, rc, err, err_len);
         goto out;
     }
     if (rc) {
