@@ -1298,10 +1298,11 @@ TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
     for (int i = 0; i < 6000 && !done; i++) {
         sweeper_wake(sw);
         get_batch(&fx, bid, &b);
-        /* the sweeper counts a finished batch after its commit: the status
-         * can be visible a moment before the count (race fix: wait for both) */
+        /* the sweeper counts a finished batch after its commit, and the
+         * pass itself after its last step (file expiry): the status can be
+         * visible a moment before either count, so wait for all three */
         sweeper_stats(sw, &s);
-        done = b.status == STORE_BATCH_EXPIRED && s.batches_finished >= 1;
+        done = b.status == STORE_BATCH_EXPIRED && s.batches_finished >= 1 && s.passes >= 1;
         store_batch_release(&b);
         if (!done)
             usleep(10000);
