@@ -227,6 +227,26 @@ static struct jv *dict_find_s(const struct jdict *d, const char *s, size_t n)
     return NULL;
 }
 
+/* Grows two parallel arrays of n used elements (keys and values) to twice
+ * *cap (first: the first capacity) in the arena, copying what they hold.
+ * On failure (arena limit or malloc) nothing changes and -1 is returned. */
+static int ar_grow_pair(struct arena *a, size_t n, size_t *cap, size_t first, void **x, size_t xsz,
+                        void **y, size_t ysz)
+{
+    size_t c = *cap ? *cap * 2 : first;
+    void *nx = ar_alloc(a, c * xsz), *ny = ar_alloc(a, c * ysz);
+    if (!nx || !ny)
+        return -1;
+    if (n) {
+        memcpy(nx, *x, n * xsz);
+        memcpy(ny, *y, n * ysz);
+    }
+    *x = nx;
+    *y = ny;
+    *cap = c;
+    return 0;
+}
+
 static int dict_set(struct arena *a, struct jdict *d, struct jv key, struct jv val)
 {
     struct jv *p = dict_find(d, key);
@@ -235,17 +255,11 @@ static int dict_set(struct arena *a, struct jdict *d, struct jv key, struct jv v
         return 0;
     }
     if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 4;
-        struct jv *nk = ar_alloc(a, cap * sizeof *nk), *nv = ar_alloc(a, cap * sizeof *nv);
-        if (!nk || !nv)
+        void *k = d->k, *v = d->v;
+        if (ar_grow_pair(a, d->n, &d->cap, 4, &k, sizeof *d->k, &v, sizeof *d->v))
             return -1;
-        if (d->n) {
-            memcpy(nk, d->k, d->n * sizeof *nk);
-            memcpy(nv, d->v, d->n * sizeof *nv);
-        }
-        d->k = nk;
-        d->v = nv;
-        d->cap = cap;
+        d->k = k;
+        d->v = v;
     }
     d->k[d->n] = key;
     d->v[d->n++] = val;
@@ -2140,18 +2154,11 @@ static int frame_set(struct rs *R, struct frame *f, const struct jstr *name, str
             return 0;
         }
     if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        const struct jstr **nn_ = ralloc(R, cap * sizeof *nn_, line);
-        struct jv *nv = ralloc(R, cap * sizeof *nv, line);
-        if (!nn_ || !nv)
-            return -1;
-        if (f->n) {
-            memcpy(nn_, f->names, f->n * sizeof *nn_);
-            memcpy(nv, f->vals, f->n * sizeof *nv);
-        }
-        f->names = nn_;
-        f->vals = nv;
-        f->cap = cap;
+        void *names = f->names, *vals = f->vals;
+        if (ar_grow_pair(R->a, f->n, &f->cap, 8, &names, sizeof *f->names, &vals, sizeof *f->vals))
+            return oom(R, line);
+        f->names = names;
+        f->vals = vals;
     }
     f->names[f->n] = name;
     f->vals[f->n++] = v;

@@ -693,6 +693,36 @@ static int work_syms(struct work *w, size_t n)
     return 0;
 }
 
+/* The merge loop both BPE and SentencePiece run over w->syms[0..n) (a linked
+ * list of pieces): seed the heap with every adjacent pair, then repeatedly
+ * merge the best candidate still valid (both pieces alive, unchanged and
+ * adjacent), offering the new piece's pairs with its neighbours. add_cand
+ * scores a pair (BPE: merge rank, SPM: vocabulary score) and pushes it. */
+typedef int (*add_cand_fn)(const struct tok *t, struct work *w, int left, int right);
+
+static int merge_syms(const struct tok *t, struct work *w, size_t n, add_cand_fn add)
+{
+    int rc;
+    w->heap.n = 0;
+    for (size_t i = 1; i < n; i++)
+        if ((rc = add(t, w, (int)i - 1, (int)i)) < 0)
+            return rc;
+    while (w->heap.n) {
+        struct cand c = heap_pop(&w->heap);
+        struct sym *a = &w->syms[c.left], *b = &w->syms[c.right];
+        if (a->len == 0 || b->len == 0 || a->len + b->len != c.len || a->next != c.right)
+            continue;
+        a->len += b->len;
+        b->len = 0;
+        a->next = b->next;
+        if (b->next >= 0)
+            w->syms[b->next].prev = c.left;
+        if ((rc = add(t, w, a->prev, c.left)) < 0 || (rc = add(t, w, c.left, a->next)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* ---- BPE ----------------------------------------------------------------- */
 
 static int bpe_add_cand(const struct tok *t, struct work *w, int left, int right)
@@ -731,24 +761,8 @@ static int bpe_piece(const struct tok *t, struct work *w, const char *s, size_t 
         w->syms[i] = (struct sym){(int)i - 1, i + 1 < len ? (int)i + 1 : -1, off, l};
         off += l;
     }
-    w->heap.n = 0;
-    for (size_t i = 1; i < len; i++)
-        if ((rc = bpe_add_cand(t, w, (int)i - 1, (int)i)) < 0)
-            return rc;
-    while (w->heap.n) {
-        struct cand c = heap_pop(&w->heap);
-        struct sym *a = &w->syms[c.left], *b = &w->syms[c.right];
-        if (a->len == 0 || b->len == 0 || a->len + b->len != c.len || a->next != c.right)
-            continue;
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0)
-            w->syms[b->next].prev = c.left;
-        if ((rc = bpe_add_cand(t, w, a->prev, c.left)) < 0 ||
-            (rc = bpe_add_cand(t, w, c.left, a->next)) < 0)
-            return rc;
-    }
+    if ((rc = merge_syms(t, w, len, bpe_add_cand)) < 0)
+        return rc;
     for (int i = len ? 0 : -1; i >= 0; i = w->syms[i].next) {
         const struct sym *y = &w->syms[i];
         int32_t id = tok_find(t, m + y->off, y->len);
@@ -930,24 +944,8 @@ static int spm_fragment(const struct tok *t, struct work *w, const char *text, s
         nsym++;
         off += l;
     }
-    w->heap.n = 0;
-    for (size_t i = 1; i < nsym; i++)
-        if ((rc = spm_add_cand(t, w, (int)i - 1, (int)i)) < 0)
-            return rc;
-    while (w->heap.n) {
-        struct cand c = heap_pop(&w->heap);
-        struct sym *a = &w->syms[c.left], *b = &w->syms[c.right];
-        if (a->len == 0 || b->len == 0 || a->len + b->len != c.len || a->next != c.right)
-            continue;
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0)
-            w->syms[b->next].prev = c.left;
-        if ((rc = spm_add_cand(t, w, a->prev, c.left)) < 0 ||
-            (rc = spm_add_cand(t, w, c.left, a->next)) < 0)
-            return rc;
-    }
+    if ((rc = merge_syms(t, w, nsym, spm_add_cand)) < 0)
+        return rc;
     for (int i = 0; i >= 0; i = w->syms[i].next)
         if ((rc = spm_emit(t, s + w->syms[i].off, w->syms[i].len, o)) < 0)
             return rc;
