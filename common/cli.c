@@ -35,6 +35,27 @@ int cli_log_apply(const char *prog, const struct cli_log *lg)
     return 0;
 }
 
+int cli_start(const char *prog, const char *usage_text, const struct cfg_opt *opts, size_t n_opts,
+              int argc, char **argv, char **pos, int max_pos, int *n_pos, struct cli_std *std)
+{
+    char err[512], hint[64];
+    snprintf(hint, sizeof hint, "see %s --help", prog);
+    if (cfg_parse(opts, n_opts, argc - 1, argv + 1, pos, max_pos, n_pos, err, sizeof err)) {
+        cli_error(prog, hint, "%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (std->help) {
+        fputs(usage_text, stdout);
+        cfg_usage(opts, n_opts, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (std->version) {
+        cli_print_version(prog, stdout);
+        return CLI_EXIT_OK;
+    }
+    return cli_log_apply(prog, &std->lg) ? CLI_EXIT_USAGE : -1;
+}
+
 void cli_error(const char *prog, const char *hint, const char *fmt, ...)
 {
     va_list ap;

@@ -36,6 +36,26 @@ struct cli_log {
  * printing "prog: --log-level: ..." to stderr. */
 int cli_log_apply(const char *prog, const struct cli_log *lg);
 
+/* The options every binary's main() has: the logging pair, --help and
+ * --version. Put CLI_STD_OPTS(&std) at the end of the option table. */
+struct cli_std {
+    struct cli_log lg;
+    int help, version;
+};
+
+#define CLI_STD_OPTS(s)                                                                   \
+    CLI_LOG_OPTS(&(s)->lg), {"help", NULL, CFG_BOOL, &(s)->help, NULL, "show this help"}, \
+        {"version", NULL, CFG_BOOL, &(s)->version, NULL, "show the version"}
+
+/* The start every main() shares: cfg_parse argv[1..] into opts (up to
+ * max_pos positional arguments in pos, their count in *n_pos); then --help
+ * prints usage_text and the option table to stdout, --version the version,
+ * and the logging options are applied. Returns -1 when main should go on,
+ * else the exit code to return (CLI_EXIT_OK after --help/--version,
+ * CLI_EXIT_USAGE after printing "prog: ..." and a hint for a bad line). */
+int cli_start(const char *prog, const char *usage_text, const struct cfg_opt *opts, size_t n_opts,
+              int argc, char **argv, char **pos, int max_pos, int *n_pos, struct cli_std *std);
+
 /* Print "prog: message" to stderr, with a hint line if hint is not NULL. */
 void cli_error(const char *prog, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -96,12 +96,11 @@ static int keys_main(const char *data, const char *database, const char *tenant_
 
 int main(int argc, char **argv)
 {
-    struct cli_log lg = {0};
+    struct cli_std std = {0};
     struct app_config ac;
     app_config_default(&ac);
     const char *listen = ac.listen, *data = ac.data_dir, *tenant = NULL, *durability = "full";
     const char *port_file = NULL, *database = NULL;
-    int help = 0, version = 0;
     int64_t header_ms = (int64_t)ac.http.header_timeout_ms, body_ms = (int64_t)ac.http.body_timeout_ms;
     int64_t idle_ms = (int64_t)ac.http.idle_timeout_ms, shutdown_ms = (int64_t)ac.http.shutdown_timeout_ms;
     int64_t idem_ms = ac.store.idem_retention_s * 1000, max_conns = (int64_t)ac.http.max_connections;
@@ -163,29 +162,14 @@ int main(int argc, char **argv)
         {"tokenizer", "JOBD_TOKENIZER", CFG_STR, &tokenizer_spec, "MODEL=PATH.gguf,...",
          "GGUF files whose tokenizer and chat template jobd loads (tokenizer only, on first use) to count the input tokens of POST /v1/batches/estimate exactly as a worker would; other models are estimated as prompt bytes / 4"},
         {"tenant", NULL, CFG_STR, &tenant, "NAME", "keys create/list: the tenant (created if new)"},
-        CLI_LOG_OPTS(&lg),
-        {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
-        {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
+        CLI_STD_OPTS(&std),
     };
-    size_t n_opts = sizeof opts / sizeof opts[0];
-    char err[256];
     char *pos[4];
     int n_pos = 0;
-    if (cfg_parse(opts, n_opts, argc - 1, argv + 1, pos, 4, &n_pos, err, sizeof err)) {
-        cli_error("jobd", "see jobd --help", "%s", err);
-        return CLI_EXIT_USAGE;
-    }
-    if (help) {
-        fputs(usage_text, stdout);
-        cfg_usage(opts, n_opts, stdout);
-        return CLI_EXIT_OK;
-    }
-    if (version) {
-        cli_print_version("jobd", stdout);
-        return CLI_EXIT_OK;
-    }
-    if (cli_log_apply("jobd", &lg))
-        return CLI_EXIT_USAGE;
+    int start = cli_start("jobd", usage_text, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 4,
+                          &n_pos, &std);
+    if (start >= 0)
+        return start;
     if (n_pos > 0 && strcmp(pos[0], "keys") != 0) {
         cli_error("jobd", "see jobd --help", "unknown command '%s'", pos[0]);
         return CLI_EXIT_USAGE;

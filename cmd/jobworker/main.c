@@ -88,11 +88,11 @@ static int parse_double(const char *flag, const char *s, int *given, double *out
 
 int main(int argc, char **argv)
 {
-    struct cli_log lg = {0};
+    struct cli_std std = {0};
     const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL,
                *embed = NULL;
     int64_t threads = 0, max_tokens = 256;
-    int self_check = 0, inspect = 0, help = 0, version = 0, print_ids = 0, no_prefix_cache = 0,
+    int self_check = 0, inspect = 0, print_ids = 0, no_prefix_cache = 0,
         swa_full = 0;
     const char *batch_file = NULL;
     uint64_t kv_mem = 0;
@@ -164,29 +164,15 @@ int main(int argc, char **argv)
         {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat/--json: also print the token ids on stderr"},
         {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
         {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
-        CLI_LOG_OPTS(&lg),
-        {"help", NULL, CFG_BOOL, &help, NULL, "show this help"},
-        {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
+        CLI_STD_OPTS(&std),
     };
-    size_t n_opts = sizeof opts / sizeof opts[0];
-    char err[512];
     int n_pos = 0;
     char *pos[1];
-    if (cfg_parse(opts, n_opts, argc - 1, argv + 1, pos, 0, &n_pos, err, sizeof err)) {
-        cli_error("jobworker", "see jobworker --help", "%s", err);
-        return CLI_EXIT_USAGE;
-    }
-    if (help) {
-        fputs(usage_text, stdout);
-        cfg_usage(opts, n_opts, stdout);
-        return CLI_EXIT_OK;
-    }
-    if (version) {
-        cli_print_version("jobworker", stdout);
-        return CLI_EXIT_OK;
-    }
-    if (cli_log_apply("jobworker", &lg))
-        return CLI_EXIT_USAGE;
+    int start = cli_start("jobworker", usage_text, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0,
+                          &n_pos, &std);
+    if (start >= 0)
+        return start;
+    char err[512];
     enum kn_device dev;
     if (kn_device_parse(device, &dev)) {
         cli_error("jobworker", "use --device cpu or --device cuda", "unknown device '%s'", device);
