@@ -144,6 +144,48 @@ def test_json_chat_body_shape_and_n2():
     assert "decode:" in r.stderr.splitlines()[-1], r.stderr
 
 
+def test_json_logprobs_shapes_chat_and_completion():
+    """logprobs in both response shapes (OpenAI's): greedy, so each chosen
+    token is its position's top alternative with the same logprob; the
+    tokens' text and bytes spell the output; alternatives sorted, counted."""
+    need_default()
+    chat = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Name a color."}],
+            "temperature": 0, "max_tokens": 8, "logprobs": True, "top_logprobs": 2}
+    r = jobworker_json(chat)
+    assert r.returncode == 0, r.stderr
+    resp = json.loads(r.stdout)
+    c = resp["choices"][0]
+    assert list(c) == ["index", "message", "logprobs", "finish_reason"], c
+    lp = c["logprobs"]
+    assert list(lp) == ["content", "refusal"] and lp["refusal"] is None, lp
+    assert len(lp["content"]) == resp["usage"]["completion_tokens"] > 0, resp
+    assert b"".join(bytes(e["bytes"]) for e in lp["content"]) == c["message"]["content"].encode()
+    for e in lp["content"]:
+        assert list(e) == ["token", "logprob", "bytes", "top_logprobs"], e
+        assert e["logprob"] <= 0 and len(e["top_logprobs"]) == 2, e
+        assert e["top_logprobs"][0]["token"] == e["token"], e
+        assert e["top_logprobs"][0]["logprob"] == e["logprob"], e
+        assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"], e
+        assert all(bytes(a["bytes"]) == a["token"].encode() for a in e["top_logprobs"]), e
+
+    comp = {"model": "smollm2-135m", "prompt": "The capital of France is", "temperature": 0,
+            "max_tokens": 8, "logprobs": 3}
+    r = jobworker_json(comp)
+    assert r.returncode == 0, r.stderr
+    resp = json.loads(r.stdout)
+    c = resp["choices"][0]
+    assert resp["object"] == "text_completion", resp
+    assert list(c) == ["text", "index", "logprobs", "finish_reason"], c
+    lp = c["logprobs"]
+    assert list(lp) == ["tokens", "token_logprobs", "top_logprobs", "text_offset"], lp
+    n = resp["usage"]["completion_tokens"]
+    assert n > 0 and all(len(lp[k]) == n for k in lp), lp
+    assert "".join(lp["tokens"]) == c["text"], lp
+    assert lp["text_offset"] == [len("".join(lp["tokens"][:k])) for k in range(n)], lp
+    for tok, l, tops in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert 1 <= len(tops) <= 3 and tops[tok] == l == max(tops.values()), (tok, l, tops)
+
+
 def test_seeded_sampling_reproducible():
     need_default()
     body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 1.0,
