@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -144,4 +145,45 @@ int main(int argc, char **argv)
     nftw(tmp_root, th_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     printf("# tally %d %d %d\n", passed, failed, skipped);
     return failed ? 1 : 0;
+}
+
+void *th_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *p = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (p = malloc((size_t)n + 1)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (!p)
+        return NULL;
+    p[n] = '\0';
+    if (len)
+        *len = (size_t)n;
+    return p;
+}
+
+void *th_read_file(const char *path, size_t *len)
+{
+    void *p = th_slurp(path, len);
+    if (!p)
+        th_fail(__FILE__, __LINE__, path, "cannot read");
+    return p;
+}
+
+double th_rel_l2(const float *got, const float *want, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) || !isfinite(want[i]))
+            return INFINITY;
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
 }

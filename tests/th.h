@@ -69,6 +69,19 @@ __attribute__((noreturn)) void th_skip(const char *reason);
 
 #define SKIP(reason) th_skip(reason)
 
+/* ---- data helpers (tests/th.c) ---- */
+
+/* A whole file in malloc'd memory with one NUL byte after its end; *len
+ * (when not NULL) gets its size. NULL if it cannot be read. */
+void *th_slurp(const char *path, size_t *len);
+
+/* th_slurp, but a file that cannot be read fails the test (naming it). */
+void *th_read_file(const char *path, size_t *len);
+
+/* |got - want| / |want| over n floats, summed in double; INFINITY when
+ * either holds a NaN or infinity (|want| = 0 counts as 1). */
+double th_rel_l2(const float *got, const float *want, size_t n);
+
 /* ---- helpers for integration tests (tests/th_proc.c) ---- */
 
 /* A fresh temporary directory under $TMPDIR (or /tmp), removed recursively

@@ -90,17 +90,4 @@ static inline double cu_max_rel(const float *a, const float *b, size_t n, double
     return worst;
 }
 
-/* ||a - b|| / ||b||; NaN anywhere gives +inf. */
-static inline double cu_rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 #endif

@@ -103,23 +103,11 @@ static void seq_logits(struct model_ctx *c, int n_vocab, const int32_t *toks, in
     free(pos), free(seq), free(mark);
 }
 
-static double row_rel_l2(const float *a, const float *b, int n)
-{
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 static double max_row_err(const float *got, const float *want, int rows, int n_vocab)
 {
     double worst = 0;
     for (int r = 0; r < rows; r++) {
-        double e = row_rel_l2(got + (size_t)r * n_vocab, want + (size_t)r * n_vocab, n_vocab);
+        double e = th_rel_l2(got + (size_t)r * n_vocab, want + (size_t)r * n_vocab, n_vocab);
         if (!(e <= worst))
             worst = e;
     }

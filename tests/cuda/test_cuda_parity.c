@@ -80,7 +80,7 @@ TEST(cuda_matmul_matches_cpu)
         cu_fill(w, (size_t)m * k, 70 + (uint32_t)s, 0.1f);
         kn_matmul_f32(want, x, w, n, k, m);
         CHECK_EQ_INT(kn_cuda_matmul_f32_host(c, got, x, w, n, k, m), 0);
-        CHECK(cu_rel_l2(got, want, (size_t)n * m) < 1e-4);
+        CHECK(th_rel_l2(got, want, (size_t)n * m) < 1e-4);
         free(x), free(w), free(got), free(want);
     }
     kn_cuda_free(c);
@@ -120,12 +120,12 @@ TEST(cuda_gemm_bf16_matches_cpu)
                 g2[(size_t)r * m + j] = got[i] - acc[i];
                 w2[(size_t)r * m + j] = want[(size_t)r * m + j];
             }
-        CHECK(cu_rel_l2(g2, w2, (size_t)n * m) < 1e-4);
+        CHECK(th_rel_l2(g2, w2, (size_t)n * m) < 1e-4);
         /* beta 0 overwrites (poisoned output) */
         CHECK_EQ_INT(kn_cuda_memset(c, dout, 0xFF, no * 4), 0);
         CHECK_EQ_INT(kn_cuda_gemm_bf16(c, dout, (size_t)m, dx, dw, n, k, m, 0.0f), 0);
         cu_get(c, got, dout, (size_t)n * m * 4);
-        CHECK(cu_rel_l2(got, want, (size_t)n * m) < 1e-4);
+        CHECK(th_rel_l2(got, want, (size_t)n * m) < 1e-4);
         kn_cuda_release(c, dx), kn_cuda_release(c, dw), kn_cuda_release(c, dout);
         free(x), free(w), free(want), free(acc), free(got), free(xb), free(wb), free(g2), free(w2);
     }
@@ -240,13 +240,13 @@ TEST(cuda_matvec_q_matches_cpu)
             float *dx = cu_put(c, x, (size_t)k * 4), *dout = cu_alloc(c, (size_t)m * 4);
             CHECK_EQ_INT(kn_cuda_matvec_q(c, dout, 0, dx, dw, types[t], (size_t)rb, m, k), 0);
             cu_get(c, got, dout, (size_t)m * 4);
-            CHECK(cu_rel_l2(got, want, (size_t)m) < 1e-5);
+            CHECK(th_rel_l2(got, want, (size_t)m) < 1e-5);
             CHECK_EQ_INT(kn_cuda_upload(c, dout, acc, (size_t)m * 4), 0);
             CHECK_EQ_INT(kn_cuda_matvec_q(c, dout, 1, dx, dw, types[t], (size_t)rb, m, k), 0);
             cu_get(c, got, dout, (size_t)m * 4);
             for (int i = 0; i < m; i++)
                 got[i] -= acc[i];
-            CHECK(cu_rel_l2(got, want, (size_t)m) < 1e-5);
+            CHECK(th_rel_l2(got, want, (size_t)m) < 1e-5);
             kn_cuda_release(c, dw), kn_cuda_release(c, dx), kn_cuda_release(c, dout);
             free(w), free(wf), free(x), free(want), free(got), free(acc);
         }

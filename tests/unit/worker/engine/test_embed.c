@@ -40,26 +40,10 @@ struct fixture {
     int pooling_type;
 };
 
-static void *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        th_fail(__FILE__, __LINE__, path, "cannot open");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc((size_t)n + 1);
-    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n)
-        th_fail(__FILE__, __LINE__, path, "cannot read");
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 static void fixture_load(const char *gguf_name, struct fixture *fx)
 {
     size_t len;
-    char *txt = read_all(FIX "manifest_embed.json", &len);
+    char *txt = th_read_file(FIX "manifest_embed.json", &len);
     json_error_t jerr;
     json_t *man = json_loadb(txt, len, 0, &jerr);
     free(txt);
@@ -85,7 +69,7 @@ static void fixture_load(const char *gguf_name, struct fixture *fx)
     char path[256], err[256];
     snprintf(path, sizeof path, FIX "%s", json_string_value(json_object_get(e, "embd")));
     size_t wl;
-    fx->want = read_all(path, &wl);
+    fx->want = th_read_file(path, &wl);
     snprintf(path, sizeof path, FIX "%s", gguf_name);
     json_decref(man);
     int rc = model_load(path, &fx->m, err, sizeof err);
@@ -117,16 +101,6 @@ static struct model_ctx *embed_ctx(const struct model *m, int n_seq, int n_batch
     return c;
 }
 
-static double rel_l2(const float *a, const float *b, int n)
-{
-    double d = 0, nb = 0;
-    for (int i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        nb += (double)b[i] * b[i];
-    }
-    return sqrt(d / nb);
-}
-
 /* Max rel L2 over the inputs of got vs want (normalising want first when
  * normalized). */
 static double max_err(const struct fixture *fx, const float *got, int normalized)
@@ -138,7 +112,7 @@ static double max_err(const struct fixture *fx, const float *got, int normalized
         memcpy(row, fx->want + (size_t)i * (size_t)d, (size_t)d * sizeof(float));
         if (normalized)
             embed_normalize(row, d);
-        double e = rel_l2(got + (size_t)i * (size_t)d, row, d);
+        double e = th_rel_l2(got + (size_t)i * (size_t)d, row, d);
         if (!(e <= worst))
             worst = e;
     }

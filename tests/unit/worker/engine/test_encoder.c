@@ -48,26 +48,10 @@ struct bfix {
     float *want; /* (n_in, n_embd) HF pooled, not normalised */
 };
 
-static void *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        th_fail(__FILE__, __LINE__, path, "cannot open");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc((size_t)n + 1);
-    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n)
-        th_fail(__FILE__, __LINE__, path, "cannot read");
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 static json_t *manifest(void)
 {
     size_t len;
-    char *txt = read_all(FIX "manifest_bert.json", &len);
+    char *txt = th_read_file(FIX "manifest_bert.json", &len);
     json_error_t jerr;
     json_t *man = json_loadb(txt, len, 0, &jerr);
     free(txt);
@@ -105,7 +89,7 @@ static void bfix_load(const char *kind, struct bfix *fx)
     }
     snprintf(path, sizeof path, FIX "bert_%s.f32.embd", kind);
     size_t wl;
-    fx->want = read_all(path, &wl);
+    fx->want = th_read_file(path, &wl);
     CHECK_EQ_INT(wl, (size_t)fx->n_in * (size_t)fx->m->hp.n_embd * sizeof(float));
 }
 
@@ -133,16 +117,6 @@ static struct model_ctx *enc_ctx(const struct model *m, int n_batch, int exact, 
     return c;
 }
 
-static double rel_l2(const float *a, const float *b, int n)
-{
-    double d = 0, nb = 0;
-    for (int i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        nb += (double)b[i] * b[i];
-    }
-    return sqrt(d / nb);
-}
-
 static double max_err(const struct bfix *fx, const float *got, int normalized)
 {
     int d = fx->m->hp.n_embd;
@@ -152,7 +126,7 @@ static double max_err(const struct bfix *fx, const float *got, int normalized)
         memcpy(row, fx->want + (size_t)i * (size_t)d, (size_t)d * sizeof(float));
         if (normalized)
             embed_normalize(row, d);
-        double e = rel_l2(got + (size_t)i * (size_t)d, row, d);
+        double e = th_rel_l2(got + (size_t)i * (size_t)d, row, d);
         if (!(e <= worst))
             worst = e;
     }

@@ -19,29 +19,10 @@
 #define TINY_V2 "tests/fixtures/gguf/tiny_v2.gguf"
 #define MODEL_PATH ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-static unsigned char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    unsigned char *p = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1)) &&
-            fread(p, 1, (size_t)n, f) != (size_t)n) {
-            free(p);
-            p = NULL;
-        }
-        *len = (size_t)n;
-    }
-    fclose(f);
-    return p;
-}
-
 static json_t *load_json(const char *path)
 {
     size_t len;
-    unsigned char *p = slurp(path, &len);
+    unsigned char *p = th_slurp(path, &len);
     if (!p)
         return NULL;
     json_t *j = NULL;
@@ -189,7 +170,7 @@ static void check_tensors(const struct gguf *g, const json_t *man, const char *f
     CHECK(gguf_tensor_find(g, "no.such.tensor") == NULL);
 
     size_t flen;
-    unsigned char *want = slurp(f32_path, &flen);
+    unsigned char *want = th_slurp(f32_path, &flen);
     CHECK(want != NULL);
     CHECK_EQ_INT(js_get_arr(man, "rows", &rows), 0);
     CHECK(json_array_size(rows) > 0);
@@ -656,7 +637,7 @@ TEST(gguf_rejects_bad_tensors)
 TEST(gguf_truncation_at_every_offset)
 {
     size_t len;
-    unsigned char *full = slurp(TINY_V3, &len);
+    unsigned char *full = th_slurp(TINY_V3, &len);
     CHECK(full != NULL);
     struct gguf *g;
     char err[256];
@@ -695,7 +676,7 @@ TEST(gguf_truncation_at_every_offset)
 TEST(gguf_byte_flips_never_crash)
 {
     size_t len;
-    unsigned char *full = slurp(TINY_V3, &len);
+    unsigned char *full = th_slurp(TINY_V3, &len);
     CHECK(full != NULL);
     size_t upto = len < 1500 ? len : 1500; /* the header and tensor infos */
     static const unsigned char vals[] = {0x00, 0xFF, 0x7F, 0x80, 0x05};

@@ -15,27 +15,6 @@
 #include "worker/engine/jinja.h"
 #include "worker/openai/chat_msgs.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    if (p)
-        p[n] = 0;
-    if (len)
-        *len = (size_t)n;
-    fclose(f);
-    return p;
-}
-
 static struct tok *vocab2(const char *bos, const char *eos)
 {
     const char *toks[] = {"a", bos, eos};
@@ -68,7 +47,7 @@ TEST(jinja_renders_match_jinja2_on_real_templates)
     json_object_foreach(templates, name, spec) {
         char path[512];
         snprintf(path, sizeof path, "tests/fixtures/chat/templates/%s.jinja", name);
-        char *src = slurp(path, NULL);
+        char *src = th_slurp(path, NULL);
         CHECK(src);
         struct tok *t;
         t = vocab2(json_string_value(json_object_get(spec, "bos")),

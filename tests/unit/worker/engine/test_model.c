@@ -40,22 +40,6 @@
  * path move by a few 1e-4 (seen: <= 3e-4); the exact path keeps float32 K/V. */
 #define MODEL_TOL_F16KV 1e-3
 
-static void *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        th_fail(__FILE__, __LINE__, path, "cannot open");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc((size_t)n + 1);
-    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n)
-        th_fail(__FILE__, __LINE__, path, "cannot read");
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 static struct model *load(const char *file)
 {
     char path[256], err[256];
@@ -127,23 +111,13 @@ static void run_all(const struct model *m, const struct prompts *p, float *out, 
     model_ctx_free(c);
 }
 
-static double rel_l2(const float *a, const float *b, int n)
-{
-    double d = 0, nb = 0;
-    for (int i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        nb += (double)b[i] * b[i];
-    }
-    return sqrt(d / nb);
-}
-
 /* Max over positions of the relative L2 error of file's logits. file is a
  * manifest "gguf" entry: a file name, optionally followed by "#variant" (a
  * second reference for the same file). */
 static double fixture_error(const char *file, struct model *m_override, int exact)
 {
     size_t len;
-    char *txt = read_all(FIX "manifest.json", &len);
+    char *txt = th_read_file(FIX "manifest.json", &len);
     json_error_t jerr;
     json_t *man = json_loadb(txt, len, 0, &jerr);
     free(txt);
@@ -159,7 +133,7 @@ static double fixture_error(const char *file, struct model *m_override, int exac
     snprintf(lpath, sizeof lpath, FIX "%s", json_string_value(json_object_get(entry, "logits")));
     json_decref(man);
     size_t want_len;
-    float *want = read_all(lpath, &want_len);
+    float *want = th_read_file(lpath, &want_len);
     char gfile[128];
     snprintf(gfile, sizeof gfile, "%s", file);
     gfile[strcspn(gfile, "#")] = 0;
@@ -171,7 +145,7 @@ static double fixture_error(const char *file, struct model *m_override, int exac
     run_all(m, &p, got, exact);
     double worst = 0;
     for (int r = 0; r < p.total; r++) {
-        double e = rel_l2(got + (size_t)r * (size_t)nv, want + (size_t)r * (size_t)nv, nv);
+        double e = th_rel_l2(got + (size_t)r * (size_t)nv, want + (size_t)r * (size_t)nv, nv);
         if (!(e <= worst))
             worst = e;
     }
@@ -461,7 +435,7 @@ TEST(model_default_chat_template_per_arch)
         char path[256], err[256];
         size_t len;
         snprintf(path, sizeof path, FIX "%s", cases[i].file);
-        unsigned char *buf = read_all(path, &len);
+        unsigned char *buf = th_read_file(path, &len);
         patch(buf, len, "tokenizer.chat_template", "tokenizer.chat_templatx", 23);
         struct gguf *g;
         struct model *m;
@@ -921,7 +895,7 @@ static void expect_load_error(const unsigned char *buf, size_t len, int rc_want,
 TEST(model_load_validation)
 {
     size_t len;
-    unsigned char *orig = read_all(FIX "llama_tied.q8_0.gguf", &len);
+    unsigned char *orig = th_read_file(FIX "llama_tied.q8_0.gguf", &len);
     unsigned char *buf = malloc(len);
     CHECK(buf != NULL);
 
@@ -1007,7 +981,7 @@ TEST(model_load_validation)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[256];
         snprintf(path, sizeof path, FIX "%s", cases[i].file);
-        orig = read_all(path, &len);
+        orig = th_read_file(path, &len);
         /* the architecture string comes with its 8-byte length */
         size_t n = cases[i].to[0] == 6 ? 14 : strlen(cases[i].to);
         patch(orig, len, cases[i].from, cases[i].to, n);
@@ -1015,17 +989,17 @@ TEST(model_load_validation)
         free(orig);
     }
     /* shapes and values checked against the hyperparameters */
-    orig = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    orig = th_read_file(FIX "phi3_longrope.q8_0.gguf", &len);
     patch_u32(orig, len, "phi3.feed_forward_length", 32);
     expect_load_error(orig, len, ERR_CORRUPT, "blk.0.ffn_up.weight: shape [64, 128, 1, 1], expected [64, 64]");
     free(orig);
-    orig = read_all(FIX "qwen3_tied.q8_0.gguf", &len);
+    orig = th_read_file(FIX "qwen3_tied.q8_0.gguf", &len);
     patch_u32(orig, len, "qwen3.attention.key_length", 32);
     patch_u32(orig, len, "qwen3.attention.value_length", 32);
     expect_load_error(orig, len, ERR_CORRUPT,
                       "blk.0.attn_q.weight: shape [64, 64, 1, 1], expected [64, 128]");
     free(orig);
-    orig = read_all(FIX "gemma2_tied.q8_0.gguf", &len);
+    orig = th_read_file(FIX "gemma2_tied.q8_0.gguf", &len);
     {
         float neg = -2.0f, two = 2.0f;
         size_t kl = strlen("gemma2.attn_logit_softcapping");
@@ -1037,7 +1011,7 @@ TEST(model_load_validation)
     free(orig);
 
     /* qwen2 needs its q/k/v biases */
-    orig = read_all(FIX "qwen2_tied.q8_0.gguf", &len);
+    orig = th_read_file(FIX "qwen2_tied.q8_0.gguf", &len);
     patch(orig, len, "blk.0.attn_v.bias", "blk.0.attn_v.bia_", 17);
     expect_load_error(orig, len, ERR_CORRUPT, "missing tensor blk.0.attn_v.bias");
     free(orig);
@@ -1090,57 +1064,57 @@ TEST(model_load_validation_new_arch_values)
     size_t len;
     unsigned char *b;
     /* llama 3.x rope scaling: rope_freqs of n_rot / 2 positive factors */
-    b = read_all(FIX "llama3_untied.q8_0.gguf", &len);
+    b = th_read_file(FIX "llama3_untied.q8_0.gguf", &len);
     patch_tensor_f32(b, len, "rope_freqs.weight", 3, 0.0f);
     expect_load_error(b, len, ERR_CORRUPT, "rope_freqs.weight[3] is not positive");
     free(b);
-    b = read_all(FIX "llama3_untied.q8_0.gguf", &len);
+    b = th_read_file(FIX "llama3_untied.q8_0.gguf", &len);
     patch_ne0(b, len, "rope_freqs.weight", 4);
     expect_load_error(b, len, ERR_CORRUPT, "rope_freqs.weight: shape [4, 1, 1, 1], expected [8]");
     free(b);
     /* Mistral-style window beyond any context */
-    b = read_all(FIX "mistral_swa.q8_0.gguf", &len);
+    b = th_read_file(FIX "mistral_swa.q8_0.gguf", &len);
     patch_u32(b, len, "llama.attention.sliding_window", 0x7fffffff);
     expect_load_error(b, len, ERR_CORRUPT,
                       "llama.attention.sliding_window = 2147483647 is out of range");
     free(b);
     /* gemma3: the sliding layers' rope base */
-    b = read_all(FIX "gemma3_tied.q8_0.gguf", &len);
+    b = th_read_file(FIX "gemma3_tied.q8_0.gguf", &len);
     patch_f32(b, len, "gemma3.rope.freq_base_swa", -1.0f);
     expect_load_error(b, len, ERR_CORRUPT, "gemma3.rope.freq_base_swa out of range");
     free(b);
     /* gemma2: post-FFN norm of the wrong width */
-    b = read_all(FIX "gemma2_tied.q8_0.gguf", &len);
+    b = th_read_file(FIX "gemma2_tied.q8_0.gguf", &len);
     patch_ne0(b, len, "blk.1.post_ffw_norm.weight", 32);
     expect_load_error(b, len, ERR_CORRUPT,
                       "blk.1.post_ffw_norm.weight: shape [32, 1, 1, 1], expected [64]");
     free(b);
     /* qwen3: per-head k norm of the wrong head size */
-    b = read_all(FIX "qwen3_tied.q8_0.gguf", &len);
+    b = th_read_file(FIX "qwen3_tied.q8_0.gguf", &len);
     patch_ne0(b, len, "blk.0.attn_k_norm.weight", 8);
     expect_load_error(b, len, ERR_CORRUPT,
                       "blk.0.attn_k_norm.weight: shape [8, 1, 1, 1], expected [16]");
     free(b);
     /* phi3 LongRoPE: attn_factor, both factor tensors, positive factors */
-    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    b = th_read_file(FIX "phi3_longrope.q8_0.gguf", &len);
     patch_f32(b, len, "phi3.rope.scaling.attn_factor", 0.0f);
     expect_load_error(b, len, ERR_CORRUPT, "phi3.rope.scaling.attn_factor out of range");
     free(b);
-    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    b = th_read_file(FIX "phi3_longrope.q8_0.gguf", &len);
     patch(b, len, "rope_factors_short.weight", "rope_factors_shorx.weight", 25);
     expect_load_error(b, len, ERR_CORRUPT, "missing tensor rope_factors_short.weight");
     free(b);
-    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    b = th_read_file(FIX "phi3_longrope.q8_0.gguf", &len);
     patch_tensor_f32(b, len, "rope_factors_long.weight", 0, -1.0f);
     expect_load_error(b, len, ERR_CORRUPT, "rope_factors_long.weight[0] is not positive");
     free(b);
-    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    b = th_read_file(FIX "phi3_longrope.q8_0.gguf", &len);
     patch_u32(b, len, "phi3.rope.scaling.original_context_length", 0);
     expect_load_error(b, len, ERR_CORRUPT,
                       "missing hyperparameter phi3.rope.scaling.original_context_length");
     free(b);
     /* phi3: a fused qkv of the wrong height */
-    b = read_all(FIX "phi3_longrope.q8_0.gguf", &len);
+    b = th_read_file(FIX "phi3_longrope.q8_0.gguf", &len);
     {
         const char *name = "blk.0.attn_qkv.weight";
         size_t nl = strlen(name);
@@ -1161,7 +1135,7 @@ static unsigned char *with_kv(const char *path, const unsigned char *kv, size_t 
                               size_t *len_out)
 {
     size_t len;
-    unsigned char *orig = read_all(path, &len);
+    unsigned char *orig = th_read_file(path, &len);
     unsigned char pad[128];
     size_t n_fill = (32 - (kv_len + 28) % 32) % 32; /* filler: 8 + 8 key, 4 type, 8 + n */
     size_t pl = 0;
