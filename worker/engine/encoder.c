@@ -126,46 +126,26 @@ static int linear(struct enc *e, float *out, const float *x, int n, const struct
     return 0;
 }
 
-/* Bidirectional attention within each token's input range; tokens split
- * evenly over the pool (each token's numbers are the same whatever thread
- * computes it). */
+/* Bidirectional attention within each token's input range: the input's K/V
+ * rows are one "page" of kn_attn_paged_heads_f32 (block_tokens = the
+ * input's length, block 0 at the input's first row) and every query
+ * attends all of it (n_ctx = length), so the kernel's SIMD paths and fixed
+ * operation order serve the encoder too. Tokens split evenly over the pool
+ * (each token's numbers are the same whatever thread computes it). */
 static void attn_run(void *arg, int ith, int nth)
 {
     struct enc *e = arg;
     const struct model_hparams *hp = &e->m->hp;
-    int d = hp->n_embd, hd = hp->head_dim;
+    size_t d = (size_t)hp->n_embd;
     int lo = (int)((int64_t)e->n_tok * ith / nth), hi = (int)((int64_t)e->n_tok * (ith + 1) / nth);
     float *sc = e->scores + (size_t)ith * (size_t)e->max_len;
+    static const int32_t page0 = 0;
     for (int i = lo; i < hi; i++) {
-        int s0 = e->start[i], n = e->len[i];
-        for (int h = 0; h < hp->n_head; h++) {
-            const float *q = e->q + (size_t)i * (size_t)d + (size_t)h * (size_t)hd;
-            float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                const float *k = e->k + (size_t)(s0 + j) * (size_t)d + (size_t)h * (size_t)hd;
-                float dot = 0;
-                for (int t = 0; t < hd; t++)
-                    dot += q[t] * k[t];
-                sc[j] = dot * hp->attn_scale;
-                if (sc[j] > mx)
-                    mx = sc[j];
-            }
-            float sum = 0;
-            for (int j = 0; j < n; j++) {
-                sc[j] = expf(sc[j] - mx);
-                sum += sc[j];
-            }
-            float inv = 1.0f / sum;
-            float *o = e->att + (size_t)i * (size_t)d + (size_t)h * (size_t)hd;
-            for (int t = 0; t < hd; t++)
-                o[t] = 0;
-            for (int j = 0; j < n; j++) {
-                const float *v = e->v + (size_t)(s0 + j) * (size_t)d + (size_t)h * (size_t)hd;
-                float p = sc[j] * inv;
-                for (int t = 0; t < hd; t++)
-                    o[t] += p * v[t];
-            }
-        }
+        size_t s0 = (size_t)e->start[i];
+        int n = e->len[i];
+        kn_attn_paged_heads_f32(e->att + (size_t)i * d, e->q + (size_t)i * d, e->k + s0 * d,
+                                e->v + s0 * d, &page0, n, 0, n, hp->n_head, hp->n_head,
+                                hp->head_dim, 0, hp->n_head, hp->attn_scale, sc);
     }
 }
 
