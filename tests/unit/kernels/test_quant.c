@@ -11,26 +11,6 @@
 #include "kernels/kn.h"
 #include "tests/th.h"
 
-/* Whole file into a malloc'd buffer; *len gets its size. NULL if unreadable. */
-static unsigned char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    unsigned char *p = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1)) &&
-            fread(p, 1, (size_t)n, f) != (size_t)n) {
-            free(p);
-            p = NULL;
-        }
-        *len = (size_t)n;
-    }
-    fclose(f);
-    return p;
-}
-
 static uint32_t bits_of(float f)
 {
     uint32_t u;
@@ -113,7 +93,7 @@ TEST(quant_fp16_to_fp32_all_values)
 static void check_pairs(const char *path, uint16_t (*conv)(float))
 {
     size_t len;
-    unsigned char *p = slurp(path, &len);
+    unsigned char *p = th_slurp(path, &len);
     CHECK(p != NULL);
     CHECK(len % 6 == 0 && len >= 600);
     for (size_t i = 0; i < len; i += 6) {
@@ -155,7 +135,7 @@ static void check_fixture(uint32_t type, const char *stem)
     snprintf(bp, sizeof bp, "tests/fixtures/quant/%s.blocks", stem);
     snprintf(fp, sizeof fp, "tests/fixtures/quant/%s.f32", stem);
     size_t nb, nf;
-    unsigned char *blocks = slurp(bp, &nb), *want = slurp(fp, &nf);
+    unsigned char *blocks = th_slurp(bp, &nb), *want = th_slurp(fp, &nf);
     CHECK(blocks && want);
     uint32_t be = quant_block_elems(type), bb = quant_block_bytes(type);
     CHECK(nb % bb == 0 && nb > 0);
