@@ -23,6 +23,7 @@
 #include "common/err.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
+#include "tests/unit/worker/engine/embed_th.h"
 #include "worker/engine/embed.h"
 #include "worker/engine/model.h"
 
@@ -84,41 +85,6 @@ static void fixture_free(struct fixture *fx)
     free(fx->want);
 }
 
-static struct model_ctx *embed_ctx(const struct model *m, int n_seq, int n_batch,
-                                   struct kn_pool *pool)
-{
-    struct model_ctx_params cp;
-    model_ctx_params_init(&cp);
-    cp.n_ctx = 64;
-    cp.n_seq_max = n_seq;
-    cp.n_batch_max = n_batch;
-    cp.n_out_max = n_batch;
-    cp.exact_matmul = 1;
-    cp.embeddings = 1;
-    cp.pool = pool;
-    struct model_ctx *c;
-    CHECK_EQ_INT(model_ctx_new(m, &cp, &c), 0);
-    return c;
-}
-
-/* Max rel L2 over the inputs of got vs want (normalising want first when
- * normalized). */
-static double max_err(const struct fixture *fx, const float *got, int normalized)
-{
-    int d = fx->m->hp.n_embd;
-    double worst = 0;
-    float row[256];
-    for (int i = 0; i < fx->n_in; i++) {
-        memcpy(row, fx->want + (size_t)i * (size_t)d, (size_t)d * sizeof(float));
-        if (normalized)
-            embed_normalize(row, d);
-        double e = th_rel_l2(got + (size_t)i * (size_t)d, row, d);
-        if (!(e <= worst))
-            worst = e;
-    }
-    return worst;
-}
-
 static void check_match(const char *file, enum model_pooling want_pool)
 {
     struct fixture fx;
@@ -133,13 +99,13 @@ static void check_match(const char *file, enum model_pooling want_pool)
     CHECK(got && packed);
 
     /* each input alone, one step each */
-    struct model_ctx *c = embed_ctx(fx.m, 1, 64, NULL);
+    struct model_ctx *c = eth_ctx(fx.m, 1, 64, 1, NULL);
     for (int i = 0; i < fx.n_in; i++)
         CHECK_EQ_INT(embed_run(c, want_pool, 0, &fx.ptr[i], &fx.lens[i], 1,
                                got + (size_t)i * (size_t)d),
                      0);
     model_ctx_free(c);
-    double e = max_err(&fx, got, 0);
+    double e = eth_max_err(got, fx.want, fx.n_in, fx.m->hp.n_embd, 0);
     printf("# %s: max rel L2 %.3g (tol %.0e)\n", file, e, EMBED_TOL);
     if (!(e <= EMBED_TOL))
         th_fail(__FILE__, __LINE__, file, "max rel L2 %.3g > %.0e", e, EMBED_TOL);
@@ -148,7 +114,7 @@ static void check_match(const char *file, enum model_pooling want_pool)
      * ones are split across steps; on 2 pool threads: the same bits */
     struct kn_pool *pool;
     CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
-    c = embed_ctx(fx.m, 3, 8, pool);
+    c = eth_ctx(fx.m, 3, 8, 1, pool);
     CHECK_EQ_INT(embed_run(c, want_pool, 0, fx.ptr, fx.lens, fx.n_in, packed), 0);
     CHECK(memcmp(packed, got, (size_t)fx.n_in * (size_t)d * sizeof(float)) == 0);
     CHECK_EQ_INT(kv_cache_n_used(model_ctx_kv(c)), 0); /* slots cleared */
@@ -162,16 +128,16 @@ static void check_match(const char *file, enum model_pooling want_pool)
                   packed[(size_t)i * (size_t)d + (size_t)k];
         CHECK_NEAR(ss, 1.0, 1e-6);
     }
-    e = max_err(&fx, packed, 1);
+    e = eth_max_err(packed, fx.want, fx.n_in, fx.m->hp.n_embd, 1);
     if (!(e <= EMBED_TOL))
         th_fail(__FILE__, __LINE__, file, "normalised: max rel L2 %.3g > %.0e", e, EMBED_TOL);
 
     /* the fixture can fail: the other pooling is far off */
     enum model_pooling other = want_pool == MODEL_POOL_LAST ? MODEL_POOL_MEAN : MODEL_POOL_LAST;
     CHECK_EQ_INT(embed_run(c, other, 0, fx.ptr, fx.lens, fx.n_in, packed), 0);
-    CHECK(max_err(&fx, packed, 0) > 1e-2);
+    CHECK(eth_max_err(packed, fx.want, fx.n_in, fx.m->hp.n_embd, 0) > 1e-2);
     CHECK_EQ_INT(embed_run(c, MODEL_POOL_CLS, 0, fx.ptr, fx.lens, fx.n_in, packed), 0);
-    CHECK(max_err(&fx, packed, 0) > 1e-2);
+    CHECK(eth_max_err(packed, fx.want, fx.n_in, fx.m->hp.n_embd, 0) > 1e-2);
     model_ctx_free(c);
     kn_pool_free(pool);
     free(got);
@@ -196,7 +162,7 @@ TEST(embed_errors)
     int d = fx.m->hp.n_embd;
     float *out = malloc(2 * (size_t)d * sizeof(float));
     CHECK(out != NULL);
-    struct model_ctx *c = embed_ctx(fx.m, 2, 16, NULL);
+    struct model_ctx *c = eth_ctx(fx.m, 2, 16, 1, NULL);
     int32_t ids[65] = {0};
     const int32_t *ptr[2] = {ids, ids};
     int lens[2] = {3, 0};

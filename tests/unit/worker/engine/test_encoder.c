@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
+#include "tests/unit/worker/engine/embed_th.h"
 #include "worker/engine/embed.h"
 #include "worker/engine/model.h"
 #include "worker/engine/tok.h"
@@ -101,38 +102,6 @@ static void bfix_free(struct bfix *fx)
     json_decref(fx->man);
 }
 
-static struct model_ctx *enc_ctx(const struct model *m, int n_batch, int exact, struct kn_pool *pool)
-{
-    struct model_ctx_params cp;
-    model_ctx_params_init(&cp);
-    cp.n_ctx = 64;
-    cp.n_seq_max = 1;
-    cp.n_batch_max = n_batch;
-    cp.n_out_max = n_batch;
-    cp.exact_matmul = exact;
-    cp.embeddings = 1;
-    cp.pool = pool;
-    struct model_ctx *c;
-    CHECK_EQ_INT(model_ctx_new(m, &cp, &c), 0);
-    return c;
-}
-
-static double max_err(const struct bfix *fx, const float *got, int normalized)
-{
-    int d = fx->m->hp.n_embd;
-    double worst = 0;
-    float row[256];
-    for (int i = 0; i < fx->n_in; i++) {
-        memcpy(row, fx->want + (size_t)i * (size_t)d, (size_t)d * sizeof(float));
-        if (normalized)
-            embed_normalize(row, d);
-        double e = th_rel_l2(got + (size_t)i * (size_t)d, row, d);
-        if (!(e <= worst))
-            worst = e;
-    }
-    return worst;
-}
-
 static void check_bert(const char *kind, enum model_pooling want_pool)
 {
     struct bfix fx;
@@ -145,13 +114,13 @@ static void check_bert(const char *kind, enum model_pooling want_pool)
     CHECK(got && packed);
 
     /* each input alone */
-    struct model_ctx *c = enc_ctx(fx.m, 64, 1, NULL);
+    struct model_ctx *c = eth_ctx(fx.m, 1, 64, 1, NULL);
     for (int i = 0; i < fx.n_in; i++)
         CHECK_EQ_INT(embed_run(c, want_pool, 0, &fx.ptr[i], &fx.lens[i], 1,
                                got + (size_t)i * (size_t)d),
                      0);
     model_ctx_free(c);
-    double e = max_err(&fx, got, 0);
+    double e = eth_max_err(got, fx.want, fx.n_in, fx.m->hp.n_embd, 0);
     printf("# bert_%s: max rel L2 %.3g vs HF (tol %.0e)\n", kind, e, ENC_TOL);
     if (!(e <= ENC_TOL))
         th_fail(__FILE__, __LINE__, kind, "max rel L2 %.3g > %.0e", e, ENC_TOL);
@@ -160,7 +129,7 @@ static void check_bert(const char *kind, enum model_pooling want_pool)
      * then gets a step of its own), 2 pool threads: the same bits */
     struct kn_pool *pool;
     CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
-    c = enc_ctx(fx.m, 16, 1, pool);
+    c = eth_ctx(fx.m, 1, 16, 1, pool);
     CHECK_EQ_INT(embed_run(c, want_pool, 0, fx.ptr, fx.lens, fx.n_in, packed), 0);
     CHECK(memcmp(packed, got, bytes) == 0);
 
@@ -173,20 +142,20 @@ static void check_bert(const char *kind, enum model_pooling want_pool)
                   packed[(size_t)i * (size_t)d + (size_t)k];
         CHECK_NEAR(ss, 1.0, 1e-6);
     }
-    e = max_err(&fx, packed, 1);
+    e = eth_max_err(packed, fx.want, fx.n_in, fx.m->hp.n_embd, 1);
     if (!(e <= ENC_TOL))
         th_fail(__FILE__, __LINE__, kind, "normalised: max rel L2 %.3g > %.0e", e, ENC_TOL);
 
     /* the fixture can fail: another pooling is far off */
     enum model_pooling other = want_pool == MODEL_POOL_MEAN ? MODEL_POOL_CLS : MODEL_POOL_MEAN;
     CHECK_EQ_INT(embed_run(c, other, 0, fx.ptr, fx.lens, fx.n_in, packed), 0);
-    CHECK(max_err(&fx, packed, 0) > 1e-2);
+    CHECK(eth_max_err(packed, fx.want, fx.n_in, fx.m->hp.n_embd, 0) > 1e-2);
     model_ctx_free(c);
 
     /* the default matmul (8-bit activations), all packed in one step */
-    c = enc_ctx(fx.m, 64, 0, pool);
+    c = eth_ctx(fx.m, 1, 64, 0, pool);
     CHECK_EQ_INT(embed_run(c, want_pool, 0, fx.ptr, fx.lens, fx.n_in, packed), 0);
-    e = max_err(&fx, packed, 0);
+    e = eth_max_err(packed, fx.want, fx.n_in, fx.m->hp.n_embd, 0);
     printf("# bert_%s: default matmul max rel L2 %.3g (tol %.0e)\n", kind, e, ENC_FAST_TOL);
     if (!(e <= ENC_FAST_TOL))
         th_fail(__FILE__, __LINE__, kind, "default matmul: max rel L2 %.3g", e);
@@ -263,7 +232,7 @@ TEST(encoder_errors)
     int d = m->hp.n_embd;
     float *out = malloc(2 * (size_t)d * sizeof(float));
     CHECK(out != NULL);
-    struct model_ctx *c = enc_ctx(m, 16, 1, NULL);
+    struct model_ctx *c = eth_ctx(m, 1, 16, 1, NULL);
     int32_t ids[65] = {0};
     const int32_t *ptr[2] = {ids, ids};
     int lens[2] = {3, 65};
