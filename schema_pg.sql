@@ -14,15 +14,18 @@
 --   * triggers are PL/pgSQL functions with the same bodies;
 --   * the numbering is its own: PostgreSQL migration 1 is the SQLite schema
 --     at its migration 5 (the first release of this file), migration 2 is
---     SQLite's 6 and 7. A change to the schema adds a block to both files.
+--     SQLite's 6 and 7, migration 3 is PostgreSQL's own (results.seq under
+--     per-batch row locks). A change to the schema adds a block to both
+--     files (unless, like 3, it only concerns PostgreSQL's concurrency).
 --
--- results.seq and concurrency: the BEFORE INSERT trigger takes the next
--- value from the one row of result_seq with an UPDATE, so the row lock it
--- holds until commit orders result commits exactly as SQLite's single
--- writer does (a row with a larger seq is never visible before one with a
--- smaller seq; the "seq > cursor" pages stay exact). It is the one global
--- serialisation point of result commits, kept on purpose; a sequence would
--- not give that guarantee.
+-- results.seq and concurrency: migration 1's BEFORE INSERT trigger took the
+-- next value from the one row of result_seq with an UPDATE, whose row lock
+-- ordered every result commit globally (SQLite's single writer). Migration
+-- 3 replaces it with a sequence taken under the row lock of the result's
+-- batch, held to commit: within a batch a row with a larger seq is never
+-- visible before one with a smaller seq (the "seq > cursor" pages of one
+-- batch stay exact), and commits to different batches no longer wait for
+-- each other.
 --
 -- The runner splits this file at "-- @migration N" lines like schema.sql.
 
@@ -547,3 +550,22 @@ INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
     SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
         (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
          UNION ALL SELECT '/v1/embeddings') e;
+
+-- @migration 3
+-- Row locks instead of the one writer lock on the hot paths (issue 19,
+-- PostgreSQL only: SQLite has one writer and needs nothing). results.seq
+-- comes from a sequence, taken after the row of the result's batch is
+-- locked (FOR NO KEY UPDATE, held to commit): two transactions that write
+-- results of one batch take their numbers one after the other, so within a
+-- batch a row with a larger seq is never visible before one with a smaller
+-- seq (what "seq > cursor" pages need: the results route and finalization
+-- read one batch at a time), while commits to different batches no longer
+-- wait for each other on the one row of result_seq (kept, unused).
+CREATE SEQUENCE results_seq_gen;
+SELECT setval('results_seq_gen', (SELECT last FROM result_seq WHERE id = 1) + 1, false);
+CREATE OR REPLACE FUNCTION results_seq_assign() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM batches WHERE id = NEW.batch_id FOR NO KEY UPDATE;
+    NEW.seq := nextval('results_seq_gen');
+    RETURN NEW;
+END $$;

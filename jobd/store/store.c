@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -162,18 +163,91 @@ char *store_col_dup(struct sdb_stmt *s, int col, int *err)
     return d;
 }
 
+/* ---- PostgreSQL array literals ------------------------------------------------ */
+
+int store_arr_begin(struct buf *b)
+{
+    buf_reset(b);
+    return buf_append_byte(b, '{') ? ERR_NOMEM : 0;
+}
+
+static int arr_sep(struct buf *b)
+{
+    return b->len > 1 && buf_append_byte(b, ',') ? ERR_NOMEM : 0;
+}
+
+int store_arr_text(struct buf *b, const char *v)
+{
+    if (arr_sep(b))
+        return ERR_NOMEM;
+    if (!v)
+        return buf_append_str(b, "NULL") ? ERR_NOMEM : 0;
+    if (buf_reserve(b, strlen(v) + 2) || buf_append_byte(b, '"'))
+        return ERR_NOMEM;
+    for (const char *p = v; *p; p++)
+        if (((*p == '"' || *p == '\\') && buf_append_byte(b, '\\')) || buf_append_byte(b, *p))
+            return ERR_NOMEM;
+    return buf_append_byte(b, '"') ? ERR_NOMEM : 0;
+}
+
+int store_arr_int(struct buf *b, int64_t v)
+{
+    if (arr_sep(b))
+        return ERR_NOMEM;
+    return buf_printf(b, "%lld", (long long)v) ? ERR_NOMEM : 0;
+}
+
+int store_arr_hex(struct buf *b, const void *p, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    if (arr_sep(b) || buf_reserve(b, 2 * n + 2) || buf_append_byte(b, '"'))
+        return ERR_NOMEM;
+    const unsigned char *u = p;
+    for (size_t i = 0; i < n; i++) {
+        char two[2] = {hx[u[i] >> 4], hx[u[i] & 15]};
+        if (buf_append(b, two, 2))
+            return ERR_NOMEM;
+    }
+    return buf_append_byte(b, '"') ? ERR_NOMEM : 0;
+}
+
+int store_arr_end(struct buf *b)
+{
+    return buf_append_byte(b, '}') ? ERR_NOMEM : 0;
+}
+
 /* ---- transactions -------------------------------------------------------------- */
+
+/* PostgreSQL, depth 0: BEGIN and the writer lock (exclusive, or shared for
+ * the row-locked hot paths) in one round trip (a simple-protocol script). */
+static int pg_begin(struct store *st, int shared)
+{
+    int r = sdb_exec(st->db, shared ? STORE_PG_BEGIN_SHARED : STORE_PG_BEGIN_EXCL);
+    if (r != SDB_OK) {
+        int rc = store_sqlerr(st, r, shared ? "begin (shared writer lock)" : "begin (writer lock)");
+        if (sdb_in_tx(st->db))
+            store_run(st, S_ROLLBACK);
+        return rc;
+    }
+    st->depth++;
+    return 0;
+}
 
 int store_w_begin(struct store *st)
 {
+    if (st->pg && st->depth == 0)
+        return pg_begin(st, 0);
     int rc = store_run(st, st->depth == 0 ? S_BEGIN : S_SAVEPOINT);
-    if (!rc && st->pg && st->depth == 0 && (rc = store_run(st, S_WRITE_LOCK))) {
-        store_run(st, S_ROLLBACK);
-        return rc;
-    }
     if (!rc)
         st->depth++;
     return rc;
+}
+
+int store_w_begin_shared(struct store *st)
+{
+    if (st->pg && st->depth == 0)
+        return pg_begin(st, 1);
+    return store_w_begin(st);
 }
 
 int store_r_begin(struct store *st)
@@ -214,6 +288,11 @@ int store_w_end(struct store *st, int rc)
 int store_tx_enter(struct store *st)
 {
     return store_w_begin(st);
+}
+
+int store_tx_enter_lease(struct store *st)
+{
+    return store_w_begin_shared(st);
 }
 
 int store_tx_leave(struct store *st, int rc)

@@ -292,6 +292,14 @@ void store_tx_rollback(struct store *st);
  * Every enter that returned 0 needs exactly one leave. */
 int store_tx_enter(struct store *st);
 int store_tx_leave(struct store *st, int rc);
+/* store_tx_enter for an acquire (jobd/work/lease_policy.c): on PostgreSQL
+ * the outermost level takes the writer lock shared, so acquires (and the
+ * other row-locked hot paths: results commits, heartbeats, releases, the
+ * lease sweep, webhook claims) run concurrently on every connection and
+ * instance, their rows taken with FOR UPDATE SKIP LOCKED / fenced updates,
+ * while every other writer still runs alone. Only the leasing primitives
+ * (store_lease_*) may run inside it. SQLite: store_tx_enter. */
+int store_tx_enter_lease(struct store *st);
 
 /* ---- tenants ----------------------------------------------------------------- */
 
