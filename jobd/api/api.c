@@ -70,6 +70,18 @@ void api_drain(struct api *api)
     api->draining = 1;
 }
 
+void api_wake_pollers(struct api *api)
+{
+    if (api)
+        atomic_fetch_add(&api->wake_gen, 1);
+}
+
+void api_set_listening(struct api *api, int on)
+{
+    if (api)
+        atomic_store(&api->listening, on ? 1 : 0);
+}
+
 void api_free(struct api *api)
 {
     if (!api)

@@ -90,6 +90,15 @@ void api_attach(struct api *api, struct ingestq *iq, struct sweeper *sw, struct 
 /* Shutdown began: /readyz answers 503, long polls answer at once. Can't fail. */
 void api_drain(struct api *api);
 
+/* Work may have become leasable (a database wake-up, jobd/work/wakeup.h):
+ * every parked long-polling lease request runs again within
+ * LONGPOLL_TICK_MS (routes_worker.c). Any thread; NULL ok. */
+void api_wake_pollers(struct api *api);
+/* Whether wake-ups arrive (the LISTEN connection is up): parked long polls
+ * then re-read the queue only every 2 s as a fallback instead of every
+ * 200 ms. Any thread; NULL ok. */
+void api_set_listening(struct api *api, int on);
+
 /* Close every connection. Only after every request was answered (the
  * server's shutdown is done). NULL ok. */
 void api_free(struct api *api);

@@ -34,6 +34,8 @@ struct api {
     atomic_int writers;            /* write jobs running on the pool (the ingest thread yields to them) */
     atomic_uint_fast64_t n_leases, n_leased, n_results, n_commit_dead; /* worker routes, for /metrics */
     atomic_uint_fast64_t n_budget_rejected[4]; /* submissions refused, by enum budget_verdict */
+    atomic_uint_fast64_t wake_gen; /* +1 per api_wake_pollers: parked long polls run again */
+    atomic_int listening;          /* api_set_listening: wake-ups arrive, polling is a fallback */
 };
 
 /* The route tables, one per file (each adds its routes to api->srv; 0 or

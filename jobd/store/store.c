@@ -222,6 +222,7 @@ int store_arr_end(struct buf *b)
  * the row-locked hot paths) in one round trip (a simple-protocol script). */
 static int pg_begin(struct store *st, int shared)
 {
+    st->notify = 0;
     int r = sdb_exec(st->db, shared ? STORE_PG_BEGIN_SHARED : STORE_PG_BEGIN_EXCL);
     if (r != SDB_OK) {
         int rc = store_sqlerr(st, r, shared ? "begin (shared writer lock)" : "begin (writer lock)");
@@ -241,6 +242,26 @@ int store_w_begin(struct store *st)
     if (!rc)
         st->depth++;
     return rc;
+}
+
+int store_work_listen(struct store *st)
+{
+    if (!st->pg)
+        return ERR_UNSUPPORTED;
+    int r = sdb_pg_listen(st->db, STORE_PG_CHANNEL);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, "listen");
+}
+
+int store_work_wait(struct store *st, int timeout_ms, int *woke)
+{
+    if (!st->pg)
+        return ERR_UNSUPPORTED;
+    int r = sdb_pg_wait(st->db, timeout_ms);
+    if (r == 0 || r == 1) {
+        *woke = r;
+        return 0;
+    }
+    return r == SDB_BUSY ? ERR_BUSY : store_sqlerr(st, r, "wait for notifications");
 }
 
 int store_w_begin_shared(struct store *st)
@@ -269,8 +290,17 @@ int store_w_end(struct store *st, int rc)
         return rc ? rc : ERR_INTERNAL;
     st->depth--;
     if (st->depth == 0) {
+        int notify = st->pg && st->notify;
+        st->notify = 0;
         if (rc == 0) {
-            int c = store_run(st, S_COMMIT);
+            /* NOTIFY is transactional: sent with the COMMIT, one round trip */
+            int c = 0;
+            if (notify) {
+                int r = sdb_exec(st->db, STORE_PG_NOTIFY_COMMIT);
+                c = r == SDB_OK ? 0 : store_sqlerr(st, r, "notify and commit");
+            } else {
+                c = store_run(st, S_COMMIT);
+            }
             if (c == 0)
                 return 0;
             rc = c;

@@ -232,6 +232,21 @@ enum store_own_kind { STORE_OWN_INGEST = 1, STORE_OWN_FINALIZE = 2 };
 int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned);
 void store_own_release(struct store *st, enum store_own_kind kind, const char *id);
 
+/* Wake-ups between jobd instances (PostgreSQL LISTEN/NOTIFY, issue 19). A
+ * transaction that makes work leasable now - a batch reaching in_progress
+ * (its ingest done), a request queued again with next_attempt_at <= now (a
+ * release, a dead-letter retry) - NOTIFYs the channel "jobd_work" with its
+ * COMMIT (same round trip). store_work_listen makes st, a connection opened
+ * for this alone and used by one thread, LISTEN on it; store_work_wait then
+ * waits up to timeout_ms: *woke = 1 when notifications arrived (from any
+ * connection of any instance, this one's included) or when the connection
+ * was re-established after a drop (what was sent meanwhile is lost, so that
+ * counts as one), 0 on timeout. ERR_BUSY while the connection is down (it
+ * reconnects with backoff, each call waiting at most timeout_ms);
+ * ERR_UNSUPPORTED on SQLite (one process: nothing to listen to). */
+int store_work_listen(struct store *st);
+int store_work_wait(struct store *st, int timeout_ms, int *woke);
+
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
 

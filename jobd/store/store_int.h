@@ -454,6 +454,7 @@
  * take it shared (see store.h). */
 #define STORE_PG_BEGIN_EXCL \
     "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")"
+#define STORE_PG_NOTIFY_COMMIT "SELECT pg_notify('" STORE_PG_CHANNEL "', ''); COMMIT"
 #define STORE_PG_BEGIN_SHARED \
     "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(" STORE_PG_WRITE_LOCK ")"
 #define STORE_PG_USAGE_RANGE \
@@ -630,6 +631,8 @@ struct store {
     struct store_opts opts;
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */
+    int notify;  /* PostgreSQL: this transaction made work leasable; its COMMIT
+                    also NOTIFYs STORE_PG_CHANNEL (store_w_end) */
     struct sdb_stmt *stmts[S__COUNT];
     /* request ids (store_request_id): ULID monotonic mode */
     int64_t rid_ms;      /* timestamp of the last id */

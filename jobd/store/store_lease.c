@@ -831,6 +831,11 @@ static int bulk_req_cmp(const void *a, const void *b)
     return strcmp(((const struct bulk_req *)a)->id, ((const struct bulk_req *)b)->id);
 }
 
+static int bulk_req_key_cmp(const void *key, const void *e)
+{
+    return strcmp((const char *)key, ((const struct bulk_req *)e)->id);
+}
+
 static int idcmp(const void *a, const void *b)
 {
     return strcmp((const char *)a, (const char *)b);
@@ -946,9 +951,7 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
         const struct store_result *it = &B->items[i];
         if (it->kind == STORE_RESULT_TRANSIENT)
             continue;
-        struct bulk_req key;
-        snprintf(key.id, sizeof key.id, "%s", it->request_id);
-        struct bulk_req *q = nr ? bsearch(&key, reqs, nr, sizeof *reqs, bulk_req_cmp) : NULL;
+        struct bulk_req *q = nr ? bsearch(it->request_id, reqs, nr, sizeof *reqs, bulk_req_key_cmp) : NULL;
         if (!q || !q->leased_here)
             continue; /* commit_one answers (unknown, stale, duplicate of an earlier commit) */
         if (q->taken) {
