@@ -246,7 +246,8 @@ int app_run(const struct app_config *cfg)
     }
     /* the thread pool: pooled DB connections plus room for file I/O */
     char tp[16];
-    snprintf(tp, sizeof tp, "%d", cfg->db_threads + 2);
+    snprintf(tp, sizeof tp, "%d",
+             cfg->db_threads + 2 + (store_database_is_pg(cfg->store.database) ? API_READ_CONNS : 0));
     setenv("UV_THREADPOOL_SIZE", tp, 1);
 
     char files_dir[1024], tmp_dir[1024];

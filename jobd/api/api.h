@@ -87,6 +87,13 @@ atomic_int *api_writers(struct api *api);
  * call again with NULLs before freeing them. Can't fail. */
 void api_attach(struct api *api, struct ingestq *iq, struct sweeper *sw, struct webhook_dispatcher *wh);
 
+/* On PostgreSQL the API keeps this many database connections (and pool
+ * threads: the wiring adds them to UV_THREADPOOL_SIZE) beside --db-threads
+ * for the jobs that do not write (GET routes), so reads do not queue behind
+ * lease and result-commit jobs holding every pooled connection (measured:
+ * bench/NOTES.md). SQLite: none (its readers never wait for the writer). */
+#define API_READ_CONNS 2
+
 /* Shutdown began: /readyz answers 503, long polls answer at once. Can't fail. */
 void api_drain(struct api *api);
 

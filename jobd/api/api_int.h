@@ -24,6 +24,9 @@ struct api {
     char tmp_dir[1024];            /* uploads in progress (store_path_dir) */
     struct store *loop_st;         /* loop thread: authentication only */
     struct api_pool pool;          /* thread-pool threads */
+    struct api_pool rpool;         /* PostgreSQL: API_READ_CONNS more for jobs that do not write
+                                      (GET), so reads never wait behind lease and commit jobs;
+                                      empty (n 0) on SQLite */
     struct http_server *srv;       /* routes added to it (metrics read its counters) */
     struct ingestq *iq;            /* api_attach: ingest thread (new batches, /readyz) */
     struct sweeper *sweeper;       /* api_attach: woken after cancels and commits */

@@ -431,13 +431,11 @@
 /* The PostgreSQL text of the statements whose SQLite text PostgreSQL does
  * not take (store_stmt picks it on a PostgreSQL store; every other entry
  * runs as written, its ?N rewritten to $N by the driver). Why each differs:
- *   BEGIN/WRITE_LOCK  SQLite's BEGIN IMMEDIATE is one writer at a time; here
+ *   BEGIN             SQLite's BEGIN IMMEDIATE is one writer at a time; here
  *                     a write transaction takes pg_advisory_xact_lock on
- *                     STORE_PG_WRITE_LOCK, so writes keep exactly SQLite's
- *                     serial order across every connection and every jobd
- *                     instance (the first, safe step; leasing and the
- *                     webhook outbox move to row locks with FOR UPDATE SKIP
- *                     LOCKED next, issue 19)
+ *                     STORE_PG_WRITE_LOCK with its BEGIN (STORE_PG_BEGIN_*),
+ *                     exclusive, or shared on the row-locked hot paths
+ *                     (STORE_SQL_PG_HOT; store.h says which and why)
  *   BEGIN_READ        one snapshot for the whole read: REPEATABLE READ
  *   USER_VERSION      no PRAGMA: the schema_version table (store_migrate)
  *   "?N::text IS NULL" a NULL parameter whose first use does not type it
