@@ -569,3 +569,26 @@ BEGIN
     NEW.seq := nextval('results_seq_gen');
     RETURN NEW;
 END $$;
+-- usage_totals by one statement-level trigger per INSERT into the ledger
+-- (a transition table, summed per tenant and model) instead of one upsert
+-- per ledger row: a results commit inserts its ledger rows with one
+-- statement (hundreds of rows), which updated the same usage_totals row
+-- once per row, each a new row version. Same sums.
+DROP TRIGGER usage_ledger_totals ON usage_ledger;
+CREATE FUNCTION usage_ledger_totals_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO usage_totals AS t(tenant_id, model, prompt_tokens, cached_tokens, completion_tokens,
+                                  cost_micros, requests)
+    SELECT tenant_id, model, sum(prompt_tokens)::bigint, sum(cached_tokens)::bigint,
+           sum(completion_tokens)::bigint, sum(cost_micros)::bigint, count(*)
+    FROM ledger_new GROUP BY tenant_id, model ORDER BY tenant_id, model
+    ON CONFLICT (tenant_id, model) DO UPDATE SET
+        prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
+        cached_tokens = t.cached_tokens + excluded.cached_tokens,
+        completion_tokens = t.completion_tokens + excluded.completion_tokens,
+        cost_micros = t.cost_micros + excluded.cost_micros,
+        requests = t.requests + excluded.requests;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER usage_ledger_totals AFTER INSERT ON usage_ledger REFERENCING NEW TABLE AS ledger_new
+    FOR EACH STATEMENT EXECUTE FUNCTION usage_ledger_totals_stmt();

@@ -946,12 +946,18 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
         free(reqs);
         return rc;
     }
+    if (nr == 0) { /* only transient errors, or none of the requests exists */
+        free(reqs);
+        *reqs_out = NULL;
+        *nreq_out = 0;
+        return 0;
+    }
     qsort(reqs, nr, sizeof *reqs, bulk_req_cmp);
     for (size_t i = 0; i < B->n; i++) {
         const struct store_result *it = &B->items[i];
         if (it->kind == STORE_RESULT_TRANSIENT)
             continue;
-        struct bulk_req *q = nr ? bsearch(it->request_id, reqs, nr, sizeof *reqs, bulk_req_key_cmp) : NULL;
+        struct bulk_req *q = bsearch(it->request_id, reqs, nr, sizeof *reqs, bulk_req_key_cmp);
         if (!q || !q->leased_here)
             continue; /* commit_one answers (unknown, stale, duplicate of an earlier commit) */
         if (q->taken) {
