@@ -592,3 +592,22 @@ BEGIN
 END $$;
 CREATE TRIGGER usage_ledger_totals AFTER INSERT ON usage_ledger REFERENCING NEW TABLE AS ledger_new
     FOR EACH STATEMENT EXECUTE FUNCTION usage_ledger_totals_stmt();
+-- Per-row trigger work cut for the set-based commits: requests_reserve
+-- fires only on the status changes it acts on (not on a claim, queued ->
+-- leased), and results_seq_assign locks a batch's row once per transaction
+-- (the batch id it holds is kept in a transaction-local setting, which a
+-- rollback to a savepoint undoes together with the lock).
+DROP TRIGGER requests_reserve ON requests;
+CREATE TRIGGER requests_reserve AFTER UPDATE OF status ON requests FOR EACH ROW
+    WHEN ((OLD.status IN ('queued', 'leased') AND NEW.status IN ('succeeded', 'failed')) OR
+          (OLD.status IN ('succeeded', 'failed') AND NEW.status IN ('queued', 'leased')))
+    EXECUTE FUNCTION requests_reserve();
+CREATE OR REPLACE FUNCTION results_seq_assign() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('jobd.seq_batch', true) IS DISTINCT FROM NEW.batch_id THEN
+        PERFORM 1 FROM batches WHERE id = NEW.batch_id FOR NO KEY UPDATE;
+        PERFORM set_config('jobd.seq_batch', NEW.batch_id, true);
+    END IF;
+    NEW.seq := nextval('results_seq_gen');
+    RETURN NEW;
+END $$;

@@ -19,6 +19,16 @@
  * lease_rr); which tenant and batch go next is decided in C by
  * jobd/work/lease_policy.c, inside one transaction it opens.
  *
+ * PostgreSQL (store.h, "Several jobd instances"): the acquire, commit,
+ * heartbeat, release and sweep transactions take the writer lock shared
+ * (store_w_begin_shared) and lock what they change: the lease row first
+ * (lease_get: FOR UPDATE), ready requests FOR NO KEY UPDATE SKIP LOCKED.
+ * The claim is one UPDATE over an id array (claim_many) and a commit ends
+ * the requests its lease still holds set-based (bulk_*: one SELECT, one
+ * UPDATE, one INSERT of results, one of ledger rows), the rest of a chunk
+ * (transient errors, stale, unknown or repeated ids) one by one as on
+ * SQLite, with the same outcomes.
+ *
  * Runs on the thread that owns the struct store.
  */
 #include <stdio.h>
