@@ -102,7 +102,7 @@ void api_drain(struct api *api);
  * LONGPOLL_TICK_MS (routes_worker.c). Any thread; NULL ok. */
 void api_wake_pollers(struct api *api);
 /* Whether wake-ups arrive (the LISTEN connection is up): parked long polls
- * then re-read the queue only every 1 s as a fallback instead of every
+ * then re-read the queue only every 500 ms as a fallback instead of every
  * 200 ms. Any thread; NULL ok. */
 void api_set_listening(struct api *api, int on);
 

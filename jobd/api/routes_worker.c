@@ -18,7 +18,7 @@
  * (api_job_again) until work appears, wait_ms passes, or jobd starts
  * draining - the loop never blocks. On PostgreSQL a wake-up (another
  * connection or instance made work leasable: api_wake_pollers) runs it
- * again within LONGPOLL_TICK_MS, and the periodic re-read becomes a 1 s
+ * again within LONGPOLL_TICK_MS, and the periodic re-read becomes a 500 ms
  * fallback while wake-ups arrive. After a commit or release that ended
  * requests, the sweeper is woken so a finished batch is finalized at once.
  * Protocol errors use the worker protocol's codes (jobd/work/lease.h);
@@ -44,7 +44,7 @@
 #include "jobd/work/lease.h"
 
 #define LONGPOLL_STEP_MS 200    /* re-read the queue this often without wake-ups */
-#define LONGPOLL_LISTEN_MS 1000 /* with wake-ups (api_set_listening): a fallback only */
+#define LONGPOLL_LISTEN_MS 500 /* with wake-ups (api_set_listening): a fallback only */
 #define LONGPOLL_TICK_MS 20     /* a parked poll looks for a wake-up this often (memory only) */
 #define ANSWER_CAP (96u << 20)
 

@@ -218,7 +218,7 @@ def test_two_jobd_one_database_kill9_chaos_exactly_once():
         assert wake_s < 4.0, wake_s  # the 5 s poll did not run out
         # the event: B's LISTEN connection got A's NOTIFY (the batch reached
         # in_progress) and ran its parked poll again (without wake-ups B
-        # re-reads only every 1 s; the timing bound above stays generous)
+        # re-reads only every 500 ms; the timing bound above stays generous)
         assert metric(insts[1], "jobd_lease_wakeups_total") > wakeups0
         until_ok(insts, "POST", "/v1/worker/release", json.dumps(
             {"worker_id": wid, "lease_id": polled["lease_id"]}).encode(), wauth, start=1)
