@@ -862,9 +862,16 @@ struct bulk {
     size_t np;
 };
 
-/* Bind the array literal of column col (0 id, 1 batch, 2 status, 3 error) of
- * the picks (only successes when ok_only) as parameter i of s. */
-static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, int col, int ok_only)
+/* The per-request columns of the set-based statements. */
+enum bulk_col {
+    BC_ID, BC_BATCH, BC_STATUS, BC_ERROR, BC_TENANT, BC_MODEL, BC_BODY, BC_STATUS_CODE, BC_PROMPT,
+    BC_COMPLETION, BC_CACHED, BC_QUEUE_MS, BC_PREFILL_MS, BC_DECODE_MS, BC_GPU_MS, BC_COST,
+    BC_LEASE = -1, BC_NOW = -2 /* not per request: the lease id, now */
+};
+
+/* Bind the array literal of column col of the picks (only successes when
+ * ok_only) as parameter i of s. */
+static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, enum bulk_col col, int ok_only)
 {
     int rc = store_arr_begin(a);
     for (size_t k = 0; !rc && k < B->np; k++) {
@@ -872,22 +879,22 @@ static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, i
         if (ok_only && it->kind != STORE_RESULT_SUCCESS)
             continue;
         switch (col) {
-        case 0: rc = store_arr_text(a, it->request_id); break;
-        case 1: rc = store_arr_text(a, B->req[k]->batch_id); break;
-        case 2: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? "succeeded" : "failed"); break;
-        case 3: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? NULL : "invalid request"); break;
-        case 4: rc = store_arr_text(a, B->req[k]->tenant_id); break;
-        case 5: rc = store_arr_text(a, B->req[k]->model); break;
-        case 6: rc = store_arr_hex(a, it->body, it->body_len); break;
-        case 7: rc = store_arr_int(a, it->status_code); break;
-        case 8: rc = store_arr_int(a, it->prompt_tokens); break;
-        case 9: rc = store_arr_int(a, it->completion_tokens); break;
-        case 10: rc = store_arr_int(a, it->cached_tokens); break;
-        case 11: rc = store_arr_int(a, it->queue_ms); break;
-        case 12: rc = store_arr_int(a, it->prefill_ms); break;
-        case 13: rc = store_arr_int(a, it->decode_ms); break;
-        case 14: rc = store_arr_int(a, it->gpu_ms); break;
-        case 15: {
+        case BC_ID: rc = store_arr_text(a, it->request_id); break;
+        case BC_BATCH: rc = store_arr_text(a, B->req[k]->batch_id); break;
+        case BC_STATUS: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? "succeeded" : "failed"); break;
+        case BC_ERROR: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? NULL : "invalid request"); break;
+        case BC_TENANT: rc = store_arr_text(a, B->req[k]->tenant_id); break;
+        case BC_MODEL: rc = store_arr_text(a, B->req[k]->model); break;
+        case BC_BODY: rc = store_arr_hex(a, it->body, it->body_len); break;
+        case BC_STATUS_CODE: rc = store_arr_int(a, it->status_code); break;
+        case BC_PROMPT: rc = store_arr_int(a, it->prompt_tokens); break;
+        case BC_COMPLETION: rc = store_arr_int(a, it->completion_tokens); break;
+        case BC_CACHED: rc = store_arr_int(a, it->cached_tokens); break;
+        case BC_QUEUE_MS: rc = store_arr_int(a, it->queue_ms); break;
+        case BC_PREFILL_MS: rc = store_arr_int(a, it->prefill_ms); break;
+        case BC_DECODE_MS: rc = store_arr_int(a, it->decode_ms); break;
+        case BC_GPU_MS: rc = store_arr_int(a, it->gpu_ms); break;
+        case BC_COST: {
             int64_t cost = 0;
             if (B->st->opts.cost &&
                 B->st->opts.cost(B->st->opts.cost_ctx, B->req[k]->model, it->prompt_tokens,
@@ -1018,8 +1025,8 @@ static int bulk_finish(struct bulk *B, struct store_count_acc *acc)
     }
     free(bids);
     if (!rc && (s = store_stmt(st, S_REQ_FINISH_MANY, &rc))) {
-        if (!(rc = bulk_bind(B, s, 1, &a, 0, 0)) && !(rc = bulk_bind(B, s, 2, &a, 2, 0)) &&
-            !(rc = bulk_bind(B, s, 3, &a, 3, 0)) && !(rc = store_bind_int(st, s, 4, B->now)) &&
+        if (!(rc = bulk_bind(B, s, 1, &a, BC_ID, 0)) && !(rc = bulk_bind(B, s, 2, &a, BC_STATUS, 0)) &&
+            !(rc = bulk_bind(B, s, 3, &a, BC_ERROR, 0)) && !(rc = store_bind_int(st, s, 4, B->now)) &&
             !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")) &&
             sdb_changes(st->db) != (int64_t)B->np) {
             log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id,
@@ -1047,12 +1054,15 @@ static int bulk_insert(struct bulk *B)
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_RESULT_INSERT_MANY, &rc);
     if (s) {
-        static const int cols[] = {0, 1, -3, -4, 7, 6, 8, 9, 10, 11, 12, 13, 14};
-        for (int i = 0; !rc && i < 13; i++) {
-            if (i == 2)
-                rc = store_bind_text(st, s, 3, B->lease_id);
-            else if (i == 3)
-                rc = store_bind_int(st, s, 4, B->now);
+        /* RESULT_INSERT_MANY's ?1 .. ?13 */
+        static const enum bulk_col cols[] = {BC_ID, BC_BATCH, BC_LEASE, BC_NOW, BC_STATUS_CODE, BC_BODY,
+                                             BC_PROMPT, BC_COMPLETION, BC_CACHED, BC_QUEUE_MS,
+                                             BC_PREFILL_MS, BC_DECODE_MS, BC_GPU_MS};
+        for (int i = 0; !rc && i < (int)(sizeof cols / sizeof cols[0]); i++) {
+            if (cols[i] == BC_LEASE)
+                rc = store_bind_text(st, s, i + 1, B->lease_id);
+            else if (cols[i] == BC_NOW)
+                rc = store_bind_int(st, s, i + 1, B->now);
             else
                 rc = bulk_bind(B, s, i + 1, &a, cols[i], 0);
         }
@@ -1064,9 +1074,11 @@ static int bulk_insert(struct bulk *B)
     for (size_t k = 0; k < B->np; k++)
         n_ok += B->items[B->pick[k]].kind == STORE_RESULT_SUCCESS;
     if (!rc && n_ok && (s = store_stmt(st, S_USAGE_INSERT_MANY, &rc))) {
-        static const int cols[] = {4, 1, 0, 5, 8, 9, 10, 15};
+        /* USAGE_INSERT_MANY's ?2 .. ?9 (?1: now) */
+        static const enum bulk_col cols[] = {BC_TENANT, BC_BATCH, BC_ID, BC_MODEL,
+                                             BC_PROMPT, BC_COMPLETION, BC_CACHED, BC_COST};
         rc = store_bind_int(st, s, 1, B->now);
-        for (int i = 0; !rc && i < 8; i++)
+        for (int i = 0; !rc && i < (int)(sizeof cols / sizeof cols[0]); i++)
             rc = bulk_bind(B, s, i + 2, &a, cols[i], 1);
         if (!rc)
             rc = store_step_done(st, s, "insert usage");
