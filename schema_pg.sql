@@ -593,15 +593,49 @@ END $$;
 CREATE TRIGGER usage_ledger_totals AFTER INSERT ON usage_ledger REFERENCING NEW TABLE AS ledger_new
     FOR EACH STATEMENT EXECUTE FUNCTION usage_ledger_totals_stmt();
 -- Per-row trigger work cut for the set-based commits: requests_reserve
--- fires only on the status changes it acts on (not on a claim, queued ->
--- leased), and results_seq_assign locks a batch's row once per transaction
+-- runs once per UPDATE statement over its transition tables (a commit of
+-- hundreds of requests ran it per row), and results_seq_assign locks a
+-- batch's row once per transaction
 -- (the batch id it holds is kept in a transaction-local setting, which a
 -- rollback to a savepoint undoes together with the lock).
 DROP TRIGGER requests_reserve ON requests;
-CREATE TRIGGER requests_reserve AFTER UPDATE OF status ON requests FOR EACH ROW
-    WHEN ((OLD.status IN ('queued', 'leased') AND NEW.status IN ('succeeded', 'failed')) OR
-          (OLD.status IN ('succeeded', 'failed') AND NEW.status IN ('queued', 'leased')))
-    EXECUTE FUNCTION requests_reserve();
+CREATE FUNCTION requests_reserve_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- requests_reserve per statement: the shares of the requests that
+    -- finished (queued/leased -> succeeded/failed) are released and those
+    -- that came back (succeeded/failed -> queued/leased) reserved again,
+    -- summed per budgeted batch. One statement does one kind (a commit ends
+    -- requests, a dead-letter retry reopens one), so releasing the sum
+    -- clamped at 0 equals releasing each share clamped at 0 in turn.
+    UPDATE batches b SET
+        reserved_tokens = greatest(0, b.reserved_tokens - d.fin_tokens) + d.re_tokens,
+        reserved_micros = greatest(0, b.reserved_micros - d.fin_micros) + d.re_micros
+    FROM (SELECT x.batch_id,
+                 sum(CASE WHEN x.fin THEN x.tokens ELSE 0 END) AS fin_tokens,
+                 sum(CASE WHEN x.fin THEN x.micros ELSE 0 END) AS fin_micros,
+                 sum(CASE WHEN x.fin THEN 0 ELSE x.tokens END) AS re_tokens,
+                 sum(CASE WHEN x.fin THEN 0 ELSE x.micros END) AS re_micros
+          FROM (SELECT n.batch_id, n.prompt_tokens_est + n.max_tokens AS tokens,
+                       jobd_reserve_share(n.prompt_tokens_est, n.max_tokens, bb.reserve_price_in,
+                                          bb.reserve_price_out) AS micros,
+                       o.status IN ('queued', 'leased') AS fin
+                FROM req_new n JOIN req_old o ON o.id = n.id
+                JOIN batches bb ON bb.id = n.batch_id AND bb.budgeted = 1
+                WHERE (o.status IN ('queued', 'leased') AND n.status IN ('succeeded', 'failed'))
+                   OR (o.status IN ('succeeded', 'failed') AND n.status IN ('queued', 'leased'))) x
+          GROUP BY x.batch_id) d
+    WHERE b.id = d.batch_id AND b.budgeted = 1
+      AND b.status NOT IN ('completed', 'failed', 'expired', 'cancelled');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER requests_reserve AFTER UPDATE ON requests
+    REFERENCING OLD TABLE AS req_old NEW TABLE AS req_new
+    FOR EACH STATEMENT EXECUTE FUNCTION requests_reserve_stmt();
+-- A batch's last ledger rows by id (the completion-estimate query's
+-- "ORDER BY id DESC LIMIT 256" of one batch): PostgreSQL's index on
+-- batch_id alone does not keep them in id order (SQLite's keeps rowids).
+DROP INDEX usage_ledger_batch;
+CREATE INDEX usage_ledger_batch ON usage_ledger(batch_id, id);
 CREATE OR REPLACE FUNCTION results_seq_assign() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('jobd.seq_batch', true) IS DISTINCT FROM NEW.batch_id THEN

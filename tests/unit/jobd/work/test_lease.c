@@ -22,6 +22,7 @@
 #include "jobd/intake/ingest.h"
 #include "jobd/work/lease.h"
 #include "jobd/store/store.h"
+#include "jobd/store/store_budget.h"
 #include "jobd/work/sweeper.h"
 #include "tests/th.h"
 #include "tests/unit/th_pg.h"
@@ -1416,6 +1417,15 @@ TEST(lease_commit_chunk_mixes_outcomes_exactly)
     fx_open(&fx);
     char bid[ID_MAX];
     fx_batch(&fx, &fx.ta, "m", 8, NULL, 86400, bid);
+    /* budgeted: each finished request releases its share (PostgreSQL: one
+     * statement-level trigger per UPDATE); prices 1 and 3 micro-dollars per
+     * token make a share prompt_tokens_est + 3 * max_tokens */
+    char q[300];
+    snprintf(q, sizeof q, "SELECT sum(prompt_tokens_est + max_tokens) FROM requests WHERE batch_id = '%s'", bid);
+    int64_t tok = sql_count(&fx, q);
+    snprintf(q, sizeof q, "SELECT sum(prompt_tokens_est + 3 * max_tokens) FROM requests WHERE batch_id = '%s'", bid);
+    int64_t mic = sql_count(&fx, q);
+    CHECK_EQ_INT(store_batch_reserve(fx.st, bid, tok, mic, 1000000, 3000000), 0);
     int64_t now = NOW + 10;
     struct store_lease_ask a = ask_of(&fx, 6);
     struct store_lease l, l2;
@@ -1465,7 +1475,17 @@ TEST(lease_commit_chunk_mixes_outcomes_exactly)
     get_batch(&fx, bid, &bt);
     CHECK_EQ_INT(bt.n_completed, 3);
     CHECK_EQ_INT(bt.n_failed, 1);
-    char q[300];
+    /* the reservation is what the 4 unfinished requests hold, exactly */
+    snprintf(q, sizeof q, "SELECT reserved_tokens - (SELECT sum(prompt_tokens_est + max_tokens) FROM requests "
+                          "WHERE batch_id = '%s' AND status IN ('queued', 'leased')) FROM batches WHERE id = '%s'",
+             bid, bid);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    snprintf(q, sizeof q, "SELECT reserved_micros - (SELECT sum(prompt_tokens_est + 3 * max_tokens) FROM requests "
+                          "WHERE batch_id = '%s' AND status IN ('queued', 'leased')) FROM batches WHERE id = '%s'",
+             bid, bid);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM requests WHERE batch_id = '%s' AND status IN ('queued', 'leased')", bid);
+    CHECK_EQ_INT(sql_count(&fx, q), 4);
     snprintf(q, sizeof q, "SELECT count(*) FROM usage_ledger WHERE batch_id = '%s'", bid);
     CHECK_EQ_INT(sql_count(&fx, q), 3);
     snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid);
