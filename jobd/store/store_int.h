@@ -443,7 +443,8 @@
  *   (a = b) as 0/1 -> CASE; group_concat -> string_agg; instr -> strpos;
  *   strftime -> to_char; json_extract -> ->>; json_object -> concatenation
  *   (the body is kept as sent: PostgreSQL has no json minifier);
- *   subqueries in FROM need an alias before PostgreSQL 16. */
+ *   subqueries in FROM need an alias before PostgreSQL 16; a selected
+ *   column is in the GROUP BY (BATCH_MODELS_FILL's batch_id). */
 #define STORE_PG_WRITE_LOCK "7240619001" /* advisory lock key of the writer lock */
 #define STORE_PG_CHANNEL "jobd_work" /* LISTEN/NOTIFY channel: leasable work appeared */
 /* store_w_begin / store_w_begin_shared at depth 0 on PostgreSQL: BEGIN and
@@ -546,6 +547,9 @@
       "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
       "l.worker_id = w.id AND l.released_at IS NULL) " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
+    X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
+                         "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY batch_id, model " \
+                         "ON CONFLICT (batch_id, model) DO NOTHING") \
     X(WH_SECRET_INSERT, "INSERT INTO webhook_tenant_secrets(tenant_id, secret, created_at) " \
                         "VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING") \
     X(WH_EVENTS_PENDING, \
