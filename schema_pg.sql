@@ -14,15 +14,18 @@
 --   * triggers are PL/pgSQL functions with the same bodies;
 --   * the numbering is its own: PostgreSQL migration 1 is the SQLite schema
 --     at its migration 5 (the first release of this file), migration 2 is
---     SQLite's 6 and 7. A change to the schema adds a block to both files.
+--     SQLite's 6 and 7, migration 3 is PostgreSQL's own (results.seq under
+--     per-batch row locks). A change to the schema adds a block to both
+--     files (unless, like 3, it only concerns PostgreSQL's concurrency).
 --
--- results.seq and concurrency: the BEFORE INSERT trigger takes the next
--- value from the one row of result_seq with an UPDATE, so the row lock it
--- holds until commit orders result commits exactly as SQLite's single
--- writer does (a row with a larger seq is never visible before one with a
--- smaller seq; the "seq > cursor" pages stay exact). It is the one global
--- serialisation point of result commits, kept on purpose; a sequence would
--- not give that guarantee.
+-- results.seq and concurrency: migration 1's BEFORE INSERT trigger took the
+-- next value from the one row of result_seq with an UPDATE, whose row lock
+-- ordered every result commit globally (SQLite's single writer). Migration
+-- 3 replaces it with a sequence taken under the row lock of the result's
+-- batch, held to commit: within a batch a row with a larger seq is never
+-- visible before one with a smaller seq (the "seq > cursor" pages of one
+-- batch stay exact), and commits to different batches no longer wait for
+-- each other.
 --
 -- The runner splits this file at "-- @migration N" lines like schema.sql.
 
@@ -547,3 +550,98 @@ INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
     SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
         (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
          UNION ALL SELECT '/v1/embeddings') e;
+
+-- @migration 3
+-- Row locks instead of the one writer lock on the hot paths (issue 19,
+-- PostgreSQL only: SQLite has one writer and needs nothing). results.seq
+-- comes from a sequence, taken after the row of the result's batch is
+-- locked (FOR NO KEY UPDATE, held to commit): two transactions that write
+-- results of one batch take their numbers one after the other, so within a
+-- batch a row with a larger seq is never visible before one with a smaller
+-- seq (what "seq > cursor" pages need: the results route and finalization
+-- read one batch at a time), while commits to different batches no longer
+-- wait for each other on the one row of result_seq (kept, unused).
+CREATE SEQUENCE results_seq_gen;
+SELECT setval('results_seq_gen', (SELECT last FROM result_seq WHERE id = 1) + 1, false);
+CREATE OR REPLACE FUNCTION results_seq_assign() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM batches WHERE id = NEW.batch_id FOR NO KEY UPDATE;
+    NEW.seq := nextval('results_seq_gen');
+    RETURN NEW;
+END $$;
+-- usage_totals by one statement-level trigger per INSERT into the ledger
+-- (a transition table, summed per tenant and model) instead of one upsert
+-- per ledger row: a results commit inserts its ledger rows with one
+-- statement (hundreds of rows), which updated the same usage_totals row
+-- once per row, each a new row version. Same sums.
+DROP TRIGGER usage_ledger_totals ON usage_ledger;
+CREATE FUNCTION usage_ledger_totals_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO usage_totals AS t(tenant_id, model, prompt_tokens, cached_tokens, completion_tokens,
+                                  cost_micros, requests)
+    SELECT tenant_id, model, sum(prompt_tokens)::bigint, sum(cached_tokens)::bigint,
+           sum(completion_tokens)::bigint, sum(cost_micros)::bigint, count(*)
+    FROM ledger_new GROUP BY tenant_id, model ORDER BY tenant_id, model
+    ON CONFLICT (tenant_id, model) DO UPDATE SET
+        prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
+        cached_tokens = t.cached_tokens + excluded.cached_tokens,
+        completion_tokens = t.completion_tokens + excluded.completion_tokens,
+        cost_micros = t.cost_micros + excluded.cost_micros,
+        requests = t.requests + excluded.requests;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER usage_ledger_totals AFTER INSERT ON usage_ledger REFERENCING NEW TABLE AS ledger_new
+    FOR EACH STATEMENT EXECUTE FUNCTION usage_ledger_totals_stmt();
+-- Per-row trigger work cut for the set-based commits: requests_reserve
+-- runs once per UPDATE statement over its transition tables (a commit of
+-- hundreds of requests ran it per row), and results_seq_assign locks a
+-- batch's row once per transaction
+-- (the batch id it holds is kept in a transaction-local setting, which a
+-- rollback to a savepoint undoes together with the lock).
+DROP TRIGGER requests_reserve ON requests;
+CREATE FUNCTION requests_reserve_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- requests_reserve per statement: the shares of the requests that
+    -- finished (queued/leased -> succeeded/failed) are released and those
+    -- that came back (succeeded/failed -> queued/leased) reserved again,
+    -- summed per budgeted batch. One statement does one kind (a commit ends
+    -- requests, a dead-letter retry reopens one), so releasing the sum
+    -- clamped at 0 equals releasing each share clamped at 0 in turn.
+    UPDATE batches b SET
+        reserved_tokens = greatest(0, b.reserved_tokens - d.fin_tokens) + d.re_tokens,
+        reserved_micros = greatest(0, b.reserved_micros - d.fin_micros) + d.re_micros
+    FROM (SELECT x.batch_id,
+                 sum(CASE WHEN x.fin THEN x.tokens ELSE 0 END) AS fin_tokens,
+                 sum(CASE WHEN x.fin THEN x.micros ELSE 0 END) AS fin_micros,
+                 sum(CASE WHEN x.fin THEN 0 ELSE x.tokens END) AS re_tokens,
+                 sum(CASE WHEN x.fin THEN 0 ELSE x.micros END) AS re_micros
+          FROM (SELECT n.batch_id, n.prompt_tokens_est + n.max_tokens AS tokens,
+                       jobd_reserve_share(n.prompt_tokens_est, n.max_tokens, bb.reserve_price_in,
+                                          bb.reserve_price_out) AS micros,
+                       o.status IN ('queued', 'leased') AS fin
+                FROM req_new n JOIN req_old o ON o.id = n.id
+                JOIN batches bb ON bb.id = n.batch_id AND bb.budgeted = 1
+                WHERE (o.status IN ('queued', 'leased') AND n.status IN ('succeeded', 'failed'))
+                   OR (o.status IN ('succeeded', 'failed') AND n.status IN ('queued', 'leased'))) x
+          GROUP BY x.batch_id) d
+    WHERE b.id = d.batch_id AND b.budgeted = 1
+      AND b.status NOT IN ('completed', 'failed', 'expired', 'cancelled');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER requests_reserve AFTER UPDATE ON requests
+    REFERENCING OLD TABLE AS req_old NEW TABLE AS req_new
+    FOR EACH STATEMENT EXECUTE FUNCTION requests_reserve_stmt();
+-- A batch's last ledger rows by id (the completion-estimate query's
+-- "ORDER BY id DESC LIMIT 256" of one batch): PostgreSQL's index on
+-- batch_id alone does not keep them in id order (SQLite's keeps rowids).
+DROP INDEX usage_ledger_batch;
+CREATE INDEX usage_ledger_batch ON usage_ledger(batch_id, id);
+CREATE OR REPLACE FUNCTION results_seq_assign() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('jobd.seq_batch', true) IS DISTINCT FROM NEW.batch_id THEN
+        PERFORM 1 FROM batches WHERE id = NEW.batch_id FOR NO KEY UPDATE;
+        PERFORM set_config('jobd.seq_batch', NEW.batch_id, true);
+    END IF;
+    NEW.seq := nextval('results_seq_gen');
+    RETURN NEW;
+END $$;

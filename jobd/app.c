@@ -22,6 +22,7 @@
 #include "jobd/store/store.h"
 #include "jobd/ui/ui.h"
 #include "jobd/work/sweeper.h"
+#include "jobd/work/wakeup.h"
 
 void app_config_default(struct app_config *cfg)
 {
@@ -94,6 +95,7 @@ struct app {
     struct ingestq *iq;            /* ingest thread (jobd/intake/ingestq.h) */
     struct sweeper *sweeper;       /* lease expiry + finalization thread (jobd/work/sweeper.h) */
     struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook/webhook.h) */
+    struct wakeup *wakeup;         /* PostgreSQL: the LISTEN thread (jobd/work/wakeup.h); NULL on SQLite */
 };
 
 static int mkdir_p(const char *path)
@@ -124,8 +126,12 @@ static void clean_tmp(const char *dir)
 /* Stop the threads, last started first; each waits for its work in flight. */
 static void stop_threads(struct app *app)
 {
-    if (app->api)
+    wakeup_free(app->wakeup); /* first: it wakes the sweeper */
+    app->wakeup = NULL;
+    if (app->api) {
+        api_set_listening(app->api, 0);
         api_attach(app->api, NULL, NULL, NULL);
+    }
     ingestq_free(app->iq); /* it stops at a line boundary */
     app->iq = NULL;
     sweeper_free(app->sweeper); /* it stops between two transactions */
@@ -159,6 +165,21 @@ static void on_signal(uv_signal_t *h, int signum)
     http_server_shutdown(app->srv, on_http_closed, app);
 }
 
+/* The LISTEN thread's reports (its thread): wake the parked long polls and
+ * the sweeper, or switch the long polls between wake-ups and polling. */
+static void on_wakeup(void *arg, enum wakeup_event ev)
+{
+    struct app *app = arg;
+    switch (ev) {
+    case WAKEUP_WORK:
+        api_wake_pollers(app->api);
+        sweeper_wake(app->sweeper);
+        break;
+    case WAKEUP_UP: api_set_listening(app->api, 1); break;
+    case WAKEUP_DOWN: api_set_listening(app->api, 0); break;
+    }
+}
+
 static int start_threads(struct app *app)
 {
     const struct app_config *cfg = &app->cfg;
@@ -172,6 +193,11 @@ static int start_threads(struct app *app)
     if ((rc = webhook_dispatcher_start(cfg->data_dir, &cfg->store, &cfg->webhook, &app->wh)))
         return rc;
     api_attach(app->api, app->iq, app->sweeper, app->wh);
+    if (store_database_is_pg(cfg->store.database) &&
+        (rc = wakeup_start(cfg->data_dir, &cfg->store, on_wakeup, app, &app->wakeup))) {
+        log_error("cannot LISTEN for wake-ups on the database: %s", err_msg(rc));
+        return rc;
+    }
     return 0;
 }
 
@@ -220,7 +246,8 @@ int app_run(const struct app_config *cfg)
     }
     /* the thread pool: pooled DB connections plus room for file I/O */
     char tp[16];
-    snprintf(tp, sizeof tp, "%d", cfg->db_threads + 2);
+    snprintf(tp, sizeof tp, "%d",
+             cfg->db_threads + 2 + (store_database_is_pg(cfg->store.database) ? API_READ_CONNS : 0));
     setenv("UV_THREADPOOL_SIZE", tp, 1);
 
     char files_dir[1024], tmp_dir[1024];

@@ -30,7 +30,9 @@ int api_new(const struct api_config *cfg, struct api **out)
     }
     if ((rc = api_auth_decide(api)))
         goto fail;
-    if ((rc = api_pool_open(&api->pool, cfg->data_dir, &cfg->store, (size_t)cfg->db_threads))) {
+    if ((rc = api_pool_open(&api->pool, cfg->data_dir, &cfg->store, (size_t)cfg->db_threads)) ||
+        (store_database_is_pg(cfg->store.database) &&
+         (rc = api_pool_open(&api->rpool, cfg->data_dir, &cfg->store, API_READ_CONNS)))) {
         log_error("cannot open database connections: %s", err_msg(rc));
         goto fail;
     }
@@ -70,11 +72,24 @@ void api_drain(struct api *api)
     api->draining = 1;
 }
 
+void api_wake_pollers(struct api *api)
+{
+    if (api)
+        atomic_fetch_add(&api->wake_gen, 1);
+}
+
+void api_set_listening(struct api *api, int on)
+{
+    if (api)
+        atomic_store(&api->listening, on ? 1 : 0);
+}
+
 void api_free(struct api *api)
 {
     if (!api)
         return;
     api_pool_close(&api->pool);
+    api_pool_close(&api->rpool);
     store_close(api->loop_st);
     free(api);
 }

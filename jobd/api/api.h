@@ -87,8 +87,24 @@ atomic_int *api_writers(struct api *api);
  * call again with NULLs before freeing them. Can't fail. */
 void api_attach(struct api *api, struct ingestq *iq, struct sweeper *sw, struct webhook_dispatcher *wh);
 
+/* On PostgreSQL the API keeps this many database connections (and pool
+ * threads: the wiring adds them to UV_THREADPOOL_SIZE) beside --db-threads
+ * for the jobs that do not write (GET routes), so reads do not queue behind
+ * lease and result-commit jobs holding every pooled connection (measured:
+ * bench/NOTES.md). SQLite: none (its readers never wait for the writer). */
+#define API_READ_CONNS 2
+
 /* Shutdown began: /readyz answers 503, long polls answer at once. Can't fail. */
 void api_drain(struct api *api);
+
+/* Work may have become leasable (a database wake-up, jobd/work/wakeup.h):
+ * every parked long-polling lease request runs again within
+ * LONGPOLL_TICK_MS (routes_worker.c). Any thread; NULL ok. */
+void api_wake_pollers(struct api *api);
+/* Whether wake-ups arrive (the LISTEN connection is up): parked long polls
+ * then re-read the queue only every 500 ms as a fallback instead of every
+ * 200 ms. Any thread; NULL ok. */
+void api_set_listening(struct api *api, int on);
 
 /* Close every connection. Only after every request was answered (the
  * server's shutdown is done). NULL ok. */

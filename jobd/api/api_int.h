@@ -24,6 +24,9 @@ struct api {
     char tmp_dir[1024];            /* uploads in progress (store_path_dir) */
     struct store *loop_st;         /* loop thread: authentication only */
     struct api_pool pool;          /* thread-pool threads */
+    struct api_pool rpool;         /* PostgreSQL: API_READ_CONNS more for jobs that do not write
+                                      (GET), so reads never wait behind lease and commit jobs;
+                                      empty (n 0) on SQLite */
     struct http_server *srv;       /* routes added to it (metrics read its counters) */
     struct ingestq *iq;            /* api_attach: ingest thread (new batches, /readyz) */
     struct sweeper *sweeper;       /* api_attach: woken after cancels and commits */
@@ -34,6 +37,8 @@ struct api {
     atomic_int writers;            /* write jobs running on the pool (the ingest thread yields to them) */
     atomic_uint_fast64_t n_leases, n_leased, n_results, n_commit_dead; /* worker routes, for /metrics */
     atomic_uint_fast64_t n_budget_rejected[4]; /* submissions refused, by enum budget_verdict */
+    atomic_uint_fast64_t wake_gen; /* +1 per api_wake_pollers: parked long polls run again */
+    atomic_int listening;          /* api_set_listening: wake-ups arrive, polling is a fallback */
 };
 
 /* The route tables, one per file (each adds its routes to api->srv; 0 or

@@ -139,19 +139,26 @@ void api_job_internal(struct api_job *job, int rc, const char *what)
         api_job_error(job, API_ERR_INTERNAL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
 }
 
+/* The pool of a job's connection: the read pool for a job that does not
+ * write, where there is one (PostgreSQL). */
+static struct api_pool *job_pool(const struct api_job *job)
+{
+    return !job->writes && job->api->rpool.n ? &job->api->rpool : &job->api->pool;
+}
+
 static void job_work(void *arg)
 {
     struct api_job *job = arg;
     struct api *api = job->api;
     if (job->writes)
         atomic_fetch_add(&api->writers, 1);
-    job->st = pool_get(&api->pool);
+    job->st = pool_get(job_pool(job));
     buf_reset(&job->out);
     job->status = 0;
     job->retry_after = 0;
     job->run(job, job->st);
     job_etag(job);
-    pool_put(&api->pool, job->st); /* the one run ended with (api_job_unlocked may swap it) */
+    pool_put(job_pool(job), job->st); /* the one run ended with (api_job_unlocked may swap it) */
     job->st = NULL;
     if (job->writes)
         atomic_fetch_sub(&api->writers, 1);
@@ -162,9 +169,9 @@ struct store *api_job_unlocked(struct api_job *job, struct store *st, void (*fn)
     struct api *api = job->api;
     if (job->writes)
         atomic_fetch_sub(&api->writers, 1);
-    pool_put(&api->pool, st);
+    pool_put(job_pool(job), st);
     fn(ctx);
-    job->st = pool_get(&api->pool);
+    job->st = pool_get(job_pool(job));
     if (job->writes)
         atomic_fetch_add(&api->writers, 1);
     return job->st;

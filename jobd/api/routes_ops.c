@@ -190,6 +190,12 @@ static void work_metrics_counters(struct api *app, struct buf *b)
                (unsigned long long)atomic_load(&app->n_results), (unsigned long long)s.leases_expired,
                (unsigned long long)atomic_load(&app->n_commit_dead), (unsigned long long)s.dead_lettered,
                (unsigned long long)s.batches_finished);
+    buf_printf(b,
+               "# HELP jobd_lease_wakeups_total Database wake-ups (PostgreSQL NOTIFY: work became leasable "
+               "on some instance) that ran the parked long polls again.\n"
+               "# TYPE jobd_lease_wakeups_total counter\n"
+               "jobd_lease_wakeups_total %llu\n",
+               (unsigned long long)atomic_load(&app->wake_gen));
 }
 
 /* Webhook delivery: attempts by outcome, latency histogram, outbox depth. */

@@ -16,7 +16,10 @@
  * thread. An empty lease answer with wait_ms > 0 is long-polled: the
  * lease's answer hook runs the job again every LONGPOLL_STEP_MS
  * (api_job_again) until work appears, wait_ms passes, or jobd starts
- * draining - the loop never blocks. After a commit or release that ended
+ * draining - the loop never blocks. On PostgreSQL a wake-up (another
+ * connection or instance made work leasable: api_wake_pollers) runs it
+ * again within LONGPOLL_TICK_MS, and the periodic re-read becomes a 500 ms
+ * fallback while wake-ups arrive. After a commit or release that ended
  * requests, the sweeper is woken so a finished batch is finalized at once.
  * Protocol errors use the worker protocol's codes (jobd/work/lease.h);
  * the tenant and admin routes use the API error table.
@@ -40,7 +43,9 @@
 #include "jobd/http/http.h"
 #include "jobd/work/lease.h"
 
-#define LONGPOLL_STEP_MS 200
+#define LONGPOLL_STEP_MS 200    /* re-read the queue this often without wake-ups */
+#define LONGPOLL_LISTEN_MS 500 /* with wake-ups (api_set_listening): a fallback only */
+#define LONGPOLL_TICK_MS 20     /* a parked poll looks for a wake-up this often (memory only) */
 #define ANSWER_CAP (96u << 20)
 
 /* ---- answers --------------------------------------------------------------------- */
@@ -136,6 +141,8 @@ struct lease_job {
     struct lease_ask_msg ask;
     uint64_t deadline_ms; /* long-poll end (clock_mono_ms) */
     int empty;            /* the last run leased nothing */
+    uint64_t gen;         /* api->wake_gen when the last run began */
+    uint64_t next_run_ms; /* parked: run again at this time without a wake-up */
 };
 
 static void lease_free(struct api_job *job)
@@ -150,6 +157,7 @@ static void lease_run(struct api_job *job, struct store *st)
     struct api *api = job->api;
     struct store_lease l;
     memset(&l, 0, sizeof l);
+    j->gen = atomic_load(&api->wake_gen); /* a wake-up from now on runs it again */
     int rc = lease_acquire(st, &api->cfg.lease, &j->ask.ask, lease_clock_s(), &l);
     if (rc)
         return jerr_from(job, rc, "lease");
@@ -166,6 +174,23 @@ static void lease_run(struct api_job *job, struct store *st)
     job->status = 200;
 }
 
+/* A parked long poll: run again on a wake-up, at next_run_ms or when
+ * draining; else look again in LONGPOLL_TICK_MS. */
+static void lease_tick(struct http_req *req, void *arg)
+{
+    struct api_job *job = arg;
+    struct lease_job *j = arg;
+    uint64_t now = clock_mono_ms();
+    int due = job->api->draining || atomic_load(&job->api->wake_gen) != j->gen || now >= j->next_run_ms;
+    uint64_t wait = due ? 0 : j->next_run_ms - now;
+    if (wait > LONGPOLL_TICK_MS)
+        wait = LONGPOLL_TICK_MS;
+    if (due ? api_job_again(req, job, 0) : http_req_timer_start(req, wait, lease_tick, job) == 0)
+        return;
+    api_job_answer(req, job); /* cannot re-arm: answer the empty lease now */
+    api_job_free(job);
+}
+
 /* Nothing leased and time left: run again shortly instead of answering. */
 static int lease_answer(struct http_req *req, struct api_job *job)
 {
@@ -173,10 +198,14 @@ static int lease_answer(struct http_req *req, struct api_job *job)
     if (job->status == 200 && j->empty && !job->api->draining) {
         uint64_t now = clock_mono_ms();
         if (now + 10 < j->deadline_ms) {
+            uint64_t step = atomic_load(&job->api->listening) ? LONGPOLL_LISTEN_MS : LONGPOLL_STEP_MS;
             uint64_t wait = j->deadline_ms - now;
-            if (wait > LONGPOLL_STEP_MS)
-                wait = LONGPOLL_STEP_MS;
-            if (api_job_again(req, job, wait))
+            if (wait > step)
+                wait = step;
+            j->next_run_ms = now + wait;
+            if (wait > LONGPOLL_TICK_MS)
+                wait = LONGPOLL_TICK_MS;
+            if (http_req_timer_start(req, wait, lease_tick, job) == 0)
                 return 1;
         }
     }

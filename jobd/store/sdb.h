@@ -138,6 +138,19 @@ int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *er
  * Pure; exposed for tests. */
 int sdb_pg_rewrite(const char *sql, char **out, int *nparams);
 
+/* LISTEN on channel (an identifier: [a-z_]) on a PostgreSQL connection
+ * kept for it (one thread); re-issued by sdb_pg_wait after a reconnect.
+ * SDB_OK or an error (SDB_MISUSE on another engine). */
+int sdb_pg_listen(struct sdb *db, const char *channel);
+
+/* Wait up to timeout_ms for notifications on a LISTENing connection and
+ * consume them: 1 when at least one arrived, or when the connection was
+ * re-established (LISTEN again; what was sent meanwhile is lost, so the
+ * caller treats it as one), 0 on timeout, SDB_BUSY while the connection is
+ * down (reconnects with the driver's backoff, waiting at most timeout_ms
+ * per call). */
+int sdb_pg_wait(struct sdb *db, int timeout_ms);
+
 /* The SDB_* code of a PostgreSQL SQLSTATE (5 characters; NULL -> SDB_ERROR):
  * 23505 CONSTRAINT_UNIQUE, 23503 CONSTRAINT_FOREIGNKEY, other 23xxx
  * CONSTRAINT, 40001 / 40P01 / 55P03 / 57014 BUSY, 53100 FULL, 53200 NOMEM,

@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
 #include <time.h>
 
 #include <libpq-fe.h>
@@ -75,6 +76,7 @@ struct sdb_pg {
     int64_t next_try_ms; /* monotonic ms of the next reconnect attempt */
     unsigned gen;        /* +1 per reconnect: server-side prepared statements are gone */
     unsigned n_stmts;    /* statements prepared on this connection (names) */
+    char listen[64];     /* the LISTEN channel of this connection ("" none), sdb_pg_listen */
     char err[512];
 };
 
@@ -719,6 +721,79 @@ static const struct sdb_ops sdb_pg_ops = {
     .column_blob = pg_column_blob,
     .column_bytes = pg_column_bytes,
 };
+
+/* ---- LISTEN / NOTIFY ------------------------------------------------------------------ */
+
+static int pg_listen_now(struct sdb_pg *d)
+{
+    char sql[96];
+    snprintf(sql, sizeof sql, "LISTEN %s", d->listen);
+    PGresult *r = PQexec(d->conn, sql);
+    int rc = r && PQresultStatus(r) == PGRES_COMMAND_OK ? SDB_OK : pg_result_err(d, r);
+    PQclear(r);
+    return rc;
+}
+
+int sdb_pg_listen(struct sdb *db, const char *channel)
+{
+    if (db->ops != &sdb_pg_ops || !channel || !*channel || strlen(channel) >= sizeof PGDB(db)->listen ||
+        strspn(channel, "abcdefghijklmnopqrstuvwxyz_") != strlen(channel))
+        return SDB_MISUSE;
+    struct sdb_pg *d = PGDB(db);
+    snprintf(d->listen, sizeof d->listen, "%s", channel);
+    int rc = pg_ready(d, 0);
+    return rc == SDB_OK ? pg_listen_now(d) : rc;
+}
+
+/* Consume what the socket has; the number of notifications taken. */
+static int pg_drain_notifies(struct sdb_pg *d)
+{
+    int n = 0;
+    PGnotify *nf;
+    while ((nf = PQnotifies(d->conn)) != NULL) {
+        PQfreemem(nf);
+        n++;
+    }
+    return n;
+}
+
+int sdb_pg_wait(struct sdb *db, int timeout_ms)
+{
+    if (db->ops != &sdb_pg_ops || !PGDB(db)->listen[0])
+        return SDB_MISUSE;
+    struct sdb_pg *d = PGDB(db);
+    if (PQstatus(d->conn) == CONNECTION_BAD) {
+        int64_t now = pg_now_ms();
+        if (d->backoff_ms && now < d->next_try_ms) { /* wait out the backoff, at most timeout_ms */
+            int64_t w = d->next_try_ms - now;
+            poll(NULL, 0, (int)(w < timeout_ms ? w : timeout_ms));
+            if (pg_now_ms() < d->next_try_ms)
+                return SDB_BUSY;
+        }
+        unsigned gen = d->gen;
+        if (pg_ready(d, 0) != SDB_OK)
+            return SDB_BUSY;
+        if (d->gen != gen) /* reconnected: listen again, and say something may have been missed */
+            return pg_listen_now(d) == SDB_OK ? 1 : SDB_BUSY;
+    }
+    if (!PQconsumeInput(d->conn)) {
+        pg_seterr(d, PQerrorMessage(d->conn));
+        return SDB_BUSY;
+    }
+    if (pg_drain_notifies(d))
+        return 1;
+    struct pollfd p = {.fd = PQsocket(d->conn), .events = POLLIN};
+    if (p.fd < 0)
+        return SDB_BUSY;
+    int r = poll(&p, 1, timeout_ms);
+    if (r <= 0)
+        return 0; /* timeout, or a signal: the caller loops */
+    if (!PQconsumeInput(d->conn)) {
+        pg_seterr(d, PQerrorMessage(d->conn));
+        return SDB_BUSY; /* the next call reconnects */
+    }
+    return pg_drain_notifies(d) > 0;
+}
 
 int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *err, size_t err_cap)
 {

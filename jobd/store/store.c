@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -162,18 +163,112 @@ char *store_col_dup(struct sdb_stmt *s, int col, int *err)
     return d;
 }
 
+/* ---- PostgreSQL array literals ------------------------------------------------ */
+
+int store_arr_begin(struct buf *b)
+{
+    buf_reset(b);
+    return buf_append_byte(b, '{') ? ERR_NOMEM : 0;
+}
+
+static int arr_sep(struct buf *b)
+{
+    return b->len > 1 && buf_append_byte(b, ',') ? ERR_NOMEM : 0;
+}
+
+int store_arr_text(struct buf *b, const char *v)
+{
+    if (arr_sep(b))
+        return ERR_NOMEM;
+    if (!v)
+        return buf_append_str(b, "NULL") ? ERR_NOMEM : 0;
+    if (buf_reserve(b, strlen(v) + 2) || buf_append_byte(b, '"'))
+        return ERR_NOMEM;
+    for (const char *p = v; *p; p++)
+        if (((*p == '"' || *p == '\\') && buf_append_byte(b, '\\')) || buf_append_byte(b, *p))
+            return ERR_NOMEM;
+    return buf_append_byte(b, '"') ? ERR_NOMEM : 0;
+}
+
+int store_arr_int(struct buf *b, int64_t v)
+{
+    if (arr_sep(b))
+        return ERR_NOMEM;
+    return buf_printf(b, "%lld", (long long)v) ? ERR_NOMEM : 0;
+}
+
+int store_arr_hex(struct buf *b, const void *p, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    if (arr_sep(b) || buf_reserve(b, 2 * n + 2) || buf_append_byte(b, '"'))
+        return ERR_NOMEM;
+    const unsigned char *u = p;
+    for (size_t i = 0; i < n; i++) {
+        char two[2] = {hx[u[i] >> 4], hx[u[i] & 15]};
+        if (buf_append(b, two, 2))
+            return ERR_NOMEM;
+    }
+    return buf_append_byte(b, '"') ? ERR_NOMEM : 0;
+}
+
+int store_arr_end(struct buf *b)
+{
+    return buf_append_byte(b, '}') ? ERR_NOMEM : 0;
+}
+
 /* ---- transactions -------------------------------------------------------------- */
+
+/* PostgreSQL, depth 0: BEGIN and the writer lock (exclusive, or shared for
+ * the row-locked hot paths) in one round trip (a simple-protocol script). */
+static int pg_begin(struct store *st, int shared)
+{
+    st->notify = 0;
+    int r = sdb_exec(st->db, shared ? STORE_PG_BEGIN_SHARED : STORE_PG_BEGIN_EXCL);
+    if (r != SDB_OK) {
+        int rc = store_sqlerr(st, r, shared ? "begin (shared writer lock)" : "begin (writer lock)");
+        if (sdb_in_tx(st->db))
+            store_run(st, S_ROLLBACK);
+        return rc;
+    }
+    st->depth++;
+    return 0;
+}
 
 int store_w_begin(struct store *st)
 {
+    if (st->pg && st->depth == 0)
+        return pg_begin(st, 0);
     int rc = store_run(st, st->depth == 0 ? S_BEGIN : S_SAVEPOINT);
-    if (!rc && st->pg && st->depth == 0 && (rc = store_run(st, S_WRITE_LOCK))) {
-        store_run(st, S_ROLLBACK);
-        return rc;
-    }
     if (!rc)
         st->depth++;
     return rc;
+}
+
+int store_work_listen(struct store *st)
+{
+    if (!st->pg)
+        return ERR_UNSUPPORTED;
+    int r = sdb_pg_listen(st->db, STORE_PG_CHANNEL);
+    return r == SDB_OK ? 0 : store_sqlerr(st, r, "listen");
+}
+
+int store_work_wait(struct store *st, int timeout_ms, int *woke)
+{
+    if (!st->pg)
+        return ERR_UNSUPPORTED;
+    int r = sdb_pg_wait(st->db, timeout_ms);
+    if (r == 0 || r == 1) {
+        *woke = r;
+        return 0;
+    }
+    return r == SDB_BUSY ? ERR_BUSY : store_sqlerr(st, r, "wait for notifications");
+}
+
+int store_w_begin_shared(struct store *st)
+{
+    if (st->pg && st->depth == 0)
+        return pg_begin(st, 1);
+    return store_w_begin(st);
 }
 
 int store_r_begin(struct store *st)
@@ -195,8 +290,17 @@ int store_w_end(struct store *st, int rc)
         return rc ? rc : ERR_INTERNAL;
     st->depth--;
     if (st->depth == 0) {
+        int notify = st->pg && st->notify;
+        st->notify = 0;
         if (rc == 0) {
-            int c = store_run(st, S_COMMIT);
+            /* NOTIFY is transactional: sent with the COMMIT, one round trip */
+            int c = 0;
+            if (notify) {
+                int r = sdb_exec(st->db, STORE_PG_NOTIFY_COMMIT);
+                c = r == SDB_OK ? 0 : store_sqlerr(st, r, "notify and commit");
+            } else {
+                c = store_run(st, S_COMMIT);
+            }
             if (c == 0)
                 return 0;
             rc = c;
@@ -214,6 +318,11 @@ int store_w_end(struct store *st, int rc)
 int store_tx_enter(struct store *st)
 {
     return store_w_begin(st);
+}
+
+int store_tx_enter_lease(struct store *st)
+{
+    return store_w_begin_shared(st);
 }
 
 int store_tx_leave(struct store *st, int rc)

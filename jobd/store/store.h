@@ -6,34 +6,55 @@
  * schema_pg.sql (its own migration numbering, applied under an advisory
  * lock; the version is the schema_version row), the libpq driver sdb_pg.c
  * and STORE_SQL_PG for the statements whose dialect differs (store_int.h).
- * Write transactions take one advisory lock (STORE_PG_WRITE_LOCK), so every
- * write keeps the order SQLite's single writer gives, across connections and
- * processes; reads run in REPEATABLE READ snapshots. A dropped connection
- * answers ERR_BUSY (503 + Retry-After at the API) and reconnects with
- * backoff.
+ * Writes run in READ COMMITTED under the writer lock (STORE_PG_WRITE_LOCK,
+ * pg_advisory_xact_lock, taken with BEGIN in one round trip); reads run in
+ * REPEATABLE READ snapshots. A dropped connection answers ERR_BUSY (503 +
+ * Retry-After at the API) and reconnects with backoff.
  *
- * Several jobd instances on one PostgreSQL database (issue 19). The global
- * order stays where it is needed: every write transaction holds the one
- * writer lock (STORE_PG_WRITE_LOCK, pg_advisory_xact_lock) and runs in READ
- * COMMITTED, so each statement after the lock sees every earlier commit and
- * every check-then-write in this interface (status-fenced transitions,
- * exactly-once result commits keyed on the request id, idempotency keys
- * (one row per tenant+key; a reservation is one locked transaction, so of
- * two instances given the same key one creates, the other answers "in
- * flight" or, once it is complete, the stored answer), leasing and its
- * fairness cursor, the webhook outbox claim) is as atomic across instances
- * as SQLite makes it within one. What spans several transactions is owned
- * by one instance at a time (store_own_try: a session advisory lock, ended
- * by the owner or by its connection's end, so a killed instance's work is
- * taken over): the ingest of a validating batch (each chunk also fenced by
- * store_ingest_fence) and the finalization of a batch (its files have fixed
- * names). The lease sweep, cancel / expiry steps and retention are one
- * transaction per step, fenced by status, and may run on every instance.
- * Long-polling workers re-read the queue every 200 ms (routes_worker.c), so
- * work submitted to one instance reaches a worker polling another without
- * any wake-up. The data directory (store_path_*) must be one POSIX file
- * system shared by every instance. Not done yet: row locks (FOR UPDATE SKIP
- * LOCKED) instead of the one writer lock, LISTEN/NOTIFY wake-ups.
+ * Several jobd instances on one PostgreSQL database (issue 19). Where the
+ * writer lock is exclusive and where it is shared:
+ *
+ *   - Shared (pg_advisory_xact_lock_shared), the hot paths, on row locks:
+ *     the acquire (store_tx_enter_lease: ready requests taken FOR NO KEY
+ *     UPDATE SKIP LOCKED, claimed by one UPDATE fenced by status; the
+ *     fairness cursor lease_rr is one upserted row per model, updated last),
+ *     store_results_commit, store_lease_heartbeat, store_lease_release, the
+ *     lease sweep (one transaction per lease), store_worker_seen and the
+ *     webhook claim (FOR NO KEY UPDATE SKIP LOCKED: one dispatcher per
+ *     delivery). These run at once on every connection and instance. What
+ *     keeps them exact: every operation on a lease locks its leases row
+ *     first (a commit, heartbeat, release or sweep of one lease runs alone,
+ *     so what it reads of the lease's requests stays true to its commit);
+ *     request transitions are fenced by status and lease id in the UPDATE's
+ *     WHERE (READ COMMITTED re-checks it on the newest row version, so of
+ *     two writers one changes the row); results.request_id is a primary key;
+ *     batch counters are increments by one UPDATE per batch (row-locked);
+ *     results.seq is taken under the batch's row lock (schema_pg.sql
+ *     migration 3), so within a batch seq order is commit order; a commit
+ *     that spans batches locks their rows in id order first.
+ *   - Exclusive (pg_advisory_xact_lock), everything else: submissions,
+ *     ingest chunks, batch transitions and cancels, stop steps (cancel /
+ *     expiry), finalization, idempotency keys, files, keys, tenants,
+ *     webhook fan-out and delivery records, retention. They keep the
+ *     global order SQLite's single writer gives - each sees no hot-path
+ *     transaction in flight - which their check-then-write steps rely on
+ *     (a stop step that ends a batch's queued and leased requests and then
+ *     moves the batch on must not race an acquire claiming one; an
+ *     idempotency reservation is one locked transaction, so of two
+ *     instances given the same key one creates, the other answers "in
+ *     flight" or, once it is complete, the stored answer). They are rare
+ *     or short next to the hot paths.
+ *
+ * What spans several transactions is owned by one instance at a time
+ * (store_own_try: a session advisory lock, ended by the owner or by its
+ * connection's end, so a killed instance's work is taken over): the ingest
+ * of a validating batch (each chunk also fenced by store_ingest_fence) and
+ * the finalization of a batch (its files have fixed names). The lease
+ * sweep, cancel / expiry steps and retention are one transaction per step,
+ * fenced by status, and may run on every instance. A commit that makes
+ * work leasable NOTIFYs (store_work_listen), so a worker long-polling one
+ * instance is woken when work is submitted to another. The data directory
+ * (store_path_*) must be one POSIX file system shared by every instance.
  *
  * Design (SQLite; PostgreSQL as above). The schema lives in schema.sql (repo root), embedded at build time
  * as store_schema_sql and applied by a migration runner keyed on PRAGMA
@@ -116,7 +137,7 @@
  *   group                    functions                               guarantee
  *   lifecycle                store_open/_close, store_schema_*       open migrates; one connection
  *   transactions             store_tx_begin/_commit/_rollback,      serializable writes (one writer
- *                            store_tx_enter/_leave                   at a time here; row locks there)
+ *                            store_tx_enter/_leave/_enter_lease      at a time here; row locks there)
  *   tenants, keys            store_tenant_*, store_key_*            each call atomic
  *   files, batches,          store_file_*, store_batch_*,           each write one transaction (or a
  *   requests, ingest         store_request_*, store_ingest_*        savepoint inside the caller's);
@@ -232,6 +253,21 @@ enum store_own_kind { STORE_OWN_INGEST = 1, STORE_OWN_FINALIZE = 2 };
 int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned);
 void store_own_release(struct store *st, enum store_own_kind kind, const char *id);
 
+/* Wake-ups between jobd instances (PostgreSQL LISTEN/NOTIFY, issue 19). A
+ * transaction that makes work leasable now - a batch reaching in_progress
+ * (its ingest done), a request queued again with next_attempt_at <= now (a
+ * release, a dead-letter retry) - NOTIFYs the channel "jobd_work" with its
+ * COMMIT (same round trip). store_work_listen makes st, a connection opened
+ * for this alone and used by one thread, LISTEN on it; store_work_wait then
+ * waits up to timeout_ms: *woke = 1 when notifications arrived (from any
+ * connection of any instance, this one's included) or when the connection
+ * was re-established after a drop (what was sent meanwhile is lost, so that
+ * counts as one), 0 on timeout. ERR_BUSY while the connection is down (it
+ * reconnects with backoff, each call waiting at most timeout_ms);
+ * ERR_UNSUPPORTED on SQLite (one process: nothing to listen to). */
+int store_work_listen(struct store *st);
+int store_work_wait(struct store *st, int timeout_ms, int *woke);
+
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
 
@@ -292,6 +328,14 @@ void store_tx_rollback(struct store *st);
  * Every enter that returned 0 needs exactly one leave. */
 int store_tx_enter(struct store *st);
 int store_tx_leave(struct store *st, int rc);
+/* store_tx_enter for an acquire (jobd/work/lease_policy.c): on PostgreSQL
+ * the outermost level takes the writer lock shared, so acquires (and the
+ * other row-locked hot paths: results commits, heartbeats, releases, the
+ * lease sweep, webhook claims) run concurrently on every connection and
+ * instance, their rows taken with FOR UPDATE SKIP LOCKED / fenced updates,
+ * while every other writer still runs alone. Only the leasing primitives
+ * (store_lease_*) may run inside it. SQLite: store_tx_enter. */
+int store_tx_enter_lease(struct store *st);
 
 /* ---- tenants ----------------------------------------------------------------- */
 
@@ -995,12 +1039,12 @@ struct store_result_row {
  *
  * The sequence (results.seq): every results row gets a number when it is
  * inserted, from one counter that never goes back (a deleted row's number
- * is never reused), and a row becomes visible only after every row with a
- * smaller number. So a reader that pages with "seq > last seen" meets every
- * row committed so far exactly once, whatever commits meanwhile; this is
- * what GET /v1/batches/{id}/results relies on. A backend with concurrent
- * writers must keep that visibility order (e.g. assign the number under a
- * per-batch lock held to commit), not just uniqueness. */
+ * is never reused), and a row of a batch becomes visible only after every
+ * row of that batch with a smaller number. So a reader that pages with
+ * "seq > last seen" meets every row committed so far exactly once, whatever
+ * commits meanwhile; this is what GET /v1/batches/{id}/results relies on.
+ * SQLite: one writer. PostgreSQL: the number is taken under the batch's row
+ * lock, held to commit (schema_pg.sql migration 3). */
 int store_results_scan(struct store *st, const char *batch_id, int64_t *cursor, int limit,
                        int (*fn)(void *ctx, const struct store_result_row *row), void *ctx,
                        int *n_rows);

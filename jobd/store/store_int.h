@@ -42,7 +42,6 @@
     X(RELEASE, "RELEASE w")                                                                   \
     X(ROLLBACK_TO, "ROLLBACK TO w")                                                           \
     X(USER_VERSION, "PRAGMA user_version")                                                    \
-    X(WRITE_LOCK, "SELECT 1") /* PostgreSQL only (STORE_SQL_PG): the writer lock */            \
     X(OWN_TRY, "SELECT 1") /* PostgreSQL only: store_own_try */                                \
     X(OWN_RELEASE, "SELECT 1") /* PostgreSQL only: store_own_release */                        \
     X(TENANT_INSERT, "INSERT INTO tenants(id, name, created_at) VALUES (?1, ?2, ?3)")         \
@@ -215,6 +214,17 @@
       "b.expires_at <= ?2) UNION SELECT request_id FROM results WHERE lease_id = ?1 " \
       "AND error_code IN ('batch_cancelled', 'batch_expired') ORDER BY 1") \
     X(LEASE_HELD, "SELECT id FROM requests WHERE lease_id = ?1 AND status = 'leased' LIMIT ?2") \
+    X(LEASE_END_IF_EMPTY, \
+      "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL AND NOT EXISTS " \
+      "(SELECT 1 FROM requests WHERE lease_id = ?1 AND status = 'leased')") \
+    /* PostgreSQL only (STORE_SQL_PG), the set-based hot paths: */ \
+    X(LEASE_CLAIM_MANY, "SELECT 1") \
+    X(REQ_FOR_COMMIT_MANY, "SELECT 1") \
+    X(REQ_FINISH_MANY, "SELECT 1") \
+    X(RESULT_INSERT_MANY, "SELECT 1") \
+    X(USAGE_INSERT_MANY, "SELECT 1") \
+    X(BATCH_LOCK_MANY, "SELECT 1") \
+    X(NOTIFY_WORK, "SELECT 1") \
     X(LEASE_END, "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL") \
     X(LEASE_EXPIRED, \
       "SELECT id FROM leases WHERE released_at IS NULL AND expires_at <= ?1 ORDER BY " \
@@ -421,13 +431,11 @@
 /* The PostgreSQL text of the statements whose SQLite text PostgreSQL does
  * not take (store_stmt picks it on a PostgreSQL store; every other entry
  * runs as written, its ?N rewritten to $N by the driver). Why each differs:
- *   BEGIN/WRITE_LOCK  SQLite's BEGIN IMMEDIATE is one writer at a time; here
+ *   BEGIN             SQLite's BEGIN IMMEDIATE is one writer at a time; here
  *                     a write transaction takes pg_advisory_xact_lock on
- *                     STORE_PG_WRITE_LOCK, so writes keep exactly SQLite's
- *                     serial order across every connection and every jobd
- *                     instance (the first, safe step; leasing and the
- *                     webhook outbox move to row locks with FOR UPDATE SKIP
- *                     LOCKED next, issue 19)
+ *                     STORE_PG_WRITE_LOCK with its BEGIN (STORE_PG_BEGIN_*),
+ *                     exclusive, or shared on the row-locked hot paths
+ *                     (STORE_SQL_PG_HOT; store.h says which and why)
  *   BEGIN_READ        one snapshot for the whole read: REPEATABLE READ
  *   USER_VERSION      no PRAGMA: the schema_version table (store_migrate)
  *   "?N::text IS NULL" a NULL parameter whose first use does not type it
@@ -435,8 +443,19 @@
  *   (a = b) as 0/1 -> CASE; group_concat -> string_agg; instr -> strpos;
  *   strftime -> to_char; json_extract -> ->>; json_object -> concatenation
  *   (the body is kept as sent: PostgreSQL has no json minifier);
- *   subqueries in FROM need an alias before PostgreSQL 16. */
+ *   subqueries in FROM need an alias before PostgreSQL 16; a selected
+ *   column is in the GROUP BY (BATCH_MODELS_FILL's batch_id). */
 #define STORE_PG_WRITE_LOCK "7240619001" /* advisory lock key of the writer lock */
+#define STORE_PG_CHANNEL "jobd_work" /* LISTEN/NOTIFY channel: leasable work appeared */
+/* store_w_begin / store_w_begin_shared at depth 0 on PostgreSQL: BEGIN and
+ * the writer lock, one round trip (sdb_exec: the simple protocol takes a
+ * script). Exclusive for every writer but the row-locked hot paths, which
+ * take it shared (see store.h). */
+#define STORE_PG_BEGIN_EXCL \
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")"
+#define STORE_PG_NOTIFY_COMMIT "SELECT pg_notify('" STORE_PG_CHANNEL "', ''); COMMIT"
+#define STORE_PG_BEGIN_SHARED \
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(" STORE_PG_WRITE_LOCK ")"
 #define STORE_PG_USAGE_RANGE \
     "WHERE (?1::text IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
     "AND (?5::text IS NULL OR batch_id = ?5)"
@@ -445,7 +464,6 @@
     STORE_PG_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"
 #define STORE_SQL_PG(X) \
     X(BEGIN, "BEGIN ISOLATION LEVEL READ COMMITTED") \
-    X(WRITE_LOCK, "SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")") \
     X(BEGIN_READ, "BEGIN ISOLATION LEVEL REPEATABLE READ") \
     X(USER_VERSION, "SELECT version FROM schema_version") \
     X(OWN_TRY, "SELECT pg_try_advisory_lock(?1::int4, hashtext(?2::text))") \
@@ -529,6 +547,9 @@
       "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
       "l.worker_id = w.id AND l.released_at IS NULL) " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
+    X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
+                         "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY batch_id, model " \
+                         "ON CONFLICT (batch_id, model) DO NOTHING") \
     X(WH_SECRET_INSERT, "INSERT INTO webhook_tenant_secrets(tenant_id, secret, created_at) " \
                         "VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING") \
     X(WH_EVENTS_PENDING, \
@@ -545,7 +566,56 @@
       "VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO NOTHING RETURNING id") \
     X(WH_ATTEMPT_LIST, \
       "SELECT attempt, started_at, status_code, latency_ms, outcome, error FROM (SELECT * FROM " \
-      "webhook_attempts WHERE delivery_id = ?1 ORDER BY id DESC LIMIT 50) a ORDER BY id")
+      "webhook_attempts WHERE delivery_id = ?1 ORDER BY id DESC LIMIT 50) a ORDER BY id") \
+    X(WH_CLAIM, \
+      "UPDATE webhook_deliveries SET attempts = attempts + 1, next_attempt_at = ?2, " \
+      "last_attempt_at = ?1 WHERE id = (SELECT d.id FROM webhook_deliveries d JOIN " \
+      "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
+      "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
+      "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
+    STORE_SQL_PG_HOT(X)
+
+/* The row-locked hot paths on PostgreSQL (issue 19): leasing takes its rows
+ * with FOR NO KEY UPDATE SKIP LOCKED (an acquire on another connection
+ * skips them instead of waiting), every operation on a lease locks its
+ * leases row first (commit, heartbeat, release and sweep of one lease run
+ * one at a time; of different leases at once), and a claim / a commit's
+ * request endings are one statement each over arrays (?N::text[] bound as
+ * array literals, store_arr_*), fenced by status and lease id. */
+#define STORE_SQL_PG_HOT(X) \
+    X(LEASE_READY, \
+      "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
+      "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
+      "AND model IN (SELECT name FROM worker_models WHERE worker_id = ?4 AND canonical = ?5) " \
+      "ORDER BY next_attempt_at LIMIT ?3 FOR NO KEY UPDATE OF requests SKIP LOCKED") \
+    X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1 FOR UPDATE") \
+    X(LEASE_CLAIM_MANY, \
+      "UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
+      "lease_id = ?2::text, finished_at = NULL WHERE id = ANY(?1::text[]) AND status = 'queued'") \
+    X(REQ_FOR_COMMIT_MANY, \
+      "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model FROM requests q " \
+      "WHERE q.id = ANY(?1::text[])") \
+    X(REQ_FINISH_MANY, \
+      "UPDATE requests q SET status = u.st, updated_at = ?4, lease_id = NULL, " \
+      "last_error = coalesce(u.err, q.last_error), finished_at = ?4 " \
+      "FROM unnest(?1::text[], ?2::text[], ?3::text[]) AS u(id, st, err) " \
+      "WHERE q.id = u.id AND q.status = 'leased' AND q.lease_id = ?5::text") \
+    X(RESULT_INSERT_MANY, \
+      "INSERT INTO results(request_id, batch_id, lease_id, status_code, body, prompt_tokens, " \
+      "completion_tokens, cached_tokens, queue_ms, prefill_ms, decode_ms, gpu_ms, created_at) " \
+      "SELECT u.r, u.b, ?3::text, u.sc, decode(u.body, 'hex'), u.pt, u.ct, u.cc, u.qm, u.pm, " \
+      "u.dm, u.gm, ?4 FROM unnest(?1::text[], ?2::text[], ?5::bigint[], ?6::text[], " \
+      "?7::bigint[], ?8::bigint[], ?9::bigint[], ?10::bigint[], ?11::bigint[], ?12::bigint[], " \
+      "?13::bigint[]) AS u(r, b, sc, body, pt, ct, cc, qm, pm, dm, gm) ORDER BY u.b") \
+    X(USAGE_INSERT_MANY, \
+      "INSERT INTO usage_ledger(tenant_id, batch_id, request_id, model, prompt_tokens, " \
+      "completion_tokens, cached_tokens, cost_micros, created_at) SELECT u.t, u.b, u.r, u.m, " \
+      "u.pt, u.ct, u.cc, u.cost, ?1 FROM unnest(?2::text[], ?3::text[], ?4::text[], ?5::text[], " \
+      "?6::bigint[], ?7::bigint[], ?8::bigint[], ?9::bigint[]) AS u(t, b, r, m, pt, ct, cc, cost) " \
+      "ORDER BY u.t, u.m") \
+    X(BATCH_LOCK_MANY, \
+      "SELECT id FROM batches WHERE id = ANY(?1::text[]) ORDER BY id FOR NO KEY UPDATE") \
+    X(NOTIFY_WORK, "SELECT pg_notify('" STORE_PG_CHANNEL "', '')")
 
 enum store_stmt_id {
 #define STORE_SQL_ENUM_(name, sql) S_##name,
@@ -563,6 +633,8 @@ struct store {
     struct store_opts opts;
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */
+    int notify;  /* PostgreSQL: this transaction made work leasable; its COMMIT
+                    also NOTIFYs STORE_PG_CHANNEL (store_w_end) */
     struct sdb_stmt *stmts[S__COUNT];
     /* request ids (store_request_id): ULID monotonic mode */
     int64_t rid_ms;      /* timestamp of the last id */
@@ -581,6 +653,13 @@ int store_sqlerr(struct store *st, int sqlite_rc, const char *what);
 int store_step_done(struct store *st, struct sdb_stmt *s, const char *what);
 
 int store_w_begin(struct store *st);
+/* store_w_begin for the row-locked hot paths (leasing, results commit,
+ * heartbeat, release, lease sweep, webhook claim, worker last_seen): on
+ * PostgreSQL at depth 0 the writer lock is taken shared, so these run
+ * concurrently with each other (on every connection and instance) and
+ * exclusively of every other writer (store.h, "Several jobd instances").
+ * SQLite: store_w_begin. */
+int store_w_begin_shared(struct store *st);
 int store_w_end(struct store *st, int rc);
 int store_r_begin(struct store *st);
 int store_r_end(struct store *st, int rc);
@@ -612,6 +691,18 @@ int store_count_add(struct store *st, struct store_count_acc *acc, const char *b
 int store_count_flush(struct store *st, struct store_count_acc *acc);
 int store_bind_text(struct store *st, struct sdb_stmt *s, int i, const char *v);
 int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
+
+/* PostgreSQL array literals for the set-based statements (?N::text[],
+ * ?N::bigint[]): store_arr_begin empties b and opens "{", each add appends
+ * one element (texts double-quoted and escaped, NULL for a NULL text, a
+ * blob as its quoted hex for decode(x, 'hex')), store_arr_end closes it;
+ * b->data is then the literal to bind as text. 0 or ERR_NOMEM. */
+struct buf;
+int store_arr_begin(struct buf *b);
+int store_arr_text(struct buf *b, const char *v);
+int store_arr_int(struct buf *b, int64_t v);
+int store_arr_hex(struct buf *b, const void *p, size_t n);
+int store_arr_end(struct buf *b);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
 void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap);

@@ -19,6 +19,16 @@
  * lease_rr); which tenant and batch go next is decided in C by
  * jobd/work/lease_policy.c, inside one transaction it opens.
  *
+ * PostgreSQL (store.h, "Several jobd instances"): the acquire, commit,
+ * heartbeat, release and sweep transactions take the writer lock shared
+ * (store_w_begin_shared) and lock what they change: the lease row first
+ * (lease_get: FOR UPDATE), ready requests FOR NO KEY UPDATE SKIP LOCKED.
+ * The claim is one UPDATE over an id array (claim_many) and a commit ends
+ * the requests its lease still holds set-based (bulk_*: one SELECT, one
+ * UPDATE, one INSERT of results, one of ledger rows), the rest of a chunk
+ * (transient errors, stale, unknown or repeated ids) one by one as on
+ * SQLite, with the same outcomes.
+ *
  * Runs on the thread that owns the struct store.
  */
 #include <stdio.h>
@@ -26,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
 #include "common/crypto.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -119,22 +130,28 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
     return 0;
 }
 
-int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now)
+/* store_worker_seen inside the caller's transaction, no savepoint: for the
+ * hot paths whose only tolerated error (ERR_NOTFOUND: no row) is no SQL
+ * error, any other failing the caller's whole transaction. */
+static int worker_seen_in(struct store *st, const char *worker_id, double tokens_per_s, int64_t now)
 {
-    int rc = 0;
+    int rc = 0, r;
     struct sdb_stmt *s = store_stmt(st, S_WORKER_SEEN, &rc);
-    if (!s)
-        return rc;
-    if ((rc = store_w_begin(st)))
-        return rc;
-    int r;
-    if (!(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now))) {
+    if (s && !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now))) {
         r = sdb_bind_double(s, 3, tokens_per_s);
         rc = r == SDB_OK ? store_step_done(st, s, "worker seen") : store_sqlerr(st, r, "bind");
         if (!rc && sdb_changes(st->db) == 0)
             rc = ERR_NOTFOUND;
     }
-    return store_w_end(st, rc);
+    return rc;
+}
+
+int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now)
+{
+    int rc = store_w_begin_shared(st);
+    if (rc)
+        return rc;
+    return store_w_end(st, worker_seen_in(st, worker_id, tokens_per_s, now));
 }
 
 int store_models_served(struct store *st, int64_t since, struct store_model_served **items, size_t *n)
@@ -295,22 +312,13 @@ static int req_retry_or_dead(struct store *st, const char *req_id, const char *b
     return store_request_transition(st, req_id, STORE_REQ_LEASED, STORE_REQ_QUEUED, &ch, now);
 }
 
-/* Mark a lease ended when it holds no request any more. */
+/* Mark a lease ended when it holds no request any more (one statement). */
 static int lease_end_if_empty(struct store *st, const char *lease_id, int64_t now)
 {
     int rc = 0;
-    struct sdb_stmt *s = store_stmt(st, S_LEASE_HELD, &rc);
-    if (!s || (rc = store_bind_text(st, s, 1, lease_id)) || (rc = store_bind_int(st, s, 2, 1)))
-        return rc;
-    int r = sdb_step(s);
-    sdb_reset(s);
-    if (r == SDB_ROW)
-        return 0;
-    if (r != SDB_DONE)
-        return store_sqlerr(st, r, "lease held");
-    s = store_stmt(st, S_LEASE_END, &rc);
+    struct sdb_stmt *s = store_stmt(st, S_LEASE_END_IF_EMPTY, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, lease_id)) && !(rc = store_bind_int(st, s, 2, now)))
-        rc = store_step_done(st, s, "end lease");
+        rc = store_step_done(st, s, "end lease if empty");
     return rc;
 }
 
@@ -412,7 +420,7 @@ int store_lease_worker_check(struct store *st, const char *worker_id, const char
     sdb_reset(s);
     if (has < 0)
         return store_sqlerr(st, r, "worker model");
-    if ((rc = store_worker_seen(st, worker_id, -1, now)))
+    if ((rc = st->depth ? worker_seen_in(st, worker_id, -1, now) : store_worker_seen(st, worker_id, -1, now)))
         return rc; /* ERR_NOTFOUND: unknown worker */
     return has == 0 ? ERR_INVAL : 0;
 }
@@ -545,6 +553,8 @@ int store_lease_rr_put(struct store *st, const char *model, const char *tenant_i
     struct sdb_stmt *s = store_stmt(st, S_RR_PUT, &rc);
     if (!s || (rc = bind_texts(st, s, 1, model, tenant_id)))
         return rc;
+    if (st->depth) /* inside the acquire, whose error rolls back whole: no savepoint */
+        return store_step_done(st, s, "lease_rr");
     if ((rc = store_w_begin(st)))
         return rc;
     rc = store_step_done(st, s, "lease_rr");
@@ -605,6 +615,33 @@ int store_lease_ready(struct store *st, const char *batch_id, const char *worker
     return 0;
 }
 
+/* PostgreSQL: the claim as one UPDATE over an array of ids (the rows were
+ * locked by LEASE_READY's FOR NO KEY UPDATE SKIP LOCKED in this
+ * transaction, so every one of them is still queued). */
+static int claim_many(struct store *st, const char *lease_id, const char (*ids)[ID_MAX], size_t n,
+                      int64_t now)
+{
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    int rc = store_arr_begin(&a);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = store_arr_text(&a, ids[i]);
+    if (!rc)
+        rc = store_arr_end(&a);
+    struct sdb_stmt *s = rc ? NULL : store_stmt(st, S_LEASE_CLAIM_MANY, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, a.data)) && !(rc = store_bind_text(st, s, 2, lease_id)) &&
+        !(rc = store_bind_int(st, s, 3, now)) && !(rc = store_step_done(st, s, "claim")) &&
+        sdb_changes(st->db) != (int64_t)n) {
+        log_warn("store: lease %s claimed %lld of %zu requests (taken meanwhile)", lease_id,
+                 (long long)sdb_changes(st->db), n);
+        rc = ERR_BADSTATE;
+    }
+    if (s)
+        sdb_clear_bindings(s);
+    buf_release(&a);
+    return rc;
+}
+
 int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[ID_MAX], size_t n,
                       int64_t now)
 {
@@ -617,6 +654,8 @@ int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[
      * to a temporary file (5x the writes of an acquire). None per
      * transition either: an error fails the acquire, whose transaction
      * rolls back whole, and the caller's transaction makes the claim atomic. */
+    if (st->pg && n > 0)
+        return claim_many(st, lease_id, ids, n, now);
     struct store_request_change ch = {.lease_id = lease_id};
     int rc = 0;
     for (size_t i = 0; !rc && i < n; i++)
@@ -633,6 +672,8 @@ int store_lease_open(struct store *st, const char *lease_id, const char *worker_
         (rc = store_bind_text(st, s, 3, model)) || (rc = store_bind_int(st, s, 4, n_requests)) ||
         (rc = store_bind_int(st, s, 5, now)) || (rc = store_bind_int(st, s, 6, expires_at)))
         return rc;
+    if (st->depth) /* inside the acquire, whose error rolls back whole: no savepoint */
+        return store_step_done(st, s, "insert lease");
     if ((rc = store_w_begin(st)))
         return rc;
     rc = store_step_done(st, s, "insert lease");
@@ -647,7 +688,7 @@ int store_lease_heartbeat(struct store *st, const char *lease_id, const char *wo
 {
     if (!lease_id || extend_s <= 0)
         return ERR_INVAL;
-    int rc = store_w_begin(st);
+    int rc = store_w_begin_shared(st);
     if (rc)
         return rc;
     struct lease_row L;
@@ -675,7 +716,7 @@ int store_lease_heartbeat(struct store *st, const char *lease_id, const char *wo
     sdb_reset(s);
     if (rc)
         goto out;
-    if ((rc = store_worker_seen(st, L.worker_id, tokens_per_s, now)) == ERR_NOTFOUND)
+    if ((rc = worker_seen_in(st, L.worker_id, tokens_per_s, now)) == ERR_NOTFOUND)
         rc = 0; /* worker row purged: the lease stays valid */
     if (rc)
         goto out;
@@ -783,6 +824,270 @@ static int commit_one(struct store *st, const char *lease_id, const struct store
     }
 }
 
+/* ---- the set-based commit (PostgreSQL) ------------------------------------------------------------ */
+
+/* What the set-based commit knows of one request (REQ_FOR_COMMIT_MANY). */
+struct bulk_req {
+    char id[ID_MAX];
+    int leased_here; /* status leased under this lease */
+    int taken;       /* an item of this commit already ends it */
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];
+    char model[STORE_MODEL_MAX + 1];
+};
+
+static int bulk_req_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct bulk_req *)a)->id, ((const struct bulk_req *)b)->id);
+}
+
+static int bulk_req_key_cmp(const void *key, const void *e)
+{
+    return strcmp((const char *)key, ((const struct bulk_req *)e)->id);
+}
+
+static int idcmp(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+struct bulk {
+    struct store *st;
+    const char *lease_id;
+    int64_t now;
+    const struct store_result *items;
+    size_t n;
+    size_t *pick;          /* indexes into items of the requests this commit ends set-based */
+    struct bulk_req **req; /* pick[k]'s request */
+    size_t np;
+};
+
+/* The per-request columns of the set-based statements. */
+enum bulk_col {
+    BC_ID, BC_BATCH, BC_STATUS, BC_ERROR, BC_TENANT, BC_MODEL, BC_BODY, BC_STATUS_CODE, BC_PROMPT,
+    BC_COMPLETION, BC_CACHED, BC_QUEUE_MS, BC_PREFILL_MS, BC_DECODE_MS, BC_GPU_MS, BC_COST,
+    BC_LEASE = -1, BC_NOW = -2 /* not per request: the lease id, now */
+};
+
+/* Bind the array literal of column col of the picks (only successes when
+ * ok_only) as parameter i of s. */
+static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, enum bulk_col col, int ok_only)
+{
+    int rc = store_arr_begin(a);
+    for (size_t k = 0; !rc && k < B->np; k++) {
+        const struct store_result *it = &B->items[B->pick[k]];
+        if (ok_only && it->kind != STORE_RESULT_SUCCESS)
+            continue;
+        switch (col) {
+        case BC_ID: rc = store_arr_text(a, it->request_id); break;
+        case BC_BATCH: rc = store_arr_text(a, B->req[k]->batch_id); break;
+        case BC_STATUS: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? "succeeded" : "failed"); break;
+        case BC_ERROR: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? NULL : "invalid request"); break;
+        case BC_TENANT: rc = store_arr_text(a, B->req[k]->tenant_id); break;
+        case BC_MODEL: rc = store_arr_text(a, B->req[k]->model); break;
+        case BC_BODY: rc = store_arr_hex(a, it->body, it->body_len); break;
+        case BC_STATUS_CODE: rc = store_arr_int(a, it->status_code); break;
+        case BC_PROMPT: rc = store_arr_int(a, it->prompt_tokens); break;
+        case BC_COMPLETION: rc = store_arr_int(a, it->completion_tokens); break;
+        case BC_CACHED: rc = store_arr_int(a, it->cached_tokens); break;
+        case BC_QUEUE_MS: rc = store_arr_int(a, it->queue_ms); break;
+        case BC_PREFILL_MS: rc = store_arr_int(a, it->prefill_ms); break;
+        case BC_DECODE_MS: rc = store_arr_int(a, it->decode_ms); break;
+        case BC_GPU_MS: rc = store_arr_int(a, it->gpu_ms); break;
+        case BC_COST: {
+            int64_t cost = 0;
+            if (B->st->opts.cost &&
+                B->st->opts.cost(B->st->opts.cost_ctx, B->req[k]->model, it->prompt_tokens,
+                                 it->cached_tokens < it->prompt_tokens ? it->cached_tokens : it->prompt_tokens,
+                                 it->completion_tokens, &cost))
+                cost = INT64_MAX; /* as commit_one */
+            rc = store_arr_int(a, cost);
+            break;
+        }
+        default: rc = ERR_INTERNAL;
+        }
+    }
+    if (!rc)
+        rc = store_arr_end(a);
+    if (rc)
+        return rc;
+    /* a counted bind copies (a is reused for the next parameter) */
+    int r = sdb_bind_text(s, i, a->data, (int)a->len);
+    return r == SDB_OK ? 0 : store_sqlerr(B->st, r, "bind array");
+}
+
+/* Step 1: read every request of the commit's successes and 4xx answers in
+ * one statement and pick those this lease still holds (the rest, and every
+ * transient error, go through commit_one). A second item of a picked
+ * request is a duplicate. done[i] / out[i] are set for what is decided. */
+static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outcome *out,
+                     struct bulk_req **reqs_out, size_t *nreq_out)
+{
+    struct store *st = B->st;
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    size_t want = 0;
+    int rc = store_arr_begin(&a);
+    for (size_t i = 0; !rc && i < B->n; i++)
+        if (B->items[i].kind != STORE_RESULT_TRANSIENT) {
+            rc = store_arr_text(&a, B->items[i].request_id);
+            want++;
+        }
+    if (!rc)
+        rc = store_arr_end(&a);
+    struct bulk_req *reqs = NULL;
+    size_t nr = 0;
+    struct sdb_stmt *s = NULL;
+    if (!rc && want && !(reqs = calloc(want, sizeof *reqs)))
+        rc = ERR_NOMEM;
+    if (!rc && want && (s = store_stmt(st, S_REQ_FOR_COMMIT_MANY, &rc)) &&
+        !(rc = store_bind_text(st, s, 1, a.data))) {
+        int r;
+        while ((r = sdb_step(s)) == SDB_ROW && nr < want) {
+            struct bulk_req *q = &reqs[nr++];
+            store_col_text(s, 0, q->id, sizeof q->id);
+            const char *stname = (const char *)sdb_column_text(s, 1);
+            const char *lid = (const char *)sdb_column_text(s, 2);
+            q->leased_here = stname && strcmp(stname, "leased") == 0 && lid && strcmp(lid, B->lease_id) == 0;
+            store_col_text(s, 3, q->batch_id, sizeof q->batch_id);
+            store_col_text(s, 4, q->tenant_id, sizeof q->tenant_id);
+            store_col_text(s, 5, q->model, sizeof q->model);
+        }
+        if (r != SDB_ROW && r != SDB_DONE)
+            rc = store_sqlerr(st, r, "requests for commit");
+        sdb_reset(s);
+        sdb_clear_bindings(s);
+    }
+    buf_release(&a);
+    if (rc) {
+        free(reqs);
+        return rc;
+    }
+    if (nr == 0) { /* only transient errors, or none of the requests exists */
+        free(reqs);
+        *reqs_out = NULL;
+        *nreq_out = 0;
+        return 0;
+    }
+    qsort(reqs, nr, sizeof *reqs, bulk_req_cmp);
+    for (size_t i = 0; i < B->n; i++) {
+        const struct store_result *it = &B->items[i];
+        if (it->kind == STORE_RESULT_TRANSIENT)
+            continue;
+        struct bulk_req *q = bsearch(it->request_id, reqs, nr, sizeof *reqs, bulk_req_key_cmp);
+        if (!q || !q->leased_here)
+            continue; /* commit_one answers (unknown, stale, duplicate of an earlier commit) */
+        if (q->taken) {
+            done[i] = 1; /* the same request twice in one commit: the first wins */
+            out[i] = STORE_COMMIT_DUPLICATE;
+            continue;
+        }
+        q->taken = 1;
+        B->pick[B->np] = i;
+        B->req[B->np] = q;
+        B->np++;
+    }
+    *reqs_out = reqs;
+    *nreq_out = nr;
+    return 0;
+}
+
+/* Step 2: end the picked requests (one UPDATE fenced by status and lease
+ * id; every pick was read as leased under this lease, and the lease row is
+ * locked, so all of them change) and count them. */
+static int bulk_finish(struct bulk *B, struct store_count_acc *acc)
+{
+    struct store *st = B->st;
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    int rc = 0;
+    /* more than one batch: lock their rows in id order first (the results
+     * trigger and the counters lock them too; one order, no deadlock) */
+    char(*bids)[ID_MAX] = calloc(B->np, sizeof *bids);
+    size_t nb = 0;
+    if (!bids)
+        return ERR_NOMEM;
+    for (size_t k = 0; k < B->np; k++)
+        memcpy(bids[k], B->req[k]->batch_id, ID_MAX);
+    qsort(bids, B->np, sizeof *bids, idcmp);
+    for (size_t k = 0; k < B->np; k++)
+        if (nb == 0 || strcmp(bids[nb - 1], bids[k]) != 0)
+            memmove(bids[nb++], bids[k], ID_MAX);
+    struct sdb_stmt *s;
+    if (nb > 1) {
+        rc = store_arr_begin(&a);
+        for (size_t k = 0; !rc && k < nb; k++)
+            rc = store_arr_text(&a, bids[k]);
+        if (!rc)
+            rc = store_arr_end(&a);
+        if (!rc && (s = store_stmt(st, S_BATCH_LOCK_MANY, &rc)) && !(rc = store_bind_text(st, s, 1, a.data)))
+            rc = store_step_done(st, s, "lock batches");
+    }
+    free(bids);
+    if (!rc && (s = store_stmt(st, S_REQ_FINISH_MANY, &rc))) {
+        if (!(rc = bulk_bind(B, s, 1, &a, BC_ID, 0)) && !(rc = bulk_bind(B, s, 2, &a, BC_STATUS, 0)) &&
+            !(rc = bulk_bind(B, s, 3, &a, BC_ERROR, 0)) && !(rc = store_bind_int(st, s, 4, B->now)) &&
+            !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")) &&
+            sdb_changes(st->db) != (int64_t)B->np) {
+            log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id,
+                     (long long)sdb_changes(st->db), B->np);
+            rc = ERR_BUSY; /* cannot happen under the lease lock; the worker retries the chunk */
+        }
+        sdb_clear_bindings(s);
+    }
+    buf_release(&a);
+    for (size_t k = 0; !rc && k < B->np; k++) {
+        int ok = B->items[B->pick[k]].kind == STORE_RESULT_SUCCESS;
+        rc = store_count_add(st, acc, B->req[k]->batch_id, ok, !ok);
+    }
+    return rc;
+}
+
+/* Step 3 (late in the transaction: the results trigger locks each batch
+ * row to commit): the results rows and the successes' ledger rows, one
+ * INSERT each. */
+static int bulk_insert(struct bulk *B)
+{
+    struct store *st = B->st;
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_RESULT_INSERT_MANY, &rc);
+    if (s) {
+        /* RESULT_INSERT_MANY's ?1 .. ?13 */
+        static const enum bulk_col cols[] = {BC_ID, BC_BATCH, BC_LEASE, BC_NOW, BC_STATUS_CODE, BC_BODY,
+                                             BC_PROMPT, BC_COMPLETION, BC_CACHED, BC_QUEUE_MS,
+                                             BC_PREFILL_MS, BC_DECODE_MS, BC_GPU_MS};
+        for (int i = 0; !rc && i < (int)(sizeof cols / sizeof cols[0]); i++) {
+            if (cols[i] == BC_LEASE)
+                rc = store_bind_text(st, s, i + 1, B->lease_id);
+            else if (cols[i] == BC_NOW)
+                rc = store_bind_int(st, s, i + 1, B->now);
+            else
+                rc = bulk_bind(B, s, i + 1, &a, cols[i], 0);
+        }
+        if (!rc)
+            rc = store_step_done(st, s, "insert results");
+        sdb_clear_bindings(s);
+    }
+    size_t n_ok = 0;
+    for (size_t k = 0; k < B->np; k++)
+        n_ok += B->items[B->pick[k]].kind == STORE_RESULT_SUCCESS;
+    if (!rc && n_ok && (s = store_stmt(st, S_USAGE_INSERT_MANY, &rc))) {
+        /* USAGE_INSERT_MANY's ?2 .. ?9 (?1: now) */
+        static const enum bulk_col cols[] = {BC_TENANT, BC_BATCH, BC_ID, BC_MODEL,
+                                             BC_PROMPT, BC_COMPLETION, BC_CACHED, BC_COST};
+        rc = store_bind_int(st, s, 1, B->now);
+        for (int i = 0; !rc && i < (int)(sizeof cols / sizeof cols[0]); i++)
+            rc = bulk_bind(B, s, i + 2, &a, cols[i], 1);
+        if (!rc)
+            rc = store_step_done(st, s, "insert usage");
+        sdb_clear_bindings(s);
+    }
+    buf_release(&a);
+    return rc;
+}
+
 int store_results_commit(struct store *st, const char *lease_id, const char *worker_id,
                          const struct store_result *items, size_t n,
                          const struct store_retry_policy *policy, int64_t now,
@@ -796,35 +1101,59 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
     for (size_t i = 0; i < n; i++)
         if (!result_valid(&items[i]))
             return ERR_INVAL;
-    int rc = store_w_begin(st);
+    int rc = store_w_begin_shared(st);
     if (rc)
         return rc;
     struct lease_row L;
     enum store_commit_outcome *tmp = NULL;
+    unsigned char *done = NULL;
+    struct bulk B = {.st = st, .lease_id = lease_id, .now = now, .items = items, .n = n};
+    struct bulk_req *reqs = NULL;
+    size_t nreq = 0;
     if ((rc = lease_get(st, lease_id, &L)))
         goto out;
     if (worker_id && strcmp(worker_id, L.worker_id) != 0) {
         rc = ERR_NOTFOUND;
         goto out;
     }
-    if (n && !(tmp = calloc(n, sizeof *tmp))) {
+    if (n && (!(tmp = calloc(n, sizeof *tmp)) || !(done = calloc(n, 1)))) {
         rc = ERR_NOMEM;
         goto out;
     }
     struct store_count_acc acc = {0};
+    /* PostgreSQL: the requests this lease still holds end set-based, a few
+     * round trips per commit instead of four per request (bulk_*); the
+     * rest (transient errors, stale or unknown ids) one by one, as on SQLite */
+    if (st->pg && n > 1) {
+        if (!(B.pick = calloc(n, sizeof *B.pick)) || !(B.req = calloc(n, sizeof *B.req)))
+            rc = ERR_NOMEM;
+        if (!rc && !(rc = bulk_pick(&B, done, tmp, &reqs, &nreq)) && B.np)
+            rc = bulk_finish(&B, &acc);
+        for (size_t k = 0; !rc && k < B.np; k++) {
+            done[B.pick[k]] = 1;
+            tmp[B.pick[k]] = STORE_COMMIT_OK;
+        }
+    }
     for (size_t i = 0; !rc && i < n; i++)
-        rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
-    if (!rc)
-        rc = store_count_flush(st, &acc);
+        if (!done[i])
+            rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
-    if (!rc && worker_id && (rc = store_worker_seen(st, worker_id, -1, now)) == ERR_NOTFOUND)
+    if (!rc && worker_id && (rc = worker_seen_in(st, worker_id, -1, now)) == ERR_NOTFOUND)
         rc = 0;
+    if (!rc && B.np)
+        rc = bulk_insert(&B);
+    if (!rc)
+        rc = store_count_flush(st, &acc);
 out:
     rc = store_w_end(st, rc);
     if (!rc && n)
         memcpy(outcomes, tmp, n * sizeof *tmp);
     free(tmp);
+    free(done);
+    free(B.pick);
+    free(B.req);
+    free(reqs);
     return rc;
 }
 
@@ -863,7 +1192,7 @@ int store_lease_release(struct store *st, const char *lease_id, const char *work
 {
     if (!lease_id || (n && !ids))
         return ERR_INVAL;
-    int rc = store_w_begin(st);
+    int rc = store_w_begin_shared(st);
     if (rc)
         return rc;
     struct lease_row L;
@@ -900,7 +1229,7 @@ out:
 static int sweep_one(struct store *st, const char *lease_id, int64_t now,
                      const struct store_retry_policy *policy, struct store_sweep_report *rep)
 {
-    int rc = store_w_begin(st);
+    int rc = store_w_begin_shared(st);
     if (rc)
         return rc;
     struct lease_row L;

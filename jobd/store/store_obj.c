@@ -448,6 +448,8 @@ int store_batch_transition(struct store *st, const char *id, enum store_batch_st
     /* the outbox: a terminal state's webhook event commits with the change itself */
     if (!rc)
         rc = store_wh_event_for_batch(st, id, to, now);
+    if (!rc && to == STORE_BATCH_IN_PROGRESS)
+        st->notify = 1; /* its requests are leasable: wake long polls on every instance */
     return store_w_end(st, rc);
 }
 
@@ -568,6 +570,8 @@ int store_req_transition_in(struct store *st, const char *id, enum store_request
         }
         sdb_reset(s);
     }
+    if (!rc && to == STORE_REQ_QUEUED && ch->next_attempt_at <= now)
+        st->notify = 1; /* leasable again now (released, retried dead letter) */
     if (!rc && (to == STORE_REQ_SUCCEEDED || to == STORE_REQ_FAILED || from == STORE_REQ_FAILED))
         rc = store_count_add(st, acc, batch_id, to == STORE_REQ_SUCCEEDED,
                              from == STORE_REQ_FAILED ? -1 : to == STORE_REQ_FAILED);

@@ -315,7 +315,10 @@ int store_wh_claim(struct store *st, int64_t now, int64_t hold_s, struct store_w
             *found = 0;
         return rc;
     }
-    if ((rc = store_w_begin(st)))
+    /* row-locked (PostgreSQL: FOR NO KEY UPDATE SKIP LOCKED, the writer
+     * lock shared): dispatchers on every instance claim at once, each
+     * delivery by one of them */
+    if ((rc = store_w_begin_shared(st)))
         return rc;
     s = store_stmt(st, S_WH_CLAIM, &rc);
     if (s && !(rc = store_bind_int(st, s, 1, now)) && !(rc = store_bind_int(st, s, 2, now + hold_s))) {

@@ -4,7 +4,7 @@
  * store (store.h "leasing primitives") only offers the operations this is
  * built from, so a second store backend inherits the policy unchanged.
  *
- * Design. One acquire is one transaction (store_tx_enter / store_tx_leave):
+ * Design. One acquire is one transaction (store_tx_enter_lease / store_tx_leave):
  *
  *   check the worker serves the model (and mark it seen)
  *   candidates = in_progress batches of the model, grouped by tenant
@@ -283,7 +283,7 @@ int lease_acquire(struct store *st, const struct lease_opts *o, const struct sto
         return rc;
     if (!(l.items = calloc((size_t)a.max_requests, sizeof *l.items)))
         return ERR_NOMEM;
-    if ((rc = store_tx_enter(st))) {
+    if ((rc = store_tx_enter_lease(st))) {
         free(l.items);
         return rc;
     }

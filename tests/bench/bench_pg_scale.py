@@ -10,7 +10,10 @@ chunk) run until every request is committed; with 2 instances the workers
 alternate between them (worker i on instance i % 2). Meanwhile a client
 polls GET /v1/batches/{id} every 20 ms (alternating instances too).
 Reported per setup: lease+commit requests/s (first lease to last commit)
-and the poll latency p50 / p99, plus the worker lease-call p99.
+and the poll latency p50 / p99, plus the worker lease-call p99; and the
+CPU used meanwhile: how busy the whole box was (/proc/stat) and the CPU
+seconds of the jobd process(es) and of PostgreSQL (its processes' /proc
+stat), so a run on a saturated box says so.
 
 usage: bench_pg_scale.py [N] [W] [P]   (default 20000 4 256)
 Needs the release build (build/jobd) and PostgreSQL (scripts/pg-cluster).
@@ -112,6 +115,39 @@ def worker(port, n_target, pack, counter, lat_q, t0_q):
     t0_q.put(first)
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) a process used so far; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def postgres_cpu():
+    """CPU seconds of every live PostgreSQL process (server and backends)."""
+    t = 0.0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() != "postgres":
+                        continue
+            except OSError:
+                continue
+            t += proc_cpu(d)
+    return t
+
+
+def box_busy():
+    """(busy, total) jiffies of all CPUs since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
@@ -150,6 +186,7 @@ def run_setup(name, insts, n, w, pack):
 
     th = threading.Thread(target=poller, daemon=True)
     th.start()
+    cpu0 = [proc_cpu(x.p.pid) for x in insts], postgres_cpu(), box_busy()
     for p in procs:
         p.start()
     lats, firsts = [], []
@@ -157,6 +194,7 @@ def run_setup(name, insts, n, w, pack):
         lats.extend(lat_q.get())
         firsts.append(t0_q.get())
     t_end = time.monotonic()
+    cpu1 = [proc_cpu(x.p.pid) for x in insts], postgres_cpu(), box_busy()
     for p in procs:
         p.join()
     stop.set()
@@ -172,6 +210,10 @@ def run_setup(name, insts, n, w, pack):
     assert b["request_counts"]["completed"] == n, b
     print(f"{name:<22} lease+commit {rate:7.0f} req/s   poll p50 {pct(polls, .5) * 1e3:6.1f} ms "
           f"p99 {pct(polls, .99) * 1e3:6.1f} ms   lease p99 {pct(lats, .99) * 1e3:6.1f} ms", flush=True)
+    busy = (cpu1[2][0] - cpu0[2][0]) / max(1, cpu1[2][1] - cpu0[2][1])
+    print(f"{'':<22} CPU while timed: box {busy * 100:3.0f}% busy ({os.cpu_count()} CPUs), "
+          f"jobd {sum(cpu1[0]) - sum(cpu0[0]):5.1f} s, PostgreSQL {cpu1[1] - cpu0[1]:5.1f} s "
+          f"over {t_end - min(firsts):5.1f} s", flush=True)
     return rate
 
 

@@ -11,7 +11,7 @@ one batch.completed event per batch (deliveries deduplicated by webhook-id,
 as Standard Webhooks receivers do: a kill between a POST and its record may
 repeat it with the same id), and one idempotency key sent to both
 instances makes one batch; a worker long-polling B gets work submitted to A
-while its poll is open. The workers answer at most a quota of requests
+while its poll is open, woken by A's NOTIFY (B's wake-up counter moves). The workers answer at most a quota of requests
 per chaos round, so the kills land while the batches run. The suite starts
 its own throwaway cluster (scripts/pg-cluster); it skips where PostgreSQL
 is not installed."""
@@ -53,6 +53,19 @@ def call(inst, method, path, body=None, headers=None, timeout=30):
             c.close()
     except (OSError, http.client.HTTPException):
         return None
+
+
+def metric(inst, name):
+    """A counter of an instance's /metrics (retried while it restarts)."""
+    for _ in range(100):
+        r = call(inst, "GET", "/metrics")
+        if r and r[0] == 200:
+            for ln in r[1].decode().splitlines():
+                if ln.startswith(name + " "):
+                    return int(float(ln.split()[1]))
+            raise AssertionError(name + " missing from /metrics")
+        time.sleep(0.1)
+    raise AssertionError("no /metrics answer")
 
 
 def until_ok(insts, method, path, body=None, headers=None, start=0, timeout=60, ok=(200,)):
@@ -188,6 +201,7 @@ def test_two_jobd_one_database_kill9_chaos_exactly_once():
                  "wait_ms": 5000}).encode(), wauth)
             got["t"], got["r"] = time.monotonic(), r
 
+        wakeups0 = metric(insts[1], "jobd_lease_wakeups_total")
         poll = threading.Thread(target=long_poll, daemon=True)
         poll.start()
         time.sleep(0.5)  # the poll is open (if not, it still finds the work at once)
@@ -202,6 +216,10 @@ def test_two_jobd_one_database_kill9_chaos_exactly_once():
         assert len(polled["requests"]) == 4, polled
         wake_s = got["t"] - t_sub
         assert wake_s < 4.0, wake_s  # the 5 s poll did not run out
+        # the event: B's LISTEN connection got A's NOTIFY (the batch reached
+        # in_progress) and ran its parked poll again (without wake-ups B
+        # re-reads only every 500 ms; the timing bound above stays generous)
+        assert metric(insts[1], "jobd_lease_wakeups_total") > wakeups0
         until_ok(insts, "POST", "/v1/worker/release", json.dumps(
             {"worker_id": wid, "lease_id": polled["lease_id"]}).encode(), wauth, start=1)
         again = until_ok(insts, "POST", "/v1/jobs", body0, idem, start=1)

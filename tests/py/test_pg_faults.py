@@ -37,6 +37,16 @@ def wait_done(d, batch_id, timeout):
     raise AssertionError(f"batch {batch_id} not done after {timeout} s")
 
 
+def wakeups(d):
+    """jobd_lease_wakeups_total of d's /metrics."""
+    r = d.call("GET", "/metrics")
+    assert r.status == 200, r
+    for ln in r.body.decode().splitlines():
+        if ln.startswith("jobd_lease_wakeups_total "):
+            return int(ln.split()[1])
+    raise AssertionError("jobd_lease_wakeups_total missing")
+
+
 def test_pg_outage_mid_batch_recovers_without_restart_nothing_lost_or_doubled():
     # outside tmpdir(): its 0700 parent would keep the postgres user out
     cluster = os.path.join(tempfile.gettempdir(), f"jobd-pg-{uuid.uuid4().hex[:12]}")
@@ -59,6 +69,7 @@ def test_pg_outage_mid_batch_recovers_without_restart_nothing_lost_or_doubled():
         while d.json("GET", f"/v1/batches/{b['id']}")["request_counts"]["completed"] < n // 8:
             assert time.monotonic() < deadline, "no progress before the outage"
             time.sleep(0.05)
+        wakeups0 = wakeups(d)
         assert pg("halt", cluster).returncode == 0
         away = d.call("GET", f"/v1/batches/{b['id']}")
         assert away.status == 503 and away.headers.get("retry-after"), away
@@ -73,6 +84,12 @@ def test_pg_outage_mid_batch_recovers_without_restart_nothing_lost_or_doubled():
             assert time.monotonic() < deadline, "not ready again after the database came back"
             time.sleep(0.1)
         assert d.json("GET", "/readyz") == {"status": "ready", "database": "ok"}
+        # the LISTEN connection came back too: its reconnect counts as a
+        # wake-up (notifications sent while it was down are lost), and only
+        # a live LISTEN connection moves the counter
+        while wakeups(d) <= wakeups0:
+            assert time.monotonic() < deadline, "the LISTEN connection did not come back"
+            time.sleep(0.1)
         done = wait_done(d, b["id"], 120)
         assert done["status"] == "completed", done
         assert done["request_counts"] == {"total": n, "completed": n, "failed": 0}, done

@@ -835,3 +835,45 @@ TEST(store_paths_spell_the_data_directory_layout)
     char small[8];
     CHECK_EQ_INT(store_path_abs("/d", "files/long-name", small, sizeof small), ERR_TOOBIG);
 }
+
+/* LISTEN/NOTIFY (issue 19): a batch reaching in_progress wakes a listener on
+ * another connection once its transaction commits, and not when it rolls
+ * back; SQLite has nothing to listen to. */
+TEST(store_work_wakes_a_listener_on_another_connection)
+{
+    const char *dir = th_tmpdir();
+    struct store *st = open_store(dir);
+    struct store *ls = open_store(dir);
+    int woke = -1;
+    if (!th_pg_on()) {
+        CHECK_EQ_INT(store_work_listen(ls), ERR_UNSUPPORTED);
+        CHECK_EQ_INT(store_work_wait(ls, 0, &woke), ERR_UNSUPPORTED);
+        store_close(ls);
+        store_close(st);
+        return;
+    }
+    CHECK_EQ_INT(store_work_listen(ls), 0);
+    struct store_tenant t;
+    struct store_file f;
+    struct store_batch b, b2;
+    make_tenant_file(st, "wake", &t, &f);
+    make_batch(st, t.id, f.id, &b);
+    CHECK_EQ_INT(store_work_wait(ls, 100, &woke), 0);
+    CHECK_EQ_INT(woke, 0); /* creating a validating batch makes nothing leasable */
+    /* rolled back: no notification */
+    CHECK_EQ_INT(store_tx_begin(st), 0);
+    make_batch(st, t.id, f.id, &b2);
+    CHECK_EQ_INT(store_batch_transition(st, b2.id, STORE_BATCH_VALIDATING, STORE_BATCH_IN_PROGRESS, NOW), 0);
+    store_tx_rollback(st);
+    CHECK_EQ_INT(store_work_wait(ls, 200, &woke), 0);
+    CHECK_EQ_INT(woke, 0);
+    CHECK_EQ_INT(store_batch_transition(st, b.id, STORE_BATCH_VALIDATING, STORE_BATCH_IN_PROGRESS, NOW), 0);
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1);
+    CHECK_EQ_INT(store_work_wait(ls, 0, &woke), 0); /* consumed */
+    CHECK_EQ_INT(woke, 0);
+    store_batch_release(&b);
+    store_batch_release(&b2);
+    store_close(ls);
+    store_close(st);
+}
