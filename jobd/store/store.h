@@ -31,7 +31,11 @@
  *     batch counters are increments by one UPDATE per batch (row-locked);
  *     results.seq is taken under the batch's row lock (schema_pg.sql
  *     migration 3), so within a batch seq order is commit order; a commit
- *     that spans batches locks their rows in id order first.
+ *     that spans batches locks their rows in id order first. Row lock
+ *     order, so that two hot-path transactions never deadlock: the lease
+ *     row, then the worker row (commit and heartbeat update last_seen right
+ *     after the lease row), then batch rows, then usage_totals rows (the
+ *     ledger trigger, last).
  *   - Exclusive (pg_advisory_xact_lock), everything else: submissions,
  *     ingest chunks, batch transitions and cancels, stop steps (cancel /
  *     expiry), finalization, idempotency keys, files, keys, tenants,

@@ -1094,6 +1094,13 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
         rc = ERR_NOTFOUND;
         goto out;
     }
+    /* the worker row next, as a heartbeat does: on PostgreSQL every hot path
+     * locks rows in one order - lease, worker, batches (in id order),
+     * usage_totals (store.h) - so two commits of one worker cannot deadlock */
+    if (worker_id && (rc = worker_seen_in(st, worker_id, -1, now)) == ERR_NOTFOUND)
+        rc = 0;
+    if (rc)
+        goto out;
     if (n && (!(tmp = calloc(n, sizeof *tmp)) || !(done = calloc(n, 1)))) {
         rc = ERR_NOMEM;
         goto out;
@@ -1117,8 +1124,6 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
             rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
-    if (!rc && worker_id && (rc = worker_seen_in(st, worker_id, -1, now)) == ERR_NOTFOUND)
-        rc = 0;
     if (!rc && B.np)
         rc = bulk_insert(&B);
     if (!rc)
