@@ -30,12 +30,15 @@
  *     two writers one changes the row); results.request_id is a primary key;
  *     batch counters are increments by one UPDATE per batch (row-locked);
  *     results.seq is taken under the batch's row lock (schema_pg.sql
- *     migration 3), so within a batch seq order is commit order; a commit
- *     that spans batches locks their rows in id order first. Row lock
+ *     migration 3), so within a batch seq order is commit order. Row lock
  *     order, so that two hot-path transactions never deadlock: the lease
  *     row, then the worker row (commit and heartbeat update last_seen right
- *     after the lease row), then batch rows, then usage_totals rows (the
- *     ledger trigger, last).
+ *     after the lease row), then the rows of the batches the transaction
+ *     may end requests of, all at once in id order (a commit: its items'
+ *     batches; a sweep: those of every request the lease holds; a release:
+ *     those not in_progress), then usage_totals rows (the ledger trigger,
+ *     last). Request rows are the lease's own (an acquire skips locked
+ *     rows).
  *   - Exclusive (pg_advisory_xact_lock), everything else: submissions,
  *     ingest chunks, batch transitions and cancels, stop steps (cancel /
  *     expiry), finalization, idempotency keys, files, keys, tenants,

@@ -1616,3 +1616,89 @@ TEST(lease_commit_locks_its_worker_before_any_batch)
     store_lease_clear(&l);
     store_close(fx.st);
 }
+
+/* A commit and a sweep lock the rows of every batch they may end requests
+ * of, in id order, right after the lease (and worker) row: held the lower
+ * batch, they wait for it before touching the higher one (a commit ended a
+ * dead-lettered request of the higher batch first, by item order, then
+ * waited for the lower: two such transactions deadlocked). A release
+ * locks only batches that are not in_progress, so it does not wait here. */
+TEST(lease_commit_and_sweep_lock_batches_in_id_order)
+{
+    if (!th_pg_on())
+        th_skip("PostgreSQL only (row locks; SQLite has one writer)");
+    struct fx fx;
+    fx_open(&fx);
+    char b1[ID_MAX], b2[ID_MAX];
+    fx_batch(&fx, &fx.ta, "p", 3, NULL, 86400, b1);
+    fx_batch(&fx, &fx.tb, "q", 3, NULL, 86400, b2);
+    const char *lo = strcmp(b1, b2) < 0 ? b1 : b2, *hi = lo == b1 ? b2 : b1;
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 6);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 6);
+    const char *in_lo[3], *in_hi[3];
+    int nlo = 0, nhi = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (strcmp(l.items[i].batch_id, lo) == 0)
+            in_lo[nlo++] = l.items[i].id;
+        else
+            in_hi[nhi++] = l.items[i].id;
+    }
+    CHECK_EQ_INT(nlo, 3);
+    CHECK_EQ_INT(nhi, 3);
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.busy_timeout_ms = 60000;
+    struct store_retry_policy one = {1, 10, 600}; /* a transient error dead-letters */
+
+    /* a commit: the higher batch's transient error (dead-lettered) first */
+    struct store_result rs[2] = {
+        {.request_id = in_hi[0], .kind = STORE_RESULT_TRANSIENT, .error = "flaky"},
+        {.request_id = in_lo[0], .kind = STORE_RESULT_SUCCESS, .status_code = 200, .body = "{}", .body_len = 2},
+    };
+    struct lock_op o = {.what = 0, .lease_id = l.id, .worker_id = fx.worker, .items = rs, .n = 2,
+                        .policy = one, .now = now};
+    CHECK_EQ_INT(th_store_open(fx.dir, &so, &o.st), 0);
+    const char *const rows[3][2] = {{"leases", l.id}, {"workers", fx.worker}, {"batches", hi}};
+    int locked[3];
+    lock_probe(fx.dir, lo, &o, rows, 3, locked);
+    CHECK_EQ_INT(locked[0], 1);
+    CHECK_EQ_INT(locked[1], 1);
+    CHECK_EQ_INT(locked[2], 0);
+    CHECK_EQ_INT(o.oc[0], STORE_COMMIT_DEAD);
+    CHECK_EQ_INT(o.oc[1], STORE_COMMIT_OK);
+
+    /* a release of in_progress requests locks no batch row: it does not wait */
+    struct sdb *e = th_db_open(fx.dir);
+    char sql[200];
+    snprintf(sql, sizeof sql, "BEGIN; SELECT 1 FROM batches WHERE id = '%s' FOR NO KEY UPDATE", lo);
+    CHECK_EQ_INT(sdb_exec(e, sql), SDB_OK);
+    char ids[2][ID_MAX];
+    snprintf(ids[0], ID_MAX, "%s", in_lo[1]);
+    snprintf(ids[1], ID_MAX, "%s", in_hi[1]);
+    int64_t n_rel = 0;
+    CHECK_EQ_INT(store_lease_release(o.st, l.id, fx.worker, (const char(*)[ID_MAX])ids, 2, now, &n_rel), 0);
+    CHECK_EQ_INT(sdb_exec(e, "ROLLBACK"), SDB_OK);
+    sdb_close(e);
+    CHECK_EQ_INT((int)n_rel, 2);
+
+    /* the sweep of the lapsed lease (one request of each batch left, both dead-lettered) */
+    struct lock_op w = {.st = o.st, .what = 1, .policy = one, .now = l.expires_at + 1};
+    lock_probe(fx.dir, lo, &w, rows, 3, locked);
+    CHECK_EQ_INT(locked[0], 1);
+    CHECK_EQ_INT(locked[2], 0);
+    CHECK_EQ_INT((int)w.rep.n_leases, 1);
+    CHECK_EQ_INT((int)w.rep.n_dead, 2);
+    store_close(o.st);
+
+    struct store_batch bt;
+    get_batch(&fx, lo, &bt);
+    CHECK_EQ_INT(bt.n_completed, 1);
+    CHECK_EQ_INT(bt.n_failed, 1);
+    get_batch(&fx, hi, &bt);
+    CHECK_EQ_INT(bt.n_completed, 0);
+    CHECK_EQ_INT(bt.n_failed, 2);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
