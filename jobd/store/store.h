@@ -263,7 +263,8 @@ void store_own_release(struct store *st, enum store_own_kind kind, const char *i
 /* Wake-ups between jobd instances (PostgreSQL LISTEN/NOTIFY, issue 19). A
  * transaction that makes work leasable now - a batch reaching in_progress
  * (its ingest done), a request queued again with next_attempt_at <= now (a
- * release, a dead-letter retry) - NOTIFYs the channel "jobd_work" with its
+ * release, a dead-letter retry), an acquire that locked ready requests it
+ * did not claim (store_lease_left_ready) - NOTIFYs the channel "jobd_work" with its
  * COMMIT (same round trip). store_work_listen makes st, a connection opened
  * for this alone and used by one thread, LISTEN on it; store_work_wait then
  * waits up to timeout_ms: *woke = 1 when notifications arrived (from any
@@ -343,6 +344,13 @@ int store_tx_leave(struct store *st, int rc);
  * while every other writer still runs alone. Only the leasing primitives
  * (store_lease_*) may run inside it. SQLite: store_tx_enter. */
 int store_tx_enter_lease(struct store *st);
+/* Inside store_tx_enter_lease's transaction: the acquire read ready
+ * requests it does not claim. On PostgreSQL it locked them (FOR NO KEY
+ * UPDATE SKIP LOCKED), so acquires elsewhere skipped them until this
+ * transaction ends; its COMMIT then also NOTIFYs (store_work_listen) so
+ * that long polls parked meanwhile look again at once. No-op on SQLite or
+ * outside a transaction. Can't fail. */
+void store_lease_left_ready(struct store *st);
 
 /* ---- tenants ----------------------------------------------------------------- */
 

@@ -1702,3 +1702,49 @@ TEST(lease_commit_and_sweep_lock_batches_in_id_order)
     store_lease_clear(&l);
     store_close(fx.st);
 }
+
+/* An acquire that read (and, on PostgreSQL, locked) ready requests it did
+ * not claim - here the pack's token budget stops it after the first - wakes
+ * the listeners with its commit: acquires elsewhere skipped those rows
+ * while it ran, and their long polls would otherwise wait for the fallback
+ * re-read. One that claims every row it read sends nothing. */
+TEST(lease_acquire_leaving_ready_rows_wakes_listeners)
+{
+    if (!th_pg_on())
+        th_skip("PostgreSQL only (LISTEN/NOTIFY)");
+    struct fx fx;
+    fx_open(&fx);
+    struct store *ls = NULL;
+    CHECK_EQ_INT(th_store_open(fx.dir, NULL, &ls), 0);
+    CHECK_EQ_INT(store_work_listen(ls), 0);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "n", 5, NULL, 86400, bid);
+    int woke = 0;
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1); /* the batch became leasable */
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 5);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 5); /* read 5, claimed 5 */
+    store_lease_clear(&l);
+    CHECK_EQ_INT(store_work_wait(ls, 200, &woke), 0);
+    CHECK_EQ_INT(woke, 0);
+
+    fx_batch(&fx, &fx.ta, "o", 5, NULL, 86400, bid);
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1);
+    a.max_tokens = 1; /* the first request only (it is taken even if it alone exceeds the cap) */
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 1);
+    store_lease_clear(&l);
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1);
+    /* the rows it left are leasable */
+    a.max_tokens = 0;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 4);
+    store_lease_clear(&l);
+    store_close(ls);
+    store_close(fx.st);
+}
