@@ -91,7 +91,9 @@ void api_attach(struct api *api, struct ingestq *iq, struct sweeper *sw, struct 
  * threads: the wiring adds them to UV_THREADPOOL_SIZE) beside --db-threads
  * for the jobs that do not write (GET routes), so reads do not queue behind
  * lease and result-commit jobs holding every pooled connection (measured:
- * bench/NOTES.md). SQLite: none (its readers never wait for the writer). */
+ * bench/NOTES.md); a read job takes an idle --db-threads connection when
+ * these are busy, and waits only while every connection is. SQLite: none
+ * (its readers never wait for the writer). */
 #define API_READ_CONNS 2
 
 /* Shutdown began: /readyz answers 503, long polls answer at once. Can't fail. */

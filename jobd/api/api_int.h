@@ -25,7 +25,8 @@ struct api {
     struct store *loop_st;         /* loop thread: authentication only */
     struct api_pool pool;          /* thread-pool threads */
     struct api_pool rpool;         /* PostgreSQL: API_READ_CONNS more for jobs that do not write
-                                      (GET), so reads never wait behind lease and commit jobs;
+                                      (GET), so reads never wait behind lease and commit jobs
+                                      (a read also takes an idle pool connection; api_job.c);
                                       empty (n 0) on SQLite */
     struct http_server *srv;       /* routes added to it (metrics read its counters) */
     struct ingestq *iq;            /* api_attach: ingest thread (new batches, /readyz) */

@@ -139,11 +139,56 @@ void api_job_internal(struct api_job *job, int rc, const char *what)
         api_job_error(job, API_ERR_INTERNAL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
 }
 
-/* The pool of a job's connection: the read pool for a job that does not
- * write, where there is one (PostgreSQL). */
-static struct api_pool *job_pool(const struct api_job *job)
+/* A job's connection. A job that writes takes one of the main pool's. A
+ * job that does not write, where there is a read pool (PostgreSQL), takes
+ * an idle one of the read pool's, else an idle one of the main pool's, and
+ * waits only while both pools are busy: a burst of GETs never parks more
+ * pool threads than there are connections in use (every connection busy),
+ * so lease / commit jobs and file I/O do not queue behind reads waiting for
+ * the read pool. Lock order: rpool.mu -> pool.mu. A connection goes back to
+ * the pool it came from; a put on the main pool also wakes a reader waiting
+ * on the read pool's condition (taking rpool.mu after dropping pool.mu, so a
+ * reader that found the main pool empty under rpool.mu is already waiting
+ * or sees the connection). */
+static struct store *job_get(const struct api_job *job)
 {
-    return !job->writes && job->api->rpool.n ? &job->api->rpool : &job->api->pool;
+    struct api *api = job->api;
+    struct api_pool *rp = &api->rpool, *mp = &api->pool;
+    if (job->writes || !rp->n)
+        return pool_get(mp);
+    struct store *st = NULL;
+    pthread_mutex_lock(&rp->mu);
+    while (!st) {
+        if (rp->n_idle) {
+            st = rp->idle[--rp->n_idle];
+            break;
+        }
+        pthread_mutex_lock(&mp->mu);
+        if (mp->n_idle)
+            st = mp->idle[--mp->n_idle];
+        pthread_mutex_unlock(&mp->mu);
+        if (!st)
+            pthread_cond_wait(&rp->cv, &rp->mu);
+    }
+    pthread_mutex_unlock(&rp->mu);
+    return st;
+}
+
+static void job_put(const struct api_job *job, struct store *st)
+{
+    struct api *api = job->api;
+    struct api_pool *rp = &api->rpool;
+    for (size_t i = 0; i < rp->n; i++)
+        if (rp->all[i] == st) {
+            pool_put(rp, st);
+            return;
+        }
+    pool_put(&api->pool, st);
+    if (rp->n) {
+        pthread_mutex_lock(&rp->mu);
+        pthread_cond_signal(&rp->cv);
+        pthread_mutex_unlock(&rp->mu);
+    }
 }
 
 static void job_work(void *arg)
@@ -152,13 +197,13 @@ static void job_work(void *arg)
     struct api *api = job->api;
     if (job->writes)
         atomic_fetch_add(&api->writers, 1);
-    job->st = pool_get(job_pool(job));
+    job->st = job_get(job);
     buf_reset(&job->out);
     job->status = 0;
     job->retry_after = 0;
     job->run(job, job->st);
     job_etag(job);
-    pool_put(job_pool(job), job->st); /* the one run ended with (api_job_unlocked may swap it) */
+    job_put(job, job->st); /* the one run ended with (api_job_unlocked may swap it) */
     job->st = NULL;
     if (job->writes)
         atomic_fetch_sub(&api->writers, 1);
@@ -169,9 +214,9 @@ struct store *api_job_unlocked(struct api_job *job, struct store *st, void (*fn)
     struct api *api = job->api;
     if (job->writes)
         atomic_fetch_sub(&api->writers, 1);
-    pool_put(job_pool(job), st);
+    job_put(job, st);
     fn(ctx);
-    job->st = pool_get(job_pool(job));
+    job->st = job_get(job);
     if (job->writes)
         atomic_fetch_add(&api->writers, 1);
     return job->st;

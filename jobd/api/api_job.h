@@ -17,8 +17,11 @@
  * worker's long poll), all without touching libuv.
  *
  * The pool: one connection per thread-pool thread, so a checkout never
- * waits in practice (it blocks while none is idle). A writing job counts
- * itself in api->writers while it runs (the ingest thread yields to it).
+ * waits in practice (it blocks while none is idle). On PostgreSQL a job
+ * that does not write takes a read-pool connection (api.h API_READ_CONNS),
+ * else an idle main-pool one, and blocks only while both pools are busy. A
+ * writing job counts itself in api->writers while it runs (the ingest
+ * thread yields to it).
  */
 #ifndef JOBD_API_JOB_H
 #define JOBD_API_JOB_H

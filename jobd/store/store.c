@@ -325,6 +325,12 @@ int store_tx_enter_lease(struct store *st)
     return store_w_begin_shared(st);
 }
 
+void store_lease_left_ready(struct store *st)
+{
+    if (st->pg && st->depth)
+        st->notify = 1;
+}
+
 int store_tx_leave(struct store *st, int rc)
 {
     return store_w_end(st, rc);

@@ -30,8 +30,15 @@
  *     two writers one changes the row); results.request_id is a primary key;
  *     batch counters are increments by one UPDATE per batch (row-locked);
  *     results.seq is taken under the batch's row lock (schema_pg.sql
- *     migration 3), so within a batch seq order is commit order; a commit
- *     that spans batches locks their rows in id order first.
+ *     migration 3), so within a batch seq order is commit order. Row lock
+ *     order, so that two hot-path transactions never deadlock: the lease
+ *     row, then the worker row (commit and heartbeat update last_seen right
+ *     after the lease row), then the rows of the batches the transaction
+ *     may end requests of, all at once in id order (a commit: its items'
+ *     batches; a sweep: those of every request the lease holds; a release:
+ *     those not in_progress), then usage_totals rows (the ledger trigger,
+ *     last). Request rows are the lease's own (an acquire skips locked
+ *     rows).
  *   - Exclusive (pg_advisory_xact_lock), everything else: submissions,
  *     ingest chunks, batch transitions and cancels, stop steps (cancel /
  *     expiry), finalization, idempotency keys, files, keys, tenants,
@@ -256,7 +263,8 @@ void store_own_release(struct store *st, enum store_own_kind kind, const char *i
 /* Wake-ups between jobd instances (PostgreSQL LISTEN/NOTIFY, issue 19). A
  * transaction that makes work leasable now - a batch reaching in_progress
  * (its ingest done), a request queued again with next_attempt_at <= now (a
- * release, a dead-letter retry) - NOTIFYs the channel "jobd_work" with its
+ * release, a dead-letter retry), an acquire that locked ready requests it
+ * did not claim (store_lease_left_ready) - NOTIFYs the channel "jobd_work" with its
  * COMMIT (same round trip). store_work_listen makes st, a connection opened
  * for this alone and used by one thread, LISTEN on it; store_work_wait then
  * waits up to timeout_ms: *woke = 1 when notifications arrived (from any
@@ -336,6 +344,13 @@ int store_tx_leave(struct store *st, int rc);
  * while every other writer still runs alone. Only the leasing primitives
  * (store_lease_*) may run inside it. SQLite: store_tx_enter. */
 int store_tx_enter_lease(struct store *st);
+/* Inside store_tx_enter_lease's transaction: the acquire read ready
+ * requests it does not claim. On PostgreSQL it locked them (FOR NO KEY
+ * UPDATE SKIP LOCKED), so acquires elsewhere skipped them until this
+ * transaction ends; its COMMIT then also NOTIFYs (store_work_listen) so
+ * that long polls parked meanwhile look again at once. No-op on SQLite or
+ * outside a transaction. Can't fail. */
+void store_lease_left_ready(struct store *st);
 
 /* ---- tenants ----------------------------------------------------------------- */
 

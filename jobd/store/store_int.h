@@ -213,7 +213,9 @@
       "q.lease_id = ?1 AND q.status = 'leased' AND (b.status != 'in_progress' OR " \
       "b.expires_at <= ?2) UNION SELECT request_id FROM results WHERE lease_id = ?1 " \
       "AND error_code IN ('batch_cancelled', 'batch_expired') ORDER BY 1") \
-    X(LEASE_HELD, "SELECT id FROM requests WHERE lease_id = ?1 AND status = 'leased' LIMIT ?2") \
+    X(LEASE_HELD, \
+      "SELECT id FROM requests WHERE lease_id = ?1 AND status = 'leased' ORDER BY batch_id, id " \
+      "LIMIT ?2") \
     X(LEASE_END_IF_EMPTY, \
       "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL AND NOT EXISTS " \
       "(SELECT 1 FROM requests WHERE lease_id = ?1 AND status = 'leased')") \
@@ -614,7 +616,10 @@
       "?6::bigint[], ?7::bigint[], ?8::bigint[], ?9::bigint[]) AS u(t, b, r, m, pt, ct, cc, cost) " \
       "ORDER BY u.t, u.m") \
     X(BATCH_LOCK_MANY, \
-      "SELECT id FROM batches WHERE id = ANY(?1::text[]) ORDER BY id FOR NO KEY UPDATE") \
+      "SELECT b.id FROM batches b WHERE b.id IN (SELECT q.batch_id FROM requests q WHERE " \
+      "q.lease_id = ?1::text AND q.status = 'leased' AND (?2::text[] IS NULL OR " \
+      "q.id = ANY(?2::text[]))) AND (?3::int = 1 OR b.status <> 'in_progress') " \
+      "ORDER BY b.id FOR NO KEY UPDATE OF b") \
     X(NOTIFY_WORK, "SELECT pg_notify('" STORE_PG_CHANNEL "', '')")
 
 enum store_stmt_id {

@@ -345,6 +345,41 @@ static int lease_get(struct store *st, const char *lease_id, struct lease_row *o
     return rc;
 }
 
+/* PostgreSQL: lock the rows of the batches of the requests lease_id holds
+ * (of those among the n items' request ids, or among ids, when either is
+ * not NULL), all of them or only those not in_progress (the only ones a
+ * release ends requests of), in id order, right after the lease row (and
+ * the worker row): the row lock order of store.h, whatever order the
+ * transaction then ends its requests in. A batch's status changes only
+ * under the exclusive writer lock, so it stays as read here. SQLite:
+ * nothing (one writer). */
+static int lock_batches(struct store *st, const char *lease_id, const struct store_result *items,
+                        const char (*ids)[ID_MAX], size_t n, int all)
+{
+    if (!st->pg)
+        return 0;
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    int rc = 0;
+    if (items || ids) {
+        rc = store_arr_begin(&a);
+        for (size_t i = 0; !rc && i < n; i++)
+            rc = store_arr_text(&a, items ? items[i].request_id : ids[i]);
+        if (!rc)
+            rc = store_arr_end(&a);
+    }
+    struct sdb_stmt *s = rc ? NULL : store_stmt(st, S_BATCH_LOCK_MANY, &rc);
+    if (s) {
+        if (!(rc = store_bind_text(st, s, 1, lease_id)) &&
+            !(rc = store_bind_text(st, s, 2, items || ids ? a.data : NULL)) &&
+            !(rc = store_bind_int(st, s, 3, all)))
+            rc = store_step_done(st, s, "lock batches");
+        sdb_clear_bindings(s);
+    }
+    buf_release(&a);
+    return rc;
+}
+
 /* What commit/release/sweep need to know about one request. */
 struct req_info {
     enum store_request_status status;
@@ -846,11 +881,6 @@ static int bulk_req_key_cmp(const void *key, const void *e)
     return strcmp((const char *)key, ((const struct bulk_req *)e)->id);
 }
 
-static int idcmp(const void *a, const void *b)
-{
-    return strcmp((const char *)a, (const char *)b);
-}
-
 struct bulk {
     struct store *st;
     const char *lease_id;
@@ -1001,29 +1031,8 @@ static int bulk_finish(struct bulk *B, struct store_count_acc *acc)
     struct buf a;
     buf_init(&a, SIZE_MAX);
     int rc = 0;
-    /* more than one batch: lock their rows in id order first (the results
-     * trigger and the counters lock them too; one order, no deadlock) */
-    char(*bids)[ID_MAX] = calloc(B->np, sizeof *bids);
-    size_t nb = 0;
-    if (!bids)
-        return ERR_NOMEM;
-    for (size_t k = 0; k < B->np; k++)
-        memcpy(bids[k], B->req[k]->batch_id, ID_MAX);
-    qsort(bids, B->np, sizeof *bids, idcmp);
-    for (size_t k = 0; k < B->np; k++)
-        if (nb == 0 || strcmp(bids[nb - 1], bids[k]) != 0)
-            memmove(bids[nb++], bids[k], ID_MAX);
+    /* the batch rows are locked already (lock_batches, in id order) */
     struct sdb_stmt *s;
-    if (nb > 1) {
-        rc = store_arr_begin(&a);
-        for (size_t k = 0; !rc && k < nb; k++)
-            rc = store_arr_text(&a, bids[k]);
-        if (!rc)
-            rc = store_arr_end(&a);
-        if (!rc && (s = store_stmt(st, S_BATCH_LOCK_MANY, &rc)) && !(rc = store_bind_text(st, s, 1, a.data)))
-            rc = store_step_done(st, s, "lock batches");
-    }
-    free(bids);
     if (!rc && (s = store_stmt(st, S_REQ_FINISH_MANY, &rc))) {
         if (!(rc = bulk_bind(B, s, 1, &a, BC_ID, 0)) && !(rc = bulk_bind(B, s, 2, &a, BC_STATUS, 0)) &&
             !(rc = bulk_bind(B, s, 3, &a, BC_ERROR, 0)) && !(rc = store_bind_int(st, s, 4, B->now)) &&
@@ -1116,6 +1125,13 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
         rc = ERR_NOTFOUND;
         goto out;
     }
+    /* the worker row next, as a heartbeat does: on PostgreSQL every hot path
+     * locks rows in one order - lease, worker, batches (in id order),
+     * usage_totals (store.h) - so two commits of one worker cannot deadlock */
+    if (worker_id && (rc = worker_seen_in(st, worker_id, -1, now)) == ERR_NOTFOUND)
+        rc = 0;
+    if (rc || (n && (rc = lock_batches(st, lease_id, items, NULL, n, 1))))
+        goto out;
     if (n && (!(tmp = calloc(n, sizeof *tmp)) || !(done = calloc(n, 1)))) {
         rc = ERR_NOMEM;
         goto out;
@@ -1139,8 +1155,6 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
             rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
-    if (!rc && worker_id && (rc = worker_seen_in(st, worker_id, -1, now)) == ERR_NOTFOUND)
-        rc = 0;
     if (!rc && B.np)
         rc = bulk_insert(&B);
     if (!rc)
@@ -1204,6 +1218,8 @@ int store_lease_release(struct store *st, const char *lease_id, const char *work
         rc = ERR_NOTFOUND;
         goto out;
     }
+    if ((rc = lock_batches(st, lease_id, NULL, ids, n, 0)))
+        goto out;
     if (!ids) {
         if ((rc = held_ids(st, lease_id, STORE_LEASE_MAX_REQUESTS, &held, &n)))
             goto out;
@@ -1238,7 +1254,8 @@ static int sweep_one(struct store *st, const char *lease_id, int64_t now,
     struct store_sweep_report add = {0};
     if ((rc = lease_get(st, lease_id, &L)) || L.released_at || L.expires_at > now)
         goto out; /* extended or ended meanwhile */
-    if ((rc = held_ids(st, lease_id, STORE_LEASE_MAX_REQUESTS, &held, &n)))
+    if ((rc = lock_batches(st, lease_id, NULL, NULL, 0, 1)) ||
+        (rc = held_ids(st, lease_id, STORE_LEASE_MAX_REQUESTS, &held, &n)))
         goto out;
     for (size_t i = 0; !rc && i < n; i++) {
         struct req_info q;

@@ -246,13 +246,17 @@ static int acquire_in_tx(struct store *st, const struct store_lease_ask *ask, co
                                now + ask->lease_s)))
         goto out;
     rc = store_lease_rr_put(st, ask->model, served);
-out:
+out:;
+    int left = 0; /* ready requests read (locked, on PostgreSQL) but not claimed */
     for (size_t i = 0; r.ts && i < r.nt; i++) {
+        left |= r.ts[i].bn > r.ts[i].bpos;
         rr_drop_buf(&r.ts[i]);
         free(r.ts[i].buf);
     }
     free(r.ts);
     free(cand);
+    if (left && !rc)
+        store_lease_left_ready(st); /* wake the polls that skipped them */
     return rc;
 }
 

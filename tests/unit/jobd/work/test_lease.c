@@ -1611,3 +1611,265 @@ TEST(lease_concurrent_connections_lease_each_request_once)
     free(seen);
     store_close(fx.st);
 }
+
+/* ---- row lock order on PostgreSQL (issue 19 review) ---------------------------------- */
+
+/* Every hot-path transaction locks rows in one order - its lease, its
+ * worker, the batches it may end (in id order), usage_totals - so no two of
+ * them deadlock (a deadlock is detected and answered 503, but a worker's two
+ * commits must not fail each other). The tests hold one row in a transaction
+ * of their own, run the operation on a second connection until it waits for
+ * that row, and ask a third which rows it holds by then (FOR NO KEY UPDATE
+ * NOWAIT: fails on a row another transaction locked). */
+
+struct lock_op {
+    struct store *st; /* a connection of its own (the op's thread uses it) */
+    int what;         /* 0 store_results_commit, 1 store_lease_sweep, 2 store_lease_release */
+    const char *lease_id, *worker_id;
+    const struct store_result *items;
+    size_t n;
+    struct store_retry_policy policy;
+    int64_t now;
+    enum store_commit_outcome oc[8];
+    struct store_sweep_report rep;
+    int64_t n_released;
+    int rc;
+};
+
+static void *lock_op_thread(void *arg)
+{
+    struct lock_op *o = arg;
+    if (o->what == 0)
+        o->rc = store_results_commit(o->st, o->lease_id, o->worker_id, o->items, o->n, &o->policy, o->now, o->oc);
+    else if (o->what == 1)
+        o->rc = store_lease_sweep(o->st, o->now, &o->policy, 10, &o->rep);
+    else
+        o->rc = store_lease_release(o->st, o->lease_id, o->worker_id, NULL, 0, o->now, &o->n_released);
+    return NULL;
+}
+
+/* 1 when another transaction holds a lock on row id of table, 0 when not. */
+static int row_locked(const char *dir, const char *table, const char *id)
+{
+    struct sdb *db = th_db_open(dir);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM %s WHERE id = '%s' FOR NO KEY UPDATE NOWAIT", table, id);
+    struct sdb_stmt *s = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, sql, &s), SDB_OK);
+    int r = sdb_step(s);
+    sdb_finalize(s);
+    sdb_close(db);
+    if (r != SDB_ROW && r != SDB_BUSY)
+        th_fail(__FILE__, __LINE__, sql, "rc %d", r);
+    return r == SDB_BUSY;
+}
+
+/* Hold batch hold_id's row on a connection of the test's, run o on its own
+ * thread until it waits for a lock, and fill locked[i] with whether rows[i]
+ * (table, id pairs) are held by then; then let o finish. */
+static void lock_probe(const char *dir, const char *hold_id, struct lock_op *o, const char *const (*rows)[2],
+                       int nrows, int *locked)
+{
+    struct sdb *e = th_db_open(dir);
+    char sql[200];
+    snprintf(sql, sizeof sql, "BEGIN; SELECT 1 FROM batches WHERE id = '%s' FOR NO KEY UPDATE", hold_id);
+    CHECK_EQ_INT(sdb_exec(e, sql), SDB_OK);
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, lock_op_thread, o), 0);
+    int64_t waiting = 0;
+    for (int i = 0; i < 3000 && !waiting; i++) {
+        waiting = th_db_int(dir, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                 "AND wait_event_type = 'Lock'");
+        if (!waiting)
+            usleep(10000);
+    }
+    for (int i = 0; i < nrows; i++)
+        locked[i] = waiting ? row_locked(dir, rows[i][0], rows[i][1]) : -1;
+    CHECK_EQ_INT(sdb_exec(e, "ROLLBACK"), SDB_OK);
+    pthread_join(th, NULL);
+    sdb_close(e);
+    CHECK(waiting > 0); /* it waited for the held batch row */
+    CHECK_EQ_INT(o->rc, 0);
+}
+
+/* A commit locks its worker right after its lease, before any batch row
+ * (a commit of one success locked the batch, usage_totals, then the worker;
+ * one of several successes the worker first: two commits of one worker on
+ * two leases deadlocked). */
+TEST(lease_commit_locks_its_worker_before_any_batch)
+{
+    if (!th_pg_on())
+        th_skip("PostgreSQL only (row locks; SQLite has one writer)");
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "w", 3, NULL, 86400, bid);
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 3);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 3);
+    char *b[3];
+    struct store_result rs[3];
+    for (int i = 0; i < 3; i++) {
+        b[i] = success_body(&l.items[i]);
+        rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS,
+                                      .status_code = 200, .body = b[i], .body_len = strlen(b[i]),
+                                      .prompt_tokens = 7, .completion_tokens = 3};
+    }
+    const char *const rows[2][2] = {{"leases", l.id}, {"workers", fx.worker}};
+    /* one item (commit_one), then two (the set-based commit) */
+    for (int round = 0; round < 2; round++) {
+        struct lock_op o = {.what = 0, .lease_id = l.id, .worker_id = fx.worker, .items = rs + round,
+                            .n = (size_t)round + 1, .policy = STORE_RETRY_DEFAULT, .now = now};
+        struct store_opts so = STORE_OPTS_DEFAULT;
+        so.busy_timeout_ms = 60000; /* its lock_timeout: it waits while the test probes */
+        CHECK_EQ_INT(th_store_open(fx.dir, &so, &o.st), 0);
+        int locked[2];
+        lock_probe(fx.dir, bid, &o, rows, 2, locked);
+        store_close(o.st);
+        CHECK_EQ_INT(locked[0], 1);
+        CHECK_EQ_INT(locked[1], 1);
+        for (int i = 0; i <= round; i++)
+            CHECK_EQ_INT(o.oc[i], STORE_COMMIT_OK);
+    }
+    struct store_batch bt;
+    get_batch(&fx, bid, &bt);
+    CHECK_EQ_INT(bt.n_completed, 3);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+/* A commit and a sweep lock the rows of every batch they may end requests
+ * of, in id order, right after the lease (and worker) row: held the lower
+ * batch, they wait for it before touching the higher one (a commit ended a
+ * dead-lettered request of the higher batch first, by item order, then
+ * waited for the lower: two such transactions deadlocked). A release
+ * locks only batches that are not in_progress, so it does not wait here. */
+TEST(lease_commit_and_sweep_lock_batches_in_id_order)
+{
+    if (!th_pg_on())
+        th_skip("PostgreSQL only (row locks; SQLite has one writer)");
+    struct fx fx;
+    fx_open(&fx);
+    char b1[ID_MAX], b2[ID_MAX];
+    fx_batch(&fx, &fx.ta, "p", 3, NULL, 86400, b1);
+    fx_batch(&fx, &fx.tb, "q", 3, NULL, 86400, b2);
+    const char *lo = strcmp(b1, b2) < 0 ? b1 : b2, *hi = lo == b1 ? b2 : b1;
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 6);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 6);
+    const char *in_lo[3], *in_hi[3];
+    int nlo = 0, nhi = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (strcmp(l.items[i].batch_id, lo) == 0)
+            in_lo[nlo++] = l.items[i].id;
+        else
+            in_hi[nhi++] = l.items[i].id;
+    }
+    CHECK_EQ_INT(nlo, 3);
+    CHECK_EQ_INT(nhi, 3);
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.busy_timeout_ms = 60000;
+    struct store_retry_policy one = {1, 10, 600}; /* a transient error dead-letters */
+
+    /* a commit: the higher batch's transient error (dead-lettered) first */
+    struct store_result rs[2] = {
+        {.request_id = in_hi[0], .kind = STORE_RESULT_TRANSIENT, .error = "flaky"},
+        {.request_id = in_lo[0], .kind = STORE_RESULT_SUCCESS, .status_code = 200, .body = "{}", .body_len = 2},
+    };
+    struct lock_op o = {.what = 0, .lease_id = l.id, .worker_id = fx.worker, .items = rs, .n = 2,
+                        .policy = one, .now = now};
+    CHECK_EQ_INT(th_store_open(fx.dir, &so, &o.st), 0);
+    const char *const rows[3][2] = {{"leases", l.id}, {"workers", fx.worker}, {"batches", hi}};
+    int locked[3];
+    lock_probe(fx.dir, lo, &o, rows, 3, locked);
+    CHECK_EQ_INT(locked[0], 1);
+    CHECK_EQ_INT(locked[1], 1);
+    CHECK_EQ_INT(locked[2], 0);
+    CHECK_EQ_INT(o.oc[0], STORE_COMMIT_DEAD);
+    CHECK_EQ_INT(o.oc[1], STORE_COMMIT_OK);
+
+    /* a release of in_progress requests locks no batch row: it does not wait */
+    struct sdb *e = th_db_open(fx.dir);
+    char sql[200];
+    snprintf(sql, sizeof sql, "BEGIN; SELECT 1 FROM batches WHERE id = '%s' FOR NO KEY UPDATE", lo);
+    CHECK_EQ_INT(sdb_exec(e, sql), SDB_OK);
+    char ids[2][ID_MAX];
+    snprintf(ids[0], ID_MAX, "%s", in_lo[1]);
+    snprintf(ids[1], ID_MAX, "%s", in_hi[1]);
+    int64_t n_rel = 0;
+    CHECK_EQ_INT(store_lease_release(o.st, l.id, fx.worker, (const char(*)[ID_MAX])ids, 2, now, &n_rel), 0);
+    CHECK_EQ_INT(sdb_exec(e, "ROLLBACK"), SDB_OK);
+    sdb_close(e);
+    CHECK_EQ_INT((int)n_rel, 2);
+
+    /* the sweep of the lapsed lease (one request of each batch left, both dead-lettered) */
+    struct lock_op w = {.st = o.st, .what = 1, .policy = one, .now = l.expires_at + 1};
+    lock_probe(fx.dir, lo, &w, rows, 3, locked);
+    CHECK_EQ_INT(locked[0], 1);
+    CHECK_EQ_INT(locked[2], 0);
+    CHECK_EQ_INT((int)w.rep.n_leases, 1);
+    CHECK_EQ_INT((int)w.rep.n_dead, 2);
+    store_close(o.st);
+
+    struct store_batch bt;
+    get_batch(&fx, lo, &bt);
+    CHECK_EQ_INT(bt.n_completed, 1);
+    CHECK_EQ_INT(bt.n_failed, 1);
+    get_batch(&fx, hi, &bt);
+    CHECK_EQ_INT(bt.n_completed, 0);
+    CHECK_EQ_INT(bt.n_failed, 2);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
+/* An acquire that read (and, on PostgreSQL, locked) ready requests it did
+ * not claim - here the pack's token budget stops it after the first - wakes
+ * the listeners with its commit: acquires elsewhere skipped those rows
+ * while it ran, and their long polls would otherwise wait for the fallback
+ * re-read. One that claims every row it read sends nothing. */
+TEST(lease_acquire_leaving_ready_rows_wakes_listeners)
+{
+    if (!th_pg_on())
+        th_skip("PostgreSQL only (LISTEN/NOTIFY)");
+    struct fx fx;
+    fx_open(&fx);
+    struct store *ls = NULL;
+    CHECK_EQ_INT(th_store_open(fx.dir, NULL, &ls), 0);
+    CHECK_EQ_INT(store_work_listen(ls), 0);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "n", 5, NULL, 86400, bid);
+    int woke = 0;
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1); /* the batch became leasable */
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 5);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 5); /* read 5, claimed 5 */
+    store_lease_clear(&l);
+    CHECK_EQ_INT(store_work_wait(ls, 200, &woke), 0);
+    CHECK_EQ_INT(woke, 0);
+
+    fx_batch(&fx, &fx.ta, "o", 5, NULL, 86400, bid);
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1);
+    a.max_tokens = 1; /* the first request only (it is taken even if it alone exceeds the cap) */
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 1);
+    store_lease_clear(&l);
+    CHECK_EQ_INT(store_work_wait(ls, 10000, &woke), 0);
+    CHECK_EQ_INT(woke, 1);
+    /* the rows it left are leasable */
+    a.max_tokens = 0;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 4);
+    store_lease_clear(&l);
+    store_close(ls);
+    store_close(fx.st);
+}
