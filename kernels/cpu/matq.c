@@ -1015,11 +1015,8 @@ typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const stru
     X4_KERNEL(n##_4, T, 4)                                                                    \
     static const dotx_fn n[4] = {n##_1, n##_2, n##_3, n##_4};
 
-X4_SET(QUANT_Q4_0, dotx_q4_0)
 X4_SET(QUANT_Q4_1, dotx_q4_1)
-X4_SET(QUANT_Q5_0, dotx_q5_0)
 X4_SET(QUANT_Q5_1, dotx_q5_1)
-X4_SET(QUANT_Q8_0, dotx_q8_0)
 
 /* ---- K-quants, AVX-512 VNNI: two sub-blocks per register ------------------------------
  *
@@ -1273,6 +1270,176 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
     *s_out = d * (float)sum;
 }
 
+/* ---- AVX-512 VNNI: the signed 32-value types (Q4_0, Q5_0, Q8_0), register tiles --------
+ *
+ * A tile of 2 weight rows x 8 (or 4) activation rows per call of the
+ * microkernel, for n >= 4. The activations are quantized once per call into
+ * struct act32u: per row and block pair, the 64 int8 values of blocks 2p
+ * and 2p+1 stored as unsigned bytes q + 128, and the two block scales
+ * spread to the 16 lanes of their block (d[0..7] = d of block 2p, d[8..15]
+ * = d of 2p+1). vpdpbusd (u8 x s8) then takes the activations as its
+ * unsigned operand and the signed weight values w directly: lane j gets
+ * sum (q + 128) w = sum q w + 128 sum w over the four elements 4j..4j+3,
+ * and starting the lane at -128 sum w (one more vpdpbusd per weight pair,
+ * shared by the tile's activation rows) leaves the exact integer of the
+ * reference. So per (weight row, activation row, block pair) the inner step
+ * is vpdpbusd + cvt + one multiply of the two 16-lane scale vectors (dw *
+ * da: the reference's float product, lane by lane) + fma: no sign transfer,
+ * no scale permute, and each weight pair is unpacked once for 8 activation
+ * rows (the 4-row kernels above unpack it once per 4). Lanes, block parity
+ * and the final sums are those of the reference (low half = lane set 0,
+ * high half = lane set 1; a lone last block updates the low half only). */
+struct act32u {
+    uint8_t q[2 * QUANT_QK]; /* q + 128 of blocks 2p, 2p+1 */
+    float d[16];             /* lanes 0-7: d of block 2p; 8-15: of 2p+1 */
+};
+
+_Static_assert(sizeof(struct act32u) == 128, "act32u size");
+
+/* quant_block32_s into the act32u layout (half h of pair ap). */
+AVX512 static void quant_block32u(const float *x, struct act32u *ap, int h)
+{
+    float d, s;
+    int8_t q[QUANT_QK];
+    quant_block32_avx512(x, &d, &s, q);
+    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q), _mm256_set1_epi8((char)0x80));
+    _mm256_storeu_si256((__m256i *)(void *)(ap->q + QUANT_QK * h), v);
+    _mm256_storeu_ps(ap->d + 8 * h, _mm256_set1_ps(d));
+}
+
+/* A zero row (padding to the 8-row group): q = 0, d = 0. */
+static void act32u_zero(struct act32u *ap, int np)
+{
+    for (int p = 0; p < np; p++) {
+        memset(ap[p].q, 0x80, sizeof ap[p].q);
+        memset(ap[p].d, 0, sizeof ap[p].d);
+    }
+}
+
+/* Signed values of blocks b0 and b0 + bs (or b0 alone, upper half zero) as
+ * 64 int8 in element order. */
+AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, size_t bs, int lone)
+{
+    if (type == QUANT_Q8_0) {
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+        return lone ? _mm512_zextsi256_si512(lo)
+                    : join256(lo, _mm256_loadu_si256((const __m256i *)(b0 + bs + 2)));
+    }
+    size_t o = type == QUANT_Q5_0 ? 6 : 2;
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + o));
+    __m128i q1 = lone ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b0 + bs + o));
+    __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+    /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
+    z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+    if (type == QUANT_Q4_0)
+        z = _mm512_sub_epi8(z, _mm512_set1_epi8(8));
+    else { /* Q5_0: nibble - 16 where the 5th bit is clear */
+        uint32_t h0, h1 = 0xFFFFFFFFu;
+        memcpy(&h0, b0 + 2, 4);
+        if (!lone)
+            memcpy(&h1, b0 + bs + 2, 4);
+        __mmask64 clear = _cvtu64_mask64(~((uint64_t)h1 << 32 | h0));
+        z = _mm512_mask_sub_epi8(z, clear, z, _mm512_set1_epi8(16));
+    }
+    return lone ? _mm512_zextsi256_si512(_mm512_castsi512_si256(z)) : z;
+}
+
+/* The weight scales of a pair spread to 16 lanes (lone: upper 8 zero). */
+AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lone)
+{
+    __m128i h0 = _mm_set1_epi16((short)rd16(b0));
+    __m128i h1 = lone ? _mm_setzero_si128() : _mm_set1_epi16((short)rd16(b0 + bs));
+    return _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));
+}
+
+/* NW (1, 2) weight rows from w (stride wrb) x NA (4, 8) activation rows
+ * from act (stride arow); out[r * os + c] for the first nr rows. */
+AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, size_t wrb, const uint8_t *act,
+                                          size_t arow, int nr, float *out, size_t os, const int NW,
+                                          const int NA)
+{
+    const size_t bs = type == QUANT_Q4_0 ? 18 : type == QUANT_Q5_0 ? 22 : 34;
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[2][8];
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int r = 0; r < NA; r++)
+            acc[c][r] = _mm512_setzero_ps();
+    int nb = k / QUANT_QK, p = 0;
+    for (; 2 * p + 1 < nb; p++) {
+        __m512i wq[2], neg[2];
+        __m512 dw[2];
+        UNROLL for (int c = 0; c < NW; c++) {
+            const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
+            wq[c] = unpack_pair_s(type, b0, bs, 0);
+            neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
+            dw[c] = wscale16(b0, bs, 0);
+        }
+        UNROLL for (int r = 0; r < NA; r++) {
+            const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
+            __m512i y = _mm512_load_si512((const void *)ap->q);
+            __m512 da = _mm512_load_ps(ap->d);
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg[c], y, wq[c]));
+                acc[c][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r]);
+            }
+        }
+    }
+    if (2 * p < nb) { /* a lone last block: lane set 0 only */
+        __m512i wq[2], neg[2];
+        __m512 dw[2];
+        UNROLL for (int c = 0; c < NW; c++) {
+            const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
+            wq[c] = unpack_pair_s(type, b0, bs, 1);
+            neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
+            dw[c] = wscale16(b0, bs, 1);
+        }
+        UNROLL for (int r = 0; r < NA; r++) {
+            const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
+            __m512i y = _mm512_load_si512((const void *)ap->q);
+            __m512 da = _mm512_load_ps(ap->d);
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg[c], y, wq[c]));
+                acc[c][r] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r], 0x00FF);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < NA; r++)
+        UNROLL for (int c = 0; c < NW; c++) {
+            if (r >= nr)
+                break;
+            __m256 lo = _mm512_castps512_ps256(acc[c][r]);
+            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c][r]), 1));
+            out[(size_t)r * os + (size_t)c] = hsum8_avx2(_mm256_add_ps(lo, hi));
+        }
+}
+
+/* nc weight rows x one group of nr (1..8) activation rows. */
+typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
+                        int nr, float *out, size_t os);
+
+#define XU_KERNEL(name, T)                                                                    \
+    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, \
+                            size_t arow, int nr, float *out, size_t os)                       \
+    {                                                                                         \
+        int c = 0;                                                                            \
+        if (nr > 4) {                                                                         \
+            for (; c + 2 <= nc; c += 2)                                                       \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 2, 8); \
+            if (c < nc)                                                                       \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 1, 8); \
+            return;                                                                           \
+        }                                                                                     \
+        for (; c + 2 <= nc; c += 2)                                                           \
+            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 2, 4);     \
+        if (c < nc)                                                                           \
+            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 1, 4);     \
+    }
+
+XU_KERNEL(dotu_q4_0, QUANT_Q4_0)
+XU_KERNEL(dotu_q5_0, QUANT_Q5_0)
+XU_KERNEL(dotu_q8_0, QUANT_Q8_0)
+
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
 static int cpu_has_vnni(void)
@@ -1290,20 +1457,26 @@ static int cpu_has_vnni(void)
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
-/* ACT_32X4: the act32 blocks in the 4-row layout of struct act32p (AVX-512). */
-enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32X4 };
+/* ACT_32X4: the act32 blocks in the 4-row layout of struct act32p (AVX-512,
+ * Q4_1 and Q5_1); ACT_32U: one struct act32u per row and block pair, rows in
+ * groups of 8 (AVX-512, Q4_0, Q5_0, Q8_0). */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32X4, ACT_32U };
 
 #if !MATQ_X86
 struct act32p;
 typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
                         float *out, size_t os);
+typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
+                        int nr, float *out, size_t os);
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
- * dotx (may be NULL): the 1..4-row kernels of the ACT_32X4 layout. */
+ * dotx (may be NULL): the 1..4-row kernels of the ACT_32X4 layout; dotu
+ * (may be NULL): the tile kernel of the ACT_32U layout. */
 static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn **dotx,
-                enum act_kind *act)
+                dotu_fn *dotu, enum act_kind *act)
 {
+    dotu_fn vu = NULL;
     dot_fn s = NULL, v = NULL;
     dot4_fn v4 = NULL;
     enum act_kind ak = ACT_32;
@@ -1351,19 +1524,21 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
     }
     if (simd && ak == ACT_32 && level >= KN_SIMD_AVX512) {
         switch (type) {
-        case QUANT_Q4_0: vx = dotx_q4_0; break;
+        case QUANT_Q4_0: vu = dotu_q4_0; break;
         case QUANT_Q4_1: vx = dotx_q4_1; break;
-        case QUANT_Q5_0: vx = dotx_q5_0; break;
+        case QUANT_Q5_0: vu = dotu_q5_0; break;
         case QUANT_Q5_1: vx = dotx_q5_1; break;
-        default: vx = dotx_q8_0; break;
+        default: vu = dotu_q8_0; break;
         }
-        ak = ACT_32X4;
+        ak = vu ? ACT_32U : ACT_32X4;
     }
 #endif
     *dot = simd ? v : s;
     *dot4 = simd ? v4 : NULL;
     if (dotx)
         *dotx = vx;
+    if (dotu)
+        *dotu = vu;
     *act = ak;
     return 0;
 }
@@ -1394,6 +1569,7 @@ static size_t act_row_bytes(enum act_kind ak, int k)
     switch (ak) {
     case ACT_32: return (size_t)(k / QUANT_QK) * sizeof(struct act32);
     case ACT_32X4: return (size_t)((k / QUANT_QK + 1) / 2) * sizeof(struct act32p);
+    case ACT_32U: return (size_t)((k / QUANT_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
     case ACT_256: return (size_t)(k / QUANT_QK_K) * sizeof(struct act256);
     default: return 0;
     }
@@ -1401,9 +1577,9 @@ static size_t act_row_bytes(enum act_kind ak, int k)
 
 /* Validate the arguments that need no pointers; fills dot/act/row bytes. */
 static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, dot4_fn *dot4,
-                      const dotx_fn **dotx, enum act_kind *ak, size_t *w_row_bytes)
+                      const dotx_fn **dotx, dotu_fn *dotu, enum act_kind *ak, size_t *w_row_bytes)
 {
-    int rc = pick(w_type, level, dot, dot4, dotx, ak);
+    int rc = pick(w_type, level, dot, dot4, dotx, dotu, ak);
     if (rc)
         return rc;
     int64_t rb;
@@ -1422,15 +1598,16 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
     dot4_fn dot4;
     enum act_kind ak;
     size_t rb;
-    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, &ak, &rb) || ak == ACT_NONE ||
-        n == 0)
+    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, NULL, &ak, &rb) ||
+        ak == ACT_NONE || n == 0)
         return 0;
-    /* whatever the level: the 32-value types get room for the 4-row layout
-     * (rows rounded up to 4, blocks to 2), which is never smaller */
+    /* whatever the level: the 32-value types get room for the ACT_32U
+     * layout (rows rounded up to 8, blocks to 2, 64 bytes per row and
+     * block), which is never smaller than ACT_32 or ACT_32X4 */
     size_t row = act_row_bytes(ak, k), rows = (size_t)n;
     if (ak == ACT_32) {
-        row = act_row_bytes(ACT_32X4, k);
-        rows = ((size_t)n + 3) / 4;
+        row = act_row_bytes(ACT_32U, k);
+        rows = ((size_t)n + 7) / 8 * 8;
     }
     if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
         return SIZE_MAX; /* cannot be provided: kn_matmul_w will say ERR_TOOBIG */
@@ -1452,6 +1629,7 @@ struct matq_job {
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     const dotx_fn *dotx;  /* ACT_32X4: kernels for 1..4 rows of a group */
+    dotu_fn dotu;         /* ACT_32U: the tile kernel */
     int64_t n_tiles_m, n_tiles;
     atomic_llong next_tile;
 };
@@ -1503,9 +1681,40 @@ static void quant_groups(struct matq_job *j, int g0, int g1)
     }
 }
 
+/* Rows r0..r1 (up to n rounded to 8: the rest are zero) into act32u. */
+static void quant_rows_u(struct matq_job *j, int r0, int r1)
+{
+#if MATQ_X86
+    int nb = j->k / QUANT_QK, np = (nb + 1) / 2;
+    for (int r = r0; r < r1; r++) {
+        struct act32u *ap = (struct act32u *)(void *)(j->act + (size_t)r * j->act_row);
+        if (r >= j->n) {
+            act32u_zero(ap, np);
+            continue;
+        }
+        if (nb & 1)
+            act32u_zero(ap + np - 1, 1);
+        const float *xr = j->x + (size_t)r * (size_t)j->k;
+        for (int b = 0; b < nb; b++)
+            quant_block32u(xr + (size_t)b * QUANT_QK, ap + b / 2, b & 1);
+    }
+#else
+    (void)j;
+    (void)r0;
+    (void)r1;
+#endif
+}
+
 static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
+    if (j->ak == ACT_32U) {
+        int nr = (j->n + 7) / 8 * 8, per = (nr / 8 + nth - 1) / nth * 8, r0 = ith * per;
+        int r1 = r0 + per < nr ? r0 + per : nr;
+        if (r0 < r1)
+            quant_rows_u(j, r0, r1);
+        return;
+    }
     if (j->ak == ACT_32X4) {
         int ng = (j->n + 3) / 4, per = (ng + nth - 1) / nth, g0 = ith * per;
         int g1 = g0 + per < ng ? g0 + per : ng;
@@ -1537,6 +1746,13 @@ static void dot_worker(void *ctx, int ith, int nth)
         int c0 = tm * TILE_M, c1 = c0 + TILE_M < j->m ? c0 + TILE_M : j->m;
         int r0 = tn * TILE_N, r1 = r0 + TILE_N < j->n ? r0 + TILE_N : j->n;
         int r = r0;
+        if (j->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
+            for (; r < r1; r += 8)
+                j->dotu(j->k, j->w + (size_t)c0 * j->w_row_bytes, j->w_row_bytes, c1 - c0,
+                        j->act + (size_t)r * j->act_row, j->act_row, r1 - r < 8 ? r1 - r : 8,
+                        j->out + (size_t)r * (size_t)j->m + (size_t)c0, (size_t)j->m);
+            continue;
+        }
         if (j->dotx) { /* groups of 4 rows (TILE_N is a multiple of 4) */
             for (; r < r1; r += 4) {
                 int nr = r1 - r < 4 ? r1 - r : 4;
@@ -1591,7 +1807,8 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
     if (level == KN_SIMD_AVX512 && n < 4 && w_type != QUANT_Q4_K && w_type != QUANT_Q5_K &&
         w_type != QUANT_Q6_K)
         level = KN_SIMD_AVX2;
-    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.ak, &j.w_row_bytes);
+    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.dotu, &j.ak,
+                        &j.w_row_bytes);
     if (rc)
         return rc;
     j.dot8 = pick8(w_type, level);
@@ -1612,7 +1829,7 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (n >= (j.ak == ACT_32X4 ? 8 : 4) && kn_pool_threads(pool) > 1)
+        if (n >= (j.ak == ACT_32X4 || j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
             quant_worker(&j, 0, 1);
