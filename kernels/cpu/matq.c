@@ -1353,7 +1353,7 @@ AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lon
     return _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));
 }
 
-/* NW (1, 2) weight rows from w (stride wrb) x NA (4, 8) activation rows
+/* NW (1, 2, 4) weight rows from w (stride wrb) x NA (1, 4, 8) activation rows
  * from act (stride arow); out[r * os + c] for the first nr rows. */
 AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, size_t wrb, const uint8_t *act,
                                           size_t arow, int nr, float *out, size_t os, const int NW,
@@ -1361,14 +1361,14 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
 {
     const size_t bs = type == QUANT_Q4_0 ? 18 : type == QUANT_Q5_0 ? 22 : 34;
     const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[2][8];
+    __m512 acc[4][8];
     UNROLL for (int c = 0; c < NW; c++)
         UNROLL for (int r = 0; r < NA; r++)
             acc[c][r] = _mm512_setzero_ps();
     int nb = k / QUANT_QK, p = 0;
     for (; 2 * p + 1 < nb; p++) {
-        __m512i wq[2], neg[2];
-        __m512 dw[2];
+        __m512i wq[4], neg[4];
+        __m512 dw[4];
         UNROLL for (int c = 0; c < NW; c++) {
             const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
             wq[c] = unpack_pair_s(type, b0, bs, 0);
@@ -1386,8 +1386,8 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         }
     }
     if (2 * p < nb) { /* a lone last block: lane set 0 only */
-        __m512i wq[2], neg[2];
-        __m512 dw[2];
+        __m512i wq[4], neg[4];
+        __m512 dw[4];
         UNROLL for (int c = 0; c < NW; c++) {
             const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
             wq[c] = unpack_pair_s(type, b0, bs, 1);
@@ -1414,7 +1414,10 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         }
 }
 
-/* nc weight rows x one group of nr (1..8) activation rows. */
+/* nc weight rows x one group of nr (1..8) activation rows: one row with 4
+ * weight rows per tile (decode), else 2 weight rows x 4 or 8 activation
+ * rows (the group's rows past nr, up to 4 or 8, must be readable: see
+ * act_rows_u). */
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
                         int nr, float *out, size_t os);
 
@@ -1423,6 +1426,13 @@ typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint
                             size_t arow, int nr, float *out, size_t os)                       \
     {                                                                                         \
         int c = 0;                                                                            \
+        if (nr == 1) {                                                                        \
+            for (; c + 4 <= nc; c += 4)                                                       \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, 1, out + c, os, 4, 1);  \
+            for (; c < nc; c++)                                                               \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, 1, out + c, os, 1, 1);  \
+            return;                                                                           \
+        }                                                                                     \
         if (nr > 4) {                                                                         \
             for (; c + 2 <= nc; c += 2)                                                       \
                 x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 2, 8); \
@@ -1681,7 +1691,16 @@ static void quant_groups(struct matq_job *j, int g0, int g1)
     }
 }
 
-/* Rows r0..r1 (up to n rounded to 8: the rest are zero) into act32u. */
+/* Rows of the ACT_32U layout the kernels read for n rows: whole groups of
+ * 8, then the last group's rows rounded to 1, 4 or 8 (dotu_fn reads that
+ * many). Rows past n are zero. */
+static int act_rows_u(int n)
+{
+    int rem = n % 8, full = n - rem;
+    return full + (rem == 0 ? 0 : rem == 1 ? 1 : rem <= 4 ? 4 : 8);
+}
+
+/* Rows r0..r1 (up to act_rows_u(n): the rows past n are zero) into act32u. */
 static void quant_rows_u(struct matq_job *j, int r0, int r1)
 {
 #if MATQ_X86
@@ -1709,7 +1728,7 @@ static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
     if (j->ak == ACT_32U) {
-        int nr = (j->n + 7) / 8 * 8, per = (nr / 8 + nth - 1) / nth * 8, r0 = ith * per;
+        int nr = act_rows_u(j->n), per = ((nr + 7) / 8 + nth - 1) / nth * 8, r0 = ith * per;
         int r1 = r0 + per < nr ? r0 + per : nr;
         if (r0 < r1)
             quant_rows_u(j, r0, r1);
@@ -1800,12 +1819,11 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
 {
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    /* 32-value types with fewer than 4 rows: the AVX2 one-row kernels waste
-     * no lanes on padding rows (same bits either way); the K-quants' AVX-512
-     * kernels have no padding rows */
+    /* Q4_1/Q5_1 with fewer than 4 rows: the AVX2 one-row kernels waste no
+     * lanes on padding rows (same bits either way); the other types'
+     * AVX-512 kernels have a one-row form */
     int level = kn_simd_level();
-    if (level == KN_SIMD_AVX512 && n < 4 && w_type != QUANT_Q4_K && w_type != QUANT_Q5_K &&
-        w_type != QUANT_Q6_K)
+    if (level == KN_SIMD_AVX512 && n < 4 && (w_type == QUANT_Q4_1 || w_type == QUANT_Q5_1))
         level = KN_SIMD_AVX2;
     int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.dotu, &j.ak,
                         &j.w_row_bytes);
