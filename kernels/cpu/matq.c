@@ -199,21 +199,6 @@ static void quant_act32_row(const float *x, int k, struct act32 *out)
         quant_block32_s(x, &out[b].d, &out[b].s, out[b].q);
 }
 
-/* The AVX-512 path's layout of the act32 blocks: four activation rows
- * interleaved, blocks taken in pairs (2p, 2p+1), so that one 64-byte load
- * gives a row's values of both blocks and one 32-byte load the scales of
- * all four rows and both blocks. Lanes 0-3 / 4-7 of d and s are rows 0-3 of
- * block 2p / 2p+1. A group of four rows is ceil(nb/2) pairs; rows past n
- * and the missing second block of an odd nb are zero. The numbers are those
- * of act32 (same quantizer), only their places differ. */
-struct act32p {
-    float d[8];
-    float s[8];
-    int8_t q[4][2 * QUANT_QK];
-};
-
-_Static_assert(sizeof(struct act32p) == 320, "act32p size");
-
 static void quant_act256_row(const float *x, int k, struct act256 *out)
 {
     for (int b = 0; b < k / QUANT_QK_K; b++, x += QUANT_QK_K) {
@@ -898,125 +883,8 @@ FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
 FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
 FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
 
-/* ---- AVX-512 (F, BW, VL, VNNI): the 32-value types, two blocks per register ----------
- *
- * Register z holds block 2p in its low 8 lanes and block 2p+1 in its high 8:
- * exactly the two lane sets of the reference (block b -> lanes 8 * (b & 1) +
- * j), so acc[r] low / high half are the AVX2 kernel's acc0 / acc1, and
- * every lane sees the same fma with the same operands in the same order.
- * Scales: d_w * d_a as one vector multiply for 4 rows x 2 blocks (the same
- * float products as the scalar d * a[b].d), spread to each row's 16 lanes
- * with a permute. Offsets (Q4_1, Q5_1): one 8-lane register, lane r / 4 + r
- * = accm0 / accm1 of row r. An odd last block updates the low half only
- * (masked fma), as the reference puts it in lane set 0. */
+/* ---- AVX-512 (F, BW, VL, VNNI) ------------------------------------------------------ */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-
-/* Blocks b0 and b0 + bs as 64 bytes: b0's 32 values, then the next block's. */
-AVX512 static inline __m512i unpack_pair_avx512(int type, const uint8_t *b0, size_t bs)
-{
-    if (type == QUANT_Q4_0 || type == QUANT_Q4_1) {
-        size_t o = type == QUANT_Q4_1 ? 4 : 2;
-        __m256i u = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + o))),
-            _mm_loadu_si128((const __m128i *)(b0 + bs + o)), 1);
-        /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
-        z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)),
-                             _mm512_set1_epi8(0x0F));
-        return type == QUANT_Q4_0 ? _mm512_sub_epi8(z, _mm512_set1_epi8(8)) : z;
-    }
-    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack32_avx2(type, b0)),
-                              unpack32_avx2(type, b0 + bs), 1);
-}
-
-/* [d0, m0, d1, m1] of blocks b0 and b1 (b1 NULL: zeros; m 0 without offset). */
-AVX512 static inline __m128 scales_pair_avx512(int off, const uint8_t *b0, const uint8_t *b1)
-{
-    __m128i h = _mm_setr_epi16((short)rd16(b0), off ? (short)rd16(b0 + 2) : 0,
-                               b1 ? (short)rd16(b1) : 0, b1 && off ? (short)rd16(b1 + 2) : 0, 0,
-                               0, 0, 0);
-    return _mm_cvtph_ps(h);
-}
-
-/* One pair (or a lone last block: last = 1) against NR rows of group pair ap. */
-#define X4_STEP(last)                                                                         \
-    do {                                                                                      \
-        const uint8_t *b0 = w + (size_t)(2 * p) * bs;                                         \
-        __m512i q = (last) ? _mm512_zextsi256_si512(unpack32_avx2(type, b0))                  \
-                           : unpack_pair_avx512(type, b0, bs);                                \
-        __m512i ax = sgn ? _mm512_abs_epi8(q) : q;                                            \
-        __mmask64 neg = sgn ? _mm512_movepi8_mask(q) : 0;                                     \
-        __m256 dm = _mm256_castps128_ps256(scales_pair_avx512(off, b0, (last) ? NULL : b0 + bs)); \
-        __m256 dv = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm, idx_d), _mm256_load_ps(ap->d)); \
-        __m512 dvz = _mm512_castps256_ps512(dv);                                              \
-        for (int r = 0; r < NR; r++) {                                                        \
-            __m512i y = _mm512_load_si512((const void *)ap->q[r]);                            \
-            __m512i sy = sgn ? _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y) : y;   \
-            __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy)); \
-            __m512 sc = _mm512_permutexvar_ps(idx_r[r], dvz);                                 \
-            acc[r] = (last) ? _mm512_mask3_fmadd_ps(sc, f, acc[r], 0x00FF)                    \
-                            : _mm512_fmadd_ps(sc, f, acc[r]);                                 \
-        }                                                                                     \
-        if (off) {                                                                            \
-            __m256 mv = _mm256_permutevar8x32_ps(dm, idx_m);                                  \
-            accv = (last) ? _mm256_mask3_fmadd_ps(mv, _mm256_load_ps(ap->s), accv, 0x0F)      \
-                          : _mm256_fmadd_ps(mv, _mm256_load_ps(ap->s), accv);                 \
-        }                                                                                     \
-    } while (0)
-
-/* NR (1..4) rows of a 4-row group g against nc weight rows from w (stride
- * wrb): out[r * os + c] for r < NR, c < nc. */
-#define X4_KERNEL(name, T, NR_)                                                               \
-    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc,                    \
-                            const struct act32p *g, float *out, size_t os)                   \
-    {                                                                                         \
-        enum { NR = NR_ };                                                                    \
-        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
-        const size_t bs = T == QUANT_Q4_0 ? 18 : T == QUANT_Q4_1 ? 20 : T == QUANT_Q5_0 ? 22  \
-                        : T == QUANT_Q5_1 ? 24 : 34;                                          \
-        const __m256i idx_d = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);                     \
-        const __m256i idx_m = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);                     \
-        __m512i idx_r[NR];                                                                    \
-        for (int r = 0; r < NR; r++)                                                          \
-            idx_r[r] = _mm512_inserti64x4(_mm512_set1_epi32(r), _mm256_set1_epi32(4 + r), 1); \
-        for (int c = 0; c < nc; c++) {                                                        \
-        const uint8_t *w = w0 + (size_t)c * wrb;                                              \
-        __m512 acc[NR];                                                                       \
-        for (int r = 0; r < NR; r++)                                                          \
-            acc[r] = _mm512_setzero_ps();                                                     \
-        __m256 accv = _mm256_setzero_ps();                                                    \
-        int nb = k / QUANT_QK, p = 0;                                                         \
-        for (; 2 * p + 1 < nb; p++) {                                                         \
-            const struct act32p *ap = g + p;                                                  \
-            X4_STEP(0);                                                                       \
-        }                                                                                     \
-        if (2 * p < nb) {                                                                     \
-            const struct act32p *ap = g + p;                                                  \
-            X4_STEP(1);                                                                       \
-        }                                                                                     \
-        float m[8];                                                                           \
-        _mm256_storeu_ps(m, accv);                                                            \
-        for (int r = 0; r < NR; r++) {                                                        \
-            __m256 lo = _mm512_castps512_ps256(acc[r]);                                       \
-            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)); \
-            float v = hsum8_avx2(_mm256_add_ps(lo, hi));                                      \
-            out[(size_t)r * os + (size_t)c] = off ? v + (m[r] + m[4 + r]) : v;                \
-        }                                                                                     \
-        }                                                                                     \
-    }
-
-typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
-                        float *out, size_t os);
-
-#define X4_SET(T, n)                                                                          \
-    X4_KERNEL(n##_1, T, 1)                                                                    \
-    X4_KERNEL(n##_2, T, 2)                                                                    \
-    X4_KERNEL(n##_3, T, 3)                                                                    \
-    X4_KERNEL(n##_4, T, 4)                                                                    \
-    static const dotx_fn n[4] = {n##_1, n##_2, n##_3, n##_4};
-
-X4_SET(QUANT_Q4_1, dotx_q4_1)
-X4_SET(QUANT_Q5_1, dotx_q5_1)
 
 /* ---- K-quants, AVX-512 VNNI: two sub-blocks per register ------------------------------
  *
@@ -1290,34 +1158,38 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
  * and the final sums are those of the reference (low half = lane set 0,
  * high half = lane set 1; a lone last block updates the low half only). */
 struct act32u {
-    uint8_t q[2 * QUANT_QK]; /* q + 128 of blocks 2p, 2p+1 */
+    uint8_t q[2 * QUANT_QK]; /* q + 128 (Q4_1, Q5_1: q) of blocks 2p, 2p+1 */
     float d[16];             /* lanes 0-7: d of block 2p; 8-15: of 2p+1 */
 };
 
 _Static_assert(sizeof(struct act32u) == 128, "act32u size");
 
-/* quant_block32_s into the act32u layout (half h of pair ap). */
-AVX512 static void quant_block32u(const float *x, struct act32u *ap, int h)
+/* quant_block32_s into the act32u layout (half h of pair ap; off: Q4_1 /
+ * Q5_1, q stored signed, and the offset s written to *s_out). */
+AVX512 static void quant_block32u(const float *x, struct act32u *ap, int h, int off, float *s_out)
 {
     float d, s;
     int8_t q[QUANT_QK];
     quant_block32_avx512(x, &d, &s, q);
-    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q), _mm256_set1_epi8((char)0x80));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
+    if (!off)
+        v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
     _mm256_storeu_si256((__m256i *)(void *)(ap->q + QUANT_QK * h), v);
     _mm256_storeu_ps(ap->d + 8 * h, _mm256_set1_ps(d));
+    *s_out = s;
 }
 
 /* A zero row (padding to the 8-row group): q = 0, d = 0. */
-static void act32u_zero(struct act32u *ap, int np)
+static void act32u_zero(struct act32u *ap, int np, int off)
 {
     for (int p = 0; p < np; p++) {
-        memset(ap[p].q, 0x80, sizeof ap[p].q);
+        memset(ap[p].q, off ? 0 : 0x80, sizeof ap[p].q);
         memset(ap[p].d, 0, sizeof ap[p].d);
     }
 }
 
-/* Signed values of blocks b0 and b0 + bs (or b0 alone, upper half zero) as
- * 64 int8 in element order. */
+/* Values of blocks b0 and b0 + bs (or b0 alone, upper half zero) as 64
+ * bytes in element order: int8 for Q4_0/Q5_0/Q8_0, uint8 for Q4_1/Q5_1. */
 AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, size_t bs, int lone)
 {
     if (type == QUANT_Q8_0) {
@@ -1325,7 +1197,7 @@ AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, si
         return lone ? _mm512_zextsi256_si512(lo)
                     : join256(lo, _mm256_loadu_si256((const __m256i *)(b0 + bs + 2)));
     }
-    size_t o = type == QUANT_Q5_0 ? 6 : 2;
+    size_t o = type == QUANT_Q5_0 ? 6 : type == QUANT_Q4_1 ? 4 : type == QUANT_Q5_1 ? 8 : 2;
     __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + o));
     __m128i q1 = lone ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b0 + bs + o));
     __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
@@ -1334,7 +1206,13 @@ AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, si
     z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
     if (type == QUANT_Q4_0)
         z = _mm512_sub_epi8(z, _mm512_set1_epi8(8));
-    else { /* Q5_0: nibble - 16 where the 5th bit is clear */
+    else if (type == QUANT_Q5_1) { /* unsigned: nibble + 16 where the 5th bit is set */
+        uint32_t h0, h1 = 0;
+        memcpy(&h0, b0 + 4, 4);
+        if (!lone)
+            memcpy(&h1, b0 + bs + 4, 4);
+        z = _mm512_mask_add_epi8(z, _cvtu64_mask64((uint64_t)h1 << 32 | h0), z, _mm512_set1_epi8(16));
+    } else if (type == QUANT_Q5_0) { /* nibble - 16 where the 5th bit is clear */
         uint32_t h0, h1 = 0xFFFFFFFFu;
         memcpy(&h0, b0 + 2, 4);
         if (!lone)
@@ -1345,26 +1223,31 @@ AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, si
     return lone ? _mm512_zextsi256_si512(_mm512_castsi512_si256(z)) : z;
 }
 
-/* The weight scales of a pair spread to 16 lanes (lone: upper 8 zero). */
-AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lone)
+/* The weight scales (at = 0; offsets: at = 2) of a pair spread to 16 lanes
+ * (lone: upper 8 zero). */
+AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lone, int at)
 {
-    __m128i h0 = _mm_set1_epi16((short)rd16(b0));
-    __m128i h1 = lone ? _mm_setzero_si128() : _mm_set1_epi16((short)rd16(b0 + bs));
+    __m128i h0 = _mm_set1_epi16((short)rd16(b0 + at));
+    __m128i h1 = lone ? _mm_setzero_si128() : _mm_set1_epi16((short)rd16(b0 + bs + at));
     return _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));
 }
 
 /* NW (1, 2, 4) weight rows from w (stride wrb) x NA (1, 4, 8) activation rows
  * from act (stride arow); out[r * os + c] for the first nr rows. */
 AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, size_t wrb, const uint8_t *act,
-                                          size_t arow, int nr, float *out, size_t os, const int NW,
-                                          const int NA)
+                                          size_t arow, const float *sg, int nr, float *out, size_t os,
+                                          const int NW, const int NA)
 {
-    const size_t bs = type == QUANT_Q4_0 ? 18 : type == QUANT_Q5_0 ? 22 : 34;
+    const size_t bs = type == QUANT_Q4_0 ? 18 : type == QUANT_Q4_1 ? 20 : type == QUANT_Q5_0 ? 22
+                    : type == QUANT_Q5_1 ? 24 : 34;
+    const int off = has_offset32(type);
     const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[4][8];
-    UNROLL for (int c = 0; c < NW; c++)
+    __m512 acc[4][8], accm[4];
+    UNROLL for (int c = 0; c < NW; c++) {
+        accm[c] = _mm512_setzero_ps();
         UNROLL for (int r = 0; r < NA; r++)
             acc[c][r] = _mm512_setzero_ps();
+    }
     int nb = k / QUANT_QK, p = 0;
     for (; 2 * p + 1 < nb; p++) {
         __m512i wq[4], neg[4];
@@ -1372,15 +1255,21 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         UNROLL for (int c = 0; c < NW; c++) {
             const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
             wq[c] = unpack_pair_s(type, b0, bs, 0);
-            neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
-            dw[c] = wscale16(b0, bs, 0);
+            if (off) { /* the row's offsets: lane r / 8 + r = accm0 / accm1 of activation row r */
+                neg[c] = _mm512_setzero_si512();
+                __m512 mw = wscale16(b0, bs, 0, 2), sv = _mm512_load_ps(sg + 16 * p);
+                accm[c] = _mm512_fmadd_ps(mw, sv, accm[c]);
+            } else
+                neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
+            dw[c] = wscale16(b0, bs, 0, 0);
         }
         UNROLL for (int r = 0; r < NA; r++) {
             const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
             __m512i y = _mm512_load_si512((const void *)ap->q);
             __m512 da = _mm512_load_ps(ap->d);
             UNROLL for (int c = 0; c < NW; c++) {
-                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg[c], y, wq[c]));
+                __m512 f = _mm512_cvtepi32_ps(off ? _mm512_dpbusd_epi32(neg[c], wq[c], y)
+                                                  : _mm512_dpbusd_epi32(neg[c], y, wq[c]));
                 acc[c][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r]);
             }
         }
@@ -1391,15 +1280,21 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         UNROLL for (int c = 0; c < NW; c++) {
             const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
             wq[c] = unpack_pair_s(type, b0, bs, 1);
-            neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
-            dw[c] = wscale16(b0, bs, 1);
+            if (off) { /* the row's offsets: lane r / 8 + r = accm0 / accm1 of activation row r */
+                neg[c] = _mm512_setzero_si512();
+                __m512 mw = wscale16(b0, bs, 1, 2), sv = _mm512_load_ps(sg + 16 * p);
+                accm[c] = _mm512_mask3_fmadd_ps(mw, sv, accm[c], 0x00FF);
+            } else
+                neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
+            dw[c] = wscale16(b0, bs, 1, 0);
         }
         UNROLL for (int r = 0; r < NA; r++) {
             const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
             __m512i y = _mm512_load_si512((const void *)ap->q);
             __m512 da = _mm512_load_ps(ap->d);
             UNROLL for (int c = 0; c < NW; c++) {
-                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg[c], y, wq[c]));
+                __m512 f = _mm512_cvtepi32_ps(off ? _mm512_dpbusd_epi32(neg[c], wq[c], y)
+                                                  : _mm512_dpbusd_epi32(neg[c], y, wq[c]));
                 acc[c][r] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r], 0x00FF);
             }
         }
@@ -1410,7 +1305,13 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
                 break;
             __m256 lo = _mm512_castps512_ps256(acc[c][r]);
             __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c][r]), 1));
-            out[(size_t)r * os + (size_t)c] = hsum8_avx2(_mm256_add_ps(lo, hi));
+            float v = hsum8_avx2(_mm256_add_ps(lo, hi));
+            if (off) {
+                float m[16];
+                _mm512_storeu_ps(m, accm[c]);
+                v = v + (m[r] + m[8 + r]);
+            }
+            out[(size_t)r * os + (size_t)c] = v;
         }
 }
 
@@ -1419,36 +1320,38 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
  * rows (the group's rows past nr, up to 4 or 8, must be readable: see
  * act_rows_u). */
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
-                        int nr, float *out, size_t os);
+                        const float *sg, int nr, float *out, size_t os);
 
 #define XU_KERNEL(name, T)                                                                    \
     AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, \
-                            size_t arow, int nr, float *out, size_t os)                       \
+                            size_t arow, const float *sg, int nr, float *out, size_t os)      \
     {                                                                                         \
         int c = 0;                                                                            \
         if (nr == 1) {                                                                        \
             for (; c + 4 <= nc; c += 4)                                                       \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, 1, out + c, os, 4, 1);  \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, 1, out + c, os, 4, 1);  \
             for (; c < nc; c++)                                                               \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, 1, out + c, os, 1, 1);  \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, 1, out + c, os, 1, 1);  \
             return;                                                                           \
         }                                                                                     \
         if (nr > 4) {                                                                         \
             for (; c + 2 <= nc; c += 2)                                                       \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 2, 8); \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 2, 8); \
             if (c < nc)                                                                       \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 1, 8); \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 8); \
             return;                                                                           \
         }                                                                                     \
         for (; c + 2 <= nc; c += 2)                                                           \
-            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 2, 4);     \
+            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 2, 4);     \
         if (c < nc)                                                                           \
-            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, nr, out + c, os, 1, 4);     \
+            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 4);     \
     }
 
 XU_KERNEL(dotu_q4_0, QUANT_Q4_0)
 XU_KERNEL(dotu_q5_0, QUANT_Q5_0)
 XU_KERNEL(dotu_q8_0, QUANT_Q8_0)
+XU_KERNEL(dotu_q4_1, QUANT_Q4_1)
+XU_KERNEL(dotu_q5_1, QUANT_Q5_1)
 
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
@@ -1467,24 +1370,18 @@ static int cpu_has_vnni(void)
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
-/* ACT_32X4: the act32 blocks in the 4-row layout of struct act32p (AVX-512,
- * Q4_1 and Q5_1); ACT_32U: one struct act32u per row and block pair, rows in
- * groups of 8 (AVX-512, Q4_0, Q5_0, Q8_0). */
-enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32X4, ACT_32U };
+/* ACT_32U (AVX-512, the 32-value types): one struct act32u per row and
+ * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets. */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U };
 
 #if !MATQ_X86
-struct act32p;
-typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
-                        float *out, size_t os);
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
-                        int nr, float *out, size_t os);
+                        const float *sg, int nr, float *out, size_t os);
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
- * dotx (may be NULL): the 1..4-row kernels of the ACT_32X4 layout; dotu
- * (may be NULL): the tile kernel of the ACT_32U layout. */
-static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn **dotx,
-                dotu_fn *dotu, enum act_kind *act)
+ * dotu (may be NULL): the tile kernel of the ACT_32U layout. */
+static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, enum act_kind *act)
 {
     dotu_fn vu = NULL;
     dot_fn s = NULL, v = NULL;
@@ -1523,7 +1420,6 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
         }
     }
 #endif
-    const dotx_fn *vx = NULL;
 #if MATQ_X86
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
@@ -1535,18 +1431,16 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
     if (simd && ak == ACT_32 && level >= KN_SIMD_AVX512) {
         switch (type) {
         case QUANT_Q4_0: vu = dotu_q4_0; break;
-        case QUANT_Q4_1: vx = dotx_q4_1; break;
+        case QUANT_Q4_1: vu = dotu_q4_1; break;
         case QUANT_Q5_0: vu = dotu_q5_0; break;
-        case QUANT_Q5_1: vx = dotx_q5_1; break;
+        case QUANT_Q5_1: vu = dotu_q5_1; break;
         default: vu = dotu_q8_0; break;
         }
-        ak = vu ? ACT_32U : ACT_32X4;
+        ak = ACT_32U;
     }
 #endif
     *dot = simd ? v : s;
     *dot4 = simd ? v4 : NULL;
-    if (dotx)
-        *dotx = vx;
     if (dotu)
         *dotu = vu;
     *act = ak;
@@ -1572,13 +1466,11 @@ static dot4_fn pick8(int type, int level)
     return NULL;
 }
 
-/* Bytes of one quantized activation row (ACT_32X4: of a group of four
- * rows); 0 for ACT_NONE. */
+/* Bytes of one quantized activation row; 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
 {
     switch (ak) {
     case ACT_32: return (size_t)(k / QUANT_QK) * sizeof(struct act32);
-    case ACT_32X4: return (size_t)((k / QUANT_QK + 1) / 2) * sizeof(struct act32p);
     case ACT_32U: return (size_t)((k / QUANT_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
     case ACT_256: return (size_t)(k / QUANT_QK_K) * sizeof(struct act256);
     default: return 0;
@@ -1587,9 +1479,9 @@ static size_t act_row_bytes(enum act_kind ak, int k)
 
 /* Validate the arguments that need no pointers; fills dot/act/row bytes. */
 static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, dot4_fn *dot4,
-                      const dotx_fn **dotx, dotu_fn *dotu, enum act_kind *ak, size_t *w_row_bytes)
+                      dotu_fn *dotu, enum act_kind *ak, size_t *w_row_bytes)
 {
-    int rc = pick(w_type, level, dot, dot4, dotx, dotu, ak);
+    int rc = pick(w_type, level, dot, dot4, dotu, ak);
     if (rc)
         return rc;
     int64_t rb;
@@ -1608,16 +1500,17 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
     dot4_fn dot4;
     enum act_kind ak;
     size_t rb;
-    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, NULL, &ak, &rb) ||
+    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, &ak, &rb) ||
         ak == ACT_NONE || n == 0)
         return 0;
     /* whatever the level: the 32-value types get room for the ACT_32U
      * layout (rows rounded up to 8, blocks to 2, 64 bytes per row and
-     * block), which is never smaller than ACT_32 or ACT_32X4 */
+     * block, plus 64 bytes per group of 8 rows and block pair for the
+     * offsets), which is never smaller than ACT_32 */
     size_t row = act_row_bytes(ak, k), rows = (size_t)n;
     if (ak == ACT_32) {
-        row = act_row_bytes(ACT_32U, k);
-        rows = ((size_t)n + 7) / 8 * 8;
+        row = act_row_bytes(ACT_32U, k) * 8 + (size_t)((k / QUANT_QK + 1) / 2) * 64;
+        rows = ((size_t)n + 7) / 8;
     }
     if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
         return SIZE_MAX; /* cannot be provided: kn_matmul_w will say ERR_TOOBIG */
@@ -1632,13 +1525,13 @@ struct matq_job {
     const float *x;        /* (n, k) */
     const uint8_t *w;      /* m rows of w_row_bytes */
     uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
+    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets */
     size_t w_row_bytes, act_row;
     int n, k, m;
     enum act_kind ak;
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
-    const dotx_fn *dotx;  /* ACT_32X4: kernels for 1..4 rows of a group */
     dotu_fn dotu;         /* ACT_32U: the tile kernel */
     int64_t n_tiles_m, n_tiles;
     atomic_llong next_tile;
@@ -1656,41 +1549,6 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
     }
 }
 
-/* Groups g0..g1 of four rows into the act32p layout (rows past n and the
- * second block of an odd last pair are zero). */
-static void quant_groups(struct matq_job *j, int g0, int g1)
-{
-    int nb = j->k / QUANT_QK;
-    for (int g = g0; g < g1; g++) {
-        struct act32p *gp = (struct act32p *)(void *)(j->act + (size_t)g * j->act_row);
-        if (nb & 1)
-            memset(&gp[nb / 2], 0, sizeof gp[nb / 2]);
-        for (int r = 0; r < 4; r++) {
-            int row = 4 * g + r;
-            if (row >= j->n) {
-                for (int p = 0; p < (nb + 1) / 2; p++) {
-                    gp[p].d[r] = gp[p].d[4 + r] = 0.0f;
-                    gp[p].s[r] = gp[p].s[4 + r] = 0.0f;
-                    memset(gp[p].q[r], 0, sizeof gp[p].q[r]);
-                }
-                continue;
-            }
-            const float *xr = j->x + (size_t)row * (size_t)j->k;
-            for (int b = 0; b < nb; b++) {
-                struct act32p *ap = &gp[b / 2];
-                int h = b & 1;
-#if MATQ_X86
-                quant_block32_avx512(xr + (size_t)b * QUANT_QK, &ap->d[4 * h + r], &ap->s[4 * h + r],
-                                     ap->q[r] + QUANT_QK * h);
-#else
-                quant_block32_s(xr + (size_t)b * QUANT_QK, &ap->d[4 * h + r], &ap->s[4 * h + r],
-                                ap->q[r] + QUANT_QK * h);
-#endif
-            }
-        }
-    }
-}
-
 /* Rows of the ACT_32U layout the kernels read for n rows: whole groups of
  * 8, then the last group's rows rounded to 1, 4 or 8 (dotu_fn reads that
  * many). Rows past n are zero. */
@@ -1704,18 +1562,24 @@ static int act_rows_u(int n)
 static void quant_rows_u(struct matq_job *j, int r0, int r1)
 {
 #if MATQ_X86
-    int nb = j->k / QUANT_QK, np = (nb + 1) / 2;
+    int nb = j->k / QUANT_QK, np = (nb + 1) / 2, off = j->act_s != NULL;
+    float sdummy;
+    if (off) /* r0 is a multiple of 8: these groups are this thread's */
+        memset(j->act_s + (size_t)(r0 / 8) * (size_t)np * 16, 0,
+               (size_t)((r1 + 7) / 8 - r0 / 8) * (size_t)np * 16 * sizeof(float));
     for (int r = r0; r < r1; r++) {
         struct act32u *ap = (struct act32u *)(void *)(j->act + (size_t)r * j->act_row);
         if (r >= j->n) {
-            act32u_zero(ap, np);
+            act32u_zero(ap, np, off);
             continue;
         }
         if (nb & 1)
-            act32u_zero(ap + np - 1, 1);
+            act32u_zero(ap + np - 1, 1, off);
         const float *xr = j->x + (size_t)r * (size_t)j->k;
+        float *sg = off ? j->act_s + (size_t)(r / 8) * (size_t)np * 16 + r % 8 : NULL;
         for (int b = 0; b < nb; b++)
-            quant_block32u(xr + (size_t)b * QUANT_QK, ap + b / 2, b & 1);
+            quant_block32u(xr + (size_t)b * QUANT_QK, ap + b / 2, b & 1, off,
+                           off ? sg + 16 * (b / 2) + 8 * (b & 1) : &sdummy);
     }
 #else
     (void)j;
@@ -1732,13 +1596,6 @@ static void quant_worker(void *ctx, int ith, int nth)
         int r1 = r0 + per < nr ? r0 + per : nr;
         if (r0 < r1)
             quant_rows_u(j, r0, r1);
-        return;
-    }
-    if (j->ak == ACT_32X4) {
-        int ng = (j->n + 3) / 4, per = (ng + nth - 1) / nth, g0 = ith * per;
-        int g1 = g0 + per < ng ? g0 + per : ng;
-        if (g0 < g1)
-            quant_groups(j, g0, g1);
         return;
     }
     int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
@@ -1768,17 +1625,10 @@ static void dot_worker(void *ctx, int ith, int nth)
         if (j->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
             for (; r < r1; r += 8)
                 j->dotu(j->k, j->w + (size_t)c0 * j->w_row_bytes, j->w_row_bytes, c1 - c0,
-                        j->act + (size_t)r * j->act_row, j->act_row, r1 - r < 8 ? r1 - r : 8,
+                        j->act + (size_t)r * j->act_row, j->act_row,
+                        j->act_s ? j->act_s + (size_t)(r / 8) * (j->act_row / 128) * 16 : NULL,
+                        r1 - r < 8 ? r1 - r : 8,
                         j->out + (size_t)r * (size_t)j->m + (size_t)c0, (size_t)j->m);
-            continue;
-        }
-        if (j->dotx) { /* groups of 4 rows (TILE_N is a multiple of 4) */
-            for (; r < r1; r += 4) {
-                int nr = r1 - r < 4 ? r1 - r : 4;
-                const struct act32p *g = (const struct act32p *)(const void *)(j->act + (size_t)(r / 4) * j->act_row);
-                j->dotx[nr - 1](j->k, j->w + (size_t)c0 * j->w_row_bytes, j->w_row_bytes, c1 - c0,
-                                g, j->out + (size_t)r * (size_t)j->m + (size_t)c0, (size_t)j->m);
-            }
             continue;
         }
         if (j->dot8) /* 8 activation rows x the tile's weight rows */
@@ -1819,13 +1669,8 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
 {
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    /* Q4_1/Q5_1 with fewer than 4 rows: the AVX2 one-row kernels waste no
-     * lanes on padding rows (same bits either way); the other types'
-     * AVX-512 kernels have a one-row form */
     int level = kn_simd_level();
-    if (level == KN_SIMD_AVX512 && n < 4 && (w_type == QUANT_Q4_1 || w_type == QUANT_Q5_1))
-        level = KN_SIMD_AVX2;
-    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.dotu, &j.ak,
+    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotu, &j.ak,
                         &j.w_row_bytes);
     if (rc)
         return rc;
@@ -1847,7 +1692,9 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (n >= (j.ak == ACT_32X4 || j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
+        if (j.ak == ACT_32U && has_offset32(w_type)) /* after the rows, rounded up to 8 */
+            j.act_s = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row);
+        if (n >= (j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
             quant_worker(&j, 0, 1);

@@ -405,7 +405,7 @@ TEST(matq_known_values_q8_0_q4_0)
     }
     for (int lv = 0; lv <= kn_simd_best(); lv++) {
         CHECK_EQ_INT(kn_simd_set(lv), 0);
-        char scratch[1100]; /* 1088 = one 8-row group of one block pair + alignment */
+        char scratch[1216]; /* 1152 = one 8-row group of one block pair (with its offsets) + alignment */
         float out;
         CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w8, QUANT_Q8_0, 1, scratch, sizeof scratch), 0);
         CHECK_EQ_INT((long)out, want8);
