@@ -248,12 +248,13 @@ int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k,
                 const void *w, int w_type, int m, void *scratch, size_t scratch_bytes);
 
 /* Scratch bytes kn_matmul_w needs for these arguments, whatever the SIMD
- * level: ceil(n / 4) * ceil(k / 64) * 320 for the 32-value types (room for
- * the AVX-512 layout: rows rounded up to 4, blocks to pairs, 40 bytes per
- * row and block), n * (k / 256) * 292 for the K-quants, each plus 64 (the
- * activations are placed at a 64-byte boundary inside the buffer); 0 for
- * F32, F16, BF16, for n == 0 and for arguments kn_matmul_w would reject;
- * SIZE_MAX if the size overflows. Can't fail. Since 40/32 > 292/256,
+ * level: ceil(n / 8) * ceil(k / 64) * 1088 for the 32-value types (room
+ * for the AVX-512 layout: rows rounded up to 8, blocks to pairs, 64 bytes
+ * per row and block plus 64 per group of 8 rows and block pair),
+ * n * (k / 256) * 292 for the K-quants, each plus 64 (the activations are
+ * placed at a 64-byte boundary inside the buffer); 0 for F32, F16, BF16,
+ * for n == 0 and for arguments kn_matmul_w would reject; SIZE_MAX if the
+ * size overflows. Can't fail. Since 1088/512 > 292/256,
  * kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0) is enough for every call
  * with n <= n_max and k <= k_max, whatever the weight type: allocate that
  * once at model load. */

@@ -50,11 +50,17 @@
  * types and n >= 4 the AVX2 path uses a kernel that takes 4 activation rows
  * per weight row (the weight block is unpacked once); per output it
  * performs the very same operations. The AVX-512 path quantizes the
- * activations into a layout of four interleaved rows with blocks in pairs,
- * so that one 512-bit register holds two blocks - the reference's two lane
- * sets (block parity) side by side - and one multiply gives the scales of 4
- * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
- * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
+ * activations once per call into a layout with blocks in pairs (struct
+ * act32u: one 512-bit register holds two blocks - the reference's two lane
+ * sets, block parity, side by side - and the two block scales spread to
+ * their 16 lanes) and runs a register-tiled microkernel: 2 weight rows x 8
+ * activation rows (4 for a short last group; 1 x 1 for decode) per call, each weight pair unpacked once per tile, the
+ * inner step vpdpbusd + convert + scale multiply + fma per (weight row,
+ * activation row, block pair). An odd last block updates the low half only.
+ * At n = 64, 1 thread, about 25% of vpdpbusd's peak (Q4_0/Q5_0/Q8_0:
+ * 1.7-2.1x the 4-row kernel it replaced; bench/NOTES.md, 2026-12-02).
+ * There is no load-time repacking: the tile reads the GGUF blocks in place
+ * (the mapping is the only copy of the weights).
  * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
  * of a weight super-block for 4 activation rows), plus an 8-row kernel at
  * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
@@ -1138,10 +1144,10 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
     *s_out = d * (float)sum;
 }
 
-/* ---- AVX-512 VNNI: the signed 32-value types (Q4_0, Q5_0, Q8_0), register tiles --------
+/* ---- AVX-512 VNNI: the 32-value types, register tiles ---------------------------------
  *
  * A tile of 2 weight rows x 8 (or 4) activation rows per call of the
- * microkernel, for n >= 4. The activations are quantized once per call into
+ * microkernel (1 x 1 when n % 8 == 1, e.g. decode). The activations are quantized once per call into
  * struct act32u: per row and block pair, the 64 int8 values of blocks 2p
  * and 2p+1 stored as unsigned bytes q + 128, and the two block scales
  * spread to the 16 lanes of their block (d[0..7] = d of block 2p, d[8..15]
@@ -1154,9 +1160,17 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
  * is vpdpbusd + cvt + one multiply of the two 16-lane scale vectors (dw *
  * da: the reference's float product, lane by lane) + fma: no sign transfer,
  * no scale permute, and each weight pair is unpacked once for 8 activation
- * rows (the 4-row kernels above unpack it once per 4). Lanes, block parity
- * and the final sums are those of the reference (low half = lane set 0,
- * high half = lane set 1; a lone last block updates the low half only). */
+ * rows (the 4-row kernel this replaced unpacked it once per 4 and moved
+ * the weight signs onto the activations row by row). Q4_1/Q5_1 have
+ * unsigned weights: there the activations stay signed (q, not q + 128),
+ * vpdpbusd takes the weights as its unsigned operand and needs no
+ * correction, and the offsets m_w * s_a of 8 rows and both blocks of a pair
+ * are one 16-lane fma per weight row (lane r / 8 + r = the reference's
+ * accm0 / accm1 of row r; the s values of a group of 8 rows are stored
+ * after the rows, 16 per block pair). Lanes, block parity and the final
+ * sums are those of the reference (low half = lane set 0, high half = lane
+ * set 1; a lone last block updates the low half only). Registers (2 x 8):
+ * 16 accumulators, 2 weight pairs, 2 corrections, 2 scale vectors. */
 struct act32u {
     uint8_t q[2 * QUANT_QK]; /* q + 128 (Q4_1, Q5_1: q) of blocks 2p, 2p+1 */
     float d[16];             /* lanes 0-7: d of block 2p; 8-15: of 2p+1 */
@@ -1232,7 +1246,7 @@ AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lon
     return _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));
 }
 
-/* NW (1, 2, 4) weight rows from w (stride wrb) x NA (1, 4, 8) activation rows
+/* NW (1, 2) weight rows from w (stride wrb) x NA (1, 4, 8) activation rows
  * from act (stride arow); out[r * os + c] for the first nr rows. */
 AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, size_t wrb, const uint8_t *act,
                                           size_t arow, const float *sg, int nr, float *out, size_t os,
@@ -1242,7 +1256,7 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
                     : type == QUANT_Q5_1 ? 24 : 34;
     const int off = has_offset32(type);
     const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[4][8], accm[4];
+    __m512 acc[2][8], accm[2];
     UNROLL for (int c = 0; c < NW; c++) {
         accm[c] = _mm512_setzero_ps();
         UNROLL for (int r = 0; r < NA; r++)
@@ -1250,8 +1264,8 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
     }
     int nb = k / QUANT_QK, p = 0;
     for (; 2 * p + 1 < nb; p++) {
-        __m512i wq[4], neg[4];
-        __m512 dw[4];
+        __m512i wq[2], neg[2];
+        __m512 dw[2];
         UNROLL for (int c = 0; c < NW; c++) {
             const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
             wq[c] = unpack_pair_s(type, b0, bs, 0);
@@ -1275,8 +1289,8 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         }
     }
     if (2 * p < nb) { /* a lone last block: lane set 0 only */
-        __m512i wq[4], neg[4];
-        __m512 dw[4];
+        __m512i wq[2], neg[2];
+        __m512 dw[2];
         UNROLL for (int c = 0; c < NW; c++) {
             const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
             wq[c] = unpack_pair_s(type, b0, bs, 1);
@@ -1315,10 +1329,12 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         }
 }
 
-/* nc weight rows x one group of nr (1..8) activation rows: one row with 4
- * weight rows per tile (decode), else 2 weight rows x 4 or 8 activation
- * rows (the group's rows past nr, up to 4 or 8, must be readable: see
- * act_rows_u). */
+/* nc weight rows x one group of nr (1..8) activation rows: one row against
+ * one weight row at a time (decode: the weights stream from memory, and a
+ * 4 weight rows x 1 row tile, reading four rows side by side, made
+ * single-sequence decode 1.7x slower than this), else 2 weight rows x 4 or
+ * 8 activation rows (the group's rows past nr, up to 4 or 8, must be
+ * readable: see act_rows_u). */
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
                         const float *sg, int nr, float *out, size_t os);
 
@@ -1327,9 +1343,7 @@ typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint
                             size_t arow, const float *sg, int nr, float *out, size_t os)      \
     {                                                                                         \
         int c = 0;                                                                            \
-        if (nr == 1) {                                                                        \
-            for (; c + 4 <= nc; c += 4)                                                       \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, 1, out + c, os, 4, 1);  \
+        if (nr == 1) { /* one weight row at a time: see below */                             \
             for (; c < nc; c++)                                                               \
                 x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, 1, out + c, os, 1, 1);  \
             return;                                                                           \

@@ -270,8 +270,9 @@ int main(int argc, char **argv)
     print_peaks(secs);
     const char *only = argc > 2 ? argv[2] : NULL;
     const int types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
-    /* SmolLM2-135M's 576 / 1536, Qwen2.5-0.5B's 896 / 4864 */
-    const int shapes[][2] = {{576, 1536}, {1536, 576}, {896, 4864}, {4864, 896}};
+    /* SmolLM2-135M's 576 / 1536, Qwen2.5-0.5B's 896 / 4864, SmolLM2's
+     * output matrix (49152 rows: 17-28 MB, streamed from memory at n = 1) */
+    const int shapes[][2] = {{576, 1536}, {1536, 576}, {896, 4864}, {4864, 896}, {576, 49152}};
     const int ns[] = {1, 64};
     const int threads[] = {1, 2};
     printf("%-5s %5s %5s %3s %3s  %9s %9s  %7s\n", "type", "k", "m", "n", "thr", "ours", "naive",
@@ -281,7 +282,7 @@ int main(int argc, char **argv)
         if (kn_pool_new(threads[ti], &pool))
             return 1;
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-            for (int s = 0; s < 4; s++)
+            for (int s = 0; s < 5; s++)
                 for (int ni = 0; ni < 2; ni++) {
                     int k = shapes[s][0], m = shapes[s][1], n = ns[ni], type = types[t];
                     if (only && !type_listed(only, quant_type_name((uint32_t)type)))
