@@ -247,6 +247,26 @@ void kn_matmul_f32(float *out, const float *x, const float *w, int n, int k, int
 int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k,
                 const void *w, int w_type, int m, void *scratch, size_t scratch_bytes);
 
+/* Several weight matrices against the same x (q/k/v, gate/up): out_i (n,
+ * m_i) = x (n, k) @ W_i^T for each of the n_w (1..KN_MATMUL_MULTI_MAX)
+ * entries, with exactly the bits of n_w kn_matmul_w calls. When every W_i
+ * reads the same activation layout (the 32-value types Q4_0/Q5_0/Q8_0
+ * together, Q4_1/Q5_1 together, the K-quants together, the float types
+ * together) x is quantized once and all the products run in one pool
+ * dispatch (two pool barriers in all, not two per matrix); otherwise it is
+ * n_w kn_matmul_w calls. Arguments and errors as kn_matmul_w's for each
+ * entry (scratch: the largest kn_matmul_w_scratch of the entries), plus
+ * ERR_INVAL for n_w out of range or w NULL; outputs untouched on error. */
+#define KN_MATMUL_MULTI_MAX 4
+struct kn_wmat {
+    float *out;
+    const void *w;
+    int w_type;
+    int m;
+};
+int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
+                      int n_w, void *scratch, size_t scratch_bytes);
+
 /* Scratch bytes kn_matmul_w needs for these arguments, whatever the SIMD
  * level: ceil(n / 8) * ceil(k / 64) * 1088 for the 32-value types (room
  * for the AVX-512 layout: rows rounded up to 8, blocks to pairs, 64 bytes

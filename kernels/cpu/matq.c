@@ -1534,20 +1534,30 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
 #define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
 #define TILE_N 64 /* activation rows per tile */
 
-struct matq_job {
-    float *out;            /* (n, m) */
-    const float *x;        /* (n, k) */
-    const uint8_t *w;      /* m rows of w_row_bytes */
-    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
-    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets */
-    size_t w_row_bytes, act_row;
-    int n, k, m;
-    enum act_kind ak;
+/* One weight matrix of a call (kn_matmul_w: one; kn_matmul_w_multi: up to
+ * KN_MATMUL_MULTI_MAX sharing the quantized activations). */
+struct matq_mat {
+    float *out;           /* (n, m) */
+    const uint8_t *w;     /* m rows of w_row_bytes */
+    size_t w_row_bytes;
+    int m;
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     dotu_fn dotu;         /* ACT_32U: the tile kernel */
-    int64_t n_tiles_m, n_tiles;
+    int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
+};
+
+struct matq_job {
+    const float *x;        /* (n, k) */
+    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
+    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets */
+    size_t act_row;
+    int n, k;
+    enum act_kind ak;
+    struct matq_mat mat[KN_MATMUL_MULTI_MAX];
+    int n_mat;
+    int64_t n_tiles;
     atomic_llong next_tile;
 };
 
@@ -1623,6 +1633,23 @@ static inline const void *act_row(const struct matq_job *j, int r)
                   : (const void *)(j->x + (size_t)r * (size_t)j->k);
 }
 
+/* Tile t of the call: matrix, weight rows c0..c1, activation rows r0..r1.
+ * Tiles run through each matrix in turn, weight tiles fastest. */
+static const struct matq_mat *tile_of(const struct matq_job *j, int64_t t, int *c0, int *c1, int *r0, int *r1)
+{
+    int i = 0;
+    while (i + 1 < j->n_mat && t >= j->mat[i + 1].tile0)
+        i++;
+    const struct matq_mat *mt = &j->mat[i];
+    t -= mt->tile0;
+    int tm = (int)(t % mt->n_tiles_m), tn = (int)(t / mt->n_tiles_m);
+    *c0 = tm * TILE_M;
+    *c1 = *c0 + TILE_M < mt->m ? *c0 + TILE_M : mt->m;
+    *r0 = tn * TILE_N;
+    *r1 = *r0 + TILE_N < j->n ? *r0 + TILE_N : j->n;
+    return mt;
+}
+
 static void dot_worker(void *ctx, int ith, int nth)
 {
     (void)ith;
@@ -1632,90 +1659,130 @@ static void dot_worker(void *ctx, int ith, int nth)
         int64_t t = atomic_fetch_add_explicit(&j->next_tile, 1, memory_order_relaxed);
         if (t >= j->n_tiles)
             break;
-        int tm = (int)(t % j->n_tiles_m), tn = (int)(t / j->n_tiles_m);
-        int c0 = tm * TILE_M, c1 = c0 + TILE_M < j->m ? c0 + TILE_M : j->m;
-        int r0 = tn * TILE_N, r1 = r0 + TILE_N < j->n ? r0 + TILE_N : j->n;
+        int c0, c1, r0, r1;
+        const struct matq_mat *mt = tile_of(j, t, &c0, &c1, &r0, &r1);
+        const size_t wrb = mt->w_row_bytes, m = (size_t)mt->m;
         int r = r0;
-        if (j->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
+        if (mt->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
             for (; r < r1; r += 8)
-                j->dotu(j->k, j->w + (size_t)c0 * j->w_row_bytes, j->w_row_bytes, c1 - c0,
-                        j->act + (size_t)r * j->act_row, j->act_row,
-                        j->act_s ? j->act_s + (size_t)(r / 8) * (j->act_row / 128) * 16 : NULL,
-                        r1 - r < 8 ? r1 - r : 8,
-                        j->out + (size_t)r * (size_t)j->m + (size_t)c0, (size_t)j->m);
+                mt->dotu(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0, j->act + (size_t)r * j->act_row,
+                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * (j->act_row / 128) * 16 : NULL,
+                         r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
             continue;
         }
-        if (j->dot8) /* 8 activation rows x the tile's weight rows */
+        if (mt->dot8) /* 8 activation rows x the tile's weight rows */
             for (; r + 8 <= r1; r += 8) {
                 const void *a[8];
                 for (int i = 0; i < 8; i++)
                     a[i] = act_row(j, r + i);
                 for (int c = c0; c < c1; c++) {
                     float o[8];
-                    j->dot8(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    mt->dot8(j->k, mt->w + (size_t)c * wrb, a, o);
                     for (int i = 0; i < 8; i++)
-                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                        mt->out[(size_t)(r + i) * m + (size_t)c] = o[i];
                 }
             }
-        if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
+        if (mt->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
             for (; r + 4 <= r1; r += 4) {
                 const void *a[4];
                 for (int i = 0; i < 4; i++)
                     a[i] = act_row(j, r + i);
                 for (int c = c0; c < c1; c++) {
                     float o[4];
-                    j->dot4(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    mt->dot4(j->k, mt->w + (size_t)c * wrb, a, o);
                     for (int i = 0; i < 4; i++)
-                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                        mt->out[(size_t)(r + i) * m + (size_t)c] = o[i];
                 }
             }
         for (; r < r1; r++) {
             const void *a = act_row(j, r);
-            float *o = j->out + (size_t)r * (size_t)j->m;
+            float *o = mt->out + (size_t)r * m;
             for (int c = c0; c < c1; c++)
-                o[c] = j->dot(j->k, j->w + (size_t)c * j->w_row_bytes, a);
+                o[c] = mt->dot(j->k, mt->w + (size_t)c * wrb, a);
         }
     }
 }
 
-int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, const void *w,
-                int w_type, int m, void *scratch, size_t scratch_bytes)
+/* The activation layout a weight type reads at a level, as one number:
+ * matrices with the same one can share the quantized rows (ACT_32U holds
+ * q + 128 for the signed types, q for Q4_1/Q5_1). */
+static int act_variant(enum act_kind ak, int w_type)
 {
+    return (int)ak * 2 + (ak == ACT_32U && has_offset32(w_type));
+}
+
+int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
+                      int n_w, void *scratch, size_t scratch_bytes)
+{
+    if (n_w < 1 || n_w > KN_MATMUL_MULTI_MAX || !w)
+        return ERR_INVAL;
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    int level = kn_simd_level();
-    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotu, &j.ak,
-                        &j.w_row_bytes);
-    if (rc)
-        return rc;
-    j.dot8 = pick8(w_type, level);
-    if (n == 0 || m == 0)
+    int level = kn_simd_level(), variant = -1, shared = 1;
+    for (int i = 0; i < n_w; i++) {
+        struct matq_mat *mt = &j.mat[i];
+        enum act_kind ak;
+        int rc = check_args(n, k, w[i].w_type, w[i].m, level, &mt->dot, &mt->dot4, &mt->dotu, &ak,
+                            &mt->w_row_bytes);
+        if (rc)
+            return rc;
+        mt->dot8 = pick8(w[i].w_type, level);
+        if (variant >= 0 && act_variant(ak, w[i].w_type) != variant)
+            shared = 0;
+        variant = act_variant(ak, w[i].w_type);
+        j.ak = ak;
+        if (n > 0 && w[i].m > 0 && (!w[i].out || !w[i].w || !x))
+            return ERR_INVAL;
+        size_t need = kn_matmul_w_scratch(n, k, w[i].w_type);
+        if (n > 0 && w[i].m > 0 && (need > scratch_bytes || (need && !scratch)))
+            return ERR_TOOBIG;
+    }
+    if (!shared) { /* different activation layouts: one call each (the same bits) */
+        for (int i = 0; i < n_w; i++) {
+            int rc = kn_matmul_w(pool, w[i].out, x, n, k, w[i].w, w[i].w_type, w[i].m, scratch,
+                                 scratch_bytes);
+            if (rc)
+                return rc;
+        }
         return 0;
-    if (!out || !x || !w)
-        return ERR_INVAL;
-    size_t need = kn_matmul_w_scratch(n, k, w_type);
-    if (need > scratch_bytes || (need && !scratch))
-        return ERR_TOOBIG;
-    j.out = out;
+    }
+    if (n == 0)
+        return 0;
     j.x = x;
-    j.w = w;
     j.n = n;
     j.k = k;
-    j.m = m;
     j.act_row = act_row_bytes(j.ak, k);
+    int64_t n_tiles_n = ((int64_t)n + TILE_N - 1) / TILE_N;
+    for (int i = 0; i < n_w; i++) {
+        if (w[i].m == 0)
+            continue;
+        struct matq_mat *mt = &j.mat[j.n_mat];
+        *mt = (struct matq_mat){w[i].out, w[i].w, j.mat[i].w_row_bytes, w[i].m, j.mat[i].dot,
+                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu,
+                                ((int64_t)w[i].m + TILE_M - 1) / TILE_M, j.n_tiles};
+        j.n_tiles += mt->n_tiles_m * n_tiles_n;
+        j.n_mat++;
+    }
+    if (j.n_mat == 0)
+        return 0;
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (j.ak == ACT_32U && has_offset32(w_type)) /* after the rows, rounded up to 8 */
+        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) /* after the rows, rounded up to 8 */
             j.act_s = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row);
         if (n >= (j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
             quant_worker(&j, 0, 1);
     }
-    j.n_tiles_m = ((int64_t)m + TILE_M - 1) / TILE_M;
-    j.n_tiles = j.n_tiles_m * (((int64_t)n + TILE_N - 1) / TILE_N);
     atomic_init(&j.next_tile, 0);
     kn_pool_run(pool, dot_worker, &j);
     return 0;
+}
+
+int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, const void *w,
+                int w_type, int m, void *scratch, size_t scratch_bytes)
+{
+    struct kn_wmat one = {out, w, w_type, m};
+    return kn_matmul_w_multi(pool, x, n, k, &one, 1, scratch, scratch_bytes);
 }
