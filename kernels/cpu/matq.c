@@ -58,7 +58,7 @@
  * inner step vpdpbusd + convert + scale multiply + fma per (weight row,
  * activation row, block pair). An odd last block updates the low half only.
  * At n = 64, 1 thread, about 25% of vpdpbusd's peak (Q4_0/Q5_0/Q8_0:
- * 1.7-2.1x the 4-row kernel it replaced; bench/NOTES.md, 2026-12-02).
+ * 1.5-2.3x the 4-row kernels it replaced; bench/NOTES.md, 2026-12-02).
  * There is no load-time repacking: the tile reads the GGUF blocks in place
  * (the mapping is the only copy of the weights).
  * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
