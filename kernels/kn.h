@@ -247,13 +247,34 @@ void kn_matmul_f32(float *out, const float *x, const float *w, int n, int k, int
 int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k,
                 const void *w, int w_type, int m, void *scratch, size_t scratch_bytes);
 
+/* Several weight matrices against the same x (q/k/v, gate/up): out_i (n,
+ * m_i) = x (n, k) @ W_i^T for each of the n_w (1..KN_MATMUL_MULTI_MAX)
+ * entries, with exactly the bits of n_w kn_matmul_w calls. When every W_i
+ * reads the same activation layout (the 32-value types Q4_0/Q5_0/Q8_0
+ * together, Q4_1/Q5_1 together, the K-quants together, the float types
+ * together) x is quantized once and all the products run in one pool
+ * dispatch (two pool barriers in all, not two per matrix); otherwise it is
+ * n_w kn_matmul_w calls. Arguments and errors as kn_matmul_w's for each
+ * entry (scratch: the largest kn_matmul_w_scratch of the entries), plus
+ * ERR_INVAL for n_w out of range or w NULL; outputs untouched on error. */
+#define KN_MATMUL_MULTI_MAX 4
+struct kn_wmat {
+    float *out;
+    const void *w;
+    int w_type;
+    int m;
+};
+int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
+                      int n_w, void *scratch, size_t scratch_bytes);
+
 /* Scratch bytes kn_matmul_w needs for these arguments, whatever the SIMD
- * level: ceil(n / 4) * ceil(k / 64) * 320 for the 32-value types (room for
- * the AVX-512 layout: rows rounded up to 4, blocks to pairs, 40 bytes per
- * row and block), n * (k / 256) * 292 for the K-quants, each plus 64 (the
- * activations are placed at a 64-byte boundary inside the buffer); 0 for
- * F32, F16, BF16, for n == 0 and for arguments kn_matmul_w would reject;
- * SIZE_MAX if the size overflows. Can't fail. Since 40/32 > 292/256,
+ * level: ceil(n / 8) * ceil(k / 64) * 1088 for the 32-value types (room
+ * for the AVX-512 layout: rows rounded up to 8, blocks to pairs, 64 bytes
+ * per row and block plus 64 per group of 8 rows and block pair),
+ * n * (k / 256) * 292 for the K-quants, each plus 64 (the activations are
+ * placed at a 64-byte boundary inside the buffer); 0 for F32, F16, BF16,
+ * for n == 0 and for arguments kn_matmul_w would reject; SIZE_MAX if the
+ * size overflows. Can't fail. Since 1088/512 > 292/256,
  * kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0) is enough for every call
  * with n <= n_max and k <= k_max, whatever the weight type: allocate that
  * once at model load. */

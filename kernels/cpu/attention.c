@@ -19,7 +19,10 @@
  *     (d < head_dim rounded down to 8; the rest, if any, goes to lane d mod
  *     8 in the same way), combined ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)),
  *     then times scale;
- *   - softmax: max, then expf(s - max) and their sum in position order;
+ *   - softmax: max, then exp_ref(s - max) (kernels/cpu/vexp.h, computed
+ *     16 (8) lanes at a time, the same bits) and their sum over 16 lanes,
+ *     lane p mod 16 in position order, combined as v_j = l_j + l_{j+8},
+ *     ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7));
  *   - output: out[d] = fma(w_p, v_p[d], out[d]) in position order, w_p =
  *     exp_p * (1 / sum).
  * Per query head, the query's kv head is h / (n_head / n_head_kv).
@@ -31,7 +34,9 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/cpu/vexp.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define ATT_X86 1
 #else
@@ -48,6 +53,52 @@ static void softcap_row(float *scores, int n, float cap)
         scores[p] = cap * kn_tanh(scores[p] / cap);
 }
 
+/* exp(s - mx) in place for p in [p, n) and into the 16 sum lanes (lane
+ * p mod 16), the reference of the vector loops below. */
+static void softmax_exp_s(float *scores, int p, int n, float mx, float l[16])
+{
+    for (; p < n; p++) {
+        scores[p] = exp_ref(scores[p] - mx);
+        l[p % 16] += scores[p];
+    }
+}
+
+#if ATT_X86
+/* The vector twins: whole groups of 16 positions; returns the next p. The
+ * exp values are >= +0 or NaN, so no lane is ever -0 and adding +0 to the
+ * lanes a group does not have changes nothing. */
+__attribute__((target("avx512f,avx2,fma"))) static int softmax_exp_avx512(float *scores, int n, float mx,
+                                                                        float l[16])
+{
+    __m512 acc = _mm512_loadu_ps(l), m = _mm512_set1_ps(mx);
+    int p = 0;
+    for (; p + 16 <= n; p += 16) {
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + p), m));
+        _mm512_storeu_ps(scores + p, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    _mm512_storeu_ps(l, acc);
+    return p;
+}
+
+__attribute__((target("avx2,fma"))) static int softmax_exp_avx2(float *scores, int n, float mx, float l[16])
+{
+    __m256 a0 = _mm256_loadu_ps(l), a1 = _mm256_loadu_ps(l + 8), m = _mm256_set1_ps(mx);
+    int p = 0;
+    for (; p + 16 <= n; p += 16) {
+        __m256 e0 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + p), m));
+        __m256 e1 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + p + 8), m));
+        _mm256_storeu_ps(scores + p, e0);
+        _mm256_storeu_ps(scores + p + 8, e1);
+        a0 = _mm256_add_ps(a0, e0);
+        a1 = _mm256_add_ps(a1, e1);
+    }
+    _mm256_storeu_ps(l, a0);
+    _mm256_storeu_ps(l + 8, a1);
+    return p;
+}
+#endif
+
 /* Softmax of scores[0..n) in place into weights (exp / sum). */
 static void softmax_row(float *scores, int n)
 {
@@ -55,14 +106,23 @@ static void softmax_row(float *scores, int n)
     for (int p = 0; p < n; p++)
         if (scores[p] > mx)
             mx = scores[p];
-    float sum = 0.0f;
-    for (int p = 0; p < n; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
-    }
+    float l[16] = {0};
+    int p = 0;
+#if ATT_X86
+    int level = kn_simd_level();
+    if (level >= KN_SIMD_AVX512)
+        p = softmax_exp_avx512(scores, n, mx, l);
+    else if (level >= KN_SIMD_AVX2)
+        p = softmax_exp_avx2(scores, n, mx, l);
+#endif
+    softmax_exp_s(scores, p, n, mx, l);
+    float v[8];
+    for (int j = 0; j < 8; j++)
+        v[j] = l[j] + l[j + 8];
+    float sum = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
     float inv = 1.0f / sum;
-    for (int p = 0; p < n; p++)
-        scores[p] *= inv;
+    for (int q = 0; q < n; q++)
+        scores[q] *= inv;
 }
 
 #if ATT_X86

@@ -50,11 +50,17 @@
  * types and n >= 4 the AVX2 path uses a kernel that takes 4 activation rows
  * per weight row (the weight block is unpacked once); per output it
  * performs the very same operations. The AVX-512 path quantizes the
- * activations into a layout of four interleaved rows with blocks in pairs,
- * so that one 512-bit register holds two blocks - the reference's two lane
- * sets (block parity) side by side - and one multiply gives the scales of 4
- * rows x 2 blocks; an odd last block updates the low half only. About 1.7x
- * the AVX2 kernel's throughput on Q4_1 with 64 rows (bench_matq).
+ * activations once per call into a layout with blocks in pairs (struct
+ * act32u: one 512-bit register holds two blocks - the reference's two lane
+ * sets, block parity, side by side - and the two block scales spread to
+ * their 16 lanes) and runs a register-tiled microkernel: 2 weight rows x 8
+ * activation rows (4 for a short last group; 1 x 1 for decode) per call, each weight pair unpacked once per tile, the
+ * inner step vpdpbusd + convert + scale multiply + fma per (weight row,
+ * activation row, block pair). An odd last block updates the low half only.
+ * At n = 64, 1 thread, about 25% of vpdpbusd's peak (Q4_0/Q5_0/Q8_0:
+ * 1.5-2.3x the 4-row kernels it replaced; bench/NOTES.md, 2026-12-02).
+ * There is no load-time repacking: the tile reads the GGUF blocks in place
+ * (the mapping is the only copy of the weights).
  * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
  * of a weight super-block for 4 activation rows), plus an 8-row kernel at
  * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
@@ -198,21 +204,6 @@ static void quant_act32_row(const float *x, int k, struct act32 *out)
     for (int b = 0; b < k / QUANT_QK; b++, x += QUANT_QK)
         quant_block32_s(x, &out[b].d, &out[b].s, out[b].q);
 }
-
-/* The AVX-512 path's layout of the act32 blocks: four activation rows
- * interleaved, blocks taken in pairs (2p, 2p+1), so that one 64-byte load
- * gives a row's values of both blocks and one 32-byte load the scales of
- * all four rows and both blocks. Lanes 0-3 / 4-7 of d and s are rows 0-3 of
- * block 2p / 2p+1. A group of four rows is ceil(nb/2) pairs; rows past n
- * and the missing second block of an odd nb are zero. The numbers are those
- * of act32 (same quantizer), only their places differ. */
-struct act32p {
-    float d[8];
-    float s[8];
-    int8_t q[4][2 * QUANT_QK];
-};
-
-_Static_assert(sizeof(struct act32p) == 320, "act32p size");
 
 static void quant_act256_row(const float *x, int k, struct act256 *out)
 {
@@ -898,128 +889,8 @@ FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
 FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
 FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
 
-/* ---- AVX-512 (F, BW, VL, VNNI): the 32-value types, two blocks per register ----------
- *
- * Register z holds block 2p in its low 8 lanes and block 2p+1 in its high 8:
- * exactly the two lane sets of the reference (block b -> lanes 8 * (b & 1) +
- * j), so acc[r] low / high half are the AVX2 kernel's acc0 / acc1, and
- * every lane sees the same fma with the same operands in the same order.
- * Scales: d_w * d_a as one vector multiply for 4 rows x 2 blocks (the same
- * float products as the scalar d * a[b].d), spread to each row's 16 lanes
- * with a permute. Offsets (Q4_1, Q5_1): one 8-lane register, lane r / 4 + r
- * = accm0 / accm1 of row r. An odd last block updates the low half only
- * (masked fma), as the reference puts it in lane set 0. */
+/* ---- AVX-512 (F, BW, VL, VNNI) ------------------------------------------------------ */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-
-/* Blocks b0 and b0 + bs as 64 bytes: b0's 32 values, then the next block's. */
-AVX512 static inline __m512i unpack_pair_avx512(int type, const uint8_t *b0, size_t bs)
-{
-    if (type == QUANT_Q4_0 || type == QUANT_Q4_1) {
-        size_t o = type == QUANT_Q4_1 ? 4 : 2;
-        __m256i u = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + o))),
-            _mm_loadu_si128((const __m128i *)(b0 + bs + o)), 1);
-        /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
-        z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)),
-                             _mm512_set1_epi8(0x0F));
-        return type == QUANT_Q4_0 ? _mm512_sub_epi8(z, _mm512_set1_epi8(8)) : z;
-    }
-    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack32_avx2(type, b0)),
-                              unpack32_avx2(type, b0 + bs), 1);
-}
-
-/* [d0, m0, d1, m1] of blocks b0 and b1 (b1 NULL: zeros; m 0 without offset). */
-AVX512 static inline __m128 scales_pair_avx512(int off, const uint8_t *b0, const uint8_t *b1)
-{
-    __m128i h = _mm_setr_epi16((short)rd16(b0), off ? (short)rd16(b0 + 2) : 0,
-                               b1 ? (short)rd16(b1) : 0, b1 && off ? (short)rd16(b1 + 2) : 0, 0,
-                               0, 0, 0);
-    return _mm_cvtph_ps(h);
-}
-
-/* One pair (or a lone last block: last = 1) against NR rows of group pair ap. */
-#define X4_STEP(last)                                                                         \
-    do {                                                                                      \
-        const uint8_t *b0 = w + (size_t)(2 * p) * bs;                                         \
-        __m512i q = (last) ? _mm512_zextsi256_si512(unpack32_avx2(type, b0))                  \
-                           : unpack_pair_avx512(type, b0, bs);                                \
-        __m512i ax = sgn ? _mm512_abs_epi8(q) : q;                                            \
-        __mmask64 neg = sgn ? _mm512_movepi8_mask(q) : 0;                                     \
-        __m256 dm = _mm256_castps128_ps256(scales_pair_avx512(off, b0, (last) ? NULL : b0 + bs)); \
-        __m256 dv = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm, idx_d), _mm256_load_ps(ap->d)); \
-        __m512 dvz = _mm512_castps256_ps512(dv);                                              \
-        for (int r = 0; r < NR; r++) {                                                        \
-            __m512i y = _mm512_load_si512((const void *)ap->q[r]);                            \
-            __m512i sy = sgn ? _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y) : y;   \
-            __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy)); \
-            __m512 sc = _mm512_permutexvar_ps(idx_r[r], dvz);                                 \
-            acc[r] = (last) ? _mm512_mask3_fmadd_ps(sc, f, acc[r], 0x00FF)                    \
-                            : _mm512_fmadd_ps(sc, f, acc[r]);                                 \
-        }                                                                                     \
-        if (off) {                                                                            \
-            __m256 mv = _mm256_permutevar8x32_ps(dm, idx_m);                                  \
-            accv = (last) ? _mm256_mask3_fmadd_ps(mv, _mm256_load_ps(ap->s), accv, 0x0F)      \
-                          : _mm256_fmadd_ps(mv, _mm256_load_ps(ap->s), accv);                 \
-        }                                                                                     \
-    } while (0)
-
-/* NR (1..4) rows of a 4-row group g against nc weight rows from w (stride
- * wrb): out[r * os + c] for r < NR, c < nc. */
-#define X4_KERNEL(name, T, NR_)                                                               \
-    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc,                    \
-                            const struct act32p *g, float *out, size_t os)                   \
-    {                                                                                         \
-        enum { NR = NR_ };                                                                    \
-        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
-        const size_t bs = T == QUANT_Q4_0 ? 18 : T == QUANT_Q4_1 ? 20 : T == QUANT_Q5_0 ? 22  \
-                        : T == QUANT_Q5_1 ? 24 : 34;                                          \
-        const __m256i idx_d = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);                     \
-        const __m256i idx_m = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);                     \
-        __m512i idx_r[NR];                                                                    \
-        for (int r = 0; r < NR; r++)                                                          \
-            idx_r[r] = _mm512_inserti64x4(_mm512_set1_epi32(r), _mm256_set1_epi32(4 + r), 1); \
-        for (int c = 0; c < nc; c++) {                                                        \
-        const uint8_t *w = w0 + (size_t)c * wrb;                                              \
-        __m512 acc[NR];                                                                       \
-        for (int r = 0; r < NR; r++)                                                          \
-            acc[r] = _mm512_setzero_ps();                                                     \
-        __m256 accv = _mm256_setzero_ps();                                                    \
-        int nb = k / QUANT_QK, p = 0;                                                         \
-        for (; 2 * p + 1 < nb; p++) {                                                         \
-            const struct act32p *ap = g + p;                                                  \
-            X4_STEP(0);                                                                       \
-        }                                                                                     \
-        if (2 * p < nb) {                                                                     \
-            const struct act32p *ap = g + p;                                                  \
-            X4_STEP(1);                                                                       \
-        }                                                                                     \
-        float m[8];                                                                           \
-        _mm256_storeu_ps(m, accv);                                                            \
-        for (int r = 0; r < NR; r++) {                                                        \
-            __m256 lo = _mm512_castps512_ps256(acc[r]);                                       \
-            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)); \
-            float v = hsum8_avx2(_mm256_add_ps(lo, hi));                                      \
-            out[(size_t)r * os + (size_t)c] = off ? v + (m[r] + m[4 + r]) : v;                \
-        }                                                                                     \
-        }                                                                                     \
-    }
-
-typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
-                        float *out, size_t os);
-
-#define X4_SET(T, n)                                                                          \
-    X4_KERNEL(n##_1, T, 1)                                                                    \
-    X4_KERNEL(n##_2, T, 2)                                                                    \
-    X4_KERNEL(n##_3, T, 3)                                                                    \
-    X4_KERNEL(n##_4, T, 4)                                                                    \
-    static const dotx_fn n[4] = {n##_1, n##_2, n##_3, n##_4};
-
-X4_SET(QUANT_Q4_0, dotx_q4_0)
-X4_SET(QUANT_Q4_1, dotx_q4_1)
-X4_SET(QUANT_Q5_0, dotx_q5_0)
-X4_SET(QUANT_Q5_1, dotx_q5_1)
-X4_SET(QUANT_Q8_0, dotx_q8_0)
 
 /* ---- K-quants, AVX-512 VNNI: two sub-blocks per register ------------------------------
  *
@@ -1273,6 +1144,229 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
     *s_out = d * (float)sum;
 }
 
+/* ---- AVX-512 VNNI: the 32-value types, register tiles ---------------------------------
+ *
+ * A tile of 2 weight rows x 8 (or 4) activation rows per call of the
+ * microkernel (1 x 1 when n % 8 == 1, e.g. decode). The activations are quantized once per call into
+ * struct act32u: per row and block pair, the 64 int8 values of blocks 2p
+ * and 2p+1 stored as unsigned bytes q + 128, and the two block scales
+ * spread to the 16 lanes of their block (d[0..7] = d of block 2p, d[8..15]
+ * = d of 2p+1). vpdpbusd (u8 x s8) then takes the activations as its
+ * unsigned operand and the signed weight values w directly: lane j gets
+ * sum (q + 128) w = sum q w + 128 sum w over the four elements 4j..4j+3,
+ * and starting the lane at -128 sum w (one more vpdpbusd per weight pair,
+ * shared by the tile's activation rows) leaves the exact integer of the
+ * reference. So per (weight row, activation row, block pair) the inner step
+ * is vpdpbusd + cvt + one multiply of the two 16-lane scale vectors (dw *
+ * da: the reference's float product, lane by lane) + fma: no sign transfer,
+ * no scale permute, and each weight pair is unpacked once for 8 activation
+ * rows (the 4-row kernel this replaced unpacked it once per 4 and moved
+ * the weight signs onto the activations row by row). Q4_1/Q5_1 have
+ * unsigned weights: there the activations stay signed (q, not q + 128),
+ * vpdpbusd takes the weights as its unsigned operand and needs no
+ * correction, and the offsets m_w * s_a of 8 rows and both blocks of a pair
+ * are one 16-lane fma per weight row (lane r / 8 + r = the reference's
+ * accm0 / accm1 of row r; the s values of a group of 8 rows are stored
+ * after the rows, 16 per block pair). Lanes, block parity and the final
+ * sums are those of the reference (low half = lane set 0, high half = lane
+ * set 1; a lone last block updates the low half only). Registers (2 x 8):
+ * 16 accumulators, 2 weight pairs, 2 corrections, 2 scale vectors. */
+struct act32u {
+    uint8_t q[2 * QUANT_QK]; /* q + 128 (Q4_1, Q5_1: q) of blocks 2p, 2p+1 */
+    float d[16];             /* lanes 0-7: d of block 2p; 8-15: of 2p+1 */
+};
+
+_Static_assert(sizeof(struct act32u) == 128, "act32u size");
+
+/* quant_block32_s into the act32u layout (half h of pair ap; off: Q4_1 /
+ * Q5_1, q stored signed, and the offset s written to *s_out). */
+AVX512 static void quant_block32u(const float *x, struct act32u *ap, int h, int off, float *s_out)
+{
+    float d, s;
+    int8_t q[QUANT_QK];
+    quant_block32_avx512(x, &d, &s, q);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
+    if (!off)
+        v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+    _mm256_storeu_si256((__m256i *)(void *)(ap->q + QUANT_QK * h), v);
+    _mm256_storeu_ps(ap->d + 8 * h, _mm256_set1_ps(d));
+    *s_out = s;
+}
+
+/* A zero row (padding to the 8-row group): q = 0, d = 0. */
+static void act32u_zero(struct act32u *ap, int np, int off)
+{
+    for (int p = 0; p < np; p++) {
+        memset(ap[p].q, off ? 0 : 0x80, sizeof ap[p].q);
+        memset(ap[p].d, 0, sizeof ap[p].d);
+    }
+}
+
+/* Values of blocks b0 and b0 + bs (or b0 alone, upper half zero) as 64
+ * bytes in element order: int8 for Q4_0/Q5_0/Q8_0, uint8 for Q4_1/Q5_1. */
+AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, size_t bs, int lone)
+{
+    if (type == QUANT_Q8_0) {
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+        return lone ? _mm512_zextsi256_si512(lo)
+                    : join256(lo, _mm256_loadu_si256((const __m256i *)(b0 + bs + 2)));
+    }
+    size_t o = type == QUANT_Q5_0 ? 6 : type == QUANT_Q4_1 ? 4 : type == QUANT_Q5_1 ? 8 : 2;
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + o));
+    __m128i q1 = lone ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b0 + bs + o));
+    __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+    /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
+    z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+    if (type == QUANT_Q4_0)
+        z = _mm512_sub_epi8(z, _mm512_set1_epi8(8));
+    else if (type == QUANT_Q5_1) { /* unsigned: nibble + 16 where the 5th bit is set */
+        uint32_t h0, h1 = 0;
+        memcpy(&h0, b0 + 4, 4);
+        if (!lone)
+            memcpy(&h1, b0 + bs + 4, 4);
+        z = _mm512_mask_add_epi8(z, _cvtu64_mask64((uint64_t)h1 << 32 | h0), z, _mm512_set1_epi8(16));
+    } else if (type == QUANT_Q5_0) { /* nibble - 16 where the 5th bit is clear */
+        uint32_t h0, h1 = 0xFFFFFFFFu;
+        memcpy(&h0, b0 + 2, 4);
+        if (!lone)
+            memcpy(&h1, b0 + bs + 2, 4);
+        __mmask64 clear = _cvtu64_mask64(~((uint64_t)h1 << 32 | h0));
+        z = _mm512_mask_sub_epi8(z, clear, z, _mm512_set1_epi8(16));
+    }
+    return lone ? _mm512_zextsi256_si512(_mm512_castsi512_si256(z)) : z;
+}
+
+/* The weight scales (at = 0; offsets: at = 2) of a pair spread to 16 lanes
+ * (lone: upper 8 zero). */
+AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lone, int at)
+{
+    __m128i h0 = _mm_set1_epi16((short)rd16(b0 + at));
+    __m128i h1 = lone ? _mm_setzero_si128() : _mm_set1_epi16((short)rd16(b0 + bs + at));
+    return _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));
+}
+
+/* NW (1, 2) weight rows from w (stride wrb) x NA (1, 4, 8) activation rows
+ * from act (stride arow); out[r * os + c] for the first nr rows. */
+AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, size_t wrb, const uint8_t *act,
+                                          size_t arow, const float *sg, int nr, float *out, size_t os,
+                                          const int NW, const int NA)
+{
+    const size_t bs = type == QUANT_Q4_0 ? 18 : type == QUANT_Q4_1 ? 20 : type == QUANT_Q5_0 ? 22
+                    : type == QUANT_Q5_1 ? 24 : 34;
+    const int off = has_offset32(type);
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[2][8], accm[2];
+    UNROLL for (int c = 0; c < NW; c++) {
+        accm[c] = _mm512_setzero_ps();
+        UNROLL for (int r = 0; r < NA; r++)
+            acc[c][r] = _mm512_setzero_ps();
+    }
+    int nb = k / QUANT_QK, p = 0;
+    for (; 2 * p + 1 < nb; p++) {
+        __m512i wq[2], neg[2];
+        __m512 dw[2];
+        UNROLL for (int c = 0; c < NW; c++) {
+            const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
+            wq[c] = unpack_pair_s(type, b0, bs, 0);
+            if (off) { /* the row's offsets: lane r / 8 + r = accm0 / accm1 of activation row r */
+                neg[c] = _mm512_setzero_si512();
+                __m512 mw = wscale16(b0, bs, 0, 2), sv = _mm512_load_ps(sg + 16 * p);
+                accm[c] = _mm512_fmadd_ps(mw, sv, accm[c]);
+            } else
+                neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
+            dw[c] = wscale16(b0, bs, 0, 0);
+        }
+        UNROLL for (int r = 0; r < NA; r++) {
+            const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
+            __m512i y = _mm512_load_si512((const void *)ap->q);
+            __m512 da = _mm512_load_ps(ap->d);
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m512 f = _mm512_cvtepi32_ps(off ? _mm512_dpbusd_epi32(neg[c], wq[c], y)
+                                                  : _mm512_dpbusd_epi32(neg[c], y, wq[c]));
+                acc[c][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r]);
+            }
+        }
+    }
+    if (2 * p < nb) { /* a lone last block: lane set 0 only */
+        __m512i wq[2], neg[2];
+        __m512 dw[2];
+        UNROLL for (int c = 0; c < NW; c++) {
+            const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
+            wq[c] = unpack_pair_s(type, b0, bs, 1);
+            if (off) { /* the row's offsets: lane r / 8 + r = accm0 / accm1 of activation row r */
+                neg[c] = _mm512_setzero_si512();
+                __m512 mw = wscale16(b0, bs, 1, 2), sv = _mm512_load_ps(sg + 16 * p);
+                accm[c] = _mm512_mask3_fmadd_ps(mw, sv, accm[c], 0x00FF);
+            } else
+                neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
+            dw[c] = wscale16(b0, bs, 1, 0);
+        }
+        UNROLL for (int r = 0; r < NA; r++) {
+            const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
+            __m512i y = _mm512_load_si512((const void *)ap->q);
+            __m512 da = _mm512_load_ps(ap->d);
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m512 f = _mm512_cvtepi32_ps(off ? _mm512_dpbusd_epi32(neg[c], wq[c], y)
+                                                  : _mm512_dpbusd_epi32(neg[c], y, wq[c]));
+                acc[c][r] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r], 0x00FF);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < NA; r++)
+        UNROLL for (int c = 0; c < NW; c++) {
+            if (r >= nr)
+                break;
+            __m256 lo = _mm512_castps512_ps256(acc[c][r]);
+            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c][r]), 1));
+            float v = hsum8_avx2(_mm256_add_ps(lo, hi));
+            if (off) {
+                float m[16];
+                _mm512_storeu_ps(m, accm[c]);
+                v = v + (m[r] + m[8 + r]);
+            }
+            out[(size_t)r * os + (size_t)c] = v;
+        }
+}
+
+/* nc weight rows x one group of nr (1..8) activation rows: one row against
+ * one weight row at a time (decode: the weights stream from memory, and a
+ * 4 weight rows x 1 row tile, reading four rows side by side, made
+ * single-sequence decode 1.7x slower than this), else 2 weight rows x 4 or
+ * 8 activation rows (the group's rows past nr, up to 4 or 8, must be
+ * readable: see act_rows_u). */
+typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
+                        const float *sg, int nr, float *out, size_t os);
+
+#define XU_KERNEL(name, T)                                                                    \
+    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, \
+                            size_t arow, const float *sg, int nr, float *out, size_t os)      \
+    {                                                                                         \
+        int c = 0;                                                                            \
+        if (nr == 1) { /* one weight row at a time: see below */                             \
+            for (; c < nc; c++)                                                               \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, 1, out + c, os, 1, 1);  \
+            return;                                                                           \
+        }                                                                                     \
+        if (nr > 4) {                                                                         \
+            for (; c + 2 <= nc; c += 2)                                                       \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 2, 8); \
+            if (c < nc)                                                                       \
+                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 8); \
+            return;                                                                           \
+        }                                                                                     \
+        for (; c + 2 <= nc; c += 2)                                                           \
+            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 2, 4);     \
+        if (c < nc)                                                                           \
+            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 4);     \
+    }
+
+XU_KERNEL(dotu_q4_0, QUANT_Q4_0)
+XU_KERNEL(dotu_q5_0, QUANT_Q5_0)
+XU_KERNEL(dotu_q8_0, QUANT_Q8_0)
+XU_KERNEL(dotu_q4_1, QUANT_Q4_1)
+XU_KERNEL(dotu_q5_1, QUANT_Q5_1)
+
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
 static int cpu_has_vnni(void)
@@ -1290,20 +1384,20 @@ static int cpu_has_vnni(void)
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
-/* ACT_32X4: the act32 blocks in the 4-row layout of struct act32p (AVX-512). */
-enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32X4 };
+/* ACT_32U (AVX-512, the 32-value types): one struct act32u per row and
+ * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets. */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U };
 
 #if !MATQ_X86
-struct act32p;
-typedef void (*dotx_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act32p *g,
-                        float *out, size_t os);
+typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
+                        const float *sg, int nr, float *out, size_t os);
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
- * dotx (may be NULL): the 1..4-row kernels of the ACT_32X4 layout. */
-static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn **dotx,
-                enum act_kind *act)
+ * dotu (may be NULL): the tile kernel of the ACT_32U layout. */
+static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, enum act_kind *act)
 {
+    dotu_fn vu = NULL;
     dot_fn s = NULL, v = NULL;
     dot4_fn v4 = NULL;
     enum act_kind ak = ACT_32;
@@ -1340,7 +1434,6 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
         }
     }
 #endif
-    const dotx_fn *vx = NULL;
 #if MATQ_X86
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
@@ -1351,19 +1444,19 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, const dotx_fn *
     }
     if (simd && ak == ACT_32 && level >= KN_SIMD_AVX512) {
         switch (type) {
-        case QUANT_Q4_0: vx = dotx_q4_0; break;
-        case QUANT_Q4_1: vx = dotx_q4_1; break;
-        case QUANT_Q5_0: vx = dotx_q5_0; break;
-        case QUANT_Q5_1: vx = dotx_q5_1; break;
-        default: vx = dotx_q8_0; break;
+        case QUANT_Q4_0: vu = dotu_q4_0; break;
+        case QUANT_Q4_1: vu = dotu_q4_1; break;
+        case QUANT_Q5_0: vu = dotu_q5_0; break;
+        case QUANT_Q5_1: vu = dotu_q5_1; break;
+        default: vu = dotu_q8_0; break;
         }
-        ak = ACT_32X4;
+        ak = ACT_32U;
     }
 #endif
     *dot = simd ? v : s;
     *dot4 = simd ? v4 : NULL;
-    if (dotx)
-        *dotx = vx;
+    if (dotu)
+        *dotu = vu;
     *act = ak;
     return 0;
 }
@@ -1387,13 +1480,12 @@ static dot4_fn pick8(int type, int level)
     return NULL;
 }
 
-/* Bytes of one quantized activation row (ACT_32X4: of a group of four
- * rows); 0 for ACT_NONE. */
+/* Bytes of one quantized activation row; 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
 {
     switch (ak) {
     case ACT_32: return (size_t)(k / QUANT_QK) * sizeof(struct act32);
-    case ACT_32X4: return (size_t)((k / QUANT_QK + 1) / 2) * sizeof(struct act32p);
+    case ACT_32U: return (size_t)((k / QUANT_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
     case ACT_256: return (size_t)(k / QUANT_QK_K) * sizeof(struct act256);
     default: return 0;
     }
@@ -1401,9 +1493,9 @@ static size_t act_row_bytes(enum act_kind ak, int k)
 
 /* Validate the arguments that need no pointers; fills dot/act/row bytes. */
 static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, dot4_fn *dot4,
-                      const dotx_fn **dotx, enum act_kind *ak, size_t *w_row_bytes)
+                      dotu_fn *dotu, enum act_kind *ak, size_t *w_row_bytes)
 {
-    int rc = pick(w_type, level, dot, dot4, dotx, ak);
+    int rc = pick(w_type, level, dot, dot4, dotu, ak);
     if (rc)
         return rc;
     int64_t rb;
@@ -1422,15 +1514,17 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
     dot4_fn dot4;
     enum act_kind ak;
     size_t rb;
-    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, &ak, &rb) || ak == ACT_NONE ||
-        n == 0)
+    if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, &ak, &rb) ||
+        ak == ACT_NONE || n == 0)
         return 0;
-    /* whatever the level: the 32-value types get room for the 4-row layout
-     * (rows rounded up to 4, blocks to 2), which is never smaller */
+    /* whatever the level: the 32-value types get room for the ACT_32U
+     * layout (rows rounded up to 8, blocks to 2, 64 bytes per row and
+     * block, plus 64 bytes per group of 8 rows and block pair for the
+     * offsets), which is never smaller than ACT_32 */
     size_t row = act_row_bytes(ak, k), rows = (size_t)n;
     if (ak == ACT_32) {
-        row = act_row_bytes(ACT_32X4, k);
-        rows = ((size_t)n + 3) / 4;
+        row = act_row_bytes(ACT_32U, k) * 8 + (size_t)((k / QUANT_QK + 1) / 2) * 64;
+        rows = ((size_t)n + 7) / 8;
     }
     if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
         return SIZE_MAX; /* cannot be provided: kn_matmul_w will say ERR_TOOBIG */
@@ -1440,19 +1534,30 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
 #define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
 #define TILE_N 64 /* activation rows per tile */
 
-struct matq_job {
-    float *out;            /* (n, m) */
-    const float *x;        /* (n, k) */
-    const uint8_t *w;      /* m rows of w_row_bytes */
-    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
-    size_t w_row_bytes, act_row;
-    int n, k, m;
-    enum act_kind ak;
+/* One weight matrix of a call (kn_matmul_w: one; kn_matmul_w_multi: up to
+ * KN_MATMUL_MULTI_MAX sharing the quantized activations). */
+struct matq_mat {
+    float *out;           /* (n, m) */
+    const uint8_t *w;     /* m rows of w_row_bytes */
+    size_t w_row_bytes;
+    int m;
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
-    const dotx_fn *dotx;  /* ACT_32X4: kernels for 1..4 rows of a group */
-    int64_t n_tiles_m, n_tiles;
+    dotu_fn dotu;         /* ACT_32U: the tile kernel */
+    int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
+};
+
+struct matq_job {
+    const float *x;        /* (n, k) */
+    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
+    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets */
+    size_t act_row;
+    int n, k;
+    enum act_kind ak;
+    struct matq_mat mat[KN_MATMUL_MULTI_MAX];
+    int n_mat;
+    int64_t n_tiles;
     atomic_llong next_tile;
 };
 
@@ -1468,49 +1573,53 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
     }
 }
 
-/* Groups g0..g1 of four rows into the act32p layout (rows past n and the
- * second block of an odd last pair are zero). */
-static void quant_groups(struct matq_job *j, int g0, int g1)
+/* Rows of the ACT_32U layout the kernels read for n rows: whole groups of
+ * 8, then the last group's rows rounded to 1, 4 or 8 (dotu_fn reads that
+ * many). Rows past n are zero. */
+static int act_rows_u(int n)
 {
-    int nb = j->k / QUANT_QK;
-    for (int g = g0; g < g1; g++) {
-        struct act32p *gp = (struct act32p *)(void *)(j->act + (size_t)g * j->act_row);
-        if (nb & 1)
-            memset(&gp[nb / 2], 0, sizeof gp[nb / 2]);
-        for (int r = 0; r < 4; r++) {
-            int row = 4 * g + r;
-            if (row >= j->n) {
-                for (int p = 0; p < (nb + 1) / 2; p++) {
-                    gp[p].d[r] = gp[p].d[4 + r] = 0.0f;
-                    gp[p].s[r] = gp[p].s[4 + r] = 0.0f;
-                    memset(gp[p].q[r], 0, sizeof gp[p].q[r]);
-                }
-                continue;
-            }
-            const float *xr = j->x + (size_t)row * (size_t)j->k;
-            for (int b = 0; b < nb; b++) {
-                struct act32p *ap = &gp[b / 2];
-                int h = b & 1;
+    int rem = n % 8, full = n - rem;
+    return full + (rem == 0 ? 0 : rem == 1 ? 1 : rem <= 4 ? 4 : 8);
+}
+
+/* Rows r0..r1 (up to act_rows_u(n): the rows past n are zero) into act32u. */
+static void quant_rows_u(struct matq_job *j, int r0, int r1)
+{
 #if MATQ_X86
-                quant_block32_avx512(xr + (size_t)b * QUANT_QK, &ap->d[4 * h + r], &ap->s[4 * h + r],
-                                     ap->q[r] + QUANT_QK * h);
-#else
-                quant_block32_s(xr + (size_t)b * QUANT_QK, &ap->d[4 * h + r], &ap->s[4 * h + r],
-                                ap->q[r] + QUANT_QK * h);
-#endif
-            }
+    int nb = j->k / QUANT_QK, np = (nb + 1) / 2, off = j->act_s != NULL;
+    float sdummy;
+    if (off) /* r0 is a multiple of 8: these groups are this thread's */
+        memset(j->act_s + (size_t)(r0 / 8) * (size_t)np * 16, 0,
+               (size_t)((r1 + 7) / 8 - r0 / 8) * (size_t)np * 16 * sizeof(float));
+    for (int r = r0; r < r1; r++) {
+        struct act32u *ap = (struct act32u *)(void *)(j->act + (size_t)r * j->act_row);
+        if (r >= j->n) {
+            act32u_zero(ap, np, off);
+            continue;
         }
+        if (nb & 1)
+            act32u_zero(ap + np - 1, 1, off);
+        const float *xr = j->x + (size_t)r * (size_t)j->k;
+        float *sg = off ? j->act_s + (size_t)(r / 8) * (size_t)np * 16 + r % 8 : NULL;
+        for (int b = 0; b < nb; b++)
+            quant_block32u(xr + (size_t)b * QUANT_QK, ap + b / 2, b & 1, off,
+                           off ? sg + 16 * (b / 2) + 8 * (b & 1) : &sdummy);
     }
+#else
+    (void)j;
+    (void)r0;
+    (void)r1;
+#endif
 }
 
 static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
-    if (j->ak == ACT_32X4) {
-        int ng = (j->n + 3) / 4, per = (ng + nth - 1) / nth, g0 = ith * per;
-        int g1 = g0 + per < ng ? g0 + per : ng;
-        if (g0 < g1)
-            quant_groups(j, g0, g1);
+    if (j->ak == ACT_32U) {
+        int nr = act_rows_u(j->n), per = ((nr + 7) / 8 + nth - 1) / nth * 8, r0 = ith * per;
+        int r1 = r0 + per < nr ? r0 + per : nr;
+        if (r0 < r1)
+            quant_rows_u(j, r0, r1);
         return;
     }
     int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
@@ -1524,6 +1633,23 @@ static inline const void *act_row(const struct matq_job *j, int r)
                   : (const void *)(j->x + (size_t)r * (size_t)j->k);
 }
 
+/* Tile t of the call: matrix, weight rows c0..c1, activation rows r0..r1.
+ * Tiles run through each matrix in turn, weight tiles fastest. */
+static const struct matq_mat *tile_of(const struct matq_job *j, int64_t t, int *c0, int *c1, int *r0, int *r1)
+{
+    int i = 0;
+    while (i + 1 < j->n_mat && t >= j->mat[i + 1].tile0)
+        i++;
+    const struct matq_mat *mt = &j->mat[i];
+    t -= mt->tile0;
+    int tm = (int)(t % mt->n_tiles_m), tn = (int)(t / mt->n_tiles_m);
+    *c0 = tm * TILE_M;
+    *c1 = *c0 + TILE_M < mt->m ? *c0 + TILE_M : mt->m;
+    *r0 = tn * TILE_N;
+    *r1 = *r0 + TILE_N < j->n ? *r0 + TILE_N : j->n;
+    return mt;
+}
+
 static void dot_worker(void *ctx, int ith, int nth)
 {
     (void)ith;
@@ -1533,93 +1659,130 @@ static void dot_worker(void *ctx, int ith, int nth)
         int64_t t = atomic_fetch_add_explicit(&j->next_tile, 1, memory_order_relaxed);
         if (t >= j->n_tiles)
             break;
-        int tm = (int)(t % j->n_tiles_m), tn = (int)(t / j->n_tiles_m);
-        int c0 = tm * TILE_M, c1 = c0 + TILE_M < j->m ? c0 + TILE_M : j->m;
-        int r0 = tn * TILE_N, r1 = r0 + TILE_N < j->n ? r0 + TILE_N : j->n;
+        int c0, c1, r0, r1;
+        const struct matq_mat *mt = tile_of(j, t, &c0, &c1, &r0, &r1);
+        const size_t wrb = mt->w_row_bytes, m = (size_t)mt->m;
         int r = r0;
-        if (j->dotx) { /* groups of 4 rows (TILE_N is a multiple of 4) */
-            for (; r < r1; r += 4) {
-                int nr = r1 - r < 4 ? r1 - r : 4;
-                const struct act32p *g = (const struct act32p *)(const void *)(j->act + (size_t)(r / 4) * j->act_row);
-                j->dotx[nr - 1](j->k, j->w + (size_t)c0 * j->w_row_bytes, j->w_row_bytes, c1 - c0,
-                                g, j->out + (size_t)r * (size_t)j->m + (size_t)c0, (size_t)j->m);
-            }
+        if (mt->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
+            for (; r < r1; r += 8)
+                mt->dotu(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0, j->act + (size_t)r * j->act_row,
+                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * (j->act_row / 128) * 16 : NULL,
+                         r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
             continue;
         }
-        if (j->dot8) /* 8 activation rows x the tile's weight rows */
+        if (mt->dot8) /* 8 activation rows x the tile's weight rows */
             for (; r + 8 <= r1; r += 8) {
                 const void *a[8];
                 for (int i = 0; i < 8; i++)
                     a[i] = act_row(j, r + i);
                 for (int c = c0; c < c1; c++) {
                     float o[8];
-                    j->dot8(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    mt->dot8(j->k, mt->w + (size_t)c * wrb, a, o);
                     for (int i = 0; i < 8; i++)
-                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                        mt->out[(size_t)(r + i) * m + (size_t)c] = o[i];
                 }
             }
-        if (j->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
+        if (mt->dot4) /* 4 activation rows x the tile's weight rows, all in L1 */
             for (; r + 4 <= r1; r += 4) {
                 const void *a[4];
                 for (int i = 0; i < 4; i++)
                     a[i] = act_row(j, r + i);
                 for (int c = c0; c < c1; c++) {
                     float o[4];
-                    j->dot4(j->k, j->w + (size_t)c * j->w_row_bytes, a, o);
+                    mt->dot4(j->k, mt->w + (size_t)c * wrb, a, o);
                     for (int i = 0; i < 4; i++)
-                        j->out[(size_t)(r + i) * (size_t)j->m + (size_t)c] = o[i];
+                        mt->out[(size_t)(r + i) * m + (size_t)c] = o[i];
                 }
             }
         for (; r < r1; r++) {
             const void *a = act_row(j, r);
-            float *o = j->out + (size_t)r * (size_t)j->m;
+            float *o = mt->out + (size_t)r * m;
             for (int c = c0; c < c1; c++)
-                o[c] = j->dot(j->k, j->w + (size_t)c * j->w_row_bytes, a);
+                o[c] = mt->dot(j->k, mt->w + (size_t)c * wrb, a);
         }
     }
+}
+
+/* The activation layout a weight type reads at a level, as one number:
+ * matrices with the same one can share the quantized rows (ACT_32U holds
+ * q + 128 for the signed types, q for Q4_1/Q5_1). */
+static int act_variant(enum act_kind ak, int w_type)
+{
+    return (int)ak * 2 + (ak == ACT_32U && has_offset32(w_type));
+}
+
+int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
+                      int n_w, void *scratch, size_t scratch_bytes)
+{
+    if (n_w < 1 || n_w > KN_MATMUL_MULTI_MAX || !w)
+        return ERR_INVAL;
+    struct matq_job j;
+    memset(&j, 0, sizeof j);
+    int level = kn_simd_level(), variant = -1, shared = 1;
+    for (int i = 0; i < n_w; i++) {
+        struct matq_mat *mt = &j.mat[i];
+        enum act_kind ak;
+        int rc = check_args(n, k, w[i].w_type, w[i].m, level, &mt->dot, &mt->dot4, &mt->dotu, &ak,
+                            &mt->w_row_bytes);
+        if (rc)
+            return rc;
+        mt->dot8 = pick8(w[i].w_type, level);
+        if (variant >= 0 && act_variant(ak, w[i].w_type) != variant)
+            shared = 0;
+        variant = act_variant(ak, w[i].w_type);
+        j.ak = ak;
+        if (n > 0 && w[i].m > 0 && (!w[i].out || !w[i].w || !x))
+            return ERR_INVAL;
+        size_t need = kn_matmul_w_scratch(n, k, w[i].w_type);
+        if (n > 0 && w[i].m > 0 && (need > scratch_bytes || (need && !scratch)))
+            return ERR_TOOBIG;
+    }
+    if (!shared) { /* different activation layouts: one call each (the same bits) */
+        for (int i = 0; i < n_w; i++) {
+            int rc = kn_matmul_w(pool, w[i].out, x, n, k, w[i].w, w[i].w_type, w[i].m, scratch,
+                                 scratch_bytes);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (n == 0)
+        return 0;
+    j.x = x;
+    j.n = n;
+    j.k = k;
+    j.act_row = act_row_bytes(j.ak, k);
+    int64_t n_tiles_n = ((int64_t)n + TILE_N - 1) / TILE_N;
+    for (int i = 0; i < n_w; i++) {
+        if (w[i].m == 0)
+            continue;
+        struct matq_mat *mt = &j.mat[j.n_mat];
+        *mt = (struct matq_mat){w[i].out, w[i].w, j.mat[i].w_row_bytes, w[i].m, j.mat[i].dot,
+                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu,
+                                ((int64_t)w[i].m + TILE_M - 1) / TILE_M, j.n_tiles};
+        j.n_tiles += mt->n_tiles_m * n_tiles_n;
+        j.n_mat++;
+    }
+    if (j.n_mat == 0)
+        return 0;
+    if (j.ak != ACT_NONE) {
+        uintptr_t p = (uintptr_t)scratch;
+        j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
+        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) /* after the rows, rounded up to 8 */
+            j.act_s = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row);
+        if (n >= (j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
+            kn_pool_run(pool, quant_worker, &j);
+        else
+            quant_worker(&j, 0, 1);
+    }
+    atomic_init(&j.next_tile, 0);
+    kn_pool_run(pool, dot_worker, &j);
+    return 0;
 }
 
 int kn_matmul_w(struct kn_pool *pool, float *out, const float *x, int n, int k, const void *w,
                 int w_type, int m, void *scratch, size_t scratch_bytes)
 {
-    struct matq_job j;
-    memset(&j, 0, sizeof j);
-    /* 32-value types with fewer than 4 rows: the AVX2 one-row kernels waste
-     * no lanes on padding rows (same bits either way); the K-quants' AVX-512
-     * kernels have no padding rows */
-    int level = kn_simd_level();
-    if (level == KN_SIMD_AVX512 && n < 4 && w_type != QUANT_Q4_K && w_type != QUANT_Q5_K &&
-        w_type != QUANT_Q6_K)
-        level = KN_SIMD_AVX2;
-    int rc = check_args(n, k, w_type, m, level, &j.dot, &j.dot4, &j.dotx, &j.ak, &j.w_row_bytes);
-    if (rc)
-        return rc;
-    j.dot8 = pick8(w_type, level);
-    if (n == 0 || m == 0)
-        return 0;
-    if (!out || !x || !w)
-        return ERR_INVAL;
-    size_t need = kn_matmul_w_scratch(n, k, w_type);
-    if (need > scratch_bytes || (need && !scratch))
-        return ERR_TOOBIG;
-    j.out = out;
-    j.x = x;
-    j.w = w;
-    j.n = n;
-    j.k = k;
-    j.m = m;
-    j.act_row = act_row_bytes(j.ak, k);
-    if (j.ak != ACT_NONE) {
-        uintptr_t p = (uintptr_t)scratch;
-        j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (n >= (j.ak == ACT_32X4 ? 8 : 4) && kn_pool_threads(pool) > 1)
-            kn_pool_run(pool, quant_worker, &j);
-        else
-            quant_worker(&j, 0, 1);
-    }
-    j.n_tiles_m = ((int64_t)m + TILE_M - 1) / TILE_M;
-    j.n_tiles = j.n_tiles_m * (((int64_t)n + TILE_N - 1) / TILE_N);
-    atomic_init(&j.next_tile, 0);
-    kn_pool_run(pool, dot_worker, &j);
-    return 0;
+    struct kn_wmat one = {out, w, w_type, m};
+    return kn_matmul_w_multi(pool, x, n, k, &one, 1, scratch, scratch_bytes);
 }

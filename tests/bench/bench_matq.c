@@ -3,7 +3,9 @@
  * with the same threads (ratio = ours / naive), plus the cost of an empty
  * kn_pool_run.
  *
- * usage: bench_matq [seconds per measurement] (default 0.3)
+ * usage: bench_matq [seconds per measurement] [TYPE,...]
+ *   (default 0.3 s; TYPE names as quant_type_name prints them, e.g. q5_0:
+ *   only those types, and no model sweep)
  *
  * Shapes: k=576 -> m=1536 (q/k/v/gate/up-like) and k=1536 -> m=576
  * (down-like); n=1 (decode) and n=64 (prefill); 1 and 2 threads. Weights
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/clock.h"
 #include "kernels/kn.h"
@@ -244,6 +247,20 @@ static void print_peaks(double secs)
 }
 #endif
 
+/* name in the comma-separated list (case-insensitive)? */
+static int type_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && strncasecmp(p, name, n) == 0)
+            return 1;
+        p += l + (e != NULL);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? strtod(argv[1], NULL) : 0.3;
@@ -251,8 +268,11 @@ int main(int argc, char **argv)
         secs = 0.3;
     printf("simd path: %s\n", kn_simd_name(kn_simd_level()));
     print_peaks(secs);
-    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
-    const int shapes[][2] = {{576, 1536}, {1536, 576}};
+    const char *only = argc > 2 ? argv[2] : NULL;
+    const int types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+    /* SmolLM2-135M's 576 / 1536, Qwen2.5-0.5B's 896 / 4864, SmolLM2's
+     * output matrix (49152 rows: 17-28 MB, streamed from memory at n = 1) */
+    const int shapes[][2] = {{576, 1536}, {1536, 576}, {896, 4864}, {4864, 896}, {576, 49152}};
     const int ns[] = {1, 64};
     const int threads[] = {1, 2};
     printf("%-5s %5s %5s %3s %3s  %9s %9s  %7s\n", "type", "k", "m", "n", "thr", "ours", "naive",
@@ -262,9 +282,11 @@ int main(int argc, char **argv)
         if (kn_pool_new(threads[ti], &pool))
             return 1;
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-            for (int s = 0; s < 2; s++)
+            for (int s = 0; s < 5; s++)
                 for (int ni = 0; ni < 2; ni++) {
                     int k = shapes[s][0], m = shapes[s][1], n = ns[ni], type = types[t];
+                    if (only && !type_listed(only, quant_type_name((uint32_t)type)))
+                        continue;
                     if (k % (int)quant_block_elems((uint32_t)type) != 0)
                         continue; /* 576 is not a multiple of the K-quants' 256 */
                     size_t rb;
@@ -297,7 +319,7 @@ int main(int argc, char **argv)
             kn_pool_run(pool, noop, NULL);
         printf("empty kn_pool_run, %d threads: %.2f us\n", threads[ti],
                (double)(clock_mono_ns() - t0) / 1e3 / runs);
-        for (int ni = 0; ni < 2; ni++) {
+        for (int ni = 0; ni < 2 && !only; ni++) {
             double t = model_sweep(pool, ns[ni], secs);
             printf("SmolLM2-135M all matmuls, n=%d, %d threads: %.2f ms/sweep = %.0f tok/s ceiling\n",
                    ns[ni], threads[ti], t * 1e3, ns[ni] / t);

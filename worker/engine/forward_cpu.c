@@ -25,9 +25,11 @@
  *
  * Every op works per token with a fixed accumulation order, so a token's
  * numbers do not depend on its batch neighbours. All matmuls go through
- * model_linear (one place): by default the kernels' kn_matmul_w
+ * model_linear (one place; model_linear_multi for q/k/v and gate/up, the
+ * same bits): by default the kernels' kn_matmul_w / kn_matmul_w_multi
  * (kernels/cpu/matq.c: activations quantized to 8 bits per block, integer
- * dot products, the context's thread pool), or with exact_matmul the
+ * dot products, the context's thread pool; the products sharing x quantize
+ * it once and take two pool barriers in all), or with exact_matmul the
  * reference linear_exact (dequantized weights, the kernels' float
  * kn_matmul_f32: the path verified against HF transformers). Both have a
  * fixed reduction order independent of n and of the thread count.
@@ -129,6 +131,26 @@ static int model_linear(struct fwdcpu *c, float *out, const float *x, int n,
                             c->mm_scratch_bytes);
     return kn_matmul_w(c->p.pool, out, x, n, w->cols, w->data, (int)w->type, w->rows,
                        c->mm_scratch, c->mm_scratch_bytes);
+}
+
+/* Two or three products sharing x (q/k/v, gate/up): the same bits as one
+ * model_linear each; kn_matmul_w_multi quantizes x once and dispatches the
+ * pool once for all of them. */
+static int model_linear_multi(struct fwdcpu *c, float *const *out, const float *x, int n,
+                              const struct model_mat *const *w, int n_w)
+{
+    if (c->p.exact_matmul) {
+        for (int i = 0; i < n_w; i++) {
+            int rc = model_linear(c, out[i], x, n, w[i]);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    struct kn_wmat wm[KN_MATMUL_MULTI_MAX];
+    for (int i = 0; i < n_w; i++)
+        wm[i] = (struct kn_wmat){out[i], w[i]->data, (int)w[i]->type, w[i]->rows};
+    return kn_matmul_w_multi(c->p.pool, x, n, w[0]->cols, wm, n_w, c->mm_scratch, c->mm_scratch_bytes);
 }
 
 /* Scratch model_linear needs for rows of up to k_max values and n_max
@@ -369,9 +391,9 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
     int rc;
 
     kn_rmsnorm_f32(c->xb, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
-    if ((rc = model_linear(c, c->q, c->xb, n, &L->wq)) ||
-        (rc = model_linear(c, c->k, c->xb, n, &L->wk)) ||
-        (rc = model_linear(c, c->v, c->xb, n, &L->wv)))
+    float *const qkv_out[3] = {c->q, c->k, c->v};
+    const struct model_mat *const qkv[3] = {&L->wq, &L->wk, &L->wv};
+    if ((rc = model_linear_multi(c, qkv_out, c->xb, n, qkv, 3)))
         return rc;
     if (L->bq)
         kn_add_bias_f32(c->q, L->bq, n, q_dim);
@@ -424,8 +446,9 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
     kn_add_f32(c->x, c->proj, (size_t)n * (size_t)hp->n_embd);
 
     kn_rmsnorm_f32(c->xb, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    if ((rc = model_linear(c, c->hb, c->xb, n, &L->w_gate)) ||
-        (rc = model_linear(c, c->hb2, c->xb, n, &L->w_up)))
+    float *const gu_out[2] = {c->hb, c->hb2};
+    const struct model_mat *const gu[2] = {&L->w_gate, &L->w_up};
+    if ((rc = model_linear_multi(c, gu_out, c->xb, n, gu, 2)))
         return rc;
     struct swiglu_job sj = {c->hb, c->hb2, (size_t)n * (size_t)hp->n_ff, hp->ffn_act};
     if (c->n_threads > 1 && n >= 4)

@@ -405,7 +405,7 @@ TEST(matq_known_values_q8_0_q4_0)
     }
     for (int lv = 0; lv <= kn_simd_best(); lv++) {
         CHECK_EQ_INT(kn_simd_set(lv), 0);
-        char scratch[400]; /* 384 = one 4-row group of one block pair + alignment */
+        char scratch[1216]; /* 1152 = one 8-row group of one block pair (with its offsets) + alignment */
         float out;
         CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w8, QUANT_Q8_0, 1, scratch, sizeof scratch), 0);
         CHECK_EQ_INT((long)out, want8);
@@ -413,6 +413,79 @@ TEST(matq_known_values_q8_0_q4_0)
         CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w4, QUANT_Q4_0, 1, scratch, sizeof scratch), 0);
         CHECK(out == (float)want4);
     }
+}
+
+/* kn_matmul_w_multi: the bits of one kn_matmul_w per matrix, whether the
+ * matrices share the activation layout (one quantization, one dispatch) or
+ * not (the fallback), at every level, with and without a pool, matrices of
+ * different heights (one empty); and its argument errors. */
+TEST(matq_multi_equals_separate_calls)
+{
+    static const int groups[][3] = {
+        {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_0}, /* signed 32-value types: shared */
+        {QUANT_Q4_1, QUANT_Q5_1, QUANT_Q4_1}, /* offset types: shared */
+        {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K}, /* K-quants: shared */
+        {QUANT_Q5_0, QUANT_Q4_1, QUANT_Q8_0}, /* mixed layouts: one call each */
+        {QUANT_F16, QUANT_F32, QUANT_BF16},
+    };
+    const int ms[3] = {37, 0, 19}, ns[] = {1, 5, 9, 70};
+    struct kn_pool *pool;
+    CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
+    for (int lv = KN_SIMD_SCALAR; lv <= kn_simd_best(); lv++)
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+            int k = block_of(groups[g][0]) == 256 ? 512 : 160;
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int n = ns[ni];
+                CHECK_EQ_INT(kn_simd_set(lv), 0);
+                float *x = make_x(n, k);
+                uint8_t *w[3];
+                float *sep[3], *got[3];
+                struct kn_wmat wm[3];
+                size_t sb = 0;
+                for (int i = 0; i < 3; i++) {
+                    size_t rb;
+                    w[i] = make_weights(groups[g][i], k, ms[i] ? ms[i] : 1, &rb);
+                    sep[i] = run_matmul(NULL, groups[g][i], x, n, k, w[i], ms[i]);
+                    got[i] = malloc((size_t)n * (size_t)ms[i] * sizeof(float) + 1);
+                    wm[i] = (struct kn_wmat){got[i], w[i], groups[g][i], ms[i]};
+                    size_t need = kn_matmul_w_scratch(n, k, groups[g][i]);
+                    sb = need > sb ? need : sb;
+                }
+                void *scratch = sb ? malloc(sb) : NULL;
+                CHECK_EQ_INT(kn_matmul_w_multi(ni & 1 ? pool : NULL, x, n, k, wm, 3, scratch, sb), 0);
+                for (int i = 0; i < 3; i++) {
+                    if (memcmp(sep[i], got[i], (size_t)n * (size_t)ms[i] * sizeof(float)) != 0)
+                        th_fail(__FILE__, __LINE__, "multi == separate", "%s group %d n %d matrix %d",
+                                kn_simd_name(lv), (int)g, n, i);
+                    free(sep[i]);
+                    free(got[i]);
+                    free(w[i]);
+                }
+                free(scratch);
+                free(x);
+            }
+        }
+    kn_simd_set(kn_simd_best());
+    /* errors: entry count, NULL list, NULL output, scratch too small */
+    float x[64] = {0}, out[4] = {7, 7, 7, 7};
+    uint8_t wb[64] = {0};
+    char scratch[2048];
+    struct kn_wmat e[5] = {{out, wb, QUANT_Q8_0, 1}, {out + 1, wb, QUANT_Q8_0, 1}, {out + 2, wb, QUANT_Q8_0, 1},
+                           {out + 3, wb, QUANT_Q8_0, 1}, {out, wb, QUANT_Q8_0, 1}};
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 0, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 5, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, NULL, 1, scratch, sizeof scratch), ERR_INVAL);
+    e[1].out = NULL;
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 2, scratch, sizeof scratch), ERR_INVAL);
+    e[1].out = out + 1;
+    e[1].w_type = 99;
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 2, scratch, sizeof scratch), ERR_UNSUPPORTED);
+    e[1].w_type = QUANT_Q8_0;
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 4, scratch, 10), ERR_TOOBIG);
+    CHECK(out[0] == 7 && out[1] == 7 && out[2] == 7 && out[3] == 7);
+    CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 4, scratch, sizeof scratch), 0);
+    CHECK(out[0] == 0 && out[3] == 0);
+    kn_pool_free(pool);
 }
 
 /* ---- batch invariance and thread counts --------------------------------------------- */
