@@ -282,16 +282,17 @@ TEST(matq_simd_all_types_vs_references)
     all_types_vs_refs(kn_simd_best());
 }
 
-/* Every SIMD level (AVX2; AVX-512 with its 4-row activation layout, rows
- * in groups of four, blocks in pairs) against the scalar reference, bit for
- * bit: row counts 1..9 cover whole groups and every partial one, k = 32 and
- * 96 an odd block count (a lone last block), with and without a pool. */
+/* Every SIMD level (AVX2; AVX-512 with its register tiles: activation rows
+ * in groups of eight - four for a short last group, one for decode - and
+ * blocks in pairs) against the scalar reference, bit for bit: row counts
+ * 1..9 and 70 cover whole groups and every partial one, k = 32 and 96 an
+ * odd block count (a lone last block), with and without a pool. */
 TEST(matq_simd_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
     const int m = 53;
-    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 9, 70};
+    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 70};
     struct kn_pool *pool;
     CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
