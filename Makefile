@@ -64,7 +64,7 @@ endif
 # ---- sources ------------------------------------------------------------------
 # Every .c under the library folders (jobd/ and worker/ have one sub-folder
 # per layer: see the README's layout table).
-LIB_SRC   := $(sort $(shell find common jobd worker kernels/cpu -name '*.c'))
+LIB_SRC   := $(sort $(shell find common text openai jobd worker kernels/cpu -name '*.c'))
 BINS      := jobd jobworker jobctl
 UNIT_SRC  := $(sort $(shell find tests/unit -name '*.c'))
 INTEG_SRC := $(wildcard tests/integration/*.c)
@@ -78,8 +78,8 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c common/utf8.c \
                $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
                worker/engine/forward_cpu.c \
-               worker/engine/forward_cuda.c worker/engine/kv.c worker/engine/gguf.c \
-               worker/engine/tok_gguf.c worker/engine/tok.c worker/engine/tok_unicode.c worker/engine/chat.c worker/engine/jinja.c \
+               worker/engine/forward_cuda.c worker/engine/kv.c text/gguf.c \
+               text/tok_gguf.c text/tok.c text/tok_unicode.c text/chat.c text/jinja.c \
                common/gram/gram.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 

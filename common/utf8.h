@@ -3,7 +3,7 @@
  * works on code points (the WordPiece normaliser, the Jinja interpreter).
  *
  * Neither function validates: the caller has already measured a complete,
- * well-formed sequence (worker/engine/tok.h tok_utf8_seq and the like) or
+ * well-formed sequence (text/tok.h tok_utf8_seq and the like) or
  * holds a code point <= 0x10FFFF. Pure, any thread.
  */
 #ifndef COMMON_UTF8_H

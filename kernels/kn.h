@@ -27,7 +27,7 @@
  *   matmul bf16     kn_matmul_f32 on bf16 inputs     kn_cuda_gemm_bf16  gemm.cu    1e-3 rel L2
  *   matmul quant    kn_matmul_w         matq.c       kn_cuda_matvec_q   matvec.cu  1e-5 rel L2 (vs f32
  *                                                                                  on dequantized rows)
- *   dequant         quant_dequant_row   quant.c      kn_cuda_dequant    dequant.cu 0 (bit-identical)
+ *   dequant         kn_dequant_row   quant.c      kn_cuda_dequant    dequant.cu 0 (bit-identical)
  *   embedding       kn_get_rows         get_rows.c   kn_cuda_dequant (ids)         0
  *   rope            kn_rope_f32         rope.c       kn_cuda_rope       rope.cu    2e-6 abs
  *   attention       kn_attn_paged_f32   attention.c  kn_cuda_attention  attention.cu 1e-5 rel
@@ -38,8 +38,8 @@
  *   windowed attn   kn_attn_paged_win_heads_f32 attention.c (none: likewise)
  *   add, add_bias   kn_add_f32 ...      add.c        kn_cuda_add ...    add.cu     0
  *   argmax          kn_argmax_f32       argmax.c     kn_cuda_argmax     argmax.cu  exact
- *   to bf16         quant_fp32_to_bf16  quant.c      kn_cuda_to_bf16    to_bf16.cu 0
- *   kv append       quant_fp32_to_bf16  quant.c      kn_cuda_kv_append  kvcache.cu 0
+ *   to bf16         kn_fp32_to_bf16  quant.c      kn_cuda_to_bf16    to_bf16.cu 0
+ *   kv append       kn_fp32_to_bf16  quant.c      kn_cuda_kv_append  kvcache.cu 0
  *   random fill     (none: synthetic benchmark weights)  kn_cuda_fill_random_bf16 fill_random.cu
  *
  * Sections below: devices; tensor types (ggml formats, prefix quant_: a
@@ -65,6 +65,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "text/ggml_type.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "kn.h: the ggml block formats are little-endian; big-endian hosts are not supported"
 #endif
@@ -86,73 +88,35 @@ int kn_cuda_built(void);
 
 /* ==== tensor types: ggml block formats (cpu/quant.c, layouts in cpu/blocks.h) ==== */
 
-/* ggml tensor type ids (enum ggml_type), as stored in GGUF tensor infos.
- * Only the ids this engine reads have names here; quant_type_name() knows
- * the names of the others for error messages. A row of ne[0] values is cut
- * into blocks of quant_block_elems() values, each stored in
- * quant_block_bytes() bytes (a scale or two as IEEE binary16, then packed
- * integers). */
-enum quant_type {
-    QUANT_F32 = 0,
-    QUANT_F16 = 1,
-    QUANT_Q4_0 = 2,
-    QUANT_Q4_1 = 3,
-    QUANT_Q5_0 = 6,
-    QUANT_Q5_1 = 7,
-    QUANT_Q8_0 = 8,
-    QUANT_Q4_K = 12,
-    QUANT_Q5_K = 13,
-    QUANT_Q6_K = 14,
-    QUANT_BF16 = 30,
-};
-
-#define QUANT_QK 32    /* values per block of the legacy formats (Q4_0..Q8_0) */
-#define QUANT_QK_K 256 /* values per super-block of the K-quants */
-
-/* ggml's name of type id ("Q4_K", "IQ2_XXS", "BF16"...), for every id ggml
- * has defined (supported or not); NULL for an id ggml never used or removed.
- * Can't fail. */
-const char *quant_type_name(uint32_t type);
-
-/* 1 if this module can dequantize type (the enum quant_type values), else 0. */
-int quant_type_supported(uint32_t type);
-
-/* Values per block and bytes per block of a supported type; 0 for any other
- * id. (F32/F16/BF16 count as blocks of one value.) */
-uint32_t quant_block_elems(uint32_t type);
-uint32_t quant_block_bytes(uint32_t type);
-
-/* Bytes of n_elems values of a supported type into *out. Returns 0,
- * ERR_UNSUPPORTED (type not supported), ERR_INVAL (n_elems negative or not a
- * multiple of the block size) or ERR_TOOBIG (the size overflows int64).
- * *out written only on success. */
-int quant_row_bytes(uint32_t type, int64_t n_elems, int64_t *out);
+/* The type ids, names and block sizes are the file format's
+ * (text/ggml_type.h); kn_dequant_row decodes every type
+ * ggml_type_supported() accepts. */
 
 /* Dequantize n values (one row or several consecutive rows) of type from src
  * into dst (n floats). src needs no alignment. Returns 0, ERR_UNSUPPORTED or
  * ERR_INVAL (n negative or not a multiple of the block size); dst untouched
  * on error. Exact: matches gguf-py's dequantize() bit for bit. */
-int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+int kn_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* IEEE binary16 bits -> float, exact for every input (subnormals, +-inf, NaN
  * payloads are kept: the 10 mantissa bits become the top of the float's). */
-float quant_fp16_to_fp32(uint16_t h);
+float kn_fp16_to_fp32(uint16_t h);
 
 /* float -> binary16 bits, round to nearest even; overflow gives +-inf,
  * underflow gives subnormals or +-0, NaN gives a quiet NaN keeping the sign
  * and the top 9 payload bits (as F16C and CUDA's __float2half do). */
-uint16_t quant_fp32_to_fp16(float f);
+uint16_t kn_fp32_to_fp16(float f);
 
-/* quant_fp32_to_fp16 over n values (the KV cache append; F16C's vcvtps2ph
+/* kn_fp32_to_fp16 over n values (the KV cache append; F16C's vcvtps2ph
  * with round-to-nearest-even where the CPU has it: the same bits). */
 void kn_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 
 /* bfloat16 bits -> float: the bits become the top half of a binary32. Exact. */
-float quant_bf16_to_fp32(uint16_t h);
+float kn_bf16_to_fp32(uint16_t h);
 
 /* float -> bfloat16 bits as ggml does it: round to nearest even, NaN forced
  * quiet. */
-uint16_t quant_fp32_to_bf16(float f);
+uint16_t kn_fp32_to_bf16(float f);
 
 /* ==== CPU thread pool (cpu/pool.c) ================================================ */
 
@@ -228,8 +192,8 @@ void kn_matmul_f32(float *out, const float *x, const float *w, int n, int k, int
 
 /* Quantized-weight product (matq.c; scheme, fixed reduction order and error
  * bound in its header): out (n, m) = x (n, k) @ W^T. W: m rows of k values
- * of ggml type w_type (enum quant_type), rows contiguous, row stride
- * quant_row_bytes(w_type, k), no alignment needed. x, out: float32
+ * of ggml type w_type (enum ggml_type), rows contiguous, row stride
+ * ggml_type_row_bytes(w_type, k), no alignment needed. x, out: float32
  * row-major, out must not alias x. The activations are quantized to 8 bits
  * per block (about 0.3% of sum |w_i x_i| for random data); results are
  * bit-identical for every n, thread count and SIMD level.
@@ -275,14 +239,14 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
  * placed at a 64-byte boundary inside the buffer); 0 for F32, F16, BF16,
  * for n == 0 and for arguments kn_matmul_w would reject; SIZE_MAX if the
  * size overflows. Can't fail. Since 1088/512 > 292/256,
- * kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0) is enough for every call
+ * kn_matmul_w_scratch(n_max, k_max, GGML_TYPE_Q8_0) is enough for every call
  * with n <= n_max and k <= k_max, whatever the weight type: allocate that
  * once at model load. */
 size_t kn_matmul_w_scratch(int n, int k, int w_type);
 
 /* Embedding lookup (get_rows.c): out row r = dequantized row ids[r] of a
  * table of rows of dim values in ggml type `type` (row stride row_bytes).
- * out: (n, dim). The type must be quant_type_supported and dim a multiple
+ * out: (n, dim). The type must be ggml_type_supported and dim a multiple
  * of its block size. */
 void kn_get_rows(float *out, const void *table, uint32_t type, size_t row_bytes,
                  const int32_t *ids, int n, int dim);
@@ -462,7 +426,7 @@ int kn_cuda_dequant_supported(uint32_t type);
  * row r of out (cols values, f32 or bf16 by out_bf16) = row ids[r] of src
  * (ids device (n_rows) int32, or NULL for rows 0..n_rows-1), src row stride
  * row_bytes. cols a multiple of the type's block size. f32 output is
- * bit-identical to quant_dequant_row (same float operations, no
+ * bit-identical to kn_dequant_row (same float operations, no
  * contraction); bf16 output is that value rounded to nearest even.
  * This is both the load-time weight conversion and the embedding lookup. */
 int kn_cuda_dequant(struct kn_cuda *c, void *out, int out_bf16, const void *src, uint32_t type,

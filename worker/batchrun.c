@@ -10,7 +10,7 @@
 #include "kernels/kn.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/sched.h"
-#include "worker/openai/request.h"
+#include "worker/run/request.h"
 
 #define BATCHRUN_MAX_LINE (16u << 20)
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "kernels/kn.h"
-#include "worker/engine/gguf.h"
+#include "text/gguf.h"
 
 /* At most max bytes of s, control characters shown as '?' (strings come from
  * the file and must not drive the terminal). */
@@ -96,7 +96,7 @@ int inspect_model(const char *path, FILE *out, char *err, size_t err_len)
     for (uint32_t t = 0; t < 64; t++) {
         if (!hist[t])
             continue;
-        fprintf(out, "%s%s %" PRIu64, sep, quant_type_name(t), hist[t]);
+        fprintf(out, "%s%s %" PRIu64, sep, ggml_type_name(t), hist[t]);
         sep = ", ";
     }
     fputc('\n', out);

@@ -1,7 +1,7 @@
 /*
  * inspect.h - a human-readable summary of a GGUF model (jobworker --inspect).
  *
- * Opens the file with the GGUF loader (worker/engine/gguf.h), so a file that
+ * Opens the file with the GGUF loader (text/gguf.h), so a file that
  * inspects cleanly is one the engine can load: architecture, the
  * architecture's hyperparameters ("<arch>.*" scalar keys), tokenizer facts,
  * the tensor count, a histogram of tensor types and the bytes of weights.

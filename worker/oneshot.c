@@ -12,13 +12,13 @@
 #include "common/err.h"
 #include "common/js.h"
 #include "kernels/kn.h"
-#include "worker/engine/chat.h"
+#include "text/chat.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generate.h"
 #include "worker/engine/model.h"
-#include "worker/engine/tok.h"
-#include "worker/openai/embed_req.h"
-#include "worker/openai/request.h"
+#include "text/tok.h"
+#include "worker/run/embed_req.h"
+#include "worker/run/request.h"
 
 #define ONESHOT_BATCH 512   /* tokens per prefill step */
 

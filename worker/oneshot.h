@@ -5,7 +5,7 @@
  *
  * oneshot_run opens the engine (engine_open), creates a context with one sequence slot on
  * a thread pool of `threads` threads, and runs one OpenAI request through
- * the sequential driver (worker/openai/request.h oreq_run over
+ * the sequential driver (worker/run/request.h oreq_run over
  * worker/engine/generate.h gen_run): full sampling
  * (temperature, top_p, top_k, seed, stop strings, n choices, logprobs...).
  * --prompt/--chat build the request body from the flags (a completions body
@@ -22,7 +22,7 @@
  * just its last token again to get its logits).
  *
  * --embed TEXT (or a --json body with "input" and neither "messages" nor
- * "prompt") is an /v1/embeddings request instead (worker/openai/embed_req.h):
+ * "prompt") is an /v1/embeddings request instead (worker/run/embed_req.h):
  * no generation, one forward per input on an embeddings context of 16
  * slots and 512 tokens a step; it prints the embedding response body (one
  * line of JSON) and on errout "embed: N tokens, S s (R tok/s)".

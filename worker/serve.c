@@ -16,21 +16,21 @@
 #include "kernels/kn.h"
 #include "worker/client.h"
 #include "worker/engine/engine.h"
-#include "worker/engine/gguf.h"
+#include "text/gguf.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
 #include "worker/engine/embed.h"
-#include "worker/openai/embed_req.h"
-#include "worker/openai/request.h"
-#include "worker/engine/tok.h"
+#include "worker/run/embed_req.h"
+#include "worker/run/request.h"
+#include "text/tok.h"
 
 #define WL_MAX_NAME 128
 #define WL_LONG_POLL_MS 2000
 #define WL_TICK_MS 100
 #define WL_FINAL_UPLOAD_MS 15000 /* after the engine stopped: last uploads/releases */
 #define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */
-#define WL_EMBED ((enum gp_endpoint)100) /* a /v1/embeddings item (worker/openai/embed_req.h) */
+#define WL_EMBED ((enum gp_endpoint)100) /* a /v1/embeddings item (worker/run/embed_req.h) */
 #define WL_EMBED_SLOTS 16                /* sequence slots of the embeddings context */
 #define WL_EMBED_BATCH 512               /* tokens per embeddings step */
 #define WL_EMBED_PACK 256                /* embeddings requests embedded together at most */

@@ -37,7 +37,7 @@
  * Endpoint: a lease item carries the line's body and its `url` (the
  * batch's endpoint): /v1/chat/completions or /v1/completions (through the
  * scheduler), or /v1/embeddings (answered at once on the engine thread by
- * worker/openai/embed_req.h on an embeddings context of 16 slots and 512
+ * worker/run/embed_req.h on an embeddings context of 16 slots and 512
  * tokens a step, made on first use - CPU only; no generation, one forward
  * per input, a request's inputs packed together); any other url
  * becomes an invalid_request result with code "invalid_url". An item

@@ -77,8 +77,8 @@ struct gram;
 struct gram_vocab;
 struct gram_matcher;
 
-/* A compile error for the user: why, and (gram_from_body) which request
- * field with which OpenAI error code. */
+/* A compile error for the user: why, and (openai/ gp_format_parse) which
+ * request field with which OpenAI error code. */
 struct gram_error {
     char message[320];
     char param[64];      /* e.g. "response_format"; "" when not known */
@@ -108,22 +108,6 @@ int gram_compile_json_object(struct gram **out, struct gram_error *err);
 /* A JSON Schema given as JSON text (at most GRAM_MAX_SCHEMA_BYTES). */
 int gram_compile_json_schema(const char *schema, size_t len, struct gram **out,
                              struct gram_error *err);
-
-/* ---- request bodies ------------------------------------------------------- */
-
-struct json_t;   /* jansson's, forward-declared: no JSON library in this header */
-
-/* The constraint a /v1/chat/completions or /v1/completions body asks for:
- * response_format {"type": "text" | "json_object" | "json_schema",
- * "json_schema": {"name", "schema", "strict", "description"}}, or vLLM's
- * guided_json (schema object or its text), guided_regex (string),
- * guided_choice (array of strings); at most one of them. Compiled through
- * gram_cache_get. Returns 0 with *out a new reference, or *out NULL when the
- * body asks for none; ERR_INVAL / ERR_UNSUPPORTED / ERR_TOOBIG with err's
- * message, param and code filled (an OpenAI-shaped 400 for the caller);
- * ERR_NOMEM. Used by jobd's intake (refuse the line) and the worker (run
- * it), so both agree. */
-int gram_from_body(const struct json_t *body, struct gram **out, struct gram_error *err);
 
 /* ---- the process-wide compile cache -------------------------------------- */
 

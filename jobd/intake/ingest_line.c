@@ -17,6 +17,7 @@
 #include "common/gram/gram.h"
 #include "common/js.h"
 #include "jobd/intake/ingest.h"
+#include "openai/params.h"
 
 void ingest_limits_default(struct ingest_limits *lim)
 {
@@ -399,7 +400,7 @@ static int check_params(json_t *body, int chat, const struct ingest_limits *lim,
      * the worker runs (compiled once per distinct schema: gram_cache_get) */
     struct gram *g = NULL;
     struct gram_error ge;
-    int rc = gram_from_body((const struct json_t *)body, &g, &ge);
+    int rc = gp_format_parse(body, &g, &ge);
     gram_unref(g);
     if (rc == ERR_NOMEM)
         return rc;

@@ -10,9 +10,9 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "worker/engine/gguf.h"
-#include "worker/engine/tok_gguf.h"
-#include "worker/openai/request.h"
+#include "text/gguf.h"
+#include "text/tok_gguf.h"
+#include "openai/prompt.h"
 
 struct tok_entry {
     char name[129];
@@ -139,10 +139,10 @@ int tokens_count(struct tokens *t, const char *model, int chat, const json_t *bo
         return rc;
     }
     /* the context check is the worker's business: count whatever the length */
-    struct oreq_model m = {.t = x->tok, .tmpl = x->tmpl, .n_ctx = (size_t)1 << 30, .model_name = model};
+    struct prompt_model m = {x->tok, x->tmpl, (size_t)1 << 30};
     struct gen_prompt *pr = NULL;
     size_t n_pr = 0;
-    rc = oreq_prompts_build(&m, ep, body, &gp, &pr, &n_pr, &ge);
+    rc = prompt_build(&m, ep, body, &gp, &pr, &n_pr, &ge);
     gp_release(&gp);
     if (rc) {
         snprintf(err, err_len, "%s", ge.message[0] ? ge.message : err_msg(rc));

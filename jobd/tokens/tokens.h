@@ -8,9 +8,9 @@
  * tokenizer and chat template as the workers' model (usually the same
  * file). The first count for a name opens the file (mmap, read only: the
  * weights are never touched), builds its tokenizer and chat template with
- * the worker's own code (worker/engine tok_gguf.h) and keeps them until
+ * the worker's own code (text/tok_gguf.h) and keeps them until
  * tokens_free; a body's prompt is then built and tokenized exactly as a
- * worker does (worker/openai request.h: chat template with the generation
+ * worker does (openai/prompt.h: chat template with the generation
  * prompt, BOS per the vocabulary, completions prompts with special tokens
  * parsed), so the count equals the prompt_tokens a worker reports. A file
  * that fails to load is remembered as failed (logged once), and counts for

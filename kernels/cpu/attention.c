@@ -216,7 +216,7 @@ static int level_f16(void)
 /* binary16 cache: the SIMD paths need F16C (vcvtph2ps) besides AVX2 */
 #define KVT uint16_t
 #define ATT_SFX _f16
-#define LD1(p) quant_fp16_to_fp32(*(p))
+#define LD1(p) kn_fp16_to_fp32(*(p))
 #define LD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define LD16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define LDPAIR(a, b) ld_pair_f16(a, b)

@@ -1,7 +1,7 @@
 /*
  * blocks.h - the ggml block layouts, private to kernels/cpu (the CPU
  * decoders in quant.c and matq.c) and the kernel unit tests. The public
- * side of the formats (type ids, block sizes, quant_dequant_row...) is in
+ * side of the formats (type ids, block sizes, kn_dequant_row...) is in
  * kernels/kn.h; the CUDA decoders (cuda/dequant.cu, cuda/matvec.cu) read
  * the same byte offsets with byte loads.
  *
@@ -33,45 +33,45 @@
 /* The block layouts. `d`, `m`, `dmin` are raw IEEE binary16 bits. */
 struct quant_block_q4_0 {
     uint16_t d;                  /* scale */
-    uint8_t qs[QUANT_QK / 2];    /* value j in the low nibble of qs[j], j+16 in the high */
+    uint8_t qs[GGML_QK / 2];    /* value j in the low nibble of qs[j], j+16 in the high */
 };
 struct quant_block_q4_1 {
     uint16_t d;                  /* scale */
     uint16_t m;                  /* offset (the block minimum) */
-    uint8_t qs[QUANT_QK / 2];    /* nibbles as Q4_0 */
+    uint8_t qs[GGML_QK / 2];    /* nibbles as Q4_0 */
 };
 struct quant_block_q5_0 {
     uint16_t d;                  /* scale */
     uint8_t qh[4];               /* 5th bits: bit j of the LE u32 belongs to value j */
-    uint8_t qs[QUANT_QK / 2];    /* low 4 bits, nibbles as Q4_0 */
+    uint8_t qs[GGML_QK / 2];    /* low 4 bits, nibbles as Q4_0 */
 };
 struct quant_block_q5_1 {
     uint16_t d;                  /* scale */
     uint16_t m;                  /* offset */
     uint8_t qh[4];               /* 5th bits as Q5_0 */
-    uint8_t qs[QUANT_QK / 2];    /* low 4 bits as Q5_0 */
+    uint8_t qs[GGML_QK / 2];    /* low 4 bits as Q5_0 */
 };
 struct quant_block_q8_0 {
     uint16_t d;                  /* scale */
-    int8_t qs[QUANT_QK];         /* values */
+    int8_t qs[GGML_QK];         /* values */
 };
 struct quant_block_q4_k {
     uint16_t d;                  /* super-block scale for the sub-block scales */
     uint16_t dmin;               /* super-block scale for the sub-block mins */
     uint8_t scales[12];          /* 8 x (6-bit scale, 6-bit min), packed (see quant.c) */
-    uint8_t qs[QUANT_QK_K / 2];  /* 4-bit values: chunk c of 64 in qs[32c..32c+32), low then high nibbles */
+    uint8_t qs[GGML_QK_K / 2];  /* 4-bit values: chunk c of 64 in qs[32c..32c+32), low then high nibbles */
 };
 struct quant_block_q5_k {
     uint16_t d;
     uint16_t dmin;
     uint8_t scales[12];          /* as Q4_K */
-    uint8_t qh[QUANT_QK_K / 8];  /* 5th bits: bit s of qh[l] for value 32s + l */
-    uint8_t qs[QUANT_QK_K / 2];  /* low 4 bits as Q4_K */
+    uint8_t qh[GGML_QK_K / 8];  /* 5th bits: bit s of qh[l] for value 32s + l */
+    uint8_t qs[GGML_QK_K / 2];  /* low 4 bits as Q4_K */
 };
 struct quant_block_q6_k {
-    uint8_t ql[QUANT_QK_K / 2];  /* low 4 bits */
-    uint8_t qh[QUANT_QK_K / 4];  /* high 2 bits */
-    int8_t scales[QUANT_QK_K / 16]; /* one signed scale per 16 values */
+    uint8_t ql[GGML_QK_K / 2];  /* low 4 bits */
+    uint8_t qh[GGML_QK_K / 4];  /* high 2 bits */
+    int8_t scales[GGML_QK_K / 16]; /* one signed scale per 16 values */
     uint16_t d;                  /* super-block scale */
 };
 

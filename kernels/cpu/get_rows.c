@@ -12,6 +12,6 @@ void kn_get_rows(float *out, const void *table, uint32_t type, size_t row_bytes,
 {
     const unsigned char *base = table;
     for (int r = 0; r < n; r++)
-        (void)quant_dequant_row(type, base + (size_t)ids[r] * row_bytes,
+        (void)kn_dequant_row(type, base + (size_t)ids[r] * row_bytes,
                                 out + (size_t)r * (size_t)dim, dim);
 }

@@ -135,13 +135,13 @@
 struct act32 {
     float d;          /* scale: x ~ d * q */
     float s;          /* d * sum(q), for the offset of Q4_1/Q5_1 */
-    int8_t q[QUANT_QK];
+    int8_t q[GGML_QK];
 };
 
 struct act256 {
     float d;
-    int16_t bsums[QUANT_QK_K / 16]; /* sum of q[16g .. 16g+15] */
-    int8_t q[QUANT_QK_K];
+    int16_t bsums[GGML_QK_K / 16]; /* sum of q[16g .. 16g+15] */
+    int8_t q[GGML_QK_K];
 };
 
 _Static_assert(sizeof(struct act32) == 40, "act32 size");
@@ -189,9 +189,9 @@ static float block_scale(const float *x, int n, float *id)
 /* One block of 32 values: scale *d, offset *s = d * sum(q), values q. */
 static void quant_block32_s(const float *x, float *d_out, float *s_out, int8_t *q)
 {
-    float id, d = block_scale(x, QUANT_QK, &id);
+    float id, d = block_scale(x, GGML_QK, &id);
     int sum = 0;
-    for (int i = 0; i < QUANT_QK; i++) {
+    for (int i = 0; i < GGML_QK; i++) {
         q[i] = quant_one(x[i], id);
         sum += q[i];
     }
@@ -201,15 +201,15 @@ static void quant_block32_s(const float *x, float *d_out, float *s_out, int8_t *
 
 static void quant_act32_row(const float *x, int k, struct act32 *out)
 {
-    for (int b = 0; b < k / QUANT_QK; b++, x += QUANT_QK)
+    for (int b = 0; b < k / GGML_QK; b++, x += GGML_QK)
         quant_block32_s(x, &out[b].d, &out[b].s, out[b].q);
 }
 
 static void quant_act256_row(const float *x, int k, struct act256 *out)
 {
-    for (int b = 0; b < k / QUANT_QK_K; b++, x += QUANT_QK_K) {
-        float id, d = block_scale(x, QUANT_QK_K, &id);
-        for (int g = 0; g < QUANT_QK_K / 16; g++) {
+    for (int b = 0; b < k / GGML_QK_K; b++, x += GGML_QK_K) {
+        float id, d = block_scale(x, GGML_QK_K, &id);
+        for (int g = 0; g < GGML_QK_K / 16; g++) {
             int sum = 0;
             for (int i = 16 * g; i < 16 * g + 16; i++) {
                 out[b].q[i] = quant_one(x[i], id);
@@ -265,7 +265,7 @@ typedef float (*dot_fn)(int k, const uint8_t *w, const void *a);
 typedef void (*dot4_fn)(int k, const uint8_t *w, const void *const *a, float *out);
 
 /* lanes[j] = fma(dv, sum_{e=4j..4j+3} wq[e] * aq[e], lanes[j]) */
-static inline void lanes_block(float lanes[8], float dv, const int wq[QUANT_QK], const int8_t *aq)
+static inline void lanes_block(float lanes[8], float dv, const int wq[GGML_QK], const int8_t *aq)
 {
     for (int j = 0; j < 8; j++) {
         int isum = 0;
@@ -275,7 +275,7 @@ static inline void lanes_block(float lanes[8], float dv, const int wq[QUANT_QK],
     }
 }
 
-static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int wq[QUANT_QK])
+static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int wq[GGML_QK])
 {
     uint32_t qh;
     memcpy(&qh, qh4, sizeof qh);
@@ -285,7 +285,7 @@ static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int 
     }
 }
 
-static void q4_unpack(const uint8_t qs[16], int bias, int wq[QUANT_QK])
+static void q4_unpack(const uint8_t qs[16], int bias, int wq[GGML_QK])
 {
     for (int j = 0; j < 16; j++) {
         wq[j] = (qs[j] & 0x0F) - bias;
@@ -295,17 +295,17 @@ static void q4_unpack(const uint8_t qs[16], int bias, int wq[QUANT_QK])
 
 /* Block of a 32-value type -> integer values (offset -8/-16 of Q4_0/Q5_0
  * included), scale d, offset m (0 for the types without one). */
-static void unpack32_s(int type, const uint8_t *p, int wq[QUANT_QK], float *d, float *m)
+static void unpack32_s(int type, const uint8_t *p, int wq[GGML_QK], float *d, float *m)
 {
-    *d = quant_fp16_to_fp32(rd16(p));
+    *d = kn_fp16_to_fp32(rd16(p));
     *m = 0.0f;
     switch (type) {
-    case QUANT_Q4_0: q4_unpack(p + 2, 8, wq); break;
-    case QUANT_Q4_1: *m = quant_fp16_to_fp32(rd16(p + 2)); q4_unpack(p + 4, 0, wq); break;
-    case QUANT_Q5_0: q5_unpack(p + 6, p + 2, 16, wq); break;
-    case QUANT_Q5_1: *m = quant_fp16_to_fp32(rd16(p + 2)); q5_unpack(p + 8, p + 4, 0, wq); break;
+    case GGML_TYPE_Q4_0: q4_unpack(p + 2, 8, wq); break;
+    case GGML_TYPE_Q4_1: *m = kn_fp16_to_fp32(rd16(p + 2)); q4_unpack(p + 4, 0, wq); break;
+    case GGML_TYPE_Q5_0: q5_unpack(p + 6, p + 2, 16, wq); break;
+    case GGML_TYPE_Q5_1: *m = kn_fp16_to_fp32(rd16(p + 2)); q5_unpack(p + 8, p + 4, 0, wq); break;
     default: /* Q8_0 */
-        for (int j = 0; j < QUANT_QK; j++)
+        for (int j = 0; j < GGML_QK; j++)
             wq[j] = (int8_t)p[2 + j];
         break;
     }
@@ -313,16 +313,16 @@ static void unpack32_s(int type, const uint8_t *p, int wq[QUANT_QK], float *d, f
 
 static int has_offset32(int type)
 {
-    return type == QUANT_Q4_1 || type == QUANT_Q5_1;
+    return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
 }
 
 /* 16 lanes: block b goes to lanes 8 * (b & 1) + j; offsets to accm[b & 1]. */
 static float dot32_s(int type, int k, const uint8_t *w, const struct act32 *a)
 {
-    size_t bs = quant_block_bytes((uint32_t)type);
+    size_t bs = ggml_type_block_bytes((uint32_t)type);
     float lanes[16] = {0}, accm[2] = {0.0f, 0.0f};
-    for (int b = 0; b < k / QUANT_QK; b++) {
-        int wq[QUANT_QK];
+    for (int b = 0; b < k / GGML_QK; b++) {
+        int wq[GGML_QK];
         float d, m;
         unpack32_s(type, w + (size_t)b * bs, wq, &d, &m);
         lanes_block(lanes + 8 * (b & 1), d * a[b].d, wq, a[b].q);
@@ -338,11 +338,11 @@ static float dot32_s(int type, int k, const uint8_t *w, const struct act32 *a)
 
 #define DOT32_S(name, T) \
     static float name(int k, const uint8_t *w, const void *a) { return dot32_s(T, k, w, a); }
-DOT32_S(dot_q4_0_s, QUANT_Q4_0)
-DOT32_S(dot_q4_1_s, QUANT_Q4_1)
-DOT32_S(dot_q5_0_s, QUANT_Q5_0)
-DOT32_S(dot_q5_1_s, QUANT_Q5_1)
-DOT32_S(dot_q8_0_s, QUANT_Q8_0)
+DOT32_S(dot_q4_0_s, GGML_TYPE_Q4_0)
+DOT32_S(dot_q4_1_s, GGML_TYPE_Q4_1)
+DOT32_S(dot_q5_0_s, GGML_TYPE_Q5_0)
+DOT32_S(dot_q5_1_s, GGML_TYPE_Q5_1)
+DOT32_S(dot_q8_0_s, GGML_TYPE_Q8_0)
 
 /* Q4_K/Q5_K: isum = sum_s scale_s * sum_{l} q * qa over sub-block s;
  * imin = sum_s min_s * (sum of qa over sub-block s). */
@@ -350,7 +350,7 @@ static float dot_q4_k_s(int k, const uint8_t *w, const void *av)
 {
     const struct act256 *a = av;
     float acc = 0.0f, accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         struct quant_block_q4_k blk;
         memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
         uint8_t sc[8], mn[8];
@@ -364,8 +364,8 @@ static float dot_q4_k_s(int k, const uint8_t *w, const void *av)
             isum += sc[s] * t;
             imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
         }
-        acc = fmaf(quant_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
-        accm = fmaf(quant_fp16_to_fp32(blk.dmin) * a[b].d, (float)imin, accm);
+        acc = fmaf(kn_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
+        accm = fmaf(kn_fp16_to_fp32(blk.dmin) * a[b].d, (float)imin, accm);
     }
     return acc - accm;
 }
@@ -374,7 +374,7 @@ static float dot_q5_k_s(int k, const uint8_t *w, const void *av)
 {
     const struct act256 *a = av;
     float acc = 0.0f, accm = 0.0f;
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         struct quant_block_q5_k blk;
         memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
         uint8_t sc[8], mn[8];
@@ -390,8 +390,8 @@ static float dot_q5_k_s(int k, const uint8_t *w, const void *av)
             isum += sc[s] * t;
             imin += mn[s] * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
         }
-        acc = fmaf(quant_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
-        accm = fmaf(quant_fp16_to_fp32(blk.dmin) * a[b].d, (float)imin, accm);
+        acc = fmaf(kn_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
+        accm = fmaf(kn_fp16_to_fp32(blk.dmin) * a[b].d, (float)imin, accm);
     }
     return acc - accm;
 }
@@ -401,11 +401,11 @@ static float dot_q6_k_s(int k, const uint8_t *w, const void *av)
 {
     const struct act256 *a = av;
     float acc = 0.0f;
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         struct quant_block_q6_k blk;
         memcpy(&blk, w + (size_t)b * sizeof blk, sizeof blk);
         int isum = 0;
-        for (int g = 0; g < QUANT_QK_K / 16; g++) {
+        for (int g = 0; g < GGML_QK_K / 16; g++) {
             int t = 0;
             for (int e = 16 * g; e < 16 * g + 16; e++) {
                 int h = e / 128, r = e % 128, grp = r / 32, l = r % 32;
@@ -416,7 +416,7 @@ static float dot_q6_k_s(int k, const uint8_t *w, const void *av)
             }
             isum += blk.scales[g] * t;
         }
-        acc = fmaf(quant_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
+        acc = fmaf(kn_fp16_to_fp32(blk.d) * a[b].d, (float)isum, acc);
     }
     return acc;
 }
@@ -438,7 +438,7 @@ static float dot_f16_s(int k, const uint8_t *w, const void *av)
     const float *x = av;
     float lanes[32] = {0};
     for (int i = 0; i < k; i++)
-        lanes[i & 31] = fmaf(x[i], quant_fp16_to_fp32(rd16(w + 2 * (size_t)i)), lanes[i & 31]);
+        lanes[i & 31] = fmaf(x[i], kn_fp16_to_fp32(rd16(w + 2 * (size_t)i)), lanes[i & 31]);
     return sum32(lanes);
 }
 
@@ -447,7 +447,7 @@ static float dot_bf16_s(int k, const uint8_t *w, const void *av)
     const float *x = av;
     float lanes[32] = {0};
     for (int i = 0; i < k; i++)
-        lanes[i & 31] = fmaf(x[i], quant_bf16_to_fp32(rd16(w + 2 * (size_t)i)), lanes[i & 31]);
+        lanes[i & 31] = fmaf(x[i], kn_bf16_to_fp32(rd16(w + 2 * (size_t)i)), lanes[i & 31]);
     return sum32(lanes);
 }
 
@@ -527,12 +527,12 @@ AVX2 static inline __m256 lanes_fma(__m256 acc, float dv, __m256i isum)
 AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
 {
     switch (type) {
-    case QUANT_Q4_0: return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
-    case QUANT_Q4_1: return nibbles32(p + 4);
-    case QUANT_Q5_0: /* nibble | 0xF0 where the 5th bit is clear: q - 16 as int8 */
+    case GGML_TYPE_Q4_0: return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
+    case GGML_TYPE_Q4_1: return nibbles32(p + 4);
+    case GGML_TYPE_Q5_0: /* nibble | 0xF0 where the 5th bit is clear: q - 16 as int8 */
         return _mm256_or_si256(nibbles32(p + 6),
                                _mm256_andnot_si256(bits32(p + 2), _mm256_set1_epi8((char)0xF0)));
-    case QUANT_Q5_1:
+    case GGML_TYPE_Q5_1:
         return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
     default: return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
@@ -568,8 +568,8 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
     {                                                                                        \
         enum { NR = NR_ };                                                                   \
         const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
-        const size_t bs = T == QUANT_Q4_0 ? 18 : T == QUANT_Q4_1 ? 20 : T == QUANT_Q5_0 ? 22 \
-                        : T == QUANT_Q5_1 ? 24 : 34;                                         \
+        const size_t bs = T == GGML_TYPE_Q4_0 ? 18 : T == GGML_TYPE_Q4_1 ? 20 : T == GGML_TYPE_Q5_0 ? 22 \
+                        : T == GGML_TYPE_Q5_1 ? 24 : 34;                                         \
         __m256 acc0[NR], acc1[NR];                                                           \
         float accm0[NR], accm1[NR];                                                          \
         __m128 accv0 = _mm_setzero_ps(), accv1 = _mm_setzero_ps();                           \
@@ -577,7 +577,7 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
             acc0[r] = acc1[r] = _mm256_setzero_ps();                                         \
             accm0[r] = accm1[r] = 0.0f;                                                      \
         }                                                                                    \
-        int b = 0, nb = k / QUANT_QK;                                                        \
+        int b = 0, nb = k / GGML_QK;                                                        \
         while (b + 1 < nb) {                                                                 \
             DOT32_STEP(0, DU);                                                               \
             DOT32_STEP(1, DU);                                                               \
@@ -617,16 +617,16 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
 #define DOT32_AVX2_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, AVX2, dot_us)
 #define DOT32_VNNI_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, VNNI, dot_us_vnni)
 
-DOT32_AVX2_PAIR(QUANT_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
-DOT32_AVX2_PAIR(QUANT_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
-DOT32_AVX2_PAIR(QUANT_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
-DOT32_AVX2_PAIR(QUANT_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
-DOT32_AVX2_PAIR(QUANT_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
-DOT32_VNNI_PAIR(QUANT_Q4_0, dot_q4_0_vnni, dot4_q4_0_vnni)
-DOT32_VNNI_PAIR(QUANT_Q4_1, dot_q4_1_vnni, dot4_q4_1_vnni)
-DOT32_VNNI_PAIR(QUANT_Q5_0, dot_q5_0_vnni, dot4_q5_0_vnni)
-DOT32_VNNI_PAIR(QUANT_Q5_1, dot_q5_1_vnni, dot4_q5_1_vnni)
-DOT32_VNNI_PAIR(QUANT_Q8_0, dot_q8_0_vnni, dot4_q8_0_vnni)
+DOT32_AVX2_PAIR(GGML_TYPE_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
+DOT32_AVX2_PAIR(GGML_TYPE_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
+DOT32_AVX2_PAIR(GGML_TYPE_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
+DOT32_AVX2_PAIR(GGML_TYPE_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
+DOT32_AVX2_PAIR(GGML_TYPE_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
+DOT32_VNNI_PAIR(GGML_TYPE_Q4_0, dot_q4_0_vnni, dot4_q4_0_vnni)
+DOT32_VNNI_PAIR(GGML_TYPE_Q4_1, dot_q4_1_vnni, dot4_q4_1_vnni)
+DOT32_VNNI_PAIR(GGML_TYPE_Q5_0, dot_q5_0_vnni, dot4_q5_0_vnni)
+DOT32_VNNI_PAIR(GGML_TYPE_Q5_1, dot_q5_1_vnni, dot4_q5_1_vnni)
+DOT32_VNNI_PAIR(GGML_TYPE_Q8_0, dot_q8_0_vnni, dot4_q8_0_vnni)
 
 /* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
  * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
@@ -713,7 +713,7 @@ AVX2 static FORCE_INLINE void q45k_rows_avx2(int k, const uint8_t *w, const stru
     const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     __m128 accv = _mm_setzero_ps(), accmv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * bs;
         struct k4_words kw = k4_scale_words(blk + 4);
         const uint8_t *qs = blk + (Q5 ? 48 : 16);
@@ -782,7 +782,7 @@ AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struc
 {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     __m128 accv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
         const uint8_t *ql = blk, *qhp = blk + 128;
         const int8_t *scales = (const int8_t *)(blk + 192);
@@ -883,7 +883,7 @@ static inline float f32_load1(const uint8_t *w, int i)
 }
 #define F32_LOAD1(i) f32_load1(w, i)
 #define F16_LOAD1(i) h2f_avx2(rd16(w + 2 * (size_t)(i)))
-#define BF16_LOAD1(i) quant_bf16_to_fp32(rd16(w + 2 * (size_t)(i)))
+#define BF16_LOAD1(i) kn_bf16_to_fp32(rd16(w + 2 * (size_t)(i)))
 
 FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
 FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
@@ -958,7 +958,7 @@ AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const 
     float acc[8] = {0}, accm[8] = {0};
     __m256 accv = _mm256_setzero_ps(), accmv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
     __m128 accv4 = _mm_setzero_ps(), accmv4 = _mm_setzero_ps(); /* NR == 4 */
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * bs;
         struct k4_words kw = k4_scale_words(blk + 4);
         __m256i sc16 = k4_scales16(&kw);
@@ -1033,7 +1033,7 @@ AVX512 static FORCE_INLINE void q6k_rows_avx512(int k, const uint8_t *w, const s
     float acc[8] = {0};
     __m256 accv = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
     __m128 accv4 = _mm_setzero_ps(); /* NR == 4 */
-    for (int b = 0; b < k / QUANT_QK_K; b++) {
+    for (int b = 0; b < k / GGML_QK_K; b++) {
         const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
         const uint8_t *ql = blk, *qhp = blk + 128;
         const int8_t *scales = (const int8_t *)(blk + 192);
@@ -1172,7 +1172,7 @@ AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_o
  * set 1; a lone last block updates the low half only). Registers (2 x 8):
  * 16 accumulators, 2 weight pairs, 2 corrections, 2 scale vectors. */
 struct act32u {
-    uint8_t q[2 * QUANT_QK]; /* q + 128 (Q4_1, Q5_1: q) of blocks 2p, 2p+1 */
+    uint8_t q[2 * GGML_QK]; /* q + 128 (Q4_1, Q5_1: q) of blocks 2p, 2p+1 */
     float d[16];             /* lanes 0-7: d of block 2p; 8-15: of 2p+1 */
 };
 
@@ -1183,12 +1183,12 @@ _Static_assert(sizeof(struct act32u) == 128, "act32u size");
 AVX512 static void quant_block32u(const float *x, struct act32u *ap, int h, int off, float *s_out)
 {
     float d, s;
-    int8_t q[QUANT_QK];
+    int8_t q[GGML_QK];
     quant_block32_avx512(x, &d, &s, q);
     __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
     if (!off)
         v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
-    _mm256_storeu_si256((__m256i *)(void *)(ap->q + QUANT_QK * h), v);
+    _mm256_storeu_si256((__m256i *)(void *)(ap->q + GGML_QK * h), v);
     _mm256_storeu_ps(ap->d + 8 * h, _mm256_set1_ps(d));
     *s_out = s;
 }
@@ -1206,27 +1206,27 @@ static void act32u_zero(struct act32u *ap, int np, int off)
  * bytes in element order: int8 for Q4_0/Q5_0/Q8_0, uint8 for Q4_1/Q5_1. */
 AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, size_t bs, int lone)
 {
-    if (type == QUANT_Q8_0) {
+    if (type == GGML_TYPE_Q8_0) {
         __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
         return lone ? _mm512_zextsi256_si512(lo)
                     : join256(lo, _mm256_loadu_si256((const __m256i *)(b0 + bs + 2)));
     }
-    size_t o = type == QUANT_Q5_0 ? 6 : type == QUANT_Q4_1 ? 4 : type == QUANT_Q5_1 ? 8 : 2;
+    size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
     __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + o));
     __m128i q1 = lone ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b0 + bs + o));
     __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
     /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
     __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
     z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-    if (type == QUANT_Q4_0)
+    if (type == GGML_TYPE_Q4_0)
         z = _mm512_sub_epi8(z, _mm512_set1_epi8(8));
-    else if (type == QUANT_Q5_1) { /* unsigned: nibble + 16 where the 5th bit is set */
+    else if (type == GGML_TYPE_Q5_1) { /* unsigned: nibble + 16 where the 5th bit is set */
         uint32_t h0, h1 = 0;
         memcpy(&h0, b0 + 4, 4);
         if (!lone)
             memcpy(&h1, b0 + bs + 4, 4);
         z = _mm512_mask_add_epi8(z, _cvtu64_mask64((uint64_t)h1 << 32 | h0), z, _mm512_set1_epi8(16));
-    } else if (type == QUANT_Q5_0) { /* nibble - 16 where the 5th bit is clear */
+    } else if (type == GGML_TYPE_Q5_0) { /* nibble - 16 where the 5th bit is clear */
         uint32_t h0, h1 = 0xFFFFFFFFu;
         memcpy(&h0, b0 + 2, 4);
         if (!lone)
@@ -1252,8 +1252,8 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
                                           size_t arow, const float *sg, int nr, float *out, size_t os,
                                           const int NW, const int NA)
 {
-    const size_t bs = type == QUANT_Q4_0 ? 18 : type == QUANT_Q4_1 ? 20 : type == QUANT_Q5_0 ? 22
-                    : type == QUANT_Q5_1 ? 24 : 34;
+    const size_t bs = type == GGML_TYPE_Q4_0 ? 18 : type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22
+                    : type == GGML_TYPE_Q5_1 ? 24 : 34;
     const int off = has_offset32(type);
     const __m512i c128 = _mm512_set1_epi8((char)0x80);
     __m512 acc[2][8], accm[2];
@@ -1262,7 +1262,7 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
         UNROLL for (int r = 0; r < NA; r++)
             acc[c][r] = _mm512_setzero_ps();
     }
-    int nb = k / QUANT_QK, p = 0;
+    int nb = k / GGML_QK, p = 0;
     for (; 2 * p + 1 < nb; p++) {
         __m512i wq[2], neg[2];
         __m512 dw[2];
@@ -1361,11 +1361,11 @@ typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint
             x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 4);     \
     }
 
-XU_KERNEL(dotu_q4_0, QUANT_Q4_0)
-XU_KERNEL(dotu_q5_0, QUANT_Q5_0)
-XU_KERNEL(dotu_q8_0, QUANT_Q8_0)
-XU_KERNEL(dotu_q4_1, QUANT_Q4_1)
-XU_KERNEL(dotu_q5_1, QUANT_Q5_1)
+XU_KERNEL(dotu_q4_0, GGML_TYPE_Q4_0)
+XU_KERNEL(dotu_q5_0, GGML_TYPE_Q5_0)
+XU_KERNEL(dotu_q8_0, GGML_TYPE_Q8_0)
+XU_KERNEL(dotu_q4_1, GGML_TYPE_Q4_1)
+XU_KERNEL(dotu_q5_1, GGML_TYPE_Q5_1)
 
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
@@ -1407,17 +1407,17 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
 #else
 #define K(T, S, V, V4, A) case T: s = S; ak = A; break;
 #endif
-    K(QUANT_F32, dot_f32_s, dot_f32_avx2, NULL, ACT_NONE)
-    K(QUANT_F16, dot_f16_s, dot_f16_avx2, NULL, ACT_NONE)
-    K(QUANT_BF16, dot_bf16_s, dot_bf16_avx2, NULL, ACT_NONE)
-    K(QUANT_Q4_0, dot_q4_0_s, dot_q4_0_avx2, dot4_q4_0_avx2_v, ACT_32)
-    K(QUANT_Q4_1, dot_q4_1_s, dot_q4_1_avx2, dot4_q4_1_avx2_v, ACT_32)
-    K(QUANT_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
-    K(QUANT_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
-    K(QUANT_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
-    K(QUANT_Q4_K, dot_q4_k_s, dot_q4_k_avx2, dot4_q4_k_avx2, ACT_256)
-    K(QUANT_Q5_K, dot_q5_k_s, dot_q5_k_avx2, dot4_q5_k_avx2, ACT_256)
-    K(QUANT_Q6_K, dot_q6_k_s, dot_q6_k_avx2, dot4_q6_k_avx2, ACT_256)
+    K(GGML_TYPE_F32, dot_f32_s, dot_f32_avx2, NULL, ACT_NONE)
+    K(GGML_TYPE_F16, dot_f16_s, dot_f16_avx2, NULL, ACT_NONE)
+    K(GGML_TYPE_BF16, dot_bf16_s, dot_bf16_avx2, NULL, ACT_NONE)
+    K(GGML_TYPE_Q4_0, dot_q4_0_s, dot_q4_0_avx2, dot4_q4_0_avx2_v, ACT_32)
+    K(GGML_TYPE_Q4_1, dot_q4_1_s, dot_q4_1_avx2, dot4_q4_1_avx2_v, ACT_32)
+    K(GGML_TYPE_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
+    K(GGML_TYPE_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
+    K(GGML_TYPE_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
+    K(GGML_TYPE_Q4_K, dot_q4_k_s, dot_q4_k_avx2, dot4_q4_k_avx2, ACT_256)
+    K(GGML_TYPE_Q5_K, dot_q5_k_s, dot_q5_k_avx2, dot4_q5_k_avx2, ACT_256)
+    K(GGML_TYPE_Q6_K, dot_q6_k_s, dot_q6_k_avx2, dot4_q6_k_avx2, ACT_256)
 #undef K
     default: return ERR_UNSUPPORTED;
     }
@@ -1425,11 +1425,11 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
 #if MATQ_X86
     if (simd && ak == ACT_32 && cpu_has_vnni()) {
         switch (type) {
-        case QUANT_Q4_0: v = dot_q4_0_vnni; v4 = dot4_q4_0_vnni_v; break;
-        case QUANT_Q4_1: v = dot_q4_1_vnni; v4 = dot4_q4_1_vnni_v; break;
-        case QUANT_Q5_0: v = dot_q5_0_vnni; v4 = dot4_q5_0_vnni_v; break;
-        case QUANT_Q5_1: v = dot_q5_1_vnni; v4 = dot4_q5_1_vnni_v; break;
-        case QUANT_Q8_0: v = dot_q8_0_vnni; v4 = dot4_q8_0_vnni_v; break;
+        case GGML_TYPE_Q4_0: v = dot_q4_0_vnni; v4 = dot4_q4_0_vnni_v; break;
+        case GGML_TYPE_Q4_1: v = dot_q4_1_vnni; v4 = dot4_q4_1_vnni_v; break;
+        case GGML_TYPE_Q5_0: v = dot_q5_0_vnni; v4 = dot4_q5_0_vnni_v; break;
+        case GGML_TYPE_Q5_1: v = dot_q5_1_vnni; v4 = dot4_q5_1_vnni_v; break;
+        case GGML_TYPE_Q8_0: v = dot_q8_0_vnni; v4 = dot4_q8_0_vnni_v; break;
         default: break;
         }
     }
@@ -1437,17 +1437,17 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
 #if MATQ_X86
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
-        case QUANT_Q4_K: v = dot_q4_k_avx512; v4 = dot4_q4_k_avx512; break;
-        case QUANT_Q5_K: v = dot_q5_k_avx512; v4 = dot4_q5_k_avx512; break;
+        case GGML_TYPE_Q4_K: v = dot_q4_k_avx512; v4 = dot4_q4_k_avx512; break;
+        case GGML_TYPE_Q5_K: v = dot_q5_k_avx512; v4 = dot4_q5_k_avx512; break;
         default: v = dot_q6_k_avx512; v4 = dot4_q6_k_avx512; break;
         }
     }
     if (simd && ak == ACT_32 && level >= KN_SIMD_AVX512) {
         switch (type) {
-        case QUANT_Q4_0: vu = dotu_q4_0; break;
-        case QUANT_Q4_1: vu = dotu_q4_1; break;
-        case QUANT_Q5_0: vu = dotu_q5_0; break;
-        case QUANT_Q5_1: vu = dotu_q5_1; break;
+        case GGML_TYPE_Q4_0: vu = dotu_q4_0; break;
+        case GGML_TYPE_Q4_1: vu = dotu_q4_1; break;
+        case GGML_TYPE_Q5_0: vu = dotu_q5_0; break;
+        case GGML_TYPE_Q5_1: vu = dotu_q5_1; break;
         default: vu = dotu_q8_0; break;
         }
         ak = ACT_32U;
@@ -1468,9 +1468,9 @@ static dot4_fn pick8(int type, int level)
 #if MATQ_X86
     if (level >= KN_SIMD_AVX512)
         switch (type) {
-        case QUANT_Q4_K: return dot8_q4_k_avx512;
-        case QUANT_Q5_K: return dot8_q5_k_avx512;
-        case QUANT_Q6_K: return dot8_q6_k_avx512;
+        case GGML_TYPE_Q4_K: return dot8_q4_k_avx512;
+        case GGML_TYPE_Q5_K: return dot8_q5_k_avx512;
+        case GGML_TYPE_Q6_K: return dot8_q6_k_avx512;
         default: break;
         }
 #else
@@ -1484,9 +1484,9 @@ static dot4_fn pick8(int type, int level)
 static size_t act_row_bytes(enum act_kind ak, int k)
 {
     switch (ak) {
-    case ACT_32: return (size_t)(k / QUANT_QK) * sizeof(struct act32);
-    case ACT_32U: return (size_t)((k / QUANT_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
-    case ACT_256: return (size_t)(k / QUANT_QK_K) * sizeof(struct act256);
+    case ACT_32: return (size_t)(k / GGML_QK) * sizeof(struct act32);
+    case ACT_32U: return (size_t)((k / GGML_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
+    case ACT_256: return (size_t)(k / GGML_QK_K) * sizeof(struct act256);
     default: return 0;
     }
 }
@@ -1501,7 +1501,7 @@ static int check_args(int n, int k, int w_type, int m, int level, dot_fn *dot, d
     int64_t rb;
     if (n < 0 || m < 0 || k <= 0)
         return ERR_INVAL;
-    rc = quant_row_bytes((uint32_t)w_type, k, &rb);
+    rc = ggml_type_row_bytes((uint32_t)w_type, k, &rb);
     if (rc)
         return rc; /* ERR_INVAL: k not a multiple of the block */
     *w_row_bytes = (size_t)rb;
@@ -1523,7 +1523,7 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
      * offsets), which is never smaller than ACT_32 */
     size_t row = act_row_bytes(ak, k), rows = (size_t)n;
     if (ak == ACT_32) {
-        row = act_row_bytes(ACT_32U, k) * 8 + (size_t)((k / QUANT_QK + 1) / 2) * 64;
+        row = act_row_bytes(ACT_32U, k) * 8 + (size_t)((k / GGML_QK + 1) / 2) * 64;
         rows = ((size_t)n + 7) / 8;
     }
     if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
@@ -1586,7 +1586,7 @@ static int act_rows_u(int n)
 static void quant_rows_u(struct matq_job *j, int r0, int r1)
 {
 #if MATQ_X86
-    int nb = j->k / QUANT_QK, np = (nb + 1) / 2, off = j->act_s != NULL;
+    int nb = j->k / GGML_QK, np = (nb + 1) / 2, off = j->act_s != NULL;
     float sdummy;
     if (off) /* r0 is a multiple of 8: these groups are this thread's */
         memset(j->act_s + (size_t)(r0 / 8) * (size_t)np * 16, 0,
@@ -1602,7 +1602,7 @@ static void quant_rows_u(struct matq_job *j, int r0, int r1)
         const float *xr = j->x + (size_t)r * (size_t)j->k;
         float *sg = off ? j->act_s + (size_t)(r / 8) * (size_t)np * 16 + r % 8 : NULL;
         for (int b = 0; b < nb; b++)
-            quant_block32u(xr + (size_t)b * QUANT_QK, ap + b / 2, b & 1, off,
+            quant_block32u(xr + (size_t)b * GGML_QK, ap + b / 2, b & 1, off,
                            off ? sg + 16 * (b / 2) + 8 * (b & 1) : &sdummy);
     }
 #else

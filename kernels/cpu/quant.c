@@ -1,6 +1,6 @@
 /*
  * quant.c - ggml block formats: the type table, float32 dequantization
- * (quant_dequant_row) and the fp16/bf16 conversions; contracts in
+ * (kn_dequant_row) and the fp16/bf16 conversions; contracts in
  * kernels/kn.h, block layouts in blocks.h.
  *
  * The plain C reference for the formats: it favours readability over speed
@@ -8,7 +8,7 @@
  * float32 operations in the same order: tests/unit/kernels/test_quant.c
  * checks bit-for-bit equality on committed fixtures). It is the reference
  * of cuda/dequant.cu (tolerance 0: bit-identical), and its
- * quant_fp32_to_bf16 that of cuda/to_bf16.cu and cuda/kvcache.cu.
+ * kn_fp32_to_bf16 that of cuda/to_bf16.cu and cuda/kvcache.cu.
  *
  * Each dequantizer copies one block into a local struct (no alignment
  * needed), decodes its scales into float32, and writes the block's values.
@@ -37,89 +37,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* ---- type table ---------------------------------------------------------------- */
-
-struct type_info {
-    const char *name;
-    uint32_t block_elems; /* 0: not supported here */
-    uint32_t block_bytes;
-};
-
-/* Every id ggml has defined (ggml.h); ids 4, 5, 31-33 were removed and stay
- * unnamed. Sizes only for the types this module dequantizes. */
-static const struct type_info types[] = {
-    [0] = {"F32", 1, 4},
-    [1] = {"F16", 1, 2},
-    [2] = {"Q4_0", QUANT_QK, sizeof(struct quant_block_q4_0)},
-    [3] = {"Q4_1", QUANT_QK, sizeof(struct quant_block_q4_1)},
-    [6] = {"Q5_0", QUANT_QK, sizeof(struct quant_block_q5_0)},
-    [7] = {"Q5_1", QUANT_QK, sizeof(struct quant_block_q5_1)},
-    [8] = {"Q8_0", QUANT_QK, sizeof(struct quant_block_q8_0)},
-    [9] = {"Q8_1", 0, 0},
-    [10] = {"Q2_K", 0, 0},
-    [11] = {"Q3_K", 0, 0},
-    [12] = {"Q4_K", QUANT_QK_K, sizeof(struct quant_block_q4_k)},
-    [13] = {"Q5_K", QUANT_QK_K, sizeof(struct quant_block_q5_k)},
-    [14] = {"Q6_K", QUANT_QK_K, sizeof(struct quant_block_q6_k)},
-    [15] = {"Q8_K", 0, 0},
-    [16] = {"IQ2_XXS", 0, 0},
-    [17] = {"IQ2_XS", 0, 0},
-    [18] = {"IQ3_XXS", 0, 0},
-    [19] = {"IQ1_S", 0, 0},
-    [20] = {"IQ4_NL", 0, 0},
-    [21] = {"IQ3_S", 0, 0},
-    [22] = {"IQ2_S", 0, 0},
-    [23] = {"IQ4_XS", 0, 0},
-    [24] = {"I8", 0, 0},
-    [25] = {"I16", 0, 0},
-    [26] = {"I32", 0, 0},
-    [27] = {"I64", 0, 0},
-    [28] = {"F64", 0, 0},
-    [29] = {"IQ1_M", 0, 0},
-    [30] = {"BF16", 1, 2},
-    [34] = {"TQ1_0", 0, 0},
-    [35] = {"TQ2_0", 0, 0},
-    [39] = {"MXFP4", 0, 0},
-    [40] = {"NVFP4", 0, 0},
-    [41] = {"Q1_0", 0, 0},
-    [42] = {"Q2_0", 0, 0},
-};
-#define N_TYPES (sizeof types / sizeof types[0])
-
-const char *quant_type_name(uint32_t type)
-{
-    return type < N_TYPES ? types[type].name : NULL;
-}
-
-int quant_type_supported(uint32_t type)
-{
-    return type < N_TYPES && types[type].block_elems != 0;
-}
-
-uint32_t quant_block_elems(uint32_t type)
-{
-    return type < N_TYPES ? types[type].block_elems : 0;
-}
-
-uint32_t quant_block_bytes(uint32_t type)
-{
-    return type < N_TYPES ? types[type].block_bytes : 0;
-}
-
-int quant_row_bytes(uint32_t type, int64_t n_elems, int64_t *out)
-{
-    if (!quant_type_supported(type))
-        return ERR_UNSUPPORTED;
-    int64_t be = types[type].block_elems, bb = types[type].block_bytes;
-    if (n_elems < 0 || n_elems % be != 0)
-        return ERR_INVAL;
-    int64_t n_blocks = n_elems / be;
-    if (n_blocks > INT64_MAX / bb)
-        return ERR_TOOBIG;
-    *out = n_blocks * bb;
-    return 0;
-}
-
 /* ---- scalar conversions ------------------------------------------------------ */
 
 static float f32_from_bits(uint32_t u)
@@ -136,7 +53,7 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
-float quant_fp16_to_fp32(uint16_t h)
+float kn_fp16_to_fp32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu;
@@ -159,7 +76,7 @@ float quant_fp16_to_fp32(uint16_t h)
     return f32_from_bits(bits);
 }
 
-uint16_t quant_fp32_to_fp16(float f)
+uint16_t kn_fp32_to_fp16(float f)
 {
     uint32_t bits = f32_bits(f);
     uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
@@ -195,7 +112,7 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, c
         _mm_storeu_si128((__m128i *)(void *)(dst + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++)
-        dst[i] = quant_fp32_to_fp16(src[i]);
+        dst[i] = kn_fp32_to_fp16(src[i]);
 }
 #endif
 
@@ -209,15 +126,15 @@ void kn_f32_to_f16(uint16_t *dst, const float *src, size_t n)
     }
 #endif
     for (size_t i = 0; i < n; i++)
-        dst[i] = quant_fp32_to_fp16(src[i]);
+        dst[i] = kn_fp32_to_fp16(src[i]);
 }
 
-float quant_bf16_to_fp32(uint16_t h)
+float kn_bf16_to_fp32(uint16_t h)
 {
     return f32_from_bits((uint32_t)h << 16);
 }
 
-uint16_t quant_fp32_to_bf16(float f)
+uint16_t kn_fp32_to_bf16(float f)
 {
     uint32_t u = f32_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u)
@@ -227,7 +144,7 @@ uint16_t quant_fp32_to_bf16(float f)
 
 static float h2f(uint16_t h)
 {
-    return quant_fp16_to_fp32(h);
+    return kn_fp16_to_fp32(h);
 }
 
 static uint16_t rd16(const uint8_t *p)
@@ -248,37 +165,37 @@ static void dq_f32(const uint8_t *src, float *y, int64_t n)
 static void dq_f16(const uint8_t *src, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        y[i] = quant_fp16_to_fp32(rd16(src + 2 * i));
+        y[i] = kn_fp16_to_fp32(rd16(src + 2 * i));
 }
 
 static void dq_bf16(const uint8_t *src, float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        y[i] = quant_bf16_to_fp32(rd16(src + 2 * i));
+        y[i] = kn_bf16_to_fp32(rd16(src + 2 * i));
 }
 
 static void dq_q4_0(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK) {
         struct quant_block_q4_0 b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d);
-        for (int j = 0; j < QUANT_QK / 2; j++) {
+        for (int j = 0; j < GGML_QK / 2; j++) {
             y[j] = d * (float)((b.qs[j] & 0x0F) - 8);
-            y[j + QUANT_QK / 2] = d * (float)((b.qs[j] >> 4) - 8);
+            y[j + GGML_QK / 2] = d * (float)((b.qs[j] >> 4) - 8);
         }
     }
 }
 
 static void dq_q4_1(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK) {
         struct quant_block_q4_1 b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d), m = h2f(b.m);
-        for (int j = 0; j < QUANT_QK / 2; j++) {
+        for (int j = 0; j < GGML_QK / 2; j++) {
             y[j] = d * (float)(b.qs[j] & 0x0F) + m;
-            y[j + QUANT_QK / 2] = d * (float)(b.qs[j] >> 4) + m;
+            y[j + GGML_QK / 2] = d * (float)(b.qs[j] >> 4) + m;
         }
     }
 }
@@ -295,33 +212,33 @@ static int q5_value(const uint8_t qs[16], const uint8_t qh_bytes[4], int j)
 
 static void dq_q5_0(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK) {
         struct quant_block_q5_0 b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d);
-        for (int j = 0; j < QUANT_QK; j++)
+        for (int j = 0; j < GGML_QK; j++)
             y[j] = d * (float)(q5_value(b.qs, b.qh, j) - 16);
     }
 }
 
 static void dq_q5_1(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK) {
         struct quant_block_q5_1 b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d), m = h2f(b.m);
-        for (int j = 0; j < QUANT_QK; j++)
+        for (int j = 0; j < GGML_QK; j++)
             y[j] = d * (float)q5_value(b.qs, b.qh, j) + m;
     }
 }
 
 static void dq_q8_0(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK) {
         struct quant_block_q8_0 b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d);
-        for (int j = 0; j < QUANT_QK; j++)
+        for (int j = 0; j < GGML_QK; j++)
             y[j] = d * (float)b.qs[j];
     }
 }
@@ -346,7 +263,7 @@ static void k4_scale_min(const uint8_t sc[12], int s, int *scale, int *min)
  * (bytes 32c..32c+31), low nibble for sub-block 2c, high nibble for 2c+1. */
 static void dq_q4_k(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK_K) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK_K) {
         struct quant_block_q4_k b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d), dmin = h2f(b.dmin);
@@ -365,7 +282,7 @@ static void dq_q4_k(const uint8_t *src, float *y, int64_t nb)
 /* Q5_K: Q4_K plus a 5th bit, bit s of qh[l] for value 32s + l. */
 static void dq_q5_k(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK_K) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK_K) {
         struct quant_block_q5_k b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d), dmin = h2f(b.dmin);
@@ -389,11 +306,11 @@ static void dq_q5_k(const uint8_t *src, float *y, int64_t nb)
  * scaled by d * scales[e / 16]. */
 static void dq_q6_k(const uint8_t *src, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += QUANT_QK_K) {
+    for (int64_t i = 0; i < nb; i++, y += GGML_QK_K) {
         struct quant_block_q6_k b;
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = h2f(b.d);
-        for (int e = 0; e < QUANT_QK_K; e++) {
+        for (int e = 0; e < GGML_QK_K; e++) {
             int h = e / 128, r = e % 128, g = r / 32, l = r % 32;
             uint8_t lb = b.ql[64 * h + l + 32 * (g & 1)];
             int low4 = g < 2 ? (lb & 0x0F) : (lb >> 4);
@@ -404,27 +321,27 @@ static void dq_q6_k(const uint8_t *src, float *y, int64_t nb)
     }
 }
 
-int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
+int kn_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
 {
-    if (!quant_type_supported(type))
+    if (!ggml_type_supported(type))
         return ERR_UNSUPPORTED;
-    int64_t be = types[type].block_elems;
+    int64_t be = ggml_type_block_elems(type);
     if (n < 0 || n % be != 0)
         return ERR_INVAL;
     const uint8_t *s = src;
     int64_t nb = n / be;
     switch (type) {
-    case QUANT_F32: dq_f32(s, dst, n); break;
-    case QUANT_F16: dq_f16(s, dst, n); break;
-    case QUANT_BF16: dq_bf16(s, dst, n); break;
-    case QUANT_Q4_0: dq_q4_0(s, dst, nb); break;
-    case QUANT_Q4_1: dq_q4_1(s, dst, nb); break;
-    case QUANT_Q5_0: dq_q5_0(s, dst, nb); break;
-    case QUANT_Q5_1: dq_q5_1(s, dst, nb); break;
-    case QUANT_Q8_0: dq_q8_0(s, dst, nb); break;
-    case QUANT_Q4_K: dq_q4_k(s, dst, nb); break;
-    case QUANT_Q5_K: dq_q5_k(s, dst, nb); break;
-    case QUANT_Q6_K: dq_q6_k(s, dst, nb); break;
+    case GGML_TYPE_F32: dq_f32(s, dst, n); break;
+    case GGML_TYPE_F16: dq_f16(s, dst, n); break;
+    case GGML_TYPE_BF16: dq_bf16(s, dst, n); break;
+    case GGML_TYPE_Q4_0: dq_q4_0(s, dst, nb); break;
+    case GGML_TYPE_Q4_1: dq_q4_1(s, dst, nb); break;
+    case GGML_TYPE_Q5_0: dq_q5_0(s, dst, nb); break;
+    case GGML_TYPE_Q5_1: dq_q5_1(s, dst, nb); break;
+    case GGML_TYPE_Q8_0: dq_q8_0(s, dst, nb); break;
+    case GGML_TYPE_Q4_K: dq_q4_k(s, dst, nb); break;
+    case GGML_TYPE_Q5_K: dq_q5_k(s, dst, nb); break;
+    case GGML_TYPE_Q6_K: dq_q6_k(s, dst, nb); break;
     default: return ERR_UNSUPPORTED; /* unreachable: table and switch agree */
     }
     return 0;

@@ -13,8 +13,8 @@
 // same order, with explicit round-to-nearest intrinsics (__fmul_rn,
 // __fadd_rn) so nvcc cannot contract them into FMAs; binary16 and bfloat16
 // scales convert exactly. f32 output is therefore bit-identical to
-// quant_dequant_row (the CPU reference, kernels/cpu/quant.c: tolerance 0), bf16 output is that value rounded to
-// nearest even (identical to quant_fp32_to_bf16 of the CPU value for finite
+// kn_dequant_row (the CPU reference, kernels/cpu/quant.c: tolerance 0), bf16 output is that value rounded to
+// nearest even (identical to kn_fp32_to_bf16 of the CPU value for finite
 // inputs).
 #include "device.cuh"
 

@@ -6,7 +6,7 @@
 // (n_tok) int64 cache row of each token (computed by the host from the
 // block tables, worker/engine/forward_cuda.c). One thread per value. The stored
 // value is the f32 rounded to bf16 (nearest even): exact w.r.t. that
-// rounding (tolerance 0 against quant_fp32_to_bf16 of the CPU value: the CPU
+// rounding (tolerance 0 against kn_fp32_to_bf16 of the CPU value: the CPU
 // reference, kernels/cpu/quant.c).
 #include "device.cuh"
 

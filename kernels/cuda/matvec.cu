@@ -12,7 +12,7 @@
 // accumulate = 1 adds into out (the residual add).
 //
 // CPU reference: kn_matmul_f32 (kernels/cpu/matmul.c) on the rows
-// dequantized by quant_dequant_row. Tolerance:
+// dequantized by kn_dequant_row. Tolerance:
 // 1e-5 relative L2 (the factorisation d * sum(q x) reorders the fp32 sums).
 #include "device.cuh"
 

@@ -2,7 +2,7 @@
 //
 // Shapes: in (n) f32, out (n) bf16. One thread per value (grid-stride),
 // round to nearest even (__float2bfloat16_rn).
-// CPU reference: quant_fp32_to_bf16 (kernels/cpu/quant.c). Tolerance 0 for
+// CPU reference: kn_fp32_to_bf16 (kernels/cpu/quant.c). Tolerance 0 for
 // finite inputs (NaN payloads may differ: both give a NaN).
 #include "device.cuh"
 

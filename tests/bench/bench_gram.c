@@ -18,9 +18,9 @@
 
 #include "common/clock.h"
 #include "common/gram/gram.h"
-#include "worker/engine/gguf.h"
-#include "worker/engine/tok.h"
-#include "worker/engine/tok_gguf.h"
+#include "text/gguf.h"
+#include "text/tok.h"
+#include "text/tok_gguf.h"
 
 static int cmp_d(const void *a, const void *b)
 {

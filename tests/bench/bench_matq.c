@@ -4,7 +4,7 @@
  * kn_pool_run.
  *
  * usage: bench_matq [seconds per measurement] [TYPE,...]
- *   (default 0.3 s; TYPE names as quant_type_name prints them, e.g. q5_0:
+ *   (default 0.3 s; TYPE names as ggml_type_name prints them, e.g. q5_0:
  *   only those types, and no model sweep)
  *
  * Shapes: k=576 -> m=1536 (q/k/v/gate/up-like) and k=1536 -> m=576
@@ -32,18 +32,18 @@ static uint32_t rnd(void)
 static uint8_t *make_weights(int type, int k, int m, size_t *rb_out)
 {
     int64_t rb;
-    quant_row_bytes((uint32_t)type, k, &rb);
-    size_t total = (size_t)rb * (size_t)m, bb = quant_block_bytes((uint32_t)type);
+    ggml_type_row_bytes((uint32_t)type, k, &rb);
+    size_t total = (size_t)rb * (size_t)m, bb = ggml_type_block_bytes((uint32_t)type);
     uint8_t *w = malloc(total);
     for (size_t i = 0; i < total; i++)
         w[i] = (uint8_t)rnd();
     /* every fp16 field a block may have at 0, 2 or 208: make them finite */
     for (size_t b = 0; b < total / bb; b++) {
-        uint16_t h = quant_fp32_to_fp16(0.01f);
+        uint16_t h = kn_fp32_to_fp16(0.01f);
         memcpy(w + b * bb, &h, 2);
         if (bb >= 20)
             memcpy(w + b * bb + 2, &h, 2);
-        if (type == QUANT_Q6_K)
+        if (type == GGML_TYPE_Q6_K)
             memcpy(w + b * bb + 208, &h, 2);
     }
     *rb_out = (size_t)rb;
@@ -66,7 +66,7 @@ static void naive_worker(void *ctx, int ith, int nth)
     struct naive_job *j = ctx;
     float *row = j->tmp + (size_t)ith * (size_t)j->k;
     for (int c = ith; c < j->m; c += nth) {
-        quant_dequant_row((uint32_t)j->type, j->w + (size_t)c * j->rb, row, j->k);
+        kn_dequant_row((uint32_t)j->type, j->w + (size_t)c * j->rb, row, j->k);
         for (int r = 0; r < j->n; r++) {
             const float *xr = j->x + (size_t)r * (size_t)j->k;
             float s = 0;
@@ -130,12 +130,12 @@ static double model_sweep(struct kn_pool *pool, int n, double secs)
     uint8_t *w[L * 7 + 1];
     size_t rb;
     for (int i = 0; i < L * 7; i++)
-        w[i] = make_weights(QUANT_Q4_1, shape[i % 7][0], shape[i % 7][1], &rb);
-    w[L * 7] = make_weights(QUANT_Q8_0, D, V, &rb);
+        w[i] = make_weights(GGML_TYPE_Q4_1, shape[i % 7][0], shape[i % 7][1], &rb);
+    w[L * 7] = make_weights(GGML_TYPE_Q8_0, D, V, &rb);
     float *x = malloc((size_t)n * F * sizeof *x), *out = malloc((size_t)n * V * sizeof *out);
     for (int i = 0; i < n * F; i++)
         x[i] = (float)((double)rnd() / 2147483648.0 - 1.0);
-    size_t sb = kn_matmul_w_scratch(n, F, QUANT_Q8_0);
+    size_t sb = kn_matmul_w_scratch(n, F, GGML_TYPE_Q8_0);
     void *scratch = malloc(sb);
     double best = 1e30;
     uint64_t start = clock_mono_ns();
@@ -143,7 +143,7 @@ static double model_sweep(struct kn_pool *pool, int n, double secs)
         uint64_t t0 = clock_mono_ns();
         for (int i = 0; i <= L * 7; i++) {
             int k = i < L * 7 ? shape[i % 7][0] : D, m = i < L * 7 ? shape[i % 7][1] : V;
-            if (kn_matmul_w(pool, out, x, n, k, w[i], i < L * 7 ? QUANT_Q4_1 : QUANT_Q8_0, m,
+            if (kn_matmul_w(pool, out, x, n, k, w[i], i < L * 7 ? GGML_TYPE_Q4_1 : GGML_TYPE_Q8_0, m,
                             scratch, sb))
                 abort();
         }
@@ -269,7 +269,7 @@ int main(int argc, char **argv)
     printf("simd path: %s\n", kn_simd_name(kn_simd_level()));
     print_peaks(secs);
     const char *only = argc > 2 ? argv[2] : NULL;
-    const int types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+    const int types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     /* SmolLM2-135M's 576 / 1536, Qwen2.5-0.5B's 896 / 4864, SmolLM2's
      * output matrix (49152 rows: 17-28 MB, streamed from memory at n = 1) */
     const int shapes[][2] = {{576, 1536}, {1536, 576}, {896, 4864}, {4864, 896}, {576, 49152}};
@@ -285,9 +285,9 @@ int main(int argc, char **argv)
             for (int s = 0; s < 5; s++)
                 for (int ni = 0; ni < 2; ni++) {
                     int k = shapes[s][0], m = shapes[s][1], n = ns[ni], type = types[t];
-                    if (only && !type_listed(only, quant_type_name((uint32_t)type)))
+                    if (only && !type_listed(only, ggml_type_name((uint32_t)type)))
                         continue;
-                    if (k % (int)quant_block_elems((uint32_t)type) != 0)
+                    if (k % (int)ggml_type_block_elems((uint32_t)type) != 0)
                         continue; /* 576 is not a multiple of the K-quants' 256 */
                     size_t rb;
                     uint8_t *w = make_weights(type, k, m, &rb);
@@ -305,7 +305,7 @@ int main(int argc, char **argv)
                     double naive = time_call(&c, secs);
                     double flop = 2.0 * n * m * k;
                     printf("%-5s %5d %5d %3d %3d  %6.2f GF %6.2f GF  %6.2fx\n",
-                           quant_type_name((uint32_t)type), k, m, n, threads[ti], flop / ours / 1e9,
+                           ggml_type_name((uint32_t)type), k, m, n, threads[ti], flop / ours / 1e9,
                            flop / naive / 1e9, naive / ours);
                     free(tmp);
                     free(scratch);

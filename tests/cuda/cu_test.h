@@ -39,19 +39,19 @@ static inline void cu_fill(float *p, size_t n, uint32_t seed, float scale)
 static inline void cu_round_bf16(float *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        p[i] = quant_bf16_to_fp32(quant_fp32_to_bf16(p[i]));
+        p[i] = kn_bf16_to_fp32(kn_fp32_to_bf16(p[i]));
 }
 
 static inline void cu_to_bf16(uint16_t *out, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = quant_fp32_to_bf16(in[i]);
+        out[i] = kn_fp32_to_bf16(in[i]);
 }
 
 static inline void cu_from_bf16(float *out, const uint16_t *in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = quant_bf16_to_fp32(in[i]);
+        out[i] = kn_bf16_to_fp32(in[i]);
 }
 
 /* Device buffer of bytes, poisoned (0xFF). */

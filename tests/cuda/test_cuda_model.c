@@ -37,7 +37,7 @@
 #include "tests/th.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
-#include "worker/engine/tok.h"
+#include "text/tok.h"
 
 #define TOL_BF16 3e-2
 #define TOL_BF16_REAL 5e-2

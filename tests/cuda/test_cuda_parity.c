@@ -139,41 +139,41 @@ static void make_blocks(uint32_t type, uint8_t *p, size_t n_bytes, uint32_t seed
         seed = seed * 1664525u + 1013904223u;
         p[i] = (uint8_t)(seed >> 24);
     }
-    size_t bb = quant_block_bytes(type);
+    size_t bb = ggml_type_block_bytes(type);
     for (size_t b = 0; b + bb <= n_bytes; b += bb) {
         uint8_t *blk = p + b;
-        uint16_t h1 = quant_fp32_to_fp16(cu_rand(&seed) * 0.1f);
-        uint16_t h2 = quant_fp32_to_fp16(cu_rand(&seed) * 0.1f);
+        uint16_t h1 = kn_fp32_to_fp16(cu_rand(&seed) * 0.1f);
+        uint16_t h2 = kn_fp32_to_fp16(cu_rand(&seed) * 0.1f);
         switch (type) {
-        case QUANT_F32: {
+        case GGML_TYPE_F32: {
             float f = cu_rand(&seed) * 3.0f;
             memcpy(blk, &f, 4);
             break;
         }
-        case QUANT_F16: memcpy(blk, &h1, 2); break;
-        case QUANT_BF16: {
-            uint16_t v = quant_fp32_to_bf16(cu_rand(&seed) * 3.0f);
+        case GGML_TYPE_F16: memcpy(blk, &h1, 2); break;
+        case GGML_TYPE_BF16: {
+            uint16_t v = kn_fp32_to_bf16(cu_rand(&seed) * 3.0f);
             memcpy(blk, &v, 2);
             break;
         }
-        case QUANT_Q4_0: case QUANT_Q5_0: case QUANT_Q8_0: memcpy(blk, &h1, 2); break;
-        case QUANT_Q4_1: case QUANT_Q5_1: case QUANT_Q4_K: case QUANT_Q5_K:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: memcpy(blk, &h1, 2); break;
+        case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
             memcpy(blk, &h1, 2), memcpy(blk + 2, &h2, 2);
             break;
-        case QUANT_Q6_K: memcpy(blk + 208, &h1, 2); break;
+        case GGML_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
         default: break;
         }
     }
 }
 
 /* Dequantization (weights at load, the embedding lookup): f32 output is
- * bit-identical to quant_dequant_row, bf16 output to its rounding. */
+ * bit-identical to kn_dequant_row, bf16 output to its rounding. */
 TEST(cuda_dequant_and_embedding_match_cpu)
 {
     struct kn_cuda *c = cu_open();
-    static const uint32_t types[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q4_0, QUANT_Q4_1,
-                                     QUANT_Q5_0, QUANT_Q5_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K,
-                                     QUANT_Q6_K};
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+                                     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                     GGML_TYPE_Q6_K};
     static const int shapes[][2] = {{7, 256}, {1, 512}, {33, 768}};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         uint32_t type = types[t];
@@ -181,13 +181,13 @@ TEST(cuda_dequant_and_embedding_match_cpu)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int rows = shapes[s][0], cols = shapes[s][1];
             int64_t rb;
-            CHECK_EQ_INT(quant_row_bytes(type, cols, &rb), 0);
+            CHECK_EQ_INT(ggml_type_row_bytes(type, cols, &rb), 0);
             size_t nbytes = (size_t)rb * rows, nv = (size_t)rows * cols;
             uint8_t *src = malloc(nbytes);
             make_blocks(type, src, nbytes, 100 + (uint32_t)(t * 7 + s));
             float *want = malloc(nv * 4), *got = malloc(nv * 4);
             uint16_t *gb = malloc(nv * 2);
-            CHECK_EQ_INT(quant_dequant_row(type, src, want, (int64_t)nv), 0);
+            CHECK_EQ_INT(kn_dequant_row(type, src, want, (int64_t)nv), 0);
             void *dsrc = cu_put(c, src, nbytes), *dout = cu_alloc(c, nv * 4);
             CHECK_EQ_INT(kn_cuda_dequant(c, dout, 0, dsrc, type, (size_t)rb, NULL, rows, cols), 0);
             cu_get(c, got, dout, nv * 4);
@@ -196,7 +196,7 @@ TEST(cuda_dequant_and_embedding_match_cpu)
             CHECK_EQ_INT(kn_cuda_dequant(c, dout, 1, dsrc, type, (size_t)rb, NULL, rows, cols), 0);
             cu_get(c, gb, dout, nv * 2);
             for (size_t i = 0; i < nv; i++)
-                CHECK_EQ_INT(gb[i], quant_fp32_to_bf16(want[i]));
+                CHECK_EQ_INT(gb[i], kn_fp32_to_bf16(want[i]));
             /* embedding lookup: gathered rows, repeated ids */
             int n_ids = 5;
             int32_t ids[5] = {rows - 1, 0, rows / 2, 0, rows - 1};
@@ -219,20 +219,20 @@ TEST(cuda_dequant_and_embedding_match_cpu)
 TEST(cuda_matvec_q_matches_cpu)
 {
     struct kn_cuda *c = cu_open();
-    static const uint32_t types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q8_0};
+    static const uint32_t types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
     static const int shapes[][2] = {{1, 32}, {576, 576}, {1536, 576}, {100, 1536}, {49152, 576}};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         CHECK(kn_cuda_matvec_supported(types[t]));
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int m = shapes[s][0], k = shapes[s][1];
             int64_t rb;
-            CHECK_EQ_INT(quant_row_bytes(types[t], k, &rb), 0);
+            CHECK_EQ_INT(ggml_type_row_bytes(types[t], k, &rb), 0);
             size_t nbytes = (size_t)rb * m;
             uint8_t *w = malloc(nbytes);
             make_blocks(types[t], w, nbytes, 300 + (uint32_t)(t * 11 + s));
             float *wf = malloc((size_t)m * k * 4), *x = malloc((size_t)k * 4);
             float *want = malloc((size_t)m * 4), *got = malloc((size_t)m * 4), *acc = malloc((size_t)m * 4);
-            CHECK_EQ_INT(quant_dequant_row(types[t], w, wf, (int64_t)m * k), 0);
+            CHECK_EQ_INT(kn_dequant_row(types[t], w, wf, (int64_t)m * k), 0);
             cu_fill(x, (size_t)k, 5 + (uint32_t)s, 2.0f);
             cu_fill(acc, (size_t)m, 6, 1.0f);
             kn_matmul_f32(want, x, wf, 1, k, m);
@@ -251,7 +251,7 @@ TEST(cuda_matvec_q_matches_cpu)
             free(w), free(wf), free(x), free(want), free(got), free(acc);
         }
     }
-    CHECK(!kn_cuda_matvec_supported(QUANT_Q4_K));
+    CHECK(!kn_cuda_matvec_supported(GGML_TYPE_Q4_K));
     kn_cuda_free(c);
 }
 
@@ -347,7 +347,7 @@ TEST(cuda_swiglu_add_bias_match_cpu)
         CHECK_EQ_INT(kn_cuda_to_bf16(c, dout, dy, n), 0);
         cu_get(c, gb, dout, n * 2);
         for (size_t i = 0; i < n; i++)
-            CHECK_EQ_INT(gb[i], quant_fp32_to_bf16(y[i]));
+            CHECK_EQ_INT(gb[i], kn_fp32_to_bf16(y[i]));
         kn_cuda_release(c, dgu), kn_cuda_release(c, dout), kn_cuda_release(c, dg);
         kn_cuda_release(c, dy), kn_cuda_release(c, db);
         free(gu), free(g), free(u), free(want), free(got), free(gb), free(y), free(b), free(ref);
@@ -459,9 +459,9 @@ static void run_attn_case(struct kn_cuda *c, const struct attn_case *ac, uint32_
     for (t = 0; t < n_tok; t++)
         for (int d = 0; d < kv_dim; d++) {
             kc[(size_t)slot[t] * kv_dim + d] =
-                quant_bf16_to_fp32(quant_fp32_to_bf16(x[(size_t)t * qkv + q_dim + d]));
+                kn_bf16_to_fp32(kn_fp32_to_bf16(x[(size_t)t * qkv + q_dim + d]));
             vc[(size_t)slot[t] * kv_dim + d] =
-                quant_bf16_to_fp32(quant_fp32_to_bf16(x[(size_t)t * qkv + q_dim + kv_dim + d]));
+                kn_bf16_to_fp32(kn_fp32_to_bf16(x[(size_t)t * qkv + q_dim + kv_dim + d]));
         }
     float scale = 1.0f / sqrtf((float)hd);
     float *want = malloc((size_t)n_tok * q_dim * 4), *got = malloc((size_t)n_tok * q_dim * 4);
@@ -489,11 +489,11 @@ static void run_attn_case(struct kn_cuda *c, const struct attn_case *ac, uint32_
     size_t bad_k = 0, bad_v = 0, first_bad = SIZE_MAX;
     cu_get(c, back, dkc, cache_n * 2);
     for (size_t i = 0; i < cache_n; i++)
-        if (back[i] != quant_fp32_to_bf16(kc[i]) && bad_k++ == 0)
+        if (back[i] != kn_fp32_to_bf16(kc[i]) && bad_k++ == 0)
             first_bad = i;
     cu_get(c, back, dvc, cache_n * 2);
     for (size_t i = 0; i < cache_n; i++)
-        if (back[i] != quant_fp32_to_bf16(vc[i]) && bad_v++ == 0 && first_bad == SIZE_MAX)
+        if (back[i] != kn_fp32_to_bf16(vc[i]) && bad_v++ == 0 && first_bad == SIZE_MAX)
             first_bad = i;
     if (bad_k || bad_v)
         printf("  attention %s: kv_append wrong values: %zu K, %zu V (first at row %zu dim %zu)\n",

@@ -1,4 +1,4 @@
-/* libFuzzer target: chat-template rendering (worker/engine/chat.c) from outside
+/* libFuzzer target: chat-template rendering (text/chat.c) from outside
  * input: the template source (a GGUF's tokenizer.chat_template, attacker
  * controlled when a model file is) and the `messages` array of a request.
  *
@@ -18,9 +18,9 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "worker/engine/chat.h"
-#include "worker/openai/chat_msgs.h"
-#include "worker/engine/tok.h"
+#include "text/chat.h"
+#include "openai/chat_msgs.h"
+#include "text/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

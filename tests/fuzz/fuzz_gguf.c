@@ -1,4 +1,4 @@
-/* libFuzzer target: GGUF parsing (worker/engine/gguf.c) and, for files that open,
+/* libFuzzer target: GGUF parsing (text/gguf.c) and, for files that open,
  * every getter and the dequantization of each tensor's first row
  * (kernels/cpu/quant.c), so a wrong size computation shows up as an overread
  * of the input buffer. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "kernels/kn.h"
-#include "worker/engine/gguf.h"
+#include "text/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         float *row = malloc((size_t)t->ne[0] * sizeof *row);
         if (row) {
-            if (quant_dequant_row(t->type, t->data, row, t->ne[0]) != 0)
+            if (kn_dequant_row(t->type, t->data, row, t->ne[0]) != 0)
                 abort(); /* open accepted the type and ne[0] */
             free(row);
         }

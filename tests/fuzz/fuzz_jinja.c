@@ -1,4 +1,4 @@
-/* libFuzzer target: the Jinja interpreter (worker/engine/jinja.c) on
+/* libFuzzer target: the Jinja interpreter (text/jinja.c) on
  * outside input: a chat template as a GGUF carries it.
  *
  * Input: TEMPLATE ['\0' CONTENT]. The template is parsed and, when it
@@ -14,7 +14,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "worker/engine/jinja.h"
+#include "text/jinja.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

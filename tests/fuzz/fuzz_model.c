@@ -1,5 +1,5 @@
 /* libFuzzer target: model loading (worker/engine/model.c: hyperparameters, tensor
- * validation), the tokenizer built from the file (worker/engine/tok_gguf.c) and,
+ * validation), the tokenizer built from the file (text/tok_gguf.c) and,
  * for small models that load, one forward step of two tokens - which reads
  * every weight row, so a wrong shape or stride check shows up as an
  * overread of the input buffer - in a context whose sliding-window layers
@@ -8,12 +8,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "worker/engine/chat.h"
+#include "text/chat.h"
 #include "worker/engine/embed.h"
-#include "worker/engine/gguf.h"
+#include "text/gguf.h"
 #include "worker/engine/model.h"
-#include "worker/engine/tok.h"
-#include "worker/engine/tok_gguf.h"
+#include "text/tok.h"
+#include "text/tok_gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -13,7 +13,7 @@
 
 #include "common/err.h"
 #include "common/js.h"
-#include "worker/openai/params.h"
+#include "openai/params.h"
 #include "worker/engine/stop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

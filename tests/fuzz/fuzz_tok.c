@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/engine/tok.h"
+#include "text/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -8,7 +8,7 @@ lstrip_blocks=True, the loopcontrols extension, HF's {% generation %} tag,
 HF's tojson, raise_exception, strftime_now) and writes
 tests/fixtures/chat/renders.json. The C unit test
 (tests/unit/worker/engine/test_jinja.c) renders the same templates with
-worker/engine/jinja.c and compares byte for byte. jinja2 is NOT needed at
+text/jinja.c and compares byte for byte. jinja2 is NOT needed at
 `make test` time.
 
 Variables, as apply_chat_template passes them with no tools/documents:

@@ -55,7 +55,7 @@ def test_layout_checker_refuses_system_headers_outside_their_home():
     out = r.stdout
     assert "jobd/api/routes.c:1: <sqlite3.h>: only jobd/store" in out, out
     assert "jobd/api/routes.c:2: <uv.h>: only jobd/http" in out, out
-    assert "worker/engine/sched.h:1: <jansson.h>: no jansson in engine headers" in out, out
+    assert "worker/engine/sched.h:1: <jansson.h>: no jansson in engine or text headers" in out, out
     assert "worker/engine/sched.c:2: <cuda_runtime.h>: only kernels/cuda" in out, out
     # allowed: jansson in an engine .c file, sqlite3.h in the store, uv.h in http
     assert "sched.c:1:" not in out and "store.c" not in out and "server.c" not in out, out
@@ -68,9 +68,26 @@ def test_layout_checker_accepts_a_tree_that_follows_the_rules():
         "kernels/kn.h": '#include "common/buf.h"\n',
         "kernels/cpu/matq.c": '#include "kernels/kn.h"\n',
         "worker/engine/sched.h": '#include "kernels/kn.h"\n',
-        "worker/openai/params.h": '#include "worker/engine/sched.h"\n',
-        "worker/serve.c": '#include "worker/openai/params.h"\n#include "worker/engine/sched.h"\n',
+        "text/gen.h": '#include "common/buf.h"\n',
+        "openai/params.h": '#include "text/gen.h"\n',
+        "worker/serve.c": '#include "openai/params.h"\n#include "worker/engine/sched.h"\n',
+        "jobd/intake/ingest.c": '#include "openai/params.h"\n',
     })
     r = _check(root)
     assert r.returncode == 0, r.stdout
-    assert r.stdout.strip() == "check-includes: ok (6 files, 6 module edges)", r.stdout
+    assert r.stdout.strip() == "check-includes: ok (8 files, 8 module edges)", r.stdout
+
+
+def test_layout_checker_refuses_jobd_including_the_worker_or_openai_the_engine():
+    root = _tree({
+        "worker/engine/sched.h": "int sched;\n",
+        "text/tok.h": "int tok;\n",
+        "jobd/tokens/tokens.c": '#include "text/tok.h"\n#include "worker/engine/sched.h"\n',
+        "openai/params.c": '#include "worker/engine/sched.h"\n',
+    })
+    r = _check(root)
+    assert r.returncode == 1, r.stdout
+    out = r.stdout
+    assert 'jobd/tokens/tokens.c:2: "worker/engine/sched.h": module jobd/tokens may not include worker/engine' in out, out
+    assert 'openai/params.c:1: "worker/engine/sched.h": module openai may not include worker/engine' in out, out
+    assert "tokens.c:1:" not in out, out

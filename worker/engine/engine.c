@@ -8,10 +8,10 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "kernels/kn.h"
-#include "worker/engine/chat.h"
+#include "text/chat.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
-#include "worker/engine/tok.h"
+#include "text/tok.h"
 
 int engine_open(const struct engine_opts *o, struct engine **out, char *err, size_t err_len)
 {

@@ -65,7 +65,7 @@ int engine_open(const struct engine_opts *o, struct engine **out, char *err, siz
 void engine_close(struct engine *e);
 
 /* Scheduler options from the engine: its sizes, pool, device and matmul;
- * the caller sets on_result and cb_ctx (or lets worker/openai/request.h's
+ * the caller sets on_result and cb_ctx (or lets worker/run/request.h's
  * oreq_sched_new set them). Can't fail. */
 void engine_sched_opts(const struct engine *e, struct sched_opts *so);
 

@@ -100,10 +100,10 @@ static int linear_exact(float *out, const float *x, int n, int k, const void *w,
 {
     if (n < 0 || k < 0 || m < 0 || w_type < 0)
         return ERR_INVAL;
-    if (!quant_type_supported((uint32_t)w_type))
+    if (!ggml_type_supported((uint32_t)w_type))
         return ERR_UNSUPPORTED;
     int64_t row_bytes;
-    int rc = quant_row_bytes((uint32_t)w_type, k, &row_bytes);
+    int rc = ggml_type_row_bytes((uint32_t)w_type, k, &row_bytes);
     if (rc)
         return rc;
     if (scratch_bytes < linear_exact_scratch_bytes(n, k))
@@ -112,7 +112,7 @@ static int linear_exact(float *out, const float *x, int n, int k, const void *w,
     float *col = row + (size_t)k;      /* (n) out[.][c] */
     const unsigned char *wb = w;
     for (int c = 0; c < m; c++) {
-        rc = quant_dequant_row((uint32_t)w_type, wb + (size_t)c * (size_t)row_bytes, row, k);
+        rc = kn_dequant_row((uint32_t)w_type, wb + (size_t)c * (size_t)row_bytes, row, k);
         if (rc)
             return rc;
         kn_matmul_f32(col, x, row, n, k, 1);
@@ -161,7 +161,7 @@ static int model_linear_multi(struct fwdcpu *c, float *const *out, const float *
 static size_t model_linear_scratch_bytes(int n_max, int k_max)
 {
     size_t a = linear_exact_scratch_bytes(n_max, k_max);
-    size_t b = kn_matmul_w_scratch(n_max, k_max, QUANT_Q8_0);
+    size_t b = kn_matmul_w_scratch(n_max, k_max, GGML_TYPE_Q8_0);
     return a > b ? a : b;
 }
 

@@ -182,7 +182,7 @@ static int fw_mat(struct fwdcuda *f, void *dst, int row0, const struct model_mat
 {
     size_t bytes = (size_t)w->rows * w->row_bytes;
     if (!kn_cuda_dequant_supported(w->type)) {
-        const char *tn = quant_type_name(w->type);
+        const char *tn = ggml_type_name(w->type);
         log_error("cuda: weight type %s is not supported by the CUDA backend", tn ? tn : "?");
         return ERR_UNSUPPORTED;
     }
@@ -340,7 +340,7 @@ static int random_weights(struct fwdcuda *f, uint64_t seed)
     float se = 1.0f / sqrtf((float)e), sq = 1.0f / sqrtf((float)f->q_dim);
     float sf = 1.0f / sqrtf((float)nff);
     int rc;
-    f->embd_type = QUANT_BF16;
+    f->embd_type = GGML_TYPE_BF16;
     f->embd_row_bytes = e * 2;
     if ((rc = fw_alloc(f, nv * e * 2, &f->tok_embd_raw)) ||
         (rc = kn_cuda_fill_random_bf16(f->c, f->tok_embd_raw, nv * e, seed++, 1.0f)) ||

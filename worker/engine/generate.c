@@ -12,24 +12,6 @@
 
 /* ---- parameters and prompts ------------------------------------------------ */
 
-void gen_params_release(struct gen_params *p)
-{
-    if (!p)
-        return;
-    for (size_t i = 0; i < STOP_MAX; i++)
-        free(p->stop[i]);
-    free(p->bias);
-    gram_unref(p->grammar);
-    memset(p, 0, sizeof *p);
-}
-
-void gen_prompts_free(struct gen_prompt *p, size_t n)
-{
-    for (size_t i = 0; p && i < n; i++)
-        free(p[i].ids);
-    free(p);
-}
-
 /* ---- one sequence ---------------------------------------------------------- */
 
 int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct tok *t,

@@ -50,57 +50,12 @@
 
 #include "common/buf.h"
 #include "common/gram/gram.h"
+#include "text/gen.h"
+#include "text/tok.h"
 #include "worker/engine/sample.h"
 #include "worker/engine/stop.h"
-#include "worker/engine/tok.h"
 
 #define GEN_MAX_TEXT_BYTES (16u << 20)   /* emitted text of one choice */
-
-/* Generation parameters of one request (every choice of it). The request
- * parser (worker/openai/params.h) fills them with OpenAI's defaults and
- * ranges; a gen_params owns its heap copies (gen_params_release). */
-struct gen_params {
-    int64_t max_tokens;          /* -1 = not given (context limit) */
-    struct smp_params smp;       /* temperature, top_k/p, min_p, penalties, bias;
-                                  * smp.n_top_logprobs: -1 off, else alternatives */
-    struct smp_bias *bias;       /* owned; smp.bias points here */
-    uint64_t seed;
-    int seed_given;              /* 0: the scheduler derives the seed from the request id */
-    char *stop[STOP_MAX];        /* owned, NUL-terminated copies */
-    size_t stop_len[STOP_MAX];
-    size_t n_stop;
-    int logprobs;                /* 1 = keep logprob records */
-    int n;                       /* choices per prompt */
-    struct gram *grammar;        /* owned reference, or NULL: every choice's output is a
-                                  * sentence of this grammar (structured outputs) */
-};
-
-/* Free the stop strings and the bias, and zero p. NULL ok. */
-void gen_params_release(struct gen_params *p);
-
-/* One tokenized prompt. */
-struct gen_prompt {
-    int32_t *ids;    /* (n) owned */
-    size_t n;
-};
-
-/* Free prompts p[0..n) and the array. NULL ok. */
-void gen_prompts_free(struct gen_prompt *p, size_t n);
-
-/* Logprob record of one generated token that is part of the returned text. */
-struct gen_lp {
-    struct smp_result r;    /* token, its logprob, the top alternatives */
-    size_t text_offset;     /* byte offset of the token's text in the choice text */
-};
-
-/* What one finished sequence produced (pointers borrowed from its gen_seq). */
-struct gen_choice {
-    const char *text;           /* UTF-8, text_len bytes */
-    size_t text_len;
-    enum stop_finish finish;    /* STOP_FINISH_STOP or STOP_FINISH_LENGTH */
-    const struct gen_lp *lp;    /* (n_lp); kept when gen_params.logprobs */
-    size_t n_lp;
-};
 
 struct gen_seq {
     const struct gen_params *gp;   /* borrowed */

@@ -14,8 +14,8 @@
 
 #include "common/err.h"
 #include "kernels/kn.h"
-#include "worker/engine/chat.h"
-#include "worker/engine/tok_gguf.h"
+#include "text/chat.h"
+#include "text/tok_gguf.h"
 
 static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -339,12 +339,12 @@ static int get_tensor(const struct gguf *g, const char *name, int64_t ne0, int64
                     "], expected [%" PRId64 "]",
                     name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], ne0);
     }
-    if (f32_only && t->type != QUANT_F32) {
-        const char *tn = quant_type_name(t->type);
+    if (f32_only && t->type != GGML_TYPE_F32) {
+        const char *tn = ggml_type_name(t->type);
         return fail(err, err_len, ERR_CORRUPT, "%s: type %s, expected F32", name, tn ? tn : "?");
     }
-    if (!quant_type_supported(t->type)) {
-        const char *tn = quant_type_name(t->type);
+    if (!ggml_type_supported(t->type)) {
+        const char *tn = ggml_type_name(t->type);
         return fail(err, err_len, ERR_UNSUPPORTED, "%s: unsupported type %s", name, tn ? tn : "?");
     }
     if (((uintptr_t)t->data & 3) != 0)
@@ -361,7 +361,7 @@ static int get_mat(const struct gguf *g, const char *name, int rows, int cols, i
     if (rc || !t)
         return rc;
     int64_t rb;
-    if ((rc = quant_row_bytes(t->type, cols, &rb)))
+    if ((rc = ggml_type_row_bytes(t->type, cols, &rb)))
         return fail(err, err_len, ERR_CORRUPT, "%s: bad row length %d for its type", name, cols);
     m->data = t->data;
     m->type = t->type;

@@ -2,7 +2,7 @@
  * model.h - a decoder-only transformer loaded from GGUF (llama, qwen2,
  * qwen3, gemma2, gemma3, phi3), and its batched forward pass on the CPU.
  *
- * Loading (worker/engine/model.c). model_load maps the GGUF file (worker/engine/gguf.h)
+ * Loading (worker/engine/model.c). model_load maps the GGUF file (text/gguf.h)
  * and reads the hyperparameters of `general.architecture` (anything else:
  * "unsupported architecture 'mamba'"). Weights are not copied: each is a
  * pointer into the mapping, kept in its file type (norms and biases must be
@@ -65,7 +65,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/engine/gguf.h"
+#include "text/gguf.h"
 #include "worker/engine/kv.h"
 
 struct kn_pool;
@@ -142,7 +142,7 @@ struct model_hparams {
  * pointing into the model's file mapping. (GGUF ne = [cols, rows].) */
 struct model_mat {
     const void *data;
-    uint32_t type;         /* ggml type id (enum quant_type) */
+    uint32_t type;         /* ggml type id (enum ggml_type) */
     int rows, cols;
     size_t row_bytes;
 };
@@ -203,14 +203,14 @@ void model_free(struct model *m);
 const char *model_arch_name(enum model_arch a);
 
 /* Tokenizer of the model, built from its tokenizer.ggml.* keys (see
- * worker/engine/tok_gguf.h). Returns 0 and *out (tok_free), or an error with a
+ * text/tok_gguf.h). Returns 0 and *out (tok_free), or an error with a
  * message in err. */
 int model_tokenizer(const struct model *m, struct tok **out, char *err, size_t err_len);
 
 /* Chat template of the model from tokenizer.chat_template; when the GGUF
  * has none, the architecture's default (gemma2/3: Gemma's turns, phi3:
  * Phi-3's), else the ChatML fallback when the vocabulary has <|im_start|>
- * (see worker/engine/chat.h).
+ * (see text/chat.h).
  * Returns 0 and *out (chat_tmpl_free), ERR_UNSUPPORTED, ERR_NOMEM. */
 int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl **out);
 

@@ -60,15 +60,6 @@ double smp_rng_uniform(struct smp_rng *r) { return (double)(smp_rng_next(r) >> 1
 
 /* ---- parameters and scratch ----------------------------------------------- */
 
-void smp_params_init(struct smp_params *p)
-{
-    memset(p, 0, sizeof *p);
-    p->temperature = 1.0;
-    p->top_p = 1.0;
-    p->repetition_penalty = 1.0;
-    p->n_top_logprobs = -1;
-}
-
 int smp_scratch_init(struct smp_scratch *s, size_t n_vocab)
 {
     memset(s, 0, sizeof *s);

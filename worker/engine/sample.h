@@ -64,9 +64,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SMP_MAX_TOP_LOGPROBS 20
-#define SMP_GREEDY_EPS 1e-5
-#define SMP_LOGPROB_FLOOR (-9999.0)
+#include "text/gen.h"
 
 /* ---- random stream -------------------------------------------------------- */
 
@@ -81,32 +79,6 @@ uint64_t smp_rng_next(struct smp_rng *r);
 /* Uniform double in [0, 1) with 53 random bits. Can't fail. */
 double smp_rng_uniform(struct smp_rng *r);
 
-/* ---- parameters ----------------------------------------------------------- */
-
-struct smp_bias {
-    int32_t id;
-    float bias;
-};
-
-/* Sampling parameters of one sequence (a subset of struct gen_params, so the
- * sampler does not depend on JSON). Neutral values: temperature 1, top_k 0,
- * top_p 1, min_p 0, penalties 0, repetition_penalty 1. */
-struct smp_params {
-    double temperature;          /* >= 0; < SMP_GREEDY_EPS = greedy */
-    int64_t top_k;               /* 0 = off */
-    double top_p;                /* (0, 1]; 1 = off */
-    double min_p;                /* [0, 1]; 0 = off */
-    double frequency_penalty;    /* [-2, 2] */
-    double presence_penalty;     /* [-2, 2] */
-    double repetition_penalty;   /* > 0; 1 = off */
-    const struct smp_bias *bias; /* (n_bias) borrowed; ids must be < n_vocab */
-    size_t n_bias;
-    int n_top_logprobs;          /* -1: no logprobs; 0..SMP_MAX_TOP_LOGPROBS */
-};
-
-/* Neutral parameters (see above), logprobs off. Can't fail. */
-void smp_params_init(struct smp_params *p);
-
 /* ---- scratch and result --------------------------------------------------- */
 
 struct smp_scratch {
@@ -120,15 +92,6 @@ struct smp_scratch {
 /* Allocate scratch for n_vocab (1 .. 2^24). Returns 0, ERR_INVAL, ERR_NOMEM. */
 int smp_scratch_init(struct smp_scratch *s, size_t n_vocab);
 void smp_scratch_release(struct smp_scratch *s);
-
-/* What one step produced. */
-struct smp_result {
-    int32_t token;
-    double logprob;                            /* raw logprob of token (if asked) */
-    int n_top;                                 /* alternatives filled (0..20) */
-    int32_t top_id[SMP_MAX_TOP_LOGPROBS];      /* logprob desc, id asc */
-    double top_logprob[SMP_MAX_TOP_LOGPROBS];
-};
 
 /* Sample one token from logits[0..n_vocab) (n_vocab == scratch->n_vocab).
  * gen[0..n_gen) are the tokens this sequence generated so far (frequency,

@@ -2,7 +2,7 @@
  * sched.h - the engine's scheduler: static plus continuous batching of a
  * pack of requests over one model context, with chunked prefill, prefix
  * sharing and preemption by recompute. Token level: no request or
- * response bodies here (worker/openai/request.h turns OpenAI bodies into
+ * response bodies here (worker/run/request.h turns OpenAI bodies into
  * sched_add calls and results into response bodies).
  *
  * Input: requests added with sched_add - an id, generation parameters
@@ -115,7 +115,7 @@ struct sched_stats {
     int64_t n_steps;
     int64_t n_requests;          /* finished */
     int64_t n_request_errors;    /* always 0 here: requests refused before sched_add are
-                                  * counted by the caller (worker/openai/request.h) */
+                                  * counted by the caller (worker/run/request.h) */
     int64_t prompt_tokens;       /* prompt positions of every admission (choices, resumes) */
     int64_t prefill_computed;    /* prompt positions fed to the model */
     int64_t prefix_reused;       /* prompt positions taken from the prefix cache */

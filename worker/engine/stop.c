@@ -7,15 +7,6 @@
 
 #include "common/err.h"
 
-const char *stop_finish_name(enum stop_finish f)
-{
-    switch (f) {
-    case STOP_FINISH_STOP: return "stop";
-    case STOP_FINISH_LENGTH: return "length";
-    default: return NULL;
-    }
-}
-
 int stop_init(struct stop_match *m, const char *const *stops, const size_t *lens, size_t n)
 {
     if (!m || n > STOP_MAX || (n && (!stops || !lens)))

@@ -26,18 +26,7 @@
 #include <stddef.h>
 
 #include "common/buf.h"
-
-#define STOP_MAX 4                /* OpenAI: up to 4 stop sequences */
-#define STOP_MAX_BYTES 1024       /* bytes in one stop string (our cap) */
-
-enum stop_finish {
-    STOP_NONE = 0,       /* still generating */
-    STOP_FINISH_STOP,    /* EOG token or a stop string: finish_reason "stop" */
-    STOP_FINISH_LENGTH,  /* max_tokens or the context limit: "length" */
-};
-
-/* "stop", "length", or NULL for STOP_NONE. Can't fail. */
-const char *stop_finish_name(enum stop_finish f);
+#include "text/gen.h"
 
 struct stop_match {
     const char *const *stops;   /* (n_stops) borrowed, lengths in lens */

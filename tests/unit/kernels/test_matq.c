@@ -3,7 +3,7 @@
  *
  * References, both independent of matq.c:
  *
- *  1. exact: W dequantized with quant_dequant_row (the bit-exact
+ *  1. exact: W dequantized with kn_dequant_row (the bit-exact
  *     dequantizer, itself checked against gguf-py) times the UNquantized x,
  *     in double. Allowed error, derived from the scheme: each activation
  *     x_i is replaced by d_b * q_i with d_b = amax_b / 127 over its block b
@@ -68,8 +68,8 @@ static const int *scale_offsets(int type)
 {
     static const int at0[] = {0, -1}, at02[] = {0, 2, -1}, at208[] = {208, -1};
     switch (type) {
-    case QUANT_Q4_1: case QUANT_Q5_1: case QUANT_Q4_K: case QUANT_Q5_K: return at02;
-    case QUANT_Q6_K: return at208;
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: return at02;
+    case GGML_TYPE_Q6_K: return at208;
     default: return at0;
     }
 }
@@ -78,34 +78,34 @@ static const int *scale_offsets(int type)
 static uint8_t *make_weights(int type, int k, int m, size_t *row_bytes)
 {
     int64_t rb;
-    if (quant_row_bytes((uint32_t)type, k, &rb) != 0)
+    if (ggml_type_row_bytes((uint32_t)type, k, &rb) != 0)
         return NULL;
     *row_bytes = (size_t)rb;
     size_t total = (size_t)rb * (size_t)m;
     uint8_t *w = malloc(total + 1);
     if (!w)
         return NULL;
-    if (type == QUANT_F32) {
+    if (type == GGML_TYPE_F32) {
         for (size_t i = 0; i < total / 4; i++) {
             float f = rndf();
             memcpy(w + 4 * i, &f, 4);
         }
-    } else if (type == QUANT_F16 || type == QUANT_BF16) {
+    } else if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) {
         for (size_t i = 0; i < total / 2; i++)
-            put16(w + 2 * i, type == QUANT_F16 ? quant_fp32_to_fp16(rndf()) : quant_fp32_to_bf16(rndf()));
+            put16(w + 2 * i, type == GGML_TYPE_F16 ? kn_fp32_to_fp16(rndf()) : kn_fp32_to_bf16(rndf()));
     } else {
         for (size_t i = 0; i < total; i++)
             w[i] = (uint8_t)rnd32();
-        size_t bb = quant_block_bytes((uint32_t)type);
+        size_t bb = ggml_type_block_bytes((uint32_t)type);
         for (size_t b = 0; b < total / bb; b++) {
             const int *off = scale_offsets(type);
             for (int f = 0; off[f] >= 0; f++) {
                 /* d in +-[0.002, 0.05); offsets (2nd field of Q4_1/Q5_1) +-0.4;
                  * dmin small positive */
                 float v = f == 0 ? (0.002f + 0.048f * fabsf(rndf())) * (rnd32() & 1 ? 1 : -1)
-                                 : (type == QUANT_Q4_1 || type == QUANT_Q5_1 ? 0.4f * rndf()
+                                 : (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 ? 0.4f * rndf()
                                                                              : 0.01f * fabsf(rndf()));
-                put16(w + b * bb + (size_t)off[f], quant_fp32_to_fp16(v));
+                put16(w + b * bb + (size_t)off[f], kn_fp32_to_fp16(v));
             }
         }
     }
@@ -118,19 +118,19 @@ static void block_offsets(int type, const uint8_t *row, size_t rb, int k, float 
 {
     uint8_t *c = malloc(rb);
     memcpy(c, row, rb);
-    size_t bb = quant_block_bytes((uint32_t)type);
+    size_t bb = ggml_type_block_bytes((uint32_t)type);
     for (size_t b = 0; b < rb / bb; b++) {
         uint8_t *p = c + b * bb;
         switch (type) {
-        case QUANT_Q4_1: memset(p + 4, 0, 16); break;
-        case QUANT_Q5_1: memset(p + 4, 0, 20); break;
-        case QUANT_Q4_K: memset(p + 16, 0, 128); break;
-        case QUANT_Q5_K: memset(p + 16, 0, 160); break;
+        case GGML_TYPE_Q4_1: memset(p + 4, 0, 16); break;
+        case GGML_TYPE_Q5_1: memset(p + 4, 0, 20); break;
+        case GGML_TYPE_Q4_K: memset(p + 16, 0, 128); break;
+        case GGML_TYPE_Q5_K: memset(p + 16, 0, 160); break;
         default: break;
         }
     }
-    if (type == QUANT_Q4_1 || type == QUANT_Q5_1 || type == QUANT_Q4_K || type == QUANT_Q5_K)
-        CHECK_EQ_INT(quant_dequant_row((uint32_t)type, c, off, k), 0);
+    if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K)
+        CHECK_EQ_INT(kn_dequant_row((uint32_t)type, c, off, k), 0);
     else
         memset(off, 0, (size_t)k * sizeof *off);
     free(c);
@@ -153,7 +153,7 @@ static float *make_x(int n, int k)
 
 static int block_of(int type)
 {
-    int be = (int)quant_block_elems((uint32_t)type);
+    int be = (int)ggml_type_block_elems((uint32_t)type);
     return be == 1 ? 0 : be;
 }
 
@@ -188,7 +188,7 @@ static void check_against_refs(int type, const float *out, const float *x, int n
         }
         for (int c = 0; c < m; c++) {
             const uint8_t *wr = w + (size_t)c * rb;
-            CHECK_EQ_INT(quant_dequant_row((uint32_t)type, wr, wd, k), 0);
+            CHECK_EQ_INT(kn_dequant_row((uint32_t)type, wr, wd, k), 0);
             block_offsets(type, wr, rb, k, off);
             double exact = 0, scheme = 0, qbound = 0, S = 0;
             for (int i = 0; i < k; i++) {
@@ -203,7 +203,7 @@ static void check_against_refs(int type, const float *out, const float *x, int n
                 th_fail(__FILE__, __LINE__, "matq vs reference",
                         "type %s k %d n %d m %d row %d col %d: got %.9g, scheme %.9g (tol %.3g), "
                         "exact %.9g (tol %.3g)",
-                        quant_type_name((uint32_t)type), k, n, m, r, c, got, scheme, F, exact,
+                        ggml_type_name((uint32_t)type), k, n, m, r, c, got, scheme, F, exact,
                         qbound + F);
         }
     }
@@ -224,8 +224,8 @@ static float *run_matmul(struct kn_pool *pool, int type, const float *x, int n, 
     return out;
 }
 
-static const int all_types[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0,
-                                QUANT_Q5_1, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+static const int all_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
+                                GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 /* k values per family: one block, several, SmolLM2's 576 and 1536. */
@@ -312,7 +312,7 @@ TEST(matq_simd_equals_scalar_bit_for_bit)
                         if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
                             th_fail(__FILE__, __LINE__, "simd == scalar",
                                     "%s type %s k %d n %d elem %d: %.9g vs %.9g", kn_simd_name(lv),
-                                    quant_type_name((uint32_t)all_types[t]), k, n, i, a[i], b[i]);
+                                    ggml_type_name((uint32_t)all_types[t]), k, n, i, a[i], b[i]);
                             break;
                         }
                     free(a);
@@ -359,8 +359,8 @@ TEST(matq_simd_special_activations_bit_for_bit)
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
     const int n = 6, m = 19;
-    const int types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q4_0, QUANT_Q5_1, QUANT_Q5_0,
-                         QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+    const int types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q5_0,
+                         GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
             int k = block_of(types[t]) == 32 ? 288 : 768;
@@ -374,7 +374,7 @@ TEST(matq_simd_special_activations_bit_for_bit)
             for (int i = 0; i < n * m; i++)
                 if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
                     th_fail(__FILE__, __LINE__, "simd == scalar", "%s type %s elem %d: %.9g vs %.9g",
-                            kn_simd_name(lv), quant_type_name((uint32_t)types[t]), i, a[i], b[i]);
+                            kn_simd_name(lv), ggml_type_name((uint32_t)types[t]), i, a[i], b[i]);
                     break;
                 }
             free(a);
@@ -408,10 +408,10 @@ TEST(matq_known_values_q8_0_q4_0)
         CHECK_EQ_INT(kn_simd_set(lv), 0);
         char scratch[1216]; /* 1152 = one 8-row group of one block pair (with its offsets) + alignment */
         float out;
-        CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w8, QUANT_Q8_0, 1, scratch, sizeof scratch), 0);
+        CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w8, GGML_TYPE_Q8_0, 1, scratch, sizeof scratch), 0);
         CHECK_EQ_INT((long)out, want8);
         CHECK(out == (float)want8);
-        CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w4, QUANT_Q4_0, 1, scratch, sizeof scratch), 0);
+        CHECK_EQ_INT(kn_matmul_w(NULL, &out, x, 1, 32, w4, GGML_TYPE_Q4_0, 1, scratch, sizeof scratch), 0);
         CHECK(out == (float)want4);
     }
 }
@@ -423,11 +423,11 @@ TEST(matq_known_values_q8_0_q4_0)
 TEST(matq_multi_equals_separate_calls)
 {
     static const int groups[][3] = {
-        {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_0}, /* signed 32-value types: shared */
-        {QUANT_Q4_1, QUANT_Q5_1, QUANT_Q4_1}, /* offset types: shared */
-        {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K}, /* K-quants: shared */
-        {QUANT_Q5_0, QUANT_Q4_1, QUANT_Q8_0}, /* mixed layouts: one call each */
-        {QUANT_F16, QUANT_F32, QUANT_BF16},
+        {GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, /* signed 32-value types: shared */
+        {GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_1}, /* offset types: shared */
+        {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K}, /* K-quants: shared */
+        {GGML_TYPE_Q5_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0}, /* mixed layouts: one call each */
+        {GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_BF16},
     };
     const int ms[3] = {37, 0, 19}, ns[] = {1, 5, 9, 70};
     struct kn_pool *pool;
@@ -471,8 +471,8 @@ TEST(matq_multi_equals_separate_calls)
     float x[64] = {0}, out[4] = {7, 7, 7, 7};
     uint8_t wb[64] = {0};
     char scratch[2048];
-    struct kn_wmat e[5] = {{out, wb, QUANT_Q8_0, 1}, {out + 1, wb, QUANT_Q8_0, 1}, {out + 2, wb, QUANT_Q8_0, 1},
-                           {out + 3, wb, QUANT_Q8_0, 1}, {out, wb, QUANT_Q8_0, 1}};
+    struct kn_wmat e[5] = {{out, wb, GGML_TYPE_Q8_0, 1}, {out + 1, wb, GGML_TYPE_Q8_0, 1}, {out + 2, wb, GGML_TYPE_Q8_0, 1},
+                           {out + 3, wb, GGML_TYPE_Q8_0, 1}, {out, wb, GGML_TYPE_Q8_0, 1}};
     CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 0, scratch, sizeof scratch), ERR_INVAL);
     CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 5, scratch, sizeof scratch), ERR_INVAL);
     CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, NULL, 1, scratch, sizeof scratch), ERR_INVAL);
@@ -481,7 +481,7 @@ TEST(matq_multi_equals_separate_calls)
     e[1].out = out + 1;
     e[1].w_type = 99;
     CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 2, scratch, sizeof scratch), ERR_UNSUPPORTED);
-    e[1].w_type = QUANT_Q8_0;
+    e[1].w_type = GGML_TYPE_Q8_0;
     CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 4, scratch, 10), ERR_TOOBIG);
     CHECK(out[0] == 7 && out[1] == 7 && out[2] == 7 && out[3] == 7);
     CHECK_EQ_INT(kn_matmul_w_multi(NULL, x, 1, 32, e, 4, scratch, sizeof scratch), 0);
@@ -491,7 +491,7 @@ TEST(matq_multi_equals_separate_calls)
 
 /* ---- batch invariance and thread counts --------------------------------------------- */
 
-static const int inv_types[] = {QUANT_Q4_1, QUANT_Q8_0, QUANT_Q5_0, QUANT_Q4_K, QUANT_Q6_K, QUANT_F16};
+static const int inv_types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
 
 TEST(matq_batch_invariance)
 {
@@ -554,7 +554,7 @@ TEST(matq_thread_count_invariance)
 /* Unaligned weights, activations and scratch give the same bits. */
 TEST(matq_unaligned_buffers)
 {
-    int type = QUANT_Q4_K, k = 512, n = 3, m = 9;
+    int type = GGML_TYPE_Q4_K, k = 512, n = 3, m = 9;
     size_t rb;
     uint8_t *w = make_weights(type, k, m, &rb);
     float *x = make_x(n, k);
@@ -610,31 +610,31 @@ TEST(matq_errors)
         CHECK_EQ_INT(kn_matmul_w_scratch(1, 256, bad[i]), 0);
     }
     /* k not a multiple of the block; k <= 0; negative n or m */
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 48, w, QUANT_Q4_0, 1, scratch, sizeof scratch), ERR_INVAL);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 288, w, QUANT_Q4_K, 1, scratch, sizeof scratch), ERR_INVAL);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 0, w, QUANT_F32, 1, scratch, sizeof scratch), ERR_INVAL);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, -1, 32, w, QUANT_Q8_0, 1, scratch, sizeof scratch), ERR_INVAL);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 32, w, QUANT_Q8_0, -1, scratch, sizeof scratch), ERR_INVAL);
-    CHECK_EQ_INT(kn_matmul_w(NULL, NULL, x, 1, 32, w, QUANT_Q8_0, 1, scratch, sizeof scratch), ERR_INVAL);
-    CHECK_EQ_INT(kn_matmul_w_scratch(1, 48, QUANT_Q4_0), 0);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 48, w, GGML_TYPE_Q4_0, 1, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 288, w, GGML_TYPE_Q4_K, 1, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 0, w, GGML_TYPE_F32, 1, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, -1, 32, w, GGML_TYPE_Q8_0, 1, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 32, w, GGML_TYPE_Q8_0, -1, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w(NULL, NULL, x, 1, 32, w, GGML_TYPE_Q8_0, 1, scratch, sizeof scratch), ERR_INVAL);
+    CHECK_EQ_INT(kn_matmul_w_scratch(1, 48, GGML_TYPE_Q4_0), 0);
     /* scratch too small, or missing */
-    size_t need = kn_matmul_w_scratch(2, 256, QUANT_Q6_K);
+    size_t need = kn_matmul_w_scratch(2, 256, GGML_TYPE_Q6_K);
     CHECK(need >= 2 * 292);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 256, w, QUANT_Q6_K, 1, scratch, need - 1), ERR_TOOBIG);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 256, w, QUANT_Q6_K, 1, NULL, 0), ERR_TOOBIG);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 256, w, QUANT_Q6_K, 1, scratch, need), 0);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 256, w, GGML_TYPE_Q6_K, 1, scratch, need - 1), ERR_TOOBIG);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 256, w, GGML_TYPE_Q6_K, 1, NULL, 0), ERR_TOOBIG);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 256, w, GGML_TYPE_Q6_K, 1, scratch, need), 0);
     /* out untouched by the failures above until the last, successful call */
     out[0] = out[1] = 5;
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 32, w, QUANT_Q8_0, 1, scratch, 10), ERR_TOOBIG);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 32, w, GGML_TYPE_Q8_0, 1, scratch, 10), ERR_TOOBIG);
     CHECK(out[0] == 5 && out[1] == 5);
     /* the documented "one buffer for every type" rule */
-    CHECK(kn_matmul_w_scratch(9, 1536, QUANT_Q8_0) >= kn_matmul_w_scratch(9, 1536, QUANT_Q6_K));
-    CHECK(kn_matmul_w_scratch(9, 1536, QUANT_Q8_0) >= kn_matmul_w_scratch(9, 1536, QUANT_Q4_K));
+    CHECK(kn_matmul_w_scratch(9, 1536, GGML_TYPE_Q8_0) >= kn_matmul_w_scratch(9, 1536, GGML_TYPE_Q6_K));
+    CHECK(kn_matmul_w_scratch(9, 1536, GGML_TYPE_Q8_0) >= kn_matmul_w_scratch(9, 1536, GGML_TYPE_Q4_K));
     /* float types need no scratch; empty products are fine */
-    CHECK_EQ_INT(kn_matmul_w_scratch(3, 7, QUANT_F32), 0);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 7, w, QUANT_F32, 2, NULL, 0), 0);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 0, 32, w, QUANT_Q8_0, 4, NULL, 0), 0);
-    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 32, w, QUANT_Q8_0, 0, NULL, 0), 0);
+    CHECK_EQ_INT(kn_matmul_w_scratch(3, 7, GGML_TYPE_F32), 0);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 1, 7, w, GGML_TYPE_F32, 2, NULL, 0), 0);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 0, 32, w, GGML_TYPE_Q8_0, 4, NULL, 0), 0);
+    CHECK_EQ_INT(kn_matmul_w(NULL, out, x, 2, 32, w, GGML_TYPE_Q8_0, 0, NULL, 0), 0);
 }
 
 /* ---- pool ------------------------------------------------------------------------------ */

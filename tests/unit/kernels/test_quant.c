@@ -28,35 +28,35 @@ static float float_of(uint32_t u)
 TEST(quant_size_table)
 {
     static const struct { uint32_t t; const char *name; uint32_t elems, bytes; } want[] = {
-        {QUANT_F32, "F32", 1, 4},      {QUANT_F16, "F16", 1, 2},      {QUANT_BF16, "BF16", 1, 2},
-        {QUANT_Q4_0, "Q4_0", 32, 18},  {QUANT_Q4_1, "Q4_1", 32, 20},  {QUANT_Q5_0, "Q5_0", 32, 22},
-        {QUANT_Q5_1, "Q5_1", 32, 24},  {QUANT_Q8_0, "Q8_0", 32, 34},  {QUANT_Q4_K, "Q4_K", 256, 144},
-        {QUANT_Q5_K, "Q5_K", 256, 176}, {QUANT_Q6_K, "Q6_K", 256, 210},
+        {GGML_TYPE_F32, "F32", 1, 4},      {GGML_TYPE_F16, "F16", 1, 2},      {GGML_TYPE_BF16, "BF16", 1, 2},
+        {GGML_TYPE_Q4_0, "Q4_0", 32, 18},  {GGML_TYPE_Q4_1, "Q4_1", 32, 20},  {GGML_TYPE_Q5_0, "Q5_0", 32, 22},
+        {GGML_TYPE_Q5_1, "Q5_1", 32, 24},  {GGML_TYPE_Q8_0, "Q8_0", 32, 34},  {GGML_TYPE_Q4_K, "Q4_K", 256, 144},
+        {GGML_TYPE_Q5_K, "Q5_K", 256, 176}, {GGML_TYPE_Q6_K, "Q6_K", 256, 210},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        CHECK_EQ_STR(quant_type_name(want[i].t), want[i].name);
-        CHECK(quant_type_supported(want[i].t));
-        CHECK_EQ_INT(quant_block_elems(want[i].t), want[i].elems);
-        CHECK_EQ_INT(quant_block_bytes(want[i].t), want[i].bytes);
+        CHECK_EQ_STR(ggml_type_name(want[i].t), want[i].name);
+        CHECK(ggml_type_supported(want[i].t));
+        CHECK_EQ_INT(ggml_type_block_elems(want[i].t), want[i].elems);
+        CHECK_EQ_INT(ggml_type_block_bytes(want[i].t), want[i].bytes);
     }
     /* known to ggml but not supported here; unknown ids */
-    CHECK_EQ_STR(quant_type_name(11), "Q3_K");
-    CHECK_EQ_STR(quant_type_name(16), "IQ2_XXS");
-    CHECK_EQ_STR(quant_type_name(39), "MXFP4");
-    CHECK(!quant_type_supported(11) && !quant_type_supported(15) && !quant_type_supported(28));
-    CHECK_EQ_INT(quant_block_bytes(11), 0);
-    CHECK(quant_type_name(4) == NULL && quant_type_name(31) == NULL && quant_type_name(1000) == NULL);
-    CHECK(!quant_type_supported(4) && !quant_type_supported(0xFFFFFFFFu));
+    CHECK_EQ_STR(ggml_type_name(11), "Q3_K");
+    CHECK_EQ_STR(ggml_type_name(16), "IQ2_XXS");
+    CHECK_EQ_STR(ggml_type_name(39), "MXFP4");
+    CHECK(!ggml_type_supported(11) && !ggml_type_supported(15) && !ggml_type_supported(28));
+    CHECK_EQ_INT(ggml_type_block_bytes(11), 0);
+    CHECK(ggml_type_name(4) == NULL && ggml_type_name(31) == NULL && ggml_type_name(1000) == NULL);
+    CHECK(!ggml_type_supported(4) && !ggml_type_supported(0xFFFFFFFFu));
 
     int64_t n = -1;
-    CHECK_EQ_INT(quant_row_bytes(QUANT_Q4_K, 512, &n), 0);
+    CHECK_EQ_INT(ggml_type_row_bytes(GGML_TYPE_Q4_K, 512, &n), 0);
     CHECK_EQ_INT(n, 288);
-    CHECK_EQ_INT(quant_row_bytes(QUANT_F32, 7, &n), 0);
+    CHECK_EQ_INT(ggml_type_row_bytes(GGML_TYPE_F32, 7, &n), 0);
     CHECK_EQ_INT(n, 28);
-    CHECK_EQ_INT(quant_row_bytes(QUANT_Q8_0, 33, &n), ERR_INVAL);
-    CHECK_EQ_INT(quant_row_bytes(QUANT_Q8_0, -32, &n), ERR_INVAL);
-    CHECK_EQ_INT(quant_row_bytes(11, 256, &n), ERR_UNSUPPORTED);
-    CHECK_EQ_INT(quant_row_bytes(QUANT_F32, INT64_MAX, &n), ERR_TOOBIG);
+    CHECK_EQ_INT(ggml_type_row_bytes(GGML_TYPE_Q8_0, 33, &n), ERR_INVAL);
+    CHECK_EQ_INT(ggml_type_row_bytes(GGML_TYPE_Q8_0, -32, &n), ERR_INVAL);
+    CHECK_EQ_INT(ggml_type_row_bytes(11, 256, &n), ERR_UNSUPPORTED);
+    CHECK_EQ_INT(ggml_type_row_bytes(GGML_TYPE_F32, INT64_MAX, &n), ERR_TOOBIG);
     CHECK_EQ_INT(n, 28);
 }
 
@@ -66,7 +66,7 @@ TEST(quant_fp16_to_fp32_all_values)
 {
     for (uint32_t h = 0; h < 65536; h++) {
         uint32_t exp = (h >> 10) & 31, mant = h & 1023;
-        float got = quant_fp16_to_fp32((uint16_t)h);
+        float got = kn_fp16_to_fp32((uint16_t)h);
         if (exp == 31) {
             if (mant == 0) {
                 CHECK(isinf(got));
@@ -83,7 +83,7 @@ TEST(quant_fp16_to_fp32_all_values)
         }
         CHECK_EQ_INT(bits_of(got) >> 31, h >> 15);
         if (!isnan(got))
-            CHECK_EQ_INT(quant_fp32_to_fp16(got), h); /* exact round trip */
+            CHECK_EQ_INT(kn_fp32_to_fp16(got), h); /* exact round trip */
     }
 }
 
@@ -112,20 +112,20 @@ static void check_pairs(const char *path, uint16_t (*conv)(float))
 
 TEST(quant_fp32_to_fp16_matches_numpy)
 {
-    check_pairs("tests/fixtures/quant/fp16.bin", quant_fp32_to_fp16);
-    CHECK_EQ_INT(quant_fp32_to_fp16(65520.0f), 0x7C00);      /* rounds up to inf */
-    CHECK_EQ_INT(quant_fp32_to_fp16(65519.0f), 0x7BFF);
-    CHECK_EQ_INT(quant_fp32_to_fp16(ldexpf(1, -25)), 0x0000); /* tie to even: 0 */
-    CHECK_EQ_INT(quant_fp32_to_fp16(ldexpf(3, -26)), 0x0001); /* above the tie */
-    CHECK_EQ_INT(quant_fp32_to_fp16(-0.0f), 0x8000);
-    CHECK_EQ_INT(quant_fp32_to_fp16(float_of(0x7F800001u)) & 0x7E00, 0x7E00); /* sNaN made quiet */
+    check_pairs("tests/fixtures/quant/fp16.bin", kn_fp32_to_fp16);
+    CHECK_EQ_INT(kn_fp32_to_fp16(65520.0f), 0x7C00);      /* rounds up to inf */
+    CHECK_EQ_INT(kn_fp32_to_fp16(65519.0f), 0x7BFF);
+    CHECK_EQ_INT(kn_fp32_to_fp16(ldexpf(1, -25)), 0x0000); /* tie to even: 0 */
+    CHECK_EQ_INT(kn_fp32_to_fp16(ldexpf(3, -26)), 0x0001); /* above the tie */
+    CHECK_EQ_INT(kn_fp32_to_fp16(-0.0f), 0x8000);
+    CHECK_EQ_INT(kn_fp32_to_fp16(float_of(0x7F800001u)) & 0x7E00, 0x7E00); /* sNaN made quiet */
 }
 
 TEST(quant_bf16_matches_ggml)
 {
-    check_pairs("tests/fixtures/quant/bf16.bin", quant_fp32_to_bf16);
-    CHECK_EQ_INT(bits_of(quant_bf16_to_fp32(0x3F80)), 0x3F800000);
-    CHECK_EQ_INT(bits_of(quant_bf16_to_fp32(0xFF81)), 0xFF810000);
+    check_pairs("tests/fixtures/quant/bf16.bin", kn_fp32_to_bf16);
+    CHECK_EQ_INT(bits_of(kn_bf16_to_fp32(0x3F80)), 0x3F800000);
+    CHECK_EQ_INT(bits_of(kn_bf16_to_fp32(0xFF81)), 0xFF810000);
 }
 
 /* Dequantize <type>.blocks and compare with gguf-py's <type>.f32, bit for bit. */
@@ -137,7 +137,7 @@ static void check_fixture(uint32_t type, const char *stem)
     size_t nb, nf;
     unsigned char *blocks = th_slurp(bp, &nb), *want = th_slurp(fp, &nf);
     CHECK(blocks && want);
-    uint32_t be = quant_block_elems(type), bb = quant_block_bytes(type);
+    uint32_t be = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
     CHECK(nb % bb == 0 && nb > 0);
     int64_t n = (int64_t)(nb / bb * be);
     CHECK_EQ_INT(nf, (size_t)n * 4);
@@ -146,7 +146,7 @@ static void check_fixture(uint32_t type, const char *stem)
     float *got = malloc(nf);
     CHECK(src && got);
     memcpy(src + 1, blocks, nb);
-    CHECK_EQ_INT(quant_dequant_row(type, src + 1, got, n), 0);
+    CHECK_EQ_INT(kn_dequant_row(type, src + 1, got, n), 0);
     for (int64_t i = 0; i < n; i++) {
         uint32_t g, w;
         memcpy(&g, (unsigned char *)got + 4 * i, 4);
@@ -161,17 +161,17 @@ static void check_fixture(uint32_t type, const char *stem)
     free(want);
 }
 
-TEST(quant_f32_matches_ggufpy) { check_fixture(QUANT_F32, "f32"); }
-TEST(quant_f16_matches_ggufpy) { check_fixture(QUANT_F16, "f16"); }
-TEST(quant_bf16_rows_match_ggufpy) { check_fixture(QUANT_BF16, "bf16"); }
-TEST(quant_q4_0_matches_ggufpy) { check_fixture(QUANT_Q4_0, "q4_0"); }
-TEST(quant_q4_1_matches_ggufpy) { check_fixture(QUANT_Q4_1, "q4_1"); }
-TEST(quant_q5_0_matches_ggufpy) { check_fixture(QUANT_Q5_0, "q5_0"); }
-TEST(quant_q5_1_matches_ggufpy) { check_fixture(QUANT_Q5_1, "q5_1"); }
-TEST(quant_q8_0_matches_ggufpy) { check_fixture(QUANT_Q8_0, "q8_0"); }
-TEST(quant_q4_k_matches_ggufpy) { check_fixture(QUANT_Q4_K, "q4_k"); }
-TEST(quant_q5_k_matches_ggufpy) { check_fixture(QUANT_Q5_K, "q5_k"); }
-TEST(quant_q6_k_matches_ggufpy) { check_fixture(QUANT_Q6_K, "q6_k"); }
+TEST(quant_f32_matches_ggufpy) { check_fixture(GGML_TYPE_F32, "f32"); }
+TEST(quant_f16_matches_ggufpy) { check_fixture(GGML_TYPE_F16, "f16"); }
+TEST(quant_bf16_rows_match_ggufpy) { check_fixture(GGML_TYPE_BF16, "bf16"); }
+TEST(quant_q4_0_matches_ggufpy) { check_fixture(GGML_TYPE_Q4_0, "q4_0"); }
+TEST(quant_q4_1_matches_ggufpy) { check_fixture(GGML_TYPE_Q4_1, "q4_1"); }
+TEST(quant_q5_0_matches_ggufpy) { check_fixture(GGML_TYPE_Q5_0, "q5_0"); }
+TEST(quant_q5_1_matches_ggufpy) { check_fixture(GGML_TYPE_Q5_1, "q5_1"); }
+TEST(quant_q8_0_matches_ggufpy) { check_fixture(GGML_TYPE_Q8_0, "q8_0"); }
+TEST(quant_q4_k_matches_ggufpy) { check_fixture(GGML_TYPE_Q4_K, "q4_k"); }
+TEST(quant_q5_k_matches_ggufpy) { check_fixture(GGML_TYPE_Q5_K, "q5_k"); }
+TEST(quant_q6_k_matches_ggufpy) { check_fixture(GGML_TYPE_Q6_K, "q6_k"); }
 
 /* Hand-built blocks, values computed from the layout table in blocks.h. */
 TEST(quant_hand_built_blocks)
@@ -181,7 +181,7 @@ TEST(quant_hand_built_blocks)
     struct quant_block_q4_0 q40 = {.d = 0x3C00};
     memset(q40.qs, 0x88, sizeof q40.qs);
     q40.qs[0] = 0x1F;
-    CHECK_EQ_INT(quant_dequant_row(QUANT_Q4_0, &q40, y, 32), 0);
+    CHECK_EQ_INT(kn_dequant_row(GGML_TYPE_Q4_0, &q40, y, 32), 0);
     CHECK(y[0] == 7 && y[16] == -7 && y[1] == 0 && y[31] == 0);
 
     /* Q5_1, d = 0.5, m = -1: value 17 = nibble 1 + qh bit 17 (the high nibble of qs[1]) */
@@ -190,14 +190,14 @@ TEST(quant_hand_built_blocks)
     memset(q51.qh, 0, sizeof q51.qh);
     q51.qs[1] = 0x10;
     q51.qh[2] = 0x02; /* bit 17 */
-    CHECK_EQ_INT(quant_dequant_row(QUANT_Q5_1, &q51, y, 32), 0);
+    CHECK_EQ_INT(kn_dequant_row(GGML_TYPE_Q5_1, &q51, y, 32), 0);
     CHECK(y[17] == 0.5f * 17 - 1 && y[0] == -1 && y[1] == -1);
 
     /* Q8_0, d = 2 */
     struct quant_block_q8_0 q80 = {.d = 0x4000};
     for (int i = 0; i < 32; i++)
         q80.qs[i] = (int8_t)(i - 16);
-    CHECK_EQ_INT(quant_dequant_row(QUANT_Q8_0, &q80, y, 32), 0);
+    CHECK_EQ_INT(kn_dequant_row(GGML_TYPE_Q8_0, &q80, y, 32), 0);
     CHECK(y[0] == -32 && y[31] == 30);
 
     /* Q4_K, d = 1, dmin = 1: sub-block 5 takes scale (sc[9] & 15) | (sc[1] >> 6) << 4
@@ -210,7 +210,7 @@ TEST(quant_hand_built_blocks)
     q4k.scales[1] = 0x40;           /* scale high bits 01 -> scale 16 + 3 = 19 */
     q4k.scales[5] = 0x80;           /* min high bits 10 -> min 32 + 2 = 34 */
     q4k.qs[64 + 7] = 0xA0;          /* value 32*5 + 7 has q = 10 */
-    CHECK_EQ_INT(quant_dequant_row(QUANT_Q4_K, &q4k, y, 256), 0);
+    CHECK_EQ_INT(kn_dequant_row(GGML_TYPE_Q4_K, &q4k, y, 256), 0);
     CHECK(y[167] == 19 * 10 - 34);
     CHECK(y[160] == -34);
     CHECK(y[128] == 0);             /* sub-block 4: scale 0, min 0 */
@@ -225,13 +225,13 @@ TEST(quant_hand_built_blocks)
     q6k.scales[12] = -3;
     q6k.ql[72] = 0x50;              /* low4 = 5 */
     q6k.qh[40] = 0x20;              /* high2 = 2 -> q = 5 + 32 - 32 = 5 */
-    CHECK_EQ_INT(quant_dequant_row(QUANT_Q6_K, &q6k, y, 256), 0);
+    CHECK_EQ_INT(kn_dequant_row(GGML_TYPE_Q6_K, &q6k, y, 256), 0);
     CHECK(y[200] == -15);
     CHECK(y[0] == -32);
 
     /* errors leave dst alone */
     y[0] = 123;
-    CHECK_EQ_INT(quant_dequant_row(QUANT_Q8_0, &q80, y, 31), ERR_INVAL);
-    CHECK_EQ_INT(quant_dequant_row(11, &q80, y, 256), ERR_UNSUPPORTED);
+    CHECK_EQ_INT(kn_dequant_row(GGML_TYPE_Q8_0, &q80, y, 31), ERR_INVAL);
+    CHECK_EQ_INT(kn_dequant_row(11, &q80, y, 256), ERR_UNSUPPORTED);
     CHECK(y[0] == 123);
 }

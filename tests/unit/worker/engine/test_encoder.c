@@ -1,6 +1,6 @@
 /*
  * Unit tests of the BERT encoder (worker/engine/encoder.c through
- * embed_run) and the WordPiece tokenizer (worker/engine/tok.c "bert"):
+ * embed_run) and the WordPiece tokenizer (text/tok.c "bert"):
  *
  * - a tiny random-weight BERT (tests/fixtures/model/bert_{mean,cls}.f32,
  *   written by tests/oracle/make_bert_fixtures.py through llama.cpp's
@@ -30,7 +30,7 @@
 #include "tests/unit/worker/engine/embed_th.h"
 #include "worker/engine/embed.h"
 #include "worker/engine/model.h"
-#include "worker/engine/tok.h"
+#include "text/tok.h"
 
 #define FIX "tests/fixtures/model/"
 #define ENC_TOL 1e-5      /* rel L2 vs HF, exact matmul (the issue asks 1e-4) */

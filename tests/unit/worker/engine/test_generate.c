@@ -20,10 +20,10 @@
 #include "common/err.h"
 #include "common/id.h"
 #include "tests/th.h"
-#include "worker/engine/chat.h"
+#include "text/chat.h"
 #include "worker/engine/generate.h"
-#include "worker/engine/tok.h"
-#include "worker/openai/request.h"
+#include "text/tok.h"
+#include "worker/run/request.h"
 
 /* ---- the real vocabulary (same loader as test_tok.c) ------------------------- */
 

@@ -23,9 +23,9 @@
 #include "common/err.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
-#include "worker/engine/chat.h"
+#include "text/chat.h"
 #include "worker/engine/model.h"
-#include "worker/engine/tok.h"
+#include "text/tok.h"
 
 #define FIX "tests/fixtures/model/"
 #define MODEL_TOL_F32 1e-5   /* rel L2 per position vs the original HF model (seen: <= 5.3e-7) */
@@ -1050,7 +1050,7 @@ static void patch_tensor_f32(unsigned char *buf, size_t len, const char *name, i
     char err[256];
     CHECK_EQ_INT(gguf_open_mem(buf, len, &g, err, sizeof err), 0);
     const struct gguf_tensor *t = gguf_tensor_find(g, name);
-    CHECK(t != NULL && t->type == QUANT_F32 && i < t->n_elements);
+    CHECK(t != NULL && t->type == GGML_TYPE_F32 && i < t->n_elements);
     size_t off = (size_t)t->offset + (size_t)i * 4;
     gguf_free(g);
     CHECK(off + 4 <= len);
@@ -1462,7 +1462,7 @@ TEST(kn_attention_window_and_softcap)
  * level gives the scalar float kernel's bits on the cache converted back to
  * float (the conversion is exact), including subnormal-half and zero K/V
  * values, windows and soft-capping; kn_f32_to_f16 (the append) gives
- * quant_fp32_to_fp16's bits at every level. */
+ * kn_fp32_to_fp16's bits at every level. */
 TEST(kn_attention_f16_cache_equals_f32_on_converted_cache_every_level)
 {
     uint64_t st = 777;
@@ -1487,10 +1487,10 @@ TEST(kn_attention_f16_cache_equals_f32_on_converted_cache_every_level)
                 kf *= 1e-6f; /* subnormal halves */
             if (i % 17 == 0)
                 vf = i % 34 ? 3e-8f : -0.0f;
-            kh[i] = quant_fp32_to_fp16(kf);
-            vh[i] = quant_fp32_to_fp16(vf);
-            k[i] = quant_fp16_to_fp32(kh[i]);
-            v[i] = quant_fp16_to_fp32(vh[i]);
+            kh[i] = kn_fp32_to_fp16(kf);
+            vh[i] = kn_fp32_to_fp16(vf);
+            k[i] = kn_fp16_to_fp32(kh[i]);
+            v[i] = kn_fp16_to_fp32(vh[i]);
         }
         for (int i = 0; i < n_head * hd; i++)
             q[i] = (float)((i * 37) % 201 - 100) / 80.0f;
@@ -1532,7 +1532,7 @@ TEST(kn_attention_f16_cache_equals_f32_on_converted_cache_every_level)
         memcpy(&src[i], &bits, sizeof bits); /* any bits: NaN payloads too */
         if (i % 3 == 0)
             src[i] = sp[(i / 3) % NS];
-        want[i] = quant_fp32_to_fp16(src[i]);
+        want[i] = kn_fp32_to_fp16(src[i]);
     }
     for (int lv = KN_SIMD_SCALAR; lv <= kn_simd_best(); lv++) {
         CHECK_EQ_INT(kn_simd_set(lv), 0);
@@ -1540,7 +1540,7 @@ TEST(kn_attention_f16_cache_equals_f32_on_converted_cache_every_level)
             memset(got, 0xAB, sizeof got);
             kn_f32_to_f16(got, src, (size_t)n);
             if (memcmp(got, want, (size_t)n * sizeof *got) != 0)
-                th_fail(__FILE__, __LINE__, "kn_f32_to_f16 == quant_fp32_to_fp16", "%s n %d",
+                th_fail(__FILE__, __LINE__, "kn_f32_to_f16 == kn_fp32_to_fp16", "%s n %d",
                         kn_simd_name(lv), n);
         }
     }

@@ -28,7 +28,7 @@
 #include "kernels/kn.h"
 #include "tests/th.h"
 #include "worker/engine/model.h"
-#include "worker/engine/tok.h"
+#include "text/tok.h"
 
 #define REAL_MODEL ".cache/models/gemma-3-270m-q4_k_m.gguf"
 #define REAL_JSON "tests/fixtures/model/gemma3_270m_llamacpp.json"

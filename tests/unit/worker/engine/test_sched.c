@@ -1,7 +1,7 @@
 /*
  * Unit tests of the paged KV pool with prefix sharing (worker/engine/kv.c) and the
  * scheduler (worker/engine/sched.c, driven with request bodies through
- * worker/openai/request.c), on the tiny llama fixture
+ * worker/run/request.c), on the tiny llama fixture
  * (tests/fixtures/model/llama_tied.q8_0.gguf: 2 layers, vocab 300, context
  * 256, byte-level BPE with a ChatML template).
  *
@@ -34,12 +34,12 @@
 #include "common/gram/gram.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
-#include "worker/engine/chat.h"
+#include "text/chat.h"
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 #include "worker/engine/sched.h"
-#include "worker/engine/tok.h"
-#include "worker/openai/request.h"
+#include "text/tok.h"
+#include "worker/run/request.h"
 
 #define TINY "tests/fixtures/model/llama_tied.q8_0.gguf"
 
@@ -1054,7 +1054,7 @@ TEST(sched_constrained_masks_on_the_pool_batch_invariant)
             continue;
         struct gram *g = NULL;
         struct gram_error ge;
-        CHECK_EQ_INT(gram_from_body((const struct json_t *)rs.body[i], &g, &ge), 0);
+        CHECK_EQ_INT(gp_format_parse(rs.body[i], &g, &ge), 0);
         json_t *c = json_loads(pack.choices[i], 0, NULL);
         for (size_t k = 0; k < json_array_size(c); k++) {
             json_t *ch = json_array_get(c, k);

@@ -1,0 +1,38 @@
+/*
+ * chat_msgs.h - the `messages` array of a /v1/chat/completions body as
+ * chat messages (text/chat.h) ready for chat_render.
+ *
+ * Roles: "system" and "developer" (both CHAT_SYSTEM), "user", "assistant";
+ * contents: a string, null (assistant only, empty), or an array of
+ * {"type":"text","text":...} parts joined with "\n". The caps
+ * (CHAT_MAX_MESSAGES, CHAT_MAX_PROMPT_BYTES) are checked before the
+ * contents are copied.
+ *
+ * Thread: any.
+ */
+#ifndef OPENAI_CHAT_MSGS_H
+#define OPENAI_CHAT_MSGS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "text/chat.h"
+
+/* Messages parsed from JSON; owns the joined contents. */
+struct chat_msgs {
+    struct chat_msg *v;
+    size_t n;
+    char **owned;          /* (n) heap copies backing v[i].content */
+};
+
+/* Parse an OpenAI `messages` array: objects with "role" ("system",
+ * "developer" = system, "user", "assistant") and "content": a string, null
+ * (assistant only; empty), or an array of {"type":"text","text":...} parts
+ * joined with "\n". Returns 0 and fills m (release with chat_msgs_release),
+ * ERR_INVAL (not an array, empty, unknown role, bad content, non-text part),
+ * ERR_TOOBIG (more than CHAT_MAX_MESSAGES or joined contents over
+ * CHAT_MAX_PROMPT_BYTES), ERR_NOMEM. */
+int chat_msgs_parse(const json_t *messages, struct chat_msgs *m);
+void chat_msgs_release(struct chat_msgs *m);
+
+#endif

@@ -1,0 +1,529 @@
+/*
+ * params.c - request body -> struct gen_params (see params.h for the table
+ * of fields). Error wording and codes follow OpenAI's ("Invalid 'top_p':
+ * decimal above maximum value. Expected a value <= 1, but got 2 instead.",
+ * code "decimal_above_max_value").
+ */
+#include "openai/params.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/crypto.h"
+#include "common/err.h"
+
+int gp_fail(struct gp_error *err, const char *param, const char *code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+        snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+        err->code = code;
+    }
+    return ERR_INVAL;
+}
+
+json_t *gp_error_json(const struct gp_error *err)
+{
+    json_t *e = json_object(), *o = json_object();
+    if (!e || !o)
+        goto fail;
+    if (json_object_set_new(e, "message", json_string(err->message)) ||
+        json_object_set_new(e, "type", json_string("invalid_request_error")) ||
+        json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null()) ||
+        json_object_set_new(e, "code", err->code ? json_string(err->code) : json_null()))
+        goto fail;
+    if (json_object_set_new(o, "error", e)) {
+        e = NULL;
+        goto fail;
+    }
+    return o;
+fail:
+    json_decref(e);
+    json_decref(o);
+    return NULL;
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a decimal";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* The member, or NULL when absent or JSON null. */
+static json_t *member(const json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* Number field in [lo, hi] (lo_open: lo excluded). *present 0 when absent. */
+static int get_dec(const json_t *body, const char *key, double lo, int lo_open, double hi,
+                   double *out, int *present, struct gp_error *err)
+{
+    json_t *v = member(body, key);
+    *present = 0;
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return gp_fail(err, key, "invalid_type",
+                       "Invalid type for '%s': expected a decimal, but got %s instead.", key,
+                       type_name(v));
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || (lo_open && d == lo))
+        return gp_fail(err, key, "decimal_below_min_value",
+                       "Invalid '%s': decimal below minimum value. Expected a value %s %g, but "
+                       "got %g instead.", key, lo_open ? ">" : ">=", lo, d);
+    if (d > hi)
+        return gp_fail(err, key, "decimal_above_max_value",
+                       "Invalid '%s': decimal above maximum value. Expected a value <= %g, but "
+                       "got %g instead.", key, hi, d);
+    *out = d;
+    *present = 1;
+    return 0;
+}
+
+static int get_int(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                   int *present, struct gp_error *err)
+{
+    json_t *v = member(body, key);
+    *present = 0;
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return gp_fail(err, key, "invalid_type",
+                       "Invalid type for '%s': expected an integer, but got %s instead.", key,
+                       type_name(v));
+    int64_t x = json_integer_value(v);
+    if (x < lo)
+        return gp_fail(err, key, "integer_below_min_value",
+                       "Invalid '%s': integer below minimum value. Expected a value >= %" PRId64
+                       ", but got %" PRId64 " instead.", key, lo, x);
+    if (x > hi)
+        return gp_fail(err, key, "integer_above_max_value",
+                       "Invalid '%s': integer above maximum value. Expected a value <= %" PRId64
+                       ", but got %" PRId64 " instead.", key, hi, x);
+    *out = x;
+    *present = 1;
+    return 0;
+}
+
+static int get_bool(const json_t *body, const char *key, int *out, int *present,
+                    struct gp_error *err)
+{
+    json_t *v = member(body, key);
+    *present = 0;
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return gp_fail(err, key, "invalid_type",
+                       "Invalid type for '%s': expected a boolean, but got %s instead.", key,
+                       type_name(v));
+    *out = json_is_true(v);
+    *present = 1;
+    return 0;
+}
+
+static int parse_stop(const json_t *body, struct gen_params *p, struct gp_error *err)
+{
+    json_t *v = member(body, "stop");
+    if (!v)
+        return 0;
+    json_t *one[1] = {v};
+    json_t **items = one;
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > STOP_MAX)
+            return gp_fail(err, "stop", "array_above_max_length",
+                           "Invalid 'stop': array too long. Expected an array with maximum "
+                           "length %d, but got an array with length %zu instead.", STOP_MAX, n);
+        items = NULL;
+    } else if (!json_is_string(v)) {
+        return gp_fail(err, "stop", "invalid_type",
+                       "Invalid type for 'stop': expected a string or an array of strings, but "
+                       "got %s instead.", type_name(v));
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = items ? items[i] : json_array_get(v, i);
+        if (!json_is_string(s))
+            return gp_fail(err, "stop", "invalid_type",
+                           "Invalid type for 'stop[%zu]': expected a string, but got %s instead.",
+                           i, type_name(s));
+        size_t len = json_string_length(s);
+        if (len == 0)
+            return gp_fail(err, "stop", "invalid_value",
+                           "Invalid 'stop[%zu]': stop sequences must not be empty.", i);
+        if (len > STOP_MAX_BYTES)
+            return gp_fail(err, "stop", "string_above_max_length",
+                           "Invalid 'stop[%zu]': string too long. Expected at most %u bytes, but "
+                           "got %zu.", i, STOP_MAX_BYTES, len);
+        if (memchr(json_string_value(s), 0, len))
+            return gp_fail(err, "stop", "invalid_value",
+                           "Invalid 'stop[%zu]': NUL characters are not allowed.", i);
+        p->stop[i] = strdup(json_string_value(s));
+        if (!p->stop[i])
+            return ERR_NOMEM;
+        p->stop_len[i] = len;
+        p->n_stop = i + 1;
+    }
+    return 0;
+}
+
+static int parse_bias(const json_t *body, size_t n_vocab, struct gen_params *p,
+                      struct gp_error *err)
+{
+    json_t *v = member(body, "logit_bias");
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return gp_fail(err, "logit_bias", "invalid_type",
+                       "Invalid type for 'logit_bias': expected an object, but got %s instead.",
+                       type_name(v));
+    size_t n = json_object_size(v);
+    if (n > GP_MAX_LOGIT_BIAS)
+        return gp_fail(err, "logit_bias", "invalid_value",
+                       "Invalid 'logit_bias': at most %d tokens may be biased, got %zu.",
+                       GP_MAX_LOGIT_BIAS, n);
+    if (n == 0)
+        return 0;
+    p->bias = calloc(n, sizeof *p->bias);
+    if (!p->bias)
+        return ERR_NOMEM;
+    const char *key;
+    json_t *val;
+    size_t i = 0;
+    json_object_foreach((json_t *)v, key, val) {
+        char *end = NULL;
+        errno = 0;
+        long long id = strtoll(key, &end, 10);
+        if (!key[0] || *end || errno || key[0] == '-' || key[0] == '+' || key[0] == ' ' ||
+            id < 0 || (n_vocab && (unsigned long long)id >= n_vocab))
+            return gp_fail(err, "logit_bias", "invalid_value",
+                           "Invalid 'logit_bias': key '%.40s' is not a token id in [0, %zu).",
+                           key, n_vocab);
+        if (!json_is_number(val))
+            return gp_fail(err, "logit_bias", "invalid_type",
+                           "Invalid type for 'logit_bias.%.40s': expected a number, but got %s "
+                           "instead.", key, type_name(val));
+        double b = json_number_value(val);
+        if (!(b >= -100 && b <= 100))
+            return gp_fail(err, "logit_bias", "invalid_value",
+                           "Invalid 'logit_bias.%.40s': bias must be in [-100, 100], got %g.",
+                           key, b);
+        p->bias[i].id = (int32_t)id;
+        p->bias[i].bias = (float)b;
+        i++;
+    }
+    p->smp.bias = p->bias;
+    p->smp.n_bias = i;
+    return 0;
+}
+
+/* Token array -> owned ids. */
+static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_prompt *out,
+                     struct gp_error *err)
+{
+    size_t n = json_array_size(arr);
+    if (n == 0)
+        return gp_fail(err, "prompt", "invalid_value", "Invalid 'prompt[%zu]': empty token list.",
+                       pi);
+    out->ids = malloc(n * sizeof *out->ids);
+    if (!out->ids)
+        return ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        if (!json_is_integer(t))
+            return gp_fail(err, "prompt", "invalid_type",
+                           "Invalid type for 'prompt': token lists must hold integers, got %s.",
+                           type_name(t));
+        int64_t id = json_integer_value(t);
+        if (id < 0 || id > INT32_MAX || (n_vocab && (uint64_t)id >= n_vocab))
+            return gp_fail(err, "prompt", "invalid_value",
+                           "Invalid 'prompt': token id %" PRId64 " is out of range [0, %zu).", id,
+                           n_vocab);
+        out->ids[i] = (int32_t)id;
+    }
+    out->n_ids = n;
+    return 0;
+}
+
+static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p,
+                        struct gp_error *err)
+{
+    json_t *v = member(body, "prompt");
+    if (!v)
+        return gp_fail(err, "prompt", "missing_required_parameter",
+                       "Missing required parameter: 'prompt'.");
+    size_t n = 1;
+    int kind; /* 0 one string, 1 strings, 2 one token list, 3 token lists */
+    if (json_is_string(v)) {
+        kind = 0;
+    } else if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n == 0)
+            return gp_fail(err, "prompt", "invalid_value", "Invalid 'prompt': empty array.");
+        json_t *first = json_array_get(v, 0);
+        kind = json_is_string(first) ? 1 : json_is_integer(first) ? 2 : json_is_array(first) ? 3 : -1;
+        if (kind < 0)
+            return gp_fail(err, "prompt", "invalid_type",
+                           "Invalid type for 'prompt': expected a string, an array of strings, "
+                           "an array of integers or an array of arrays of integers.");
+        for (size_t i = 1; i < n; i++) {
+            json_t *e = json_array_get(v, i);
+            int k = json_is_string(e) ? 1 : json_is_integer(e) ? 2 : json_is_array(e) ? 3 : -1;
+            if (k != kind)
+                return gp_fail(err, "prompt", "invalid_type",
+                               "Invalid type for 'prompt[%zu]': all elements must have the same "
+                               "type.", i);
+        }
+        if (kind == 2)
+            n = 1;
+    } else {
+        return gp_fail(err, "prompt", "invalid_type",
+                       "Invalid type for 'prompt': expected a string or an array, but got %s "
+                       "instead.", type_name(v));
+    }
+    if (n > GP_MAX_PROMPTS)
+        return gp_fail(err, "prompt", "array_above_max_length",
+                       "Invalid 'prompt': at most %d prompts per request, got %zu.",
+                       GP_MAX_PROMPTS, n);
+    p->prompts = calloc(n, sizeof *p->prompts);
+    if (!p->prompts)
+        return ERR_NOMEM;
+    p->n_prompts = n;
+    for (size_t i = 0; i < n; i++) {
+        struct gp_prompt *pr = &p->prompts[i];
+        int rc;
+        if (kind == 0 || kind == 1) {
+            json_t *s = kind == 0 ? v : json_array_get(v, i);
+            pr->text_len = json_string_length(s);
+            pr->text = malloc(pr->text_len + 1);
+            if (!pr->text)
+                return ERR_NOMEM;
+            memcpy(pr->text, json_string_value(s), pr->text_len + 1);
+        } else if ((rc = parse_ids(kind == 2 ? v : json_array_get(v, i), n_vocab, i, pr, err)) !=
+                   0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Fields we cannot honour: refuse rather than ignore. */
+static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct gp_error *err)
+{
+    static const char *const never[] = {"audio", "prediction", NULL};
+    for (int i = 0; never[i]; i++)
+        if (member(body, never[i]))
+            return gp_fail(err, never[i], "unsupported_parameter",
+                           "Unsupported parameter: '%s' is not supported by this server.",
+                           never[i]);
+    static const char *const lists[] = {"tools", "functions", NULL};
+    for (int i = 0; lists[i]; i++) {
+        json_t *v = member(body, lists[i]);
+        if (v && !(json_is_array(v) && json_array_size(v) == 0))
+            return gp_fail(err, lists[i], "unsupported_parameter",
+                           "Unsupported parameter: '%s' (tool calling) is not supported by this "
+                           "server.", lists[i]);
+    }
+    json_t *mod = member(body, "modalities");
+    if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
+                 json_is_string(json_array_get(mod, 0)) &&
+                 strcmp(json_string_value(json_array_get(mod, 0)), "text") == 0))
+        return gp_fail(err, "modalities", "unsupported_value",
+                       "Unsupported value: 'modalities' only supports [\"text\"] on this server.");
+    int b = 0, present = 0, rc;
+    if ((rc = get_bool(body, "stream", &b, &present, err)) != 0)
+        return rc;
+    if (b)
+        return gp_fail(err, "stream", "unsupported_value",
+                       "Unsupported value: 'stream' must be false in a batch request.");
+    if (ep == GP_COMPLETIONS) {
+        if ((rc = get_bool(body, "echo", &b, &present, err)) != 0)
+            return rc;
+        if (b)
+            return gp_fail(err, "echo", "unsupported_value",
+                           "Unsupported value: 'echo' is not supported by this server (it needs "
+                           "prompt logprobs).");
+        json_t *sfx = member(body, "suffix");
+        if (sfx && !json_is_string(sfx))
+            return gp_fail(err, "suffix", "invalid_type",
+                           "Invalid type for 'suffix': expected a string, but got %s instead.",
+                           type_name(sfx));
+        if (sfx && json_string_length(sfx) > 0)
+            return gp_fail(err, "suffix", "unsupported_value",
+                           "Unsupported value: 'suffix' (insertion) is not supported by this "
+                           "server.");
+    }
+    return 0;
+}
+
+int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_request *out,
+             struct gp_error *err)
+{
+    struct gp_request p;
+    int rc, present;
+    int64_t iv;
+    double dv;
+
+    memset(&p, 0, sizeof p);
+    p.endpoint = ep;
+    p.gen.max_tokens = -1;
+    p.gen.n = 1;
+    smp_params_init(&p.gen.smp);
+    if (!json_is_object(body)) {
+        rc = gp_fail(err, "", "invalid_type", "The request body must be a JSON object.");
+        goto out;
+    }
+    if (ep != GP_CHAT && ep != GP_COMPLETIONS) {
+        rc = ERR_INVAL;
+        goto out;
+    }
+    if ((rc = reject_unsupported(body, ep, err)) != 0)
+        goto out;
+    /* structured outputs: response_format / guided_* (common/gram) */
+    {
+        struct gram_error ge;
+        rc = gp_format_parse(body, &p.gen.grammar, &ge);
+        if (rc == ERR_NOMEM)
+            goto out;
+        if (rc) {
+            rc = gp_fail(err, ge.param, ge.code ? ge.code : "invalid_value", "%s", ge.message);
+            goto out;
+        }
+    }
+
+    /* max tokens: chat's max_completion_tokens wins over max_tokens */
+    if ((rc = get_int(body, "max_tokens", 1, INT32_MAX, &iv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.max_tokens = iv;
+    if (ep == GP_CHAT) {
+        if ((rc = get_int(body, "max_completion_tokens", 1, INT32_MAX, &iv, &present, err)) != 0)
+            goto out;
+        if (present)
+            p.gen.max_tokens = iv;
+    }
+
+    if ((rc = get_dec(body, "temperature", 0, 0, 2, &dv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.temperature = dv;
+    if ((rc = get_dec(body, "top_p", 0, 1, 1, &dv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.top_p = dv;
+    if ((rc = get_int(body, "top_k", -1, INT32_MAX, &iv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.top_k = iv < 0 ? 0 : iv;
+    if ((rc = get_dec(body, "min_p", 0, 0, 1, &dv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.min_p = dv;
+    if ((rc = get_dec(body, "frequency_penalty", -2, 0, 2, &dv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.frequency_penalty = dv;
+    if ((rc = get_dec(body, "presence_penalty", -2, 0, 2, &dv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.presence_penalty = dv;
+    if ((rc = get_dec(body, "repetition_penalty", 0, 1, 100, &dv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.smp.repetition_penalty = dv;
+
+    if ((rc = get_int(body, "seed", INT64_MIN, INT64_MAX, &iv, &present, err)) != 0)
+        goto out;
+    if (present) {
+        p.gen.seed = (uint64_t)iv;
+        p.gen.seed_given = 1;
+    } else if ((rc = crypto_random(&p.gen.seed, sizeof p.gen.seed)) != 0) {
+        goto out;
+    }
+
+    if ((rc = get_int(body, "n", 1, GP_MAX_N, &iv, &present, err)) != 0)
+        goto out;
+    if (present)
+        p.gen.n = (int)iv;
+
+    if ((rc = parse_stop(body, &p.gen, err)) != 0 || (rc = parse_bias(body, n_vocab, &p.gen, err)) != 0)
+        goto out;
+
+    if (ep == GP_CHAT) {
+        int lp = 0;
+        if ((rc = get_bool(body, "logprobs", &lp, &present, err)) != 0)
+            goto out;
+        if ((rc = get_int(body, "top_logprobs", 0, SMP_MAX_TOP_LOGPROBS, &iv, &present, err)) != 0)
+            goto out;
+        if (present && !lp) {
+            rc = gp_fail(err, "top_logprobs", "invalid_value",
+                         "Invalid value: 'top_logprobs' requires 'logprobs' to be true.");
+            goto out;
+        }
+        p.gen.logprobs = lp;
+        p.gen.smp.n_top_logprobs = lp ? (present ? (int)iv : 0) : -1;
+    } else {
+        if ((rc = get_int(body, "logprobs", 0, GP_MAX_COMPLETION_LOGPROBS, &iv, &present, err)) !=
+            0)
+            goto out;
+        p.gen.logprobs = present;
+        p.gen.smp.n_top_logprobs = present ? (int)iv : -1;
+        if ((rc = get_int(body, "best_of", 1, INT32_MAX, &iv, &present, err)) != 0)
+            goto out;
+        if (present && iv < p.gen.n) {
+            rc = gp_fail(err, "best_of", "invalid_value",
+                         "Invalid 'best_of': must be greater than or equal to 'n' (%d).", p.gen.n);
+            goto out;
+        }
+        if (present && iv != p.gen.n) {
+            rc = gp_fail(err, "best_of", "unsupported_value",
+                         "Unsupported value: 'best_of' > 'n' (server-side ranking) is not "
+                         "supported by this server.");
+            goto out;
+        }
+        if ((rc = parse_prompt(body, n_vocab, &p, err)) != 0)
+            goto out;
+        if (p.n_prompts * (size_t)p.gen.n > GP_MAX_CHOICES) {
+            rc = gp_fail(err, "n", "invalid_value",
+                         "Invalid 'n': %zu prompts x n=%d exceeds %d choices per request.",
+                         p.n_prompts, p.gen.n, GP_MAX_CHOICES);
+            goto out;
+        }
+    }
+    *out = p;
+    return 0;
+out:
+    gp_release(&p);
+    return rc;
+}
+
+void gp_release(struct gp_request *p)
+{
+    if (!p)
+        return;
+    gen_params_release(&p->gen);
+    for (size_t i = 0; i < p->n_prompts; i++) {
+        free(p->prompts[i].text);
+        free(p->prompts[i].ids);
+    }
+    free(p->prompts);
+    memset(p, 0, sizeof *p);
+}
