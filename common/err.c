@@ -1,5 +1,8 @@
 /* err.c - names and messages generated from ERR_LIST (see err.h). */
-#include "err.h"
+#include "common/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 static const char *const err_names[] = {
 #define ERR_NAME_(name, msg) "ERR_" #name,
@@ -34,4 +37,15 @@ const char *err_msg(int code)
         return "ok";
     int i = err_index(code);
     return i < 0 ? "unknown error" : err_msgs[i];
+}
+
+int err_setf(char *err, size_t err_len, int rc, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }

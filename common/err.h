@@ -11,6 +11,8 @@
 #ifndef COMMON_ERR_H
 #define COMMON_ERR_H
 
+#include <stddef.h>
+
 /*    name          message */
 #define ERR_LIST(X)                                                   \
     X(NOMEM,        "out of memory")                                  \
@@ -48,5 +50,11 @@ const char *err_name(int code);
 
 /* "size limit exceeded" for ERR_TOOBIG, "ok" for 0, "unknown error" otherwise. Can't fail. */
 const char *err_msg(int code);
+
+/* Format a message into err (err_len bytes, truncated; nothing when err is
+ * NULL or err_len 0) and return rc: `return err_setf(err, len, ERR_PARSE,
+ * "bad key %s", k);` for the functions that take `char *err, size_t err_len`. */
+int err_setf(char *err, size_t err_len, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -4,7 +4,7 @@
  *
  * The built-ins walk the messages and append the same bytes the family's
  * Jinja template produces; jinja's `trim` filter and Python's str.strip()
- * are implemented by py_strip (Python's notion of whitespace, not just ASCII).
+ * are implemented by utf8_py_strip (Python's notion of whitespace, not just ASCII).
  */
 #include "text/chat.h"
 
@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/err.h"
+#include "common/utf8.h"
 #include "text/jinja.h"
 
 struct chat_tmpl {
@@ -182,48 +183,6 @@ const char *chat_tmpl_why(const struct chat_tmpl *ct) { return ct->why; }
 
 /* ---- rendering ---------------------------------------------------------------- */
 
-/* Python str.isspace() for the code point at s (len bytes left); returns its
- * byte length if whitespace, else 0. */
-static size_t py_space(const unsigned char *s, size_t len)
-{
-    unsigned c = s[0];
-    if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F))
-        return 1;
-    if (len >= 2 && c == 0xC2 && (s[1] == 0x85 || s[1] == 0xA0))
-        return 2;
-    if (len >= 3 && c == 0xE1 && s[1] == 0x9A && s[2] == 0x80)
-        return 3; /* U+1680 */
-    if (len >= 3 && c == 0xE2 && s[1] == 0x80 &&
-        (s[2] <= 0x8A || s[2] == 0xA8 || s[2] == 0xA9 || s[2] == 0xAF))
-        return 3; /* U+2000-200A, 2028, 2029, 202F */
-    if (len >= 3 && c == 0xE2 && s[1] == 0x81 && s[2] == 0x9F)
-        return 3; /* U+205F */
-    if (len >= 3 && c == 0xE3 && s[1] == 0x80 && s[2] == 0x80)
-        return 3; /* U+3000 */
-    return 0;
-}
-
-/* Python's str.strip(): the [*b, *e) range without surrounding whitespace. */
-static void py_strip(const char **b, size_t *len)
-{
-    const unsigned char *s = (const unsigned char *)*b;
-    size_t n = *len, i = 0, l;
-    while (i < n && (l = py_space(s + i, n - i)) != 0)
-        i += l;
-    size_t end = n;
-    while (end > i) {
-        /* find the start of the last code point */
-        size_t k = end - 1;
-        while (k > i && (s[k] & 0xC0) == 0x80)
-            k--;
-        if (py_space(s + k, end - k) != end - k)
-            break;
-        end = k;
-    }
-    *b = (const char *)s + i;
-    *len = end - i;
-}
-
 struct w {
     struct buf *out;
     int rc;
@@ -242,7 +201,7 @@ static void put_content(struct w *w, const struct chat_msg *m, int strip)
     const char *s = m->content ? m->content : "";
     size_t n = m->content ? m->content_len : 0;
     if (strip)
-        py_strip(&s, &n);
+        utf8_py_strip(&s, &n, UTF8_STRIP_BOTH);
     put(w, s, n);
 }
 

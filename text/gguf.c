@@ -28,6 +28,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "text/ggml_type.h"
 
 #define GGUF_MAGIC "GGUF"
@@ -250,16 +251,6 @@ static float float_at(const uint8_t *p, enum gguf_vtype t)
 
 /* ---- hash tables (keys, tensor names) ----------------------------------------- */
 
-static uint64_t fnv1a(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static int hash_init(struct hash *h, size_t n)
 {
     size_t cap = 16;
@@ -279,7 +270,7 @@ typedef const char *(*name_fn)(const void *ctx, size_t idx, size_t *len);
 static size_t hash_slot(const struct hash *h, const char *name, size_t len, name_fn name_at,
                         const void *ctx)
 {
-    size_t i = (size_t)fnv1a(name, len) & h->mask;
+    size_t i = (size_t)hash_fnv(name, len) & h->mask;
     while (h->slot[i]) {
         size_t l;
         const char *s = name_at(ctx, h->slot[i] - 1, &l);

@@ -319,27 +319,6 @@ void jinja_global(struct jinja_env *e, const char *name, struct jv v)
 
 /* ---- text helpers ----------------------------------------------------------- */
 
-/* Python str.isspace() for the code point at s (len bytes left): its byte
- * length if whitespace, else 0. */
-static size_t py_space(const unsigned char *s, size_t len)
-{
-    unsigned c = s[0];
-    if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F))
-        return 1;
-    if (len >= 2 && c == 0xC2 && (s[1] == 0x85 || s[1] == 0xA0))
-        return 2;
-    if (len >= 3 && c == 0xE1 && s[1] == 0x9A && s[2] == 0x80)
-        return 3;
-    if (len >= 3 && c == 0xE2 && s[1] == 0x80 &&
-        (s[2] <= 0x8A || s[2] == 0xA8 || s[2] == 0xA9 || s[2] == 0xAF))
-        return 3;
-    if (len >= 3 && c == 0xE2 && s[1] == 0x81 && s[2] == 0x9F)
-        return 3;
-    if (len >= 3 && c == 0xE3 && s[1] == 0x80 && s[2] == 0x80)
-        return 3;
-    return 0;
-}
-
 /* Byte length of the UTF-8 sequence starting at s (1 for invalid bytes). */
 static size_t u8len(const unsigned char *s, size_t left)
 {
@@ -359,28 +338,6 @@ static size_t u8count(const char *s, size_t n)
     for (size_t i = 0; i < n; i += u8len((const unsigned char *)s + i, n - i))
         k++;
     return k;
-}
-
-/* Python whitespace strip of [*b, *b+*n). which: 1 left, 2 right, 3 both. */
-static void py_strip(const char **b, size_t *len, int which)
-{
-    const unsigned char *s = (const unsigned char *)*b;
-    size_t n = *len, i = 0, l;
-    if (which & 1)
-        while (i < n && (l = py_space(s + i, n - i)) != 0)
-            i += l;
-    size_t end = n;
-    if (which & 2)
-        while (end > i) {
-            size_t k = end - 1;
-            while (k > i && (s[k] & 0xC0) == 0x80)
-                k--;
-            if (py_space(s + k, end - k) != end - k)
-                break;
-            end = k;
-        }
-    *b = (const char *)s + i;
-    *len = end - i;
 }
 
 /* Simple case mapping: ASCII, Latin-1, Greek and Cyrillic basic blocks. */
@@ -520,12 +477,6 @@ static int lex_data(struct lexer *L, const char *s, size_t n, int line)
     return 0;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* A string literal body with Python's unicode-escape rules. */
 static int lex_string(struct lexer *L, char q, int line)
 {
@@ -589,7 +540,7 @@ static int lex_string(struct lexer *L, char q, int line)
         }
         if (digits) {
             for (int d = 0; d < digits; d++) {
-                int h = p + 1 < n ? hexval(s[p + 1]) : -1;
+                int h = p + 1 < n ? hex_digit(s[p + 1]) : -1;
                 if (h < 0)
                     return lex_fail(L, line, "truncated \\%c escape in string", e);
                 cp = cp * 16 + (uint32_t)h;
@@ -621,7 +572,7 @@ static int lex_tag(struct lexer *L, int block)
     char stack[JINJA_MAX_DEPTH];
     int open_line = L->line;
     for (;;) {
-        while (L->pos < L->len && py_space((const unsigned char *)L->src + L->pos, 1)) {
+        while (L->pos < L->len && utf8_py_space((const unsigned char *)L->src + L->pos, 1)) {
             if (L->src[L->pos] == '\n')
                 L->line++;
             L->pos++;
@@ -640,7 +591,7 @@ static int lex_tag(struct lexer *L, int block)
                     return -1;
                 if (p[0] == '-') {
                     while (L->pos < L->len) {
-                        size_t l = py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
+                        size_t l = utf8_py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
                         if (!l)
                             break;
                         if (L->src[L->pos] == '\n')
@@ -744,7 +695,7 @@ static int lex_tag(struct lexer *L, int block)
 static void strip_before_tag(const char *text, size_t *tn, char sign, int block, int line_starting)
 {
     if (sign == '-') {
-        py_strip(&text, tn, 2);
+        utf8_py_strip(&text, tn, UTF8_STRIP_RIGHT);
         return;
     }
     if (!block || sign == '+')
@@ -754,7 +705,7 @@ static void strip_before_tag(const char *text, size_t *tn, char sign, int block,
         lpos--;
     if (lpos > 0 || line_starting) {
         size_t i = lpos, l;
-        while (i < *tn && text[i] != '\n' && (l = py_space((const unsigned char *)text + i, *tn - i)) != 0)
+        while (i < *tn && text[i] != '\n' && (l = utf8_py_space((const unsigned char *)text + i, *tn - i)) != 0)
             i += l;
         if (i == *tn && *tn > lpos)
             *tn = lpos;
@@ -764,7 +715,7 @@ static void strip_before_tag(const char *text, size_t *tn, char sign, int block,
 static void skip_space(struct lexer *L)
 {
     while (L->pos < L->len) {
-        size_t l = py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
+        size_t l = utf8_py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
         if (!l)
             break;
         if (L->src[L->pos] == '\n')
@@ -778,7 +729,7 @@ static int lex_raw(struct lexer *L, size_t r, int tag_line)
 {
     const char *s = L->src;
     r += 3;
-    while (r < L->len && py_space((const unsigned char *)s + r, L->len - r))
+    while (r < L->len && utf8_py_space((const unsigned char *)s + r, L->len - r))
         r++;
     if (r + 3 <= L->len && s[r] == '-' && s[r + 1] == '%' && s[r + 2] == '}') {
         count_lines(L, L->pos, r + 3);
@@ -797,12 +748,12 @@ static int lex_raw(struct lexer *L, size_t r, int tag_line)
         size_t e = q + 2;
         char sign = e < L->len && (s[e] == '-' || s[e] == '+') ? s[e] : 0;
         e += sign ? 1 : 0;
-        while (e < L->len && py_space((const unsigned char *)s + e, L->len - e))
+        while (e < L->len && utf8_py_space((const unsigned char *)s + e, L->len - e))
             e++;
         if (L->len - e < 6 || memcmp(s + e, "endraw", 6) != 0)
             continue;
         e += 6;
-        while (e < L->len && py_space((const unsigned char *)s + e, L->len - e))
+        while (e < L->len && utf8_py_space((const unsigned char *)s + e, L->len - e))
             e++;
         char esign = e < L->len && (s[e] == '-' || s[e] == '+') ? s[e] : 0;
         size_t c = e + (esign ? 1 : 0);
@@ -867,7 +818,7 @@ static int lex_all(struct lexer *L)
             L->pos = epos + 2;
             if (before == '-') {
                 while (L->pos < L->len) {
-                    size_t l = py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
+                    size_t l = utf8_py_space((const unsigned char *)L->src + L->pos, L->len - L->pos);
                     if (!l)
                         break;
                     if (L->src[L->pos] == '\n')
@@ -880,7 +831,7 @@ static int lex_all(struct lexer *L)
             }
         } else {
             size_t r = L->pos;
-            while (r < L->len && py_space((const unsigned char *)L->src + r, L->len - r))
+            while (r < L->len && utf8_py_space((const unsigned char *)L->src + r, L->len - r))
                 r++;
             if (kind == '%' && L->len - r >= 3 && !memcmp(L->src + r, "raw", 3) &&
                 (r + 3 >= L->len || !(isname0(L->src[r + 3]) || isdigit_(L->src[r + 3])))) {
@@ -3132,7 +3083,7 @@ static struct jv do_strip(struct rs *R, const struct jstr *s, const struct jstr 
     const char *b = s->p;
     size_t n = s->n;
     if (!chars) {
-        py_strip(&b, &n, which);
+        utf8_py_strip(&b, &n, which);
         return mk_str(R, b, n, line);
     }
     const unsigned char *u = (const unsigned char *)b;
@@ -3181,7 +3132,7 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
             /* jinja's title: words start after - whitespace ( { [ < */
             o = prev_cased ? cp_lower(c) : cp_upper(c);
             prev_cased = !(c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
-                           py_space((const unsigned char *)s->p + i, l));
+                           utf8_py_space((const unsigned char *)s->p + i, l));
             break;
         }
         }
@@ -3275,12 +3226,12 @@ static int str_split(struct rs *R, const struct jstr *s, const struct jstr *sep,
     if (!sep) {
         for (;;) {
             size_t w;
-            while (i < s->n && (w = py_space((const unsigned char *)s->p + i, s->n - i)))
+            while (i < s->n && (w = utf8_py_space((const unsigned char *)s->p + i, s->n - i)))
                 i += w;
             if (i >= s->n)
                 break;
             size_t b = i;
-            while (i < s->n && !py_space((const unsigned char *)s->p + i, s->n - i))
+            while (i < s->n && !utf8_py_space((const unsigned char *)s->p + i, s->n - i))
                 i += u8len((const unsigned char *)s->p + i, s->n - i);
             if (n == cap) {
                 cap *= 2;
@@ -3542,7 +3493,7 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
             unsigned char c = (unsigned char)s->p[i];
             ok = m == M_ISDIGIT ? (c >= '0' && c <= '9')
                : m == M_ISALPHA ? ((c | 32) >= 'a' && (c | 32) <= 'z') || c >= 0x80
-               : py_space((const unsigned char *)s->p + i, s->n - i) > 0;
+               : utf8_py_space((const unsigned char *)s->p + i, s->n - i) > 0;
         }
         *out = jinja_bool(ok);
         return 0;
@@ -3710,7 +3661,7 @@ static int py_numstr(const struct jstr *s, char *tmp, size_t cap)
 {
     const char *b = s->p;
     size_t n = s->n, k = 0;
-    py_strip(&b, &n, 3);
+    utf8_py_strip(&b, &n, UTF8_STRIP_BOTH);
     if (n == 0 || n >= cap)
         return -1;
     for (size_t i = 0; i < n; i++) {

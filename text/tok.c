@@ -26,8 +26,9 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/utf8.h"
 #include "common/gram/gram.h"
+#include "common/hash.h"
+#include "common/utf8.h"
 #include "text/tok_unicode.h"
 
 #define MAX_REGEX 4
@@ -79,16 +80,6 @@ struct tok {
 };
 
 /* ---- small utilities ------------------------------------------------------ */
-
-static uint64_t fnv(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static int htab_init(struct htab *h, size_t n)
 {
@@ -185,7 +176,7 @@ static const char *tstr(const struct tok *t, int32_t id) { return t->arena + t->
 
 int32_t tok_find(const struct tok *t, const char *s, size_t len)
 {
-    uint64_t h = fnv(s, len);
+    uint64_t h = hash_fnv(s, len);
     for (size_t i = h & t->tok_map.mask;; i = (i + 1) & t->tok_map.mask) {
         uint32_t v = t->tok_map.slots[i];
         if (!v)
@@ -198,7 +189,7 @@ int32_t tok_find(const struct tok *t, const char *s, size_t len)
 
 static int merge_rank(const struct tok *t, const char *s, size_t len, size_t split)
 {
-    uint64_t h = fnv(s, len) ^ (split * 0x9E3779B97F4A7C15ull);
+    uint64_t h = hash_fnv(s, len) ^ (split * 0x9E3779B97F4A7C15ull);
     for (size_t i = h & t->merge_map.mask;; i = (i + 1) & t->merge_map.mask) {
         uint32_t v = t->merge_map.slots[i];
         if (!v)
@@ -251,7 +242,7 @@ static int hash_tokens(struct tok *t)
     for (size_t id = 0; id < t->n_vocab; id++) {
         const char *s = tstr(t, (int32_t)id);
         size_t len = t->tok_len[id];
-        uint64_t h = fnv(s, len);
+        uint64_t h = hash_fnv(s, len);
         size_t i = h & t->tok_map.mask;
         for (;; i = (i + 1) & t->tok_map.mask) {
             uint32_t v = t->tok_map.slots[i];
@@ -272,7 +263,7 @@ static int hash_merges(struct tok *t)
         return rc;
     for (size_t m = 0; m < t->n_merges; m++) {
         const char *s = t->arena + t->m_off[m];
-        uint64_t h = fnv(s, t->m_len[m]) ^ (t->m_split[m] * 0x9E3779B97F4A7C15ull);
+        uint64_t h = hash_fnv(s, t->m_len[m]) ^ (t->m_split[m] * 0x9E3779B97F4A7C15ull);
         size_t i = h & t->merge_map.mask;
         int dup = 0;
         for (;; i = (i + 1) & t->merge_map.mask) {
@@ -1175,14 +1166,6 @@ out:
 
 /* ---- decode ------------------------------------------------------------------ */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
 int tok_piece(const struct tok *t, int32_t id, int flags, struct buf *out)
 {
     if (id < 0 || (size_t)id >= t->n_vocab)
@@ -1221,8 +1204,8 @@ int tok_piece(const struct tok *t, int32_t id, int flags, struct buf *out)
     /* SPM */
     if (ty == TOK_TYPE_BYTE) {
         if (len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
-            hexval(s[3]) >= 0 && hexval(s[4]) >= 0)
-            return buf_append_byte(out, (char)(hexval(s[3]) * 16 + hexval(s[4])));
+            hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0)
+            return buf_append_byte(out, (char)(hex_digit(s[3]) * 16 + hex_digit(s[4])));
         return 0;
     }
     if (ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_UNDEFINED)

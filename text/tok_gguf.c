@@ -1,25 +1,11 @@
 /* tok_gguf.c - tokenizer.ggml.* keys -> struct tok; see tok_gguf.h. */
 #include "text/tok_gguf.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
-
-static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* A NUL-terminated heap copy of a string key, NULL when absent; ERR_CORRUPT
  * when present but not a string (or containing NUL). */
@@ -31,9 +17,9 @@ static int get_cstr(const struct gguf *g, const char *key, char **out, char *err
     if (rc == ERR_NOTFOUND)
         return 0;
     if (rc)
-        return fail(err, err_len, ERR_CORRUPT, "%s is not a string", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not a string", key);
     if (memchr(s.ptr, 0, s.len))
-        return fail(err, err_len, ERR_CORRUPT, "%s contains a NUL byte", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s contains a NUL byte", key);
     char *c = malloc(s.len + 1);
     if (!c)
         return ERR_NOMEM;
@@ -53,7 +39,7 @@ static int get_id(const struct gguf *g, const char *key, int64_t *out, char *err
         return 0;
     }
     if (rc || v < 0)
-        return fail(err, err_len, ERR_CORRUPT, "%s is not a token id", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not a token id", key);
     *out = v;
     return 0;
 }
@@ -68,7 +54,7 @@ static int get_flag(const struct gguf *g, const char *key, int *out, char *err, 
         return 0;
     }
     if (rc)
-        return fail(err, err_len, ERR_CORRUPT, "%s is not a bool", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not a bool", key);
     *out = v;
     return 0;
 }
@@ -80,7 +66,7 @@ static int get_strs(const struct gguf_arr *a, const char *key, const char **ptrs
     for (uint64_t i = 0; i < a->n; i++) {
         struct gguf_str s;
         if (gguf_arr_str(a, i, &s))
-            return fail(err, err_len, ERR_CORRUPT, "%s[%llu] is not a string", key,
+            return err_setf(err, err_len, ERR_CORRUPT, "%s[%llu] is not a string", key,
                         (unsigned long long)i);
         ptrs[i] = s.ptr;
         lens[i] = (size_t)s.len;
@@ -102,17 +88,17 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
     if (rc)
         goto out;
     if (!model) {
-        rc = fail(err, err_len, ERR_CORRUPT, "no tokenizer.ggml.model key (no vocabulary)");
+        rc = err_setf(err, err_len, ERR_CORRUPT, "no tokenizer.ggml.model key (no vocabulary)");
         goto out;
     }
     if ((rc = get_cstr(g, "tokenizer.ggml.pre", &pre, err, err_len)))
         goto out;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", &a) || a.elem_type != GGUF_VT_STRING || a.n == 0) {
-        rc = fail(err, err_len, ERR_CORRUPT, "tokenizer.ggml.tokens missing or not a string array");
+        rc = err_setf(err, err_len, ERR_CORRUPT, "tokenizer.ggml.tokens missing or not a string array");
         goto out;
     }
     if (a.n > TOK_MAX_VOCAB) {
-        rc = fail(err, err_len, ERR_TOOBIG, "tokenizer.ggml.tokens has %llu entries (max %u)",
+        rc = err_setf(err, err_len, ERR_TOOBIG, "tokenizer.ggml.tokens has %llu entries (max %u)",
                   (unsigned long long)a.n, TOK_MAX_VOCAB);
         goto out;
     }
@@ -127,7 +113,7 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
         goto out;
     if (gguf_get_arr(g, "tokenizer.ggml.scores", &a) == 0) {
         if (a.n != n) {
-            rc = fail(err, err_len, ERR_CORRUPT, "tokenizer.ggml.scores has %llu entries, expected %zu",
+            rc = err_setf(err, err_len, ERR_CORRUPT, "tokenizer.ggml.scores has %llu entries, expected %zu",
                       (unsigned long long)a.n, n);
             goto out;
         }
@@ -143,13 +129,13 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
                 scores[i] = (float)iv;
                 continue;
             }
-            rc = fail(err, err_len, ERR_CORRUPT, "tokenizer.ggml.scores[%zu] is not a number", i);
+            rc = err_setf(err, err_len, ERR_CORRUPT, "tokenizer.ggml.scores[%zu] is not a number", i);
             goto out;
         }
     }
     if (gguf_get_arr(g, "tokenizer.ggml.token_type", &a) == 0) {
         if (a.n != n) {
-            rc = fail(err, err_len, ERR_CORRUPT,
+            rc = err_setf(err, err_len, ERR_CORRUPT,
                       "tokenizer.ggml.token_type has %llu entries, expected %zu",
                       (unsigned long long)a.n, n);
             goto out;
@@ -161,7 +147,7 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
         for (size_t i = 0; i < n; i++) {
             int64_t iv;
             if (gguf_arr_i64(&a, i, &iv) || iv < 0 || iv > 6) {
-                rc = fail(err, err_len, ERR_CORRUPT, "tokenizer.ggml.token_type[%zu] is not 0..6", i);
+                rc = err_setf(err, err_len, ERR_CORRUPT, "tokenizer.ggml.token_type[%zu] is not 0..6", i);
                 goto out;
             }
             types[i] = (int32_t)iv;
@@ -169,7 +155,7 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
     }
     if (gguf_get_arr(g, "tokenizer.ggml.merges", &a) == 0) {
         if (a.elem_type != GGUF_VT_STRING || a.n > TOK_MAX_MERGES) {
-            rc = fail(err, err_len, ERR_CORRUPT, "tokenizer.ggml.merges is not a string array");
+            rc = err_setf(err, err_len, ERR_CORRUPT, "tokenizer.ggml.merges is not a string array");
             goto out;
         }
         d.n_merges = (size_t)a.n;
@@ -208,10 +194,10 @@ int tok_gguf_new(const struct gguf *g, struct tok **out, char *err, size_t err_l
     d.merge_lens = merge_lens;
     rc = tok_new(&d, out);
     if (rc == ERR_UNSUPPORTED)
-        fail(err, err_len, rc, "unsupported tokenizer (model '%s', pre '%s')", model,
+        err_setf(err, err_len, rc, "unsupported tokenizer (model '%s', pre '%s')", model,
              pre ? pre : "default");
     else if (rc)
-        fail(err, err_len, rc, "cannot build the tokenizer: %s", err_msg(rc));
+        err_setf(err, err_len, rc, "cannot build the tokenizer: %s", err_msg(rc));
 out:
     free(model);
     free(pre);

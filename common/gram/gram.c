@@ -3,6 +3,7 @@
  * the vocabulary trie and token masks (see gram.h for the design).
  */
 #include "common/gram/gram_int.h"
+#include "common/hash.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -881,21 +882,16 @@ size_t gram_mask_words(const struct gram_vocab *v) { return v ? (v->n_vocab + 31
 
 static uint64_t state_hash(const struct gstate *s, const struct gram_vocab *v)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)v;
-    const unsigned char *p = (const unsigned char *)s->d;
-    for (size_t i = 0; i < s->len * sizeof *s->d; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
+    uint64_t h = hash_fnv_add(HASH_FNV_BASIS ^ (uint64_t)(uintptr_t)v, s->d, s->len * sizeof *s->d);
     return h ? h : 1;
 }
 
 static uint64_t ints_hash(const int32_t *d, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = HASH_FNV_BASIS; /* FNV-1a over whole ints, with a shift mix */
     for (size_t i = 0; i < n; i++) {
         h ^= (uint32_t)d[i];
-        h *= 1099511628211ull;
+        h *= HASH_FNV_PRIME;
         h ^= h >> 29;
     }
     return h;

@@ -23,6 +23,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/gram/gram_int.h"
+#include "common/hash.h"
 #include "common/js.h"
 
 #define JC_MAX_DEPTH 64
@@ -1110,16 +1111,6 @@ static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_slot g_cache[GRAM_CACHE_ENTRIES];
 static uint64_t g_cache_tick;
 
-static uint64_t fnv(enum gram_kind k, const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)k;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static int compile_kind(enum gram_kind kind, const char *src, size_t len, struct gram **out,
                         struct gram_error *err)
 {
@@ -1174,7 +1165,7 @@ int gram_cache_get(enum gram_kind kind, const char *src, size_t len, struct gram
         return ERR_INVAL;
     if (!src)
         src = "";
-    uint64_t h = fnv(kind, src, len);
+    uint64_t h = hash_fnv_add(HASH_FNV_BASIS ^ (uint64_t)kind, src, len);
     pthread_mutex_lock(&g_cache_mu);
     for (int i = 0; i < GRAM_CACHE_ENTRIES; i++) {
         struct cache_slot *s = &g_cache[i];

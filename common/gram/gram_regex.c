@@ -14,6 +14,7 @@
  * characters escaped), so a pattern constrains the decoded value.
  */
 #include "common/gram/gram_int.h"
+#include "common/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -167,17 +168,6 @@ static void cls_invert_ascii(struct gcls *c)
         c->w[k] = 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* An escape after '\' (x->i at the letter). Fills a class; *multi = the
  * class also takes multi-byte characters (\D \W \S). Returns 0 or -1. */
 static int rx_escape(struct rx *x, struct gcls *c, int *multi, int in_class)
@@ -202,9 +192,9 @@ static int rx_escape(struct rx *x, struct gcls *c, int *multi, int in_class)
     case 'v': gcls_add(c, '\v'); return 0;
     case '0': gcls_add(c, 0); return 0;
     case 'x': {
-        if (x->i + 2 > x->n || hexval(x->s[x->i]) < 0 || hexval(x->s[x->i + 1]) < 0)
+        if (x->i + 2 > x->n || hex_digit(x->s[x->i]) < 0 || hex_digit(x->s[x->i + 1]) < 0)
             return rx_fail(x, "\\x needs two hex digits");
-        int v = hexval(x->s[x->i]) * 16 + hexval(x->s[x->i + 1]);
+        int v = hex_digit(x->s[x->i]) * 16 + hex_digit(x->s[x->i + 1]);
         x->i += 2;
         if (v >= 0x80)
             return rx_fail(x, "\\x escapes above 0x7f are not supported");

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/utf8.h"
 #include "jobd/http/http_int.h"
 
 struct http_req *http_req_alloc(void)
@@ -605,17 +606,6 @@ int64_t http_req_content_length(const struct http_req *req)
     return req->has_clen ? (int64_t)req->content_length : -1;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int http_pct_decode(const char *s, size_t n, int plus_space, struct buf *out)
 {
     size_t start = out->len;
@@ -624,7 +614,7 @@ int http_pct_decode(const char *s, size_t n, int plus_space, struct buf *out)
         if (c == '%') {
             if (n - i < 3)
                 goto bad;
-            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            int hi = hex_digit(s[i + 1]), lo = hex_digit(s[i + 2]);
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
                 goto bad;
             c = (char)(hi * 16 + lo);

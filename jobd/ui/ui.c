@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/embed.h"
+#include "common/hash.h"
 #include "jobd/http/http.h"
 
 extern const struct embed_file ui_assets[]; /* build/gen/ui_assets.c */
@@ -38,17 +39,6 @@ static const char *content_type_of(const char *name)
     return "application/octet-stream";
 }
 
-/* FNV-1a, 64 bits: a cache validator, not a security boundary. */
-static uint64_t fnv1a(const char *p, size_t n)
-{
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static void files_init(void)
 {
     for (const struct embed_file *e = ui_assets; e->name && n_files < UI_MAX_FILES; e++) {
@@ -57,7 +47,7 @@ static void files_init(void)
         f->content_type = content_type_of(e->name);
         f->data = e->data;
         f->len = e->len;
-        snprintf(f->etag, sizeof f->etag, "\"%016llx\"", (unsigned long long)fnv1a(e->data, e->len));
+        snprintf(f->etag, sizeof f->etag, "\"%016llx\"", (unsigned long long)hash_fnv(e->data, e->len));
     }
 }
 

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 #include "common/js.h"
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
@@ -329,17 +330,17 @@ struct fnv {
     size_t left;
 };
 
+/* Hash at most f->left more bytes. */
 static void fnv_add(struct fnv *f, const char *s, size_t n)
 {
-    for (size_t i = 0; i < n && f->left > 0; i++, f->left--) {
-        f->h ^= (unsigned char)s[i];
-        f->h *= 1099511628211ull;
-    }
+    size_t k = n < f->left ? n : f->left;
+    f->h = hash_fnv_add(f->h, s, k);
+    f->left -= k;
 }
 
 uint64_t lease_prefix_hash(const char *body, size_t len, size_t prefix_bytes)
 {
-    struct fnv f = {14695981039346656037ull, prefix_bytes};
+    struct fnv f = {HASH_FNV_BASIS, prefix_bytes};
     json_t *root = NULL;
     struct js_limits lim = {LEASE_LINE_MAX_BYTES, 64, 0};
     if (js_parse(body, len, &lim, &root, NULL) || !json_is_object(root)) {

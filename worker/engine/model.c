@@ -7,7 +7,6 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,19 +15,6 @@
 #include "kernels/kn.h"
 #include "text/chat.h"
 #include "text/tok_gguf.h"
-
-static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* The architectures we run: general.architecture -> enum. */
 static const struct {
@@ -79,17 +65,17 @@ static int get_hp_int_min(const struct gguf *g, const char *arch, const char *su
     long i = gguf_kv_find(g, key);
     if (i < 0) {
         if (required)
-            return fail(err, err_len, ERR_CORRUPT, "missing hyperparameter %s", key);
+            return err_setf(err, err_len, ERR_CORRUPT, "missing hyperparameter %s", key);
         *out = dflt;
         return 0;
     }
     if (gguf_kv_type(g, (size_t)i) == GGUF_VT_ARRAY)
-        return fail(err, err_len, ERR_UNSUPPORTED, "%s: per-layer values are not supported", key);
+        return err_setf(err, err_len, ERR_UNSUPPORTED, "%s: per-layer values are not supported", key);
     int64_t v;
     if (gguf_get_i64(g, key, &v))
-        return fail(err, err_len, ERR_CORRUPT, "%s is not an integer", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not an integer", key);
     if (v < min || v > max)
-        return fail(err, err_len, ERR_CORRUPT, "%s = %" PRId64 " is out of range (%d..%d)", key, v,
+        return err_setf(err, err_len, ERR_CORRUPT, "%s = %" PRId64 " is out of range (%d..%d)", key, v,
                     min, max);
     *out = (int)v;
     return 0;
@@ -106,11 +92,11 @@ static int get_hp_f32(const struct gguf *g, const char *arch, const char *suffix
         return 0;
     }
     if (rc == ERR_NOTFOUND)
-        return fail(err, err_len, ERR_CORRUPT, "missing hyperparameter %s", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "missing hyperparameter %s", key);
     if (rc)
-        return fail(err, err_len, ERR_CORRUPT, "%s is not a float", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not a float", key);
     if (!(*out == *out))
-        return fail(err, err_len, ERR_CORRUPT, "%s is NaN", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is NaN", key);
     return 0;
 }
 
@@ -153,7 +139,7 @@ static int read_arch_hparams(const struct gguf *g, const char *arch, struct mode
                          &hp->rope_freq_base_swa, err, err_len)))
         return rc;
     if (!(hp->rope_freq_base_swa > 0))
-        return fail(err, err_len, ERR_CORRUPT, "%s.rope.freq_base_swa out of range", arch);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s.rope.freq_base_swa out of range", arch);
     float cap_attn = hp->arch == MODEL_ARCH_GEMMA2 ? 50.0f : 0.0f;
     float cap_final = hp->arch == MODEL_ARCH_GEMMA2 ? 30.0f : 0.0f;
     if (gemma && ((rc = get_hp_f32(g, arch, "attn_logit_softcapping", 0, cap_attn,
@@ -165,7 +151,7 @@ static int read_arch_hparams(const struct gguf *g, const char *arch, struct mode
         hp->attn_softcap = 0.0f; /* removed in Gemma 3 (HF, llama.cpp) */
     if (!(hp->attn_softcap >= 0 && hp->attn_softcap < 1e30f) ||
         !(hp->final_softcap >= 0 && hp->final_softcap < 1e30f))
-        return fail(err, err_len, ERR_CORRUPT, "%s: negative or infinite logit soft-capping", arch);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s: negative or infinite logit soft-capping", arch);
     if ((rc = get_hp_int_min(g, arch, "attention.sliding_window", 0,
                              hp->arch == MODEL_ARCH_GEMMA2 ? 4096 : 0, 0, MODEL_MAX_CTX, &hp->n_swa,
                              err, err_len)))
@@ -184,7 +170,7 @@ static int read_arch_hparams(const struct gguf *g, const char *arch, struct mode
                              err, err_len)))
             return rc;
         if (!(hp->rope_attn_factor > 0 && hp->rope_attn_factor < 1e3f))
-            return fail(err, err_len, ERR_CORRUPT, "%s.rope.scaling.attn_factor out of range",
+            return err_setf(err, err_len, ERR_CORRUPT, "%s.rope.scaling.attn_factor out of range",
                         arch);
     }
     return 0;
@@ -204,7 +190,7 @@ static int read_swa_layers(const struct gguf *g, const char *arch, struct model 
     if (i >= 0 && gguf_kv_type(g, (size_t)i) == GGUF_VT_ARRAY) {
         struct gguf_arr a;
         if (gguf_get_arr(g, key, &a) || a.n != (uint64_t)hp->n_layer)
-            return fail(err, err_len, ERR_CORRUPT, "%s: expected %d per-layer values", key,
+            return err_setf(err, err_len, ERR_CORRUPT, "%s: expected %d per-layer values", key,
                         hp->n_layer);
         for (int l = 0; l < hp->n_layer; l++) {
             int b;
@@ -212,7 +198,7 @@ static int read_swa_layers(const struct gguf *g, const char *arch, struct model 
             if (gguf_arr_bool(&a, (uint64_t)l, &b) == 0)
                 v = b;
             else if (gguf_arr_i64(&a, (uint64_t)l, &v) || v < 0 || v > 1)
-                return fail(err, err_len, ERR_CORRUPT, "%s[%d] is not a bool", key, l);
+                return err_setf(err, err_len, ERR_CORRUPT, "%s[%d] is not a bool", key, l);
             m->layers[l].swa = (int)v;
         }
         return 0;
@@ -253,10 +239,10 @@ static int read_hparams(const struct gguf *g, const char *arch, struct model_hpa
                          err_len)))
         return rc;
     if (hp->n_embd % hp->n_head)
-        return fail(err, err_len, ERR_CORRUPT, "embedding_length %d is not a multiple of head_count %d",
+        return err_setf(err, err_len, ERR_CORRUPT, "embedding_length %d is not a multiple of head_count %d",
                     hp->n_embd, hp->n_head);
     if (hp->n_head % hp->n_head_kv)
-        return fail(err, err_len, ERR_CORRUPT, "head_count %d is not a multiple of head_count_kv %d",
+        return err_setf(err, err_len, ERR_CORRUPT, "head_count %d is not a multiple of head_count_kv %d",
                     hp->n_head, hp->n_head_kv);
     int vlen;
     if ((rc = get_hp_int(g, arch, "attention.key_length", 0, hp->n_embd / hp->n_head, MODEL_MAX_EMBD,
@@ -267,29 +253,29 @@ static int read_hparams(const struct gguf *g, const char *arch, struct model_hpa
                          &hp->n_rot, err, err_len)))
         return rc;
     if (vlen != hp->head_dim)
-        return fail(err, err_len, ERR_UNSUPPORTED, "value_length %d differs from key_length %d", vlen,
+        return err_setf(err, err_len, ERR_UNSUPPORTED, "value_length %d differs from key_length %d", vlen,
                     hp->head_dim);
     if ((int64_t)hp->n_head * hp->head_dim > MODEL_MAX_EMBD)
-        return fail(err, err_len, ERR_CORRUPT, "head_count x key_length is too large");
+        return err_setf(err, err_len, ERR_CORRUPT, "head_count x key_length is too large");
     if (hp->n_rot % 2 || hp->n_rot > hp->head_dim)
-        return fail(err, err_len, ERR_CORRUPT, "rope.dimension_count %d must be even and <= %d",
+        return err_setf(err, err_len, ERR_CORRUPT, "rope.dimension_count %d must be even and <= %d",
                     hp->n_rot, hp->head_dim);
     if (hp->arch == MODEL_ARCH_LLAMA && hp->n_rot != hp->head_dim)
-        return fail(err, err_len, ERR_CORRUPT, "llama: rope.dimension_count %d != head dim %d",
+        return err_setf(err, err_len, ERR_CORRUPT, "llama: rope.dimension_count %d != head dim %d",
                     hp->n_rot, hp->head_dim);
     if ((rc = get_hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1, 0, &hp->rms_eps, err,
                          err_len)) ||
         (rc = get_hp_f32(g, arch, "rope.freq_base", 0, 10000.0f, &hp->rope_freq_base, err, err_len)))
         return rc;
     if (!(hp->rms_eps >= 0) || !(hp->rope_freq_base > 0))
-        return fail(err, err_len, ERR_CORRUPT, "rms epsilon or rope.freq_base out of range");
+        return err_setf(err, err_len, ERR_CORRUPT, "rms epsilon or rope.freq_base out of range");
     /* rope scaling: none / linear supported (llama3-style comes as rope_freqs.weight) */
     char key[128];
     arch_key(key, sizeof key, arch, "rope.scaling.type");
     struct gguf_str st = {"linear", 6};
     rc = gguf_get_str(g, key, &st);
     if (rc && rc != ERR_NOTFOUND)
-        return fail(err, err_len, ERR_CORRUPT, "%s is not a string", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not a string", key);
     float factor;
     if ((rc = get_hp_f32(g, arch, "rope.scaling.factor", 0, 0.0f, &factor, err, err_len)))
         return rc;
@@ -303,10 +289,10 @@ static int read_hparams(const struct gguf *g, const char *arch, struct model_hpa
     if (is_longrope)
         is_none = 1;
     if (!is_none && !is_linear)
-        return fail(err, err_len, ERR_UNSUPPORTED, "unsupported rope scaling type '%.*s'",
+        return err_setf(err, err_len, ERR_UNSUPPORTED, "unsupported rope scaling type '%.*s'",
                     (int)(st.len > 32 ? 32 : st.len), st.ptr);
     if (factor < 0)
-        return fail(err, err_len, ERR_CORRUPT, "negative rope.scaling.factor");
+        return err_setf(err, err_len, ERR_CORRUPT, "negative rope.scaling.factor");
     hp->rope_freq_scale = (is_linear && factor > 0) ? 1.0f / factor : 1.0f;
     hp->rope_neox = hp->arch != MODEL_ARCH_LLAMA;
     return read_arch_hparams(g, arch, hp, err, err_len);
@@ -323,32 +309,32 @@ static int get_tensor(const struct gguf *g, const char *name, int64_t ne0, int64
     if (!t) {
         if (optional)
             return 0;
-        return fail(err, err_len, ERR_CORRUPT, "missing tensor %s", name);
+        return err_setf(err, err_len, ERR_CORRUPT, "missing tensor %s", name);
     }
     int want_dims = ne1 ? 2 : 1;
     int ok = t->ne[0] == ne0 && t->ne[1] == (ne1 ? ne1 : 1) && t->ne[2] == 1 && t->ne[3] == 1 &&
              (int)t->n_dims <= want_dims;
     if (!ok) {
         if (ne1)
-            return fail(err, err_len, ERR_CORRUPT,
+            return err_setf(err, err_len, ERR_CORRUPT,
                         "%s: shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                         "], expected [%" PRId64 ", %" PRId64 "]",
                         name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], ne0, ne1);
-        return fail(err, err_len, ERR_CORRUPT,
+        return err_setf(err, err_len, ERR_CORRUPT,
                     "%s: shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                     "], expected [%" PRId64 "]",
                     name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], ne0);
     }
     if (f32_only && t->type != GGML_TYPE_F32) {
         const char *tn = ggml_type_name(t->type);
-        return fail(err, err_len, ERR_CORRUPT, "%s: type %s, expected F32", name, tn ? tn : "?");
+        return err_setf(err, err_len, ERR_CORRUPT, "%s: type %s, expected F32", name, tn ? tn : "?");
     }
     if (!ggml_type_supported(t->type)) {
         const char *tn = ggml_type_name(t->type);
-        return fail(err, err_len, ERR_UNSUPPORTED, "%s: unsupported type %s", name, tn ? tn : "?");
+        return err_setf(err, err_len, ERR_UNSUPPORTED, "%s: unsupported type %s", name, tn ? tn : "?");
     }
     if (((uintptr_t)t->data & 3) != 0)
-        return fail(err, err_len, ERR_CORRUPT, "%s: data not 4-byte aligned", name);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s: data not 4-byte aligned", name);
     *out = t;
     return 0;
 }
@@ -362,7 +348,7 @@ static int get_mat(const struct gguf *g, const char *name, int rows, int cols, i
         return rc;
     int64_t rb;
     if ((rc = ggml_type_row_bytes(t->type, cols, &rb)))
-        return fail(err, err_len, ERR_CORRUPT, "%s: bad row length %d for its type", name, cols);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s: bad row length %d for its type", name, cols);
     m->data = t->data;
     m->type = t->type;
     m->rows = rows;
@@ -402,7 +388,7 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
     if (m->rope_freqs)
         for (int i = 0; i < hp->n_rot / 2; i++)
             if (!(m->rope_freqs[i] > 0))
-                return fail(err, err_len, ERR_CORRUPT, "rope_freqs.weight[%d] is not positive", i);
+                return err_setf(err, err_len, ERR_CORRUPT, "rope_freqs.weight[%d] is not positive", i);
     int qwen2 = hp->arch == MODEL_ARCH_QWEN2;
     int qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
     int post_norms = is_gemma(hp->arch);
@@ -414,18 +400,18 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
                           err, err_len)))
             return rc;
         if (!m->rope_factors_short != !m->rope_factors_long)
-            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s",
+            return err_setf(err, err_len, ERR_CORRUPT, "missing tensor %s",
                         m->rope_factors_short ? "rope_factors_long.weight"
                                               : "rope_factors_short.weight");
         for (int i = 0; m->rope_factors_short && i < hp->n_rot / 2; i++)
             if (!(m->rope_factors_short[i] > 0) || !(m->rope_factors_long[i] > 0))
-                return fail(err, err_len, ERR_CORRUPT, "rope_factors_%s.weight[%d] is not positive",
+                return err_setf(err, err_len, ERR_CORRUPT, "rope_factors_%s.weight[%d] is not positive",
                             m->rope_factors_short[i] > 0 ? "long" : "short", i);
         if (m->rope_factors_short && hp->n_ctx_orig == 0)
-            return fail(err, err_len, ERR_CORRUPT,
+            return err_setf(err, err_len, ERR_CORRUPT,
                         "missing hyperparameter phi3.rope.scaling.original_context_length");
         if (m->rope_freqs)
-            return fail(err, err_len, ERR_CORRUPT, "phi3: unexpected tensor rope_freqs.weight");
+            return err_setf(err, err_len, ERR_CORRUPT, "phi3: unexpected tensor rope_freqs.weight");
     }
     for (int l = 0; l < hp->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
@@ -440,7 +426,7 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
                           err_len)))
             return rc;
         if (!qkv.data && hp->arch == MODEL_ARCH_PHI3 && !gguf_tensor_find(g, NAME("attn_q.weight")))
-            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s", NAME("attn_qkv.weight"));
+            return err_setf(err, err_len, ERR_CORRUPT, "missing tensor %s", NAME("attn_qkv.weight"));
         if (qkv.data) {
             const unsigned char *base = qkv.data;
             L->wq = L->wk = L->wv = qkv;
@@ -473,10 +459,10 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
             (rc = get_vec(g, NAME("ffn_norm.weight"), hp->n_embd, 0, &L->ffn_norm, err, err_len)))
             return rc;
         if (!L->attn_q_norm != !L->attn_k_norm)
-            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s",
+            return err_setf(err, err_len, ERR_CORRUPT, "missing tensor %s",
                         L->attn_q_norm ? NAME("attn_k_norm.weight") : NAME("attn_q_norm.weight"));
         if (!L->post_attn_norm != !L->post_ffn_norm)
-            return fail(err, err_len, ERR_CORRUPT, "missing tensor %s",
+            return err_setf(err, err_len, ERR_CORRUPT, "missing tensor %s",
                         L->post_attn_norm ? NAME("post_ffw_norm.weight")
                                           : NAME("post_attention_norm.weight"));
         /* phi3 fuses gate|up into ffn_up (2 n_ff rows, gate first) */
@@ -504,10 +490,10 @@ static int load_tensors(const struct gguf *g, struct model *m, char *err, size_t
     char extra[GGUF_MAX_NAME + 1];
     snprintf(extra, sizeof extra, "blk.%d.attn_norm.weight", hp->n_layer);
     if (gguf_tensor_find(g, extra))
-        return fail(err, err_len, ERR_CORRUPT, "tensor %s beyond block_count %d", extra,
+        return err_setf(err, err_len, ERR_CORRUPT, "tensor %s beyond block_count %d", extra,
                     hp->n_layer);
     if (gguf_tensor_find(g, "blk.0.ffn_gate_inp.weight"))
-        return fail(err, err_len, ERR_UNSUPPORTED, "mixture-of-experts models are not supported");
+        return err_setf(err, err_len, ERR_UNSUPPORTED, "mixture-of-experts models are not supported");
     return 0;
 }
 
@@ -524,18 +510,18 @@ static int read_bert_hparams(const struct gguf *g, const char *arch, struct mode
                          err_len)))
         return rc;
     if (hp->n_embd % hp->n_head)
-        return fail(err, err_len, ERR_CORRUPT, "embedding_length %d is not a multiple of head_count %d",
+        return err_setf(err, err_len, ERR_CORRUPT, "embedding_length %d is not a multiple of head_count %d",
                     hp->n_embd, hp->n_head);
     if (!(hp->norm_eps >= 0 && hp->norm_eps < 1))
-        return fail(err, err_len, ERR_CORRUPT, "%s.attention.layer_norm_epsilon out of range", arch);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s.attention.layer_norm_epsilon out of range", arch);
     char key[128];
     arch_key(key, sizeof key, arch, "attention.causal");
     int causal = 0;
     rc = gguf_get_bool(g, key, &causal);
     if (rc && rc != ERR_NOTFOUND)
-        return fail(err, err_len, ERR_CORRUPT, "%s is not a bool", key);
+        return err_setf(err, err_len, ERR_CORRUPT, "%s is not a bool", key);
     if (causal)
-        return fail(err, err_len, ERR_UNSUPPORTED, "%s: causal bert is not supported", arch);
+        return err_setf(err, err_len, ERR_UNSUPPORTED, "%s: causal bert is not supported", arch);
     int pool;
     if ((rc = get_hp_int_min(g, arch, "pooling_type", 0, MODEL_POOL_NONE, MODEL_POOL_NONE,
                              MODEL_POOL_RANK, &pool, err, err_len)))
@@ -588,13 +574,13 @@ static int load_bert_tensors(const struct gguf *g, struct model *m, char *err, s
             (rc = get_vec(g, NAME("layer_output_norm.bias"), d, 0, &L->ffn_norm_b, err, err_len)))
             return rc;
         if (gguf_tensor_find(g, NAME("ffn_gate.weight")))
-            return fail(err, err_len, ERR_UNSUPPORTED, "%s: gated bert FFN is not supported", n);
+            return err_setf(err, err_len, ERR_UNSUPPORTED, "%s: gated bert FFN is not supported", n);
 #undef NAME
     }
     char extra[GGUF_MAX_NAME + 1];
     snprintf(extra, sizeof extra, "blk.%d.attn_q.weight", hp->n_layer);
     if (gguf_tensor_find(g, extra))
-        return fail(err, err_len, ERR_CORRUPT, "tensor %s beyond block_count %d", extra,
+        return err_setf(err, err_len, ERR_CORRUPT, "tensor %s beyond block_count %d", extra,
                     hp->n_layer);
     return 0;
 }
@@ -603,7 +589,7 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
 {
     const char *arch = gguf_architecture(g);
     if (!arch)
-        return fail(err, err_len, ERR_CORRUPT, "no general.architecture");
+        return err_setf(err, err_len, ERR_CORRUPT, "no general.architecture");
     struct model *m = calloc(1, sizeof *m);
     if (!m)
         return ERR_NOMEM;
@@ -612,7 +598,7 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
         if (strcmp(arch, ARCHS[i].name) == 0)
             m->hp.arch = ARCHS[i].arch;
     if (!m->hp.arch) {
-        rc = fail(err, err_len, ERR_UNSUPPORTED, "unsupported architecture '%s'", arch);
+        rc = err_setf(err, err_len, ERR_UNSUPPORTED, "unsupported architecture '%s'", arch);
         goto out;
     }
     int bert = m->hp.arch == MODEL_ARCH_BERT;
@@ -621,11 +607,11 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
         goto out;
     const struct gguf_tensor *te = gguf_tensor_find(g, "token_embd.weight");
     if (!te) {
-        rc = fail(err, err_len, ERR_CORRUPT, "missing tensor token_embd.weight");
+        rc = err_setf(err, err_len, ERR_CORRUPT, "missing tensor token_embd.weight");
         goto out;
     }
     if (te->ne[1] < 1 || te->ne[1] > MODEL_MAX_VOCAB) {
-        rc = fail(err, err_len, ERR_CORRUPT, "token_embd.weight: %" PRId64 " rows (max %d)",
+        rc = err_setf(err, err_len, ERR_CORRUPT, "token_embd.weight: %" PRId64 " rows (max %d)",
                   te->ne[1], MODEL_MAX_VOCAB);
         goto out;
     }
@@ -635,13 +621,13 @@ int model_load_gguf(struct gguf *g, struct model **out, char *err, size_t err_le
                          err_len)))
         goto out;
     if (vs != m->hp.n_vocab) {
-        rc = fail(err, err_len, ERR_CORRUPT, "%s.vocab_size %d != token_embd rows %d", arch, vs,
+        rc = err_setf(err, err_len, ERR_CORRUPT, "%s.vocab_size %d != token_embd rows %d", arch, vs,
                   m->hp.n_vocab);
         goto out;
     }
     struct gguf_arr toks;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", &toks) == 0 && toks.n > (uint64_t)m->hp.n_vocab) {
-        rc = fail(err, err_len, ERR_CORRUPT, "%llu tokens in the vocabulary but %d embedding rows",
+        rc = err_setf(err, err_len, ERR_CORRUPT, "%llu tokens in the vocabulary but %d embedding rows",
                   (unsigned long long)toks.n, m->hp.n_vocab);
         goto out;
     }

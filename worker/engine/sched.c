@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "kernels/kn.h"
 #include "worker/engine/generate.h"
 #include "worker/engine/kv.h"
@@ -267,14 +268,6 @@ void sched_get_stats(const struct sched *s, struct sched_stats *out)
 
 /* ---- requests in and out ---------------------------------------------------- */
 
-static uint64_t fnv1a(const char *p)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *p; p++)
-        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
-    return h;
-}
-
 static int wait_push_back(struct sched *s, struct sseq *q)
 {
     if (s->n_wait == s->cap_wait) {
@@ -315,7 +308,7 @@ int sched_add(struct sched *s, const char *id, struct gen_params *gp, struct gen
         goto fail;
     }
     if (!r->gp.seed_given)
-        r->gp.seed = fnv1a(id);
+        r->gp.seed = hash_fnv(id, strlen(id));
     r->id = dup_str(id);
     if (!r->id) {
         rc = ERR_NOMEM;
