@@ -28,6 +28,11 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 PKGS     := libuv sqlite3 libpq libzstd jansson libcurl openssl libpcre2-8 zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser
+# What each binary's layers need: common/ (zstd, jansson, curl, OpenSSL) for
+# all three; text/ adds PCRE2 (pre-tokenizer regexes); jobd adds SQLite,
+# libpq, libuv, http-parser and zlib. jobctl links common/'s alone.
+PKG_LIBS_COMMON := $(shell pkg-config --libs libzstd jansson libcurl openssl 2>/dev/null)
+PKG_LIBS_TEXT   := $(shell pkg-config --libs libpcre2-8 2>/dev/null)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wformat=2 -Wvla -Wno-unused-parameter
@@ -40,7 +45,8 @@ CFLAGS_ASAN := $(CSTD) $(WARN) $(DEFS) $(INCS) -O1 -g -pthread -MMD -MP \
                -fno-omit-frame-pointer
 LDFLAGS_REL  := -g -pthread
 LDFLAGS_ASAN := -g -pthread -fsanitize=address,undefined
-LDLIBS   := $(PKG_LIBS) -lm -pthread
+SYS_LIBS := -lm -pthread
+LDLIBS   := $(PKG_LIBS) $(SYS_LIBS)
 
 # ---- CUDA -------------------------------------------------------------------
 CUDA_HOME ?= /usr/local/cuda
@@ -58,13 +64,27 @@ ifeq ($(CUDA),1)
   NVCCFLAGS  := -std=c++17 -O3 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP $(NVCC_EXTRA)
   CFLAGS_REL += -DKN_HAVE_CUDA
   CUDA_LIBS  ?= -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
-  LDLIBS     += $(CUDA_LIBS) -lstdc++
+  CUDA_LDLIBS := $(CUDA_LIBS) -lstdc++
+  LDLIBS     += $(CUDA_LDLIBS)
 endif
 
-# ---- sources ------------------------------------------------------------------
-# Every .c under the library folders (jobd/ and worker/ have one sub-folder
-# per layer: see the README's layout table).
-LIB_SRC   := $(sort $(shell find common text openai jobd worker kernels/cpu -name '*.c'))
+# ---- sources and layers ---------------------------------------------------------
+# Every module of scripts/check-includes is one folder and one archive
+# (build/obj/lib/libjobd_api.a for jobd/api). LAYERS lists them top-down:
+# an archive may call only archives to its right (its ALLOWED list there), so
+# one pass of the linker in this order resolves every right-way call. Each
+# binary links only its own layers (jobctl: common alone), so a call into
+# another binary's layers fails to link, and scripts/check-links refuses,
+# before any binary links, an archive that calls a module it may not use.
+LAYERS := jobd jobd/api jobd/intake jobd/work jobd/webhook jobd/tokens jobd/ui jobd/account \
+          jobd/store jobd/http worker worker/run worker/engine kernels/cuda kernels/cpu \
+          openai text common/gram common
+ifneq ($(CUDA),1)
+LAYERS := $(filter-out kernels/cuda,$(LAYERS))
+endif
+JOBD_LAYERS   := $(filter jobd jobd/% openai text common common/%,$(LAYERS))
+WORKER_LAYERS := $(filter worker worker/% kernels/% openai text common common/%,$(LAYERS))
+JOBCTL_LAYERS := common
 BINS      := jobd jobworker jobctl
 UNIT_SRC  := $(sort $(shell find tests/unit -name '*.c'))
 INTEG_SRC := $(wildcard tests/integration/*.c)
@@ -78,8 +98,7 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c common/utf8.c \
                $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
                worker/engine/forward_cpu.c \
-               worker/engine/forward_cuda.c worker/engine/kv.c text/gguf.c \
-               text/tok_gguf.c text/tok.c text/tok_unicode.c text/chat.c text/jinja.c \
+               worker/engine/forward_cuda.c worker/engine/kv.c $(wildcard text/*.c) \
                common/gram/gram.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 
@@ -89,9 +108,17 @@ GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/
 UI_ASSETS := $(sort $(wildcard jobd/ui/assets/*))
 GEN_SRC   := $(BUILD)/gen/schema_sql.c $(BUILD)/gen/schema_pg_sql.c $(BUILD)/gen/ui_assets.c
 
-REL_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o) \
-                $(GEN_SRC:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o)
-ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/obj/%.o) $(GEN_SRC:$(BUILD)/gen/%.c=$(BUILD)/asan/obj/gen/%.o)
+# $(call layer_objs,TREE,LAYER): the objects of one layer's archive (generated
+# sources belong to the layer that uses them).
+layer_objs = $(patsubst %.c,$(1)/%.o,$(wildcard $(2)/*.c)) \
+             $(if $(filter kernels/cuda,$(2)),$(patsubst %.cu,$(1)/%.cu.o,$(CUDA_SRC))) \
+             $(if $(filter jobd/store,$(2)),$(1)/gen/schema_sql.o $(1)/gen/schema_pg_sql.o) \
+             $(if $(filter jobd/ui,$(2)),$(1)/gen/ui_assets.o)
+# $(call layer_libs,TREE,LAYERS): their archives, in link order.
+layer_libs = $(foreach l,$(2),$(1)/lib/lib$(subst /,_,$(l)).a)
+ASAN_LAYERS := $(filter-out kernels/cuda,$(LAYERS))
+REL_LIBS  := $(call layer_libs,$(BUILD)/obj,$(LAYERS))
+ASAN_LIBS := $(call layer_libs,$(BUILD)/asan/obj,$(ASAN_LAYERS))
 
 REL_BINS  := $(BINS:%=$(BUILD)/%)
 ASAN_BINS := $(BINS:%=$(BUILD)/asan/%)
@@ -165,30 +192,56 @@ $(BUILD)/asan/obj/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/asan/obj/.flags
 	@$(if $(Q),echo '  CC asan $<')
 	$(Q)$(CC) $(CFLAGS_ASAN) -c $< -o $@
 
+# ---- archives -------------------------------------------------------------------
+define archive_rule
+$(1)/lib/lib$(subst /,_,$(2)).a: $(call layer_objs,$(1),$(2))
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(Q),echo '  AR      $$@')
+	$$(Q)rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call archive_rule,$(BUILD)/obj,$(l))))
+$(foreach l,$(ASAN_LAYERS),$(eval $(call archive_rule,$(BUILD)/asan/obj,$(l))))
+
+# The layer check of the archives' symbols (scripts/check-links): every
+# binary of a tree links after it, so a wrong-way call fails the build.
+$(BUILD)/obj/lib/layers.ok: $(REL_LIBS) scripts/check-links scripts/check-includes
+	$(Q)scripts/check-links $(REL_LIBS) && touch $@
+$(BUILD)/asan/obj/lib/layers.ok: $(ASAN_LIBS) scripts/check-links scripts/check-includes
+	$(Q)scripts/check-links $(ASAN_LIBS) && touch $@
+
 # ---- link ---------------------------------------------------------------------
-$(BUILD)/%: $(BUILD)/obj/cmd/%/main.o $(REL_LIB_OBJ)
-	@$(if $(Q),echo '  LD      $@')
-	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
+# $(call link,LDFLAGS,LIBS): objects first, then the archives in layer order.
+link = $(CC) $(1) $(filter %.o,$^) $(filter %.a,$^) -o $@ $(2)
+JOBD_LDLIBS   := $(PKG_LIBS) $(SYS_LIBS)
+WORKER_LDLIBS := $(PKG_LIBS_TEXT) $(PKG_LIBS_COMMON) $(SYS_LIBS)
+JOBCTL_LDLIBS := $(PKG_LIBS_COMMON) $(SYS_LIBS)
 
-$(BUILD)/asan/%: $(BUILD)/asan/obj/cmd/%/main.o $(ASAN_LIB_OBJ)
-	@$(if $(Q),echo '  LD      $@')
-	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
+# jobctl is main.c plus its command files (cmd/jobctl/*.c).
+JOBCTL_SRC := $(wildcard cmd/jobctl/*.c)
 
-# jobctl is main.c plus its command files (cmd/jobctl/*.c): extra prerequisites
-# of the pattern rules above, which link all of $^.
-JOBCTL_SRC := $(filter-out cmd/jobctl/main.c,$(wildcard cmd/jobctl/*.c))
-$(BUILD)/jobctl: $(JOBCTL_SRC:%.c=$(BUILD)/obj/%.o)
-$(BUILD)/asan/jobctl: $(JOBCTL_SRC:%.c=$(BUILD)/asan/obj/%.o)
+define binary_rules
+$(BUILD)/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(2)) $(call layer_libs,$(BUILD)/obj,$(3)) | $(BUILD)/obj/lib/layers.ok
+	@$$(if $$(Q),echo '  LD      $$@')
+	$$(Q)$$(call link,$$(LDFLAGS_REL),$(4) $(5))
 
-$(BUILD)/asan/tests/unit: $(UNIT_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIB_OBJ)
+$(BUILD)/asan/$(1): $(patsubst %.c,$(BUILD)/asan/obj/%.o,$(2)) $(call layer_libs,$(BUILD)/asan/obj,$(filter-out kernels/cuda,$(3))) | $(BUILD)/asan/obj/lib/layers.ok
+	@$$(if $$(Q),echo '  LD      $$@')
+	$$(Q)$$(call link,$$(LDFLAGS_ASAN),$(4))
+endef
+$(eval $(call binary_rules,jobd,cmd/jobd/main.c,$(JOBD_LAYERS),$(JOBD_LDLIBS)))
+$(eval $(call binary_rules,jobworker,cmd/jobworker/main.c,$(WORKER_LAYERS),$(WORKER_LDLIBS),$(CUDA_LDLIBS)))
+$(eval $(call binary_rules,jobctl,$(JOBCTL_SRC),$(JOBCTL_LAYERS),$(JOBCTL_LDLIBS)))
+
+# The test programs exercise every layer: they link every archive.
+$(BUILD)/asan/tests/unit: $(UNIT_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIBS) | $(BUILD)/asan/obj/lib/layers.ok
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  LD      $@')
-	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
+	$(Q)$(call link,$(LDFLAGS_ASAN),$(PKG_LIBS) $(SYS_LIBS))
 
-$(BUILD)/asan/tests/integration: $(INTEG_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIB_OBJ)
+$(BUILD)/asan/tests/integration: $(INTEG_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIBS) | $(BUILD)/asan/obj/lib/layers.ok
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  LD      $@')
-	$(Q)$(CC) $(LDFLAGS_ASAN) $^ -o $@ $(LDLIBS)
+	$(Q)$(call link,$(LDFLAGS_ASAN),$(PKG_LIBS) $(SYS_LIBS))
 
 # GPU parity tests: optimised build (ASan and the CUDA runtime do not mix).
 $(BUILD)/tests/cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(TH_SRC:%.c=$(BUILD)/obj/%.o) $(GPU_LIB_OBJ)
@@ -204,10 +257,10 @@ $(BUILD)/gpu_bench: $(BUILD)/obj/tests/cuda/bench/gpu_bench.o $(GPU_LIB_OBJ)
 
 # Benchmark programs: optimised build.
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
-$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIB_OBJ)
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIBS) | $(BUILD)/obj/lib/layers.ok
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo '  LD      $@')
-	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
+	$(Q)$(call link,$(LDFLAGS_REL),$(LDLIBS))
 
 # ---- top-level targets --------------------------------------------------------
 deps:

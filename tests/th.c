@@ -31,6 +31,13 @@ void th_register(const char *name, th_fn fn)
     th_n_tests++;
 }
 
+void th_register_demo(const char *name, th_fn fn)
+{
+    const char *d = getenv("TH_DEMO");
+    if (d && strcmp(d, "1") == 0)
+        th_register(name, fn);
+}
+
 void th_fail(const char *file, int line, const char *expr, const char *fmt, ...)
 {
     printf("FAIL %s %s:%d: %s", th_current, file, line, expr);

@@ -38,6 +38,15 @@ __attribute__((noreturn)) void th_skip(const char *reason);
     __attribute__((constructor)) static void th_reg_##name(void) { th_register(#name, name); } \
     static void name(void)
 
+/* A test of the harness itself that misbehaves on purpose (fails, crashes,
+ * hangs): registered only when TH_DEMO=1, so it never counts in a normal run
+ * (tests/py/test_harness.py runs the th_demo_* tests that way). */
+void th_register_demo(const char *name, th_fn fn);
+#define TEST_DEMO(name)                                                              \
+    static void name(void);                                                          \
+    __attribute__((constructor)) static void th_reg_##name(void) { th_register_demo(#name, name); } \
+    static void name(void)
+
 #define CHECK(expr)                                                   \
     do {                                                              \
         if (!(expr))                                                  \

@@ -23,6 +23,15 @@ def test_c_runner_reports_failures_crashes_timeouts():
     assert out.strip().splitlines()[-1] == "# tally 0 4 1", out
 
 
+def test_demo_tests_exist_only_under_th_demo():
+    # a normal run neither runs nor counts the tests that misbehave on purpose
+    unit = binary("tests/unit")
+    r = run([unit, "th_demo_"], env={"TH_DEMO": "0"}, timeout=60)
+    assert r.returncode == 0, r.stdout
+    assert "th_demo_" not in r.stdout, r.stdout
+    assert r.stdout.strip().splitlines()[-1] == "# tally 0 0 0", r.stdout
+
+
 def test_summary_line_and_exit_status():
     unit = binary("tests/unit")
     # a failing suite: tests/run must exit non-zero and end with the summary

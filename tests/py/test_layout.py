@@ -1,10 +1,13 @@
-"""The layout's include rules (scripts/check-includes, run by `make check`):
-the real tree obeys them, and the checker itself catches a forbidden include,
-a misplaced system header and an include cycle in small synthetic trees."""
+"""The layout's rules: includes (scripts/check-includes, run by `make check`)
+and calls (scripts/check-links, run by every build before a binary links).
+The real tree obeys them; the checkers catch a forbidden include, a misplaced
+system header, an include cycle and a wrong-way call in small synthetic
+trees; and the shipped binaries carry only their own layers."""
 import os
 import subprocess
 import sys
 
+import harness
 from harness import ROOT, tmpdir
 
 CHECK = os.path.join(ROOT, "scripts", "check-includes")
@@ -91,3 +94,51 @@ def test_layout_checker_refuses_jobd_including_the_worker_or_openai_the_engine()
     assert 'jobd/tokens/tokens.c:2: "worker/engine/sched.h": module jobd/tokens may not include worker/engine' in out, out
     assert 'openai/params.c:1: "worker/engine/sched.h": module openai may not include worker/engine' in out, out
     assert "tokens.c:1:" not in out, out
+
+
+def _archive(root, module, src):
+    """Compile src into build/lib<module>.a under root (one object per module)."""
+    d = os.path.join(root, "lib")
+    os.makedirs(d, exist_ok=True)
+    c = os.path.join(root, module.replace("/", "_") + ".c")
+    with open(c, "w") as f:
+        f.write(src)
+    o = c[:-2] + ".o"
+    subprocess.run(["cc", "-c", c, "-o", o], check=True)
+    a = os.path.join(d, "lib" + module.replace("/", "_") + ".a")
+    subprocess.run(["ar", "rcs", a, o], check=True)
+    return a
+
+
+def test_link_checker_refuses_a_wrong_way_call_between_archives():
+    root = tmpdir()
+    common = _archive(root, "common", "int buf_len(void) { return 1; }\n")
+    engine = _archive(root, "worker/engine", "int buf_len(void);\nint engine_step(void) { return buf_len(); }\n")
+    # text may use common and common/gram, never the engine
+    text = _archive(root, "text", "int engine_step(void);\nint buf_len(void);\n"
+                    "int tok_count(void) { return engine_step() + buf_len(); }\n")
+    r = subprocess.run([os.path.join(ROOT, "scripts/check-links"), text, engine, common],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "libtext.a(text.o): calls engine_step, defined in worker/engine (libworker_engine.a): " \
+           "text may not use worker/engine" in r.stdout, r.stdout
+    assert "buf_len" not in r.stdout, r.stdout  # the right-way call is fine
+    ok = subprocess.run([os.path.join(ROOT, "scripts/check-links"), engine, common],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("check-links: ok (2 archives, 1 calls"), ok.stdout
+
+
+def test_built_binaries_link_only_their_layers():
+    # jobctl carries no database, event loop or engine; jobd no engine or kernels
+    jobctl, jobd = harness.binary("jobctl", asan=False), harness.binary("jobd", asan=False)
+    if not (os.path.exists(jobctl) and os.path.exists(jobd)):
+        raise harness.Skip("release binaries not built")
+    need = subprocess.run(["readelf", "-d", jobctl], capture_output=True, text=True, check=True).stdout
+    for lib in ("libsqlite3", "libpq", "libuv", "libpcre2"):
+        assert lib not in need, need
+    for path, banned in ((jobctl, ("store_open", "engine_open", "sched_new", "kn_matmul", "tok_new", "http_server")),
+                         (jobd, ("engine_open", "sched_new", "kn_matmul", "model_forward"))):
+        syms = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout
+        names = {line.split()[-1] for line in syms.splitlines() if line.strip()}
+        for b in banned:
+            assert not any(n == b or n.startswith(b + "_") for n in names), (path, b)

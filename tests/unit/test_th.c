@@ -1,8 +1,9 @@
 /* Unit tests of the harness itself: process helpers, and failure reporting.
  *
- * th_demo_* tests only misbehave when TH_DEMO=1; tests/py/test_harness.py
- * runs them that way to prove that failures, crashes and timeouts are
- * reported and make the suite exit non-zero. */
+ * The th_demo_* tests misbehave on purpose and exist only when TH_DEMO=1
+ * (TEST_DEMO); tests/py/test_harness.py runs them that way to prove that
+ * failures, crashes and timeouts are reported and make the suite exit
+ * non-zero. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,45 +14,33 @@
 
 #include "tests/th.h"
 
-static int demo(void)
+TEST_DEMO(th_demo_check_fails)
 {
-    const char *d = getenv("TH_DEMO");
-    return d && strcmp(d, "1") == 0;
+    CHECK_EQ_INT(1 + 1, 3);
 }
 
-TEST(th_demo_check_fails)
+TEST_DEMO(th_demo_crash)
 {
-    if (demo())
-        CHECK_EQ_INT(1 + 1, 3);
+    raise(SIGSEGV);
 }
 
-TEST(th_demo_crash)
+TEST_DEMO(th_demo_timeout)
 {
-    if (demo())
-        raise(SIGSEGV);
-}
-
-TEST(th_demo_timeout)
-{
-    if (demo())
-        sleep(30);
+    sleep(30);
 }
 
 static void *volatile th_demo_leaked;
 
-TEST(th_demo_leak)
+TEST_DEMO(th_demo_leak)
 {
-    if (demo()) {
-        th_demo_leaked = malloc(1000);
-        memset(th_demo_leaked, 1, 1000);
-        th_demo_leaked = NULL; /* lost: LeakSanitizer must report it */
-    }
+    th_demo_leaked = malloc(1000);
+    memset(th_demo_leaked, 1, 1000);
+    th_demo_leaked = NULL; /* lost: LeakSanitizer must report it */
 }
 
-TEST(th_demo_skip)
+TEST_DEMO(th_demo_skip)
 {
-    if (demo())
-        SKIP("demonstrating a skip");
+    SKIP("demonstrating a skip");
 }
 
 TEST(th_tmpdir_is_private_and_writable)
