@@ -516,7 +516,7 @@ BEGIN
 END;
 
 -- @migration 6
--- /v1/embeddings batches (issue 22): the endpoint CHECK of batches gains
+-- /v1/embeddings batches: the endpoint CHECK of batches gains
 -- '/v1/embeddings'. SQLite cannot ALTER a CHECK constraint; widening one
 -- changes no stored row, so the table's CREATE text is edited in place
 -- (the procedure of sqlite.org/lang_altertable.html section 7, for changes
@@ -535,7 +535,7 @@ DROP TABLE migration6_check;
 PRAGMA writable_schema = RESET;
 
 -- @migration 7
--- Endpoint routing (issue 22): the endpoints each worker serves for each
+-- Endpoint routing: the endpoints each worker serves for each
 -- model it registered. A batch's lines are leased only to a worker that
 -- serves the batch's endpoint for the asked model (an encoder model serves
 -- /v1/embeddings only; a worker on a device without embeddings serves the

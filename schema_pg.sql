@@ -1,4 +1,4 @@
--- schema_pg.sql - jobd's PostgreSQL schema (the store's second engine, issue 19).
+-- schema_pg.sql - jobd's PostgreSQL schema (the store's second engine).
 --
 -- The same tables, columns, constraints, indexes and invariants as
 -- schema.sql, which stays the documentation of every column: read the
@@ -532,7 +532,7 @@ CREATE TRIGGER results_seq_assign BEFORE INSERT ON results
     FOR EACH ROW EXECUTE FUNCTION results_seq_assign();
 
 -- @migration 2
--- Embeddings (issue 22): SQLite migrations 6 and 7. The endpoint CHECK of
+-- Embeddings: SQLite migrations 6 and 7. The endpoint CHECK of
 -- batches gains '/v1/embeddings' (PostgreSQL alters the constraint; SQLite
 -- edits the table's text), and worker_endpoints holds the endpoints each
 -- worker serves for each model it registered, back-filled with all three
@@ -552,8 +552,8 @@ INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
          UNION ALL SELECT '/v1/embeddings') e;
 
 -- @migration 3
--- Row locks instead of the one writer lock on the hot paths (issue 19,
--- PostgreSQL only: SQLite has one writer and needs nothing). results.seq
+-- Row locks instead of the one writer lock on the hot paths
+-- (PostgreSQL only: SQLite has one writer and needs nothing). results.seq
 -- comes from a sequence, taken after the row of the result's batch is
 -- locked (FOR NO KEY UPDATE, held to commit): two transactions that write
 -- results of one batch take their numbers one after the other, so within a

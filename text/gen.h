@@ -78,7 +78,7 @@ const char *stop_finish_name(enum stop_finish f);
 /* ---- one request (worker/engine/generate.h) ------------------------------ */
 
 /* Generation parameters of one request (every choice of it). The request
- * parser (worker/openai/params.h) fills them with OpenAI's defaults and
+ * parser (openai/params.h) fills them with OpenAI's defaults and
  * ranges; a gen_params owns its heap copies (gen_params_release). */
 struct gen_params {
     int64_t max_tokens;          /* -1 = not given (context limit) */

@@ -20,7 +20,7 @@
  * consistent, so the getters afterwards only check types. A malformed file
  * gives an error code and a message naming the problem and where it is
  * (e.g. "truncated file (metadata key 12 at offset 4242)"); it never
- * crashes (tests/unit/worker/engine/test_gguf.c, tests/fuzz/fuzz_gguf.c). The parsed form
+ * crashes (tests/unit/text/test_gguf.c, tests/fuzz/fuzz_gguf.c). The parsed form
  * borrows from the mapping: strings and tensor data are pointers into it,
  * valid until gguf_free. Metadata keys and tensor names are copied
  * NUL-terminated; lookups by key or name go through hash tables.

@@ -1,6 +1,6 @@
 /*
  * wakeup.h - wake-ups from the database: work that became leasable on any
- * jobd instance sharing a PostgreSQL database (issue 19).
+ * jobd instance sharing a PostgreSQL database.
  *
  * Design. One thread with a store connection of its own LISTENs for the
  * store's "jobd_work" notifications (store_work_listen / store_work_wait:

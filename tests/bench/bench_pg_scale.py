@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/bench/bench_pg_scale.py - jobd's lease+commit rate and polling
 latency on SQLite (1 jobd) and on PostgreSQL (1 and 2 jobd instances on one
-database and one shared --data), in one run on the same machine (issue 19).
+database and one shared --data), in one run on the same machine.
 
 Each setup: one batch of N requests is submitted and ingested (not timed),
 then W worker processes (instant workers: lease packs of P, answer each

@@ -7,7 +7,7 @@ apply_chat_template does (ImmutableSandboxedEnvironment, trim_blocks=True,
 lstrip_blocks=True, the loopcontrols extension, HF's {% generation %} tag,
 HF's tojson, raise_exception, strftime_now) and writes
 tests/fixtures/chat/renders.json. The C unit test
-(tests/unit/worker/engine/test_jinja.c) renders the same templates with
+(tests/unit/text/test_jinja.c) renders the same templates with
 text/jinja.c and compares byte for byte. jinja2 is NOT needed at
 `make test` time.
 

@@ -1,4 +1,4 @@
-"""/v1/embeddings batches end to end (issue 22), release builds over
+"""/v1/embeddings batches end to end, release builds over
 loopback: the official openai SDK uploads a JSONL of embedding lines,
 creates the batch with endpoint /v1/embeddings, and reads the output and
 error files; a real jobworker serves the tiny Qwen3 embedding fixture

@@ -1,4 +1,4 @@
-"""Batch lifecycle features (issue 20) on a real jobd over loopback, with
+"""Batch lifecycle features on a real jobd over loopback, with
 workerlib's scripted worker committing results: partial results with a
 cursor (GET /v1/batches/{id}/results, jobctl results --follow); rerun of
 an ended batch's lines (POST /v1/batches/{id}/rerun, jobctl rerun); output
@@ -366,7 +366,7 @@ def named(prefix, n):
 
 
 def test_deadline_1h_batch_behind_a_24h_backlog_finishes_first():
-    """The scripted-worker benchmark of issue 20: a tenant's 24h backlog of
+    """The scripted-worker benchmark of the lifecycle features: a tenant's 24h backlog of
     240 requests, then a 1h batch of 12. Leases of 8 serve the 1h batch
     first (earliest deadline first), so it completes after 2 leases while the
     backlog still has 236 to go; metadata.priority outranks the deadline."""

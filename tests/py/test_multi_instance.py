@@ -1,5 +1,5 @@
 """Several jobd instances on one PostgreSQL database and one shared data
-directory (issue 19, README "Scaling out"). Two jobd (A, B) serve the same
+directory (README "Scaling out"). Two jobd (A, B) serve the same
 database and --data; clients alternate between them; one worker is attached
 to A and one to B; a chaos loop kills A or B with SIGKILL twelve times
 during the batches (and once right after a submission, while that batch is

@@ -1,4 +1,4 @@
-"""PostgreSQL store faults (issue 19). The database is stopped in the middle
+"""PostgreSQL store faults. The database is stopped in the middle
 of a batch and started again: jobd recovers without a restart, answers 503
 with Retry-After while the database is away, and the batch completes with
 every custom_id exactly once. The suite starts its own throwaway cluster

@@ -1,5 +1,5 @@
 /*
- * th_pg.h - run store tests on PostgreSQL (issue 19).
+ * th_pg.h - run store tests on PostgreSQL.
  *
  * When JOBD_TEST_PG_URL names a PostgreSQL server (a URL whose user may
  * CREATE DATABASE; scripts/pg-cluster start prints one), th_pg_opts gives

@@ -4,7 +4,7 @@
  * batched scheduler) and a sequential driver over a "next logits" callback
  * (used by one-off runs and tests). Token level: prompts come in as token
  * ids, results go out as text, finish reasons, logprob records and token
- * counts; request bodies and response bodies are worker/openai/'s business.
+ * counts; request bodies and response bodies are openai/'s business.
  *
  * Per-step API. A struct gen_seq is one choice of one request: its prompt
  * ids (borrowed), its generated ids, its random stream (seed, choice index),

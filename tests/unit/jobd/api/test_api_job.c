@@ -59,7 +59,7 @@ TEST(budget_scan_holds_no_pooled_connection)
     api_pool_close(&api.pool);
 }
 
-/* ---- the read pool falls back on idle main-pool connections (issue 19 review) ---- */
+/* ---- the read pool falls back on idle main-pool connections --------------------- */
 
 /* Two pools of one connection each, as on PostgreSQL: rpool {R}, pool {M}.
  * A reader thread's job holds R and, in api_job_unlocked, finds R and M

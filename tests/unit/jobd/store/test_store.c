@@ -836,7 +836,7 @@ TEST(store_paths_spell_the_data_directory_layout)
     CHECK_EQ_INT(store_path_abs("/d", "files/long-name", small, sizeof small), ERR_TOOBIG);
 }
 
-/* LISTEN/NOTIFY (issue 19): a batch reaching in_progress wakes a listener on
+/* LISTEN/NOTIFY: a batch reaching in_progress wakes a listener on
  * another connection once its transaction commits, and not when it rolls
  * back; SQLite has nothing to listen to. */
 TEST(store_work_wakes_a_listener_on_another_connection)

@@ -400,7 +400,7 @@ TEST(lease_validating_batches_are_not_leasable)
     store_close(fx.st);
 }
 
-/* Endpoint routing (issue 22): a worker that declared /v1/embeddings only
+/* Endpoint routing: a worker that declared /v1/embeddings only
  * (an encoder model) is leased the embeddings batch's lines and never the
  * chat batch's; one that declared the generation endpoints the reverse; a
  * model whose live workers do not serve a batch's endpoint is "waiting". */
@@ -1612,7 +1612,7 @@ TEST(lease_concurrent_connections_lease_each_request_once)
     store_close(fx.st);
 }
 
-/* ---- row lock order on PostgreSQL (issue 19 review) ---------------------------------- */
+/* ---- row lock order on PostgreSQL ---------------------------------------------------- */
 
 /* Every hot-path transaction locks rows in one order - its lease, its
  * worker, the batches it may end (in id order), usage_totals - so no two of

@@ -1,6 +1,6 @@
 /*
  * test_generate.c - the sequential driver end to end (worker/engine/generate
- * under worker/openai/request + worker/openai/response) over the
+ * under worker/run/request + openai/response) over the
  * real SmolLM2 tokenizer (tests/fixtures/tok/smollm2_vocab.json, the GGUF's
  * tokenizer arrays) and a scripted "model": the callback returns a logits
  * row that puts 10 on the next token of a script, 9 on a fixed runner-up and
