@@ -109,3 +109,28 @@ out:
     chat_msgs_release(&m);
     return rc;
 }
+
+int chat_msgs_from_body(const json_t *body, struct chat_msgs *m, struct problem *err)
+{
+    const json_t *msgs = json_object_get(body, "messages");
+    struct chat_msgs cm;
+    if (!msgs || json_is_null(msgs))
+        return problem_setf(err, "missing_required_parameter", "messages",
+                            "Missing required parameter: 'messages'.");
+    int rc = chat_msgs_parse(msgs, &cm);
+    if (rc == ERR_INVAL)
+        return problem_setf(err, "invalid_value", "messages",
+                            "Invalid 'messages': expected a non-empty array of {role, content} "
+                            "objects with roles system, developer, user or assistant and text "
+                            "content.");
+    if (rc == ERR_TOOBIG)
+        return problem_setf(err, "invalid_value", "messages",
+                            "Invalid 'messages': too many messages or content too long.");
+    if (rc)
+        return rc;
+    if (m)
+        *m = cm;
+    else
+        chat_msgs_release(&cm);
+    return 0;
+}

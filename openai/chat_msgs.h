@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "common/problem.h"
 #include "text/chat.h"
 
 /* Messages parsed from JSON; owns the joined contents. */
@@ -34,5 +35,13 @@ struct chat_msgs {
  * CHAT_MAX_PROMPT_BYTES), ERR_NOMEM. */
 int chat_msgs_parse(const json_t *messages, struct chat_msgs *m);
 void chat_msgs_release(struct chat_msgs *m);
+
+/* The `messages` of a chat body, parsed as chat_msgs_parse does, with the
+ * request error a user sees: missing_required_parameter when absent or
+ * null, invalid_value for any other refusal (param "messages" in both).
+ * This is the rule jobd's upload validation and the worker share. m may be
+ * NULL to check only. Returns 0 (and *m when m is given), ERR_INVAL with
+ * *err filled, ERR_NOMEM. */
+int chat_msgs_from_body(const json_t *body, struct chat_msgs *m, struct problem *err);
 
 #endif

@@ -14,26 +14,14 @@
 #include "common/gram/gram.h"
 #include "common/js.h"
 
-__attribute__((format(printf, 4, 5))) static int bfail(struct gram_error *err, const char *param,
-                                                      const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    snprintf(err->param, sizeof err->param, "%s", param);
-    err->code = code;
-    return ERR_INVAL;
-}
-
 static int schema_text(const json_t *schema, struct buf *out)
 {
     return js_dump(out, schema);
 }
 
-int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *err)
+int gp_format_parse(const json_t *body, struct gram **out, struct problem *err)
 {
-    struct gram_error e0;
+    struct problem e0;
     if (!err)
         err = &e0;
     memset(err, 0, sizeof *err);
@@ -55,7 +43,7 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
                 continue;
         }
         if (given)
-            return bfail(err, fields[i], "invalid_value",
+            return problem_setf(err, "invalid_value", fields[i],
                          "Only one of 'response_format', 'guided_json', 'guided_regex' and "
                          "'guided_choice' may be given; got '%s' and '%s'.", given, fields[i]);
         given = fields[i];
@@ -72,7 +60,7 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
     int rc = 0;
     json_t *v = json_object_get(body, given);
     if (strcmp(given, "guided_grammar") == 0) {
-        rc = bfail(err, given, "unsupported_parameter",
+        rc = problem_setf(err, "unsupported_parameter", given,
                    "Unsupported parameter: 'guided_grammar' is not supported by this server "
                    "(use guided_json, guided_regex or guided_choice).");
         goto out;
@@ -80,7 +68,7 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
     if (strcmp(given, "response_format") == 0) {
         json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
         if (!json_is_string(t)) {
-            rc = bfail(err, "response_format", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "response_format",
                        "Invalid 'response_format': expected an object with a 'type' of 'text', "
                        "'json_object' or 'json_schema'.");
             goto out;
@@ -92,7 +80,7 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
             json_t *js = json_object_get(v, "json_schema");
             snprintf(param, sizeof param, "response_format.json_schema");
             if (!json_is_object(js)) {
-                rc = bfail(err, param, "missing_required_parameter",
+                rc = problem_setf(err, "missing_required_parameter", param,
                            "Missing required parameter: 'response_format.json_schema'.");
                 goto out;
             }
@@ -101,14 +89,14 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
                 json_string_length(name) > 64 ||
                 strspn(json_string_value(name), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                 "0123456789_-") != json_string_length(name)) {
-                rc = bfail(err, "response_format.json_schema.name", "invalid_value",
+                rc = problem_setf(err, "invalid_value", "response_format.json_schema.name",
                            "Invalid 'response_format.json_schema.name': expected a string of 1 to 64 "
                            "characters a-z, A-Z, 0-9, '_' or '-'.");
                 goto out;
             }
             json_t *st = json_object_get(js, "strict");
             if (st && !json_is_boolean(st) && !json_is_null(st)) {
-                rc = bfail(err, "response_format.json_schema.strict", "invalid_type",
+                rc = problem_setf(err, "invalid_type", "response_format.json_schema.strict",
                            "Invalid type for 'response_format.json_schema.strict': expected a boolean.");
                 goto out;
             }
@@ -124,16 +112,16 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
                     goto out;
                 }
             } else if (!json_is_object(sc) && !json_is_boolean(sc)) {
-                rc = bfail(err, param, "invalid_type",
+                rc = problem_setf(err, "invalid_type", param,
                            "Invalid type for '%s': expected an object.", param);
                 goto out;
             } else if ((rc = schema_text(sc, &src)) != 0) {
-                rc = bfail(err, param, "invalid_value", "Invalid '%s': the schema is larger than %u bytes.",
+                rc = problem_setf(err, "invalid_value", param, "Invalid '%s': the schema is larger than %u bytes.",
                            param, GRAM_MAX_SCHEMA_BYTES);
                 goto out;
             }
         } else {
-            rc = bfail(err, "response_format.type", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "response_format.type",
                        "Invalid value for 'response_format.type': '%.40s'. Supported values are: "
                        "'text', 'json_object' and 'json_schema'.", ty);
             goto out;
@@ -143,18 +131,18 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
         snprintf(label, sizeof label, "Invalid schema in 'guided_json': ");
         if (json_is_string(v)) {
             if (buf_append(&src, json_string_value(v), json_string_length(v)) != 0) {
-                rc = bfail(err, given, "invalid_value", "Invalid 'guided_json': the schema is larger "
+                rc = problem_setf(err, "invalid_value", given, "Invalid 'guided_json': the schema is larger "
                            "than %u bytes.", GRAM_MAX_SCHEMA_BYTES);
                 goto out;
             }
         } else if (json_is_object(v) || json_is_boolean(v)) {
             if (schema_text(v, &src) != 0) {
-                rc = bfail(err, given, "invalid_value", "Invalid 'guided_json': the schema is larger "
+                rc = problem_setf(err, "invalid_value", given, "Invalid 'guided_json': the schema is larger "
                            "than %u bytes.", GRAM_MAX_SCHEMA_BYTES);
                 goto out;
             }
         } else {
-            rc = bfail(err, given, "invalid_type",
+            rc = problem_setf(err, "invalid_type", given,
                        "Invalid type for 'guided_json': expected an object or a string.");
             goto out;
         }
@@ -162,12 +150,12 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
         kind = GRAM_REGEX;
         snprintf(label, sizeof label, "Invalid 'guided_regex': ");
         if (!json_is_string(v)) {
-            rc = bfail(err, given, "invalid_type",
+            rc = problem_setf(err, "invalid_type", given,
                        "Invalid type for 'guided_regex': expected a string.");
             goto out;
         }
         if (buf_append(&src, json_string_value(v), json_string_length(v)) != 0) {
-            rc = bfail(err, given, "invalid_value", "Invalid 'guided_regex': longer than %d bytes.",
+            rc = problem_setf(err, "invalid_value", given, "Invalid 'guided_regex': longer than %d bytes.",
                        GRAM_MAX_REGEX_BYTES);
             goto out;
         }
@@ -176,7 +164,7 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
         snprintf(label, sizeof label, "Invalid 'guided_choice': ");
         if (!json_is_array(v) || json_array_size(v) == 0 ||
             json_array_size(v) > GRAM_MAX_CHOICES) {
-            rc = bfail(err, given, "invalid_type",
+            rc = problem_setf(err, "invalid_type", given,
                        "Invalid 'guided_choice': expected an array of 1 to %d non-empty strings.",
                        GRAM_MAX_CHOICES);
             goto out;
@@ -185,27 +173,27 @@ int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *er
             json_t *s = json_array_get(v, i);
             if (!json_is_string(s) || json_string_length(s) == 0 ||
                 memchr(json_string_value(s), 0, json_string_length(s))) {
-                rc = bfail(err, given, "invalid_value",
+                rc = problem_setf(err, "invalid_value", given,
                            "Invalid 'guided_choice[%zu]': expected a non-empty string.", i);
                 goto out;
             }
             if ((i && buf_append_byte(&src, 0) != 0) ||
                 buf_append(&src, json_string_value(s), json_string_length(s)) != 0) {
-                rc = bfail(err, given, "invalid_value", "Invalid 'guided_choice': larger than %u bytes.",
+                rc = problem_setf(err, "invalid_value", given, "Invalid 'guided_choice': larger than %u bytes.",
                            GRAM_MAX_SCHEMA_BYTES);
                 goto out;
             }
         }
     }
     (void)what;
-    struct gram_error ce;
+    struct problem ce;
     memset(&ce, 0, sizeof ce);
     rc = gram_cache_get(kind, src.data ? src.data : "", src.len, out, &ce);
     if (rc && rc != ERR_NOMEM) {
-        bfail(err, param, "invalid_value", "%s%s", label, ce.message);
+        problem_setf(err, "invalid_value", param, "%s%s", label, ce.message);
         rc = rc == ERR_TOOBIG ? ERR_TOOBIG : ERR_INVAL;
         if (strstr(ce.message, "not supported"))
-            err->code = "unsupported_value";
+            snprintf(err->code, sizeof err->code, "%s", "unsupported_value");
     }
 out:
     buf_release(&src);

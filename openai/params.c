@@ -17,20 +17,7 @@
 #include "common/crypto.h"
 #include "common/err.h"
 
-int gp_fail(struct gp_error *err, const char *param, const char *code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-        snprintf(err->param, sizeof err->param, "%s", param ? param : "");
-        err->code = code;
-    }
-    return ERR_INVAL;
-}
-
-json_t *gp_error_json(const struct gp_error *err)
+json_t *gp_error_json(const struct problem *err)
 {
     json_t *e = json_object(), *o = json_object();
     if (!e || !o)
@@ -38,7 +25,7 @@ json_t *gp_error_json(const struct gp_error *err)
     if (json_object_set_new(e, "message", json_string(err->message)) ||
         json_object_set_new(e, "type", json_string("invalid_request_error")) ||
         json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null()) ||
-        json_object_set_new(e, "code", err->code ? json_string(err->code) : json_null()))
+        json_object_set_new(e, "code", err->code[0] ? json_string(err->code) : json_null()))
         goto fail;
     if (json_object_set_new(o, "error", e)) {
         e = NULL;
@@ -65,6 +52,12 @@ static const char *type_name(const json_t *v)
     }
 }
 
+/* The bound token ids are checked against: n_vocab, or 2^31 when unknown (0). */
+static size_t id_bound(size_t n_vocab)
+{
+    return n_vocab ? n_vocab : (size_t)INT32_MAX + 1;
+}
+
 /* The member, or NULL when absent or JSON null. */
 static json_t *member(const json_t *body, const char *key)
 {
@@ -74,23 +67,23 @@ static json_t *member(const json_t *body, const char *key)
 
 /* Number field in [lo, hi] (lo_open: lo excluded). *present 0 when absent. */
 static int get_dec(const json_t *body, const char *key, double lo, int lo_open, double hi,
-                   double *out, int *present, struct gp_error *err)
+                   double *out, int *present, struct problem *err)
 {
     json_t *v = member(body, key);
     *present = 0;
     if (!v)
         return 0;
     if (!json_is_number(v))
-        return gp_fail(err, key, "invalid_type",
+        return problem_setf(err, "invalid_type", key,
                        "Invalid type for '%s': expected a decimal, but got %s instead.", key,
                        type_name(v));
     double d = json_number_value(v);
     if (!isfinite(d) || d < lo || (lo_open && d == lo))
-        return gp_fail(err, key, "decimal_below_min_value",
+        return problem_setf(err, "decimal_below_min_value", key,
                        "Invalid '%s': decimal below minimum value. Expected a value %s %g, but "
                        "got %g instead.", key, lo_open ? ">" : ">=", lo, d);
     if (d > hi)
-        return gp_fail(err, key, "decimal_above_max_value",
+        return problem_setf(err, "decimal_above_max_value", key,
                        "Invalid '%s': decimal above maximum value. Expected a value <= %g, but "
                        "got %g instead.", key, hi, d);
     *out = d;
@@ -99,23 +92,23 @@ static int get_dec(const json_t *body, const char *key, double lo, int lo_open, 
 }
 
 static int get_int(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,
-                   int *present, struct gp_error *err)
+                   int *present, struct problem *err)
 {
     json_t *v = member(body, key);
     *present = 0;
     if (!v)
         return 0;
     if (!json_is_integer(v))
-        return gp_fail(err, key, "invalid_type",
+        return problem_setf(err, "invalid_type", key,
                        "Invalid type for '%s': expected an integer, but got %s instead.", key,
                        type_name(v));
     int64_t x = json_integer_value(v);
     if (x < lo)
-        return gp_fail(err, key, "integer_below_min_value",
+        return problem_setf(err, "integer_below_min_value", key,
                        "Invalid '%s': integer below minimum value. Expected a value >= %" PRId64
                        ", but got %" PRId64 " instead.", key, lo, x);
     if (x > hi)
-        return gp_fail(err, key, "integer_above_max_value",
+        return problem_setf(err, "integer_above_max_value", key,
                        "Invalid '%s': integer above maximum value. Expected a value <= %" PRId64
                        ", but got %" PRId64 " instead.", key, hi, x);
     *out = x;
@@ -124,14 +117,14 @@ static int get_int(const json_t *body, const char *key, int64_t lo, int64_t hi, 
 }
 
 static int get_bool(const json_t *body, const char *key, int *out, int *present,
-                    struct gp_error *err)
+                    struct problem *err)
 {
     json_t *v = member(body, key);
     *present = 0;
     if (!v)
         return 0;
     if (!json_is_boolean(v))
-        return gp_fail(err, key, "invalid_type",
+        return problem_setf(err, "invalid_type", key,
                        "Invalid type for '%s': expected a boolean, but got %s instead.", key,
                        type_name(v));
     *out = json_is_true(v);
@@ -139,7 +132,7 @@ static int get_bool(const json_t *body, const char *key, int *out, int *present,
     return 0;
 }
 
-static int parse_stop(const json_t *body, struct gen_params *p, struct gp_error *err)
+static int parse_stop(const json_t *body, struct gen_params *p, struct problem *err)
 {
     json_t *v = member(body, "stop");
     if (!v)
@@ -150,31 +143,31 @@ static int parse_stop(const json_t *body, struct gen_params *p, struct gp_error 
     if (json_is_array(v)) {
         n = json_array_size(v);
         if (n > STOP_MAX)
-            return gp_fail(err, "stop", "array_above_max_length",
+            return problem_setf(err, "array_above_max_length", "stop",
                            "Invalid 'stop': array too long. Expected an array with maximum "
                            "length %d, but got an array with length %zu instead.", STOP_MAX, n);
         items = NULL;
     } else if (!json_is_string(v)) {
-        return gp_fail(err, "stop", "invalid_type",
+        return problem_setf(err, "invalid_type", "stop",
                        "Invalid type for 'stop': expected a string or an array of strings, but "
                        "got %s instead.", type_name(v));
     }
     for (size_t i = 0; i < n; i++) {
         json_t *s = items ? items[i] : json_array_get(v, i);
         if (!json_is_string(s))
-            return gp_fail(err, "stop", "invalid_type",
+            return problem_setf(err, "invalid_type", "stop",
                            "Invalid type for 'stop[%zu]': expected a string, but got %s instead.",
                            i, type_name(s));
         size_t len = json_string_length(s);
         if (len == 0)
-            return gp_fail(err, "stop", "invalid_value",
+            return problem_setf(err, "invalid_value", "stop",
                            "Invalid 'stop[%zu]': stop sequences must not be empty.", i);
         if (len > STOP_MAX_BYTES)
-            return gp_fail(err, "stop", "string_above_max_length",
+            return problem_setf(err, "string_above_max_length", "stop",
                            "Invalid 'stop[%zu]': string too long. Expected at most %u bytes, but "
                            "got %zu.", i, STOP_MAX_BYTES, len);
         if (memchr(json_string_value(s), 0, len))
-            return gp_fail(err, "stop", "invalid_value",
+            return problem_setf(err, "invalid_value", "stop",
                            "Invalid 'stop[%zu]': NUL characters are not allowed.", i);
         p->stop[i] = strdup(json_string_value(s));
         if (!p->stop[i])
@@ -186,18 +179,18 @@ static int parse_stop(const json_t *body, struct gen_params *p, struct gp_error 
 }
 
 static int parse_bias(const json_t *body, size_t n_vocab, struct gen_params *p,
-                      struct gp_error *err)
+                      struct problem *err)
 {
     json_t *v = member(body, "logit_bias");
     if (!v)
         return 0;
     if (!json_is_object(v))
-        return gp_fail(err, "logit_bias", "invalid_type",
+        return problem_setf(err, "invalid_type", "logit_bias",
                        "Invalid type for 'logit_bias': expected an object, but got %s instead.",
                        type_name(v));
     size_t n = json_object_size(v);
     if (n > GP_MAX_LOGIT_BIAS)
-        return gp_fail(err, "logit_bias", "invalid_value",
+        return problem_setf(err, "invalid_value", "logit_bias",
                        "Invalid 'logit_bias': at most %d tokens may be biased, got %zu.",
                        GP_MAX_LOGIT_BIAS, n);
     if (n == 0)
@@ -213,17 +206,17 @@ static int parse_bias(const json_t *body, size_t n_vocab, struct gen_params *p,
         errno = 0;
         long long id = strtoll(key, &end, 10);
         if (!key[0] || *end || errno || key[0] == '-' || key[0] == '+' || key[0] == ' ' ||
-            id < 0 || (n_vocab && (unsigned long long)id >= n_vocab))
-            return gp_fail(err, "logit_bias", "invalid_value",
+            id < 0 || id > INT32_MAX || (n_vocab && (unsigned long long)id >= n_vocab))
+            return problem_setf(err, "invalid_value", "logit_bias",
                            "Invalid 'logit_bias': key '%.40s' is not a token id in [0, %zu).",
-                           key, n_vocab);
+                           key, id_bound(n_vocab));
         if (!json_is_number(val))
-            return gp_fail(err, "logit_bias", "invalid_type",
+            return problem_setf(err, "invalid_type", "logit_bias",
                            "Invalid type for 'logit_bias.%.40s': expected a number, but got %s "
                            "instead.", key, type_name(val));
         double b = json_number_value(val);
         if (!(b >= -100 && b <= 100))
-            return gp_fail(err, "logit_bias", "invalid_value",
+            return problem_setf(err, "invalid_value", "logit_bias",
                            "Invalid 'logit_bias.%.40s': bias must be in [-100, 100], got %g.",
                            key, b);
         p->bias[i].id = (int32_t)id;
@@ -237,11 +230,11 @@ static int parse_bias(const json_t *body, size_t n_vocab, struct gen_params *p,
 
 /* Token array -> owned ids. */
 static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_prompt *out,
-                     struct gp_error *err)
+                     struct problem *err)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
-        return gp_fail(err, "prompt", "invalid_value", "Invalid 'prompt[%zu]': empty token list.",
+        return problem_setf(err, "invalid_value", "prompt", "Invalid 'prompt[%zu]': empty token list.",
                        pi);
     out->ids = malloc(n * sizeof *out->ids);
     if (!out->ids)
@@ -249,14 +242,14 @@ static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_pro
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(arr, i);
         if (!json_is_integer(t))
-            return gp_fail(err, "prompt", "invalid_type",
+            return problem_setf(err, "invalid_type", "prompt",
                            "Invalid type for 'prompt': token lists must hold integers, got %s.",
                            type_name(t));
         int64_t id = json_integer_value(t);
         if (id < 0 || id > INT32_MAX || (n_vocab && (uint64_t)id >= n_vocab))
-            return gp_fail(err, "prompt", "invalid_value",
+            return problem_setf(err, "invalid_value", "prompt",
                            "Invalid 'prompt': token id %" PRId64 " is out of range [0, %zu).", id,
-                           n_vocab);
+                           id_bound(n_vocab));
         out->ids[i] = (int32_t)id;
     }
     out->n_ids = n;
@@ -264,11 +257,11 @@ static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_pro
 }
 
 static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p,
-                        struct gp_error *err)
+                        struct problem *err)
 {
     json_t *v = member(body, "prompt");
     if (!v)
-        return gp_fail(err, "prompt", "missing_required_parameter",
+        return problem_setf(err, "missing_required_parameter", "prompt",
                        "Missing required parameter: 'prompt'.");
     size_t n = 1;
     int kind; /* 0 one string, 1 strings, 2 one token list, 3 token lists */
@@ -277,30 +270,30 @@ static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p
     } else if (json_is_array(v)) {
         n = json_array_size(v);
         if (n == 0)
-            return gp_fail(err, "prompt", "invalid_value", "Invalid 'prompt': empty array.");
+            return problem_setf(err, "invalid_value", "prompt", "Invalid 'prompt': empty array.");
         json_t *first = json_array_get(v, 0);
         kind = json_is_string(first) ? 1 : json_is_integer(first) ? 2 : json_is_array(first) ? 3 : -1;
         if (kind < 0)
-            return gp_fail(err, "prompt", "invalid_type",
+            return problem_setf(err, "invalid_type", "prompt",
                            "Invalid type for 'prompt': expected a string, an array of strings, "
                            "an array of integers or an array of arrays of integers.");
         for (size_t i = 1; i < n; i++) {
             json_t *e = json_array_get(v, i);
             int k = json_is_string(e) ? 1 : json_is_integer(e) ? 2 : json_is_array(e) ? 3 : -1;
             if (k != kind)
-                return gp_fail(err, "prompt", "invalid_type",
+                return problem_setf(err, "invalid_type", "prompt",
                                "Invalid type for 'prompt[%zu]': all elements must have the same "
                                "type.", i);
         }
         if (kind == 2)
             n = 1;
     } else {
-        return gp_fail(err, "prompt", "invalid_type",
+        return problem_setf(err, "invalid_type", "prompt",
                        "Invalid type for 'prompt': expected a string or an array, but got %s "
                        "instead.", type_name(v));
     }
     if (n > GP_MAX_PROMPTS)
-        return gp_fail(err, "prompt", "array_above_max_length",
+        return problem_setf(err, "array_above_max_length", "prompt",
                        "Invalid 'prompt': at most %d prompts per request, got %zu.",
                        GP_MAX_PROMPTS, n);
     p->prompts = calloc(n, sizeof *p->prompts);
@@ -326,19 +319,19 @@ static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p
 }
 
 /* Fields we cannot honour: refuse rather than ignore. */
-static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct gp_error *err)
+static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct problem *err)
 {
     static const char *const never[] = {"audio", "prediction", NULL};
     for (int i = 0; never[i]; i++)
         if (member(body, never[i]))
-            return gp_fail(err, never[i], "unsupported_parameter",
+            return problem_setf(err, "unsupported_parameter", never[i],
                            "Unsupported parameter: '%s' is not supported by this server.",
                            never[i]);
     static const char *const lists[] = {"tools", "functions", NULL};
     for (int i = 0; lists[i]; i++) {
         json_t *v = member(body, lists[i]);
         if (v && !(json_is_array(v) && json_array_size(v) == 0))
-            return gp_fail(err, lists[i], "unsupported_parameter",
+            return problem_setf(err, "unsupported_parameter", lists[i],
                            "Unsupported parameter: '%s' (tool calling) is not supported by this "
                            "server.", lists[i]);
     }
@@ -346,28 +339,28 @@ static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct gp
     if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
                  json_is_string(json_array_get(mod, 0)) &&
                  strcmp(json_string_value(json_array_get(mod, 0)), "text") == 0))
-        return gp_fail(err, "modalities", "unsupported_value",
+        return problem_setf(err, "unsupported_value", "modalities",
                        "Unsupported value: 'modalities' only supports [\"text\"] on this server.");
     int b = 0, present = 0, rc;
     if ((rc = get_bool(body, "stream", &b, &present, err)) != 0)
         return rc;
     if (b)
-        return gp_fail(err, "stream", "unsupported_value",
+        return problem_setf(err, "unsupported_value", "stream",
                        "Unsupported value: 'stream' must be false in a batch request.");
     if (ep == GP_COMPLETIONS) {
         if ((rc = get_bool(body, "echo", &b, &present, err)) != 0)
             return rc;
         if (b)
-            return gp_fail(err, "echo", "unsupported_value",
+            return problem_setf(err, "unsupported_value", "echo",
                            "Unsupported value: 'echo' is not supported by this server (it needs "
                            "prompt logprobs).");
         json_t *sfx = member(body, "suffix");
         if (sfx && !json_is_string(sfx))
-            return gp_fail(err, "suffix", "invalid_type",
+            return problem_setf(err, "invalid_type", "suffix",
                            "Invalid type for 'suffix': expected a string, but got %s instead.",
                            type_name(sfx));
         if (sfx && json_string_length(sfx) > 0)
-            return gp_fail(err, "suffix", "unsupported_value",
+            return problem_setf(err, "unsupported_value", "suffix",
                            "Unsupported value: 'suffix' (insertion) is not supported by this "
                            "server.");
     }
@@ -375,7 +368,7 @@ static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct gp
 }
 
 int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_request *out,
-             struct gp_error *err)
+             struct problem *err)
 {
     struct gp_request p;
     int rc, present;
@@ -388,7 +381,7 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
     p.gen.n = 1;
     smp_params_init(&p.gen.smp);
     if (!json_is_object(body)) {
-        rc = gp_fail(err, "", "invalid_type", "The request body must be a JSON object.");
+        rc = problem_setf(err, "invalid_type", "", "The request body must be a JSON object.");
         goto out;
     }
     if (ep != GP_CHAT && ep != GP_COMPLETIONS) {
@@ -399,12 +392,12 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
         goto out;
     /* structured outputs: response_format / guided_* (common/gram) */
     {
-        struct gram_error ge;
+        struct problem ge;
         rc = gp_format_parse(body, &p.gen.grammar, &ge);
         if (rc == ERR_NOMEM)
             goto out;
         if (rc) {
-            rc = gp_fail(err, ge.param, ge.code ? ge.code : "invalid_value", "%s", ge.message);
+            rc = problem_setf(err, ge.code[0] ? ge.code : "invalid_value", ge.param, "%s", ge.message);
             goto out;
         }
     }
@@ -474,7 +467,7 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
         if ((rc = get_int(body, "top_logprobs", 0, SMP_MAX_TOP_LOGPROBS, &iv, &present, err)) != 0)
             goto out;
         if (present && !lp) {
-            rc = gp_fail(err, "top_logprobs", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "top_logprobs",
                          "Invalid value: 'top_logprobs' requires 'logprobs' to be true.");
             goto out;
         }
@@ -489,12 +482,12 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
         if ((rc = get_int(body, "best_of", 1, INT32_MAX, &iv, &present, err)) != 0)
             goto out;
         if (present && iv < p.gen.n) {
-            rc = gp_fail(err, "best_of", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "best_of",
                          "Invalid 'best_of': must be greater than or equal to 'n' (%d).", p.gen.n);
             goto out;
         }
         if (present && iv != p.gen.n) {
-            rc = gp_fail(err, "best_of", "unsupported_value",
+            rc = problem_setf(err, "unsupported_value", "best_of",
                          "Unsupported value: 'best_of' > 'n' (server-side ranking) is not "
                          "supported by this server.");
             goto out;
@@ -502,7 +495,7 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
         if ((rc = parse_prompt(body, n_vocab, &p, err)) != 0)
             goto out;
         if (p.n_prompts * (size_t)p.gen.n > GP_MAX_CHOICES) {
-            rc = gp_fail(err, "n", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "n",
                          "Invalid 'n': %zu prompts x n=%d exceeds %d choices per request.",
                          p.n_prompts, p.gen.n, GP_MAX_CHOICES);
             goto out;

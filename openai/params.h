@@ -82,6 +82,7 @@
 #include <stdint.h>
 
 #include "common/gram/gram.h"
+#include "common/problem.h"
 #include "text/gen.h"
 
 #define GP_MAX_N 8
@@ -109,18 +110,15 @@ struct gp_request {
     size_t n_prompts;
 };
 
-struct gp_error {
-    char message[320];
-    char param[64];              /* "" = null */
-    const char *code;            /* "invalid_type", "invalid_value", ... or NULL */
-};
-
 /* Parse body for endpoint ep; n_vocab bounds token ids (logit_bias keys,
- * prompt tokens). Returns 0 and fills *out (release with gp_release), or
+ * prompt tokens). n_vocab 0 means the vocabulary is unknown (jobd's upload
+ * validation, which has no model): ids are then checked against 0..2^31-1
+ * only, and every other rule is the same, so a body jobd accepts fails in
+ * a worker only on what needs the model. Returns 0 and fills *out (release with gp_release), or
  * ERR_INVAL with *err filled (message names the param), or ERR_NOMEM /
  * ERR_CRYPTO (no OS randomness for the default seed). */
 int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_request *out,
-             struct gp_error *err);
+             struct problem *err);
 void gp_release(struct gp_request *p);
 
 /* The output constraint body asks for (format.c): response_format {"type":
@@ -131,15 +129,10 @@ void gp_release(struct gp_request *p);
  * reference, or *out NULL when the body asks for none; ERR_INVAL /
  * ERR_UNSUPPORTED / ERR_TOOBIG with err's message, param and code filled;
  * ERR_NOMEM. gp_parse calls it for gen.grammar. */
-int gp_format_parse(const json_t *body, struct gram **out, struct gram_error *err);
-
-/* Fill err with a message (printf format), param and code. Returns ERR_INVAL
- * so callers can `return gp_fail(...)`. */
-int gp_fail(struct gp_error *err, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+int gp_format_parse(const json_t *body, struct gram **out, struct problem *err);
 
 /* The OpenAI error body {"error":{"message","type","param","code"}} for err
  * (type "invalid_request_error"). New reference, NULL only on out of memory. */
-json_t *gp_error_json(const struct gp_error *err);
+json_t *gp_error_json(const struct problem *err);
 
 #endif

@@ -8,21 +8,21 @@
 #include "common/err.h"
 #include "openai/chat_msgs.h"
 
-static int ctx_error(struct gp_error *err, enum gp_endpoint ep, size_t n_ctx, size_t n_prompt,
+static int ctx_error(struct problem *err, enum gp_endpoint ep, size_t n_ctx, size_t n_prompt,
                      int64_t max_tokens, int overflow)
 {
     const char *param = ep == GP_CHAT ? "messages" : "prompt";
     if (overflow)
-        return gp_fail(err, param, "context_length_exceeded",
+        return problem_setf(err, "context_length_exceeded", param,
                        "This model's maximum context length is %zu tokens. However, your %s "
                        "resulted in more than %zu tokens. Please reduce the length of the %s.",
                        n_ctx, param, n_ctx, param);
     if (max_tokens < 0)
-        return gp_fail(err, param, "context_length_exceeded",
+        return problem_setf(err, "context_length_exceeded", param,
                        "This model's maximum context length is %zu tokens. However, your %s "
                        "resulted in %zu tokens, leaving no room for the completion. Please "
                        "reduce the length of the %s.", n_ctx, param, n_prompt, param);
-    return gp_fail(err, param, "context_length_exceeded",
+    return problem_setf(err, "context_length_exceeded", param,
                    "This model's maximum context length is %zu tokens. However, you requested "
                    "%zu tokens (%zu in the %s, %lld in the completion). Please reduce the "
                    "length of the %s or completion.", n_ctx, n_prompt + (size_t)max_tokens,
@@ -31,7 +31,7 @@ static int ctx_error(struct gp_error *err, enum gp_endpoint ep, size_t n_ctx, si
 
 /* Tokenize text into a fresh array of at most n_ctx ids. */
 static int encode_capped(const struct prompt_model *m, enum gp_endpoint ep, const char *text,
-                         size_t len, struct gen_prompt *out, struct gp_error *err)
+                         size_t len, struct gen_prompt *out, struct problem *err)
 {
     size_t cap = m->n_ctx, n = 0;
     int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
@@ -55,39 +55,27 @@ static int encode_capped(const struct prompt_model *m, enum gp_endpoint ep, cons
 
 static int build_prompts(const struct prompt_model *m, enum gp_endpoint ep, const json_t *body,
                          const struct gp_request *gp, struct gen_prompt *pr, size_t n_pr,
-                         struct gp_error *err)
+                         struct problem *err)
 {
     int rc;
     if (ep == GP_CHAT) {
-        json_t *msgs = json_object_get(body, "messages");
         struct chat_msgs cm;
         struct buf text;
-        if (!msgs || json_is_null(msgs))
-            return gp_fail(err, "messages", "missing_required_parameter",
-                           "Missing required parameter: 'messages'.");
-        if (!m->tmpl)
-            return ERR_INVAL;
-        rc = chat_msgs_parse(msgs, &cm);
-        if (rc == ERR_INVAL)
-            return gp_fail(err, "messages", "invalid_value",
-                           "Invalid 'messages': expected a non-empty array of {role, content} "
-                           "objects with roles system, developer, user or assistant and text "
-                           "content.");
-        if (rc == ERR_TOOBIG)
-            return gp_fail(err, "messages", "invalid_value",
-                           "Invalid 'messages': too many messages or content too long.");
-        if (rc)
+        const json_t *msgs = json_object_get(body, "messages");
+        if (!m->tmpl && msgs && !json_is_null(msgs))
+            return ERR_INVAL; /* no template: not a request error (err left empty) */
+        if ((rc = chat_msgs_from_body(body, &cm, err)))
             return rc;
         buf_init(&text, CHAT_MAX_PROMPT_BYTES);
         char why[256];
         rc = chat_render_err(m->tmpl, cm.v, cm.n, 1, 0, &text, why, sizeof why);
         chat_msgs_release(&cm);
         if (rc == ERR_INVAL && why[0])
-            rc = gp_fail(err, "messages", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "messages",
                          "Invalid 'messages': this model's chat template cannot render the "
                          "conversation: %s", why);
         else if (rc == ERR_INVAL)
-            rc = gp_fail(err, "messages", "invalid_value",
+            rc = problem_setf(err, "invalid_value", "messages",
                          "Invalid 'messages': this model's chat template cannot render the "
                          "conversation (roles must alternate user/assistant%s).",
                          "; some templates accept no system message");
@@ -117,7 +105,7 @@ static int build_prompts(const struct prompt_model *m, enum gp_endpoint ep, cons
 
 int prompt_build(const struct prompt_model *m, enum gp_endpoint ep, const json_t *body,
                  const struct gp_request *gp, struct gen_prompt **out, size_t *n_out,
-                 struct gp_error *err)
+                 struct problem *err)
 {
     if (!m || !m->t || !body || !gp || !out || !n_out || m->n_ctx == 0)
         return ERR_INVAL;
@@ -128,7 +116,7 @@ int prompt_build(const struct prompt_model *m, enum gp_endpoint ep, const json_t
     int rc = build_prompts(m, ep, body, gp, pr, n_pr, err);
     for (size_t i = 0; rc == 0 && i < n_pr; i++) {
         if (pr[i].n == 0)
-            rc = gp_fail(err, ep == GP_CHAT ? "messages" : "prompt", "invalid_value",
+            rc = problem_setf(err, "invalid_value", ep == GP_CHAT ? "messages" : "prompt",
                          "Invalid '%s': the prompt is empty after tokenization.",
                          ep == GP_CHAT ? "messages" : "prompt");
         else if (pr[i].n >= m->n_ctx ||

@@ -42,6 +42,6 @@ struct prompt_model {
  * template), or ERR_NOMEM / tokenizer errors. */
 int prompt_build(const struct prompt_model *m, enum gp_endpoint ep, const json_t *body,
                  const struct gp_request *gp, struct gen_prompt **out, size_t *n_out,
-                 struct gp_error *err);
+                 struct problem *err);
 
 #endif

@@ -35,7 +35,7 @@ static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
 
 /* A request refused with an OpenAI-shaped error: its JSON body on out for
  * --json, and the message in err. */
-static void request_error(const struct oneshot_opts *o, FILE *out, const struct gp_error *gerr, int rc,
+static void request_error(const struct oneshot_opts *o, FILE *out, const struct problem *gerr, int rc,
                           char *err, size_t err_len)
 {
     if (o->json_path) {
@@ -320,7 +320,7 @@ static int run_embed(const struct oneshot_opts *o, json_t *body, FILE *out, FILE
         goto out;
     }
     const char *name = json_string_value(json_object_get(body, "model"));
-    struct gp_error gerr;
+    struct problem gerr;
     memset(&gerr, 0, sizeof gerr);
     int64_t n_tok = 0;
     uint64_t t0 = clock_mono_ns();
@@ -390,7 +390,7 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
     struct oreq_model gm = {e.t, ct, (size_t)e.n_ctx, name ? name : base_name(o->model_path),
                             NULL, slot_next_logits, &e};
     struct oreq_opts go = {NULL, 0, slot_on_done, &e};
-    struct gp_error gerr;
+    struct problem gerr;
     memset(&gerr, 0, sizeof gerr);
     rc = oreq_run(&gm, ep, body, &go, &resp, &gerr);
     if (rc == ERR_INVAL && gerr.message[0]) {

@@ -712,7 +712,7 @@ static void run_embeds(struct wl *w, const struct engine *e, struct model_ctx **
     size_t n_in = 0;
     int64_t n_tok = 0;
     for (size_t i = 0; i < k; i++) {
-        struct gp_error gerr;
+        struct problem gerr;
         memset(&gerr, 0, sizeof gerr);
         int prc = oembed_prepare(*ectx, e->tok, a[i].body, &pp[i], &gerr);
         if (prc == ERR_INVAL && gerr.message[0]) { /* the request's error: answered now */

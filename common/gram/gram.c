@@ -237,7 +237,7 @@ void gb_add_utf8_multibyte(struct gb *b, int r)
 
 /* ---- finishing: left recursion / empty loops, flattening -------------------------- */
 
-static void set_err(struct gram_error *err, const char *msg)
+static void set_err(struct problem *err, const char *msg)
 {
     if (err)
         snprintf(err->message, sizeof err->message, "%s", msg);
@@ -320,7 +320,7 @@ static int left_cycle(const struct gb *b, uint8_t *nullable, int *rule_out)
     return cyc;
 }
 
-int gb_finish(struct gb *b, struct gram **out, struct gram_error *err)
+int gb_finish(struct gb *b, struct gram **out, struct problem *err)
 {
     int rc = b->rc, cyc_rule = 0;
     struct gram *g = NULL;

@@ -63,6 +63,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/problem.h"
+
 #define GRAM_MAX_STACKS 64          /* stacks per matcher state */
 #define GRAM_MAX_DEPTH 128          /* frames per stack */
 #define GRAM_MAX_ELEMS (1u << 20)   /* elements of one grammar */
@@ -77,13 +79,9 @@ struct gram;
 struct gram_vocab;
 struct gram_matcher;
 
-/* A compile error for the user: why, and (openai/ gp_format_parse) which
- * request field with which OpenAI error code. */
-struct gram_error {
-    char message[320];
-    char param[64];      /* e.g. "response_format"; "" when not known */
-    const char *code;    /* "invalid_value", "unsupported_parameter", ...; NULL when not known */
-};
+/* A compile error is a struct problem (common/problem.h): the compilers
+ * fill its message; openai/ gp_format_parse adds which request field, with
+ * which OpenAI error code. */
 
 /* ---- compilers (each returns 0 and a new grammar with one reference, or
  * ERR_INVAL / ERR_UNSUPPORTED / ERR_TOOBIG with err->message filled, or
@@ -95,19 +93,19 @@ struct gram_error {
  * (...) (?:...), |, * + ? {n} {n,} {n,m} (lazy `?` accepted: same
  * language), ^ at the start and $ at the end. Refused: backreferences,
  * lookaround, named groups, \b, non-ASCII inside classes. */
-int gram_compile_regex(const char *re, size_t len, struct gram **out, struct gram_error *err);
+int gram_compile_regex(const char *re, size_t len, struct gram **out, struct problem *err);
 
 /* Exactly one of the strings ch[0..n) (lens[i] bytes each, 1..n <=
  * GRAM_MAX_CHOICES, duplicates allowed). */
 int gram_compile_choice(const char *const *ch, const size_t *lens, size_t n, struct gram **out,
-                        struct gram_error *err);
+                        struct problem *err);
 
 /* Any JSON object (response_format json_object). */
-int gram_compile_json_object(struct gram **out, struct gram_error *err);
+int gram_compile_json_object(struct gram **out, struct problem *err);
 
 /* A JSON Schema given as JSON text (at most GRAM_MAX_SCHEMA_BYTES). */
 int gram_compile_json_schema(const char *schema, size_t len, struct gram **out,
-                             struct gram_error *err);
+                             struct problem *err);
 
 /* ---- the process-wide compile cache -------------------------------------- */
 
@@ -126,7 +124,7 @@ enum gram_kind { GRAM_REGEX = 1, GRAM_CHOICE = 2, GRAM_JSON_OBJECT = 3, GRAM_JSO
 #define GRAM_CACHE_ENTRIES 64
 #define GRAM_CACHE_MAX_ELEMS (64u << 10)   /* larger grammars are not kept (8 B per element) */
 int gram_cache_get(enum gram_kind kind, const char *src, size_t len, struct gram **out,
-                   struct gram_error *err);
+                   struct problem *err);
 
 /* ---- grammars --------------------------------------------------------------- */
 

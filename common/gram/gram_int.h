@@ -70,7 +70,7 @@ int gb_repeat(struct gb *b, int r, int64_t min, int64_t max); /* r{min,max}; max
 
 /* Finish: root is rule 0. Refuses left recursion / empty loops
  * (ERR_INVAL with err), an empty rule set. Consumes b. */
-int gb_finish(struct gb *b, struct gram **out, struct gram_error *err);
+int gb_finish(struct gb *b, struct gram **out, struct problem *err);
 
 /* The UTF-8 "any character" pieces the compilers share: adds to rule r
  * alternatives for every multi-byte UTF-8 character (2, 3, 4 bytes, no
@@ -82,7 +82,7 @@ void gb_add_utf8_multibyte(struct gb *b, int r);
  * characters are produced inside a JSON string (the regex matches the
  * decoded value; `"`, `\` and control characters are produced escaped). */
 int gram_regex_rule(struct gb *b, const char *re, size_t len, int json_string,
-                    struct gram_error *err);
+                    struct problem *err);
 
 struct gram_cache_ent;
 

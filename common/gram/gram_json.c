@@ -38,7 +38,7 @@ struct memo {
 struct jc {
     struct gb *b;
     json_t *root;
-    struct gram_error *err;
+    struct problem *err;
     int failed;
     int depth;
     int ref_depth;          /* $ref targets being compiled, outermost first */
@@ -162,7 +162,7 @@ static int string_rule(struct jc *c, int64_t min, int64_t max)
 /* a rule from regex text (not a JSON string) */
 static int regex(struct jc *c, const char *re)
 {
-    struct gram_error e;
+    struct problem e;
     memset(&e, 0, sizeof e);
     int r = gram_regex_rule(c->b, re, strlen(re), 0, &e);
     if (r < 0 && !c->b->rc)
@@ -385,7 +385,7 @@ static int number_rule(struct jc *c, json_t *s, int integer)
     }
     int r = -1;
     if (o.data && o.len <= GRAM_MAX_REGEX_BYTES) {
-        struct gram_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         r = gram_regex_rule(c->b, o.data, o.len, 0, &e);
         if (r < 0 && !c->b->rc)
@@ -480,7 +480,7 @@ static int string_type(struct jc *c, json_t *s)
         /* JSON Schema patterns search: unanchored ends take any characters */
         int a0 = n > 0 && p[0] == '^';
         int a1 = n > 0 && p[n - 1] == '$' && !(n > 1 && p[n - 2] == '\\');
-        struct gram_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         int body = gram_regex_rule(c->b, p, n, 1, &e);
         if (body < 0) {
@@ -1027,7 +1027,7 @@ static int compile(struct jc *c, json_t *s, const char *seg)
     return ok(c) ? r : -1;
 }
 
-static void jc_init(struct jc *c, struct gb *b, struct gram_error *err)
+static void jc_init(struct jc *c, struct gb *b, struct problem *err)
 {
     memset(c, 0, sizeof *c);
     c->b = b;
@@ -1052,7 +1052,7 @@ static int jc_finish(struct jc *c, int r, int root, struct gram **out)
     return gb_finish(c->b, out, c->err);
 }
 
-int gram_compile_json_object(struct gram **out, struct gram_error *err)
+int gram_compile_json_object(struct gram **out, struct problem *err)
 {
     struct gb b;
     struct jc c;
@@ -1068,7 +1068,7 @@ int gram_compile_json_object(struct gram **out, struct gram_error *err)
 }
 
 int gram_compile_json_schema(const char *text, size_t len, struct gram **out,
-                             struct gram_error *err)
+                             struct problem *err)
 {
     if (!text || !out)
         return ERR_INVAL;
@@ -1103,7 +1103,7 @@ struct cache_slot {
     size_t len;
     struct gram *g;          /* NULL: a cached failure */
     int rc;
-    struct gram_error err;
+    struct problem err;
     uint64_t used;
 };
 
@@ -1112,7 +1112,7 @@ static struct cache_slot g_cache[GRAM_CACHE_ENTRIES];
 static uint64_t g_cache_tick;
 
 static int compile_kind(enum gram_kind kind, const char *src, size_t len, struct gram **out,
-                        struct gram_error *err)
+                        struct problem *err)
 {
     switch (kind) {
     case GRAM_REGEX:
@@ -1155,9 +1155,9 @@ static int compile_kind(enum gram_kind kind, const char *src, size_t len, struct
 }
 
 int gram_cache_get(enum gram_kind kind, const char *src, size_t len, struct gram **out,
-                   struct gram_error *err)
+                   struct problem *err)
 {
-    struct gram_error e0;
+    struct problem e0;
     if (!err)
         err = &e0;
     memset(err, 0, sizeof *err);

@@ -31,7 +31,7 @@ struct rx {
     size_t n, i;
     int json;
     int nest;
-    struct gram_error *err;
+    struct problem *err;
     int failed;
 };
 
@@ -492,7 +492,7 @@ static int rx_alt(struct rx *x)
 }
 
 int gram_regex_rule(struct gb *b, const char *re, size_t len, int json_string,
-                    struct gram_error *err)
+                    struct problem *err)
 {
     struct rx x = {b, re, len, 0, json_string, 0, err, 0};
     if (len > GRAM_MAX_REGEX_BYTES)
@@ -511,7 +511,7 @@ int gram_regex_rule(struct gb *b, const char *re, size_t len, int json_string,
     return r;
 }
 
-int gram_compile_regex(const char *re, size_t len, struct gram **out, struct gram_error *err)
+int gram_compile_regex(const char *re, size_t len, struct gram **out, struct problem *err)
 {
     struct gb b;
     gb_init(&b);
@@ -535,7 +535,7 @@ int gram_compile_regex(const char *re, size_t len, struct gram **out, struct gra
 }
 
 int gram_compile_choice(const char *const *ch, const size_t *lens, size_t n, struct gram **out,
-                        struct gram_error *err)
+                        struct problem *err)
 {
     if (!ch || !lens || !out)
         return ERR_INVAL;

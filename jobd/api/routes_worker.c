@@ -50,7 +50,7 @@
 
 /* ---- answers --------------------------------------------------------------------- */
 
-static void jerr(struct api_job *j, const struct lease_error *e)
+static void jerr(struct api_job *j, const struct problem *e)
 {
     buf_reset(&j->out);
     j->status = lease_write_error(&j->out, e) ? 500 : e->status;
@@ -60,7 +60,7 @@ static void jerr(struct api_job *j, const struct lease_error *e)
 
 static void jerr_from(struct api_job *j, int rc, const char *what)
 {
-    struct lease_error e;
+    struct problem e;
     lease_error_from(rc, &e);
     if (e.status >= 500)
         log_error("%s: %s", what, err_msg(rc));
@@ -76,7 +76,7 @@ static void api_internal(struct api_job *j, int rc, const char *what)
 }
 
 /* Answer a protocol parse error at once. */
-static void answer_error(struct http_req *req, const struct lease_error *e)
+static void answer_error(struct http_req *req, const struct problem *e)
 {
     struct buf b;
     buf_init(&b, 4096);
@@ -124,7 +124,7 @@ static void h_register(struct http_req *req, void *arg)
         return api_job_run(req, NULL);
     size_t len;
     const char *body = http_req_body(req, &len);
-    struct lease_error e;
+    struct problem e;
     if (lease_parse_register(body, len, &j->reg, &e)) {
         answer_error(req, &e);
         free(j);
@@ -221,7 +221,7 @@ static void h_lease(struct http_req *req, void *arg)
         return api_job_run(req, NULL);
     size_t len;
     const char *body = http_req_body(req, &len);
-    struct lease_error e;
+    struct problem e;
     if (lease_parse_ask(&api->cfg.lease, body, len, &j->ask, &e)) {
         answer_error(req, &e);
         free(j);
@@ -271,7 +271,7 @@ static void h_heartbeat(struct http_req *req, void *arg)
         return api_job_run(req, NULL);
     size_t len;
     const char *body = http_req_body(req, &len);
-    struct lease_error e;
+    struct problem e;
     if (lease_parse_heartbeat(&api->cfg.lease, body, len, &j->hb, &e)) {
         answer_error(req, &e);
         free(j);
@@ -296,7 +296,7 @@ static void results_run(struct api_job *job, struct store *st)
     struct results_job *j = (struct results_job *)job;
     struct api *api = job->api;
     struct lease_results r;
-    struct lease_error e;
+    struct problem e;
     memset(&r, 0, sizeof r);
     int rc = lease_results_parse(j->body, j->body_len, j->compressed, &r, &e);
     if (rc)
@@ -341,7 +341,7 @@ static void h_results(struct http_req *req, void *arg)
     struct results_job *j = calloc(1, sizeof *j);
     if (!j)
         return api_job_run(req, NULL);
-    struct lease_error e = {400, "invalid_request", "", 0};
+    struct problem e = {.status = 400, .code = "invalid_request"};
     if (copy_header_id(req, "X-Worker-Id", "wrk_", j->worker_id) ||
         copy_header_id(req, "X-Lease-Id", "lease_", j->lease_id)) {
         snprintf(e.message, sizeof e.message, "X-Worker-Id (wrk_...) and X-Lease-Id (lease_...) are required");
@@ -399,7 +399,7 @@ static void h_release(struct http_req *req, void *arg)
         return api_job_run(req, NULL);
     size_t len;
     const char *body = http_req_body(req, &len);
-    struct lease_error e;
+    struct problem e;
     if (lease_parse_release(body, len, &j->rel, &e)) {
         answer_error(req, &e);
         free(j);

@@ -26,7 +26,7 @@ struct errlist {
     json_t *arr; /* [{code, line, message, param}] */
 };
 
-static int errlist_add(struct errlist *el, const struct ingest_error *e)
+static int errlist_add(struct errlist *el, const struct problem *e)
 {
     json_t *o = json_pack("{s:s, s:o, s:s, s:o}", "code", e->code, "line",
                           e->line > 0 ? json_integer(e->line) : json_null(), "message", e->message,
@@ -40,13 +40,14 @@ __attribute__((format(printf, 5, 6))) static int errlist_addf(struct errlist *el
                                                               int64_t line, const char *param,
                                                               const char *fmt, ...)
 {
-    struct ingest_error e = {.line = line};
-    snprintf(e.code, sizeof e.code, "%s", code);
-    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    struct problem e;
+    char msg[sizeof e.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    problem_setf(&e, code, param, "%s", msg);
+    e.line = line;
     return errlist_add(el, &e);
 }
 
@@ -150,10 +151,10 @@ static int tx_checkpoint(struct ingest *g, int64_t line)
 
 static int handle_line(struct ingest *g, const char *p, size_t n, int64_t ln)
 {
-    struct ingest_error e = {.line = ln};
+    struct problem e = {.line = ln};
     struct ingest_line l = {0};
     int rc = ingest_line_check(p, n, g->b.endpoint, g->lim, &l, &e);
-    if (rc == ERR_PARSE) {
+    if (rc == ERR_INVAL) {
         e.line = ln;
         return errlist_add(&g->el, &e);
     }
@@ -401,13 +402,13 @@ int ingest_scan_file(const char *path, const char *endpoint, const struct ingest
             continue;
         if (l.kind != JSONL_REQUEST)
             break; /* the end, or where ingest fails the whole file: not this scan's business */
-        struct ingest_error e;
+        struct problem e;
         struct ingest_line il = {0};
         int c = ingest_line_check(l.p, l.n, endpoint, lim, &il, &e);
         if (c == 0 && on_line)
             on_line(ctx, &il);
         ingest_line_release(&il);
-        if (c && c != ERR_PARSE) {
+        if (c && c != ERR_INVAL) {
             rc = c;
             goto out;
         }

@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/problem.h"
 #include "jobd/account/budget.h"
 #include "jobd/store/store.h"
 
@@ -57,13 +58,10 @@ struct ingest_limits {
 /* The documented defaults (spec/jsonl.md). */
 void ingest_limits_default(struct ingest_limits *lim);
 
-/* One validation error, as in the batch's errors.data[] */
-struct ingest_error {
-    char code[40];     /* e.g. "invalid_json_line" (spec/jsonl.md) */
-    int64_t line;      /* 1-based physical line; 0 = the whole file (JSON null) */
-    char message[240];
-    char param[64];    /* "body.messages[2].role"; "" = none (JSON null) */
-};
+/* One validation error, as in the batch's errors.data[], is a struct
+ * problem (common/problem.h): code (spec/jsonl.md), param
+ * ("body.messages"; "" = JSON null), message, and line (1-based physical
+ * line; 0 = the whole file, JSON null). */
 
 /* A valid line, borrowed from root. */
 struct ingest_line {
@@ -81,11 +79,13 @@ struct ingest_line {
 
 /* Check one line (len bytes, without the newline and CR; BOM already
  * removed) against the rules for endpoint ("/v1/chat/completions",
- * "/v1/completions" or "/v1/embeddings"). Returns 0 and fills *out (release it), or ERR_PARSE
- * with *err filled (err->line left 0 for the caller); ERR_NOMEM. */
+ * "/v1/completions" or "/v1/embeddings"); the rules and their order are in
+ * ingest_line.c's header. Returns 0 and fills *out (release it), or ERR_INVAL
+ * with *err filled (err->line left as it was: the caller's); ERR_NOMEM,
+ * ERR_CRYPTO. */
 int ingest_line_check(const char *line, size_t len, const char *endpoint,
                       const struct ingest_limits *lim, struct ingest_line *out,
-                      struct ingest_error *err);
+                      struct problem *err);
 
 /* Free a checked line's JSON. NULL ok; idempotent. */
 void ingest_line_release(struct ingest_line *l);

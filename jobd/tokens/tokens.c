@@ -131,7 +131,7 @@ int tokens_count(struct tokens *t, const char *model, int chat, const json_t *bo
     }
     enum gp_endpoint ep = chat ? GP_CHAT : GP_COMPLETIONS;
     struct gp_request gp;
-    struct gp_error ge;
+    struct problem ge;
     memset(&ge, 0, sizeof ge);
     int rc = gp_parse(body, ep, tok_n_vocab(x->tok), &gp, &ge);
     if (rc) {

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/problem.h"
 #include "jobd/store/store.h"
 
 struct lease_opts {
@@ -152,16 +153,12 @@ int lease_order_pack(struct store_lease *l, size_t prefix_bytes);
 #define LEASE_LINE_MAX_BYTES (16u << 20)        /* one results line */
 #define LEASE_CHUNK_MAX_LINES STORE_LEASE_MAX_REQUESTS
 
-/* A protocol error: HTTP status, OpenAI envelope code, message. */
-struct lease_error {
-    int status;        /* 400, 404, 409, 413... */
-    char code[40];     /* "invalid_request", "stale_lease"... (spec error table) */
-    char message[200];
-    int64_t line;      /* results chunk: 1-based line, else 0 */
-};
+/* A protocol error is a struct problem (common/problem.h): status (400,
+ * 404, 409, 413...), code ("invalid_request", "stale_lease"... spec error
+ * table), message, and line (results chunk: 1-based line, else 0). */
 
 /* Map an ERR_* from a lease_* call to the spec's (status, code). */
-void lease_error_from(int err, struct lease_error *e);
+void lease_error_from(int err, struct problem *e);
 
 /* Parsed register message; strings borrowed from root. */
 struct lease_register {
@@ -170,7 +167,7 @@ struct lease_register {
     struct store_model_name models[STORE_WORKER_MAX_MODELS];
 };
 int lease_parse_register(const char *json, size_t len, struct lease_register *out,
-                         struct lease_error *e);
+                         struct problem *e);
 void lease_register_release(struct lease_register *r);
 
 /* Parsed lease ask; worker_id/model borrowed from root. */
@@ -180,7 +177,7 @@ struct lease_ask_msg {
     int64_t wait_ms; /* long-poll wish, 0..5000 */
 };
 int lease_parse_ask(const struct lease_opts *o, const char *json, size_t len,
-                    struct lease_ask_msg *out, struct lease_error *e);
+                    struct lease_ask_msg *out, struct problem *e);
 void lease_ask_release(struct lease_ask_msg *m);
 
 struct lease_heartbeat_msg {
@@ -191,7 +188,7 @@ struct lease_heartbeat_msg {
     int64_t completed;   /* progress: requests finished so far (informational) */
 };
 int lease_parse_heartbeat(const struct lease_opts *o, const char *json, size_t len,
-                          struct lease_heartbeat_msg *out, struct lease_error *e);
+                          struct lease_heartbeat_msg *out, struct problem *e);
 void lease_heartbeat_release(struct lease_heartbeat_msg *m);
 
 struct lease_release_msg {
@@ -201,7 +198,7 @@ struct lease_release_msg {
     size_t n;
 };
 int lease_parse_release(const char *json, size_t len, struct lease_release_msg *out,
-                        struct lease_error *e);
+                        struct problem *e);
 void lease_release_msg_release(struct lease_release_msg *m);
 
 /* A parsed results chunk: items point into owned heap strings. */
@@ -218,7 +215,7 @@ struct lease_results {
  * with *e filled (ERR_PARSE 400 with the line number, ERR_TOOBIG 413,
  * ERR_CORRUPT 400 bad zstd). */
 int lease_results_parse(const void *data, size_t len, int compressed, struct lease_results *out,
-                        struct lease_error *e);
+                        struct problem *e);
 void lease_results_release(struct lease_results *r);
 
 /* ---- answers (compact JSON appended to b) ---- */
@@ -233,6 +230,6 @@ int lease_commit_http_status(const enum store_commit_outcome *outcomes, size_t n
 int lease_write_commit(struct buf *b, const char *lease_id, const struct store_result *items,
                        const enum store_commit_outcome *outcomes, size_t n);
 int lease_write_models(struct buf *b, const struct store_model_served *m, size_t n);
-int lease_write_error(struct buf *b, const struct lease_error *e);
+int lease_write_error(struct buf *b, const struct problem *e);
 
 #endif

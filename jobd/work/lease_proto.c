@@ -38,7 +38,7 @@ void lease_opts_default(struct lease_opts *o)
 
 /* ---- errors --------------------------------------------------------------------------- */
 
-static int fail(struct lease_error *e, int rc, int status, const char *code, const char *msg)
+static int fail(struct problem *e, int rc, int status, const char *code, const char *msg)
 {
     if (e) {
         memset(e, 0, sizeof *e);
@@ -49,7 +49,7 @@ static int fail(struct lease_error *e, int rc, int status, const char *code, con
     return rc;
 }
 
-void lease_error_from(int err, struct lease_error *e)
+void lease_error_from(int err, struct problem *e)
 {
     switch (err) {
     case ERR_NOTFOUND: fail(e, err, 404, "not_found", "unknown worker or lease (register again)"); break;
@@ -67,7 +67,7 @@ void lease_error_from(int err, struct lease_error *e)
 
 /* ---- message parsers -------------------------------------------------------------------- */
 
-static int parse_obj(const char *json, size_t len, json_t **root, struct lease_error *e)
+static int parse_obj(const char *json, size_t len, json_t **root, struct problem *e)
 {
     struct js_limits lim = {LEASE_MSG_MAX_BYTES, 16, 0};
     struct js_error je;
@@ -85,7 +85,7 @@ static int parse_obj(const char *json, size_t len, json_t **root, struct lease_e
 
 /* Required string field of 1..max bytes. */
 static int want_str(json_t *o, const char *key, size_t max, int required, const char **out,
-                    struct lease_error *e)
+                    struct problem *e)
 {
     int rc = js_get_str(o, key, out);
     char msg[120];
@@ -101,7 +101,7 @@ static int want_str(json_t *o, const char *key, size_t max, int required, const 
 }
 
 static int want_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t dflt, int64_t *out,
-                    struct lease_error *e)
+                    struct problem *e)
 {
     int rc = js_get_int(o, key, out);
     char msg[120];
@@ -116,7 +116,7 @@ static int want_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t 
     return 0;
 }
 
-static int id_field(json_t *o, const char *key, const char *prefix, const char **out, struct lease_error *e)
+static int id_field(json_t *o, const char *key, const char *prefix, const char **out, struct problem *e)
 {
     int rc = want_str(o, key, ID_MAX - 1, 1, out, e);
     if (!rc && !id_valid(prefix, *out)) {
@@ -127,7 +127,7 @@ static int id_field(json_t *o, const char *key, const char *prefix, const char *
     return rc;
 }
 
-int lease_parse_register(const char *json, size_t len, struct lease_register *out, struct lease_error *e)
+int lease_parse_register(const char *json, size_t len, struct lease_register *out, struct problem *e)
 {
     struct lease_register r;
     memset(&r, 0, sizeof r);
@@ -235,7 +235,7 @@ void lease_register_release(struct lease_register *r)
 }
 
 int lease_parse_ask(const struct lease_opts *o, const char *json, size_t len, struct lease_ask_msg *out,
-                    struct lease_error *e)
+                    struct problem *e)
 {
     struct lease_opts tmp;
     o = opts_or_default(o, &tmp);
@@ -272,7 +272,7 @@ void lease_ask_release(struct lease_ask_msg *m)
 }
 
 int lease_parse_heartbeat(const struct lease_opts *o, const char *json, size_t len,
-                          struct lease_heartbeat_msg *out, struct lease_error *e)
+                          struct lease_heartbeat_msg *out, struct problem *e)
 {
     struct lease_opts tmp;
     o = opts_or_default(o, &tmp);
@@ -321,7 +321,7 @@ void lease_heartbeat_release(struct lease_heartbeat_msg *m)
     }
 }
 
-int lease_parse_release(const char *json, size_t len, struct lease_release_msg *out, struct lease_error *e)
+int lease_parse_release(const char *json, size_t len, struct lease_release_msg *out, struct problem *e)
 {
     struct lease_release_msg m;
     memset(&m, 0, sizeof m);
@@ -393,7 +393,7 @@ void lease_results_release(struct lease_results *r)
     r->n = 0;
 }
 
-static int line_fail(struct lease_error *e, int64_t line, const char *msg)
+static int line_fail(struct problem *e, int64_t line, const char *msg)
 {
     fail(e, ERR_PARSE, 400, "invalid_results", msg);
     if (e)
@@ -429,7 +429,7 @@ static char *dump_str(const json_t *v, size_t *len)
 
 /* Parse one results line into it (owned strings into own[0..2]). */
 static int parse_result_line(const char *line, size_t len, int64_t lineno, struct store_result *it,
-                             char **own, struct lease_error *e)
+                             char **own, struct problem *e)
 {
     json_t *root = NULL;
     struct js_limits lim = {LEASE_LINE_MAX_BYTES, 64, 0};
@@ -549,7 +549,7 @@ out:
 }
 
 int lease_results_parse(const void *data, size_t len, int compressed, struct lease_results *out,
-                        struct lease_error *e)
+                        struct problem *e)
 {
     if (len > LEASE_CHUNK_MAX_BYTES)
         return fail(e, ERR_TOOBIG, 413, "too_large", "results chunk over 64 MiB");
@@ -707,7 +707,7 @@ int lease_write_models(struct buf *b, const struct store_model_served *m, size_t
     return rc ? rc : buf_append_str(b, "]}");
 }
 
-int lease_write_error(struct buf *b, const struct lease_error *e)
+int lease_write_error(struct buf *b, const struct problem *e)
 {
     int rc = buf_append_str(b, "{\"error\":{\"message\":");
     if (!rc)

@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < json_array_size(schemas); i++) {
         json_t *s = json_array_get(schemas, i), *st = json_object_get(s, "schema");
         struct gram *g = NULL;
-        struct gram_error ge;
+        struct problem ge;
         if (gram_compile_json_schema(json_string_value(st), json_string_length(st), &g, &ge) != 0) {
             fprintf(stderr, "bench_gram: %s\n", ge.message);
             return 1;

@@ -13,14 +13,14 @@
 #include "common/gram/gram.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-void gram_fuzz_compiled(int rc, struct gram *g, const struct gram_error *e, const uint8_t *data, size_t size);
+void gram_fuzz_compiled(int rc, struct gram *g, const struct problem *e, const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 512)
         return 0;
     struct gram *g = NULL;
-    struct gram_error e;
+    struct problem e;
     memset(&e, 0, sizeof e);
     int rc = gram_compile_regex((const char *)data, size, &g, &e); /* g is set here, before the call below */
     gram_fuzz_compiled(rc, g, &e, data, size);

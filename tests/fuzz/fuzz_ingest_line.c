@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ingest_limits_default(&lim);
     lim.max_line_bytes = 1u << 16;
     struct ingest_line l;
-    struct ingest_error e;
+    struct problem e;
     if (ingest_line_check((const char *)data + 1, size - 1, ep, &lim, &l, &e) == 0) {
         /* the raw body span lies inside the line and is itself valid JSON */
         if (l.body_raw) {

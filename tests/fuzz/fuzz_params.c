@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     for (int ep = GP_CHAT; ep <= GP_COMPLETIONS; ep++) {
         struct gp_request p;
-        struct gp_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         int rc = gp_parse(j, (enum gp_endpoint)ep, 50000, &p, &e);
         if (rc == 0) {

@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
-    struct lease_error e;
+    struct problem e;
     switch (data[0] % 6) {
     case 0:
     case 1: {

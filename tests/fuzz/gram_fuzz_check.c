@@ -22,9 +22,9 @@ static const char *const TOKS[] = {"a", "b", "ab", "0", "12", "-", ".", " ", "\"
 #include "common/err.h"
 
 void gram_fuzz_check_mask(struct gram *g);
-void gram_fuzz_compiled(int rc, struct gram *g, const struct gram_error *e, const uint8_t *data, size_t size);
+void gram_fuzz_compiled(int rc, struct gram *g, const struct problem *e, const uint8_t *data, size_t size);
 
-void gram_fuzz_compiled(int rc, struct gram *g, const struct gram_error *e, const uint8_t *data, size_t size)
+void gram_fuzz_compiled(int rc, struct gram *g, const struct problem *e, const uint8_t *data, size_t size)
 {
     if (rc) {
         if (g || (rc != ERR_NOMEM && !e->message[0]))

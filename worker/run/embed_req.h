@@ -3,7 +3,8 @@
  * validated, tokenized, run through worker/engine/embed.h, answered in
  * OpenAI's CreateEmbeddingResponse shape.
  *
- * Body fields (unknown fields are ignored, as OpenAI and vLLM do: user...):
+ * Body fields (unknown fields are ignored, as OpenAI and vLLM do: user...;
+ * what needs no model is checked by oembed_body_parse, openai/embed.h):
  *   model            required string (routing is the caller's; echoed back)
  *   input            required: a string, an array of strings, an array of
  *                    token ids, or an array of token-id arrays - one kind
@@ -43,9 +44,8 @@
 
 #include "worker/engine/model.h"
 #include "text/tok.h"
+#include "openai/embed.h"
 #include "openai/params.h"
-
-#define OEMBED_MAX_INPUTS 2048 /* inputs in one body (OpenAI's limit) */
 
 /* Run body on c (made with embeddings = 1, n_out_max = n_batch_max; see
  * embed.h) with tokenizer t; model_name is echoed in the response.
@@ -53,7 +53,7 @@
  * request error: send gp_error_json(err) with status 400), ERR_NOMEM, or
  * embed_run's other errors. *n_tokens gets the prompt tokens on success. */
 int oembed_run(struct model_ctx *c, const struct tok *t, const char *model_name,
-               const json_t *body, json_t **resp, int64_t *n_tokens, struct gp_error *err);
+               const json_t *body, json_t **resp, int64_t *n_tokens, struct problem *err);
 
 /* The same in two halves, so that a worker can embed the inputs of several
  * requests in one embed_run (one pack of forwards): oembed_prepare
@@ -70,7 +70,7 @@ struct oembed_prep {
     int b64;               /* encoding_format base64 */
 };
 int oembed_prepare(struct model_ctx *c, const struct tok *t, const json_t *body,
-                   struct oembed_prep *p, struct gp_error *err);
+                   struct oembed_prep *p, struct problem *err);
 int oembed_answer(const struct oembed_prep *p, int n_embd, const char *model_name, float *vec,
                   json_t **resp);
 void oembed_prep_release(struct oembed_prep *p); /* NULL ok */

@@ -14,7 +14,7 @@
 /* ---- the sequential driver ------------------------------------------------ */
 
 int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body,
-             const struct oreq_opts *opts, json_t **response, struct gp_error *err)
+             const struct oreq_opts *opts, json_t **response, struct problem *err)
 {
     struct gp_request gp;
     struct gen_prompt *pr = NULL;
@@ -121,7 +121,7 @@ static int on_sched_result(void *ctx, const struct sched_result *r)
 }
 
 /* Answer request id with the error body of err (status 400). */
-static int refuse(struct oreq_sched *os, const char *id, const struct gp_error *err)
+static int refuse(struct oreq_sched *os, const char *id, const struct problem *err)
 {
     json_t *body = gp_error_json(err);
     if (!body)
@@ -178,7 +178,7 @@ struct sched *oreq_sched_engine(struct oreq_sched *os)
 int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
                    const json_t *body)
 {
-    struct gp_error err;
+    struct problem err;
     struct gp_request gp;
     struct gen_prompt *pr = NULL;
     size_t n_pr = 0;
@@ -198,7 +198,7 @@ int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
     }
     it->ep = ep;
     if (ep == GP_CHAT && !os->tmpl) {
-        gp_fail(&err, "messages", "unsupported_value",
+        problem_setf(&err, "unsupported_value", "messages",
                 "This model has no chat template; use /v1/completions.");
         rc = ERR_INVAL;
         goto out;
@@ -211,7 +211,7 @@ int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
     pr = NULL;
     it = NULL;
     if (rc == ERR_INVAL) /* stop strings were validated by gp_parse */
-        gp_fail(&err, "stop", "invalid_value", "Invalid 'stop'.");
+        problem_setf(&err, "invalid_value", "stop", "Invalid 'stop'.");
 out:
     if (rc == ERR_INVAL)
         rc = refuse(os, id, &err);

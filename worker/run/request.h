@@ -61,7 +61,7 @@ struct oreq_opts {
  * request error (send gp_error_json(err) with status 400); or another error
  * (the callbacks', ERR_NOMEM, ERR_CORRUPT from non-finite logits...). */
 int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body,
-             const struct oreq_opts *opts, json_t **response, struct gp_error *err);
+             const struct oreq_opts *opts, json_t **response, struct problem *err);
 
 /* ---- a pack of requests through the scheduler ------------------------------ */
 

@@ -14,7 +14,7 @@
 static struct gram *re_ok(const char *re)
 {
     struct gram *g = NULL;
-    struct gram_error e;
+    struct problem e;
     int rc = gram_compile_regex(re, strlen(re), &g, &e);
     if (rc)
         th_fail(__FILE__, __LINE__, re, "regex refused: %s", e.message);
@@ -61,7 +61,7 @@ TEST(gram_regex_refusals)
                          "a{1001}", "(a*)*", "(|a)+", "a^b", "\\q", NULL};
     for (int i = 0; bad[i]; i++) {
         struct gram *g = NULL;
-        struct gram_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         int rc = gram_compile_regex(bad[i], strlen(bad[i]), &g, &e);
         if (rc == 0)
@@ -76,7 +76,7 @@ TEST(gram_choice_and_prefixes)
     const char *ch[] = {"yes", "no", "not sure"};
     size_t lens[] = {3, 2, 8};
     struct gram *g = NULL;
-    struct gram_error e;
+    struct problem e;
     CHECK_EQ_INT(gram_compile_choice(ch, lens, 3, &g, &e), 0);
     CHECK(m(g, "no"));
     CHECK(m(g, "not sure"));
@@ -99,7 +99,7 @@ TEST(gram_choice_and_prefixes)
 static struct gram *schema_ok(const char *s)
 {
     struct gram *g = NULL;
-    struct gram_error e;
+    struct problem e;
     memset(&e, 0, sizeof e);
     int rc = gram_compile_json_schema(s, strlen(s), &g, &e);
     if (rc)
@@ -216,7 +216,7 @@ TEST(gram_schema_refusals_name_the_keyword)
     };
     for (int i = 0; bad[i].schema; i++) {
         struct gram *g = NULL;
-        struct gram_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         int rc = gram_compile_json_schema(bad[i].schema, strlen(bad[i].schema), &g, &e);
         if (rc == 0 || !strstr(e.message, bad[i].needle))
@@ -227,7 +227,7 @@ TEST(gram_schema_refusals_name_the_keyword)
 TEST(gram_json_object_any)
 {
     struct gram *g = NULL;
-    struct gram_error e;
+    struct problem e;
     CHECK_EQ_INT(gram_compile_json_object(&g, &e), 0);
     CHECK(m(g, "{}"));
     CHECK(m(g, "{\"a\": [1, {\"b\": null}, \"x\", -0.5, true]}"));

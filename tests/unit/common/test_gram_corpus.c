@@ -25,7 +25,7 @@ TEST(gram_corpus_matches_jsonschema)
         const char *name = json_string_value(json_object_get(s, "name"));
         json_t *st = json_object_get(s, "schema");
         struct gram *g = NULL;
-        struct gram_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         if (gram_compile_json_schema(json_string_value(st), json_string_length(st), &g, &e) != 0)
             th_fail(__FILE__, __LINE__, name, "schema refused: %s", e.message);

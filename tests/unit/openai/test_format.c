@@ -10,7 +10,7 @@
 
 static int m(struct gram *g, const char *s) { return gram_match(g, s, strlen(s)); }
 
-static int body_rc(const char *json, struct gram **g, struct gram_error *e)
+static int body_rc(const char *json, struct gram **g, struct problem *e)
 {
     json_error_t je;
     json_t *b = json_loads(json, 0, &je);
@@ -25,7 +25,7 @@ static int body_rc(const char *json, struct gram **g, struct gram_error *e)
 TEST(format_parse_fields_and_errors)
 {
     struct gram *g = NULL, *g2 = NULL;
-    struct gram_error e;
+    struct problem e;
     CHECK_EQ_INT(body_rc("{\"response_format\":{\"type\":\"text\"}}", &g, &e), 0);
     CHECK(g == NULL);
     CHECK_EQ_INT(body_rc("{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"

@@ -19,7 +19,7 @@ static json_t *J(const char *s)
     return j;
 }
 
-static int parse(const char *body, enum gp_endpoint ep, struct gp_request *p, struct gp_error *e)
+static int parse(const char *body, enum gp_endpoint ep, struct gp_request *p, struct problem *e)
 {
     json_t *j = J(body);
     memset(e, 0, sizeof *e);
@@ -31,7 +31,7 @@ static int parse(const char *body, enum gp_endpoint ep, struct gp_request *p, st
 TEST(params_chat_defaults)
 {
     struct gp_request p;
-    struct gp_error e;
+    struct problem e;
     CHECK_EQ_INT(parse("{\"model\":\"m\",\"messages\":[]}", GP_CHAT, &p, &e), 0);
     CHECK_EQ_INT(p.endpoint, GP_CHAT);
     CHECK_EQ_INT(p.gen.max_tokens, -1);            /* context limit */
@@ -60,7 +60,7 @@ TEST(params_chat_defaults)
 TEST(params_chat_all_fields)
 {
     struct gp_request p;
-    struct gp_error e;
+    struct problem e;
     CHECK_EQ_INT(parse("{\"max_tokens\":50,\"max_completion_tokens\":20,\"temperature\":0,"
                        "\"top_p\":0.5,\"top_k\":7,\"min_p\":0.1,\"seed\":-1,\"stop\":[\"a\",\"bc\"],"
                        "\"frequency_penalty\":-2,\"presence_penalty\":2,\"repetition_penalty\":1.2,"
@@ -102,7 +102,7 @@ TEST(params_chat_all_fields)
 TEST(params_completions_prompts)
 {
     struct gp_request p;
-    struct gp_error e;
+    struct problem e;
     CHECK_EQ_INT(parse("{\"prompt\":\"hello\",\"logprobs\":3,\"best_of\":1,\"echo\":false,"
                        "\"suffix\":null}", GP_COMPLETIONS, &p, &e), 0);
     CHECK(p.n_prompts == 1 && p.prompts[0].text && p.prompts[0].text_len == 5);
@@ -193,7 +193,7 @@ TEST(params_each_bad_field_named)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct gp_request p;
-        struct gp_error e;
+        struct problem e;
         int rc = parse(cases[i].body, cases[i].ep, &p, &e);
         if (rc == 0) {
             gp_release(&p);
@@ -208,7 +208,7 @@ TEST(params_each_bad_field_named)
     }
     /* 16 prompts x n=8 = 128 choices is the cap; 17 x 8 is refused on n */
     struct gp_request p;
-    struct gp_error e;
+    struct problem e;
     char body[256];
     snprintf(body, sizeof body, "{\"n\":8,\"prompt\":[%s]}",
              "\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"");
@@ -224,7 +224,7 @@ TEST(params_each_bad_field_named)
 TEST(params_error_json_shape)
 {
     struct gp_request p;
-    struct gp_error e;
+    struct problem e;
     CHECK_EQ_INT(parse("{\"top_p\":3}", GP_CHAT, &p, &e), ERR_INVAL);
     json_t *j = gp_error_json(&e);
     CHECK(j != NULL);

@@ -30,7 +30,7 @@ static struct tok *vocab(void)
 }
 
 static int build(const struct prompt_model *m, const char *body_json, struct gen_prompt **pr, size_t *n,
-                 struct gp_error *err)
+                 struct problem *err)
 {
     json_error_t je;
     json_t *body = json_loads(body_json, 0, &je);
@@ -57,7 +57,7 @@ TEST(request_chat_template_renders_and_raises)
     struct prompt_model m = {t, ct, 64};
     struct gen_prompt *pr = NULL;
     size_t n = 0;
-    struct gp_error err;
+    struct problem err;
     memset(&err, 0, sizeof err);
     CHECK_EQ_INT(build(&m, "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\" hi! \"}]}", &pr,
                        &n, &err), 0);

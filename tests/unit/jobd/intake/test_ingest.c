@@ -142,7 +142,7 @@ TEST(ingest_valid_chat_and_completions_files)
 
     const char *compl =
         "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\",\"prompt\":\"Once\"}}\n"
-        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\",\"prompt\":[\"x\",\"y\"],\"n\":2,\"best_of\":3}}\n"
+        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\",\"prompt\":[\"x\",\"y\"],\"n\":2,\"best_of\":2}}\n"
         "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\",\"prompt\":[1,2,3],\"temperature\":0,\"top_p\":1}}\n"
         "{\"custom_id\":\"d\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\",\"prompt\":[[1],[2,3]],\"max_tokens\":5,\"stop\":[\"\\n\"]}}\n";
     fx_batch(&fx, COMPL, compl, strlen(compl), id);
@@ -194,17 +194,17 @@ static const struct bad_case bad_cases[] = {
     {"bad role", CHAT, CHAT_WITH("{\"model\":\"m\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}"),
      "invalid_value", 2},
     {"no content", CHAT, CHAT_WITH("{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}"),
-     "missing_required_parameter", 2},
+     "invalid_value", 2},
     {"image part", CHAT,
      CHAT_WITH("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}"),
      "invalid_value", 2},
-    {"temperature 3", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"temperature\":3}"), "invalid_value", 2},
+    {"temperature 3", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"temperature\":3}"), "decimal_above_max_value", 2},
     {"top_p string", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"top_p\":\"1\"}"), "invalid_type", 2},
-    {"n 9", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"n\":9}"), "invalid_value", 2},
+    {"n 9", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"n\":9}"), "integer_above_max_value", 2},
     {"max_tokens over limit", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"max_completion_tokens\":1000000}"),
      "invalid_value", 2},
-    {"max_tokens 0", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"max_tokens\":0}"), "invalid_value", 2},
-    {"stream", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"stream\":true}"), "unsupported_parameter", 2},
+    {"max_tokens 0", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"max_tokens\":0}"), "integer_below_min_value", 2},
+    {"stream", CHAT, CHAT_WITH("{\"model\":\"m\"," MSG ",\"stream\":true}"), "unsupported_value", 2},
     {"schema keyword not enforceable", CHAT,
      CHAT_WITH("{\"model\":\"m\"," MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
                "{\"name\":\"s\",\"strict\":true,\"schema\":{\"type\":\"object\",\"patternProperties\":{}}}}}"),
@@ -225,7 +225,7 @@ static const struct bad_case bad_cases[] = {
      "invalid_type", 2},
     {"negative token", COMPL,
      "{\"custom_id\":\"x\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"model\":\"m\",\"prompt\":[1,-2]}}",
-     "invalid_type", 2},
+     "invalid_value", 2},
 };
 
 TEST(ingest_each_error_class_reports_code_and_line)
@@ -641,7 +641,7 @@ TEST(ingest_line_check_estimates_tokens_and_caps)
                        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
                        "\"text\":\"0123456789abcdef\"}]}],\"max_completion_tokens\":7,\"max_tokens\":99}}";
     struct ingest_line out;
-    struct ingest_error e;
+    struct problem e;
     CHECK_EQ_INT(ingest_line_check(line, strlen(line), CHAT, &lim, &out, &e), 0);
     CHECK_EQ_STR(out.custom_id, "a");
     CHECK_EQ_STR(out.model, "m");

@@ -482,7 +482,7 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
 TEST(lease_register_parses_declared_endpoints)
 {
     struct lease_register r;
-    struct lease_error e;
+    struct problem e;
     const char *ok = "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"aliases\":[\"a\"],"
                      "\"endpoints\":[\"/v1/embeddings\"]},{\"id\":\"g\"}]}";
     CHECK_EQ_INT(lease_parse_register(ok, strlen(ok), &r, &e), 0);

@@ -67,7 +67,7 @@ TEST(lease_proto_spec_examples_parse_as_documented)
         split_info(bl[i].info, kind, &status, code);
         const char *t = bl[i].text.data;
         size_t len = bl[i].text.len;
-        struct lease_error e;
+        struct problem e;
         memset(&e, 0, sizeof e);
         int rc = -1;
         const char *k = strncmp(kind, "bad-", 4) == 0 ? kind + 4 : kind;
@@ -159,7 +159,7 @@ TEST(lease_proto_spec_examples_parse_as_documented)
 TEST(lease_proto_results_caps_and_errors)
 {
     struct lease_results r;
-    struct lease_error e;
+    struct problem e;
     CHECK_EQ_INT(lease_results_parse("", 0, 0, &r, &e), ERR_PARSE);
     CHECK_EQ_INT(lease_results_parse("\n\n", 2, 0, &r, &e), ERR_PARSE);
     CHECK_EQ_INT(lease_results_parse("not zstd", 8, 1, &r, &e), ERR_CORRUPT);

@@ -214,7 +214,7 @@ static json_t *run_ok(struct env *e, enum gp_endpoint ep, const char *body,
                       const struct oreq_opts *o)
 {
     json_t *b = J(body), *resp = NULL;
-    struct gp_error err;
+    struct problem err;
     memset(&err, 0, sizeof err);
     int rc = oreq_run(&e->m, ep, b, o, &resp, &err);
     json_decref(b);
@@ -408,7 +408,7 @@ TEST(gen_length_and_context_limits)
                          "{\"prompt\":\"a b c d e f g h i j k l\"}"};
     for (size_t i = 0; i < 4; i++) {
         json_t *b = J(bad[i]), *resp = NULL;
-        struct gp_error err;
+        struct problem err;
         CHECK_EQ_INT(oreq_run(&e.m, GP_COMPLETIONS, b, NULL, &resp, &err), ERR_INVAL);
         CHECK_EQ_STR(err.code, "context_length_exceeded");
         CHECK_EQ_STR(err.param, "prompt");
@@ -418,7 +418,7 @@ TEST(gen_length_and_context_limits)
     }
     /* parameter errors come back as request errors too */
     json_t *b = J("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true}"), *resp = NULL;
-    struct gp_error err;
+    struct problem err;
     CHECK_EQ_INT(oreq_run(&e.m, GP_CHAT, b, NULL, &resp, &err), ERR_INVAL);
     CHECK_EQ_STR(err.param, "stream");
     json_decref(b);
@@ -533,7 +533,7 @@ TEST(gen_seq_step_api)
     json_t *b1 = J("{\"prompt\":\"x\",\"seed\":5,\"temperature\":1.2,\"top_p\":0.9,\"max_tokens\":20}");
     json_t *b2 = J("{\"prompt\":\"y\",\"seed\":6,\"top_k\":50,\"max_tokens\":15,\"stop\":\"e\"}");
     struct gp_request p1, p2;
-    struct gp_error err;
+    struct problem err;
     size_t V = tok_n_vocab(e.t);
     CHECK_EQ_INT(gp_parse(b1, GP_COMPLETIONS, V, &p1, &err), 0);
     CHECK_EQ_INT(gp_parse(b2, GP_COMPLETIONS, V, &p2, &err), 0);
@@ -635,7 +635,7 @@ static void constrained_run(double temperature, uint64_t seed, int64_t max_token
     gp.seed = seed;
     gp.seed_given = 1;
     gp.n = 2;
-    struct gram_error ge;
+    struct problem ge;
     CHECK_EQ_INT(gram_compile_json_schema(schema, strlen(schema), &gp.grammar, &ge), 0);
     int32_t prompt[] = {id_of(t, "Hi")};
     struct gen_prompt pr = {prompt, 1};

@@ -1053,7 +1053,7 @@ TEST(sched_constrained_masks_on_the_pool_batch_invariant)
         if (i % 4 == 3)
             continue;
         struct gram *g = NULL;
-        struct gram_error ge;
+        struct problem ge;
         CHECK_EQ_INT(gp_format_parse(rs.body[i], &g, &ge), 0);
         json_t *c = json_loads(pack.choices[i], 0, NULL);
         for (size_t k = 0; k < json_array_size(c); k++) {

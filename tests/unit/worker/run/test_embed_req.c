@@ -49,7 +49,7 @@ static void env_close(struct env *e)
 }
 
 /* Run body text; returns rc, *resp or err. */
-static int run(struct env *e, const char *body_text, json_t **resp, struct gp_error *err)
+static int run(struct env *e, const char *body_text, json_t **resp, struct problem *err)
 {
     json_error_t je;
     json_t *body = json_loads(body_text, 0, &je);
@@ -65,7 +65,7 @@ static int run(struct env *e, const char *body_text, json_t **resp, struct gp_er
 static void expect_error(struct env *e, const char *body, const char *param, const char *code)
 {
     json_t *resp;
-    struct gp_error err;
+    struct problem err;
     int rc = run(e, body, &resp, &err);
     if (rc != ERR_INVAL)
         th_fail(__FILE__, __LINE__, body, "rc %d, expected ERR_INVAL", rc);
@@ -85,7 +85,7 @@ TEST(embed_req_shape_float_base64_dimensions)
     struct env e;
     env_open(&e);
     json_t *r, *rb, *rd;
-    struct gp_error err;
+    struct problem err;
     CHECK_EQ_INT(run(&e, "{\"model\":\"m\",\"input\":[\"the cat\",\"a dog ate\"]}", &r, &err), 0);
     CHECK_EQ_STR(json_string_value(json_object_get(r, "object")), "list");
     CHECK_EQ_STR(json_string_value(json_object_get(r, "model")), "emb");
@@ -189,7 +189,7 @@ TEST(embed_req_refuses_bad_input)
                  "input", "context_length_exceeded");
     /* exactly the context is fine */
     json_t *r;
-    struct gp_error err;
+    struct problem err;
     CHECK_EQ_INT(run(&e, "{\"input\":[[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]]}",
                      &r, &err), 0);
     json_decref(r);
