@@ -10,12 +10,13 @@
  * prepared carry their driver's table, so one store binary can speak to
  * several engines and the store code above stays one copy.
  *
- *   driver     file           connection                  status
- *   SQLite     sdb_sqlite.c   sdb_sqlite_open(path, ...)   the default, complete
- *   PostgreSQL sdb_pg.c       sdb_pg_open(url, ...)       driver done and tested
- *                                                         (tests/unit/jobd/store/
- *                                                         test_sdb_pg.c); the store
- *                                                         does not open it yet
+ *   driver     file           connection                   store_open uses it when
+ *   SQLite     sdb_sqlite.c   sdb_sqlite_open(path, ...)   store_opts.database is not a
+ *                                                          PostgreSQL URL (the default)
+ *   PostgreSQL sdb_pg.c       sdb_pg_open(url, ...)        it is one (store_database_is_pg)
+ *
+ * Both drivers are tested on their own (tests/unit/jobd/store/test_sdb_pg.c
+ * for libpq) and under the whole store (the store tests run on each engine).
  *
  * The model is SQLite's (the store was written against it): a statement is
  * compiled once and kept, parameters are numbered from 1 (?N in the SQL

@@ -122,34 +122,68 @@ void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap)
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
-int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n)
+int store_rows_collect(struct store *st, struct sdb_stmt *s, const struct store_rows *how, void *ctx,
+                       int limit, void **items, size_t *n, int *has_more)
 {
-    char(*arr)[ID_MAX] = NULL;
+    const size_t esz = how->elem_size;
+    unsigned char *arr = NULL;
     size_t cnt = 0, cap = 0;
-    int r, rc = 0;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? 2 * cap : 8;
-            char(*na)[ID_MAX] = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
+    int r = SDB_DONE, rc = 0, more = 0;
+    if (limit > 0) {
+        if (!(arr = calloc((size_t)limit, esz))) {
+            sdb_reset(s);
+            return ERR_NOMEM;
         }
-        store_col_text(s, 0, arr[cnt++], ID_MAX);
+        cap = (size_t)limit;
     }
-    if (!rc && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "collect ids");
+    while ((r = sdb_step(s)) == SDB_ROW) {
+        if (limit > 0 && cnt == (size_t)limit) {
+            more = 1;
+            break;
+        }
+        if (cnt == cap) {
+            void *p = arr;
+            if ((rc = buf_grow_array(&p, &cap, cnt + 1, esz)))
+                break;
+            arr = p;
+        }
+        unsigned char *e = arr + cnt * esz;
+        memset(e, 0, esz);
+        if ((rc = how->row(s, e, ctx)))
+            break;
+        cnt++;
+    }
+    if (!rc && !more && r != SDB_DONE)
+        rc = store_sqlerr(st, r, how->what);
     sdb_reset(s);
     if (rc) {
+        for (size_t i = 0; how->release && i < cnt; i++)
+            how->release(arr + i * esz);
         free(arr);
         return rc;
     }
-    *ids = arr;
+    *items = arr;
     *n = cnt;
+    if (has_more)
+        *has_more = more;
     return 0;
+}
+
+static int id_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    (void)ctx;
+    store_col_text(s, 0, elem, ID_MAX);
+    return 0;
+}
+
+int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n)
+{
+    static const struct store_rows how = {ID_MAX, id_row, NULL, "collect ids"};
+    void *arr;
+    int rc = store_rows_collect(st, s, &how, NULL, 0, &arr, n, NULL);
+    if (!rc)
+        *ids = arr;
+    return rc;
 }
 
 char *store_col_dup(struct sdb_stmt *s, int col, int *err)
@@ -884,45 +918,30 @@ int store_key_verify(struct store *st, const char *presented, struct store_key *
     return rc;
 }
 
+static int key_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_key *k = elem;
+    (void)ctx;
+    store_col_text(s, 0, k->id, sizeof k->id);
+    snprintf(k->prefix, sizeof k->prefix, "%s%s", STORE_KEY_PREFIX, k->id);
+    store_col_text(s, 1, k->tenant_id, sizeof k->tenant_id);
+    store_col_text(s, 2, k->tenant_name, sizeof k->tenant_name);
+    k->created_at = sdb_column_int64(s, 3);
+    k->revoked_at = sdb_column_int64(s, 4);
+    return 0;
+}
+
 int store_key_list(struct store *st, const char *tenant_id, struct store_key **items, size_t *n)
 {
+    static const struct store_rows how = {sizeof(struct store_key), key_row, NULL, "list api keys"};
     int rc = 0;
-    struct store_key *arr = NULL;
-    size_t cnt = 0, cap = 0;
     struct sdb_stmt *s = store_stmt(st, S_KEY_LIST, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, tenant_id)))
         return rc;
-    int r;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            struct store_key *na = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                goto out;
-            }
-            arr = na;
-            cap = nc;
-        }
-        struct store_key *k = &arr[cnt++];
-        memset(k, 0, sizeof *k);
-        store_col_text(s, 0, k->id, sizeof k->id);
-        snprintf(k->prefix, sizeof k->prefix, "%s%s", STORE_KEY_PREFIX, k->id);
-        store_col_text(s, 1, k->tenant_id, sizeof k->tenant_id);
-        store_col_text(s, 2, k->tenant_name, sizeof k->tenant_name);
-        k->created_at = sdb_column_int64(s, 3);
-        k->revoked_at = sdb_column_int64(s, 4);
-    }
-    if (r != SDB_DONE)
-        rc = store_sqlerr(st, r, "list api keys");
-out:
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, 0, &arr, n, NULL)))
         return rc;
-    }
     *items = arr;
-    *n = cnt;
     return 0;
 }
 

@@ -2,7 +2,7 @@
  * store.h - jobd's durable state: one SQLite database in the data directory
  * (the default), or one PostgreSQL database (store_opts.database).
  *
- * PostgreSQL (issue 19). The same functions and contracts on a second engine:
+ * PostgreSQL. The same functions and contracts on a second engine:
  * schema_pg.sql (its own migration numbering, applied under an advisory
  * lock; the version is the schema_version row), the libpq driver sdb_pg.c
  * and STORE_SQL_PG for the statements whose dialect differs (store_int.h).
@@ -11,7 +11,7 @@
  * REPEATABLE READ snapshots. A dropped connection answers ERR_BUSY (503 +
  * Retry-After at the API) and reconnects with backoff.
  *
- * Several jobd instances on one PostgreSQL database (issue 19). Where the
+ * Several jobd instances on one PostgreSQL database. Where the
  * writer lock is exclusive and where it is shared:
  *
  *   - Shared (pg_advisory_xact_lock_shared), the hot paths, on row locks:
@@ -94,11 +94,14 @@
  *     if (!rc) rc = store_idem_complete(st, tenant, key, 200, body, len, now);
  *     rc ? store_tx_rollback(st) : (rc = store_tx_commit(st));
  *
- * Errors: functions return 0 or a negative ERR_* (common/err.h). SQLite
- * result codes are translated here (BUSY/LOCKED -> ERR_BUSY, CORRUPT/NOTADB
- * -> ERR_CORRUPT, IOERR/FULL/CANTOPEN -> ERR_IO, NOMEM -> ERR_NOMEM,
- * CONSTRAINT -> ERR_EXISTS or ERR_INVAL, others ERR_INTERNAL) and the
- * original message is logged. Out-parameters are written only on success.
+ * Errors: functions return 0 or a negative ERR_* (common/err.h). The
+ * driver's result codes (SQLite's numbers, sdb.h; PostgreSQL SQLSTATEs are
+ * mapped onto them) are translated here (BUSY/LOCKED -> ERR_BUSY,
+ * CORRUPT/NOTADB -> ERR_CORRUPT, IOERR/FULL/CANTOPEN/READONLY/PERM ->
+ * ERR_IO, NOMEM -> ERR_NOMEM, TOOBIG -> ERR_TOOBIG, CONSTRAINT_UNIQUE /
+ * _PRIMARYKEY -> ERR_EXISTS, CONSTRAINT_FOREIGNKEY -> ERR_NOTFOUND, other
+ * CONSTRAINT -> ERR_INVAL, others ERR_INTERNAL) and the original message is
+ * logged. Out-parameters are written only on success.
  * Objects owned by another tenant are ERR_NOTFOUND, never "forbidden".
  *
  * State machines (the only writers of status are the two transition
@@ -134,11 +137,12 @@
  * sit in STORE_SQL, store_int.h), on top of an internal driver layer
  * (sdb.h: prepare / bind / step / column / exec, SQLite's model and result
  * codes) with one driver per engine: sdb_sqlite.c (the only file that
- * includes sqlite3.h) and, planned for issue 19, a libpq driver. A second
- * engine therefore brings a driver, its schema migration and the
- * statements whose dialect differs, not a second copy of this interface;
- * writers that SQLite serialises globally (BEGIN IMMEDIATE) need row locks
- * there (leasing: FOR UPDATE SKIP LOCKED) -- see the guarantee column.
+ * includes sqlite3.h) and sdb_pg.c (libpq, PostgreSQL). An engine
+ * therefore brings a driver, its schema migration and the statements whose
+ * dialect differs, not a second copy of this interface; writers that
+ * SQLite serialises globally (BEGIN IMMEDIATE) take row locks on
+ * PostgreSQL (leasing: FOR NO KEY UPDATE SKIP LOCKED) -- see the guarantee
+ * column.
  * Nothing above this folder changes. What the interface promises:
  *
  *   group                    functions                               guarantee
@@ -260,7 +264,7 @@ enum store_own_kind { STORE_OWN_INGEST = 1, STORE_OWN_FINALIZE = 2 };
 int store_own_try(struct store *st, enum store_own_kind kind, const char *id, int *owned);
 void store_own_release(struct store *st, enum store_own_kind kind, const char *id);
 
-/* Wake-ups between jobd instances (PostgreSQL LISTEN/NOTIFY, issue 19). A
+/* Wake-ups between jobd instances (PostgreSQL LISTEN/NOTIFY). A
  * transaction that makes work leasable now - a batch reaching in_progress
  * (its ingest done), a request queued again with next_attempt_at <= now (a
  * release, a dead-letter retry), an acquire that locked ready requests it

@@ -13,47 +13,41 @@
 #include "common/err.h"
 #include "jobd/store/store_int.h"
 
+static int worker_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_worker_info *w = elem;
+    (void)ctx;
+    store_col_text(s, 0, w->id, sizeof w->id);
+    store_col_text(s, 1, w->name, sizeof w->name);
+    store_col_text(s, 2, w->device, sizeof w->device);
+    w->registered_at = sdb_column_int64(s, 3);
+    w->last_seen = sdb_column_int64(s, 4);
+    w->tokens_per_s = sdb_column_double(s, 5);
+    store_col_text(s, 6, w->models, sizeof w->models);
+    w->leases_held = sdb_column_int64(s, 7);
+    w->requests_held = sdb_column_int64(s, 8);
+    return 0;
+}
+
 int store_workers_list(struct store *st, int64_t since, int limit, struct store_worker_info **items,
                        size_t *n)
 {
+    static const struct store_rows how = {sizeof(struct store_worker_info), worker_row, NULL,
+                                          "list workers"};
     if (limit < 1 || limit > 1000)
         return ERR_INVAL;
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_WORKERS_LIST, &rc);
     if (!s)
         return rc;
-    struct store_worker_info *arr = NULL;
-    size_t cnt = 0;
-    if ((rc = store_bind_int(st, s, 1, since)) || (rc = store_bind_int(st, s, 2, limit)))
-        goto out;
-    arr = calloc((size_t)limit, sizeof *arr);
-    if (!arr) {
-        rc = ERR_NOMEM;
-        goto out;
-    }
-    int r;
-    while ((r = sdb_step(s)) == SDB_ROW && cnt < (size_t)limit) {
-        struct store_worker_info *w = &arr[cnt++];
-        store_col_text(s, 0, w->id, sizeof w->id);
-        store_col_text(s, 1, w->name, sizeof w->name);
-        store_col_text(s, 2, w->device, sizeof w->device);
-        w->registered_at = sdb_column_int64(s, 3);
-        w->last_seen = sdb_column_int64(s, 4);
-        w->tokens_per_s = sdb_column_double(s, 5);
-        store_col_text(s, 6, w->models, sizeof w->models);
-        w->leases_held = sdb_column_int64(s, 7);
-        w->requests_held = sdb_column_int64(s, 8);
-    }
-    if (r != SDB_ROW && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "list workers");
-out:
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+    if ((rc = store_bind_int(st, s, 1, since)) || (rc = store_bind_int(st, s, 2, limit))) {
+        sdb_reset(s);
         return rc;
     }
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, limit, &arr, n, NULL)))
+        return rc;
     *items = arr;
-    *n = cnt;
     return 0;
 }
 

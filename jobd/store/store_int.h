@@ -577,7 +577,7 @@
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
     STORE_SQL_PG_HOT(X)
 
-/* The row-locked hot paths on PostgreSQL (issue 19): leasing takes its rows
+/* The row-locked hot paths on PostgreSQL: leasing takes its rows
  * with FOR NO KEY UPDATE SKIP LOCKED (an acquire on another connection
  * skips them instead of waiting), every operation on a lease locks its
  * leases row first (commit, heartbeat, release and sweep of one lease run
@@ -711,9 +711,39 @@ int store_arr_end(struct buf *b);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
 void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap);
-/* Step s to the end, collecting column 0 (an id) of each row into a new
+/* How store_rows_collect turns rows into array elements. row decodes the
+ * current row of s into elem (elem_size bytes, zeroed; ctx is the caller's)
+ * and returns 0 or an ERR_*; on error it leaves elem holding nothing to
+ * free. release (NULL when elements own no memory) frees what one decoded
+ * element owns, not the element itself. what names the query in the log of
+ * a step error. */
+struct store_rows {
+    size_t elem_size;
+    int (*row)(struct sdb_stmt *s, void *elem, void *ctx);
+    void (*release)(void *elem);
+    const char *what;
+};
+
+/* Step the bound statement s, decoding each row with how->row into a new
+ * heap array (*items, caller frees it and what its elements own) of *n
+ * elements in the statement's row order; resets s whatever the return.
+ * Only sdb_step / sdb_reset are used, so it serves every driver; text
+ * columns are valid only inside row (the sdb.h rule), which copies them.
+ *   limit > 0: the array is allocated once with limit zeroed elements (so
+ *              *items is non-NULL even when empty); a row beyond the limit
+ *              stops the stepping and sets *has_more to 1 (bind LIMIT
+ *              limit + 1 to learn whether more exist), else 0.
+ *   limit 0:   no cap; the array grows as rows come (NULL when empty);
+ *              *has_more is 0.
+ * has_more may be NULL. Returns 0, ERR_NOMEM, the error of row, or the
+ * driver's step error translated by store_sqlerr (logged with how->what);
+ * on error the elements decoded so far are released, the array is freed
+ * and nothing is written to the out-parameters. */
+int store_rows_collect(struct store *st, struct sdb_stmt *s, const struct store_rows *how, void *ctx,
+                       int limit, void **items, size_t *n, int *has_more);
+/* store_rows_collect of column 0 (an id) of each row, no limit: a new
  * array (*ids, caller frees; NULL when empty) of *n ids; resets s. 0,
- * ERR_NOMEM or the translated SQLite error (nothing returned then). */
+ * ERR_NOMEM or the translated driver error (nothing returned then). */
 int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n);
 /* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
 char *store_col_dup(struct sdb_stmt *s, int col, int *err);

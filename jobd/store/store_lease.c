@@ -154,77 +154,53 @@ int store_worker_seen(struct store *st, const char *worker_id, double tokens_per
     return store_w_end(st, worker_seen_in(st, worker_id, tokens_per_s, now));
 }
 
+static int served_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_model_served *m = elem;
+    (void)ctx;
+    store_col_text(s, 0, m->name, sizeof m->name);
+    store_col_text(s, 1, m->canonical, sizeof m->canonical);
+    m->n_workers = sdb_column_int64(s, 2);
+    m->endpoints = (unsigned)sdb_column_int64(s, 3);
+    return 0;
+}
+
 int store_models_served(struct store *st, int64_t since, struct store_model_served **items, size_t *n)
 {
+    static const struct store_rows how = {sizeof(struct store_model_served), served_row, NULL,
+                                          "models served"};
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_MODELS_SERVED, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, since)))
         return rc;
-    struct store_model_served *arr = NULL;
-    size_t cnt = 0, cap = 0;
-    int r;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? 2 * cap : 8;
-            struct store_model_served *na = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
-        }
-        store_col_text(s, 0, arr[cnt].name, sizeof arr[cnt].name);
-        store_col_text(s, 1, arr[cnt].canonical, sizeof arr[cnt].canonical);
-        arr[cnt].n_workers = sdb_column_int64(s, 2);
-        arr[cnt].endpoints = (unsigned)sdb_column_int64(s, 3);
-        cnt++;
-    }
-    if (!rc && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "models served");
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, 0, &arr, n, NULL)))
         return rc;
-    }
     *items = arr;
-    *n = cnt;
+    return 0;
+}
+
+static int waiting_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_model_waiting *m = elem;
+    (void)ctx;
+    store_col_text(s, 0, m->model, sizeof m->model);
+    m->n_batches = sdb_column_int64(s, 1);
     return 0;
 }
 
 int store_models_waiting(struct store *st, int64_t since, struct store_model_waiting **items, size_t *n)
 {
+    static const struct store_rows how = {sizeof(struct store_model_waiting), waiting_row, NULL,
+                                          "models waiting"};
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_MODELS_WAITING, &rc);
     if (!s || (rc = store_bind_int(st, s, 1, since)))
         return rc;
-    struct store_model_waiting *arr = NULL;
-    size_t cnt = 0, cap = 0;
-    int r;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? 2 * cap : 8;
-            struct store_model_waiting *na = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
-        }
-        store_col_text(s, 0, arr[cnt].model, sizeof arr[cnt].model);
-        arr[cnt].n_batches = sdb_column_int64(s, 1);
-        cnt++;
-    }
-    if (!rc && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "models waiting");
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, 0, &arr, n, NULL)))
         return rc;
-    }
     *items = arr;
-    *n = cnt;
     return 0;
 }
 
@@ -468,41 +444,36 @@ void store_backlog_release(struct store_backlog *b)
     memset(b, 0, sizeof *b);
 }
 
+/* ctx: the tenant id the rows were selected for. */
+static int backlog_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_backlog_batch *it = elem;
+    store_col_text(s, 0, it->cand.batch_id, ID_MAX);
+    snprintf(it->cand.tenant_id, sizeof it->cand.tenant_id, "%s", (const char *)ctx);
+    it->cand.priority = sdb_column_int64(s, 1);
+    it->cand.expires_at = sdb_column_int64(s, 2);
+    it->remaining = sdb_column_int64(s, 3);
+    it->tokens_per_request = sdb_column_type(s, 4) != SDB_NULL   ? sdb_column_double(s, 4)
+                             : sdb_column_type(s, 5) != SDB_NULL ? sdb_column_double(s, 5)
+                                                                        : 0;
+    return 0;
+}
+
 int store_backlog_get(struct store *st, const char *tenant_id, const char *model, int64_t seen_since,
                       struct store_backlog *out)
 {
+    static const struct store_rows how = {sizeof(struct store_backlog_batch), backlog_row, NULL,
+                                          "backlog batches"};
     struct store_backlog bl;
     memset(&bl, 0, sizeof bl);
     int rc = 0, r;
-    size_t cap = 0;
     struct sdb_stmt *s = store_stmt(st, S_BACKLOG_BATCHES, &rc);
     if (!s || (rc = bind_texts(st, s, 1, tenant_id, model)))
         return rc;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (bl.n == cap) {
-            size_t nc = cap ? 2 * cap : 8;
-            struct store_backlog_batch *na = realloc(bl.items, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            bl.items = na;
-            cap = nc;
-        }
-        struct store_backlog_batch *it = &bl.items[bl.n++];
-        memset(it, 0, sizeof *it);
-        store_col_text(s, 0, it->cand.batch_id, ID_MAX);
-        snprintf(it->cand.tenant_id, sizeof it->cand.tenant_id, "%s", tenant_id);
-        it->cand.priority = sdb_column_int64(s, 1);
-        it->cand.expires_at = sdb_column_int64(s, 2);
-        it->remaining = sdb_column_int64(s, 3);
-        it->tokens_per_request = sdb_column_type(s, 4) != SDB_NULL   ? sdb_column_double(s, 4)
-                                 : sdb_column_type(s, 5) != SDB_NULL ? sdb_column_double(s, 5)
-                                                                            : 0;
-    }
-    if (!rc && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "backlog batches");
-    sdb_reset(s);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, (void *)tenant_id, 0, &arr, &bl.n, NULL)))
+        return rc;
+    bl.items = arr;
     if (!rc && (s = store_stmt(st, S_BACKLOG_TPS, &rc)) && !(rc = store_bind_text(st, s, 1, model)) &&
         !(rc = store_bind_int(st, s, 2, seen_since))) {
         if ((r = sdb_step(s)) == SDB_ROW)
@@ -526,42 +497,30 @@ int store_backlog_get(struct store *st, const char *tenant_id, const char *model
     return 0;
 }
 
+static int cand_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_lease_cand *c = elem;
+    (void)ctx;
+    store_col_text(s, 0, c->batch_id, ID_MAX);
+    store_col_text(s, 1, c->tenant_id, ID_MAX);
+    c->priority = sdb_column_int64(s, 2);
+    c->expires_at = sdb_column_int64(s, 3);
+    return 0;
+}
+
 int store_lease_candidates(struct store *st, const char *worker_id, const char *model, int64_t now,
                            struct store_lease_cand **items, size_t *n)
 {
+    static const struct store_rows how = {sizeof(struct store_lease_cand), cand_row, NULL,
+                                          "lease candidates"};
     int rc = 0;
-    struct store_lease_cand *arr = NULL;
-    size_t cnt = 0, cap = 0;
     struct sdb_stmt *s = store_stmt(st, S_LEASE_CANDIDATES, &rc);
     if (!s || (rc = bind_texts(st, s, 1, worker_id, model)) || (rc = store_bind_int(st, s, 3, now)))
         return rc;
-    int r;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? 2 * cap : 16;
-            struct store_lease_cand *na = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
-        }
-        store_col_text(s, 0, arr[cnt].batch_id, ID_MAX);
-        store_col_text(s, 1, arr[cnt].tenant_id, ID_MAX);
-        arr[cnt].priority = sdb_column_int64(s, 2);
-        arr[cnt].expires_at = sdb_column_int64(s, 3);
-        cnt++;
-    }
-    if (!rc && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "lease candidates");
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, 0, &arr, n, NULL)))
         return rc;
-    }
     *items = arr;
-    *n = cnt;
     return 0;
 }
 
@@ -1442,10 +1401,38 @@ void store_dead_letter_list_free(struct store_dead_letter *items, size_t n)
     free(items);
 }
 
+static void dl_release(void *elem)
+{
+    struct store_dead_letter *d = elem;
+    free(d->last_error);
+    free(d->line);
+}
+
+static int dl_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_dead_letter *d = elem;
+    int rc = 0;
+    (void)ctx;
+    store_col_text(s, 0, d->request_id, sizeof d->request_id);
+    store_col_text(s, 1, d->batch_id, sizeof d->batch_id);
+    store_col_text(s, 2, d->tenant_id, sizeof d->tenant_id);
+    store_col_text(s, 3, d->custom_id, sizeof d->custom_id);
+    d->attempts = sdb_column_int64(s, 4);
+    store_col_text(s, 5, d->reason, sizeof d->reason);
+    d->last_error = store_col_dup(s, 6, &rc);
+    d->line = store_col_dup(s, 7, &rc);
+    d->created_at = sdb_column_int64(s, 8);
+    if (rc)
+        dl_release(d);
+    return rc;
+}
+
 int store_dead_letter_list(struct store *st, const char *tenant_id, const char *batch_id,
                            const char *after, int limit, struct store_dead_letter **items,
                            size_t *n, int *has_more)
 {
+    static const struct store_rows how = {sizeof(struct store_dead_letter), dl_row, dl_release,
+                                          "list dead letters"};
     if (limit < 1 || limit > 1000)
         return ERR_INVAL;
     int rc = 0;
@@ -1453,41 +1440,10 @@ int store_dead_letter_list(struct store *st, const char *tenant_id, const char *
     if (!s || (rc = bind_texts(st, s, 1, batch_id, tenant_id)) || (rc = store_bind_text(st, s, 3, after)) ||
         (rc = store_bind_int(st, s, 4, limit + 1)))
         return rc;
-    struct store_dead_letter *arr = calloc((size_t)limit, sizeof *arr);
-    if (!arr) {
-        sdb_reset(s);
-        return ERR_NOMEM;
-    }
-    size_t cnt = 0;
-    int more = 0, r;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == (size_t)limit) {
-            more = 1;
-            break;
-        }
-        struct store_dead_letter *d = &arr[cnt++];
-        store_col_text(s, 0, d->request_id, sizeof d->request_id);
-        store_col_text(s, 1, d->batch_id, sizeof d->batch_id);
-        store_col_text(s, 2, d->tenant_id, sizeof d->tenant_id);
-        store_col_text(s, 3, d->custom_id, sizeof d->custom_id);
-        d->attempts = sdb_column_int64(s, 4);
-        store_col_text(s, 5, d->reason, sizeof d->reason);
-        d->last_error = store_col_dup(s, 6, &rc);
-        d->line = store_col_dup(s, 7, &rc);
-        d->created_at = sdb_column_int64(s, 8);
-        if (rc)
-            break;
-    }
-    if (!rc && r != SDB_ROW && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "list dead letters");
-    sdb_reset(s);
-    if (rc) {
-        store_dead_letter_list_free(arr, cnt);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, limit, &arr, n, has_more)))
         return rc;
-    }
     *items = arr;
-    *n = cnt;
-    *has_more = more;
     return 0;
 }
 

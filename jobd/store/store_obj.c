@@ -93,42 +93,33 @@ int store_file_get(struct store *st, const char *tenant_id, const char *id, stru
     return rc;
 }
 
+static int file_list_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    (void)ctx;
+    file_row(s, elem);
+    return 0;
+}
+
 int store_file_list(struct store *st, const char *tenant_id, const char *purpose, int desc,
                     const char *after, int limit, struct store_file **items, size_t *n,
                     int *has_more)
 {
+    static const struct store_rows how = {sizeof(struct store_file), file_list_row, NULL, "list files"};
     if (limit < 1 || limit > 10000)
         return ERR_INVAL;
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, desc ? S_FILE_LIST_DESC : S_FILE_LIST_ASC, &rc);
     if (!s)
         return rc;
-    struct store_file *arr = calloc((size_t)limit, sizeof *arr);
-    if (!arr)
-        return ERR_NOMEM;
-    size_t cnt = 0;
-    int more = 0, r;
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, purpose)) ||
-        (rc = store_bind_text(st, s, 3, after)) || (rc = store_bind_int(st, s, 4, limit + 1)))
-        goto out;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == (size_t)limit) {
-            more = 1;
-            break;
-        }
-        file_row(s, &arr[cnt++]);
-    }
-    if (r != SDB_ROW && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "list files");
-out:
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+        (rc = store_bind_text(st, s, 3, after)) || (rc = store_bind_int(st, s, 4, limit + 1))) {
+        sdb_reset(s);
         return rc;
     }
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, limit, &arr, n, has_more)))
+        return rc;
     *items = arr;
-    *n = cnt;
-    *has_more = more;
     return 0;
 }
 
@@ -352,9 +343,22 @@ int store_batch_list(struct store *st, const char *tenant_id, const char *after,
     return store_batch_list_status(st, tenant_id, NULL, after, limit, items, n, has_more);
 }
 
+static int batch_list_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    (void)ctx;
+    return store_batch_row(s, elem);
+}
+
+static void batch_list_release(void *elem)
+{
+    store_batch_release(elem);
+}
+
 int store_batch_list_status(struct store *st, const char *tenant_id, const char *status, const char *after,
                             int limit, struct store_batch **items, size_t *n, int *has_more)
 {
+    static const struct store_rows how = {sizeof(struct store_batch), batch_list_row, batch_list_release,
+                                          "list batches"};
     if (limit < 1 || limit > 100)
         return ERR_INVAL;
     int rc = 0;
@@ -367,34 +371,15 @@ int store_batch_list_status(struct store *st, const char *tenant_id, const char 
     struct sdb_stmt *s = store_stmt(st, S_BATCH_LIST, &rc);
     if (!s)
         return rc;
-    struct store_batch *arr = calloc((size_t)limit, sizeof *arr);
-    if (!arr)
-        return ERR_NOMEM;
-    size_t cnt = 0;
-    int more = 0, r = SDB_DONE;
     if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, after)) ||
-        (rc = store_bind_int(st, s, 3, limit + 1)) || (rc = store_bind_text(st, s, 4, status)))
-        goto out;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == (size_t)limit) {
-            more = 1;
-            break;
-        }
-        if ((rc = store_batch_row(s, &arr[cnt])))
-            goto out;
-        cnt++;
-    }
-    if (r != SDB_ROW && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "list batches");
-out:
-    sdb_reset(s);
-    if (rc) {
-        store_batch_list_free(arr, cnt);
+        (rc = store_bind_int(st, s, 3, limit + 1)) || (rc = store_bind_text(st, s, 4, status))) {
+        sdb_reset(s);
         return rc;
     }
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, limit, &arr, n, has_more)))
+        return rc;
     *items = arr;
-    *n = cnt;
-    *has_more = more;
     return 0;
 }
 

@@ -121,38 +121,26 @@ int store_wh_endpoint_get(struct store *st, const char *tenant_id, const char *i
     return rc;
 }
 
+static int ep_list_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    (void)ctx;
+    ep_row(s, elem);
+    return 0;
+}
+
 int store_wh_endpoint_list(struct store *st, const char *tenant_id, struct store_wh_endpoint **items,
                            size_t *n)
 {
+    static const struct store_rows how = {sizeof(struct store_wh_endpoint), ep_list_row, NULL,
+                                          "list webhook endpoints"};
     int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_WH_EP_LIST, &rc);
     if (!s || (rc = store_bind_text(st, s, 1, tenant_id)))
         return rc;
-    struct store_wh_endpoint *arr = NULL;
-    size_t cnt = 0, cap = 0;
-    int r;
-    while ((r = sdb_step(s)) == SDB_ROW) {
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            struct store_wh_endpoint *na = realloc(arr, nc * sizeof *na);
-            if (!na) {
-                rc = ERR_NOMEM;
-                break;
-            }
-            arr = na;
-            cap = nc;
-        }
-        ep_row(s, &arr[cnt++]);
-    }
-    if (!rc && r != SDB_DONE)
-        rc = store_sqlerr(st, r, "list webhook endpoints");
-    sdb_reset(s);
-    if (rc) {
-        free(arr);
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, 0, &arr, n, NULL)))
         return rc;
-    }
     *items = arr;
-    *n = cnt;
     return 0;
 }
 
@@ -490,10 +478,33 @@ static int load_attempts(struct store *st, struct store_wh_delivery *d)
     return 0;
 }
 
+static int delivery_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_wh_delivery *d = elem;
+    (void)ctx;
+    d->id = sdb_column_int64(s, 0);
+    store_col_text(s, 1, d->event_id, sizeof d->event_id);
+    store_col_text(s, 2, d->event_type, sizeof d->event_type);
+    store_col_text(s, 3, d->endpoint_id, sizeof d->endpoint_id);
+    store_col_text(s, 4, d->status, sizeof d->status);
+    d->attempts = sdb_column_int64(s, 5);
+    d->next_attempt_at = sdb_column_int64(s, 6);
+    d->last_status = sdb_column_int(s, 7);
+    store_col_text(s, 8, d->last_error, sizeof d->last_error);
+    d->last_latency_ms = sdb_column_type(s, 9) == SDB_NULL ? -1 : sdb_column_int64(s, 9);
+    d->created_at = sdb_column_int64(s, 10);
+    d->last_attempt_at = sdb_column_int64(s, 11);
+    d->delivered_at = sdb_column_int64(s, 12);
+    store_col_text(s, 13, d->object_id, sizeof d->object_id);
+    return 0;
+}
+
 int store_wh_delivery_list(struct store *st, const char *tenant_id, const char *endpoint_id,
                            int64_t before, int limit, struct store_wh_delivery **items, size_t *n,
                            int *has_more)
 {
+    static const struct store_rows how = {sizeof(struct store_wh_delivery), delivery_row, NULL,
+                                          "list webhook deliveries"};
     if (limit < 1 || limit > 100)
         return ERR_INVAL;
     struct store_wh_endpoint ep;
@@ -504,34 +515,13 @@ int store_wh_delivery_list(struct store *st, const char *tenant_id, const char *
     if (!s || (rc = store_bind_text(st, s, 1, endpoint_id)) || (rc = store_bind_int(st, s, 2, before)) ||
         (rc = store_bind_int(st, s, 3, limit + 1)))
         return rc;
-    struct store_wh_delivery *arr = calloc((size_t)limit + 1, sizeof *arr);
-    if (!arr) {
-        sdb_reset(s);
-        return ERR_NOMEM;
-    }
-    size_t cnt = 0;
-    int r;
-    while (cnt < (size_t)limit + 1 && (r = sdb_step(s)) == SDB_ROW) {
-        struct store_wh_delivery *d = &arr[cnt++];
-        d->id = sdb_column_int64(s, 0);
-        store_col_text(s, 1, d->event_id, sizeof d->event_id);
-        store_col_text(s, 2, d->event_type, sizeof d->event_type);
-        store_col_text(s, 3, d->endpoint_id, sizeof d->endpoint_id);
-        store_col_text(s, 4, d->status, sizeof d->status);
-        d->attempts = sdb_column_int64(s, 5);
-        d->next_attempt_at = sdb_column_int64(s, 6);
-        d->last_status = sdb_column_int(s, 7);
-        store_col_text(s, 8, d->last_error, sizeof d->last_error);
-        d->last_latency_ms = sdb_column_type(s, 9) == SDB_NULL ? -1 : sdb_column_int64(s, 9);
-        d->created_at = sdb_column_int64(s, 10);
-        d->last_attempt_at = sdb_column_int64(s, 11);
-        d->delivered_at = sdb_column_int64(s, 12);
-        store_col_text(s, 13, d->object_id, sizeof d->object_id);
-    }
-    sdb_reset(s);
-    int more = cnt > (size_t)limit;
-    if (more)
-        cnt = (size_t)limit;
+    struct store_wh_delivery *arr;
+    void *p;
+    size_t cnt;
+    int more;
+    if ((rc = store_rows_collect(st, s, &how, NULL, limit, &p, &cnt, &more)))
+        return rc;
+    arr = p;
     for (size_t i = 0; !rc && i < cnt; i++)
         rc = load_attempts(st, &arr[i]);
     if (rc) {
