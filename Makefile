@@ -40,11 +40,14 @@ CSTD     := -std=c11 -D_GNU_SOURCE
 DEFS     := -DPROJECT_VERSION='"$(VERSION)"' -DPROJECT_REV='"$(GIT_REV)"'
 INCS     := -I. $(PKG_CFLAGS)
 CFLAGS_REL  := $(CSTD) $(WARN) $(DEFS) $(INCS) -O2 -g -pthread -MMD -MP
+# SAN: the sanitizers of the test tree. `make SAN= BUILD=build/vg
+# build/vg/asan/tests/unit` builds the tests without them, for Valgrind's
+# memcheck (uninitialised reads, which ASan does not see).
+SAN      ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined
 CFLAGS_ASAN := $(CSTD) $(WARN) $(DEFS) $(INCS) -O1 -g -pthread -MMD -MP \
-               -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-               -fno-omit-frame-pointer
+               $(SAN) -fno-omit-frame-pointer
 LDFLAGS_REL  := -g -pthread
-LDFLAGS_ASAN := -g -pthread -fsanitize=address,undefined
+LDFLAGS_ASAN := -g -pthread $(filter -fsanitize=%,$(SAN))
 SYS_LIBS := -lm -pthread
 LDLIBS   := $(PKG_LIBS) $(SYS_LIBS)
 
@@ -222,15 +225,16 @@ JOBCTL_SRC := $(wildcard cmd/jobctl/*.c)
 define binary_rules
 $(BUILD)/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(2)) $(call layer_libs,$(BUILD)/obj,$(3)) | $(BUILD)/obj/lib/layers.ok
 	@$$(if $$(Q),echo '  LD      $$@')
-	$$(Q)$$(call link,$$(LDFLAGS_REL),$(4) $(5))
+	$$(Q)$$(call link,$$(LDFLAGS_REL),$$($(4)) $$($(5)))
 
 $(BUILD)/asan/$(1): $(patsubst %.c,$(BUILD)/asan/obj/%.o,$(2)) $(call layer_libs,$(BUILD)/asan/obj,$(filter-out kernels/cuda,$(3))) | $(BUILD)/asan/obj/lib/layers.ok
 	@$$(if $$(Q),echo '  LD      $$@')
-	$$(Q)$$(call link,$$(LDFLAGS_ASAN),$(4))
+	$$(Q)$$(call link,$$(LDFLAGS_ASAN),$$($(4)))
 endef
-$(eval $(call binary_rules,jobd,cmd/jobd/main.c,$(JOBD_LAYERS),$(JOBD_LDLIBS)))
-$(eval $(call binary_rules,jobworker,cmd/jobworker/main.c,$(WORKER_LAYERS),$(WORKER_LDLIBS),$(CUDA_LDLIBS)))
-$(eval $(call binary_rules,jobctl,$(JOBCTL_SRC),$(JOBCTL_LAYERS),$(JOBCTL_LDLIBS)))
+# (the libraries go by variable name: CUDA_LIBS holds commas)
+$(eval $(call binary_rules,jobd,cmd/jobd/main.c,$(JOBD_LAYERS),JOBD_LDLIBS))
+$(eval $(call binary_rules,jobworker,cmd/jobworker/main.c,$(WORKER_LAYERS),WORKER_LDLIBS,CUDA_LDLIBS))
+$(eval $(call binary_rules,jobctl,$(JOBCTL_SRC),$(JOBCTL_LAYERS),JOBCTL_LDLIBS))
 
 # The test programs exercise every layer: they link every archive.
 $(BUILD)/asan/tests/unit: $(UNIT_SRC:%.c=$(BUILD)/asan/obj/%.o) $(TH_SRC:%.c=$(BUILD)/asan/obj/%.o) $(ASAN_LIBS) | $(BUILD)/asan/obj/lib/layers.ok

@@ -448,8 +448,8 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
     if (present) {
         p.gen.seed = (uint64_t)iv;
         p.gen.seed_given = 1;
-    } else if ((rc = crypto_random(&p.gen.seed, sizeof p.gen.seed)) != 0) {
-        goto out;
+    } else if (n_vocab && (rc = crypto_random(&p.gen.seed, sizeof p.gen.seed)) != 0) {
+        goto out; /* validation only (n_vocab 0) draws no seed: nothing samples */
     }
 
     if ((rc = get_int(body, "n", 1, GP_MAX_N, &iv, &present, err)) != 0)

@@ -113,8 +113,9 @@ struct gp_request {
 /* Parse body for endpoint ep; n_vocab bounds token ids (logit_bias keys,
  * prompt tokens). n_vocab 0 means the vocabulary is unknown (jobd's upload
  * validation, which has no model): ids are then checked against 0..2^31-1
- * only, and every other rule is the same, so a body jobd accepts fails in
- * a worker only on what needs the model. Returns 0 and fills *out (release with gp_release), or
+ * only, no default seed is drawn (gen.seed stays 0: nothing samples from a
+ * validation), and every other rule is the same, so a body jobd accepts
+ * fails in a worker only on what needs the model. Returns 0 and fills *out (release with gp_release), or
  * ERR_INVAL with *err filled (message names the param), or ERR_NOMEM /
  * ERR_CRYPTO (no OS randomness for the default seed). */
 int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_request *out,
