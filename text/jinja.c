@@ -47,7 +47,7 @@ struct arena {
     int oom;   /* 1: malloc failed, 2: cap reached */
 };
 
-static void *ar_alloc(struct arena *a, size_t n)
+static void *jar_alloc(struct arena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     if (!a->head || a->head->cap - a->head->used < n) {
@@ -72,7 +72,7 @@ static void *ar_alloc(struct arena *a, size_t n)
     return p;
 }
 
-static void ar_release(struct arena *a)
+static void jar_release(struct arena *a)
 {
     struct achunk *c = a->head;
     while (c) {
@@ -83,9 +83,9 @@ static void ar_release(struct arena *a)
     a->head = NULL;
 }
 
-static struct jstr *ar_str(struct arena *a, const char *s, size_t n)
+static struct jstr *jar_str(struct arena *a, const char *s, size_t n)
 {
-    struct jstr *j = ar_alloc(a, sizeof *j + n + 1);
+    struct jstr *j = jar_alloc(a, sizeof *j + n + 1);
     if (!j)
         return NULL;
     j->n = n;
@@ -166,11 +166,11 @@ static struct jv mk_strp(const struct jstr *s)
     return v;
 }
 
-static int list_push(struct arena *a, struct jlist *l, struct jv v)
+static int jv_list_push(struct arena *a, struct jlist *l, struct jv v)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        struct jv *nv = ar_alloc(a, cap * sizeof *nv);
+        struct jv *nv = jar_alloc(a, cap * sizeof *nv);
         if (!nv)
             return -1;
         if (l->n)
@@ -182,9 +182,9 @@ static int list_push(struct arena *a, struct jlist *l, struct jv v)
     return 0;
 }
 
-static struct jv new_list(struct arena *a, uint8_t t)
+static struct jv jv_new_list(struct arena *a, uint8_t t)
 {
-    struct jlist *l = ar_alloc(a, sizeof *l);
+    struct jlist *l = jar_alloc(a, sizeof *l);
     if (!l)
         return mk(JV_UNDEF);
     memset(l, 0, sizeof *l);
@@ -193,9 +193,9 @@ static struct jv new_list(struct arena *a, uint8_t t)
     return v;
 }
 
-static struct jv new_dict(struct arena *a, uint8_t t)
+static struct jv jv_new_dict(struct arena *a, uint8_t t)
 {
-    struct jdict *d = ar_alloc(a, sizeof *d);
+    struct jdict *d = jar_alloc(a, sizeof *d);
     if (!d)
         return mk(JV_UNDEF);
     memset(d, 0, sizeof *d);
@@ -209,17 +209,17 @@ static int str_eq(const struct jstr *a, const char *s, size_t n)
     return a->n == n && memcmp(a->p, s, n) == 0;
 }
 
-static int v_eq(struct jv a, struct jv b);
+static int jv_eq(struct jv a, struct jv b);
 
-static struct jv *dict_find(const struct jdict *d, struct jv key)
+static struct jv *jv_dict_find(const struct jdict *d, struct jv key)
 {
     for (size_t i = 0; i < d->n; i++)
-        if (v_eq(d->k[i], key))
+        if (jv_eq(d->k[i], key))
             return &d->v[i];
     return NULL;
 }
 
-static struct jv *dict_find_s(const struct jdict *d, const char *s, size_t n)
+static struct jv *jv_dict_find_s(const struct jdict *d, const char *s, size_t n)
 {
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].t == JV_STR && str_eq(d->k[i].u.s, s, n))
@@ -230,11 +230,11 @@ static struct jv *dict_find_s(const struct jdict *d, const char *s, size_t n)
 /* Grows two parallel arrays of n used elements (keys and values) to twice
  * *cap (first: the first capacity) in the arena, copying what they hold.
  * On failure (arena limit or malloc) nothing changes and -1 is returned. */
-static int ar_grow_pair(struct arena *a, size_t n, size_t *cap, size_t first, void **x, size_t xsz,
+static int jar_grow_pair(struct arena *a, size_t n, size_t *cap, size_t first, void **x, size_t xsz,
                         void **y, size_t ysz)
 {
     size_t c = *cap ? *cap * 2 : first;
-    void *nx = ar_alloc(a, c * xsz), *ny = ar_alloc(a, c * ysz);
+    void *nx = jar_alloc(a, c * xsz), *ny = jar_alloc(a, c * ysz);
     if (!nx || !ny)
         return -1;
     if (n) {
@@ -247,16 +247,16 @@ static int ar_grow_pair(struct arena *a, size_t n, size_t *cap, size_t first, vo
     return 0;
 }
 
-static int dict_set(struct arena *a, struct jdict *d, struct jv key, struct jv val)
+static int jv_dict_set(struct arena *a, struct jdict *d, struct jv key, struct jv val)
 {
-    struct jv *p = dict_find(d, key);
+    struct jv *p = jv_dict_find(d, key);
     if (p) {
         *p = val;
         return 0;
     }
     if (d->n == d->cap) {
         void *k = d->k, *v = d->v;
-        if (ar_grow_pair(a, d->n, &d->cap, 4, &k, sizeof *d->k, &v, sizeof *d->v))
+        if (jar_grow_pair(a, d->n, &d->cap, 4, &k, sizeof *d->k, &v, sizeof *d->v))
             return -1;
         d->k = k;
         d->v = v;
@@ -273,7 +273,7 @@ struct jinja_env *jinja_env_new(time_t now)
         return NULL;
     e->a.cap = JINJA_MAX_MEMORY;
     e->now = now;
-    e->globals = new_dict(&e->a, JV_DICT);
+    e->globals = jv_new_dict(&e->a, JV_DICT);
     if (e->globals.t != JV_DICT) {
         jinja_env_free(e);
         return NULL;
@@ -285,22 +285,22 @@ void jinja_env_free(struct jinja_env *e)
 {
     if (!e)
         return;
-    ar_release(&e->a);
+    jar_release(&e->a);
     free(e);
 }
 
 struct jv jinja_str(struct jinja_env *e, const char *s, size_t n)
 {
-    struct jstr *j = ar_str(&e->a, s, n);
+    struct jstr *j = jar_str(&e->a, s, n);
     return j ? mk_strp(j) : mk(JV_UNDEF);
 }
 
-struct jv jinja_list(struct jinja_env *e) { return new_list(&e->a, JV_LIST); }
-struct jv jinja_dict(struct jinja_env *e) { return new_dict(&e->a, JV_DICT); }
+struct jv jinja_list(struct jinja_env *e) { return jv_new_list(&e->a, JV_LIST); }
+struct jv jinja_dict(struct jinja_env *e) { return jv_new_dict(&e->a, JV_DICT); }
 
 void jinja_list_push(struct jinja_env *e, struct jv list, struct jv v)
 {
-    if (list.t != JV_LIST || v.t == JV_UNDEF || list_push(&e->a, list.u.l, v) != 0)
+    if (list.t != JV_LIST || v.t == JV_UNDEF || jv_list_push(&e->a, list.u.l, v) != 0)
         e->a.oom = e->a.oom ? e->a.oom : 1;
 }
 
@@ -308,7 +308,7 @@ void jinja_dict_set(struct jinja_env *e, struct jv dict, const char *key, struct
 {
     struct jv k = jinja_str(e, key, strlen(key));
     if (dict.t != JV_DICT || k.t != JV_STR || v.t == JV_UNDEF ||
-        dict_set(&e->a, dict.u.d, k, v) != 0)
+        jv_dict_set(&e->a, dict.u.d, k, v) != 0)
         e->a.oom = e->a.oom ? e->a.oom : 1;
 }
 
@@ -400,7 +400,7 @@ struct lexer {
 /* The first error of a lexer, parser or render wins: set *rc to code and
  * write "line N: <message>" into err (errcap bytes, may be 0). Returns -1,
  * the callers' failure value. */
-static int set_fail(int *rc, int code, char *err, size_t errcap, int line, const char *fmt, va_list ap)
+static int jl_set_fail(int *rc, int code, char *err, size_t errcap, int line, const char *fmt, va_list ap)
 {
     if (*rc == 0) {
         *rc = code;
@@ -417,7 +417,7 @@ static int lex_fail(struct lexer *L, int line, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    set_fail(&L->rc, ERR_PARSE, L->err, L->errcap, line, fmt, ap);
+    jl_set_fail(&L->rc, ERR_PARSE, L->err, L->errcap, line, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -453,7 +453,7 @@ static int lex_data(struct lexer *L, const char *s, size_t n, int line)
 {
     if (n == 0)
         return 0;
-    struct jstr *j = ar_alloc(L->a, sizeof *j + n + 1);
+    struct jstr *j = jar_alloc(L->a, sizeof *j + n + 1);
     if (!j) {
         L->rc = ERR_NOMEM;
         return -1;
@@ -489,7 +489,7 @@ static int lex_string(struct lexer *L, char q, int line)
     if (i >= L->len)
         return lex_fail(L, line, "unterminated string");
     size_t n = i - start;
-    struct jstr *j = ar_alloc(L->a, sizeof *j + n + 1);
+    struct jstr *j = jar_alloc(L->a, sizeof *j + n + 1);
     if (!j) {
         L->rc = ERR_NOMEM;
         return -1;
@@ -611,7 +611,7 @@ static int lex_tag(struct lexer *L, int block)
             while (n < left && (isname0(p[n]) || isdigit_(p[n])))
                 n++;
             struct token *t = lex_push(L, TK_NAME, line);
-            if (!t || !(t->s = ar_str(L->a, p, n))) {
+            if (!t || !(t->s = jar_str(L->a, p, n))) {
                 L->rc = L->rc ? L->rc : ERR_NOMEM;
                 return -1;
             }
@@ -916,7 +916,7 @@ static const struct { const char *name; uint8_t id; } TESTS[] = {
     {"callable", T_CALLABLE},
 };
 
-static int lookup_filter(const char *s, size_t n)
+static int jb_filter_find(const char *s, size_t n)
 {
     for (size_t i = 0; i < sizeof FILTERS / sizeof FILTERS[0]; i++)
         if (strlen(FILTERS[i].name) == n && !memcmp(FILTERS[i].name, s, n))
@@ -924,7 +924,7 @@ static int lookup_filter(const char *s, size_t n)
     return 0;
 }
 
-static int lookup_test(const char *s, size_t n)
+static int jb_test_find(const char *s, size_t n)
 {
     for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++)
         if (strlen(TESTS[i].name) == n && !memcmp(TESTS[i].name, s, n))
@@ -949,7 +949,7 @@ static int p_fail(struct parser *P, int line, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    set_fail(&P->rc, ERR_PARSE, P->err, P->errcap, line, fmt, ap);
+    jl_set_fail(&P->rc, ERR_PARSE, P->err, P->errcap, line, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -972,7 +972,7 @@ static int is_name(struct token *t, const char *n)
 
 static struct node *nn(struct parser *P, uint8_t k, int line)
 {
-    struct node *x = ar_alloc(P->a, sizeof *x);
+    struct node *x = jar_alloc(P->a, sizeof *x);
     if (!x) {
         P->rc = P->rc ? P->rc : ERR_NOMEM;
         return NULL;
@@ -1021,7 +1021,7 @@ static struct node **nv_done(struct parser *P, struct nvec *v)
 {
     if (!v->n)
         return NULL;
-    struct node **o = ar_alloc(P->a, v->n * sizeof *o);
+    struct node **o = jar_alloc(P->a, v->n * sizeof *o);
     if (!o)
         P->rc = P->rc ? P->rc : ERR_NOMEM;
     else
@@ -1033,7 +1033,7 @@ static const struct jstr **nv_names(struct parser *P, struct nvec *v)
 {
     if (!v->n)
         return NULL;
-    const struct jstr **o = ar_alloc(P->a, v->n * sizeof *o);
+    const struct jstr **o = jar_alloc(P->a, v->n * sizeof *o);
     if (!o)
         P->rc = P->rc ? P->rc : ERR_NOMEM;
     else
@@ -1115,7 +1115,7 @@ static struct node *p_filter_one(struct parser *P, struct node *x, int line)
     if (cur(P)->k != TK_NAME)
         return p_fail(P, line, "expected a filter name"), NULL;
     const struct jstr *name = cur(P)->s;
-    int id = lookup_filter(name->p, name->n);
+    int id = jb_filter_find(name->p, name->n);
     if (!id && !P->soft)
         return p_fail(P, line, "no filter named '%s'", name->p), NULL;
     adv(P);
@@ -1148,7 +1148,7 @@ static struct node *p_filters(struct parser *P, struct node *x)
             if (cur(P)->k != TK_NAME)
                 return p_fail(P, t->line, "expected a test name"), NULL;
             const struct jstr *name = cur(P)->s;
-            int id = lookup_test(name->p, name->n);
+            int id = jb_test_find(name->p, name->n);
             if (!id && !P->soft)
                 return p_fail(P, t->line, "no test named '%s'", name->p), NULL;
             adv(P);
@@ -1170,7 +1170,7 @@ static struct node *p_filters(struct parser *P, struct node *x)
                 struct node *arg = p_primary(P);
                 if (!arg || !(arg = p_postfix(P, arg)))
                     return NULL;
-                f->v = ar_alloc(P->a, sizeof *f->v);
+                f->v = jar_alloc(P->a, sizeof *f->v);
                 if (!f->v)
                     return P->rc = ERR_NOMEM, NULL;
                 f->v[0] = arg;
@@ -1223,7 +1223,7 @@ static struct node *p_subscript(struct parser *P)
             return NULL;
     }
     struct node *s = nn(P, N_SLICE, line);
-    if (!s || !(s->v = ar_alloc(P->a, sizeof parts)))
+    if (!s || !(s->v = jar_alloc(P->a, sizeof parts)))
         return P->rc = P->rc ? P->rc : ERR_NOMEM, NULL;
     memcpy(s->v, parts, sizeof parts);
     s->n = 3;
@@ -1347,7 +1347,7 @@ static struct node *p_primary(struct parser *P)
         adv(P);
         while (cur(P)->k == TK_STR) { /* adjacent literals concatenate */
             const struct jstr *b = cur(P)->s;
-            struct jstr *j = ar_alloc(P->a, sizeof *j + s->n + b->n + 1);
+            struct jstr *j = jar_alloc(P->a, sizeof *j + s->n + b->n + 1);
             if (!j) {
                 P->rc = ERR_NOMEM;
                 return NULL;
@@ -1542,7 +1542,7 @@ static struct node *p_compare(struct parser *P)
         return x;
     }
     struct node *c = nn(P, N_CMP, line);
-    if (!c || !(c->ops = ar_alloc(P->a, ops.n - 1)))
+    if (!c || !(c->ops = jar_alloc(P->a, ops.n - 1)))
         { P->rc = P->rc ? P->rc : ERR_NOMEM; goto fail; }
     memcpy(c->ops, opv, ops.n - 1);
     c->v = nv_done(P, &ops);
@@ -1731,7 +1731,7 @@ static int p_stmt(struct parser *P, struct nvec *out)
             if (!top)
                 top = c;
             else {
-                prev->v2 = ar_alloc(P->a, sizeof *prev->v2);
+                prev->v2 = jar_alloc(P->a, sizeof *prev->v2);
                 if (!prev->v2)
                     return P->rc = ERR_NOMEM, -1;
                 prev->v2[0] = c;
@@ -1795,7 +1795,7 @@ static int p_stmt(struct parser *P, struct nvec *out)
             x->s = cur(P)->s;
             adv(P);
             adv(P);
-            x->names = ar_alloc(P->a, sizeof *x->names);
+            x->names = jar_alloc(P->a, sizeof *x->names);
             if (!x->names)
                 return P->rc = ERR_NOMEM, -1;
             x->names[0] = cur(P)->s;
@@ -2010,7 +2010,7 @@ void jinja_tmpl_free(struct jinja_tmpl *t)
 {
     if (!t)
         return;
-    ar_release(&t->a);
+    jar_release(&t->a);
     free(t);
 }
 
@@ -2053,43 +2053,43 @@ static const struct { const char *name; uint8_t id; } STR_METHODS[] = {
     {"isspace", M_ISSPACE}, {"format", M_FORMAT},
 };
 
-static int fail(struct rs *R, int line, const char *fmt, ...)
+static int jr_fail(struct rs *R, int line, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    set_fail(&R->rc, ERR_INVAL, R->err, R->errcap, line, fmt, ap);
+    jl_set_fail(&R->rc, ERR_INVAL, R->err, R->errcap, line, fmt, ap);
     va_end(ap);
     return -1;
 }
 
 /* An allocation failed: out of memory, or over JINJA_MAX_MEMORY. */
-static int oom(struct rs *R, int line)
+static int jr_oom(struct rs *R, int line)
 {
     if (R->a->oom == 2)
-        return fail(R, line, "template used more than %u bytes of memory", JINJA_MAX_MEMORY);
+        return jr_fail(R, line, "template used more than %u bytes of memory", JINJA_MAX_MEMORY);
     if (R->rc == 0)
         R->rc = ERR_NOMEM;
     return -1;
 }
 
-static void *ralloc(struct rs *R, size_t n, int line)
+static void *jr_alloc(struct rs *R, size_t n, int line)
 {
-    void *p = ar_alloc(R->a, n);
+    void *p = jar_alloc(R->a, n);
     if (!p)
-        oom(R, line);
+        jr_oom(R, line);
     return p;
 }
 
-static int step(struct rs *R, int line)
+static int jr_step(struct rs *R, int line)
 {
     if (++R->steps > JINJA_MAX_STEPS)
-        return fail(R, line, "template ran more than %d loop iterations and calls", JINJA_MAX_STEPS);
+        return jr_fail(R, line, "template ran more than %d loop iterations and calls", JINJA_MAX_STEPS);
     return 0;
 }
 
 static struct frame *frame_new(struct rs *R, struct frame *parent, int line)
 {
-    struct frame *f = ralloc(R, sizeof *f, line);
+    struct frame *f = jr_alloc(R, sizeof *f, line);
     if (f) {
         memset(f, 0, sizeof *f);
         f->parent = parent;
@@ -2106,8 +2106,8 @@ static int frame_set(struct rs *R, struct frame *f, const struct jstr *name, str
         }
     if (f->n == f->cap) {
         void *names = f->names, *vals = f->vals;
-        if (ar_grow_pair(R->a, f->n, &f->cap, 8, &names, sizeof *f->names, &vals, sizeof *f->vals))
-            return oom(R, line);
+        if (jar_grow_pair(R->a, f->n, &f->cap, 8, &names, sizeof *f->names, &vals, sizeof *f->vals))
+            return jr_oom(R, line);
         f->names = names;
         f->vals = vals;
     }
@@ -2122,7 +2122,7 @@ static struct jv lookup(struct rs *R, struct frame *f, const struct jstr *name)
         for (size_t i = f->n; i-- > 0;)
             if (f->names[i]->n == name->n && !memcmp(f->names[i]->p, name->p, name->n))
                 return f->vals[i];
-    struct jv *g = dict_find_s(R->e->globals.u.d, name->p, name->n);
+    struct jv *g = jv_dict_find_s(R->e->globals.u.d, name->p, name->n);
     if (g)
         return *g;
     static const struct { const char *n; uint8_t id; } B[] = {
@@ -2209,7 +2209,7 @@ static void fmt_float(double f, char *o, size_t cap)
     }
 }
 
-static int sb_put(struct rs *R, struct buf *b, const char *s, size_t n)
+static int jr_put(struct rs *R, struct buf *b, const char *s, size_t n)
 {
     int rc = buf_append(b, s, n);
     if (rc) {
@@ -2226,7 +2226,7 @@ static int repr_str(struct rs *R, struct buf *b, const struct jstr *s)
 {
     int has_sq = memchr(s->p, '\'', s->n) != NULL, has_dq = memchr(s->p, '"', s->n) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
-    if (sb_put(R, b, &q, 1))
+    if (jr_put(R, b, &q, 1))
         return -1;
     for (size_t i = 0; i < s->n; i++) {
         unsigned char c = (unsigned char)s->p[i];
@@ -2243,27 +2243,27 @@ static int repr_str(struct rs *R, struct buf *b, const struct jstr *s)
             o = esc;
             n = 4;
         }
-        if (o ? sb_put(R, b, o, n) : sb_put(R, b, s->p + i, 1))
+        if (o ? jr_put(R, b, o, n) : jr_put(R, b, s->p + i, 1))
             return -1;
     }
-    return sb_put(R, b, &q, 1);
+    return jr_put(R, b, &q, 1);
 }
 
 /* Python str(v) appended to b. */
-static int str_into(struct rs *R, struct buf *b, struct jv v, int depth)
+static int jv_str_into(struct rs *R, struct buf *b, struct jv v, int depth)
 {
     char tmp[48];
     switch (v.t) {
     case JV_UNDEF: return 0;
-    case JV_NONE: return sb_put(R, b, "None", 4);
-    case JV_BOOL: return v.u.b ? sb_put(R, b, "True", 4) : sb_put(R, b, "False", 5);
+    case JV_NONE: return jr_put(R, b, "None", 4);
+    case JV_BOOL: return v.u.b ? jr_put(R, b, "True", 4) : jr_put(R, b, "False", 5);
     case JV_INT:
         snprintf(tmp, sizeof tmp, "%lld", (long long)v.u.i);
-        return sb_put(R, b, tmp, strlen(tmp));
+        return jr_put(R, b, tmp, strlen(tmp));
     case JV_FLOAT:
         fmt_float(v.u.f, tmp, sizeof tmp);
-        return sb_put(R, b, tmp, strlen(tmp));
-    case JV_STR: return sb_put(R, b, v.u.s->p, v.u.s->n);
+        return jr_put(R, b, tmp, strlen(tmp));
+    case JV_STR: return jr_put(R, b, v.u.s->p, v.u.s->n);
     default: return repr_into(R, b, v, depth);
     }
 }
@@ -2271,46 +2271,46 @@ static int str_into(struct rs *R, struct buf *b, struct jv v, int depth)
 static int repr_into(struct rs *R, struct buf *b, struct jv v, int depth)
 {
     if (depth > JINJA_MAX_DEPTH)
-        return sb_put(R, b, "...", 3);
+        return jr_put(R, b, "...", 3);
     switch (v.t) {
     case JV_STR: return repr_str(R, b, v.u.s);
     case JV_LIST:
     case JV_TUPLE: {
         int tup = v.t == JV_TUPLE;
-        if (sb_put(R, b, tup ? "(" : "[", 1))
+        if (jr_put(R, b, tup ? "(" : "[", 1))
             return -1;
         for (size_t i = 0; i < v.u.l->n; i++)
-            if ((i && sb_put(R, b, ", ", 2)) || repr_into(R, b, v.u.l->v[i], depth + 1))
+            if ((i && jr_put(R, b, ", ", 2)) || repr_into(R, b, v.u.l->v[i], depth + 1))
                 return -1;
-        if (tup && v.u.l->n == 1 && sb_put(R, b, ",", 1))
+        if (tup && v.u.l->n == 1 && jr_put(R, b, ",", 1))
             return -1;
-        return sb_put(R, b, tup ? ")" : "]", 1);
+        return jr_put(R, b, tup ? ")" : "]", 1);
     }
     case JV_DICT:
     case JV_NS: {
-        if ((v.t == JV_NS && sb_put(R, b, "<Namespace ", 11)) || sb_put(R, b, "{", 1))
+        if ((v.t == JV_NS && jr_put(R, b, "<Namespace ", 11)) || jr_put(R, b, "{", 1))
             return -1;
         for (size_t i = 0; i < v.u.d->n; i++)
-            if ((i && sb_put(R, b, ", ", 2)) || repr_into(R, b, v.u.d->k[i], depth + 1) ||
-                sb_put(R, b, ": ", 2) || repr_into(R, b, v.u.d->v[i], depth + 1))
+            if ((i && jr_put(R, b, ", ", 2)) || repr_into(R, b, v.u.d->k[i], depth + 1) ||
+                jr_put(R, b, ": ", 2) || repr_into(R, b, v.u.d->v[i], depth + 1))
                 return -1;
-        return sb_put(R, b, "}", 1) || (v.t == JV_NS && sb_put(R, b, ">", 1)) ? -1 : 0;
+        return jr_put(R, b, "}", 1) || (v.t == JV_NS && jr_put(R, b, ">", 1)) ? -1 : 0;
     }
     case JV_UNDEF: return 0;
     case JV_MACRO: {
         const struct jmacro *m = v.u.p;
-        return sb_put(R, b, "<Macro '", 8) || sb_put(R, b, m->def->s->p, m->def->s->n) ||
-               sb_put(R, b, "'>", 2) ? -1 : 0;
+        return jr_put(R, b, "<Macro '", 8) || jr_put(R, b, m->def->s->p, m->def->s->n) ||
+               jr_put(R, b, "'>", 2) ? -1 : 0;
     }
     case JV_FUNC:
-    case JV_BOUND: return sb_put(R, b, "<function>", 10);
-    case JV_LOOP: return sb_put(R, b, "<LoopContext>", 13);
-    default: return str_into(R, b, v, depth);
+    case JV_BOUND: return jr_put(R, b, "<function>", 10);
+    case JV_LOOP: return jr_put(R, b, "<LoopContext>", 13);
+    default: return jv_str_into(R, b, v, depth);
     }
 }
 
 /* str(v) as a string value (strings are returned as they are). */
-static int to_str(struct rs *R, struct jv v, const struct jstr **out, int line)
+static int jv_to_str(struct rs *R, struct jv v, const struct jstr **out, int line)
 {
     if (v.t == JV_STR) {
         *out = v.u.s;
@@ -2318,25 +2318,25 @@ static int to_str(struct rs *R, struct jv v, const struct jstr **out, int line)
     }
     struct buf b;
     buf_init(&b, R->out->max_bytes);
-    if (str_into(R, &b, v, 0)) {
+    if (jv_str_into(R, &b, v, 0)) {
         buf_release(&b);
         if (R->rc == ERR_TOOBIG)
-            R->rc = 0, fail(R, line, "string too long");
+            R->rc = 0, jr_fail(R, line, "string too long");
         return -1;
     }
-    struct jstr *s = ar_str(R->a, b.data ? b.data : "", b.len);
+    struct jstr *s = jar_str(R->a, b.data ? b.data : "", b.len);
     buf_release(&b);
     if (!s)
-        return oom(R, line);
+        return jr_oom(R, line);
     *out = s;
     return 0;
 }
 
-static struct jv mk_str(struct rs *R, const char *s, size_t n, int line)
+static struct jv jv_new_str(struct rs *R, const char *s, size_t n, int line)
 {
-    struct jstr *j = ar_str(R->a, s, n);
+    struct jstr *j = jar_str(R->a, s, n);
     if (!j) {
-        oom(R, line);
+        jr_oom(R, line);
         return mk(JV_UNDEF);
     }
     return mk_strp(j);
@@ -2344,7 +2344,7 @@ static struct jv mk_str(struct rs *R, const char *s, size_t n, int line)
 
 /* ---- value semantics -------------------------------------------------------- */
 
-static int truthy(struct jv v)
+static int jv_truthy(struct jv v)
 {
     switch (v.t) {
     case JV_UNDEF:
@@ -2368,7 +2368,7 @@ static double num_f(struct jv v)
 static int64_t num_i(struct jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : 0; }
 
 static int v_eq_d(struct jv a, struct jv b, int depth);
-static int v_eq(struct jv a, struct jv b) { return v_eq_d(a, b, 0); }
+static int jv_eq(struct jv a, struct jv b) { return v_eq_d(a, b, 0); }
 
 /* Python ==; containers nested deeper than JINJA_MAX_DEPTH compare by identity. */
 static int v_eq_d(struct jv a, struct jv b, int depth)
@@ -2401,7 +2401,7 @@ static int v_eq_d(struct jv a, struct jv b, int depth)
         if (depth > JINJA_MAX_DEPTH)
             return a.u.d == b.u.d;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            struct jv *o = dict_find(b.u.d, a.u.d->k[i]);
+            struct jv *o = jv_dict_find(b.u.d, a.u.d->k[i]);
             if (!o || !v_eq_d(a.u.d->v[i], *o, depth + 1))
                 return 0;
         }
@@ -2412,7 +2412,7 @@ static int v_eq_d(struct jv a, struct jv b, int depth)
     }
 }
 
-static const char *type_name(struct jv v)
+static const char *jv_type_name(struct jv v)
 {
     static const char *n[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list",
                               "dict", "Namespace", "Macro", "function", "method", "LoopContext",
@@ -2423,7 +2423,7 @@ static const char *type_name(struct jv v)
 static int v_lt_d(struct rs *R, struct jv a, struct jv b, int line, int depth);
 
 /* Python's <: -1 error, else 0/1 for a < b. */
-static int v_lt(struct rs *R, struct jv a, struct jv b, int line) { return v_lt_d(R, a, b, line, 0); }
+static int jv_lt(struct rs *R, struct jv a, struct jv b, int line) { return v_lt_d(R, a, b, line, 0); }
 
 static int v_lt_d(struct rs *R, struct jv a, struct jv b, int line, int depth)
 {
@@ -2440,35 +2440,35 @@ static int v_lt_d(struct rs *R, struct jv a, struct jv b, int line, int depth)
     if ((a.t == JV_LIST || a.t == JV_TUPLE) && a.t == b.t) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         if (depth > JINJA_MAX_DEPTH)
-            return fail(R, line, "comparison nested too deeply");
+            return jr_fail(R, line, "comparison nested too deeply");
         for (size_t i = 0; i < n; i++) {
-            if (v_eq(a.u.l->v[i], b.u.l->v[i]))
+            if (jv_eq(a.u.l->v[i], b.u.l->v[i]))
                 continue;
             return v_lt_d(R, a.u.l->v[i], b.u.l->v[i], line, depth + 1);
         }
         return a.u.l->n < b.u.l->n;
     }
     if (a.t == JV_UNDEF || b.t == JV_UNDEF)
-        return fail(R, line, "'%s' is undefined",
+        return jr_fail(R, line, "'%s' is undefined",
                     a.t == JV_UNDEF ? (a.x ? ((const struct jstr *)a.x)->p : "value")
                                     : (b.x ? ((const struct jstr *)b.x)->p : "value"));
-    return fail(R, line, "'<' not supported between instances of '%s' and '%s'", type_name(a),
-                type_name(b));
+    return jr_fail(R, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
+                jv_type_name(b));
 }
 
-static int undef_fail(struct rs *R, struct jv u, int line)
+static int jv_undef_fail(struct rs *R, struct jv u, int line)
 {
     const struct jstr *name = u.x;
     if (name)
-        return fail(R, line, "'%s' is undefined", name->p);
-    return fail(R, line, "value is undefined");
+        return jr_fail(R, line, "'%s' is undefined", name->p);
+    return jr_fail(R, line, "value is undefined");
 }
 
 /* Code point offsets of a string: off[i] is the byte offset of char i, off[n] = bytes. */
 static size_t *cp_offsets(struct rs *R, const struct jstr *s, size_t *n, int line)
 {
     size_t k = u8count(s->p, s->n);
-    size_t *off = ralloc(R, (k + 1) * sizeof *off, line);
+    size_t *off = jr_alloc(R, (k + 1) * sizeof *off, line);
     if (!off)
         return NULL;
     size_t i = 0, j = 0;
@@ -2482,13 +2482,13 @@ static size_t *cp_offsets(struct rs *R, const struct jstr *s, size_t *n, int lin
 }
 
 /* `needle in hay`: -1 error, else 0/1. */
-static int v_in(struct rs *R, struct jv needle, struct jv hay, int line)
+static int jv_in(struct rs *R, struct jv needle, struct jv hay, int line)
 {
     switch (hay.t) {
     case JV_STR:
         if (needle.t != JV_STR)
-            return fail(R, line, "'in <string>' requires string as left operand, not %s",
-                        type_name(needle));
+            return jr_fail(R, line, "'in <string>' requires string as left operand, not %s",
+                        jv_type_name(needle));
         if (needle.u.s->n == 0)
             return 1;
         if (needle.u.s->n > hay.u.s->n)
@@ -2500,20 +2500,20 @@ static int v_in(struct rs *R, struct jv needle, struct jv hay, int line)
     case JV_LIST:
     case JV_TUPLE:
         for (size_t i = 0; i < hay.u.l->n; i++)
-            if (v_eq(needle, hay.u.l->v[i]))
+            if (jv_eq(needle, hay.u.l->v[i]))
                 return 1;
         return 0;
     case JV_DICT:
-        return dict_find(hay.u.d, needle) != NULL;
+        return jv_dict_find(hay.u.d, needle) != NULL;
     case JV_UNDEF:
         return 0;
     default:
-        return fail(R, line, "argument of type '%s' is not iterable", type_name(hay));
+        return jr_fail(R, line, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
 }
 
 /* Items of an iterable as a list value (dict: keys; string: characters). */
-static int iter_items(struct rs *R, struct jv v, struct jv *out, int line)
+static int jv_iter(struct rs *R, struct jv v, struct jv *out, int line)
 {
     switch (v.t) {
     case JV_LIST:
@@ -2521,39 +2521,39 @@ static int iter_items(struct rs *R, struct jv v, struct jv *out, int line)
         *out = v;
         return 0;
     case JV_UNDEF:
-        *out = new_list(R->a, JV_LIST);
-        return out->t == JV_LIST ? 0 : oom(R, line);
+        *out = jv_new_list(R->a, JV_LIST);
+        return out->t == JV_LIST ? 0 : jr_oom(R, line);
     case JV_DICT: {
-        *out = new_list(R->a, JV_LIST);
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t != JV_LIST)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (size_t i = 0; i < v.u.d->n; i++)
-            if (list_push(R->a, out->u.l, v.u.d->k[i]))
-                return oom(R, line);
+            if (jv_list_push(R->a, out->u.l, v.u.d->k[i]))
+                return jr_oom(R, line);
         return 0;
     }
     case JV_STR: {
-        *out = new_list(R->a, JV_LIST);
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t != JV_LIST)
-            return oom(R, line);
+            return jr_oom(R, line);
         const struct jstr *s = v.u.s;
         for (size_t i = 0; i < s->n;) {
             size_t l = u8len((const unsigned char *)s->p + i, s->n - i);
-            struct jv c = mk_str(R, s->p + i, l, line);
-            if (c.t == JV_UNDEF || list_push(R->a, out->u.l, c))
-                return oom(R, line);
+            struct jv c = jv_new_str(R, s->p + i, l, line);
+            if (c.t == JV_UNDEF || jv_list_push(R->a, out->u.l, c))
+                return jr_oom(R, line);
             i += l;
         }
         return 0;
     }
     default:
-        return fail(R, line, "'%s' object is not iterable", type_name(v));
+        return jr_fail(R, line, "'%s' object is not iterable", jv_type_name(v));
     }
 }
 
 static struct jv mk_bound(struct rs *R, struct jv self, uint8_t m, int line)
 {
-    struct jv *p = ralloc(R, sizeof *p, line);
+    struct jv *p = jr_alloc(R, sizeof *p, line);
     if (!p)
         return mk(JV_UNDEF);
     *p = self;
@@ -2564,12 +2564,12 @@ static struct jv mk_bound(struct rs *R, struct jv self, uint8_t m, int line)
 }
 
 /* obj.name (jinja2's sandboxed getattr: attribute first, then item). */
-static int get_attr(struct rs *R, struct jv o, const char *name, size_t n, struct jv *out, int line)
+static int jv_getattr(struct rs *R, struct jv o, const char *name, size_t n, struct jv *out, int line)
 {
     *out = mk(JV_UNDEF);
     switch (o.t) {
     case JV_UNDEF:
-        return undef_fail(R, o, line);
+        return jv_undef_fail(R, o, line);
     case JV_DICT: {
         static const struct { const char *n; uint8_t m; } DM[] = {
             {"get", M_GET}, {"items", M_ITEMS}, {"keys", M_KEYS}, {"values", M_VALUES}};
@@ -2578,13 +2578,13 @@ static int get_attr(struct rs *R, struct jv o, const char *name, size_t n, struc
                 *out = mk_bound(R, o, DM[i].m, line);
                 return R->rc ? -1 : 0;
             }
-        struct jv *v = dict_find_s(o.u.d, name, n);
+        struct jv *v = jv_dict_find_s(o.u.d, name, n);
         if (v)
             *out = *v;
         return 0;
     }
     case JV_NS: {
-        struct jv *v = dict_find_s(o.u.d, name, n);
+        struct jv *v = jv_dict_find_s(o.u.d, name, n);
         if (v)
             *out = *v;
         return 0;
@@ -2620,14 +2620,14 @@ static int get_attr(struct rs *R, struct jv o, const char *name, size_t n, struc
 }
 
 /* obj[key] (jinja2's getitem: item first, then attribute for string keys). */
-static int get_item(struct rs *R, struct jv o, struct jv k, struct jv *out, int line)
+static int jv_getitem(struct rs *R, struct jv o, struct jv k, struct jv *out, int line)
 {
     *out = mk(JV_UNDEF);
     switch (o.t) {
     case JV_UNDEF:
-        return undef_fail(R, o, line);
+        return jv_undef_fail(R, o, line);
     case JV_DICT: {
-        struct jv *v = dict_find(o.u.d, k);
+        struct jv *v = jv_dict_find(o.u.d, k);
         if (v) {
             *out = *v;
             return 0;
@@ -2655,7 +2655,7 @@ static int get_item(struct rs *R, struct jv o, struct jv k, struct jv *out, int 
             if (i < 0)
                 i += (int64_t)n;
             if (i >= 0 && i < (int64_t)n)
-                *out = mk_str(R, o.u.s->p + off[i], off[i + 1] - off[i], line);
+                *out = jv_new_str(R, o.u.s->p + off[i], off[i + 1] - off[i], line);
             return R->rc ? -1 : 0;
         }
         break;
@@ -2663,7 +2663,7 @@ static int get_item(struct rs *R, struct jv o, struct jv k, struct jv *out, int 
         break;
     }
     if (k.t == JV_STR)
-        return get_attr(R, o, k.u.s->p, k.u.s->n, out, line);
+        return jv_getattr(R, o, k.u.s->p, k.u.s->n, out, line);
     return 0;
 }
 
@@ -2680,7 +2680,7 @@ static void slice_ix(int64_t n, int has_a, int64_t a, int has_b, int64_t b, int6
     }
 }
 
-static int do_slice(struct rs *R, struct jv o, struct jv *parts, int *has, struct jv *out, int line)
+static int jv_slice(struct rs *R, struct jv o, struct jv *parts, int *has, struct jv *out, int line)
 {
     int64_t ix[3] = {0, 0, 1};
     for (int i = 0; i < 3; i++) {
@@ -2691,14 +2691,14 @@ static int do_slice(struct rs *R, struct jv o, struct jv *parts, int *has, struc
             continue;
         }
         if (parts[i].t != JV_INT && parts[i].t != JV_BOOL)
-            return fail(R, line, "slice indices must be integers or None");
+            return jr_fail(R, line, "slice indices must be integers or None");
         ix[i] = num_i(parts[i]);
     }
     int64_t st = has[2] ? ix[2] : 1;
     if (st == 0)
-        return fail(R, line, "slice step cannot be zero");
+        return jr_fail(R, line, "slice step cannot be zero");
     if (o.t == JV_UNDEF)
-        return undef_fail(R, o, line);
+        return jv_undef_fail(R, o, line);
     size_t n = 0, *off = NULL;
     if (o.t == JV_STR) {
         if (!(off = cp_offsets(R, o.u.s, &n, line)))
@@ -2715,34 +2715,34 @@ static int do_slice(struct rs *R, struct jv o, struct jv *parts, int *has, struc
         struct buf sb;
         buf_init(&sb, o.u.s->n);
         for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
-            if (sb_put(R, &sb, o.u.s->p + off[i], off[i + 1] - off[i])) {
+            if (jr_put(R, &sb, o.u.s->p + off[i], off[i + 1] - off[i])) {
                 buf_release(&sb);
                 return -1;
             }
-        *out = mk_str(R, sb.data ? sb.data : "", sb.len, line);
+        *out = jv_new_str(R, sb.data ? sb.data : "", sb.len, line);
         buf_release(&sb);
         return R->rc ? -1 : 0;
     }
-    *out = new_list(R->a, o.t);
+    *out = jv_new_list(R->a, o.t);
     if (out->t == JV_UNDEF)
-        return oom(R, line);
+        return jr_oom(R, line);
     for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
-        if (list_push(R->a, out->u.l, o.u.l->v[i]))
-            return oom(R, line);
+        if (jv_list_push(R->a, out->u.l, o.u.l->v[i]))
+            return jr_oom(R, line);
     return 0;
 }
 
 /* ---- arithmetic --------------------------------------------------------------- */
 
-static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *out, int line)
+static int jv_arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *out, int line)
 {
     if (op == OP_CONCAT) {
         const struct jstr *x, *y;
-        if (to_str(R, a, &x, line) || to_str(R, b, &y, line))
+        if (jv_to_str(R, a, &x, line) || jv_to_str(R, b, &y, line))
             return -1;
-        struct jstr *j = ar_alloc(R->a, sizeof *j + x->n + y->n + 1);
+        struct jstr *j = jar_alloc(R->a, sizeof *j + x->n + y->n + 1);
         if (!j)
-            return oom(R, line);
+            return jr_oom(R, line);
         memcpy(j->p, x->p, x->n);
         memcpy(j->p + x->n, y->p, y->n + 1);
         j->n = x->n + y->n;
@@ -2750,15 +2750,15 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
         return 0;
     }
     if (a.t == JV_UNDEF)
-        return undef_fail(R, a, line);
+        return jv_undef_fail(R, a, line);
     if (b.t == JV_UNDEF)
-        return undef_fail(R, b, line);
+        return jv_undef_fail(R, b, line);
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
         if (a.u.s->n + b.u.s->n > R->out->max_bytes)
-            return fail(R, line, "string too long");
-        struct jstr *j = ar_alloc(R->a, sizeof *j + a.u.s->n + b.u.s->n + 1);
+            return jr_fail(R, line, "string too long");
+        struct jstr *j = jar_alloc(R->a, sizeof *j + a.u.s->n + b.u.s->n + 1);
         if (!j)
-            return oom(R, line);
+            return jr_oom(R, line);
         memcpy(j->p, a.u.s->p, a.u.s->n);
         memcpy(j->p + a.u.s->n, b.u.s->p, b.u.s->n + 1);
         j->n = a.u.s->n + b.u.s->n;
@@ -2766,15 +2766,15 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
         return 0;
     }
     if (op == OP_ADD && (a.t == JV_LIST || a.t == JV_TUPLE) && a.t == b.t) {
-        *out = new_list(R->a, a.t);
+        *out = jv_new_list(R->a, a.t);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (list_push(R->a, out->u.l, a.u.l->v[i]))
-                return oom(R, line);
+            if (jv_list_push(R->a, out->u.l, a.u.l->v[i]))
+                return jr_oom(R, line);
         for (size_t i = 0; i < b.u.l->n; i++)
-            if (list_push(R->a, out->u.l, b.u.l->v[i]))
-                return oom(R, line);
+            if (jv_list_push(R->a, out->u.l, b.u.l->v[i]))
+                return jr_oom(R, line);
         return 0;
     }
     if (op == OP_MUL && ((a.t == JV_STR && (b.t == JV_INT || b.t == JV_BOOL)) ||
@@ -2784,21 +2784,21 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
         if (k < 0)
             k = 0;
         if (s->n && (uint64_t)k > R->out->max_bytes / s->n)
-            return fail(R, line, "string too long");
+            return jr_fail(R, line, "string too long");
         struct buf sb;
         buf_init(&sb, R->out->max_bytes);
         for (int64_t i = 0; i < k; i++)
-            if (sb_put(R, &sb, s->p, s->n)) {
+            if (jr_put(R, &sb, s->p, s->n)) {
                 buf_release(&sb);
                 return -1;
             }
-        *out = mk_str(R, sb.data ? sb.data : "", sb.len, line);
+        *out = jv_new_str(R, sb.data ? sb.data : "", sb.len, line);
         buf_release(&sb);
         return R->rc ? -1 : 0;
     }
     if (!is_num(a) || !is_num(b))
-        return fail(R, line, "unsupported operand types for arithmetic: '%s' and '%s'",
-                    type_name(a), type_name(b));
+        return jr_fail(R, line, "unsupported operand types for arithmetic: '%s' and '%s'",
+                    jv_type_name(a), jv_type_name(b));
     int fl = a.t == JV_FLOAT || b.t == JV_FLOAT;
     if (op == OP_DIV || (fl && op != OP_FLOORDIV && op != OP_MOD)) {
         double x = num_f(a), y = num_f(b), r;
@@ -2809,7 +2809,7 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
         case OP_POW: r = pow(x, y); break;
         default:
             if (y == 0)
-                return fail(R, line, "division by zero");
+                return jr_fail(R, line, "division by zero");
             r = x / y;
         }
         *out = mk_float(r);
@@ -2818,7 +2818,7 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
     if (fl) {
         double x = num_f(a), y = num_f(b);
         if (y == 0)
-            return fail(R, line, "float modulo or floor division by zero");
+            return jr_fail(R, line, "float modulo or floor division by zero");
         double q = floor(x / y);
         *out = mk_float(op == OP_FLOORDIV ? q : x - q * y);
         return 0;
@@ -2832,7 +2832,7 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
     case OP_FLOORDIV:
     case OP_MOD:
         if (y == 0)
-            return fail(R, line, "integer division or modulo by zero");
+            return jr_fail(R, line, "integer division or modulo by zero");
         if (x == INT64_MIN && y == -1) {
             ovf = 1;
             break;
@@ -2854,7 +2854,7 @@ static int arith(struct rs *R, uint8_t op, struct jv a, struct jv b, struct jv *
         break;
     }
     if (ovf)
-        return fail(R, line, "integer overflow");
+        return jr_fail(R, line, "integer overflow");
     *out = mk_int(r);
     return 0;
 }
@@ -2870,7 +2870,7 @@ struct jsonopt {
 
 static int json_str(struct rs *R, struct buf *b, const char *s, size_t n, int ascii)
 {
-    if (sb_put(R, b, "\"", 1))
+    if (jr_put(R, b, "\"", 1))
         return -1;
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
@@ -2901,32 +2901,32 @@ static int json_str(struct rs *R, struct buf *b, const char *s, size_t n, int as
             }
             o = esc;
         }
-        if (o ? sb_put(R, b, o, on) : sb_put(R, b, s + i, 1))
+        if (o ? jr_put(R, b, o, on) : jr_put(R, b, s + i, 1))
             return -1;
         i += l;
     }
-    return sb_put(R, b, "\"", 1);
+    return jr_put(R, b, "\"", 1);
 }
 
 static int json_nl(struct rs *R, struct buf *b, const struct jsonopt *o, int level)
 {
-    if (sb_put(R, b, "\n", 1))
+    if (jr_put(R, b, "\n", 1))
         return -1;
     for (int i = 0; i < level; i++)
-        if (sb_put(R, b, o->indent->p, o->indent->n))
+        if (jr_put(R, b, o->indent->p, o->indent->n))
             return -1;
     return 0;
 }
 
-static int json_into(struct rs *R, struct buf *b, struct jv v, const struct jsonopt *o, int level,
+static int jv_json(struct rs *R, struct buf *b, struct jv v, const struct jsonopt *o, int level,
                      int line)
 {
     char tmp[48];
     if (level > JINJA_MAX_DEPTH)
-        return fail(R, line, "tojson: value nested too deeply");
+        return jr_fail(R, line, "tojson: value nested too deeply");
     switch (v.t) {
-    case JV_NONE: return sb_put(R, b, "null", 4);
-    case JV_BOOL: return v.u.b ? sb_put(R, b, "true", 4) : sb_put(R, b, "false", 5);
+    case JV_NONE: return jr_put(R, b, "null", 4);
+    case JV_BOOL: return v.u.b ? jr_put(R, b, "true", 4) : jr_put(R, b, "false", 5);
     case JV_INT:
     case JV_FLOAT:
         if (v.t == JV_FLOAT && isnan(v.u.f))
@@ -2937,29 +2937,29 @@ static int json_into(struct rs *R, struct buf *b, struct jv v, const struct json
             fmt_float(v.u.f, tmp, sizeof tmp);
         else
             snprintf(tmp, sizeof tmp, "%lld", (long long)v.u.i);
-        return sb_put(R, b, tmp, strlen(tmp));
+        return jr_put(R, b, tmp, strlen(tmp));
     case JV_STR: return json_str(R, b, v.u.s->p, v.u.s->n, o->ensure_ascii);
     case JV_LIST:
     case JV_TUPLE:
         if (v.u.l->n == 0)
-            return sb_put(R, b, "[]", 2);
-        if (sb_put(R, b, "[", 1) || (o->has_indent && json_nl(R, b, o, level + 1)))
+            return jr_put(R, b, "[]", 2);
+        if (jr_put(R, b, "[", 1) || (o->has_indent && json_nl(R, b, o, level + 1)))
             return -1;
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i && (sb_put(R, b, o->item_sep, o->item_sep_n) ||
+            if (i && (jr_put(R, b, o->item_sep, o->item_sep_n) ||
                       (o->has_indent && json_nl(R, b, o, level + 1))))
                 return -1;
-            if (json_into(R, b, v.u.l->v[i], o, level + 1, line))
+            if (jv_json(R, b, v.u.l->v[i], o, level + 1, line))
                 return -1;
         }
         if (o->has_indent && json_nl(R, b, o, level))
             return -1;
-        return sb_put(R, b, "]", 1);
+        return jr_put(R, b, "]", 1);
     case JV_DICT: {
         size_t n = v.u.d->n;
         if (n == 0)
-            return sb_put(R, b, "{}", 2);
-        size_t *ord = ralloc(R, n * sizeof *ord, line);
+            return jr_put(R, b, "{}", 2);
+        size_t *ord = jr_alloc(R, n * sizeof *ord, line);
         if (!ord)
             return -1;
         for (size_t i = 0; i < n; i++)
@@ -2967,7 +2967,7 @@ static int json_into(struct rs *R, struct buf *b, struct jv v, const struct json
         if (o->sort_keys)
             for (size_t i = 1; i < n; i++)
                 for (size_t j = i; j > 0; j--) {
-                    int lt = v_lt(R, v.u.d->k[ord[j]], v.u.d->k[ord[j - 1]], line);
+                    int lt = jv_lt(R, v.u.d->k[ord[j]], v.u.d->k[ord[j - 1]], line);
                     if (lt < 0)
                         return -1;
                     if (!lt)
@@ -2976,11 +2976,11 @@ static int json_into(struct rs *R, struct buf *b, struct jv v, const struct json
                     ord[j] = ord[j - 1];
                     ord[j - 1] = t;
                 }
-        if (sb_put(R, b, "{", 1) || (o->has_indent && json_nl(R, b, o, level + 1)))
+        if (jr_put(R, b, "{", 1) || (o->has_indent && json_nl(R, b, o, level + 1)))
             return -1;
         for (size_t i = 0; i < n; i++) {
             struct jv k = v.u.d->k[ord[i]];
-            if (i && (sb_put(R, b, o->item_sep, o->item_sep_n) ||
+            if (i && (jr_put(R, b, o->item_sep, o->item_sep_n) ||
                       (o->has_indent && json_nl(R, b, o, level + 1))))
                 return -1;
             if (k.t == JV_STR) {
@@ -2989,25 +2989,25 @@ static int json_into(struct rs *R, struct buf *b, struct jv v, const struct json
             } else if (k.t == JV_INT || k.t == JV_FLOAT || k.t == JV_BOOL || k.t == JV_NONE) {
                 struct buf kb;
                 buf_init(&kb, 64);
-                int rc = json_into(R, &kb, k, o, level + 1, line);
+                int rc = jv_json(R, &kb, k, o, level + 1, line);
                 if (rc == 0)
                     rc = json_str(R, b, kb.data, kb.len, 0);
                 buf_release(&kb);
                 if (rc)
                     return -1;
             } else {
-                return fail(R, line, "tojson: keys must be str, int, float, bool or None");
+                return jr_fail(R, line, "tojson: keys must be str, int, float, bool or None");
             }
-            if (sb_put(R, b, o->key_sep, o->key_sep_n) ||
-                json_into(R, b, v.u.d->v[ord[i]], o, level + 1, line))
+            if (jr_put(R, b, o->key_sep, o->key_sep_n) ||
+                jv_json(R, b, v.u.d->v[ord[i]], o, level + 1, line))
                 return -1;
         }
         if (o->has_indent && json_nl(R, b, o, level))
             return -1;
-        return sb_put(R, b, "}", 1);
+        return jr_put(R, b, "}", 1);
     }
     default:
-        return fail(R, line, "tojson: object of type %s is not JSON serializable", type_name(v));
+        return jr_fail(R, line, "tojson: object of type %s is not JSON serializable", jv_type_name(v));
     }
 }
 
@@ -3022,7 +3022,7 @@ struct args {
 };
 
 /* Argument i (positional) or name (keyword); 1 if given. */
-static int arg(const struct args *A, size_t i, const char *name, struct jv *out)
+static int jb_arg(const struct args *A, size_t i, const char *name, struct jv *out)
 {
     if (i < A->n) {
         *out = A->pos[i];
@@ -3038,15 +3038,15 @@ static int arg(const struct args *A, size_t i, const char *name, struct jv *out)
 
 static int eval(struct rs *R, const struct node *x, struct frame *f, struct jv *out);
 static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame *f);
-static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A, struct jv *out,
+static int jb_filter(struct rs *R, int id, struct jv v, const struct args *A, struct jv *out,
                         int line, struct frame *f);
-static int apply_test(struct rs *R, int id, struct jv v, const struct args *A, int line);
+static int jb_test(struct rs *R, int id, struct jv v, const struct args *A, int line);
 
 static int eval_args(struct rs *R, const struct node *x, struct frame *f, struct args *A)
 {
     memset(A, 0, sizeof *A);
     if (x->n) {
-        if (!(A->pos = ralloc(R, x->n * sizeof *A->pos, x->line)))
+        if (!(A->pos = jr_alloc(R, x->n * sizeof *A->pos, x->line)))
             return -1;
         for (size_t i = 0; i < x->n; i++)
             if (eval(R, x->v[i], f, &A->pos[i]))
@@ -3054,7 +3054,7 @@ static int eval_args(struct rs *R, const struct node *x, struct frame *f, struct
         A->n = x->n;
     }
     if (x->n2) {
-        if (!(A->kv = ralloc(R, x->n2 * sizeof *A->kv, x->line)))
+        if (!(A->kv = jr_alloc(R, x->n2 * sizeof *A->kv, x->line)))
             return -1;
         for (size_t i = 0; i < x->n2; i++)
             if (eval(R, x->v2[i], f, &A->kv[i]))
@@ -3077,14 +3077,14 @@ static int inset(const struct jstr *chars, const unsigned char *p, size_t l)
 }
 
 /* str.strip family: which 1 left 2 right 3 both; chars NULL = whitespace. */
-static struct jv do_strip(struct rs *R, const struct jstr *s, const struct jstr *chars, int which,
+static struct jv jb_strip(struct rs *R, const struct jstr *s, const struct jstr *chars, int which,
                           int line)
 {
     const char *b = s->p;
     size_t n = s->n;
     if (!chars) {
         utf8_py_strip(&b, &n, which);
-        return mk_str(R, b, n, line);
+        return jv_new_str(R, b, n, line);
     }
     const unsigned char *u = (const unsigned char *)b;
     size_t i = 0, end = n;
@@ -3104,12 +3104,12 @@ static struct jv do_strip(struct rs *R, const struct jstr *s, const struct jstr 
                 break;
             end = k;
         }
-    return mk_str(R, b + i, end - i, line);
+    return jv_new_str(R, b + i, end - i, line);
 }
 
 enum casing { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE, CASE_JTITLE };
 
-static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
+static struct jv jb_case(struct rs *R, const struct jstr *s, int how, int line)
 {
     struct buf b;
     buf_init(&b, s->n * 2 + 16);
@@ -3140,7 +3140,7 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
                         ((how == CASE_TITLE || how == CASE_JTITLE) && word_start);
         if (c == 0xDF && upper_pos) { /* German sharp s: "SS" ("Ss" starting a word) */
             /* jinja's title filter upper()s the first character: "SS" */
-            if (sb_put(R, &b, how == CASE_UPPER || how == CASE_JTITLE ? "SS" : "Ss", 2)) {
+            if (jr_put(R, &b, how == CASE_UPPER || how == CASE_JTITLE ? "SS" : "Ss", 2)) {
                 buf_release(&b);
                 return mk(JV_UNDEF);
             }
@@ -3153,18 +3153,18 @@ static struct jv do_case(struct rs *R, const struct jstr *s, int how, int line)
         first = 0;
         char enc[4];
         size_t el = keep ? 1 : utf8_encode(o, enc);
-        if (sb_put(R, &b, keep ? s->p + i : enc, el)) {
+        if (jr_put(R, &b, keep ? s->p + i : enc, el)) {
             buf_release(&b);
             return mk(JV_UNDEF);
         }
         i += l;
     }
-    struct jv r = mk_str(R, b.data ? b.data : "", b.len, line);
+    struct jv r = jv_new_str(R, b.data ? b.data : "", b.len, line);
     buf_release(&b);
     return r;
 }
 
-static struct jv str_replace(struct rs *R, const struct jstr *s, const struct jstr *old,
+static struct jv jb_replace(struct rs *R, const struct jstr *s, const struct jstr *old,
                              const struct jstr *new_, int64_t count, int line)
 {
     struct buf b;
@@ -3173,36 +3173,36 @@ static struct jv str_replace(struct rs *R, const struct jstr *s, const struct js
     int64_t done = 0;
     if (old->n == 0) {
         for (;;) {
-            if ((count < 0 || done < count) && (sb_put(R, &b, new_->p, new_->n) || (done++, 0)))
+            if ((count < 0 || done < count) && (jr_put(R, &b, new_->p, new_->n) || (done++, 0)))
                 goto fail;
             if (i >= s->n)
                 break;
             size_t l = u8len((const unsigned char *)s->p + i, s->n - i);
-            if (sb_put(R, &b, s->p + i, l))
+            if (jr_put(R, &b, s->p + i, l))
                 goto fail;
             i += l;
         }
     } else {
         while (i < s->n) {
             if ((count < 0 || done < count) && i + old->n <= s->n && !memcmp(s->p + i, old->p, old->n)) {
-                if (sb_put(R, &b, new_->p, new_->n))
+                if (jr_put(R, &b, new_->p, new_->n))
                     goto fail;
                 i += old->n;
                 done++;
             } else {
-                if (sb_put(R, &b, s->p + i, 1))
+                if (jr_put(R, &b, s->p + i, 1))
                     goto fail;
                 i++;
             }
         }
     }
-    struct jv r = mk_str(R, b.data ? b.data : "", b.len, line);
+    struct jv r = jv_new_str(R, b.data ? b.data : "", b.len, line);
     buf_release(&b);
     return r;
 fail:
     buf_release(&b);
     if (R->rc == ERR_TOOBIG)
-        R->rc = 0, fail(R, line, "string too long");
+        R->rc = 0, jr_fail(R, line, "string too long");
     return mk(JV_UNDEF);
 }
 
@@ -3210,12 +3210,12 @@ fail:
 static int str_split(struct rs *R, const struct jstr *s, const struct jstr *sep, int64_t maxsplit,
                      int right, struct jv *out, int line)
 {
-    *out = new_list(R->a, JV_LIST);
+    *out = jv_new_list(R->a, JV_LIST);
     if (out->t == JV_UNDEF)
-        return oom(R, line);
+        return jr_oom(R, line);
     struct jlist *l = out->u.l;
     if (sep && sep->n == 0)
-        return fail(R, line, "empty separator");
+        return jr_fail(R, line, "empty separator");
     /* collect pieces left to right, then (for rsplit with a limit) re-join the head */
     size_t cap = 16, n = 0;
     size_t *st = malloc(cap * sizeof *st), *en = malloc(cap * sizeof *en);
@@ -3289,48 +3289,48 @@ static int str_split(struct rs *R, const struct jstr *s, const struct jstr *sep,
     if (join_head && n) {
         /* rsplit: the head is everything up to the end of piece lo-1 (whitespace mode: from its start) */
         size_t b0 = 0;
-        struct jv v = mk_str(R, s->p + b0, en[lo - 1] - b0, line);
-        if (v.t == JV_UNDEF || list_push(R->a, l, v))
+        struct jv v = jv_new_str(R, s->p + b0, en[lo - 1] - b0, line);
+        if (v.t == JV_UNDEF || jv_list_push(R->a, l, v))
             goto nomem;
     }
     for (size_t k = lo; k < hi; k++) {
-        struct jv v = mk_str(R, s->p + st[k], en[k] - st[k], line);
-        if (v.t == JV_UNDEF || list_push(R->a, l, v))
+        struct jv v = jv_new_str(R, s->p + st[k], en[k] - st[k], line);
+        if (v.t == JV_UNDEF || jv_list_push(R->a, l, v))
             goto nomem;
     }
     if (join_tail && hi < n) {
         size_t b0 = st[hi], e0 = s->n;
-        struct jv v = mk_str(R, s->p + b0, e0 - b0, line);
-        if (v.t == JV_UNDEF || list_push(R->a, l, v))
+        struct jv v = jv_new_str(R, s->p + b0, e0 - b0, line);
+        if (v.t == JV_UNDEF || jv_list_push(R->a, l, v))
             goto nomem;
     }
     goto done;
 nomem:
-    rc = oom(R, line);
+    rc = jr_oom(R, line);
 done:
     free(st);
     free(en);
     return rc;
 }
 
-static int need_str(struct rs *R, struct jv v, const char *what, int line)
+static int jb_need_str(struct rs *R, struct jv v, const char *what, int line)
 {
     if (v.t != JV_STR)
-        return fail(R, line, "%s: expected a string, got %s", what, type_name(v));
+        return jr_fail(R, line, "%s: expected a string, got %s", what, jv_type_name(v));
     return 0;
 }
 
-static int call_method(struct rs *R, struct jv self, int m, const struct args *A, struct jv *out,
+static int jb_method(struct rs *R, struct jv self, int m, const struct args *A, struct jv *out,
                        int line)
 {
     struct jv a0 = mk(JV_UNDEF), a1 = mk(JV_UNDEF), a2 = mk(JV_UNDEF);
-    int h0 = arg(A, 0, NULL, &a0), h1 = arg(A, 1, NULL, &a1);
+    int h0 = jb_arg(A, 0, NULL, &a0), h1 = jb_arg(A, 1, NULL, &a1);
     (void)a2;
     *out = mk(JV_UNDEF);
     if (m >= M_GET) {
         if (m == M_CYCLE) {
             if (!A->n)
-                return fail(R, line, "no items for cycling given");
+                return jr_fail(R, line, "no items for cycling given");
             const struct jloop *L = self.u.p;
             *out = A->pos[L->index0 % (int64_t)A->n];
             return 0;
@@ -3338,24 +3338,24 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
         const struct jdict *d = self.u.d;
         if (m == M_GET) {
             if (!h0)
-                return fail(R, line, "get expected at least 1 argument");
-            struct jv *v = dict_find(d, a0);
+                return jr_fail(R, line, "get expected at least 1 argument");
+            struct jv *v = jv_dict_find(d, a0);
             *out = v ? *v : h1 ? a1 : mk(JV_NONE);
             return 0;
         }
-        *out = new_list(R->a, JV_LIST);
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (size_t i = 0; i < d->n; i++) {
             struct jv it = m == M_KEYS ? d->k[i] : d->v[i];
             if (m == M_ITEMS) {
-                it = new_list(R->a, JV_TUPLE);
-                if (it.t == JV_UNDEF || list_push(R->a, it.u.l, d->k[i]) ||
-                    list_push(R->a, it.u.l, d->v[i]))
-                    return oom(R, line);
+                it = jv_new_list(R->a, JV_TUPLE);
+                if (it.t == JV_UNDEF || jv_list_push(R->a, it.u.l, d->k[i]) ||
+                    jv_list_push(R->a, it.u.l, d->v[i]))
+                    return jr_oom(R, line);
             }
-            if (list_push(R->a, out->u.l, it))
-                return oom(R, line);
+            if (jv_list_push(R->a, out->u.l, it))
+                return jr_oom(R, line);
         }
         return 0;
     }
@@ -3364,7 +3364,7 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
     case M_STARTSWITH:
     case M_ENDSWITH: {
         if (!h0)
-            return fail(R, line, "startswith/endswith takes one argument");
+            return jr_fail(R, line, "startswith/endswith takes one argument");
         struct jv one[1] = {a0};
         const struct jv *cands = one;
         size_t nc = 1;
@@ -3374,7 +3374,7 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
         }
         int hit = 0;
         for (size_t i = 0; i < nc && !hit; i++) {
-            if (need_str(R, cands[i], "startswith/endswith", line))
+            if (jb_need_str(R, cands[i], "startswith/endswith", line))
                 return -1;
             const struct jstr *p = cands[i].u.s;
             if (p->n <= s->n)
@@ -3389,40 +3389,40 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
     case M_RSTRIP: {
         const struct jstr *chars = NULL;
         if (h0 && a0.t != JV_NONE) {
-            if (need_str(R, a0, "strip", line))
+            if (jb_need_str(R, a0, "strip", line))
                 return -1;
             chars = a0.u.s;
         }
-        *out = do_strip(R, s, chars, m == M_STRIP ? 3 : m == M_LSTRIP ? 1 : 2, line);
+        *out = jb_strip(R, s, chars, m == M_STRIP ? 3 : m == M_LSTRIP ? 1 : 2, line);
         break;
     }
     case M_SPLIT:
     case M_RSPLIT: {
         struct jv sep = mk(JV_NONE), ms = mk_int(-1);
-        arg(A, 0, "sep", &sep);
-        arg(A, 1, "maxsplit", &ms);
-        if (sep.t != JV_NONE && need_str(R, sep, "split", line))
+        jb_arg(A, 0, "sep", &sep);
+        jb_arg(A, 1, "maxsplit", &ms);
+        if (sep.t != JV_NONE && jb_need_str(R, sep, "split", line))
             return -1;
         if (ms.t != JV_INT)
-            return fail(R, line, "split: maxsplit must be an integer");
+            return jr_fail(R, line, "split: maxsplit must be an integer");
         return str_split(R, s, sep.t == JV_STR ? sep.u.s : NULL, ms.u.i, m == M_RSPLIT, out, line);
     }
     case M_REPLACE: {
         struct jv cnt = mk_int(-1);
-        arg(A, 2, "count", &cnt);
-        if (!h0 || !h1 || need_str(R, a0, "replace", line) || need_str(R, a1, "replace", line))
-            return R->rc ? -1 : fail(R, line, "replace takes two strings");
-        *out = str_replace(R, s, a0.u.s, a1.u.s, cnt.t == JV_INT ? cnt.u.i : -1, line);
+        jb_arg(A, 2, "count", &cnt);
+        if (!h0 || !h1 || jb_need_str(R, a0, "replace", line) || jb_need_str(R, a1, "replace", line))
+            return R->rc ? -1 : jr_fail(R, line, "replace takes two strings");
+        *out = jb_replace(R, s, a0.u.s, a1.u.s, cnt.t == JV_INT ? cnt.u.i : -1, line);
         break;
     }
-    case M_UPPER: *out = do_case(R, s, CASE_UPPER, line); break;
-    case M_LOWER: *out = do_case(R, s, CASE_LOWER, line); break;
-    case M_TITLE: *out = do_case(R, s, CASE_TITLE, line); break;
-    case M_CAPITALIZE: *out = do_case(R, s, CASE_CAPITALIZE, line); break;
+    case M_UPPER: *out = jb_case(R, s, CASE_UPPER, line); break;
+    case M_LOWER: *out = jb_case(R, s, CASE_LOWER, line); break;
+    case M_TITLE: *out = jb_case(R, s, CASE_TITLE, line); break;
+    case M_CAPITALIZE: *out = jb_case(R, s, CASE_CAPITALIZE, line); break;
     case M_FIND:
     case M_COUNT: {
-        if (!h0 || need_str(R, a0, "find/count", line))
-            return R->rc ? -1 : fail(R, line, "find/count takes a string");
+        if (!h0 || jb_need_str(R, a0, "find/count", line))
+            return R->rc ? -1 : jr_fail(R, line, "find/count takes a string");
         const struct jstr *p = a0.u.s;
         int64_t found = -1, cnt = 0;
         for (size_t i = 0; i + p->n <= s->n;) {
@@ -3442,36 +3442,36 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
     }
     case M_JOIN: {
         struct jv items;
-        if (!h0 || iter_items(R, a0, &items, line))
-            return R->rc ? -1 : fail(R, line, "join takes an iterable");
+        if (!h0 || jv_iter(R, a0, &items, line))
+            return R->rc ? -1 : jr_fail(R, line, "join takes an iterable");
         struct buf b;
         buf_init(&b, R->out->max_bytes);
         for (size_t i = 0; i < items.u.l->n; i++) {
             struct jv it = items.u.l->v[i];
             if (it.t != JV_STR) {
                 buf_release(&b);
-                return fail(R, line, "sequence item %zu: expected str instance, %s found", i,
-                            type_name(it));
+                return jr_fail(R, line, "sequence item %zu: expected str instance, %s found", i,
+                            jv_type_name(it));
             }
-            if ((i && sb_put(R, &b, s->p, s->n)) || sb_put(R, &b, it.u.s->p, it.u.s->n)) {
+            if ((i && jr_put(R, &b, s->p, s->n)) || jr_put(R, &b, it.u.s->p, it.u.s->n)) {
                 buf_release(&b);
                 return -1;
             }
         }
-        *out = mk_str(R, b.data ? b.data : "", b.len, line);
+        *out = jv_new_str(R, b.data ? b.data : "", b.len, line);
         buf_release(&b);
         break;
     }
     case M_SPLITLINES: {
-        *out = new_list(R->a, JV_LIST);
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         size_t b = 0;
         for (size_t i = 0; i < s->n;) {
             if (s->p[i] == '\n' || s->p[i] == '\r') {
-                struct jv v = mk_str(R, s->p + b, i - b, line);
-                if (v.t == JV_UNDEF || list_push(R->a, out->u.l, v))
-                    return oom(R, line);
+                struct jv v = jv_new_str(R, s->p + b, i - b, line);
+                if (v.t == JV_UNDEF || jv_list_push(R->a, out->u.l, v))
+                    return jr_oom(R, line);
                 i += (s->p[i] == '\r' && i + 1 < s->n && s->p[i + 1] == '\n') ? 2 : 1;
                 b = i;
             } else {
@@ -3479,9 +3479,9 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
             }
         }
         if (b < s->n) {
-            struct jv v = mk_str(R, s->p + b, s->n - b, line);
-            if (v.t == JV_UNDEF || list_push(R->a, out->u.l, v))
-                return oom(R, line);
+            struct jv v = jv_new_str(R, s->p + b, s->n - b, line);
+            if (v.t == JV_UNDEF || jv_list_push(R->a, out->u.l, v))
+                return jr_oom(R, line);
         }
         return 0;
     }
@@ -3506,14 +3506,14 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
         for (size_t i = 0; i < s->n && !rc;) {
             char c = s->p[i];
             if ((c == '{' || c == '}') && i + 1 < s->n && s->p[i + 1] == c) {
-                rc = sb_put(R, &b, &c, 1);
+                rc = jr_put(R, &b, &c, 1);
                 i += 2;
             } else if (c == '{') {
                 size_t j = i + 1;
                 while (j < s->n && s->p[j] != '}')
                     j++;
                 if (j >= s->n) {
-                    rc = fail(R, line, "single '{' encountered in format string");
+                    rc = jr_fail(R, line, "single '{' encountered in format string");
                     break;
                 }
                 const char *fld = s->p + i + 1;
@@ -3521,13 +3521,13 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
                 struct jv v = mk(JV_UNDEF);
                 if (memchr(fld, ':', fl) || memchr(fld, '!', fl) || memchr(fld, '.', fl) ||
                     memchr(fld, '[', fl)) {
-                    rc = fail(R, line, "format: conversions and format specs are not supported");
+                    rc = jr_fail(R, line, "format: conversions and format specs are not supported");
                     break;
                 }
                 if (fl == 0 || isdigit_(fld[0])) {
                     size_t ix = fl == 0 ? auto_ix++ : (size_t)strtoul(fld, NULL, 10);
                     if (ix >= A->n) {
-                        rc = fail(R, line, "format: replacement index %zu out of range", ix);
+                        rc = jr_fail(R, line, "format: replacement index %zu out of range", ix);
                         break;
                     }
                     v = A->pos[ix];
@@ -3536,29 +3536,29 @@ static int call_method(struct rs *R, struct jv self, int m, const struct args *A
                     while (k < A->nk && !(A->kn[k]->n == fl && !memcmp(A->kn[k]->p, fld, fl)))
                         k++;
                     if (k == A->nk) {
-                        rc = fail(R, line, "format: no argument named '%.*s'", (int)fl, fld);
+                        rc = jr_fail(R, line, "format: no argument named '%.*s'", (int)fl, fld);
                         break;
                     }
                     v = A->kv[k];
                 }
-                rc = str_into(R, &b, v, 0);
+                rc = jv_str_into(R, &b, v, 0);
                 i = j + 1;
             } else if (c == '}') {
-                rc = fail(R, line, "single '}' encountered in format string");
+                rc = jr_fail(R, line, "single '}' encountered in format string");
             } else {
-                rc = sb_put(R, &b, &c, 1);
+                rc = jr_put(R, &b, &c, 1);
                 i++;
             }
         }
         if (!rc)
-            *out = mk_str(R, b.data ? b.data : "", b.len, line);
+            *out = jv_new_str(R, b.data ? b.data : "", b.len, line);
         buf_release(&b);
         if (rc)
             return -1;
         break;
     }
     default:
-        return fail(R, line, "unsupported method");
+        return jr_fail(R, line, "unsupported method");
     }
     return R->rc ? -1 : 0;
 }
@@ -3574,7 +3574,7 @@ static int seq_len(struct rs *R, struct jv v, int64_t *n, int line)
     case JV_DICT:
     case JV_NS: *n = (int64_t)v.u.d->n; return 0;
     case JV_UNDEF: *n = 0; return 0;
-    default: return fail(R, line, "object of type '%s' has no len()", type_name(v));
+    default: return jr_fail(R, line, "object of type '%s' has no len()", jv_type_name(v));
     }
 }
 
@@ -3587,7 +3587,7 @@ static int attr_path(struct rs *R, struct jv v, const struct jstr *path, struct 
         size_t j = i;
         while (j < path->n && path->p[j] != '.')
             j++;
-        struct jv k = mk_str(R, path->p + i, j - i, line);
+        struct jv k = jv_new_str(R, path->p + i, j - i, line);
         if (k.t == JV_UNDEF)
             return -1;
         int all_digits = j > i;
@@ -3597,7 +3597,7 @@ static int attr_path(struct rs *R, struct jv v, const struct jstr *path, struct 
             k = mk_int(strtoll(path->p + i, NULL, 10));
         if (out->t == JV_UNDEF)
             return 0;
-        if (get_item(R, *out, k, out, line))
+        if (jv_getitem(R, *out, k, out, line))
             return -1;
         i = j + 1;
     }
@@ -3606,9 +3606,9 @@ static int attr_path(struct rs *R, struct jv v, const struct jstr *path, struct 
 
 static int filter_by_name(struct rs *R, const struct jstr *name, int *id, int test, int line)
 {
-    *id = test ? lookup_test(name->p, name->n) : lookup_filter(name->p, name->n);
+    *id = test ? jb_test_find(name->p, name->n) : jb_filter_find(name->p, name->n);
     if (!*id)
-        return fail(R, line, "no %s named '%s'", test ? "test" : "filter", name->p);
+        return jr_fail(R, line, "no %s named '%s'", test ? "test" : "filter", name->p);
     return 0;
 }
 
@@ -3620,36 +3620,36 @@ static int do_select(struct rs *R, int id, struct jv seq, const struct args *A, 
     const struct jstr *path = NULL;
     if (attr) {
         if (A->n < 1 || A->pos[0].t != JV_STR)
-            return fail(R, line, "%s needs an attribute name", want ? "selectattr" : "rejectattr");
+            return jr_fail(R, line, "%s needs an attribute name", want ? "selectattr" : "rejectattr");
         path = A->pos[0].u.s;
         k = 1;
     }
     int test = 0;
     if (A->n > k) {
         if (A->pos[k].t != JV_STR)
-            return fail(R, line, "test name must be a string");
+            return jr_fail(R, line, "test name must be a string");
         if (filter_by_name(R, A->pos[k].u.s, &test, 1, line))
             return -1;
         k++;
     }
     struct args TA = {A->n > k ? A->pos + k : NULL, A->n > k ? A->n - k : 0, NULL, NULL, 0};
     struct jv items;
-    if (!truthy(seq)) /* jinja2: `if value:` before iterating */
+    if (!jv_truthy(seq)) /* jinja2: `if value:` before iterating */
         seq = mk(JV_UNDEF);
-    if (iter_items(R, seq, &items, line))
+    if (jv_iter(R, seq, &items, line))
         return -1;
-    *out = new_list(R->a, JV_LIST);
+    *out = jv_new_list(R->a, JV_LIST);
     if (out->t == JV_UNDEF)
-        return oom(R, line);
+        return jr_oom(R, line);
     for (size_t i = 0; i < items.u.l->n; i++) {
         struct jv it = items.u.l->v[i], v = it;
         if (path && attr_path(R, it, path, &v, line))
             return -1;
-        int r = test ? apply_test(R, test, v, &TA, line) : truthy(v);
+        int r = test ? jb_test(R, test, v, &TA, line) : jv_truthy(v);
         if (r < 0)
             return -1;
-        if (r == want && list_push(R->a, out->u.l, it))
-            return oom(R, line);
+        if (r == want && jv_list_push(R->a, out->u.l, it))
+            return jr_oom(R, line);
     }
     return 0;
 }
@@ -3720,7 +3720,7 @@ static int to_int(struct rs *R, struct jv v, struct jv dflt, struct jv *out, int
 static int sort_items(struct rs *R, struct jv *v, size_t n, const struct jstr *attr, int reverse,
                       int case_sensitive, int line)
 {
-    struct jv *keys = ralloc(R, (n ? n : 1) * sizeof *keys, line);
+    struct jv *keys = jr_alloc(R, (n ? n : 1) * sizeof *keys, line);
     if (!keys)
         return -1;
     for (size_t i = 0; i < n; i++) {
@@ -3728,13 +3728,13 @@ static int sort_items(struct rs *R, struct jv *v, size_t n, const struct jstr *a
         if (attr && attr_path(R, v[i], attr, &keys[i], line))
             return -1;
         if (!case_sensitive && keys[i].t == JV_STR)
-            keys[i] = do_case(R, keys[i].u.s, CASE_LOWER, line);
+            keys[i] = jb_case(R, keys[i].u.s, CASE_LOWER, line);
         if (R->rc)
             return -1;
     }
     for (size_t i = 1; i < n; i++) /* stable insertion sort */
         for (size_t j = i; j > 0; j--) {
-            int lt = reverse ? v_lt(R, keys[j - 1], keys[j], line) : v_lt(R, keys[j], keys[j - 1], line);
+            int lt = reverse ? jv_lt(R, keys[j - 1], keys[j], line) : jv_lt(R, keys[j], keys[j - 1], line);
             if (lt < 0)
                 return -1;
             if (!lt)
@@ -3747,16 +3747,16 @@ static int sort_items(struct rs *R, struct jv *v, size_t n, const struct jstr *a
 
 static int copy_list(struct rs *R, struct jv items, struct jv *out, int line)
 {
-    *out = new_list(R->a, JV_LIST);
+    *out = jv_new_list(R->a, JV_LIST);
     if (out->t == JV_UNDEF)
-        return oom(R, line);
+        return jr_oom(R, line);
     for (size_t i = 0; i < items.u.l->n; i++)
-        if (list_push(R->a, out->u.l, items.u.l->v[i]))
-            return oom(R, line);
+        if (jv_list_push(R->a, out->u.l, items.u.l->v[i]))
+            return jr_oom(R, line);
     return 0;
 }
 
-static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A, struct jv *out,
+static int jb_filter(struct rs *R, int id, struct jv v, const struct args *A, struct jv *out,
                         int line, struct frame *f)
 {
     struct jv a0 = mk(JV_UNDEF), a1 = mk(JV_UNDEF);
@@ -3766,10 +3766,10 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     switch (id) {
     case F_DEFAULT: {
         struct jv b = jinja_bool(0);
-        if (!arg(A, 0, "default_value", &a0))
-            a0 = mk_str(R, "", 0, line);
-        arg(A, 1, "boolean", &b);
-        *out = (v.t == JV_UNDEF || (truthy(b) && !truthy(v))) ? a0 : v;
+        if (!jb_arg(A, 0, "default_value", &a0))
+            a0 = jv_new_str(R, "", 0, line);
+        jb_arg(A, 1, "boolean", &b);
+        *out = (v.t == JV_UNDEF || (jv_truthy(b) && !jv_truthy(v))) ? a0 : v;
         return R->rc ? -1 : 0;
     }
     case F_SAFE:
@@ -3791,24 +3791,24 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     case F_ESCAPE:
     case F_INDENT:
     case F_WORDCOUNT:
-        if (to_str(R, v, &s, line))
+        if (jv_to_str(R, v, &s, line))
             return -1;
         if (id == F_TRIM) {
             const struct jstr *chars = NULL;
-            if (arg(A, 0, "chars", &a0) && a0.t != JV_NONE) {
-                if (need_str(R, a0, "trim", line))
+            if (jb_arg(A, 0, "chars", &a0) && a0.t != JV_NONE) {
+                if (jb_need_str(R, a0, "trim", line))
                     return -1;
                 chars = a0.u.s;
             }
-            *out = do_strip(R, s, chars, 3, line);
+            *out = jb_strip(R, s, chars, 3, line);
         } else if (id == F_UPPER) {
-            *out = do_case(R, s, CASE_UPPER, line);
+            *out = jb_case(R, s, CASE_UPPER, line);
         } else if (id == F_LOWER) {
-            *out = do_case(R, s, CASE_LOWER, line);
+            *out = jb_case(R, s, CASE_LOWER, line);
         } else if (id == F_CAPITALIZE) {
-            *out = do_case(R, s, CASE_CAPITALIZE, line);
+            *out = jb_case(R, s, CASE_CAPITALIZE, line);
         } else if (id == F_TITLE) {
-            *out = do_case(R, s, CASE_JTITLE, line);
+            *out = jb_case(R, s, CASE_JTITLE, line);
         } else if (id == F_STRING) {
             *out = mk_strp(s);
         } else if (id == F_WORDCOUNT) {
@@ -3833,28 +3833,28 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
                 case '"': r = "&#34;"; break;
                 case '\'': r = "&#39;"; break;
                 }
-                if (r ? sb_put(R, &b, r, strlen(r)) : sb_put(R, &b, s->p + i, 1)) {
+                if (r ? jr_put(R, &b, r, strlen(r)) : jr_put(R, &b, s->p + i, 1)) {
                     buf_release(&b);
                     return -1;
                 }
             }
-            *out = mk_str(R, b.data ? b.data : "", b.len, line);
+            *out = jv_new_str(R, b.data ? b.data : "", b.len, line);
             buf_release(&b);
         } else { /* indent(width=4, first=False, blank=False) */
             struct jv w = mk_int(4), first = jinja_bool(0), blank = jinja_bool(0);
-            arg(A, 0, "width", &w);
-            arg(A, 1, "first", &first);
-            arg(A, 2, "blank", &blank);
+            jb_arg(A, 0, "width", &w);
+            jb_arg(A, 1, "first", &first);
+            jb_arg(A, 2, "blank", &blank);
             const struct jstr *ind;
             if (w.t == JV_INT) {
                 int64_t k = w.u.i < 0 ? 0 : w.u.i > 1024 ? 1024 : w.u.i;
                 char sp[1024];
                 memset(sp, ' ', (size_t)k);
-                struct jv t = mk_str(R, sp, (size_t)k, line);
+                struct jv t = jv_new_str(R, sp, (size_t)k, line);
                 if (t.t == JV_UNDEF)
                     return -1;
                 ind = t.u.s;
-            } else if (to_str(R, w, &ind, line)) {
+            } else if (jv_to_str(R, w, &ind, line)) {
                 return -1;
             }
             /* jinja2: lines = (s + "\n").splitlines(); the first line is not indented,
@@ -3862,23 +3862,23 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
             struct buf b;
             buf_init(&b, R->out->max_bytes);
             int rc = 0;
-            if (truthy(first))
-                rc |= sb_put(R, &b, ind->p, ind->n);
+            if (jv_truthy(first))
+                rc |= jr_put(R, &b, ind->p, ind->n);
             for (size_t i = 0, ln = 0; i <= s->n && !rc; ln++) {
                 size_t j = i;
                 while (j < s->n && s->p[j] != '\n')
                     j++;
                 if (ln > 0) {
-                    rc |= sb_put(R, &b, "\n", 1);
-                    if (!rc && (j > i || truthy(blank)))
-                        rc |= sb_put(R, &b, ind->p, ind->n);
+                    rc |= jr_put(R, &b, "\n", 1);
+                    if (!rc && (j > i || jv_truthy(blank)))
+                        rc |= jr_put(R, &b, ind->p, ind->n);
                 }
                 if (!rc)
-                    rc |= sb_put(R, &b, s->p + i, j - i);
+                    rc |= jr_put(R, &b, s->p + i, j - i);
                 i = j + 1;
             }
             if (!rc)
-                *out = mk_str(R, b.data ? b.data : "", b.len, line);
+                *out = jv_new_str(R, b.data ? b.data : "", b.len, line);
             buf_release(&b);
             if (rc)
                 return -1;
@@ -3887,12 +3887,12 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     case F_TOJSON: {
         struct jsonopt o = {0, 0, 0, NULL, ", ", ": ", 2, 2};
         struct jv ea = jinja_bool(0), ind = mk(JV_NONE), seps = mk(JV_NONE), sk = jinja_bool(0);
-        arg(A, 0, "ensure_ascii", &ea);
-        arg(A, 1, "indent", &ind);
-        arg(A, 2, "separators", &seps);
-        arg(A, 3, "sort_keys", &sk);
-        o.ensure_ascii = truthy(ea);
-        o.sort_keys = truthy(sk);
+        jb_arg(A, 0, "ensure_ascii", &ea);
+        jb_arg(A, 1, "indent", &ind);
+        jb_arg(A, 2, "separators", &seps);
+        jb_arg(A, 3, "sort_keys", &sk);
+        o.ensure_ascii = jv_truthy(ea);
+        o.sort_keys = jv_truthy(sk);
         if (ind.t != JV_NONE && ind.t != JV_UNDEF) {
             o.has_indent = 1;
             o.item_sep = ",";
@@ -3901,19 +3901,19 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
                 char sp[256];
                 int64_t k = ind.u.i < 0 ? 0 : ind.u.i > 255 ? 255 : ind.u.i;
                 memset(sp, ' ', (size_t)k);
-                struct jv t = mk_str(R, sp, (size_t)k, line);
+                struct jv t = jv_new_str(R, sp, (size_t)k, line);
                 if (t.t == JV_UNDEF)
                     return -1;
                 o.indent = t.u.s;
             } else if (ind.t == JV_STR) {
                 o.indent = ind.u.s;
             } else {
-                return fail(R, line, "tojson: indent must be an int or a string");
+                return jr_fail(R, line, "tojson: indent must be an int or a string");
             }
         }
         if (seps.t == JV_LIST || seps.t == JV_TUPLE) {
             if (seps.u.l->n != 2 || seps.u.l->v[0].t != JV_STR || seps.u.l->v[1].t != JV_STR)
-                return fail(R, line, "tojson: separators must be two strings");
+                return jr_fail(R, line, "tojson: separators must be two strings");
             o.item_sep = seps.u.l->v[0].u.s->p;
             o.item_sep_n = seps.u.l->v[0].u.s->n;
             o.key_sep = seps.u.l->v[1].u.s->p;
@@ -3921,9 +3921,9 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         }
         struct buf b;
         buf_init(&b, R->out->max_bytes);
-        int rc = json_into(R, &b, v, &o, 0, line);
+        int rc = jv_json(R, &b, v, &o, 0, line);
         if (rc == 0)
-            *out = mk_str(R, b.data ? b.data : "", b.len, line);
+            *out = jv_new_str(R, b.data ? b.data : "", b.len, line);
         buf_release(&b);
         return rc || R->rc ? -1 : 0;
     }
@@ -3932,7 +3932,7 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         if (v.t == JV_UNDEF)
             return 0;
         struct jv items;
-        if (iter_items(R, v, &items, line))
+        if (jv_iter(R, v, &items, line))
             return -1;
         if (items.u.l->n)
             *out = items.u.l->v[id == F_FIRST ? 0 : items.u.l->n - 1];
@@ -3941,11 +3941,11 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     case F_JOIN: {
         struct jv sep = mk(JV_UNDEF), at = mk(JV_UNDEF), items;
         const struct jstr *ss = NULL;
-        arg(A, 0, "d", &sep);
-        arg(A, 1, "attribute", &at);
-        if (sep.t != JV_UNDEF && to_str(R, sep, &ss, line))
+        jb_arg(A, 0, "d", &sep);
+        jb_arg(A, 1, "attribute", &at);
+        if (sep.t != JV_UNDEF && jv_to_str(R, sep, &ss, line))
             return -1;
-        if (iter_items(R, v, &items, line))
+        if (jv_iter(R, v, &items, line))
             return -1;
         struct buf b;
         buf_init(&b, R->out->max_bytes);
@@ -3953,12 +3953,12 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
             struct jv it = items.u.l->v[i];
             if (at.t == JV_STR && attr_path(R, it, at.u.s, &it, line))
                 goto join_fail;
-            if (i && ss && sb_put(R, &b, ss->p, ss->n))
+            if (i && ss && jr_put(R, &b, ss->p, ss->n))
                 goto join_fail;
-            if (str_into(R, &b, it, 0))
+            if (jv_str_into(R, &b, it, 0))
                 goto join_fail;
         }
-        *out = mk_str(R, b.data ? b.data : "", b.len, line);
+        *out = jv_new_str(R, b.data ? b.data : "", b.len, line);
         buf_release(&b);
         return R->rc ? -1 : 0;
     join_fail:
@@ -3967,33 +3967,33 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     }
     case F_REPLACE: {
         struct jv cnt = mk(JV_NONE);
-        if (to_str(R, v, &s, line))
+        if (jv_to_str(R, v, &s, line))
             return -1;
-        if (!arg(A, 0, "old", &a0) || !arg(A, 1, "new", &a1))
-            return fail(R, line, "replace takes two arguments");
+        if (!jb_arg(A, 0, "old", &a0) || !jb_arg(A, 1, "new", &a1))
+            return jr_fail(R, line, "replace takes two arguments");
         const struct jstr *o, *n;
-        if (to_str(R, a0, &o, line) || to_str(R, a1, &n, line))
+        if (jv_to_str(R, a0, &o, line) || jv_to_str(R, a1, &n, line))
             return -1;
-        arg(A, 2, "count", &cnt);
-        *out = str_replace(R, s, o, n, cnt.t == JV_INT ? cnt.u.i : -1, line);
+        jb_arg(A, 2, "count", &cnt);
+        *out = jb_replace(R, s, o, n, cnt.t == JV_INT ? cnt.u.i : -1, line);
         return R->rc ? -1 : 0;
     }
     case F_ITEMS:
         if (v.t == JV_UNDEF) {
-            *out = new_list(R->a, JV_LIST);
-            return out->t == JV_UNDEF ? oom(R, line) : 0;
+            *out = jv_new_list(R->a, JV_LIST);
+            return out->t == JV_UNDEF ? jr_oom(R, line) : 0;
         }
         if (v.t != JV_DICT)
-            return fail(R, line, "items: can only get item pairs from a mapping");
-        return call_method(R, v, M_ITEMS, A, out, line);
+            return jr_fail(R, line, "items: can only get item pairs from a mapping");
+        return jb_method(R, v, M_ITEMS, A, out, line);
     case F_INT: {
         struct jv d = mk_int(0);
-        arg(A, 0, "default", &d);
+        jb_arg(A, 0, "default", &d);
         return to_int(R, v, d, out, line);
     }
     case F_FLOAT: {
         struct jv d = mk_float(0);
-        arg(A, 0, "default", &d);
+        jb_arg(A, 0, "default", &d);
         if (is_num(v))
             *out = mk_float(num_f(v));
         else if (v.t == JV_STR) {
@@ -4011,20 +4011,20 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     case F_ABS:
         if (v.t == JV_INT) {
             if (v.u.i == INT64_MIN)
-                return fail(R, line, "integer overflow");
+                return jr_fail(R, line, "integer overflow");
             *out = mk_int(v.u.i < 0 ? -v.u.i : v.u.i);
         } else if (v.t == JV_FLOAT || v.t == JV_BOOL) {
             *out = v.t == JV_BOOL ? mk_int(v.u.b) : mk_float(fabs(v.u.f));
         } else {
-            return fail(R, line, "bad operand type for abs(): '%s'", type_name(v));
+            return jr_fail(R, line, "bad operand type for abs(): '%s'", jv_type_name(v));
         }
         return 0;
     case F_ROUND: {
         struct jv prec = mk_int(0), method = mk(JV_UNDEF);
-        arg(A, 0, "precision", &prec);
-        arg(A, 1, "method", &method);
+        jb_arg(A, 0, "precision", &prec);
+        jb_arg(A, 1, "method", &method);
         if (!is_num(v))
-            return fail(R, line, "round: expected a number");
+            return jr_fail(R, line, "round: expected a number");
         double x = num_f(v), p = pow(10, (double)num_i(prec));
         double r = x * p;
         if (method.t == JV_STR && str_eq(method.u.s, "floor", 5)) r = floor(r);
@@ -4041,7 +4041,7 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
     }
     case F_LIST: {
         struct jv items;
-        if (iter_items(R, v, &items, line))
+        if (jv_iter(R, v, &items, line))
             return -1;
         return copy_list(R, items, out, line);
     }
@@ -4049,17 +4049,17 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         if (v.t == JV_STR) {
             struct jv p[3] = {mk(JV_NONE), mk(JV_NONE), mk_int(-1)};
             int has[3] = {1, 1, 1};
-            return do_slice(R, v, p, has, out, line);
+            return jv_slice(R, v, p, has, out, line);
         } else {
             struct jv items;
-            if (iter_items(R, v, &items, line))
+            if (jv_iter(R, v, &items, line))
                 return -1;
-            *out = new_list(R->a, JV_LIST);
+            *out = jv_new_list(R->a, JV_LIST);
             if (out->t == JV_UNDEF)
-                return oom(R, line);
+                return jr_oom(R, line);
             for (size_t i = items.u.l->n; i-- > 0;)
-                if (list_push(R->a, out->u.l, items.u.l->v[i]))
-                    return oom(R, line);
+                if (jv_list_push(R->a, out->u.l, items.u.l->v[i]))
+                    return jr_oom(R, line);
             return 0;
         }
     case F_SELECT:
@@ -4069,24 +4069,24 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         return do_select(R, id, v, A, out, line);
     case F_MAP: {
         struct jv items, at = mk(JV_UNDEF), dflt = mk(JV_UNDEF);
-        if (iter_items(R, truthy(v) ? v : mk(JV_UNDEF), &items, line))
+        if (jv_iter(R, jv_truthy(v) ? v : mk(JV_UNDEF), &items, line))
             return -1;
-        *out = new_list(R->a, JV_LIST);
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
-        int has_attr = arg(A, (size_t)-1, "attribute", &at);
-        arg(A, (size_t)-1, "default", &dflt);
+            return jr_oom(R, line);
+        int has_attr = jb_arg(A, (size_t)-1, "attribute", &at);
+        jb_arg(A, (size_t)-1, "default", &dflt);
         int fid = 0;
         struct args FA = {0};
         if (!has_attr) {
             if (A->n < 1 || A->pos[0].t != JV_STR)
-                return fail(R, line, "map needs a filter name or attribute=");
+                return jr_fail(R, line, "map needs a filter name or attribute=");
             if (filter_by_name(R, A->pos[0].u.s, &fid, 0, line))
                 return -1;
             FA.pos = A->pos + 1;
             FA.n = A->n - 1;
         } else if (at.t != JV_STR) {
-            return fail(R, line, "map: attribute must be a string");
+            return jr_fail(R, line, "map: attribute must be a string");
         }
         for (size_t i = 0; i < items.u.l->n; i++) {
             struct jv r;
@@ -4095,37 +4095,37 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
                     return -1;
                 if (r.t == JV_UNDEF && dflt.t != JV_UNDEF)
                     r = dflt;
-            } else if (apply_filter(R, fid, items.u.l->v[i], &FA, &r, line, f)) {
+            } else if (jb_filter(R, fid, items.u.l->v[i], &FA, &r, line, f)) {
                 return -1;
             }
-            if (list_push(R->a, out->u.l, r))
-                return oom(R, line);
+            if (jv_list_push(R->a, out->u.l, r))
+                return jr_oom(R, line);
         }
         return 0;
     }
     case F_UNIQUE: {
         struct jv items, cs = jinja_bool(0), at = mk(JV_UNDEF);
-        arg(A, 0, "case_sensitive", &cs);
-        arg(A, 1, "attribute", &at);
-        if (iter_items(R, v, &items, line))
+        jb_arg(A, 0, "case_sensitive", &cs);
+        jb_arg(A, 1, "attribute", &at);
+        if (jv_iter(R, v, &items, line))
             return -1;
-        struct jv keys = new_list(R->a, JV_LIST);
+        struct jv keys = jv_new_list(R->a, JV_LIST);
         if (keys.t == JV_UNDEF)
-            return oom(R, line);
-        *out = new_list(R->a, JV_LIST);
+            return jr_oom(R, line);
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (size_t i = 0; i < items.u.l->n; i++) {
             struct jv k = items.u.l->v[i];
             if (at.t == JV_STR && attr_path(R, k, at.u.s, &k, line))
                 return -1;
-            if (!truthy(cs) && k.t == JV_STR && (k = do_case(R, k.u.s, CASE_LOWER, line)).t == JV_UNDEF)
+            if (!jv_truthy(cs) && k.t == JV_STR && (k = jb_case(R, k.u.s, CASE_LOWER, line)).t == JV_UNDEF)
                 return -1;
             int seen = 0;
             for (size_t j = 0; j < keys.u.l->n && !seen; j++)
-                seen = v_eq(keys.u.l->v[j], k);
-            if (!seen && (list_push(R->a, out->u.l, items.u.l->v[i]) || list_push(R->a, keys.u.l, k)))
-                return oom(R, line);
+                seen = jv_eq(keys.u.l->v[j], k);
+            if (!seen && (jv_list_push(R->a, out->u.l, items.u.l->v[i]) || jv_list_push(R->a, keys.u.l, k)))
+                return jr_oom(R, line);
         }
         return 0;
     }
@@ -4134,33 +4134,33 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         struct jv items, rev = jinja_bool(0), cs = jinja_bool(0), at = mk(JV_UNDEF);
         if (id == F_DICTSORT) {
             if (v.t != JV_DICT)
-                return fail(R, line, "dictsort: expected a mapping");
-            if (call_method(R, v, M_ITEMS, A, &items, line))
+                return jr_fail(R, line, "dictsort: expected a mapping");
+            if (jb_method(R, v, M_ITEMS, A, &items, line))
                 return -1;
-            arg(A, 0, "case_sensitive", &cs);
-            arg(A, 2, "reverse", &rev);
-            if (sort_items(R, items.u.l->v, items.u.l->n, NULL, truthy(rev), truthy(cs), line))
+            jb_arg(A, 0, "case_sensitive", &cs);
+            jb_arg(A, 2, "reverse", &rev);
+            if (sort_items(R, items.u.l->v, items.u.l->n, NULL, jv_truthy(rev), jv_truthy(cs), line))
                 return -1;
             *out = items;
             return 0;
         }
-        arg(A, 0, "reverse", &rev);
-        arg(A, 1, "case_sensitive", &cs);
-        arg(A, 2, "attribute", &at);
-        if (iter_items(R, v, &items, line) || copy_list(R, items, out, line))
+        jb_arg(A, 0, "reverse", &rev);
+        jb_arg(A, 1, "case_sensitive", &cs);
+        jb_arg(A, 2, "attribute", &at);
+        if (jv_iter(R, v, &items, line) || copy_list(R, items, out, line))
             return -1;
         return sort_items(R, out->u.l->v, out->u.l->n, at.t == JV_STR ? at.u.s : NULL,
-                          truthy(rev), truthy(cs), line);
+                          jv_truthy(rev), jv_truthy(cs), line);
     }
     case F_SUM:
     case F_MIN:
     case F_MAX: {
         struct jv items, at = mk(JV_UNDEF), acc = mk_int(0);
-        if (iter_items(R, v, &items, line))
+        if (jv_iter(R, v, &items, line))
             return -1;
-        arg(A, id == F_SUM ? 0 : 2, "attribute", &at);
+        jb_arg(A, id == F_SUM ? 0 : 2, "attribute", &at);
         if (id == F_SUM)
-            arg(A, 1, "start", &acc);
+            jb_arg(A, 1, "start", &acc);
         else
             acc = mk(JV_UNDEF);
         for (size_t i = 0; i < items.u.l->n; i++) {
@@ -4168,15 +4168,15 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
             if (at.t == JV_STR && attr_path(R, it, at.u.s, &it, line))
                 return -1;
             if (id == F_SUM) {
-                if (arith(R, OP_ADD, acc, it, &acc, line))
+                if (jv_arith(R, OP_ADD, acc, it, &acc, line))
                     return -1;
             } else if (acc.t == JV_UNDEF) {
                 acc = it;
             } else {
-                int lt = v_lt(R, it, acc, line);
+                int lt = jv_lt(R, it, acc, line);
                 if (lt < 0)
                     return -1;
-                if ((id == F_MIN) == (lt == 1) && !v_eq(it, acc))
+                if ((id == F_MIN) == (lt == 1) && !jv_eq(it, acc))
                     acc = it;
             }
         }
@@ -4184,18 +4184,18 @@ static int apply_filter(struct rs *R, int id, struct jv v, const struct args *A,
         return 0;
     }
     default:
-        return fail(R, line, "unsupported filter");
+        return jr_fail(R, line, "unsupported filter");
     }
 }
 
 static int number_test(struct rs *R, int id, struct jv v, const struct args *A, int line);
 
-static int apply_test(struct rs *R, int id, struct jv v, const struct args *A, int line)
+static int jb_test(struct rs *R, int id, struct jv v, const struct args *A, int line)
 {
     if (id == T_ODD || id == T_EVEN || id == T_DIVISIBLEBY)
         return number_test(R, id, v, A, line);
     struct jv a = mk(JV_UNDEF);
-    int has = arg(A, 0, NULL, &a);
+    int has = jb_arg(A, 0, NULL, &a);
     switch (id) {
     case T_DEFINED: return v.t != JV_UNDEF;
     case T_UNDEFINED: return v.t == JV_UNDEF;
@@ -4233,21 +4233,21 @@ static int apply_test(struct rs *R, int id, struct jv v, const struct args *A, i
         break;
     }
     if (!has)
-        return fail(R, line, "test takes an argument");
+        return jr_fail(R, line, "test takes an argument");
     switch (id) {
-    case T_EQ: return v_eq(v, a);
-    case T_NE: return !v_eq(v, a);
-    case T_LT: return v_lt(R, v, a, line);
-    case T_GT: return v_lt(R, a, v, line);
+    case T_EQ: return jv_eq(v, a);
+    case T_NE: return !jv_eq(v, a);
+    case T_LT: return jv_lt(R, v, a, line);
+    case T_GT: return jv_lt(R, a, v, line);
     case T_LE: {
-        int r = v_lt(R, a, v, line);
+        int r = jv_lt(R, a, v, line);
         return r < 0 ? -1 : !r;
     }
     case T_GE: {
-        int r = v_lt(R, v, a, line);
+        int r = jv_lt(R, v, a, line);
         return r < 0 ? -1 : !r;
     }
-    case T_IN: return v_in(R, v, a, line);
+    case T_IN: return jv_in(R, v, a, line);
     case T_SAMEAS:
         if (v.t != a.t)
             return 0;
@@ -4259,7 +4259,7 @@ static int apply_test(struct rs *R, int id, struct jv v, const struct args *A, i
             return v.u.i == a.u.i && v.u.i >= -5 && v.u.i <= 256; /* CPython's small ints */
         return v.u.p == a.u.p;
     default:
-        return fail(R, line, "unsupported test");
+        return jr_fail(R, line, "unsupported test");
     }
 }
 
@@ -4267,11 +4267,11 @@ static int number_test(struct rs *R, int id, struct jv v, const struct args *A, 
 {
     /* jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 (Python %) */
     struct jv d = mk_int(2), r;
-    if (id == T_DIVISIBLEBY && !arg(A, 0, "num", &d))
-        return fail(R, line, "divisibleby takes a number");
-    if (arith(R, OP_MOD, v, d, &r, line))
+    if (id == T_DIVISIBLEBY && !jb_arg(A, 0, "num", &d))
+        return jr_fail(R, line, "divisibleby takes a number");
+    if (jv_arith(R, OP_MOD, v, d, &r, line))
         return -1;
-    return v_eq(r, mk_int(id == T_ODD ? 1 : 0));
+    return jv_eq(r, mk_int(id == T_ODD ? 1 : 0));
 }
 
 /* ---- calls ------------------------------------------------------------------ */
@@ -4289,11 +4289,11 @@ static int call_macro(struct rs *R, struct jv m, const struct args *A, struct jv
     const struct jmacro *mac = m.u.p;
     const struct node *d = mac->def;
     if (R->calls >= JINJA_MAX_CALL_DEPTH)
-        return fail(R, line, "macro calls nested more than %d deep", JINJA_MAX_CALL_DEPTH);
-    if (step(R, line))
+        return jr_fail(R, line, "macro calls nested more than %d deep", JINJA_MAX_CALL_DEPTH);
+    if (jr_step(R, line))
         return -1;
     if (A->n > d->n_names)
-        return fail(R, line, "macro '%s' takes not more than %zu argument(s)", d->s->p, d->n_names);
+        return jr_fail(R, line, "macro '%s' takes not more than %zu argument(s)", d->s->p, d->n_names);
     struct frame *f = frame_new(R, mac->scope, line);
     if (!f)
         return -1;
@@ -4303,11 +4303,11 @@ static int call_macro(struct rs *R, struct jv m, const struct args *A, struct jv
                                    !memcmp(d->names[i]->p, A->kn[k]->p, A->kn[k]->n)))
             i++;
         if (i == d->n_names)
-            return fail(R, line, "macro '%s' has no argument named '%s'", d->s->p, A->kn[k]->p);
+            return jr_fail(R, line, "macro '%s' has no argument named '%s'", d->s->p, A->kn[k]->p);
     }
     for (size_t i = 0; i < d->n_names; i++) {
         struct jv v = mk(JV_UNDEF);
-        int given = arg(A, i, d->names[i]->p, &v);
+        int given = jb_arg(A, i, d->names[i]->p, &v);
         if (!given && d->v2[i] && eval(R, d->v2[i], f, &v))
             return -1;
         if (!given && !d->v2[i])
@@ -4324,20 +4324,20 @@ static int call_macro(struct rs *R, struct jv m, const struct args *A, struct jv
     R->out = saved;
     R->ctl = 0;
     if (rc == 0)
-        *out = mk_str(R, body.data ? body.data : "", body.len, line);
+        *out = jv_new_str(R, body.data ? body.data : "", body.len, line);
     buf_release(&body);
     return rc || R->rc ? -1 : 0;
 }
 
-static int call_builtin(struct rs *R, int id, const struct args *A, struct jv *out, int line)
+static int jb_global_call(struct rs *R, int id, const struct args *A, struct jv *out, int line)
 {
     struct jv a0 = mk(JV_UNDEF);
-    int h0 = arg(A, 0, NULL, &a0);
+    int h0 = jb_arg(A, 0, NULL, &a0);
     *out = mk(JV_NONE);
     switch (id) {
     case B_RAISE: {
         const struct jstr *msg;
-        if (to_str(R, a0, &msg, line))
+        if (jv_to_str(R, a0, &msg, line))
             return -1;
         if (R->rc == 0) {
             R->rc = ERR_INVAL;
@@ -4348,42 +4348,42 @@ static int call_builtin(struct rs *R, int id, const struct args *A, struct jv *o
     }
     case B_STRFTIME: {
         if (!h0 || a0.t != JV_STR)
-            return fail(R, line, "strftime_now takes a format string");
+            return jr_fail(R, line, "strftime_now takes a format string");
         struct tm tm;
         char o[512];
         time_t now = R->e->now;
         if (!gmtime_r(&now, &tm))
-            return fail(R, line, "strftime_now: bad time");
+            return jr_fail(R, line, "strftime_now: bad time");
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
         size_t n = a0.u.s->n ? strftime(o, sizeof o, a0.u.s->p, &tm) : 0; /* the template's format */
 #pragma GCC diagnostic pop
-        *out = mk_str(R, o, n, line);
+        *out = jv_new_str(R, o, n, line);
         return R->rc ? -1 : 0;
     }
     case B_NAMESPACE:
     case B_DICT: {
-        *out = new_dict(R->a, id == B_NAMESPACE ? JV_NS : JV_DICT);
+        *out = jv_new_dict(R->a, id == B_NAMESPACE ? JV_NS : JV_DICT);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         if (h0) {
             if (a0.t != JV_DICT || A->n > 1)
-                return fail(R, line, "%s() takes at most one mapping argument",
+                return jr_fail(R, line, "%s() takes at most one mapping argument",
                             id == B_NAMESPACE ? "namespace" : "dict");
             for (size_t i = 0; i < a0.u.d->n; i++)
-                if (dict_set(R->a, out->u.d, a0.u.d->k[i], a0.u.d->v[i]))
-                    return oom(R, line);
+                if (jv_dict_set(R->a, out->u.d, a0.u.d->k[i], a0.u.d->v[i]))
+                    return jr_oom(R, line);
         }
         for (size_t i = 0; i < A->nk; i++)
-            if (dict_set(R->a, out->u.d, mk_strp(A->kn[i]), A->kv[i]))
-                return oom(R, line);
+            if (jv_dict_set(R->a, out->u.d, mk_strp(A->kn[i]), A->kv[i]))
+                return jr_oom(R, line);
         return 0;
     }
     case B_RANGE: {
         int64_t lo = 0, hi, st = 1;
         for (size_t i = 0; i < A->n; i++)
             if (A->pos[i].t != JV_INT && A->pos[i].t != JV_BOOL)
-                return fail(R, line, "range() takes integers");
+                return jr_fail(R, line, "range() takes integers");
         if (A->n == 1) {
             hi = num_i(A->pos[0]);
         } else if (A->n == 2 || A->n == 3) {
@@ -4392,34 +4392,34 @@ static int call_builtin(struct rs *R, int id, const struct args *A, struct jv *o
             if (A->n == 3)
                 st = num_i(A->pos[2]);
         } else {
-            return fail(R, line, "range() takes 1 to 3 arguments");
+            return jr_fail(R, line, "range() takes 1 to 3 arguments");
         }
         if (st == 0)
-            return fail(R, line, "range() arg 3 must not be zero");
-        *out = new_list(R->a, JV_LIST);
+            return jr_fail(R, line, "range() arg 3 must not be zero");
+        *out = jv_new_list(R->a, JV_LIST);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
-            if (step(R, line) || list_push(R->a, out->u.l, mk_int(i)))
-                return R->rc ? -1 : oom(R, line);
+            if (jr_step(R, line) || jv_list_push(R->a, out->u.l, mk_int(i)))
+                return R->rc ? -1 : jr_oom(R, line);
             if ((st > 0 && i > INT64_MAX - st) || (st < 0 && i < INT64_MIN - st))
                 break;
         }
         return 0;
     }
     default:
-        return fail(R, line, "unknown function");
+        return jr_fail(R, line, "unknown function");
     }
 }
 
 static int call_value(struct rs *R, struct jv fn, const struct args *A, struct jv *out, int line)
 {
     switch (fn.t) {
-    case JV_FUNC: return call_builtin(R, fn.aux, A, out, line);
+    case JV_FUNC: return jb_global_call(R, fn.aux, A, out, line);
     case JV_MACRO: return call_macro(R, fn, A, out, line);
-    case JV_BOUND: return call_method(R, *(const struct jv *)fn.x, fn.aux, A, out, line);
-    case JV_UNDEF: return undef_fail(R, fn, line);
-    default: return fail(R, line, "'%s' object is not callable", type_name(fn));
+    case JV_BOUND: return jb_method(R, *(const struct jv *)fn.x, fn.aux, A, out, line);
+    case JV_UNDEF: return jv_undef_fail(R, fn, line);
+    default: return jr_fail(R, line, "'%s' object is not callable", jv_type_name(fn));
     }
 }
 
@@ -4432,7 +4432,7 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
 static int eval(struct rs *R, const struct node *x, struct frame *f, struct jv *out)
 {
     if (R->edepth >= JINJA_MAX_EVAL_DEPTH)
-        return fail(R, x->line, "expression nested more than %d deep", JINJA_MAX_EVAL_DEPTH);
+        return jr_fail(R, x->line, "expression nested more than %d deep", JINJA_MAX_EVAL_DEPTH);
     R->edepth++;
     int rc = eval_node(R, x, f, out);
     R->edepth--;
@@ -4453,11 +4453,11 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
     case N_ATTR:
         if (eval(R, x->a, f, &a))
             return -1;
-        return get_attr(R, a, x->s->p, x->s->n, out, line);
+        return jv_getattr(R, a, x->s->p, x->s->n, out, line);
     case N_ITEM:
         if (eval(R, x->a, f, &a) || eval(R, x->b, f, &b))
             return -1;
-        return get_item(R, a, b, out, line);
+        return jv_getitem(R, a, b, out, line);
     case N_SLICE: {
         struct jv p[3] = {mk(JV_NONE), mk(JV_NONE), mk(JV_NONE)};
         int has[3];
@@ -4468,7 +4468,7 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
             if (has[i] && eval(R, x->v[i], f, &p[i]))
                 return -1;
         }
-        return do_slice(R, a, p, has, out, line);
+        return jv_slice(R, a, p, has, out, line);
     }
     case N_CALL: {
         struct args A;
@@ -4479,18 +4479,18 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
     case N_FILTER: {
         struct args A;
         if (!x->op)
-            return fail(R, line, "no filter named '%s'", x->s->p);
+            return jr_fail(R, line, "no filter named '%s'", x->s->p);
         if (eval(R, x->a, f, &a) || eval_args(R, x, f, &A))
             return -1;
-        return apply_filter(R, x->op, a, &A, out, line, f);
+        return jb_filter(R, x->op, a, &A, out, line, f);
     }
     case N_TEST: {
         struct args A;
         if (!x->op)
-            return fail(R, line, "no test named '%s'", x->s->p);
+            return jr_fail(R, line, "no test named '%s'", x->s->p);
         if (eval(R, x->a, f, &a) || eval_args(R, x, f, &A))
             return -1;
-        int r = apply_test(R, x->op, a, &A, line);
+        int r = jb_test(R, x->op, a, &A, line);
         if (r < 0)
             return -1;
         *out = jinja_bool(r);
@@ -4499,12 +4499,12 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
     case N_BIN:
         if (eval(R, x->a, f, &a) || eval(R, x->b, f, &b))
             return -1;
-        return arith(R, x->op, a, b, out, line);
+        return jv_arith(R, x->op, a, b, out, line);
     case N_AND:
     case N_OR:
         if (eval(R, x->a, f, &a))
             return -1;
-        if (truthy(a) == (x->k == N_OR)) {
+        if (jv_truthy(a) == (x->k == N_OR)) {
             *out = a;
             return 0;
         }
@@ -4512,23 +4512,23 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
     case N_NOT:
         if (eval(R, x->a, f, &a))
             return -1;
-        *out = jinja_bool(!truthy(a));
+        *out = jinja_bool(!jv_truthy(a));
         return 0;
     case N_NEG:
     case N_POS:
         if (eval(R, x->a, f, &a))
             return -1;
         if (a.t == JV_UNDEF)
-            return undef_fail(R, a, line);
+            return jv_undef_fail(R, a, line);
         if (!is_num(a))
-            return fail(R, line, "bad operand type for unary %c: '%s'", x->k == N_NEG ? '-' : '+',
-                        type_name(a));
+            return jr_fail(R, line, "bad operand type for unary %c: '%s'", x->k == N_NEG ? '-' : '+',
+                        jv_type_name(a));
         if (x->k == N_POS)
             *out = a.t == JV_BOOL ? mk_int(a.u.b) : a;
         else if (a.t == JV_FLOAT)
             *out = mk_float(-a.u.f); /* -0.0 stays negative */
         else
-            return arith(R, OP_SUB, mk_int(0), a, out, line);
+            return jv_arith(R, OP_SUB, mk_int(0), a, out, line);
         return 0;
     case N_CMP: {
         if (eval(R, x->v[0], f, &a))
@@ -4538,14 +4538,14 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
                 return -1;
             int r;
             switch (x->ops[i - 1]) {
-            case C_EQ: r = v_eq(a, b); break;
-            case C_NE: r = !v_eq(a, b); break;
-            case C_LT: r = v_lt(R, a, b, line); break;
-            case C_GT: r = v_lt(R, b, a, line); break;
-            case C_LE: r = v_lt(R, b, a, line); r = r < 0 ? r : !r; break;
-            case C_GE: r = v_lt(R, a, b, line); r = r < 0 ? r : !r; break;
-            case C_IN: r = v_in(R, a, b, line); break;
-            default: r = v_in(R, a, b, line); r = r < 0 ? r : !r; break;
+            case C_EQ: r = jv_eq(a, b); break;
+            case C_NE: r = !jv_eq(a, b); break;
+            case C_LT: r = jv_lt(R, a, b, line); break;
+            case C_GT: r = jv_lt(R, b, a, line); break;
+            case C_LE: r = jv_lt(R, b, a, line); r = r < 0 ? r : !r; break;
+            case C_GE: r = jv_lt(R, a, b, line); r = r < 0 ? r : !r; break;
+            case C_IN: r = jv_in(R, a, b, line); break;
+            default: r = jv_in(R, a, b, line); r = r < 0 ? r : !r; break;
             }
             if (r < 0)
                 return -1;
@@ -4561,7 +4561,7 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
     case N_COND:
         if (eval(R, x->a, f, &a))
             return -1;
-        if (truthy(a))
+        if (jv_truthy(a))
             return eval(R, x->b, f, out);
         if (x->c)
             return eval(R, x->c, f, out);
@@ -4569,29 +4569,29 @@ static int eval_node(struct rs *R, const struct node *x, struct frame *f, struct
         return 0;
     case N_LIST:
     case N_TUPLE:
-        *out = new_list(R->a, x->k == N_LIST ? JV_LIST : JV_TUPLE);
+        *out = jv_new_list(R->a, x->k == N_LIST ? JV_LIST : JV_TUPLE);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (size_t i = 0; i < x->n; i++) {
             if (eval(R, x->v[i], f, &a))
                 return -1;
-            if (list_push(R->a, out->u.l, a))
-                return oom(R, line);
+            if (jv_list_push(R->a, out->u.l, a))
+                return jr_oom(R, line);
         }
         return 0;
     case N_DICT:
-        *out = new_dict(R->a, JV_DICT);
+        *out = jv_new_dict(R->a, JV_DICT);
         if (out->t == JV_UNDEF)
-            return oom(R, line);
+            return jr_oom(R, line);
         for (size_t i = 0; i < x->n; i++) {
             if (eval(R, x->v[i], f, &a) || eval(R, x->v2[i], f, &b))
                 return -1;
-            if (dict_set(R->a, out->u.d, a, b))
-                return oom(R, line);
+            if (jv_dict_set(R->a, out->u.d, a, b))
+                return jr_oom(R, line);
         }
         return 0;
     default:
-        return fail(R, line, "internal error: bad expression node");
+        return jr_fail(R, line, "internal error: bad expression node");
     }
 }
 
@@ -4603,13 +4603,13 @@ static int assign(struct rs *R, const struct node *x, struct frame *f, struct jv
         return frame_set(R, f, x->names[0], v, x->line);
     struct jv items;
     if (v.t == JV_DICT || v.t == JV_STR || v.t == JV_LIST || v.t == JV_TUPLE) {
-        if (iter_items(R, v, &items, x->line))
+        if (jv_iter(R, v, &items, x->line))
             return -1;
     } else {
-        return fail(R, x->line, "cannot unpack non-iterable %s object", type_name(v));
+        return jr_fail(R, x->line, "cannot unpack non-iterable %s object", jv_type_name(v));
     }
     if (items.u.l->n != x->n_names)
-        return fail(R, x->line, "cannot unpack %zu values into %zu names", items.u.l->n, x->n_names);
+        return jr_fail(R, x->line, "cannot unpack %zu values into %zu names", items.u.l->n, x->n_names);
     for (size_t i = 0; i < x->n_names; i++)
         if (frame_set(R, f, x->names[i], items.u.l->v[i], x->line))
             return -1;
@@ -4619,26 +4619,26 @@ static int assign(struct rs *R, const struct node *x, struct frame *f, struct jv
 static int exec_for(struct rs *R, const struct node *x, struct frame *f)
 {
     struct jv it, items;
-    if (eval(R, x->a, f, &it) || iter_items(R, it, &items, x->line))
+    if (eval(R, x->a, f, &it) || jv_iter(R, it, &items, x->line))
         return -1;
     struct jlist *src = items.u.l;
     if (x->b) { /* for ... if cond: filter first (loop.length counts what is left) */
-        struct jv kept = new_list(R->a, JV_LIST);
+        struct jv kept = jv_new_list(R->a, JV_LIST);
         if (kept.t == JV_UNDEF)
-            return oom(R, x->line);
+            return jr_oom(R, x->line);
         for (size_t i = 0; i < src->n; i++) {
             struct frame *ff = frame_new(R, f, x->line);
             struct jv c;
-            if (!ff || step(R, x->line) || assign(R, x, ff, src->v[i]) || eval(R, x->b, ff, &c))
+            if (!ff || jr_step(R, x->line) || assign(R, x, ff, src->v[i]) || eval(R, x->b, ff, &c))
                 return -1;
-            if (truthy(c) && list_push(R->a, kept.u.l, src->v[i]))
-                return oom(R, x->line);
+            if (jv_truthy(c) && jv_list_push(R->a, kept.u.l, src->v[i]))
+                return jr_oom(R, x->line);
         }
         src = kept.u.l;
     }
     if (src->n == 0)
         return exec_body(R, x->v2, x->n2, f);
-    struct jloop *L = ralloc(R, sizeof *L, x->line);
+    struct jloop *L = jr_alloc(R, sizeof *L, x->line);
     if (!L)
         return -1;
     L->length = (int64_t)src->n;
@@ -4648,7 +4648,7 @@ static int exec_for(struct rs *R, const struct node *x, struct frame *f)
     for (size_t i = 0; i < src->n; i++) {
         L->index0 = (int64_t)i;
         struct frame *ff = frame_new(R, f, x->line);
-        if (!ff || step(R, x->line) || frame_set(R, ff, R->loop_name, lv, x->line) ||
+        if (!ff || jr_step(R, x->line) || frame_set(R, ff, R->loop_name, lv, x->line) ||
             assign(R, x, ff, src->v[i]))
             return -1;
         if (exec_body(R, x->v, x->n, ff))
@@ -4680,7 +4680,7 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
                     return -1;
             } else {
                 struct buf *o = R->out;
-                if (str_into(R, o, a, 0))
+                if (jv_str_into(R, o, a, 0))
                     return -1;
             }
             break;
@@ -4690,7 +4690,7 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
             for (;;) {
                 if (eval(R, c->a, f, &a))
                     return -1;
-                if (truthy(a)) {
+                if (jv_truthy(a)) {
                     if (exec_body(R, c->v, c->n, f))
                         return -1;
                     break;
@@ -4712,9 +4712,9 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
         case S_SETNS: {
             struct jv ns = lookup(R, f, x->s);
             if (ns.t != JV_NS)
-                return fail(R, x->line, "cannot assign attribute on non-namespace object");
-            if (eval(R, x->b, f, &a) || dict_set(R->a, ns.u.d, mk_strp(x->names[0]), a))
-                return R->rc ? -1 : oom(R, x->line);
+                return jr_fail(R, x->line, "cannot assign attribute on non-namespace object");
+            if (eval(R, x->b, f, &a) || jv_dict_set(R->a, ns.u.d, mk_strp(x->names[0]), a))
+                return R->rc ? -1 : jr_oom(R, x->line);
             break;
         }
         case S_SETBLOCK: {
@@ -4724,7 +4724,7 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
             int rc = exec_body(R, x->v, x->n, f);
             R->out = saved;
             if (rc == 0) {
-                a = mk_str(R, body.data ? body.data : "", body.len, x->line);
+                a = jv_new_str(R, body.data ? body.data : "", body.len, x->line);
                 rc = R->rc ? -1 : frame_set(R, f, x->names[0], a, x->line);
             }
             buf_release(&body);
@@ -4733,7 +4733,7 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
             break;
         }
         case S_MACRO: {
-            struct jmacro *m = ralloc(R, sizeof *m, x->line);
+            struct jmacro *m = jr_alloc(R, sizeof *m, x->line);
             if (!m)
                 return -1;
             m->def = x;
@@ -4764,16 +4764,16 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
                 size_t k = 0;
                 for (const struct node *c = x->a; c && c != x->b && k < JINJA_MAX_DEPTH; c = c->a)
                     chain[k++] = c;
-                a = mk_str(R, body.data ? body.data : "", body.len, x->line);
+                a = jv_new_str(R, body.data ? body.data : "", body.len, x->line);
                 while (rc == 0 && !R->rc && k-- > 0) {
                     struct args A;
                     const struct node *c = chain[k];
                     if (!c->op)
-                        rc = fail(R, c->line, "no filter named '%s'", c->s->p);
+                        rc = jr_fail(R, c->line, "no filter named '%s'", c->s->p);
                     else
-                        rc = eval_args(R, c, f, &A) || apply_filter(R, c->op, a, &A, &a, c->line, f) ? -1 : 0;
+                        rc = eval_args(R, c, f, &A) || jb_filter(R, c->op, a, &A, &a, c->line, f) ? -1 : 0;
                 }
-                if (rc == 0 && !R->rc && str_into(R, saved, a, 0))
+                if (rc == 0 && !R->rc && jv_str_into(R, saved, a, 0))
                     rc = -1;
             }
             buf_release(&body);
@@ -4782,7 +4782,7 @@ static int exec_body(struct rs *R, struct node *const *v, size_t n, struct frame
             break;
         }
         default:
-            return fail(R, x->line, "internal error: bad statement node");
+            return jr_fail(R, x->line, "internal error: bad statement node");
         }
         if (R->ctl)
             return 0;
@@ -4800,9 +4800,9 @@ int jinja_render(const struct jinja_tmpl *t, struct jinja_env *e, struct buf *ou
     size_t start = out->len;
     struct rs R = {.e = e, .a = &e->a, .out = out, .err = err, .errcap = errcap};
     struct frame *top = frame_new(&R, NULL, 1);
-    R.loop_name = ar_str(&e->a, "loop", 4);
+    R.loop_name = jar_str(&e->a, "loop", 4);
     if (!R.loop_name)
-        oom(&R, 1);
+        jr_oom(&R, 1);
     else if (top)
         exec_body(&R, t->body, t->n_body, top);
     int rc = R.rc;
