@@ -79,7 +79,7 @@ GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c
                $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
                worker/engine/forward_cpu.c \
                worker/engine/forward_cuda.c worker/engine/kv.c text/gguf.c \
-               text/tok_gguf.c text/tok.c text/tok_unicode.c text/chat.c text/jinja.c \
+               text/tok_gguf.c text/tok.c text/tok_unicode.c text/chat.c $(wildcard text/jinja*.c) \
                common/gram/gram.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 
