@@ -12,6 +12,13 @@
  * arena. jinja_render walks the tree with values allocated in the caller's
  * jinja_env arena (freed all at once); a value is 16 bytes passed by value.
  *
+ * Files, one per stage, sharing text/jinja_int.h (internal): jinja_lex.c
+ * (the lexer), jinja_parse.c (the parser, jinja_parse), jinja_value.c (the
+ * value model: Python str/repr, ==, <, arithmetic, tojson; jinja_env and
+ * the value builders), jinja_filters.c (the filter and test tables),
+ * jinja_methods.c (str/dict methods and the global functions),
+ * jinja_eval.c (the tree walk, jinja_render).
+ *
  * Supported (the subset real chat templates use; spec/chat-templates.md
  * has the list): {% for %} (tuple targets, `if` filter, else,
  * loop.index/index0/revindex/revindex0/first/last/length/previtem/

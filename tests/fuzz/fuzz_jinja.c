@@ -1,4 +1,4 @@
-/* libFuzzer target: the Jinja interpreter (text/jinja.c) on
+/* libFuzzer target: the Jinja interpreter (text/jinja_*.c) on
  * outside input: a chat template as a GGUF carries it.
  *
  * Input: TEMPLATE ['\0' CONTENT]. The template is parsed and, when it

@@ -1,5 +1,5 @@
 /*
- * test_jinja.c - the Jinja interpreter (text/jinja.c) through
+ * test_jinja.c - the Jinja interpreter (text/jinja_*.c) through
  * chat_tmpl_new / chat_render_err against jinja2 renders of real chat
  * templates (tests/fixtures/chat/renders.json, made by
  * tests/oracle/chat_template_fixtures.py), plus its limits and errors.
