@@ -144,12 +144,12 @@ struct opts {
 static int run_cfg(struct opts *o, int argc, char **argv, char **pos, int *n_pos, char *err)
 {
     struct cfg_opt table[] = {
-        {"listen", "TEST_LISTEN", CFG_STR, &o->listen, "ADDR", "where"},
-        {"name", NULL, CFG_STR, &o->name, "NAME", "who"},
-        {"n", "TEST_N", CFG_INT, &o->n, "N", "how many"},
-        {"window", NULL, CFG_DURATION, &o->window, "DUR", "how long"},
-        {"mem", "TEST_MEM", CFG_SIZE, &o->mem, "SIZE", "how much"},
-        {"flag", NULL, CFG_BOOL, &o->flag, NULL, "whether"},
+        CFG_OPT("listen", "TEST_LISTEN", CFG_STR, &o->listen, "ADDR", "where"),
+        CFG_OPT("name", NULL, CFG_STR, &o->name, "NAME", "who"),
+        CFG_OPT("n", "TEST_N", CFG_INT, &o->n, "N", "how many"),
+        CFG_OPT("window", NULL, CFG_DURATION, &o->window, "DUR", "how long"),
+        CFG_OPT("mem", "TEST_MEM", CFG_SIZE, &o->mem, "SIZE", "how much"),
+        CFG_OPT("flag", NULL, CFG_BOOL, &o->flag, NULL, "whether"),
     };
     return cfg_parse(table, 6, argc, argv, pos, 4, n_pos, err, 256);
 }
