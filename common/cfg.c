@@ -93,24 +93,114 @@ int cfg_parse_bool(const char *s, int *out)
     return 0;
 }
 
+void cfg_format_duration_ms(int64_t ms, char *out, size_t out_len)
+{
+    static const struct { const char *unit; int64_t mul; } units[] = {
+        {"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (ms == 0 || ms % units[i].mul == 0) {
+            snprintf(out, out_len, "%lld%s", (long long)(ms / units[i].mul), ms ? units[i].unit : "s");
+            return;
+        }
+    }
+    snprintf(out, out_len, "%lldms", (long long)ms);
+}
+
+/* One bound of a range, in the option's unit ("1h", "512M", "64"). */
+static void cfg_format_bound(enum cfg_type type, int64_t v, char *out, size_t out_len)
+{
+    static const char suffix[] = "KMGT";
+    if (type == CFG_DURATION || type == CFG_DURATION_S) {
+        cfg_format_duration_ms(v, out, out_len);
+        return;
+    }
+    int k = 0;
+    while (type == CFG_SIZE && v && k < 4 && v % 1024 == 0) {
+        v /= 1024;
+        k++;
+    }
+    snprintf(out, out_len, "%lld%.*s", (long long)v, k ? 1 : 0, k ? &suffix[k - 1] : "");
+}
+
+/* The accepted range of an integer option: its own, within what dst holds. */
+static void cfg_range(const struct cfg_opt *o, int64_t *lo, int64_t *hi)
+{
+    int64_t wlo = o->dst_size == 4 ? INT32_MIN : INT64_MIN;
+    int64_t whi = o->dst_size == 4 ? INT32_MAX : INT64_MAX;
+    if (o->type != CFG_INT)
+        wlo = 0;
+    *lo = wlo;
+    *hi = whi;
+    if (o->min || o->max) {
+        *lo = o->min > wlo ? o->min : wlo;
+        *hi = o->max < whi ? o->max : whi;
+    }
+}
+
+/* Check v against the option's range and store it (seconds for CFG_DURATION_S). */
+static int cfg_store(const struct cfg_opt *o, int64_t v, int fits, const char *val,
+                     const char *origin, char *err, size_t err_len)
+{
+    int64_t lo, hi;
+    cfg_range(o, &lo, &hi);
+    if (!fits || v < lo || v > hi) {
+        char a[32] = "", b[32] = "";
+        cfg_format_bound(o->type, lo, a, sizeof a);
+        cfg_format_bound(o->type, hi, b, sizeof b);
+        if (hi == INT64_MAX)
+            snprintf(err, err_len, "%s %s is out of range (at least %s)", origin, val, a);
+        else
+            snprintf(err, err_len, "%s %s is out of range (%s..%s)", origin, val, a, b);
+        return ERR_INVAL;
+    }
+    if (o->type == CFG_DURATION_S)
+        v /= 1000;
+    if (o->dst_size == 4) {
+        int32_t x = (int32_t)v;
+        memcpy(o->dst, &x, sizeof x);
+    } else {
+        memcpy(o->dst, &v, sizeof v);
+    }
+    return 0;
+}
+
 static int cfg_set(const struct cfg_opt *o, const char *val, const char *origin, char *err,
                    size_t err_len)
 {
     int rc = 0;
     const char *what = "a value";
+    int64_t v = 0;
+    uint64_t u = 0;
     switch (o->type) {
-    case CFG_STR: *(const char **)o->dst = val; break;
-    case CFG_INT: rc = cfg_parse_int(val, (int64_t *)o->dst); what = "an integer"; break;
+    case CFG_STR: *(const char **)o->dst = val; return 0;
     case CFG_BOOL: rc = cfg_parse_bool(val, (int *)o->dst); what = "true or false"; break;
-    case CFG_SIZE: rc = cfg_parse_size(val, (uint64_t *)o->dst); what = "a size like 64M"; break;
+    case CFG_INT: rc = cfg_parse_int(val, &v); what = "an integer"; break;
+    case CFG_SIZE: rc = cfg_parse_size(val, &u); what = "a size like 64M"; break;
     case CFG_DURATION:
-        rc = cfg_parse_duration_ms(val, (int64_t *)o->dst);
+    case CFG_DURATION_S:
+        rc = cfg_parse_duration_ms(val, &v);
         what = "a duration like 30s or 24h";
         break;
+    case CFG_STR_LIST: {
+        struct cfg_str_list *l = o->dst;
+        if (*l->n >= l->cap) {
+            snprintf(err, err_len, "%s may be given at most %zu times", origin, l->cap);
+            return ERR_INVAL;
+        }
+        l->items[(*l->n)++] = val;
+        return 0;
     }
-    if (rc)
+    }
+    if (rc) {
         snprintf(err, err_len, "%s: '%s' is not %s", origin, val, what);
-    return rc ? ERR_INVAL : 0;
+        return ERR_INVAL;
+    }
+    if (o->type == CFG_BOOL)
+        return 0;
+    if (o->type == CFG_SIZE)
+        return cfg_store(o, (int64_t)u, u <= (uint64_t)INT64_MAX, val, origin, err, err_len);
+    return cfg_store(o, v, 1, val, origin, err, err_len);
 }
 
 int cfg_parse(const struct cfg_opt *opts, size_t n_opts, int argc, char **argv,

@@ -26,11 +26,11 @@ struct cli_log {
     const char *format; /* "text" unless set */
 };
 
-#define CLI_LOG_OPTS(lg)                                                                  \
-    {"log-level", "JOBD_LOG_LEVEL", CFG_STR, &(lg)->level, "LEVEL",                      \
-     "debug, info, warn, error or off (default info)"},                                   \
-    {"log-format", "JOBD_LOG_FORMAT", CFG_STR, &(lg)->format, "FMT",                     \
-     "text or json: one line per event (default text)"}
+#define CLI_LOG_OPTS(lg)                                                    \
+    CFG_OPT("log-level", "JOBD_LOG_LEVEL", CFG_STR, &(lg)->level, "LEVEL",  \
+            "debug, info, warn, error or off (default info)"),              \
+    CFG_OPT("log-format", "JOBD_LOG_FORMAT", CFG_STR, &(lg)->format, "FMT", \
+            "text or json: one line per event (default text)")
 
 /* Apply the logging options (log_init on fd 2). 0, or ERR_INVAL after
  * printing "prog: --log-level: ..." to stderr. */
@@ -43,9 +43,9 @@ struct cli_std {
     int help, version;
 };
 
-#define CLI_STD_OPTS(s)                                                                   \
-    CLI_LOG_OPTS(&(s)->lg), {"help", NULL, CFG_BOOL, &(s)->help, NULL, "show this help"}, \
-        {"version", NULL, CFG_BOOL, &(s)->version, NULL, "show the version"}
+#define CLI_STD_OPTS(s)                                                                          \
+    CLI_LOG_OPTS(&(s)->lg), CFG_OPT("help", NULL, CFG_BOOL, &(s)->help, NULL, "show this help"), \
+        CFG_OPT("version", NULL, CFG_BOOL, &(s)->version, NULL, "show the version")
 
 /* The start every main() shares: cfg_parse argv[1..] into opts (up to
  * max_pos positional arguments in pos, their count in *n_pos); then --help

@@ -60,6 +60,16 @@ struct app_config {
 /* Fill the documented defaults. Can't fail. */
 void app_config_default(struct app_config *cfg);
 
+/* Keep the state in the PostgreSQL database at url (NULL or "": SQLite in
+ * the data directory, the default); PostgreSQL also gets smaller ingest
+ * transactions (limits.rows_per_tx 2000). url is borrowed. 0, or ERR_INVAL
+ * (not a postgresql:// or postgres:// URL; cfg unchanged). */
+int app_config_set_database(struct app_config *cfg, const char *url);
+
+/* store.durability from its name: "full" or "normal". 0, or ERR_INVAL
+ * (another name; cfg unchanged). */
+int app_config_set_durability(struct app_config *cfg, const char *name);
+
 /* Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host (cap bytes) and port.
  * 0 or ERR_INVAL. */
 int app_parse_listen(const char *s, char *host, size_t cap, int *port);

@@ -61,14 +61,14 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
     const char *since = NULL, *until = NULL, *group = NULL, *tenant = NULL, *batch = NULL;
     int json_out = 0, all = 0;
     struct cfg_opt opts[] = {
-        {"since", NULL, CFG_STR, &since, "T", "from this time (inclusive)"},
-        {"until", NULL, CFG_STR, &until, "T", "to this time (exclusive)"},
-        {"group-by", NULL, CFG_STR, &group, "FIELD",
-         "model (default), batch or day: one row per value (tenant, default with --all-tenants)"},
-        {"batch", NULL, CFG_STR, &batch, "ID", "only this batch's requests"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's report as JSON"},
-        {"all-tenants", NULL, CFG_BOOL, &all, NULL, "every tenant's usage (admin token)"},
-        {"tenant", NULL, CFG_STR, &tenant, "NAME", "with --all-tenants: only this tenant"},
+        CFG_OPT("since", NULL, CFG_STR, &since, "T", "from this time (inclusive)"),
+        CFG_OPT("until", NULL, CFG_STR, &until, "T", "to this time (exclusive)"),
+        CFG_OPT("group-by", NULL, CFG_STR, &group, "FIELD",
+                "model (default), batch or day: one row per value (tenant, default with --all-tenants)"),
+        CFG_OPT("batch", NULL, CFG_STR, &batch, "ID", "only this batch's requests"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's report as JSON"),
+        CFG_OPT("all-tenants", NULL, CFG_BOOL, &all, NULL, "every tenant's usage (admin token)"),
+        CFG_OPT("tenant", NULL, CFG_STR, &tenant, "NAME", "with --all-tenants: only this tenant"),
         JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
     };
@@ -171,8 +171,8 @@ int cmd_workers(struct jc *jc, int argc, char **argv)
 {
     int json_out = 0, all = 0;
     struct cfg_opt opts[] = {
-        {"all", NULL, CFG_BOOL, &all, NULL, "also workers not seen within the worker TTL"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"},
+        CFG_OPT("all", NULL, CFG_BOOL, &all, NULL, "also workers not seen within the worker TTL"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"),
         JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
     };
@@ -232,7 +232,7 @@ int cmd_models(struct jc *jc, int argc, char **argv)
 {
     int json_out = 0;
     struct cfg_opt opts[] = {
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"},
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's answer as JSON"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -282,11 +282,11 @@ int cmd_files(struct jc *jc, int argc, char **argv)
     int64_t limit = 100;
     int json_out = 0, raw = 0;
     struct cfg_opt opts[] = {
-        {"purpose", NULL, CFG_STR, &purpose, "P", "list: batch or batch_output"},
-        {"limit", NULL, CFG_INT, &limit, "N", "list: at most N files (default 100)"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "list: jobd's answer as JSON"},
-        {"output", NULL, CFG_STR, &output, "FILE", "content: write to FILE (also -o)"},
-        {"raw", NULL, CFG_BOOL, &raw, NULL, "content: the stored zstd bytes"},
+        CFG_OPT("purpose", NULL, CFG_STR, &purpose, "P", "list: batch or batch_output"),
+        CFG_OPT("limit", NULL, CFG_INT, &limit, "N", "list: at most N files (default 100)"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "list: jobd's answer as JSON"),
+        CFG_OPT("output", NULL, CFG_STR, &output, "FILE", "content: write to FILE (also -o)"),
+        CFG_OPT("raw", NULL, CFG_BOOL, &raw, NULL, "content: the stored zstd bytes"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[2];

@@ -249,7 +249,7 @@ int cmd_status(struct jc *jc, int argc, char **argv)
 {
     int json_out = 0;
     struct cfg_opt opts[] = {
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the batch object as JSON"},
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print the batch object as JSON"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -435,9 +435,9 @@ int cmd_wait(struct jc *jc, int argc, char **argv)
     int64_t interval_ms = 2000, timeout_ms = 0;
     int json_out = 0;
     struct cfg_opt opts[] = {
-        {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "time between polls (default 2s)"},
-        {"timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "give up after DUR (exit 14); default never"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the final batch object on stdout"},
+        CFG_OPT("interval", NULL, CFG_DURATION, &interval_ms, "DUR", "time between polls (default 2s)"),
+        CFG_OPT("timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "give up after DUR (exit 14); default never"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print the final batch object on stdout"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -485,10 +485,10 @@ int cmd_list(struct jc *jc, int argc, char **argv)
     int64_t limit = 20, page_size = 100;
     int json_out = 0;
     struct cfg_opt opts[] = {
-        {"status", NULL, CFG_STR, &status, "S,...", "only batches in these statuses"},
-        {"limit", NULL, CFG_INT, &limit, "N", "rows to show (default 20; 0 = all)"},
-        {"page-size", NULL, CFG_INT, &page_size, "N", "batches per request, 1 .. 100 (default 100)"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "one batch object per line (JSONL)"},
+        CFG_OPT("status", NULL, CFG_STR, &status, "S,...", "only batches in these statuses"),
+        CFG_OPT("limit", NULL, CFG_INT, &limit, "N", "rows to show (default 20; 0 = all)"),
+        CFG_OPT("page-size", NULL, CFG_INT, &page_size, "N", "batches per request, 1 .. 100 (default 100)"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "one batch object per line (JSONL)"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -618,10 +618,10 @@ int cmd_rerun(struct jc *jc, int argc, char **argv)
     const char *only = "failed", *idem = NULL, *window = NULL;
     int json_out = 0;
     struct cfg_opt opts[] = {
-        {"only", NULL, CFG_STR, &only, "WHICH", "failed (default), failed_and_expired or all"},
-        {"window", NULL, CFG_STR, &window, "DUR", "completion window of the new batch (default: the original's)"},
-        {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "print the new batch object instead of its id"},
+        CFG_OPT("only", NULL, CFG_STR, &only, "WHICH", "failed (default), failed_and_expired or all"),
+        CFG_OPT("window", NULL, CFG_STR, &window, "DUR", "completion window of the new batch (default: the original's)"),
+        CFG_OPT("idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print the new batch object instead of its id"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -793,17 +793,17 @@ static int batch_file(struct jc *jc, int argc, char **argv, int errors)
     int raw = 0, follow = 0, partial = 0;
     int64_t interval_ms = 2000;
     struct cfg_opt opts[] = {
-        {"output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"},
-        {"raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"},
-        {"follow", NULL, CFG_BOOL, &follow, NULL, "results: print lines as they commit until the batch ends"},
-        {"partial", NULL, CFG_BOOL, &partial, NULL, "results: the lines committed so far, then exit"},
-        {"after", NULL, CFG_STR, &after, "CURSOR", "results --follow/--partial: start after this cursor"},
-        {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "results --follow: time between polls (default 2s)"},
+        CFG_OPT("output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"),
+        CFG_OPT("raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"),
+        CFG_OPT("follow", NULL, CFG_BOOL, &follow, NULL, "results: print lines as they commit until the batch ends"),
+        CFG_OPT("partial", NULL, CFG_BOOL, &partial, NULL, "results: the lines committed so far, then exit"),
+        CFG_OPT("after", NULL, CFG_STR, &after, "CURSOR", "results --follow/--partial: start after this cursor"),
+        CFG_OPT("interval", NULL, CFG_DURATION, &interval_ms, "DUR", "results --follow: time between polls (default 2s)"),
         JC_COMMON_OPTS(jc),
     };
     struct cfg_opt eopts[] = {
-        {"output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"},
-        {"raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"},
+        CFG_OPT("output", NULL, CFG_STR, &output, "FILE", "write to FILE instead of stdout (also -o)"),
+        CFG_OPT("raw", NULL, CFG_BOOL, &raw, NULL, "the stored zstd bytes, not decompressed"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];
@@ -992,8 +992,8 @@ int cmd_retry_dead(struct jc *jc, int argc, char **argv)
     const char *batch = NULL;
     int64_t page_size = 100;
     struct cfg_opt opts[] = {
-        {"batch", NULL, CFG_STR, &batch, "BATCH_ID", "retry every dead letter of this batch"},
-        {"page-size", NULL, CFG_INT, &page_size, "N", "--batch: dead letters per list request, 1 .. 1000 (default 100)"},
+        CFG_OPT("batch", NULL, CFG_STR, &batch, "BATCH_ID", "retry every dead letter of this batch"),
+        CFG_OPT("page-size", NULL, CFG_INT, &page_size, "N", "--batch: dead letters per list request, 1 .. 1000 (default 100)"),
         JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
     };

@@ -57,18 +57,18 @@ struct jc {
 };
 
 /* The option entries every command accepts (append to its table). */
-#define JC_COMMON_OPTS(jc)                                                                      \
-    {"url", "JOBD_URL", CFG_STR, &(jc)->url, "URL", "jobd's address (default http://127.0.0.1:8080)"}, \
-    {"api-key", "JOBD_API_KEY", CFG_STR, &(jc)->api_key, "KEY", "API key, sent as Bearer"},    \
-    {"config", "JOBCTL_CONFIG", CFG_STR, &(jc)->config, "FILE",                                \
-     "config file of 'key = value' lines (default ~/.config/jobctl/config)"},                  \
-    CLI_LOG_OPTS(&(jc)->lg),                                                                   \
-    {"help", NULL, CFG_BOOL, &(jc)->help, NULL, "show this help"}
+#define JC_COMMON_OPTS(jc)                                                                                    \
+    CFG_OPT("url", "JOBD_URL", CFG_STR, &(jc)->url, "URL", "jobd's address (default http://127.0.0.1:8080)"), \
+    CFG_OPT("api-key", "JOBD_API_KEY", CFG_STR, &(jc)->api_key, "KEY", "API key, sent as Bearer"),            \
+    CFG_OPT("config", "JOBCTL_CONFIG", CFG_STR, &(jc)->config, "FILE",                                        \
+            "config file of 'key = value' lines (default ~/.config/jobctl/config)"),                          \
+    CLI_LOG_OPTS(&(jc)->lg),                                                                                  \
+    CFG_OPT("help", NULL, CFG_BOOL, &(jc)->help, NULL, "show this help")
 
 /* The admin-token option (workers, retry-dead): jobd's --admin-token. */
-#define JC_ADMIN_OPT(jc)                                                                        \
-    {"admin-token", "JOBD_ADMIN_TOKEN", CFG_STR, &(jc)->admin_token, "TOKEN",                   \
-     "jobd's admin token, sent as Bearer instead of the API key"}
+#define JC_ADMIN_OPT(jc)                                                             \
+    CFG_OPT("admin-token", "JOBD_ADMIN_TOKEN", CFG_STR, &(jc)->admin_token, "TOKEN", \
+            "jobd's admin token, sent as Bearer instead of the API key")
 
 /* Set up jc (call once in main). */
 void jc_init(struct jc *jc);

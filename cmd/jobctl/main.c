@@ -94,7 +94,7 @@ int main(int argc, char **argv)
         struct jc jc;
         jc_init(&jc);
         struct cfg_opt opts[] = {
-            {"version", NULL, CFG_BOOL, &version, NULL, "show the version"},
+            CFG_OPT("version", NULL, CFG_BOOL, &version, NULL, "show the version"),
             JC_COMMON_OPTS(&jc),
         };
         char *pos[1];

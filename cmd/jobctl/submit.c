@@ -451,22 +451,22 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     if (rc)
         return rc;
     struct cfg_opt opts[] = {
-        {"endpoint", NULL, CFG_STR, &endpoint, "PATH",
-         "/v1/chat/completions, /v1/completions or /v1/embeddings (default: the first line's url when it is "
-         "one of the last two, else /v1/chat/completions)"},
-        {"window", NULL, CFG_STR, &window, "DUR", "completion window, 1h .. 7d (default 24h; the deadline leasing orders by)"},
-        {"priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"},
-        {"webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"},
-        {"idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"},
-        {"filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"},
-        {"output-expires", NULL, CFG_DURATION, &out_expires_ms, "DUR",
-         "delete the output and error files DUR after they are written (output_expires_after; 1h .. 30d)"},
-        {"wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"},
-        {"dry-run", NULL, CFG_BOOL, &dry_run, NULL,
-         "submit nothing: print jobd's estimate (requests, input tokens, max output tokens, cost range)"},
-        {"json", NULL, CFG_BOOL, &json_out, NULL, "with --dry-run: print jobd's estimate object"},
-        {"interval", NULL, CFG_DURATION, &interval_ms, "DUR", "with --wait: polling interval (default 2s)"},
-        {"timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "with --wait: give up after DUR (exit 14)"},
+        CFG_OPT("endpoint", NULL, CFG_STR, &endpoint, "PATH",
+                "/v1/chat/completions, /v1/completions or /v1/embeddings (default: the first line's url when it is "
+                "one of the last two, else /v1/chat/completions)"),
+        CFG_OPT("window", NULL, CFG_STR, &window, "DUR", "completion window, 1h .. 7d (default 24h; the deadline leasing orders by)"),
+        CFG_OPT("priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"),
+        CFG_OPT("webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"),
+        CFG_OPT("idempotency-key", NULL, CFG_STR, &idem, "KEY", "override the derived Idempotency-Key"),
+        CFG_OPT("filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"),
+        CFG_OPT("output-expires", NULL, CFG_DURATION, &out_expires_ms, "DUR",
+                "delete the output and error files DUR after they are written (output_expires_after; 1h .. 30d)"),
+        CFG_OPT("wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"),
+        CFG_OPT("dry-run", NULL, CFG_BOOL, &dry_run, NULL,
+                "submit nothing: print jobd's estimate (requests, input tokens, max output tokens, cost range)"),
+        CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "with --dry-run: print jobd's estimate object"),
+        CFG_OPT("interval", NULL, CFG_DURATION, &interval_ms, "DUR", "with --wait: polling interval (default 2s)"),
+        CFG_OPT("timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "with --wait: give up after DUR (exit 14)"),
         JC_COMMON_OPTS(jc),
     };
     char *pos[1];

@@ -21,30 +21,6 @@
 #include "worker/serve.h"
 #include "worker/oneshot.h"
 
-static volatile sig_atomic_t stop_flag;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_flag = 1;
-}
-
-/* --alias may be given several times (cfg keeps the last): collect them all. */
-#define MAX_ALIASES 63
-static size_t collect_aliases(int argc, char **argv, const char **out)
-{
-    size_t n = 0;
-    for (int i = 1; i < argc && n < MAX_ALIASES; i++) {
-        if (strcmp(argv[i], "--") == 0)
-            break;
-        if (strcmp(argv[i], "--alias") == 0 && i + 1 < argc)
-            out[n++] = argv[++i];
-        else if (strncmp(argv[i], "--alias=", 8) == 0)
-            out[n++] = argv[i] + 8;
-    }
-    return n;
-}
-
 static const char *usage_text =
     "usage: jobworker --jobd URL --model M.gguf [--model-id ID] [--alias A]... [--device cpu|cuda]\n"
     "                 [--threads N] [--worker-token T] [--name NAME] [--drain-timeout DUR]\n"
@@ -86,234 +62,238 @@ static int parse_double(const char *flag, const char *s, int *given, double *out
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line, bound to the options of the modes: serve_opts also holds
+ * the flags every mode shares (model, device, threads, context, scheduler). */
+#define MAX_ALIASES 63
+struct worker_flags {
+    struct serve_opts so;         /* --jobd */
+    struct oneshot_opts oo;       /* --prompt/--chat/--json/--embed; --exact, --print-ids */
+    struct oneshot_bench_opts bo; /* --bench-decode, --bench-prompt */
+    const char *aliases[MAX_ALIASES];
+    struct cfg_str_list alias_list, stop_list;
+    const char *prompt, *chat, *embed, *batch_file, *temperature, *top_p;
+    int self_check, inspect, bench;
+    struct cli_std std;
+};
+
+/* Defaults, then the environment and argv. -1 to go on, else the exit code. */
+static int parse_flags(struct worker_flags *f, int argc, char **argv)
 {
-    struct cli_std std = {0};
-    const char *jobd_url = NULL, *model = NULL, *device = "cpu", *prompt = NULL, *chat = NULL,
-               *embed = NULL;
-    int64_t threads = 0, max_tokens = 256;
-    int self_check = 0, inspect = 0, print_ids = 0, no_prefix_cache = 0,
-        swa_full = 0;
-    const char *batch_file = NULL;
-    uint64_t kv_mem = 0;
-    int64_t max_batch_tokens = 0, max_seqs = 0;
-    const char *model_id = NULL, *alias = NULL, *worker_token = NULL, *name = NULL;
-    int64_t pack_size = 0, lease_seconds = 0, drain_ms = 30000;
-    const char *json_path = NULL, *temperature = NULL, *top_p = NULL;
-    int64_t top_k = INT64_MIN, seed = INT64_MIN, n_choices = 0;
-    int64_t n_ctx = 0, bench_decode = 128, bench_prompt = 6;
-    int exact = 0, bench = 0;
-    /* --stop may repeat (cfg does not): take the pairs out of argv first */
-    const char *stops[STOP_MAX], *stop_unused = NULL;
-    size_t n_stop = 0;
-    int ac = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0) {
-            while (i < argc)
-                argv[ac++] = argv[i++];
-            break;
-        }
-        int eq = strncmp(argv[i], "--stop=", 7) == 0;
-        if (!eq && strcmp(argv[i], "--stop") != 0) {
-            argv[ac++] = argv[i];
-            continue;
-        }
-        if ((!eq && i + 1 >= argc) || n_stop == STOP_MAX) {
-            cli_error("jobworker", "see jobworker --help",
-                      n_stop == STOP_MAX ? "--stop: at most 4 stop strings" : "--stop needs a value");
-            return CLI_EXIT_USAGE;
-        }
-        stops[n_stop++] = eq ? argv[i] + 7 : argv[++i];
-    }
-    argc = ac;
+    struct serve_opts *s = &f->so;
+    struct oneshot_opts *o = &f->oo;
+    s->device = "cpu";
+    s->drain_timeout_ms = 30000;
+    s->aliases = f->aliases;
+    f->alias_list = (struct cfg_str_list){f->aliases, MAX_ALIASES, &s->n_aliases};
+    f->stop_list = (struct cfg_str_list){o->stop, STOP_MAX, &o->n_stop};
+    o->max_tokens = 256;
+    o->top_k = o->seed = INT64_MIN; /* not given */
+    f->bo.n_decode = 128;
+    f->bo.n_prompt_repeat = 6;
     struct cfg_opt opts[] = {
-        {"jobd", "JOBD_URL", CFG_STR, &jobd_url, "URL", "jobd to pull work from"},
-        {"model", "JOBWORKER_MODEL", CFG_STR, &model, "M.gguf", "the GGUF model to serve"},
-        {"device", "JOBWORKER_DEVICE", CFG_STR, &device, "DEV", "cpu or cuda (default cpu)"},
-        {"threads", "JOBWORKER_THREADS", CFG_INT, &threads, "N", "CPU threads (default: all cores)"},
-        {"model-id", "JOBWORKER_MODEL_ID", CFG_STR, &model_id, "ID", "model name to register (default: the GGUF's general.name, else the file name)"},
-        {"alias", NULL, CFG_STR, &alias, "A", "another name requests may use for the model (repeatable)"},
-        {"worker-token", "JOBD_WORKER_TOKEN", CFG_STR, &worker_token, "T", "jobd's worker token"},
-        {"name", "JOBWORKER_NAME", CFG_STR, &name, "NAME", "worker name shown by jobd (default host/pid/device)"},
-        {"pack-size", NULL, CFG_INT, &pack_size, "N", "requests per lease (default 64)"},
-        {"lease-seconds", NULL, CFG_INT, &lease_seconds, "N", "lease length asked for; heartbeats every third (default 120)"},
-        {"drain-timeout", NULL, CFG_DURATION, &drain_ms, "DUR", "on SIGTERM, running requests get this long (default 30s)"},
-        {"prompt", NULL, CFG_STR, &prompt, "TEXT", "one-off completion of TEXT"},
-        {"chat", NULL, CFG_STR, &chat, "TEXT", "one-off chat reply to TEXT"},
-        {"embed", NULL, CFG_STR, &embed, "TEXT", "one-off embedding of TEXT (prints the /v1/embeddings response)"},
-        {"json", NULL, CFG_STR, &json_path, "FILE", "one-off request: an OpenAI chat/completions body"},
-        {"max-tokens", NULL, CFG_INT, &max_tokens, "N", "--prompt/--chat: tokens to generate (default 256)"},
-        {"batch-file", NULL, CFG_STR, &batch_file, "FILE", "run an OpenAI batch input file, output lines on stdout"},
-        {"kv-mem", "JOBWORKER_KV_MEM", CFG_SIZE, &kv_mem, "BYTES", "KV cache budget (default 256M)"},
-        {"max-batch-tokens", NULL, CFG_INT, &max_batch_tokens, "N", "tokens per forward step (default 512)"},
-        {"max-seqs", NULL, CFG_INT, &max_seqs, "N", "sequences running at once (default 64)"},
-        {"no-prefix-cache", NULL, CFG_BOOL, &no_prefix_cache, NULL, "never share KV blocks between requests"},
-        {"swa-full", NULL, CFG_BOOL, &swa_full, NULL,
-         "sliding-window layers keep every position (more KV memory; prefix caching for Gemma/Mistral)"},
-        {"temperature", NULL, CFG_STR, &temperature, "T", "--prompt/--chat: sampling temperature (default 1)"},
-        {"top-p", NULL, CFG_STR, &top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"},
-        {"top-k", NULL, CFG_INT, &top_k, "K", "--prompt/--chat: sample among the K best (default off)"},
-        {"seed", NULL, CFG_INT, &seed, "S", "--prompt/--chat: random seed (default random)"},
-        {"n", NULL, CFG_INT, &n_choices, "N", "--prompt/--chat: number of choices (default 1)"},
-        {"stop", NULL, CFG_STR, &stop_unused, "STR", "--prompt/--chat: stop string (repeatable, up to 4)"},
-        {"ctx", NULL, CFG_INT, &n_ctx, "N", "context length (default: the model's, at most 4096)"},
-        {"exact", NULL, CFG_BOOL, &exact, NULL, "reference matmul (float dot products; slow)"},
-        {"bench", NULL, CFG_BOOL, &bench, NULL, "print prompt-processing and decode tokens/s"},
-        {"bench-decode", NULL, CFG_INT, &bench_decode, "N", "--bench: tokens to decode (default 128)"},
-        {"bench-prompt", NULL, CFG_INT, &bench_prompt, "R", "--bench: the prompt sentence repeated R times (default 6: 61 tokens on SmolLM2)"},
-        {"print-ids", NULL, CFG_BOOL, &print_ids, NULL, "--prompt/--chat/--json: also print the token ids on stderr"},
-        {"self-check", NULL, CFG_BOOL, &self_check, NULL, "check the kernel ops on the device"},
-        {"inspect", NULL, CFG_BOOL, &inspect, NULL, "print the model's metadata and tensor summary"},
-        CLI_STD_OPTS(&std),
+        CFG_OPT("jobd", "JOBD_URL", CFG_STR, &s->jobd_url, "URL", "jobd to pull work from"),
+        CFG_OPT("model", "JOBWORKER_MODEL", CFG_STR, &s->model_path, "M.gguf", "the GGUF model to serve"),
+        CFG_OPT("device", "JOBWORKER_DEVICE", CFG_STR, &s->device, "DEV", "cpu or cuda (default cpu)"),
+        CFG_OPT("threads", "JOBWORKER_THREADS", CFG_INT, &s->threads, "N", "CPU threads (default: all cores)", 0, KN_POOL_MAX_THREADS),
+        CFG_OPT("model-id", "JOBWORKER_MODEL_ID", CFG_STR, &s->model_id, "ID", "model name to register (default: the GGUF's general.name, else the file name)"),
+        CFG_OPT("alias", NULL, CFG_STR_LIST, &f->alias_list, "A", "another name requests may use for the model (repeatable)"),
+        CFG_OPT("worker-token", "JOBD_WORKER_TOKEN", CFG_STR, &s->token, "T", "jobd's worker token"),
+        CFG_OPT("name", "JOBWORKER_NAME", CFG_STR, &s->name, "NAME", "worker name shown by jobd (default host/pid/device)"),
+        CFG_OPT("pack-size", NULL, CFG_INT, &s->pack_size, "N", "requests per lease (default 64)", 0, 4096),
+        CFG_OPT("lease-seconds", NULL, CFG_INT, &s->lease_seconds, "N", "lease length asked for; heartbeats every third (default 120)", 0, 86400),
+        CFG_OPT("drain-timeout", NULL, CFG_DURATION, &s->drain_timeout_ms, "DUR", "on SIGTERM, running requests get this long (default 30s)"),
+        CFG_OPT("prompt", NULL, CFG_STR, &f->prompt, "TEXT", "one-off completion of TEXT"),
+        CFG_OPT("chat", NULL, CFG_STR, &f->chat, "TEXT", "one-off chat reply to TEXT"),
+        CFG_OPT("embed", NULL, CFG_STR, &f->embed, "TEXT", "one-off embedding of TEXT (prints the /v1/embeddings response)"),
+        CFG_OPT("json", NULL, CFG_STR, &o->json_path, "FILE", "one-off request: an OpenAI chat/completions body"),
+        CFG_OPT("max-tokens", NULL, CFG_INT, &o->max_tokens, "N", "--prompt/--chat: tokens to generate (default 256)", 1, 1000000),
+        CFG_OPT("batch-file", NULL, CFG_STR, &f->batch_file, "FILE", "run an OpenAI batch input file, output lines on stdout"),
+        CFG_OPT("kv-mem", "JOBWORKER_KV_MEM", CFG_SIZE, &s->kv_mem_bytes, "BYTES", "KV cache budget (default 256M)"),
+        CFG_OPT("max-batch-tokens", NULL, CFG_INT, &s->max_batch_tokens, "N", "tokens per forward step (default 512)", 0, 1 << 20),
+        CFG_OPT("max-seqs", NULL, CFG_INT, &s->max_seqs, "N", "sequences running at once (default 64)", 0, 1 << 16),
+        CFG_OPT("no-prefix-cache", NULL, CFG_BOOL, &s->no_prefix_cache, NULL, "never share KV blocks between requests"),
+        CFG_OPT("swa-full", NULL, CFG_BOOL, &s->swa_full, NULL,
+                "sliding-window layers keep every position (more KV memory; prefix caching for Gemma/Mistral)"),
+        CFG_OPT("temperature", NULL, CFG_STR, &f->temperature, "T", "--prompt/--chat: sampling temperature (default 1)"),
+        CFG_OPT("top-p", NULL, CFG_STR, &f->top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"),
+        CFG_OPT("top-k", NULL, CFG_INT, &o->top_k, "K", "--prompt/--chat: sample among the K best (default off)"),
+        CFG_OPT("seed", NULL, CFG_INT, &o->seed, "S", "--prompt/--chat: random seed (default random)"),
+        CFG_OPT("n", NULL, CFG_INT, &o->n, "N", "--prompt/--chat: number of choices (default 1)"),
+        CFG_OPT("stop", NULL, CFG_STR_LIST, &f->stop_list, "STR", "--prompt/--chat: stop string (repeatable, up to 4)"),
+        CFG_OPT("ctx", NULL, CFG_INT, &s->n_ctx, "N", "context length (default: the model's, at most 4096)", 0, 1 << 20),
+        CFG_OPT("exact", NULL, CFG_BOOL, &o->exact, NULL, "reference matmul (float dot products; slow)"),
+        CFG_OPT("bench", NULL, CFG_BOOL, &f->bench, NULL, "print prompt-processing and decode tokens/s"),
+        CFG_OPT("bench-decode", NULL, CFG_INT, &f->bo.n_decode, "N", "--bench: tokens to decode (default 128)", 1, 100000),
+        CFG_OPT("bench-prompt", NULL, CFG_INT, &f->bo.n_prompt_repeat, "R", "--bench: the prompt sentence repeated R times (default 6: 61 tokens on SmolLM2)", 1, 1000),
+        CFG_OPT("print-ids", NULL, CFG_BOOL, &o->print_ids, NULL, "--prompt/--chat/--json: also print the token ids on stderr"),
+        CFG_OPT("self-check", NULL, CFG_BOOL, &f->self_check, NULL, "check the kernel ops on the device"),
+        CFG_OPT("inspect", NULL, CFG_BOOL, &f->inspect, NULL, "print the model's metadata and tensor summary"),
+        CLI_STD_OPTS(&f->std),
     };
     int n_pos = 0;
     char *pos[1];
-    int start = cli_start("jobworker", usage_text, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0,
-                          &n_pos, &std);
-    if (start >= 0)
-        return start;
+    return cli_start("jobworker", usage_text, opts, sizeof opts / sizeof opts[0], argc, argv, pos, 0,
+                     &n_pos, &f->std);
+}
+
+/* The exit code of a mode: CLI_EXIT_OK, or CLI_EXIT_FAIL after printing err. */
+static int mode_exit(int rc, const char *err)
+{
+    if (rc)
+        cli_error("jobworker", NULL, "%s", err);
+    return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* A mode that needs --model: CLI_EXIT_USAGE after saying so, else -1. */
+static int need_model(const struct worker_flags *f, const char *what)
+{
+    if (f->so.model_path)
+        return -1;
+    cli_error("jobworker", "see jobworker --help", "%s needs --model M.gguf", what);
+    return CLI_EXIT_USAGE;
+}
+
+/* --self-check [--device D] */
+static int mode_self_check(enum kn_device dev)
+{
+    int rc = devcheck_run(dev, stdout);
+    if (rc == ERR_NODEVICE)
+        cli_error("jobworker", "check nvidia-smi and the driver", "--device cuda: no usable GPU");
+    else if (rc)
+        cli_error("jobworker", NULL, "self-check failed: %s", err_msg(rc));
+    return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* --model M.gguf --inspect */
+static int mode_inspect(const struct worker_flags *f)
+{
     char err[512];
-    enum kn_device dev;
-    if (kn_device_parse(device, &dev)) {
+    int rc = need_model(f, "--inspect");
+    if (rc >= 0)
+        return rc;
+    rc = inspect_model(f->so.model_path, stdout, err, sizeof err);
+    if (rc)
+        cli_error("jobworker", NULL, "cannot load model '%s': %s", f->so.model_path, err);
+    return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* --model M.gguf --batch-file FILE */
+static int mode_batch_file(const struct worker_flags *f, enum kn_device dev)
+{
+    const struct serve_opts *s = &f->so;
+    char err[512];
+    int rc = need_model(f, "--batch-file");
+    if (rc >= 0)
+        return rc;
+    struct batchrun_opts bo = {s->model_path, f->batch_file, s->threads, s->max_batch_tokens,
+                               s->max_seqs, s->kv_mem_bytes, s->n_ctx, s->no_prefix_cache,
+                               f->oo.exact, (int)dev, s->swa_full};
+    return mode_exit(batchrun_file(&bo, stdout, stderr, err, sizeof err), err);
+}
+
+/* --model M.gguf --bench */
+static int mode_bench(struct worker_flags *f, enum kn_device dev)
+{
+    char err[512];
+    int rc = need_model(f, "--bench");
+    if (rc >= 0)
+        return rc;
+    f->bo.model_path = f->so.model_path;
+    f->bo.threads = f->so.threads;
+    f->bo.exact = f->oo.exact;
+    f->bo.device = (int)dev;
+    return mode_exit(oneshot_bench(&f->bo, stdout, err, sizeof err), err);
+}
+
+/* --model M.gguf --prompt TEXT | --chat TEXT | --json BODY | --embed TEXT */
+static int mode_oneshot(struct worker_flags *f, enum kn_device dev)
+{
+    struct oneshot_opts *o = &f->oo;
+    char err[512];
+    if (!f->so.model_path || (!!f->prompt + !!f->chat + !!o->json_path + !!f->embed) != 1) {
+        cli_error("jobworker", "see jobworker --help",
+                  "--prompt/--chat/--json/--embed need --model and one of the four");
+        return CLI_EXIT_USAGE;
+    }
+    if (parse_double("temperature", f->temperature, &o->has_temperature, &o->temperature) ||
+        parse_double("top-p", f->top_p, &o->has_top_p, &o->top_p))
+        return CLI_EXIT_USAGE;
+    o->model_path = f->so.model_path;
+    o->text = f->prompt ? f->prompt : f->chat ? f->chat : f->embed;
+    o->chat = f->chat != NULL;
+    o->embed = f->embed != NULL;
+    o->has_top_k = o->top_k != INT64_MIN;
+    o->has_seed = o->seed != INT64_MIN;
+    o->threads = f->so.threads;
+    o->n_ctx = f->so.n_ctx;
+    o->device = (int)dev;
+    return mode_exit(oneshot_run(o, stdout, stderr, err, sizeof err), err);
+}
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* --jobd URL --model M.gguf: serve until SIGTERM, then drain. */
+static int mode_serve(struct worker_flags *f)
+{
+    char err[512];
+    int rc = need_model(f, "--jobd");
+    if (rc >= 0)
+        return rc;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    f->so.stop = &stop_flag;
+    return mode_exit(serve_run(&f->so, err, sizeof err), err);
+}
+
+/* --device: the kernels' device, built in. -1 to go on, else the exit code. */
+static int parse_device(const char *device, enum kn_device *dev)
+{
+    if (kn_device_parse(device, dev)) {
         cli_error("jobworker", "use --device cpu or --device cuda", "unknown device '%s'", device);
         return CLI_EXIT_USAGE;
     }
-    if (dev == KN_DEVICE_CUDA && !kn_cuda_built()) {
+    if (*dev == KN_DEVICE_CUDA && !kn_cuda_built()) {
         cli_error("jobworker", "rebuild with 'make CUDA=1' on a machine with the CUDA Toolkit",
                   "--device cuda: this build has no CUDA backend");
         return CLI_EXIT_FAIL;
     }
-    if (self_check) {
-        int rc = devcheck_run(dev, stdout);
-        if (rc == ERR_NODEVICE)
-            cli_error("jobworker", "check nvidia-smi and the driver", "--device cuda: no usable GPU");
-        else if (rc)
-            cli_error("jobworker", NULL, "self-check failed: %s", err_msg(rc));
-        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    }
-    if (inspect) {
-        if (!model) {
-            cli_error("jobworker", "see jobworker --help", "--inspect needs --model M.gguf");
-            return CLI_EXIT_USAGE;
-        }
-        int rc = inspect_model(model, stdout, err, sizeof err);
-        if (rc)
-            cli_error("jobworker", NULL, "cannot load model '%s': %s", model, err);
-        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    }
-    if (threads < 0 || threads > KN_POOL_MAX_THREADS || n_ctx < 0 || n_ctx > (1 << 20)) {
-        cli_error("jobworker", "see jobworker --help", "--threads must be 0..%d and --ctx 0..%d",
-                  KN_POOL_MAX_THREADS, 1 << 20);
-        return CLI_EXIT_USAGE;
-    }
-    if (batch_file) {
-        if (!model || max_batch_tokens < 0 || max_batch_tokens > (1 << 20) || max_seqs < 0 ||
-            max_seqs > (1 << 16)) {
-            cli_error("jobworker", "see jobworker --help", "--batch-file needs --model and sane sizes");
-            return CLI_EXIT_USAGE;
-        }
-        struct batchrun_opts bo = {model, batch_file, (int)threads, (int)max_batch_tokens,
-                                   (int)max_seqs, (size_t)kv_mem, (int)n_ctx, no_prefix_cache,
-                                   exact, (int)dev, swa_full};
-        int rc = batchrun_file(&bo, stdout, stderr, err, sizeof err);
-        if (rc)
-            cli_error("jobworker", NULL, "%s", err);
-        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    }
-    if (bench) {
-        if (!model || bench_decode < 1 || bench_decode > 100000 || bench_prompt < 1 || bench_prompt > 1000) {
-            cli_error("jobworker", "see jobworker --help",
-                      "--bench needs --model, --bench-decode 1..100000, --bench-prompt 1..1000");
-            return CLI_EXIT_USAGE;
-        }
-        struct oneshot_bench_opts bo = {model, (int)threads, (int)bench_prompt, (int)bench_decode, exact,
-                                        (int)dev};
-        int rc = oneshot_bench(&bo, stdout, err, sizeof err);
-        if (rc)
-            cli_error("jobworker", NULL, "%s", err);
-        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    }
-    if (prompt || chat || json_path || embed) {
-        if (!model || (!!prompt + !!chat + !!json_path + !!embed) != 1 || max_tokens < 1 ||
-            max_tokens > 1000000) {
-            cli_error("jobworker", "see jobworker --help",
-                      "--prompt/--chat/--json/--embed need --model, one of the four, and --max-tokens 1..1000000");
-            return CLI_EXIT_USAGE;
-        }
-        struct oneshot_opts o;
-        memset(&o, 0, sizeof o);
-        o.model_path = model;
-        o.text = prompt ? prompt : chat ? chat : embed;
-        o.chat = chat != NULL;
-        o.embed = embed != NULL;
-        o.json_path = json_path;
-        o.max_tokens = max_tokens;
-        if (parse_double("temperature", temperature, &o.has_temperature, &o.temperature) ||
-            parse_double("top-p", top_p, &o.has_top_p, &o.top_p))
-            return CLI_EXIT_USAGE;
-        o.has_top_k = top_k != INT64_MIN;
-        o.top_k = top_k;
-        o.has_seed = seed != INT64_MIN;
-        o.seed = seed;
-        o.n = n_choices;
-        for (size_t i = 0; i < n_stop; i++)
-            o.stop[i] = stops[i];
-        o.n_stop = n_stop;
-        o.threads = (int)threads;
-        o.n_ctx = (int)n_ctx;
-        o.exact = exact;
-        o.device = (int)dev;
-        o.print_ids = print_ids;
-        int rc = oneshot_run(&o, stdout, stderr, err, sizeof err);
-        if (rc)
-            cli_error("jobworker", NULL, "%s", err);
-        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    }
-    if (jobd_url) {
-        if (!model || threads < 0 || threads > 4096 || pack_size < 0 || pack_size > 4096 ||
-            lease_seconds < 0 || lease_seconds > 86400 || max_batch_tokens < 0 ||
-            max_batch_tokens > (1 << 20) || max_seqs < 0 || max_seqs > (1 << 16) || n_ctx < 0 ||
-            n_ctx > (1 << 20)) {
-            cli_error("jobworker", "see jobworker --help", "--jobd needs --model and sane sizes");
-            return CLI_EXIT_USAGE;
-        }
-        const char *aliases[MAX_ALIASES];
-        size_t n_aliases = collect_aliases(argc, argv, aliases);
-        (void)alias;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
-        struct serve_opts wo;
-        memset(&wo, 0, sizeof wo);
-        wo.jobd_url = jobd_url;
-        wo.token = worker_token;
-        wo.model_path = model;
-        wo.model_id = model_id;
-        wo.aliases = aliases;
-        wo.n_aliases = n_aliases;
-        wo.name = name;
-        wo.device = device;
-        wo.threads = (int)threads;
-        wo.pack_size = (int)pack_size;
-        wo.lease_seconds = (int)lease_seconds;
-        wo.drain_timeout_ms = drain_ms;
-        wo.max_batch_tokens = (int)max_batch_tokens;
-        wo.max_seqs = (int)max_seqs;
-        wo.kv_mem_bytes = (size_t)kv_mem;
-        wo.n_ctx = (int)n_ctx;
-        wo.no_prefix_cache = no_prefix_cache;
-        wo.swa_full = swa_full;
-        wo.stop = &stop_flag;
-        int rc = serve_run(&wo, err, sizeof err);
-        if (rc)
-            cli_error("jobworker", NULL, "%s", err);
-        return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    }
-    if (model) {
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct worker_flags f;
+    memset(&f, 0, sizeof f);
+    enum kn_device dev;
+    int rc = parse_flags(&f, argc, argv);
+    if (rc < 0)
+        rc = parse_device(f.so.device, &dev);
+    if (rc >= 0)
+        return rc;
+    if (f.self_check)
+        return mode_self_check(dev);
+    if (f.inspect)
+        return mode_inspect(&f);
+    if (f.batch_file)
+        return mode_batch_file(&f, dev);
+    if (f.bench)
+        return mode_bench(&f, dev);
+    if (f.prompt || f.chat || f.oo.json_path || f.embed)
+        return mode_oneshot(&f, dev);
+    if (f.so.jobd_url)
+        return mode_serve(&f);
+    if (f.so.model_path) {
         cli_error("jobworker", "see jobworker --help",
                   "--model alone does nothing: add --jobd URL, --prompt/--chat, --batch-file or --inspect");
         return CLI_EXIT_USAGE;

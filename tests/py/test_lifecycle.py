@@ -356,7 +356,7 @@ def test_expiry_bad_input_and_file_retention_default():
     # jobd refuses a retention under the floor
     from harness import run as hrun
     r = hrun([binary("jobd"), "--data", os.path.join(tmpdir(), "x"), "--file-retention", "10m"])
-    assert r.returncode == 2 and "out of range" in r.stderr, r
+    assert r.returncode == 2 and "--file-retention 10m is out of range (1h..30d" in r.stderr, r
 
 
 # ---- deadlines and priorities --------------------------------------------------------------

@@ -83,7 +83,11 @@ def test_tiny_model_and_errors():
     r = run([binary("jobworker"), "--prompt", "hi"])
     assert r.returncode == 2 and "--model" in r.stderr, r.stderr
     r = run([binary("jobworker"), "--model", TINY, "--prompt", "hi", "--max-tokens", "0"])
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 2 and "--max-tokens 0 is out of range (1..1000000)" in r.stderr, r.stderr
+    # one thread cap in every mode, the kernels' pool's
+    for mode in (["--prompt", "hi"], ["--jobd", "http://127.0.0.1:9"]):
+        r = run([binary("jobworker"), "--model", TINY, *mode, "--threads", "257"])
+        assert r.returncode == 2 and "--threads 257 is out of range (0..256)" in r.stderr, r.stderr
     r = run([binary("jobworker"), "--model", TINY, "--prompt", ""])
     assert r.returncode == 1 and "empty" in r.stderr, r.stderr
     # an architecture we do not run: one clear line

@@ -144,12 +144,12 @@ struct opts {
 static int run_cfg(struct opts *o, int argc, char **argv, char **pos, int *n_pos, char *err)
 {
     struct cfg_opt table[] = {
-        {"listen", "TEST_LISTEN", CFG_STR, &o->listen, "ADDR", "where"},
-        {"name", NULL, CFG_STR, &o->name, "NAME", "who"},
-        {"n", "TEST_N", CFG_INT, &o->n, "N", "how many"},
-        {"window", NULL, CFG_DURATION, &o->window, "DUR", "how long"},
-        {"mem", "TEST_MEM", CFG_SIZE, &o->mem, "SIZE", "how much"},
-        {"flag", NULL, CFG_BOOL, &o->flag, NULL, "whether"},
+        CFG_OPT("listen", "TEST_LISTEN", CFG_STR, &o->listen, "ADDR", "where"),
+        CFG_OPT("name", NULL, CFG_STR, &o->name, "NAME", "who"),
+        CFG_OPT("n", "TEST_N", CFG_INT, &o->n, "N", "how many"),
+        CFG_OPT("window", NULL, CFG_DURATION, &o->window, "DUR", "how long"),
+        CFG_OPT("mem", "TEST_MEM", CFG_SIZE, &o->mem, "SIZE", "how much"),
+        CFG_OPT("flag", NULL, CFG_BOOL, &o->flag, NULL, "whether"),
     };
     return cfg_parse(table, 6, argc, argv, pos, 4, n_pos, err, 256);
 }
@@ -199,4 +199,126 @@ TEST(cfg_errors_name_the_problem)
     char *a6[] = {"x"};
     CHECK_EQ_INT(run_cfg(&o, 1, a6, pos, &n_pos, err), ERR_INVAL);
     CHECK_EQ_STR(err, "TEST_N: 'lots' is not an integer");
+}
+
+struct ranged {
+    int threads;             /* a 4-byte destination */
+    size_t conns;            /* an unsigned 8-byte one */
+    int64_t retention_s;     /* CFG_DURATION_S */
+    uint64_t body;
+    const char *stops[2];
+    size_t n_stops;
+};
+
+static int run_ranged(struct ranged *r, int argc, char **argv, char *err)
+{
+    struct cfg_str_list stops = {r->stops, 2, &r->n_stops};
+    struct cfg_opt table[] = {
+        CFG_OPT("threads", NULL, CFG_INT, &r->threads, "N", "threads", 1, 64),
+        CFG_OPT("conns", "TEST_CONNS", CFG_INT, &r->conns, "N", "connections", 1, CFG_NO_MAX),
+        CFG_OPT("retention", NULL, CFG_DURATION_S, &r->retention_s, "DUR", "how long", 1000, 30LL * 86400 * 1000),
+        CFG_OPT("body", NULL, CFG_SIZE, &r->body, "SIZE", "body cap", 1, 512LL << 20),
+        CFG_OPT("stop", NULL, CFG_STR_LIST, &stops, "STR", "stop string (repeatable)"),
+    };
+    int n_pos;
+    return cfg_parse(table, 5, argc, argv, NULL, 0, &n_pos, err, 256);
+}
+
+TEST(cfg_values_in_range_reach_fields_of_any_width)
+{
+    struct ranged r = {0};
+    char err[256];
+    char *argv[] = {"--threads", "64", "--conns=1", "--retention", "90m", "--body", "512M"};
+    CHECK_EQ_INT(run_ranged(&r, 7, argv, err), 0);
+    CHECK_EQ_INT(r.threads, 64);
+    CHECK_EQ_INT(r.conns, 1);
+    CHECK_EQ_INT(r.retention_s, 5400); /* seconds */
+    CHECK_EQ_INT(r.body, 512u << 20);
+    char *trunc[] = {"--retention", "1999ms"};
+    CHECK_EQ_INT(run_ranged(&r, 2, trunc, err), 0);
+    CHECK_EQ_INT(r.retention_s, 1); /* whole seconds, truncated */
+}
+
+TEST(cfg_range_errors_name_the_flag_and_the_range)
+{
+    struct ranged r = {0};
+    char err[256];
+    char *a1[] = {"--threads", "0"};
+    CHECK_EQ_INT(run_ranged(&r, 2, a1, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--threads 0 is out of range (1..64)");
+    CHECK_EQ_INT(r.threads, 0); /* not written */
+    char *a2[] = {"--threads=65"};
+    CHECK_EQ_INT(run_ranged(&r, 1, a2, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--threads 65 is out of range (1..64)");
+    char *a3[] = {"--conns", "-1"};
+    CHECK_EQ_INT(run_ranged(&r, 2, a3, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--conns -1 is out of range (at least 1)");
+    char *a4[] = {"--retention", "500ms"};
+    CHECK_EQ_INT(run_ranged(&r, 2, a4, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--retention 500ms is out of range (1s..30d)");
+    char *a5[] = {"--body", "0"};
+    CHECK_EQ_INT(run_ranged(&r, 2, a5, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--body 0 is out of range (1..512M)");
+    char *a6[] = {"--body", "1G"};
+    CHECK_EQ_INT(run_ranged(&r, 2, a6, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--body 1G is out of range (1..512M)");
+    setenv("TEST_CONNS", "0", 1);
+    char *a7[] = {"--threads", "2"};
+    CHECK_EQ_INT(run_ranged(&r, 2, a7, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "TEST_CONNS 0 is out of range (at least 1)");
+    unsetenv("TEST_CONNS");
+}
+
+TEST(cfg_unranged_int_must_fit_its_destination)
+{
+    int small = 0;
+    int64_t big = 0;
+    struct cfg_opt table[] = {
+        CFG_OPT("small", NULL, CFG_INT, &small, "N", "a 4-byte int"),
+        CFG_OPT("big", NULL, CFG_INT, &big, "N", "an 8-byte int"),
+    };
+    char err[256];
+    int n_pos;
+    char *ok[] = {"--small", "-2147483648", "--big", "9223372036854775807"};
+    CHECK_EQ_INT(cfg_parse(table, 2, 4, ok, NULL, 0, &n_pos, err, sizeof err), 0);
+    CHECK_EQ_INT(small, INT32_MIN);
+    CHECK(big == INT64_MAX);
+    char *bad[] = {"--small", "2147483648"};
+    CHECK_EQ_INT(cfg_parse(table, 2, 2, bad, NULL, 0, &n_pos, err, sizeof err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--small 2147483648 is out of range (-2147483648..2147483647)");
+}
+
+TEST(cfg_str_list_appends_each_occurrence_up_to_its_cap)
+{
+    struct ranged r = {0};
+    char err[256];
+    char *argv[] = {"--stop", "a", "--stop=b"};
+    CHECK_EQ_INT(run_ranged(&r, 3, argv, err), 0);
+    CHECK_EQ_INT(r.n_stops, 2);
+    CHECK_EQ_STR(r.stops[0], "a");
+    CHECK_EQ_STR(r.stops[1], "b");
+    struct ranged r2 = {0};
+    char *three[] = {"--stop", "a", "--stop", "b", "--stop", "c"};
+    CHECK_EQ_INT(run_ranged(&r2, 6, three, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "--stop may be given at most 2 times");
+    char *none[] = {"--stop"};
+    CHECK_EQ_INT(run_ranged(&r2, 1, none, err), ERR_INVAL);
+    CHECK_EQ_STR(err, "option '--stop' needs a value");
+}
+
+TEST(cfg_format_duration_picks_the_largest_exact_unit)
+{
+    char s[32];
+    cfg_format_duration_ms(30LL * 86400 * 1000, s, sizeof s);
+    CHECK_EQ_STR(s, "30d");
+    cfg_format_duration_ms(90 * 60000, s, sizeof s);
+    CHECK_EQ_STR(s, "90m");
+    cfg_format_duration_ms(1500, s, sizeof s);
+    CHECK_EQ_STR(s, "1500ms");
+    cfg_format_duration_ms(0, s, sizeof s);
+    CHECK_EQ_STR(s, "0s");
+    int64_t back;
+    cfg_format_duration_ms(7200000, s, sizeof s);
+    CHECK_EQ_INT(cfg_parse_duration_ms(s, &back), 0);
+    CHECK_EQ_INT(back, 7200000);
 }
