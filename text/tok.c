@@ -491,7 +491,7 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
         t->pad = 0;
         if (d->bos_id < 0 && d->cls_id >= 0 && (uint64_t)d->cls_id < t->n_vocab)
             t->bos = (int32_t)d->cls_id;
-        t->lowercase = d->lowercase > 0;
+        t->lowercase = d->lowercase != 0; /* absent: lowercase, as llama.cpp always does */
         t->strip_accents = d->strip_accents >= 0 ? d->strip_accents != 0 : t->lowercase;
     }
 #define SET_ID(field, v) \
