@@ -100,7 +100,7 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 # machine without our -dev packages can build them (scripts/gpu-check).
 GPU_LIB_SRC := common/err.c common/log.c common/buf.c common/clock.c common/js.c common/utf8.c \
                $(wildcard kernels/cpu/*.c) worker/engine/model.c worker/engine/forward.c \
-               worker/engine/forward_cpu.c \
+               worker/engine/forward_cpu.c worker/engine/encoder.c \
                worker/engine/forward_cuda.c worker/engine/kv.c $(wildcard text/*.c) \
                common/gram/gram.c
 GPU_LIB_OBJ := $(GPU_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)

@@ -346,78 +346,68 @@ void tok_vocab_desc_init(struct tok_vocab_desc *d)
     d->lowercase = d->strip_accents = -1;
 }
 
-static const char *const eog_names[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<|end_of_text|>", "<EOT>", "</s>", "<eos>", "<|return|>", "<|call|>", NULL};
+/* Tokens that end generation wherever they are in the vocabulary
+ * (llama.cpp's list); may_be_eot: the first one found present becomes eot
+ * when the GGUF names none (the others end a stream or a tool call, not a
+ * turn). */
+static const struct {
+    const char *name;
+    int may_be_eot;
+} eog_names[] = {
+    {"<|eot_id|>", 1},      {"<|im_end|>", 1}, {"<|end|>", 1},
+    {"<end_of_turn>", 1},   {"<|endoftext|>", 1}, {"<|eom_id|>", 0},
+    {"<|end_of_text|>", 0}, {"<EOT>", 1},      {"</s>", 0},
+    {"<eos>", 0},           {"<|return|>", 0}, {"<|call|>", 0},
+};
 
-int tok_new(const struct tok_vocab_desc *d, struct tok **out)
+/* t->model from d->model, and for gpt2 the pre-tokenizer *pd. 0,
+ * ERR_INVAL (unknown model, merges missing), ERR_UNSUPPORTED (unknown pre). */
+static int tok_pick_model(struct tok *t, const struct tok_vocab_desc *d, const struct pre_def **pd)
 {
-    int rc = 0;
-    struct tok *t = NULL;
-    const struct pre_def *pd = NULL;
-
-    if (!d || !d->model || !d->tokens || d->n_tokens == 0)
-        return ERR_INVAL;
-    if (d->n_tokens > TOK_MAX_VOCAB || d->n_merges > TOK_MAX_MERGES)
-        return ERR_TOOBIG;
-    t = calloc(1, sizeof *t);
-    if (!t)
-        return ERR_NOMEM;
-    if (pthread_mutex_init(&t->gv_mu, NULL) != 0) {
-        free(t);
-        return ERR_NOMEM;
-    }
-    t->gv_mu_ok = 1;
     if (strcmp(d->model, "llama") == 0) {
         t->model = TOK_MODEL_SPM;
     } else if (strcmp(d->model, "bert") == 0) {
         t->model = TOK_MODEL_WPM;
     } else if (strcmp(d->model, "gpt2") == 0) {
         t->model = TOK_MODEL_BPE;
-        if (!d->merges && d->n_merges) {
-            rc = ERR_INVAL;
-            goto out;
-        }
+        if (!d->merges && d->n_merges)
+            return ERR_INVAL;
         const char *pre = d->pre && d->pre[0] ? d->pre : "default";
-        for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0] && !pd; i++)
+        for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0] && !*pd; i++)
             for (int j = 0; pre_defs[i].names[j]; j++)
                 if (strcmp(pre_defs[i].names[j], pre) == 0)
-                    pd = &pre_defs[i];
-        if (!pd) {
-            rc = ERR_UNSUPPORTED;
-            goto out;
-        }
+                    *pd = &pre_defs[i];
+        if (!*pd)
+            return ERR_UNSUPPORTED;
     } else {
-        rc = ERR_INVAL;
-        goto out;
+        return ERR_INVAL;
     }
-    t->n_vocab = d->n_tokens;
+    return 0;
+}
 
-    /* copy texts */
+/* Allocate the per-token tables and the arena (sized for the token texts
+ * and the n_merges merges, which tok_copy_merges adds after them), and
+ * copy the texts, scores and types. *arena_used gets the bytes used.
+ * 0, ERR_INVAL (a NULL text or merge), ERR_TOOBIG (one over
+ * TOK_MAX_TOKEN_BYTES), ERR_NOMEM. */
+static int tok_copy_texts(struct tok *t, const struct tok_vocab_desc *d, size_t n_merges,
+                          size_t *arena_used)
+{
     size_t total = 0;
     for (size_t i = 0; i < d->n_tokens; i++) {
-        if (!d->tokens[i]) {
-            rc = ERR_INVAL;
-            goto out;
-        }
+        if (!d->tokens[i])
+            return ERR_INVAL;
         size_t len = d->token_lens ? d->token_lens[i] : strlen(d->tokens[i]);
-        if (len > TOK_MAX_TOKEN_BYTES) {
-            rc = ERR_TOOBIG;
-            goto out;
-        }
+        if (len > TOK_MAX_TOKEN_BYTES)
+            return ERR_TOOBIG;
         total += len;
     }
-    size_t n_merges = t->model == TOK_MODEL_BPE ? d->n_merges : 0;
     for (size_t i = 0; i < n_merges; i++) {
-        if (!d->merges[i]) {
-            rc = ERR_INVAL;
-            goto out;
-        }
+        if (!d->merges[i])
+            return ERR_INVAL;
         size_t len = d->merge_lens ? d->merge_lens[i] : strlen(d->merges[i]);
-        if (len > TOK_MAX_TOKEN_BYTES) {
-            rc = ERR_TOOBIG;
-            goto out;
-        }
+        if (len > TOK_MAX_TOKEN_BYTES)
+            return ERR_TOOBIG;
         total += len;
     }
     t->arena = malloc(total + 1);
@@ -431,10 +421,8 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     t->m_len = malloc((n_merges + 1) * sizeof *t->m_len);
     t->m_split = malloc((n_merges + 1) * sizeof *t->m_split);
     if (!t->arena || !t->tok_off || !t->tok_len || !t->scores || !t->types || !t->eog ||
-        !t->specials || !t->m_off || !t->m_len || !t->m_split) {
-        rc = ERR_NOMEM;
-        goto out;
-    }
+        !t->specials || !t->m_off || !t->m_len || !t->m_split)
+        return ERR_NOMEM;
     size_t pos = 0;
     for (size_t i = 0; i < d->n_tokens; i++) {
         size_t len = d->token_lens ? d->token_lens[i] : strlen(d->tokens[i]);
@@ -446,16 +434,22 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
         int32_t ty = d->token_types ? d->token_types[i] : TOK_TYPE_NORMAL;
         t->types[i] = (uint8_t)(ty >= 0 && ty <= TOK_TYPE_BYTE ? ty : TOK_TYPE_UNDEFINED);
     }
-    /* merges: "left right", split at the first space after position 0 */
+    *arena_used = pos;
+    return 0;
+}
+
+/* The merges "left right" into the arena from pos, split at the first
+ * space after position 0. 0 or ERR_CORRUPT (a merge without that space). */
+static int tok_copy_merges(struct tok *t, const struct tok_vocab_desc *d, size_t n_merges,
+                           size_t pos)
+{
     size_t nm = 0;
     for (size_t i = 0; i < n_merges; i++) {
         const char *s = d->merges[i];
         size_t len = d->merge_lens ? d->merge_lens[i] : strlen(s);
         const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
-        if (!sp) {
-            rc = ERR_CORRUPT;
-            goto out;
-        }
+        if (!sp)
+            return ERR_CORRUPT;
         size_t l = (size_t)(sp - s);
         memcpy(t->arena + pos, s, l);
         memcpy(t->arena + pos + l, sp + 1, len - l - 1);
@@ -466,13 +460,14 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
         nm++;
     }
     t->n_merges = nm;
-    if ((rc = hash_tokens(t)) < 0 || (rc = hash_merges(t)) < 0)
-        goto out;
-    for (size_t i = 0; i < t->n_vocab; i++)
-        if (t->tok_len[i] > t->max_tok_len)
-            t->max_tok_len = t->tok_len[i];
+    return 0;
+}
 
-    /* special ids and flags */
+/* Special ids and flags: the model's defaults (pd for gpt2), then what d
+ * gives; out-of-range ids keep the default. Can't fail. */
+static void tok_set_specials(struct tok *t, const struct tok_vocab_desc *d,
+                             const struct pre_def *pd)
+{
     if (t->model == TOK_MODEL_SPM) {
         t->bos = 1; t->eos = 2; t->unk = 0;
         t->add_bos = 1; t->add_space_prefix = 1;
@@ -491,7 +486,7 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
         t->pad = 0;
         if (d->bos_id < 0 && d->cls_id >= 0 && (uint64_t)d->cls_id < t->n_vocab)
             t->bos = (int32_t)d->cls_id;
-        t->lowercase = d->lowercase > 0;
+        t->lowercase = d->lowercase != 0; /* absent: lowercase, as llama.cpp always does */
         t->strip_accents = d->strip_accents >= 0 ? d->strip_accents != 0 : t->lowercase;
     }
 #define SET_ID(field, v) \
@@ -511,16 +506,19 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     if (d->add_bos >= 0) t->add_bos = d->add_bos != 0;
     if (d->add_eos >= 0) t->add_eos = d->add_eos != 0;
     if (d->add_space_prefix >= 0) t->add_space_prefix = d->add_space_prefix != 0;
+}
 
-    /* end-of-generation set; EOG-looking tokens are forced CONTROL (llama.cpp) */
-    for (int i = 0; eog_names[i]; i++) {
-        int32_t id = tok_find(t, eog_names[i], strlen(eog_names[i]));
+/* The end-of-generation set: eog_names present in the vocabulary (forced
+ * CONTROL, as llama.cpp), eos, eot and eom; the first may_be_eot name
+ * present becomes eot when none was given. Can't fail. */
+static void tok_mark_eog(struct tok *t)
+{
+    for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++) {
+        const char *name = eog_names[i].name;
+        int32_t id = tok_find(t, name, strlen(name));
         if (id < 0)
             continue;
-        if (t->eot < 0 && strcmp(eog_names[i], "<|eom_id|>") != 0 &&
-            strcmp(eog_names[i], "</s>") != 0 && strcmp(eog_names[i], "<eos>") != 0 &&
-            strcmp(eog_names[i], "<|end_of_text|>") != 0 && strcmp(eog_names[i], "<|return|>") != 0 &&
-            strcmp(eog_names[i], "<|call|>") != 0)
+        if (t->eot < 0 && eog_names[i].may_be_eot)
             t->eot = id;
         /* llama.cpp ORs the CONTROL attribute in, and CONTROL wins over
          * USER_DEFINED wherever both are tested (Gemma's "</s>" is
@@ -532,7 +530,41 @@ int tok_new(const struct tok_vocab_desc *d, struct tok **out)
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (t->eom >= 0) t->eog[t->eom] = 1;
+}
 
+int tok_new(const struct tok_vocab_desc *d, struct tok **out)
+{
+    int rc = 0;
+    struct tok *t = NULL;
+    const struct pre_def *pd = NULL;
+
+    if (!d || !d->model || !d->tokens || d->n_tokens == 0)
+        return ERR_INVAL;
+    if (d->n_tokens > TOK_MAX_VOCAB || d->n_merges > TOK_MAX_MERGES)
+        return ERR_TOOBIG;
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return ERR_NOMEM;
+    if (pthread_mutex_init(&t->gv_mu, NULL) != 0) {
+        free(t);
+        return ERR_NOMEM;
+    }
+    t->gv_mu_ok = 1;
+    if ((rc = tok_pick_model(t, d, &pd)))
+        goto out;
+    t->n_vocab = d->n_tokens;
+    size_t n_merges = t->model == TOK_MODEL_BPE ? d->n_merges : 0, used;
+    if ((rc = tok_copy_texts(t, d, n_merges, &used)) || (rc = tok_copy_merges(t, d, n_merges, used)))
+        goto out;
+    if ((rc = hash_tokens(t)) < 0 || (rc = hash_merges(t)) < 0)
+        goto out;
+    for (size_t i = 0; i < t->n_vocab; i++)
+        if (t->tok_len[i] > t->max_tok_len)
+            t->max_tok_len = t->tok_len[i];
+    tok_set_specials(t, d, pd);
+    tok_mark_eog(t);
+
+    /* the special tokens, longest first (cut out of text before the model runs) */
     for (size_t i = 0; i < t->n_vocab; i++) {
         uint8_t ty = t->types[i];
         if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED || ty == TOK_TYPE_UNKNOWN) &&

@@ -17,7 +17,8 @@
  *           piece is "▁" + text, a "##" continuation is its bare text,
  *           CONTROL tokens as they are). The text is normalised as HF's
  *           BertNormalizer - with strip_accents NFD and every mark dropped,
- *           with lowercase the simple lowercase mapping; NUL, U+FFFD and
+ *           with lowercase the simple lowercase mapping (on when the GGUF
+ *           has no normalizer.lowercase key, as llama.cpp); NUL, U+FFFD and
  *           control characters dropped - and split at whitespace and
  *           around every punctuation character, ASCII symbol and CJK
  *           ideograph; each word is matched greedily longest-first ("▁" +
@@ -98,8 +99,9 @@ struct tok_vocab_desc {
     int add_bos;                 /* tokenizer.ggml.add_bos_token: 0/1, -1 absent (model default) */
     int add_eos;                 /* add_eos_token: 0/1, -1 absent (default 0) */
     int add_space_prefix;        /* add_space_prefix: 0/1, -1 absent (llama: 1, gpt2: 0) */
-    int lowercase;               /* bert: normalizer.lowercase 0/1, -1 absent (default 0, as
-                                  * llama.cpp) */
+    int lowercase;               /* bert: normalizer.lowercase 0/1, -1 absent (default 1:
+                                  * llama.cpp's WordPiece lowercases always, and older
+                                  * converters left the key out of lowercasing models) */
     int strip_accents;           /* bert: normalizer.strip_accents 0/1, -1 absent (= lowercase) */
 };
 

@@ -4,7 +4,7 @@
  * every weight row, so a wrong shape or stride check shows up as an
  * overread of the input buffer - in a context whose sliding-window layers
  * (if any) keep rings; an encoder (bert) embeds those two tokens through
- * embed_run instead (its forward is not model_forward's). */
+ * embed_run (its pooling over the encoder's model_forward). */
 #include <stdint.h>
 #include <stdlib.h>
 

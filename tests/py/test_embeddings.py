@@ -282,3 +282,49 @@ def test_embeddings_minilm_match_llamacpp():
         worst["exact" if extra else "default"] = w
     print(f"# min cosine vs llama.cpp over {len(fx['texts'])} texts: {worst}")
     assert min(worst.values()) >= 0.999, worst
+
+
+MINILM_F16_NOLC = os.path.join(ROOT, ".cache/models/all-MiniLM-L6-v2.f16-nolc.gguf")
+
+
+def cosine(u, v):
+    return sum(a * b for a, b in zip(u, v)) / (sum(a * a for a in u) * sum(b * b for b in v)) ** 0.5
+
+
+def test_embeddings_minilm_f16_without_lowercase_key_is_lowercased():
+    """all-MiniLM-L6-v2 as many published GGUFs are: F16 matrices and no
+    tokenizer.ggml.normalizer.lowercase key (written by `scripts/bert-gguf
+    --f16 --no-lowercase-key`; `scripts/fetch-model all-minilm-l6-v2`
+    caches it). llama.cpp's WordPiece tokenizer lowercases whatever the key
+    says, so the references are: llama.cpp's embed() vectors of the 60
+    fixture texts (made from the F32 file, whose key says lowercase; texts
+    such as "UPPERCASE TEXT SHOULD ALSO WORK" included), and for the
+    capitalised "New York City" / "The cat sat on the mat.", which the
+    fixture lacks, our F32 file's vector of the lowercased text. Cosine >=
+    0.999 with each; a case-keeping tokenizer gives ~0.1 on "New York City"."""
+    if not os.path.exists(binary("jobworker", asan=False)):
+        raise Skip("release build/jobworker not built")
+    if not os.path.exists(MINILM_F16_NOLC) or not os.path.exists(MINILM):
+        raise Skip("all-MiniLM-L6-v2 not cached (scripts/fetch-model all-minilm-l6-v2)")
+    with open(MINILM_FIXTURE, encoding="utf-8") as f:
+        fx = json.load(f)
+    caps = ["New York City", "The cat sat on the mat."]
+
+    def embed(model, texts):
+        body = os.path.join(tmpdir(), "emb_f16.json")
+        with open(body, "w", encoding="utf-8") as f:
+            json.dump({"model": "minilm", "input": texts}, f)
+        r = run([binary("jobworker", asan=False), "--model", model, "--json", body, "--threads", "2"],
+                timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return [d["embedding"] for d in json.loads(r.stdout)["data"]]
+
+    got = embed(MINILM_F16_NOLC, fx["texts"] + caps)
+    n = fx["n_embd"]
+    worst = min(cosine(v, struct.unpack(f"<{n}f", base64.b64decode(b64)))
+                for v, b64 in zip(got, fx["embeddings"]))
+    ref = embed(MINILM, [c.lower() for c in caps])
+    caps_cos = [cosine(v, r) for v, r in zip(got[len(fx["texts"]):], ref)]
+    print(f"# f16, no lowercase key: min cosine {worst:.6f} vs llama.cpp over {len(fx['texts'])} texts, "
+          f"{caps_cos} vs the lowercased texts")
+    assert worst >= 0.999 and min(caps_cos) >= 0.999, (worst, caps_cos)

@@ -26,9 +26,11 @@
  * for the call and cleared before it returns (kv_seq_clear), so the context
  * must not hold live sequences.
  *
- * Encoder models (bert) take their own path, encoder_run
- * (worker/engine/encoder.h): whole inputs packed into one step with
- * bidirectional attention within each input, no KV cache.
+ * Encoder models (bert) run through the same model_forward, whose encoder
+ * backend (worker/engine/encoder.h) keeps nothing between steps: each step
+ * holds whole inputs back to back (bidirectional attention within each
+ * input, no KV cache, n_batch_max at least n_ctx), and their marked rows
+ * are pooled and normalised here as the decoders' are.
  *
  * Threads: the thread owning the context (the pool's threads inside).
  */
@@ -58,8 +60,9 @@ enum model_pooling embed_default_pooling(const struct model *m);
 int embed_run(struct model_ctx *c, enum model_pooling pool, int normalize,
               const int32_t *const *ids, const int *lens, int n_in, float *out);
 
-/* L2-normalise v[0..n) in place (double accumulation); a zero vector is
- * left as it is. Can't fail. */
+/* L2-normalise v[0..n) in place (double accumulation), as embed_run does
+ * (the OpenAI layer renormalises a truncated vector with it); a zero
+ * vector is left as it is. Can't fail. */
 void embed_normalize(float *v, int n);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * encoder.c - the BERT encoder forward pass over packed inputs. See
+ * encoder.c - the BERT encoder forward pass over packed whole inputs. See
  * encoder.h for the step's pseudocode and the numerics.
  */
 #include "worker/engine/encoder.h"
@@ -11,24 +11,22 @@
 
 #include "common/err.h"
 #include "kernels/kn.h"
-#include "worker/engine/embed.h"
 #include "worker/engine/forward_cpu.h"
 
-struct enc {
+struct encoder {
     const struct model *m;
     struct kn_pool *pool;
     int exact;
-    int cap;           /* tokens per step */
-    int max_len;       /* longest input */
+    int cap;           /* tokens per step (n_batch_max) */
+    int max_len;       /* longest input (n_ctx) */
     float *x;          /* (cap, n_embd) residual stream */
     float *q, *k, *v;  /* (cap, n_embd) */
     float *att;        /* (cap, n_embd) attention output */
     float *proj;       /* (cap, n_embd) Wo / Wdown output */
     float *hb;         /* (cap, n_ff) FFN inner */
     float *scores;     /* (n_threads, max_len) one score row per pool thread */
-    float *row;        /* (n_embd) dequantized type / position row */
-    int32_t *tok, *pos; /* (cap) the step's token ids and positions */
-    int32_t *start;    /* (cap) first token of each token's input (its range) */
+    float *row;        /* (n_embd) dequantized type row */
+    int32_t *start;    /* (cap) first token of each token's input (its run) */
     int32_t *len;      /* (cap) length of each token's input */
     void *mm;          /* matmul scratch */
     size_t mm_bytes;
@@ -36,8 +34,10 @@ struct enc {
     int n_tok;         /* tokens in the current step */
 };
 
-static void enc_free(struct enc *e)
+void encoder_free(struct encoder *e)
 {
+    if (!e)
+        return;
     free(e->x);
     free(e->q);
     free(e->k);
@@ -47,31 +47,61 @@ static void enc_free(struct enc *e)
     free(e->hb);
     free(e->scores);
     free(e->row);
-    free(e->tok);
-    free(e->pos);
     free(e->start);
     free(e->len);
     free(e->mm);
+    free(e);
 }
 
-static int enc_init(struct enc *e, const struct model *m, const struct model_ctx_params *p,
-                    int max_len)
+/* The float rows of a step of cap tokens: 6 of n_embd and one of n_ff per
+ * token; SIZE_MAX on overflow. */
+static size_t step_floats(const struct model_hparams *hp, int cap)
+{
+    size_t c = (size_t)cap, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
+    if (c > SIZE_MAX / sizeof(float) / (6 * d + f))
+        return SIZE_MAX;
+    return c * (6 * d + f);
+}
+
+int encoder_bytes(const struct model *m, const struct model_ctx_params *p, size_t *total)
 {
     const struct model_hparams *hp = &m->hp;
-    memset(e, 0, sizeof *e);
+    int k_max = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    size_t mm = fwdcpu_linear_scratch_bytes(p->n_batch_max, k_max);
+    size_t fl = step_floats(hp, p->n_batch_max);
+    size_t sc = (size_t)kn_pool_threads(p->pool) * (size_t)p->n_ctx + (size_t)hp->n_embd;
+    size_t ids = 2 * (size_t)p->n_batch_max * sizeof(int32_t);
+    if (mm == SIZE_MAX || fl == SIZE_MAX || sc > SIZE_MAX / sizeof(float))
+        return ERR_TOOBIG;
+    size_t parts[] = {mm, fl * sizeof(float), sc * sizeof(float), ids};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (*total > SIZE_MAX - parts[i])
+            return ERR_TOOBIG;
+        *total += parts[i];
+    }
+    return 0;
+}
+
+int encoder_new(const struct model *m, const struct model_ctx_params *p, struct encoder **out)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->arch != MODEL_ARCH_BERT)
+        return ERR_INVAL;
+    size_t need = 0;
+    if (encoder_bytes(m, p, &need))
+        return ERR_TOOBIG;
+    struct encoder *e = calloc(1, sizeof *e);
+    if (!e)
+        return ERR_NOMEM;
     e->m = m;
     e->pool = p->pool;
     e->exact = p->exact_matmul;
-    e->max_len = max_len;
-    e->cap = p->n_batch_max > max_len ? p->n_batch_max : max_len;
+    e->cap = p->n_batch_max;
+    e->max_len = p->n_ctx;
     e->n_threads = kn_pool_threads(p->pool);
     int k_max = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
     e->mm_bytes = fwdcpu_linear_scratch_bytes(e->cap, k_max);
-    if (e->mm_bytes == SIZE_MAX)
-        return ERR_TOOBIG;
     size_t c = (size_t)e->cap, d = (size_t)hp->n_embd;
-    if (c > SIZE_MAX / sizeof(float) / (d > (size_t)hp->n_ff ? d : (size_t)hp->n_ff))
-        return ERR_TOOBIG;
     e->x = malloc(c * d * sizeof(float));
     e->q = malloc(c * d * sizeof(float));
     e->k = malloc(c * d * sizeof(float));
@@ -79,16 +109,17 @@ static int enc_init(struct enc *e, const struct model *m, const struct model_ctx
     e->att = malloc(c * d * sizeof(float));
     e->proj = malloc(c * d * sizeof(float));
     e->hb = malloc(c * (size_t)hp->n_ff * sizeof(float));
-    e->scores = malloc((size_t)e->n_threads * (size_t)max_len * sizeof(float));
+    e->scores = malloc((size_t)e->n_threads * (size_t)e->max_len * sizeof(float));
     e->row = malloc(d * sizeof(float));
-    e->tok = malloc(c * sizeof(int32_t));
-    e->pos = malloc(c * sizeof(int32_t));
     e->start = malloc(c * sizeof(int32_t));
     e->len = malloc(c * sizeof(int32_t));
     e->mm = malloc(e->mm_bytes);
     if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->proj || !e->hb || !e->scores ||
-        !e->row || !e->tok || !e->pos || !e->start || !e->len || !e->mm)
+        !e->row || !e->start || !e->len || !e->mm) {
+        encoder_free(e);
         return ERR_NOMEM;
+    }
+    *out = e;
     return 0;
 }
 
@@ -115,7 +146,7 @@ static void layernorm(float *out, const float *x, const float *w, const float *b
     }
 }
 
-static int linear(struct enc *e, float *out, const float *x, int n, const struct model_mat *w,
+static int linear(struct encoder *e, float *out, const float *x, int n, const struct model_mat *w,
                   const float *bias)
 {
     int rc = fwdcpu_linear(e->pool, e->exact, out, x, n, w, e->mm, e->mm_bytes);
@@ -134,7 +165,7 @@ static int linear(struct enc *e, float *out, const float *x, int n, const struct
  * (each token's numbers are the same whatever thread computes it). */
 static void attn_run(void *arg, int ith, int nth)
 {
-    struct enc *e = arg;
+    struct encoder *e = arg;
     const struct model_hparams *hp = &e->m->hp;
     size_t d = (size_t)hp->n_embd;
     int lo = (int)((int64_t)e->n_tok * ith / nth), hi = (int)((int64_t)e->n_tok * (ith + 1) / nth);
@@ -155,18 +186,18 @@ static void gelu_erf(float *x, size_t n)
         x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-/* One step over e->n_tok tokens (tok, pos, start, len filled): e->x holds
- * the final hidden states after. */
-static int enc_step(struct enc *e)
+/* One step over the n tokens of ids and pos (e->start, e->len filled):
+ * e->x holds the final hidden states after. */
+static int enc_step(struct encoder *e, const int32_t *ids, const int32_t *pos, int n)
 {
     const struct model *m = e->m;
     const struct model_hparams *hp = &m->hp;
-    int n = e->n_tok, d = hp->n_embd, rc;
-    kn_get_rows(e->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, e->tok, n, d);
+    int d = hp->n_embd, rc;
+    kn_get_rows(e->x, m->tok_embd.data, m->tok_embd.type, m->tok_embd.row_bytes, ids, n, d);
     int32_t zero = 0;
     kn_get_rows(e->row, m->tok_types.data, m->tok_types.type, m->tok_types.row_bytes, &zero, 1, d);
     kn_add_bias_f32(e->x, e->row, n, d);
-    kn_get_rows(e->proj, m->pos_embd.data, m->pos_embd.type, m->pos_embd.row_bytes, e->pos, n, d);
+    kn_get_rows(e->proj, m->pos_embd.data, m->pos_embd.type, m->pos_embd.row_bytes, pos, n, d);
     kn_add_f32(e->x, e->proj, (size_t)n * (size_t)d);
     layernorm(e->x, e->x, m->tok_norm, m->tok_norm_b, n, d, hp->norm_eps);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -194,60 +225,26 @@ static int enc_step(struct enc *e)
     return 0;
 }
 
-int encoder_run(struct model_ctx *c, enum model_pooling pool, int normalize,
-                const int32_t *const *ids, const int *lens, int n_in, float *out)
+int encoder_forward(struct encoder *e, const struct model_batch *b, const int32_t *out_rows,
+                    int n_out, float *hidden)
 {
-    const struct model *m = model_ctx_model(c);
-    if (m->hp.arch != MODEL_ARCH_BERT ||
-        (pool != MODEL_POOL_MEAN && pool != MODEL_POOL_CLS && pool != MODEL_POOL_LAST))
-        return ERR_INVAL;
-    if (n_in <= 0)
-        return 0;
-    int max_len = 1;
-    for (int i = 0; i < n_in; i++)
-        if (lens[i] > max_len)
-            max_len = lens[i];
-    struct enc e;
-    int rc = enc_init(&e, m, model_ctx_get_params(c), max_len);
-    if (rc)
-        goto out;
-    int d = m->hp.n_embd;
-    for (int first = 0; first < n_in;) {
-        /* whole inputs back to back while they fit */
-        int last = first, n = 0;
-        while (last < n_in && n + lens[last] <= e.cap) {
-            for (int j = 0; j < lens[last]; j++) {
-                e.tok[n + j] = ids[last][j];
-                e.pos[n + j] = j;
-                e.start[n + j] = n;
-                e.len[n + j] = lens[last];
-            }
-            n += lens[last++];
+    int n = b->n_tokens, d = e->m->hp.n_embd, rc;
+    /* each input's run: it starts at a position 0 and holds its positions */
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && b->pos[j] != 0)
+            j++;
+        for (int t = i; t < j; t++) {
+            e->start[t] = i;
+            e->len[t] = j - i;
         }
-        e.n_tok = n;
-        if ((rc = enc_step(&e)))
-            goto out;
-        for (int i = first, s0 = 0; i < last; s0 += lens[i++]) {
-            float *o = out + (size_t)i * (size_t)d;
-            int len = lens[i];
-            if (pool == MODEL_POOL_MEAN) {
-                for (int k = 0; k < d; k++)
-                    o[k] = 0;
-                for (int j = 0; j < len; j++) /* summed in position order */
-                    kn_add_f32(o, e.x + (size_t)(s0 + j) * (size_t)d, (size_t)d);
-                for (int k = 0; k < d; k++)
-                    o[k] /= (float)len;
-            } else {
-                int r = pool == MODEL_POOL_CLS ? s0 : s0 + len - 1;
-                memcpy(o, e.x + (size_t)r * (size_t)d, (size_t)d * sizeof(float));
-            }
-            if (normalize)
-                embed_normalize(o, d);
-        }
-        first = last;
+        i = j;
     }
-    rc = 0;
-out:
-    enc_free(&e);
-    return rc;
+    e->n_tok = n;
+    if ((rc = enc_step(e, b->token, b->pos, n)))
+        return rc;
+    for (int r = 0; r < n_out; r++)
+        memcpy(hidden + (size_t)r * (size_t)d, e->x + (size_t)out_rows[r] * (size_t)d,
+               (size_t)d * sizeof(float));
+    return 0;
 }

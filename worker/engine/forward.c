@@ -1,7 +1,8 @@
 /*
  * forward.c - model contexts and the one dispatch of the forward pass:
  * the CPU backend (forward_cpu.h) or the CUDA backend (forward_cuda.h),
- * chosen by model_ctx_params.device at model_ctx_new.
+ * chosen by model_ctx_params.device at model_ctx_new, or for an encoder
+ * model (bert) the encoder (encoder.h), CPU only.
  *
  * What is common to both lives here: the parameters' defaults and checks,
  * the byte budget (max_bytes), the KV cache with its block tables and
@@ -17,6 +18,11 @@
  *   logits = cpu or cuda forward(b)   (n_out, n_vocab) rows of the marked tokens
  *   slot lengths += new positions      (kv_seq_commit: also what the rings still hold)
  *
+ * An encoder step keeps nothing: check_batch asks for whole inputs (each
+ * a run of positions 0..len-1) instead of the slots' next positions, and
+ * the encoder's hidden rows of the marked tokens come back, with no
+ * reservation or commit in the cache.
+ *
  * Allocation: none per step (the backends allocate at creation).
  * Threads: the thread that owns the context.
  */
@@ -29,6 +35,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "kernels/kn.h"
+#include "worker/engine/encoder.h"
 #include "worker/engine/forward_cpu.h"
 #include "worker/engine/forward_cuda.h"
 
@@ -42,6 +49,7 @@ struct model_ctx {
     int32_t *out_rows; /* (n_out_max) batch index of each marked token */
     struct fwdcpu *cpu; /* device KN_DEVICE_CPU: the CPU forward pass (forward_cpu.h) */
     struct fwdcuda *cu; /* device KN_DEVICE_CUDA: the GPU forward pass (forward_cuda.h) */
+    struct encoder *enc; /* an encoder model (bert): its forward pass (encoder.h), CPU */
 };
 
 void model_ctx_params_init(struct model_ctx_params *p)
@@ -90,6 +98,12 @@ static int fill_params(const struct model *m, struct model_ctx_params *p)
         p->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (p->n_out_max == 0)
         p->n_out_max = p->n_seq_max;
+    if (hp->arch == MODEL_ARCH_BERT) { /* an encoder step holds whole inputs, any all marked */
+        if (p->n_batch_max < p->n_ctx)
+            p->n_batch_max = p->n_ctx;
+        if (p->n_out_max < p->n_ctx)
+            p->n_out_max = p->n_ctx;
+    }
     if (p->n_ctx < 1 || p->n_ctx > hp->n_ctx_train || p->n_batch_max < 1 || p->n_seq_max < 1 ||
         p->n_out_max < 1 || p->n_out_max > p->n_batch_max || p->n_kv_blocks < 0 ||
         p->n_batch_max > (1 << 20) || p->n_seq_max > (1 << 20) ||
@@ -174,7 +188,9 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     /* a row of the output: logits, or the hidden state with embeddings */
     size_t row = (size_t)(p.embeddings ? hp->n_embd : hp->n_vocab);
     size_t total = 0;
-    if ((p.device == KN_DEVICE_CPU && fwdcpu_bytes(m, &p, &total)) ||
+    int enc = hp->arch == MODEL_ARCH_BERT;
+    if ((enc && encoder_bytes(m, &p, &total)) ||
+        (!enc && p.device == KN_DEVICE_CPU && fwdcpu_bytes(m, &p, &total)) ||
         add_bytes(&total, no, row * sizeof(float)))
         return ERR_TOOBIG;
     int per_seq = (p.n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
@@ -219,6 +235,9 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
         c->kv->k = c->kv->v = NULL; /* (a binary16 cache: kv_f32 is CPU-only) */
         c->kv->copy_hook = fwdcuda_copy_block;
         c->kv->copy_ud = c->cu;
+    } else if (enc) {
+        if ((rc = encoder_new(m, &p, &c->enc)))
+            goto out;
     } else if ((rc = fwdcpu_new(m, &p, c->kv, &c->cpu))) {
         goto out;
     }
@@ -237,6 +256,7 @@ void model_ctx_free(struct model_ctx *c)
         return;
     fwdcuda_free(c->cu);
     fwdcpu_free(c->cpu);
+    encoder_free(c->enc);
     kv_cache_free(c->kv);
     free(c->logits);
     free(c->new_len);
@@ -246,10 +266,13 @@ void model_ctx_free(struct model_ctx *c)
 
 /* Check the batch against the model and the cache; fills new_len and
  * out_rows, returns the number of marked tokens in *n_out. Changes no
- * state visible outside the context. */
+ * state visible outside the context. An encoder's batch is whole inputs
+ * back to back: a token at position 0 starts one, each next token of it
+ * is in the same slot at the next position; the cache is not asked. */
 static int check_batch(struct model_ctx *c, const struct model_batch *b, int *n_out)
 {
     const struct kv_cache *kv = c->kv;
+    int enc = c->enc != NULL;
     if (!b || b->n_tokens < 1 || b->n_tokens > c->p.n_batch_max || !b->token || !b->pos || !b->seq)
         return ERR_INVAL;
     for (int s = 0; s < kv->n_seq; s++)
@@ -259,7 +282,10 @@ static int check_batch(struct model_ctx *c, const struct model_batch *b, int *n_
         int32_t t = b->token[i], s = b->seq[i], p = b->pos[i];
         if (t < 0 || t >= c->m->hp.n_vocab || s < 0 || s >= kv->n_seq)
             return ERR_INVAL;
-        if (p != c->new_len[s] || p >= c->p.n_ctx)
+        if (enc ? p != 0 && (i == 0 || s != b->seq[i - 1] || p != b->pos[i - 1] + 1)
+                : p != c->new_len[s])
+            return ERR_INVAL;
+        if (p >= c->p.n_ctx)
             return ERR_INVAL;
         c->new_len[s] = p + 1;
         if (b->out && b->out[i]) {
@@ -267,6 +293,10 @@ static int check_batch(struct model_ctx *c, const struct model_batch *b, int *n_
                 return ERR_INVAL;
             c->out_rows[no++] = i;
         }
+    }
+    if (enc) {
+        *n_out = no;
+        return 0;
     }
     int64_t need = 0;
     for (int s = 0; s < kv->n_seq; s++)
@@ -284,11 +314,16 @@ int model_forward(struct model_ctx *c, const struct model_batch *b, const float 
 {
     struct kv_cache *kv = c->kv;
     int no = 0;
-    if (c->m->hp.arch == MODEL_ARCH_BERT) /* encoders run through embed_run (encoder.h) */
-        return ERR_UNSUPPORTED;
     int rc = check_batch(c, b, &no);
     if (rc)
         return rc;
+    if (c->enc) { /* nothing kept between steps */
+        if ((rc = encoder_forward(c->enc, b, c->out_rows, no, c->logits)))
+            return rc;
+        *logits = c->logits;
+        *n_out = no;
+        return 0;
+    }
     for (int s = 0; s < kv->n_seq; s++)
         if (c->new_len[s] > kv->seqs[s].n_pos && kv_seq_reserve(kv, s, c->new_len[s]))
             return ERR_INTERNAL; /* counted in check_batch: cannot happen */

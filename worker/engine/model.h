@@ -37,8 +37,8 @@
  *           (attn_output_norm, layer_output_norm, with biases), biases on
  *           every projection, ffn_up/ffn_down with GELU (no gate), no
  *           output_norm / LM head; attention.causal must be false;
- *           attention.layer_norm_epsilon. model_forward refuses it
- *           (ERR_UNSUPPORTED): embed_run takes the encoder path.
+ *           attention.layer_norm_epsilon. Its model_forward is the
+ *           encoder's (encoder.h): whole inputs per step, see model_forward.
  * YaRN and other rope scaling types are refused. The CUDA forward
  * implements llama and qwen2 only; a CUDA context for the others is
  * refused (ERR_UNSUPPORTED).
@@ -219,8 +219,10 @@ int model_chat_tmpl(const struct model *m, const struct tok *t, struct chat_tmpl
 struct model_ctx_params {
     int n_ctx;             /* max positions per sequence; 0 = n_ctx_train (capped at 4096);
                             * larger than n_ctx_train is refused */
-    int n_batch_max;       /* max tokens per model_forward call (default 512) */
-    int n_out_max;         /* max tokens marked for logits per call (default n_batch_max) */
+    int n_batch_max;       /* max tokens per model_forward call (default 512); an encoder
+                            * (bert): raised to n_ctx if below, so a step holds any input */
+    int n_out_max;         /* max tokens marked for logits per call (default n_seq_max);
+                            * an encoder: raised to n_ctx if below */
     int n_seq_max;         /* sequence slots (default 1) */
     int n_kv_blocks;       /* KV blocks of KV_BLOCK_TOKENS positions; 0 = n_seq_max * n_ctx worth */
     size_t max_bytes;      /* cap on all buffers together (0 = no cap) */
@@ -297,7 +299,14 @@ struct model_batch {
  * slots' lengths have grown. Errors, with nothing changed: ERR_INVAL
  * (n_tokens 0 or > n_batch_max, more than n_out_max marked, a token id,
  * slot or position out of range or out of order), ERR_BUSY (the KV cache
- * has too few free blocks for the new positions). */
+ * has too few free blocks for the new positions).
+ *
+ * An encoder (bert) keeps nothing between steps (no KV cache): a batch is
+ * whole inputs back to back, each a run of tokens in one slot at positions
+ * 0, 1, ..., len-1 (a position 0 starts the next input; slots may repeat),
+ * and every token attends to its own input in both directions; *logits
+ * gets the marked tokens' final hidden rows (n_out, n_embd). ERR_INVAL for
+ * a token id, slot or position out of range or a run out of order. */
 int model_forward(struct model_ctx *c, const struct model_batch *b, const float **logits,
                   int *n_out);
 

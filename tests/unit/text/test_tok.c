@@ -447,3 +447,47 @@ TEST(tok_stream_holds_partial_utf8)
     buf_release(&out);
     tok_free(t);
 }
+
+/* A bert GGUF without tokenizer.ggml.normalizer.lowercase (older llama.cpp
+ * converters left it out; many published all-MiniLM-L6-v2 files lack it)
+ * is lowercased, as llama.cpp's WordPiece tokenizer always does; an
+ * explicit false keeps the case. */
+TEST(tok_wpm_lowercases_when_the_key_is_absent)
+{
+    static char fill[106][24];
+    const char *toks[106];
+    int32_t types[106];
+    for (int i = 0; i < 106; i++) {
+        snprintf(fill[i], sizeof fill[i], "[unused%d]", i);
+        toks[i] = fill[i];
+        types[i] = TOK_TYPE_NORMAL;
+    }
+    toks[0] = "[PAD]";
+    toks[100] = "[UNK]";
+    toks[101] = "[CLS]";
+    toks[102] = "[SEP]";
+    for (int i = 100; i <= 102; i++)
+        types[i] = TOK_TYPE_CONTROL;
+    toks[103] = "\xE2\x96\x81new";
+    toks[104] = "\xE2\x96\x81york";
+    toks[105] = "\xE2\x96\x81New";
+    struct tok_vocab_desc d;
+    tok_vocab_desc_init(&d);
+    d.model = "bert";
+    d.n_tokens = 106;
+    d.tokens = toks;
+    d.token_types = types;
+    const int want[3][2] = {{103, 104}, {105, 100}, {103, 104}}; /* absent, 0, 1 */
+    for (int lc = -1; lc <= 1; lc++) {
+        d.lowercase = lc;
+        struct tok *t;
+        CHECK_EQ_INT(tok_new(&d, &t), 0);
+        int32_t ids[8];
+        size_t n = 0;
+        CHECK_EQ_INT(tok_encode(t, "New York", 8, 0, ids, 8, &n), 0);
+        CHECK_EQ_INT(n, 2);
+        CHECK_EQ_INT(ids[0], want[lc + 1][0]);
+        CHECK_EQ_INT(ids[1], want[lc + 1][1]);
+        tok_free(t);
+    }
+}

@@ -1,6 +1,7 @@
 /*
- * Unit tests of the BERT encoder (worker/engine/encoder.c through
- * embed_run) and the WordPiece tokenizer (text/tok.c "bert"):
+ * Unit tests of the BERT encoder (worker/engine/encoder.c, the backend of
+ * model_forward, through embed_run) and the WordPiece tokenizer
+ * (text/tok.c "bert"):
  *
  * - a tiny random-weight BERT (tests/fixtures/model/bert_{mean,cls}.f32,
  *   written by tests/oracle/make_bert_fixtures.py through llama.cpp's
@@ -8,15 +9,16 @@
  *   WordPiece tokenizer give HF's ids, and their mean / CLS pooled
  *   embeddings are within ENC_TOL relative L2 (exact matmul), raw and
  *   L2-normalised; the default matmul within ENC_FAST_TOL;
- * - padding-free packing: inputs packed several per step (and a step
- *   smaller than the longest input) give the same bits as each input
- *   alone, on 1 or 2 pool threads;
+ * - padding-free packing: inputs packed several per step give the same
+ *   bits as each input alone, on 1 or 2 pool threads;
  * - the fixtures can fail: the other pooling is far off;
  * - the tokenizer on a corpus of tricky text gives llama.cpp's ids
  *   everywhere, and HF's except the two documented differences (a word
  *   over 100 characters, special-token text in user input);
+ * - model_forward on an encoder: whole inputs per step, the marked rows
+ *   are embed_run's CLS / LAST vectors; n_batch_max raised to n_ctx;
  * - errors: an input longer than the context, a bert context without
- *   embeddings, model_forward on an encoder.
+ *   embeddings, an encoder batch that is not whole inputs.
  */
 #include <jansson.h>
 #include <math.h>
@@ -125,8 +127,8 @@ static void check_bert(const char *kind, enum model_pooling want_pool)
     if (!(e <= ENC_TOL))
         th_fail(__FILE__, __LINE__, kind, "max rel L2 %.3g > %.0e", e, ENC_TOL);
 
-    /* packed: steps of 16 tokens (smaller than the longest input, which
-     * then gets a step of its own), 2 pool threads: the same bits */
+    /* packed: n_batch_max 16, raised to n_ctx 64 for an encoder (model.h),
+     * several inputs per step, 2 pool threads: the same bits */
     struct kn_pool *pool;
     CHECK_EQ_INT(kn_pool_new(2, &pool), 0);
     c = eth_ctx(fx.m, 1, 16, 1, pool);
@@ -224,6 +226,47 @@ TEST(tok_wpm_corpus_matches_llamacpp_and_hf)
     json_decref(man);
 }
 
+/* model_forward on an encoder: two inputs in one step, the marked rows
+ * (first of one, last of the other) are embed_run's CLS and LAST vectors
+ * bit for bit; the context's n_batch_max 16 was raised to n_ctx 64. */
+TEST(encoder_model_forward_returns_marked_hidden_rows)
+{
+    struct bfix fx;
+    bfix_load("mean", &fx);
+    int d = fx.m->hp.n_embd;
+    struct model_ctx *c = eth_ctx(fx.m, 1, 16, 1, NULL);
+    CHECK_EQ_INT(model_ctx_get_params(c)->n_batch_max, 64);
+    CHECK_EQ_INT(model_ctx_get_params(c)->n_out_max, 64);
+    int la = fx.lens[0], lb = fx.lens[1], n = la + lb;
+    CHECK(n <= 64);
+    int32_t tok[64], pos[64], seq[64];
+    uint8_t mark[64] = {0};
+    for (int i = 0; i < n; i++) {
+        tok[i] = i < la ? fx.ids[0][i] : fx.ids[1][i - la];
+        pos[i] = i < la ? i : i - la;
+        seq[i] = 0;
+    }
+    mark[0] = mark[n - 1] = 1;
+    struct model_batch b = {n, tok, pos, seq, mark};
+    const float *rows;
+    int n_out;
+    CHECK_EQ_INT(model_forward(c, &b, &rows, &n_out), 0);
+    CHECK_EQ_INT(n_out, 2);
+    float *cls = malloc((size_t)d * sizeof(float)), *last = malloc((size_t)d * sizeof(float));
+    float *got = malloc(2 * (size_t)d * sizeof(float));
+    CHECK(cls && last && got);
+    memcpy(got, rows, 2 * (size_t)d * sizeof(float));
+    CHECK_EQ_INT(embed_run(c, MODEL_POOL_CLS, 0, &fx.ptr[0], &fx.lens[0], 1, cls), 0);
+    CHECK_EQ_INT(embed_run(c, MODEL_POOL_LAST, 0, &fx.ptr[1], &fx.lens[1], 1, last), 0);
+    CHECK(memcmp(got, cls, (size_t)d * sizeof(float)) == 0);
+    CHECK(memcmp(got + d, last, (size_t)d * sizeof(float)) == 0);
+    free(cls);
+    free(last);
+    free(got);
+    model_ctx_free(c);
+    bfix_free(&fx);
+}
+
 TEST(encoder_errors)
 {
     struct model *m;
@@ -239,18 +282,30 @@ TEST(encoder_errors)
     CHECK_EQ_INT(embed_run(c, MODEL_POOL_MEAN, 1, ptr, lens, 2, out), ERR_TOOBIG); /* > n_ctx */
     lens[1] = 0;
     CHECK_EQ_INT(embed_run(c, MODEL_POOL_MEAN, 1, ptr, lens, 2, out), ERR_INVAL); /* empty */
-    lens[1] = 64; /* exactly the context, in a step of its own larger than n_batch_max */
+    lens[1] = 64; /* exactly the context: n_batch_max 16 was raised to it */
     CHECK_EQ_INT(embed_run(c, MODEL_POOL_MEAN, 1, ptr, lens, 2, out), 0);
     ids[2] = m->hp.n_vocab;
     CHECK_EQ_INT(embed_run(c, MODEL_POOL_MEAN, 1, ptr, lens, 2, out), ERR_INVAL); /* bad id */
     ids[2] = 0;
     CHECK_EQ_INT(embed_run(c, MODEL_POOL_RANK, 1, ptr, lens, 2, out), ERR_INVAL);
-    /* the decoder step refuses an encoder */
-    int32_t pos = 0, seq = 0;
-    struct model_batch b = {1, ids, &pos, &seq, NULL};
+    /* an encoder batch is whole inputs: a run must start at position 0
+     * and go on in its slot at the next position */
+    int32_t pos[3] = {1, 2, 3}, seq[3] = {0, 0, 0};
+    struct model_batch b = {3, ids, pos, seq, NULL};
     const float *rows;
     int n_out;
-    CHECK_EQ_INT(model_forward(c, &b, &rows, &n_out), ERR_UNSUPPORTED);
+    CHECK_EQ_INT(model_forward(c, &b, &rows, &n_out), ERR_INVAL);
+    pos[0] = 0;
+    pos[1] = 1;
+    pos[2] = 3;
+    CHECK_EQ_INT(model_forward(c, &b, &rows, &n_out), ERR_INVAL);
+    pos[2] = 2;
+    seq[2] = 1; /* slot 1 of a context of one */
+    CHECK_EQ_INT(model_forward(c, &b, &rows, &n_out), ERR_INVAL);
+    pos[2] = 0; /* a second input */
+    seq[2] = 0;
+    CHECK_EQ_INT(model_forward(c, &b, &rows, &n_out), 0);
+    CHECK_EQ_INT(n_out, 0);
     model_ctx_free(c);
     /* a bert context without embeddings (generation) is refused */
     struct model_ctx_params cp;
