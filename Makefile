@@ -92,7 +92,7 @@ BINS      := jobd jobworker jobctl
 UNIT_SRC  := $(sort $(shell find tests/unit -name '*.c'))
 INTEG_SRC := $(wildcard tests/integration/*.c)
 CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
-TH_SRC    := tests/th.c tests/th_proc.c
+TH_SRC    := tests/th.c tests/th_proc.c tests/th_http.c
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 
 # The GPU test and benchmark binaries link only what they need (kernels and

@@ -10,6 +10,7 @@
 #include "common/httpc.h"
 #include "common/id.h"
 #include "common/js.h"
+#include "common/wproto.h"
 #include "common/log.h"
 #include "common/zst.h"
 
@@ -203,10 +204,7 @@ int wcl_heartbeat(struct wcl *c, const char *worker_id, const char *lease_id,
                   int64_t extend_seconds, int64_t completed, double tokens_per_s,
                   struct wcl_answer *a)
 {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:{s:I, s:f}}", "worker_id", worker_id, "lease_id",
-                          lease_id, "extend_seconds", (json_int_t)extend_seconds, "progress",
-                          "completed", (json_int_t)completed, "tokens_per_s",
-                          tokens_per_s >= 0 ? tokens_per_s : 0.0);
+    json_t *o = wproto_heartbeat_json(worker_id, lease_id, extend_seconds, completed, tokens_per_s);
     return post_obj(c, "/v1/worker/heartbeat", o, 0, 1, a);
 }
 

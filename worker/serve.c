@@ -13,6 +13,7 @@
 #include "common/id.h"
 #include "common/js.h"
 #include "common/log.h"
+#include "common/wproto.h"
 #include "kernels/kn.h"
 #include "worker/client.h"
 #include "worker/engine/engine.h"
@@ -29,8 +30,6 @@
 #define WL_LONG_POLL_MS 2000
 #define WL_TICK_MS 100
 #define WL_FINAL_UPLOAD_MS 15000 /* after the engine stopped: last uploads/releases */
-#define WL_BAD_URL ((enum gp_endpoint)0) /* a lease item whose url we do not serve */
-#define WL_EMBED ((enum gp_endpoint)100) /* a /v1/embeddings item (worker/run/embed_req.h) */
 #define WL_EMBED_SLOTS 16                /* sequence slots of the embeddings context */
 #define WL_EMBED_BATCH 512               /* tokens per embeddings step */
 #define WL_EMBED_PACK 256                /* embeddings requests embedded together at most */
@@ -55,7 +54,7 @@ struct item {
     char rid[ID_MAX];
     struct lease *ls;
     json_t *body;                  /* owned reference */
-    enum gp_endpoint ep;
+    enum wproto_endpoint ep;       /* its url; NONE: one this worker does not serve */
     enum item_state state;
     uint64_t t_leased_ns, t_added_ns;
 };
@@ -201,57 +200,38 @@ static void lease_gone(struct wl *w, const char *lease_id)
 
 /* ---- results lines ----------------------------------------------------------- */
 
-static json_t *timings(const struct oreq_result *r, const struct item *it)
-{
-    double queue_ms = (double)(it->t_added_ns - it->t_leased_ns) * 1e-6 + r->queue_s * 1e3;
-    return json_pack("{s:I, s:I, s:I, s:I}", "queue_ms", (json_int_t)(queue_ms + 0.5),
-                     "prefill_ms", (json_int_t)(r->prefill_s * 1e3 + 0.5), "decode_ms",
-                     (json_int_t)(r->decode_s * 1e3 + 0.5), "device_ms",
-                     (json_int_t)(r->cpu_s * 1e3 + 0.5));
-}
-
-/* Copy at most max bytes of s, cut on a UTF-8 character boundary. */
-static json_t *str_cap(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n > max) {
-        n = max;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--;
-    }
-    return json_stringn(s, n);
-}
-
+/* The results line of r (common/wproto.h), timings from the scheduler's and
+ * the table's clocks. */
 static json_t *result_line(const struct oreq_result *r, const struct item *it)
 {
-    json_t *o;
+    double queue_ms = (double)(it->t_added_ns - it->t_leased_ns) * 1e-6 + r->queue_s * 1e3;
+    struct wproto_result l;
+    memset(&l, 0, sizeof l);
+    l.request_id = it->rid;
+    l.queue_ms = (int64_t)(queue_ms + 0.5);
+    l.prefill_ms = (int64_t)(r->prefill_s * 1e3 + 0.5);
+    l.decode_ms = (int64_t)(r->decode_s * 1e3 + 0.5);
+    l.device_ms = (int64_t)(r->cpu_s * 1e3 + 0.5);
     if (r->status >= 200 && r->status < 300) {
-        int64_t cached = r->cached_tokens <= r->prompt_tokens ? r->cached_tokens : r->prompt_tokens;
-        o = json_pack("{s:s, s:s, s:{s:i, s:O}, s:{s:I, s:I, s:I}, s:o}", "request_id", it->rid,
-                      "status", "success", "response", "status_code", r->status, "body", r->body,
-                      "usage", "prompt_tokens", (json_int_t)r->prompt_tokens, "completion_tokens",
-                      (json_int_t)r->completion_tokens, "cached_tokens", (json_int_t)cached,
-                      "timings", timings(r, it));
-        return o;
+        l.kind = WPROTO_RESULT_SUCCESS;
+        l.status_code = r->status;
+        l.body = r->body;
+        l.prompt_tokens = r->prompt_tokens;
+        l.completion_tokens = r->completion_tokens;
+        l.cached_tokens = r->cached_tokens <= r->prompt_tokens ? r->cached_tokens : r->prompt_tokens;
+        return wproto_result_json(&l);
     }
     json_t *e = json_object_get(r->body, "error");
-    const char *msg = NULL, *code = NULL, *param = NULL;
     if (e) {
-        js_get_str(e, "message", &msg);
-        js_get_str(e, "code", &code);
-        js_get_str(e, "param", &param);
+        js_get_str(e, "message", &l.message);
+        js_get_str(e, "code", &l.code);
+        js_get_str(e, "param", &l.param);
     }
-    json_t *err = json_pack("{s:s, s:i, s:o}", "class", "invalid_request", "status_code",
-                            r->status >= 400 && r->status < 500 ? r->status : 400, "message",
-                            str_cap(msg && msg[0] ? msg : "invalid request", 4096));
-    if (err && code && code[0])
-        json_object_set_new(err, "code", str_cap(code, 64));
-    if (err && param && param[0])
-        json_object_set_new(err, "param", str_cap(param, 256));
-    o = json_pack("{s:s, s:s, s:o, s:{s:i, s:i, s:i}, s:o}", "request_id", it->rid, "status",
-                  "error", "error", err, "usage", "prompt_tokens", 0, "completion_tokens", 0,
-                  "cached_tokens", 0, "timings", timings(r, it));
-    return o;
+    if (!l.message || !l.message[0])
+        l.message = "invalid request";
+    l.kind = WPROTO_RESULT_INVALID;
+    l.status_code = r->status >= 400 && r->status < 500 ? r->status : 400;
+    return wproto_result_json(&l);
 }
 
 static int outbox_put(struct wl *w, const struct item *it, json_t *line)
@@ -358,20 +338,17 @@ static int do_register(struct wl *w)
 }
 
 /* Add a lease answer's requests to the table. */
-static void take_lease(struct wl *w, json_t *ans)
+static void take_lease(struct wl *w, const struct wproto_lease *l)
 {
-    const char *lease_id = NULL;
-    json_t *reqs = NULL;
-    if (js_get_str(ans, "lease_id", &lease_id) || js_get_arr(ans, "requests", &reqs) ||
-        strlen(lease_id) >= ID_MAX || json_array_size(reqs) == 0)
-        return;
+    if (l->n == 0)
+        return; /* nothing usable: it lapses with the lease */
     struct lease *ls = calloc(1, sizeof *ls);
     if (!ls)
         return; /* no memory: the lease lapses and jobd requeues it */
-    memcpy(ls->id, lease_id, strlen(lease_id) + 1);
+    memcpy(ls->id, l->lease_id, strlen(l->lease_id) + 1);
     ls->t_start_ns = clock_mono_ns();
     ls->next_hb_ms = clock_mono_ms() + (uint64_t)w->lease_seconds * 1000 / 3;
-    size_t n = json_array_size(reqs);
+    size_t n = l->n;
     pthread_mutex_lock(&w->mu);
     int ok = 1;
     if (w->n_leases == w->cap_leases) {
@@ -401,30 +378,15 @@ static void take_lease(struct wl *w, json_t *ans)
     }
     w->leases[w->n_leases++] = ls;
     uint64_t now = clock_mono_ns();
-    size_t i;
-    json_t *r;
-    json_array_foreach(reqs, i, r) {
-        const char *rid = NULL;
-        json_t *body = NULL;
-        if (js_get_str(r, "request_id", &rid) || strlen(rid) >= ID_MAX ||
-            js_get_obj(r, "body", &body))
-            continue; /* malformed item: it lapses with the lease */
+    for (size_t i = 0; i < n; i++) {
+        const struct wproto_lease_req *q = &l->reqs[i];
         struct item *it = calloc(1, sizeof *it);
         if (!it)
             break;
-        memcpy(it->rid, rid, strlen(rid) + 1);
+        memcpy(it->rid, q->request_id, strlen(q->request_id) + 1);
         it->ls = ls;
-        it->body = json_incref(body);
-        /* the item's url (its batch's endpoint); a jobd that sends none: guess from the body */
-        const char *url = json_string_value(json_object_get(r, "url"));
-        if (url)
-            it->ep = strcmp(url, "/v1/chat/completions") == 0 ? GP_CHAT
-                     : strcmp(url, "/v1/completions") == 0  ? GP_COMPLETIONS
-                     : strcmp(url, "/v1/embeddings") == 0   ? WL_EMBED
-                                                            : WL_BAD_URL;
-        else
-            it->ep = json_object_get(body, "messages") || !json_object_get(body, "prompt")
-                         ? GP_CHAT : GP_COMPLETIONS;
+        it->body = json_incref(q->body);
+        it->ep = q->ep;
         it->state = w->draining ? IT_RELEASE : IT_QUEUED;
         if (it->state == IT_QUEUED)
             w->n_queued++;
@@ -452,14 +414,16 @@ static long do_lease(struct wl *w, int idle)
         log_warn("lease: jobd unreachable (%s)", err_msg(rc));
         next = 1000;
     } else if (a.status == 200 && a.body) {
-        json_t *lid = json_object_get(a.body, "lease_id");
-        if (json_is_string(lid))
-            take_lease(w, a.body);
-        else {
-            int64_t ra = 1000;
-            js_get_int(a.body, "retry_after_ms", &ra);
+        struct wproto_lease l;
+        memset(&l, 0, sizeof l);
+        int prc = wproto_lease_parse(a.body, &l); /* a malformed answer: its lease lapses */
+        if (prc == 0 && l.lease_id)
+            take_lease(w, &l);
+        else if (prc == 0) {
+            int64_t ra = l.retry_after_ms;
             next = idle ? 0 : (long)(ra > 0 && ra < 60000 ? ra : 1000);
         }
+        wproto_lease_release(&l);
     } else if (a.status == 404) {
         log_warn("lease: jobd does not know worker %s; registering again", w->worker_id);
         w->worker_id[0] = '\0';
@@ -501,7 +465,7 @@ static void do_heartbeats(struct wl *w, int force)
         } else if (a.status == 200) {
             if (ls)
                 ls->next_hb_ms = clock_mono_ms() + (uint64_t)w->lease_seconds * 1000 / 3;
-            json_t *cancelled = a.body ? json_object_get(a.body, "cancelled") : NULL;
+            json_t *cancelled = wproto_hb_answer_cancelled(a.body);
             size_t i;
             json_t *v;
             json_array_foreach(cancelled, i, v) {
@@ -655,7 +619,7 @@ static void *comm_main(void *arg)
 
 struct to_add {
     char rid[ID_MAX];
-    enum gp_endpoint ep;
+    enum wproto_endpoint ep;
     json_t *body;
 };
 
@@ -863,7 +827,7 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
         }
         pthread_mutex_unlock(&w->mu);
         for (size_t i = 0; i < n_add; i++) {
-            if (add[i].ep == WL_BAD_URL || (!os && add[i].ep != WL_EMBED)) {
+            if (add[i].ep == WPROTO_EP_NONE || (!os && add[i].ep != WPROTO_EP_EMBEDDINGS)) {
                 /* a request error, answered without the engine (an encoder worker is
                  * leased only embeddings by jobd: this is a safety net) */
                 json_t *eb = json_pack(
@@ -883,9 +847,9 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
                 json_decref(add[i].body);
                 continue;
             }
-            if (add[i].ep == WL_EMBED) { /* this and the embeddings right after it: one pack */
+            if (add[i].ep == WPROTO_EP_EMBEDDINGS) { /* this and the embeddings right after it: one pack */
                 size_t k = 1;
-                while (i + k < n_add && add[i + k].ep == WL_EMBED && k < WL_EMBED_PACK)
+                while (i + k < n_add && add[i + k].ep == WPROTO_EP_EMBEDDINGS && k < WL_EMBED_PACK)
                     k++;
                 run_embeds(w, e, &ectx, &add[i], k);
                 for (size_t j = 0; j < k; j++)
@@ -893,7 +857,8 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
                 i += k - 1;
                 continue;
             }
-            int arc = oreq_sched_add(os, add[i].rid, add[i].ep, add[i].body);
+            enum gp_endpoint gep = add[i].ep == WPROTO_EP_CHAT ? GP_CHAT : GP_COMPLETIONS;
+            int arc = oreq_sched_add(os, add[i].rid, gep, add[i].body);
             json_decref(add[i].body);
             if (arc) {
                 log_error("%s: cannot queue the request: %s; releasing it", add[i].rid,

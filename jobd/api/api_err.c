@@ -64,16 +64,6 @@ int api_respond_error(struct http_req *req, enum api_err e, const char *param, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    struct buf b;
-    buf_init(&b, 16 * 1024);
-    int rc = api_err_json(&b, e, param, msg);
-    if (rc) {
-        buf_release(&b);
-        static const char fallback[] = "{\"error\":{\"message\":\"internal error\","
-                                       "\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        return http_respond(req, 500, "application/json", fallback, sizeof fallback - 1);
-    }
-    rc = http_respond(req, api_err_status(e), "application/json", b.data, b.len);
-    buf_release(&b);
-    return rc;
+    const struct api_err_entry *t = entry(e);
+    return http_respond_error(req, t->status, t->type, t->code, param, "%s", msg);
 }

@@ -1,15 +1,14 @@
 /*
  * http_defer.c - what a handler needs while a request waits for its
  * deferred answer, with every libuv handle owned here (so the routes above
- * never touch libuv): work on the thread pool (http_req_queue_work), a
- * per-request timer (http_req_timer_start) and a streamed answer produced
- * on the thread pool with backpressure (http_respond_stream).
+ * never touch libuv): work on the thread pool (http_req_queue_work) and a
+ * streamed answer produced on the thread pool with backpressure
+ * (http_respond_stream). It sits above http_server.c and uses only the
+ * server's calls (http_req_loop, http_req_send_queue, http_respond_*); the
+ * request's own timer belongs to the request's lifecycle and lives there.
  *
- * Ownership. A request's timer is allocated on first use and hangs off the
- * request; answering stops it and retiring the request closes it, and the
- * handle is freed in its close callback (libuv's rule), which may run after
- * the request is gone. A stream owns a uv_work_t and a uv_timer_t in one
- * struct, freed in the timer's close callback after done(arg) ran.
+ * Ownership. A stream owns a uv_work_t and a uv_timer_t in one struct,
+ * freed in the timer's close callback after done(arg) ran.
  *
  * Loop thread, except the work and read callbacks (thread pool).
  */
@@ -59,67 +58,6 @@ int http_req_queue_work(struct http_req *req, void (*work)(void *arg),
         return ERR_INTERNAL;
     }
     return 0;
-}
-
-/* ---- per-request timer ------------------------------------------------------------------ */
-
-struct http_rtimer {
-    uv_timer_t t;
-    struct http_req *req; /* NULL once closing */
-    void (*cb)(struct http_req *req, void *arg);
-    void *arg;
-};
-
-static void rtimer_fire(uv_timer_t *t)
-{
-    struct http_rtimer *rt = t->data;
-    if (rt->req && !rt->req->responded)
-        rt->cb(rt->req, rt->arg);
-}
-
-static void rtimer_closed(uv_handle_t *h)
-{
-    free(h->data);
-}
-
-int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct http_req *req, void *arg),
-                         void *arg)
-{
-    if (!req || !cb || !req->srv)
-        return ERR_INVAL;
-    if (req->responded)
-        return ERR_BADSTATE;
-    if (!req->timer) {
-        struct http_rtimer *rt = calloc(1, sizeof *rt);
-        if (!rt)
-            return ERR_NOMEM;
-        if (uv_timer_init(http_req_loop(req), &rt->t) != 0) {
-            free(rt);
-            return ERR_INTERNAL;
-        }
-        rt->t.data = rt;
-        rt->req = req;
-        req->timer = rt;
-    }
-    req->timer->cb = cb;
-    req->timer->arg = arg;
-    return uv_timer_start(&req->timer->t, rtimer_fire, ms, 0) == 0 ? 0 : ERR_INTERNAL;
-}
-
-void http_req_timer_stop(struct http_req *req)
-{
-    if (req->timer)
-        uv_timer_stop(&req->timer->t);
-}
-
-void http_req_timer_close(struct http_req *req)
-{
-    struct http_rtimer *rt = req->timer;
-    if (!rt)
-        return;
-    req->timer = NULL;
-    rt->req = NULL;
-    uv_close((uv_handle_t *)&rt->t, rtimer_closed);
 }
 
 /* ---- streamed answer -------------------------------------------------------------------- */

@@ -9,7 +9,11 @@
  *   http_router.c  struct http_router: pattern matching, params, Allow.
  *   http_resp.c    response heads, error envelopes, status reasons.
  *   http_server.c  libuv: listener, connections, deadlines, writes, file
- *                  streaming, shutdown, counters.
+ *                  streaming, shutdown, counters; each request's lifecycle
+ *                  and its timer.
+ *   http_defer.c   deferred answers on top of the server: thread-pool work
+ *                  and streamed answers with backpressure (through the
+ *                  server's calls only).
  * Everything runs on the loop thread (the parse/router layers are pure).
  */
 #ifndef JOBD_HTTP_INT_H
@@ -44,7 +48,7 @@ enum http_req_state {
 enum http_body_kind { HTTP_BODY_KIND_BUFFER = 0, HTTP_BODY_KIND_STREAM };
 
 struct http_fsend; /* file streaming state (http_server.c) */
-struct http_rtimer; /* a request's timer (http_defer.c) */
+struct http_rtimer; /* a request's timer (http_server.c) */
 
 struct http_req {
     struct http_server *srv;        /* NULL when parsed without a server (fuzzer) */
@@ -101,10 +105,6 @@ struct http_req {
 
 /* The loop of the request's server (NULL without a server). */
 uv_loop_t *http_req_loop(const struct http_req *req);
-/* The request is being answered: stop its timer (http_defer.c). */
-void http_req_timer_stop(struct http_req *req);
-/* The request ends: close its timer; the handle frees itself (http_defer.c). */
-void http_req_timer_close(struct http_req *req);
 
 /* ---- parse layer (http_parse.c) ---- */
 

@@ -153,6 +153,72 @@ static void req_attach(struct http_server *srv, struct http_conn *c, struct http
     srv->n_reqs_live++;
 }
 
+/* ---- per-request timer ------------------------------------------------------------------ */
+
+/* A request's timer (http_req_timer_start) is allocated on first use and
+ * hangs off the request; answering stops it (answer_begin), retiring the
+ * request closes it (req_retire), and the handle is freed in its close
+ * callback (libuv's rule), which may run after the request is gone. */
+
+struct http_rtimer {
+    uv_timer_t t;
+    struct http_req *req; /* NULL once closing */
+    void (*cb)(struct http_req *req, void *arg);
+    void *arg;
+};
+
+static void rtimer_fire(uv_timer_t *t)
+{
+    struct http_rtimer *rt = t->data;
+    if (rt->req && !rt->req->responded)
+        rt->cb(rt->req, rt->arg);
+}
+
+static void rtimer_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct http_req *req, void *arg),
+                         void *arg)
+{
+    if (!req || !cb || !req->srv)
+        return ERR_INVAL;
+    if (req->responded)
+        return ERR_BADSTATE;
+    if (!req->timer) {
+        struct http_rtimer *rt = calloc(1, sizeof *rt);
+        if (!rt)
+            return ERR_NOMEM;
+        if (uv_timer_init(http_req_loop(req), &rt->t) != 0) {
+            free(rt);
+            return ERR_INTERNAL;
+        }
+        rt->t.data = rt;
+        rt->req = req;
+        req->timer = rt;
+    }
+    req->timer->cb = cb;
+    req->timer->arg = arg;
+    return uv_timer_start(&req->timer->t, rtimer_fire, ms, 0) == 0 ? 0 : ERR_INTERNAL;
+}
+
+static void req_timer_stop(struct http_req *req)
+{
+    if (req->timer)
+        uv_timer_stop(&req->timer->t);
+}
+
+static void req_timer_close(struct http_req *req)
+{
+    struct http_rtimer *rt = req->timer;
+    if (!rt)
+        return;
+    req->timer = NULL;
+    rt->req = NULL;
+    uv_close((uv_handle_t *)&rt->t, rtimer_closed);
+}
+
 /* Log and count an answered request, then free it. */
 static void req_retire(struct http_server *srv, struct http_req *req, const char *note)
 {
@@ -168,7 +234,7 @@ static void req_retire(struct http_server *srv, struct http_req *req, const char
     }
     if (req->srv)
         srv->n_reqs_live--;
-    http_req_timer_close(req);
+    req_timer_close(req);
     http_req_destroy(req);
     maybe_done(srv);
 }
@@ -276,7 +342,7 @@ static int answer_begin(struct http_req *req, int status, int retire_if_gone)
         return ERR_INVAL;
     req->responded = 1;
     req->status = status;
-    http_req_timer_stop(req);
+    req_timer_stop(req);
     if (!req->conn && !retire_if_gone)
         return 1;
     if (!req->conn) {
@@ -304,6 +370,23 @@ static int no_body_status(int status)
     return (status >= 100 && status < 200) || status == 204 || status == 304;
 }
 
+/* The head of a whole answer of len body bytes into head (initialised here;
+ * the caller releases it on 0), deciding whether the connection closes after
+ * it. 0, or http_head_build's error with head released. */
+static int answer_head(struct http_req *req, int status, const char *content_type, int64_t len,
+                       struct buf *head)
+{
+    struct http_conn *c = req->conn;
+    int close_conn = decide_close(c, req);
+    if (close_conn)
+        c->close_after = 1;
+    buf_init(head, 64 * 1024);
+    int rc = http_head_build(head, req, status, content_type, len, close_conn);
+    if (rc)
+        buf_release(head);
+    return rc;
+}
+
 int http_respond(struct http_req *req, int status, const char *content_type, const void *body,
                  size_t len)
 {
@@ -313,16 +396,10 @@ int http_respond(struct http_req *req, int status, const char *content_type, con
     struct http_conn *c = req->conn;
     if (no_body_status(status))
         len = 0;
-    int close_conn = decide_close(c, req);
-    if (close_conn)
-        c->close_after = 1;
     struct buf head;
-    buf_init(&head, 64 * 1024);
-    rc = http_head_build(&head, req, status, content_type, (int64_t)len, close_conn);
-    if (rc) {
-        buf_release(&head);
+    rc = answer_head(req, status, content_type, (int64_t)len, &head);
+    if (rc)
         return answer_abort(req, rc);
-    }
     size_t send_len = req->method == HTTP_HEAD ? 0 : len;
     rc = conn_write2(c, head.data, head.len, body, send_len);
     buf_release(&head);
@@ -448,15 +525,12 @@ int http_respond_fd(struct http_req *req, int status, const char *content_type, 
     struct http_conn *c = req->conn;
     if (no_body_status(status))
         len = 0;
-    int close_conn = decide_close(c, req);
-    if (close_conn)
-        c->close_after = 1;
     struct buf head;
-    buf_init(&head, 64 * 1024);
-    rc = http_head_build(&head, req, status, content_type, (int64_t)len, close_conn);
-    if (!rc)
+    rc = answer_head(req, status, content_type, (int64_t)len, &head);
+    if (!rc) {
         rc = conn_write2(c, head.data, head.len, NULL, 0);
-    buf_release(&head);
+        buf_release(&head);
+    }
     if (rc) {
         close(fd);
         return answer_abort(req, rc);

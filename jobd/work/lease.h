@@ -10,7 +10,9 @@
  * together, then by length), the
  * strict parsers of the worker's JSON messages and of the zstd-compressed
  * JSONL result chunks (hostile input: capped, fuzzed by
- * tests/fuzz/fuzz_results.c), and the JSON answers. Each lease_* call that
+ * tests/fuzz/fuzz_wproto.c), and the JSON answers; the messages the worker
+ * shares with jobd (lease answer, heartbeat, results line) are those of
+ * common/wproto.h. Each lease_* call that
  * touches the store is one transaction.
  *
  * What the daemon calls, and when:
@@ -37,6 +39,7 @@
 
 #include "common/buf.h"
 #include "common/problem.h"
+#include "common/wproto.h"
 #include "jobd/store/store.h"
 
 struct lease_opts {
@@ -147,10 +150,10 @@ int lease_order_pack(struct store_lease *l, size_t prefix_bytes);
 
 /* ---- protocol messages ---- */
 
-#define LEASE_MSG_MAX_BYTES (1u << 20)          /* JSON request bodies */
+#define LEASE_MSG_MAX_BYTES WPROTO_MSG_MAX_BYTES   /* JSON request bodies, 1 MiB */
 #define LEASE_CHUNK_MAX_BYTES (64u << 20)       /* a results chunk, compressed */
 #define LEASE_CHUNK_MAX_DECODED (256u << 20)    /* ... decompressed */
-#define LEASE_LINE_MAX_BYTES (16u << 20)        /* one results line */
+#define LEASE_LINE_MAX_BYTES WPROTO_LINE_MAX_BYTES /* one results line, 16 MiB */
 #define LEASE_CHUNK_MAX_LINES STORE_LEASE_MAX_REQUESTS
 
 /* A protocol error is a struct problem (common/problem.h): status (400,

@@ -1,8 +1,9 @@
 /*
  * lease_proto.c - the worker protocol's pure parts: message parsers, the
- * results chunk parser (fuzzed: tests/fuzz/fuzz_results.c) and the JSON
- * answers. No store access, so the fuzzer links it alone. See lease.h.
- * Thread-safe.
+ * results chunk parser and the JSON answers, over the messages of
+ * common/wproto.h (fuzzed with it: tests/fuzz/fuzz_wproto.c), translated
+ * into the store's types and the spec's error answers. No store access, so
+ * the fuzzer links it alone. See lease.h. Thread-safe.
  */
 #include "jobd/work/lease.h"
 
@@ -12,6 +13,7 @@
 
 #include "common/err.h"
 #include "common/js.h"
+#include "common/wproto.h"
 #include "common/zst.h"
 
 static const struct lease_opts *opts_or_default(const struct lease_opts *o, struct lease_opts *tmp)
@@ -67,64 +69,57 @@ void lease_error_from(int err, struct problem *e)
 
 /* ---- message parsers -------------------------------------------------------------------- */
 
-static int parse_obj(const char *json, size_t len, json_t **root, struct problem *e)
+/* A common/wproto.h reader's error (rc, msg) as the spec's answer. */
+static int proto_fail(struct problem *e, int rc, const char *msg)
 {
-    struct js_limits lim = {LEASE_MSG_MAX_BYTES, 16, 0};
-    struct js_error je;
-    int rc = js_parse(json, len, &lim, root, &je);
-    if (rc)
-        return fail(e, rc, rc == ERR_TOOBIG ? 413 : 400, rc == ERR_TOOBIG ? "too_large" : "invalid_json",
-                    je.message);
-    if (!json_is_object(*root)) {
-        json_decref(*root);
-        *root = NULL;
-        return fail(e, ERR_PARSE, 400, "invalid_json", "the message must be a JSON object");
+    switch (rc) {
+    case ERR_INVAL: return fail(e, rc, 400, "invalid_request", msg);
+    case ERR_TOOBIG: return fail(e, rc, 413, "too_large", msg);
+    case ERR_NOMEM: return fail(e, rc, 500, "server_error", "out of memory");
+    default: return fail(e, rc, 400, "invalid_json", msg);
     }
-    return 0;
 }
 
-/* Required string field of 1..max bytes. */
+static int parse_obj(const char *json, size_t len, json_t **root, struct problem *e)
+{
+    char msg[200];
+    int rc = wproto_msg_parse(json, len, root, msg, sizeof msg);
+    return rc ? proto_fail(e, rc, msg) : 0;
+}
+
 static int want_str(json_t *o, const char *key, size_t max, int required, const char **out,
                     struct problem *e)
 {
-    int rc = js_get_str(o, key, out);
-    char msg[120];
-    if (rc == ERR_NOTFOUND && !required) {
-        *out = NULL;
-        return 0;
-    }
-    if (rc || !**out || strlen(*out) > max) {
-        snprintf(msg, sizeof msg, "'%s' must be a string of 1..%zu bytes", key, max);
-        return fail(e, ERR_INVAL, 400, "invalid_request", msg);
-    }
-    return 0;
+    char msg[200];
+    int rc = wproto_get_str(o, key, max, required, out, msg, sizeof msg);
+    return rc ? proto_fail(e, rc, msg) : 0;
 }
 
 static int want_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t dflt, int64_t *out,
                     struct problem *e)
 {
-    int rc = js_get_int(o, key, out);
-    char msg[120];
-    if (rc == ERR_NOTFOUND) {
-        *out = dflt;
-        return 0;
-    }
-    if (rc || *out < lo || *out > hi) {
-        snprintf(msg, sizeof msg, "'%s' must be an integer in %lld..%lld", key, (long long)lo, (long long)hi);
-        return fail(e, ERR_INVAL, 400, "invalid_request", msg);
-    }
-    return 0;
+    char msg[200];
+    int rc = wproto_get_int(o, key, lo, hi, dflt, out, msg, sizeof msg);
+    return rc ? proto_fail(e, rc, msg) : 0;
 }
 
 static int id_field(json_t *o, const char *key, const char *prefix, const char **out, struct problem *e)
 {
-    int rc = want_str(o, key, ID_MAX - 1, 1, out, e);
-    if (!rc && !id_valid(prefix, *out)) {
-        char msg[120];
-        snprintf(msg, sizeof msg, "'%s' is not a %s... id", key, prefix);
-        return fail(e, ERR_INVAL, 400, "invalid_request", msg);
+    char msg[200];
+    int rc = wproto_get_id(o, key, prefix, out, msg, sizeof msg);
+    return rc ? proto_fail(e, rc, msg) : 0;
+}
+
+/* STORE_EP_* of a protocol endpoint (0 for none). */
+static unsigned store_ep(enum wproto_endpoint ep)
+{
+    switch (ep) {
+    case WPROTO_EP_CHAT: return STORE_EP_CHAT;
+    case WPROTO_EP_COMPLETIONS: return STORE_EP_COMPLETIONS;
+    case WPROTO_EP_EMBEDDINGS: return STORE_EP_EMBEDDINGS;
+    case WPROTO_EP_NONE: break;
     }
-    return rc;
+    return 0;
 }
 
 int lease_parse_register(const char *json, size_t len, struct lease_register *out, struct problem *e)
@@ -176,12 +171,7 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
         json_t *ep;
         json_array_foreach(eps, k, ep)
         {
-            const char *es = json_string_value(ep);
-            unsigned bit = !es                                         ? 0
-                           : strcmp(es, "/v1/chat/completions") == 0 ? STORE_EP_CHAT
-                           : strcmp(es, "/v1/completions") == 0      ? STORE_EP_COMPLETIONS
-                           : strcmp(es, "/v1/embeddings") == 0       ? STORE_EP_EMBEDDINGS
-                                                                       : 0;
+            unsigned bit = store_ep(wproto_endpoint_of(json_string_value(ep)));
             if (!bit) {
                 rc = fail(e, ERR_INVAL, 400, "invalid_request",
                           "'endpoints' entries must be \"/v1/chat/completions\", "
@@ -276,40 +266,13 @@ int lease_parse_heartbeat(const struct lease_opts *o, const char *json, size_t l
 {
     struct lease_opts tmp;
     o = opts_or_default(o, &tmp);
-    struct lease_heartbeat_msg m;
-    memset(&m, 0, sizeof m);
-    m.tokens_per_s = -1;
-    int rc = parse_obj(json, len, &m.root, e);
+    struct wproto_heartbeat h;
+    char msg[200];
+    int rc = wproto_heartbeat_parse(json, len, o->lease_s_default, &h, msg, sizeof msg);
     if (rc)
-        return rc;
-    json_t *prog = NULL;
-    if ((rc = id_field(m.root, "worker_id", "wrk_", &m.worker_id, e)) ||
-        (rc = id_field(m.root, "lease_id", "lease_", &m.lease_id, e)) ||
-        (rc = want_int(m.root, "extend_seconds", 1, 86400, o->lease_s_default, &m.extend_s, e)))
-        goto out;
-    int prc = js_get_obj(m.root, "progress", &prog);
-    if (prc == ERR_INVAL) {
-        rc = fail(e, ERR_INVAL, 400, "invalid_request", "'progress' must be an object");
-        goto out;
-    }
-    if (prog) {
-        double tps = 0;
-        int trc = js_get_num(prog, "tokens_per_s", &tps);
-        if (trc == ERR_INVAL || (trc == 0 && !(tps >= 0 && tps < 1e12))) {
-            rc = fail(e, ERR_INVAL, 400, "invalid_request", "'progress.tokens_per_s' must be a number >= 0");
-            goto out;
-        }
-        if (trc == 0)
-            m.tokens_per_s = tps;
-        if ((rc = want_int(prog, "completed", 0, INT64_C(1) << 40, 0, &m.completed, e)))
-            goto out;
-    }
-out:
-    if (rc) {
-        json_decref(m.root);
-        return rc;
-    }
-    *out = m;
+        return proto_fail(e, rc, msg);
+    *out = (struct lease_heartbeat_msg){h.root, h.worker_id, h.lease_id, h.extend_s, h.tokens_per_s,
+                                        h.completed};
     return 0;
 }
 
@@ -401,21 +364,6 @@ static int line_fail(struct problem *e, int64_t line, const char *msg)
     return ERR_PARSE;
 }
 
-/* Non-negative integer fields of an optional object. */
-static int opt_counts(json_t *obj, const char *const *keys, int64_t *const *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        int64_t v = 0;
-        int rc = js_get_int(obj, keys[i], &v);
-        if (rc == ERR_NOTFOUND)
-            continue;
-        if (rc || v < 0 || v > (INT64_C(1) << 40))
-            return -1;
-        *dst[i] = v;
-    }
-    return 0;
-}
-
 static char *dump_str(const json_t *v, size_t *len)
 {
     struct buf b;
@@ -431,120 +379,53 @@ static char *dump_str(const json_t *v, size_t *len)
 static int parse_result_line(const char *line, size_t len, int64_t lineno, struct store_result *it,
                              char **own, struct problem *e)
 {
-    json_t *root = NULL;
-    struct js_limits lim = {LEASE_LINE_MAX_BYTES, 64, 0};
-    struct js_error je;
-    int rc = js_parse(line, len, &lim, &root, &je);
-    if (rc)
-        return line_fail(e, lineno, je.message);
-    rc = ERR_PARSE;
-    const char *rid = NULL, *status = NULL;
-    json_t *usage = NULL, *timings = NULL, *resp = NULL, *err = NULL;
+    struct wproto_result r;
+    char msg[200];
     memset(it, 0, sizeof *it);
-    if (!json_is_object(root)) {
-        line_fail(e, lineno, "a results line must be a JSON object");
+    if (wproto_result_parse(line, len, &r, msg, sizeof msg))
+        return line_fail(e, lineno, msg);
+    static const enum store_result_kind kinds[] = {
+        [WPROTO_RESULT_SUCCESS] = STORE_RESULT_SUCCESS,
+        [WPROTO_RESULT_INVALID] = STORE_RESULT_INVALID,
+        [WPROTO_RESULT_TRANSIENT] = STORE_RESULT_TRANSIENT,
+    };
+    int rc = ERR_NOMEM;
+    it->prompt_tokens = r.prompt_tokens;
+    it->completion_tokens = r.completion_tokens;
+    it->cached_tokens = r.cached_tokens;
+    it->queue_ms = r.queue_ms;
+    it->prefill_ms = r.prefill_ms;
+    it->decode_ms = r.decode_ms;
+    it->gpu_ms = r.device_ms;
+    it->kind = kinds[r.kind];
+    it->status_code = r.status_code;
+    if (!(own[0] = strdup(r.request_id)))
         goto out;
-    }
-    if (js_get_str(root, "request_id", &rid) || !id_valid("req_", rid)) {
-        line_fail(e, lineno, "'request_id' must be a req_... id");
-        goto out;
-    }
-    if (js_get_str(root, "status", &status) ||
-        (strcmp(status, "success") != 0 && strcmp(status, "error") != 0)) {
-        line_fail(e, lineno, "'status' must be \"success\" or \"error\"");
-        goto out;
-    }
-    if (js_get_obj(root, "usage", &usage) == ERR_INVAL || js_get_obj(root, "timings", &timings) == ERR_INVAL) {
-        line_fail(e, lineno, "'usage' and 'timings' must be objects");
-        goto out;
-    }
-    static const char *const ukeys[] = {"prompt_tokens", "completion_tokens", "cached_tokens"};
-    int64_t *const udst[] = {&it->prompt_tokens, &it->completion_tokens, &it->cached_tokens};
-    static const char *const tkeys[] = {"queue_ms", "prefill_ms", "decode_ms", "device_ms"};
-    int64_t *const tdst[] = {&it->queue_ms, &it->prefill_ms, &it->decode_ms, &it->gpu_ms};
-    if ((usage && opt_counts(usage, ukeys, udst, 3)) || (timings && opt_counts(timings, tkeys, tdst, 4))) {
-        line_fail(e, lineno, "usage and timings fields must be integers >= 0");
-        goto out;
-    }
-    if (it->cached_tokens > it->prompt_tokens) {
-        line_fail(e, lineno, "'usage.cached_tokens' exceeds 'usage.prompt_tokens'");
-        goto out;
-    }
-    if (!(own[0] = strdup(rid))) {
-        rc = ERR_NOMEM;
-        goto out;
-    }
     it->request_id = own[0];
-    if (strcmp(status, "success") == 0) {
-        json_t *body = NULL;
-        int64_t code = 200;
-        if (js_get_obj(root, "response", &resp) || js_get_obj(resp, "body", &body)) {
-            line_fail(e, lineno, "a success needs 'response.body' (a JSON object)");
+    if (r.kind == WPROTO_RESULT_SUCCESS) {
+        if (!(own[1] = dump_str(r.body, &it->body_len)))
             goto out;
-        }
-        int crc = js_get_int(resp, "status_code", &code);
-        if (crc == ERR_INVAL || code < 200 || code > 299) {
-            line_fail(e, lineno, "'response.status_code' of a success must be 2xx");
+        it->body = own[1];
+    } else if (r.kind == WPROTO_RESULT_INVALID) {
+        json_t *env = json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error", "message", r.message, "type",
+                                "invalid_request_error", "param", r.param, "code", r.code);
+        if (!env)
             goto out;
-        }
-        it->kind = STORE_RESULT_SUCCESS;
-        it->status_code = (int)code;
-        if (!(own[1] = dump_str(body, &it->body_len))) {
-            rc = ERR_NOMEM;
+        own[1] = dump_str(env, &it->body_len);
+        json_decref(env);
+        if (!own[1])
             goto out;
-        }
         it->body = own[1];
     } else {
-        const char *cls = NULL, *code = NULL, *msg = NULL, *param = NULL;
-        int64_t sc = 400;
-        if (js_get_obj(root, "error", &err) || js_get_str(err, "class", &cls) ||
-            js_get_str(err, "message", &msg)) {
-            line_fail(e, lineno, "an error needs 'error.class' and 'error.message' strings");
+        char tmpmsg[4200];
+        snprintf(tmpmsg, sizeof tmpmsg, "%s%s%s", r.code ? r.code : "", r.code ? ": " : "", r.message);
+        if (!(own[2] = strdup(tmpmsg)))
             goto out;
-        }
-        if (js_get_str(err, "code", &code) == ERR_INVAL || js_get_str(err, "param", &param) == ERR_INVAL ||
-            strlen(msg) > 4096 || (code && strlen(code) > 64) || (param && strlen(param) > 256)) {
-            line_fail(e, lineno, "'error.code' (<= 64 bytes), 'error.param' (<= 256), 'error.message' (<= 4096) must be strings");
-            goto out;
-        }
-        if (strcmp(cls, "invalid_request") == 0) {
-            int crc = js_get_int(err, "status_code", &sc);
-            if (crc == ERR_INVAL || sc < 400 || sc > 499) {
-                line_fail(e, lineno, "'error.status_code' of an invalid_request must be 4xx");
-                goto out;
-            }
-            json_t *env = json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error", "message", msg, "type",
-                                    "invalid_request_error", "param", param, "code", code);
-            if (!env) {
-                rc = ERR_NOMEM;
-                goto out;
-            }
-            own[1] = dump_str(env, &it->body_len);
-            json_decref(env);
-            if (!own[1]) {
-                rc = ERR_NOMEM;
-                goto out;
-            }
-            it->kind = STORE_RESULT_INVALID;
-            it->status_code = (int)sc;
-            it->body = own[1];
-        } else if (strcmp(cls, "transient") == 0) {
-            char tmpmsg[4200];
-            snprintf(tmpmsg, sizeof tmpmsg, "%s%s%s", code ? code : "", code ? ": " : "", msg);
-            if (!(own[2] = strdup(tmpmsg))) {
-                rc = ERR_NOMEM;
-                goto out;
-            }
-            it->kind = STORE_RESULT_TRANSIENT;
-            it->error = own[2];
-        } else {
-            line_fail(e, lineno, "'error.class' must be \"invalid_request\" or \"transient\"");
-            goto out;
-        }
+        it->error = own[2];
     }
     rc = 0;
 out:
-    json_decref(root);
+    wproto_result_release(&r);
     return rc;
 }
 
@@ -648,37 +529,21 @@ int lease_write_lease(struct buf *b, const struct lease_opts *o, const struct st
     struct lease_opts tmp;
     o = opts_or_default(o, &tmp);
     if (l->n == 0)
-        return buf_printf(b, "{\"lease_id\":null,\"requests\":[],\"retry_after_ms\":%d}", o->retry_after_ms);
-    int rc = buf_printf(b, "{\"lease_id\":\"%s\",\"expires_at\":%lld,\"requests\":[", l->id,
-                        (long long)l->expires_at);
+        return wproto_lease_write_empty(b, o->retry_after_ms);
+    int rc = wproto_lease_write_begin(b, l->id, l->expires_at);
     for (size_t i = 0; !rc && i < l->n; i++) {
         const struct store_leased *it = &l->items[i];
-        rc = buf_printf(b, "%s{\"request_id\":\"%s\",\"custom_id\":", i ? "," : "", it->id);
-        if (!rc)
-            rc = put_str(b, it->custom_id);
-        if (!rc && it->endpoint[0]) {
-            rc = buf_append_str(b, ",\"url\":");
-            if (!rc)
-                rc = put_str(b, it->endpoint);
-        }
-        if (!rc)
-            rc = buf_printf(b, ",\"attempt\":%lld,\"body\":", (long long)it->attempt);
-        if (!rc)
-            rc = buf_append(b, it->body, it->body_len);
-        if (!rc)
-            rc = buf_append_byte(b, '}');
+        struct wproto_lease_item w = {it->id, it->custom_id, it->endpoint, it->attempt, it->body,
+                                      it->body_len};
+        rc = wproto_lease_write_item(b, i, &w);
     }
-    return rc ? rc : buf_append_str(b, "]}");
+    return rc ? rc : wproto_lease_write_end(b);
 }
 
 int lease_write_heartbeat(struct buf *b, const char *lease_id, int64_t expires_at,
                           char (*stop_ids)[ID_MAX], size_t n)
 {
-    int rc = buf_printf(b, "{\"lease_id\":\"%s\",\"expires_at\":%lld,\"cancelled\":[", lease_id,
-                        (long long)expires_at);
-    for (size_t i = 0; !rc && i < n; i++)
-        rc = buf_printf(b, "%s\"%s\"", i ? "," : "", stop_ids[i]);
-    return rc ? rc : buf_append_str(b, "]}");
+    return wproto_hb_answer_write(b, lease_id, expires_at, (const char (*)[ID_MAX])stop_ids, n);
 }
 
 int lease_write_models(struct buf *b, const struct store_model_served *m, size_t n)
@@ -694,11 +559,9 @@ int lease_write_models(struct buf *b, const struct store_model_served *m, size_t
             rc = put_str(b, m[i].canonical);
         if (!rc)
             rc = buf_printf(b, ",\"workers\":%lld,\"endpoints\":[", (long long)m[i].n_workers);
-        static const char *const eps[3] = {"/v1/chat/completions", "/v1/completions",
-                                           "/v1/embeddings"};
-        for (int k = 0, first = 1; !rc && k < 3; k++)
-            if (m[i].endpoints & (1u << k)) {
-                rc = buf_printf(b, "%s\"%s\"", first ? "" : ",", eps[k]);
+        for (int k = 0, first = 1; !rc && k < WPROTO_N_ENDPOINTS; k++)
+            if (m[i].endpoints & store_ep(wproto_endpoints[k])) {
+                rc = buf_printf(b, "%s\"%s\"", first ? "" : ",", wproto_endpoint_url(wproto_endpoints[k]));
                 first = 0;
             }
         if (!rc)

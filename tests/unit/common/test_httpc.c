@@ -1,107 +1,14 @@
-/* Unit tests: the HTTP client against a real loopback server (a thread that
- * answers each connection from a script of responses). */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <signal.h>
+/* Unit tests: the HTTP client against a real loopback server (tests/th_http.h:
+ * a thread that answers each connection from a script of responses). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/httpc.h"
 #include "tests/th.h"
-
-struct step {
-    int status;          /* 0: close the connection without answering */
-    const char *headers; /* extra header lines, each ending in \r\n */
-    const char *body;
-    int delay_ms;
-    size_t body_repeat;  /* send body this many times (big responses) */
-};
-
-struct server {
-    int fd, port;
-    const struct step *steps;
-    int n_steps, served;
-    char last_request[8192];
-    pthread_t thread;
-};
-
-static void *server_main(void *arg)
-{
-    struct server *s = arg;
-    for (int i = 0; i < s->n_steps; i++) {
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0)
-            break;
-        /* read the request head and a Content-Length body */
-        size_t used = 0;
-        char *req = s->last_request;
-        for (;;) {
-            ssize_t r = read(c, req + used, sizeof s->last_request - 1 - used);
-            if (r <= 0)
-                break;
-            used += (size_t)r;
-            req[used] = '\0';
-            char *end = strstr(req, "\r\n\r\n");
-            if (end) {
-                const char *cl = strcasestr(req, "content-length:");
-                size_t want = cl ? (size_t)atol(cl + 15) : 0;
-                if (used >= (size_t)(end + 4 - req) + want)
-                    break;
-            }
-        }
-        const struct step *st = &s->steps[i];
-        if (st->delay_ms)
-            clock_sleep_ms((uint64_t)st->delay_ms);
-        if (st->status) {
-            size_t reps = st->body_repeat ? st->body_repeat : 1, blen = strlen(st->body);
-            char head[512];
-            int n = snprintf(head, sizeof head,
-                             "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                             st->status, blen * reps, st->headers ? st->headers : "");
-            if (write(c, head, (size_t)n) < 0)
-                reps = 0;
-            for (size_t k = 0; k < reps; k++)
-                if (write(c, st->body, blen) < 0)
-                    break;
-        }
-        s->served++;
-        close(c);
-    }
-    return NULL;
-}
-
-static void server_start(struct server *s, const struct step *steps, int n)
-{
-    memset(s, 0, sizeof *s);
-    signal(SIGPIPE, SIG_IGN); /* the client may hang up first (timeouts, caps) */
-    s->steps = steps;
-    s->n_steps = n;
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(s->fd, (struct sockaddr *)&a, sizeof a) || listen(s->fd, 16) ||
-        getsockname(s->fd, (struct sockaddr *)&a, &len))
-        abort();
-    s->port = ntohs(a.sin_port);
-    pthread_create(&s->thread, NULL, server_main, s);
-}
-
-static void server_stop(struct server *s)
-{
-    shutdown(s->fd, SHUT_RDWR);
-    close(s->fd);
-    pthread_join(s->thread, NULL);
-}
+#include "tests/th_http.h"
 
 static struct httpc_opts fast_opts(void)
 {
@@ -114,9 +21,9 @@ static struct httpc_opts fast_opts(void)
 
 TEST(httpc_get_body_and_headers)
 {
-    static const struct step steps[] = {{200, "X-Thing:  value 1  \r\n", "{\"ok\":true}", 0, 0}};
-    struct server s;
-    server_start(&s, steps, 1);
+    static const struct th_http_step steps[] = {{200, "X-Thing:  value 1  \r\n", "{\"ok\":true}", 0, 0}};
+    struct th_http s;
+    th_http_start(&s, steps, 1);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/things?x=1", s.port);
     struct httpc_response r;
@@ -132,7 +39,7 @@ TEST(httpc_get_body_and_headers)
     CHECK_EQ_STR(v, "value 1");
     CHECK_EQ_INT(httpc_response_header(&r, "X-Missing", v, sizeof v), ERR_NOTFOUND);
     CHECK_EQ_INT(httpc_response_header(&r, "X-Thing", v, 3), ERR_TOOBIG);
-    server_stop(&s);
+    th_http_stop(&s);
     CHECK(strncmp(s.last_request, "GET /v1/things?x=1 HTTP/1.1\r\n", 29) == 0);
     CHECK(strstr(s.last_request, "Authorization: Bearer k\r\n") != NULL);
     httpc_response_release(&r);
@@ -140,10 +47,10 @@ TEST(httpc_get_body_and_headers)
 
 TEST(httpc_retries_5xx_then_succeeds)
 {
-    static const struct step steps[] = {
+    static const struct th_http_step steps[] = {
         {503, NULL, "busy", 0, 0}, {0, NULL, "", 0, 0}, {200, NULL, "done", 0, 0}};
-    struct server s;
-    server_start(&s, steps, 3);
+    struct th_http s;
+    th_http_start(&s, steps, 3);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/x", s.port);
     struct httpc_response r;
@@ -153,16 +60,16 @@ TEST(httpc_retries_5xx_then_succeeds)
     CHECK_EQ_INT(r.status, 200);
     CHECK_EQ_INT(r.attempts, 3);
     CHECK_EQ_STR(r.body.data, "done");
-    server_stop(&s);
+    th_http_stop(&s);
     httpc_response_release(&r);
 }
 
 TEST(httpc_post_not_retried_unless_safe)
 {
-    static const struct step steps[] = {
+    static const struct th_http_step steps[] = {
         {503, NULL, "busy", 0, 0}, {503, "Retry-After: 30\r\n", "busy", 0, 0}, {201, NULL, "made", 0, 0}};
-    struct server s;
-    server_start(&s, steps, 3);
+    struct th_http s;
+    th_http_start(&s, steps, 3);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/jobs", s.port);
     struct httpc_response r;
@@ -182,15 +89,15 @@ TEST(httpc_post_not_retried_unless_safe)
      * was Retry-After: 1 and a 900 ms bound, which two loopback round trips on
      * a loaded machine could exceed; now the two outcomes are 30 s apart. */
     CHECK(clock_mono_ms() - t0 < 15000);
-    server_stop(&s);
+    th_http_stop(&s);
     httpc_response_release(&r);
 }
 
 TEST(httpc_response_cap)
 {
-    static const struct step steps[] = {{200, NULL, "0123456789abcdef", 0, 1000}};
-    struct server s;
-    server_start(&s, steps, 1);
+    static const struct th_http_step steps[] = {{200, NULL, "0123456789abcdef", 0, 1000}};
+    struct th_http s;
+    th_http_start(&s, steps, 1);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/big", s.port);
     struct httpc_response r;
@@ -199,15 +106,15 @@ TEST(httpc_response_cap)
     o.max_response_bytes = 1000;
     CHECK_EQ_INT(httpc_request(&o, "GET", url, NULL, NULL, 0, &r), ERR_TOOBIG);
     CHECK_EQ_INT(r.attempts, 1);
-    server_stop(&s);
+    th_http_stop(&s);
     httpc_response_release(&r);
 }
 
 TEST(httpc_timeout)
 {
-    static const struct step steps[] = {{200, NULL, "late", 1500, 0}};
-    struct server s;
-    server_start(&s, steps, 1);
+    static const struct th_http_step steps[] = {{200, NULL, "late", 1500, 0}};
+    struct th_http s;
+    th_http_start(&s, steps, 1);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", s.port);
     struct httpc_response r;
@@ -217,7 +124,7 @@ TEST(httpc_timeout)
     o.max_retries = 0;
     CHECK_EQ_INT(httpc_request(&o, "GET", url, NULL, NULL, 0, &r), ERR_TIMEOUT);
     CHECK_EQ_INT(r.status, 0);
-    server_stop(&s);
+    th_http_stop(&s);
     httpc_response_release(&r);
 }
 
@@ -279,9 +186,9 @@ static int sink_append(void *ctx, const void *data, size_t n)
 
 TEST(httpc_stream_body_rewound_on_retry_and_2xx_to_sink)
 {
-    static const struct step steps[] = {{503, NULL, "busy", 0, 0}, {200, NULL, "streamed-ok", 0, 0}};
-    struct server s;
-    server_start(&s, steps, 2);
+    static const struct th_http_step steps[] = {{503, NULL, "busy", 0, 0}, {200, NULL, "streamed-ok", 0, 0}};
+    struct th_http s;
+    th_http_start(&s, steps, 2);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/jobs", s.port);
     struct httpc_response r;
@@ -298,7 +205,7 @@ TEST(httpc_stream_body_rewound_on_retry_and_2xx_to_sink)
     CHECK_EQ_INT(src.rewinds, 1);
     CHECK_EQ_STR(got.data, "streamed-ok");
     CHECK_EQ_INT((long)r.body.len, 0);
-    server_stop(&s);
+    th_http_stop(&s);
     CHECK(strstr(s.last_request, "\r\n\r\nline one\nline two\n") != NULL);
     buf_release(&got);
     httpc_response_release(&r);
@@ -306,9 +213,9 @@ TEST(httpc_stream_body_rewound_on_retry_and_2xx_to_sink)
 
 TEST(httpc_stream_error_body_buffered_and_no_rewind_no_retry)
 {
-    static const struct step steps[] = {{503, NULL, "{\"error\":1}", 0, 0}, {200, NULL, "x", 0, 0}};
-    struct server s;
-    server_start(&s, steps, 2);
+    static const struct th_http_step steps[] = {{503, NULL, "{\"error\":1}", 0, 0}, {200, NULL, "x", 0, 0}};
+    struct th_http s;
+    th_http_start(&s, steps, 2);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/jobs", s.port);
     struct httpc_response r;
@@ -324,7 +231,7 @@ TEST(httpc_stream_error_body_buffered_and_no_rewind_no_retry)
     CHECK_EQ_INT(r.attempts, 1);
     CHECK_EQ_STR(r.body.data, "{\"error\":1}");
     CHECK_EQ_INT((long)got.len, 0);
-    server_stop(&s);
+    th_http_stop(&s);
     buf_release(&got);
     httpc_response_release(&r);
 }

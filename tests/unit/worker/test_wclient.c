@@ -4,103 +4,16 @@
  * are resent line by line after a 400; and the model id derivation of
  * worker/serve.h. The end-to-end behaviour against the real jobd is in
  * tests/py/test_jobworker.py. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "common/err.h"
 #include "worker/client.h"
 #include "worker/serve.h"
 #include "worker/engine/model.h"
 #include "tests/th.h"
-
-struct step {
-    int status;           /* 0: close the connection without answering */
-    const char *body;
-};
-
-struct server {
-    int fd, port;
-    const struct step *steps;
-    int n_steps, served;
-    char req[8][4096];    /* head of each request (up to 8) */
-    pthread_t thread;
-};
-
-static void *server_main(void *arg)
-{
-    struct server *s = arg;
-    for (int i = 0; i < s->n_steps; i++) {
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0)
-            break;
-        char buf[65536];
-        size_t used = 0;
-        for (;;) {
-            ssize_t r = read(c, buf + used, sizeof buf - 1 - used);
-            if (r <= 0)
-                break;
-            used += (size_t)r;
-            buf[used] = '\0';
-            char *end = strstr(buf, "\r\n\r\n");
-            if (end) {
-                const char *cl = strcasestr(buf, "content-length:");
-                size_t want = cl ? (size_t)strtoul(cl + 15, NULL, 10) : 0;
-                if (used >= (size_t)(end + 4 - buf) + want) {
-                    if (i < 8)
-                        snprintf(s->req[i], sizeof s->req[i], "%.*s", (int)(end - buf), buf);
-                    break;
-                }
-            }
-        }
-        const struct step *st = &s->steps[i];
-        if (st->status) {
-            char head[256];
-            int n = snprintf(head, sizeof head,
-                             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
-                             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                             st->status, strlen(st->body));
-            if (write(c, head, (size_t)n) >= 0 && write(c, st->body, strlen(st->body)) < 0)
-                n = 0;
-        }
-        s->served++;
-        close(c);
-    }
-    return NULL;
-}
-
-static void server_start(struct server *s, const struct step *steps, int n)
-{
-    memset(s, 0, sizeof *s);
-    signal(SIGPIPE, SIG_IGN);
-    s->steps = steps;
-    s->n_steps = n;
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(s->fd, (struct sockaddr *)&a, sizeof a) || listen(s->fd, 16) ||
-        getsockname(s->fd, (struct sockaddr *)&a, &len))
-        abort();
-    s->port = ntohs(a.sin_port);
-    pthread_create(&s->thread, NULL, server_main, s);
-}
-
-static void server_stop(struct server *s)
-{
-    shutdown(s->fd, SHUT_RDWR);
-    close(s->fd);
-    pthread_join(s->thread, NULL);
-}
+#include "tests/th_http.h"
 
 static struct wcl *client_for(int port)
 {
@@ -150,16 +63,16 @@ static void add3(struct wcl_outbox *ob)
 
 TEST(wcl_outbox_keeps_results_until_answered)
 {
-    static const struct step steps[] = {
-        {503, "{\"error\":{\"code\":\"busy\"}}"},
-        {0, ""},   /* connection dropped without an answer */
-        {200, "{\"lease_id\":\"lease_A\",\"results\":[{\"request_id\":\"req_1\",\"status\":\"ok\"},"
-              "{\"request_id\":\"req_3\",\"status\":\"duplicate\"}]}"},
-        {409, "{\"lease_id\":\"lease_B\",\"results\":[{\"request_id\":\"req_2\",\"status\":\"stale\"}],"
-              "\"error\":{\"code\":\"stale_lease\"}}"},
+    static const struct th_http_step steps[] = {
+        {503, TH_HTTP_JSON, "{\"error\":{\"code\":\"busy\"}}", 0, 0},
+        {0, NULL, "", 0, 0},   /* connection dropped without an answer */
+        {200, TH_HTTP_JSON, "{\"lease_id\":\"lease_A\",\"results\":[{\"request_id\":\"req_1\",\"status\":\"ok\"},"
+              "{\"request_id\":\"req_3\",\"status\":\"duplicate\"}]}", 0, 0},
+        {409, TH_HTTP_JSON, "{\"lease_id\":\"lease_B\",\"results\":[{\"request_id\":\"req_2\",\"status\":\"stale\"}],"
+              "\"error\":{\"code\":\"stale_lease\"}}", 0, 0},
     };
-    struct server s;
-    server_start(&s, steps, 4);
+    struct th_http s;
+    th_http_start(&s, steps, 4);
     struct wcl *c = client_for(s.port);
     CHECK(c != NULL);
     struct wcl_outbox *ob;
@@ -179,15 +92,15 @@ TEST(wcl_outbox_keeps_results_until_answered)
     CHECK_EQ_STR(ack_of(&a, "req_3"), "duplicate");
     CHECK_EQ_STR(ack_of(&a, "req_2"), "stale");
     /* the chunks: one per lease, zstd, with the worker's headers and token */
-    CHECK(strstr(s.req[2], "POST /v1/worker/results ") != NULL);
-    CHECK(strcasestr(s.req[2], "X-Lease-Id: lease_A") != NULL);
-    CHECK(strcasestr(s.req[2], "X-Worker-Id: wrk_1") != NULL);
-    CHECK(strcasestr(s.req[2], "Content-Encoding: zstd") != NULL);
-    CHECK(strcasestr(s.req[2], "Authorization: Bearer tok-1") != NULL);
-    CHECK(strcasestr(s.req[3], "X-Lease-Id: lease_B") != NULL);
+    CHECK(strstr(s.head[2], "POST /v1/worker/results ") != NULL);
+    CHECK(strcasestr(s.head[2], "X-Lease-Id: lease_A") != NULL);
+    CHECK(strcasestr(s.head[2], "X-Worker-Id: wrk_1") != NULL);
+    CHECK(strcasestr(s.head[2], "Content-Encoding: zstd") != NULL);
+    CHECK(strcasestr(s.head[2], "Authorization: Bearer tok-1") != NULL);
+    CHECK(strcasestr(s.head[3], "X-Lease-Id: lease_B") != NULL);
     wcl_outbox_free(ob);
     wcl_free(c);
-    server_stop(&s);
+    th_http_stop(&s);
 }
 
 TEST(wcl_outbox_unreachable_keeps_everything)
@@ -209,15 +122,15 @@ TEST(wcl_outbox_unreachable_keeps_everything)
 
 TEST(wcl_outbox_gone_lease_and_line_by_line_resend)
 {
-    static const struct step steps[] = {
-        {400, "{\"error\":{\"code\":\"invalid_results\",\"line\":2}}"},   /* chunk A refused */
-        {200, "{\"results\":[{\"request_id\":\"req_1\",\"status\":\"ok\"}]}"},
-        {400, "{\"error\":{\"code\":\"invalid_results\",\"line\":1}}"},   /* req_3 alone */
-        {200, "{\"results\":[{\"request_id\":\"req_3\",\"status\":\"retry\"}]}"}, /* as transient */
-        {404, "{\"error\":{\"code\":\"not_found\"}}"},                     /* lease B gone */
+    static const struct th_http_step steps[] = {
+        {400, TH_HTTP_JSON, "{\"error\":{\"code\":\"invalid_results\",\"line\":2}}", 0, 0},   /* chunk A refused */
+        {200, TH_HTTP_JSON, "{\"results\":[{\"request_id\":\"req_1\",\"status\":\"ok\"}]}", 0, 0},
+        {400, TH_HTTP_JSON, "{\"error\":{\"code\":\"invalid_results\",\"line\":1}}", 0, 0},   /* req_3 alone */
+        {200, TH_HTTP_JSON, "{\"results\":[{\"request_id\":\"req_3\",\"status\":\"retry\"}]}", 0, 0}, /* as transient */
+        {404, TH_HTTP_JSON, "{\"error\":{\"code\":\"not_found\"}}", 0, 0},                     /* lease B gone */
     };
-    struct server s;
-    server_start(&s, steps, 5);
+    struct th_http s;
+    th_http_start(&s, steps, 5);
     struct wcl *c = client_for(s.port);
     struct wcl_outbox *ob;
     CHECK_EQ_INT(wcl_outbox_new(&ob), 0);
@@ -232,7 +145,7 @@ TEST(wcl_outbox_gone_lease_and_line_by_line_resend)
     CHECK_EQ_INT(s.served, 5);
     wcl_outbox_free(ob);
     wcl_free(c);
-    server_stop(&s);
+    th_http_stop(&s);
 }
 
 TEST(wcl_rejects_bad_input)
