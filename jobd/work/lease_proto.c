@@ -40,13 +40,13 @@ void lease_opts_default(struct lease_opts *o)
 
 /* ---- errors --------------------------------------------------------------------------- */
 
+/* e as the spec's answer (status, code, message; no param, no line); returns rc. */
 static int fail(struct problem *e, int rc, int status, const char *code, const char *msg)
 {
     if (e) {
-        memset(e, 0, sizeof *e);
+        e->line = 0;
+        problem_setf(e, code, NULL, "%s", msg);
         e->status = status;
-        snprintf(e->code, sizeof e->code, "%s", code);
-        snprintf(e->message, sizeof e->message, "%s", msg);
     }
     return rc;
 }

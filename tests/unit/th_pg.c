@@ -8,6 +8,7 @@
 
 #include <libpq-fe.h>
 
+#include "common/hash.h"
 #include "tests/th.h"
 
 static void th_pg_quiet(void *arg, const char *msg)
@@ -28,9 +29,7 @@ void th_pg_opts(const char *dir, const struct store_opts *base, struct store_opt
     if (!th_pg_on())
         return;
     const char *url = getenv("JOBD_TEST_PG_URL");
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a of the directory */
-    for (const char *p = dir; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    uint64_t h = hash_fnv(dir, strlen(dir)); /* a database per directory */
     char name[40];
     snprintf(name, sizeof name, "th_%016llx", (unsigned long long)h);
 

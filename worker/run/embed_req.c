@@ -23,41 +23,30 @@ static int input_ids(const struct tok *t, const json_t *v, size_t idx, int n_ctx
                      int *len, struct problem *err)
 {
     *ids = NULL;
+    size_t n;
+    int32_t *p;
     if (json_is_string(v)) {
-        size_t sl = json_string_length(v);
-        size_t cap = TOK_ENCODE_BOUND(sl), n;
-        int32_t *p = malloc(cap * sizeof *p);
-        if (!p)
+        size_t sl = json_string_length(v), cap = TOK_ENCODE_BOUND(sl);
+        if (!(p = malloc(cap * sizeof *p)))
             return ERR_NOMEM;
         int rc = tok_encode(t, json_string_value(v), sl, TOK_ADD_SPECIAL, p, cap, &n);
-        if (rc) {
+        if (rc || n == 0) {
             free(p);
-            return rc;
+            return rc ? rc : problem_setf(err, "invalid_value", "input", "'input[%zu]' gives no tokens.", idx);
         }
-        if (n == 0) {
-            free(p);
-            return problem_setf(err, "invalid_value", "input", "'input[%zu]' gives no tokens.", idx);
-        }
-        if (n > (size_t)n_ctx) {
-            free(p);
-            return problem_setf(err, "context_length_exceeded", "input",
-                                "'input[%zu]' is %zu tokens long; this model's maximum context "
-                                "length is %d tokens.", idx, n, n_ctx);
-        }
-        *ids = p;
-        *len = (int)n;
-        return 0;
+    } else {
+        n = json_array_size(v);
+        if (!(p = malloc((n ? n : 1) * sizeof *p)))
+            return ERR_NOMEM;
+        for (size_t j = 0; j < n; j++)
+            p[j] = (int32_t)json_integer_value(json_array_get(v, j));
     }
-    size_t n = json_array_size(v);
-    if (n > (size_t)n_ctx)
+    if (n > (size_t)n_ctx) {
+        free(p);
         return problem_setf(err, "context_length_exceeded", "input",
                             "'input[%zu]' is %zu tokens long; this model's maximum context length "
                             "is %d tokens.", idx, n, n_ctx);
-    int32_t *p = malloc(n * sizeof *p);
-    if (!p)
-        return ERR_NOMEM;
-    for (size_t j = 0; j < n; j++)
-        p[j] = (int32_t)json_integer_value(json_array_get(v, j));
+    }
     *ids = p;
     *len = (int)n;
     return 0;

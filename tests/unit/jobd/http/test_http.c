@@ -22,6 +22,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "common/id.h"
 #include "common/log.h"
 #include "jobd/http/http.h"
@@ -198,8 +199,7 @@ static void on_resume(uv_timer_t *t)
 
 static int up_piece(struct http_req *req, const char *data, size_t len, void *arg)
 {
-    for (size_t i = 0; i < len; i++)
-        g_up_hash = (g_up_hash ^ (unsigned char)data[i]) * 1099511628211ull;
+    g_up_hash = hash_fnv_add(g_up_hash, data, len);
     g_up_bytes += len;
     /* pause after every piece; resume from a timer on the loop */
     g_paused = req;
@@ -211,7 +211,7 @@ static int up_piece(struct http_req *req, const char *data, size_t len, void *ar
 static void up_head(struct http_req *req, void *arg)
 {
     g_up_bytes = 0;
-    g_up_hash = 1469598103934665603ull;
+    g_up_hash = HASH_FNV_BASIS;
     g_up_pauses = 0;
     http_req_body_stream(req, 8u << 20, up_piece, NULL);
 }
@@ -1477,11 +1477,9 @@ TEST(http_streamed_upload_with_pause)
     size_t n = 3u * 1024 * 1024 + 7;
     char *body = malloc(n);
     CHECK(body);
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         body[i] = (char)(i * 131 + (i >> 9));
-        h = (h ^ (unsigned char)body[i]) * 1099511628211ull;
-    }
+    uint64_t h = hash_fnv(body, n);
     struct cl c;
     cl_open(&c, t.port);
     char head[128];
