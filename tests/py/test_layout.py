@@ -4,6 +4,7 @@ The real tree obeys them; the checkers catch a forbidden include, a misplaced
 system header, an include cycle and a wrong-way call in small synthetic
 trees; and the shipped binaries carry only their own layers."""
 import os
+import re
 import subprocess
 import sys
 
@@ -142,3 +143,47 @@ def test_built_binaries_link_only_their_layers():
         names = {line.split()[-1] for line in syms.splitlines() if line.strip()}
         for b in banned:
             assert not any(n == b or n.startswith(b + "_") for n in names), (path, b)
+
+
+def _function_lengths(path):
+    """(name, lines) of each function defined in a C file, in the tree's style:
+    a body's "{" and "}" at column 0, its signature the lines above the "{"
+    back to the one at column 0 that names it; counted from that line to "}"."""
+    out = []
+    with open(path) as f:
+        lines = f.read().split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i] == "{":
+            s = i - 1
+            while s > 0 and lines[s][:1] in (" ", "\t"):
+                s -= 1
+            m = re.search(r"(\w+)\s*\(", lines[s])
+            e = i
+            while e < len(lines) and lines[e] != "}":
+                e += 1
+            if m:
+                out.append((m.group(1), e - s + 1))
+            i = e
+        i += 1
+    return out
+
+
+def test_jinja_functions_and_the_mains_stay_readable():
+    # the Jinja interpreter: no function over 80 lines; jobd's and jobworker's main under 60
+    import glob
+    long = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "text", "jinja*.c"))):
+        long += [(os.path.basename(path), n, k) for n, k in _function_lengths(path) if k > 80]
+    assert not long, long
+    seen = 0
+    for path in ("cmd/jobd/main.c", "cmd/jobworker/main.c"):
+        fns = dict(_function_lengths(os.path.join(ROOT, path)))
+        assert "main" in fns and fns["main"] < 60, (path, fns.get("main"))
+        seen += 1
+    assert seen == 2
+    # the counter itself sees a long function
+    p = os.path.join(tmpdir(), "long.c")
+    with open(p, "w") as f:
+        f.write("static int f(void)\n{\n" + "    x++;\n" * 90 + "}\n")
+    assert _function_lengths(p) == [("f", 93)]
