@@ -16,6 +16,7 @@
 
 #include "common/crypto.h"
 #include "common/err.h"
+#include "openai/params_int.h"
 
 json_t *gp_error_json(const struct problem *err)
 {
@@ -38,8 +39,10 @@ fail:
     return NULL;
 }
 
-static const char *type_name(const json_t *v)
+const char *gp_type_name(const json_t *v)
 {
+    if (!v)
+        return "nothing";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
@@ -58,8 +61,7 @@ static size_t id_bound(size_t n_vocab)
     return n_vocab ? n_vocab : (size_t)INT32_MAX + 1;
 }
 
-/* The member, or NULL when absent or JSON null. */
-static json_t *member(const json_t *body, const char *key)
+json_t *gp_member(const json_t *body, const char *key)
 {
     json_t *v = json_object_get(body, key);
     return json_is_null(v) ? NULL : v;
@@ -69,14 +71,14 @@ static json_t *member(const json_t *body, const char *key)
 static int get_dec(const json_t *body, const char *key, double lo, int lo_open, double hi,
                    double *out, int *present, struct problem *err)
 {
-    json_t *v = member(body, key);
+    json_t *v = gp_member(body, key);
     *present = 0;
     if (!v)
         return 0;
     if (!json_is_number(v))
         return problem_setf(err, "invalid_type", key,
                        "Invalid type for '%s': expected a decimal, but got %s instead.", key,
-                       type_name(v));
+                       gp_type_name(v));
     double d = json_number_value(v);
     if (!isfinite(d) || d < lo || (lo_open && d == lo))
         return problem_setf(err, "decimal_below_min_value", key,
@@ -94,14 +96,14 @@ static int get_dec(const json_t *body, const char *key, double lo, int lo_open, 
 static int get_int(const json_t *body, const char *key, int64_t lo, int64_t hi, int64_t *out,
                    int *present, struct problem *err)
 {
-    json_t *v = member(body, key);
+    json_t *v = gp_member(body, key);
     *present = 0;
     if (!v)
         return 0;
     if (!json_is_integer(v))
         return problem_setf(err, "invalid_type", key,
                        "Invalid type for '%s': expected an integer, but got %s instead.", key,
-                       type_name(v));
+                       gp_type_name(v));
     int64_t x = json_integer_value(v);
     if (x < lo)
         return problem_setf(err, "integer_below_min_value", key,
@@ -119,14 +121,14 @@ static int get_int(const json_t *body, const char *key, int64_t lo, int64_t hi, 
 static int get_bool(const json_t *body, const char *key, int *out, int *present,
                     struct problem *err)
 {
-    json_t *v = member(body, key);
+    json_t *v = gp_member(body, key);
     *present = 0;
     if (!v)
         return 0;
     if (!json_is_boolean(v))
         return problem_setf(err, "invalid_type", key,
                        "Invalid type for '%s': expected a boolean, but got %s instead.", key,
-                       type_name(v));
+                       gp_type_name(v));
     *out = json_is_true(v);
     *present = 1;
     return 0;
@@ -134,7 +136,7 @@ static int get_bool(const json_t *body, const char *key, int *out, int *present,
 
 static int parse_stop(const json_t *body, struct gen_params *p, struct problem *err)
 {
-    json_t *v = member(body, "stop");
+    json_t *v = gp_member(body, "stop");
     if (!v)
         return 0;
     json_t *one[1] = {v};
@@ -150,14 +152,14 @@ static int parse_stop(const json_t *body, struct gen_params *p, struct problem *
     } else if (!json_is_string(v)) {
         return problem_setf(err, "invalid_type", "stop",
                        "Invalid type for 'stop': expected a string or an array of strings, but "
-                       "got %s instead.", type_name(v));
+                       "got %s instead.", gp_type_name(v));
     }
     for (size_t i = 0; i < n; i++) {
         json_t *s = items ? items[i] : json_array_get(v, i);
         if (!json_is_string(s))
             return problem_setf(err, "invalid_type", "stop",
                            "Invalid type for 'stop[%zu]': expected a string, but got %s instead.",
-                           i, type_name(s));
+                           i, gp_type_name(s));
         size_t len = json_string_length(s);
         if (len == 0)
             return problem_setf(err, "invalid_value", "stop",
@@ -181,13 +183,13 @@ static int parse_stop(const json_t *body, struct gen_params *p, struct problem *
 static int parse_bias(const json_t *body, size_t n_vocab, struct gen_params *p,
                       struct problem *err)
 {
-    json_t *v = member(body, "logit_bias");
+    json_t *v = gp_member(body, "logit_bias");
     if (!v)
         return 0;
     if (!json_is_object(v))
         return problem_setf(err, "invalid_type", "logit_bias",
                        "Invalid type for 'logit_bias': expected an object, but got %s instead.",
-                       type_name(v));
+                       gp_type_name(v));
     size_t n = json_object_size(v);
     if (n > GP_MAX_LOGIT_BIAS)
         return problem_setf(err, "invalid_value", "logit_bias",
@@ -213,7 +215,7 @@ static int parse_bias(const json_t *body, size_t n_vocab, struct gen_params *p,
         if (!json_is_number(val))
             return problem_setf(err, "invalid_type", "logit_bias",
                            "Invalid type for 'logit_bias.%.40s': expected a number, but got %s "
-                           "instead.", key, type_name(val));
+                           "instead.", key, gp_type_name(val));
         double b = json_number_value(val);
         if (!(b >= -100 && b <= 100))
             return problem_setf(err, "invalid_value", "logit_bias",
@@ -244,7 +246,7 @@ static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_pro
         if (!json_is_integer(t))
             return problem_setf(err, "invalid_type", "prompt",
                            "Invalid type for 'prompt': token lists must hold integers, got %s.",
-                           type_name(t));
+                           gp_type_name(t));
         int64_t id = json_integer_value(t);
         if (id < 0 || id > INT32_MAX || (n_vocab && (uint64_t)id >= n_vocab))
             return problem_setf(err, "invalid_value", "prompt",
@@ -259,7 +261,7 @@ static int parse_ids(const json_t *arr, size_t n_vocab, size_t pi, struct gp_pro
 static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p,
                         struct problem *err)
 {
-    json_t *v = member(body, "prompt");
+    json_t *v = gp_member(body, "prompt");
     if (!v)
         return problem_setf(err, "missing_required_parameter", "prompt",
                        "Missing required parameter: 'prompt'.");
@@ -290,7 +292,7 @@ static int parse_prompt(const json_t *body, size_t n_vocab, struct gp_request *p
     } else {
         return problem_setf(err, "invalid_type", "prompt",
                        "Invalid type for 'prompt': expected a string or an array, but got %s "
-                       "instead.", type_name(v));
+                       "instead.", gp_type_name(v));
     }
     if (n > GP_MAX_PROMPTS)
         return problem_setf(err, "array_above_max_length", "prompt",
@@ -323,19 +325,19 @@ static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct pr
 {
     static const char *const never[] = {"audio", "prediction", NULL};
     for (int i = 0; never[i]; i++)
-        if (member(body, never[i]))
+        if (gp_member(body, never[i]))
             return problem_setf(err, "unsupported_parameter", never[i],
                            "Unsupported parameter: '%s' is not supported by this server.",
                            never[i]);
     static const char *const lists[] = {"tools", "functions", NULL};
-    for (int i = 0; lists[i]; i++) {
-        json_t *v = member(body, lists[i]);
+    for (int i = 0; ep == GP_COMPLETIONS && lists[i]; i++) {
+        json_t *v = gp_member(body, lists[i]);
         if (v && !(json_is_array(v) && json_array_size(v) == 0))
             return problem_setf(err, "unsupported_parameter", lists[i],
-                           "Unsupported parameter: '%s' (tool calling) is not supported by this "
-                           "server.", lists[i]);
+                           "Unsupported parameter: '%s' is for /v1/chat/completions, not "
+                           "/v1/completions.", lists[i]);
     }
-    json_t *mod = member(body, "modalities");
+    json_t *mod = gp_member(body, "modalities");
     if (mod && !(json_is_array(mod) && json_array_size(mod) == 1 &&
                  json_is_string(json_array_get(mod, 0)) &&
                  strcmp(json_string_value(json_array_get(mod, 0)), "text") == 0))
@@ -354,16 +356,61 @@ static int reject_unsupported(const json_t *body, enum gp_endpoint ep, struct pr
             return problem_setf(err, "unsupported_value", "echo",
                            "Unsupported value: 'echo' is not supported by this server (it needs "
                            "prompt logprobs).");
-        json_t *sfx = member(body, "suffix");
+        json_t *sfx = gp_member(body, "suffix");
         if (sfx && !json_is_string(sfx))
             return problem_setf(err, "invalid_type", "suffix",
                            "Invalid type for 'suffix': expected a string, but got %s instead.",
-                           type_name(sfx));
+                           gp_type_name(sfx));
         if (sfx && json_string_length(sfx) > 0)
             return problem_setf(err, "unsupported_value", "suffix",
                            "Unsupported value: 'suffix' (insertion) is not supported by this "
                            "server.");
     }
+    return 0;
+}
+
+/* reasoning_effort and chat_template_kwargs (chat). */
+static int parse_reasoning(const json_t *body, struct gp_request *p, struct problem *err)
+{
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh",
+                                          "max", NULL};
+    json_t *v = gp_member(body, "reasoning_effort");
+    if (v) {
+        const char *s = json_string_value(v);
+        int k = 0;
+        while (s && efforts[k] && strcmp(efforts[k], s) != 0)
+            k++;
+        if (!s || !efforts[k])
+            return problem_setf(err, "invalid_value", "reasoning_effort",
+                                "Invalid value for 'reasoning_effort': expected one of none, "
+                                "minimal, low, medium, high, xhigh, max.");
+        p->think_off = k <= 1;
+    }
+    v = gp_member(body, "chat_template_kwargs");
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return problem_setf(err, "invalid_type", "chat_template_kwargs",
+                            "Invalid type for 'chat_template_kwargs': expected an object, but "
+                            "got %s instead.", gp_type_name(v));
+    if (json_object_size(v) > GP_MAX_TEMPLATE_KWARGS)
+        return problem_setf(err, "invalid_value", "chat_template_kwargs",
+                            "Invalid 'chat_template_kwargs': at most %d keys.",
+                            GP_MAX_TEMPLATE_KWARGS);
+    static const char *const reserved[] = {"messages", "tools", "add_generation_prompt",
+                                           "bos_token", "eos_token", "documents", NULL};
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        for (int i = 0; reserved[i]; i++)
+            if (strcmp(key, reserved[i]) == 0)
+                return problem_setf(err, "invalid_value", "chat_template_kwargs",
+                                    "Invalid 'chat_template_kwargs': '%s' is set by the server.",
+                                    key);
+        if (strcmp(key, "enable_thinking") == 0 && json_is_false(val))
+            p->think_off = 1;
+    }
+    p->tmpl_kwargs = json_incref(v);
     return 0;
 }
 
@@ -460,6 +507,9 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
     if ((rc = parse_stop(body, &p.gen, err)) != 0 || (rc = parse_bias(body, n_vocab, &p.gen, err)) != 0)
         goto out;
 
+    if (ep == GP_CHAT && ((rc = gp_tools_parse(body, &p.tools, err)) != 0 ||
+                          (rc = parse_reasoning(body, &p, err)) != 0))
+        goto out;
     if (ep == GP_CHAT) {
         int lp = 0;
         if ((rc = get_bool(body, "logprobs", &lp, &present, err)) != 0)
@@ -513,6 +563,8 @@ void gp_release(struct gp_request *p)
     if (!p)
         return;
     gen_params_release(&p->gen);
+    gp_tools_release(&p->tools);
+    json_decref(p->tmpl_kwargs);
     for (size_t i = 0; i < p->n_prompts; i++) {
         free(p->prompts[i].text);
         free(p->prompts[i].ids);

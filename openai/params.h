@@ -66,11 +66,20 @@
  *                          is refused (code "unsupported_value", the message names
  *                          the keyword), guided_grammar is "unsupported_parameter".
  *                          See spec/structured-outputs.md.
+ *   tools, functions,      chat: tool calling, see openai/tools.h (gp_tools_parse);
+ *   tool_choice,           completions refuses tools/functions
+ *   function_call,         ("unsupported_parameter").
+ *   parallel_tool_calls
+ *   reasoning_effort       chat: none | minimal | low | medium | high | xhigh |
+ *                          max; none and minimal turn a thinking template's
+ *                          thinking off (enable_thinking = false), the others
+ *                          leave it on.
+ *   chat_template_kwargs   chat: object of at most GP_MAX_TEMPLATE_KWARGS extra
+ *                          template variables (vLLM, llama.cpp), e.g.
+ *                          {"enable_thinking": false}; the variables the server
+ *                          sets (messages, tools, ...) are refused.
  *   Refused rather than silently ignored (code "unsupported_parameter" /
- *   "unsupported_value"): non-empty tools / functions (no tool calling),
- *   modalities other than
- *   ["text"], audio, prediction. tool_choice, function_call and
- *   parallel_tool_calls mean nothing without tools and are ignored.
+ *   "unsupported_value"): modalities other than ["text"], audio, prediction.
  *
  * Thread: any. A gp_request owns its heap copies (release with gp_release).
  */
@@ -83,6 +92,7 @@
 
 #include "common/gram/gram.h"
 #include "common/problem.h"
+#include "openai/tools.h"
 #include "text/gen.h"
 
 #define GP_MAX_N 8
@@ -90,6 +100,7 @@
 #define GP_MAX_PROMPTS 64
 #define GP_MAX_CHOICES 128
 #define GP_MAX_COMPLETION_LOGPROBS 5
+#define GP_MAX_TEMPLATE_KWARGS 64
 
 enum gp_endpoint { GP_CHAT = 1, GP_COMPLETIONS = 2 };
 
@@ -108,6 +119,10 @@ struct gp_request {
     struct gen_params gen;       /* text/gen.h */
     struct gp_prompt *prompts;   /* completions only (n_prompts >= 1) */
     size_t n_prompts;
+    struct gp_tools tools;       /* chat: tools, tool_choice, parallel_tool_calls (tools.h) */
+    int think_off;               /* chat: reasoning_effort none/minimal or
+                                  * chat_template_kwargs.enable_thinking false */
+    json_t *tmpl_kwargs;         /* chat: chat_template_kwargs (owned), or NULL */
 };
 
 /* Parse body for endpoint ep; n_vocab bounds token ids (logit_bias keys,

@@ -1,12 +1,15 @@
 /* prompt.c - a request body's prompts, built and tokenized (see prompt.h). */
 #include "openai/prompt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
 #include "common/err.h"
 #include "openai/chat_msgs.h"
+#include "openai/tools.h"
+#include "text/jinja.h"
 
 static int ctx_error(struct problem *err, enum gp_endpoint ep, size_t n_ctx, size_t n_prompt,
                      int64_t max_tokens, int overflow)
@@ -53,6 +56,251 @@ static int encode_capped(const struct prompt_model *m, enum gp_endpoint ep, cons
     return 0;
 }
 
+/* ---- template inputs: JSON -> Jinja values ------------------------------------- */
+
+static struct jv jv_json(struct jinja_env *e, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        struct jv d = jinja_dict(e);
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) jinja_dict_set(e, d, k, jv_json(e, x));
+        return d;
+    }
+    case JSON_ARRAY: {
+        struct jv l = jinja_list(e);
+        for (size_t i = 0; i < json_array_size(v); i++)
+            jinja_list_push(e, l, jv_json(e, json_array_get(v, i)));
+        return l;
+    }
+    case JSON_STRING: return jinja_str(e, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER: return jinja_int(json_integer_value(v));
+    case JSON_REAL: return jinja_float(json_real_value(v));
+    case JSON_TRUE: return jinja_bool(1);
+    case JSON_FALSE: return jinja_bool(0);
+    default: return jinja_none();
+    }
+}
+
+/* A call as templates read it: arguments as an object when they parse
+ * (HF's convention; vLLM and llama.cpp convert the same way). */
+static struct jv jv_call(struct jinja_env *e, const json_t *call)
+{
+    struct jv c = jinja_dict(e), f = jinja_dict(e);
+    const json_t *fn = json_object_get(call, "function");
+    const json_t *args = json_object_get(fn, "arguments");
+    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(call, "id"));
+    if (id)
+        jinja_dict_set(e, c, "id", jinja_str(e, id, strlen(id)));
+    jinja_dict_set(e, c, "type", jinja_str(e, "function", 8));
+    jinja_dict_set(e, f, "name", jv_json(e, json_object_get(fn, "name")));
+    jinja_dict_set(e, f, "arguments", json_is_object(parsed) ? jv_json(e, parsed) : jv_json(e, args));
+    jinja_dict_set(e, c, "function", f);
+    json_decref(parsed);
+    return c;
+}
+
+struct fill {
+    const json_t *src;            /* messages as given, or NULL (rewritten for GENERIC) */
+    const struct gp_request *gp;
+    int with_tools;
+};
+
+static int fill_vars(void *arg, struct jinja_env *e, const struct jv *dicts, size_t n)
+{
+    const struct fill *f = arg;
+    for (size_t i = 0; f->src && i < n; i++) {
+        const json_t *o = json_array_get(f->src, i);
+        const json_t *content = json_object_get(o, "content");
+        if (!content || json_is_null(content))
+            jinja_dict_set(e, dicts[i], "content", jinja_none());
+        const json_t *calls = json_object_get(o, "tool_calls");
+        if (json_is_array(calls)) {
+            struct jv l = jinja_list(e);
+            for (size_t k = 0; k < json_array_size(calls); k++)
+                jinja_list_push(e, l, jv_call(e, json_array_get(calls, k)));
+            jinja_dict_set(e, dicts[i], "tool_calls", l);
+        }
+        static const char *const keys[] = {"tool_call_id", "name", "reasoning_content", NULL};
+        for (int k = 0; keys[k]; k++) {
+            const json_t *v = json_object_get(o, keys[k]);
+            if (json_is_string(v))
+                jinja_dict_set(e, dicts[i], keys[k], jv_json(e, v));
+        }
+        const json_t *r = json_object_get(o, "reasoning");
+        if (json_is_string(r) && !json_object_get(o, "reasoning_content"))
+            jinja_dict_set(e, dicts[i], "reasoning_content", jv_json(e, r));
+    }
+    if (f->with_tools)
+        jinja_global(e, "tools", jv_json(e, f->gp->tools.tools));
+    const char *k;
+    json_t *v;
+    json_object_foreach(f->gp->tmpl_kwargs, k, v) jinja_global(e, k, jv_json(e, v));
+    if (f->gp->think_off)
+        jinja_global(e, "enable_thinking", jinja_bool(0));
+    return 0;
+}
+
+/* ---- the generic tool format: the conversation rewritten ------------------------- */
+
+/* A call list as the generic envelope writes it. */
+static int generic_calls(const json_t *calls, int parallel, struct buf *b)
+{
+    json_t *arr = json_array();
+    for (size_t k = 0; arr && k < json_array_size(calls); k++) {
+        const json_t *fn = json_object_get(json_array_get(calls, k), "function");
+        const json_t *args = json_object_get(fn, "arguments");
+        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+        json_t *c = json_pack("{s:O, s:o}", "name", json_object_get(fn, "name"), "arguments",
+                              parsed ? parsed : json_incref((json_t *)args));
+        if (!c || json_array_append_new(arr, c)) {
+            json_decref(arr);
+            return ERR_NOMEM;
+        }
+    }
+    json_t *env = !arr ? NULL
+                  : parallel || json_array_size(arr) != 1
+                      ? json_pack("{s:o}", "tool_calls", arr)
+                      : json_pack("{s:O}", "tool_call", json_array_get(arr, 0));
+    if (env && !parallel && json_array_size(arr) == 1)
+        json_decref(arr);
+    char *s = env ? json_dumps(env, JSON_COMPACT) : NULL;
+    json_decref(env);
+    if (!s)
+        return ERR_NOMEM;
+    int rc = buf_append_str(b, s);
+    free(s);
+    return rc;
+}
+
+struct generic {
+    struct chat_msg *v;
+    size_t n;
+    struct buf *texts;            /* (n) owned contents */
+};
+
+static void generic_release(struct generic *g)
+{
+    for (size_t i = 0; g->texts && i < g->n; i++)
+        buf_release(&g->texts[i]);
+    free(g->texts);
+    free(g->v);
+}
+
+/* For a template without tool syntax: the tools described in a system
+ * message, assistant calls written as the JSON envelope, tool results as
+ * user messages ({"tool_response": ...} lines, consecutive ones joined). */
+static int generic_rewrite(const struct chat_msgs *cm, const struct gp_request *gp,
+                           struct generic *g)
+{
+    size_t cap = cm->n + 1;
+    memset(g, 0, sizeof *g);
+    g->v = calloc(cap, sizeof *g->v);
+    g->texts = calloc(cap, sizeof *g->texts);
+    if (!g->v || !g->texts)
+        return ERR_NOMEM;
+    int rc = 0;
+    size_t i = 0;
+    struct buf *b;
+    if (gp->tools.choice != GP_TOOL_NONE && gp->tools.n) {
+        b = &g->texts[g->n];
+        buf_init(b, CHAT_MAX_PROMPT_BYTES);
+        if (cm->n && cm->v[0].role == CHAT_SYSTEM) {
+            rc = buf_append(b, cm->v[0].content, cm->v[0].content_len);
+            if (rc == 0)
+                rc = buf_append_str(b, "\n\n");
+            i = 1;
+        }
+        if (rc == 0)
+            rc = gp_tools_generic_prompt(&gp->tools, b);
+        g->v[g->n++].role = CHAT_SYSTEM;
+    }
+    for (; rc == 0 && i < cm->n; i++) {
+        const json_t *o = json_array_get(cm->src, i);
+        const json_t *calls = json_object_get(o, "tool_calls");
+        int merge = cm->v[i].role == CHAT_TOOL && g->n && g->v[g->n - 1].role == CHAT_USER &&
+                    i > 0 && cm->v[i - 1].role == CHAT_TOOL;
+        b = merge ? &g->texts[g->n - 1] : &g->texts[g->n];
+        if (!merge) {
+            buf_init(b, CHAT_MAX_PROMPT_BYTES);
+            g->v[g->n++].role = cm->v[i].role == CHAT_TOOL ? CHAT_USER : cm->v[i].role;
+        } else {
+            rc = buf_append_str(b, "\n");
+        }
+        if (rc == 0 && cm->v[i].role == CHAT_TOOL) {
+            json_t *r = json_pack("{s:s%}", "content", cm->v[i].content, cm->v[i].content_len);
+            const json_t *id = json_object_get(o, "tool_call_id"), *nm = json_object_get(o, "name");
+            if (r && json_is_string(nm))
+                json_object_set(r, "name", (json_t *)nm);
+            if (r && json_is_string(id))
+                json_object_set(r, "tool_call_id", (json_t *)id);
+            json_t *env = r ? json_pack("{s:o}", "tool_response", r) : NULL;
+            char *s = env ? json_dumps(env, JSON_COMPACT) : NULL;
+            json_decref(env);
+            rc = s ? buf_append_str(b, s) : ERR_NOMEM;
+            free(s);
+        } else if (rc == 0 && json_array_size(calls)) {
+            rc = generic_calls(calls, gp->tools.parallel, b);
+        } else if (rc == 0) {
+            rc = buf_append(b, cm->v[i].content, cm->v[i].content_len);
+        }
+    }
+    for (size_t k = 0; k < g->n; k++) {
+        g->v[k].content = g->texts[k].data ? g->texts[k].data : "";
+        g->v[k].content_len = g->texts[k].len;
+    }
+    return rc < 0 ? rc : 0;
+}
+
+/* Whether the conversation carries tool turns. */
+static int has_tool_turns(const struct chat_msgs *cm)
+{
+    for (size_t i = 0; i < cm->n; i++)
+        if (cm->v[i].role == CHAT_TOOL ||
+            json_array_size(json_object_get(json_array_get(cm->src, i), "tool_calls")))
+            return 1;
+    return 0;
+}
+
+int prompt_chat_render(const struct chat_tmpl *tmpl, const struct chat_msgs *cm,
+                       const struct gp_request *gp, time_t now, struct buf *text, char *why,
+                       size_t whycap)
+{
+    enum chat_tool_format tf = chat_tmpl_tool_format(tmpl);
+    int tools_on = gp->tools.choice != GP_TOOL_NONE && gp->tools.n;
+    struct fill f = {cm->src, gp, tools_on};
+    struct chat_ext ext = {fill_vars, &f};
+    if (tf != CHAT_TOOLS_GENERIC || !(tools_on || has_tool_turns(cm)))
+        return chat_render_ext(tmpl, cm->v, cm->n, 1, now, &ext, text, why, whycap);
+    struct generic g;
+    int rc = generic_rewrite(cm, gp, &g);
+    f.src = NULL;
+    f.with_tools = 0;
+    if (rc == 0)
+        rc = chat_render_ext(tmpl, g.v, g.n, 1, now, &ext, text, why, whycap);
+    generic_release(&g);
+    return rc;
+}
+
+int prompt_arm(const struct prompt_model *m, struct gp_request *gp, struct problem *err)
+{
+    if (!m || !gp || gp->endpoint != GP_CHAT || !m->tmpl)
+        return 0;
+    int think = chat_tmpl_thinks(m->tmpl) && !gp->think_off;
+    if (think) {
+        snprintf(gp->gen.think_end, sizeof gp->gen.think_end, "%s", "</think>");
+        if (gp->gen.grammar)   /* structured output: the answer after the thinking block */
+            snprintf(gp->gen.gram_after, sizeof gp->gen.gram_after, "%s", "</think>\n\n");
+    }
+    if (gp->tools.choice == GP_TOOL_NONE || !gp->tools.n)
+        return 0;
+    if (gp->gen.grammar && gp->tools.choice == GP_TOOL_AUTO)
+        return 0;   /* auto with a response format: the format governs the answer */
+    return gp_tools_arm(&gp->tools, chat_tmpl_tool_format(m->tmpl), think, &gp->gen, err);
+}
+
 static int build_prompts(const struct prompt_model *m, enum gp_endpoint ep, const json_t *body,
                          const struct gp_request *gp, struct gen_prompt *pr, size_t n_pr,
                          struct problem *err)
@@ -68,7 +316,7 @@ static int build_prompts(const struct prompt_model *m, enum gp_endpoint ep, cons
             return rc;
         buf_init(&text, CHAT_MAX_PROMPT_BYTES);
         char why[256];
-        rc = chat_render_err(m->tmpl, cm.v, cm.n, 1, 0, &text, why, sizeof why);
+        rc = prompt_chat_render(m->tmpl, &cm, gp, 0, &text, why, sizeof why);
         chat_msgs_release(&cm);
         if (rc == ERR_INVAL && why[0])
             rc = problem_setf(err, "invalid_value", "messages",

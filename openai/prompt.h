@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "openai/chat_msgs.h"
 #include "openai/params.h"
 #include "text/chat.h"
 #include "text/gen.h"
@@ -43,5 +44,25 @@ struct prompt_model {
 int prompt_build(const struct prompt_model *m, enum gp_endpoint ep, const json_t *body,
                  const struct gp_request *gp, struct gen_prompt **out, size_t *n_out,
                  struct problem *err);
+
+/* The chat prompt text of messages cm (parsed from the body gp was parsed
+ * from) with the generation prompt: tools, tool_calls, tool_call_id and
+ * reasoning_content passed to the template (calls' arguments as objects),
+ * chat_template_kwargs and enable_thinking as globals; for a template
+ * without tool syntax the generic rewrite (tools.h). now as chat_render_err
+ * (0 = the current time). Same returns as chat_render_err. */
+int prompt_chat_render(const struct chat_tmpl *tmpl, const struct chat_msgs *cm,
+                       const struct gp_request *gp, time_t now, struct buf *out, char *why,
+                       size_t whycap);
+
+/* Set up the worker-side parts of a parsed chat request that depend on the
+ * model's template: with a thinking template (and thinking not turned off)
+ * the thinking block's end marker (reasoning tokens) and a structured
+ * output's grammar waiting for it; the tool-call grammar in the template's
+ * format (gp_tools_arm). Chat with tools is rendered by prompt_build with
+ * the template's `tools` variable, or, for a template without tool syntax,
+ * with the generic system message and envelope (openai/tools.h). Returns 0,
+ * ERR_NOMEM, or ERR_INVAL with err filled. */
+int prompt_arm(const struct prompt_model *m, struct gp_request *gp, struct problem *err);
 
 #endif

@@ -10,7 +10,9 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "common/id.h"
+#include "common/crypto.h"
 
 /* json_object_set_new that records the first failure in *ok. */
 static void put(json_t *o, const char *k, json_t *v, int *ok)
@@ -64,6 +66,12 @@ static json_t *usage_json(const struct resp_meta *m, int *ok)
     put(u, "prompt_tokens", json_integer(m->prompt_tokens), ok);
     put(u, "completion_tokens", json_integer(m->completion_tokens), ok);
     put(u, "total_tokens", json_integer(m->prompt_tokens + m->completion_tokens), ok);
+    if (m->think) {
+        json_t *d = json_object();
+        put(u, "completion_tokens_details", d, ok);
+        if (d)
+            put(d, "reasoning_tokens", json_integer(m->reasoning_tokens), ok);
+    }
     return u;
 }
 
@@ -123,6 +131,103 @@ typedef int (*choice_fn)(const struct resp_meta *m, const struct gen_choice *c, 
                          const struct tok *t, struct buf *raw, struct buf *disp, json_t *ch,
                          int *ok);
 
+static int is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* Split a thinking block off text: reasoning = what precedes "</think>" (a
+ * leading "<think>" dropped), answer = what follows it. Without "</think>"
+ * a text that opened "<think>" is all reasoning (cut by the length limit),
+ * any other text all answer. Pointers into text. */
+static void split_think(const char *text, size_t len, const char **r, size_t *rn,
+                        const char **a, size_t *an)
+{
+    static const char open[] = "<think>", close[] = "</think>";
+    size_t at = 0;
+    while (at < len && is_space(text[at]))
+        at++;
+    int opened = len - at >= sizeof open - 1 && memcmp(text + at, open, sizeof open - 1) == 0;
+    if (opened)
+        at += sizeof open - 1;
+    const char *end = memmem(text + at, len - at, close, sizeof close - 1);
+    *r = NULL;
+    *rn = 0;
+    *a = text;
+    *an = len;
+    if (!end && !opened)
+        return;
+    size_t e = end ? (size_t)(end - text) : len;
+    while (at < e && is_space(text[at]))
+        at++;
+    size_t re = e;
+    while (re > at && is_space(text[re - 1]))
+        re--;
+    *r = text + at;
+    *rn = re - at;
+    size_t b = end ? e + sizeof close - 1 : len;
+    while (b < len && is_space(text[b]))
+        b++;
+    *a = text + b;
+    *an = len - b;
+}
+
+/* "call_" + 24 letters and digits: from the response id when it is given
+ * (a retried request gets the same ids), else random. */
+static int call_id(const struct resp_meta *m, size_t choice, size_t k, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    uint64_t h[3];
+    if (m->id) {
+        uint64_t x = hash_fnv(m->id, strlen(m->id));
+        for (int j = 0; j < 3; j++) {
+            uint64_t v[3] = {x, (uint64_t)choice, (uint64_t)k * 3 + (uint64_t)j};
+            h[j] = hash_fnv(v, sizeof v);
+        }
+    } else if (crypto_random(h, sizeof h) != 0) {
+        return ERR_CRYPTO;
+    }
+    memcpy(out, "call_", 5);
+    for (int j = 0; j < 24; j++)
+        out[5 + j] = al[(h[j / 8] >> ((j % 8) * 8)) % 62];
+    out[29] = '\0';
+    return 0;
+}
+
+/* message.tool_calls (or the legacy function_call) for calls. */
+static int put_calls(const struct resp_meta *m, size_t i, const struct tool_calls *tc,
+                     json_t *msg, int *ok)
+{
+    if (m->tools->legacy) {
+        json_t *fc = json_object();
+        put(msg, "function_call", fc, ok);
+        if (fc) {
+            put(fc, "name", json_string(tc->v[0].name), ok);
+            put(fc, "arguments", json_string(tc->v[0].arguments), ok);
+        }
+        return 0;
+    }
+    json_t *arr = json_array();
+    put(msg, "tool_calls", arr, ok);
+    for (size_t k = 0; arr && k < tc->n && *ok; k++) {
+        char id[32];
+        int rc = call_id(m, i, k, id);
+        if (rc)
+            return rc;
+        json_t *c = json_object(), *f = json_object();
+        push(arr, c, ok);
+        if (!c) {
+            json_decref(f);
+            break;
+        }
+        put(c, "id", json_string(id), ok);
+        put(c, "type", json_string("function"), ok);
+        put(c, "function", f, ok);
+        if (f) {
+            put(f, "name", json_string(tc->v[k].name), ok);
+            put(f, "arguments", json_string(tc->v[k].arguments), ok);
+        }
+    }
+    return 0;
+}
+
 static int chat_choice(const struct resp_meta *m, const struct gen_choice *c, size_t i,
                        const struct tok *t, struct buf *raw, struct buf *disp, json_t *ch, int *ok)
 {
@@ -132,11 +237,38 @@ static int chat_choice(const struct resp_meta *m, const struct gen_choice *c, si
         *ok = 0;
         return 0;
     }
+    const char *rs = NULL, *ans = c->text ? c->text : "";
+    size_t rn = 0, an = c->text_len;
+    if (m->think)
+        split_think(ans, an, &rs, &rn, &ans, &an);
+    struct tool_calls tc;
+    memset(&tc, 0, sizeof tc);
+    if (m->tools && m->tools->n && m->tools->choice != GP_TOOL_NONE &&
+        (rc = tool_calls_parse(ans, an, m->tool_fmt, m->tools, &tc)) != 0) {
+        json_decref(msg);
+        return rc;
+    }
+    if (m->tools && m->tools->n && m->tools->choice != GP_TOOL_NONE) {
+        ans = tc.content;
+        an = tc.content_len;
+    }
     put(ch, "index", json_integer((json_int_t)i), ok);
     put(msg, "role", json_string("assistant"), ok);
-    put(msg, "content", json_stringn(c->text ? c->text : "", c->text_len), ok);
+    put(msg, "content", ans && (an || !tc.n) ? json_stringn(ans, an)
+                        : tc.n ? json_null() : json_string(""), ok);
     put(msg, "refusal", json_null(), ok);
+    if (rs) {
+        put(msg, "reasoning_content", json_stringn(rs, rn), ok);
+        put(msg, "reasoning", json_stringn(rs, rn), ok);
+    }
+    rc = tc.n ? put_calls(m, i, &tc, msg, ok) : 0;
     put(ch, "message", msg, ok);
+    if (tc.n && c->finish == STOP_FINISH_STOP)
+        put(ch, "finish_reason", json_string(m->tools->legacy ? "function_call"
+                                             : m->tools->named ? "stop" : "tool_calls"), ok);
+    tool_calls_release(&tc);
+    if (rc)
+        return rc;
     if (!m->logprobs) {
         put(ch, "logprobs", json_null(), ok);
         return 0;
@@ -269,7 +401,7 @@ static int build(const struct resp_meta *m, const struct gen_choice *choices, si
             break;
         if ((rc = fn(m, c, i, t, &raw, &disp, ch, &ok)) != 0)
             goto out;
-        if (ok)
+        if (ok && !json_object_get(ch, "finish_reason"))
             put(ch, "finish_reason", json_string(stop_finish_name(c->finish)), &ok);
     }
     if (!ok) {
@@ -293,7 +425,17 @@ out:
 int resp_chat_build(const struct resp_meta *m, const struct gen_choice *choices, size_t n,
                     const struct tok *t, json_t **out)
 {
-    return build(m, choices, n, t, "chatcmpl-", "chat.completion", chat_choice, out);
+    struct resp_meta mm = *m;
+    mm.reasoning_tokens = 0;
+    for (size_t i = 0; m->think && i < n; i++) {
+        const char *rs, *ans;
+        size_t rn, an;
+        split_think(choices[i].text ? choices[i].text : "", choices[i].text_len, &rs, &rn, &ans,
+                    &an);
+        if (rs)
+            mm.reasoning_tokens += (int64_t)choices[i].n_reason;
+    }
+    return build(&mm, choices, n, t, "chatcmpl-", "chat.completion", chat_choice, out);
 }
 
 int resp_completion_build(const struct resp_meta *m, const struct gen_choice *choices, size_t n,

@@ -7,12 +7,25 @@
  * ChatCompletion, Completion, ChatCompletionTokenLogprob, CompletionUsage):
  *
  *   {"id":"chatcmpl-...","object":"chat.completion","created":<unix s>,"model":...,
- *    "choices":[{"index":i,"message":{"role":"assistant","content":"...","refusal":null},
+ *    "choices":[{"index":i,"message":{"role":"assistant","content":"..." | null,"refusal":null,
+ *                            ["reasoning_content":"...","reasoning":"...",]
+ *                            ["tool_calls":[{"id":"call_...","type":"function",
+ *                                            "function":{"name","arguments":"<json>"}}]]},
  *                "logprobs":null | {"content":[{"token","logprob","bytes":[int],
  *                                               "top_logprobs":[{"token","logprob","bytes"}]}],
  *                                   "refusal":null},
- *                "finish_reason":"stop"|"length"}],
- *    "usage":{"prompt_tokens","completion_tokens","total_tokens"},
+ *                "finish_reason":"stop"|"length"|"tool_calls"|"function_call"}],
+ *    "usage":{"prompt_tokens","completion_tokens","total_tokens",
+ *             ["completion_tokens_details":{"reasoning_tokens"}]},
+ *
+ * Tool calls (meta.tools): a text that parses as calls in the template's
+ * format gives message.tool_calls, content null when nothing else was
+ * said, finish_reason "tool_calls" ("stop" for a named tool_choice, as
+ * OpenAI; "function_call" and message.function_call for the legacy
+ * functions API); a text cut by the length limit or not parsing stays
+ * content with its own finish_reason. Reasoning (meta.think): a leading
+ * <think>...</think> block becomes reasoning_content and reasoning (both:
+ * clients read either name), the rest content.
  *    "system_fingerprint":"..." | null}
  *
  *   {"id":"cmpl-...","object":"text_completion","created","model",
@@ -37,6 +50,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "openai/tools.h"
+#include "text/chat.h"
 #include "text/gen.h"
 #include "text/tok.h"
 
@@ -48,6 +63,14 @@ struct resp_meta {
     int64_t prompt_tokens;
     int64_t completion_tokens;
     int logprobs;                    /* 1: logprobs objects, 0: "logprobs": null */
+    /* chat only: */
+    const struct gp_tools *tools;    /* the request's tools (NULL: none): calls are read
+                                      * out of the answer in tool_fmt (openai/tools.h) */
+    enum chat_tool_format tool_fmt;
+    int think;                       /* the template thinks: split the thinking block into
+                                      * message.reasoning_content and .reasoning */
+    int64_t reasoning_tokens;        /* set by resp_chat_build from the choices' n_reason
+                                      * (usage.completion_tokens_details, when think) */
 };
 
 /* Build a chat.completion body from the finished sequences' choices[0..n)

@@ -22,6 +22,8 @@ struct chat_tmpl {
     char *default_system;     /* CHATML: literal default system prompt, or NULL */
     struct jinja_tmpl *jt;    /* CHAT_JINJA: the parsed template */
     char why[JINJA_ERR_MAX];  /* a built-in format: why the template did not parse, or "" */
+    enum chat_tool_format tools;
+    int thinks;
 };
 
 const char *chat_format_name(enum chat_format f)
@@ -108,6 +110,16 @@ static int tmpl_new(const char *src, const struct tok *t, int interp, struct cha
 #define VOCAB_HAS(x) (tok_find(t, (x), strlen(x)) >= 0)
     if (interp && src && (rc = jinja_parse(src, strlen(src), &ct->jt, ct->why, sizeof ct->why)) == 0) {
         ct->fmt = CHAT_JINJA;
+        if (HAS("tools")) {
+            if (HAS("<tool_call>") && (HAS("\"name\"") || HAS("\\\"name\\\"")) &&
+                !HAS("<function=") && !HAS("<arg_key>"))
+                ct->tools = CHAT_TOOLS_HERMES;   /* JSON calls, not an XML variant */
+            else if (HAS("[TOOL_CALLS]"))
+                ct->tools = CHAT_TOOLS_MISTRAL;
+            else if (HAS("<|start_header_id|>") && HAS("\"parameters\""))
+                ct->tools = CHAT_TOOLS_LLAMA3;
+        }
+        ct->thinks = HAS("<think>");
     } else if (rc == ERR_NOMEM) {
         goto out;
     } else if (!src && VOCAB_HAS("<|start_header_id|>") && VOCAB_HAS("<|eot_id|>")) {
@@ -181,6 +193,21 @@ enum chat_format chat_tmpl_format(const struct chat_tmpl *ct) { return ct->fmt; 
 
 const char *chat_tmpl_why(const struct chat_tmpl *ct) { return ct->why; }
 
+enum chat_tool_format chat_tmpl_tool_format(const struct chat_tmpl *ct) { return ct->tools; }
+
+int chat_tmpl_thinks(const struct chat_tmpl *ct) { return ct->thinks; }
+
+const char *chat_tool_format_name(enum chat_tool_format f)
+{
+    switch (f) {
+    case CHAT_TOOLS_HERMES: return "hermes";
+    case CHAT_TOOLS_LLAMA3: return "llama3";
+    case CHAT_TOOLS_MISTRAL: return "mistral";
+    case CHAT_TOOLS_GENERIC: break;
+    }
+    return "generic";
+}
+
 /* ---- rendering ---------------------------------------------------------------- */
 
 struct w {
@@ -207,7 +234,7 @@ static void put_content(struct w *w, const struct chat_msg *m, int strip)
 
 static const char *role_name(enum chat_role r)
 {
-    return r == CHAT_SYSTEM ? "system" : r == CHAT_USER ? "user" : "assistant";
+    return r == CHAT_SYSTEM ? "system" : r == CHAT_USER ? "user" : r == CHAT_TOOL ? "tool" : "assistant";
 }
 
 /* roles after an optional leading system message must go user, assistant, ... */
@@ -221,11 +248,17 @@ static int alternates(const struct chat_msg *m, size_t n)
 
 /* The variables HF's apply_chat_template passes, then the interpreter. */
 static int render_jinja(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n, int gen,
-                        time_t now, struct buf *out, char *err, size_t errcap)
+                        time_t now, const struct chat_ext *ext, struct buf *out, char *err,
+                        size_t errcap)
 {
     struct jinja_env *e = jinja_env_new(now ? now : time(NULL));
     if (!e)
         return ERR_NOMEM;
+    struct jv *dicts = n ? calloc(n, sizeof *dicts) : NULL;
+    if (n && !dicts) {
+        jinja_env_free(e);
+        return ERR_NOMEM;
+    }
     struct jv list = jinja_list(e);
     for (size_t i = 0; i < n; i++) {
         struct jv m = jinja_dict(e);
@@ -234,6 +267,7 @@ static int render_jinja(const struct chat_tmpl *ct, const struct chat_msg *msgs,
         jinja_dict_set(e, m, "content", jinja_str(e, msgs[i].content ? msgs[i].content : "",
                                                   msgs[i].content ? msgs[i].content_len : 0));
         jinja_list_push(e, list, m);
+        dicts[i] = m;
     }
     jinja_global(e, "messages", list);
     jinja_global(e, "add_generation_prompt", jinja_bool(gen));
@@ -241,7 +275,10 @@ static int render_jinja(const struct chat_tmpl *ct, const struct chat_msg *msgs,
     jinja_global(e, "eos_token", jinja_str(e, ct->eos, strlen(ct->eos)));
     jinja_global(e, "tools", jinja_none());
     jinja_global(e, "documents", jinja_none());
-    int rc = jinja_render(ct->jt, e, out, err, errcap);
+    int rc = ext && ext->fill ? ext->fill(ext->arg, e, dicts, n) : 0;
+    if (rc == 0)
+        rc = jinja_render(ct->jt, e, out, err, errcap);
+    free(dicts);
     jinja_env_free(e);
     return rc;
 }
@@ -249,16 +286,23 @@ static int render_jinja(const struct chat_tmpl *ct, const struct chat_msg *msgs,
 int chat_render(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
                 int gen, struct buf *out)
 {
-    return chat_render_err(ct, msgs, n, gen, 0, out, NULL, 0);
+    return chat_render_ext(ct, msgs, n, gen, 0, NULL, out, NULL, 0);
 }
 
 int chat_render_err(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
                     int gen, time_t now, struct buf *out, char *err, size_t errcap)
 {
+    return chat_render_ext(ct, msgs, n, gen, now, NULL, out, err, errcap);
+}
+
+int chat_render_ext(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
+                    int gen, time_t now, const struct chat_ext *ext, struct buf *out, char *err,
+                    size_t errcap)
+{
     if (err && errcap)
         err[0] = '\0';
     if (ct->fmt == CHAT_JINJA)
-        return render_jinja(ct, msgs, n, gen, now, out, err, errcap);
+        return render_jinja(ct, msgs, n, gen, now, ext, out, err, errcap);
     struct w w = {out, 0};
     size_t start = out->len;
     const struct chat_msg *sys = NULL;

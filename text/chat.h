@@ -50,6 +50,7 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "text/jinja.h"
 #include "text/tok.h"
 
 enum chat_format {
@@ -64,7 +65,20 @@ enum chat_format {
     CHAT_JINJA,    /* the GGUF's own template, rendered by the interpreter */
 };
 
-enum chat_role { CHAT_SYSTEM = 1, CHAT_USER, CHAT_ASSISTANT };
+enum chat_role { CHAT_SYSTEM = 1, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
+
+/* How a template's model writes tool calls (chat_tmpl_tool_format), chosen
+ * from the template text, never from a model name:
+ *   HERMES   <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+ *            (Qwen2.5/Qwen3, Hermes 2 Pro): the template mentions <tool_call>.
+ *   LLAMA3   {"name": ..., "parameters": {...}}, optionally after
+ *            <|python_tag|>: a Llama 3.x header template that takes tools.
+ *   MISTRAL  [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+ *   GENERIC  no tool syntax in the template (Gemma, Phi-3, SmolLM2, the
+ *            built-in formats): the caller describes the tools in a system
+ *            message and the model answers with a JSON envelope. */
+enum chat_tool_format { CHAT_TOOLS_GENERIC = 0, CHAT_TOOLS_HERMES, CHAT_TOOLS_LLAMA3,
+                        CHAT_TOOLS_MISTRAL };
 
 struct chat_msg {
     enum chat_role role;
@@ -91,6 +105,16 @@ enum chat_format chat_tmpl_format(const struct chat_tmpl *ct);
 /* For a built-in format chosen because the template did not parse: the
  * parse error ("line N: why"); otherwise "". Can't fail. */
 const char *chat_tmpl_why(const struct chat_tmpl *ct);
+/* The template's tool-call format (see enum chat_tool_format); GENERIC for
+ * every built-in format. Can't fail. */
+enum chat_tool_format chat_tmpl_tool_format(const struct chat_tmpl *ct);
+/* "hermes", "llama3", "mistral", "generic". Can't fail. */
+const char *chat_tool_format_name(enum chat_tool_format f);
+/* 1 when the template opens a thinking block (its text has "<think>", as
+ * Qwen3 and DeepSeek-R1 templates do); the model's answer then follows
+ * "</think>". Can't fail. */
+int chat_tmpl_thinks(const struct chat_tmpl *ct);
+
 /* "chatml", "llama2", ..., "jinja". Can't fail. */
 const char *chat_format_name(enum chat_format f);
 
@@ -109,6 +133,23 @@ int chat_render(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t 
 int chat_render_err(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
                     int add_generation_prompt, time_t now, struct buf *out, char *err,
                     size_t errcap);
+
+/* Template inputs beyond role and content, for a CHAT_JINJA template (the
+ * built-in formats ignore them): fill is called once per render after the
+ * message dicts {role, content} and HF's globals are made; it may add keys
+ * to msg_dicts[i] (tool_calls, tool_call_id, reasoning_content...) and
+ * define or replace globals (tools, enable_thinking, other
+ * chat_template_kwargs) with the jinja.h builders. It returns 0 or an
+ * error code, which the render returns. */
+struct chat_ext {
+    int (*fill)(void *arg, struct jinja_env *e, const struct jv *msg_dicts, size_t n);
+    void *arg;
+};
+
+/* chat_render_err with ext (NULL: none). */
+int chat_render_ext(const struct chat_tmpl *ct, const struct chat_msg *msgs, size_t n,
+                    int add_generation_prompt, time_t now, const struct chat_ext *ext,
+                    struct buf *out, char *err, size_t errcap);
 
 /* Tokenize a rendered prompt: special tokens parsed, BOS added per the
  * vocabulary's add_bos unless the text already starts with the BOS text (the

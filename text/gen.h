@@ -77,6 +77,8 @@ const char *stop_finish_name(enum stop_finish f);
 
 /* ---- one request (worker/engine/generate.h) ------------------------------ */
 
+#define GEN_MARK_MAX 32           /* bytes in a lazy-grammar or thinking marker */
+
 /* Generation parameters of one request (every choice of it). The request
  * parser (openai/params.h) fills them with OpenAI's defaults and
  * ranges; a gen_params owns its heap copies (gen_params_release). */
@@ -94,6 +96,20 @@ struct gen_params {
     int n;                       /* choices per prompt */
     struct gram *grammar;        /* owned reference, or NULL: every choice's output is a
                                   * sentence of this grammar (structured outputs) */
+    /* A lazy grammar (tool calls in "auto" mode, answers after a thinking
+     * block): with gram_after and/or gram_trigger set, the output is free
+     * until it contains gram_after (those bytes are not the grammar's),
+     * then until it contains gram_trigger (those bytes are the grammar's
+     * first: a tool call's start tag); from there on it is constrained.
+     * Bytes the grammar refuses at that point drop it (the output stays
+     * free and is returned as text). Both "" = the grammar applies from
+     * the first token. */
+    char gram_after[GEN_MARK_MAX + 1];
+    char gram_trigger[GEN_MARK_MAX + 1];
+    /* The end of a thinking block ("</think>"; "" = none): the tokens up to
+     * and including the one that completes it are the choice's reasoning
+     * tokens (gen_choice.n_reason). */
+    char think_end[GEN_MARK_MAX + 1];
 };
 
 /* Free the stop strings and the bias, and zero p. NULL ok. */
@@ -121,6 +137,9 @@ struct gen_choice {
     enum stop_finish finish;    /* STOP_FINISH_STOP or STOP_FINISH_LENGTH */
     const struct gen_lp *lp;    /* (n_lp); kept when gen_params.logprobs */
     size_t n_lp;
+    size_t n_reason;            /* generated tokens inside the thinking block
+                                 * (gen_params.think_end), all of them when it
+                                 * never ended; 0 without think_end */
 };
 
 #endif

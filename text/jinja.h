@@ -106,6 +106,8 @@ void jinja_env_free(struct jinja_env *e);
 struct jv jinja_str(struct jinja_env *e, const char *s, size_t n);
 struct jv jinja_bool(int b);
 struct jv jinja_none(void);
+struct jv jinja_int(int64_t i);
+struct jv jinja_float(double f);
 struct jv jinja_list(struct jinja_env *e);
 struct jv jinja_dict(struct jinja_env *e);
 void jinja_list_push(struct jinja_env *e, struct jv list, struct jv v);

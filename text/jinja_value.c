@@ -79,6 +79,20 @@ struct jv jinja_bool(int b)
 
 struct jv jinja_none(void) { return mk(JV_NONE); }
 
+struct jv jinja_int(int64_t i)
+{
+    struct jv v = mk(JV_INT);
+    v.u.i = i;
+    return v;
+}
+
+struct jv jinja_float(double f)
+{
+    struct jv v = mk(JV_FLOAT);
+    v.u.f = f;
+    return v;
+}
+
 int jv_list_push(struct arena *a, struct jlist *l, struct jv v)
 {
     if (l->n == l->cap) {

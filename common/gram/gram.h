@@ -107,9 +107,25 @@ int gram_compile_json_object(struct gram **out, struct problem *err);
 int gram_compile_json_schema(const char *schema, size_t len, struct gram **out,
                              struct problem *err);
 
+/* Framed JSON values (tool calls): min..max items (max -1 = unbounded, min
+ * 0 = the empty output too), each `prefix` + a JSON value of `schema` (JSON
+ * text, as gram_compile_json_schema) + `suffix`, items joined by `sep`.
+ * E.g. Hermes calls: prefix "<tool_call>\n", suffix "\n</tool_call>",
+ * sep "\n", schema anyOf {"name": const, "arguments": parameters}. */
+struct gram_frame {
+    const char *prefix, *suffix, *sep;   /* NUL-terminated literals */
+    const char *schema;                  /* schema_len bytes */
+    size_t schema_len;
+    int min, max;
+};
+int gram_compile_framed(const struct gram_frame *f, struct gram **out, struct problem *err);
+
 /* ---- the process-wide compile cache -------------------------------------- */
 
-enum gram_kind { GRAM_REGEX = 1, GRAM_CHOICE = 2, GRAM_JSON_OBJECT = 3, GRAM_JSON_SCHEMA = 4 };
+/* GRAM_FRAMED's source text: "min\0max\0prefix\0suffix\0sep\0schema" with
+ * min and max in decimal. */
+enum gram_kind { GRAM_REGEX = 1, GRAM_CHOICE = 2, GRAM_JSON_OBJECT = 3, GRAM_JSON_SCHEMA = 4,
+                 GRAM_FRAMED = 5 };
 
 /* Compile, or take from the cache, the grammar of `kind` for the canonical
  * source text src[0..len) (regex text; choices joined by NUL bytes; schema

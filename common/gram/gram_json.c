@@ -1094,6 +1094,57 @@ int gram_compile_json_schema(const char *text, size_t len, struct gram **out,
     return rc;
 }
 
+int gram_compile_framed(const struct gram_frame *f, struct gram **out, struct problem *err)
+{
+    if (!f || !f->schema || !out || f->min < 0 || (f->max >= 0 && f->max < f->min) ||
+        f->max == 0 || !f->prefix || !f->suffix || !f->sep)
+        return ERR_INVAL;
+    struct js_limits lim = {GRAM_MAX_SCHEMA_BYTES, JC_MAX_DEPTH * 2, 1};
+    struct js_error je;
+    json_t *root = NULL;
+    int rc = js_parse(f->schema, f->schema_len, &lim, &root, &je);
+    if (rc) {
+        if (err)
+            snprintf(err->message, sizeof err->message, "the schema is not valid JSON: %s",
+                     je.message);
+        return rc == ERR_TOOBIG ? ERR_TOOBIG : ERR_INVAL;
+    }
+    struct gb b;
+    struct jc c;
+    gb_init(&b);
+    jc_init(&c, &b, err);
+    c.root = root;
+    int rt = gb_rule(&b);
+    int item = compile(&c, root, "");
+    int r = -1;
+    if (item >= 0) {
+        /* one := prefix item suffix; rest := sep one rest | empty (up to max - 1) */
+        struct gb_seq s = {0};
+        gb_seq_lit(&b, &s, f->prefix, strlen(f->prefix));
+        gb_seq_ref(&b, &s, item);
+        gb_seq_lit(&b, &s, f->suffix, strlen(f->suffix));
+        int one = gb_one(&b, &s);
+        gb_seq_lit(&b, &s, f->sep, strlen(f->sep));
+        gb_seq_ref(&b, &s, one);
+        int more = gb_repeat(&b, gb_one(&b, &s), f->min > 0 ? f->min - 1 : 0,
+                             f->max < 0 ? -1 : f->max - 1);
+        gb_seq_ref(&b, &s, one);
+        gb_seq_ref(&b, &s, more);
+        r = gb_one(&b, &s);
+        if (f->min == 0 && r >= 0) {
+            int opt = gb_rule(&b);
+            gb_seq_ref(&b, &s, r);
+            gb_rule_add(&b, opt, &s);
+            gb_rule_add_empty(&b, opt);
+            r = opt;
+        }
+        gb_seq_free(&s);
+    }
+    rc = jc_finish(&c, r, rt, out);
+    json_decref(root);
+    return rc;
+}
+
 /* ---- the compile cache ---------------------------------------------------------------- */
 
 struct cache_slot {
@@ -1121,6 +1172,24 @@ static int compile_kind(enum gram_kind kind, const char *src, size_t len, struct
         return gram_compile_json_object(out, err);
     case GRAM_JSON_SCHEMA:
         return gram_compile_json_schema(src, len, out, err);
+    case GRAM_FRAMED: {
+        /* "min\0max\0prefix\0suffix\0sep\0schema" (gram.h) */
+        const char *part[6];
+        size_t k = 0, at = 0;
+        for (size_t i = 0; i < len && k < 5; i++)
+            if (src[i] == 0) {
+                part[k++] = src + at;
+                at = i + 1;
+            }
+        if (k != 5) {
+            snprintf(err->message, sizeof err->message, "framed: malformed source");
+            return ERR_INVAL;
+        }
+        part[5] = src + at;
+        struct gram_frame f = {part[2], part[3], part[4], part[5], len - at,
+                               (int)strtol(part[0], NULL, 10), (int)strtol(part[1], NULL, 10)};
+        return gram_compile_framed(&f, out, err);
+    }
     case GRAM_CHOICE: {
         size_t n = 0;
         for (size_t i = 0; i <= len; i++)

@@ -10,9 +10,76 @@
 #include "common/buf.h"
 #include "common/err.h"
 
-/* ---- parameters and prompts ------------------------------------------------ */
-
 /* ---- one sequence ---------------------------------------------------------- */
+
+enum { GEN_LAZY_NONE = 0, GEN_LAZY_AFTER, GEN_LAZY_TRIGGER };
+
+/* Look for mark in win after appending p[0..n). Returns 1 with win holding
+ * the bytes from the mark on (with_mark) or after it, else 0 with win cut to
+ * the tail that may begin the mark; or an error. */
+static int mark_scan(struct buf *win, const char *mark, const char *p, size_t n, int with_mark)
+{
+    size_t ml = strlen(mark);
+    int rc = buf_append(win, p, n);
+    if (rc < 0)
+        return rc;
+    if (!win->data || win->len == 0)
+        return 0;
+    const char *d = win->data;
+    for (size_t i = 0; ml && i + ml <= win->len; i++)
+        if (memcmp(d + i, mark, ml) == 0) {
+            size_t from = with_mark ? i : i + ml;
+            memmove(win->data, d + from, win->len - from);
+            win->len -= from;
+            return 1;
+        }
+    if (win->len >= ml) {
+        size_t keep = ml ? ml - 1 : 0;
+        memmove(win->data, d + win->len - keep, keep);
+        win->len = keep;
+    }
+    return 0;
+}
+
+/* Feed the decoded output bytes p[0..n) to a waiting lazy grammar: arm it
+ * when its markers have appeared. */
+static int lazy_feed(struct gen_seq *s, const char *p, size_t n)
+{
+    int rc;
+    if (s->lazy == GEN_LAZY_AFTER) {
+        if ((rc = mark_scan(&s->lazy_win, s->gp->gram_after, p, n, 0)) <= 0)
+            return rc;
+        s->lazy = s->gp->gram_trigger[0] ? GEN_LAZY_TRIGGER : GEN_LAZY_NONE;
+        p = "";
+        n = 0;
+    }
+    if (s->lazy == GEN_LAZY_TRIGGER) {
+        if ((rc = mark_scan(&s->lazy_win, s->gp->gram_trigger, p, n, 1)) <= 0)
+            return rc;
+        s->lazy = GEN_LAZY_NONE;
+    }
+    if ((rc = gram_matcher_new(s->gp->grammar, &s->gm)) != 0)
+        return rc;
+    if (s->lazy_win.len && gram_matcher_accept(s->gm, s->lazy_win.data, s->lazy_win.len) != 0) {
+        gram_matcher_free(s->gm);   /* the output does not follow the grammar: stay free */
+        s->gm = NULL;
+    }
+    s->mask_ready = 0;
+    buf_reset(&s->lazy_win);
+    return 0;
+}
+
+/* Count reasoning tokens: the thinking block ends with gp->think_end. */
+static int think_feed(struct gen_seq *s, const char *p, size_t n)
+{
+    if (!s->gp->think_end[0] || s->think_done)
+        return 0;
+    s->n_reason = s->n_gen;
+    int rc = mark_scan(&s->think_win, s->gp->think_end, p, n, 0);
+    if (rc == 1)
+        s->think_done = 1;
+    return rc < 0 ? rc : 0;
+}
 
 int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct tok *t,
                  const int32_t *prompt, size_t n_prompt, size_t n_ctx, uint64_t choice)
@@ -37,9 +104,13 @@ int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct to
     buf_init(&s->piece, 4 * TOK_MAX_TOKEN_BYTES + 16);
     buf_init(&s->text, GEN_MAX_TEXT_BYTES);
     s->finish = STOP_NONE;
+    buf_init(&s->lazy_win, GEN_MARK_MAX * 2 + 16 * TOK_MAX_TOKEN_BYTES);
+    buf_init(&s->think_win, GEN_MARK_MAX * 2 + 16 * TOK_MAX_TOKEN_BYTES);
     if (gp->grammar) {
+        s->lazy = gp->gram_after[0] ? GEN_LAZY_AFTER : gp->gram_trigger[0] ? GEN_LAZY_TRIGGER
+                                                                          : GEN_LAZY_NONE;
         if ((rc = tok_gram_vocab(t, &s->gv, &s->eog_ids, &s->n_eog)) != 0 ||
-            (rc = gram_matcher_new(gp->grammar, &s->gm)) != 0 ||
+            (!s->lazy && (rc = gram_matcher_new(gp->grammar, &s->gm)) != 0) ||
             !(s->mask = malloc(gram_mask_words(s->gv) * sizeof *s->mask))) {
             gen_seq_release(s);
             return rc ? rc : ERR_NOMEM;
@@ -87,6 +158,8 @@ void gen_seq_release(struct gen_seq *s)
     free(s->lp);
     free(s->mask);
     gram_matcher_free(s->gm);
+    buf_release(&s->lazy_win);
+    buf_release(&s->think_win);
     stop_release(&s->sm);
     buf_release(&s->piece);
     buf_release(&s->text);
@@ -155,6 +228,9 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
     if ((rc = tok_stream_push(&s->ts, tok, &s->piece)) != 0)
         return rc;
     s->stream_bytes += s->piece.len;
+    if ((rc = think_feed(s, s->piece.data, s->piece.len)) != 0 ||
+        (s->lazy && (rc = lazy_feed(s, s->piece.data, s->piece.len)) != 0))
+        return rc;
     rc = stop_feed(&s->sm, s->piece.data, s->piece.len, &s->text);
     if (rc < 0)
         return rc;
@@ -202,6 +278,7 @@ int gen_seq_choice(const struct gen_seq *s, struct gen_choice *c)
     c->finish = s->finish;
     c->lp = s->lp;
     c->n_lp = s->n_lp;
+    c->n_reason = s->gp->think_end[0] ? (s->think_done ? s->n_reason : s->n_gen) : 0;
     return 0;
 }
 

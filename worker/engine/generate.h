@@ -37,7 +37,11 @@
  * over the token's bytes. When the grammar accepts and nothing more can
  * follow, the sequence finishes at once with "stop" (no EOG step needed).
  * max_tokens reached first gives "length" and output that need not parse
- * (as OpenAI). Stop strings still apply and may cut the output.
+ * (as OpenAI). Stop strings still apply and may cut the output. A lazy
+ * grammar (gen_params.gram_after / gram_trigger) leaves the sequence
+ * unconstrained (gen_seq_constrained 0) until its markers appear in the
+ * decoded output; the matcher then starts over the bytes from the trigger
+ * on, and is dropped if it refuses them.
  *
  * Thread: a gen_seq belongs to one thread at a time; gen_run is reentrant
  * (its callback decides the rest).
@@ -83,6 +87,13 @@ struct gen_seq {
     uint32_t *mask;                /* (gram_mask_words) allowed tokens, when mask_ready */
     int mask_ready;
     size_t mask_allowed;           /* tokens allowed by the last mask (with EOG) */
+    /* a lazy grammar (gp->gram_after / gram_trigger): which marker it waits
+     * for and the output bytes since the last one that may hold it */
+    int lazy;                      /* GEN_LAZY_* (generate.c); 0 = not lazy or armed */
+    struct buf lazy_win;
+    struct buf think_win;          /* the same for gp->think_end */
+    int think_done;
+    size_t n_reason;
 };
 
 /* Set up choice `choice` (0-based overall index: prompt_index * n + i; it

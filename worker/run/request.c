@@ -28,7 +28,8 @@ int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body
     if ((rc = gp_parse(body, ep, tok_n_vocab(m->t), &gp, err)) != 0)
         return rc;
     struct prompt_model pm = {m->t, m->tmpl, m->n_ctx};
-    if ((rc = prompt_build(&pm, ep, body, &gp, &pr, &n_pr, err)) != 0)
+    if ((rc = prompt_build(&pm, ep, body, &gp, &pr, &n_pr, err)) != 0 ||
+        (rc = prompt_arm(&pm, &gp, err)) != 0)
         goto out;
     n_seq = n_pr * (size_t)gp.gen.n;
     seqs = calloc(n_seq, sizeof *seqs);
@@ -57,6 +58,11 @@ int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body
     meta.model = m->model_name;
     meta.system_fingerprint = m->system_fingerprint;
     meta.logprobs = gp.gen.logprobs;
+    if (ep == GP_CHAT && m->tmpl) {
+        meta.tools = &gp.tools;
+        meta.tool_fmt = chat_tmpl_tool_format(m->tmpl);
+        meta.think = gp.gen.think_end[0] != 0;
+    }
     rc = ep == GP_CHAT ? resp_chat_build(&meta, ch, n_seq, m->t, response)
                        : resp_completion_build(&meta, ch, n_seq, m->t, response);
 out:
@@ -84,6 +90,9 @@ struct oreq_sched {
 struct oreq_item {
     enum gp_endpoint ep;
     char *model;                 /* the body's "model", else the default name */
+    struct gp_tools tools;       /* chat: the request's tools (moved from its gp_request) */
+    enum chat_tool_format tool_fmt;
+    int think;
 };
 
 static void item_free(void *p)
@@ -91,6 +100,7 @@ static void item_free(void *p)
     struct oreq_item *it = p;
     if (!it)
         return;
+    gp_tools_release(&it->tools);
     free(it->model);
     free(it);
 }
@@ -107,6 +117,9 @@ static int on_sched_result(void *ctx, const struct sched_result *r)
     meta.prompt_tokens = r->prompt_tokens;
     meta.completion_tokens = r->completion_tokens;
     meta.logprobs = r->gp->logprobs;
+    meta.tools = &it->tools;
+    meta.tool_fmt = it->tool_fmt;
+    meta.think = it->think;
     int rc = it->ep == GP_CHAT ? resp_chat_build(&meta, r->choices, r->n_choices, os->t, &body)
                                : resp_completion_build(&meta, r->choices, r->n_choices, os->t,
                                                        &body);
@@ -204,8 +217,15 @@ int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
         goto out;
     }
     struct prompt_model pm = {os->t, os->tmpl, (size_t)sched_n_ctx(os->s)};
-    if ((rc = prompt_build(&pm, ep, body, &gp, &pr, &n_pr, &err)) != 0)
+    if ((rc = prompt_build(&pm, ep, body, &gp, &pr, &n_pr, &err)) != 0 ||
+        (rc = prompt_arm(&pm, &gp, &err)) != 0)
         goto out;
+    if (ep == GP_CHAT) {
+        it->tools = gp.tools;
+        memset(&gp.tools, 0, sizeof gp.tools);
+        it->tool_fmt = chat_tmpl_tool_format(os->tmpl);
+        it->think = gp.gen.think_end[0] != 0;
+    }
     /* the scheduler owns the parameters, the prompts and the item from here */
     rc = sched_add(os->s, id, &gp.gen, pr, n_pr, it, item_free);
     pr = NULL;

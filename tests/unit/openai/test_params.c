@@ -10,6 +10,8 @@
 #include "tests/th.h"
 #include "openai/params.h"
 
+#define TOOL_F "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"
+
 static json_t *J(const char *s)
 {
     json_error_t e;
@@ -169,7 +171,34 @@ TEST(params_each_bad_field_named)
         {"{\"logit_bias\":{\"5\":\"1\"}}", GP_CHAT, "logit_bias", "invalid_type"},
         {"{\"logit_bias\":[1]}", GP_CHAT, "logit_bias", "invalid_type"},
         {"{\"stream\":true}", GP_CHAT, "stream", "unsupported_value"},
-        {"{\"tools\":[{\"type\":\"function\"}]}", GP_CHAT, "tools", "unsupported_parameter"},
+        {"{\"tools\":[{\"type\":\"function\"}]}", GP_CHAT, "tools[0].function", "invalid_type"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{}}]}", GP_CHAT, "tools[0].function",
+         "missing_required_parameter"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", GP_CHAT,
+         "tools[0].function", "invalid_value"},
+        {"{\"tools\":[{\"type\":\"web_search\"}]}", GP_CHAT, "tools[0]", "unsupported_value"},
+        {"{\"tools\":[" TOOL_F "," TOOL_F "]}", GP_CHAT, "tools[1].function", "invalid_value"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+         "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}}}]}",
+         GP_CHAT, "tools[0].function", "invalid_function_parameters"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":3}}]}",
+         GP_CHAT, "tools[0].function", "invalid_type"},
+        {"{\"tools\":{}}", GP_CHAT, "tools", "invalid_type"},
+        {"{\"tool_choice\":\"required\"}", GP_CHAT, "tool_choice", "invalid_value"},
+        {"{\"tools\":[" TOOL_F "],\"tool_choice\":\"sometimes\"}", GP_CHAT, "tool_choice", "invalid_value"},
+        {"{\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+         GP_CHAT, "tool_choice", "invalid_value"},
+        {"{\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":"
+         "{\"mode\":\"auto\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}}}",
+         GP_CHAT, "tool_choice", "invalid_value"},
+        {"{\"tools\":[" TOOL_F "],\"parallel_tool_calls\":\"yes\"}", GP_CHAT, "parallel_tool_calls", "invalid_type"},
+        {"{\"tools\":[" TOOL_F "],\"functions\":[{\"name\":\"g\"}]}", GP_CHAT, "functions", "invalid_value"},
+        {"{\"functions\":[{\"name\":\"g\"}],\"function_call\":{\"name\":\"h\"}}", GP_CHAT,
+         "function_call", "invalid_value"},
+        {"{\"reasoning_effort\":\"extreme\"}", GP_CHAT, "reasoning_effort", "invalid_value"},
+        {"{\"chat_template_kwargs\":{\"tools\":1}}", GP_CHAT, "chat_template_kwargs", "invalid_value"},
+        {"{\"chat_template_kwargs\":3}", GP_CHAT, "chat_template_kwargs", "invalid_type"},
+        {"{\"prompt\":\"x\",\"tools\":[" TOOL_F "]}", GP_COMPLETIONS, "tools", "unsupported_parameter"},
         {"{\"response_format\":{\"type\":\"yaml\"}}", GP_CHAT, "response_format.type", "invalid_value"},
         {"{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"not\":{}}}}}",
          GP_CHAT, "response_format.json_schema.schema", "unsupported_value"},

@@ -1,0 +1,265 @@
+/*
+ * test_tools.c - tool calling in openai/: the prompt our templates render
+ * with tools and tool turns against jinja2's render of the same requests
+ * (tests/fixtures/chat/tool_renders.json, made by
+ * tests/oracle/tool_template_fixtures.py), the call parser per format, and
+ * the call grammar accepting what the parser reads.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/gram/gram.h"
+#include "openai/chat_msgs.h"
+#include "openai/params.h"
+#include "openai/prompt.h"
+#include "openai/tools.h"
+#include "tests/th.h"
+#include "text/chat.h"
+
+static struct tok *vocab2(const char *bos, const char *eos)
+{
+    const char *toks[] = {"a", bos, eos};
+    int32_t types[] = {TOK_TYPE_NORMAL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL};
+    struct tok_vocab_desc d;
+    tok_vocab_desc_init(&d);
+    d.model = "gpt2";
+    d.pre = "gpt-2";
+    d.n_tokens = strcmp(bos, eos) ? 3 : 2;
+    d.tokens = toks;
+    d.token_types = types;
+    d.bos_id = 1;
+    d.eos_id = strcmp(bos, eos) ? 2 : 1;
+    struct tok *t = NULL;
+    return tok_new(&d, &t) == 0 ? t : NULL;
+}
+
+/* The request as a chat body: messages, tools, tool_choice. */
+static json_t *body_of(const json_t *req)
+{
+    json_t *b = json_deep_copy(req);
+    json_object_set_new(b, "model", json_string("m"));
+    return b;
+}
+
+TEST(tools_prompt_matches_jinja2_on_real_templates)
+{
+    json_error_t e;
+    json_t *fx = json_load_file("tests/fixtures/chat/tool_renders.json", 0, &e);
+    CHECK(fx);
+    json_t *templates = json_object_get(fx, "templates"), *reqs = json_object_get(fx, "requests");
+    json_t *cases = json_object_get(fx, "cases");
+    time_t now = (time_t)json_integer_value(json_object_get(fx, "now_epoch"));
+    size_t ok = 0, errors = 0, fails = 0, per_fmt[4] = {0};
+    const char *name;
+    json_t *spec;
+    json_object_foreach(templates, name, spec) {
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/chat/templates/%s.jinja", name);
+        char *src = th_slurp(path, NULL);
+        CHECK(src);
+        struct tok *t = vocab2(json_string_value(json_object_get(spec, "bos")),
+                               json_string_value(json_object_get(spec, "eos")));
+        CHECK(t);
+        struct chat_tmpl *ct = NULL;
+        if (chat_tmpl_new(src, t, &ct) != 0 || chat_tmpl_format(ct) != CHAT_JINJA ||
+            chat_tmpl_tool_format(ct) == CHAT_TOOLS_GENERIC) {
+            chat_tmpl_free(ct);   /* a template we speak the generic format to */
+            tok_free(t);
+            free(src);
+            continue;
+        }
+        enum chat_tool_format tf = chat_tmpl_tool_format(ct);
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i);
+            if (strcmp(json_string_value(json_object_get(c, "template")), name) != 0)
+                continue;
+            json_t *body = body_of(json_array_get(reqs, (size_t)json_integer_value(
+                                                            json_object_get(c, "request"))));
+            struct gp_request gp;
+            struct problem pe;
+            struct chat_msgs m;
+            CHECK_EQ_INT(gp_parse(body, GP_CHAT, 0, &gp, &pe), 0);
+            CHECK_EQ_INT(chat_msgs_from_body(body, &m, &pe), 0);
+            struct buf out;
+            buf_init(&out, 1 << 20);
+            char why[256];
+            int rc = prompt_chat_render(ct, &m, &gp, now, &out, why, sizeof why);
+            json_t *exp = json_object_get(c, "expected");
+            if (json_is_string(exp)) {
+                if (rc != 0 || strcmp(out.data ? out.data : "", json_string_value(exp)) != 0) {
+                    if (fails++ < 3)
+                        printf("  %s request %lld (rc %d: %s)\n    ours:   \"%s\"\n    jinja2: \"%s\"\n",
+                               name, (long long)json_integer_value(json_object_get(c, "request")),
+                               rc, why, out.data ? out.data : "", json_string_value(exp));
+                } else {
+                    ok++;
+                    per_fmt[tf]++;
+                }
+            } else if (rc != ERR_INVAL ||
+                       (json_is_true(json_object_get(c, "raised")) &&
+                        strcmp(why, json_string_value(json_object_get(c, "error"))) != 0)) {
+                if (fails++ < 3)
+                    printf("  %s case %zu: jinja2 failed (%s), we gave rc %d (%s)\n", name, i,
+                           json_string_value(json_object_get(c, "error")), rc, why);
+            } else {
+                errors++;
+            }
+            buf_release(&out);
+            chat_msgs_release(&m);
+            gp_release(&gp);
+            json_decref(body);
+        }
+        chat_tmpl_free(ct);
+        tok_free(t);
+        free(src);
+    }
+    printf("  tool renders identical: %zu (hermes %zu, llama3 %zu, mistral %zu), errors %zu, "
+           "differ %zu\n", ok, per_fmt[CHAT_TOOLS_HERMES], per_fmt[CHAT_TOOLS_LLAMA3],
+           per_fmt[CHAT_TOOLS_MISTRAL], errors, fails);
+    CHECK_EQ_INT(fails, 0);
+    CHECK(per_fmt[CHAT_TOOLS_HERMES] >= 30);
+    CHECK(per_fmt[CHAT_TOOLS_LLAMA3] >= 6);
+    CHECK(per_fmt[CHAT_TOOLS_MISTRAL] >= 4);
+    json_decref(fx);
+}
+
+static void tools_of(const char *body_text, struct gp_tools *t)
+{
+    json_error_t e;
+    json_t *b = json_loads(body_text, 0, &e);
+    struct problem pe;
+    if (!b || gp_tools_parse(b, t, &pe) != 0)
+        th_fail(__FILE__, __LINE__, body_text, "tools do not parse");
+    json_decref(b);
+}
+
+#define WEATHER                                                                          \
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"      \
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":" \
+    "[\"city\"],\"additionalProperties\":false}}}"
+
+TEST(tools_parse_each_format)
+{
+    struct gp_tools t;
+    tools_of("{\"tools\":[" WEATHER "]}", &t);
+    struct {
+        enum chat_tool_format f;
+        const char *text;
+        size_t n_calls;
+        const char *content;   /* NULL: none */
+        const char *args0;
+    } cases[] = {
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+         1, NULL, "{\"city\":\"Paris\"}"},
+        {CHAT_TOOLS_HERMES, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"A\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"B\"}}\n</tool_call>", 2, "Sure.",
+         "{\"city\":\"A\"}"},
+        /* an unclosed last tag: the call is whole */
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"C\"}}", 1, NULL,
+         "{\"city\":\"C\"}"},
+        /* a half call, an undeclared function, text after the calls: all content */
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"argu", 0,
+         "<tool_call>\n{\"name\": \"get_weather\", \"argu", NULL},
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", 0,
+         "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", NULL},
+        {CHAT_TOOLS_HERMES, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call> and more", 0,
+         "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call> and more", NULL},
+        /* bare JSON, as small Qwen models write it in auto mode */
+        {CHAT_TOOLS_HERMES, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"D\"}}", 1, NULL,
+         "{\"city\":\"D\"}"},
+        {CHAT_TOOLS_HERMES, "Just text.", 0, "Just text.", NULL},
+        {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"E\"}}", 1, NULL,
+         "{\"city\":\"E\"}"},
+        {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"E\"}}; "
+         "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"F\"}}", 2, NULL, "{\"city\":\"E\"}"},
+        {CHAT_TOOLS_LLAMA3, "The weather is nice.", 0, "The weather is nice.", NULL},
+        {CHAT_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"G\"}}]", 1, NULL,
+         "{\"city\":\"G\"}"},
+        {CHAT_TOOLS_MISTRAL, "[{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"H\\\"}\"}]", 1, NULL,
+         "{\"city\":\"H\"}"},
+        {CHAT_TOOLS_GENERIC, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"I\"}}}", 1,
+         NULL, "{\"city\":\"I\"}"},
+        {CHAT_TOOLS_GENERIC, "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"J\"}}]}", 1,
+         NULL, "{\"city\":\"J\"}"},
+        {CHAT_TOOLS_GENERIC, "{\"response\": \"Bonjour \\u00e9\"}", 0, "Bonjour \xc3\xa9", NULL},
+        {CHAT_TOOLS_GENERIC, "{\"tool_call\": {\"name\": \"get_weather\"", 0,
+         "{\"tool_call\": {\"name\": \"get_weather\"", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct tool_calls c;
+        CHECK_EQ_INT(tool_calls_parse(cases[i].text, strlen(cases[i].text), cases[i].f, &t, &c), 0);
+        if (c.n != cases[i].n_calls)
+            th_fail(__FILE__, __LINE__, cases[i].text, "wrong number of calls");
+        if (cases[i].content)
+            CHECK_EQ_STR(c.content ? c.content : "(null)", cases[i].content);
+        else
+            CHECK(c.content == NULL);
+        if (cases[i].args0) {
+            CHECK_EQ_STR(c.v[0].name, "get_weather");
+            CHECK_EQ_STR(c.v[0].arguments, cases[i].args0);
+        }
+        tool_calls_release(&c);
+    }
+    gp_tools_release(&t);
+}
+
+/* The grammar of each format accepts the calls the parser reads and
+ * refuses what breaks the schema; "auto" is lazy on the start tag. */
+TEST(tools_grammar_per_format)
+{
+    struct gp_tools t;
+    tools_of("{\"tools\":[" WEATHER "],\"tool_choice\":\"required\"}", &t);
+    struct {
+        enum chat_tool_format f;
+        const char *good, *bad;
+    } cases[] = {
+        {CHAT_TOOLS_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n</tool_call>"},
+        {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+         "{\"name\": \"get_time\", \"parameters\": {}}"},
+        {CHAT_TOOLS_MISTRAL, "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", "[]"},
+        {CHAT_TOOLS_GENERIC,
+         "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}",
+         "{\"response\": \"hi\"}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct gen_params g;
+        memset(&g, 0, sizeof g);
+        struct problem pe;
+        CHECK_EQ_INT(gp_tools_arm(&t, cases[i].f, 0, &g, &pe), 0);
+        CHECK(g.grammar != NULL);
+        CHECK_EQ_STR(g.gram_trigger, "");
+        CHECK(gram_match(g.grammar, cases[i].good, strlen(cases[i].good)));
+        CHECK(!gram_match(g.grammar, cases[i].bad, strlen(cases[i].bad)));
+        struct tool_calls c;
+        CHECK_EQ_INT(tool_calls_parse(cases[i].good, strlen(cases[i].good), cases[i].f, &t, &c), 0);
+        CHECK(c.n >= 1);
+        tool_calls_release(&c);
+        gen_params_release(&g);
+    }
+    gp_tools_release(&t);
+    /* auto: Hermes arms at <tool_call>, the thinking block first when the template thinks */
+    tools_of("{\"tools\":[" WEATHER "],\"parallel_tool_calls\":false}", &t);
+    struct gen_params g;
+    memset(&g, 0, sizeof g);
+    struct problem pe;
+    CHECK_EQ_INT(gp_tools_arm(&t, CHAT_TOOLS_HERMES, 1, &g, &pe), 0);
+    CHECK_EQ_STR(g.gram_trigger, "<tool_call>");
+    CHECK_EQ_STR(g.gram_after, "</think>");
+    const char *two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"A\"}}\n</tool_call>\n"
+                      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"B\"}}\n</tool_call>";
+    CHECK(!gram_match(g.grammar, two, strlen(two)));   /* no parallel calls */
+    gen_params_release(&g);
+    /* generic auto also allows the plain answer */
+    memset(&g, 0, sizeof g);
+    CHECK_EQ_INT(gp_tools_arm(&t, CHAT_TOOLS_GENERIC, 0, &g, &pe), 0);
+    CHECK(gram_match(g.grammar, "{\"response\": \"hi\"}", 18));
+    CHECK(gram_match(g.grammar, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}}", 66));
+    gen_params_release(&g);
+    gp_tools_release(&t);
+}
