@@ -329,9 +329,10 @@ static json_t *generic_schema(const struct gp_tools *t)
     json_t *call = calls_anyof(t, "arguments");
     json_t *env = !call ? NULL
                   : t->parallel
-                      ? json_pack("{s:s, s:{s:{s:s, s:o, s:i}}, s:[s], s:b}", "type", "object",
-                                  "properties", "tool_calls", "type", "array", "items", call,
-                                  "minItems", 1, "required", "tool_calls",
+                      ? json_pack("{s:s, s:{s:{s:s, s:o, s:i, s:i}}, s:[s], s:b}", "type",
+                                  "object", "properties", "tool_calls", "type", "array", "items",
+                                  call, "minItems", 1, "maxItems", GP_MAX_CALLS, "required",
+                                  "tool_calls",
                                   "additionalProperties", 0)
                       : json_pack("{s:s, s:{s:o}, s:[s], s:b}", "type", "object", "properties",
                                   "tool_call", call, "required", "tool_call",
@@ -351,7 +352,7 @@ int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
     if (t->choice == GP_TOOL_NONE || !t->n)
         return 0;
     const char *prefix = "", *suffix = "", *sep = "", *trigger = "";
-    int max = t->parallel ? -1 : 1;
+    int max = t->parallel ? GP_MAX_CALLS : 1;
     json_t *schema = NULL;
     switch (fmt) {
     case CHAT_TOOLS_HERMES:
@@ -373,8 +374,8 @@ int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
         schema = calls_anyof(t, "arguments");
         if (schema)
             schema = json_pack("{s:s, s:o, s:i}", "type", "array", "items", schema, "minItems", 1);
-        if (schema && !t->parallel)
-            json_object_set_new(schema, "maxItems", json_integer(1));
+        if (schema)
+            json_object_set_new(schema, "maxItems", json_integer(t->parallel ? GP_MAX_CALLS : 1));
         max = 1;
         break;
     case CHAT_TOOLS_GENERIC:

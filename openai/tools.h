@@ -29,7 +29,8 @@
  *
  * Enforcement (gp_tools_arm, in the worker, which knows the template's
  * format): "required" and a named function constrain the whole answer to
- * calls (1..n, or exactly 1 without parallel calls) of the callable
+ * calls (1..GP_MAX_CALLS, or exactly 1 without parallel calls; a small
+ * model that repeats itself stops there) of the callable
  * functions, each call's arguments a sentence of that function's
  * parameters schema (any JSON object when a non-strict schema does not
  * compile). "auto" leaves the answer free and arms the same grammar lazily
@@ -60,6 +61,7 @@
 
 #define GP_MAX_TOOLS 128
 #define GP_TOOL_NAME_MAX 64
+#define GP_MAX_CALLS 16            /* calls one answer may make under a call grammar */
 
 enum gp_tool_choice { GP_TOOL_NONE = 0, GP_TOOL_AUTO, GP_TOOL_REQUIRED };
 

@@ -58,6 +58,12 @@ REQUESTS = [
                   {"role": "user", "content": "Thanks!"}],
      "tools": [WEATHER, TIME]},
     {"messages": [{"role": "user", "content": "Hi"}], "tools": [WEATHER], "tool_choice": "none"},
+    # reasoning: thinking turned off by reasoning_effort, kwargs passed through
+    {"messages": [{"role": "user", "content": "What is 2+2?"}], "reasoning_effort": "none"},
+    {"messages": [{"role": "user", "content": "What is 2+2?"},
+                  {"role": "assistant", "content": "4", "reasoning_content": "Two and two."},
+                  {"role": "user", "content": "And 3+3?"}],
+     "chat_template_kwargs": {"enable_thinking": True, "custom_flag": "x"}},
 ]
 
 
@@ -96,11 +102,14 @@ def main():
         bos, eos = base.specials(name)
         templates[name] = {"bos": bos, "eos": eos}
         for ri, req in enumerate(REQUESTS):
-            tools = None if req.get("tool_choice") == "none" else req["tools"]
+            tools = None if req.get("tool_choice") == "none" else req.get("tools")
+            extra = dict(req.get("chat_template_kwargs") or {})
+            if req.get("reasoning_effort") in ("none", "minimal"):
+                extra["enable_thinking"] = False
             out, err, raised = None, None, False
             try:
                 out = tmpl.render(messages=hf_messages(req["messages"]), add_generation_prompt=True,
-                                  bos_token=bos, eos_token=eos, tools=tools, documents=None)
+                                  bos_token=bos, eos_token=eos, tools=tools, documents=None, **extra)
             except jinja2.exceptions.TemplateError as e:
                 err, raised = str(e), type(e) is jinja2.exceptions.TemplateError
             except Exception as e:  # noqa: BLE001 - the template's own TypeError etc.

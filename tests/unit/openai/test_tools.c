@@ -15,6 +15,7 @@
 #include "openai/chat_msgs.h"
 #include "openai/params.h"
 #include "openai/prompt.h"
+#include "openai/response.h"
 #include "openai/tools.h"
 #include "tests/th.h"
 #include "text/chat.h"
@@ -262,4 +263,98 @@ TEST(tools_grammar_per_format)
     CHECK(gram_match(g.grammar, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}}", 66));
     gen_params_release(&g);
     gp_tools_release(&t);
+}
+
+/* The chat.completion a call becomes: tool_calls with call_ ids, content
+ * null, OpenAI's finish reasons; the thinking block split off; a call cut
+ * by the length limit stays text. */
+TEST(tools_response_shapes)
+{
+    struct tok *t = vocab2("<s>", "</s>");
+    CHECK(t);
+    struct gp_tools tl, named, legacy;
+    tools_of("{\"tools\":[" WEATHER "]}", &tl);
+    tools_of("{\"tools\":[" WEATHER "],\"tool_choice\":{\"type\":\"function\",\"function\":"
+             "{\"name\":\"get_weather\"}}}", &named);
+    tools_of("{\"functions\":[{\"name\":\"get_weather\"}]}", &legacy);
+    const char *call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    struct {
+        const struct gp_tools *tools;
+        int think;
+        const char *text;
+        enum stop_finish finish;
+        const char *want_finish, *want_content, *want_reasoning;
+        int calls;
+    } cases[] = {
+        {&tl, 0, call, STOP_FINISH_STOP, "tool_calls", NULL, NULL, 1},
+        {&named, 0, call, STOP_FINISH_STOP, "stop", NULL, NULL, 1},
+        {&legacy, 0, call, STOP_FINISH_STOP, "function_call", NULL, NULL, -1},
+        {&tl, 0, "<tool_call>\n{\"name\": \"get_weather\", \"argum", STOP_FINISH_LENGTH, "length",
+         "<tool_call>\n{\"name\": \"get_weather\", \"argum", NULL, 0},
+        {&tl, 1, "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+         "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", STOP_FINISH_STOP, "tool_calls", NULL,
+         "The user wants weather.", 1},
+        {NULL, 1, "<think>\nhmm\n</think>\n\nParis.", STOP_FINISH_STOP, "stop", "Paris.", "hmm", 0},
+        {NULL, 1, "<think>\nstill thinking", STOP_FINISH_LENGTH, "length", "", "still thinking", 0},
+        {NULL, 1, "No thinking here.", STOP_FINISH_STOP, "stop", "No thinking here.", NULL, 0},
+        {NULL, 0, "<think>x</think>y", STOP_FINISH_STOP, "stop", "<think>x</think>y", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct resp_meta m;
+        memset(&m, 0, sizeof m);
+        m.id = "chatcmpl-test";
+        m.created = 1;
+        m.model = "m";
+        m.prompt_tokens = 5;
+        m.completion_tokens = 9;
+        m.tools = cases[i].tools;
+        m.tool_fmt = CHAT_TOOLS_HERMES;
+        m.think = cases[i].think;
+        struct gen_choice c;
+        memset(&c, 0, sizeof c);
+        c.text = cases[i].text;
+        c.text_len = strlen(cases[i].text);
+        c.finish = cases[i].finish;
+        c.n_reason = 4;
+        json_t *body = NULL;
+        CHECK_EQ_INT(resp_chat_build(&m, &c, 1, t, &body), 0);
+        json_t *ch = json_array_get(json_object_get(body, "choices"), 0);
+        json_t *msg = json_object_get(ch, "message");
+        CHECK_EQ_STR(json_string_value(json_object_get(ch, "finish_reason")), cases[i].want_finish);
+        if (cases[i].want_content)
+            CHECK_EQ_STR(json_string_value(json_object_get(msg, "content")), cases[i].want_content);
+        else
+            CHECK(json_is_null(json_object_get(msg, "content")));
+        if (cases[i].want_reasoning) {
+            CHECK_EQ_STR(json_string_value(json_object_get(msg, "reasoning_content")), cases[i].want_reasoning);
+            CHECK_EQ_STR(json_string_value(json_object_get(msg, "reasoning")), cases[i].want_reasoning);
+            CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(json_object_get(body, "usage"),
+                                                                            "completion_tokens_details"),
+                                                            "reasoning_tokens")), 4);
+        } else {
+            CHECK(!json_object_get(msg, "reasoning_content"));
+        }
+        json_t *calls = json_object_get(msg, "tool_calls");
+        if (cases[i].calls > 0) {
+            CHECK_EQ_INT(json_array_size(calls), (size_t)cases[i].calls);
+            json_t *c0 = json_array_get(calls, 0);
+            const char *id = json_string_value(json_object_get(c0, "id"));
+            CHECK(id && strncmp(id, "call_", 5) == 0 && strlen(id) == 29);
+            CHECK_EQ_STR(json_string_value(json_object_get(c0, "type")), "function");
+            CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(c0, "function"), "arguments")),
+                         "{\"city\":\"Paris\"}");
+        } else if (cases[i].calls < 0) {
+            json_t *fc = json_object_get(msg, "function_call");
+            CHECK_EQ_STR(json_string_value(json_object_get(fc, "name")), "get_weather");
+            CHECK(!calls);
+        } else {
+            CHECK(!calls);
+        }
+        json_decref(body);
+    }
+    /* ids are derived from the response id: a retried request repeats them */
+    gp_tools_release(&tl);
+    gp_tools_release(&named);
+    gp_tools_release(&legacy);
+    tok_free(t);
 }

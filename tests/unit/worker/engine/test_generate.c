@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gram/gram.h"
 #include "common/id.h"
 #include "tests/th.h"
 #include "text/chat.h"
@@ -687,4 +688,130 @@ TEST(generate_constrained_seeded_sampling_honours_the_mask)
 TEST(generate_constrained_cut_by_max_tokens_is_length)
 {
     constrained_run(1.0, 3, 4, GEN_SCHEMA, STOP_FINISH_LENGTH);
+}
+
+/* ---- lazy grammars: armed by a marker in the output ---------------------------- */
+
+/* Logits that spell a scripted text token by token, then end it. */
+struct lscript {
+    float *row;
+    size_t n_vocab, n_prompt;
+    int32_t ids[512];
+    size_t n;
+    int32_t eos;
+};
+
+static int lscript_logits(void *ctx, uint64_t choice, const int32_t *tokens, size_t n_tokens,
+                         const float **logits)
+{
+    struct lscript *sc = ctx;
+    (void)choice;
+    (void)tokens;
+    size_t pos = n_tokens - sc->n_prompt;
+    for (size_t i = 0; i < sc->n_vocab; i++)
+        sc->row[i] = (float)(i % 7) * 0.01f;
+    sc->row[pos < sc->n ? sc->ids[pos] : sc->eos] = 40.0f;
+    *logits = sc->row;
+    return 0;
+}
+
+/* Run greedily over the scripted text with gp's grammar and markers;
+ * return the choice's text in out (cap bytes) and its finish. */
+static enum stop_finish lazy_run(const struct tok *t, struct gen_params *gp, const char *text,
+                                 char *out, size_t cap, size_t *n_reason, size_t *n_gen)
+{
+    struct lscript sc = {calloc(tok_n_vocab(t), sizeof(float)), tok_n_vocab(t), 1, {0}, 0, tok_eos(t)};
+    CHECK_EQ_INT(tok_encode(t, text, strlen(text), 0, sc.ids, 512, &sc.n), 0);
+    smp_params_init(&gp->smp);
+    gp->smp.temperature = 0;
+    gp->max_tokens = 300;
+    gp->n = 1;
+    gp->seed_given = 1;
+    int32_t prompt[] = {id_of(t, "Hi")};
+    struct gen_prompt pr = {prompt, 1};
+    struct gen_model gm = {t, 1024, lscript_logits, &sc};
+    struct gen_seq seq;
+    CHECK_EQ_INT(gen_run(&gm, gp, &pr, 1, NULL, NULL, &seq), 0);
+    struct gen_choice ch;
+    CHECK_EQ_INT(gen_seq_choice(&seq, &ch), 0);
+    snprintf(out, cap, "%.*s", (int)ch.text_len, ch.text);
+    *n_reason = ch.n_reason;
+    *n_gen = seq.n_gen;
+    enum stop_finish f = ch.finish;
+    gen_seq_release(&seq);
+    free(sc.row);
+    return f;
+}
+
+TEST(generate_lazy_grammar_arms_at_its_trigger)
+{
+    struct gvocab v;
+    struct tok *t = load_smollm(&v);
+    struct problem pe;
+    char out[2048];
+    size_t nr, ng;
+    const char *call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+    struct gram_frame fr = {"<tool_call>\n", "\n</tool_call>", "\n",
+                            "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"f\"},"
+                            "\"arguments\":{\"type\":\"object\"}},\"required\":[\"name\",\"arguments\"],"
+                            "\"additionalProperties\":false}", 0, 1, 1};
+    fr.schema_len = strlen(fr.schema);
+
+    /* free text, then a call: the grammar takes over at the tag and ends the
+     * sequence as soon as the call is complete (no end-of-text token) */
+    struct gen_params gp;
+    memset(&gp, 0, sizeof gp);
+    CHECK_EQ_INT(gram_compile_framed(&fr, &gp.grammar, &pe), 0);
+    snprintf(gp.gram_trigger, sizeof gp.gram_trigger, "<tool_call>");
+    char text[512];
+    snprintf(text, sizeof text, "Sure, calling it. %s and then more text", call);
+    CHECK_EQ_INT(lazy_run(t, &gp, text, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    char want[512];
+    snprintf(want, sizeof want, "Sure, calling it. %s", call);
+    CHECK_EQ_STR(out, want);
+    CHECK_EQ_INT(nr, 0);
+
+    /* no trigger at all: free text to the end-of-text token */
+    CHECK_EQ_INT(lazy_run(t, &gp, "Plain answer.", out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "Plain answer.");
+    gen_params_release(&gp);
+
+    /* the token that completes the trigger goes on with bytes the grammar
+     * refuses (" callback": "call" then "back", where "call(" is needed):
+     * the grammar is dropped and the text stays free */
+    struct gram_frame fr2 = {"call(", ")", ",", "{\"type\":\"object\"}", 0, 1, 1};
+    fr2.schema_len = strlen(fr2.schema);
+    memset(&gp, 0, sizeof gp);
+    CHECK_EQ_INT(gram_compile_framed(&fr2, &gp.grammar, &pe), 0);
+    snprintf(gp.gram_trigger, sizeof gp.gram_trigger, "call");
+    int32_t one[4];
+    size_t n_one = 0;
+    CHECK_EQ_INT(tok_encode(t, " callback", 9, 0, one, 4, &n_one), 0);
+    CHECK_EQ_INT(n_one, 1);   /* one token holds the trigger and what follows */
+    CHECK_EQ_INT(lazy_run(t, &gp, "A callback.", out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "A callback.");
+    CHECK_EQ_INT(lazy_run(t, &gp, "Now call({\"x\": 2}) done", out, sizeof out, &nr, &ng),
+                 STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "Now call({\"x\": 2})");
+    gen_params_release(&gp);
+
+    /* a grammar waiting for the thinking block's end: the thinking text is
+     * free (not JSON), the answer constrained; reasoning tokens counted up
+     * to the marker */
+    memset(&gp, 0, sizeof gp);
+    CHECK_EQ_INT(gram_compile_json_object(&gp.grammar, &pe), 0);
+    snprintf(gp.gram_after, sizeof gp.gram_after, "</think>\n\n");
+    snprintf(gp.think_end, sizeof gp.think_end, "</think>");
+    const char *think = "<think>\nNot {json here.\n</think>";
+    snprintf(text, sizeof text, "%s\n\n{\"a\": 1} trailing", think);
+    CHECK_EQ_INT(lazy_run(t, &gp, text, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    snprintf(want, sizeof want, "%s\n\n{\"a\": 1}", think);
+    CHECK_EQ_STR(out, want);
+    int32_t ids[256];
+    size_t n_think = 0;
+    CHECK_EQ_INT(tok_encode(t, think, strlen(think), 0, ids, 256, &n_think), 0);
+    CHECK_EQ_INT(nr, n_think);
+    CHECK(ng > nr);
+    gen_params_release(&gp);
+    gvocab_release(&v, t);
 }
