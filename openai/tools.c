@@ -581,9 +581,20 @@ static int parse_json_calls(const char *text, size_t len, const struct gp_tools 
                             struct tool_calls *c, int array)
 {
     size_t at = 0;
-    static const char tag[] = "[TOOL_CALLS]";
+    static const char tag[] = "[TOOL_CALLS]", fence[] = "```";
     while (at < len && is_ws(text[at]))
         at++;
+    /* a Markdown code block around the calls (```json ... ```) */
+    if (len - at >= 3 && memcmp(text + at, fence, 3) == 0) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        size_t end = len;
+        while (end > at && is_ws(text[end - 1]))
+            end--;
+        if (!nl || end - at < 6 || memcmp(text + end - 3, fence, 3) != 0)
+            return -1;
+        at = (size_t)(nl - text) + 1;
+        len = end - 3;
+    }
     if (array && len - at >= sizeof tag - 1 && memcmp(text + at, tag, sizeof tag - 1) == 0)
         at += sizeof tag - 1;
     for (;;) {

@@ -45,7 +45,10 @@
  *
  * Parsing (tool_calls_parse): per format; a text that does not parse as
  * calls of declared functions is returned whole as content, never a half
- * call. spec/tools.md has the formats and examples.
+ * call. Hermes also takes a whole answer that is one bare call object, in
+ * a ```json block or not (small Qwen models drop the tags in "auto"; such
+ * a free-text call's arguments are parsed, not checked against the
+ * schema). spec/tools.md has the formats and examples.
  *
  * Thread: any.
  */
@@ -61,7 +64,7 @@
 
 #define GP_MAX_TOOLS 128
 #define GP_TOOL_NAME_MAX 64
-#define GP_MAX_CALLS 16            /* calls one answer may make under a call grammar */
+#define GP_MAX_CALLS 8             /* calls one answer may make under a call grammar */
 
 enum gp_tool_choice { GP_TOOL_NONE = 0, GP_TOOL_AUTO, GP_TOOL_REQUIRED };
 

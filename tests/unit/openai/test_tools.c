@@ -171,6 +171,10 @@ TEST(tools_parse_each_format)
         /* bare JSON, as small Qwen models write it in auto mode */
         {CHAT_TOOLS_HERMES, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"D\"}}", 1, NULL,
          "{\"city\":\"D\"}"},
+        {CHAT_TOOLS_HERMES, "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"K\"}\n}\n```\n", 1,
+         NULL, "{\"city\":\"K\"}"},
+        {CHAT_TOOLS_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {}}", 0,
+         "```json\n{\"name\": \"get_weather\", \"arguments\": {}}", NULL},
         {CHAT_TOOLS_HERMES, "Just text.", 0, "Just text.", NULL},
         {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"E\"}}", 1, NULL,
          "{\"city\":\"E\"}"},
