@@ -384,6 +384,7 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
         snprintf(inm, sizeof inm, "If-None-Match: %s", etag);
         snprintf(prefer, sizeof prefer, "Prefer: wait=%lld", (long long)hold_s);
         o.timeout_ms = (long)(hold_s + 30) * 1000; /* the hold plus the usual 30 s */
+        int conditional = etag[0] != '\0';
         int hrc = jc_call(jc, &o, "GET", path, etag[0] ? hdr : NULL, NULL, 0, NULL, &r);
         if (drawn && tty && (hrc || (r.status != 200 && r.status != 304)))
             fputc('\n', stderr);
@@ -404,8 +405,10 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
         }
         int64_t delay = interval_ms;
         char ra[32];
-        if (long_polled(&r)) {
-            delay = 0; /* jobd did the waiting */
+        if (long_polled(&r) || (!conditional && r.status == 200 && etag[0])) {
+            /* jobd did the waiting, or this plain GET gave the first ETag:
+             * the next (conditional) GET shows whether jobd holds it */
+            delay = 0;
         } else if (!httpc_response_header(&r, "Retry-After", ra, sizeof ra)) {
             long s = strtol(ra, NULL, 10);
             if (s > 0 && s <= 600 && s * 1000 > delay)
@@ -462,11 +465,11 @@ static const char *wait_usage =
     "usage: jobctl wait BATCH_ID [--interval 2s] [--timeout DUR] [--json]\n"
     "\n"
     "Wait until the batch ends: a live progress bar (counts, tokens/s, ETA) on a\n"
-    "terminal, one plain line per change otherwise, both on stderr. Long-polls\n"
-    "jobd (If-None-Match + Prefer: wait=25: answered as soon as the batch\n"
-    "changes); a server that does not hold the request is polled every\n"
-    "--interval, never faster than its Retry-After. Exits with the\n"
-    "batch's outcome: 0 completed, 10 completed with failed requests, 11 failed,\n"
+    "terminal, one plain line per change (or 25 s) otherwise, both on stderr.\n"
+    "Long-polls jobd (If-None-Match + Prefer: wait=25: answered as soon as the\n"
+    "batch changes); a server that does not hold the request is polled every\n"
+    "--interval, never faster than its Retry-After. Exits with the batch's\n"
+    "outcome: 0 completed, 10 completed with failed requests, 11 failed,\n"
     "12 expired, 13 cancelled, 14 --timeout passed (see jobctl --help).\n"
     "\n"
     "example:\n"
