@@ -86,14 +86,14 @@ static int64_t bsum_eta(const struct bsum *s, int64_t now)
 
 /* Output tokens per second of the batch's own in-progress time as jobd
  * stamped it: in_progress_at to ended_at once the requests stopped, to now
- * while they run. The stamps are whole seconds, so an ended batch counts at
- * least one second (its rate is then a lower bound). */
+ * while they run. The stamps are whole seconds, so the time counts at least
+ * one second (the rate of a shorter batch is a lower bound). */
 static double bsum_tok_rate(const struct bsum *s, int64_t now)
 {
     int64_t elapsed = (s->ended_at ? s->ended_at : now) - s->started_at;
-    if (s->ended_at && elapsed < 1)
+    if (elapsed < 1)
         elapsed = 1;
-    return s->have_tokens && elapsed > 0 ? (double)s->out_tokens / (double)elapsed : 0.0;
+    return s->have_tokens ? (double)s->out_tokens / (double)elapsed : 0.0;
 }
 
 static void fmt_cost(const json_t *c, char *out, size_t n)
