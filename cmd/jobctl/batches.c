@@ -9,7 +9,7 @@
  * proxy) answers at once: then wait sleeps --interval, at least the
  * Retry-After it suggests, between polls (304 while nothing changed). The
  * progress goes to stderr - a redrawn bar on a terminal, one plain line per
- * poll otherwise (cron logs) - so stdout stays clean for scripts; the exit
+ * answer otherwise (cron logs) - so stdout stays clean for scripts; the exit
  * code is the batch's outcome (jobctl.h). jobd sets a batch's usage only at
  * finalization, so while it runs wait and status read the tokens (and cost)
  * so far from GET /v1/usage?group_by=batch, asked again only when the
