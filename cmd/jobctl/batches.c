@@ -2,10 +2,14 @@
  * batches.c - jobctl's batch commands: status, wait, list, cancel, results,
  * errors, retry-dead.
  *
- * wait polls GET /v1/batches/ID with If-None-Match (jobd answers 304 while
- * nothing changed) and sleeps at least the Retry-After jobd suggests. The
+ * wait long-polls GET /v1/batches/ID: If-None-Match with "Prefer: wait=N"
+ * (RFC 7240), which jobd holds until the batch changed or N seconds passed
+ * and marks with "Preference-Applied: wait=N"; then it asks again at once.
+ * A server that does not mark its answer (an older jobd, one draining, a
+ * proxy) answers at once: then wait sleeps --interval, at least the
+ * Retry-After it suggests, between polls (304 while nothing changed). The
  * progress goes to stderr - a redrawn bar on a terminal, one plain line per
- * poll otherwise (cron logs) - so stdout stays clean for scripts; the exit
+ * answer otherwise (cron logs) - so stdout stays clean for scripts; the exit
  * code is the batch's outcome (jobctl.h). jobd sets a batch's usage only at
  * finalization, so while it runs wait and status read the tokens (and cost)
  * so far from GET /v1/usage?group_by=batch, asked again only when the
@@ -27,6 +31,7 @@ struct bsum {
     const char *id, *status, *endpoint, *model;
     int64_t total, completed, failed;
     int64_t created_at, started_at;  /* in_progress_at, or created_at */
+    int64_t ended_at;                /* the first of finalizing_at and the end stamps; 0 while running */
     int have_tokens;
     int64_t in_tokens, out_tokens, total_tokens;
     const json_t *cost;
@@ -49,6 +54,14 @@ static void bsum_read(const json_t *b, struct bsum *s)
     js_get_int(b, "created_at", &s->created_at);
     if (js_get_int(b, "in_progress_at", &s->started_at))
         s->started_at = s->created_at;
+    /* the requests stopped running when finalization began (or the batch
+     * ended without it: cancelled, expired, failed) */
+    static const char *const stops[] = {"finalizing_at", "completed_at", "failed_at", "expired_at", "cancelled_at"};
+    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) {
+        int64_t at;
+        if (!js_get_int(b, stops[i], &at) && at > 0 && (!s->ended_at || at < s->ended_at))
+            s->ended_at = at;
+    }
     if (!js_get_obj(b, "usage", &u)) {
         s->have_tokens = 1;
         if (js_get_int(u, "input_tokens", &s->in_tokens))
@@ -71,10 +84,16 @@ static int64_t bsum_eta(const struct bsum *s, int64_t now)
     return (int64_t)((double)(s->total - done) * (double)elapsed / (double)done);
 }
 
+/* Output tokens per second of the batch's own in-progress time as jobd
+ * stamped it: in_progress_at to ended_at once the requests stopped, to now
+ * while they run. The stamps are whole seconds, so the time counts at least
+ * one second (the rate of a shorter batch is a lower bound). */
 static double bsum_tok_rate(const struct bsum *s, int64_t now)
 {
-    int64_t elapsed = now - s->started_at;
-    return s->have_tokens && elapsed > 0 ? (double)s->out_tokens / (double)elapsed : 0.0;
+    int64_t elapsed = (s->ended_at ? s->ended_at : now) - s->started_at;
+    if (elapsed < 1)
+        elapsed = 1;
+    return s->have_tokens ? (double)s->out_tokens / (double)elapsed : 0.0;
 }
 
 static void fmt_cost(const json_t *c, char *out, size_t n)
@@ -330,9 +349,18 @@ static void progress(const json_t *b, const int64_t live[3], int tty, int64_t no
     fflush(stderr);
 }
 
+#define JC_WAIT_HOLD_S 25 /* the Prefer: wait asked for (jobd holds up to 30 s) */
+
+/* Whether jobd held the answer as asked (Preference-Applied: wait=N). */
+static int long_polled(const struct httpc_response *r)
+{
+    char v[64];
+    return !httpc_response_header(r, "Preference-Applied", v, sizeof v) && strstr(v, "wait=") != NULL;
+}
+
 int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_ms, int json_out)
 {
-    char path[256], what[160], etag[256] = "", inm[300];
+    char path[256], what[160], etag[256] = "", inm[300], prefer[32];
     snprintf(path, sizeof path, "/v1/batches/%s", id);
     snprintf(what, sizeof what, "batch %s", id);
     int tty = isatty(2), rc = 0, drawn = 0, have_live = 0;
@@ -345,8 +373,18 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
     for (;;) {
         struct httpc_response r;
         httpc_response_init(&r);
-        const char *hdr[] = {inm, NULL};
+        /* a long poll once there is an ETag to compare, for as long as the
+         * --timeout leaves (whole seconds, JC_WAIT_HOLD_S at most) */
+        int64_t hold_s = JC_WAIT_HOLD_S;
+        if (timeout_ms > 0) {
+            int64_t left = timeout_ms - (int64_t)(clock_mono_ms() - start);
+            hold_s = left / 1000 < hold_s ? left / 1000 : hold_s;
+        }
+        const char *hdr[] = {inm, hold_s > 0 ? prefer : NULL, NULL};
         snprintf(inm, sizeof inm, "If-None-Match: %s", etag);
+        snprintf(prefer, sizeof prefer, "Prefer: wait=%lld", (long long)hold_s);
+        o.timeout_ms = (long)(hold_s + 30) * 1000; /* the hold plus the usual 30 s */
+        int conditional = etag[0] != '\0';
         int hrc = jc_call(jc, &o, "GET", path, etag[0] ? hdr : NULL, NULL, 0, NULL, &r);
         if (drawn && tty && (hrc || (r.status != 200 && r.status != 304)))
             fputc('\n', stderr);
@@ -367,7 +405,11 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
         }
         int64_t delay = interval_ms;
         char ra[32];
-        if (!httpc_response_header(&r, "Retry-After", ra, sizeof ra)) {
+        if (long_polled(&r) || (!conditional && r.status == 200 && etag[0])) {
+            /* jobd did the waiting, or this plain GET gave the first ETag:
+             * the next (conditional) GET shows whether jobd holds it */
+            delay = 0;
+        } else if (!httpc_response_header(&r, "Retry-After", ra, sizeof ra)) {
             long s = strtol(ra, NULL, 10);
             if (s > 0 && s <= 600 && s * 1000 > delay)
                 delay = s * 1000;
@@ -397,7 +439,8 @@ int jc_wait(struct jc *jc, const char *id, int64_t interval_ms, int64_t timeout_
         }
         if (timeout_ms > 0 && elapsed + (uint64_t)delay > (uint64_t)timeout_ms)
             delay = timeout_ms - (int64_t)elapsed;
-        clock_sleep_ms((uint64_t)delay);
+        if (delay > 0)
+            clock_sleep_ms((uint64_t)delay);
     }
     if (last && rc == jc_batch_outcome(last)) {
         if (tty)
@@ -422,9 +465,11 @@ static const char *wait_usage =
     "usage: jobctl wait BATCH_ID [--interval 2s] [--timeout DUR] [--json]\n"
     "\n"
     "Wait until the batch ends: a live progress bar (counts, tokens/s, ETA) on a\n"
-    "terminal, one plain line per poll otherwise, both on stderr. Polls with\n"
-    "If-None-Match and never faster than jobd's Retry-After. Exits with the\n"
-    "batch's outcome: 0 completed, 10 completed with failed requests, 11 failed,\n"
+    "terminal, one plain line per change (or 25 s) otherwise, both on stderr.\n"
+    "Long-polls jobd (If-None-Match + Prefer: wait=25: answered as soon as the\n"
+    "batch changes); a server that does not hold the request is polled every\n"
+    "--interval, never faster than its Retry-After. Exits with the batch's\n"
+    "outcome: 0 completed, 10 completed with failed requests, 11 failed,\n"
     "12 expired, 13 cancelled, 14 --timeout passed (see jobctl --help).\n"
     "\n"
     "example:\n"
@@ -435,7 +480,8 @@ int cmd_wait(struct jc *jc, int argc, char **argv)
     int64_t interval_ms = 2000, timeout_ms = 0;
     int json_out = 0;
     struct cfg_opt opts[] = {
-        CFG_OPT("interval", NULL, CFG_DURATION, &interval_ms, "DUR", "time between polls (default 2s)"),
+        CFG_OPT("interval", NULL, CFG_DURATION, &interval_ms, "DUR",
+                "time between polls when jobd does not long-poll (default 2s)"),
         CFG_OPT("timeout", NULL, CFG_DURATION, &timeout_ms, "DUR", "give up after DUR (exit 14); default never"),
         CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print the final batch object on stdout"),
         JC_COMMON_OPTS(jc),

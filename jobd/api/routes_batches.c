@@ -1,6 +1,10 @@
 /*
  * routes_batches.c - the Batch API: POST /v1/batches, GET /v1/batches,
- * GET /v1/batches/{id} (ETag / If-None-Match / Retry-After),
+ * GET /v1/batches/{id} (ETag / If-None-Match / Retry-After, and a long
+ * poll: with If-None-Match and "Prefer: wait=N" (RFC 7240) a 304 is held,
+ * the batch re-read every BATCH_WAIT_STEP_MS, until it changed (200), N
+ * seconds passed (304) or jobd drains; "Preference-Applied: wait=N" says
+ * it was honored),
  * POST /v1/batches/{id}/cancel, and the native one-call submission
  * POST /v1/jobs (the JSONL is the request body), and
  * POST /v1/batches/{id}/rerun (a new batch of an ended batch's failed,
@@ -381,10 +385,15 @@ static int batch_json_served(struct api_job *job, struct store *st, struct buf *
 
 /* ---- GET /v1/batches/{id}, POST /v1/batches/{id}/cancel ------------------------------------------- */
 
+#define BATCH_WAIT_MAX_S 30    /* the longest Prefer: wait a GET is held (under clients' 30-60 s timeouts) */
+#define BATCH_WAIT_STEP_MS 200 /* a held GET re-reads the batch this often */
+
 struct batch_job {
     struct api_job job;
     char id[ID_MAX];
     int64_t eta;             /* GET: estimated completion (unix s), 0 = none */
+    int wait_s;              /* GET: the Prefer: wait honored (1..BATCH_WAIT_MAX_S), 0 = none */
+    uint64_t wait_until_ms;  /* GET: hold a 304 until then (clock_mono_ms) */
 };
 
 static void batch_job_free(struct api_job *job)
@@ -450,10 +459,61 @@ static struct batch_job *batch_job_new(struct http_req *req, api_job_fn run)
     return bj;
 }
 
-/* The default answer plus X-Estimated-Completion while an estimate exists. */
+/* The seconds of a "wait=N" preference in a Prefer header (RFC 7240:
+ * comma-separated preferences, each maybe with ";" parameters), capped at
+ * BATCH_WAIT_MAX_S; 0 when there is none or N is not a positive integer. */
+static int prefer_wait_s(const char *v)
+{
+    while (v && *v) {
+        while (*v == ' ' || *v == '\t' || *v == ',')
+            v++;
+        if (!strncasecmp(v, "wait", 4)) {
+            const char *p = v + 4;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (*p == '=') {
+                p++;
+                while (*p == ' ' || *p == '\t')
+                    p++;
+                if (*p == '"')
+                    p++;
+                long n = 0;
+                int digits = 0;
+                for (; *p >= '0' && *p <= '9' && n <= BATCH_WAIT_MAX_S; p++, digits++)
+                    n = n * 10 + (*p - '0');
+                if (digits && n > 0)
+                    return n > BATCH_WAIT_MAX_S ? BATCH_WAIT_MAX_S : (int)n;
+                return 0;
+            }
+        }
+        v = strchr(v, ',');
+    }
+    return 0;
+}
+
+/* The default answer plus X-Estimated-Completion while an estimate exists.
+ * A long poll (wait_until_ms) holds a 304: the batch is read again in
+ * BATCH_WAIT_STEP_MS (the ETag computed afresh) until it changed, the wait
+ * passed or jobd drains. */
 static int batches_get_answer(struct http_req *req, struct api_job *job)
 {
     struct batch_job *bj = (struct batch_job *)job;
+    if (job->status == 304 && bj->wait_until_ms && !job->api->draining) {
+        uint64_t now = clock_mono_ms();
+        if (now + 10 < bj->wait_until_ms) {
+            uint64_t step = bj->wait_until_ms - now;
+            if (step > BATCH_WAIT_STEP_MS)
+                step = BATCH_WAIT_STEP_MS;
+            job->etag[0] = '\0';
+            if (api_job_again(req, job, step))
+                return 1;
+        }
+    }
+    if (bj->wait_s && !job->api->draining && (job->status == 200 || job->status == 304)) {
+        char v[32];
+        snprintf(v, sizeof v, "wait=%d", bj->wait_s);
+        http_resp_header(req, "Preference-Applied", v);
+    }
     if (bj->eta > 0 && (job->status == 200 || job->status == 304)) {
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)bj->eta);
@@ -470,6 +530,8 @@ static void batches_get(struct http_req *req, void *arg)
         return;
     bj->job.answer = batches_get_answer;
     bj->job.answer_sends_out = 1;
+    if (http_req_header(req, "If-None-Match") && (bj->wait_s = prefer_wait_s(http_req_header(req, "Prefer"))))
+        bj->wait_until_ms = clock_mono_ms() + (uint64_t)bj->wait_s * 1000;
     api_job_run(req, &bj->job);
 }
 

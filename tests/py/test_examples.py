@@ -519,6 +519,10 @@ def test_example_files():
         xs = [json.loads(l) for l in open(os.path.join(EX, name))]
         assert xs and all(x["url"] == url and x["method"] == "POST" for x in xs), name
         assert all(x["body"]["max_tokens"] <= 64 for x in xs), name      # quick on a CPU
+        # the engine keeps OpenAI's defaults (temperature 1, top_p 1), at which
+        # the 135M default model rambles: each example line sets its own
+        assert all(x["body"].get("temperature", 1) <= 0.5 for x in xs), name
+        assert all(x["body"].get("top_p", 1) < 1 for x in xs if x["body"]["temperature"] > 0), name
     assert all(isinstance(x["body"]["prompt"], str) for x in
                (json.loads(l) for l in open(os.path.join(EX, "completions.jsonl"))))
     # the receiver uses the standard library only

@@ -364,6 +364,186 @@ def test_wait_timeout_exit_code():
     assert metric(d, 'route="/v1/batches/{id}",status="304"') >= 1
 
 
+# ---- wait: jobd's long poll, the fallback without it, the rate of an ended batch ---------------
+
+def get_batch(d, bid, headers=None, timeout=60):
+    t0 = time.monotonic()
+    r = d.call("GET", f"/v1/batches/{bid}", headers=headers, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def test_get_batch_long_polls_until_it_changes():
+    d, env = start(args=WORKER_ARGS)
+    w = worker(d)
+    bid = jobctl(["submit", write(os.path.join(tmpdir(), "four.jsonl"), jsonl(4))], env).stdout.strip()
+    d.wait_batch(bid)
+    r, _ = get_batch(d, bid)
+    assert r.status == 200 and "preference-applied" not in r.headers, r.headers
+    etag = r.headers["etag"]
+    # no Prefer: the 304 comes at once, unmarked, with the Retry-After hint
+    r, _ = get_batch(d, bid, {"If-None-Match": etag})
+    assert r.status == 304 and "preference-applied" not in r.headers and r.headers["retry-after"] == "5"
+    # Prefer without If-None-Match: nothing to compare, answered at once and unmarked
+    r, _ = get_batch(d, bid, {"Prefer": "wait=5"})
+    assert r.status == 200 and "preference-applied" not in r.headers, r.headers
+    # nothing changes: held the whole wait (a lower bound), then a marked 304
+    r, took = get_batch(d, bid, {"If-None-Match": etag, "Prefer": "respond-async, wait=1"})
+    assert r.status == 304 and r.headers["preference-applied"] == "wait=1" and took >= 1.0, (r, took)
+    # more than jobd holds: capped at 30 s (nothing waited here: the ETag differs, a 200 at once)
+    r, _ = get_batch(d, bid, {"If-None-Match": '"other"', "Prefer": "wait=600"})
+    assert r.status == 200 and r.headers["preference-applied"] == "wait=30", r.headers
+    # a change during the hold answers it with the new batch, long before the wait ends
+    got = {}
+    t = threading.Thread(target=lambda: got.update(r=get_batch(d, bid, {"If-None-Match": etag,
+                                                                        "Prefer": "wait=25"})))
+    t.start()
+    time.sleep(0.5)                          # let the GET park first (a late one only proves less)
+    lease = w.lease(max_requests=2, lease_seconds=60, wait_ms=2000).json()
+    w.results(lease["lease_id"], [success(q) for q in lease["requests"]])
+    t.join(60)
+    r, took = got["r"]
+    assert r.status == 200 and r.headers["preference-applied"] == "wait=25", r
+    assert r.json()["request_counts"]["completed"] == 2 and r.headers["etag"] != etag, r.json()
+    assert took < 20, took
+
+
+def test_wait_reports_a_short_batch_as_soon_as_it_is_done():
+    """With a 60 s --interval a poller would see the end only at --timeout
+    (50 s); the long poll reports it once the last result is in."""
+    d, env = start(args=WORKER_ARGS)
+    w = worker(d)
+    bid = jobctl(["submit", write(os.path.join(tmpdir(), "three.jsonl"), jsonl(3))], env).stdout.strip()
+    d.wait_batch(bid)
+    rec = Recorder(d.port)
+    p = subprocess.Popen([binary("jobctl"), "wait", bid, "--interval", "60s", "--timeout", "50s"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env,
+                                                                                "JOBD_URL": rec.url})
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(iter(p.stderr.readline, b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not any(bid.encode() in l for l in got):   # its first display: the batch in progress
+        assert p.poll() is None and time.monotonic() < deadline, got
+        time.sleep(0.02)
+    lease = w.lease(max_requests=3, lease_seconds=60, wait_ms=2000).json()
+    w.results(lease["lease_id"], [success(q) for q in lease["requests"]])
+    t0 = time.monotonic()
+    p.wait(timeout=60)
+    took = time.monotonic() - t0
+    reader.join(30)
+    err = b"".join(got).decode()
+    assert p.returncode == 0, (p.returncode, err)
+    assert took < 20, (took, err)            # not at the 50 s --timeout
+    assert err.rstrip().endswith(f"{bid} completed: 3 requests, 3 completed, 0 failed"), err
+    # the request pattern: a plain GET, then conditional long polls
+    sent = b"".join(rec.heads).decode("latin-1")
+    polls = [x for x in sent.split("\r\n\r\n") if x.lstrip().startswith(f"GET /v1/batches/{bid} ")]
+    assert len(polls) >= 2 and "Prefer:" not in polls[0], polls
+    assert all("If-None-Match: " in x and re.search(r"\r\nPrefer: wait=2[0-5]\r\n", x + "\r\n")
+               for x in polls[1:]), polls
+
+
+class FakeJobd:
+    """A stand-in for jobd's GET /v1/batches/{id}: answers[i] (status, batch or
+    None, headers) for the i-th GET (the last one repeats); records when each
+    came and its headers. Any other route is a 404 (jobctl's live token query)."""
+
+    def __init__(self, answers):
+        import http.server
+        self.answers, self.gets = answers, []
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if not self.path.startswith("/v1/batches/"):
+                    return self.reply(404, {"error": {"message": "no such route", "code": None}}, {})
+                fake.gets.append((time.monotonic(), dict(self.headers)))
+                status, body, hdrs = fake.answers[min(len(fake.gets), len(fake.answers)) - 1]
+                self.reply(status, body, hdrs)
+
+            def reply(self, status, body, hdrs):
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                for k, v in hdrs.items():
+                    self.send_header(k, v)
+                if status != 304:
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if status != 304:
+                    self.wfile.write(data)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.env = {"JOBD_URL": f"http://127.0.0.1:{self.srv.server_address[1]}", "JOBD_API_KEY": "k",
+                    "JOBCTL_CONFIG": "", "HOME": tmpdir()}
+
+
+def fake_batch(status, done, total=4, out_tokens=0, **stamps):
+    b = {"id": "batch_fake", "object": "batch", "endpoint": "/v1/chat/completions", "model": "smollm",
+         "status": status, "input_file_id": "file_in", "output_file_id": None, "error_file_id": None,
+         "created_at": 1_000_000, "in_progress_at": None, "finalizing_at": None, "completed_at": None,
+         "failed_at": None, "expired_at": None, "cancelling_at": None, "cancelled_at": None,
+         "request_counts": {"total": total, "completed": done, "failed": 0},
+         "usage": {"input_tokens": 10 * done, "output_tokens": out_tokens, "total_tokens": 10 * done + out_tokens}}
+    b.update(stamps)
+    return b
+
+
+def test_wait_polls_every_interval_when_the_server_does_not_long_poll():
+    running = fake_batch("in_progress", 1, in_progress_at=1_000_001)
+    done = fake_batch("completed", 4, out_tokens=80, in_progress_at=1_000_001, finalizing_at=1_000_005,
+                      completed_at=1_000_006)
+    f = FakeJobd([(200, running, {"ETag": '"a"'}), (304, None, {"ETag": '"a"'}),
+                  (304, None, {"ETag": '"a"'}), (200, done, {"ETag": '"b"'})])
+    r = jobctl(["wait", "batch_fake", "--interval", "300ms", "--timeout", "60s"], f.env)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert len(f.gets) == 4, f.gets
+    # the first ETag is tried at once (does the server hold a conditional GET?);
+    # then --interval between the unmarked answers
+    gaps = [b[0] - a[0] for a, b in zip(f.gets, f.gets[1:])]
+    assert all(g >= 0.3 for g in gaps[1:]), gaps
+    assert all(h.get("Prefer", "").startswith("wait=") and h.get("If-None-Match") == '"a"'
+               for _, h in f.gets[1:]), f.gets       # asked, was not honored, fell back
+    # the ended batch's rate: 80 output tokens over its 4 s in progress (not over "until now")
+    assert re.search(r"batch_fake completed 4/4 \(100\.0%\) completed 4 failed 0 tok/s 20\.0 ", r.stderr), r.stderr
+
+
+def test_wait_asks_again_at_once_when_the_server_held_the_poll():
+    running = fake_batch("in_progress", 1, in_progress_at=1_000_001)
+    done = fake_batch("completed", 4, out_tokens=80, in_progress_at=1_000_001, finalizing_at=1_000_001,
+                      completed_at=1_000_002)
+    held = {"ETag": '"a"', "Preference-Applied": "wait=25", "Retry-After": "5"}
+    f = FakeJobd([(200, running, {"ETag": '"a"'}), (304, None, held), (304, None, held),
+                  (200, done, {"ETag": '"b"', "Preference-Applied": "wait=25"})])
+    t0 = time.monotonic()
+    r = jobctl(["wait", "batch_fake", "--interval", "60s", "--timeout", "100s"], f.env)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    # marked answers: no --interval (60 s) nor Retry-After (5 s) sleep between them
+    assert len(f.gets) == 4 and time.monotonic() - t0 < 20, (f.gets, r.stderr)
+    # ended in the second it started: the whole-second stamps count one second
+    assert re.search(r"batch_fake completed 4/4 \(100\.0%\) completed 4 failed 0 tok/s 80\.0 ", r.stderr), r.stderr
+
+
+def test_status_rate_uses_the_batch_in_progress_time():
+    done = fake_batch("completed", 4, out_tokens=400, in_progress_at=1_000_010, finalizing_at=1_000_014,
+                      completed_at=1_000_020)
+    f = FakeJobd([(200, done, {"ETag": '"b"'})])
+    r = jobctl(["status", "batch_fake"], f.env)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"tokens +in 40 +out 400 +total 440 +\(100\.0 tok/s\)", r.stdout), r.stdout
+    cancelled = fake_batch("cancelled", 2, out_tokens=90, in_progress_at=1_000_010, cancelling_at=1_000_011,
+                           cancelled_at=1_000_013)
+    f = FakeJobd([(200, cancelled, {"ETag": '"c"'})])
+    r = jobctl(["status", "batch_fake"], f.env)
+    assert re.search(r"\(30\.0 tok/s\)", r.stdout), r.stdout     # until cancelled_at: the requests stopped
+
+
 def worker(d, name="ctl-worker", model="smollm", aliases=()):
     w = TestWorker(d.port, WT, model=model, aliases=aliases, name=name)
     w.register()
