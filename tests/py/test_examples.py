@@ -533,6 +533,19 @@ def test_example_files():
 
 # ---- make run on another file -------------------------------------------------------------
 
+def test_run_default_on_the_tools_example():
+    need_model()
+    r = run([os.path.join(ROOT, "scripts/run-default")], env={"FILE": "examples/tools.jsonl"},
+            timeout=TIMEOUT)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    out = r.stdout
+    assert "batch completed: 6 completed, 0 failed of 6" in out, out
+    # the forced single call and the replayed turn answer with calls
+    assert re.search(r"\[tools-classify\] \(tool_calls, \d+\+\d+ tokens\) -> route_ticket\(\{", out), out
+    assert re.search(r"\[tools-named\] \(stop, [^\n]*\n?\s*-> save_contact\(\{", out), out
+    assert "[tools-none] (stop" in out and "-> " not in out.split("[tools-none]")[1].split("\n")[0], out
+
+
 def test_run_default_on_the_completions_example():
     need_model()
     r = run([os.path.join(ROOT, "scripts/run-default")], env={"FILE": "examples/completions.jsonl"},
