@@ -37,7 +37,7 @@ PKG_LIBS_TEXT   := $(shell pkg-config --libs libpcre2-8 2>/dev/null)
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wformat=2 -Wvla -Wno-unused-parameter
 CSTD     := -std=c11 -D_GNU_SOURCE
-DEFS     := -DPROJECT_VERSION='"$(VERSION)"' -DPROJECT_REV='"$(GIT_REV)"'
+DEFS     := -DPROJECT_VERSION='"$(VERSION)"'
 INCS     := -I. $(PKG_CFLAGS)
 CFLAGS_REL  := $(CSTD) $(WARN) $(DEFS) $(INCS) -O2 -g -pthread -MMD -MP
 # SAN: the sanitizers of the test tree. `make SAN= BUILD=build/vg
@@ -153,6 +153,12 @@ $(eval $(call flagstamp,$(BUILD)/obj/.flags,$(CC) $(CFLAGS_REL) $(NVCCFLAGS)))
 $(eval $(call flagstamp,$(BUILD)/asan/obj/.flags,$(CC) $(CFLAGS_ASAN)))
 .PHONY: FORCE
 FORCE:
+# The git revision reaches common/cli.c (--version) alone, through its own
+# stamp: a commit rebuilds one file, not the whole tree.
+$(eval $(call flagstamp,$(BUILD)/.rev,$(GIT_REV)))
+$(BUILD)/obj/common/cli.o: CFLAGS_REL += -DPROJECT_REV='"$(GIT_REV)"'
+$(BUILD)/asan/obj/common/cli.o: CFLAGS_ASAN += -DPROJECT_REV='"$(GIT_REV)"'
+$(BUILD)/obj/common/cli.o $(BUILD)/asan/obj/common/cli.o: $(BUILD)/.rev
 
 # ---- compile ------------------------------------------------------------------
 $(BUILD)/obj/%.o: %.c $(BUILD)/obj/.flags
