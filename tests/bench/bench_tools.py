@@ -12,10 +12,10 @@
 2. `auto` mode: the share of prompts that clearly ask for a tool and get a
    valid call (a declared function, arguments that validate against its
    schema with jsonschema), ours and, when the binary exists, llama.cpp's
-   `llama-server --jinja` on the same GGUF and prompts (greedy). For
-   llama-server's answers, our parser is also run on its raw text (the same
-   request with "parse_tool_calls": false) and its calls compared with
-   llama.cpp's own parse.
+   `llama-server --jinja` on the same GGUF and prompts (greedy). Our parser
+   is also run on llama-server's raw text for each prompt (its own
+   /apply-template prompt through /completion, greedy) and its calls
+   compared with llama.cpp's parse of its chat answer.
 
 usage: tests/bench/bench_tools.py [--model GGUF] [--n 24] [--threads 2] [--server PATH]
 """
@@ -159,19 +159,21 @@ def server_auto(exe, model, qs, threads):
             if time.monotonic() > deadline or p.poll() is not None:
                 sys.exit("llama-server did not start")
             time.sleep(0.5)
+        def post(path, body):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            return json.loads(c.getresponse().read())
+
         parsed, raw = [], []
         for q in qs:
-            for parse in (True, False):
-                b = chat_body(q, "auto")
-                del b["model"]
-                if not parse:
-                    b["parse_tool_calls"] = False
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-                c.request("POST", "/v1/chat/completions", json.dumps(b), {"Content-Type": "application/json"})
-                r = c.getresponse()
-                body = json.loads(r.read())
-                msg = body["choices"][0]["message"]
-                (parsed if parse else raw).append(msg)
+            b = chat_body(q, "auto")
+            del b["model"]
+            parsed.append(post("/v1/chat/completions", b)["choices"][0]["message"])
+            # the raw text: the same rendered prompt through /completion (greedy, no grammar)
+            prompt = post("/apply-template", b)["prompt"]
+            r = post("/completion", {"prompt": prompt, "n_predict": b["max_tokens"], "temperature": 0,
+                                     "cache_prompt": False})
+            raw.append({"content": r["content"]})
         return parsed, raw
     finally:
         p.terminate()
