@@ -65,7 +65,9 @@ static struct jv jv_json(struct jinja_env *e, const json_t *v)
         struct jv d = jinja_dict(e);
         const char *k;
         json_t *x;
-        json_object_foreach((json_t *)v, k, x) jinja_dict_set(e, d, k, jv_json(e, x));
+        json_object_foreach((json_t *)v, k, x) {
+            jinja_dict_set(e, d, k, jv_json(e, x));
+        }
         return d;
     }
     case JSON_ARRAY: {
@@ -137,7 +139,9 @@ static int fill_vars(void *arg, struct jinja_env *e, const struct jv *dicts, siz
         jinja_global(e, "tools", jv_json(e, f->gp->tools.tools));
     const char *k;
     json_t *v;
-    json_object_foreach(f->gp->tmpl_kwargs, k, v) jinja_global(e, k, jv_json(e, v));
+    json_object_foreach(f->gp->tmpl_kwargs, k, v) {
+        jinja_global(e, k, jv_json(e, v));
+    }
     if (f->gp->think_off)
         jinja_global(e, "enable_thinking", jinja_bool(0));
     return 0;
