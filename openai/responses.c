@@ -859,8 +859,10 @@ static void replace_all(char *s, size_t cap, const char *from, const char *to)
             out[o++] = *p++;
         }
     }
-    out[o] = '\0';
-    snprintf(s, cap, "%s", out);
+    if (o >= cap)
+        o = cap - 1; /* truncated, as a struct problem field is */
+    memcpy(s, out, o);
+    s[o] = '\0';
 }
 
 void oresp_problem_from_chat(struct problem *err)
