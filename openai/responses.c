@@ -996,8 +996,9 @@ static json_t *usage_from_chat(const json_t *u)
         json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
     json_int_t reasoning = json_integer_value(
         json_object_get(json_object_get(u, "completion_tokens_details"), "reasoning_tokens"));
-    return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", in,
-                     "input_tokens_details", "cached_tokens", cached, "output_tokens", out,
+    return json_pack("{s:I, s:{s:I, s:I}, s:I, s:{s:I}, s:I}", "input_tokens", in,
+                     "input_tokens_details", "cached_tokens", cached, "cache_write_tokens",
+                     (json_int_t)0, "output_tokens", out,
                      "output_tokens_details", "reasoning_tokens", reasoning, "total_tokens",
                      in + out);
 }

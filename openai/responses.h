@@ -82,7 +82,8 @@
  * "max_output_tokens" (content_filter likewise), any other "completed".
  * Ids derive from the chat completion's: "chatcmpl-X" -> resp_X, msg_X,
  * rs_X, fc_X_<i>, so a rerun of a line with one id gives the same ids.
- * usage: input_tokens, input_tokens_details.cached_tokens,
+ * usage: input_tokens, input_tokens_details.cached_tokens (and
+ * cache_write_tokens 0: the SDK requires it; nothing is written to a cache a user pays for),
  * output_tokens, output_tokens_details.reasoning_tokens, total_tokens from
  * the chat usage (details 0 when it has none). The request's settings are
  * echoed with OpenAI's defaults: instructions, max_output_tokens,

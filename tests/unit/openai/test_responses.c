@@ -318,7 +318,7 @@ TEST(responses_text_answer_becomes_a_message_item)
         "{\"type\":\"text\"},\"verbosity\":\"medium\"},\"tool_choice\":\"auto\",\"tools\":[],"
         "\"top_logprobs\":0,\"top_p\":1.0,\"truncation\":\"disabled\",\"user\":null,"
         "\"safety_identifier\":null,\"prompt_cache_key\":null,\"background\":false,\"usage\":"
-        "{\"input_tokens\":10,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":5,"
+        "{\"input_tokens\":10,\"input_tokens_details\":{\"cached_tokens\":0,\"cache_write_tokens\":0},\"output_tokens\":5,"
         "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":15}}");
     if (!json_equal(r, want)) {
         char *got = json_dumps(r, JSON_COMPACT);
