@@ -29,6 +29,8 @@ static json_t *member(const json_t *o, const char *key)
 
 static const char *type_name(const json_t *v)
 {
+    if (!v)
+        return "nothing"; /* an absent member */
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";

@@ -177,6 +177,9 @@ TEST(responses_each_refusal_names_its_param)
         "tool_choice.type", "unsupported_value");
     BAD("{\"model\":\"m\",\"input\":\"hi\",\"tool_choice\":{\"type\":\"function\"}}",
         "tool_choice.name", "missing_required_parameter");
+    /* fuzz find: an allowed_tools choice without its list named a type of NULL */
+    BAD("{\"model\":\"m\",\"input\":\"hi\",\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":"
+        "\"auto\"}}", "tool_choice.tools", "invalid_type");
     BAD("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
         "\"image_url\":\"http://x\"}]}]}", "input[0].content[0].type", "unsupported_value");
     BAD("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\","
