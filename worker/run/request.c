@@ -32,12 +32,21 @@ static json_t *responses_settings(const json_t *body)
 }
 
 /* The answer body: the chat.completion cc as it is, or for a Responses
- * request (settings not NULL) the Response built from it. Takes cc. */
-static int answer_body(const json_t *settings, json_t *cc, json_t **out)
+ * request (settings not NULL) the Response built from it, whose
+ * usage.input_tokens_details.cached_tokens is the prompt positions taken
+ * from the prefix cache (cached; handed over as the chat usage's
+ * prompt_tokens_details, which oresp_from_chat reads). Takes cc. */
+static int answer_body(const json_t *settings, json_t *cc, int64_t cached, json_t **out)
 {
     if (!settings) {
         *out = cc;
         return 0;
+    }
+    json_t *u = json_object_get(cc, "usage");
+    if (u && json_object_set_new(u, "prompt_tokens_details",
+                                 json_pack("{s:I}", "cached_tokens", (json_int_t)cached))) {
+        json_decref(cc);
+        return ERR_NOMEM;
     }
     int rc = oresp_from_chat(settings, cc, out);
     json_decref(cc);
@@ -106,7 +115,7 @@ int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body
     rc = ep == GP_CHAT ? resp_chat_build(&meta, ch, n_seq, m->t, &built)
                        : resp_completion_build(&meta, ch, n_seq, m->t, &built);
     if (rc == 0)
-        rc = answer_body(settings, built, response);
+        rc = answer_body(settings, built, 0, response); /* a fresh context: nothing cached */
 out:
     if (rc == ERR_INVAL && settings)
         oresp_problem_from_chat(err);
@@ -166,7 +175,7 @@ static int on_sched_result(void *ctx, const struct sched_result *r)
                                : resp_completion_build(&meta, r->choices, r->n_choices, os->t,
                                                        &built);
     if (rc == 0)
-        rc = answer_body(it->settings, built, &body);
+        rc = answer_body(it->settings, built, r->cached_tokens, &body);
     if (rc)
         return rc;
     struct oreq_result res = {r->id,          200,          body,         r->prompt_tokens,
