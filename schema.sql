@@ -552,3 +552,22 @@ INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
     SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
         (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
          UNION ALL SELECT '/v1/embeddings') e;
+
+-- @migration 8
+-- /v1/responses batches (a translation onto the chat path, spec/responses.md):
+-- the endpoint CHECKs of batches and worker_endpoints gain '/v1/responses',
+-- by migration 6's procedure (the tables' CREATE text edited in place: a
+-- wider CHECK changes no stored row). Both tables carry the same CHECK text
+-- since migrations 6 and 7; the migration fails unless exactly those two rows
+-- changed. No worker is back-filled: a worker serves /v1/responses only when
+-- it declares it at registration.
+PRAGMA writable_schema = ON;
+UPDATE sqlite_schema
+   SET sql = replace(sql, 'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions'', ''/v1/embeddings''))',
+                          'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions'', ''/v1/embeddings'', ''/v1/responses''))')
+ WHERE type = 'table' AND name IN ('batches', 'worker_endpoints')
+   AND instr(sql, 'CHECK (endpoint IN (''/v1/chat/completions'', ''/v1/completions'', ''/v1/embeddings''))') > 0;
+CREATE TEMP TABLE migration8_check (edited INTEGER CHECK (edited = 2));
+INSERT INTO migration8_check VALUES (changes());
+DROP TABLE migration8_check;
+PRAGMA writable_schema = RESET;

@@ -645,3 +645,14 @@ BEGIN
     NEW.seq := nextval('results_seq_gen');
     RETURN NEW;
 END $$;
+
+-- @migration 4
+-- /v1/responses batches: SQLite migration 8. The endpoint CHECKs of batches
+-- and worker_endpoints gain '/v1/responses'; no worker is back-filled (a
+-- worker serves it only when it declares it at registration).
+ALTER TABLE batches DROP CONSTRAINT batches_endpoint_check;
+ALTER TABLE batches ADD CONSTRAINT batches_endpoint_check
+    CHECK (endpoint IN ('/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses'));
+ALTER TABLE worker_endpoints DROP CONSTRAINT worker_endpoints_endpoint_check;
+ALTER TABLE worker_endpoints ADD CONSTRAINT worker_endpoints_endpoint_check
+    CHECK (endpoint IN ('/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses'));

@@ -17,10 +17,11 @@ static const struct {
     {WPROTO_EP_CHAT, "/v1/chat/completions"},
     {WPROTO_EP_COMPLETIONS, "/v1/completions"},
     {WPROTO_EP_EMBEDDINGS, "/v1/embeddings"},
+    {WPROTO_EP_RESPONSES, "/v1/responses"},
 };
 
 const enum wproto_endpoint wproto_endpoints[WPROTO_N_ENDPOINTS] = {
-    WPROTO_EP_CHAT, WPROTO_EP_COMPLETIONS, WPROTO_EP_EMBEDDINGS,
+    WPROTO_EP_CHAT, WPROTO_EP_COMPLETIONS, WPROTO_EP_EMBEDDINGS, WPROTO_EP_RESPONSES,
 };
 
 const char *wproto_endpoint_url(enum wproto_endpoint ep)

@@ -48,10 +48,11 @@ enum wproto_endpoint {
     WPROTO_EP_CHAT,        /* /v1/chat/completions */
     WPROTO_EP_COMPLETIONS, /* /v1/completions */
     WPROTO_EP_EMBEDDINGS,  /* /v1/embeddings */
+    WPROTO_EP_RESPONSES,   /* /v1/responses */
 };
-#define WPROTO_N_ENDPOINTS 3
+#define WPROTO_N_ENDPOINTS 4
 
-/* Every endpoint but NONE, in the spec's order (chat, completions, embeddings). */
+/* Every endpoint but NONE, in the spec's order (chat, completions, embeddings, responses). */
 extern const enum wproto_endpoint wproto_endpoints[WPROTO_N_ENDPOINTS];
 
 /* "/v1/chat/completions" for WPROTO_EP_CHAT...; NULL for NONE. Can't fail. */

@@ -102,7 +102,10 @@
 #define GP_MAX_COMPLETION_LOGPROBS 5
 #define GP_MAX_TEMPLATE_KWARGS 64
 
-enum gp_endpoint { GP_CHAT = 1, GP_COMPLETIONS = 2 };
+/* GP_RESPONSES: a /v1/responses body, which openai/responses.h translates
+ * into a GP_CHAT body first; gp_parse and prompt_build take GP_CHAT and
+ * GP_COMPLETIONS only. */
+enum gp_endpoint { GP_CHAT = 1, GP_COMPLETIONS = 2, GP_RESPONSES = 3 };
 
 /* One completions prompt: text (UTF-8, owned) or token ids (owned). */
 struct gp_prompt {

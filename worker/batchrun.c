@@ -81,9 +81,11 @@ static int add_line(struct brun *b, struct oreq_sched *s, size_t line, const cha
         ep = GP_CHAT;
     else if (strcmp(url, "/v1/completions") == 0)
         ep = GP_COMPLETIONS;
+    else if (strcmp(url, "/v1/responses") == 0)
+        ep = GP_RESPONSES;
     else {
         emit(b, line, custom_id, 0, NULL, "invalid_url",
-             "The url must be /v1/chat/completions or /v1/completions.");
+             "The url must be /v1/chat/completions, /v1/completions or /v1/responses.");
         json_decref(j);
         return 0;
     }

@@ -4,7 +4,8 @@
  * runs and the engine benchmark).
  *
  * Input: one JSON object per line, {"custom_id","method","url","body"}
- * (spec/jsonl.md); url /v1/chat/completions or /v1/completions. Output on
+ * (spec/jsonl.md); url /v1/chat/completions, /v1/completions or
+ * /v1/responses (worker/run/request.h). Output on
  * out: one line per request, as jobd's output file has them, in finishing
  * order:
  *   {"id":"batch_req_<line>","custom_id":...,"response":{"status_code":200,

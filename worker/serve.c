@@ -61,7 +61,7 @@ struct item {
 
 struct wl {
     const struct serve_opts *o;
-    const char *endpoints[3];      /* urls served, declared at registration (see serve.h) */
+    const char *endpoints[4];      /* urls served, declared at registration (see serve.h) */
     size_t n_endpoints;
     int encoder;                   /* an encoder model: /v1/embeddings only, no scheduler */
     pthread_mutex_t mu;
@@ -832,8 +832,8 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
                  * leased only embeddings by jobd: this is a safety net) */
                 json_t *eb = json_pack(
                     "{s:{s:s, s:s, s:s, s:s}}", "error", "message",
-                    os ? "This worker serves /v1/chat/completions, /v1/completions and "
-                         "/v1/embeddings only."
+                    os ? "This worker serves /v1/chat/completions, /v1/completions, "
+                         "/v1/embeddings and (with a chat template) /v1/responses only."
                        : "This worker's model is an encoder: it serves /v1/embeddings only.",
                     "type", "invalid_request_error", "param", "url", "code", "invalid_url");
                 struct oreq_result er;
@@ -857,7 +857,9 @@ static int engine_loop(struct wl *w, struct oreq_sched *os, const struct engine 
                 i += k - 1;
                 continue;
             }
-            enum gp_endpoint gep = add[i].ep == WPROTO_EP_CHAT ? GP_CHAT : GP_COMPLETIONS;
+            enum gp_endpoint gep = add[i].ep == WPROTO_EP_CHAT        ? GP_CHAT
+                                   : add[i].ep == WPROTO_EP_RESPONSES ? GP_RESPONSES
+                                                                      : GP_COMPLETIONS;
             int arc = oreq_sched_add(os, add[i].rid, gep, add[i].body);
             json_decref(add[i].body);
             if (arc) {
@@ -1015,6 +1017,8 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     if (!w.encoder) {
         w.endpoints[w.n_endpoints++] = "/v1/chat/completions";
         w.endpoints[w.n_endpoints++] = "/v1/completions";
+        if (e->tmpl) /* /v1/responses runs on the chat path */
+            w.endpoints[w.n_endpoints++] = "/v1/responses";
         if ((rc = oreq_sched_new(e->model, e->tok, e->tmpl, &so, &oo, &s)) != 0) {
             snprintf(err, err_len, "cannot create the scheduler (check --kv-mem, --max-seqs, "
                      "--max-batch-tokens): %s", err_msg(rc));

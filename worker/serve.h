@@ -36,7 +36,9 @@
  *
  * Endpoint: a lease item carries the line's body and its `url` (the
  * batch's endpoint): /v1/chat/completions or /v1/completions (through the
- * scheduler), or /v1/embeddings (answered at once on the engine thread by
+ * scheduler), /v1/responses (the same, on the chat path: openai/responses.h
+ * translates the body in and the chat.completion out; declared only when the
+ * model has a chat template), or /v1/embeddings (answered at once on the engine thread by
  * worker/run/embed_req.h on an embeddings context of 16 slots and 512
  * tokens a step, made on first use - CPU only; no generation, one forward
  * per input, a request's inputs packed together); any other url

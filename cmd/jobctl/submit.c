@@ -62,9 +62,9 @@ static const char *submit_usage =
     "(GET /v1/webhook_secret; see spec/webhooks.md). jobd checks the address\n"
     "when it delivers, not now.\n"
     "\n"
-    "Without --endpoint, a file whose first line has \"url\": \"/v1/completions\"\n"
-    "or \"/v1/embeddings\" is submitted for that endpoint, any other for\n"
-    "/v1/chat/completions.\n"
+    "Without --endpoint, a file whose first line has \"url\": \"/v1/completions\",\n"
+    "\"/v1/embeddings\" or \"/v1/responses\" is submitted for that endpoint, any\n"
+    "other for /v1/chat/completions.\n"
     "\n"
     "examples:\n"
     "  id=$(jobctl submit requests.jsonl --metadata owner=nightly) && jobctl wait \"$id\"\n"
@@ -337,8 +337,8 @@ static int submit_spool_stdin(char *rbuf)
 }
 
 /* SHA-256 of the whole file as hex; rewinds it. 0 or ERR_IO/ERR_NOMEM. */
-/* The "url" of the first request line, when it is /v1/completions or
- * /v1/embeddings: then that is the batch's endpoint unless --endpoint says otherwise (jobd's default
+/* The "url" of the first request line, when it is /v1/completions,
+ * /v1/embeddings or /v1/responses: then that is the batch's endpoint unless --endpoint says otherwise (jobd's default
  * is /v1/chat/completions). Reads at most one buffer from the start of fd
  * (pread: the offset is not moved); anything unreadable gives NULL and
  * jobd's validation reports the real problem. */
@@ -354,11 +354,12 @@ static const char *submit_sniff_endpoint(int fd, char *rbuf)
     lim.max_bytes = SUBMIT_READ_BYTES;
     if (js_parse(rbuf, len, &lim, &line, NULL))
         return NULL;
+    static const char *const eps[] = {"/v1/completions", "/v1/embeddings", "/v1/responses", NULL};
     const char *url = NULL, *ep = NULL;
-    if (!js_get_str(line, "url", &url) && !strcmp(url, "/v1/completions"))
-        ep = "/v1/completions";
-    else if (url && !strcmp(url, "/v1/embeddings"))
-        ep = "/v1/embeddings";
+    if (!js_get_str(line, "url", &url))
+        for (int i = 0; eps[i] && !ep; i++)
+            if (!strcmp(url, eps[i]))
+                ep = eps[i];
     json_decref(line);
     return ep;
 }
@@ -452,8 +453,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         return rc;
     struct cfg_opt opts[] = {
         CFG_OPT("endpoint", NULL, CFG_STR, &endpoint, "PATH",
-                "/v1/chat/completions, /v1/completions or /v1/embeddings (default: the first line's url when it is "
-                "one of the last two, else /v1/chat/completions)"),
+                "/v1/chat/completions, /v1/completions, /v1/embeddings or /v1/responses (default: the first "
+                "line's url when it is one of the last three, else /v1/chat/completions)"),
         CFG_OPT("window", NULL, CFG_STR, &window, "DUR", "completion window, 1h .. 7d (default 24h; the deadline leasing orders by)"),
         CFG_OPT("priority", NULL, CFG_INT, &priority, "N", "-1000 .. 1000: orders your own batches (default 0)"),
         CFG_OPT("webhook", NULL, CFG_STR, &webhook, "URL", "POST the batch's end event here (metadata webhook_url)"),
@@ -483,8 +484,9 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     if (out_expires_ms && (out_expires_ms % 1000 || out_expires_ms < 1000 || out_expires_ms > 30LL * 86400000))
         return jc_usage_error(jc, "--output-expires: a whole number of seconds up to 30d (jobd wants at least 1h)");
     if (endpoint && strcmp(endpoint, "/v1/chat/completions") && strcmp(endpoint, "/v1/completions") &&
-        strcmp(endpoint, "/v1/embeddings"))
-        return jc_usage_error(jc, "--endpoint: use /v1/chat/completions, /v1/completions or /v1/embeddings");
+        strcmp(endpoint, "/v1/embeddings") && strcmp(endpoint, "/v1/responses"))
+        return jc_usage_error(jc, "--endpoint: use /v1/chat/completions, /v1/completions, /v1/embeddings or "
+                                  "/v1/responses");
     if (idem && (!*idem || strlen(idem) > 255))
         return jc_usage_error(jc, "--idempotency-key: 1 to 255 bytes");
     char wh_md[16 + SUBMIT_MAX_METADATA_VALUE];

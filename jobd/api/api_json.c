@@ -167,6 +167,7 @@ int api_batch_json_ext(struct buf *out, const struct store_batch *b,
     /* served: a live worker answers to the model for this batch's endpoint */
     unsigned bit = strcmp(b->endpoint, "/v1/embeddings") == 0    ? STORE_EP_EMBEDDINGS
                    : strcmp(b->endpoint, "/v1/completions") == 0 ? STORE_EP_COMPLETIONS
+                   : strcmp(b->endpoint, "/v1/responses") == 0   ? STORE_EP_RESPONSES
                                                                  : STORE_EP_CHAT;
     for (size_t i = 0; i < n_served; i++)
         if (strcmp(served[i].name, b->model) == 0 && (served[i].endpoints & bit))

@@ -75,7 +75,7 @@ static void batch_in_free(void *p)
 static int endpoint_ok(const char *e)
 {
     return strcmp(e, "/v1/chat/completions") == 0 || strcmp(e, "/v1/completions") == 0 ||
-           strcmp(e, "/v1/embeddings") == 0;
+           strcmp(e, "/v1/embeddings") == 0 || strcmp(e, "/v1/responses") == 0;
 }
 
 static int retry_hint(enum store_batch_status s)
@@ -324,8 +324,8 @@ static struct batch_in *parse_create_body(struct http_req *req)
         api_respond_error(req, r == ERR_NOTFOUND ? API_ERR_MISSING_PARAMETER : API_ERR_INVALID_VALUE,
                            "endpoint", r == ERR_NOTFOUND ? "Missing required parameter: 'endpoint'."
                                                          : "Invalid 'endpoint': jobd supports "
-                                                           "'/v1/chat/completions', '/v1/completions' "
-                                                           "and '/v1/embeddings'.");
+                                                           "'/v1/chat/completions', '/v1/completions', "
+                                                           "'/v1/embeddings' and '/v1/responses'.");
         goto fail;
     }
     if ((r = js_get_str(root, "completion_window", &win)) && r != ERR_NOTFOUND) {
@@ -918,8 +918,8 @@ static void estimate_line(void *ctx, const struct ingest_line *l)
     }
     int64_t in = l->prompt_tokens_est, n = 0;
     char err[200] = "";
-    int rc = tokens_count(ej->job.api->cfg.tokens, l->model, !strcmp(ej->bi->endpoint, "/v1/chat/completions"),
-                          l->body, &n, err, sizeof err);
+    int rc = tokens_count(ej->job.api->cfg.tokens, l->model, ej->bi->endpoint, l->body, &n, err,
+                          sizeof err);
     if (rc == 0) {
         in = n;
         ej->exact++;
@@ -1210,7 +1210,7 @@ static void jobs_head(struct http_req *req, void *arg)
     if (!endpoint_ok(ep)) {
         api_respond_error(req, API_ERR_INVALID_VALUE, "endpoint",
                            "Invalid endpoint '%s': jobd supports '/v1/chat/completions', "
-                           "'/v1/completions' and '/v1/embeddings'.", ep);
+                           "'/v1/completions', '/v1/embeddings' and '/v1/responses'.", ep);
         return;
     }
     snprintf(bi->endpoint, sizeof bi->endpoint, "%s", ep);

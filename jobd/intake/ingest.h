@@ -79,7 +79,7 @@ struct ingest_line {
 
 /* Check one line (len bytes, without the newline and CR; BOM already
  * removed) against the rules for endpoint ("/v1/chat/completions",
- * "/v1/completions" or "/v1/embeddings"); the rules and their order are in
+ * "/v1/completions", "/v1/embeddings" or "/v1/responses"); the rules and their order are in
  * ingest_line.c's header. Returns 0 and fills *out (release it), or ERR_INVAL
  * with *err filled (err->line left as it was: the caller's); ERR_NOMEM,
  * ERR_CRYPTO. */

@@ -14,13 +14,16 @@
  *      line jobd accepts is a line the worker runs). Chat and completions:
  *      gp_parse with the vocabulary unknown (openai/params.h; it includes
  *      the completions prompt and response_format), then for chat
- *      chat_msgs_from_body (openai/chat_msgs.h). Embeddings:
+ *      chat_msgs_from_body (openai/chat_msgs.h). Responses: oresp_check
+ *      (openai/responses.h: the translation onto a chat body, then those
+ *      same chat rules, errors in Responses names). Embeddings:
  *      oembed_body_parse (openai/embed.h). Their param gets the prefix
  *      "body."; codes and messages are theirs. What needs the model (token
  *      ids < n_vocab, the context length, the chat template, dimensions up
  *      to the model's width) is the worker's: a per-line 400 result.
  *   3. Deployment limits (jobd's, configurable, not OpenAI body rules):
- *      max_tokens / max_completion_tokens at most lim->max_output_tokens.
+ *      max_tokens / max_completion_tokens (Responses: max_output_tokens) at
+ *      most lim->max_output_tokens.
  *      The file-wide limits (lim->max_file_bytes, lim->max_requests,
  *      duplicate custom_ids) are ingest.c's.
  * tests/fixtures/contract/bodies.jsonl holds the body rules' cases; it is
@@ -38,6 +41,7 @@
 #include "openai/chat_msgs.h"
 #include "openai/embed.h"
 #include "openai/params.h"
+#include "openai/responses.h"
 
 void ingest_limits_default(struct ingest_limits *lim)
 {
@@ -163,6 +167,14 @@ static int check_body(json_t *body, const char *endpoint, int64_t *bytes, int64_
             *max_tokens = 0; /* no generation */
             oembed_body_release(&eb);
         }
+    } else if (strcmp(endpoint, "/v1/responses") == 0) {
+        json_t *chat = NULL;
+        if ((rc = oresp_check(body, 0, &chat, e)) == 0) {
+            json_t *cap = json_object_get(chat, "max_completion_tokens");
+            *max_tokens = json_is_integer(cap) ? json_integer_value(cap) : -1;
+            *bytes = messages_bytes(json_object_get(chat, "messages"));
+            json_decref(chat);
+        }
     } else {
         enum gp_endpoint ep = strcmp(endpoint, "/v1/chat/completions") == 0 ? GP_CHAT
                                                                              : GP_COMPLETIONS;
@@ -189,13 +201,18 @@ out:
 /* ---- deployment limits -------------------------------------------------------------------- */
 
 /* Each output cap the body gives (chat: max_tokens and max_completion_tokens;
- * completions: max_tokens), already an integer >= 1, is at most
- * lim->max_output_tokens. */
-static int check_output_cap(json_t *body, int chat, const struct ingest_limits *lim,
+ * completions: max_tokens; responses: max_output_tokens), already an
+ * integer >= 1, is at most lim->max_output_tokens. */
+static int check_output_cap(json_t *body, const char *endpoint, const struct ingest_limits *lim,
                             struct problem *e)
 {
-    static const char *const caps[] = {"max_tokens", "max_completion_tokens"};
-    for (int k = 0; k < (chat ? 2 : 1); k++) {
+    static const char *const chat_caps[] = {"max_tokens", "max_completion_tokens", NULL};
+    static const char *const completion_caps[] = {"max_tokens", NULL};
+    static const char *const resp_caps[] = {"max_output_tokens", NULL};
+    const char *const *caps = strcmp(endpoint, "/v1/responses") == 0          ? resp_caps
+                              : strcmp(endpoint, "/v1/chat/completions") == 0 ? chat_caps
+                                                                              : completion_caps;
+    for (int k = 0; caps[k]; k++) {
         json_t *v = json_object_get(body, caps[k]);
         if (!json_is_integer(v) || json_integer_value(v) <= lim->max_output_tokens)
             continue;
@@ -303,7 +320,7 @@ static int member_span(const char *s, size_t n, const char *key, size_t *off, si
 }
 
 static const char *const endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-                                        NULL};
+                                        "/v1/responses", NULL};
 
 int ingest_line_check(const char *line, size_t len, const char *endpoint,
                       const struct ingest_limits *lim, struct ingest_line *out,
@@ -377,7 +394,7 @@ int ingest_line_check(const char *line, size_t len, const char *endpoint,
     if (!known) {
         rc = problem_setf(e, "invalid_url", "url",
                   "Invalid value for 'url': supported endpoints are /v1/chat/completions, "
-                  "/v1/completions and /v1/embeddings.");
+                  "/v1/completions, /v1/embeddings and /v1/responses.");
         goto out;
     }
     if (strcmp(json_string_value(url), endpoint) != 0) {
@@ -415,7 +432,7 @@ int ingest_line_check(const char *line, size_t len, const char *endpoint,
     l.model = json_string_value(model);
     int64_t bytes = 0, max_tokens = -1;
     if ((rc = check_body(body, endpoint, &bytes, &max_tokens, e)) ||
-        (rc = check_output_cap(body, strcmp(endpoint, "/v1/chat/completions") == 0, lim, e)))
+        (rc = check_output_cap(body, endpoint, lim, e)))
         goto out;
     l.max_tokens = max_tokens < 0 ? lim->max_output_tokens : max_tokens;
     l.prompt_tokens_est = (bytes + 3) / 4;

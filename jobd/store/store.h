@@ -526,7 +526,8 @@ void store_batch_release(struct store_batch *b);
 void store_batch_list_free(struct store_batch *items, size_t n);
 
 struct store_batch_new {
-    const char *endpoint;         /* "/v1/chat/completions", "/v1/completions" or "/v1/embeddings" */
+    const char *endpoint;         /* "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
+                                     or "/v1/responses" */
     const char *input_file_id;    /* a file of this tenant with purpose "batch" */
     int64_t completion_window_s;  /* > 0 */
     const char *metadata;         /* JSON object text or NULL: <= 16 pairs, string
@@ -724,7 +725,9 @@ int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
 #define STORE_EP_CHAT 1u        /* /v1/chat/completions */
 #define STORE_EP_COMPLETIONS 2u /* /v1/completions */
 #define STORE_EP_EMBEDDINGS 4u  /* /v1/embeddings */
-#define STORE_EP_ALL 7u
+#define STORE_EP_RESPONSES 8u   /* /v1/responses */
+#define STORE_EP_DEFAULT 7u     /* a worker that declares none: the first three (a worker
+                                 * serves /v1/responses only when it says so) */
 
 /* One name a worker answers to: canonical == name for the model itself,
  * or an alias of it. */
@@ -732,7 +735,7 @@ struct store_model_name {
     const char *canonical;
     const char *name;
     unsigned endpoints;     /* STORE_EP_* the worker serves for canonical (its lines of other
-                             * endpoints are not leased to it); 0 = STORE_EP_ALL. The union over
+                             * endpoints are not leased to it); 0 = STORE_EP_DEFAULT. The union over
                              * the entries of one canonical name counts */
 };
 

@@ -157,7 +157,8 @@
     X(MODELS_SERVED, \
       "SELECT m.name, m.canonical, count(DISTINCT w.id), COALESCE((SELECT sum(x.bit) FROM " \
       "(SELECT DISTINCT CASE e.endpoint WHEN '/v1/chat/completions' THEN 1 WHEN " \
-      "'/v1/completions' THEN 2 ELSE 4 END AS bit FROM worker_endpoints e JOIN workers w2 ON " \
+      "'/v1/completions' THEN 2 WHEN '/v1/embeddings' THEN 4 ELSE 8 END AS bit FROM " \
+      "worker_endpoints e JOIN workers w2 ON " \
       "w2.id = e.worker_id JOIN worker_models m2 ON m2.worker_id = e.worker_id AND " \
       "m2.canonical = e.canonical WHERE m2.name = m.name AND m2.canonical = m.canonical AND " \
       "w2.last_seen >= ?1) x), 0) FROM worker_models m JOIN " \

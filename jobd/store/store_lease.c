@@ -111,11 +111,12 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
         if (s && !(rc = store_bind_text(st, s, 1, id)) && !(rc = bind_texts(st, s, 2, m->canonical, i % 2 ? m->name : m->canonical)))
             rc = store_step_done(st, s, "insert worker model");
     }
-    static const char *const ep_names[3] = {"/v1/chat/completions", "/v1/completions",
-                                            "/v1/embeddings"};
+    /* bit b of STORE_EP_* is ep_names[b] */
+    static const char *const ep_names[4] = {"/v1/chat/completions", "/v1/completions",
+                                            "/v1/embeddings", "/v1/responses"};
     for (size_t i = 0; !rc && i < w->n_models; i++) {
-        unsigned eps = w->models[i].endpoints ? w->models[i].endpoints : STORE_EP_ALL;
-        for (int b = 0; !rc && b < 3; b++) {
+        unsigned eps = w->models[i].endpoints ? w->models[i].endpoints : STORE_EP_DEFAULT;
+        for (int b = 0; !rc && b < 4; b++) {
             if (!(eps & (1u << b)))
                 continue;
             s = store_stmt(st, S_WORKER_ENDPOINT_INSERT, &rc);

@@ -287,7 +287,8 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
     int64_t priority = 0;
     if (!nb->endpoint || (strcmp(nb->endpoint, "/v1/chat/completions") != 0 &&
                           strcmp(nb->endpoint, "/v1/completions") != 0 &&
-                          strcmp(nb->endpoint, "/v1/embeddings") != 0))
+                          strcmp(nb->endpoint, "/v1/embeddings") != 0 &&
+                          strcmp(nb->endpoint, "/v1/responses") != 0))
         return ERR_INVAL;
     if (nb->completion_window_s <= 0 || nb->completion_window_s > 365 * 86400 ||
         nb->output_expires_after_s < 0 || (nb->metadata && !metadata_ok(nb->metadata, &priority)))

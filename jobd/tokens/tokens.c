@@ -13,6 +13,7 @@
 #include "text/gguf.h"
 #include "text/tok_gguf.h"
 #include "openai/prompt.h"
+#include "openai/responses.h"
 
 struct tok_entry {
     char name[129];
@@ -119,8 +120,8 @@ static int load(struct tokens *t, struct tok_entry *x)
     return ok ? 0 : ERR_UNSUPPORTED;
 }
 
-int tokens_count(struct tokens *t, const char *model, int chat, const json_t *body, int64_t *n, char *err,
-                 size_t err_len)
+int tokens_count(struct tokens *t, const char *model, const char *endpoint, const json_t *body,
+                 int64_t *n, char *err, size_t err_len)
 {
     struct tok_entry *x = find(t, model);
     if (!x)
@@ -129,13 +130,21 @@ int tokens_count(struct tokens *t, const char *model, int chat, const json_t *bo
         snprintf(err, err_len, "%s", x->why);
         return ERR_UNSUPPORTED;
     }
-    enum gp_endpoint ep = chat ? GP_CHAT : GP_COMPLETIONS;
+    enum gp_endpoint ep = strcmp(endpoint, "/v1/completions") == 0 ? GP_COMPLETIONS : GP_CHAT;
     struct gp_request gp;
     struct problem ge;
     memset(&ge, 0, sizeof ge);
-    int rc = gp_parse(body, ep, tok_n_vocab(x->tok), &gp, &ge);
+    json_t *chat = NULL; /* a Responses body's chat body */
+    int rc = strcmp(endpoint, "/v1/responses") == 0 ? oresp_to_chat(body, &chat, &ge) : 0;
+    if (rc == 0 && chat)
+        body = chat;
+    if (rc == 0)
+        rc = gp_parse(body, ep, tok_n_vocab(x->tok), &gp, &ge);
     if (rc) {
-        snprintf(err, err_len, "%s", ge.message);
+        if (chat)
+            oresp_problem_from_chat(&ge);
+        snprintf(err, err_len, "%s", ge.message[0] ? ge.message : err_msg(rc));
+        json_decref(chat);
         return rc;
     }
     /* the context check is the worker's business: count whatever the length */
@@ -144,6 +153,9 @@ int tokens_count(struct tokens *t, const char *model, int chat, const json_t *bo
     size_t n_pr = 0;
     rc = prompt_build(&m, ep, body, &gp, &pr, &n_pr, &ge);
     gp_release(&gp);
+    if (rc && chat)
+        oresp_problem_from_chat(&ge);
+    json_decref(chat);
     if (rc) {
         snprintf(err, err_len, "%s", ge.message[0] ? ge.message : err_msg(rc));
         return rc;

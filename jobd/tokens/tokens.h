@@ -40,12 +40,13 @@ void tokens_free(struct tokens *t);
 int tokens_has(const struct tokens *t, const char *model);
 
 /* The prompt tokens of a request body (a JSON object) for the endpoint
- * (chat: 1, completions: 0) with model's tokenizer: the sum over its
- * prompts. 0 with *n; ERR_NOTFOUND no tokenizer configured for model;
+ * ("/v1/chat/completions", "/v1/responses": translated onto a chat body by
+ * openai/responses.h first, or "/v1/completions") with model's tokenizer:
+ * the sum over its prompts. 0 with *n; ERR_NOTFOUND no tokenizer configured for model;
  * ERR_UNSUPPORTED its GGUF could not be loaded (err says why); ERR_INVAL
  * the body is not a request the worker would run (err: its message);
  * ERR_NOMEM. */
-int tokens_count(struct tokens *t, const char *model, int chat, const json_t *body, int64_t *n, char *err,
-                 size_t err_len);
+int tokens_count(struct tokens *t, const char *model, const char *endpoint, const json_t *body,
+                 int64_t *n, char *err, size_t err_len);
 
 #endif

@@ -117,6 +117,7 @@ static unsigned store_ep(enum wproto_endpoint ep)
     case WPROTO_EP_CHAT: return STORE_EP_CHAT;
     case WPROTO_EP_COMPLETIONS: return STORE_EP_COMPLETIONS;
     case WPROTO_EP_EMBEDDINGS: return STORE_EP_EMBEDDINGS;
+    case WPROTO_EP_RESPONSES: return STORE_EP_RESPONSES;
     case WPROTO_EP_NONE: break;
     }
     return 0;
@@ -158,7 +159,7 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
             rc = fail(e, ERR_INVAL, 400, "invalid_request", "each model needs an 'id' string of 1..128 bytes");
             goto out;
         }
-        /* endpoints served for this model: absent = all three */
+        /* endpoints served for this model: absent = the first three (STORE_EP_DEFAULT) */
         json_t *eps = NULL;
         unsigned epmask = 0;
         int erc = js_get_arr(m, "endpoints", &eps);
@@ -175,7 +176,7 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
             if (!bit) {
                 rc = fail(e, ERR_INVAL, 400, "invalid_request",
                           "'endpoints' entries must be \"/v1/chat/completions\", "
-                          "\"/v1/completions\" or \"/v1/embeddings\"");
+                          "\"/v1/completions\", \"/v1/embeddings\" or \"/v1/responses\"");
                 goto out;
             }
             epmask |= bit;

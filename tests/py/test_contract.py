@@ -25,7 +25,7 @@ def test_contract_corpus_jobd_verdicts_match():
     assert len(cases) >= 60, len(cases)
     d = Jobd()
     checked = 0
-    for endpoint in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+    for endpoint in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"):
         mine = [c for c in cases if c["endpoint"] == endpoint]
         assert mine, endpoint
         lines = [json.dumps({"custom_id": f"c{i}", "method": "POST", "url": endpoint, "body": c["body"]})

@@ -259,6 +259,10 @@ def test_submit_takes_the_endpoint_from_the_first_line():
     # a chat file is submitted for chat, as before
     r = jobctl(["submit", os.path.join(EX, "hello.jsonl")], env)
     assert d.wait_batch(r.stdout.strip())["endpoint"] == "/v1/chat/completions"
+    # and a Responses file for /v1/responses (jobd validates its lines at upload)
+    r = jobctl(["submit", os.path.join(EX, "responses.jsonl")], env)
+    b = d.wait_batch(r.stdout.strip())
+    assert b["status"] == "in_progress" and b["endpoint"] == "/v1/responses", b
 
 
 # ---- examples/nightly.sh with the real worker --------------------------------------------
@@ -564,3 +568,24 @@ def test_run_default_on_the_completions_example():
     c = re.search(r"cost: \$(\d+\.\d{6}) \((\d+) micro-dollars", out)
     assert c and round(float(c.group(1)) * 1e6) == int(c.group(2)), out
     assert c and int(c.group(2)) <= (int(m.group(1)) * 20000 + int(m.group(3)) * 80000) / 1e6 + 4, out
+
+
+def test_run_default_on_the_responses_example():
+    """examples/responses.jsonl (/v1/responses lines: string input with
+    instructions, an item conversation, a text.format json_schema) through
+    `make run FILE=...`: jobctl submits it for /v1/responses, every line
+    completes, and its answers print in input order."""
+    need_model()
+    r = run([os.path.join(ROOT, "scripts/run-default")], env={"FILE": "examples/responses.jsonl"},
+            timeout=TIMEOUT)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    out = r.stdout
+    lines = [json.loads(l) for l in open(os.path.join(EX, "responses.jsonl"))]
+    assert all(x["url"] == "/v1/responses" for x in lines)
+    assert f"batch completed: {len(lines)} completed, 0 failed of {len(lines)}" in out, out
+    assert "endpoint   /v1/responses" in out, out
+    pos = [out.index(f"[{x['custom_id']}] (completed, ") for x in lines]
+    assert pos == sorted(pos), out
+    schema_line = next(l for l in out.splitlines() if l.startswith("[resp-3] "))
+    answer = json.loads(schema_line.split(" tokens) ", 1)[1])
+    assert set(answer) == {"name", "country"}, answer

@@ -10,6 +10,48 @@
 #include "worker/engine/model.h"
 #include "openai/prompt.h"
 #include "openai/response.h"
+#include "openai/responses.h"
+
+/* ---- /v1/responses: in through the chat path, out as a Response ------------------ */
+
+/* A Responses body's settings, echoed in its Response: a deep copy of every
+ * member but the input (which the Response does not echo). NULL on no memory. */
+static json_t *responses_settings(const json_t *body)
+{
+    json_t *o = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)body, k, v)
+    {
+        if (o && strcmp(k, "input") != 0 && json_object_set_new(o, k, json_deep_copy(v))) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    return o;
+}
+
+/* The answer body: the chat.completion cc as it is, or for a Responses
+ * request (settings not NULL) the Response built from it, whose
+ * usage.input_tokens_details.cached_tokens is the prompt positions taken
+ * from the prefix cache (cached; handed over as the chat usage's
+ * prompt_tokens_details, which oresp_from_chat reads). Takes cc. */
+static int answer_body(const json_t *settings, json_t *cc, int64_t cached, json_t **out)
+{
+    if (!settings) {
+        *out = cc;
+        return 0;
+    }
+    json_t *u = json_object_get(cc, "usage");
+    if (u && json_object_set_new(u, "prompt_tokens_details",
+                                 json_pack("{s:I}", "cached_tokens", (json_int_t)cached))) {
+        json_decref(cc);
+        return ERR_NOMEM;
+    }
+    int rc = oresp_from_chat(settings, cc, out);
+    json_decref(cc);
+    return rc;
+}
 
 /* ---- the sequential driver ------------------------------------------------ */
 
@@ -23,10 +65,22 @@ int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body
     size_t n_pr = 0, n_seq = 0, n_done = 0;
     int rc;
 
+    json_t *chat = NULL, *settings = NULL;
     if (!m || !m->t || !m->next_logits || !body || !response || m->n_ctx == 0)
         return ERR_INVAL;
+    memset(&gp, 0, sizeof gp);
+    if (ep == GP_RESPONSES) {
+        if ((rc = oresp_to_chat(body, &chat, err)) != 0)
+            return rc;
+        if (!(settings = responses_settings(body))) {
+            json_decref(chat);
+            return ERR_NOMEM;
+        }
+        body = chat;
+        ep = GP_CHAT;
+    }
     if ((rc = gp_parse(body, ep, tok_n_vocab(m->t), &gp, err)) != 0)
-        return rc;
+        goto out;
     struct prompt_model pm = {m->t, m->tmpl, m->n_ctx};
     if ((rc = prompt_build(&pm, ep, body, &gp, &pr, &n_pr, err)) != 0 ||
         (rc = prompt_arm(&pm, &gp, err)) != 0)
@@ -63,9 +117,16 @@ int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body
         meta.tool_fmt = chat_tmpl_tool_format(m->tmpl);
         meta.think = gp.gen.think_end[0] != 0;
     }
-    rc = ep == GP_CHAT ? resp_chat_build(&meta, ch, n_seq, m->t, response)
-                       : resp_completion_build(&meta, ch, n_seq, m->t, response);
+    json_t *built = NULL;
+    rc = ep == GP_CHAT ? resp_chat_build(&meta, ch, n_seq, m->t, &built)
+                       : resp_completion_build(&meta, ch, n_seq, m->t, &built);
+    if (rc == 0)
+        rc = answer_body(settings, built, 0, response); /* a fresh context: nothing cached */
 out:
+    if (rc == ERR_INVAL && settings)
+        oresp_problem_from_chat(err);
+    json_decref(chat);
+    json_decref(settings);
     for (size_t i = 0; i < n_done; i++)
         gen_seq_release(&seqs[i]);
     gen_prompts_free(pr, n_pr);
@@ -88,11 +149,12 @@ struct oreq_sched {
 
 /* A request's user data in the scheduler: what its response body needs. */
 struct oreq_item {
-    enum gp_endpoint ep;
+    enum gp_endpoint ep;         /* GP_CHAT or GP_COMPLETIONS: what the engine runs */
     char *model;                 /* the body's "model", else the default name */
     struct gp_tools tools;       /* chat: the request's tools (moved from its gp_request) */
     enum chat_tool_format tool_fmt;
     int think;
+    json_t *settings;            /* a Responses request's settings (responses_settings), else NULL */
 };
 
 static void item_free(void *p)
@@ -102,6 +164,7 @@ static void item_free(void *p)
         return;
     gp_tools_release(&it->tools);
     free(it->model);
+    json_decref(it->settings);
     free(it);
 }
 
@@ -120,9 +183,12 @@ static int on_sched_result(void *ctx, const struct sched_result *r)
     meta.tools = &it->tools;
     meta.tool_fmt = it->tool_fmt;
     meta.think = it->think;
-    int rc = it->ep == GP_CHAT ? resp_chat_build(&meta, r->choices, r->n_choices, os->t, &body)
+    json_t *built = NULL;
+    int rc = it->ep == GP_CHAT ? resp_chat_build(&meta, r->choices, r->n_choices, os->t, &built)
                                : resp_completion_build(&meta, r->choices, r->n_choices, os->t,
-                                                       &body);
+                                                       &built);
+    if (rc == 0)
+        rc = answer_body(it->settings, built, r->cached_tokens, &body);
     if (rc)
         return rc;
     struct oreq_result res = {r->id,          200,          body,         r->prompt_tokens,
@@ -196,13 +262,25 @@ int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
     struct gen_prompt *pr = NULL;
     size_t n_pr = 0;
     struct oreq_item *it = NULL;
+    json_t *chat = NULL, *settings = NULL;
     int rc;
-    if (!os || !id || !body || (ep != GP_CHAT && ep != GP_COMPLETIONS))
+    if (!os || !id || !body || (ep != GP_CHAT && ep != GP_COMPLETIONS && ep != GP_RESPONSES))
         return ERR_INVAL;
     memset(&err, 0, sizeof err);
+    memset(&gp, 0, sizeof gp);
+    if (ep == GP_RESPONSES) { /* the chat path runs it: translated in, a Response out */
+        if ((rc = oresp_to_chat(body, &chat, &err)) != 0)
+            return rc == ERR_INVAL ? refuse(os, id, &err) : rc;
+        if (!(settings = responses_settings(body))) {
+            json_decref(chat);
+            return ERR_NOMEM;
+        }
+        body = chat;
+        ep = GP_CHAT;
+    }
     rc = gp_parse(body, ep, os->n_vocab, &gp, &err);
     if (rc)
-        return rc == ERR_INVAL ? refuse(os, id, &err) : rc;
+        goto out;
     const char *model = json_string_value(json_object_get(body, "model"));
     it = calloc(1, sizeof *it);
     if (!it || !(it->model = strdup(model ? model : os->o.model_name ? os->o.model_name : ""))) {
@@ -210,6 +288,8 @@ int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
         goto out;
     }
     it->ep = ep;
+    it->settings = settings;
+    settings = NULL;
     if (ep == GP_CHAT && !os->tmpl) {
         problem_setf(&err, "unsupported_value", "messages",
                 "This model has no chat template; use /v1/completions.");
@@ -233,11 +313,15 @@ int oreq_sched_add(struct oreq_sched *os, const char *id, enum gp_endpoint ep,
     if (rc == ERR_INVAL) /* stop strings were validated by gp_parse */
         problem_setf(&err, "invalid_value", "stop", "Invalid 'stop'.");
 out:
+    if (rc == ERR_INVAL && chat)
+        oresp_problem_from_chat(&err);
     if (rc == ERR_INVAL)
         rc = refuse(os, id, &err);
     gen_prompts_free(pr, n_pr);
     item_free(it);
     gp_release(&gp);
+    json_decref(settings);
+    json_decref(chat);
     return rc;
 }
 

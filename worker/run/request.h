@@ -3,7 +3,10 @@
  * back: one request run by the sequential driver (oreq_run), and a pack
  * of requests run by the batched scheduler (struct oreq_sched), each
  * answered with its chat.completion / text_completion body (response.h) or
- * an OpenAI error body.
+ * an OpenAI error body. A /v1/responses body (GP_RESPONSES) is translated
+ * onto a chat body by openai/responses.h, runs as chat, and is answered
+ * with the Response object built from its chat.completion (a refusal names
+ * the Responses field).
  *
  * Prompts are built by openai/prompt.h (the code jobd counts tokens with).
  *
@@ -54,7 +57,8 @@ struct oreq_opts {
     void *on_done_ctx;
 };
 
-/* Run one request body for endpoint ep: parse parameters, build and
+/* Run one request body for endpoint ep (GP_CHAT, GP_COMPLETIONS or
+ * GP_RESPONSES): parse parameters, build and
  * tokenize the prompt(s), generate every choice (gen_run: one after the
  * other, each to its end), and build the response body. Returns 0 and
  * *response (new reference, the 200 body); ERR_INVAL with *err filled for a
@@ -70,7 +74,7 @@ int oreq_run(const struct oreq_model *m, enum gp_endpoint ep, const json_t *body
 struct oreq_result {
     const char *id;              /* as given to oreq_sched_add */
     int status;                  /* 200, or 400 for a request error */
-    const json_t *body;          /* chat.completion / text_completion, or {"error":{...}} */
+    const json_t *body;          /* chat.completion / text_completion / response, or {"error":{...}} */
     int64_t prompt_tokens;       /* usage (0 for errors) */
     int64_t completion_tokens;
     int64_t cached_tokens;       /* prompt positions taken from the prefix cache */
@@ -105,8 +109,8 @@ void oreq_sched_free(struct oreq_sched *os);
  * sched_withdraw / sched_n_waiting ... (request ids are the same). */
 struct sched *oreq_sched_engine(struct oreq_sched *os);
 
-/* Queue request id (copied) for endpoint ep with body (read during the
- * call only). A request error (bad parameters, empty or too long prompt,
+/* Queue request id (copied) for endpoint ep (GP_CHAT, GP_COMPLETIONS or
+ * GP_RESPONSES) with body (read during the call only). A request error (bad parameters, empty or too long prompt,
  * chat without a template) is answered at once through the callback with
  * status 400, and returns 0. Returns 0, ERR_INVAL (NULL arguments),
  * ERR_NOMEM, ERR_CRYPTO, ERR_TOOBIG. May be called between steps: new

@@ -20,7 +20,8 @@ TEST(wproto_endpoint_urls_round_trip_and_unknown_is_none)
         CHECK(wproto_endpoint_of(wproto_endpoint_url(wproto_endpoints[k])) == wproto_endpoints[k]);
     CHECK_EQ_STR(wproto_endpoint_url(WPROTO_EP_EMBEDDINGS), "/v1/embeddings");
     CHECK(wproto_endpoint_url(WPROTO_EP_NONE) == NULL);
-    CHECK(wproto_endpoint_of("/v1/responses") == WPROTO_EP_NONE);
+    CHECK(wproto_endpoint_of("/v1/responses") == WPROTO_EP_RESPONSES);
+    CHECK(wproto_endpoint_of("/v1/moderations") == WPROTO_EP_NONE);
     CHECK(wproto_endpoint_of(NULL) == WPROTO_EP_NONE);
 }
 

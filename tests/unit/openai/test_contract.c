@@ -1,7 +1,8 @@
 /* test_contract.c - the request-body contract, worker side: every case of
  * tests/fixtures/contract/bodies.jsonl through the parsers the worker runs
  * (gp_parse and chat_msgs_from_body, as oreq_sched_add and prompt_build
- * call them; oembed_body_parse, as oembed_prepare does), with a model's
+ * call them; oembed_body_parse, as oembed_prepare does; oresp_check for
+ * /v1/responses, the translation oreq_sched_add runs first), with a model's
  * vocabulary and width known. tests/py/test_contract.py runs the same file
  * through jobd's upload validation; both must give each case's verdict,
  * code and param, so the two sides cannot drift. */
@@ -15,6 +16,7 @@
 #include "openai/chat_msgs.h"
 #include "openai/embed.h"
 #include "openai/params.h"
+#include "openai/responses.h"
 #include "tests/th.h"
 
 #define CORPUS "tests/fixtures/contract/bodies.jsonl"
@@ -31,6 +33,8 @@ static int worker_verdict(const char *endpoint, const json_t *body, struct probl
             oembed_body_release(&eb);
         return rc;
     }
+    if (strcmp(endpoint, "/v1/responses") == 0) /* the translation, then the chat rules */
+        return oresp_check(body, N_VOCAB, NULL, e);
     enum gp_endpoint ep = strcmp(endpoint, "/v1/chat/completions") == 0 ? GP_CHAT : GP_COMPLETIONS;
     struct gp_request gp;
     int rc = gp_parse(body, ep, N_VOCAB, &gp, e);

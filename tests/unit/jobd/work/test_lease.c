@@ -478,6 +478,70 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
     store_close(fx.st);
 }
 
+/* /v1/responses lines go only to a worker that declared the endpoint: not
+ * to one that declared nothing (the default three, what workers served
+ * before it), nor to a chat-only one; the batch's endpoint is the items' url. */
+TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
+{
+    struct fx fx;
+    fx_open(&fx);
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", fx.ta.id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.filename, sizeof sf.filename, "r.jsonl");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
+    CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
+    struct store_batch_new nb = {"/v1/responses", sf.id, 86400, NULL, 0};
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
+    CHECK_EQ_STR(b.endpoint, "/v1/responses");
+    CHECK_EQ_INT(store_tx_begin(fx.st), 0);
+    for (int i = 0; i < 2; i++) {
+        char cid[16];
+        snprintf(cid, sizeof cid, "r-%d", i);
+        struct store_request_new q = {b.id, fx.ta.id, i + 1, cid, "smollm",
+                                      "{\"model\":\"smollm\",\"input\":\"x\"}", 31, 16, 0, NOW};
+        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+    }
+    CHECK_EQ_INT(store_tx_commit(fx.st), 0);
+    CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
+    struct store_lease l;
+    struct store_lease_ask a = ask_of(&fx, 16);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
+    CHECK_EQ_INT(l.n, 0); /* the fixture's worker declared nothing */
+    store_lease_clear(&l);
+    struct store_model_name chat_names[] = {{MODEL, MODEL, STORE_EP_CHAT}, {MODEL, "smollm", STORE_EP_CHAT}};
+    struct store_model_name resp_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_RESPONSES},
+                                            {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_RESPONSES}};
+    struct store_worker_new wc = {"chat", "cpu", 0, 0, chat_names, 2};
+    struct store_worker_new wr = {"resp", "cpu", 0, 0, resp_names, 2};
+    char cw[ID_MAX], rw[ID_MAX];
+    CHECK_EQ_INT(lease_worker_register(fx.st, &wc, NOW + 1, cw), 0);
+    a.worker_id = cw;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 1, &l), 0);
+    CHECK_EQ_INT(l.n, 0);
+    store_lease_clear(&l);
+    CHECK_EQ_INT(lease_worker_register(fx.st, &wr, NOW + 1, rw), 0);
+    struct store_model_served *ms = NULL;
+    size_t n_ms = 0;
+    CHECK_EQ_INT(store_models_served(fx.st, NOW, &ms, &n_ms), 0);
+    unsigned eps = 0;
+    for (size_t i = 0; i < n_ms; i++)
+        if (strcmp(ms[i].name, "smollm") == 0)
+            eps = ms[i].endpoints;
+    free(ms);
+    CHECK_EQ_INT(eps, STORE_EP_DEFAULT | STORE_EP_RESPONSES);
+    a.worker_id = rw;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 1, &l), 0);
+    CHECK_EQ_INT(l.n, 2);
+    for (size_t i = 0; i < l.n; i++)
+        CHECK_EQ_STR(l.items[i].endpoint, "/v1/responses");
+    store_lease_clear(&l);
+    store_batch_release(&b);
+    store_close(fx.st);
+}
+
 /* The registration message: "endpoints" per model, checked. */
 TEST(lease_register_parses_declared_endpoints)
 {
@@ -489,12 +553,17 @@ TEST(lease_register_parses_declared_endpoints)
     CHECK_EQ_INT(r.w.n_models, 3);
     CHECK_EQ_INT(r.w.models[0].endpoints, STORE_EP_EMBEDDINGS);
     CHECK_EQ_INT(r.w.models[1].endpoints, STORE_EP_EMBEDDINGS); /* the alias */
-    CHECK_EQ_INT(r.w.models[2].endpoints, 0);                   /* absent: all */
+    CHECK_EQ_INT(r.w.models[2].endpoints, 0);                   /* absent: the default three */
+    lease_register_release(&r);
+    const char *resp = "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":"
+                       "[\"/v1/chat/completions\",\"/v1/responses\"]}]}";
+    CHECK_EQ_INT(lease_parse_register(resp, strlen(resp), &r, &e), 0);
+    CHECK_EQ_INT(r.w.models[0].endpoints, STORE_EP_CHAT | STORE_EP_RESPONSES);
     lease_register_release(&r);
     const char *bad[] = {
         "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[]}]}",
         "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":\"/v1/embeddings\"}]}",
-        "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[\"/v1/responses\"]}]}",
+        "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[\"/v1/moderations\"]}]}",
         "{\"name\":\"w\",\"models\":[{\"id\":\"m\",\"endpoints\":[1]}]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -1,0 +1,99 @@
+"""/v1/responses batches end to end: a real jobd (keys auth) and a real
+CPU jobworker on the default model (SmolLM2-135M-Instruct), driven by the
+official `openai` SDK's documented batch flow with endpoint
+"/v1/responses" (tests/py/responses_flow.py describes the checks: every
+output body validates as the SDK's Response type, output_text works,
+settings are echoed, a json_schema answer validates with jsonschema, and a
+file of bad lines fails with one error per line naming its parameter).
+Run with the current SDK major (3.57.0, from .cache/pydeps) and the .venv
+one (1.109.1), against one jobd and worker.
+
+Also: jobctl submit picks the endpoint from the file's first line, and the
+worker declares /v1/responses (GET /v1/models lists it).
+"""
+import json
+import os
+import sys
+
+from harness import ROOT, Proc, Skip, binary, run, tmpdir
+from jobdlib import Jobd, create_key
+
+TIMEOUT = 900
+MODEL = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+WT = "worker-token-responses"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def need_worker():
+    for name in ("jobd", "jobworker", "jobctl"):
+        if not os.path.exists(binary(name, asan=False)):
+            raise Skip(f"release build/{name} not built")
+    if not os.path.exists(MODEL):
+        r = run([os.path.join(ROOT, "scripts/fetch-model")], timeout=300)
+        if r.returncode != 0 or not os.path.exists(MODEL):
+            raise Skip("the default model cannot be fetched: " + r.stderr[-300:])
+
+
+def start():
+    need_worker()
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "resp", asan=False)
+    d = Jobd(data=data, key=key, asan=False,
+             args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s"])
+    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
+              "--model-id", "SmolLM2-135M-Instruct", "--alias", "smollm", "--worker-token", WT,
+              "--name", "resp-w", "--threads", "2"])
+    return d, key, w
+
+
+def flow(d, key, w, version):
+    env = dict(os.environ)
+    env["PYTHONNOUSERSITE"] = "1"
+    if version != "1.109.1":
+        t = os.path.join(ROOT, ".cache/pydeps", f"openai-{version}")
+        if not os.path.isdir(os.path.join(t, "openai")):
+            raise Skip(f"{t} missing (scripts/install-deps installs it)")
+        env["PYTHONPATH"] = t
+    r = run([sys.executable, os.path.join(HERE, "responses_flow.py"), f"http://127.0.0.1:{d.port}/v1", key,
+             version], timeout=800, env=env)
+    assert r.returncode == 0 and f"responses-flow ok {version}" in r.stdout, \
+        (r.stdout[-2000:] + r.stderr[-4000:] + "\nworker: " + w.log()[-1500:])
+
+
+def test_responses_batch_through_the_openai_sdk_on_a_real_worker():
+    try:
+        import openai  # noqa: F401  (the .venv SDK)
+    except ImportError:
+        raise Skip("openai is not installed in .venv (scripts/install-deps)")
+    d, key, w = start()
+    flow(d, key, w, "3.57.0")
+    flow(d, key, w, "1.109.1")
+    models = d.json("GET", "/v1/models")["data"]
+    smollm = next(m for m in models if m["id"] == "smollm")
+    assert "/v1/responses" in smollm["endpoints"], smollm
+    assert w.p.poll() is None, w.log()[-2000:]
+
+
+def test_responses_jobctl_submit_picks_the_endpoint_from_the_file():
+    d, key, w = start()
+    path = os.path.join(tmpdir(), "resp.jsonl")
+    with open(path, "w") as f:
+        for i in range(2):
+            f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/responses",
+                                "body": {"model": "smollm", "input": f"Say {i}.", "max_output_tokens": 16,
+                                         "temperature": 0}}) + "\n")
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key}
+    r = run([binary("jobctl", asan=False), "submit", path, "--wait", "--timeout", "5m"], timeout=400, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr + w.log()[-1500:]
+    batch_id = r.stdout.split()[0]
+    b = d.json("GET", f"/v1/batches/{batch_id}")
+    assert b["endpoint"] == "/v1/responses" and b["status"] == "completed", b
+    out = d.call("GET", f"/v1/files/{b['output_file_id']}/content").body.decode()
+    bodies = [json.loads(x)["response"]["body"] for x in out.splitlines()]
+    assert len(bodies) == 2 and all(x["object"] == "response" for x in bodies), bodies
+    # usage is counted like chat: the ledger holds the tokens the Responses report
+    u = b["usage"]
+    assert u["input_tokens"] == sum(x["usage"]["input_tokens"] for x in bodies) > 0, (u, bodies)
+    assert u["output_tokens"] == sum(x["usage"]["output_tokens"] for x in bodies) > 0, (u, bodies)
+    rep = d.json("GET", "/v1/usage?group_by=batch")
+    assert [x["num_model_requests"] for x in rep["data"] if x["key"] == batch_id] == [2], rep
