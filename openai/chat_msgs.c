@@ -70,10 +70,16 @@ static int check_answer(const json_t *messages, size_t i, struct problem *err)
         return problem_setf(err, "invalid_value", "messages",
                             "Invalid 'messages[%zu]': a 'tool' message needs 'tool_call_id'.", i);
     for (size_t j = i; j-- > 0;) {
-        const json_t *calls = json_object_get(json_array_get(messages, j), "tool_calls");
-        for (size_t k = 0; k < json_array_size(calls); k++)
-            if (strcmp(json_string_value(json_object_get(json_array_get(calls, k), "id")), id) == 0)
+        const json_t *o2 = json_array_get(messages, j);
+        const char *r = json_string_value(json_object_get(o2, "role"));
+        if (!r || strcmp(r, "assistant") != 0)
+            continue;   /* only an assistant's (checked) tool_calls are calls */
+        const json_t *calls = json_object_get(o2, "tool_calls");
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            const char *cid = json_string_value(json_object_get(json_array_get(calls, k), "id"));
+            if (cid && strcmp(cid, id) == 0)
                 return 0;
+        }
     }
     return problem_setf(err, "invalid_value", "messages",
                         "Invalid 'messages[%zu]': 'tool_call_id' '%.64s' answers no earlier "

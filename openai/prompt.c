@@ -60,6 +60,8 @@ static int encode_capped(const struct prompt_model *m, enum gp_endpoint ep, cons
 
 static struct jv jv_json(struct jinja_env *e, const json_t *v)
 {
+    if (!v)
+        return jinja_none();
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         struct jv d = jinja_dict(e);
@@ -105,7 +107,8 @@ static struct jv jv_call(struct jinja_env *e, const json_t *call)
 }
 
 struct fill {
-    const json_t *src;            /* messages as given, or NULL (rewritten for GENERIC) */
+    const struct chat_msgs *cm;   /* the messages as parsed (their JSON in cm->src), or
+                                   * NULL when rewritten for the generic format */
     const struct gp_request *gp;
     int with_tools;
 };
@@ -113,12 +116,13 @@ struct fill {
 static int fill_vars(void *arg, struct jinja_env *e, const struct jv *dicts, size_t n)
 {
     const struct fill *f = arg;
-    for (size_t i = 0; f->src && i < n; i++) {
-        const json_t *o = json_array_get(f->src, i);
+    for (size_t i = 0; f->cm && i < n && i < f->cm->n; i++) {
+        const json_t *o = json_array_get(f->cm->src, i);
         const json_t *content = json_object_get(o, "content");
         if (!content || json_is_null(content))
             jinja_dict_set(e, dicts[i], "content", jinja_none());
-        const json_t *calls = json_object_get(o, "tool_calls");
+        const json_t *calls = f->cm->v[i].role == CHAT_ASSISTANT ? json_object_get(o, "tool_calls")
+                                                                : NULL;
         if (json_is_array(calls)) {
             struct jv l = jinja_list(e);
             for (size_t k = 0; k < json_array_size(calls); k++)
@@ -223,7 +227,8 @@ static int generic_rewrite(const struct chat_msgs *cm, const struct gp_request *
     }
     for (; rc == 0 && i < cm->n; i++) {
         const json_t *o = json_array_get(cm->src, i);
-        const json_t *calls = json_object_get(o, "tool_calls");
+        const json_t *calls = cm->v[i].role == CHAT_ASSISTANT ? json_object_get(o, "tool_calls")
+                                                             : NULL;
         int merge = cm->v[i].role == CHAT_TOOL && g->n && g->v[g->n - 1].role == CHAT_USER &&
                     i > 0 && cm->v[i - 1].role == CHAT_TOOL;
         b = merge ? &g->texts[g->n - 1] : &g->texts[g->n];
@@ -263,7 +268,8 @@ static int has_tool_turns(const struct chat_msgs *cm)
 {
     for (size_t i = 0; i < cm->n; i++)
         if (cm->v[i].role == CHAT_TOOL ||
-            json_array_size(json_object_get(json_array_get(cm->src, i), "tool_calls")))
+            (cm->v[i].role == CHAT_ASSISTANT &&
+             json_array_size(json_object_get(json_array_get(cm->src, i), "tool_calls"))))
             return 1;
     return 0;
 }
@@ -274,13 +280,13 @@ int prompt_chat_render(const struct chat_tmpl *tmpl, const struct chat_msgs *cm,
 {
     enum chat_tool_format tf = chat_tmpl_tool_format(tmpl);
     int tools_on = gp->tools.choice != GP_TOOL_NONE && gp->tools.n;
-    struct fill f = {cm->src, gp, tools_on};
+    struct fill f = {cm, gp, tools_on};
     struct chat_ext ext = {fill_vars, &f};
     if (tf != CHAT_TOOLS_GENERIC || !(tools_on || has_tool_turns(cm)))
         return chat_render_ext(tmpl, cm->v, cm->n, 1, now, &ext, text, why, whycap);
     struct generic g;
     int rc = generic_rewrite(cm, gp, &g);
-    f.src = NULL;
+    f.cm = NULL;
     f.with_tools = 0;
     if (rc == 0)
         rc = chat_render_ext(tmpl, g.v, g.n, 1, now, &ext, text, why, whycap);

@@ -9,7 +9,11 @@
  * never fails but for ERR_NOMEM, every call names a callable declared
  * function with arguments that are a JSON object, content is a copy of at
  * most the input; and the differential check: a text the "required" call
- * grammar accepts always parses as at least one call.
+ * grammar accepts always parses as at least one call. When BODY_JSON is a
+ * chat body that gp_parse and chat_msgs_from_body accept, its prompt is also
+ * rendered (openai/prompt.c: tools, tool turns, kwargs into the template)
+ * with a Hermes-style template and with a template without tool syntax (the
+ * generic rewrite): only documented errors.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -18,8 +22,13 @@
 
 #include "common/err.h"
 #include "common/gram/gram.h"
+#include "openai/chat_msgs.h"
+#include "openai/params.h"
+#include "openai/prompt.h"
 #include "openai/tools.h"
+#include "text/chat.h"
 #include "text/gen.h"
+#include "text/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,8 +38,69 @@ static const char *fixed =
     "\"required\":[\"city\"],\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":"
     "{\"name\":\"f\"}}],\"tool_choice\":\"required\"}";
 
+static const char *hermes_tmpl =
+    "{%- if tools %}<|im_start|>system\n# Tools\n{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}"
+    "<|im_end|>\n{%- endif %}{%- for m in messages %}{%- if m.role == 'assistant' and m.tool_calls %}"
+    "<|im_start|>assistant{%- for c in m.tool_calls %}\n<tool_call>\n{\"name\": \"{{ c.function.name }}\", "
+    "\"arguments\": {{ c.function.arguments | tojson }}}\n</tool_call>{%- endfor %}<|im_end|>\n"
+    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response>"
+    "<|im_end|>\n{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{%- if m.reasoning_content %}{{ m.reasoning_content }}{% endif %}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- if enable_thinking is defined "
+    "and not enable_thinking %}<think>\n\n</think>\n\n{%- endif %}{%- endif %}";
+static const char *plain_tmpl =
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}";
+static struct tok *vocab;
+static struct chat_tmpl *tmpls[2];
+
+static void setup(void)
+{
+    const char *toks[] = {"a", "<|im_start|>", "<|im_end|>"};
+    int32_t types[] = {TOK_TYPE_NORMAL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL};
+    struct tok_vocab_desc d;
+    tok_vocab_desc_init(&d);
+    d.model = "gpt2";
+    d.pre = "gpt-2";
+    d.n_tokens = 3;
+    d.tokens = toks;
+    d.token_types = types;
+    d.bos_id = 1;
+    d.eos_id = 2;
+    if (tok_new(&d, &vocab) != 0 || chat_tmpl_new(hermes_tmpl, vocab, &tmpls[0]) != 0 ||
+        chat_tmpl_new(plain_tmpl, vocab, &tmpls[1]) != 0 ||
+        chat_tmpl_tool_format(tmpls[0]) != CHAT_TOOLS_HERMES ||
+        chat_tmpl_tool_format(tmpls[1]) != CHAT_TOOLS_GENERIC)
+        abort();
+}
+
+/* Render body's prompt with both templates when the contract accepts it. */
+static void render(const json_t *body)
+{
+    struct gp_request gp;
+    struct problem pe;
+    struct chat_msgs cm;
+    if (gp_parse(body, GP_CHAT, 0, &gp, &pe) != 0)
+        return;
+    if (chat_msgs_from_body(body, &cm, &pe) == 0) {
+        for (int k = 0; k < 2; k++) {
+            struct buf out;
+            buf_init(&out, 1 << 20);
+            char why[256];
+            int rc = prompt_chat_render(tmpls[k], &cm, &gp, 1, &out, why, sizeof why);
+            if (rc != 0 && rc != ERR_INVAL && rc != ERR_TOOBIG && rc != ERR_NOMEM)
+                abort();
+            buf_release(&out);
+        }
+        chat_msgs_release(&cm);
+    }
+    gp_release(&gp);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    if (!vocab)
+        setup();
     const uint8_t *nul = memchr(data, 0, size);
     if (!nul || (size_t)(nul - data) + 1 >= size)
         return 0;
@@ -42,6 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct gp_tools t;
     struct problem pe;
     json_t *body = json_loadb((const char *)data, blen, 0, NULL);
+    if (json_is_object(body))
+        render(body);
     int rc = body ? gp_tools_parse(body, &t, &pe) : ERR_INVAL;
     json_decref(body);
     if (rc != 0 && rc != ERR_INVAL && rc != ERR_NOMEM)
