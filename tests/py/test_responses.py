@@ -74,6 +74,26 @@ def test_responses_batch_through_the_openai_sdk_on_a_real_worker():
     assert w.p.poll() is None, w.log()[-2000:]
 
 
+def test_responses_fixture_bodies_validate_with_every_sdk_major():
+    """The Response objects the C translation builds from chat bodies with
+    tool calls, reasoning, logprobs and a cut (tests/fixtures/responses/
+    from_chat.jsonl, kept equal to the C output by
+    tests/unit/openai/test_responses.c) validate with SDK 3.57.0, 2.54.0 and
+    1.109.1: the shapes a real worker cannot produce yet on a model without
+    tool syntax are checked against the SDK too."""
+    path = os.path.join(ROOT, "tests/fixtures/responses/from_chat.jsonl")
+    for version in ("3.57.0", "2.54.0", "1.109.1"):
+        env = {"PYTHONNOUSERSITE": "1"}
+        if version != "1.109.1":
+            t = os.path.join(ROOT, ".cache/pydeps", f"openai-{version}")
+            if not os.path.isdir(os.path.join(t, "openai")):
+                raise Skip(f"{t} missing (scripts/install-deps installs it)")
+            env["PYTHONPATH"] = t
+        r = run([sys.executable, os.path.join(HERE, "responses_flow.py"), "--fixture", path, version],
+                timeout=120, env=env)
+        assert r.returncode == 0 and f"responses-fixture ok {version}" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
 def test_responses_jobctl_submit_picks_the_endpoint_from_the_file():
     d, key, w = start()
     path = os.path.join(tmpdir(), "resp.jsonl")
