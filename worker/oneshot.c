@@ -35,6 +35,26 @@ static int fail(char *err, size_t err_len, int rc, const char *fmt, ...)
 
 /* A request refused with an OpenAI-shaped error: its JSON body on out for
  * --json, and the message in err. */
+/* A --json body is a /v1/responses body when it has "input" (as an
+ * embeddings body does) and a field only Responses bodies have, or input
+ * items (objects); {"model","input":"text"} alone stays an embeddings body. */
+static int responses_body(const json_t *body)
+{
+    static const char *const only[] = {"instructions", "max_output_tokens", "text", "tools",
+                                       "tool_choice", "reasoning", "previous_response_id",
+                                       "conversation", "include", "top_logprobs", "store",
+                                       "truncation", "temperature", "top_p", "metadata", NULL};
+    const json_t *input = json_object_get(body, "input");
+    if (!input || json_object_get(body, "messages") || json_object_get(body, "prompt"))
+        return 0;
+    if (json_is_object(json_array_get(input, 0)))
+        return 1;
+    for (int i = 0; only[i]; i++)
+        if (json_object_get(body, only[i]))
+            return 1;
+    return 0;
+}
+
 static void request_error(const struct oneshot_opts *o, FILE *out, const struct problem *gerr, int rc,
                           char *err, size_t err_len)
 {
@@ -369,10 +389,12 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
             fail(err, err_len, rc, "out of memory");
         return rc;
     }
-    if (o->embed || (json_object_get(body, "input") && !json_object_get(body, "messages") &&
-                     !json_object_get(body, "prompt")))
-        return run_embed(o, body, out, errout, err, err_len);
     enum gp_endpoint ep = json_object_get(body, "messages") ? GP_CHAT : GP_COMPLETIONS;
+    if (!o->embed && responses_body(body))
+        ep = GP_RESPONSES;
+    else if (o->embed || (json_object_get(body, "input") && !json_object_get(body, "messages") &&
+                          !json_object_get(body, "prompt")))
+        return run_embed(o, body, out, errout, err, err_len);
     if ((rc = slot_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, err,
                           err_len))) {
         json_decref(body);
@@ -381,7 +403,7 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
     e.errout = errout;
     e.print_ids = o->print_ids;
     const struct chat_tmpl *ct = e.eng->tmpl;
-    if (ep == GP_CHAT && !ct) {
+    if (ep != GP_COMPLETIONS && !ct) {
         rc = fail(err, err_len, e.eng->tmpl_rc, "no usable chat template: %s",
                   err_msg(e.eng->tmpl_rc));
         goto out;
@@ -408,7 +430,7 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
         }
         fprintf(out, "%s\n", dump);
     } else {
-        json_t *choices = json_object_get(resp, "choices");
+        json_t *choices = json_object_get(resp, "choices"); /* --prompt / --chat: never a Response */
         for (size_t i = 0; i < json_array_size(choices); i++) {
             json_t *c = json_array_get(choices, i);
             json_t *txt = ep == GP_CHAT ? json_object_get(json_object_get(c, "message"), "content")

@@ -12,7 +12,10 @@
  * {"prompt": TEXT} or a chat body with one user message; flags left unset
  * stay absent, so OpenAI's defaults apply - temperature 1 - except
  * max_tokens, which the CLI defaults to 256); --json takes the body from a
- * file ("messages" present = /v1/chat/completions, else /v1/completions).
+ * file ("messages" present = /v1/chat/completions; "input" with a field
+ * only Responses bodies have - instructions, max_output_tokens, text, tools,
+ * reasoning, temperature... - or with input items = /v1/responses, printed
+ * as the Response object; else /v1/completions).
  *
  * The next-logits callback keeps the KV cache of the slot: it remembers the
  * ids already in the cache, keeps their longest common prefix with the
@@ -21,8 +24,8 @@
  * one token, and choice 2 of n=2 reuses the prompt of choice 1, feeding
  * just its last token again to get its logits).
  *
- * --embed TEXT (or a --json body with "input" and neither "messages" nor
- * "prompt") is an /v1/embeddings request instead (worker/run/embed_req.h):
+ * --embed TEXT (or a --json body with "input", neither "messages" nor
+ * "prompt", and nothing of a Responses body) is an /v1/embeddings request instead (worker/run/embed_req.h):
  * no generation, one forward per input on an embeddings context of 16
  * slots and 512 tokens a step; it prints the embedding response body (one
  * line of JSON) and on errout "embed: N tokens, S s (R tok/s)".

@@ -130,12 +130,14 @@ int tokens_count(struct tokens *t, const char *model, const char *endpoint, cons
         snprintf(err, err_len, "%s", x->why);
         return ERR_UNSUPPORTED;
     }
-    enum gp_endpoint ep = strcmp(endpoint, "/v1/completions") == 0 ? GP_COMPLETIONS : GP_CHAT;
+    int resp = strcmp(endpoint, "/v1/responses") == 0;
+    enum gp_endpoint ep = resp || strcmp(endpoint, "/v1/chat/completions") == 0 ? GP_CHAT
+                                                                                : GP_COMPLETIONS;
     struct gp_request gp;
     struct problem ge;
     memset(&ge, 0, sizeof ge);
     json_t *chat = NULL; /* a Responses body's chat body */
-    int rc = strcmp(endpoint, "/v1/responses") == 0 ? oresp_to_chat(body, &chat, &ge) : 0;
+    int rc = resp ? oresp_to_chat(body, &chat, &ge) : 0;
     if (rc == 0 && chat)
         body = chat;
     if (rc == 0)

@@ -41,7 +41,7 @@ int tokens_has(const struct tokens *t, const char *model);
 
 /* The prompt tokens of a request body (a JSON object) for the endpoint
  * ("/v1/chat/completions", "/v1/responses": translated onto a chat body by
- * openai/responses.h first, or "/v1/completions") with model's tokenizer:
+ * openai/responses.h first; any other: as "/v1/completions") with model's tokenizer:
  * the sum over its prompts. 0 with *n; ERR_NOTFOUND no tokenizer configured for model;
  * ERR_UNSUPPORTED its GGUF could not be loaded (err says why); ERR_INVAL
  * the body is not a request the worker would run (err: its message);

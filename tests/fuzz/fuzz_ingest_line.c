@@ -1,6 +1,7 @@
 /* libFuzzer target: ingest_line_check (one JSONL input line, hostile bytes)
- * and the raw-body scanner behind it. Byte 0 picks the endpoint (bit 1:
- * /v1/embeddings, else bit 0: /v1/completions or /v1/chat/completions).
+ * and the raw-body scanner behind it. Byte 0 picks the endpoint (bit 2:
+ * /v1/responses, else bit 1: /v1/embeddings, else bit 0: /v1/completions
+ * or /v1/chat/completions).
  * fuzz-src: jobd/intake/ingest_line.c */
 #include <stddef.h>
 #include <stdint.h>
@@ -13,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    const char *ep = data[0] & 2   ? "/v1/embeddings"
+    const char *ep = data[0] & 4   ? "/v1/responses"
+                     : data[0] & 2 ? "/v1/embeddings"
                      : data[0] & 1 ? "/v1/completions"
                                    : "/v1/chat/completions";
     struct ingest_limits lim;

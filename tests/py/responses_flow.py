@@ -4,6 +4,7 @@ chosen SDK version (a --target folder of scripts/install-deps) comes first
 on sys.path.
 
     python responses_flow.py BASE_URL API_KEY EXPECTED_VERSION
+    python responses_flow.py --fixture FILE EXPECTED_VERSION
 
 jobd must be serving BASE_URL with a real worker for model "smollm". The
 flow is the one OpenAI documents for Responses batches, unchanged:
@@ -15,7 +16,9 @@ checks nothing), `response.output_text` must work, the request settings
 must come back, and a text.format json_schema answer must validate against
 its schema with `jsonschema`. A second file with bad lines must fail
 validation with one error per bad line: its line number, the body's
-parameter and OpenAI's code. Prints "responses-flow ok VERSION".
+parameter and OpenAI's code. Prints "responses-flow ok VERSION". With
+--fixture it validates the committed Response objects of
+tests/fixtures/responses/from_chat.jsonl instead (check_fixture).
 """
 import json
 import sys
@@ -154,10 +157,43 @@ def main():
     base, key, want = sys.argv[1], sys.argv[2], sys.argv[3]
     import openai
     assert openai.__version__ == want, (openai.__version__, want, openai.__file__)
+    if base == "--fixture":
+        check_fixture(key)
+        print(f"responses-fixture ok {want}")
+        return
     client = openai.OpenAI(base_url=base, api_key=key, timeout=60)
     check_good(client)
     check_bad(client)
     print(f"responses-flow ok {want}")
+
+
+
+def check_fixture(path):
+    """Every Response in tests/fixtures/responses/from_chat.jsonl (what the C
+    translation builds from chat bodies with tool calls, reasoning, logprobs;
+    tests/unit/openai/test_responses.c keeps the file equal to its output)
+    validates as the SDK's Response, and its items as the SDK's item types."""
+    from openai.types.responses import Response
+    n = 0
+    for raw in open(path, encoding="utf-8"):
+        case = json.loads(raw)
+        r = Response.model_validate(case["response"])
+        msg = case["chat_completion"]["choices"][0]["message"]
+        calls = msg.get("tool_calls") or []
+        kinds = [o.type for o in r.output]
+        want = (["reasoning"] if msg.get("reasoning_content") else []) + \
+               (["message"] if msg.get("content") or not calls else []) + ["function_call"] * len(calls)
+        assert kinds == want, (case["name"], kinds, want)
+        fcs = [o for o in r.output if o.type == "function_call"]
+        assert [(o.call_id, o.name, o.arguments) for o in fcs] == \
+            [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls], case["name"]
+        for o in fcs:
+            json.loads(o.arguments)
+        assert r.output_text == (msg.get("content") or ""), (case["name"], r.output_text)
+        finish = case["chat_completion"]["choices"][0]["finish_reason"]
+        assert (r.status == "incomplete") == (finish == "length"), case["name"]
+        n += 1
+    assert n >= 8, n
 
 
 if __name__ == "__main__":

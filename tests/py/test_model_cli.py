@@ -148,6 +148,28 @@ def test_json_chat_body_shape_and_n2():
     assert "decode:" in r.stderr.splitlines()[-1], r.stderr
 
 
+def test_json_responses_body_runs_on_the_chat_path():
+    """--json with a /v1/responses body (input plus a Responses-only field)
+    prints a Response whose text equals the chat body's answer to the same
+    conversation (greedy); a bare {"model","input"} stays an embeddings body."""
+    need_default()
+    resp = jobworker_json({"model": "smollm2-135m", "instructions": "Be brief.", "input": "Name a color.",
+                           "max_output_tokens": 16, "temperature": 0})
+    assert resp.returncode == 0, resp.stderr
+    r = json.loads(resp.stdout)
+    assert r["object"] == "response" and r["id"].startswith("resp_") and r["model"] == "smollm2-135m", r
+    assert r["instructions"] == "Be brief." and r["max_output_tokens"] == 16, r
+    chat = jobworker_json({"model": "smollm2-135m", "messages": [{"role": "system", "content": "Be brief."},
+                           {"role": "user", "content": "Name a color."}], "max_completion_tokens": 16,
+                           "temperature": 0})
+    c = json.loads(chat.stdout)
+    assert r["output"][0]["content"][0]["text"] == c["choices"][0]["message"]["content"], (r, c)
+    assert r["usage"]["input_tokens"] == c["usage"]["prompt_tokens"], (r["usage"], c["usage"])
+    assert (r["status"] == "incomplete") == (c["choices"][0]["finish_reason"] == "length"), (r, c)
+    e = jobworker_json({"model": "smollm2-135m", "input": "hello"})
+    assert e.returncode == 0 and json.loads(e.stdout)["object"] == "list", e.stdout[:200]
+
+
 def test_json_logprobs_shapes_chat_and_completion():
     """logprobs in both response shapes (OpenAI's): greedy, so each chosen
     token is its position's top alternative with the same logprob; the

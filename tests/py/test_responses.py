@@ -34,12 +34,12 @@ def need_worker():
             raise Skip("the default model cannot be fetched: " + r.stderr[-300:])
 
 
-def start():
+def start(args=()):
     need_worker()
     data = os.path.join(tmpdir(), "data")
     key = create_key(data, "resp", asan=False)
     d = Jobd(data=data, key=key, asan=False,
-             args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s"])
+             args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s", *args])
     w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
               "--model-id", "SmolLM2-135M-Instruct", "--alias", "smollm", "--worker-token", WT,
               "--name", "resp-w", "--threads", "2"])
@@ -74,14 +74,43 @@ def test_responses_batch_through_the_openai_sdk_on_a_real_worker():
     assert w.p.poll() is None, w.log()[-2000:]
 
 
+def test_responses_fixture_bodies_validate_with_every_sdk_major():
+    """The Response objects the C translation builds from chat bodies with
+    tool calls, reasoning, logprobs and a cut (tests/fixtures/responses/
+    from_chat.jsonl, kept equal to the C output by
+    tests/unit/openai/test_responses.c) validate with SDK 3.57.0, 2.54.0 and
+    1.109.1: the shapes a real worker cannot produce yet on a model without
+    tool syntax are checked against the SDK too."""
+    path = os.path.join(ROOT, "tests/fixtures/responses/from_chat.jsonl")
+    for version in ("3.57.0", "2.54.0", "1.109.1"):
+        env = {"PYTHONNOUSERSITE": "1"}
+        if version != "1.109.1":
+            t = os.path.join(ROOT, ".cache/pydeps", f"openai-{version}")
+            if not os.path.isdir(os.path.join(t, "openai")):
+                raise Skip(f"{t} missing (scripts/install-deps installs it)")
+            env["PYTHONPATH"] = t
+        r = run([sys.executable, os.path.join(HERE, "responses_flow.py"), "--fixture", path, version],
+                timeout=120, env=env)
+        assert r.returncode == 0 and f"responses-fixture ok {version}" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
 def test_responses_jobctl_submit_picks_the_endpoint_from_the_file():
-    d, key, w = start()
+    """Also: jobd's estimate (--tokenizer: the worker's tokenizer and chat
+    template on the translated body) counts the input tokens the worker
+    then reports."""
+    d, key, w = start(["--tokenizer", f"smollm={MODEL}"])
     path = os.path.join(tmpdir(), "resp.jsonl")
     with open(path, "w") as f:
         for i in range(2):
             f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/responses",
                                 "body": {"model": "smollm", "input": f"Say {i}.", "max_output_tokens": 16,
-                                         "temperature": 0}}) + "\n")
+                                         "instructions": "Be brief.", "temperature": 0}}) + "\n")
+    up = d.upload(open(path, "rb").read())
+    r = d.call("POST", "/v1/batches/estimate", json.dumps({"input_file_id": up["id"], "endpoint": "/v1/responses"}),
+               {"Content-Type": "application/json"})
+    assert r.status == 200, r
+    est = {x["model"]: x for x in r.json()["models"]}["smollm"]
+    assert est["input_tokens_exact"] is True and est["max_output_tokens"] == 32, est
     env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key}
     r = run([binary("jobctl", asan=False), "submit", path, "--wait", "--timeout", "5m"], timeout=400, env=env)
     assert r.returncode == 0, r.stdout + r.stderr + w.log()[-1500:]
@@ -95,5 +124,6 @@ def test_responses_jobctl_submit_picks_the_endpoint_from_the_file():
     u = b["usage"]
     assert u["input_tokens"] == sum(x["usage"]["input_tokens"] for x in bodies) > 0, (u, bodies)
     assert u["output_tokens"] == sum(x["usage"]["output_tokens"] for x in bodies) > 0, (u, bodies)
+    assert est["input_tokens"] == u["input_tokens"], (est, u)
     rep = d.json("GET", "/v1/usage?group_by=batch")
     assert [x["num_model_requests"] for x in rep["data"] if x["key"] == batch_id] == [2], rep

@@ -5,6 +5,7 @@
  * objects they must become. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
@@ -417,4 +418,50 @@ TEST(responses_from_chat_refuses_a_body_without_choices)
     CHECK(out == NULL);
     json_decref(cc);
     json_decref(req);
+}
+
+/* tests/fixtures/responses/from_chat.jsonl: chat.completion bodies (text,
+ * logprobs, tool calls, reasoning, cut) with the Response each must become.
+ * tests/py/test_responses.py validates every committed "response" with the
+ * openai SDK's own types, so this test ties the C output to what the SDK
+ * accepts. RESPONSES_FIXTURE_WRITE=FILE writes the file again with the
+ * responses this code builds (review the diff before committing it). */
+#define FROM_CHAT "tests/fixtures/responses/from_chat.jsonl"
+
+TEST(responses_from_chat_fixture_matches)
+{
+    FILE *f = fopen(FROM_CHAT, "r");
+    CHECK(f != NULL);
+    const char *wpath = getenv("RESPONSES_FIXTURE_WRITE");
+    FILE *w = wpath ? fopen(wpath, "w") : NULL;
+    CHECK(!wpath || w);
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *c = load(line), *r = NULL;
+        const char *name = json_string_value(json_object_get(c, "name"));
+        CHECK(name);
+        CHECK_EQ_INT(oresp_from_chat(json_object_get(c, "request"),
+                                     json_object_get(c, "chat_completion"), &r), 0);
+        if (w) {
+            json_object_set_new(c, "response", r);
+            char *s = json_dumps(c, JSON_COMPACT | JSON_ENSURE_ASCII);
+            fprintf(w, "%s\n", s);
+            free(s);
+        } else {
+            if (!json_equal(r, json_object_get(c, "response"))) {
+                char *got = json_dumps(r, JSON_COMPACT);
+                th_fail(__FILE__, __LINE__, name, "case '%s' differs: got %s", name, got);
+            }
+            json_decref(r);
+        }
+        json_decref(c);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    if (w)
+        fclose(w);
+    CHECK(n >= 8);
 }

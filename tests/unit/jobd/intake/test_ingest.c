@@ -655,6 +655,50 @@ TEST(ingest_line_check_estimates_tokens_and_caps)
     CHECK(!ingest_utf8_valid("\xe2\x82", 2));         /* truncated */
 }
 
+/* A /v1/responses line: checked by the translation + the chat rules
+ * (oresp_check), its cap and estimate from the translated chat body, its
+ * errors named by the Responses field with the "body." prefix, and
+ * max_output_tokens held to the deployment's output limit. */
+TEST(ingest_line_check_responses_line)
+{
+    struct ingest_limits lim;
+    ingest_limits_default(&lim);
+    const char *resp = "/v1/responses";
+    const char *line = "{\"custom_id\":\"r\",\"method\":\"POST\",\"url\":\"/v1/responses\",\"body\":"
+                       "{\"model\":\"m\",\"instructions\":\"0123\",\"input\":[{\"role\":\"user\","
+                       "\"content\":[{\"type\":\"input_text\",\"text\":\"0123456789abcdef\"}]}],"
+                       "\"max_output_tokens\":20}}";
+    struct ingest_line out;
+    struct problem e;
+    CHECK_EQ_INT(ingest_line_check(line, strlen(line), resp, &lim, &out, &e), 0);
+    CHECK_EQ_INT(out.max_tokens, 20);
+    CHECK_EQ_INT(out.prompt_tokens_est, (4 + 16 + 2 * 16 + 3) / 4); /* two messages */
+    ingest_line_release(&out);
+    /* a chat line in a responses batch, and the other way round */
+    CHECK_EQ_INT(ingest_line_check(line, strlen(line), CHAT, &lim, &out, &e), ERR_INVAL);
+    CHECK_EQ_STR(e.code, "mismatched_endpoint");
+    struct {
+        const char *body, *param, *code;
+    } bad[] = {
+        {"{\"model\":\"m\",\"input\":\"x\",\"previous_response_id\":\"resp_1\"}",
+         "body.previous_response_id", "previous_response_not_found"},
+        {"{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\","
+         "\"file_id\":\"f\"}]}]}", "body.input[0].content[0].type", "unsupported_value"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":40000}", "body.max_output_tokens",
+         "invalid_value"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"top_p\":0}", "body.top_p", "decimal_below_min_value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char l[512];
+        snprintf(l, sizeof l, "{\"custom_id\":\"r\",\"method\":\"POST\",\"url\":\"/v1/responses\","
+                 "\"body\":%s}", bad[i].body);
+        memset(&e, 0, sizeof e);
+        CHECK_EQ_INT(ingest_line_check(l, strlen(l), resp, &lim, &out, &e), ERR_INVAL);
+        CHECK_EQ_STR(e.param, bad[i].param);
+        CHECK_EQ_STR(e.code, bad[i].code);
+    }
+}
+
 /* ---- several ingesters on one batch (several jobd on one PostgreSQL database) ---- */
 
 struct takeover {
