@@ -33,6 +33,9 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength
 def line(cid, body):
     return {"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": {"model": "smollm", **body}}
 
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather of a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                          "required": ["city"], "additionalProperties": False}}
 
 GOOD = [
     line("string", {"input": "Say hello in French.", "instructions": "Answer in one short sentence.",
@@ -52,6 +55,16 @@ GOOD = [
     line("json-object", {"input": "Give a JSON object with a key 'a'.", "max_output_tokens": 40,
                          "temperature": 0, "text": {"format": {"type": "json_object"}}}),
     line("cut", {"input": "Write a long story about a dragon.", "max_output_tokens": 16, "temperature": 0}),
+    # function tools (flat, strict by default): a forced call, and a replayed call with its output
+    line("tool-call", {"input": "What is the weather in Paris?", "max_output_tokens": 120, "temperature": 0,
+                       "tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": False}),
+    line("tool-replay", {"input": [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"type": "function_call", "call_id": "call_0aB9cD8eF7gH6iJ5kL4mN3oP", "name": "get_weather",
+         "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call_output", "call_id": "call_0aB9cD8eF7gH6iJ5kL4mN3oP",
+         "output": "{\"temp_c\": 18}"}],
+        "max_output_tokens": 120, "temperature": 0, "tools": [WEATHER]}),
 ]
 
 # (line, body param, code) of each bad line; the good first line has no error
@@ -105,6 +118,17 @@ def check_good(client):
         assert o["error"] is None and o["response"]["status_code"] == 200, o
         out[o["custom_id"]] = (o["response"]["body"], Response.model_validate(o["response"]["body"]))
     assert sorted(out) == sorted(x["custom_id"] for x in GOOD), sorted(out)
+    for cid in ("tool-call", "tool-replay"):
+        body, r = out.pop(cid)
+        assert r.object == "response" and r.tools and r.tools[0].name == "get_weather", body
+        assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens, body
+        calls = [o for o in r.output if o.type == "function_call"]
+        if cid == "tool-call":
+            assert r.status == "completed" and len(calls) == 1, body
+            assert r.tool_choice == "required" and r.parallel_tool_calls is False, body
+        for c in calls:
+            assert c.call_id.startswith("call_") and c.id.startswith("fc_") and c.name == "get_weather", c
+            jsonschema.validate(json.loads(c.arguments), WEATHER["parameters"])
     for cid, (body, r) in out.items():
         req = next(x["body"] for x in GOOD if x["custom_id"] == cid)
         assert r.object == "response" and r.id.startswith("resp_") and r.model == "smollm", (cid, body)
