@@ -889,6 +889,66 @@ FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
 FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
 FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
 
+/* ---- AVX2: the 32-value types, register tiles (matq_x32v.h) ---------------------------- */
+
+/* quant_block32_s with 8-lane vectors, bit for bit (as quant_block32_avx512):
+ * NaN lanes are skipped by the max and quantize to 0, rounding to nearest
+ * even, the clamp to [-127, 127]. Returns the 32 values q in order. */
+AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_out)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 xv[4], mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        xv[i] = _mm256_loadu_ps(x + 8 * i);
+        __m256 a = _mm256_and_ps(xv[i], absm);
+        mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_cmp_ps(a, a, _CMP_ORD_Q)));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i iq[4];
+    for (int i = 0; i < 4; i++) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(xv[i], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+        iq[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+    }
+    int sum = hsum_i32_avx2(_mm256_add_epi32(_mm256_add_epi32(iq[0], iq[1]), _mm256_add_epi32(iq[2], iq[3])));
+    *d_out = d;
+    *s_out = d * (float)sum;
+    /* the packs interleave the 128-bit lanes: dwords 0 4 1 5 2 6 3 7 */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iq[0], iq[1]), _mm256_packs_epi32(iq[2], iq[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One activation row of nb blocks into ACT_32V: q (+ 128 if u8) at dst,
+ * scale and offset of block b at side[8 b] and side[8 (nb + b)]. */
+AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side, int u8)
+{
+    const __m256i flip = _mm256_set1_epi8(u8 ? (char)0x80 : 0);
+    for (int b = 0; b < nb; b++) {
+        __m256i q = quant_block32_avx2(x + (size_t)b * GGML_QK, side + 8 * b, side + 8 * (nb + b));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 32 * (size_t)b), _mm256_xor_si256(q, flip));
+    }
+}
+
+#define XV_VNNI 0
+#define XV(name) name##_avx2
+#define XV_ATTR AVX2
+#include "kernels/cpu/matq_x32v.h"
+#undef XV_VNNI
+#undef XV
+#undef XV_ATTR
+#define XV_VNNI 1
+#define XV(name) name##_vnni
+#define XV_ATTR VNNI
+#include "kernels/cpu/matq_x32v.h"
+#undef XV_VNNI
+#undef XV
+#undef XV_ATTR
+
 /* ---- AVX-512 (F, BW, VL, VNNI) ------------------------------------------------------ */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
@@ -1385,8 +1445,10 @@ static int cpu_has_vnni(void)
 /* ---- driver ------------------------------------------------------------------------------ */
 
 /* ACT_32U (AVX-512, the 32-value types): one struct act32u per row and
- * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets. */
-enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U };
+ * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets.
+ * ACT_32V (AVX2, the 32-value types): 32 bytes per row and block, rows in
+ * groups of 8, then per group the scales and offsets (matq_x32v.h). */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U, ACT_32V };
 
 #if !MATQ_X86
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
@@ -1452,6 +1514,17 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
         }
         ak = ACT_32U;
     }
+    if (simd && ak == ACT_32 && level == KN_SIMD_AVX2) {
+        int vn = cpu_has_vnni();
+        switch (type) {
+        case GGML_TYPE_Q4_0: vu = vn ? dotv_q4_0_vnni : dotv_q4_0_avx2; break;
+        case GGML_TYPE_Q4_1: vu = vn ? dotv_q4_1_vnni : dotv_q4_1_avx2; break;
+        case GGML_TYPE_Q5_0: vu = vn ? dotv_q5_0_vnni : dotv_q5_0_avx2; break;
+        case GGML_TYPE_Q5_1: vu = vn ? dotv_q5_1_vnni : dotv_q5_1_avx2; break;
+        default: vu = vn ? dotv_q8_0_vnni : dotv_q8_0_avx2; break;
+        }
+        ak = ACT_32V;
+    }
 #endif
     *dot = simd ? v : s;
     *dot4 = simd ? v4 : NULL;
@@ -1486,6 +1559,7 @@ static size_t act_row_bytes(enum act_kind ak, int k)
     switch (ak) {
     case ACT_32: return (size_t)(k / GGML_QK) * sizeof(struct act32);
     case ACT_32U: return (size_t)((k / GGML_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
+    case ACT_32V: return (size_t)(k / GGML_QK) * 32;
     case ACT_256: return (size_t)(k / GGML_QK_K) * sizeof(struct act256);
     default: return 0;
     }
@@ -1551,7 +1625,10 @@ struct matq_mat {
 struct matq_job {
     const float *x;        /* (n, k) */
     uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
-    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets */
+    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
+                            * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
+    size_t side_group;     /* floats of act_s per group of 8 rows */
+    int u8;                /* ACT_32V: q stored as q + 128 (the signed types with AVX-VNNI) */
     size_t act_row;
     int n, k;
     enum act_kind ak;
@@ -1612,14 +1689,40 @@ static void quant_rows_u(struct matq_job *j, int r0, int r1)
 #endif
 }
 
+/* Rows r0..r1 (r0 a multiple of 8, up to act_rows_u(n): the rows past n
+ * are zero) into the ACT_32V layout; the groups' scales and offsets (rows
+ * past n: 0) are these rows' thread's too. */
+static void quant_rows_v(struct matq_job *j, int r0, int r1)
+{
+#if MATQ_X86
+    int nb = j->k / GGML_QK;
+    memset(j->act_s + (size_t)(r0 / 8) * j->side_group, 0,
+           (size_t)((r1 + 7) / 8 - r0 / 8) * j->side_group * sizeof(float));
+    for (int r = r0; r < r1; r++) {
+        uint8_t *dst = j->act + (size_t)r * j->act_row;
+        if (r >= j->n)
+            memset(dst, j->u8 ? 0x80 : 0, j->act_row);
+        else
+            quant_row_v(j->x + (size_t)r * (size_t)j->k, nb, dst,
+                        j->act_s + (size_t)(r / 8) * j->side_group + r % 8, j->u8);
+    }
+#else
+    (void)j;
+    (void)r0;
+    (void)r1;
+#endif
+}
+
 static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
-    if (j->ak == ACT_32U) {
+    if (j->ak == ACT_32U || j->ak == ACT_32V) {
         int nr = act_rows_u(j->n), per = ((nr + 7) / 8 + nth - 1) / nth * 8, r0 = ith * per;
         int r1 = r0 + per < nr ? r0 + per : nr;
-        if (r0 < r1)
+        if (r0 < r1 && j->ak == ACT_32U)
             quant_rows_u(j, r0, r1);
+        else if (r0 < r1)
+            quant_rows_v(j, r0, r1);
         return;
     }
     int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
@@ -1666,7 +1769,7 @@ static void dot_worker(void *ctx, int ith, int nth)
         if (mt->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
             for (; r < r1; r += 8)
                 mt->dotu(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0, j->act + (size_t)r * j->act_row,
-                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * (j->act_row / 128) * 16 : NULL,
+                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * j->side_group : NULL,
                          r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
             continue;
         }
@@ -1708,7 +1811,12 @@ static void dot_worker(void *ctx, int ith, int nth)
  * q + 128 for the signed types, q for Q4_1/Q5_1). */
 static int act_variant(enum act_kind ak, int w_type)
 {
-    return (int)ak * 2 + (ak == ACT_32U && has_offset32(w_type));
+    int sq = has_offset32(w_type); /* q stored signed */
+#if MATQ_X86
+    if (ak == ACT_32V && !cpu_has_vnni())
+        sq = 1;
+#endif
+    return (int)ak * 2 + ((ak == ACT_32U || ak == ACT_32V) && sq);
 }
 
 int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
@@ -1768,9 +1876,16 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) /* after the rows, rounded up to 8 */
-            j.act_s = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row);
-        if (n >= (j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
+        float *side = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row); /* after the rows */
+        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) {
+            j.act_s = side;
+            j.side_group = (size_t)(k / GGML_QK + 1) / 2 * 16;
+        } else if (j.ak == ACT_32V) {
+            j.act_s = side;
+            j.side_group = (size_t)(k / GGML_QK) * 16;
+            j.u8 = act_variant(j.ak, w[0].w_type) % 2 == 0;
+        }
+        if (n >= (j.ak == ACT_32U || j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
             quant_worker(&j, 0, 1);
