@@ -47,9 +47,18 @@
  * an AVX-512 (F, BW, VL, VNNI) path, chosen at run time (see kn_simd_*);
  * integer sums are exact and the float steps are the same operations in
  * the same order, so all give bit-identical results. For the 32-value
- * types and n >= 4 the AVX2 path uses a kernel that takes 4 activation rows
- * per weight row (the weight block is unpacked once); per output it
- * performs the very same operations. The AVX-512 path quantizes the
+ * types the AVX2 path runs register tiles too (matq_x32v.h, twice: with
+ * AVX-VNNI's 256-bit vpdpbusd where the CPU has it, else maddubs + madd):
+ * the activations quantized once per call into the ACT_32V layout (32
+ * bytes per row and block, the scales and offsets of a group of 8 rows
+ * side by side), 1 weight row x 8 activation rows (4, 1 for short groups
+ * and decode) per tile, in two passes over the blocks - the reference's
+ * two lane sets, block parity - so that 8 accumulators fit the 16 ymm
+ * registers; per (weight block, activation row) the integer dot, convert
+ * and one fma with the scale product broadcast from memory (the products
+ * of the 8 rows are one vector multiply per weight block). At n = 64, 1
+ * thread, 1.5-1.9x the 4-row kernels they replaced (bench/NOTES.md,
+ * 2026-12-03). The AVX-512 path quantizes the
  * activations once per call into a layout with blocks in pairs (struct
  * act32u: one 512-bit register holds two blocks - the reference's two lane
  * sets, block parity, side by side - and the two block scales spread to
@@ -90,9 +99,10 @@
  * against the product's O(n m k)); the scalar dot kernels, which define the
  * results; the AVX2 kernels, compiled with per-function target attributes
  * so the file builds and runs on any x86-64 (and compiles to nothing
- * elsewhere), with AVX-VNNI twins of the 32-value block kernels (vpdpbusd
- * for the u8 x s8 pair sums: the same integers, so the same bits; used
- * when the CPU has it, as llama.cpp's native builds do); the driver, which quantizes the activations into the
+ * elsewhere), with AVX-VNNI twins of the 32-value tile kernels (vpdpbusd
+ * for the u8 x s8 sums: the same integers, so the same bits; used when
+ * the CPU has it, as llama.cpp's native builds do, unless KN_NO_VNNI is
+ * set); the AVX-512 kernels; the driver, which quantizes the activations into the
  * caller's scratch and splits the output into tiles of (TILE_M weight rows
  * x TILE_N activation rows) handed out to the pool's threads through an
  * atomic counter. Each output element is computed by one call of one dot
@@ -496,31 +506,8 @@ AVX2 static inline __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
-/* unsigned u8 x signed s8 -> 8 x i32, lane j = sum of bytes 4j..4j+3. No
- * saturation: |u * s| pair sums stay below 2 * 128 * 127 < 32768. */
-AVX2 static inline __m256i dot_us(__m256i u, __m256i s)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-/* signed x signed: move the sign of x onto y. */
-AVX2 static inline __m256i dot_ss(__m256i x, __m256i y)
-{
-    return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-/* dot_us in one instruction (AVX-VNNI vpdpbusd): the same exact i32 sums,
- * since dot_us never saturates (see above), so results are bit-identical. */
+/* The AVX-VNNI (vpdpbusd on 256 bits) functions' attribute. */
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-VNNI static inline __m256i dot_us_vnni(__m256i u, __m256i s)
-{
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-}
-
-AVX2 static inline __m256 lanes_fma(__m256 acc, float dv, __m256i isum)
-{
-    return _mm256_fmadd_ps(_mm256_set1_ps(dv), _mm256_cvtepi32_ps(isum), acc);
-}
 
 /* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
  * unsigned), as 32 bytes in element order. */
@@ -537,96 +524,6 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
     default: return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
 }
-
-/* One block against NR activation rows, into accumulator set P (0 or 1). */
-#define DOT32_STEP(P, DU)                                                                    \
-    do {                                                                                     \
-        const uint8_t *blk = w + (size_t)b * bs;                                             \
-        __m256i q = unpack32_avx2(type, blk);                                                \
-        __m256i ax = sgn ? _mm256_sign_epi8(q, q) : q;                                       \
-        float dw = h2f_avx2(rd16(blk)), mw = off ? h2f_avx2(rd16(blk + 2)) : 0.0f;          \
-        for (int r = 0; r < NR; r++) {                                                       \
-            __m256i y = _mm256_loadu_si256((const __m256i *)a[r][b].q);                      \
-            __m256i sy = sgn ? _mm256_sign_epi8(y, q) : y;                                   \
-            acc##P[r] = lanes_fma(acc##P[r], dw * a[r][b].d, DU(ax, sy));                    \
-        }                                                                                    \
-        if (off && NR == 4) /* lane r: the same fma as the scalar accm of row r */           \
-            accv##P = _mm_fmadd_ps(_mm_set1_ps(mw),                                          \
-                                   _mm_setr_ps(a[0][b].s, a[NR > 1][b].s, a[NR > 2 ? 2 : 0][b].s, \
-                                               a[NR > 3 ? 3 : 0][b].s),                      \
-                                   accv##P);                                                 \
-        else if (off)                                                                        \
-            for (int r = 0; r < NR; r++)                                                     \
-                accm##P[r] = fmaf(mw, a[r][b].s, accm##P[r]);                                 \
-        b++;                                                                                 \
-    } while (0)
-
-/* NR rows at once: the weight block is unpacked once for all of them. Two
- * accumulator sets alternate by block parity (see dot32_s). */
-#define DOT32_KERNEL(name, T, NR_, ATTR, DU)                                                 \
-    ATTR static void name(int k, const uint8_t *w, const struct act32 *const *a, float *out) \
-    {                                                                                        \
-        enum { NR = NR_ };                                                                   \
-        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
-        const size_t bs = T == GGML_TYPE_Q4_0 ? 18 : T == GGML_TYPE_Q4_1 ? 20 : T == GGML_TYPE_Q5_0 ? 22 \
-                        : T == GGML_TYPE_Q5_1 ? 24 : 34;                                         \
-        __m256 acc0[NR], acc1[NR];                                                           \
-        float accm0[NR], accm1[NR];                                                          \
-        __m128 accv0 = _mm_setzero_ps(), accv1 = _mm_setzero_ps();                           \
-        for (int r = 0; r < NR; r++) {                                                       \
-            acc0[r] = acc1[r] = _mm256_setzero_ps();                                         \
-            accm0[r] = accm1[r] = 0.0f;                                                      \
-        }                                                                                    \
-        int b = 0, nb = k / GGML_QK;                                                        \
-        while (b + 1 < nb) {                                                                 \
-            DOT32_STEP(0, DU);                                                               \
-            DOT32_STEP(1, DU);                                                               \
-        }                                                                                    \
-        if (b < nb)                                                                          \
-            DOT32_STEP(0, DU);                                                               \
-        if (off && NR == 4) {                                                                \
-            float m0[4], m1[4];                                                              \
-            _mm_storeu_ps(m0, accv0);                                                        \
-            _mm_storeu_ps(m1, accv1);                                                        \
-            for (int r = 0; r < NR; r++) {                                                   \
-                accm0[r] = m0[r];                                                            \
-                accm1[r] = m1[r];                                                            \
-            }                                                                                \
-        }                                                                                    \
-        for (int r = 0; r < NR; r++) {                                                       \
-            float v = hsum8_avx2(_mm256_add_ps(acc0[r], acc1[r]));                           \
-            out[r] = off ? v + (accm0[r] + accm1[r]) : v;                                    \
-        }                                                                                    \
-    }
-
-#define DOT32_PAIR(T, n1, n4, ATTR, DU)                                                      \
-    DOT32_KERNEL(n4, T, 4, ATTR, DU)                                                         \
-    DOT32_KERNEL(n1##_rows, T, 1, ATTR, DU)                                                  \
-    ATTR static float n1(int k, const uint8_t *w, const void *av)                            \
-    {                                                                                        \
-        const struct act32 *a[1] = {av};                                                     \
-        float out;                                                                           \
-        n1##_rows(k, w, a, &out);                                                            \
-        return out;                                                                          \
-    }                                                                                        \
-    static void n4##_v(int k, const uint8_t *w, const void *const *a, float *out)            \
-    {                                                                                        \
-        n4(k, w, (const struct act32 *const *)a, out);                                       \
-    }
-
-#define DOT32_AVX2_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, AVX2, dot_us)
-#define DOT32_VNNI_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, VNNI, dot_us_vnni)
-
-DOT32_AVX2_PAIR(GGML_TYPE_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
-DOT32_VNNI_PAIR(GGML_TYPE_Q4_0, dot_q4_0_vnni, dot4_q4_0_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q4_1, dot_q4_1_vnni, dot4_q4_1_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q5_0, dot_q5_0_vnni, dot4_q5_0_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q5_1, dot_q5_1_vnni, dot4_q5_1_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q8_0, dot_q8_0_vnni, dot4_q8_0_vnni)
 
 /* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
  * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
@@ -1394,7 +1291,9 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
  * 4 weight rows x 1 row tile, reading four rows side by side, made
  * single-sequence decode 1.7x slower than this), else 2 weight rows x 4 or
  * 8 activation rows (the group's rows past nr, up to 4 or 8, must be
- * readable: see act_rows_u). */
+ * readable: see act_rows_u). sg: the group's floats after the rows
+ * (ACT_32U: the offsets of Q4_1/Q5_1, else NULL; ACT_32V: the scales and
+ * offsets); the AVX2 tiles of matq_x32v.h have the same signature. */
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
                         const float *sg, int nr, float *out, size_t os);
 
@@ -1456,7 +1355,7 @@ typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
- * dotu (may be NULL): the tile kernel of the ACT_32U layout. */
+ * dotu (may be NULL): the tile kernel of the ACT_32U or ACT_32V layout. */
 static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, enum act_kind *act)
 {
     dotu_fn vu = NULL;
@@ -1472,30 +1371,20 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
     K(GGML_TYPE_F32, dot_f32_s, dot_f32_avx2, NULL, ACT_NONE)
     K(GGML_TYPE_F16, dot_f16_s, dot_f16_avx2, NULL, ACT_NONE)
     K(GGML_TYPE_BF16, dot_bf16_s, dot_bf16_avx2, NULL, ACT_NONE)
-    K(GGML_TYPE_Q4_0, dot_q4_0_s, dot_q4_0_avx2, dot4_q4_0_avx2_v, ACT_32)
-    K(GGML_TYPE_Q4_1, dot_q4_1_s, dot_q4_1_avx2, dot4_q4_1_avx2_v, ACT_32)
-    K(GGML_TYPE_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
-    K(GGML_TYPE_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
-    K(GGML_TYPE_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
+    K(GGML_TYPE_Q4_0, dot_q4_0_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q4_1, dot_q4_1_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q5_0, dot_q5_0_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q5_1, dot_q5_1_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q8_0, dot_q8_0_s, NULL, NULL, ACT_32)
     K(GGML_TYPE_Q4_K, dot_q4_k_s, dot_q4_k_avx2, dot4_q4_k_avx2, ACT_256)
     K(GGML_TYPE_Q5_K, dot_q5_k_s, dot_q5_k_avx2, dot4_q5_k_avx2, ACT_256)
     K(GGML_TYPE_Q6_K, dot_q6_k_s, dot_q6_k_avx2, dot4_q6_k_avx2, ACT_256)
 #undef K
     default: return ERR_UNSUPPORTED;
     }
-    int simd = level >= KN_SIMD_AVX2 && v;
-#if MATQ_X86
-    if (simd && ak == ACT_32 && cpu_has_vnni()) {
-        switch (type) {
-        case GGML_TYPE_Q4_0: v = dot_q4_0_vnni; v4 = dot4_q4_0_vnni_v; break;
-        case GGML_TYPE_Q4_1: v = dot_q4_1_vnni; v4 = dot4_q4_1_vnni_v; break;
-        case GGML_TYPE_Q5_0: v = dot_q5_0_vnni; v4 = dot4_q5_0_vnni_v; break;
-        case GGML_TYPE_Q5_1: v = dot_q5_1_vnni; v4 = dot4_q5_1_vnni_v; break;
-        case GGML_TYPE_Q8_0: v = dot_q8_0_vnni; v4 = dot4_q8_0_vnni_v; break;
-        default: break;
-        }
-    }
-#endif
+    /* the 32-value types at a SIMD level: the tile kernels (dotu) compute
+     * every output, dot stays the scalar one (unused) */
+    int simd = level >= KN_SIMD_AVX2 && (v || (MATQ_X86 && ak == ACT_32));
 #if MATQ_X86
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
@@ -1526,7 +1415,7 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
         ak = ACT_32V;
     }
 #endif
-    *dot = simd ? v : s;
+    *dot = simd && v ? v : s;
     *dot4 = simd ? v4 : NULL;
     if (dotu)
         *dotu = vu;
@@ -1618,7 +1507,7 @@ struct matq_mat {
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
-    dotu_fn dotu;         /* ACT_32U: the tile kernel */
+    dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
     int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
 };
 
