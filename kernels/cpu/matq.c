@@ -47,9 +47,18 @@
  * an AVX-512 (F, BW, VL, VNNI) path, chosen at run time (see kn_simd_*);
  * integer sums are exact and the float steps are the same operations in
  * the same order, so all give bit-identical results. For the 32-value
- * types and n >= 4 the AVX2 path uses a kernel that takes 4 activation rows
- * per weight row (the weight block is unpacked once); per output it
- * performs the very same operations. The AVX-512 path quantizes the
+ * types the AVX2 path runs register tiles too (matq_x32v.h, twice: with
+ * AVX-VNNI's 256-bit vpdpbusd where the CPU has it, else maddubs + madd):
+ * the activations quantized once per call into the ACT_32V layout (32
+ * bytes per row and block, the scales and offsets of a group of 8 rows
+ * side by side), 1 weight row x 8 activation rows (4, 1 for short groups
+ * and decode) per tile, in two passes over the blocks - the reference's
+ * two lane sets, block parity - so that 8 accumulators fit the 16 ymm
+ * registers; per (weight block, activation row) the integer dot, convert
+ * and one fma with the scale product broadcast from memory (the products
+ * of the 8 rows are one vector multiply per weight block). At n = 64, 1
+ * thread, 1.5-1.9x the 4-row kernels they replaced (bench/NOTES.md,
+ * 2026-12-03). The AVX-512 path quantizes the
  * activations once per call into a layout with blocks in pairs (struct
  * act32u: one 512-bit register holds two blocks - the reference's two lane
  * sets, block parity, side by side - and the two block scales spread to
@@ -90,9 +99,10 @@
  * against the product's O(n m k)); the scalar dot kernels, which define the
  * results; the AVX2 kernels, compiled with per-function target attributes
  * so the file builds and runs on any x86-64 (and compiles to nothing
- * elsewhere), with AVX-VNNI twins of the 32-value block kernels (vpdpbusd
- * for the u8 x s8 pair sums: the same integers, so the same bits; used
- * when the CPU has it, as llama.cpp's native builds do); the driver, which quantizes the activations into the
+ * elsewhere), with AVX-VNNI twins of the 32-value tile kernels (vpdpbusd
+ * for the u8 x s8 sums: the same integers, so the same bits; used when
+ * the CPU has it, as llama.cpp's native builds do, unless KN_NO_VNNI is
+ * set); the AVX-512 kernels; the driver, which quantizes the activations into the
  * caller's scratch and splits the output into tiles of (TILE_M weight rows
  * x TILE_N activation rows) handed out to the pool's threads through an
  * atomic counter. Each output element is computed by one call of one dot
@@ -496,31 +506,8 @@ AVX2 static inline __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
-/* unsigned u8 x signed s8 -> 8 x i32, lane j = sum of bytes 4j..4j+3. No
- * saturation: |u * s| pair sums stay below 2 * 128 * 127 < 32768. */
-AVX2 static inline __m256i dot_us(__m256i u, __m256i s)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-/* signed x signed: move the sign of x onto y. */
-AVX2 static inline __m256i dot_ss(__m256i x, __m256i y)
-{
-    return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-/* dot_us in one instruction (AVX-VNNI vpdpbusd): the same exact i32 sums,
- * since dot_us never saturates (see above), so results are bit-identical. */
+/* The AVX-VNNI (vpdpbusd on 256 bits) functions' attribute. */
 #define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-VNNI static inline __m256i dot_us_vnni(__m256i u, __m256i s)
-{
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-}
-
-AVX2 static inline __m256 lanes_fma(__m256 acc, float dv, __m256i isum)
-{
-    return _mm256_fmadd_ps(_mm256_set1_ps(dv), _mm256_cvtepi32_ps(isum), acc);
-}
 
 /* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
  * unsigned), as 32 bytes in element order. */
@@ -537,96 +524,6 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
     default: return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
 }
-
-/* One block against NR activation rows, into accumulator set P (0 or 1). */
-#define DOT32_STEP(P, DU)                                                                    \
-    do {                                                                                     \
-        const uint8_t *blk = w + (size_t)b * bs;                                             \
-        __m256i q = unpack32_avx2(type, blk);                                                \
-        __m256i ax = sgn ? _mm256_sign_epi8(q, q) : q;                                       \
-        float dw = h2f_avx2(rd16(blk)), mw = off ? h2f_avx2(rd16(blk + 2)) : 0.0f;          \
-        for (int r = 0; r < NR; r++) {                                                       \
-            __m256i y = _mm256_loadu_si256((const __m256i *)a[r][b].q);                      \
-            __m256i sy = sgn ? _mm256_sign_epi8(y, q) : y;                                   \
-            acc##P[r] = lanes_fma(acc##P[r], dw * a[r][b].d, DU(ax, sy));                    \
-        }                                                                                    \
-        if (off && NR == 4) /* lane r: the same fma as the scalar accm of row r */           \
-            accv##P = _mm_fmadd_ps(_mm_set1_ps(mw),                                          \
-                                   _mm_setr_ps(a[0][b].s, a[NR > 1][b].s, a[NR > 2 ? 2 : 0][b].s, \
-                                               a[NR > 3 ? 3 : 0][b].s),                      \
-                                   accv##P);                                                 \
-        else if (off)                                                                        \
-            for (int r = 0; r < NR; r++)                                                     \
-                accm##P[r] = fmaf(mw, a[r][b].s, accm##P[r]);                                 \
-        b++;                                                                                 \
-    } while (0)
-
-/* NR rows at once: the weight block is unpacked once for all of them. Two
- * accumulator sets alternate by block parity (see dot32_s). */
-#define DOT32_KERNEL(name, T, NR_, ATTR, DU)                                                 \
-    ATTR static void name(int k, const uint8_t *w, const struct act32 *const *a, float *out) \
-    {                                                                                        \
-        enum { NR = NR_ };                                                                   \
-        const int type = T, sgn = !has_offset32(T), off = has_offset32(T);                   \
-        const size_t bs = T == GGML_TYPE_Q4_0 ? 18 : T == GGML_TYPE_Q4_1 ? 20 : T == GGML_TYPE_Q5_0 ? 22 \
-                        : T == GGML_TYPE_Q5_1 ? 24 : 34;                                         \
-        __m256 acc0[NR], acc1[NR];                                                           \
-        float accm0[NR], accm1[NR];                                                          \
-        __m128 accv0 = _mm_setzero_ps(), accv1 = _mm_setzero_ps();                           \
-        for (int r = 0; r < NR; r++) {                                                       \
-            acc0[r] = acc1[r] = _mm256_setzero_ps();                                         \
-            accm0[r] = accm1[r] = 0.0f;                                                      \
-        }                                                                                    \
-        int b = 0, nb = k / GGML_QK;                                                        \
-        while (b + 1 < nb) {                                                                 \
-            DOT32_STEP(0, DU);                                                               \
-            DOT32_STEP(1, DU);                                                               \
-        }                                                                                    \
-        if (b < nb)                                                                          \
-            DOT32_STEP(0, DU);                                                               \
-        if (off && NR == 4) {                                                                \
-            float m0[4], m1[4];                                                              \
-            _mm_storeu_ps(m0, accv0);                                                        \
-            _mm_storeu_ps(m1, accv1);                                                        \
-            for (int r = 0; r < NR; r++) {                                                   \
-                accm0[r] = m0[r];                                                            \
-                accm1[r] = m1[r];                                                            \
-            }                                                                                \
-        }                                                                                    \
-        for (int r = 0; r < NR; r++) {                                                       \
-            float v = hsum8_avx2(_mm256_add_ps(acc0[r], acc1[r]));                           \
-            out[r] = off ? v + (accm0[r] + accm1[r]) : v;                                    \
-        }                                                                                    \
-    }
-
-#define DOT32_PAIR(T, n1, n4, ATTR, DU)                                                      \
-    DOT32_KERNEL(n4, T, 4, ATTR, DU)                                                         \
-    DOT32_KERNEL(n1##_rows, T, 1, ATTR, DU)                                                  \
-    ATTR static float n1(int k, const uint8_t *w, const void *av)                            \
-    {                                                                                        \
-        const struct act32 *a[1] = {av};                                                     \
-        float out;                                                                           \
-        n1##_rows(k, w, a, &out);                                                            \
-        return out;                                                                          \
-    }                                                                                        \
-    static void n4##_v(int k, const uint8_t *w, const void *const *a, float *out)            \
-    {                                                                                        \
-        n4(k, w, (const struct act32 *const *)a, out);                                       \
-    }
-
-#define DOT32_AVX2_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, AVX2, dot_us)
-#define DOT32_VNNI_PAIR(T, n1, n4) DOT32_PAIR(T, n1, n4, VNNI, dot_us_vnni)
-
-DOT32_AVX2_PAIR(GGML_TYPE_Q4_0, dot_q4_0_avx2, dot4_q4_0_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q4_1, dot_q4_1_avx2, dot4_q4_1_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q5_0, dot_q5_0_avx2, dot4_q5_0_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q5_1, dot_q5_1_avx2, dot4_q5_1_avx2)
-DOT32_AVX2_PAIR(GGML_TYPE_Q8_0, dot_q8_0_avx2, dot4_q8_0_avx2)
-DOT32_VNNI_PAIR(GGML_TYPE_Q4_0, dot_q4_0_vnni, dot4_q4_0_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q4_1, dot_q4_1_vnni, dot4_q4_1_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q5_0, dot_q5_0_vnni, dot4_q5_0_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q5_1, dot_q5_1_vnni, dot4_q5_1_vnni)
-DOT32_VNNI_PAIR(GGML_TYPE_Q8_0, dot_q8_0_vnni, dot4_q8_0_vnni)
 
 /* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
  * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
@@ -888,6 +785,66 @@ static inline float f32_load1(const uint8_t *w, int i)
 FLOAT_DOT_AVX2(dot_f32_avx2, F32_LOAD8, F32_LOAD1)
 FLOAT_DOT_AVX2(dot_f16_avx2, F16_LOAD8, F16_LOAD1)
 FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
+
+/* ---- AVX2: the 32-value types, register tiles (matq_x32v.h) ---------------------------- */
+
+/* quant_block32_s with 8-lane vectors, bit for bit (as quant_block32_avx512):
+ * NaN lanes are skipped by the max and quantize to 0, rounding to nearest
+ * even, the clamp to [-127, 127]. Returns the 32 values q in order. */
+AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_out)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 xv[4], mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        xv[i] = _mm256_loadu_ps(x + 8 * i);
+        __m256 a = _mm256_and_ps(xv[i], absm);
+        mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_cmp_ps(a, a, _CMP_ORD_Q)));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i iq[4];
+    for (int i = 0; i < 4; i++) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(xv[i], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+        iq[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+    }
+    int sum = hsum_i32_avx2(_mm256_add_epi32(_mm256_add_epi32(iq[0], iq[1]), _mm256_add_epi32(iq[2], iq[3])));
+    *d_out = d;
+    *s_out = d * (float)sum;
+    /* the packs interleave the 128-bit lanes: dwords 0 4 1 5 2 6 3 7 */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iq[0], iq[1]), _mm256_packs_epi32(iq[2], iq[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One activation row of nb blocks into ACT_32V: q (+ 128 if u8) at dst,
+ * scale and offset of block b at side[8 b] and side[8 (nb + b)]. */
+AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side, int u8)
+{
+    const __m256i flip = _mm256_set1_epi8(u8 ? (char)0x80 : 0);
+    for (int b = 0; b < nb; b++) {
+        __m256i q = quant_block32_avx2(x + (size_t)b * GGML_QK, side + 8 * b, side + 8 * (nb + b));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 32 * (size_t)b), _mm256_xor_si256(q, flip));
+    }
+}
+
+#define XV_VNNI 0
+#define XV(name) name##_avx2
+#define XV_ATTR AVX2
+#include "kernels/cpu/matq_x32v.h"
+#undef XV_VNNI
+#undef XV
+#undef XV_ATTR
+#define XV_VNNI 1
+#define XV(name) name##_vnni
+#define XV_ATTR VNNI
+#include "kernels/cpu/matq_x32v.h"
+#undef XV_VNNI
+#undef XV
+#undef XV_ATTR
 
 /* ---- AVX-512 (F, BW, VL, VNNI) ------------------------------------------------------ */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -1334,7 +1291,9 @@ AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, siz
  * 4 weight rows x 1 row tile, reading four rows side by side, made
  * single-sequence decode 1.7x slower than this), else 2 weight rows x 4 or
  * 8 activation rows (the group's rows past nr, up to 4 or 8, must be
- * readable: see act_rows_u). */
+ * readable: see act_rows_u). sg: the group's floats after the rows
+ * (ACT_32U: the offsets of Q4_1/Q5_1, else NULL; ACT_32V: the scales and
+ * offsets); the AVX2 tiles of matq_x32v.h have the same signature. */
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
                         const float *sg, int nr, float *out, size_t os);
 
@@ -1385,8 +1344,10 @@ static int cpu_has_vnni(void)
 /* ---- driver ------------------------------------------------------------------------------ */
 
 /* ACT_32U (AVX-512, the 32-value types): one struct act32u per row and
- * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets. */
-enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U };
+ * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets.
+ * ACT_32V (AVX2, the 32-value types): 32 bytes per row and block, rows in
+ * groups of 8, then per group the scales and offsets (matq_x32v.h). */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U, ACT_32V };
 
 #if !MATQ_X86
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
@@ -1394,7 +1355,7 @@ typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
- * dotu (may be NULL): the tile kernel of the ACT_32U layout. */
+ * dotu (may be NULL): the tile kernel of the ACT_32U or ACT_32V layout. */
 static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, enum act_kind *act)
 {
     dotu_fn vu = NULL;
@@ -1410,30 +1371,20 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
     K(GGML_TYPE_F32, dot_f32_s, dot_f32_avx2, NULL, ACT_NONE)
     K(GGML_TYPE_F16, dot_f16_s, dot_f16_avx2, NULL, ACT_NONE)
     K(GGML_TYPE_BF16, dot_bf16_s, dot_bf16_avx2, NULL, ACT_NONE)
-    K(GGML_TYPE_Q4_0, dot_q4_0_s, dot_q4_0_avx2, dot4_q4_0_avx2_v, ACT_32)
-    K(GGML_TYPE_Q4_1, dot_q4_1_s, dot_q4_1_avx2, dot4_q4_1_avx2_v, ACT_32)
-    K(GGML_TYPE_Q5_0, dot_q5_0_s, dot_q5_0_avx2, dot4_q5_0_avx2_v, ACT_32)
-    K(GGML_TYPE_Q5_1, dot_q5_1_s, dot_q5_1_avx2, dot4_q5_1_avx2_v, ACT_32)
-    K(GGML_TYPE_Q8_0, dot_q8_0_s, dot_q8_0_avx2, dot4_q8_0_avx2_v, ACT_32)
+    K(GGML_TYPE_Q4_0, dot_q4_0_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q4_1, dot_q4_1_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q5_0, dot_q5_0_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q5_1, dot_q5_1_s, NULL, NULL, ACT_32)
+    K(GGML_TYPE_Q8_0, dot_q8_0_s, NULL, NULL, ACT_32)
     K(GGML_TYPE_Q4_K, dot_q4_k_s, dot_q4_k_avx2, dot4_q4_k_avx2, ACT_256)
     K(GGML_TYPE_Q5_K, dot_q5_k_s, dot_q5_k_avx2, dot4_q5_k_avx2, ACT_256)
     K(GGML_TYPE_Q6_K, dot_q6_k_s, dot_q6_k_avx2, dot4_q6_k_avx2, ACT_256)
 #undef K
     default: return ERR_UNSUPPORTED;
     }
-    int simd = level >= KN_SIMD_AVX2 && v;
-#if MATQ_X86
-    if (simd && ak == ACT_32 && cpu_has_vnni()) {
-        switch (type) {
-        case GGML_TYPE_Q4_0: v = dot_q4_0_vnni; v4 = dot4_q4_0_vnni_v; break;
-        case GGML_TYPE_Q4_1: v = dot_q4_1_vnni; v4 = dot4_q4_1_vnni_v; break;
-        case GGML_TYPE_Q5_0: v = dot_q5_0_vnni; v4 = dot4_q5_0_vnni_v; break;
-        case GGML_TYPE_Q5_1: v = dot_q5_1_vnni; v4 = dot4_q5_1_vnni_v; break;
-        case GGML_TYPE_Q8_0: v = dot_q8_0_vnni; v4 = dot4_q8_0_vnni_v; break;
-        default: break;
-        }
-    }
-#endif
+    /* the 32-value types at a SIMD level: the tile kernels (dotu) compute
+     * every output, dot stays the scalar one (unused) */
+    int simd = level >= KN_SIMD_AVX2 && (v || (MATQ_X86 && ak == ACT_32));
 #if MATQ_X86
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
@@ -1452,8 +1403,19 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
         }
         ak = ACT_32U;
     }
+    if (simd && ak == ACT_32 && level == KN_SIMD_AVX2) {
+        int vn = cpu_has_vnni();
+        switch (type) {
+        case GGML_TYPE_Q4_0: vu = vn ? dotv_q4_0_vnni : dotv_q4_0_avx2; break;
+        case GGML_TYPE_Q4_1: vu = vn ? dotv_q4_1_vnni : dotv_q4_1_avx2; break;
+        case GGML_TYPE_Q5_0: vu = vn ? dotv_q5_0_vnni : dotv_q5_0_avx2; break;
+        case GGML_TYPE_Q5_1: vu = vn ? dotv_q5_1_vnni : dotv_q5_1_avx2; break;
+        default: vu = vn ? dotv_q8_0_vnni : dotv_q8_0_avx2; break;
+        }
+        ak = ACT_32V;
+    }
 #endif
-    *dot = simd ? v : s;
+    *dot = simd && v ? v : s;
     *dot4 = simd ? v4 : NULL;
     if (dotu)
         *dotu = vu;
@@ -1486,6 +1448,7 @@ static size_t act_row_bytes(enum act_kind ak, int k)
     switch (ak) {
     case ACT_32: return (size_t)(k / GGML_QK) * sizeof(struct act32);
     case ACT_32U: return (size_t)((k / GGML_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
+    case ACT_32V: return (size_t)(k / GGML_QK) * 32;
     case ACT_256: return (size_t)(k / GGML_QK_K) * sizeof(struct act256);
     default: return 0;
     }
@@ -1544,14 +1507,17 @@ struct matq_mat {
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
-    dotu_fn dotu;         /* ACT_32U: the tile kernel */
+    dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
     int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
 };
 
 struct matq_job {
     const float *x;        /* (n, k) */
     uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
-    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets */
+    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
+                            * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
+    size_t side_group;     /* floats of act_s per group of 8 rows */
+    int u8;                /* ACT_32V: q stored as q + 128 (the signed types with AVX-VNNI) */
     size_t act_row;
     int n, k;
     enum act_kind ak;
@@ -1612,14 +1578,40 @@ static void quant_rows_u(struct matq_job *j, int r0, int r1)
 #endif
 }
 
+/* Rows r0..r1 (r0 a multiple of 8, up to act_rows_u(n): the rows past n
+ * are zero) into the ACT_32V layout; the groups' scales and offsets (rows
+ * past n: 0) are these rows' thread's too. */
+static void quant_rows_v(struct matq_job *j, int r0, int r1)
+{
+#if MATQ_X86
+    int nb = j->k / GGML_QK;
+    memset(j->act_s + (size_t)(r0 / 8) * j->side_group, 0,
+           (size_t)((r1 + 7) / 8 - r0 / 8) * j->side_group * sizeof(float));
+    for (int r = r0; r < r1; r++) {
+        uint8_t *dst = j->act + (size_t)r * j->act_row;
+        if (r >= j->n)
+            memset(dst, j->u8 ? 0x80 : 0, j->act_row);
+        else
+            quant_row_v(j->x + (size_t)r * (size_t)j->k, nb, dst,
+                        j->act_s + (size_t)(r / 8) * j->side_group + r % 8, j->u8);
+    }
+#else
+    (void)j;
+    (void)r0;
+    (void)r1;
+#endif
+}
+
 static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
-    if (j->ak == ACT_32U) {
+    if (j->ak == ACT_32U || j->ak == ACT_32V) {
         int nr = act_rows_u(j->n), per = ((nr + 7) / 8 + nth - 1) / nth * 8, r0 = ith * per;
         int r1 = r0 + per < nr ? r0 + per : nr;
-        if (r0 < r1)
+        if (r0 < r1 && j->ak == ACT_32U)
             quant_rows_u(j, r0, r1);
+        else if (r0 < r1)
+            quant_rows_v(j, r0, r1);
         return;
     }
     int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
@@ -1666,7 +1658,7 @@ static void dot_worker(void *ctx, int ith, int nth)
         if (mt->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
             for (; r < r1; r += 8)
                 mt->dotu(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0, j->act + (size_t)r * j->act_row,
-                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * (j->act_row / 128) * 16 : NULL,
+                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * j->side_group : NULL,
                          r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
             continue;
         }
@@ -1708,7 +1700,12 @@ static void dot_worker(void *ctx, int ith, int nth)
  * q + 128 for the signed types, q for Q4_1/Q5_1). */
 static int act_variant(enum act_kind ak, int w_type)
 {
-    return (int)ak * 2 + (ak == ACT_32U && has_offset32(w_type));
+    int sq = has_offset32(w_type); /* q stored signed */
+#if MATQ_X86
+    if (ak == ACT_32V && !cpu_has_vnni())
+        sq = 1;
+#endif
+    return (int)ak * 2 + ((ak == ACT_32U || ak == ACT_32V) && sq);
 }
 
 int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
@@ -1768,9 +1765,16 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
-        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) /* after the rows, rounded up to 8 */
-            j.act_s = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row);
-        if (n >= (j.ak == ACT_32U ? 8 : 4) && kn_pool_threads(pool) > 1)
+        float *side = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row); /* after the rows */
+        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) {
+            j.act_s = side;
+            j.side_group = (size_t)(k / GGML_QK + 1) / 2 * 16;
+        } else if (j.ak == ACT_32V) {
+            j.act_s = side;
+            j.side_group = (size_t)(k / GGML_QK) * 16;
+            j.u8 = act_variant(j.ak, w[0].w_type) % 2 == 0;
+        }
+        if (n >= (j.ak == ACT_32U || j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
             quant_worker(&j, 0, 1);

@@ -169,7 +169,8 @@ static void noop(void *ctx, int ith, int nth)
  *
  * Ten independent accumulator chains (unrolled, in registers) of the instruction each kernel's inner
  * loop is built on, so that only throughput limits them: AVX-512 VNNI
- * vpdpbusd on 512 bits (64 u8 x s8 products per instruction) and the AVX2
+ * vpdpbusd on 512 bits (64 u8 x s8 products per instruction), AVX-VNNI
+ * vpdpbusd on 256 bits (32, where the CPU has it) and the AVX2
  * idiom vpmaddubsw + vpmaddwd + vpaddd (32 products per three
  * instructions). Reported as GOP/s with a multiply-add = 2 ops, the unit of
  * the GFLOP/s above (2 n m k per product), so ours / peak is the fraction
@@ -206,6 +207,30 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_vnni51
     return (double)PEAK_ITERS * PEAK_CHAINS * 64 * 2 / t / 1e9;
 }
 
+__attribute__((target("avx2,avxvnni"))) static double peak_vnni256(double secs)
+{
+    __m256i acc[PEAK_CHAINS];
+    for (int j = 0; j < PEAK_CHAINS; j++)
+        acc[j] = _mm256_set1_epi32(j);
+    __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8((char)(peak_sink | 2));
+    uint64_t start = clock_mono_ns();
+    double t = 1e30;
+    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i < PEAK_ITERS; i++) {
+            _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_CHAINS; j++)
+                acc[j] = _mm256_dpbusd_avx_epi32(acc[j], a, b);
+        }
+        double ti = (double)(clock_mono_ns() - t0) / 1e9;
+        t = ti < t ? ti : t;
+    }
+    int sum = 0;
+    for (int j = 0; j < PEAK_CHAINS; j++)
+        sum += _mm256_extract_epi32(acc[j], 0);
+    peak_sink = sum;
+    return (double)PEAK_ITERS * PEAK_CHAINS * 32 * 2 / t / 1e9;
+}
+
 __attribute__((target("avx2"))) static double peak_avx2(double secs)
 {
     __m256i acc[PEAK_CHAINS];
@@ -235,6 +260,8 @@ __attribute__((target("avx2"))) static double peak_avx2(double secs)
 static void print_peaks(double secs)
 {
     printf("int8 peak, 1 thread: avx2 maddubs+madd %.1f GOP/s", peak_avx2(secs));
+    if (__builtin_cpu_supports("avxvnni"))
+        printf(", avx-vnni 256-bit vpdpbusd %.1f GOP/s", peak_vnni256(secs));
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
         printf(", avx512 vpdpbusd %.1f GOP/s", peak_vnni512(secs));
     printf(" (multiply-add = 2 ops)\n");

@@ -282,15 +282,14 @@ TEST(matq_simd_all_types_vs_references)
     all_types_vs_refs(kn_simd_best());
 }
 
-/* Every SIMD level (AVX2; AVX-512 with its register tiles: activation rows
- * in groups of eight - four for a short last group, one for decode - and
- * blocks in pairs) against the scalar reference, bit for bit: row counts
+/* Every SIMD level (AVX2 and AVX-512, each with register tiles for the
+ * 32-value types: activation rows in groups of eight - four for a short
+ * last group, one for decode - and blocks in pairs at AVX-512, in two
+ * passes by parity at AVX2) against the scalar reference, bit for bit: row counts
  * 1..9 and 70 cover whole groups and every partial one, k = 32 and 96 an
  * odd block count (a lone last block), with and without a pool. */
-TEST(matq_simd_equals_scalar_bit_for_bit)
+static void simd_vs_scalar_bit_for_bit(int only_32)
 {
-    if (kn_simd_best() == KN_SIMD_SCALAR)
-        SKIP("no SIMD path on this CPU");
     const int m = 53;
     const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 70};
     struct kn_pool *pool;
@@ -298,6 +297,8 @@ TEST(matq_simd_equals_scalar_bit_for_bit)
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
         for (int t = 0; t < N_TYPES; t++) {
             int ks[6], nk = shapes_k(all_types[t], ks);
+            if (only_32 && block_of(all_types[t]) != 32)
+                continue;
             for (int ki = 0; ki < nk; ki++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     int k = ks[ki], n = ns[ni];
@@ -323,6 +324,13 @@ TEST(matq_simd_equals_scalar_bit_for_bit)
         }
     kn_pool_free(pool);
     kn_simd_set(kn_simd_best());
+}
+
+TEST(matq_simd_equals_scalar_bit_for_bit)
+{
+    if (kn_simd_best() == KN_SIMD_SCALAR)
+        SKIP("no SIMD path on this CPU");
+    simd_vs_scalar_bit_for_bit(0);
 }
 
 /* Activations with NaN, infinities, signed zeros, subnormals (whose scale
@@ -354,10 +362,8 @@ static float *special_x(int n, int k)
     return x;
 }
 
-TEST(matq_simd_special_activations_bit_for_bit)
+static void special_activations_vs_scalar(void)
 {
-    if (kn_simd_best() == KN_SIMD_SCALAR)
-        SKIP("no SIMD path on this CPU");
     const int n = 6, m = 19;
     const int types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q5_0,
                          GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
@@ -383,6 +389,26 @@ TEST(matq_simd_special_activations_bit_for_bit)
             free(x);
         }
     kn_simd_set(kn_simd_best());
+}
+
+TEST(matq_simd_special_activations_bit_for_bit)
+{
+    if (kn_simd_best() == KN_SIMD_SCALAR)
+        SKIP("no SIMD path on this CPU");
+    special_activations_vs_scalar();
+}
+
+/* The AVX2 tiles of the 32-value types exist twice, with AVX-VNNI's
+ * vpdpbusd and with maddubs + madd; a CPU with AVX-VNNI runs the first in
+ * the tests above, and this one (a fresh process: KN_NO_VNNI is read on
+ * first use) the second. */
+TEST(matq_simd_no_vnni_equals_scalar_bit_for_bit)
+{
+    if (kn_simd_best() == KN_SIMD_SCALAR)
+        SKIP("no SIMD path on this CPU");
+    setenv("KN_NO_VNNI", "1", 1);
+    simd_vs_scalar_bit_for_bit(1);
+    special_activations_vs_scalar();
 }
 
 /* Known values: integer activations with max |x| = 127 quantize exactly
