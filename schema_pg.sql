@@ -645,3 +645,16 @@ BEGIN
     NEW.seq := nextval('results_seq_gen');
     RETURN NEW;
 END $$;
+
+-- @migration 4
+-- SQLite's migration 8: fleet economics (see schema.sql).
+ALTER TABLE workers ADD COLUMN hourly_cost_micros BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE lease_batches (
+    lease_id    TEXT NOT NULL,
+    batch_id    TEXT NOT NULL,
+    n_requests  BIGINT NOT NULL CHECK (n_requests >= 1),
+    PRIMARY KEY (lease_id, batch_id)
+);
+CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
+CREATE INDEX leases_worker ON leases(worker_id, created_at);
+CREATE INDEX results_lease ON results(lease_id, batch_id);
