@@ -211,6 +211,13 @@ struct calc {
     size_t *ufirst, *ucount;            /* per lease (index in in->leases): its units in us */
 };
 
+/* qsort, which may not be given a NULL base even for no elements. */
+static void sort_(void *v, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(v, n, size, cmp);
+}
+
 static int unit_cmp(const void *a, const void *b)
 {
     const struct store_fleet_unit *x = *(const struct store_fleet_unit *const *)a;
@@ -308,10 +315,10 @@ static void split(struct share *v, size_t n, int64_t W, int64_t total)
     }
     if (given == total)
         return;
-    qsort(v, n, sizeof *v, share_rem_cmp);
+    sort_(v, n, sizeof *v, share_rem_cmp);
     for (size_t i = 0; given < total; i = (i + 1) % n, given++)
         v[i].part++;
-    qsort(v, n, sizeof *v, share_idx_cmp);
+    sort_(v, n, sizeof *v, share_idx_cmp);
 }
 
 /* Charge one busy piece [p, q) of a worker at hourly h to the units of the
@@ -448,7 +455,7 @@ static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct s
         h = w->hourly_cost_micros;
         f->state = live ? FLEET_IDLE : FLEET_GONE;
         for (size_t i = 0; live && i < n; i++)
-            if (!ls[i]->lapsed && ls[i]->end >= o->now)
+            if (ls[i]->open && !ls[i]->lapsed)
                 f->state = FLEET_BUSY;
     } else {
         ws = n ? ls[0]->start : 0;
@@ -490,7 +497,7 @@ static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct s
     }
     for (int64_t d = (lo / DAY_S + 1) * DAY_S; d < hi; d += DAY_S)
         pt[np++] = d;
-    qsort(pt, np, sizeof *pt, int64_cmp);
+    sort_(pt, np, sizeof *pt, int64_cmp);
     size_t next = 0, na = 0;
     for (size_t i = 0; i + 1 < np && !rc; i++) {
         int64_t p = pt[i], q = pt[i + 1];
@@ -564,12 +571,12 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
     struct fleet_report *r = c->r;
     for (size_t i = 0; i < in->n_units; i++)
         c->us[i] = &in->units[i];
-    qsort(c->us, in->n_units, sizeof *c->us, unit_cmp);
+    sort_(c->us, in->n_units, sizeof *c->us, unit_cmp);
     for (size_t i = 0; i < in->n_leases; i++) {
         ls[i] = &in->leases[i];
         c->ucount[i] = (size_t)lease_unit_find(c, in->leases[i].id, &c->ufirst[i]);
     }
-    qsort(ls, in->n_leases, sizeof *ls, lease_cmp);
+    sort_(ls, in->n_leases, sizeof *ls, lease_cmp);
     /* worker figures: the rows (by id), then one per other lease worker */
     const struct store_fleet_worker **wrow = calloc(in->n_workers + in->n_leases + 1, sizeof *wrow);
     if (!wrow)
@@ -583,7 +590,7 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
         snprintf(f->device, sizeof f->device, "%s", w->device);
         snprintf(f->model, sizeof f->model, "%s", w->model);
     }
-    qsort(r->workers, nf, sizeof *r->workers, worker_cmp);
+    sort_(r->workers, nf, sizeof *r->workers, worker_cmp);
     for (size_t i = 0; i < nf; i++)
         for (size_t j = 0; j < in->n_workers; j++)
             if (strcmp(in->workers[j].id, r->workers[i].id) == 0)
@@ -622,7 +629,7 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
     if (rc)
         return rc;
     r->n_workers = nf;
-    qsort(r->workers, nf, sizeof *r->workers, worker_cmp);
+    sort_(r->workers, nf, sizeof *r->workers, worker_cmp);
     for (size_t i = 0; i < nf; i++) {
         const struct fleet_worker_fig *f = &r->workers[i];
         r->fleet.registered_ms += f->registered_ms;
@@ -631,7 +638,7 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
         r->fleet.idle_ms += f->idle_ms;
         r->fleet.idle_micros += f->idle_micros;
     }
-    qsort(c->m.v, c->m.n, sizeof *c->m.v, bucket_cmp);
+    sort_(c->m.v, c->m.n, sizeof *c->m.v, bucket_cmp);
     for (size_t i = 0; i < c->m.n; i++) {
         if (c->o->group == FLEET_BY_DAY)
             c->m.v[i].start_time -= c->m.v[i].start_time % DAY_S;

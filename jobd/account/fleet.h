@@ -93,7 +93,7 @@ struct fleet_worker_fig {
     char model[STORE_MODEL_MAX + 1];
     enum fleet_state state;
     int64_t hourly_cost_micros;
-    int64_t registered_ms, busy_ms, idle_ms; /* within the range */
+    int64_t registered_ms, busy_ms, idle_ms; /* within the range; state: busy = holds a live lease */
     int64_t cost_micros, busy_micros, idle_micros;
     int64_t computed_tokens, completion_tokens; /* of its leases started in the range */
 };

@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "jobd/api/api_admit.h"
 #include "jobd/api/api_auth.h"
+#include "jobd/api/api_fleet.h"
 #include "jobd/api/api_idem.h"
 #include "jobd/api/api_int.h"
 #include "jobd/api/api_json.h"
@@ -421,6 +422,12 @@ static void batches_get_run(struct api_job *job, struct store *st)
                         (long long)bj->eta, bj->eta > b.expires_at ? "true" : "false");
     } else {
         bj->eta = 0;
+    }
+    /* its share of the fleet's worker time, next to its token cost */
+    if (!rc && job->out.len && job->out.data[job->out.len - 1] == '}') {
+        job->out.data[--job->out.len] = '\0';
+        if (!(rc = api_fleet_batch(job->api, st, b.id, &job->out)))
+            rc = buf_append_byte(&job->out, '}');
     }
     job->retry_after = retry_hint(b.status);
     store_batch_release(&b);

@@ -109,6 +109,8 @@ static void register_run(struct api_job *job, struct store *st)
 {
     struct register_job *j = (struct register_job *)job;
     char id[ID_MAX];
+    j->reg.w.hourly_cost_micros =
+        fleet_cost_for(job->api->cfg.worker_costs, j->reg.w.name, j->reg.w.hourly_cost_micros);
     int rc = lease_worker_register(st, &j->reg.w, lease_clock_s(), id);
     if (rc)
         return jerr_from(job, rc, "register worker");

@@ -43,6 +43,7 @@ static int lease_row(struct sdb_stmt *s, void *elem, void *ctx)
         l->end = l->start;
     l->lapsed = sdb_column_int64(s, 5) != 0;
     l->hourly_cost_micros = sdb_column_int64(s, 6);
+    l->open = sdb_column_int64(s, 7) != 0;
     return 0;
 }
 

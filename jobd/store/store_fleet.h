@@ -35,6 +35,7 @@ struct store_fleet_lease {
     char model[STORE_MODEL_MAX + 1]; /* the canonical model it was asked for */
     int64_t start, end;              /* created_at, and the end above (>= start) */
     int lapsed;                      /* 1: ended (or will end) by expiry */
+    int open;                        /* 1: not released yet (held, or lapsed and not swept) */
     int64_t hourly_cost_micros;      /* its worker's, 0 when the worker row is gone */
 };
 

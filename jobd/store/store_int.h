@@ -343,7 +343,8 @@
 #define STORE_FLEET_LEASE_COLS(lo, n) \
     "l.id, l.worker_id, l.model, l.created_at, " STORE_FLEET_END(lo, n) ", CASE WHEN " \
     "(l.released_at IS NULL AND l.expires_at <= " n ") OR l.released_at >= l.expires_at " \
-    "THEN 1 ELSE 0 END, coalesce(w.hourly_cost_micros, 0)"
+    "THEN 1 ELSE 0 END, coalesce(w.hourly_cost_micros, 0), CASE WHEN l.released_at IS NULL THEN 1 " \
+    "ELSE 0 END"
 #define STORE_FLEET_IN_RANGE(lo, n) \
     "l.created_at < ?2 AND (" STORE_FLEET_END(lo, n) " > ?1 OR l.created_at >= ?1)"
 #define STORE_FLEET_OF_BATCH(lo, n) \

@@ -368,7 +368,7 @@ TEST(fleet_scripted_workers_priced_and_attributed_by_hand)
 TEST(fleet_split_is_exact_with_remainders)
 {
     /* one worker at $1/h (277.7 micro-dollars a second) over 3 units of weights 1:1:1 */
-    struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, T0 + 1, T0 + 11, 0, 1000000};
+    struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, T0 + 1, T0 + 11, 0, 0, 1000000};
     struct store_fleet_unit u[3] = {
         {"lease_1", "batch_a", "ten_1", 1, 1, 0, 0},
         {"lease_1", "batch_b", "ten_1", 1, 1, 0, 0},
