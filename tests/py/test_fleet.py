@@ -171,6 +171,22 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
                      ("view=fleet&group_by=tenant", "group_by")):
         r = d.call("GET", "/v1/usage?" + q, key=ka)
         assert r.status == 400 and r.json()["error"]["param"] == param, r
+    # jobctl: the tenant's table, the admin's with one line per worker, a batch's fleet cost
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": ka, "JOBCTL_CONFIG": "", "HOME": tmpdir()}
+    r = run([binary("jobctl"), "usage", "--fleet", "--group-by", "batch"], env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0].split()[:3] == ["BATCH", "WORKER", "S"] and out[1].startswith(ba["id"]), r.stdout
+    assert out[2].startswith("total") and out[3].startswith("idle (the fleet's own line)"), r.stdout
+    assert out[4].startswith("fleet: 2 workers,") and len(out) == 5, r.stdout
+    r = run([binary("jobctl"), "usage", "--fleet", "--all-tenants", "--admin-token", "adm"], env=env)
+    assert r.returncode == 0 and "idle-1" in r.stdout and "busy-1" in r.stdout and "$36.000000" in r.stdout, r
+    r = run([binary("jobctl"), "usage", "--fleet", "--json"], env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["view"] == "fleet", r
+    r = run([binary("jobctl"), "usage", "--fleet", "--batch", ba["id"]], env=env)
+    assert r.returncode == 2 and "--fleet" in r.stderr, r
+    r = run([binary("jobctl"), "status", ba["id"]], env=env)
+    assert r.returncode == 0 and "  fleet cost $" in r.stdout, r.stdout
     # a register with an absurd price
     r = w.post("/v1/worker/register", {"name": "x", "models": [{"id": "smollm"}], "hourly_cost_micros": -1})
     assert r.status == 400 and "hourly_cost_micros" in r.json()["error"]["message"], r
