@@ -204,7 +204,7 @@ static void day_key(int64_t t, char out[16])
 struct calc {
     const struct store_fleet *in;
     const struct fleet_opts *o;
-    int admin_days; /* day buckets carry the fleet's own time (no tenant or batch filter) */
+    int admin_days; /* day buckets carry the fleet's own time (no batch filter) */
     struct bmap m;
     struct fleet_report *r;
     const struct store_fleet_unit **us; /* units sorted by (lease id, batch id) */
@@ -390,7 +390,7 @@ static int busy_piece(struct calc *c, const struct store_fleet_lease *const *act
     return rc;
 }
 
-/* The fleet's own time of a piece in its day bucket (admin day reports). */
+/* The fleet's own time of a piece in its day bucket (day reports). */
 static int day_time(struct calc *c, int64_t p, int64_t q, int idle, int64_t micros)
 {
     if (!c->admin_days)
@@ -661,7 +661,7 @@ int fleet_compute(const struct store_fleet *in, const struct fleet_opts *o, stru
     c.in = in;
     c.o = o;
     c.r = out;
-    c.admin_days = o->group == FLEET_BY_DAY && !o->tenant_id && !o->batch_id;
+    c.admin_days = o->group == FLEET_BY_DAY && !o->batch_id;
     const struct store_fleet_lease **ls = calloc(in->n_leases + 1, sizeof *ls);
     c.us = calloc(in->n_units + 1, sizeof *c.us);
     c.ufirst = calloc(in->n_leases + 1, sizeof *c.ufirst);

@@ -80,7 +80,7 @@ struct fleet_bucket {
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int64_t requests;          /* requests leased (a retried request counts per lease) */
     int64_t reference_micros;  /* the same tokens at the reference prices (0 without a table) */
-    /* the fleet's own time in it: day buckets and totals only (0 otherwise) */
+    /* the fleet's own time in it (every tenant's): day buckets and totals only (0 otherwise) */
     int64_t registered_ms, idle_ms, idle_micros;
 };
 

@@ -94,7 +94,7 @@ int api_fleet_report(struct api *api, struct store *st, int64_t since, int64_t u
     store_fleet_release(&in);
     if (rc)
         return rc;
-    int days = group == FLEET_BY_DAY && !tenant_id;
+    int days = group == FLEET_BY_DAY;
     rc = buf_printf(b, "{\"object\":\"list\",\"view\":\"fleet\",\"group_by\":\"%s\",\"since\":%lld,\"until\":%lld,",
                     group_name[group], (long long)since, (long long)until);
     if (!rc && admin)
