@@ -608,6 +608,7 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
         while (j < in->n_leases && strcmp(ls[j]->worker_id, ls[i]->worker_id) == 0)
             j++;
         struct fleet_worker_fig key;
+        memset(&key, 0, sizeof key);
         snprintf(key.id, sizeof key.id, "%s", ls[i]->worker_id);
         struct fleet_worker_fig *f = bsearch(&key, r->workers, n_real, sizeof key, worker_cmp);
         if (!f) {
