@@ -129,6 +129,19 @@ int api_fleet_report(struct api *api, struct store *st, int64_t since, int64_t u
     return rc;
 }
 
+int api_fleet_by_model(struct api *api, struct store *st, int64_t window_s, struct fleet_report *out)
+{
+    int64_t now = lease_clock_s(), ttl = api->cfg.lease.worker_ttl_s;
+    struct store_fleet in;
+    int rc = store_fleet_read(st, now - window_s, now + 1, now, ttl, NULL, &in);
+    if (rc)
+        return rc;
+    struct fleet_opts o = {now - window_s, now + 1, now, ttl, FLEET_BY_MODEL, NULL, NULL, NULL};
+    rc = fleet_compute(&in, &o, out);
+    store_fleet_release(&in);
+    return rc;
+}
+
 int api_fleet_batch(struct api *api, struct store *st, const char *batch_id, struct buf *b)
 {
     int64_t now = lease_clock_s();

@@ -22,6 +22,11 @@ struct api;
 int api_fleet_report(struct api *api, struct store *st, int64_t since, int64_t until, enum fleet_group group,
                      const char *tenant_id, int admin, struct buf *b);
 
+/* The fleet's measured figures per canonical model over the last window_s
+ * seconds (every tenant): the buckets of group model (fleet_report_release).
+ * For capacity hints (POST /v1/batches/estimate). 0 or the store's error. */
+int api_fleet_by_model(struct api *api, struct store *st, int64_t window_s, struct fleet_report *out);
+
 /* Append ,"fleet_cost":{...} (the batch's share of worker time) to b. */
 int api_fleet_batch(struct api *api, struct store *st, const char *batch_id, struct buf *b);
 

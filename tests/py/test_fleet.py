@@ -78,6 +78,11 @@ def test_fleet_real_workers_batches_plus_idle_equal_registered_time():
         t0 = time.time()
         rep = d.json("GET", "/v1/admin/usage?view=fleet&group_by=batch")
         t1 = time.time()
+        # the capacity hint: a new file's tokens at the fleet's measured rate, on the 2 live workers
+        f = d.upload(lines(10, "z"))
+        est = d.json("POST", "/v1/batches/estimate", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+                                                      "completion_window": "24h"})
+        by_model = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&since=%d" % (int(t1) - 7 * 86400))
     finally:
         wa.stop()
         wb.stop()
@@ -125,6 +130,20 @@ def test_fleet_real_workers_batches_plus_idle_equal_registered_time():
         assert x["reference_cost"]["amount_micros"] >= 0
         assert x["reference_difference_micros"] == x["reference_cost"]["amount_micros"] - \
             x["fleet_cost"]["amount_micros"], x
+    # the estimate's fleet hint = the week's measured cost per computed token and tokens per worker-second
+    [m] = est["models"]
+    [x] = by_model["data"]
+    assert m["model"] == "smollm" and x["key"] == "SmolLM2-135M-Instruct" and m["workers"] == 2, (m, x)
+    comp, cost, ms = x["computed_tokens"], x["fleet_cost"]["amount_micros"], x["worker_ms"]
+    fl = m["fleet"]
+    lo, hi = m["input_tokens"], m["input_tokens"] + m["max_output_tokens"]
+    assert fl["cost"] == {"min_micros": (lo * cost * 2 + comp) // (2 * comp),
+                          "max_micros": (hi * cost * 2 + comp) // (2 * comp)}, (fl, x)
+    assert fl["seconds"] == {"min": -(-lo * ms // (comp * 1000 * 2)), "max": -(-hi * ms // (comp * 1000 * 2))}, fl
+    assert abs(fl["tokens_per_worker_second"] - comp * 1000 / ms) < 1e-3, fl
+    assert fl["micros_per_1m_computed_tokens"] == x["effective_micros_per_1m_output"], (fl, x)
+    assert est["fleet_cost"] == {"min_micros": fl["cost"]["min_micros"], "max_micros": fl["cost"]["max_micros"],
+                                 "measured": True}, est
     # by model and by day: the same attributed total
     for g in ("model", "day", "tenant"):
         r2 = d.json("GET", f"/v1/admin/usage?view=fleet&group_by={g}")
@@ -185,6 +204,11 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     assert r.returncode == 0 and json.loads(r.stdout)["view"] == "fleet", r
     r = run([binary("jobctl"), "usage", "--fleet", "--batch", ba["id"]], env=env)
     assert r.returncode == 2 and "--fleet" in r.stderr, r
+    path = os.path.join(tmpdir(), "in.jsonl")
+    with open(path, "wb") as fh:
+        fh.write(jsonl(2))
+    r = run([binary("jobctl"), "submit", "--dry-run", path], env=env)
+    assert r.returncode == 0 and "\nfleet: smollm: " in r.stdout, (r.stdout, r.stderr)
     r = run([binary("jobctl"), "status", ba["id"]], env=env)
     assert r.returncode == 0 and "  fleet cost $" in r.stdout, r.stdout
     # a register with an absurd price
