@@ -569,6 +569,9 @@ CREATE TABLE lease_batches (
     PRIMARY KEY (lease_id, batch_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
--- A worker's leases in time order (its timeline), and a lease's results by batch.
+-- A worker's leases in time order (its timeline), the leases still running
+-- at or after a time (a report's range: a lease's end is at most this), and
+-- a lease's results by batch.
 CREATE INDEX leases_worker ON leases(worker_id, created_at);
+CREATE INDEX leases_span ON leases(coalesce(released_at, expires_at));
 CREATE INDEX results_lease ON results(lease_id, batch_id);

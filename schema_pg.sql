@@ -657,4 +657,5 @@ CREATE TABLE lease_batches (
 );
 CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
 CREATE INDEX leases_worker ON leases(worker_id, created_at);
+CREATE INDEX leases_span ON leases((coalesce(released_at, expires_at)));
 CREATE INDEX results_lease ON results(lease_id, batch_id);

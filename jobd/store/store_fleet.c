@@ -3,9 +3,12 @@
  *
  * Three statements (STORE_SQL_FLEET in store_int.h) in one snapshot:
  * workers, leases and the leases' units (lease_batches joined to the sums
- * of their results rows through results_lease). The range statements scan
- * leases; the batch statements start from lease_batches_batch and reach
- * the overlapping leases of the same workers through leases_worker.
+ * of their results rows through results_lease). The range statements read
+ * the leases whose coalesce(released_at, expires_at) >= since through
+ * leases_span (implied by the range: a lease's end is at most that, and one
+ * started at or after since has it later); the batch statements start from
+ * lease_batches_batch and reach the overlapping leases of the same workers
+ * through leases_worker.
  */
 #include "jobd/store/store_fleet.h"
 

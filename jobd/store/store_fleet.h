@@ -51,9 +51,9 @@ struct store_fleet_unit {
 struct store_fleet {
     struct store_fleet_worker *workers; /* by id */
     size_t n_workers;
-    struct store_fleet_lease *leases;   /* by worker_id, start, id */
+    struct store_fleet_lease *leases;   /* in no particular order (fleet.c sorts) */
     size_t n_leases;
-    struct store_fleet_unit *units;     /* by lease_id, batch_id */
+    struct store_fleet_unit *units;     /* in no particular order */
     size_t n_units;
 };
 

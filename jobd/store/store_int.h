@@ -294,7 +294,7 @@
       "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1") \
     STORE_SQL_ACCOUNT(X) \
     STORE_SQL_ADMIN(X) \
-    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4")
+    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN")
 
 /* Budgets and usage reports (store_budget.c, store_usage.c). */
 #define STORE_USAGE_SUMS \
@@ -338,7 +338,8 @@
 /* Fleet cost (store_fleet.c). A lease's end, its lapse, the range and the
  * batch's leases with their workers' overlapping ones; N is the parameter
  * holding now. Range statements: ?1 since, ?2 until, ?3 now, ?4 ttl;
- * batch statements: ?1 batch id, ?2 now. */
+ * batch statements: ?1 batch id, ?2 now. join: SQLite's CROSS JOIN keeps
+ * leases the outer loop (the range's index), PostgreSQL plans its own. */
 #define STORE_FLEET_END(lo, n) lo "(coalesce(l.released_at, " n "), l.expires_at)"
 #define STORE_FLEET_LEASE_COLS(lo, n) \
     "l.id, l.worker_id, l.model, l.created_at, " STORE_FLEET_END(lo, n) ", CASE WHEN " \
@@ -346,21 +347,22 @@
     "THEN 1 ELSE 0 END, coalesce(w.hourly_cost_micros, 0), CASE WHEN l.released_at IS NULL THEN 1 " \
     "ELSE 0 END"
 #define STORE_FLEET_IN_RANGE(lo, n) \
-    "l.created_at < ?2 AND (" STORE_FLEET_END(lo, n) " > ?1 OR l.created_at >= ?1)"
+    "coalesce(l.released_at, l.expires_at) >= ?1 AND l.created_at < ?2 AND (" STORE_FLEET_END(lo, n) \
+    " > ?1 OR l.created_at >= ?1)"
 #define STORE_FLEET_OF_BATCH(lo, n) \
     "l.id IN (SELECT DISTINCT l.id FROM lease_batches lb JOIN leases m ON m.id = lb.lease_id " \
     "JOIN leases l ON l.worker_id = m.worker_id AND l.created_at <= " lo "(coalesce(m.released_at, " \
     n "), m.expires_at) AND " STORE_FLEET_END(lo, n) " >= m.created_at WHERE lb.batch_id = ?1)"
 #define STORE_FLEET_LEASES(lo, n, where) \
     "SELECT " STORE_FLEET_LEASE_COLS(lo, n) " FROM leases l LEFT JOIN workers w ON w.id = " \
-    "l.worker_id WHERE " where " ORDER BY l.worker_id, l.created_at, l.id"
-#define STORE_FLEET_UNITS(where) \
+    "l.worker_id WHERE " where
+#define STORE_FLEET_UNITS(join, where) \
     "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
     "coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.cached_tokens), 0), " \
-    "coalesce(sum(r.completion_tokens), 0) FROM leases l JOIN lease_batches lb ON " \
+    "coalesce(sum(r.completion_tokens), 0) FROM leases l " join " lease_batches lb ON " \
     "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id LEFT JOIN results r ON " \
     "r.lease_id = lb.lease_id AND r.batch_id = lb.batch_id WHERE " where " GROUP BY " \
-    "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests ORDER BY lb.lease_id, lb.batch_id"
+    "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests"
 #define STORE_FLEET_WORKERS(lo, n, ttl) \
     "SELECT w.id, w.name, w.device, coalesce((SELECT min(m.canonical) FROM worker_models m " \
     "WHERE m.worker_id = w.id), ''), w.hourly_cost_micros, w.registered_at, w.last_seen, " \
@@ -368,12 +370,12 @@
     "w.id), 0) FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
     " OR EXISTS (SELECT 1 FROM leases l WHERE l.worker_id = w.id AND " STORE_FLEET_END(lo, n) \
     " >= ?1)) ORDER BY w.id"
-#define STORE_SQL_FLEET(X, lo, n3, n2, ttl) \
+#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join) \
     X(FLEET_WORKERS, STORE_FLEET_WORKERS(lo, n3, ttl)) \
     X(FLEET_LEASES_RANGE, STORE_FLEET_LEASES(lo, n3, STORE_FLEET_IN_RANGE(lo, n3))) \
-    X(FLEET_UNITS_RANGE, STORE_FLEET_UNITS(STORE_FLEET_IN_RANGE(lo, n3))) \
+    X(FLEET_UNITS_RANGE, STORE_FLEET_UNITS(join, STORE_FLEET_IN_RANGE(lo, n3))) \
     X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
-    X(FLEET_UNITS_BATCH, STORE_FLEET_UNITS(STORE_FLEET_OF_BATCH(lo, n2)))
+    X(FLEET_UNITS_BATCH, STORE_FLEET_UNITS(join, STORE_FLEET_OF_BATCH(lo, n2)))
 
 /* Operator views (store_admin.c): the worker list and the /metrics gauges.
  * Queue depth reads the partial indexes requests_ready / requests_leased. */
@@ -619,7 +621,7 @@
       "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
       "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
-    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint") \
+    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN") \
     STORE_SQL_PG_HOT(X)
 
 /* The row-locked hot paths on PostgreSQL: leasing takes its rows

@@ -211,6 +211,14 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     assert r.returncode == 0 and "\nfleet: smollm: " in r.stdout, (r.stdout, r.stderr)
     r = run([binary("jobctl"), "status", ba["id"]], env=env)
     assert r.returncode == 0 and "  fleet cost $" in r.stdout, r.stdout
+    # /metrics: the last hour's gauges; the workers' cost = the batches' share + idle
+    import re
+    m = d.call("GET", "/metrics").body.decode()
+    assert re.search(r'^jobd_worker_hourly_cost_micros\{worker="wrk_\w+",name="idle-1"\} 36000000$', m, re.M), m
+    assert re.search(r'^jobd_worker_utilization\{worker="wrk_\w+",name="idle-1"\} 0\.0000$', m, re.M), m
+    wc = sum(int(x) for x in re.findall(r'^jobd_worker_cost_micros\{[^}]*\} (\d+)$', m, re.M))
+    fc = sum(int(x) for x in re.findall(r'^jobd_fleet_cost_micros\{kind="(?:batches|idle)"\} (\d+)$', m, re.M))
+    assert wc == fc >= 10000, (wc, fc)
     # a register with an absurd price
     r = w.post("/v1/worker/register", {"name": "x", "models": [{"id": "smollm"}], "hourly_cost_micros": -1})
     assert r.status == 400 and "hourly_cost_micros" in r.json()["error"]["message"], r
