@@ -100,7 +100,7 @@ static void fleet_tail(const json_t *v, FILE *f)
     fleet_money(fl, "idle", im, sizeof im);
     fleet_money(fl, "cost", cm, sizeof cm);
     fprintf(f, "%-32s %10.1f %12s %12s %14s\n", "idle (the fleet's own line)", (double)idle / 1000.0, "", "", im);
-    fprintf(f, "fleet: %lld workers, %.1f s registered, %.1f s busy (utilization %.1f%%), cost %s\n",
+    fprintf(f, "fleet: %lld worker(s), %.1f s registered, %.1f s busy (utilization %.1f%%), cost %s\n",
             (long long)n, (double)reg / 1000.0, (double)busy / 1000.0,
             reg ? 100.0 * (double)busy / (double)reg : 0.0, cm);
     if (js_get_arr(v, "workers", &ws) || json_array_size(ws) == 0)

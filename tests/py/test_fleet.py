@@ -197,7 +197,7 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     out = r.stdout.splitlines()
     assert out[0].split()[:3] == ["BATCH", "WORKER", "S"] and out[1].startswith(ba["id"]), r.stdout
     assert out[2].startswith("total") and out[3].startswith("idle (the fleet's own line)"), r.stdout
-    assert out[4].startswith("fleet: 2 workers,") and len(out) == 5, r.stdout
+    assert out[4].startswith("fleet: 2 worker(s),") and len(out) == 5, r.stdout
     r = run([binary("jobctl"), "usage", "--fleet", "--all-tenants", "--admin-token", "adm"], env=env)
     assert r.returncode == 0 and "idle-1" in r.stdout and "busy-1" in r.stdout and "$36.000000" in r.stdout, r
     r = run([binary("jobctl"), "usage", "--fleet", "--json"], env=env)
