@@ -82,6 +82,8 @@ int api_fleet_report(struct api *api, struct store *st, int64_t since, int64_t u
 {
     int64_t now = lease_clock_s();
     int64_t ttl = api->cfg.lease.worker_ttl_s;
+    if (until < since)
+        until = since; /* an empty range, as the ledger report answers it */
     struct store_fleet in;
     int rc = store_fleet_read(st, since, until, now, ttl, NULL, &in);
     if (rc)

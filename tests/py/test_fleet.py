@@ -186,6 +186,8 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     one = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&tenant=beta", key="adm")
     assert one["tenant_id"] and all(x["key"] == "smollm" for x in one["data"]), one
     # bad queries
+    empty = d.json("GET", "/v1/usage?view=fleet&since=2000000000&until=1000", key=ka)
+    assert empty["data"] == [] and empty["totals"]["fleet_cost"]["amount_micros"] == 0, empty
     for q, param in (("view=bogus", "view"), ("view=fleet&batch=" + ba["id"], "batch"),
                      ("view=fleet&group_by=tenant", "group_by")):
         r = d.call("GET", "/v1/usage?" + q, key=ka)
