@@ -243,6 +243,11 @@ static int worker_cmp(const void *a, const void *b)
     return strcmp(((const struct fleet_worker_fig *)a)->id, ((const struct fleet_worker_fig *)b)->id);
 }
 
+static int wrow_cmp(const void *a, const void *b)
+{
+    return strcmp((*(const struct store_fleet_worker *const *)a)->id, (*(const struct store_fleet_worker *const *)b)->id);
+}
+
 static int bucket_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct fleet_bucket *)a)->key, ((const struct fleet_bucket *)b)->key);
@@ -582,19 +587,17 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
     if (!wrow)
         return ERR_NOMEM;
     size_t nf = 0;
-    for (size_t i = 0; i < in->n_workers; i++) {
+    for (size_t i = 0; i < in->n_workers; i++)
+        wrow[i] = &in->workers[i];
+    sort_(wrow, in->n_workers, sizeof *wrow, wrow_cmp);
+    for (size_t i = 0; i < in->n_workers; i++) { /* the figures in the same (id) order as wrow */
         struct fleet_worker_fig *f = &r->workers[nf++];
-        const struct store_fleet_worker *w = &in->workers[i];
+        const struct store_fleet_worker *w = wrow[i];
         snprintf(f->id, sizeof f->id, "%s", w->id);
         snprintf(f->name, sizeof f->name, "%s", w->name);
         snprintf(f->device, sizeof f->device, "%s", w->device);
         snprintf(f->model, sizeof f->model, "%s", w->model);
     }
-    sort_(r->workers, nf, sizeof *r->workers, worker_cmp);
-    for (size_t i = 0; i < nf; i++)
-        for (size_t j = 0; j < in->n_workers; j++)
-            if (strcmp(in->workers[j].id, r->workers[i].id) == 0)
-                wrow[i] = &in->workers[j];
     size_t n_real = nf;
     int rc = 0;
     /* each worker with leases: its run of ls */
