@@ -289,8 +289,8 @@ int cmd_workers(struct jc *jc, int argc, char **argv)
         json_decref(v);
         return JC_EXIT_OK;
     }
-    printf("%-30s %-16s %-6s %-4s %6s %8s %8s %-20s %s\n", "ID", "NAME", "DEVICE", "LIVE", "LEASES",
-           "REQUESTS", "TOK/S", "LAST_SEEN", "MODELS");
+    printf("%-30s %-16s %-6s %-4s %6s %8s %8s %12s %-20s %s\n", "ID", "NAME", "DEVICE", "LIVE", "LEASES",
+           "REQUESTS", "TOK/S", "PER_HOUR", "LAST_SEEN", "MODELS");
     for (size_t i = 0; i < json_array_size(data); i++) {
         const json_t *w = json_array_get(data, i);
         const char *id = "?", *name = "?", *dev = "?";
@@ -306,11 +306,12 @@ int cmd_workers(struct jc *jc, int argc, char **argv)
         js_get_bool(w, "live", &live);
         js_get_arr(w, "models", &models);
         const json_t *tps = json_object_get(w, "tokens_per_s");
-        char t[64], ms[256];
+        char t[64], ms[256], ph[32];
         jc_fmt_time(seen, t, sizeof t);
         join_strings(models, ms, sizeof ms);
-        printf("%-30s %-16s %-6s %-4s %6lld %8lld %8.1f %-20s %s\n", id, name, dev, live ? "yes" : "no",
-               (long long)leases, (long long)reqs, json_is_number(tps) ? json_number_value(tps) : 0.0, t, ms);
+        fleet_money(w, "hourly_cost_micros", ph, sizeof ph);
+        printf("%-30s %-16s %-6s %-4s %6lld %8lld %8.1f %12s %-20s %s\n", id, name, dev, live ? "yes" : "no",
+               (long long)leases, (long long)reqs, json_is_number(tps) ? json_number_value(tps) : 0.0, ph, t, ms);
     }
     json_decref(v);
     return JC_EXIT_OK;

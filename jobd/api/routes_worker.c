@@ -482,10 +482,11 @@ static void workers_run(struct api_job *job, struct store *st)
         if (!rc)
             rc = buf_printf(b,
                             "],\"registered_at\":%lld,\"last_heartbeat_at\":%lld,\"live\":%s,"
-                            "\"leases_held\":%lld,\"requests_held\":%lld,\"tokens_per_s\":%.1f}",
+                            "\"leases_held\":%lld,\"requests_held\":%lld,\"tokens_per_s\":%.1f,"
+                            "\"hourly_cost_micros\":%lld}",
                             (long long)w[i].registered_at, (long long)w[i].last_seen,
                             w[i].last_seen >= now - ttl ? "true" : "false", (long long)w[i].leases_held,
-                            (long long)w[i].requests_held, w[i].tokens_per_s);
+                            (long long)w[i].requests_held, w[i].tokens_per_s, (long long)w[i].hourly_cost_micros);
     }
     if (!rc)
         rc = buf_append_str(b, "]}");

@@ -1149,6 +1149,7 @@ struct store_worker_info {
     double tokens_per_s;    /* last reported */
     int64_t leases_held;    /* leases not yet ended */
     int64_t requests_held;  /* requests leased under them */
+    int64_t hourly_cost_micros; /* its price per registered hour (fleet cost) */
 };
 
 /* Workers seen at or after `since` (0 = all), newest registration first,

@@ -386,7 +386,7 @@
       "WHERE worker_id = w.id ORDER BY canonical)), " \
       "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
       "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
-      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "l.worker_id = w.id AND l.released_at IS NULL), w.hourly_cost_micros " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
     X(DEPTH_QUEUED, "SELECT model, count(*) FROM requests WHERE status = 'queued' GROUP BY model") \
     X(DEPTH_LEASED, "SELECT model, count(*) FROM requests WHERE status = 'leased' GROUP BY model") \
@@ -593,7 +593,7 @@
       "worker_models WHERE worker_id = w.id) wm), " \
       "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
       "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
-      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "l.worker_id = w.id AND l.released_at IS NULL), w.hourly_cost_micros " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
     X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
                          "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY batch_id, model " \

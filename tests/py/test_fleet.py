@@ -183,6 +183,8 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     assert ws["idle-1"]["idle"]["amount_micros"] == ws["idle-1"]["cost"]["amount_micros"] >= 10000, ws
     assert ws["idle-1"]["state"] == "idle" and ws["busy-1"]["state"] == "idle", ws
     assert ws["busy-1"]["hourly_cost_micros"] == 3600000, ws
+    listed = {x["name"]: x["hourly_cost_micros"] for x in d.json("GET", "/v1/workers", key="adm")["data"]}
+    assert listed == {"busy-1": 3600000, "idle-1": 36000000}, listed
     one = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&tenant=beta", key="adm")
     assert one["tenant_id"] and all(x["key"] == "smollm" for x in one["data"]), one
     # bad queries
