@@ -435,6 +435,9 @@ def test_dashboard_fleet_cost():
         assert text_of(drv, ".card.token-cost .card-body") == "$%.4f" % (b["cost"]["amount_micros"] / 1e6)
         drv.save_screenshot(os.path.join(shots, "batch-fleet.png"))
 
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/workers")
+        wait(drv, lambda x: text_of(x, f'table.workers tr[data-id="{w.worker_id}"] .per-hour') == "$36.0000",
+             "the worker's price per hour")
         drv.get(f"http://127.0.0.1:{d.port}/ui/#/usage")
         wait(drv, lambda x: len(csss(x, "#chart-fleet-cost rect.col")) == 14, "14 daily fleet-cost bars")
         rep = d.json("GET", "/v1/usage?view=fleet&group_by=day&since=0")

@@ -645,11 +645,12 @@
       h('td', { class: 'name', text: w.name }), h('td', { text: w.device }), h('td', { text: (w.models || []).join(', ') }),
       h('td', { class: 'num tps', text: (w.tokens_per_s || 0).toFixed(1) }), h('td', null, spark(v.history.get(w.id) || [])),
       h('td', { class: 'num packs', text: fmtInt(w.leases_held) }), h('td', { class: 'num', text: fmtInt(w.requests_held) }),
+      h('td', { class: 'num per-hour', text: fmtCost(w.hourly_cost_micros) }),
       h('td', { title: fmtTime(w.last_heartbeat_at), text: age(w.last_heartbeat_at) }),
       h('td', null, badge(w.live === false ? 'stale' : 'live'))));
     return h('section', { id: 'view-workers' }, h('h1', { text: 'Workers' }),
       h('div', { class: 'cards' }, card('Live workers', fmtInt(live.length), 'n-live'), card('Tokens/s (live)', total.toFixed(1), 'tps-total')),
-      table('workers', ['Name', 'Device', 'Models', 'Tokens/s', 'Recent', 'Packs in flight', 'Requests held', 'Last heartbeat', ''], rows,
+      table('workers', ['Name', 'Device', 'Models', 'Tokens/s', 'Recent', 'Packs in flight', 'Requests held', 'Per hour', 'Last heartbeat', ''], rows,
         'No worker has registered in the last 120 s.'));
   }
 
