@@ -107,6 +107,7 @@ CREATE INDEX batches_status ON batches(status, id);
 -- Workers: inference processes registered with jobd (spec/worker-protocol.md).
 -- A worker re-registers after a restart and gets a new id; old rows simply
 -- stop being seen. "Served" means last_seen within the worker TTL.
+-- Migration 8 adds hourly_cost_micros (its price per registered hour).
 CREATE TABLE workers (
     id             TEXT PRIMARY KEY,       -- "wrk_..."
     name           TEXT NOT NULL,          -- self-reported name (host/pid/gpu), 1..128 bytes, display only
@@ -571,3 +572,25 @@ CREATE TEMP TABLE migration8_check (edited INTEGER CHECK (edited = 2));
 INSERT INTO migration8_check VALUES (changes());
 DROP TABLE migration8_check;
 PRAGMA writable_schema = RESET;
+
+-- @migration 9
+-- Fleet economics (spec/usage.md "Fleet cost"): what a worker costs per
+-- hour, and which batches each lease served, so worker time can be priced
+-- and attributed to batches after the leased requests have moved on.
+ALTER TABLE workers ADD COLUMN hourly_cost_micros INTEGER NOT NULL DEFAULT 0;  -- micro-dollars per hour of registered time (jobworker --hourly-cost, jobd --worker-costs); 0 = free
+-- The batches of one lease: written in the transaction that opens the
+-- lease, from the requests it claimed. A lease's tokens per batch are
+-- the sums of its results rows (results.lease_id, batch_id).
+CREATE TABLE lease_batches (
+    lease_id    TEXT NOT NULL,             -- leases.id
+    batch_id    TEXT NOT NULL,             -- a batch with requests in that lease (plain text: batches may be deleted)
+    n_requests  INTEGER NOT NULL CHECK (n_requests >= 1),  -- its requests handed out in the lease
+    PRIMARY KEY (lease_id, batch_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
+-- A worker's leases in time order (its timeline), the leases still running
+-- at or after a time (a report's range: a lease's end is at most this), and
+-- a lease's results by batch.
+CREATE INDEX leases_worker ON leases(worker_id, created_at);
+CREATE INDEX leases_span ON leases(coalesce(released_at, expires_at));
+CREATE INDEX results_lease ON results(lease_id, batch_id);

@@ -656,3 +656,17 @@ ALTER TABLE batches ADD CONSTRAINT batches_endpoint_check
 ALTER TABLE worker_endpoints DROP CONSTRAINT worker_endpoints_endpoint_check;
 ALTER TABLE worker_endpoints ADD CONSTRAINT worker_endpoints_endpoint_check
     CHECK (endpoint IN ('/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses'));
+
+-- @migration 5
+-- SQLite's migration 9: fleet economics (see schema.sql).
+ALTER TABLE workers ADD COLUMN hourly_cost_micros BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE lease_batches (
+    lease_id    TEXT NOT NULL,
+    batch_id    TEXT NOT NULL,
+    n_requests  BIGINT NOT NULL CHECK (n_requests >= 1),
+    PRIMARY KEY (lease_id, batch_id)
+);
+CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
+CREATE INDEX leases_worker ON leases(worker_id, created_at);
+CREATE INDEX leases_span ON leases((coalesce(released_at, expires_at)));
+CREATE INDEX results_lease ON results(lease_id, batch_id);

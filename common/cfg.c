@@ -21,6 +21,37 @@ int cfg_parse_int(const char *s, int64_t *out)
     return 0;
 }
 
+int cfg_parse_micros(const char *s, int64_t max, int64_t *out)
+{
+    int64_t v = 0;
+    int digits = 0, frac = -1;
+    for (; *s; s++) {
+        if (*s == '.' && frac < 0 && digits > 0) {
+            frac = 0;
+            continue;
+        }
+        if (*s < '0' || *s > '9' || frac == 6)
+            return ERR_INVAL;
+        if (v > (max - (*s - '0')) / 10)
+            return ERR_INVAL;
+        v = v * 10 + (*s - '0');
+        digits++;
+        if (frac >= 0)
+            frac++;
+    }
+    if (!digits || frac == 0)
+        return ERR_INVAL;
+    for (int k = frac < 0 ? 0 : frac; k < 6; k++) {
+        if (v > max / 10)
+            return ERR_INVAL;
+        v *= 10;
+    }
+    if (v > max)
+        return ERR_INVAL;
+    *out = v;
+    return 0;
+}
+
 /* Parse a non-negative whole number prefix; *rest gets the suffix. */
 static int cfg_parse_prefix(const char *s, uint64_t *out, const char **rest)
 {

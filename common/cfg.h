@@ -92,6 +92,11 @@ int cfg_parse_int(const char *s, int64_t *out);
 int cfg_parse_size(const char *s, uint64_t *out);
 int cfg_parse_duration_ms(const char *s, int64_t *out);
 int cfg_parse_bool(const char *s, int *out);
+/* An amount of money in decimal units ("2.5", "0.000001", "10") as exact
+ * integer micro-units (millionths): digits, optionally '.' and 1..6
+ * digits; no sign, no exponent. ERR_INVAL when malformed, more precise
+ * than a micro-unit, or above max micro-units. */
+int cfg_parse_micros(const char *s, int64_t max, int64_t *out);
 
 /* ms as a duration cfg_parse_duration_ms reads back, in the largest unit that
  * divides it exactly ("30d", "90m", "1500ms", "0s"), into out. Can't fail

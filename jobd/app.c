@@ -236,6 +236,8 @@ static void api_config_from(const struct app *app, struct api_config *ac)
     ac->host = app->host;
     ac->store = cfg->store;
     ac->prices = cfg->prices;
+    ac->reference_prices = cfg->reference_prices;
+    ac->worker_costs = cfg->worker_costs;
     ac->limits = cfg->limits;
     ac->max_upload_bytes = cfg->max_upload_bytes;
     ac->max_json_bytes = cfg->max_json_bytes;

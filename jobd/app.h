@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "jobd/account/fleet.h"
 #include "jobd/account/usage.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingest.h"
@@ -37,6 +38,8 @@ struct app_config {
     struct store_opts store;         /* durability, busy timeout, idempotency retention (the
                                         cost hook is set by app_run from prices) */
     const struct usage_prices *prices; /* per-model prices (results, budget estimates); NULL = all 0 */
+    const struct usage_prices *reference_prices; /* --reference-prices (fleet view); NULL = none */
+    const struct fleet_costs *worker_costs; /* --worker-costs; NULL = each worker's declaration */
     struct http_config http;         /* deadlines, caps (host/port come from listen) */
     struct ingest_limits limits;     /* JSONL validation limits */
     uint64_t max_upload_bytes;       /* raw body of POST /v1/files and /v1/jobs; default 512 MiB */

@@ -163,7 +163,8 @@ static int post_obj(struct wcl *c, const char *path, json_t *o, long extra_ms, i
 
 int wcl_register(struct wcl *c, const char *name, const char *device, const char *model_id,
                  const char *const *aliases, size_t n_aliases, const char *const *endpoints,
-                 size_t n_endpoints, int64_t kv_tokens, int64_t pack_size, struct wcl_answer *a)
+                 size_t n_endpoints, int64_t kv_tokens, int64_t pack_size, int64_t hourly_cost_micros,
+                 struct wcl_answer *a)
 {
     json_t *al = json_array();
     for (size_t i = 0; al && i < n_aliases; i++)
@@ -187,6 +188,11 @@ int wcl_register(struct wcl *c, const char *name, const char *device, const char
     json_t *o = json_pack("{s:s, s:s, s:[o], s:{s:I, s:I}}", "name", name, "device",
                           device ? device : "", "models", m, "capacity", "kv_tokens",
                           (json_int_t)kv_tokens, "pack_size", (json_int_t)pack_size);
+    if (o && hourly_cost_micros > 0 &&
+        json_object_set_new(o, "hourly_cost_micros", json_integer((json_int_t)hourly_cost_micros))) {
+        json_decref(o);
+        return ERR_NOMEM;
+    }
     return post_obj(c, "/v1/worker/register", o, 0, 0, a);
 }
 

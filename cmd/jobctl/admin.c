@@ -19,7 +19,7 @@
 
 static const char *usage_usage =
     "usage: jobctl usage [--since T] [--until T] [--group-by model|batch|day|tenant] [--batch ID] [--json]\n"
-    "                    [--all-tenants [--tenant NAME]] [--admin-token T]\n"
+    "                    [--fleet] [--all-tenants [--tenant NAME]] [--admin-token T]\n"
     "\n"
     "Token usage and cost of your batches from jobd's ledger (GET /v1/usage): one\n"
     "row per model (default), batch or UTC day, then the total. T is a date\n"
@@ -32,11 +32,100 @@ static const char *usage_usage =
     "--all-tenants reports every tenant (GET /v1/admin/usage, jobd's admin token:\n"
     "--admin-token / JOBD_ADMIN_TOKEN), one row per tenant id by default;\n"
     "--tenant NAME (or ten_... id) restricts it to one tenant.\n"
+    "--fleet reports what the workers cost instead (GET /v1/usage?view=fleet, spec/usage.md\n"
+    "\"Fleet cost\"): worker time priced by each worker's hourly cost, attributed by tokens\n"
+    "computed, the effective price per 1M tokens, tokens per worker-second, what jobd's\n"
+    "--reference-prices would have charged, then the fleet's idle line and utilization\n"
+    "(with --all-tenants also one line per worker).\n"
     "\n"
     "examples:\n"
     "  jobctl usage --since 2026-11-01 --group-by day\n"
     "  jobctl usage --batch \"$id\"\n"
-    "  JOBD_ADMIN_TOKEN=... jobctl usage --all-tenants --since 2026-11-01\n";
+    "  JOBD_ADMIN_TOKEN=... jobctl usage --all-tenants --since 2026-11-01\n"
+    "  jobctl usage --fleet --group-by day\n";
+
+/* "$1.234567" or "-" for a micros field (an object's amount_micros, or an integer). */
+static void fleet_money(const json_t *o, const char *name, char *out, size_t cap)
+{
+    json_t *v = json_object_get(o, name);
+    int64_t m;
+    if (json_is_object(v))
+        v = json_object_get(v, "amount_micros");
+    if (!json_is_integer(v)) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    m = (int64_t)json_integer_value(v);
+    if (m < 0) {
+        out[0] = '-';
+        jc_fmt_micros(-m, out + 1, cap - 1);
+    } else {
+        jc_fmt_micros(m, out, cap);
+    }
+}
+
+/* One row of the fleet table from a fleet bucket (or the totals). */
+static void fleet_row(const char *key, const json_t *o, FILE *f)
+{
+    int64_t ms = 0, tin = 0, tout = 0;
+    double tps = 0;
+    js_get_int(o, "worker_ms", &ms);
+    js_get_int(o, "input_tokens", &tin);
+    js_get_int(o, "output_tokens", &tout);
+    json_t *t = json_object_get(o, "tokens_per_worker_second");
+    if (json_is_number(t))
+        tps = json_number_value(t);
+    char cost[32], in1m[32], out1m[32], ref[32], diff[32];
+    fleet_money(o, "fleet_cost", cost, sizeof cost);
+    fleet_money(o, "effective_micros_per_1m_input", in1m, sizeof in1m);
+    fleet_money(o, "effective_micros_per_1m_output", out1m, sizeof out1m);
+    fleet_money(o, "reference_cost", ref, sizeof ref);
+    fleet_money(o, "reference_difference_micros", diff, sizeof diff);
+    fprintf(f, "%-32s %10.1f %12lld %12lld %14s %14s %14s %9.1f %14s %14s\n", key, (double)ms / 1000.0,
+            (long long)tin, (long long)tout, cost, in1m, out1m, tps, ref, diff);
+}
+
+/* The fleet lines after the table: idle, the whole fleet, and the workers. */
+static void fleet_tail(const json_t *v, FILE *f)
+{
+    json_t *fl = NULL, *ws = NULL;
+    if (js_get_obj(v, "fleet", &fl))
+        return;
+    int64_t reg = 0, busy = 0, idle = 0, n = 0;
+    js_get_int(fl, "registered_ms", &reg);
+    js_get_int(fl, "busy_ms", &busy);
+    js_get_int(fl, "idle_ms", &idle);
+    js_get_int(fl, "workers", &n);
+    char im[32], cm[32];
+    fleet_money(fl, "idle", im, sizeof im);
+    fleet_money(fl, "cost", cm, sizeof cm);
+    fprintf(f, "%-32s %10.1f %12s %12s %14s\n", "idle (the fleet's own line)", (double)idle / 1000.0, "", "", im);
+    fprintf(f, "fleet: %lld worker(s), %.1f s registered, %.1f s busy (utilization %.1f%%), cost %s\n",
+            (long long)n, (double)reg / 1000.0, (double)busy / 1000.0,
+            reg ? 100.0 * (double)busy / (double)reg : 0.0, cm);
+    if (js_get_arr(v, "workers", &ws) || json_array_size(ws) == 0)
+        return;
+    fprintf(f, "%-30s %-6s %12s %10s %10s %6s %14s %9s\n", "WORKER", "STATE", "PER HOUR", "REG S", "BUSY S", "UTIL",
+            "COST", "TOK/S");
+    for (size_t i = 0; i < json_array_size(ws); i++) {
+        const json_t *w = json_array_get(ws, i);
+        const char *name = "?", *state = "?";
+        int64_t wr = 0, wb = 0;
+        double tps = 0;
+        js_get_str(w, "name", &name);
+        js_get_str(w, "state", &state);
+        js_get_int(w, "registered_ms", &wr);
+        js_get_int(w, "busy_ms", &wb);
+        json_t *t = json_object_get(w, "tokens_per_s");
+        if (json_is_number(t))
+            tps = json_number_value(t);
+        char ph[32], wc[32];
+        fleet_money(w, "hourly_cost_micros", ph, sizeof ph);
+        fleet_money(w, "cost", wc, sizeof wc);
+        fprintf(f, "%-30s %-6s %12s %10.1f %10.1f %5.1f%% %14s %9.1f\n", name, state, ph, (double)wr / 1000.0,
+                (double)wb / 1000.0, wr ? 100.0 * (double)wb / (double)wr : 0.0, wc, tps);
+    }
+}
 
 /* One row of the usage table from a bucket (or the totals) object. */
 static void usage_row(const char *key, const json_t *o, FILE *f)
@@ -59,7 +148,7 @@ static void usage_row(const char *key, const json_t *o, FILE *f)
 int cmd_usage(struct jc *jc, int argc, char **argv)
 {
     const char *since = NULL, *until = NULL, *group = NULL, *tenant = NULL, *batch = NULL;
-    int json_out = 0, all = 0;
+    int json_out = 0, all = 0, fleet = 0;
     struct cfg_opt opts[] = {
         CFG_OPT("since", NULL, CFG_STR, &since, "T", "from this time (inclusive)"),
         CFG_OPT("until", NULL, CFG_STR, &until, "T", "to this time (exclusive)"),
@@ -68,6 +157,7 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
         CFG_OPT("batch", NULL, CFG_STR, &batch, "ID", "only this batch's requests"),
         CFG_OPT("json", NULL, CFG_BOOL, &json_out, NULL, "print jobd's report as JSON"),
         CFG_OPT("all-tenants", NULL, CFG_BOOL, &all, NULL, "every tenant's usage (admin token)"),
+        CFG_OPT("fleet", NULL, CFG_BOOL, &fleet, NULL, "what the workers cost (view=fleet) instead of token prices"),
         CFG_OPT("tenant", NULL, CFG_STR, &tenant, "NAME", "with --all-tenants: only this tenant"),
         JC_ADMIN_OPT(jc),
         JC_COMMON_OPTS(jc),
@@ -82,6 +172,8 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
         return jc_usage_error(jc, all ? "--group-by: use tenant, model, batch or day" : "--group-by: use model, batch or day");
     if (tenant && !all)
         return jc_usage_error(jc, "--tenant needs --all-tenants");
+    if (fleet && batch)
+        return jc_usage_error(jc, "--fleet has no --batch: jobctl status ID shows a batch's fleet cost");
     if (batch && (rc = jc_check_id(jc, "batch", batch)))
         return rc;
     if (all)
@@ -90,9 +182,9 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
     buf_init(&p, 8192);
     char sep = '?';
     rc = buf_append_str(&p, all ? "/v1/admin/usage" : "/v1/usage");
-    const char *names[] = {"since", "until", "group_by", "tenant", "batch"},
-               *vals[] = {since, until, group, tenant, batch};
-    for (int i = 0; i < 5 && !rc; i++) {
+    const char *names[] = {"since", "until", "group_by", "tenant", "batch", "view"},
+               *vals[] = {since, until, group, tenant, batch, fleet ? "fleet" : NULL};
+    for (int i = 0; i < 6 && !rc; i++) {
         if (!vals[i])
             continue;
         rc = buf_printf(&p, "%c%s=", sep, names[i]) || jc_url_escape(&p, vals[i]);
@@ -108,18 +200,25 @@ int cmd_usage(struct jc *jc, int argc, char **argv)
             const char *g = group ? group : all ? "tenant" : "model";
             js_get_str(v, "group_by", &g);
             const char *col = g[0] == 'b' ? "BATCH" : g[0] == 'd' ? "DAY" : g[0] == 't' ? "TENANT" : "MODEL";
-            fprintf(stdout, "%-32s %9s %12s %12s %12s %12s %14s\n", col, "REQUESTS", "INPUT", "CACHED",
-                    "OUTPUT", "TOTAL", "COST");
+            void (*row)(const char *, const json_t *, FILE *) = fleet ? fleet_row : usage_row;
+            if (fleet)
+                fprintf(stdout, "%-32s %10s %12s %12s %14s %14s %14s %9s %14s %14s\n", col, "WORKER S", "INPUT",
+                        "OUTPUT", "FLEET COST", "PER 1M IN", "PER 1M OUT", "TOK/S", "REFERENCE", "DIFFERENCE");
+            else
+                fprintf(stdout, "%-32s %9s %12s %12s %12s %12s %14s\n", col, "REQUESTS", "INPUT", "CACHED",
+                        "OUTPUT", "TOTAL", "COST");
             if (!js_get_arr(v, "data", &data)) {
                 for (size_t i = 0; i < json_array_size(data); i++) {
                     const json_t *bk = json_array_get(data, i);
                     const char *key = "?";
                     js_get_str(bk, "key", &key);
-                    usage_row(key, bk, stdout);
+                    row(key, bk, stdout);
                 }
             }
             if (!js_get_obj(v, "totals", &tot))
-                usage_row("total", tot, stdout);
+                row("total", tot, stdout);
+            if (fleet)
+                fleet_tail(v, stdout);
             int more = 0;
             if (!js_get_bool(v, "has_more", &more) && more)
                 fprintf(stderr, "jobctl usage: only the first %zu groups are shown (the total counts all); "
@@ -190,8 +289,8 @@ int cmd_workers(struct jc *jc, int argc, char **argv)
         json_decref(v);
         return JC_EXIT_OK;
     }
-    printf("%-30s %-16s %-6s %-4s %6s %8s %8s %-20s %s\n", "ID", "NAME", "DEVICE", "LIVE", "LEASES",
-           "REQUESTS", "TOK/S", "LAST_SEEN", "MODELS");
+    printf("%-30s %-16s %-6s %-4s %6s %8s %8s %12s %-20s %s\n", "ID", "NAME", "DEVICE", "LIVE", "LEASES",
+           "REQUESTS", "TOK/S", "PER_HOUR", "LAST_SEEN", "MODELS");
     for (size_t i = 0; i < json_array_size(data); i++) {
         const json_t *w = json_array_get(data, i);
         const char *id = "?", *name = "?", *dev = "?";
@@ -207,11 +306,12 @@ int cmd_workers(struct jc *jc, int argc, char **argv)
         js_get_bool(w, "live", &live);
         js_get_arr(w, "models", &models);
         const json_t *tps = json_object_get(w, "tokens_per_s");
-        char t[64], ms[256];
+        char t[64], ms[256], ph[32];
         jc_fmt_time(seen, t, sizeof t);
         join_strings(models, ms, sizeof ms);
-        printf("%-30s %-16s %-6s %-4s %6lld %8lld %8.1f %-20s %s\n", id, name, dev, live ? "yes" : "no",
-               (long long)leases, (long long)reqs, json_is_number(tps) ? json_number_value(tps) : 0.0, t, ms);
+        fleet_money(w, "hourly_cost_micros", ph, sizeof ph);
+        printf("%-30s %-16s %-6s %-4s %6lld %8lld %8.1f %12s %-20s %s\n", id, name, dev, live ? "yes" : "no",
+               (long long)leases, (long long)reqs, json_is_number(tps) ? json_number_value(tps) : 0.0, ph, t, ms);
     }
     json_decref(v);
     return JC_EXIT_OK;

@@ -194,6 +194,19 @@ static void print_status(const json_t *b, const int64_t live[3], FILE *f)
         fmt_cost(s.cost, t, sizeof t);
         fprintf(f, "  cost       %s\n", t);
     }
+    const json_t *fc = json_object_get(b, "fleet_cost");
+    int64_t fm, fms = 0, lapsed = 0;
+    if (json_is_object(fc) && !js_get_int(fc, "amount_micros", &fm)) {
+        /* its share of the workers' hourly cost (jobd's fleet view) */
+        char m[32];
+        js_get_int(fc, "worker_ms", &fms);
+        js_get_int(fc, "lapsed_micros", &lapsed);
+        jc_fmt_micros(fm, m, sizeof m);
+        fprintf(f, "  fleet cost %s (%lld micro-dollars, %.1f worker-seconds", m, (long long)fm, (double)fms / 1000.0);
+        if (lapsed > 0)
+            fprintf(f, ", %lld of it while a lease lapsed", (long long)lapsed);
+        fputs(")\n", f);
+    }
     jc_fmt_time(s.created_at, t, sizeof t);
     jc_fmt_duration(now - s.created_at, d, sizeof d);
     fprintf(f, "  created    %s (%s ago)\n", t, d);

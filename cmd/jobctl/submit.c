@@ -200,6 +200,33 @@ static void print_estimate(const json_t *e)
     printf("total: %lld requests, %lld input tokens, at most %lld output tokens; cost %s .. %s%s\n",
            (long long)reqs, (long long)in, (long long)out, lo, hi,
            json_is_true(json_object_get(cost, "priced")) ? "" : " (some models have no price: counted as 0)");
+    /* the fleet's hint: cost and time at its measured rate of the last week */
+    for (size_t i = 0; i < json_array_size(models); i++) {
+        json_t *m = json_array_get(models, i), *fl = json_object_get(m, "fleet"), *fc = NULL, *sec = NULL;
+        const char *name = "?";
+        int64_t fmin = 0, fmax = 0, smin = 0, smax = 0;
+        js_get_str(m, "model", &name);
+        if (!json_is_object(fl)) {
+            printf("fleet: %s: not measured yet (no worker time of this model in the last week)\n", name);
+            continue;
+        }
+        if (!js_get_obj(fl, "cost", &fc)) {
+            js_get_int(fc, "min_micros", &fmin);
+            js_get_int(fc, "max_micros", &fmax);
+        }
+        char a[32], z[32], d1[32], d2[32];
+        jc_fmt_micros(fmin, a, sizeof a);
+        jc_fmt_micros(fmax, z, sizeof z);
+        json_t *tps = json_object_get(fl, "tokens_per_worker_second");
+        printf("fleet: %s: cost %s .. %s at %.1f tokens per worker-second", name, a, z,
+               json_is_number(tps) ? json_number_value(tps) : 0.0);
+        if (!js_get_obj(fl, "seconds", &sec) && !js_get_int(sec, "min", &smin) && !js_get_int(sec, "max", &smax)) {
+            jc_fmt_duration(smin, d1, sizeof d1);
+            jc_fmt_duration(smax, d2, sizeof d2);
+            printf(", %s .. %s on the live workers", d1, d2);
+        }
+        fputc('\n', stdout);
+    }
     js_get_arr(e, "warnings", &warn);
     for (size_t i = 0; i < json_array_size(warn); i++)
         fprintf(stderr, "jobctl submit: warning: %s\n", json_string_value(json_array_get(warn, i)));

@@ -3,6 +3,7 @@
 
 #include "common/cli.h"
 #include "common/err.h"
+#include "jobd/account/fleet.h"
 #include "jobd/account/usage.h"
 #include "jobd/admin.h"
 #include "jobd/app.h"
@@ -24,7 +25,7 @@ static const char *usage_text =
  * table, and the flags that need a word turned into a value first. */
 struct jobd_flags {
     struct app_config ac;
-    const char *tenant, *durability, *ui, *prices, *tokenizer;
+    const char *tenant, *durability, *ui, *prices, *tokenizer, *reference_prices, *worker_costs;
     struct cli_std std;
     char *pos[4];
     int n_pos;
@@ -78,6 +79,8 @@ static int parse_flags(struct jobd_flags *f, int argc, char **argv)
         CFG_OPT("webhook-concurrency", NULL, CFG_INT, &c->webhook.concurrency, "N", "webhook POSTs in flight at once (default 4)", 1, 64),
         CFG_OPT("webhook-poll", NULL, CFG_DURATION, &c->webhook.poll_ms, "DUR", "how often idle webhook senders look for work (default 500ms)", 1, CFG_NO_MAX),
         CFG_OPT("prices", "JOBD_PRICES", CFG_STR, &f->prices, "MODEL=IN:OUT[:CACHED],...", "price per model in integer micro-dollars per 1M input/output/cached-input tokens (cached defaults to IN/2); unlisted models cost 0 (spec/usage.md)"),
+        CFG_OPT("reference-prices", "JOBD_REFERENCE_PRICES", CFG_STR, &f->reference_prices, "MODEL=IN:OUT[:CACHED],...", "a hosted API's prices (same form as --prices) the fleet view compares its own cost with (spec/usage.md \"Fleet cost\")"),
+        CFG_OPT("worker-costs", "JOBD_WORKER_COSTS", CFG_STR, &f->worker_costs, "NAME_GLOB=USD[/h],...", "hourly cost of the workers whose registered name matches the glob (first match wins over the worker's --hourly-cost), 0..10000 US dollars with at most 6 decimals"),
         CFG_OPT("ui", "JOBD_UI", CFG_STR, &f->ui, "on|off", "serve the web dashboard at /ui/ (default on; it calls the public API with the key typed into it)"),
         CFG_OPT("tokenizer", "JOBD_TOKENIZER", CFG_STR, &f->tokenizer, "MODEL=PATH.gguf,...",
                 "GGUF files whose tokenizer and chat template jobd loads (tokenizer only, on first use) to count the input tokens of POST /v1/batches/estimate exactly as a worker would; other models are estimated as prompt bytes / 4"),
@@ -127,14 +130,31 @@ static int mode_serve(struct jobd_flags *f)
         return CLI_EXIT_USAGE;
     }
     c->prices = &prices;
+    struct usage_prices ref = {0};
+    static struct fleet_costs costs;
+    if (usage_prices_parse(f->reference_prices, &ref, perr, sizeof perr)) {
+        usage_prices_release(&prices);
+        cli_error("jobd", "see jobd --help", "--reference-prices: %s", perr);
+        return CLI_EXIT_USAGE;
+    }
+    if (fleet_costs_parse(f->worker_costs, &costs, perr, sizeof perr)) {
+        usage_prices_release(&prices);
+        usage_prices_release(&ref);
+        cli_error("jobd", "see jobd --help", "--worker-costs: %s", perr);
+        return CLI_EXIT_USAGE;
+    }
+    c->reference_prices = &ref;
+    c->worker_costs = &costs;
     if (f->tokenizer && tokens_new(f->tokenizer, &c->tokens, perr, sizeof perr)) {
         usage_prices_release(&prices);
+        usage_prices_release(&ref);
         cli_error("jobd", "see jobd --help", "%s", perr);
         return CLI_EXIT_USAGE;
     }
     rc = app_run(c);
     tokens_free(c->tokens);
     usage_prices_release(&prices);
+    usage_prices_release(&ref);
     if (rc == ERR_AUTH)
         cli_error("jobd", "create a key: jobd keys create --tenant NAME --data DIR (or listen on 127.0.0.1)",
                   "refusing to serve %s without API keys", c->listen);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cfg.h"
 #include "common/cli.h"
 #include "common/err.h"
 #include "kernels/kn.h"
@@ -71,7 +72,7 @@ struct worker_flags {
     struct oneshot_bench_opts bo; /* --bench-decode, --bench-prompt */
     const char *aliases[MAX_ALIASES];
     struct cfg_str_list alias_list, stop_list;
-    const char *prompt, *chat, *embed, *batch_file, *temperature, *top_p;
+    const char *prompt, *chat, *embed, *batch_file, *temperature, *top_p, *hourly_cost;
     int self_check, inspect, bench;
     struct cli_std std;
 };
@@ -99,6 +100,7 @@ static int parse_flags(struct worker_flags *f, int argc, char **argv)
         CFG_OPT("alias", NULL, CFG_STR_LIST, &f->alias_list, "A", "another name requests may use for the model (repeatable)"),
         CFG_OPT("worker-token", "JOBD_WORKER_TOKEN", CFG_STR, &s->token, "T", "jobd's worker token"),
         CFG_OPT("name", "JOBWORKER_NAME", CFG_STR, &s->name, "NAME", "worker name shown by jobd (default host/pid/device)"),
+        CFG_OPT("hourly-cost", "JOBWORKER_HOURLY_COST", CFG_STR, &f->hourly_cost, "USD", "what this worker costs per hour (0..10000 US dollars, at most 6 decimals), told to jobd at registration for fleet cost (jobd --worker-costs may set it instead)"),
         CFG_OPT("pack-size", NULL, CFG_INT, &s->pack_size, "N", "requests per lease (default 64)", 0, 4096),
         CFG_OPT("lease-seconds", NULL, CFG_INT, &s->lease_seconds, "N", "lease length asked for; heartbeats every third (default 120)", 0, 86400),
         CFG_OPT("drain-timeout", NULL, CFG_DURATION, &s->drain_timeout_ms, "DUR", "on SIGTERM, running requests get this long (default 30s)"),
@@ -245,6 +247,11 @@ static int mode_serve(struct worker_flags *f)
     int rc = need_model(f, "--jobd");
     if (rc >= 0)
         return rc;
+    if (f->hourly_cost && cfg_parse_micros(f->hourly_cost, 10000LL * 1000000, &f->so.hourly_cost_micros)) {
+        cli_error("jobworker", "give US dollars per hour, e.g. --hourly-cost 2.50",
+                  "--hourly-cost '%s' is not a price of 0..10000 with at most 6 decimals", f->hourly_cost);
+        return CLI_EXIT_USAGE;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "jobd/account/fleet.h"
 #include "jobd/account/usage.h"
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
@@ -55,6 +56,8 @@ struct api_config {
     const char *host;             /* the listen host: decides the no-auth mode */
     struct store_opts store;      /* connections */
     const struct usage_prices *prices; /* budget estimates; NULL = everything costs 0 */
+    const struct usage_prices *reference_prices; /* fleet view: a hosted API's prices to compare; NULL = none */
+    const struct fleet_costs *worker_costs; /* hourly cost per worker name glob; NULL = as declared */
     struct ingest_limits limits;  /* JSONL limits: max_file_bytes caps uploads */
     uint64_t max_upload_bytes;    /* raw body of POST /v1/files and /v1/jobs */
     uint64_t max_json_bytes;      /* body of POST /v1/batches */

@@ -37,6 +37,7 @@
 #include "common/log.h"
 #include "jobd/api/api_admit.h"
 #include "jobd/api/api_auth.h"
+#include "jobd/api/api_fleet.h"
 #include "jobd/api/api_idem.h"
 #include "jobd/api/api_int.h"
 #include "jobd/api/api_json.h"
@@ -430,6 +431,12 @@ static void batches_get_run(struct api_job *job, struct store *st)
                         (long long)bj->eta, bj->eta > b.expires_at ? "true" : "false");
     } else {
         bj->eta = 0;
+    }
+    /* its share of the fleet's worker time, next to its token cost */
+    if (!rc && job->out.len && job->out.data[job->out.len - 1] == '}') {
+        job->out.data[--job->out.len] = '\0';
+        if (!(rc = api_fleet_batch(job->api, st, b.id, &job->out)))
+            rc = buf_append_byte(&job->out, '}');
     }
     job->retry_after = retry_hint(b.status);
     store_batch_release(&b);
@@ -957,6 +964,53 @@ static int64_t price_of(const struct usage_prices *p, const char *model, int64_t
     return c;
 }
 
+#define ESTIMATE_FLEET_WINDOW_S (7 * 86400) /* the fleet's throughput and cost are measured over this */
+
+/* (a * b + c - 1) / c in 128 bits, saturated. */
+static int64_t mul_div_up(int64_t a, int64_t b, int64_t c)
+{
+    unsigned __int128 x = ((unsigned __int128)(a > 0 ? a : 0) * (unsigned __int128)(b > 0 ? b : 0) +
+                           (unsigned __int128)c - 1) / (unsigned __int128)c;
+    return x > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)x;
+}
+
+/* The fleet hint of one model: what its tokens cost and take at the fleet's
+ * measured rate (cost per computed token, computed tokens per worker-second)
+ * over the last week; fleet_null when never measured. *cmin / *cmax get the
+ * cost range (-1 when not measured). */
+static int estimate_fleet(struct buf *b, const struct fleet_report *fr, const char *canonical, int64_t in,
+                          int64_t out, int64_t workers, int64_t *cmin, int64_t *cmax)
+{
+    const struct fleet_bucket *x = NULL;
+    for (size_t i = 0; fr && i < fr->n && !x; i++)
+        if (!strcmp(fr->buckets[i].key, canonical))
+            x = &fr->buckets[i];
+    int64_t comp = x ? x->prompt_tokens - x->cached_tokens + x->completion_tokens : 0;
+    *cmin = *cmax = -1;
+    if (!x || comp <= 0 || x->worker_ms <= 0)
+        return buf_append_str(b, ",\"fleet\":null");
+    /* cost: tokens x cost / computed, rounded half up (min: no prompt cached, no output) */
+    *cmin = (int64_t)(((unsigned __int128)in * (unsigned __int128)x->cost_micros * 2 + (unsigned __int128)comp) /
+                      ((unsigned __int128)comp * 2));
+    *cmax = (int64_t)(((unsigned __int128)(in + out) * (unsigned __int128)x->cost_micros * 2 + (unsigned __int128)comp) /
+                      ((unsigned __int128)comp * 2));
+    int64_t in1m = 0, out1m = 0;
+    fleet_effective(x, &in1m, &out1m);
+    int rc = buf_printf(b,
+                        ",\"fleet\":{\"measured_over_s\":%d,\"micros_per_1m_computed_tokens\":%lld,"
+                        "\"tokens_per_worker_second\":%.3f,\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld},",
+                        ESTIMATE_FLEET_WINDOW_S, (long long)out1m, (double)comp * 1000.0 / (double)x->worker_ms,
+                        (long long)*cmin, (long long)*cmax);
+    if (!rc && workers > 0)
+        /* seconds: tokens / (tokens per worker-second x live workers), rounded up */
+        rc = buf_printf(b, "\"seconds\":{\"min\":%lld,\"max\":%lld}}",
+                        (long long)mul_div_up(in, x->worker_ms, comp * 1000 * workers),
+                        (long long)mul_div_up(in + out, x->worker_ms, comp * 1000 * workers));
+    else if (!rc)
+        rc = buf_append_str(b, "\"seconds\":null}");
+    return rc;
+}
+
 static void estimate_run(struct api_job *job, struct store *st)
 {
     struct estimate_job *ej = (struct estimate_job *)job;
@@ -988,10 +1042,14 @@ static void estimate_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "models served");
         return;
     }
+    struct fleet_report fr;
+    int have_fleet = api_fleet_by_model(job->api, st, ESTIMATE_FLEET_WINDOW_S, &fr) == 0;
     st = api_job_unlocked(job, st, estimate_scan, ej); /* a long file scan holds no connection */
     (void)st;
     if (ej->scan_rc) {
         free(served);
+        if (have_fleet)
+            fleet_report_release(&fr);
         api_job_internal(job, ej->scan_rc, "scan input file");
         return;
     }
@@ -999,8 +1057,8 @@ static void estimate_run(struct api_job *job, struct store *st)
     struct buf *b = &job->out;
     char win[32];
     api_window_format(bi->window_s, win, sizeof win);
-    int64_t min_total = 0, max_total = 0;
-    int all_priced = 1;
+    int64_t min_total = 0, max_total = 0, fmin_total = 0, fmax_total = 0;
+    int all_priced = 1, all_measured = !ej->other_models;
     rc = buf_printf(b, "{\"object\":\"batch.estimate\",\"input_file_id\":\"%s\",\"endpoint\":\"%s\","
                        "\"completion_window\":\"%s\",\"lines\":%lld,\"request_counts\":{\"total\":%lld},"
                        "\"input_tokens\":%lld,\"input_tokens_exact\":%s,\"max_output_tokens\":%lld,\"models\":[",
@@ -1013,9 +1071,12 @@ static void estimate_run(struct api_job *job, struct store *st)
     for (size_t i = 0; !rc && i < ej->nm; i++) {
         struct est_model *m = &ej->m[i];
         int64_t workers = 0;
+        const char *canonical = m->model;
         for (size_t k = 0; k < n_served; k++)
-            if (!strcmp(served[k].name, m->model))
+            if (!strcmp(served[k].name, m->model)) {
                 workers += served[k].n_workers;
+                canonical = served[k].canonical;
+            }
         int priced = 0;
         int64_t cmin = price_of(prices, m->model, m->input_tokens, 0, &priced);
         int64_t cmax = price_of(prices, m->model, m->input_tokens, m->max_output_tokens, &priced);
@@ -1034,6 +1095,17 @@ static void estimate_run(struct api_job *job, struct store *st)
                             m->exact == m->requests ? "true" : "false", has_tok ? "gguf" : "bytes/4",
                             (long long)m->max_output_tokens, (long long)workers, priced ? "true" : "false",
                             (long long)cmin, (long long)cmax);
+        if (!rc && b->len && b->data[b->len - 1] == '}') { /* its fleet hint inside the model object */
+            int64_t fmin, fmax;
+            b->data[--b->len] = '\0';
+            rc = estimate_fleet(b, have_fleet ? &fr : NULL, canonical, m->input_tokens, m->max_output_tokens, workers,
+                                &fmin, &fmax);
+            if (!rc)
+                rc = buf_append_byte(b, '}');
+            all_measured &= fmin >= 0;
+            fmin_total = fmin < 0 || fmin_total == INT64_MAX ? fmin_total : fmin_total + fmin;
+            fmax_total = fmax < 0 || fmax_total == INT64_MAX ? fmax_total : fmax_total + fmax;
+        }
         if (!rc && !workers && !has_tok) {
             rc = buf_append_str(&unknown, unknown.len ? "," : "");
             if (!rc)
@@ -1058,8 +1130,13 @@ static void estimate_run(struct api_job *job, struct store *st)
         }
     }
     free(served);
+    if (have_fleet)
+        fleet_report_release(&fr);
     if (!rc)
-        rc = buf_printf(b, "],\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld,\"priced\":%s},"
+        rc = buf_printf(b, "],\"fleet_cost\":{\"min_micros\":%lld,\"max_micros\":%lld,\"measured\":%s}",
+                        (long long)fmin_total, (long long)fmax_total, all_measured ? "true" : "false");
+    if (!rc)
+        rc = buf_printf(b, ",\"cost\":{\"min_micros\":%lld,\"max_micros\":%lld,\"priced\":%s},"
                            "\"unknown_models\":[%s],\"warnings\":[%s]}",
                         (long long)min_total, (long long)max_total, all_priced && !ej->other_models ? "true" : "false",
                         unknown.data ? unknown.data : "", warn.data ? warn.data : "");

@@ -6,7 +6,8 @@
  * (Prometheus text format 0.0.4). No authentication on these.
  *
  * /metrics reads the batch counts by status, the work-distribution
- * gauges, the webhook outbox and the usage ledger sums on the thread pool,
+ * gauges, the fleet's last hour (jobd/account/fleet.h), the webhook outbox
+ * and the usage ledger sums on the thread pool,
  * then adds the loop's HTTP counters, the worker routes' and the other
  * threads' atomics in its answer.
  */
@@ -17,12 +18,15 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/account/budget.h"
+#include "jobd/account/fleet.h"
 #include "jobd/api/api_int.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingestq.h"
+#include "jobd/store/store_fleet.h"
 #include "jobd/store/store_usage.h"
 #include "jobd/store/store_webhook.h"
 #include "jobd/webhook/webhook.h"
+#include "jobd/work/lease.h"
 #include "jobd/work/sweeper.h"
 
 static void healthz(struct http_req *req, void *arg)
@@ -90,13 +94,14 @@ static void metrics_free(struct api_job *job)
 }
 
 static int work_metrics_db(struct store *st, struct buf *b);
+static int fleet_metrics_db(struct api *api, struct store *st, struct buf *b);
 
 static void metrics_run(struct api_job *job, struct store *st)
 {
     struct metrics_job *m = (struct metrics_job *)job;
     m->ok = store_batch_count_by_status(st, m->counts) == 0;
     buf_reset(&m->work);
-    if (work_metrics_db(st, &m->work))
+    if (work_metrics_db(st, &m->work) || fleet_metrics_db(job->api, st, &m->work))
         buf_reset(&m->work);
     m->wh_ok = store_wh_stats(st, &m->wh) == 0;
     free(m->totals);
@@ -130,6 +135,66 @@ static void count_cb(void *arg, const char *method, const char *pattern, int sta
 }
 
 /* ---- work distribution ---- */
+
+#define FLEET_METRICS_WINDOW_S 3600
+
+/* Fleet gauges over the last hour (spec/usage.md "Fleet cost"): per worker
+ * its price, utilization and cost; the fleet's attributed and idle cost. */
+static int fleet_metrics_db(struct api *api, struct store *st, struct buf *b)
+{
+    int64_t now = lease_clock_s(), ttl = api->cfg.lease.worker_ttl_s;
+    struct store_fleet in;
+    int rc = store_fleet_read(st, now - FLEET_METRICS_WINDOW_S, now + 1, now, ttl, NULL, &in);
+    if (rc)
+        return rc;
+    struct fleet_opts o = {now - FLEET_METRICS_WINDOW_S, now + 1, now, ttl, FLEET_BY_MODEL, NULL, NULL, NULL};
+    struct fleet_report r;
+    rc = fleet_compute(&in, &o, &r);
+    store_fleet_release(&in);
+    if (rc)
+        return rc;
+    buf_append_str(b, "# HELP jobd_worker_hourly_cost_micros A worker's price per registered hour, micro-dollars.\n"
+                      "# TYPE jobd_worker_hourly_cost_micros gauge\n");
+    for (size_t i = 0; i < r.n_workers; i++) {
+        buf_append_str(b, "jobd_worker_hourly_cost_micros{worker=\"");
+        label(b, r.workers[i].id);
+        buf_append_str(b, "\",name=\"");
+        label(b, r.workers[i].name);
+        buf_printf(b, "\"} %lld\n", (long long)r.workers[i].hourly_cost_micros);
+    }
+    buf_append_str(b, "# HELP jobd_worker_utilization Busy / registered time of a worker over the last hour.\n"
+                      "# TYPE jobd_worker_utilization gauge\n");
+    for (size_t i = 0; i < r.n_workers; i++) {
+        const struct fleet_worker_fig *w = &r.workers[i];
+        buf_append_str(b, "jobd_worker_utilization{worker=\"");
+        label(b, w->id);
+        buf_append_str(b, "\",name=\"");
+        label(b, w->name);
+        buf_printf(b, "\"} %.4f\n", w->registered_ms ? (double)w->busy_ms / (double)w->registered_ms : 0.0);
+    }
+    buf_append_str(b, "# HELP jobd_worker_cost_micros A worker's cost over the last hour, micro-dollars, busy or idle.\n"
+                      "# TYPE jobd_worker_cost_micros gauge\n");
+    for (size_t i = 0; i < r.n_workers; i++) {
+        const struct fleet_worker_fig *w = &r.workers[i];
+        const int64_t v[2] = {w->busy_micros, w->idle_micros};
+        for (int k = 0; k < 2; k++) {
+            buf_append_str(b, "jobd_worker_cost_micros{worker=\"");
+            label(b, w->id);
+            buf_append_str(b, "\",name=\"");
+            label(b, w->name);
+            buf_printf(b, "\",kind=\"%s\"} %lld\n", k ? "idle" : "busy", (long long)v[k]);
+        }
+    }
+    buf_printf(b,
+               "# HELP jobd_fleet_cost_micros The fleet's cost over the last hour, micro-dollars: attributed to "
+               "batches, or idle.\n"
+               "# TYPE jobd_fleet_cost_micros gauge\n"
+               "jobd_fleet_cost_micros{kind=\"batches\"} %lld\n"
+               "jobd_fleet_cost_micros{kind=\"idle\"} %lld\n",
+               (long long)r.fleet.cost_micros, (long long)r.fleet.idle_micros);
+    fleet_report_release(&r);
+    return 0;
+}
 
 /* Work-distribution gauges (pool thread). */
 static int work_metrics_db(struct store *st, struct buf *b)

@@ -20,6 +20,7 @@
 #include "common/err.h"
 #include "common/js.h"
 #include "jobd/api/api_auth.h"
+#include "jobd/api/api_fleet.h"
 #include "jobd/api/api_int.h"
 #include "jobd/api/api_json.h"
 #include "jobd/http/http.h"
@@ -32,6 +33,7 @@ struct usage_job {
     int admin;       /* across tenants */
     char tenant[80]; /* admin filter: name or ten_... id; "" = every tenant */
     char batch[ID_MAX]; /* batch= filter; "" = every batch */
+    int fleet;       /* view=fleet: worker time priced and attributed (api_fleet.h) */
 };
 
 static const char *const group_name[] = {"batch", "model", "day", "tenant"};
@@ -73,6 +75,15 @@ static void usage_run(struct api_job *job, struct store *st)
             }
             tenant = t.id;
         }
+    }
+    if (in->fleet) {
+        rc = api_fleet_report(job->api, st, in->since, in->until, (enum fleet_group)in->group, tenant, in->admin,
+                              &job->out);
+        if (rc)
+            api_job_internal(job, rc, "fleet report");
+        else
+            job->status = 200;
+        return;
     }
     rc = store_usage_report(st, tenant, in->since, in->until, in->batch[0] ? in->batch : NULL, in->group, &rows, &n,
                             &more, &tot);
@@ -171,7 +182,18 @@ static int parse_query(struct http_req *req, struct usage_job *in, size_t groups
         }
         in->group = (enum store_usage_group)i;
     }
+    const char *view = http_req_query(req, "view");
+    if (view && strcmp(view, "fleet") != 0 && strcmp(view, "tokens") != 0) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "view", "view must be tokens (the default) or fleet.");
+        return -1;
+    }
+    in->fleet = view && strcmp(view, "fleet") == 0;
     const char *bid = http_req_query(req, "batch");
+    if (bid && in->fleet) {
+        api_respond_error(req, API_ERR_INVALID_VALUE, "batch",
+                          "batch is not a filter of view=fleet: GET /v1/batches/{id} has the batch's fleet_cost.");
+        return -1;
+    }
     if (bid && (!*bid || strlen(bid) >= sizeof in->batch)) {
         api_respond_error(req, API_ERR_INVALID_VALUE, "batch", "batch must be a batch id.");
         return -1;

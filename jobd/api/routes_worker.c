@@ -109,6 +109,8 @@ static void register_run(struct api_job *job, struct store *st)
 {
     struct register_job *j = (struct register_job *)job;
     char id[ID_MAX];
+    j->reg.w.hourly_cost_micros =
+        fleet_cost_for(job->api->cfg.worker_costs, j->reg.w.name, j->reg.w.hourly_cost_micros);
     int rc = lease_worker_register(st, &j->reg.w, lease_clock_s(), id);
     if (rc)
         return jerr_from(job, rc, "register worker");
@@ -480,10 +482,11 @@ static void workers_run(struct api_job *job, struct store *st)
         if (!rc)
             rc = buf_printf(b,
                             "],\"registered_at\":%lld,\"last_heartbeat_at\":%lld,\"live\":%s,"
-                            "\"leases_held\":%lld,\"requests_held\":%lld,\"tokens_per_s\":%.1f}",
+                            "\"leases_held\":%lld,\"requests_held\":%lld,\"tokens_per_s\":%.1f,"
+                            "\"hourly_cost_micros\":%lld}",
                             (long long)w[i].registered_at, (long long)w[i].last_seen,
                             w[i].last_seen >= now - ttl ? "true" : "false", (long long)w[i].leases_held,
-                            (long long)w[i].requests_held, w[i].tokens_per_s);
+                            (long long)w[i].requests_held, w[i].tokens_per_s, (long long)w[i].hourly_cost_micros);
     }
     if (!rc)
         rc = buf_append_str(b, "]}");

@@ -720,6 +720,7 @@ int store_ingest_cancelled(struct store *st, const char *batch_id, int64_t now);
 #define STORE_MODEL_MIXED "mixed"     /* batches.model of a batch whose lines name several models */
 #define STORE_LEASE_MAX_REQUESTS 4096 /* requests per lease */
 #define STORE_WORKER_MAX_MODELS 64    /* (canonical, name) pairs per worker */
+#define STORE_HOURLY_COST_MAX 10000000000LL /* micro-dollars per hour: $10,000/h */
 
 /* Endpoints a worker serves for a model (store_model_name.endpoints). */
 #define STORE_EP_CHAT 1u        /* /v1/chat/completions */
@@ -746,6 +747,7 @@ struct store_worker_new {
     int64_t pack_size;       /* >= 0 */
     const struct store_model_name *models; /* 1..STORE_WORKER_MAX_MODELS pairs */
     size_t n_models;
+    int64_t hourly_cost_micros; /* 0..STORE_HOURLY_COST_MAX: price of its registered time */
 };
 
 /* Register a worker (new "wrk_" id into id_out). ERR_INVAL for bad fields. */
@@ -910,7 +912,9 @@ int store_lease_claim(struct store *st, const char *lease_id, const char (*ids)[
                       int64_t now);
 
 /* Insert the lease row (lease_id made by the caller, "lease_" ids) holding
- * n_requests claimed requests until expires_at. 0, ERR_EXISTS, store errors. */
+ * n_requests claimed requests until expires_at, and its lease_batches rows
+ * (the batches of the requests claimed under lease_id so far: call it
+ * after store_lease_claim). 0, ERR_EXISTS, store errors. */
 int store_lease_open(struct store *st, const char *lease_id, const char *worker_id, const char *model,
                      int64_t n_requests, int64_t now, int64_t expires_at);
 
@@ -1148,6 +1152,7 @@ struct store_worker_info {
     double tokens_per_s;    /* last reported */
     int64_t leases_held;    /* leases not yet ended */
     int64_t requests_held;  /* requests leased under them */
+    int64_t hourly_cost_micros; /* its price per registered hour (fleet cost) */
 };
 
 /* Workers seen at or after `since` (0 = all), newest registration first,

@@ -26,6 +26,7 @@ static int worker_row(struct sdb_stmt *s, void *elem, void *ctx)
     store_col_text(s, 6, w->models, sizeof w->models);
     w->leases_held = sdb_column_int64(s, 7);
     w->requests_held = sdb_column_int64(s, 8);
+    w->hourly_cost_micros = sdb_column_int64(s, 9);
     return 0;
 }
 

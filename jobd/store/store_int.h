@@ -143,7 +143,7 @@
     X(IDEM_EXPIRE, "DELETE FROM idempotency_keys WHERE created_at <= ?1") \
     X(WORKER_INSERT, \
       "INSERT INTO workers(id, name, device, kv_tokens, pack_size, registered_at, " \
-      "last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)") \
+      "last_seen, hourly_cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)") \
     X(WORKER_MODEL_INSERT, \
       "INSERT OR IGNORE INTO worker_models(worker_id, canonical, name) VALUES (?1, " \
       "?2, ?3)") \
@@ -205,6 +205,9 @@
     X(LEASE_INSERT, \
       "INSERT INTO leases(id, worker_id, model, n_requests, created_at, expires_at) " \
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)") \
+    X(LEASE_BATCHES_FILL, \
+      "INSERT INTO lease_batches(lease_id, batch_id, n_requests) SELECT ?1, batch_id, " \
+      "count(*) FROM requests WHERE lease_id = ?1 GROUP BY batch_id") \
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1") \
     X(LEASE_EXTEND, \
       "UPDATE leases SET expires_at = max(expires_at, ?2) WHERE id = ?1 AND " \
@@ -291,7 +294,8 @@
       "usage_cached_tokens = ?8, usage_cost_micros = (SELECT COALESCE(SUM(cost_micros), 0) " \
       "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1") \
     STORE_SQL_ACCOUNT(X) \
-    STORE_SQL_ADMIN(X)
+    STORE_SQL_ADMIN(X) \
+    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN")
 
 /* Budgets and usage reports (store_budget.c, store_usage.c). */
 #define STORE_USAGE_SUMS \
@@ -332,6 +336,48 @@
     X(USAGE_BY_TENANT, STORE_USAGE_GROUPED("tenant_id")) \
     X(USAGE_TOTAL, "SELECT 0, 0, " STORE_USAGE_SUMS " FROM usage_ledger " STORE_USAGE_RANGE)
 
+/* Fleet cost (store_fleet.c). A lease's end, its lapse, the range and the
+ * batch's leases with their workers' overlapping ones; N is the parameter
+ * holding now. Range statements: ?1 since, ?2 until, ?3 now, ?4 ttl;
+ * batch statements: ?1 batch id, ?2 now. join: SQLite's CROSS JOIN keeps
+ * leases the outer loop (the range's index), PostgreSQL plans its own. */
+#define STORE_FLEET_END(lo, n) lo "(coalesce(l.released_at, " n "), l.expires_at)"
+#define STORE_FLEET_LEASE_COLS(lo, n) \
+    "l.id, l.worker_id, l.model, l.created_at, " STORE_FLEET_END(lo, n) ", CASE WHEN " \
+    "(l.released_at IS NULL AND l.expires_at <= " n ") OR l.released_at >= l.expires_at " \
+    "THEN 1 ELSE 0 END, coalesce(w.hourly_cost_micros, 0), CASE WHEN l.released_at IS NULL THEN 1 " \
+    "ELSE 0 END"
+#define STORE_FLEET_IN_RANGE(lo, n) \
+    "coalesce(l.released_at, l.expires_at) >= ?1 AND l.created_at < ?2 AND (" STORE_FLEET_END(lo, n) \
+    " > ?1 OR l.created_at >= ?1)"
+#define STORE_FLEET_OF_BATCH(lo, n) \
+    "l.id IN (SELECT DISTINCT l.id FROM lease_batches lb JOIN leases m ON m.id = lb.lease_id " \
+    "JOIN leases l ON l.worker_id = m.worker_id AND l.created_at <= " lo "(coalesce(m.released_at, " \
+    n "), m.expires_at) AND " STORE_FLEET_END(lo, n) " >= m.created_at WHERE lb.batch_id = ?1)"
+#define STORE_FLEET_LEASES(lo, n, where) \
+    "SELECT " STORE_FLEET_LEASE_COLS(lo, n) " FROM leases l LEFT JOIN workers w ON w.id = " \
+    "l.worker_id WHERE " where
+#define STORE_FLEET_UNITS(join, where) \
+    "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
+    "coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.cached_tokens), 0), " \
+    "coalesce(sum(r.completion_tokens), 0) FROM leases l " join " lease_batches lb ON " \
+    "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id LEFT JOIN results r ON " \
+    "r.lease_id = lb.lease_id AND r.batch_id = lb.batch_id WHERE " where " GROUP BY " \
+    "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests"
+#define STORE_FLEET_WORKERS(lo, n, ttl) \
+    "SELECT w.id, w.name, w.device, coalesce((SELECT min(m.canonical) FROM worker_models m " \
+    "WHERE m.worker_id = w.id), ''), w.hourly_cost_micros, w.registered_at, w.last_seen, " \
+    "coalesce((SELECT max(" STORE_FLEET_END(lo, n) ") FROM leases l WHERE l.worker_id = " \
+    "w.id), 0) FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
+    " OR EXISTS (SELECT 1 FROM leases l WHERE l.worker_id = w.id AND " STORE_FLEET_END(lo, n) \
+    " >= ?1)) ORDER BY w.id"
+#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join) \
+    X(FLEET_WORKERS, STORE_FLEET_WORKERS(lo, n3, ttl)) \
+    X(FLEET_LEASES_RANGE, STORE_FLEET_LEASES(lo, n3, STORE_FLEET_IN_RANGE(lo, n3))) \
+    X(FLEET_UNITS_RANGE, STORE_FLEET_UNITS(join, STORE_FLEET_IN_RANGE(lo, n3))) \
+    X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
+    X(FLEET_UNITS_BATCH, STORE_FLEET_UNITS(join, STORE_FLEET_OF_BATCH(lo, n2)))
+
 /* Operator views (store_admin.c): the worker list and the /metrics gauges.
  * Queue depth reads the partial indexes requests_ready / requests_leased. */
 #define STORE_SQL_ADMIN(X) \
@@ -341,7 +387,7 @@
       "WHERE worker_id = w.id ORDER BY canonical)), " \
       "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
       "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
-      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "l.worker_id = w.id AND l.released_at IS NULL), w.hourly_cost_micros " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
     X(DEPTH_QUEUED, "SELECT model, count(*) FROM requests WHERE status = 'queued' GROUP BY model") \
     X(DEPTH_LEASED, "SELECT model, count(*) FROM requests WHERE status = 'leased' GROUP BY model") \
@@ -548,7 +594,7 @@
       "worker_models WHERE worker_id = w.id) wm), " \
       "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
       "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
-      "l.worker_id = w.id AND l.released_at IS NULL) " \
+      "l.worker_id = w.id AND l.released_at IS NULL), w.hourly_cost_micros " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
     X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
                          "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY batch_id, model " \
@@ -576,6 +622,7 @@
       "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
       "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
+    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN") \
     STORE_SQL_PG_HOT(X)
 
 /* The row-locked hot paths on PostgreSQL: leasing takes its rows

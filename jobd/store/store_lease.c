@@ -86,7 +86,8 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
                           char id_out[ID_MAX])
 {
     if (!w || !text_len_ok(w->name, 1, 128) || !text_len_ok(w->device ? w->device : "", 0, 128) ||
-        w->kv_tokens < 0 || w->pack_size < 0 || w->n_models < 1 ||
+        w->kv_tokens < 0 || w->pack_size < 0 || w->hourly_cost_micros < 0 ||
+        w->hourly_cost_micros > STORE_HOURLY_COST_MAX || w->n_models < 1 ||
         w->n_models > STORE_WORKER_MAX_MODELS || !w->models)
         return ERR_INVAL;
     for (size_t i = 0; i < w->n_models; i++)
@@ -103,7 +104,7 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
     if (s && !(rc = bind_texts(st, s, 1, id, w->name)) &&
         !(rc = store_bind_text(st, s, 3, w->device ? w->device : "")) &&
         !(rc = store_bind_int(st, s, 4, w->kv_tokens)) && !(rc = store_bind_int(st, s, 5, w->pack_size)) &&
-        !(rc = store_bind_int(st, s, 6, now)))
+        !(rc = store_bind_int(st, s, 6, now)) && !(rc = store_bind_int(st, s, 7, w->hourly_cost_micros)))
         rc = store_step_done(st, s, "insert worker");
     for (size_t i = 0; !rc && i < 2 * w->n_models; i++) {
         const struct store_model_name *m = &w->models[i / 2];
@@ -667,12 +668,16 @@ int store_lease_open(struct store *st, const char *lease_id, const char *worker_
         (rc = store_bind_text(st, s, 3, model)) || (rc = store_bind_int(st, s, 4, n_requests)) ||
         (rc = store_bind_int(st, s, 5, now)) || (rc = store_bind_int(st, s, 6, expires_at)))
         return rc;
-    if (st->depth) /* inside the acquire, whose error rolls back whole: no savepoint */
-        return store_step_done(st, s, "insert lease");
-    if ((rc = store_w_begin(st)))
+    int own = st->depth == 0; /* inside the acquire, whose error rolls back whole: no savepoint */
+    if (own && (rc = store_w_begin(st)))
         return rc;
-    rc = store_step_done(st, s, "insert lease");
-    return store_w_end(st, rc);
+    if (!(rc = store_step_done(st, s, "insert lease"))) {
+        /* which batches it serves (fleet cost), from the requests just claimed */
+        s = store_stmt(st, S_LEASE_BATCHES_FILL, &rc);
+        if (s && !(rc = store_bind_text(st, s, 1, lease_id)))
+            rc = store_step_done(st, s, "lease batches");
+    }
+    return own ? store_w_end(st, rc) : rc;
 }
 
 /* ---- heartbeat -------------------------------------------------------------------------------- */

@@ -763,11 +763,12 @@ def test_models_and_workers_show_the_worker():
     r = jobctl(["workers"], {**env, "JOBD_ADMIN_TOKEN": AT})
     assert r.returncode == 0, r.stderr
     head, *rows = r.stdout.splitlines()
-    assert head.split() == ["ID", "NAME", "DEVICE", "LIVE", "LEASES", "REQUESTS", "TOK/S", "LAST_SEEN", "MODELS"]
+    assert head.split() == ["ID", "NAME", "DEVICE", "LIVE", "LEASES", "REQUESTS", "TOK/S", "PER_HOUR", "LAST_SEEN",
+                            "MODELS"]
     assert len(rows) == 1, r.stdout
     cols = rows[0].split()
-    assert cols[0] == w.worker_id and cols[1:7] == ["gpu-box-7", "cpu", "yes", "1", "2", "42.5"], cols
-    assert cols[8] == "SmolLM2-135M", cols
+    assert cols[0] == w.worker_id and cols[1:8] == ["gpu-box-7", "cpu", "yes", "1", "2", "42.5", "$0.000000"], cols
+    assert cols[9] == "SmolLM2-135M", cols
     # the admin token from the config file works too
     cfg = write(os.path.join(tmpdir(), "config"), f"admin_token = {AT}\n".encode())
     r = jobctl(["workers", "--json"], {**env, "JOBCTL_CONFIG": cfg})

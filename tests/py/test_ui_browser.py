@@ -406,3 +406,60 @@ def test_dashboard_escapes_and_api_down():
         wait(drv, lambda x: css(x, f'tr[data-id="{b["id"]}"]'), "the list again")
     finally:
         drv.quit()
+
+
+def test_dashboard_fleet_cost():
+    """The fleet cost (spec/usage.md "Fleet cost") on the batch page next to
+    its token cost, and on the usage page the cards and the daily charts of
+    fleet cost, idle cost and utilization: every figure the API's."""
+    import time
+    d = Jobd(args=ARGS + ["--worker-costs", "*=36"])  # no-auth mode; 10000 micro-dollars a second
+    shots = shots_dir()
+    w = TestWorker(d.port, WT, model="smollm")
+    w.register()
+    b = batch_with(d, [chat_line(i + 1) for i in range(3)])
+    lease = w.lease(max_requests=3).json()
+    t = int(time.time())
+    while int(time.time()) < t + 2:  # the lease holds across whole seconds (times are unix seconds)
+        time.sleep(0.05)
+    w.results(lease["lease_id"], [success(r) for r in lease["requests"]])
+    b = d.wait_batch(b["id"], statuses=("completed",))
+    fc = b["fleet_cost"]
+    assert fc["amount_micros"] > 0 and fc["worker_ms"] >= 1000, fc
+    drv = browser(shots)
+    try:
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/batch/{b['id']}")
+        wait(drv, lambda x: css(x, "#view-batch").get_attribute("data-status") == "completed", "the batch page")
+        want = "$%.4f" % (fc["amount_micros"] / 1e6)
+        wait(drv, lambda x: text_of(x, ".card.fleet-cost .card-body").startswith(want + " ("), "the fleet cost card")
+        assert text_of(drv, ".card.token-cost .card-body") == "$%.4f" % (b["cost"]["amount_micros"] / 1e6)
+        drv.save_screenshot(os.path.join(shots, "batch-fleet.png"))
+
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/workers")
+        wait(drv, lambda x: text_of(x, f'table.workers tr[data-id="{w.worker_id}"] .per-hour') == "$36.0000",
+             "the worker's price per hour")
+        drv.get(f"http://127.0.0.1:{d.port}/ui/#/usage")
+        wait(drv, lambda x: len(csss(x, "#chart-fleet-cost rect.col")) == 14, "14 daily fleet-cost bars")
+        rep = d.json("GET", "/v1/usage?view=fleet&group_by=day&since=0")
+        day = {x["key"]: x for x in rep["data"]}
+        def bars(x, chart):
+            return {r.get_attribute("data-day"): float(r.get_attribute("data-value"))
+                    for r in csss(x, f"#{chart} rect.col")}
+        for chart, val in (("chart-fleet-cost", lambda u: u["fleet_cost"]["amount_micros"]),
+                           ("chart-fleet-idle", lambda u: u["idle"]["amount_micros"]),
+                           ("chart-utilization", lambda u: round(u["utilization"] * 1000) / 10)):
+            # the idle cost and utilization grow while the worker stays registered: compare with a fresh answer
+            def same(x, chart=chart, val=val):
+                r = d.json("GET", "/v1/usage?view=fleet&group_by=day&since=0")
+                got = bars(x, chart)
+                want = {u["key"]: val(u) for u in r["data"]}
+                return all(abs(v - want.get(k, 0)) < 1e-9 for k, v in got.items()) and \
+                    abs(sum(got.values()) - sum(want.values())) < 1e-9
+            wait(drv, same, f"{chart}: the API's daily figures")
+        assert sum(x["fleet_cost"]["amount_micros"] for x in day.values()) == fc["amount_micros"], day
+        assert text_of(drv, ".card.fleet-cost-total .card-body") == want
+        assert text_of(drv, ".card.fleet-utilization .card-body").endswith("%")
+        drv.save_screenshot(os.path.join(shots, "usage-fleet.png"))
+        no_page_errors(drv)
+    finally:
+        drv.quit()

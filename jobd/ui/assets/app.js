@@ -561,6 +561,8 @@
         card('Completed', fmtInt(c.completed), 'completed'),
         card('Failed', fmtInt(c.failed), 'failed'),
         card('Total', fmtInt(c.total), 'total'),
+        card('Token cost', fmtCost(b.cost && b.cost.amount_micros), 'token-cost'),
+        b.fleet_cost ? card('Fleet cost', fmtCost(b.fleet_cost.amount_micros) + ' (' + fmtDur(Math.round((b.fleet_cost.worker_ms || 0) / 1000)) + ' of workers)', 'fleet-cost') : null,
         card('Throughput', rt.rps ? rt.rps.toFixed(2) + ' req/s' + (rt.tps ? ', ' + Math.round(rt.tps) + ' tok/s' : '') : '\u2014', 'throughput'),
         card('ETA', rt.eta, 'eta'),
         est ? card('Estimated completion (jobd)', est, 'estimate' + (b.deadline_at_risk ? ' risk' : '')) : null,
@@ -643,11 +645,12 @@
       h('td', { class: 'name', text: w.name }), h('td', { text: w.device }), h('td', { text: (w.models || []).join(', ') }),
       h('td', { class: 'num tps', text: (w.tokens_per_s || 0).toFixed(1) }), h('td', null, spark(v.history.get(w.id) || [])),
       h('td', { class: 'num packs', text: fmtInt(w.leases_held) }), h('td', { class: 'num', text: fmtInt(w.requests_held) }),
+      h('td', { class: 'num per-hour', text: fmtCost(w.hourly_cost_micros) }),
       h('td', { title: fmtTime(w.last_heartbeat_at), text: age(w.last_heartbeat_at) }),
       h('td', null, badge(w.live === false ? 'stale' : 'live'))));
     return h('section', { id: 'view-workers' }, h('h1', { text: 'Workers' }),
       h('div', { class: 'cards' }, card('Live workers', fmtInt(live.length), 'n-live'), card('Tokens/s (live)', total.toFixed(1), 'tps-total')),
-      table('workers', ['Name', 'Device', 'Models', 'Tokens/s', 'Recent', 'Packs in flight', 'Requests held', 'Last heartbeat', ''], rows,
+      table('workers', ['Name', 'Device', 'Models', 'Tokens/s', 'Recent', 'Packs in flight', 'Requests held', 'Per hour', 'Last heartbeat', ''], rows,
         'No worker has registered in the last 120 s.'));
   }
 
@@ -662,9 +665,11 @@
       const since = today - (v.days - 1) * 86400;
       const base = v.all ? '/v1/admin/usage' : '/v1/usage';
       const opts = { admin: v.all };
-      let byDay, byModel, byTenant = { data: null, changed: false };
+      let byDay, byModel, fleet, byTenant = { data: null, changed: false };
       try {
         byDay = await api('GET', base + '?group_by=day&since=' + since, opts);
+        /* what the workers cost (spec/usage.md "Fleet cost"): per day, with the fleet's idle time */
+        fleet = await api('GET', base + '?view=fleet&group_by=day&since=' + since, opts);
         byModel = await api('GET', base + '?group_by=model&since=' + since, opts);
         if (v.all) byTenant = await api('GET', base + '?group_by=tenant&since=' + since, opts);
       } catch (e) {
@@ -672,8 +677,8 @@
         return h('section', { id: 'view-usage' }, h('h1', { text: 'Usage of every tenant' }),
           h('p', { class: 'error', id: 'usage-auth', text: 'Every tenant\'s usage needs the admin token: sign out and sign in with it. (' + e.message + ')' }));
       }
-      if (!byDay.changed && !byModel.changed && !byTenant.changed && !v.force) return null;
-      return renderUsage(v, since, byDay.data, byModel.data, byTenant.data);
+      if (!byDay.changed && !byModel.changed && !fleet.changed && !byTenant.changed && !v.force) return null;
+      return renderUsage(v, since, byDay.data, byModel.data, byTenant.data, fleet.data);
     };
     return v;
   }
@@ -728,8 +733,16 @@
       h('td', { class: 'num', text: fmtInt(u.total_tokens) }), h('td', { class: 'num', text: fmtCost(u.cost && u.cost.amount_micros) })));
   }
 
-  function renderUsage(v, since, byDay, byModel, byTenant) {
+  function fmtPct(x) {
+    return (Number(x) || 0).toFixed(1) + '%';
+  }
+
+  function renderUsage(v, since, byDay, byModel, byTenant, fleet) {
     const sums = new Map(((byDay && byDay.data) || []).map((u) => [u.key, u]));
+    const fsums = new Map(((fleet && fleet.data) || []).map((u) => [u.key, u]));
+    const ft = (fleet && fleet.totals) || {}, fl = (fleet && fleet.fleet) || {};
+    const amount = (o) => (o && o.amount_micros) || 0;
+    const pct = (u) => Math.round((u.utilization || 0) * 1000) / 10;
     const models = (byModel && byModel.data) || [];
     const t = (byDay && byDay.totals) || {};
     const scope = v.all ? '&scope=all' : '';
@@ -739,9 +752,16 @@
     return h('section', { id: 'view-usage', 'data-scope': v.all ? 'all' : 'tenant' },
       h('div', { class: 'toolbar' }, h('h1', { text: v.all ? 'Usage of every tenant' : 'Usage' }), pick),
       h('div', { class: 'cards' }, card('Cost', fmtCost(t.cost && t.cost.amount_micros), 'cost-total'), card('Tokens', fmtInt(t.total_tokens), 'tokens-total'),
-        card('Requests', fmtInt(t.num_model_requests), 'requests-total')),
+        card('Requests', fmtInt(t.num_model_requests), 'requests-total'),
+        card('Fleet cost', fmtCost(amount(ft.fleet_cost)), 'fleet-cost-total'),
+        card('Fleet idle', fmtCost(amount(fl.idle)), 'fleet-idle-total'),
+        card('Utilization', fmtPct(pct(fl)), 'fleet-utilization')),
       dayChart('chart-cost', 'Cost per day (UTC)', since, v.days, sums, (u) => (u.cost && u.cost.amount_micros) || 0, fmtCost),
       dayChart('chart-tokens', 'Tokens per day (UTC)', since, v.days, sums, (u) => u.total_tokens || 0, fmtInt),
+      dayChart('chart-fleet-cost', 'Fleet cost per day (UTC): worker time of ' + (v.all ? 'the batches' : 'your batches'), since, v.days, fsums,
+        (u) => amount(u.fleet_cost), fmtCost),
+      dayChart('chart-fleet-idle', 'Fleet idle cost per day (UTC)', since, v.days, fsums, (u) => amount(u.idle), fmtCost),
+      dayChart('chart-utilization', 'Fleet utilization per day (UTC): busy / registered worker time', since, v.days, fsums, pct, fmtPct),
       models.length ? modelChart('chart-models', 'Cost per model', models, (u) => (u.cost && u.cost.amount_micros) || 0, fmtCost) : null,
       models.length ? modelChart('chart-model-tokens', 'Tokens per model', models, (u) => u.total_tokens || 0, fmtInt) : null,
       table('models-usage', ['Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'], rows, 'No usage in this range.'),

@@ -41,7 +41,7 @@ struct fx {
 static void fx_register(struct fx *fx, int64_t now)
 {
     struct store_model_name names[] = {{MODEL, MODEL, 0}, {MODEL, "smollm", 0}};
-    struct store_worker_new w = {"test-worker", "cpu", 4096, 64, names, 2};
+    struct store_worker_new w = {"test-worker", "cpu", 4096, 64, names, 2, 0};
     CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, fx->worker), 0);
 }
 
@@ -437,8 +437,8 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
                                            {MODEL, "smollm", STORE_EP_EMBEDDINGS}};
     struct store_model_name gen_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_COMPLETIONS},
                                            {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_COMPLETIONS}};
-    struct store_worker_new we = {"enc", "cpu", 0, 0, enc_names, 2};
-    struct store_worker_new wg = {"gen", "cuda:0", 0, 0, gen_names, 2};
+    struct store_worker_new we = {"enc", "cpu", 0, 0, enc_names, 2, 0};
+    struct store_worker_new wg = {"gen", "cuda:0", 0, 0, gen_names, 2, 0};
     char enc[ID_MAX], gen[ID_MAX];
     CHECK_EQ_INT(lease_worker_register(fx.st, &we, NOW + 200, enc), 0);
     /* the fixture's worker (registered at NOW) has lapsed by NOW + 200: with only
@@ -514,8 +514,8 @@ TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
     struct store_model_name chat_names[] = {{MODEL, MODEL, STORE_EP_CHAT}, {MODEL, "smollm", STORE_EP_CHAT}};
     struct store_model_name resp_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_RESPONSES},
                                             {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_RESPONSES}};
-    struct store_worker_new wc = {"chat", "cpu", 0, 0, chat_names, 2};
-    struct store_worker_new wr = {"resp", "cpu", 0, 0, resp_names, 2};
+    struct store_worker_new wc = {"chat", "cpu", 0, 0, chat_names, 2, 0};
+    struct store_worker_new wr = {"resp", "cpu", 0, 0, resp_names, 2, 0};
     char cw[ID_MAX], rw[ID_MAX];
     CHECK_EQ_INT(lease_worker_register(fx.st, &wc, NOW + 1, cw), 0);
     a.worker_id = cw;

@@ -1,0 +1,75 @@
+/*
+ * store_fleet.h - the raw facts of fleet cost (spec/usage.md "Fleet cost"):
+ * each worker's registered interval and hourly price, its leases (start,
+ * end, how they ended) and, per lease, the batches it served with the tokens
+ * their results computed. The pricing and attribution over these rows is
+ * jobd/account/fleet.h; this file only reads them.
+ *
+ * A lease's end is min(released_at, expires_at), or min(now, expires_at)
+ * while it is open: a lease whose worker vanished counts until it lapses.
+ * It lapsed when it ended by expiry (released_at NULL or >= expires_at).
+ *
+ * Reads only, one snapshot (store_r_begin); any thread, own connection.
+ */
+#ifndef JOBD_STORE_FLEET_H
+#define JOBD_STORE_FLEET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jobd/store/store.h"
+
+struct store_fleet_worker {
+    char id[ID_MAX];
+    char name[129];
+    char device[129];
+    char model[STORE_MODEL_MAX + 1]; /* its first canonical model (by name), "" if none */
+    int64_t hourly_cost_micros;
+    int64_t registered_at, last_seen;
+    int64_t lease_end;               /* the latest end of its leases, 0 when none */
+};
+
+struct store_fleet_lease {
+    char id[ID_MAX];
+    char worker_id[ID_MAX];
+    char model[STORE_MODEL_MAX + 1]; /* the canonical model it was asked for */
+    int64_t start, end;              /* created_at, and the end above (>= start) */
+    int lapsed;                      /* 1: ended (or will end) by expiry */
+    int open;                        /* 1: not released yet (held, or lapsed and not swept) */
+    int64_t hourly_cost_micros;      /* its worker's, 0 when the worker row is gone */
+};
+
+/* One batch's part of one lease. */
+struct store_fleet_unit {
+    char lease_id[ID_MAX];
+    char batch_id[ID_MAX];
+    char tenant_id[ID_MAX];          /* the batch's tenant, "" when the batch row is gone */
+    int64_t n_requests;              /* its requests handed out in the lease */
+    int64_t prompt_tokens, cached_tokens, completion_tokens; /* sums of its results under the lease */
+};
+
+struct store_fleet {
+    struct store_fleet_worker *workers; /* by id */
+    size_t n_workers;
+    struct store_fleet_lease *leases;   /* in no particular order (fleet.c sorts) */
+    size_t n_leases;
+    struct store_fleet_unit *units;     /* in no particular order */
+    size_t n_units;
+};
+
+/* Read into *out (caller's; store_fleet_release), one snapshot:
+ *   batch_id NULL: the workers whose registered interval meets [since,
+ *     until) (registered before until, and seen at or after since - ttl_s,
+ *     or holding a lease that ends at or after since), the leases with
+ *     start < until and (end > since or start >= since), and their units;
+ *   batch_id set: no workers; the leases that served batch_id and every
+ *     lease of the same workers that overlaps one of them, and their units
+ *     (since, until, ttl_s unused).
+ * now prices the end of open leases. 0, ERR_NOMEM, database errors. */
+int store_fleet_read(struct store *st, int64_t since, int64_t until, int64_t now, int64_t ttl_s,
+                     const char *batch_id, struct store_fleet *out);
+
+/* Free the arrays. NULL ok. */
+void store_fleet_release(struct store_fleet *f);
+
+#endif

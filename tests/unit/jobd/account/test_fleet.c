@@ -1,0 +1,393 @@
+/* Tests for fleet cost (jobd/account/fleet.c over jobd/store/store_fleet.c):
+ * the parsers, the meter, and a scripted fleet on a fixed clock - three
+ * workers of stated hourly cost (one with overlapping leases of two
+ * batches, one that dies mid-lease, one that never works), priced and
+ * attributed on the real store (SQLite, or PostgreSQL with
+ * JOBD_TEST_PG_URL), every figure against the hand computation written in
+ * the comments (spec/usage.md has the same example). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/cfg.h"
+#include "common/err.h"
+#include "jobd/account/fleet.h"
+#include "jobd/intake/ingest.h"
+#include "jobd/store/store_fleet.h"
+#include "jobd/work/lease.h"
+#include "tests/th.h"
+#include "tests/unit/th_pg.h"
+
+#define NOW 1700000000
+#define T0 (NOW + 100) /* 2023-11-14T22:15:00Z: the scenario ends before midnight */
+#define MODEL "SmolLM2-135M-Instruct"
+
+TEST(fleet_micros_parse_exact_decimals)
+{
+    int64_t v = -1;
+    CHECK_EQ_INT(cfg_parse_micros("2.5", 10000000000LL, &v), 0);
+    CHECK_EQ_INT(v, 2500000);
+    CHECK_EQ_INT(cfg_parse_micros("0.000001", 10000000000LL, &v), 0);
+    CHECK_EQ_INT(v, 1);
+    CHECK_EQ_INT(cfg_parse_micros("10000", 10000000000LL, &v), 0);
+    CHECK_EQ_INT(v, 10000000000LL);
+    const char *bad[] = {"", "-1", "1.", ".5", "1.0000001", "10000.000001", "1e3", "1,5", "abc", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_EQ_INT(cfg_parse_micros(bad[i], 10000000000LL, &v), ERR_INVAL);
+}
+
+TEST(fleet_costs_parse_classes_and_refuse_bad_ones)
+{
+    struct fleet_costs c;
+    char msg[300];
+    CHECK_EQ_INT(fleet_costs_parse("gpu-*=2.50/h,cpu-*=0.1,*=0", &c, msg, sizeof msg), 0);
+    CHECK_EQ_INT((int)c.n, 3);
+    CHECK_EQ_INT(fleet_cost_for(&c, "gpu-node-1/0", 7), 2500000);
+    CHECK_EQ_INT(fleet_cost_for(&c, "cpu-a", 7), 100000);
+    CHECK_EQ_INT(fleet_cost_for(&c, "other", 7), 0); /* the catch-all wins over the declaration */
+    CHECK_EQ_INT(fleet_costs_parse("gpu-*=2.50", &c, msg, sizeof msg), 0);
+    CHECK_EQ_INT(fleet_cost_for(&c, "other", 7), 7);
+    CHECK_EQ_INT(fleet_costs_parse(NULL, &c, msg, sizeof msg), 0);
+    CHECK_EQ_INT((int)c.n, 0);
+    const char *bad[] = {"gpu", "=1", "gpu=-1", "gpu=10000.01", "gpu=1e9", "a=1,a=2", "a=1,", "a=1,,b=2", "a=$1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msg[0] = 0;
+        CHECK_EQ_INT(fleet_costs_parse(bad[i], &c, msg, sizeof msg), ERR_INVAL);
+        CHECK(msg[0] != 0);
+    }
+}
+
+TEST(fleet_meter_pieces_add_up_to_the_whole)
+{
+    /* $1/h = 1e6 micro-dollars per 3600 s: 277.7 per second, floored on the absolute clock */
+    int64_t h = 1000000, sum = 0;
+    for (int64_t t = T0; t < T0 + 3600; t += 7)
+        sum += fleet_meter_cost(h, t, t + 7 < T0 + 3600 ? t + 7 : T0 + 3600);
+    CHECK_EQ_INT(sum, fleet_meter_cost(h, T0, T0 + 3600));
+    CHECK_EQ_INT(fleet_meter_cost(h, T0, T0 + 3600), 1000000);
+    CHECK_EQ_INT(fleet_meter_cost(h, T0 + 5, T0), 0);
+    CHECK_EQ_INT(fleet_meter_cost(3600000, T0, T0 + 1), 1000);
+    /* the largest price over the largest clock does not overflow */
+    CHECK_EQ_INT(fleet_meter_cost(STORE_HOURLY_COST_MAX, 4000000000LL, 4000000000LL + 3600), STORE_HOURLY_COST_MAX);
+}
+
+/* ---- the scripted fleet ------------------------------------------------------------------------ */
+
+struct fx {
+    const char *dir;
+    struct store *st;
+    struct store_tenant ta, tb;
+    int n_files;
+};
+
+static void fx_worker(struct fx *fx, const char *name, int64_t hourly, int64_t now, char id[ID_MAX])
+{
+    struct store_model_name names[] = {{MODEL, MODEL, 0}, {MODEL, "smollm", 0}};
+    struct store_worker_new w = {name, "cpu", 4096, 64, names, 2, hourly};
+    CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, id), 0);
+}
+
+/* A batch of n chat requests of tenant t, ingested (in_progress). */
+static void fx_batch(struct fx *fx, const struct store_tenant *t, int n, char batch_id[ID_MAX])
+{
+    char rel[64], path[800];
+    snprintf(rel, sizeof rel, "files/in-%d", fx->n_files++);
+    snprintf(path, sizeof path, "%s/%s", fx->dir, rel);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    for (int i = 0; i < n; i++)
+        fprintf(f,
+                "{\"custom_id\":\"r-%d\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":"
+                "{\"model\":\"smollm\",\"messages\":[{\"role\":\"user\",\"content\":\"q %d\"}],\"max_tokens\":16}}\n",
+                i, i);
+    fclose(f);
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", t->id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "%s", rel);
+    sf.created_at = NOW;
+    CHECK_EQ_INT(store_file_create(fx->st, &sf), 0);
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0};
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_create(fx->st, t->id, &nb, NOW, &b), 0);
+    snprintf(batch_id, ID_MAX, "%s", b.id);
+    store_batch_release(&b);
+    struct ingest_limits lim;
+    ingest_limits_default(&lim);
+    struct ingest_report rep;
+    CHECK_EQ_INT(ingest_batch(fx->st, batch_id, &lim, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.outcome, INGEST_VALID);
+}
+
+static void fx_lease(struct fx *fx, const char *worker, int n, int64_t now, struct store_lease *l)
+{
+    struct store_lease_ask ask = {worker, MODEL, n, 0, 0, 60};
+    memset(l, 0, sizeof *l);
+    CHECK_EQ_INT(lease_acquire(fx->st, NULL, &ask, now, l), 0);
+    CHECK_EQ_INT((int)l->n, n);
+}
+
+/* Every item of l succeeds with the given tokens each. */
+static void fx_commit(struct fx *fx, const struct store_lease *l, const char *worker, int64_t now, int64_t prompt,
+                      int64_t cached, int64_t completion)
+{
+    struct store_result rs[8];
+    enum store_commit_outcome oc[8];
+    CHECK(l->n <= 8);
+    for (size_t i = 0; i < l->n; i++)
+        rs[i] = (struct store_result){.request_id = l->items[i].id, .kind = STORE_RESULT_SUCCESS,
+                                      .status_code = 200, .body = "{\"object\":\"chat.completion\"}",
+                                      .body_len = 28, .prompt_tokens = prompt, .completion_tokens = completion,
+                                      .cached_tokens = cached};
+    CHECK_EQ_INT(lease_results_commit(fx->st, NULL, l->id, worker, rs, l->n, now, oc), 0);
+    for (size_t i = 0; i < l->n; i++)
+        CHECK_EQ_INT(oc[i], STORE_COMMIT_OK);
+}
+
+static const struct fleet_bucket *bucket(const struct fleet_report *r, const char *key)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->buckets[i].key, key) == 0)
+            return &r->buckets[i];
+    return NULL;
+}
+
+static const struct fleet_worker_fig *fig(const struct fleet_report *r, const char *id)
+{
+    for (size_t i = 0; i < r->n_workers; i++)
+        if (strcmp(r->workers[i].id, id) == 0)
+            return &r->workers[i];
+    return NULL;
+}
+
+static void report(struct fx *fx, enum fleet_group g, const char *tenant, const struct usage_prices *ref,
+                   struct fleet_report *r)
+{
+    struct store_fleet in;
+    CHECK_EQ_INT(store_fleet_read(fx->st, 0, T0 + 1000, T0 + 100, 30, NULL, &in), 0);
+    struct fleet_opts o = {0, T0 + 1000, T0 + 100, 30, g, tenant, NULL, ref};
+    CHECK_EQ_INT(fleet_compute(&in, &o, r), 0);
+    store_fleet_release(&in);
+}
+
+/*
+ * The scenario (seconds after T0; worker ttl 30 s; report at T0+100):
+ *   A  $3.60/h (1000 micro-dollars a second), registered at 0, seen at 95.
+ *      L1 [10, 40): 2 requests of X (acme), each 7 prompt (1 cached) + 3
+ *      generated = 9 computed -> 18.  L2 [20, 50): 2 of Y (bolt), each 20 + 16
+ *      = 36 -> 72.  Pieces: [0,10) idle; [10,20) X; [20,40) X:Y = 18:72, so
+ *      X 4 s, Y 16 s; [40,50) Y; [50,100) idle.
+ *      X 14 s = 14000, Y 26 s = 26000, idle 60 s = 60000; registered 100000.
+ *   C  $1.80/h (500 a second), registered at 0, leases X's third request
+ *      at 30 (L3, 60 s) and is never heard of again: gone (30 < 100 - 30),
+ *      its lease lapses at 90. [0,30) idle 15000; [30,90) X, lapsed, 30000.
+ *   B  $7.20/h (2000 a second), registered at 60, seen at 80, never leases:
+ *      [60,100) idle, 80000.
+ * X = 44000 (30000 lapsed), Y = 26000, idle = 155000; the three workers'
+ * registered cost 100000 + 45000 + 80000 = 225000 = 44000 + 26000 + 155000.
+ */
+static void scenario(struct fx *fx, char a[ID_MAX], char b[ID_MAX], char c[ID_MAX], char x[ID_MAX],
+                     char y[ID_MAX])
+{
+    memset(fx, 0, sizeof *fx);
+    fx->dir = th_tmpdir();
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    CHECK_EQ_INT(th_store_open(fx->dir, &so, &fx->st), 0);
+    CHECK_EQ_INT(store_tenant_create(fx->st, "acme", NOW, &fx->ta), 0);
+    CHECK_EQ_INT(store_tenant_create(fx->st, "bolt", NOW, &fx->tb), 0);
+    char files[700];
+    snprintf(files, sizeof files, "%s/files", fx->dir);
+    mkdir(files, 0700);
+    fx_worker(fx, "a", 3600000, T0, a);
+    fx_worker(fx, "c", 1800000, T0, c);
+    fx_batch(fx, &fx->ta, 3, x);
+    struct store_lease l1, l2, l3;
+    fx_lease(fx, a, 2, T0 + 10, &l1);
+    fx_lease(fx, c, 1, T0 + 30, &l3); /* X's last request, before Y exists */
+    CHECK_EQ_STR(l3.items[0].batch_id, x);
+    fx_batch(fx, &fx->tb, 2, y);
+    fx_lease(fx, a, 2, T0 + 20, &l2);
+    CHECK_EQ_STR(l2.items[0].batch_id, y);
+    fx_commit(fx, &l1, a, T0 + 40, 7, 1, 3);
+    fx_commit(fx, &l2, a, T0 + 50, 20, 0, 16);
+    fx_worker(fx, "b", 7200000, T0 + 60, b);
+    CHECK_EQ_INT(store_worker_seen(fx->st, b, -1, T0 + 80), 0);
+    CHECK_EQ_INT(store_worker_seen(fx->st, a, -1, T0 + 95), 0);
+    store_lease_clear(&l1);
+    store_lease_clear(&l2);
+    store_lease_clear(&l3);
+}
+
+static void check_by_batch(const struct fleet_report *r, const char *a, const char *b, const char *c,
+                           const char *x, const char *y)
+{
+    CHECK_EQ_INT((int)r->n, 2);
+    const struct fleet_bucket *bx = bucket(r, x), *by = bucket(r, y);
+    CHECK(bx && by);
+    CHECK_EQ_INT(bx->cost_micros, 44000);
+    CHECK_EQ_INT(bx->worker_ms, 74000);
+    CHECK_EQ_INT(bx->lapsed_micros, 30000);
+    CHECK_EQ_INT(bx->lapsed_ms, 60000);
+    CHECK_EQ_INT(bx->prompt_tokens, 14);
+    CHECK_EQ_INT(bx->cached_tokens, 2);
+    CHECK_EQ_INT(bx->completion_tokens, 6);
+    CHECK_EQ_INT(bx->requests, 3);
+    CHECK_EQ_INT(by->cost_micros, 26000);
+    CHECK_EQ_INT(by->worker_ms, 26000);
+    CHECK_EQ_INT(by->lapsed_micros, 0);
+    CHECK_EQ_INT(by->prompt_tokens, 40);
+    CHECK_EQ_INT(by->completion_tokens, 32);
+    /* effective prices: X computed 18 tokens for 44000 micro-dollars */
+    int64_t in1m, out1m;
+    fleet_effective(bx, &in1m, &out1m);
+    CHECK_EQ_INT(out1m, 2444444444LL);  /* 44000e6 / 18 = 2444444444.4 */
+    CHECK_EQ_INT(in1m, 2095238095LL);   /* 44000e6 * 12 / (18 * 14) = 2095238095.2 */
+    CHECK_EQ_INT(r->total.cost_micros, 70000);
+    /* the fleet: idle is its own line, and everything adds up to registered time x price */
+    CHECK_EQ_INT(r->fleet.cost_micros, 70000);
+    CHECK_EQ_INT(r->fleet.idle_micros, 155000);
+    CHECK_EQ_INT(r->fleet.idle_ms, 130000);
+    CHECK_EQ_INT(r->fleet.registered_ms, 230000);
+    CHECK_EQ_INT(r->fleet.worker_ms, 100000);
+    CHECK_EQ_INT(r->fleet.lapsed_micros, 30000);
+    const struct fleet_worker_fig *fa = fig(r, a), *fb = fig(r, b), *fc = fig(r, c);
+    CHECK(fa && fb && fc);
+    CHECK_EQ_STR(fleet_state_name(fa->state), "idle");
+    CHECK_EQ_STR(fleet_state_name(fb->state), "idle");
+    CHECK_EQ_STR(fleet_state_name(fc->state), "gone");
+    CHECK_EQ_INT(fa->registered_ms, 100000);
+    CHECK_EQ_INT(fa->busy_ms, 40000);
+    CHECK_EQ_INT(fa->idle_micros, 60000);
+    CHECK_EQ_INT(fa->cost_micros, 100000);
+    CHECK_EQ_INT(fa->computed_tokens, 18 + 72);
+    CHECK_EQ_INT(fb->registered_ms, 40000);
+    CHECK_EQ_INT(fb->busy_ms, 0);
+    CHECK_EQ_INT(fb->cost_micros, 80000);
+    CHECK_EQ_INT(fb->idle_micros, 80000);
+    CHECK_EQ_INT(fc->registered_ms, 90000);
+    CHECK_EQ_INT(fc->busy_ms, 60000);
+    CHECK_EQ_INT(fc->busy_micros, 30000);
+    CHECK_EQ_INT(fc->idle_micros, 15000);
+    int64_t reg = 0;
+    for (size_t i = 0; i < r->n_workers; i++)
+        reg += r->workers[i].cost_micros;
+    CHECK_EQ_INT(reg, 225000);
+    CHECK_EQ_INT(r->fleet.cost_micros + r->fleet.idle_micros, reg);
+}
+
+TEST(fleet_scripted_workers_priced_and_attributed_by_hand)
+{
+    struct fx fx;
+    char a[ID_MAX], b[ID_MAX], c[ID_MAX], x[ID_MAX], y[ID_MAX];
+    scenario(&fx, a, b, c, x, y);
+    struct usage_prices ref;
+    char msg[200];
+    CHECK_EQ_INT(usage_prices_parse(MODEL "=150000:600000", &ref, msg, sizeof msg), 0);
+    struct fleet_report r;
+    report(&fx, FLEET_BY_BATCH, NULL, &ref, &r);
+    check_by_batch(&r, a, b, c, x, y);
+    /* reference: X's L1 unit ((14-2)*150000 + 2*75000 + 6*600000) / 1e6 = 5.55 -> 6, its
+     * L3 unit 0 tokens -> 0; Y (40*150000 + 32*600000) / 1e6 = 25.2 -> 25 */
+    CHECK_EQ_INT(bucket(&r, x)->reference_micros, 6);
+    CHECK_EQ_INT(bucket(&r, y)->reference_micros, 25);
+    fleet_report_release(&r);
+
+    /* the lapsed lease swept at 95 (released_at 95 >= expires_at 90): the same figures */
+    struct store_sweep_report sw = {0};
+    CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, T0 + 95, &sw), 0);
+    CHECK_EQ_INT((int)sw.n_leases, 1);
+    report(&fx, FLEET_BY_BATCH, NULL, NULL, &r);
+    check_by_batch(&r, a, b, c, x, y);
+    CHECK_EQ_INT(bucket(&r, x)->reference_micros, 0);
+    fleet_report_release(&r);
+
+    report(&fx, FLEET_BY_TENANT, NULL, NULL, &r);
+    CHECK_EQ_INT((int)r.n, 2);
+    CHECK_EQ_INT(bucket(&r, fx.ta.id)->cost_micros, 44000);
+    CHECK_EQ_INT(bucket(&r, fx.tb.id)->cost_micros, 26000);
+    fleet_report_release(&r);
+
+    report(&fx, FLEET_BY_MODEL, NULL, NULL, &r);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_STR(r.buckets[0].key, MODEL);
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 70000);
+    fleet_report_release(&r);
+
+    /* by day: one day, with the fleet's own time in it */
+    report(&fx, FLEET_BY_DAY, NULL, NULL, &r);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_STR(r.buckets[0].key, "2023-11-14");
+    CHECK_EQ_INT(r.buckets[0].start_time, 1699920000);
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 70000);
+    CHECK_EQ_INT(r.buckets[0].idle_micros, 155000);
+    CHECK_EQ_INT(r.buckets[0].registered_ms, 230000);
+    fleet_report_release(&r);
+
+    /* one tenant: only its batches; the fleet line stays the fleet's */
+    report(&fx, FLEET_BY_BATCH, fx.tb.id, NULL, &r);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_STR(r.buckets[0].key, y);
+    CHECK_EQ_INT(r.total.cost_micros, 26000);
+    CHECK_EQ_INT(r.fleet.idle_micros, 155000);
+    fleet_report_release(&r);
+
+    /* one batch, from its own leases and the workers' overlapping ones */
+    struct store_fleet in;
+    CHECK_EQ_INT(store_fleet_read(fx.st, 0, 0, T0 + 100, 30, x, &in), 0);
+    CHECK_EQ_INT((int)in.n_workers, 0);
+    CHECK_EQ_INT((int)in.n_leases, 3); /* L1, L3, and L2 that overlaps L1 */
+    struct fleet_opts o = {0, INT64_MAX / 4, T0 + 100, 30, FLEET_BY_BATCH, NULL, x, NULL};
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 44000);
+    CHECK_EQ_INT(r.buckets[0].lapsed_micros, 30000);
+    CHECK_EQ_INT(r.buckets[0].worker_ms, 74000);
+    fleet_report_release(&r);
+    store_fleet_release(&in);
+
+    /* a range that cuts the pieces: [T0+30, T0+45) */
+    CHECK_EQ_INT(store_fleet_read(fx.st, T0 + 30, T0 + 45, T0 + 100, 30, NULL, &in), 0);
+    struct fleet_opts o2 = {T0 + 30, T0 + 45, T0 + 100, 30, FLEET_BY_BATCH, NULL, NULL, NULL};
+    CHECK_EQ_INT(fleet_compute(&in, &o2, &r), 0);
+    /* A: [30,40) X:Y 18:72 -> 2000 : 8000, [40,45) Y 5000; C: [30,45) X 7500; no idle */
+    CHECK_EQ_INT(bucket(&r, x)->cost_micros, 9500);
+    CHECK_EQ_INT(bucket(&r, y)->cost_micros, 13000);
+    CHECK_EQ_INT(bucket(&r, x)->prompt_tokens, 0); /* tokens count where their lease started */
+    CHECK_EQ_INT(r.fleet.idle_micros, 0);
+    CHECK_EQ_INT(r.fleet.registered_ms, 30000);
+    fleet_report_release(&r);
+    store_fleet_release(&in);
+    usage_prices_release(&ref);
+    store_close(fx.st);
+}
+
+TEST(fleet_split_is_exact_with_remainders)
+{
+    /* one worker at $1/h (277.7 micro-dollars a second) over 3 units of weights 1:1:1 */
+    struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, T0 + 1, T0 + 11, 0, 0, 1000000};
+    struct store_fleet_unit u[3] = {
+        {"lease_1", "batch_a", "ten_1", 1, 1, 0, 0},
+        {"lease_1", "batch_b", "ten_1", 1, 1, 0, 0},
+        {"lease_1", "batch_c", "ten_1", 1, 1, 0, 0},
+    };
+    struct store_fleet in = {NULL, 0, &l, 1, u, 3};
+    struct fleet_opts o = {0, INT64_MAX / 4, T0 + 100, 30, FLEET_BY_BATCH, NULL, NULL, NULL};
+    struct fleet_report r;
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    /* floor(t * 1e6 / 3600) at T0 + 11 and T0 + 1: 472222253055 - 472222250277 = 2778 */
+    int64_t whole = fleet_meter_cost(1000000, T0 + 1, T0 + 11);
+    CHECK_EQ_INT(whole, 2778);
+    CHECK_EQ_INT((int)r.n, 3);
+    for (int i = 0; i < 3; i++) /* 2778 = 3 x 926 */
+        CHECK_EQ_INT(r.buckets[i].cost_micros, 926);
+    CHECK_EQ_INT(r.total.cost_micros, whole);
+    CHECK_EQ_INT(r.total.worker_ms, 10000);
+    CHECK_EQ_INT(r.buckets[0].worker_ms, 3334); /* 10000 = 3334 + 3333 + 3333: the first gets the rest */
+    CHECK_EQ_INT(r.buckets[1].worker_ms, 3333);
+    CHECK_EQ_INT(r.fleet.idle_micros, 0); /* no worker row: never idle */
+    fleet_report_release(&r);
+}
