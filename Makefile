@@ -259,6 +259,13 @@ $(BUILD)/gpu_bench: $(BUILD)/obj/tests/cuda/bench/gpu_bench.o $(GPU_LIB_OBJ)
 	@$(if $(Q),echo '  LD      $@')
 	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
 
+# The crash simulator's LD_PRELOAD shim (tests/crashsim/crashsim.c): no
+# sanitizers (it is preloaded into the optimised build/jobd), -Werror.
+$(BUILD)/crashsim.so: tests/crashsim/crashsim.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  CC      $@')
+	$(Q)$(CC) $(CSTD) $(WARN) -O2 -g -fPIC -shared -pthread $< -o $@ -ldl
+
 # Benchmark programs: optimised build.
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIBS) | $(BUILD)/obj/lib/layers.ok
@@ -270,7 +277,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIBS) | $(BUILD)/obj/lib/la
 deps:
 	@scripts/install-deps
 
-test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS)
+test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS) $(BUILD)/crashsim.so
 
 # The build runs in a sub-make so that it happens after deps (pkg-config
 # flags are computed when make starts).
