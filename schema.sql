@@ -552,3 +552,10 @@ INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
     SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
         (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
          UNION ALL SELECT '/v1/embeddings') e;
+
+-- @migration 8
+-- files by storage_path: at startup jobd removes the entries of files/ that
+-- no row names (bytes a crash left behind: an upload renamed into place
+-- whose row never committed, a deleted file whose unlink did not happen;
+-- jobd/work/retention.h), one lookup per entry.
+CREATE INDEX files_storage_path ON files(storage_path);
