@@ -96,7 +96,8 @@ static int ff_write(struct ff *f, const char *data, size_t n)
 }
 
 /* Close the frame, sync, rename into place, fill the file row. With no
- * lines the temp file is removed and *used = 0. */
+ * lines the temp file is removed and *used = 0. The names change only in
+ * the page cache: sync_files_dir makes them durable. */
 static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const char *batch_id,
                      const char *kind, int64_t now, int64_t expires_after_s, struct store_file *row, int *used)
 {
@@ -128,14 +129,6 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
         unlink(f->tmp);
         return ERR_IO;
     }
-    char d[STORE_PATH_MAX];
-    int dfd = store_path_dir(dir, STORE_DIR_FILES, d, sizeof d) ? -1
-                                                                 : open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0)
-            rc = ERR_IO;
-        close(dfd);
-    }
     memset(row, 0, sizeof *row);
     snprintf(row->tenant_id, sizeof row->tenant_id, "%s", tenant_id);
     snprintf(row->purpose, sizeof row->purpose, "batch_output");
@@ -146,6 +139,20 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
     snprintf(row->encoding, sizeof row->encoding, "zstd");
     row->created_at = now;
     row->expires_at = expires_after_s > 0 ? now + expires_after_s : 0;
+    return rc;
+}
+
+/* fsync files/: both renames and the removal of an unused temp file are
+ * durable before the transaction that names the files commits (a removal
+ * undone by a power loss would leave a temp file nothing ever collects). */
+static int sync_files_dir(const char *fdir)
+{
+    int dfd = open(fdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd < 0 || fsync(dfd) != 0 ? ERR_IO : 0;
+    if (rc)
+        log_error("finalize: cannot sync '%s': %s", fdir, strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
     return rc;
 }
 
@@ -246,6 +253,8 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
     if (!rc)
         rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, b->output_expires_after_s, &fe, &used_e);
     buf_release(&w.line);
+    if (!rc)
+        rc = sync_files_dir(fdir);
     if (rc) {
         ff_abandon(&w.out);
         ff_abandon(&w.err);

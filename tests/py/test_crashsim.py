@@ -371,6 +371,38 @@ def test_crashsim_power_cut_at_sync_points_normal_durability_never_corrupts():
     crash_suite("normal")
 
 
+def one_batch(api, acks):
+    """A batch of two lines, both answered: its error file is never used."""
+    st, b = api.call("POST", "/v1/jobs", jsonl(2, model="m1"))
+    assert st == 200, b
+    bid = json.loads(b)["id"]
+    api.wait(bid, ("in_progress",))
+    wid = api.worker("/v1/worker/register", {"name": "w", "device": "cpu",
+                                             "models": [{"id": "m1", "aliases": []}]})["worker_id"]
+    lease = api.worker("/v1/worker/lease", {"worker_id": wid, "model": "m1", "max_requests": 8,
+                                            "lease_seconds": 60, "wait_ms": 0})
+    api.results(wid, lease["lease_id"], [answer(q, "first") for q in lease["requests"]])
+    acks["done"] = api.wait(bid, ("completed",))
+
+
+def test_crashsim_finalize_temp_file_removal_is_durable_before_the_batch_completes():
+    """Regression: finalization removed the unused error file's temp file
+    after the last fsync of files/, so a power cut after the batch's final
+    commit brought "<batch>-errors.jsonl.zst.tmp" back, a file no row names.
+    The cut here comes after the scenario (the batch completed, nothing else
+    syncs files/ afterwards); in the "lose" rebuild, files/ must hold
+    exactly the two durable files."""
+    need_build()
+    work = tmpdir()
+    model, acks = recorded_run(os.path.join(work, "run"), 0, "full", steps=one_batch)
+    assert acks.get("done", {}).get("output_file_id"), acks
+    out = os.path.join(work, "lost")
+    model.rebuild(out, "lose")
+    names = sorted(os.listdir(os.path.join(out, "files")))
+    assert not [n for n in names if n.endswith(".tmp")], names
+    assert len(names) == 2, names  # the input and the output
+
+
 def test_crashsim_upload_cut_between_rename_and_commit_leaves_no_orphan():
     """Regression: an upload renamed into files/ whose row never committed
     (the power went at that commit's WAL sync; the client got no answer)
