@@ -19,7 +19,7 @@ int zst_fd_sink(void *ctx, const void *data, size_t n)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return ERR_IO;
+            return errno == ENOSPC || errno == EDQUOT ? ERR_NOSPACE : ERR_IO;
         }
         p += w;
         n -= (size_t)w;

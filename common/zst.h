@@ -31,7 +31,9 @@ typedef int (*zst_sink_fn)(void *ctx, const void *data, size_t n);
 /* Source: fill up to cap bytes. Return bytes read, 0 at end, or a negative ERR_*. */
 typedef ssize_t (*zst_source_fn)(void *ctx, void *data, size_t cap);
 
-/* Ready-made callbacks for a file descriptor; ctx points to the int fd. */
+/* Ready-made callbacks for a file descriptor; ctx points to the int fd.
+ * A failed write is ERR_NOSPACE for ENOSPC / EDQUOT (a full disk), else
+ * ERR_IO; errno keeps the cause. */
 int zst_fd_sink(void *ctx, const void *data, size_t n);
 ssize_t zst_fd_source(void *ctx, void *data, size_t cap);
 /* Sink appending to a struct buf (ctx); ERR_TOOBIG past the buf's cap. */

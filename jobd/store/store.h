@@ -97,7 +97,7 @@
  * Errors: functions return 0 or a negative ERR_* (common/err.h). The
  * driver's result codes (SQLite's numbers, sdb.h; PostgreSQL SQLSTATEs are
  * mapped onto them) are translated here (BUSY/LOCKED -> ERR_BUSY,
- * CORRUPT/NOTADB -> ERR_CORRUPT, IOERR/FULL/CANTOPEN/READONLY/PERM ->
+ * CORRUPT/NOTADB -> ERR_CORRUPT, FULL -> ERR_NOSPACE, IOERR/CANTOPEN/READONLY/PERM ->
  * ERR_IO, NOMEM -> ERR_NOMEM, TOOBIG -> ERR_TOOBIG, CONSTRAINT_UNIQUE /
  * _PRIMARYKEY -> ERR_EXISTS, CONSTRAINT_FOREIGNKEY -> ERR_NOTFOUND, other
  * CONSTRAINT -> ERR_INVAL, others ERR_INTERNAL) and the original message is

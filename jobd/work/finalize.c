@@ -75,7 +75,7 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
  * reads as one in the log. */
 static int ff_io_error(const struct ff *f, int rc, const char *what)
 {
-    if (rc == ERR_IO)
+    if (rc == ERR_IO || rc == ERR_NOSPACE)
         log_error("finalize: %s '%s': %s", what, f->tmp, strerror(errno));
     return rc;
 }

@@ -37,7 +37,8 @@
  *   CRASHSIM_FAIL  KIND:N:ERRNO[,KIND:N:ERRNO]: the N-th call of KIND on a
  *                  recorded file fails with ERRNO (a number or EIO, ENOSPC)
  *                  without running. KIND is "sync" (fsync, fdatasync) or
- *                  "write" (write, pwrite, writev). Logged as "F KIND N ERRNO".
+ *                  "write" (write, pwrite, writev). Logged as "F ino KIND N
+ *                  ERRNO".
  *
  * Log: one text line per call that changed the tree, in the order the calls
  * ran (a single mutex is held across each recorded call and its log line,
@@ -52,7 +53,7 @@
  *   U ino path        unlink
  *   D ino path        rmdir
  *   X n               power cut before the n-th sync
- *   F kind n errno    an injected failure
+ *   F ino kind n err  an injected failure of the n-th call of kind on ino
  * SQLite's -shm file (shared memory, rebuilt by SQLite after a crash) is not
  * recorded.
  *
@@ -285,12 +286,12 @@ static int cs_still(int fd)
 
 /* An injected failure for the next call of kind (count holds the calls so
  * far): 0 or the errno to fail with. Under the mutex. */
-static int cs_injected(const char *kind, long *count)
+static int cs_injected(int fd, const char *kind, long *count)
 {
     long n = ++*count;
     for (int i = 0; i < cs.n_fail; i++) {
         if (cs.fail[i].n == n && strcmp(cs.fail[i].kind, kind) == 0) {
-            cs_log("F %s %ld %d\n", kind, n, cs.fail[i].err);
+            cs_log("F %lu %s %ld %d\n", (unsigned long)cs.fds[fd].ino, kind, n, cs.fail[i].err);
             return cs.fail[i].err;
         }
     }
@@ -475,7 +476,7 @@ ssize_t write(int fd, const void *p, size_t n)
         return r_write(fd, p, n);
     }
     ssize_t r = -1;
-    int err = cs_injected("write", &cs.n_write);
+    int err = cs_injected(fd, "write", &cs.n_write);
     if (!err) {
         off_t off = cs_cur_off(fd);
         r = r_write(fd, p, n);
@@ -499,7 +500,7 @@ ssize_t pwrite(int fd, const void *p, size_t n, off_t off)
         return r_pwrite(fd, p, n, off);
     }
     ssize_t r = -1;
-    int err = cs_injected("write", &cs.n_write);
+    int err = cs_injected(fd, "write", &cs.n_write);
     if (!err) {
         r = r_pwrite(fd, p, n, off);
         err = errno;
@@ -527,7 +528,7 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
         return r_writev(fd, iov, cnt);
     }
     ssize_t r = -1;
-    int err = cs_injected("write", &cs.n_write);
+    int err = cs_injected(fd, "write", &cs.n_write);
     if (!err) {
         off_t off = cs_cur_off(fd);
         r = r_writev(fd, iov, cnt);
@@ -580,7 +581,7 @@ static int cs_sync(int fd, int (*real)(int))
         return real(fd);
     }
     int r = -1;
-    int err = cs_injected("sync", &cs.n_sync);
+    int err = cs_injected(fd, "sync", &cs.n_sync);
     if (!err && cs.armed && cs.fds[fd].cut_file && cs.cut_at > 0 && ++cs.n_cut == cs.cut_at) {
         cs_log("X %ld\n", cs.n_cut);
         kill(getpid(), SIGKILL);

@@ -15,6 +15,9 @@ studies use, strict POSIX rather than one file system's habits):
     name changes are kept as a prefix in the order they were made (a file
     system's metadata journal commits in order), durable ones always.
   - A file reachable only through a name that was undone is gone.
+  - After a failed fsync (an injected EIO) the writes it should have synced
+    are in limbo: no later fsync makes them durable (Linux may have dropped
+    the dirty pages; PostgreSQL's fsync lesson), so a rebuild may lose them.
 
 Rebuild variants (VARIANTS): "lose" (everything not synced is lost: the
 most pessimistic), "keep" (everything is kept: what kill -9 leaves), and
@@ -52,13 +55,14 @@ def env(data_dir, log, cut=0, fail=None, root=None):
 
 
 class Inode:
-    __slots__ = ("is_dir", "durable", "cur", "pending")
+    __slots__ = ("is_dir", "durable", "cur", "pending", "limbo")
 
     def __init__(self, is_dir, data=b""):
         self.is_dir = is_dir
         self.durable = bytes(data)      # the bytes at the last sync
         self.cur = bytearray(data)      # the bytes after every call
         self.pending = []               # ("w", off, bytes) / ("t", len) since the last sync
+        self.limbo = []                 # pending when an fsync failed: never made durable
 
 
 class Baseline:
@@ -165,7 +169,13 @@ class Model:
                     if m[2] is node:
                         m[0] = True
             else:
-                node.durable = bytes(node.cur)
+                if node.limbo:  # what a failed fsync left in limbo stays out
+                    data = bytearray(node.durable)
+                    for p in node.pending:
+                        _apply(data, p)
+                    node.durable = bytes(data)
+                else:
+                    node.durable = bytes(node.cur)
                 node.pending = []
         elif op in ("C", "M"):
             node = Inode(op == "M")
@@ -186,13 +196,20 @@ class Model:
             self.meta.append([False, ("unlink", parent, name, node), parent])
         elif op == "X":
             self.cut = int(rec[1])
-        # "F" (an injected failure) changes nothing
+        elif op == "F" and rec[2] == "sync":
+            # Linux after a failed fsync: the dirty pages may be dropped (or
+            # marked clean); a later fsync does not write them
+            # (PostgreSQL's fsync lesson). A failed write changes nothing.
+            node = self.by_ino[int(rec[1])]
+            if not node.is_dir:
+                node.limbo += node.pending
+                node.pending = []
 
     # ---- rebuild ------------------------------------------------------------
 
     def _content(self, node, mode, rnd):
         data = bytearray(node.durable)
-        for p in node.pending:
+        for p in node.limbo + node.pending:
             if mode == "lose":
                 break
             if p[0] == "t":
@@ -252,6 +269,17 @@ class Model:
                     with open(p, "wb") as f:
                         f.write(self._content(child, mode, rnd))
         write(self.root, out_dir)
+
+
+def _apply(data, p):
+    if p[0] == "t":
+        del data[p[1]:]
+        data.extend(b"\0" * max(0, p[1] - len(data)))
+    else:
+        _, off, chunk = p
+        if len(data) < off:
+            data.extend(b"\0" * (off - len(data)))
+        data[off:off + len(chunk)] = chunk
 
 
 def replay(base, log):

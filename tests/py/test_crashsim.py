@@ -55,11 +55,17 @@ class Cut(Exception):
     """jobd went away (the power was cut)."""
 
 
-class Api:
-    """HTTP to jobd; any transport error is the cut."""
+class Refused(Exception):
+    """jobd answered 5xx (an injected I/O error)."""
 
-    def __init__(self, port):
+
+class Api:
+    """HTTP to jobd; any transport error is the cut; with faulty set, a 5xx
+    raises Refused."""
+
+    def __init__(self, port, faulty=False):
         self.port = port
+        self.faulty = faulty
 
     def call(self, method, path, body=None, headers=None, token=None):
         h = dict(headers or {})
@@ -69,11 +75,14 @@ class Api:
         try:
             c.request(method, path, body=body, headers=h)
             r = c.getresponse()
-            return r.status, r.read()
+            st, got = r.status, r.read()
         except (OSError, http.client.HTTPException) as e:
             raise Cut(str(e))
         finally:
             c.close()
+        if self.faulty and st >= 500:
+            raise Refused(method, path, st, got)
+        return st, got
 
     def json(self, method, path, obj=None, headers=None, token=None, expect=200):
         h = dict(headers or {})
@@ -177,20 +186,35 @@ def start_jobd(data, durability, env=None):
     return p, port
 
 
-def recorded_run(work, cut, durability, steps=scenario, shim_env=None):
+def recorded_run(work, cut, durability, steps=scenario, shim_env=None, fail=None):
     """One shimmed run of steps (the scenario), cut before sync `cut` (0:
-    never; the power goes after the last step then). Returns (model, acks)."""
+    never; the power goes after the last step then), with the shim's
+    CRASHSIM_FAIL = fail. A 5xx under fail ends the steps: acks["refused"]
+    = (method, path, status, body), and whether jobd still answered
+    /healthz after it. Returns (model, acks)."""
     data = os.path.join(work, "data")
     os.makedirs(data)
     base = crashlib.Baseline(data)
     log = os.path.join(work, "shim.log")
-    p, port = start_jobd(data, durability, {**crashlib.env(data, log, cut), **(shim_env or {})})
+    p, port = start_jobd(data, durability, {**crashlib.env(data, log, cut, fail), **(shim_env or {})})
     acks = {}
     try:
-        p.wait_http(port, timeout=30)
-        steps(Api(port), acks)
+        try:
+            p.wait_http(port, timeout=30)
+        except AssertionError:
+            if not fail or p.p.poll() in (None, 0):
+                raise
+            acks["exited"] = p.log()  # an I/O error at startup: jobd refuses to start
+            raise Cut("jobd did not start")
+        steps(Api(port, faulty=bool(fail)), acks)
     except Cut:
         pass
+    except Refused as e:
+        acks["refused"] = e.args
+        try:
+            acks["alive"] = Api(port).call("GET", "/healthz")[0] == 200
+        except Cut:
+            acks["alive"] = False
     except AssertionError as e:
         # the scenario itself failed while jobd lived: that is a finding,
         # unless the power was cut meanwhile
@@ -430,3 +454,65 @@ def test_crashsim_upload_cut_between_rename_and_commit_leaves_no_orphan():
         finish_and_check(out, acks, "full", f"upload cut, {v}")  # every file named by a row
         if v == "lose":  # the commit's WAL frames are gone: so is the file
             assert os.listdir(os.path.join(out, "files")) == [], os.listdir(os.path.join(out, "files"))
+
+
+# ---- I/O errors --------------------------------------------------------------------------
+
+FAULTS = (("write", "ENOSPC"), ("write", "EIO"), ("sync", "EIO"))
+FAULT_SAMPLE = 6
+
+
+def fault_suite(kind, err):
+    """The scenario with the N-th `kind` call under --data failing with err,
+    for sampled N (every N with CRASHSIM_ALL): the call that hit it answers
+    a clean 5xx (507 for a full disk) with an OpenAI error body, or jobd
+    retries it in the background; jobd keeps serving; and what it
+    acknowledged is durable: the directory rebuilt after a power cut at
+    the end ("lose", the writes of a failed fsync in limbo) passes every
+    check of the crash suite."""
+    need_build()
+    work = tmpdir()
+    model, acks = recorded_run(os.path.join(work, "count"), 0, "full")
+    assert acks.get("end"), acks
+    recs = crashlib.parse(os.path.join(work, "count", "shim.log"))
+    n_calls = sum(1 for r in recs if r[0] == ("W" if kind == "write" else "S"))
+    every = list(range(1, n_calls + 1))
+    if os.environ.get("CRASHSIM_ALL"):
+        pick = every
+    else:
+        pick = sorted(random.Random(int(os.environ.get("TH_SEED", "12345"))).sample(every, FAULT_SAMPLE))
+    n_refused = 0
+    for n in pick:
+        run_dir = os.path.join(work, f"{kind}{n}")
+        where = f"{kind} call {n}/{n_calls} failing with {err}"
+        model, acks = recorded_run(run_dir, 0, "full", fail=f"{kind}:{n}:{err}")
+        if "refused" in acks:
+            n_refused += 1
+            method, path, st, body = acks["refused"]
+            assert st in ((507,) if err == "ENOSPC" else (500, 503)), (where, method, path, st, body[:300])
+            e = json.loads(body).get("error") or {}
+            assert e.get("message") and e.get("type") == "server_error", (where, body[:300])
+            assert (e.get("code") == "insufficient_storage") == (st == 507), (where, body[:300])
+            assert acks.get("alive"), f"{where}: jobd died after answering {st}"
+        elif "exited" in acks:
+            assert " error " in acks["exited"], (where, acks["exited"][-500:])
+        else:
+            assert acks.get("end"), (where, sorted(acks))
+        out = os.path.join(run_dir, "rebuilt")
+        model.rebuild(out, "lose")
+        finish_and_check(out, acks, "full", where)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"crashsim faults {kind}:{err}: {n_calls} calls, {len(pick)} failed one at a time, "
+          f"{n_refused} answered 5xx, 0 failures", flush=True)
+
+
+def test_crashsim_write_enospc_answers_507_and_acknowledges_only_durable_data():
+    fault_suite("write", "ENOSPC")
+
+
+def test_crashsim_write_eio_answers_5xx_and_acknowledges_only_durable_data():
+    fault_suite("write", "EIO")
+
+
+def test_crashsim_fsync_eio_answers_5xx_and_acknowledges_only_durable_data():
+    fault_suite("sync", "EIO")
