@@ -6,6 +6,7 @@
 #   make run          run the main job on the embedded default
 #   make bench        benchmarks, printing ratios against a peer measured in the same run
 #   make fuzz         libFuzzer targets for every parser of outside input (FUZZ_SECONDS each)
+#   make crash        the crash simulator at every sync point and I/O error (scripts/crash)
 #   make check        static checks: -Werror build, cppcheck, banned calls
 #   make clean
 #
@@ -130,7 +131,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(BUILD)/tests/cuda
 endif
 
-.PHONY: all test run bench fuzz check clean deps test-build
+.PHONY: all test run bench fuzz check clean deps test-build crash
 .DEFAULT_GOAL := all
 .SECONDARY:
 
@@ -295,6 +296,10 @@ bench: deps
 
 fuzz: deps
 	@scripts/fuzz
+
+crash: deps
+	@$(MAKE) --no-print-directory $(BUILD)/jobd $(BUILD)/crashsim.so
+	@BUILD=$(BUILD) scripts/crash
 
 check: deps
 	@$(MAKE) --no-print-directory all $(ASAN_BINS)

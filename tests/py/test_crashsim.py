@@ -3,7 +3,8 @@
 One scenario drives a real jobd (build/jobd, under the LD_PRELOAD shim
 build/crashsim.so) through the data path: a multipart upload, a batch
 created from it with an Idempotency-Key, a /v1/jobs upload, ingestion,
-leases, two results commits, finalization of the output file, a cancel
+leases, two results commits (one line a transient error: dead-lettered at
+--max-attempts 1), finalization of the output and error files, a cancel
 (its error file), an expiry (completion_window 1 s) and a file expiry
 (expires_after 1 s). A first run counts the sync points (fsync/fdatasync of
 a file or directory under --data); then, for each chosen point N, a fresh
@@ -15,8 +16,11 @@ what is left, and these must hold (check()):
   --durability full: every 2xx is there: the uploaded files byte for byte,
   the batches, the Idempotency-Key answers the same batch, every result
   committed (its answer "first") is in the final output exactly once with
-  that answer, an output file downloaded before the cut is the same bytes,
-  a cancel is honoured, an expired upload stays gone.
+  that answer, a dead-lettered one in the error file, an output file
+  downloaded before the cut is the same bytes, a cancel is honoured, an
+  expired upload stays gone.
+  --durability normal: what survived is a prefix of what was acknowledged
+  (the uploads, batches and the cancel, in the order their 2xx came).
   Always: jobd starts; PRAGMA integrity_check is ok; no files row names a
   missing or short file (each decompresses to its bytes and sha256); no
   file under files/ that no row names, nothing left in tmp/; no request
@@ -46,7 +50,7 @@ from jobdlib import jsonl, multipart, zstd_compress, zstd_decompress
 TIMEOUT = 1800
 WT = "crash-worker-token"
 FLAGS = ["--worker-token", WT, "--sweep-interval", "100ms", "--lease-min", "1s", "--retry-backoff", "1s",
-         "--window-min", "1s", "--expiry-min", "1s", "--log-level", "warn"]
+         "--window-min", "1s", "--expiry-min", "1s", "--max-attempts", "1", "--log-level", "warn"]
 SAMPLE = 16
 JOBD = os.environ.get("CRASHSIM_JOBD") or os.path.join(ROOT, "build", "jobd")  # another build: a planted bug
 
@@ -115,6 +119,11 @@ class Api:
             time.sleep(0.02)
 
 
+def transient(q):
+    return {"request_id": q["request_id"], "status": "error",
+            "error": {"class": "transient", "code": "device_error", "message": "device lost"}}
+
+
 def answer(q, tag):
     body = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": q["body"]["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": f"{tag} {q['custom_id']}"},
@@ -155,10 +164,13 @@ def scenario(api, acks):
                                             "lease_seconds": 2, "wait_ms": 0})
     qs = sorted(lease["requests"], key=lambda q: q["custom_id"])
     assert len(qs) == 3, lease
-    acks["committed"] = []
-    for chunk in (qs[:1], qs[1:]):
-        r = api.results(wid, lease["lease_id"], [answer(q, "first") for q in chunk])
-        acks["committed"] += [q["custom_id"] for q, x in zip(chunk, r["results"]) if x["status"] == "ok"]
+    acks["committed"], acks["dead"] = [], []
+    for chunk in (qs[:1], qs[1:]):  # the last one fails transiently: at --max-attempts 1, dead-lettered
+        lines = [answer(q, "first") if q is not qs[-1] else transient(q) for q in chunk]
+        r = api.results(wid, lease["lease_id"], lines)
+        for q, x in zip(chunk, r["results"]):
+            if x["status"] in ("ok", "dead_lettered"):
+                acks["dead" if x["status"] == "dead_lettered" else "committed"].append(q["custom_id"])
     done = api.wait(acks["b1"], ("completed",))
     st, out = api.call("GET", f"/v1/files/{done['output_file_id']}/content")
     assert st == 200, out
@@ -251,6 +263,13 @@ def finish_and_check(data, acks, durability, where):
             for k in ("b1", "b2", "b3"):
                 if k in acks:
                     must(acks[k] in batches, f"acknowledged batch {k} is gone")
+        if not full:  # normal: what survived is a prefix of what was acknowledged
+            alive = {"file_a": lambda: acks["file_a"] in files, "b1": lambda: acks["b1"] in batches,
+                     "b2": lambda: acks["b2"] in batches, "b3": lambda: acks["b3"] in batches,
+                     "cancelled": lambda: batches.get(acks["b2"], {}).get("status") in ("cancelling", "cancelled")}
+            kept = [(k, alive[k]()) for k in acks if k in alive]
+            first_lost = next((i for i, (_, ok) in enumerate(kept) if not ok), len(kept))
+            must(not any(ok for _, ok in kept[first_lost:]), f"not a prefix of the acknowledged history: {kept}")
         if full and "b1" in acks:
             again = api.json("POST", "/v1/batches", {"input_file_id": acks["file_a"],
                                                      "endpoint": "/v1/chat/completions", "completion_window": "24h"},
@@ -273,6 +292,7 @@ def finish_and_check(data, acks, durability, where):
                                                     "lease_seconds": 2, "wait_ms": 100})
             if lease["requests"]:
                 api.results(wid, lease["lease_id"], [answer(q, "after") for q in lease["requests"]])
+        b1_out, b1_err = {}, {}
         for bid, b in now.items():
             seen = []
             for kind in ("output_file_id", "error_file_id"):
@@ -284,6 +304,8 @@ def finish_and_check(data, acks, durability, where):
                     if bid == acks.get("b1") and kind == "output_file_id":
                         b1_out = {x["custom_id"]: x["response"]["body"]["choices"][0]["message"]["content"]
                                   for x in lines}
+                    if bid == acks.get("b1") and kind == "error_file_id":
+                        b1_err = {x["custom_id"]: x["error"]["code"] for x in lines}
                         if full and "output" in acks and acks["output"][0] == b[kind]:
                             must(got == acks["output"][1], "the output file changed after it was served")
             must(len(seen) == len(set(seen)), f"batch {bid}: a request is in its files twice: {seen}")
@@ -292,6 +314,9 @@ def finish_and_check(data, acks, durability, where):
         if full and "b1" in acks:
             b = now[acks["b1"]]
             must(b["status"] == "completed", f"b1 ended {b['status']}")
+            for cid in acks.get("dead", []):
+                got = b1_err.get(cid)
+                must(got == "max_attempts_exceeded", f"dead-lettered {cid} reads {got!r} in the error file")
             for cid in acks.get("committed", []):
                 must(b1_out.get(cid) == f"first {cid}", f"committed result {cid} reads {b1_out.get(cid)!r}")
             if "output" in acks:
