@@ -76,6 +76,13 @@ int zst_writer_new(int level, zst_sink_fn sink, void *ctx, struct zst_writer **o
     return 0;
 }
 
+int zst_writer_window(struct zst_writer *w, int window_log)
+{
+    if (window_log < 10 || window_log > ZST_WINDOW_LOG_MAX)
+        return ERR_INVAL;
+    return ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_windowLog, window_log)) ? ERR_INVAL : 0;
+}
+
 /* Drive the compressor with the given directive until it has consumed the
  * input and (for flush/end) emptied its buffers. */
 static int zst_writer_pump(struct zst_writer *w, const void *data, size_t n, ZSTD_EndDirective mode)

@@ -72,7 +72,8 @@ int upload_new(const char *tmp_dir, enum upload_encoding enc, uint64_t max_bytes
     }
     if (!(u->sha = sha256_new()) || !(u->dec = malloc(DEC_CHUNK)))
         goto fail;
-    if ((rc = zst_writer_new(level, zst_fd_sink, &u->fd, &u->zw)))
+    if ((rc = zst_writer_new(level, zst_fd_sink, &u->fd, &u->zw)) ||
+        (rc = zst_writer_window(u->zw, ZST_STORED_WINDOW_LOG)))
         goto fail;
     rc = ERR_NOMEM;
     if (enc == UPLOAD_ZSTD) {

@@ -63,6 +63,8 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
         return ERR_IO;
     }
     rc = zst_writer_new(3, zst_fd_sink, &f->fd, &f->zw);
+    if (!rc)
+        rc = zst_writer_window(f->zw, ZST_STORED_WINDOW_LOG);
     if (!rc && !(f->sha = sha256_new()))
         rc = ERR_NOMEM;
     if (rc)
