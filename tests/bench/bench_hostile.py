@@ -12,6 +12,8 @@ what the readers read), then one phase at a time:
             and read it at ~1 KB/s.
   polls     500 worker long polls (wait_ms 5000) opened and dropped before
             their answer, 4 rounds.
+  big lines a 200,000-line JSONL file, 32 of its lines just under the 4 MiB
+            line cap, through POST /v1/jobs and ingested.
 
 During each phase a client polls GET /v1/batches/{id} back to back on a
 fresh connection per request; the script prints its p50 / p99 / max, and
@@ -235,6 +237,45 @@ def main():
                 rounds.append(1)
 
         phase("long polls", p.pid, port, bid, polls, drop_and_reopen, min(phase_s, 10))
+
+        # a JSONL file of 200,000 lines, 32 of them just under the 4 MiB line cap
+        big = "x" * ((4 << 20) - 300)
+        lines = []
+        for i in range(200000):
+            content = big if i % 6250 == 0 else f"Question {i}?"
+            lines.append(json.dumps({"custom_id": f"h-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                     "body": {"model": "smollm", "max_tokens": 4,
+                                              "messages": [{"role": "user", "content": content}]}},
+                                    separators=(",", ":")))
+        data = ("\n".join(lines) + "\n").encode()
+        del lines
+        before = rss_kib(p.pid)
+        poll = Poller(port, bid)
+        poll.start()
+        peak = [before]
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], rss_kib(p.pid))
+                time.sleep(0.05)
+        threading.Thread(target=sample, daemon=True).start()
+        t0 = time.monotonic()
+        st, b = call(port, "POST", "/v1/jobs", data, timeout=600)
+        assert st == 200, b[:300]
+        big_id = json.loads(b)["id"]
+        while True:
+            bo = json.loads(call(port, "GET", f"/v1/batches/{big_id}")[1])
+            if bo["status"] != "validating":
+                break
+            time.sleep(0.1)
+        done.set()
+        poll.stop.set()
+        poll.join()
+        assert bo["status"] == "in_progress" and bo["request_counts"]["total"] == 200000, bo
+        print(f"big lines: {len(data) / 2**20:.0f} MiB, 200,000 lines (32 of 4 MiB) ingested in "
+              f"{time.monotonic() - t0:.1f} s; RSS {before // 1024} MiB before, peak {peak[0] // 1024} MiB; "
+              f"status poll {poll.summary()}", flush=True)
         bo = json.loads(call(port, "GET", f"/v1/batches/{bid}")[1])
         st, out2 = call(port, "GET", f"/v1/files/{out_id}/content")
         assert bo["request_counts"]["completed"] == n_req and out2 == out, "something was lost"
