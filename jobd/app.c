@@ -159,10 +159,11 @@ static int collect_orphans(const struct app_config *cfg)
     if (store_database_is_pg(cfg->store.database))
         return 0;
     struct store *st = NULL;
-    int rc = store_open(cfg->data_dir, &cfg->store, &st);
+    int rc = store_open(cfg->data_dir, &cfg->store, &st); /* logs why it fails */
+    if (rc)
+        return rc;
     int64_t n = 0;
-    if (!rc)
-        rc = retention_orphans(st, &n);
+    rc = retention_orphans(st, &n);
     store_close(st);
     if (rc)
         log_error("cannot collect the orphaned files of %s: %s", cfg->data_dir, err_msg(rc));

@@ -27,10 +27,16 @@ what is left, and these must hold (check()):
   both queued or leased and holding a result; every request ends in
   exactly one of its batch's output and error files.
 
+The same scenario runs with one I/O error injected (fault_suite: the N-th
+write failing with ENOSPC or EIO, the N-th fsync with EIO), and against
+three planted durability bugs (tests/crashsim/planted/), which the suite
+must catch.
+
 Sampling: `make test` runs SAMPLE sync points chosen with a fixed seed
-(TH_SEED) in two variants; CRASHSIM_ALL=1 runs every sync point in every
-variant (make crash). A failure names the sync point, the variant, and
-keeps the logs and directories under CRASHSIM_KEEP when that is set.
+(TH_SEED) in two variants and FAULT_SAMPLE failing calls of each kind;
+CRASHSIM_ALL=1 runs every sync point in every variant and every call
+(make crash). A failure names the sync point, the variant, and keeps the
+logs and directories under CRASHSIM_KEEP when that is set.
 """
 import hashlib
 import http.client
@@ -367,7 +373,7 @@ def check_disk(data, must):
         db.close()
 
 
-N_CHECKS = 16  # the must() / assert checks of finish_and_check and check_disk
+N_CHECKS = 25  # the must() calls of finish_and_check and check_disk
 
 
 def report(line):
