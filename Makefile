@@ -6,6 +6,7 @@
 #   make run          run the main job on the embedded default
 #   make bench        benchmarks, printing ratios against a peer measured in the same run
 #   make fuzz         libFuzzer targets for every parser of outside input (FUZZ_SECONDS each)
+#   make crash        the crash simulator at every sync point and I/O error (scripts/crash)
 #   make check        static checks: -Werror build, cppcheck, banned calls
 #   make clean
 #
@@ -130,7 +131,7 @@ ifeq ($(CUDA),1)
 TEST_BINS += $(BUILD)/tests/cuda
 endif
 
-.PHONY: all test run bench fuzz check clean deps test-build
+.PHONY: all test run bench fuzz check clean deps test-build crash
 .DEFAULT_GOAL := all
 .SECONDARY:
 
@@ -265,6 +266,13 @@ $(BUILD)/gpu_bench: $(BUILD)/obj/tests/cuda/bench/gpu_bench.o $(GPU_LIB_OBJ)
 	@$(if $(Q),echo '  LD      $@')
 	$(Q)$(CC) $(LDFLAGS_REL) $^ -o $@ $(LDLIBS)
 
+# The crash simulator's LD_PRELOAD shim (tests/crashsim/crashsim.c): no
+# sanitizers (it is preloaded into the optimised build/jobd), -Werror.
+$(BUILD)/crashsim.so: tests/crashsim/crashsim.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo '  CC      $@')
+	$(Q)$(CC) $(CSTD) $(WARN) -O2 -g -fPIC -shared -pthread $< -o $@ -ldl
+
 # Benchmark programs: optimised build.
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIBS) | $(BUILD)/obj/lib/layers.ok
@@ -276,7 +284,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(REL_LIBS) | $(BUILD)/obj/lib/la
 deps:
 	@scripts/install-deps
 
-test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS)
+test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS) $(BUILD)/crashsim.so
 
 # The build runs in a sub-make so that it happens after deps (pkg-config
 # flags are computed when make starts).
@@ -294,6 +302,10 @@ bench: deps
 
 fuzz: deps
 	@scripts/fuzz
+
+crash: deps
+	@$(MAKE) --no-print-directory $(BUILD)/jobd $(BUILD)/crashsim.so
+	@BUILD=$(BUILD) scripts/crash
 
 check: deps
 	@$(MAKE) --no-print-directory all $(ASAN_BINS)

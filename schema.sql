@@ -594,3 +594,10 @@ CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
 CREATE INDEX leases_worker ON leases(worker_id, created_at);
 CREATE INDEX leases_span ON leases(coalesce(released_at, expires_at));
 CREATE INDEX results_lease ON results(lease_id, batch_id);
+
+-- @migration 10
+-- files by storage_path: at startup jobd removes the entries of files/ that
+-- no row names (bytes a crash left behind: an upload renamed into place
+-- whose row never committed, a deleted file whose unlink did not happen;
+-- jobd/work/retention.h), one lookup per entry.
+CREATE INDEX files_storage_path ON files(storage_path);

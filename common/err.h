@@ -19,6 +19,7 @@
     X(INVAL,        "invalid argument")                               \
     X(TOOBIG,       "size limit exceeded")                            \
     X(IO,           "input/output error")                             \
+    X(NOSPACE,      "no space left on device")                        \
     X(NOTFOUND,     "not found")                                      \
     X(EXISTS,       "already exists")                                 \
     X(PARSE,        "malformed input")                                \

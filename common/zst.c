@@ -19,7 +19,7 @@ int zst_fd_sink(void *ctx, const void *data, size_t n)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return ERR_IO;
+            return errno == ENOSPC || errno == EDQUOT ? ERR_NOSPACE : ERR_IO;
         }
         p += w;
         n -= (size_t)w;
@@ -74,6 +74,13 @@ int zst_writer_new(int level, zst_sink_fn sink, void *ctx, struct zst_writer **o
     w->ctx = ctx;
     *out = w;
     return 0;
+}
+
+int zst_writer_window(struct zst_writer *w, int window_log)
+{
+    if (window_log < 10 || window_log > ZST_WINDOW_LOG_MAX)
+        return ERR_INVAL;
+    return ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_windowLog, window_log)) ? ERR_INVAL : 0;
 }
 
 /* Drive the compressor with the given directive until it has consumed the

@@ -25,13 +25,21 @@
 #include "buf.h"
 
 #define ZST_WINDOW_LOG_MAX 27 /* 128 MiB: the largest window we decode */
+/* The window of the files jobd stores (uploads, output and error files):
+ * 128 KiB, so each reader of one (a download decompressed for the client,
+ * ingestion) holds about 128 KiB of window plus the decoder's ~100 KiB,
+ * whatever the file's size (level 3's default window would be 2 MiB at
+ * every frame of 2 MiB or more: 1,000 slow downloads held 3.5 GiB). */
+#define ZST_STORED_WINDOW_LOG 17
 
 /* Sink: consume n compressed bytes. Return 0 or a negative ERR_*. */
 typedef int (*zst_sink_fn)(void *ctx, const void *data, size_t n);
 /* Source: fill up to cap bytes. Return bytes read, 0 at end, or a negative ERR_*. */
 typedef ssize_t (*zst_source_fn)(void *ctx, void *data, size_t cap);
 
-/* Ready-made callbacks for a file descriptor; ctx points to the int fd. */
+/* Ready-made callbacks for a file descriptor; ctx points to the int fd.
+ * A failed write is ERR_NOSPACE for ENOSPC / EDQUOT (a full disk), else
+ * ERR_IO; errno keeps the cause. */
 int zst_fd_sink(void *ctx, const void *data, size_t n);
 ssize_t zst_fd_source(void *ctx, void *data, size_t cap);
 /* Sink appending to a struct buf (ctx); ERR_TOOBIG past the buf's cap. */
@@ -42,6 +50,10 @@ struct zst_writer;
 /* New writer at compression level (1..19; 3 is zstd's default). Returns 0 or
  * ERR_NOMEM/ERR_INVAL; *out written only on success. */
 int zst_writer_new(int level, zst_sink_fn sink, void *ctx, struct zst_writer **out);
+/* Cap the window of the frames written from now on at 2^window_log bytes
+ * (10..ZST_WINDOW_LOG_MAX): their readers need that much memory. 0 or
+ * ERR_INVAL. */
+int zst_writer_window(struct zst_writer *w, int window_log);
 /* Compress n bytes. 0, or the sink's error / ERR_INTERNAL. */
 int zst_writer_write(struct zst_writer *w, const void *data, size_t n);
 /* Emit everything written so far as complete blocks (frame stays open). */

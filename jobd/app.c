@@ -21,6 +21,7 @@
 #include "jobd/intake/ingestq.h"
 #include "jobd/store/store.h"
 #include "jobd/ui/ui.h"
+#include "jobd/work/retention.h"
 #include "jobd/work/sweeper.h"
 #include "jobd/work/wakeup.h"
 
@@ -148,6 +149,27 @@ static void clean_tmp(const char *dir)
         unlink(p);
     }
     closedir(d);
+}
+
+/* SQLite: remove the bytes under files/ that no row names (a crash between
+ * an upload's rename and its commit, an unlink lost with the power), before
+ * anything can be in flight (jobd/work/retention.h). */
+static int collect_orphans(const struct app_config *cfg)
+{
+    if (store_database_is_pg(cfg->store.database))
+        return 0;
+    struct store *st = NULL;
+    int rc = store_open(cfg->data_dir, &cfg->store, &st); /* logs why it fails */
+    if (rc)
+        return rc;
+    int64_t n = 0;
+    rc = retention_orphans(st, &n);
+    store_close(st);
+    if (rc)
+        log_error("cannot collect the orphaned files of %s: %s", cfg->data_dir, err_msg(rc));
+    else if (n > 0)
+        log_info("removed %lld orphaned files under %s/files", (long long)n, cfg->data_dir);
+    return rc;
 }
 
 /* Stop the threads, last started first; each waits for its work in flight. */
@@ -285,6 +307,8 @@ int app_run(const struct app_config *cfg)
         (rc = mkdir_p(cfg->data_dir)) || (rc = mkdir_p(files_dir)) || (rc = mkdir_p(tmp_dir)))
         goto out;
     clean_tmp(tmp_dir);
+    if ((rc = collect_orphans(cfg)))
+        goto out;
     struct api_config ac;
     api_config_from(app, &ac);
     if ((rc = api_new(&ac, &app->api)))

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/err.h"
 #include "common/js.h"
 #include "jobd/http/http.h"
 
@@ -26,6 +27,11 @@ static const struct api_err_entry table[API_ERR__COUNT] = {
 static const struct api_err_entry *entry(enum api_err e)
 {
     return (unsigned)e < API_ERR__COUNT ? &table[e] : &table[API_ERR_INTERNAL];
+}
+
+enum api_err api_err_of_rc(int rc)
+{
+    return rc == ERR_NOSPACE ? API_ERR_INSUFFICIENT_STORAGE : rc == ERR_BUSY ? API_ERR_UNAVAILABLE : API_ERR_INTERNAL;
 }
 
 int api_err_status(enum api_err e)

@@ -55,6 +55,7 @@ struct http_req;
     X(MONTHLY_SPEND_LIMIT,      429, "insufficient_quota",    "monthly_spend_limit_exceeded")           \
     X(INTERNAL,                 500, "server_error",          NULL)                                     \
     X(UNAVAILABLE,              503, "server_error",          NULL)                                     \
+    X(INSUFFICIENT_STORAGE,     507, "server_error",          "insufficient_storage")                   \
     X(STARTING,                 503, "server_error",          "starting")                               \
     X(SHUTTING_DOWN,            503, "server_error",          "shutting_down")
 
@@ -64,6 +65,12 @@ enum api_err {
 #undef API_ERR_ENUM_
     API_ERR__COUNT
 };
+
+/* The entry that answers a failure rc of the server's own (not the
+ * client's): ERR_NOSPACE -> INSUFFICIENT_STORAGE (507: the disk is full,
+ * nothing was stored), ERR_BUSY -> UNAVAILABLE, anything else -> INTERNAL.
+ * Can't fail. */
+enum api_err api_err_of_rc(int rc);
 
 /* The entry's HTTP status, error.type and error.code (NULL for JSON null).
  * Can't fail (an out-of-range e reads as API_ERR_INTERNAL). */

@@ -1183,7 +1183,7 @@ static int jobs_body(struct http_req *req, const char *data, size_t len, void *a
         api_respond_error(req, API_ERR_INVALID_ENCODING, NULL,
                            "The request body is not valid data for its Content-Encoding.");
     else
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(rc));
+        api_respond_error(req, api_err_of_rc(rc), NULL, "Could not store the body: %s.", err_msg(rc));
     return rc;
 }
 
@@ -1303,7 +1303,7 @@ static void jobs_head(struct http_req *req, void *arg)
     snprintf(bi->filename, sizeof bi->filename, "%s", fn && *fn ? fn : "jobs.jsonl");
     int r = upload_new(api->tmp_dir, enc, api->cfg.limits.max_file_bytes, api->cfg.zstd_level, &bi->up);
     if (r) {
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(r));
+        api_respond_error(req, api_err_of_rc(r), NULL, "Could not store the body: %s.", err_msg(r));
         return;
     }
     http_req_body_stream(req, api->cfg.max_upload_bytes, jobs_body, bi);
@@ -1320,7 +1320,7 @@ static void jobs_create(struct http_req *req, void *arg)
         return;
     }
     if (r) {
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the body: %s.", err_msg(r));
+        api_respond_error(req, api_err_of_rc(r), NULL, "Could not store the body: %s.", err_msg(r));
         return;
     }
     char win[32];

@@ -170,7 +170,7 @@ static int fup_body(struct http_req *req, const char *data, size_t len, void *ar
         api_respond_error(req, API_ERR_INVALID_MULTIPART, NULL,
                            "The multipart/form-data body is malformed (%s).", err_msg(rc));
     else
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(rc));
+        api_respond_error(req, api_err_of_rc(rc), NULL, "Could not store the upload: %s.", err_msg(rc));
     return rc;
 }
 
@@ -317,7 +317,7 @@ static void files_create(struct http_req *req, void *arg)
     }
     int r = upload_finish(f->up);
     if (r) {
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Could not store the upload: %s.", err_msg(r));
+        api_respond_error(req, api_err_of_rc(r), NULL, "Could not store the upload: %s.", err_msg(r));
         return;
     }
     struct create_job *cj = calloc(1, sizeof *cj);

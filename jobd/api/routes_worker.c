@@ -71,7 +71,7 @@ static void jerr_from(struct api_job *j, int rc, const char *what)
 static void api_internal(struct api_job *j, int rc, const char *what)
 {
     log_error("%s: %s", what, err_msg(rc));
-    api_job_error(j, rc == ERR_BUSY ? API_ERR_UNAVAILABLE : API_ERR_INTERNAL, NULL, "Internal error (%s): %s.",
+    api_job_error(j, api_err_of_rc(rc), NULL, "Internal error (%s): %s.",
                   what, err_msg(rc));
 }
 

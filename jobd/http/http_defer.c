@@ -62,9 +62,15 @@ int http_req_queue_work(struct http_req *req, void (*work)(void *arg),
 
 /* ---- streamed answer -------------------------------------------------------------------- */
 
-#define STREAM_CHUNK (256u * 1024)
-#define STREAM_QUEUE_MAX (1u << 20)
+/* Per stream: one chunk, at most STREAM_QUEUE_MAX + a chunk queued for the
+ * socket. While the queue is over the mark the stream looks again after
+ * STREAM_POLL_MS, doubling up to STREAM_POLL_MAX_MS while it stays full, so
+ * a thousand clients reading at 1 KB/s cost the loop a few thousand timer
+ * callbacks a second, not 200,000 (each looked every 5 ms). */
+#define STREAM_CHUNK (64u * 1024)
+#define STREAM_QUEUE_MAX (128u * 1024)
 #define STREAM_POLL_MS 5
+#define STREAM_POLL_MAX_MS 250
 
 struct http_stream {
     uv_work_t w;
@@ -76,6 +82,7 @@ struct http_stream {
     char *chunk;
     size_t len;
     int eof, err;
+    unsigned poll_ms; /* the next wait while the queue is full */
 };
 
 static void stream_closed(uv_handle_t *h)
@@ -138,9 +145,12 @@ static void stream_tick(uv_timer_t *t)
 static void stream_next(struct http_stream *s)
 {
     if (http_req_send_queue(s->req) > STREAM_QUEUE_MAX) {
-        uv_timer_start(&s->t, stream_tick, STREAM_POLL_MS, 0);
+        s->poll_ms = s->poll_ms ? (s->poll_ms * 2 > STREAM_POLL_MAX_MS ? STREAM_POLL_MAX_MS : s->poll_ms * 2)
+                                : STREAM_POLL_MS;
+        uv_timer_start(&s->t, stream_tick, s->poll_ms, 0);
         return;
     }
+    s->poll_ms = 0;
     if (uv_queue_work(http_req_loop(s->req), &s->w, stream_work, stream_after) != 0) {
         s->err = ERR_INTERNAL;
         stream_finish(s);

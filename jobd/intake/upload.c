@@ -72,7 +72,8 @@ int upload_new(const char *tmp_dir, enum upload_encoding enc, uint64_t max_bytes
     }
     if (!(u->sha = sha256_new()) || !(u->dec = malloc(DEC_CHUNK)))
         goto fail;
-    if ((rc = zst_writer_new(level, zst_fd_sink, &u->fd, &u->zw)))
+    if ((rc = zst_writer_new(level, zst_fd_sink, &u->fd, &u->zw)) ||
+        (rc = zst_writer_window(u->zw, ZST_STORED_WINDOW_LOG)))
         goto fail;
     rc = ERR_NOMEM;
     if (enc == UPLOAD_ZSTD) {
@@ -216,12 +217,16 @@ int upload_commit(struct upload *u, const char *final_path)
 {
     if (!u->finished || u->fd < 0)
         return ERR_INVAL;
-    if (fsync(u->fd) != 0 || close(u->fd) != 0) {
-        log_error("upload: cannot sync %s: %s", u->tmp_path, strerror(errno));
-        u->fd = -1;
-        return ERR_IO;
+    int r = fsync(u->fd), err = errno;
+    if (close(u->fd) != 0 && r == 0) {
+        r = -1;
+        err = errno;
     }
     u->fd = -1;
+    if (r != 0) {
+        log_error("upload: cannot sync %s: %s", u->tmp_path, strerror(err));
+        return err == ENOSPC || err == EDQUOT ? ERR_NOSPACE : ERR_IO;
+    }
     if (rename(u->tmp_path, final_path) != 0) {
         log_error("upload: cannot rename %s to %s: %s", u->tmp_path, final_path, strerror(errno));
         return ERR_IO;

@@ -43,7 +43,7 @@ int upload_new(const char *tmp_dir, enum upload_encoding enc, uint64_t max_bytes
                struct upload **out);
 
 /* Feed n encoded bytes. Returns 0, ERR_TOOBIG (decoded size over the
- * limit), ERR_CORRUPT (bad zstd/gzip data), ERR_IO (disk), ERR_NOMEM. */
+ * limit), ERR_CORRUPT (bad zstd/gzip data), ERR_NOSPACE (disk full), ERR_IO (disk), ERR_NOMEM. */
 int upload_write(struct upload *u, const void *data, size_t n);
 
 /* End of input: checks the encoded stream ended cleanly (ERR_CORRUPT if
@@ -57,7 +57,7 @@ const char *upload_sha256_hex(const struct upload *u);
 
 /* fsync, close, rename to final_path, fsync its directory. After success
  * the temporary file is gone and upload_free leaves final_path alone.
- * 0 or ERR_IO. */
+ * 0, ERR_NOSPACE (the disk is full) or ERR_IO. */
 int upload_commit(struct upload *u, const char *final_path);
 
 /* Close and unlink the temporary file (if not committed) and free. NULL ok. */

@@ -30,8 +30,8 @@ int store_sqlerr(struct store *st, int sqlite_rc, const char *what)
     case SDB_NOMEM: e = ERR_NOMEM; break;
     case SDB_CORRUPT:
     case SDB_NOTADB: e = ERR_CORRUPT; break;
+    case SDB_FULL: e = ERR_NOSPACE; break;
     case SDB_IOERR:
-    case SDB_FULL:
     case SDB_CANTOPEN:
     case SDB_READONLY:
     case SDB_PERM: e = ERR_IO; break;

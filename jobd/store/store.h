@@ -97,7 +97,7 @@
  * Errors: functions return 0 or a negative ERR_* (common/err.h). The
  * driver's result codes (SQLite's numbers, sdb.h; PostgreSQL SQLSTATEs are
  * mapped onto them) are translated here (BUSY/LOCKED -> ERR_BUSY,
- * CORRUPT/NOTADB -> ERR_CORRUPT, IOERR/FULL/CANTOPEN/READONLY/PERM ->
+ * CORRUPT/NOTADB -> ERR_CORRUPT, FULL -> ERR_NOSPACE, IOERR/CANTOPEN/READONLY/PERM ->
  * ERR_IO, NOMEM -> ERR_NOMEM, TOOBIG -> ERR_TOOBIG, CONSTRAINT_UNIQUE /
  * _PRIMARYKEY -> ERR_EXISTS, CONSTRAINT_FOREIGNKEY -> ERR_NOTFOUND, other
  * CONSTRAINT -> ERR_INVAL, others ERR_INTERNAL) and the original message is
@@ -319,6 +319,9 @@ int store_path_upload_rel(const char *file_id, char rel[STORE_REL_PATH_MAX]);
 /* The storage_path of a batch's output (kind "output") or error ("errors")
  * file. 0 or ERR_TOOBIG. */
 int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_REL_PATH_MAX]);
+/* The storage_path of an entry named `name` of files/ (one path component).
+ * 0, ERR_INVAL, ERR_TOOBIG. */
+int store_path_files_rel(const char *name, char rel[STORE_REL_PATH_MAX]);
 /* The path of a storage_path under data_dir into out (cap bytes). 0,
  * ERR_CORRUPT (rel is absolute or contains ".."), ERR_TOOBIG. */
 int store_path_abs(const char *data_dir, const char *rel, char *out, size_t cap);
@@ -451,6 +454,10 @@ int store_files_expired(struct store *st, int64_t now, int max, struct store_fil
  * removes the bytes first (store_files_expired's storage_path): a crash in
  * between leaves a row without bytes, which the next pass deletes. */
 int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted);
+
+/* *named = 1 when some files row has this storage_path (any tenant, expired
+ * or not), else 0 (index files_storage_path). 0 or a database error. */
+int store_file_path_named(struct store *st, const char *storage_path, int *named);
 
 /* Get a tenant's file. ERR_NOTFOUND if absent or another tenant's. */
 int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out);

@@ -69,6 +69,7 @@
                     "expires_at <= ?1 AND NOT EXISTS (SELECT 1 FROM batches b WHERE "         \
                     "b.status = 'validating' AND b.input_file_id = files.id) "                \
                     "ORDER BY expires_at LIMIT ?2")                                           \
+    X(FILE_NAMED, "SELECT 1 FROM files WHERE storage_path = ?1 LIMIT 1")                      \
     X(FILE_PURGE, "DELETE FROM files WHERE id = ?1 AND expires_at IS NOT NULL AND "            \
                   "expires_at <= ?2")                                                         \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \

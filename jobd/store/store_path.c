@@ -40,6 +40,13 @@ int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_
                STORE_REL_PATH_MAX);
 }
 
+int store_path_files_rel(const char *name, char rel[STORE_REL_PATH_MAX])
+{
+    if (!name || !*name || strchr(name, '/'))
+        return ERR_INVAL;
+    return fit(snprintf(rel, STORE_REL_PATH_MAX, "files/%s", name), STORE_REL_PATH_MAX);
+}
+
 int store_path_abs(const char *data_dir, const char *rel, char *out, size_t cap)
 {
     if (!rel || rel[0] == '/' || strstr(rel, ".."))

@@ -63,6 +63,8 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
         return ERR_IO;
     }
     rc = zst_writer_new(3, zst_fd_sink, &f->fd, &f->zw);
+    if (!rc)
+        rc = zst_writer_window(f->zw, ZST_STORED_WINDOW_LOG);
     if (!rc && !(f->sha = sha256_new()))
         rc = ERR_NOMEM;
     if (rc)
@@ -75,7 +77,7 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
  * reads as one in the log. */
 static int ff_io_error(const struct ff *f, int rc, const char *what)
 {
-    if (rc == ERR_IO)
+    if (rc == ERR_IO || rc == ERR_NOSPACE)
         log_error("finalize: %s '%s': %s", what, f->tmp, strerror(errno));
     return rc;
 }
@@ -96,7 +98,8 @@ static int ff_write(struct ff *f, const char *data, size_t n)
 }
 
 /* Close the frame, sync, rename into place, fill the file row. With no
- * lines the temp file is removed and *used = 0. */
+ * lines the temp file is removed and *used = 0. The names change only in
+ * the page cache: sync_files_dir makes them durable. */
 static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const char *batch_id,
                      const char *kind, int64_t now, int64_t expires_after_s, struct store_file *row, int *used)
 {
@@ -128,14 +131,6 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
         unlink(f->tmp);
         return ERR_IO;
     }
-    char d[STORE_PATH_MAX];
-    int dfd = store_path_dir(dir, STORE_DIR_FILES, d, sizeof d) ? -1
-                                                                 : open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0)
-            rc = ERR_IO;
-        close(dfd);
-    }
     memset(row, 0, sizeof *row);
     snprintf(row->tenant_id, sizeof row->tenant_id, "%s", tenant_id);
     snprintf(row->purpose, sizeof row->purpose, "batch_output");
@@ -146,6 +141,20 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
     snprintf(row->encoding, sizeof row->encoding, "zstd");
     row->created_at = now;
     row->expires_at = expires_after_s > 0 ? now + expires_after_s : 0;
+    return rc;
+}
+
+/* fsync files/: both renames and the removal of an unused temp file are
+ * durable before the transaction that names the files commits (a removal
+ * undone by a power loss would leave a temp file nothing ever collects). */
+static int sync_files_dir(const char *fdir)
+{
+    int dfd = open(fdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd < 0 || fsync(dfd) != 0 ? ERR_IO : 0;
+    if (rc)
+        log_error("finalize: cannot sync '%s': %s", fdir, strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
     return rc;
 }
 
@@ -246,6 +255,8 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
     if (!rc)
         rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, b->output_expires_after_s, &fe, &used_e);
     buf_release(&w.line);
+    if (!rc)
+        rc = sync_files_dir(fdir);
     if (rc) {
         ff_abandon(&w.out);
         ff_abandon(&w.err);

@@ -28,10 +28,11 @@
  * request-output line each (spec/jsonl.md). A frame is closed every
  * FINALIZE_FRAME_BYTES of input, so memory stays bounded whatever the batch
  * size. Files are written to "<name>.tmp", fsynced, and renamed over
- * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst; a re-run after a
- * crash rewrites them from scratch, and the file rows exist only once the
- * final transaction commits. A file with no lines is not created (its id
- * stays null, as OpenAI does). Both files get expires_at = their
+ * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst; a file with no
+ * lines is not created (its temp file is removed; its id stays null, as
+ * OpenAI does); then files/ is fsynced, so both names are durable before
+ * the final transaction commits. A re-run after a crash rewrites them from
+ * scratch, and the file rows exist only once that transaction commits. Both files get expires_at = their
  * created_at + the batch's output_expires_after_s when that is set
  * (retention.h deletes them then).
  *

@@ -63,6 +63,7 @@ void lease_error_from(int err, struct problem *e)
     case ERR_UTF8:
     case ERR_CORRUPT: fail(e, err, 400, "invalid_request", "malformed message"); break;
     case ERR_BUSY: fail(e, err, 503, "busy", "the store is busy; retry"); break;
+    case ERR_NOSPACE: fail(e, err, 507, "insufficient_storage", "the server's disk is full; retry later"); break;
     default: fail(e, err, 500, "server_error", err_msg(err)); break;
     }
 }

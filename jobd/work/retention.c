@@ -3,7 +3,10 @@
  */
 #include "jobd/work/retention.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,4 +50,57 @@ int retention_sweep(struct store *st, int64_t now, int max, int64_t *n_deleted)
     if (n_deleted)
         *n_deleted = deleted;
     return first;
+}
+
+/* fsync files/, so the unlinks before it are durable. 0 or ERR_IO. */
+static int sync_files_dir(struct store *st)
+{
+    char d[STORE_PATH_MAX];
+    int rc = store_path_dir(store_data_dir(st), STORE_DIR_FILES, d, sizeof d);
+    if (rc)
+        return rc;
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        log_error("retention: cannot sync '%s': %s", d, strerror(errno));
+        rc = ERR_IO;
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+int retention_orphans(struct store *st, int64_t *n_removed)
+{
+    char d[STORE_PATH_MAX];
+    int rc = store_path_dir(store_data_dir(st), STORE_DIR_FILES, d, sizeof d);
+    if (rc)
+        return rc;
+    DIR *dir = opendir(d);
+    if (!dir)
+        return errno == ENOENT ? 0 : ERR_IO;
+    int64_t removed = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(dir))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char rel[STORE_REL_PATH_MAX], path[STORE_PATH_MAX];
+        int named = 1;
+        if (store_path_files_rel(e->d_name, rel) ||
+            store_path_abs(store_data_dir(st), rel, path, sizeof path))
+            continue; /* not a name jobd makes */
+        if ((rc = store_file_path_named(st, rel, &named)) || named)
+            continue;
+        if (unlink(path) != 0 && errno != ENOENT) {
+            log_warn("retention: cannot remove orphaned '%s': %s", path, strerror(errno));
+            continue;
+        }
+        log_info("retention: removed '%s', which no file row names (left by a crash)", path);
+        removed++;
+    }
+    closedir(dir);
+    if (!rc && removed > 0)
+        rc = sync_files_dir(st);
+    if (n_removed)
+        *n_removed = removed;
+    return rc;
 }

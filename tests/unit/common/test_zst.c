@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "common/err.h"
 #include "common/zst.h"
@@ -180,5 +181,51 @@ TEST(zst_interop_with_zstd_cli)
     CHECK_EQ_INT(got, n);
     zst_reader_free(r);
     close(fd);
+    free(in);
+}
+
+/* The stored files' window: a reader of a 3 MiB frame written under
+ * ZST_STORED_WINDOW_LOG needs a 128 KiB window, not level 3's 2 MiB (the
+ * memory of each slow download, bench_hostile.py). */
+TEST(zst_writer_window_caps_the_frame_window_readers_allocate)
+{
+    size_t n = 3u << 20;
+    char *in = malloc(n);
+    fill(in, n, 7);
+    for (int capped = 0; capped < 2; capped++) {
+        struct buf c, d;
+        buf_init(&c, 16u << 20);
+        buf_init(&d, 16u << 20);
+        struct zst_writer *w = NULL;
+        CHECK_EQ_INT(zst_writer_new(3, zst_buf_sink, &c, &w), 0);
+        if (capped)
+            CHECK_EQ_INT(zst_writer_window(w, ZST_STORED_WINDOW_LOG), 0);
+        CHECK_EQ_INT(zst_writer_write(w, in, n), 0);
+        CHECK_EQ_INT(zst_writer_end_frame(w), 0);
+        zst_writer_free(w);
+        /* a decoder allowed only that window decodes the capped frame, not the other */
+        ZSTD_DCtx *dc = ZSTD_createDCtx();
+        CHECK(dc != NULL);
+        ZSTD_DCtx_setParameter(dc, ZSTD_d_windowLogMax, ZST_STORED_WINDOW_LOG);
+        char *out = malloc(n);
+        ZSTD_inBuffer ib = {c.data, c.len, 0};
+        ZSTD_outBuffer ob = {out, n, 0};
+        size_t r = ZSTD_decompressStream(dc, &ob, &ib);
+        CHECK_EQ_INT(ZSTD_isError(r) ? 0 : 1, capped);
+        ZSTD_freeDCtx(dc);
+        free(out);
+        CHECK_EQ_INT(zst_decompress_buf(c.data, c.len, &d), 0);
+        CHECK(d.len == n && memcmp(d.data, in, n) == 0);
+        buf_release(&c);
+        buf_release(&d);
+    }
+    struct buf c;
+    buf_init(&c, 1024);
+    struct zst_writer *w = NULL;
+    CHECK_EQ_INT(zst_writer_new(3, zst_buf_sink, &c, &w), 0);
+    CHECK_EQ_INT(zst_writer_window(w, 9), ERR_INVAL);
+    CHECK_EQ_INT(zst_writer_window(w, ZST_WINDOW_LOG_MAX + 1), ERR_INVAL);
+    zst_writer_free(w);
+    buf_release(&c);
     free(in);
 }

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""tests/bench/bench_hostile.py - jobd's memory and latency under hostile load.
+
+A release jobd (build/jobd, default caps) on a fresh data directory, one
+batch of 20,000 requests finished by a scripted worker (its output file is
+what the readers read), then one phase at a time:
+
+  uploads   N connections (default 4,096: the --max-connections default)
+            each start a POST /v1/files of 64 MiB (Content-Length) and send
+            its body at ~100 bytes/s: every upload pipeline is open at once.
+  readers   M clients (default 1,000) each GET the output file's content
+            and read it at ~1 KB/s.
+  polls     500 worker long polls (wait_ms 5000) opened and dropped before
+            their answer, 4 rounds.
+  big lines a 200,000-line JSONL file, 32 of its lines just under the 4 MiB
+            line cap, through POST /v1/jobs and ingested.
+
+During each phase a client polls GET /v1/batches/{id} back to back on a
+fresh connection per request; the script prints its p50 / p99 / max, and
+jobd's RSS before, at the phase's peak (sampled every 100 ms from
+/proc/PID/status) and after the phase's sockets close (VmHWM is the
+process's all-time peak). Nothing is lost: the batch's request_counts and
+output file are checked at the end.
+
+usage: bench_hostile.py [N_UPLOADS] [N_READERS] [PHASE_S]  (defaults 4096 1000 20)
+"""
+import http.client
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+from jobdlib import jsonl, zstd_compress  # noqa: E402
+
+JOBD = os.path.join(ROOT, "build", "jobd")
+WT = "hostile-worker"
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def call(port, method, path, body=None, headers=None, timeout=30):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+class Poller(threading.Thread):
+    """GET /v1/batches/{id} back to back; latencies in ms."""
+
+    def __init__(self, port, bid):
+        super().__init__(daemon=True)
+        self.port, self.bid = port, bid
+        self.lat, self.errors = [], 0
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                st, _ = call(self.port, "GET", f"/v1/batches/{self.bid}", timeout=10)
+                if st != 200:
+                    self.errors += 1
+            except OSError:
+                self.errors += 1
+            self.lat.append((time.monotonic() - t0) * 1000)
+            time.sleep(0.005)
+
+    def summary(self):
+        s = sorted(self.lat) or [0]
+        return (f"{len(s)} polls, p50 {s[len(s) // 2]:.1f} ms, p99 {s[int(len(s) * 0.99)]:.1f} ms, "
+                f"max {s[-1]:.1f} ms, {self.errors} errors")
+
+
+def phase(name, pid, port, bid, start, tick, phase_s):
+    """start() -> list of sockets; tick(socks) every 0.5 s for phase_s."""
+    before = rss_kib(pid)
+    poll = Poller(port, bid)
+    poll.start()
+    t0 = time.monotonic()
+    socks = start()
+    peak = before
+    while time.monotonic() - t0 < phase_s:
+        tick(socks)
+        for _ in range(5):
+            peak = max(peak, rss_kib(pid))
+            time.sleep(0.1)
+    for s in socks:
+        try:
+            s.close()
+        except OSError:
+            pass
+    time.sleep(1.5)
+    poll.stop.set()
+    poll.join()
+    after = rss_kib(pid)
+    print(f"{name}: {len(socks)} sockets, RSS {before // 1024} MiB before, peak {peak // 1024} MiB, "
+          f"{after // 1024} MiB after; status poll {poll.summary()}", flush=True)
+
+
+def main():
+    n_up = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+    n_rd = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    phase_s = float(sys.argv[3]) if len(sys.argv) > 3 else 20
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    work = tempfile.mkdtemp(prefix="hostile-")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    log = open(os.path.join(work, "jobd.log"), "wb")
+    p = subprocess.Popen([JOBD, "--listen", f"127.0.0.1:{port}", "--data", os.path.join(work, "data"),
+                          "--worker-token", WT, "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)))
+    try:
+        for _ in range(300):
+            try:
+                if call(port, "GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        n_req = 20000
+        st, b = call(port, "POST", "/v1/jobs", jsonl(n_req))
+        bid = json.loads(b)["id"]
+        wh = {"Authorization": f"Bearer {WT}", "Content-Type": "application/json"}
+        while json.loads(call(port, "GET", f"/v1/batches/{bid}")[1])["status"] != "in_progress":
+            time.sleep(0.05)
+        wid = json.loads(call(port, "POST", "/v1/worker/register", json.dumps(
+            {"name": "w", "device": "cpu", "models": [{"id": "smollm", "aliases": []}]}), wh)[1])["worker_id"]
+        while True:
+            lease = json.loads(call(port, "POST", "/v1/worker/lease", json.dumps(
+                {"worker_id": wid, "model": "smollm", "max_requests": 1024, "lease_seconds": 120}), wh)[1])
+            if not lease["requests"]:
+                break
+            lines = [{"request_id": q["request_id"], "status": "success",
+                      "response": {"status_code": 200, "body": {"id": "x", "object": "chat.completion",
+                                                                 "choices": [{"index": 0, "message": {
+                                                                     "role": "assistant",
+                                                                     "content": os.urandom(96).hex()},
+                                                                     "finish_reason": "stop"}]}},
+                      "usage": {"prompt_tokens": 5, "completion_tokens": 3, "cached_tokens": 0}}
+                     for q in lease["requests"]]
+            body = zstd_compress(("\n".join(json.dumps(x) for x in lines) + "\n").encode())
+            call(port, "POST", "/v1/worker/results", body,
+                 {**wh, "Content-Type": "application/x-ndjson", "Content-Encoding": "zstd",
+                  "X-Worker-Id": wid, "X-Lease-Id": lease["lease_id"]})
+        while True:
+            bo = json.loads(call(port, "GET", f"/v1/batches/{bid}")[1])
+            if bo["status"] == "completed":
+                break
+            time.sleep(0.1)
+        out_id = bo["output_file_id"]
+        st, out = call(port, "GET", f"/v1/files/{out_id}/content")
+        print(f"setup: {n_req} requests done, output file {len(out) / 1e6:.1f} MB; RSS "
+              f"{rss_kib(p.pid) // 1024} MiB", flush=True)
+
+        def uploads():
+            socks = []
+            for i in range(n_up):
+                c = socket.create_connection(("127.0.0.1", port))
+                c.setblocking(False)
+                hdr = (f"POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
+                       f"Content-Length: {64 << 20}\r\n\r\n--B\r\nContent-Disposition: form-data; name=\"purpose\""
+                       f"\r\n\r\nbatch\r\n--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n"
+                       f"\r\n").encode()
+                try:
+                    c.send(hdr)
+                except OSError:
+                    pass
+                socks.append(c)
+            return socks
+
+        def trickle(socks):
+            line = b'{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{}}\n'[:50]
+            for c in socks:
+                try:
+                    c.send(line)
+                except OSError:
+                    pass
+
+        phase("uploads", p.pid, port, bid, uploads, trickle, phase_s)
+
+        def readers():
+            socks = []
+            for i in range(n_rd):
+                c = socket.create_connection(("127.0.0.1", port))
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                c.setblocking(False)
+                c.send(f"GET /v1/files/{out_id}/content HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                socks.append(c)
+            return socks
+
+        def read_slowly(socks):
+            for c in socks:
+                try:
+                    c.recv(512)  # 512 bytes per 0.5 s: ~1 KB/s
+                except OSError:
+                    pass
+
+        phase("readers", p.pid, port, bid, readers, read_slowly, phase_s)
+
+        def polls():
+            socks = []
+            for i in range(500):
+                c = socket.create_connection(("127.0.0.1", port))
+                body = json.dumps({"worker_id": wid, "model": "nobody", "max_requests": 1, "wait_ms": 5000})
+                c.send((f"POST /v1/worker/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {WT}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+                socks.append(c)
+            return socks
+
+        rounds = []
+
+        def drop_and_reopen(socks):
+            if len(rounds) < 4 and int(time.monotonic() * 2) % 4 == 0:
+                for c in socks:
+                    c.close()
+                socks[:] = polls()
+                rounds.append(1)
+
+        phase("long polls", p.pid, port, bid, polls, drop_and_reopen, min(phase_s, 10))
+
+        # a JSONL file of 200,000 lines, 32 of them just under the 4 MiB line cap
+        big = "x" * ((4 << 20) - 300)
+        lines = []
+        for i in range(200000):
+            content = big if i % 6250 == 0 else f"Question {i}?"
+            lines.append(json.dumps({"custom_id": f"h-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                     "body": {"model": "smollm", "max_tokens": 4,
+                                              "messages": [{"role": "user", "content": content}]}},
+                                    separators=(",", ":")))
+        data = ("\n".join(lines) + "\n").encode()
+        del lines
+        before = rss_kib(p.pid)
+        poll = Poller(port, bid)
+        poll.start()
+        peak = [before]
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], rss_kib(p.pid))
+                time.sleep(0.05)
+        threading.Thread(target=sample, daemon=True).start()
+        t0 = time.monotonic()
+        st, b = call(port, "POST", "/v1/jobs", data, timeout=600)
+        assert st == 200, b[:300]
+        big_id = json.loads(b)["id"]
+        while True:
+            bo = json.loads(call(port, "GET", f"/v1/batches/{big_id}")[1])
+            if bo["status"] != "validating":
+                break
+            time.sleep(0.1)
+        done.set()
+        poll.stop.set()
+        poll.join()
+        assert bo["status"] == "in_progress" and bo["request_counts"]["total"] == 200000, bo
+        print(f"big lines: {len(data) / 2**20:.0f} MiB, 200,000 lines (32 of 4 MiB) ingested in "
+              f"{time.monotonic() - t0:.1f} s; RSS {before // 1024} MiB before, peak {peak[0] // 1024} MiB; "
+              f"status poll {poll.summary()}", flush=True)
+        bo = json.loads(call(port, "GET", f"/v1/batches/{bid}")[1])
+        st, out2 = call(port, "GET", f"/v1/files/{out_id}/content")
+        assert bo["request_counts"]["completed"] == n_req and out2 == out, "something was lost"
+        print(f"end: batch intact ({n_req} completed, output identical); jobd VmHWM "
+              f"{rss_kib(p.pid, 'VmHWM') // 1024} MiB", flush=True)
+    finally:
+        p.kill()
+        p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,615 @@
+"""Power loss at every sync point of jobd's data path (tests/crashsim/).
+
+One scenario drives a real jobd (build/jobd, under the LD_PRELOAD shim
+build/crashsim.so) through the data path: a multipart upload, a batch
+created from it with an Idempotency-Key, a /v1/jobs upload, ingestion,
+leases, two results commits (one line a transient error: dead-lettered at
+--max-attempts 1), finalization of the output and error files, a cancel
+(its error file), an expiry (completion_window 1 s) and a file expiry
+(expires_after 1 s). A first run counts the sync points (fsync/fdatasync of
+a file or directory under --data); then, for each chosen point N, a fresh
+run cuts the power just before sync N (the shim SIGKILLs jobd there),
+crashlib rebuilds the directory as the power loss could have left it in
+each variant (crashlib.VARIANTS), jobd restarts on it, a worker finishes
+what is left, and these must hold (check()):
+
+  --durability full: every 2xx is there: the uploaded files byte for byte,
+  the batches, the Idempotency-Key answers the same batch, every result
+  committed (its answer "first") is in the final output exactly once with
+  that answer, a dead-lettered one in the error file, an output file
+  downloaded before the cut is the same bytes, a cancel is honoured, an
+  expired upload stays gone.
+  --durability normal: what survived is a prefix of what was acknowledged
+  (the uploads, batches and the cancel, in the order their 2xx came).
+  Always: jobd starts; PRAGMA integrity_check is ok; no files row names a
+  missing or short file (each decompresses to its bytes and sha256); no
+  file under files/ that no row names, nothing left in tmp/; no request
+  both queued or leased and holding a result; every request ends in
+  exactly one of its batch's output and error files.
+
+The same scenario runs with one I/O error injected (fault_suite: the N-th
+write failing with ENOSPC or EIO, the N-th fsync with EIO), and against
+three planted durability bugs (tests/crashsim/planted/), which the suite
+must catch.
+
+Sampling: `make test` runs SAMPLE sync points chosen with a fixed seed
+(TH_SEED) in two variants and FAULT_SAMPLE failing calls of each kind;
+CRASHSIM_ALL=1 runs every sync point in every variant and every call
+(make crash). A failure names the sync point, the variant, and keeps the
+logs and directories under CRASHSIM_KEEP when that is set.
+"""
+import hashlib
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+
+import crashlib
+from harness import ROOT, Proc, Skip, free_port, tmpdir
+from jobdlib import jsonl, multipart, zstd_compress, zstd_decompress
+
+TIMEOUT = 1800
+WT = "crash-worker-token"
+FLAGS = ["--worker-token", WT, "--sweep-interval", "100ms", "--lease-min", "1s", "--retry-backoff", "1s",
+         "--window-min", "1s", "--expiry-min", "1s", "--max-attempts", "1", "--log-level", "warn"]
+SAMPLE = 16
+JOBD = os.environ.get("CRASHSIM_JOBD") or os.path.join(ROOT, "build", "jobd")  # another build: a planted bug
+
+
+class Cut(Exception):
+    """jobd went away (the power was cut)."""
+
+
+class Refused(Exception):
+    """jobd answered 5xx (an injected I/O error)."""
+
+
+class Api:
+    """HTTP to jobd; any transport error is the cut; with faulty set, a 5xx
+    raises Refused."""
+
+    def __init__(self, port, faulty=False):
+        self.port = port
+        self.faulty = faulty
+
+    def call(self, method, path, body=None, headers=None, token=None):
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = f"Bearer {token}"
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            st, got = r.status, r.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise Cut(str(e))
+        finally:
+            c.close()
+        if self.faulty and st >= 500:
+            raise Refused(method, path, st, got)
+        return st, got
+
+    def json(self, method, path, obj=None, headers=None, token=None, expect=200):
+        h = dict(headers or {})
+        body = None
+        if obj is not None:
+            body = json.dumps(obj).encode()
+            h["Content-Type"] = "application/json"
+        st, b = self.call(method, path, body, h, token)
+        assert st == expect, (method, path, st, b[:400])
+        return json.loads(b) if b else None
+
+    def worker(self, path, obj):
+        return self.json("POST", path, obj, token=WT)
+
+    def results(self, wid, lease_id, lines):
+        data = zstd_compress(("\n".join(json.dumps(x) for x in lines) + "\n").encode())
+        st, b = self.call("POST", "/v1/worker/results", data,
+                          {"Content-Type": "application/x-ndjson", "Content-Encoding": "zstd",
+                           "X-Worker-Id": wid, "X-Lease-Id": lease_id}, WT)
+        assert st == 200, (st, b[:400])
+        return json.loads(b)
+
+    def wait(self, bid, statuses, timeout=30):
+        deadline = time.monotonic() + timeout
+        while True:
+            b = self.json("GET", f"/v1/batches/{bid}")
+            if b["status"] in statuses:
+                return b
+            assert time.monotonic() < deadline, b
+            time.sleep(0.02)
+
+
+def transient(q):
+    return {"request_id": q["request_id"], "status": "error",
+            "error": {"class": "transient", "code": "device_error", "message": "device lost"}}
+
+
+def answer(q, tag):
+    body = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": q["body"]["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": f"{tag} {q['custom_id']}"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+    return {"request_id": q["request_id"], "status": "success", "response": {"status_code": 200, "body": body},
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "cached_tokens": 0},
+            "timings": {"queue_ms": 1, "prefill_ms": 1, "decode_ms": 1, "device_ms": 1}}
+
+
+INPUT_A = jsonl(3, model="m1")
+INPUT_B = jsonl(4, model="m2")
+INPUT_C = jsonl(2, model="m3")
+INPUT_X = jsonl(1, model="m4")
+
+
+def scenario(api, acks):
+    """The data path, step by step; acks records every 2xx as it arrives."""
+    ct, body = multipart({"purpose": "batch"}, {"file": ("a.jsonl", INPUT_A)})
+    st, b = api.call("POST", "/v1/files", body, {"Content-Type": ct})
+    assert st == 200, b
+    acks["file_a"] = json.loads(b)["id"]
+    b1 = api.json("POST", "/v1/batches", {"input_file_id": acks["file_a"], "endpoint": "/v1/chat/completions",
+                                          "completion_window": "24h"}, headers={"Idempotency-Key": "crash-b1"})
+    acks["b1"] = b1["id"]
+    st, b = api.call("POST", "/v1/jobs", INPUT_B)
+    assert st == 200, b
+    acks["b2"] = json.loads(b)["id"]
+    st, b = api.call("POST", "/v1/jobs?completion_window=1s", INPUT_C)
+    assert st == 200, b
+    acks["b3"] = json.loads(b)["id"]
+    for k in ("b1", "b2"):
+        api.wait(acks[k], ("in_progress",))
+    acks["ingested"] = True
+    wid = api.worker("/v1/worker/register", {"name": "crash", "device": "cpu",
+                                             "models": [{"id": "m1", "aliases": []}]})["worker_id"]
+    lease = api.worker("/v1/worker/lease", {"worker_id": wid, "model": "m1", "max_requests": 64,
+                                            "lease_seconds": 2, "wait_ms": 0})
+    qs = sorted(lease["requests"], key=lambda q: q["custom_id"])
+    assert len(qs) == 3, lease
+    acks["committed"], acks["dead"] = [], []
+    for chunk in (qs[:1], qs[1:]):  # the last one fails transiently: at --max-attempts 1, dead-lettered
+        lines = [answer(q, "first") if q is not qs[-1] else transient(q) for q in chunk]
+        r = api.results(wid, lease["lease_id"], lines)
+        for q, x in zip(chunk, r["results"]):
+            if x["status"] in ("ok", "dead_lettered"):
+                acks["dead" if x["status"] == "dead_lettered" else "committed"].append(q["custom_id"])
+    done = api.wait(acks["b1"], ("completed",))
+    st, out = api.call("GET", f"/v1/files/{done['output_file_id']}/content")
+    assert st == 200, out
+    acks["output"] = (done["output_file_id"], out)
+    api.json("POST", f"/v1/batches/{acks['b2']}/cancel")
+    acks["cancelled"] = True
+    api.wait(acks["b2"], ("cancelled",))
+    api.wait(acks["b3"], ("expired",))
+    ct, body = multipart({"purpose": "batch", "expires_after[anchor]": "created_at",
+                          "expires_after[seconds]": "1"}, {"file": ("x.jsonl", INPUT_X)})
+    st, b = api.call("POST", "/v1/files", body, {"Content-Type": ct})
+    assert st == 200, b
+    acks["file_x"] = json.loads(b)["id"]
+    deadline = time.monotonic() + 30
+    while api.call("GET", f"/v1/files/{acks['file_x']}")[0] != 404:
+        assert time.monotonic() < deadline, "file_x never expired"
+        time.sleep(0.05)
+    acks["file_x_gone"] = True
+    acks["end"] = True
+
+
+def start_jobd(data, durability, env=None):
+    port = free_port()
+    p = Proc([JOBD, "--listen", f"127.0.0.1:{port}", "--data", data, "--durability", durability, *FLAGS], env=env)
+    return p, port
+
+
+def recorded_run(work, cut, durability, steps=scenario, shim_env=None, fail=None):
+    """One shimmed run of steps (the scenario), cut before sync `cut` (0:
+    never; the power goes after the last step then), with the shim's
+    CRASHSIM_FAIL = fail. A 5xx under fail ends the steps: acks["refused"]
+    = (method, path, status, body), and whether jobd still answered
+    /healthz after it. Returns (model, acks)."""
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    base = crashlib.Baseline(data)
+    log = os.path.join(work, "shim.log")
+    p, port = start_jobd(data, durability, {**crashlib.env(data, log, cut, fail), **(shim_env or {})})
+    acks = {}
+    try:
+        try:
+            p.wait_http(port, timeout=30)
+        except AssertionError:
+            if not fail or p.p.poll() in (None, 0):
+                raise
+            acks["exited"] = p.log()  # an I/O error at startup: jobd refuses to start
+            raise Cut("jobd did not start")
+        steps(Api(port, faulty=bool(fail)), acks)
+    except Cut:
+        pass
+    except Refused as e:
+        acks["refused"] = e.args
+        try:
+            acks["alive"] = Api(port).call("GET", "/healthz")[0] == 200
+        except Cut:
+            acks["alive"] = False
+    except AssertionError as e:
+        # the scenario itself failed while jobd lived: that is a finding,
+        # unless the power was cut meanwhile
+        if p.p.poll() is None:
+            raise AssertionError(f"scenario failed before the cut: {e}; log: {p.log()[-1500:]}")
+    if p.p.poll() is None:
+        p.p.send_signal(signal.SIGKILL)
+    p.p.wait()
+    return crashlib.replay(base, log), acks
+
+
+def finish_and_check(data, acks, durability, where):
+    """Restart jobd on a rebuilt directory, finish its work, check."""
+    p, port = start_jobd(data, durability)
+    try:
+        p.wait_http(port, timeout=30)
+    except AssertionError as e:
+        raise AssertionError(f"{where}: jobd does not start on the rebuilt directory: {e}")
+    api = Api(port)
+    full = durability == "full"
+
+    def must(cond, what):
+        if not cond:
+            raise AssertionError(f"{where}: {what}; jobd log: {p.log()[-1200:]}")
+
+    try:
+        files = {f["id"]: f for f in api.json("GET", "/v1/files?limit=10000")["data"]}
+        batches = {b["id"]: b for b in api.json("GET", "/v1/batches?limit=100")["data"]}
+        if full and "file_a" in acks:
+            must(acks["file_a"] in files, "an acknowledged upload is gone")
+            st, got = api.call("GET", f"/v1/files/{acks['file_a']}/content")
+            must(st == 200 and got == INPUT_A, f"an acknowledged upload reads back {st}, {len(got)} bytes")
+        if full:
+            for k in ("b1", "b2", "b3"):
+                if k in acks:
+                    must(acks[k] in batches, f"acknowledged batch {k} is gone")
+        if not full:  # normal: what survived is a prefix of what was acknowledged
+            alive = {"file_a": lambda: acks["file_a"] in files, "b1": lambda: acks["b1"] in batches,
+                     "b2": lambda: acks["b2"] in batches, "b3": lambda: acks["b3"] in batches,
+                     "cancelled": lambda: batches.get(acks["b2"], {}).get("status") in ("cancelling", "cancelled")}
+            kept = [(k, alive[k]()) for k in acks if k in alive]
+            first_lost = next((i for i, (_, ok) in enumerate(kept) if not ok), len(kept))
+            must(not any(ok for _, ok in kept[first_lost:]), f"not a prefix of the acknowledged history: {kept}")
+        if full and "b1" in acks:
+            again = api.json("POST", "/v1/batches", {"input_file_id": acks["file_a"],
+                                                     "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+                             headers={"Idempotency-Key": "crash-b1"})
+            must(again["id"] == acks["b1"], "the Idempotency-Key made a second batch")
+        # finish: a worker answers what is left of b1 ("after"), b2 is cancelled, b3 expires
+        wid = api.worker("/v1/worker/register", {"name": "after", "device": "cpu",
+                                                 "models": [{"id": "m1", "aliases": []}]})["worker_id"]
+        for bid in batches:
+            if batches[bid]["status"] in ("validating", "in_progress", "finalizing") and \
+                    bid not in (acks.get("b1"), acks.get("b3")):
+                api.json("POST", f"/v1/batches/{bid}/cancel", expect=200)
+        deadline = time.monotonic() + 60
+        while True:
+            now = {b["id"]: b for b in api.json("GET", "/v1/batches?limit=100")["data"]}
+            if all(b["status"] in ("completed", "failed", "expired", "cancelled") for b in now.values()):
+                break
+            must(time.monotonic() < deadline, f"batches never end: {[(b['id'], b['status']) for b in now.values()]}")
+            lease = api.worker("/v1/worker/lease", {"worker_id": wid, "model": "m1", "max_requests": 64,
+                                                    "lease_seconds": 2, "wait_ms": 100})
+            if lease["requests"]:
+                api.results(wid, lease["lease_id"], [answer(q, "after") for q in lease["requests"]])
+        b1_out, b1_err = {}, {}
+        for bid, b in now.items():
+            seen = []
+            for kind in ("output_file_id", "error_file_id"):
+                if b.get(kind):
+                    st, got = api.call("GET", f"/v1/files/{b[kind]}/content")
+                    must(st == 200, f"batch {bid}'s {kind} reads {st}")
+                    lines = [json.loads(x) for x in got.decode().splitlines() if x.strip()]
+                    seen += [x["custom_id"] for x in lines]
+                    if bid == acks.get("b1") and kind == "output_file_id":
+                        b1_out = {x["custom_id"]: x["response"]["body"]["choices"][0]["message"]["content"]
+                                  for x in lines}
+                    if bid == acks.get("b1") and kind == "error_file_id":
+                        b1_err = {x["custom_id"]: x["error"]["code"] for x in lines}
+                        if full and "output" in acks and acks["output"][0] == b[kind]:
+                            must(got == acks["output"][1], "the output file changed after it was served")
+            must(len(seen) == len(set(seen)), f"batch {bid}: a request is in its files twice: {seen}")
+            must(len(seen) == b["request_counts"]["total"],
+                 f"batch {bid}: {len(seen)} lines in its files for {b['request_counts']['total']} requests")
+        if full and "b1" in acks:
+            b = now[acks["b1"]]
+            must(b["status"] == "completed", f"b1 ended {b['status']}")
+            for cid in acks.get("dead", []):
+                got = b1_err.get(cid)
+                must(got == "max_attempts_exceeded", f"dead-lettered {cid} reads {got!r} in the error file")
+            for cid in acks.get("committed", []):
+                must(b1_out.get(cid) == f"first {cid}", f"committed result {cid} reads {b1_out.get(cid)!r}")
+            if "output" in acks:
+                must(b["output_file_id"] == acks["output"][0], "b1's output file changed id")
+        if full and acks.get("cancelled"):
+            must(now[acks["b2"]]["status"] == "cancelled", f"a cancel was lost: {now[acks['b2']]['status']}")
+        if full and acks.get("file_x_gone"):
+            st, _ = api.call("GET", f"/v1/files/{acks['file_x']}")
+            must(st == 404, f"an expired upload came back ({st})")
+        # expired uploads must be purged (bytes and row) before the on-disk check
+        deadline = time.monotonic() + 30
+        while any(f.get("expires_at") for f in api.json("GET", "/v1/files?limit=10000")["data"]):
+            must(time.monotonic() < deadline, "an expired upload is never purged")
+            time.sleep(0.05)
+    except Cut as e:
+        raise AssertionError(f"{where}: jobd died after restart: {e}; log: {p.log()[-2000:]}")
+    p.stop()
+    must(p.p.returncode == 0, f"jobd exited {p.p.returncode}")
+    check_disk(data, must)
+
+
+def check_disk(data, must):
+    db = sqlite3.connect(f"file:{os.path.join(data, 'jobd.db')}?mode=ro", uri=True)
+    try:
+        must(db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", "integrity_check fails")
+        named = set()
+        for fid, path, n, sha, enc in db.execute(
+                "SELECT id, storage_path, bytes, sha256, encoding FROM files"):
+            named.add(path)
+            full = os.path.join(data, path)
+            must(os.path.exists(full), f"file {fid} names a missing file {path}")
+            raw = open(full, "rb").read()
+            try:
+                body = zstd_decompress(raw) if enc == "zstd" else raw
+            except Exception as e:  # a torn or short zstd stream
+                raise AssertionError(f"file {fid} ({path}) does not decompress: {e}")
+            must(len(body) == n and hashlib.sha256(body).hexdigest() == sha,
+                 f"file {fid} ({path}) holds {len(body)} bytes, not its {n} (or another sha256)")
+        on_disk = {os.path.relpath(os.path.join(r, f), data) for r, _, fs in os.walk(os.path.join(data, "files"))
+                   for f in fs}
+        must(on_disk <= named, f"orphaned files no row names: {sorted(on_disk - named)}")
+        left = os.listdir(os.path.join(data, "tmp")) if os.path.isdir(os.path.join(data, "tmp")) else []
+        must(not left, f"left in tmp/: {left}")
+        bad = db.execute("SELECT count(*) FROM requests q WHERE q.status IN ('queued', 'leased') AND "
+                         "EXISTS (SELECT 1 FROM results r WHERE r.request_id = q.id)").fetchone()[0]
+        must(bad == 0, f"{bad} requests both queued/leased and done")
+    finally:
+        db.close()
+
+
+N_CHECKS = 25  # the must() calls of finish_and_check and check_disk
+
+
+def report(line):
+    """A suite's count line: stdout, and CRASHSIM_REPORT's file when set
+    (make crash collects them for bench/NOTES.md)."""
+    print(line, flush=True)
+    if os.environ.get("CRASHSIM_REPORT"):
+        with open(os.environ["CRASHSIM_REPORT"], "a") as f:
+            f.write(line + "\n")
+
+
+def points(n_sync):
+    """The sync points to cut at: 1..n_sync+1 (n_sync+1: after the end)."""
+    every = list(range(1, n_sync + 2))
+    if os.environ.get("CRASHSIM_ALL"):
+        return every
+    rnd = random.Random(int(os.environ.get("TH_SEED", "12345")))
+    pick = sorted(rnd.sample(every, min(SAMPLE, len(every))))
+    return pick
+
+
+def crash_suite(durability):
+    need_build()
+    keep = os.environ.get("CRASHSIM_KEEP")
+    variants = crashlib.VARIANTS if os.environ.get("CRASHSIM_ALL") else ("lose", "torn:1")
+    work = tmpdir()
+    model, acks = recorded_run(os.path.join(work, "count"), 0, durability)
+    assert acks.get("end"), acks
+    n_sync = model.n_sync
+    assert n_sync > 10, n_sync
+    n_checks = 0
+    t0 = time.monotonic()
+    for cut in points(n_sync):
+        run_dir = os.path.join(work, f"cut{cut}")
+        model, acks = recorded_run(run_dir, cut, durability)
+        for v in variants:
+            out = os.path.join(run_dir, "rebuilt-" + v.replace(":", "-"))
+            model.rebuild(out, v)
+            where = f"{durability} sync point {cut}/{n_sync} (after {list(acks)[-1] if acks else 'start'}), {v}"
+            try:
+                finish_and_check(out, acks, durability, where)
+            except AssertionError:
+                if keep:
+                    shutil.copytree(run_dir, os.path.join(keep, os.path.basename(run_dir)), dirs_exist_ok=True)
+                raise
+            n_checks += 1
+        shutil.rmtree(run_dir, ignore_errors=True)
+    report(f"crashsim {durability}: {n_sync} sync points, {len(points(n_sync))} cut, {len(variants)} variants, "
+           f"{n_checks} restarts checked (each: {N_CHECKS} invariant checks), 0 failures, "
+           f"{time.monotonic() - t0:.0f} s")
+
+
+def need_build():
+    if not os.path.exists(JOBD) or not os.path.exists(crashlib.shim_path(ROOT)):
+        raise Skip("build/jobd or build/crashsim.so not built")
+
+
+def test_crashsim_power_cut_at_sync_points_full_durability_loses_nothing_acknowledged():
+    crash_suite("full")
+
+
+def test_crashsim_power_cut_at_sync_points_normal_durability_never_corrupts():
+    crash_suite("normal")
+
+
+def one_batch(api, acks):
+    """A batch of two lines, both answered: its error file is never used."""
+    st, b = api.call("POST", "/v1/jobs", jsonl(2, model="m1"))
+    assert st == 200, b
+    bid = json.loads(b)["id"]
+    api.wait(bid, ("in_progress",))
+    wid = api.worker("/v1/worker/register", {"name": "w", "device": "cpu",
+                                             "models": [{"id": "m1", "aliases": []}]})["worker_id"]
+    lease = api.worker("/v1/worker/lease", {"worker_id": wid, "model": "m1", "max_requests": 8,
+                                            "lease_seconds": 60, "wait_ms": 0})
+    api.results(wid, lease["lease_id"], [answer(q, "first") for q in lease["requests"]])
+    acks["done"] = api.wait(bid, ("completed",))
+
+
+def test_crashsim_finalize_temp_file_removal_is_durable_before_the_batch_completes():
+    """Regression: finalization removed the unused error file's temp file
+    after the last fsync of files/, so a power cut after the batch's final
+    commit brought "<batch>-errors.jsonl.zst.tmp" back, a file no row names.
+    The cut here comes after the scenario (the batch completed, nothing else
+    syncs files/ afterwards); in the "lose" rebuild, files/ must hold
+    exactly the two durable files."""
+    need_build()
+    work = tmpdir()
+    model, acks = recorded_run(os.path.join(work, "run"), 0, "full", steps=one_batch)
+    assert acks.get("done", {}).get("output_file_id"), acks
+    out = os.path.join(work, "lost")
+    model.rebuild(out, "lose")
+    names = sorted(os.listdir(os.path.join(out, "files")))
+    assert not [n for n in names if n.endswith(".tmp")], names
+    assert len(names) == 2, names  # the input and the output
+
+
+def test_crashsim_upload_cut_between_rename_and_commit_leaves_no_orphan():
+    """Regression: an upload renamed into files/ whose row never committed
+    (the power went at that commit's WAL sync; the client got no answer)
+    stayed under files/ forever with no row naming it. Cut at the first
+    WAL sync after the rename (CRASHSIM_ARM / CRASHSIM_CUT_FILE, so the
+    window is the same whatever other threads synced); in the "lose"
+    rebuild the row is gone and the restarted jobd must remove the file (in
+    "keep" the commit's frames survived: the row names it)."""
+    need_build()
+    work = tmpdir()
+
+    def upload(api, acks):
+        ct, body = multipart({"purpose": "batch"}, {"file": ("a.jsonl", INPUT_A)})
+        st, b = api.call("POST", "/v1/files", body, {"Content-Type": ct})
+        acks["answered"] = st
+
+    model, acks = recorded_run(os.path.join(work, "run"), 1, "full", steps=upload,
+                               shim_env={"CRASHSIM_ARM": "files/file-", "CRASHSIM_CUT_FILE": "-wal"})
+    assert model.cut == 1 and "answered" not in acks, (model.cut, acks)
+    for v in ("keep", "lose"):
+        out = os.path.join(work, v)
+        model.rebuild(out, v)
+        stranded = os.listdir(os.path.join(out, "files"))
+        assert len(stranded) == 1 and stranded[0].startswith("file-"), stranded
+        finish_and_check(out, acks, "full", f"upload cut, {v}")  # every file named by a row
+        if v == "lose":  # the commit's WAL frames are gone: so is the file
+            assert os.listdir(os.path.join(out, "files")) == [], os.listdir(os.path.join(out, "files"))
+
+
+# ---- I/O errors --------------------------------------------------------------------------
+
+FAULTS = (("write", "ENOSPC"), ("write", "EIO"), ("sync", "EIO"))
+FAULT_SAMPLE = 6
+
+
+def fault_suite(kind, err):
+    """The scenario with the N-th `kind` call under --data failing with err,
+    for sampled N (every N with CRASHSIM_ALL): the call that hit it answers
+    a clean 5xx (507 for a full disk) with an OpenAI error body, or jobd
+    retries it in the background; jobd keeps serving; and what it
+    acknowledged is durable: the directory rebuilt after a power cut at
+    the end ("lose", the writes of a failed fsync in limbo) passes every
+    check of the crash suite."""
+    need_build()
+    work = tmpdir()
+    model, acks = recorded_run(os.path.join(work, "count"), 0, "full")
+    assert acks.get("end"), acks
+    recs = crashlib.parse(os.path.join(work, "count", "shim.log"))
+    n_calls = sum(1 for r in recs if r[0] == ("W" if kind == "write" else "S"))
+    every = list(range(1, n_calls + 1))
+    if os.environ.get("CRASHSIM_ALL"):
+        pick = every
+    else:
+        pick = sorted(random.Random(int(os.environ.get("TH_SEED", "12345"))).sample(every, FAULT_SAMPLE))
+    n_refused = 0
+    for n in pick:
+        run_dir = os.path.join(work, f"{kind}{n}")
+        where = f"{kind} call {n}/{n_calls} failing with {err}"
+        model, acks = recorded_run(run_dir, 0, "full", fail=f"{kind}:{n}:{err}")
+        if "refused" in acks:
+            n_refused += 1
+            method, path, st, body = acks["refused"]
+            assert st in ((507,) if err == "ENOSPC" else (500, 503)), (where, method, path, st, body[:300])
+            e = json.loads(body).get("error") or {}
+            assert e.get("message") and e.get("type") == "server_error", (where, body[:300])
+            assert (e.get("code") == "insufficient_storage") == (st == 507), (where, body[:300])
+            assert acks.get("alive"), f"{where}: jobd died after answering {st}"
+        elif "exited" in acks:
+            assert " error " in acks["exited"], (where, acks["exited"][-500:])
+        else:
+            assert acks.get("end"), (where, sorted(acks))
+        out = os.path.join(run_dir, "rebuilt")
+        model.rebuild(out, "lose")
+        finish_and_check(out, acks, "full", where)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    report(f"crashsim faults {kind}:{err}: {n_calls} calls, {len(pick)} failed one at a time, "
+           f"{n_refused} answered 5xx, 0 failures")
+
+
+def test_crashsim_write_enospc_answers_507_and_acknowledges_only_durable_data():
+    fault_suite("write", "ENOSPC")
+
+
+def test_crashsim_write_eio_answers_5xx_and_acknowledges_only_durable_data():
+    fault_suite("write", "EIO")
+
+
+def test_crashsim_fsync_eio_answers_5xx_and_acknowledges_only_durable_data():
+    fault_suite("sync", "EIO")
+
+
+# ---- planted bugs ------------------------------------------------------------------------
+
+PLANTED = os.path.join(ROOT, "tests", "crashsim", "planted")
+
+
+def planted_jobd(patch):
+    """build/jobd of a copy of the tree with patch applied: the tracked
+    files and this tree's build/obj and build/gen (mtimes kept, so only
+    what the patch touches is rebuilt)."""
+    dst = os.path.join(tmpdir(), "tree")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in names.decode().split("\0"):
+        if name and os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(os.path.dirname(os.path.join(dst, name)) or dst, exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), os.path.join(dst, name))
+    for sub in ("obj", "gen"):
+        shutil.copytree(os.path.join(ROOT, "build", sub), os.path.join(dst, "build", sub), symlinks=True)
+    subprocess.run(["patch", "-p1", "-s", "-i", patch], cwd=dst, check=True)
+    # the revision build/obj was compiled with (its flag stamp): another would rebuild everything
+    stamp = open(os.path.join(ROOT, "build", "obj", ".flags")).read()
+    rev = stamp.split("-DPROJECT_REV=")[1].split()[0].strip("'\"")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    r = subprocess.run(["make", "-j1", f"GIT_REV={rev}", "build/jobd"], cwd=dst, capture_output=True, text=True,
+                       env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return os.path.join(dst, "build", "jobd")
+
+
+def test_crashsim_catches_each_planted_durability_bug():
+    """Each patch under tests/crashsim/planted plants one durability bug:
+    (1) the fsync of a finalized output file removed, (2) the fsync of
+    files/ after an upload's rename removed, (3) the 2xx sent before the
+    commit is durable (synchronous=NORMAL under --durability full). The
+    crash suite (the same sample as make test) must fail on each; the note
+    says which sync point caught it."""
+    need_build()
+    global JOBD
+    caught = []
+    for patch in sorted(os.listdir(PLANTED)):
+        real, JOBD = JOBD, planted_jobd(os.path.join(PLANTED, patch))
+        try:
+            crash_suite("full")
+        except AssertionError as e:
+            caught.append(f"{patch}: caught at {str(e).split(';')[0][:300]}")
+        else:
+            raise AssertionError(f"the crash suite passes with {patch} applied")
+        finally:
+            JOBD = real
+    assert len(caught) == 3, caught
+    for line in caught:
+        report("crashsim planted " + line)
