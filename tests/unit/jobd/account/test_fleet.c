@@ -391,3 +391,43 @@ TEST(fleet_split_is_exact_with_remainders)
     CHECK_EQ_INT(r.fleet.idle_micros, 0); /* no worker row: never idle */
     fleet_report_release(&r);
 }
+
+TEST(fleet_pieces_cut_at_midnight_utc)
+{
+    /* 1700006400 = 2023-11-15T00:00:00Z. A worker at 1000 micro-dollars a second,
+     * registered [M-30, M+40) (gone: seen last at M+40, ttl 30, report at M+100),
+     * holding one lease [M-10, M+20): day 14 gets 20 s idle + 10 s busy, day 15
+     * 20 s busy + 20 s idle. The lease's tokens count on the day it started. */
+    const int64_t M = 1700006400;
+    struct store_fleet_worker w = {"wrk_1", "w", "cpu", MODEL, 3600000, M - 30, M + 40, M + 20};
+    struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, M - 10, M + 20, 0, 0, 3600000};
+    struct store_fleet_unit u = {"lease_1", "batch_a", "ten_1", 2, 10, 4, 6};
+    struct store_fleet in = {&w, 1, &l, 1, &u, 1};
+    struct fleet_opts o = {0, M + 86400, M + 100, 30, FLEET_BY_DAY, NULL, NULL, NULL};
+    struct fleet_report r;
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT((int)r.n, 2);
+    CHECK_EQ_STR(r.buckets[0].key, "2023-11-14");
+    CHECK_EQ_STR(r.buckets[1].key, "2023-11-15");
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 10000);
+    CHECK_EQ_INT(r.buckets[0].idle_micros, 20000);
+    CHECK_EQ_INT(r.buckets[0].registered_ms, 30000);
+    CHECK_EQ_INT(r.buckets[0].prompt_tokens, 10);
+    CHECK_EQ_INT(r.buckets[1].cost_micros, 20000);
+    CHECK_EQ_INT(r.buckets[1].idle_micros, 20000);
+    CHECK_EQ_INT(r.buckets[1].registered_ms, 40000);
+    CHECK_EQ_INT(r.buckets[1].prompt_tokens, 0);
+    CHECK_EQ_INT(r.buckets[1].start_time, M);
+    CHECK_EQ_STR(fleet_state_name(r.workers[0].state), "gone");
+    CHECK_EQ_INT(r.workers[0].cost_micros, 70000);
+    CHECK_EQ_INT(r.fleet.cost_micros + r.fleet.idle_micros, 70000);
+    fleet_report_release(&r);
+    /* by batch: one bucket, the two days' shares together */
+    o.group = FLEET_BY_BATCH;
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 30000);
+    CHECK_EQ_INT(r.buckets[0].worker_ms, 30000);
+    CHECK_EQ_INT(r.buckets[0].registered_ms, 0); /* the fleet's time is in day buckets only */
+    fleet_report_release(&r);
+}
