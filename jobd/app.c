@@ -17,6 +17,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/api/api.h"
+#include "jobd/blob/blob.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingestq.h"
 #include "jobd/store/store.h"
@@ -123,6 +124,7 @@ struct app {
     struct sweeper *sweeper;       /* lease expiry + finalization thread (jobd/work/sweeper.h) */
     struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook/webhook.h) */
     struct wakeup *wakeup;         /* PostgreSQL: the LISTEN thread (jobd/work/wakeup.h); NULL on SQLite */
+    struct blob_store *blobs;      /* the file store every connection hands out (cfg.store.blobs) */
 };
 
 static int mkdir_p(const char *path)
@@ -133,7 +135,7 @@ static int mkdir_p(const char *path)
     return ERR_IO;
 }
 
-/* Remove leftovers of uploads interrupted by a crash. */
+/* Remove leftovers of uploads and finalizations interrupted by a crash. */
 static void clean_tmp(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -141,7 +143,7 @@ static void clean_tmp(const char *dir)
         return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "up-", 3) != 0)
+        if (strncmp(e->d_name, "up-", 3) != 0 && strncmp(e->d_name, "fin-", 4) != 0)
             continue;
         char p[1400];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
@@ -283,6 +285,14 @@ int app_run(const struct app_config *cfg)
         (rc = mkdir_p(cfg->data_dir)) || (rc = mkdir_p(files_dir)) || (rc = mkdir_p(tmp_dir)))
         goto out;
     clean_tmp(tmp_dir);
+    struct blob_config bc = cfg->files;
+    bc.data_dir = cfg->data_dir;
+    if ((rc = blob_store_open(&bc, &app->blobs))) {
+        log_error("cannot open the file store %s: %s", bc.url && *bc.url ? bc.url : cfg->data_dir, err_msg(rc));
+        rc = rc == ERR_AUTH ? ERR_INVAL : rc; /* bad credentials are bad config, not "no API keys" */
+        goto out;
+    }
+    app->cfg.store.blobs = app->blobs;
     struct api_config ac;
     api_config_from(app, &ac);
     if ((rc = api_new(&ac, &app->api)))
@@ -325,8 +335,8 @@ int app_run(const struct app_config *cfg)
             fclose(f);
         }
     }
-    log_info("jobd %s listening on %s:%d, data %s, durability %s", PROJECT_VERSION, app->host,
-             http_server_port(app->srv), cfg->data_dir,
+    log_info("jobd %s listening on %s:%d, data %s, files %s, durability %s", PROJECT_VERSION, app->host,
+             http_server_port(app->srv), cfg->data_dir, blob_describe(app->blobs),
              cfg->store.durability == STORE_DURABILITY_FULL ? "full" : "normal");
     uv_run(&loop, UV_RUN_DEFAULT);
     log_info("jobd stopped cleanly");
@@ -343,6 +353,7 @@ out:
         uv_loop_close(&loop);
     }
     api_free(app->api);
+    blob_store_free(app->blobs);
     free(app);
     return rc;
 }

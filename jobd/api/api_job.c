@@ -135,6 +135,8 @@ void api_job_internal(struct api_job *job, int rc, const char *what)
     log_error("%s: %s", what, err_msg(rc));
     if (rc == ERR_BUSY)
         api_job_error(job, API_ERR_UNAVAILABLE, NULL, "The database is busy (%s); retry shortly.", what);
+    else if (rc == ERR_CONN)
+        api_job_error(job, API_ERR_UNAVAILABLE, NULL, "The file store is unavailable (%s); retry shortly.", what);
     else
         api_job_error(job, API_ERR_INTERNAL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
 }

@@ -222,8 +222,13 @@ struct store_opts {
                                         "postgresql://" or "postgres://" URL: that
                                         PostgreSQL database (store_database_is_pg);
                                         borrowed, outlives the store */
+    struct blob_store *blobs;        /* where the bytes of files live, the store every
+                                        files.storage_path is a key of (jobd/blob/blob.h;
+                                        the store never calls it, it hands it out:
+                                        store_blobs); NULL: the local data directory;
+                                        borrowed, outlives the store */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL})
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL, NULL})
 
 /* 1 if url names a PostgreSQL database (postgresql:// or postgres://). Pure. */
 int store_database_is_pg(const char *url);
@@ -283,6 +288,12 @@ int store_work_wait(struct store *st, int timeout_ms, int *woke);
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
 
+/* The file store of this store's rows: opts.blobs, or the local one over
+ * the data directory that store_open made when it was NULL (borrowed,
+ * never NULL; thread-safe, so it may outlive a job's use of st). */
+struct blob_store;
+struct blob_store *store_blobs(const struct store *st);
+
 /* Current PRAGMA user_version into *out. 0 or an ERR_*. */
 int store_schema_version(struct store *st, int *out);
 
@@ -316,6 +327,9 @@ enum store_dir { STORE_DIR_FILES, STORE_DIR_TMP };
 int store_path_dir(const char *data_dir, enum store_dir which, char *out, size_t cap);
 /* The storage_path of a new uploaded file's bytes. 0 or ERR_TOOBIG. */
 int store_path_upload_rel(const char *file_id, char rel[STORE_REL_PATH_MAX]);
+/* The file id of an uploaded file's storage_path (store_path_upload_rel's
+ * inverse). 0, or ERR_INVAL when rel is not one. */
+int store_path_upload_id(const char *rel, char id[ID_MAX]);
 /* The storage_path of a batch's output (kind "output") or error ("errors")
  * file. 0 or ERR_TOOBIG. */
 int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_REL_PATH_MAX]);
@@ -451,6 +465,10 @@ int store_files_expired(struct store *st, int64_t now, int max, struct store_fil
  * removes the bytes first (store_files_expired's storage_path): a crash in
  * between leaves a row without bytes, which the next pass deletes. */
 int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted);
+
+/* Whether a file row of id exists (any tenant): the orphan sweep
+ * (jobd/work/retention.h). 0 or a database error. */
+int store_file_exists(struct store *st, const char *id, int *exists);
 
 /* Get a tenant's file. ERR_NOTFOUND if absent or another tenant's. */
 int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out);

@@ -13,7 +13,16 @@
  * bytes without a row. The API already answers 404 for a file from the
  * second it expires (jobd/api/routes_files.c), so the sweeper's delay is
  * invisible to clients. Batches keep the ids of their deleted files
- * (output_file_id stays set, as OpenAI does).
+ * (output_file_id stays set, as OpenAI does). The bytes go through the
+ * file store (jobd/blob/blob.h: local directory or S3).
+ *
+ * Orphans. An upload's bytes are made durable before its row commits
+ * (jobd/intake/upload.h), and a deleted file's row goes before its bytes,
+ * so a crash (or a file store that failed a delete) can leave bytes no row
+ * names. retention_orphans lists the uploads' keys (files/file-*) and
+ * removes each one older than a grace period whose file row does not
+ * exist; the grace covers an upload whose row is about to commit. The
+ * sweeper runs it every RETENTION_ORPHAN_EVERY_S and at start.
  *
  * Threads: the sweeper thread (its own store); blocking disk work.
  */
@@ -31,5 +40,14 @@
  * (store errors; a file whose bytes cannot be removed, other than already
  * missing, is logged, kept and skipped: ERR_IO after the others). */
 int retention_sweep(struct store *st, int64_t now, int max, int64_t *n_deleted);
+
+#define RETENTION_ORPHAN_GRACE_S 3600 /* an upload's bytes this old without a row are an orphan */
+#define RETENTION_ORPHAN_EVERY_S 600  /* how often the sweeper looks for orphans */
+
+/* Remove the uploads' bytes older than now - grace_s that no file row
+ * names, as above. *n_deleted (may be NULL) gets how many. 0, or the
+ * first error (the listing's, the database's, or a delete's after the
+ * others). */
+int retention_orphans(struct store *st, int64_t now, int64_t grace_s, int64_t *n_deleted);
 
 #endif
