@@ -88,6 +88,26 @@ def s3_env(endpoint, prefix):
             "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
 
 
+def s3_prefix_for(data_dir):
+    """The JOBD_TEST_S3_ENDPOINT prefix of a data directory's files (None without it)."""
+    if not os.environ.get("JOBD_TEST_S3_ENDPOINT"):
+        return None
+    return "py-" + hashlib.sha1(os.path.realpath(data_dir).encode()).hexdigest()[:16]
+
+
+def s3_keys(endpoint, prefix):
+    """The object keys under prefix/ in the test bucket (a signed ListObjectsV2
+    by curl, up to 1000)."""
+    import re
+    r = subprocess.run(["curl", "-s", "--fail-with-body", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u",
+                        f"{S3_KEY}:{S3_SECRET}", "-H",
+                        "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                        f"{endpoint}/{S3_BUCKET}?list-type=2&prefix={prefix}%2F"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return re.findall(r"<Key>([^<]*)</Key>", r.stdout)
+
+
 def _jobd_env(argv, env):
     """env plus JOBD_DATABASE when argv runs jobd on a --data DIR and
     JOBD_TEST_DATABASE is set; plus the S3 file store when
@@ -99,8 +119,7 @@ def _jobd_env(argv, env):
         data = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--data"), None)
         data = data or next((a[7:] for a in argv if a.startswith("--data=")), None)
         if data:
-            prefix = "py-" + hashlib.sha1(os.path.realpath(data).encode()).hexdigest()[:16]
-            env = {**(env or {}), **s3_env(s3, prefix)}
+            env = {**(env or {}), **s3_env(s3, s3_prefix_for(data))}
     if not os.environ.get("JOBD_TEST_DATABASE"):
         return env
     data = None
