@@ -120,9 +120,23 @@ static int render_batch(void *arg, const void *obj)
     return 0;
 }
 
+struct commit_call {
+    struct upload *up;
+    struct blob_store *bs;
+    const char *key;
+    int rc;
+};
+
+static void commit_call(void *ctx)
+{
+    struct commit_call *c = ctx;
+    c->rc = upload_commit(c->up, c->bs, c->key);
+}
+
 /* Make the body of POST /v1/jobs durable in the file store as a new file
- * row's bytes (sf; its storage_path is the key). 0 or an error. */
-static int store_body(struct create_job *cj, struct store *st, struct store_file *sf)
+ * row's bytes (sf; its storage_path is the key), holding no connection
+ * meanwhile (*stp may be another one afterwards). 0 or an error. */
+static int store_body(struct create_job *cj, struct store **stp, struct store_file *sf)
 {
     struct batch_in *bi = cj->bi;
     memset(sf, 0, sizeof *sf);
@@ -139,7 +153,9 @@ static int store_body(struct create_job *cj, struct store *st, struct store_file
     sf->created_at = clock_wall_s();
     if (cj->job.api->cfg.file_retention_s)
         sf->expires_at = sf->created_at + cj->job.api->cfg.file_retention_s;
-    return upload_commit(bi->up, store_blobs(st), sf->storage_path);
+    struct commit_call cc = {bi->up, store_blobs(*stp), sf->storage_path, 0};
+    *stp = api_job_unlocked(&cj->job, *stp, commit_call, &cc);
+    return cc.rc;
 }
 
 /* The create sequence (see the file comment); the answer is set on every
@@ -156,7 +172,7 @@ static void submit(struct create_job *cj, struct store *st)
     struct blob_store *bs = store_blobs(st); /* st may change below; bs does not */
     int rc;
     if (jobs) {
-        if ((rc = store_body(cj, st, &sf))) {
+        if ((rc = store_body(cj, &st, &sf))) {
             api_idem_release(job, st);
             api_job_internal(job, rc, "store upload");
             return;

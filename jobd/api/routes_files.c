@@ -228,6 +228,20 @@ static int render_file(void *arg, const void *obj)
     return rc;
 }
 
+/* upload_commit without a connection: an S3 upload of 512 MiB takes seconds. */
+struct commit_call {
+    struct upload *up;
+    struct blob_store *bs;
+    const char *key;
+    int rc;
+};
+
+static void commit_call(void *ctx)
+{
+    struct commit_call *c = ctx;
+    c->rc = upload_commit(c->up, c->bs, c->key);
+}
+
 static void files_create_run(struct api_job *job, struct store *st)
 {
     struct fup *f = ((struct create_job *)job)->f;
@@ -252,7 +266,9 @@ static void files_create_run(struct api_job *job, struct store *st)
     sf.created_at = clock_wall_s();
     int64_t exp = ((struct create_job *)job)->expires_s;
     sf.expires_at = exp ? sf.created_at + exp : 0;
-    if ((rc = upload_commit(f->up, store_blobs(st), sf.storage_path))) {
+    struct commit_call cc = {f->up, store_blobs(st), sf.storage_path, 0};
+    st = api_job_unlocked(job, st, commit_call, &cc);
+    if ((rc = cc.rc)) {
         api_idem_release(job, st);
         api_job_internal(job, rc, "store upload");
         return;
