@@ -60,8 +60,9 @@
  * sweep, cancel / expiry steps and retention are one transaction per step,
  * fenced by status, and may run on every instance. A commit that makes
  * work leasable NOTIFYs (store_work_listen), so a worker long-polling one
- * instance is woken when work is submitted to another. The data directory
- * (store_path_*) must be one POSIX file system shared by every instance.
+ * instance is woken when work is submitted to another. The file bytes
+ * (store_blobs) must be one store every instance reaches: an S3 bucket
+ * (jobd --files), or a data directory on one shared POSIX file system.
  *
  * Design (SQLite; PostgreSQL as above). The schema lives in schema.sql (repo root), embedded at build time
  * as store_schema_sql and applied by a migration runner keyed on PRAGMA
@@ -169,8 +170,8 @@
  * Shared by every backend (no database): the state-machine tables
  * (store_*_status_name/_parse, store_*_edge_allowed), store_backoff_s,
  * store_idem_fingerprint, store_lease_clear / store_leased_clear and the
- * data-directory paths (store_path_*: the file bytes live on a file system
- * every jobd instance shares, whatever the database).
+ * data-directory paths (store_path_*: storage_path is the file's key in the
+ * file store, jobd/blob/blob.h, whatever the database).
  *
  * Who calls, on which thread (each with its own struct store):
  *   event loop        store_key_verify (auth), startup tenant/keys
@@ -311,8 +312,13 @@ int store_schema_pg_latest(void);
  *   <data_dir>/jobd.db                        the database (STORE_DB_NAME)
  *   <data_dir>/files/<file id>.jsonl.zst      an uploaded file's bytes (zstd)
  *   <data_dir>/files/<batch>-<kind>.jsonl.zst a batch's output / error file
- *   <data_dir>/tmp/                           uploads in progress (scratch;
- *                                             leftovers are removed at start)
+ *   <data_dir>/tmp/                           uploads and result files being
+ *                                             written (scratch, local even with
+ *                                             an S3 file store; leftovers are
+ *                                             removed at start)
+ *
+ * files/... are keys of the file store (store_blobs): paths under the
+ * data directory by default, objects in a bucket with jobd --files.
  *
  * files.storage_path holds the part after <data_dir>/. Pure string work:
  * any thread, no connection. */
