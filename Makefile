@@ -81,7 +81,7 @@ endif
 # another binary's layers fails to link, and scripts/check-links refuses,
 # before any binary links, an archive that calls a module it may not use.
 LAYERS := jobd jobd/api jobd/intake jobd/work jobd/webhook jobd/tokens jobd/ui jobd/account \
-          jobd/store jobd/http worker worker/run worker/engine kernels/cuda kernels/cpu \
+          jobd/store jobd/blob jobd/http worker worker/run worker/engine kernels/cuda kernels/cpu \
           openai text common/gram common
 ifneq ($(CUDA),1)
 LAYERS := $(filter-out kernels/cuda,$(LAYERS))

@@ -17,6 +17,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "jobd/api/api.h"
+#include "jobd/blob/blob.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingestq.h"
 #include "jobd/store/store.h"
@@ -124,6 +125,7 @@ struct app {
     struct sweeper *sweeper;       /* lease expiry + finalization thread (jobd/work/sweeper.h) */
     struct webhook_dispatcher *wh; /* webhook sender threads (jobd/webhook/webhook.h) */
     struct wakeup *wakeup;         /* PostgreSQL: the LISTEN thread (jobd/work/wakeup.h); NULL on SQLite */
+    struct blob_store *blobs;      /* the file store every connection hands out (cfg.store.blobs) */
 };
 
 static int mkdir_p(const char *path)
@@ -134,7 +136,7 @@ static int mkdir_p(const char *path)
     return ERR_IO;
 }
 
-/* Remove leftovers of uploads interrupted by a crash. */
+/* Remove leftovers of uploads and finalizations interrupted by a crash. */
 static void clean_tmp(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -142,7 +144,7 @@ static void clean_tmp(const char *dir)
         return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "up-", 3) != 0)
+        if (strncmp(e->d_name, "up-", 3) != 0 && strncmp(e->d_name, "fin-", 4) != 0)
             continue;
         char p[1400];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
@@ -156,14 +158,14 @@ static void clean_tmp(const char *dir)
  * anything can be in flight (jobd/work/retention.h). */
 static int collect_orphans(const struct app_config *cfg)
 {
-    if (store_database_is_pg(cfg->store.database))
+    if (store_database_is_pg(cfg->store.database) || (cfg->files.url && *cfg->files.url))
         return 0;
     struct store *st = NULL;
     int rc = store_open(cfg->data_dir, &cfg->store, &st); /* logs why it fails */
     if (rc)
         return rc;
     int64_t n = 0;
-    rc = retention_orphans(st, &n);
+    rc = retention_orphans_local(st, &n);
     store_close(st);
     if (rc)
         log_error("cannot collect the orphaned files of %s: %s", cfg->data_dir, err_msg(rc));
@@ -307,7 +309,15 @@ int app_run(const struct app_config *cfg)
         (rc = mkdir_p(cfg->data_dir)) || (rc = mkdir_p(files_dir)) || (rc = mkdir_p(tmp_dir)))
         goto out;
     clean_tmp(tmp_dir);
-    if ((rc = collect_orphans(cfg)))
+    struct blob_config bc = cfg->files;
+    bc.data_dir = cfg->data_dir;
+    if ((rc = blob_store_open(&bc, &app->blobs))) {
+        log_error("cannot open the file store %s: %s", bc.url && *bc.url ? bc.url : cfg->data_dir, err_msg(rc));
+        rc = rc == ERR_AUTH ? ERR_INVAL : rc; /* bad credentials are bad config, not "no API keys" */
+        goto out;
+    }
+    app->cfg.store.blobs = app->blobs;
+    if ((rc = collect_orphans(&app->cfg)))
         goto out;
     struct api_config ac;
     api_config_from(app, &ac);
@@ -351,8 +361,8 @@ int app_run(const struct app_config *cfg)
             fclose(f);
         }
     }
-    log_info("jobd %s listening on %s:%d, data %s, durability %s", PROJECT_VERSION, app->host,
-             http_server_port(app->srv), cfg->data_dir,
+    log_info("jobd %s listening on %s:%d, data %s, files %s, durability %s", PROJECT_VERSION, app->host,
+             http_server_port(app->srv), cfg->data_dir, blob_describe(app->blobs),
              cfg->store.durability == STORE_DURABILITY_FULL ? "full" : "normal");
     uv_run(&loop, UV_RUN_DEFAULT);
     log_info("jobd stopped cleanly");
@@ -369,6 +379,7 @@ out:
         uv_loop_close(&loop);
     }
     api_free(app->api);
+    blob_store_free(app->blobs);
     free(app);
     return rc;
 }

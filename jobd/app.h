@@ -24,6 +24,7 @@
 
 #include "jobd/account/fleet.h"
 #include "jobd/account/usage.h"
+#include "jobd/blob/blob.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store.h"
@@ -58,6 +59,9 @@ struct app_config {
     struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook/webhook.h) */
     int ui;                          /* serve the dashboard under /ui/ (jobd/ui/ui.h); default 1 */
     struct tokens *tokens;           /* --tokenizer: exact counts for estimates (jobd/tokens/tokens.h); NULL = none */
+    struct blob_config files;        /* where file bytes live (jobd/blob/blob.h): url NULL = the data
+                                        directory (default); "s3://BUCKET/PREFIX" with endpoint,
+                                        region and credentials (AWS_* env); data_dir is set by app_run */
 };
 
 /* Fill the documented defaults. Can't fail. */
@@ -78,7 +82,9 @@ int app_config_set_durability(struct app_config *cfg, const char *name);
 int app_parse_listen(const char *s, char *host, size_t cap, int *port);
 
 /* Run the daemon until SIGTERM/SIGINT. Returns 0 after a clean shutdown,
- * ERR_AUTH (no keys on a non-loopback address), ERR_INVAL (bad config),
+ * ERR_AUTH (no keys on a non-loopback address), ERR_INVAL (bad config;
+ * credentials the file store refuses), ERR_CONN / ERR_NOTFOUND (the S3
+ * file store is unreachable / has no such bucket),
  * ERR_BUSY (address in use), or the store's error; each is logged (except
  * a bad --db-threads, which the command line checks first). */
 int app_run(const struct app_config *cfg);

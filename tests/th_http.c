@@ -12,27 +12,34 @@
 
 #include "common/clock.h"
 
-/* Read the request head and a Content-Length body into s->last_request. */
+/* Read the request head and a Content-Length body into s->last_request;
+ * a body past its TH_HTTP_REQUEST_BYTES is read and dropped, so the client
+ * always sends all of it before the answer. */
 static void read_request(struct th_http *s, int c, int i)
 {
-    size_t used = 0;
+    size_t used = 0, cap = sizeof s->last_request - 1;
     char *req = s->last_request;
     for (;;) {
-        ssize_t r = read(c, req + used, sizeof s->last_request - 1 - used);
+        ssize_t r = read(c, req + used, cap - used);
         if (r <= 0)
             break;
         used += (size_t)r;
         req[used] = '\0';
         char *end = strstr(req, "\r\n\r\n");
-        if (end) {
-            const char *cl = strcasestr(req, "content-length:");
-            size_t want = cl ? (size_t)strtoul(cl + 15, NULL, 10) : 0;
-            if (used >= (size_t)(end + 4 - req) + want) {
-                if (i < TH_HTTP_HEADS)
-                    snprintf(s->head[i], sizeof s->head[i], "%.*s", (int)(end - req), req);
-                break;
-            }
-        }
+        if (!end)
+            continue;
+        const char *cl = strcasestr(req, "content-length:");
+        size_t want = (size_t)(end + 4 - req) + (cl ? (size_t)strtoul(cl + 15, NULL, 10) : 0);
+        if (used < want && used < cap)
+            continue;
+        if (i < TH_HTTP_HEADS)
+            snprintf(s->head[i], sizeof s->head[i], "%.*s", (int)(end - req), req);
+        static char drop[65536];
+        if (strcasestr(req, "expect: 100-continue") && used < want && write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
+            break;
+        while (used < want && (r = read(c, drop, want - used < sizeof drop ? want - used : sizeof drop)) > 0)
+            used += (size_t)r;
+        break;
     }
 }
 

@@ -42,7 +42,10 @@ static int parse_flags(struct jobd_flags *f, int argc, char **argv)
     f->ui = "on";
     struct cfg_opt opts[] = {
         CFG_OPT("listen", "JOBD_LISTEN", CFG_STR, &c->listen, "ADDR:PORT", "where to serve HTTP (default 127.0.0.1:8080; port 0 = any free port)"),
-        CFG_OPT("data", "JOBD_DATA", CFG_STR, &c->data_dir, "DIR", "data directory: database and files (default ./data); with --database, the files only, on a POSIX file system every jobd instance shares"),
+        CFG_OPT("data", "JOBD_DATA", CFG_STR, &c->data_dir, "DIR", "data directory: database, files and scratch space (default ./data); with --database and --files s3://..., scratch only (each instance its own)"),
+        CFG_OPT("files", "JOBD_FILES", CFG_STR, &c->files.url, "s3://BUCKET[/PREFIX]", "keep uploaded and result files in that S3-compatible bucket (path-style; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) instead of DIR/files, so jobd instances on several machines share them (README \"Scaling out\")"),
+        CFG_OPT("s3-endpoint", "AWS_ENDPOINT_URL", CFG_STR, &c->files.endpoint, "URL", "the S3 server of --files, http[s]://HOST[:PORT] (default https://s3.REGION.amazonaws.com)"),
+        CFG_OPT("s3-region", "AWS_REGION", CFG_STR, &c->files.region, "REGION", "the SigV4 signing region of --files (default us-east-1)"),
         CFG_OPT("database", "JOBD_DATABASE", CFG_STR, &c->store.database, "URL", "postgresql://USER[:PASSWORD]@HOST:PORT/DB: keep the state in that PostgreSQL database, so several jobd instances can share it (README \"Scaling out\"); default: SQLite, DIR/jobd.db"),
         CFG_OPT("durability", "JOBD_DURABILITY", CFG_STR, &f->durability, "full|normal",
                 "full (default): every accepted request is synced to disk before the answer; normal: synced at checkpoints (survives a crash of jobd, not of the OS)"),

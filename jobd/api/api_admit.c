@@ -13,7 +13,8 @@
 #include "jobd/api/api_int.h"
 
 struct estimate_call {
-    const char *path, *endpoint;
+    struct blob_store *bs;
+    const char *key, *endpoint;
     struct api *api;
     struct budget_estimate *out;
     int rc;
@@ -22,10 +23,10 @@ struct estimate_call {
 static void estimate_call(void *ctx)
 {
     struct estimate_call *c = ctx;
-    c->rc = ingest_estimate_file(c->path, c->endpoint, &c->api->cfg.limits, c->api->cfg.prices, c->out);
+    c->rc = ingest_estimate_file(c->bs, c->key, c->endpoint, &c->api->cfg.limits, c->api->cfg.prices, c->out);
 }
 
-int api_admit_prepare(struct api_job *op, struct store **stp, const char *path, const char *file_id,
+int api_admit_prepare(struct api_job *op, struct store **stp, const char *key, const char *file_id,
                       const char *endpoint, struct api_admit *adm)
 {
     struct store *st = *stp;
@@ -36,21 +37,18 @@ int api_admit_prepare(struct api_job *op, struct store **stp, const char *path, 
         return rc;
     if (!adm->limits.has_queued_tokens && !adm->limits.has_daily && !adm->limits.has_monthly)
         return 0; /* no limits: no estimate, no reservation */
-    char buf[STORE_PATH_MAX];
-    if (!path) {
-        struct store_file f;
+    struct store_file f;
+    if (!key) {
         rc = store_file_get(st, op->tenant, file_id, &f);
         if (rc == ERR_NOTFOUND || (!rc && strcmp(f.purpose, "batch") != 0))
             return 0; /* the creation answers 404 / 400 */
         if (rc)
             return rc;
-        if ((rc = store_path_abs(op->api->cfg.data_dir, f.storage_path, buf, sizeof buf)))
-            return rc;
-        path = buf;
+        key = f.storage_path;
     }
     /* the scan reads the whole file: it holds no connection of the pool and
      * is not a writer the ingest thread should yield to (jobd/intake/ingestq.c) */
-    struct estimate_call c = {path, endpoint, op->api, &adm->est, 0};
+    struct estimate_call c = {store_blobs(st), key, endpoint, op->api, &adm->est, 0};
     *stp = api_job_unlocked(op, st, estimate_call, &c);
     rc = c.rc;
     if (rc == ERR_NOTFOUND)

@@ -28,12 +28,12 @@ struct api_admit {
 };
 
 /* Before the transaction (none open on *st): read job->tenant's limits;
- * when one is in force, estimate the input (path, or else file_id's stored
- * bytes; a missing or non-batch file leaves adm inactive: the creation
+ * when one is in force, estimate the input (key: its storage_path in the
+ * file store, or else file_id's stored bytes; a missing or non-batch file leaves adm inactive: the creation
  * answers it). The scan runs without a connection (api_job_unlocked), so
  * *st may be another connection afterwards. 0 or an error (the caller
- * answers 500). */
-int api_admit_prepare(struct api_job *job, struct store **st, const char *path, const char *file_id,
+ * answers it: api_job_internal). */
+int api_admit_prepare(struct api_job *job, struct store **st, const char *key, const char *file_id,
                       const char *endpoint, struct api_admit *adm);
 
 /* store_submit's admit callback (arg: the struct api_admit): inside the

@@ -138,6 +138,8 @@ void api_job_internal(struct api_job *job, int rc, const char *what)
     else if (rc == ERR_NOSPACE)
         api_job_error(job, API_ERR_INSUFFICIENT_STORAGE, NULL,
                       "The server's disk is full (%s): nothing was stored; retry once space is freed.", what);
+    else if (rc == ERR_CONN)
+        api_job_error(job, API_ERR_UNAVAILABLE, NULL, "The file store is unavailable (%s); retry shortly.", what);
     else
         api_job_error(job, API_ERR_INTERNAL, NULL, "Internal error (%s): %s.", what, err_msg(rc));
 }

@@ -128,7 +128,8 @@ void api_job_error(struct api_job *job, enum api_err e, const char *param, const
     __attribute__((format(printf, 4, 5)));
 
 /* In run: 500 for an unexpected error rc (logged with what), or 503 with
- * Retry-After when the database is busy (ERR_BUSY). */
+ * Retry-After when the database is busy (ERR_BUSY) or the file store is
+ * out (ERR_CONN, jobd/blob/blob.h). */
 void api_job_internal(struct api_job *job, int rc, const char *what);
 
 #endif

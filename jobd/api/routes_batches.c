@@ -41,6 +41,7 @@
 #include "jobd/api/api_idem.h"
 #include "jobd/api/api_int.h"
 #include "jobd/api/api_json.h"
+#include "jobd/blob/blob.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/ingest.h"
 #include "jobd/intake/ingestq.h"
@@ -124,9 +125,23 @@ static int render_batch(void *arg, const void *obj)
     return 0;
 }
 
-/* Move the body of POST /v1/jobs into the files directory as a new file
- * row's bytes (sf, path final). 0 or an error. */
-static int store_body(struct create_job *cj, struct store_file *sf, char *final, size_t cap)
+struct commit_call {
+    struct upload *up;
+    struct blob_store *bs;
+    const char *key;
+    int rc;
+};
+
+static void commit_call(void *ctx)
+{
+    struct commit_call *c = ctx;
+    c->rc = upload_commit(c->up, c->bs, c->key);
+}
+
+/* Make the body of POST /v1/jobs durable in the file store as a new file
+ * row's bytes (sf; its storage_path is the key), holding no connection
+ * meanwhile (*stp may be another one afterwards). 0 or an error. */
+static int store_body(struct create_job *cj, struct store **stp, struct store_file *sf)
 {
     struct batch_in *bi = cj->bi;
     memset(sf, 0, sizeof *sf);
@@ -143,9 +158,9 @@ static int store_body(struct create_job *cj, struct store_file *sf, char *final,
     sf->created_at = clock_wall_s();
     if (cj->job.api->cfg.file_retention_s)
         sf->expires_at = sf->created_at + cj->job.api->cfg.file_retention_s;
-    if ((rc = store_path_abs(cj->job.api->cfg.data_dir, sf->storage_path, final, cap)))
-        return rc;
-    return upload_commit(bi->up, final);
+    struct commit_call cc = {bi->up, store_blobs(*stp), sf->storage_path, 0};
+    *stp = api_job_unlocked(&cj->job, *stp, commit_call, &cc);
+    return cc.rc;
 }
 
 /* The create sequence (see the file comment); the answer is set on every
@@ -159,10 +174,10 @@ static void submit(struct create_job *cj, struct store *st)
     if (api_idem_begin(job, st))
         return;
     struct store_file sf;
-    char final[STORE_PATH_MAX] = "";
+    struct blob_store *bs = store_blobs(st); /* st may change below; bs does not */
     int rc;
     if (jobs) {
-        if ((rc = store_body(cj, &sf, final, sizeof final))) {
+        if ((rc = store_body(cj, &st, &sf))) {
             api_idem_release(job, st);
             api_job_internal(job, rc, "store upload");
             return;
@@ -171,7 +186,7 @@ static void submit(struct create_job *cj, struct store *st)
     }
     struct api_admit adm;
     int prepared = 0;
-    rc = api_admit_prepare(job, &st, jobs ? final : NULL, bi->input_file_id, bi->endpoint, &adm);
+    rc = api_admit_prepare(job, &st, jobs ? sf.storage_path : NULL, bi->input_file_id, bi->endpoint, &adm);
     if (rc) {
         what = jobs ? what : "budget estimate";
     } else {
@@ -190,8 +205,8 @@ static void submit(struct create_job *cj, struct store *st)
         if (!(rc = store_batch_submit(st, &s, cj->batch_id)))
             return;
     }
-    if (jobs)
-        unlink(final);
+    if (jobs && blob_delete(bs, sf.storage_path))
+        log_warn("%s: the unused upload %s is left for the orphan sweep", what, sf.storage_path);
     cj->batch_id[0] = '\0';
     api_idem_release(job, st);
     if (job->status && job->status != 200)
@@ -895,7 +910,8 @@ struct est_model {
 struct estimate_job {
     struct api_job job;
     struct batch_in *bi;
-    char path[STORE_PATH_MAX];
+    struct blob_store *bs;
+    char key[STORE_REL_PATH_MAX]; /* the input file's storage_path */
     int scan_rc;
     int64_t n_lines;
     /* the scan's sums */
@@ -950,7 +966,7 @@ static void estimate_line(void *ctx, const struct ingest_line *l)
 static void estimate_scan(void *ctx)
 {
     struct estimate_job *ej = ctx;
-    ej->scan_rc = ingest_scan_file(ej->path, ej->bi->endpoint, &ej->job.api->cfg.limits, estimate_line, ej,
+    ej->scan_rc = ingest_scan_file(ej->bs, ej->key, ej->bi->endpoint, &ej->job.api->cfg.limits, estimate_line, ej,
                                    &ej->n_lines);
 }
 
@@ -1032,10 +1048,8 @@ static void estimate_run(struct api_job *job, struct store *st)
                       "File '%s' cannot be a batch input: its purpose must be 'batch'.", bi->input_file_id);
         return;
     }
-    if ((rc = store_path_abs(job->api->cfg.data_dir, f.storage_path, ej->path, sizeof ej->path))) {
-        api_job_internal(job, rc, "file path");
-        return;
-    }
+    ej->bs = store_blobs(st);
+    snprintf(ej->key, sizeof ej->key, "%s", f.storage_path);
     struct store_model_served *served = NULL;
     size_t n_served = 0;
     if ((rc = lease_models_served(st, &job->api->cfg.lease, lease_clock_s(), &served, &n_served))) {

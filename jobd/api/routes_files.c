@@ -35,6 +35,7 @@
 #include "jobd/api/api_idem.h"
 #include "jobd/api/api_int.h"
 #include "jobd/api/api_json.h"
+#include "jobd/blob/blob.h"
 #include "jobd/http/http.h"
 #include "jobd/http/multipart.h"
 #include "jobd/intake/ingest.h"
@@ -227,6 +228,20 @@ static int render_file(void *arg, const void *obj)
     return rc;
 }
 
+/* upload_commit without a connection: an S3 upload of 512 MiB takes seconds. */
+struct commit_call {
+    struct upload *up;
+    struct blob_store *bs;
+    const char *key;
+    int rc;
+};
+
+static void commit_call(void *ctx)
+{
+    struct commit_call *c = ctx;
+    c->rc = upload_commit(c->up, c->bs, c->key);
+}
+
 static void files_create_run(struct api_job *job, struct store *st)
 {
     struct fup *f = ((struct create_job *)job)->f;
@@ -251,16 +266,17 @@ static void files_create_run(struct api_job *job, struct store *st)
     sf.created_at = clock_wall_s();
     int64_t exp = ((struct create_job *)job)->expires_s;
     sf.expires_at = exp ? sf.created_at + exp : 0;
-    char final[STORE_PATH_MAX];
-    if ((rc = store_path_abs(job->api->cfg.data_dir, sf.storage_path, final, sizeof final)) ||
-        (rc = upload_commit(f->up, final))) {
+    struct commit_call cc = {f->up, store_blobs(st), sf.storage_path, 0};
+    st = api_job_unlocked(job, st, commit_call, &cc);
+    if ((rc = cc.rc)) {
         api_idem_release(job, st);
         api_job_internal(job, rc, "store upload");
         return;
     }
     struct store_idem_answer ans = api_idem_answer(job, render_file, job);
     if ((rc = store_file_submit(st, &sf, &ans))) {
-        unlink(final);
+        if (blob_delete(store_blobs(st), sf.storage_path))
+            log_warn("create file: the unused upload %s is left for the orphan sweep", sf.storage_path);
         api_idem_release(job, st);
         api_job_internal(job, rc, "create file");
     }
@@ -423,18 +439,15 @@ struct file_job {
     char id[ID_MAX];
     int accept_zstd;        /* content: the client sent Accept-Encoding: zstd */
     /* content: the file to answer with */
-    int fd;                 /* >= 0: open */
-    uint64_t fd_len;
-    int fd_zstd_raw;        /* fd is the raw zstd stream: send Content-Encoding: zstd */
-    int fd_decompress;      /* fd is zstd: stream it decompressed */
-    char unlink_path[STORE_PATH_MAX]; /* delete: remove the bytes once answered */
+    struct blob_reader *br; /* the stored bytes, open (local: sent with sendfile) */
+    int fd_zstd_raw;        /* they are the raw zstd stream: send Content-Encoding: zstd */
+    int fd_decompress;      /* they are zstd: stream them decompressed */
 };
 
 static void file_job_free(struct api_job *job)
 {
     struct file_job *fj = (struct file_job *)job;
-    if (fj->fd >= 0)
-        close(fj->fd);
+    blob_reader_free(fj->br);
     free(fj);
 }
 
@@ -468,6 +481,8 @@ static void files_get_run(struct api_job *job, struct store *st)
         job->status = 200;
 }
 
+/* The row goes, then the bytes (a failure to remove them leaves an orphan
+ * for the sweep, jobd/work/retention.h). */
 static void files_delete_run(struct api_job *job, struct store *st)
 {
     struct file_job *fj = (struct file_job *)job;
@@ -481,20 +496,10 @@ static void files_delete_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "delete file");
         return;
     }
-    if (store_path_abs(job->api->cfg.data_dir, path, fj->unlink_path, sizeof fj->unlink_path))
-        fj->unlink_path[0] = '\0';
+    if ((rc = blob_delete(store_blobs(st), path)))
+        log_warn("file %s deleted, but its bytes %s stay for the orphan sweep: %s", fj->id, path, err_msg(rc));
     buf_printf(&job->out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", fj->id);
     job->status = 200;
-}
-
-/* The answer, then the deleted file's bytes go. */
-static int files_delete_answer(struct http_req *req, struct api_job *job)
-{
-    struct file_job *fj = (struct file_job *)job;
-    api_job_answer(req, job);
-    if (fj->unlink_path[0] && unlink(fj->unlink_path) != 0 && errno != ENOENT)
-        log_warn("cannot remove %s: %s", fj->unlink_path, strerror(errno));
-    return 0;
 }
 
 static void files_content_run(struct api_job *job, struct store *st)
@@ -510,22 +515,16 @@ static void files_content_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "get file");
         return;
     }
-    char path[STORE_PATH_MAX];
-    if ((rc = store_path_abs(job->api->cfg.data_dir, f.storage_path, path, sizeof path))) {
-        api_job_internal(job, rc, "file storage path");
-        return;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        log_error("file %s: cannot open %s: %s", f.id, path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    rc = blob_reader_open(store_blobs(st), f.storage_path, &fj->br);
+    if (rc == ERR_NOTFOUND) {
+        log_error("file %s: its bytes %s are missing", f.id, f.storage_path);
         api_job_error(job, API_ERR_NOT_FOUND, "file_id", "The content of file '%s' is missing.", fj->id);
         return;
     }
-    fj->fd = fd;
-    fj->fd_len = (uint64_t)sb.st_size;
+    if (rc) {
+        api_job_internal(job, rc, "open file content");
+        return;
+    }
     if (strcmp(f.encoding, "zstd") == 0) {
         if (fj->accept_zstd)
             fj->fd_zstd_raw = 1;
@@ -535,61 +534,65 @@ static void files_content_run(struct api_job *job, struct store *st)
     job->status = 200;
 }
 
-/* A decompressing download (http_respond_stream's reader). */
-struct unzst {
-    int fd;
-    struct zst_reader *zr;
+/* A download streamed off the loop (http_respond_stream's reader): the
+ * stored bytes as they are, or decompressed. */
+struct dl {
+    struct blob_reader *br;
+    struct zst_reader *zr; /* NULL: raw */
 };
 
-static int unzst_read(void *arg, char *buf, size_t cap, size_t *n)
+static int dl_read(void *arg, char *buf, size_t cap, size_t *n)
 {
-    struct unzst *u = arg;
-    ssize_t r = zst_reader_read(u->zr, buf, cap);
+    struct dl *d = arg;
+    ssize_t r = d->zr ? zst_reader_read(d->zr, buf, cap) : blob_read(d->br, buf, cap);
     if (r < 0)
         return (int)r;
     *n = (size_t)r;
     return 0;
 }
 
-static void unzst_done(void *arg, int err)
+static void dl_free(struct dl *d)
 {
-    struct unzst *u = arg;
+    zst_reader_free(d->zr);
+    blob_reader_free(d->br);
+    free(d);
+}
+
+static void dl_done(void *arg, int err)
+{
     if (err)
         log_error("file download: %s after streaming part of the file", err_msg(err));
-    zst_reader_free(u->zr);
-    close(u->fd);
-    free(u);
+    dl_free(arg);
 }
 
 /* The file itself (raw, or decompressed as a stream), or the error. */
 static int files_content_answer(struct http_req *req, struct api_job *job)
 {
     struct file_job *fj = (struct file_job *)job;
-    if (fj->fd < 0) {
+    if (!fj->br) {
         api_job_answer(req, job);
         return 0;
     }
-    int fd = fj->fd;
-    fj->fd = -1;
-    if (!fj->fd_decompress) {
-        if (fj->fd_zstd_raw)
-            http_resp_header(req, "Content-Encoding", "zstd");
-        http_respond_fd(req, 200, "application/octet-stream", fd, 0, fj->fd_len);
+    struct blob_reader *br = fj->br;
+    fj->br = NULL;
+    if (fj->fd_zstd_raw)
+        http_resp_header(req, "Content-Encoding", "zstd");
+    if (!fj->fd_decompress && blob_reader_fd(br) >= 0) { /* local: sendfile */
+        uint64_t len = blob_reader_size(br);
+        int fd = blob_reader_take_fd(br);
+        blob_reader_free(br);
+        http_respond_fd(req, 200, "application/octet-stream", fd, 0, len);
         return 0;
     }
-    struct unzst *u = calloc(1, sizeof *u);
-    if (u)
-        u->fd = fd;
-    if (!u || zst_reader_new(zst_fd_source, &u->fd, &u->zr) != 0) {
-        close(fd);
-        free(u);
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
-        return 0;
-    }
-    if (http_respond_stream(req, 200, "application/octet-stream", unzst_read, unzst_done, u) != 0) {
-        zst_reader_free(u->zr);
-        close(fd);
-        free(u);
+    struct dl *d = calloc(1, sizeof *d);
+    if (d)
+        d->br = br;
+    if (!d || (fj->fd_decompress && zst_reader_new(blob_read, br, &d->zr) != 0) ||
+        http_respond_stream(req, 200, "application/octet-stream", dl_read, dl_done, d) != 0) {
+        if (d)
+            dl_free(d);
+        else
+            blob_reader_free(br);
         api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
     }
     return 0;
@@ -606,7 +609,6 @@ static void files_by_id(struct http_req *req, api_job_fn run, int (*answer)(stru
     }
     api_job_init_req(&fj->job, req, run, file_job_free);
     fj->job.answer = answer;
-    fj->fd = -1;
     const char *id = http_req_param(req, "id");
     if (!id || strlen(id) >= sizeof fj->id) {
         api_job_free(&fj->job);
@@ -625,7 +627,7 @@ static void files_get(struct http_req *req, void *arg)
 
 static void files_delete(struct http_req *req, void *arg)
 {
-    files_by_id(req, files_delete_run, files_delete_answer);
+    files_by_id(req, files_delete_run, NULL);
 }
 
 static void files_content(struct http_req *req, void *arg)

@@ -85,25 +85,19 @@ static int open_input(struct ingest *g, int *fail_batch)
     }
     if (rc)
         return rc;
-    char path[STORE_PATH_MAX];
-    if ((rc = store_path_abs(store_data_dir(g->st), f.storage_path, path, sizeof path))) {
-        if (rc == ERR_CORRUPT)
-            log_error("ingest: %s: refusing storage path '%s'", g->b.id, f.storage_path);
-        return rc;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) {
-            *fail_batch = 1;
-            log_error("ingest: %s: input file %s is missing: %s", g->b.id, f.id, path);
-            return errlist_addf(&g->el, "file_not_found", 0, "input_file_id",
-                                "The content of input file %s is missing.", f.id);
-        }
-        log_error("ingest: %s: cannot open %s: %s", g->b.id, path, strerror(errno));
-        return ERR_IO;
-    }
     struct jsonl_caps caps = {g->lim->max_line_bytes, g->lim->max_file_bytes, g->lim->max_requests};
-    return jsonl_reader_new(fd, &caps, &g->rd);
+    rc = jsonl_reader_open_blob(store_blobs(g->st), f.storage_path, &caps, &g->rd);
+    if (rc == ERR_NOTFOUND) {
+        *fail_batch = 1;
+        log_error("ingest: %s: input file %s is missing: %s", g->b.id, f.id, f.storage_path);
+        return errlist_addf(&g->el, "file_not_found", 0, "input_file_id",
+                            "The content of input file %s is missing.", f.id);
+    }
+    if (rc == ERR_INVAL)
+        log_error("ingest: %s: refusing storage path '%s'", g->b.id, f.storage_path);
+    else if (rc)
+        log_error("ingest: %s: cannot read input file %s: %s", g->b.id, f.id, err_msg(rc));
+    return rc;
 }
 
 static int tx_open(struct ingest *g)
@@ -380,20 +374,11 @@ int ingest_resume_all(struct store *st, const struct ingest_limits *lim, int *n_
     return first;
 }
 
-int ingest_scan_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
-                     void (*on_line)(void *ctx, const struct ingest_line *l), void *ctx,
-                     int64_t *n_lines)
+/* Feed every valid line of rd to on_line (rd is freed). */
+static int scan_reader(struct jsonl_reader *rd, const char *endpoint, const struct ingest_limits *lim,
+                       void (*on_line)(void *ctx, const struct ingest_line *l), void *ctx, int64_t *n_lines)
 {
-    struct ingest_limits deflim;
-    if (!lim) {
-        ingest_limits_default(&deflim);
-        lim = &deflim;
-    }
-    struct jsonl_caps caps = {lim->max_line_bytes, lim->max_file_bytes, lim->max_requests};
-    struct jsonl_reader *rd = NULL;
-    int rc = jsonl_reader_open(path, &caps, &rd);
-    if (rc)
-        return rc;
+    int rc;
     for (;;) {
         struct jsonl_line l;
         if ((rc = jsonl_reader_next(rd, &l)))
@@ -420,6 +405,21 @@ out:
     return rc;
 }
 
+int ingest_scan_file(struct blob_store *bs, const char *path, const char *endpoint,
+                     const struct ingest_limits *lim, void (*on_line)(void *ctx, const struct ingest_line *l),
+                     void *ctx, int64_t *n_lines)
+{
+    struct ingest_limits deflim;
+    if (!lim) {
+        ingest_limits_default(&deflim);
+        lim = &deflim;
+    }
+    struct jsonl_caps caps = {lim->max_line_bytes, lim->max_file_bytes, lim->max_requests};
+    struct jsonl_reader *rd = NULL;
+    int rc = bs ? jsonl_reader_open_blob(bs, path, &caps, &rd) : jsonl_reader_open(path, &caps, &rd);
+    return rc ? rc : scan_reader(rd, endpoint, lim, on_line, ctx, n_lines);
+}
+
 /* ---- admission estimate ------------------------------------------------------ */
 
 struct estimate_scan {
@@ -435,13 +435,13 @@ static void estimate_line(void *ctx, const struct ingest_line *l)
         sc->rc = budget_estimate_add(&sc->e, sc->prices, l->model, l->prompt_tokens_est, l->max_tokens);
 }
 
-int ingest_estimate_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
+int ingest_estimate_file(struct blob_store *bs, const char *path, const char *endpoint, const struct ingest_limits *lim,
                          const struct usage_prices *prices, struct budget_estimate *out)
 {
     struct estimate_scan sc;
     memset(&sc, 0, sizeof sc);
     sc.prices = prices;
-    int rc = ingest_scan_file(path, endpoint, lim, estimate_line, &sc, NULL);
+    int rc = ingest_scan_file(bs, path, endpoint, lim, estimate_line, &sc, NULL);
     if (!rc)
         rc = sc.rc;
     if (!rc)

@@ -127,29 +127,33 @@ struct ingest_report {
  * with *rep filled when the batch reached a final ingest state (valid,
  * invalid or cancelled); ERR_NOTFOUND (no such batch), ERR_BADSTATE (batch
  * not validating/cancelling), ERR_BUSY (stopped by a hook, or the database
- * stayed locked), ERR_IO (the file could not be read: retry later; the
+ * stayed locked), ERR_IO / ERR_CONN (the file could not be read, or the
+ * file store is out: retry later; the
  * batch stays validating), ERR_NOMEM, store errors. Any non-zero return
  * leaves the batch resumable. lim NULL = defaults; hooks may be NULL. */
 int ingest_batch(struct store *st, const char *batch_id, const struct ingest_limits *lim,
                  const struct ingest_hooks *hooks, struct ingest_report *rep);
 
-/* Read the JSONL file at path (plain or zstd) the way ingest does and call
+/* Read the JSONL file at path - with bs, the key path in that file store
+ * (jobd/blob/blob.h); NULL: a local path - (plain or zstd) the way ingest does and call
  * on_line for every line that passes ingest_line_check (l is borrowed for
  * the call); invalid, blank and over-long lines are skipped, and the scan
  * stops quietly where ingest would fail the whole file (corrupt stream, size
  * or request limit). Used for admission estimates (ingest_estimate_file), before
  * any batch row exists. Returns 0 (*n_lines, may be NULL: physical lines
- * read), ERR_NOTFOUND (no file), ERR_IO, ERR_NOMEM. Any thread. */
-int ingest_scan_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
-                     void (*on_line)(void *ctx, const struct ingest_line *l), void *ctx,
-                     int64_t *n_lines);
+ * read), ERR_NOTFOUND (no file), ERR_IO, ERR_CONN (the file store is
+ * out), ERR_NOMEM. Any thread. */
+struct blob_store;
+int ingest_scan_file(struct blob_store *bs, const char *path, const char *endpoint,
+                     const struct ingest_limits *lim, void (*on_line)(void *ctx, const struct ingest_line *l),
+                     void *ctx, int64_t *n_lines);
 
-/* The admission estimate of the JSONL file at path for endpoint
+/* The admission estimate of the JSONL file at path (bs as above) for endpoint
  * (jobd/account/budget.h): ingest_scan_file feeding budget_estimate_add, so
  * it counts exactly the lines ingest will store. *out written on success
  * only. 0, ERR_NOTFOUND (no file), ERR_TOOBIG (a sum overflows int64),
  * ERR_IO, ERR_NOMEM. Any thread. */
-int ingest_estimate_file(const char *path, const char *endpoint, const struct ingest_limits *lim,
+int ingest_estimate_file(struct blob_store *bs, const char *path, const char *endpoint, const struct ingest_limits *lim,
                          const struct usage_prices *prices, struct budget_estimate *out);
 
 /* Ingest every batch in 'validating' (startup scan after a crash), oldest

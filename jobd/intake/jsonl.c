@@ -13,11 +13,13 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/zst.h"
+#include "jobd/blob/blob.h"
 
 #define CHUNK_BYTES (256u << 10)
 
 struct jsonl_reader {
-    int fd;
+    int fd;                 /* a file's, or -1 */
+    struct blob_reader *br; /* a stored file's, or NULL */
     struct zst_reader *z;   /* NULL for a plain file */
     char *chunk;            /* CHUNK_BYTES */
     size_t len, pos;        /* bytes in chunk, scan position */
@@ -33,22 +35,35 @@ struct jsonl_reader {
 
 enum { RD_LINE = 1, RD_EOF = 0, RD_TOOBIG = 2 };
 
-static ssize_t reader_fill(struct jsonl_reader *r)
+/* The raw bytes (the file as stored): its fd or its blob reader. */
+static ssize_t raw_read(struct jsonl_reader *r, void *data, size_t cap)
 {
-    size_t off = 0;
-    while (r->head_pos < r->head_len && off < CHUNK_BYTES)
-        r->chunk[off++] = (char)r->head[r->head_pos++];
-    if (off)
-        return (ssize_t)off;
-    if (r->z)
-        return zst_reader_read(r->z, r->chunk, CHUNK_BYTES);
+    if (r->br)
+        return blob_read(r->br, data, cap);
     for (;;) {
-        ssize_t n = read(r->fd, r->chunk, CHUNK_BYTES);
+        ssize_t n = read(r->fd, data, cap);
         if (n >= 0)
             return n;
         if (errno != EINTR)
             return ERR_IO;
     }
+}
+
+/* The raw bytes with the sniffed prefix served first (zst_source_fn). */
+static ssize_t raw_source(void *ctx, void *data, size_t cap)
+{
+    struct jsonl_reader *r = ctx;
+    size_t off = 0;
+    while (r->head_pos < r->head_len && off < cap)
+        ((char *)data)[off++] = (char)r->head[r->head_pos++];
+    return off ? (ssize_t)off : raw_read(r, data, cap);
+}
+
+static ssize_t reader_fill(struct jsonl_reader *r)
+{
+    if (r->z)
+        return zst_reader_read(r->z, r->chunk, CHUNK_BYTES);
+    return raw_source(r, r->chunk, CHUNK_BYTES);
 }
 
 /* Next physical line (without '\n'): RD_LINE with *p and *n (valid until the
@@ -150,6 +165,38 @@ int64_t jsonl_reader_lines(const struct jsonl_reader *r)
     return r->ln;
 }
 
+/* Sniff the zstd magic; the sniffed bytes are served again (raw_source). */
+static int reader_start(struct jsonl_reader *r, const struct jsonl_caps *caps, struct jsonl_reader **out)
+{
+    r->caps = *caps;
+    buf_init(&r->line, caps->max_line_bytes + 1);
+    int rc = 0;
+    if (!(r->chunk = malloc(CHUNK_BYTES))) {
+        rc = ERR_NOMEM;
+        goto out;
+    }
+    while (r->head_len < 4) {
+        ssize_t n = raw_read(r, r->head + r->head_len, 4 - r->head_len);
+        if (n < 0) {
+            rc = (int)n;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        r->head_len += (size_t)n;
+    }
+    static const unsigned char magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+    if (r->head_len == 4 && memcmp(r->head, magic, 4) == 0)
+        rc = zst_reader_new(raw_source, r, &r->z);
+out:
+    if (rc) {
+        jsonl_reader_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
 int jsonl_reader_new(int fd, const struct jsonl_caps *caps, struct jsonl_reader **out)
 {
     struct jsonl_reader *r = calloc(1, sizeof *r);
@@ -158,41 +205,19 @@ int jsonl_reader_new(int fd, const struct jsonl_caps *caps, struct jsonl_reader 
         return ERR_NOMEM;
     }
     r->fd = fd;
-    r->caps = *caps;
-    buf_init(&r->line, caps->max_line_bytes + 1);
-    int rc = 0;
-    if (!(r->chunk = malloc(CHUNK_BYTES))) {
-        rc = ERR_NOMEM;
-        goto out;
+    return reader_start(r, caps, out);
+}
+
+int jsonl_reader_new_blob(struct blob_reader *br, const struct jsonl_caps *caps, struct jsonl_reader **out)
+{
+    struct jsonl_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        blob_reader_free(br);
+        return ERR_NOMEM;
     }
-    /* sniff the zstd magic; the sniffed bytes are served again */
-    while (r->head_len < 4) {
-        ssize_t n = read(fd, r->head + r->head_len, 4 - r->head_len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = ERR_IO;
-            goto out;
-        }
-        if (n == 0)
-            break;
-        r->head_len += (size_t)n;
-    }
-    static const unsigned char magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
-    if (r->head_len == 4 && memcmp(r->head, magic, 4) == 0) {
-        r->head_len = 0; /* the zstd reader reads from the start of the file */
-        if (lseek(fd, 0, SEEK_SET) != 0)
-            rc = ERR_IO;
-        else
-            rc = zst_reader_new(zst_fd_source, &r->fd, &r->z);
-    }
-out:
-    if (rc) {
-        jsonl_reader_free(r);
-        return rc;
-    }
-    *out = r;
-    return 0;
+    r->fd = -1;
+    r->br = br;
+    return reader_start(r, caps, out);
 }
 
 int jsonl_reader_open(const char *path, const struct jsonl_caps *caps, struct jsonl_reader **out)
@@ -203,6 +228,14 @@ int jsonl_reader_open(const char *path, const struct jsonl_caps *caps, struct js
     return jsonl_reader_new(fd, caps, out);
 }
 
+int jsonl_reader_open_blob(struct blob_store *bs, const char *key, const struct jsonl_caps *caps,
+                           struct jsonl_reader **out)
+{
+    struct blob_reader *br = NULL;
+    int rc = blob_reader_open(bs, key, &br);
+    return rc ? rc : jsonl_reader_new_blob(br, caps, out);
+}
+
 void jsonl_reader_free(struct jsonl_reader *r)
 {
     if (!r)
@@ -210,6 +243,7 @@ void jsonl_reader_free(struct jsonl_reader *r)
     zst_reader_free(r->z);
     if (r->fd >= 0)
         close(r->fd);
+    blob_reader_free(r->br);
     free(r->chunk);
     buf_release(&r->line);
     free(r);

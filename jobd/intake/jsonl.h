@@ -55,11 +55,22 @@ struct jsonl_line {
 struct jsonl_reader;
 
 /* A reader over fd, which it owns from now on (closed by jsonl_reader_free,
- * or here on failure). Sniffs the format. 0, ERR_IO, ERR_NOMEM. */
+ * or here on failure). Sniffs the format (reading 4 bytes, served again:
+ * no seek). 0, ERR_IO, ERR_NOMEM. */
 int jsonl_reader_new(int fd, const struct jsonl_caps *caps, struct jsonl_reader **out);
 
 /* Open path and jsonl_reader_new it. 0, ERR_NOTFOUND (no file), ERR_IO, ERR_NOMEM. */
 int jsonl_reader_open(const char *path, const struct jsonl_caps *caps, struct jsonl_reader **out);
+
+/* The same over a stored file's bytes (jobd/blob/blob.h): br is the
+ * reader's from now on (freed with it, or here on failure); _open_blob
+ * opens key in bs first. 0, blob_reader_open's errors, the first read's
+ * (ERR_CONN: the file store is out), ERR_NOMEM. */
+struct blob_reader;
+struct blob_store;
+int jsonl_reader_new_blob(struct blob_reader *br, const struct jsonl_caps *caps, struct jsonl_reader **out);
+int jsonl_reader_open_blob(struct blob_store *bs, const char *key, const struct jsonl_caps *caps,
+                           struct jsonl_reader **out);
 
 /* The next line into *out. After an ending kind (EOF, TOO_MANY, TOO_BIG,
  * CORRUPT) do not call again. 0, or ERR_IO / ERR_NOMEM (*out unset). */

@@ -16,6 +16,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/zst.h"
+#include "jobd/blob/blob.h"
 
 #define DEC_CHUNK (128u * 1024)
 
@@ -197,42 +198,20 @@ const char *upload_sha256_hex(const struct upload *u)
     return u->hex;
 }
 
-static int fsync_dir_of(const char *path)
-{
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        return 0;
-    *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return ERR_IO;
-    int r = fsync(fd);
-    close(fd);
-    return r ? ERR_IO : 0;
-}
-
-int upload_commit(struct upload *u, const char *final_path)
+int upload_commit(struct upload *u, struct blob_store *bs, const char *key)
 {
     if (!u->finished || u->fd < 0)
         return ERR_INVAL;
-    int r = fsync(u->fd), err = errno;
-    if (close(u->fd) != 0 && r == 0) {
-        r = -1;
-        err = errno;
-    }
-    u->fd = -1;
-    if (r != 0) {
-        log_error("upload: cannot sync %s: %s", u->tmp_path, strerror(err));
-        return err == ENOSPC || err == EDQUOT ? ERR_NOSPACE : ERR_IO;
-    }
-    if (rename(u->tmp_path, final_path) != 0) {
-        log_error("upload: cannot rename %s to %s: %s", u->tmp_path, final_path, strerror(errno));
+    if (close(u->fd) != 0) {
+        log_error("upload: cannot close %s: %s", u->tmp_path, strerror(errno));
+        u->fd = -1;
         return ERR_IO;
     }
-    u->committed = 1;
-    return fsync_dir_of(final_path);
+    u->fd = -1;
+    int rc = blob_put_file(bs, key, u->tmp_path);
+    if (!rc)
+        u->committed = 1;
+    return rc;
 }
 
 void upload_free(struct upload *u)

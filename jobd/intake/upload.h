@@ -12,9 +12,11 @@
  * file under <data>/tmp. Nothing is held in memory beyond the codecs'
  * buffers.
  *
- * upload_commit (meant for a thread-pool thread, it syncs) fsyncs the file,
- * renames it to its final path and fsyncs the directory, so when the
- * database row that names it commits, the bytes are already durable.
+ * upload_commit (meant for a thread-pool thread, it syncs or uploads)
+ * closes the file and hands it to the file store (jobd/blob/blob.h:
+ * blob_put_file: local, fsync + rename + fsync of the directory; S3, a
+ * multipart upload of the file), so when the database row that names the
+ * key commits, the bytes are already durable.
  *
  * Threads: write/finish on the loop (each piece costs a few hundred
  * microseconds of CPU at most); commit/abort on any thread, one at a time.
@@ -55,10 +57,13 @@ uint64_t upload_bytes(const struct upload *u);
 /* Lowercase hex of the decoded bytes' SHA-256 (65 bytes incl. NUL), after finish. */
 const char *upload_sha256_hex(const struct upload *u);
 
-/* fsync, close, rename to final_path, fsync its directory. After success
- * the temporary file is gone and upload_free leaves final_path alone.
- * 0, ERR_NOSPACE (the disk is full) or ERR_IO. */
-int upload_commit(struct upload *u, const char *final_path);
+/* Close the temporary file and make it key in bs (blob_put_file). After
+ * success the temporary file is gone and upload_free leaves the object
+ * alone; after a failure there is no object and upload_free removes the
+ * file. 0, ERR_INVAL (not finished), or blob_put_file's errors (ERR_IO,
+ * ERR_CONN: the file store is out, ...). */
+struct blob_store;
+int upload_commit(struct upload *u, struct blob_store *bs, const char *key);
 
 /* Close and unlink the temporary file (if not committed) and free. NULL ok. */
 void upload_free(struct upload *u);

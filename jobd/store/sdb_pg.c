@@ -40,10 +40,25 @@
  * PostgreSQL's transaction in the failed state: the store's savepoints
  * (store_w_begin inside an open transaction) are what recover from it.
  *
+ * Connections (unless the URL says otherwise): connect_timeout
+ * SDB_PG_CONNECT_TIMEOUT_S (a server that accepts and never answers fails
+ * the open or the reconnect instead of hanging it), TCP keepalives after
+ * SDB_PG_KEEPALIVE_IDLE_S idle, every SDB_PG_KEEPALIVE_INTERVAL_S, dropped
+ * after SDB_PG_KEEPALIVE_COUNT unanswered (a half-open connection - the
+ * server's host gone without a FIN - is found in about 25 s, not the
+ * kernel's 2 hours), and tcp_user_timeout for data sent and never
+ * acknowledged. A connection found dead is SDB_BUSY and reconnected.
+ *
  * Results are read whole (PQexecParams, not single-row mode): the store's
  * reads are bounded by LIMITs (scans page through results by seq).
  */
 #include "jobd/store/sdb.h"
+
+#define SDB_PG_CONNECT_TIMEOUT_S "5"
+#define SDB_PG_KEEPALIVE_IDLE_S "10"
+#define SDB_PG_KEEPALIVE_INTERVAL_S "5"
+#define SDB_PG_KEEPALIVE_COUNT "3"
+#define SDB_PG_TCP_USER_TIMEOUT_MS "30000"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -804,7 +819,12 @@ int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *er
     if (!d)
         return SDB_NOMEM;
     d->base.ops = &sdb_pg_ops;
-    d->conn = PQconnectdb(url);
+    /* the defaults first: the URL's own settings, expanded from dbname, win */
+    static const char *const keys[] = {"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+                                       "keepalives_count", "tcp_user_timeout", "dbname", NULL};
+    const char *const vals[] = {SDB_PG_CONNECT_TIMEOUT_S, "1", SDB_PG_KEEPALIVE_IDLE_S, SDB_PG_KEEPALIVE_INTERVAL_S,
+                                SDB_PG_KEEPALIVE_COUNT, SDB_PG_TCP_USER_TIMEOUT_MS, url, NULL};
+    d->conn = PQconnectdbParams(keys, vals, 1);
     if (!d->conn) {
         free(d);
         return SDB_NOMEM;

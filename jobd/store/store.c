@@ -15,6 +15,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "jobd/blob/blob.h"
 
 /* ---- errors and statements ---------------------------------------------------- */
 
@@ -639,6 +640,9 @@ int store_open(const char *data_dir, const struct store_opts *opts, struct store
         rc = ERR_NOMEM;
         goto out;
     }
+    if (!st->opts.blobs &&
+        (rc = blob_store_open(&(struct blob_config){.data_dir = data_dir}, &st->own_blobs)))
+        goto out;
     if (store_database_is_pg(st->opts.database)) {
         rc = store_open_pg(st);
         goto opened;
@@ -676,6 +680,7 @@ void store_close(struct store *st)
         sdb_finalize(st->stmts[i]);
     if (st->db)
         sdb_close(st->db);
+    blob_store_free(st->own_blobs);
     free(st->dir);
     free(st->db_path);
     free(st);
@@ -725,6 +730,11 @@ void store_own_release(struct store *st, enum store_own_kind kind, const char *i
 const char *store_data_dir(const struct store *st)
 {
     return st->dir;
+}
+
+struct blob_store *store_blobs(const struct store *st)
+{
+    return st->opts.blobs ? st->opts.blobs : st->own_blobs;
 }
 
 /* ---- tenants ---------------------------------------------------------------------------- */

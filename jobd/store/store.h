@@ -60,8 +60,9 @@
  * sweep, cancel / expiry steps and retention are one transaction per step,
  * fenced by status, and may run on every instance. A commit that makes
  * work leasable NOTIFYs (store_work_listen), so a worker long-polling one
- * instance is woken when work is submitted to another. The data directory
- * (store_path_*) must be one POSIX file system shared by every instance.
+ * instance is woken when work is submitted to another. The file bytes
+ * (store_blobs) must be one store every instance reaches: an S3 bucket
+ * (jobd --files), or a data directory on one shared POSIX file system.
  *
  * Design (SQLite; PostgreSQL as above). The schema lives in schema.sql (repo root), embedded at build time
  * as store_schema_sql and applied by a migration runner keyed on PRAGMA
@@ -169,8 +170,8 @@
  * Shared by every backend (no database): the state-machine tables
  * (store_*_status_name/_parse, store_*_edge_allowed), store_backoff_s,
  * store_idem_fingerprint, store_lease_clear / store_leased_clear and the
- * data-directory paths (store_path_*: the file bytes live on a file system
- * every jobd instance shares, whatever the database).
+ * data-directory paths (store_path_*: storage_path is the file's key in the
+ * file store, jobd/blob/blob.h, whatever the database).
  *
  * Who calls, on which thread (each with its own struct store):
  *   event loop        store_key_verify (auth), startup tenant/keys
@@ -222,8 +223,13 @@ struct store_opts {
                                         "postgresql://" or "postgres://" URL: that
                                         PostgreSQL database (store_database_is_pg);
                                         borrowed, outlives the store */
+    struct blob_store *blobs;        /* where the bytes of files live, the store every
+                                        files.storage_path is a key of (jobd/blob/blob.h;
+                                        the store never calls it, it hands it out:
+                                        store_blobs); NULL: the local data directory;
+                                        borrowed, outlives the store */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL})
+#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL, NULL})
 
 /* 1 if url names a PostgreSQL database (postgresql:// or postgres://). Pure. */
 int store_database_is_pg(const char *url);
@@ -283,6 +289,12 @@ int store_work_wait(struct store *st, int timeout_ms, int *woke);
 /* The data directory given to store_open (borrowed). */
 const char *store_data_dir(const struct store *st);
 
+/* The file store of this store's rows: opts.blobs, or the local one over
+ * the data directory that store_open made when it was NULL (borrowed,
+ * never NULL; thread-safe, so it may outlive a job's use of st). */
+struct blob_store;
+struct blob_store *store_blobs(const struct store *st);
+
 /* Current PRAGMA user_version into *out. 0 or an ERR_*. */
 int store_schema_version(struct store *st, int *out);
 
@@ -300,8 +312,13 @@ int store_schema_pg_latest(void);
  *   <data_dir>/jobd.db                        the database (STORE_DB_NAME)
  *   <data_dir>/files/<file id>.jsonl.zst      an uploaded file's bytes (zstd)
  *   <data_dir>/files/<batch>-<kind>.jsonl.zst a batch's output / error file
- *   <data_dir>/tmp/                           uploads in progress (scratch;
- *                                             leftovers are removed at start)
+ *   <data_dir>/tmp/                           uploads and result files being
+ *                                             written (scratch, local even with
+ *                                             an S3 file store; leftovers are
+ *                                             removed at start)
+ *
+ * files/... are keys of the file store (store_blobs): paths under the
+ * data directory by default, objects in a bucket with jobd --files.
  *
  * files.storage_path holds the part after <data_dir>/. Pure string work:
  * any thread, no connection. */
@@ -316,6 +333,9 @@ enum store_dir { STORE_DIR_FILES, STORE_DIR_TMP };
 int store_path_dir(const char *data_dir, enum store_dir which, char *out, size_t cap);
 /* The storage_path of a new uploaded file's bytes. 0 or ERR_TOOBIG. */
 int store_path_upload_rel(const char *file_id, char rel[STORE_REL_PATH_MAX]);
+/* The file id of an uploaded file's storage_path (store_path_upload_rel's
+ * inverse). 0, or ERR_INVAL when rel is not one. */
+int store_path_upload_id(const char *rel, char id[ID_MAX]);
 /* The storage_path of a batch's output (kind "output") or error ("errors")
  * file. 0 or ERR_TOOBIG. */
 int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_REL_PATH_MAX]);
@@ -458,6 +478,9 @@ int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted
 /* *named = 1 when some files row has this storage_path (any tenant, expired
  * or not), else 0 (index files_storage_path). 0 or a database error. */
 int store_file_path_named(struct store *st, const char *storage_path, int *named);
+/* Whether a file row of id exists (any tenant): the orphan sweep
+ * (jobd/work/retention.h). 0 or a database error. */
+int store_file_exists(struct store *st, const char *id, int *exists);
 
 /* Get a tenant's file. ERR_NOTFOUND if absent or another tenant's. */
 int store_file_get(struct store *st, const char *tenant_id, const char *id, struct store_file *out);

@@ -70,6 +70,7 @@
                     "b.status = 'validating' AND b.input_file_id = files.id) "                \
                     "ORDER BY expires_at LIMIT ?2")                                           \
     X(FILE_NAMED, "SELECT 1 FROM files WHERE storage_path = ?1 LIMIT 1")                      \
+    X(FILE_EXISTS, "SELECT 1 FROM files WHERE id = ?1")                                       \
     X(FILE_PURGE, "DELETE FROM files WHERE id = ?1 AND expires_at IS NOT NULL AND "            \
                   "expires_at <= ?2")                                                         \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
@@ -685,6 +686,7 @@ struct store {
     char *dir;
     char *db_path; /* the SQLite file, or the PostgreSQL URL with its password masked */
     struct store_opts opts;
+    struct blob_store *own_blobs; /* the local file store opened when opts.blobs is NULL */
     int depth;   /* open write levels: 0 none, 1 a transaction, >1 savepoints inside it */
     int user_tx; /* the outermost level was opened by store_tx_begin */
     int notify;  /* PostgreSQL: this transaction made work leasable; its COMMIT

@@ -713,6 +713,21 @@ int store_file_path_named(struct store *st, const char *storage_path, int *named
     return rc;
 }
 
+int store_file_exists(struct store *st, const char *id, int *exists)
+{
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_FILE_EXISTS, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, id)))
+        return rc;
+    int r = sdb_step(s);
+    if (r == SDB_ROW || r == SDB_DONE)
+        *exists = r == SDB_ROW;
+    else
+        rc = store_sqlerr(st, r, "file exists");
+    sdb_reset(s);
+    return rc;
+}
+
 int store_file_purge(struct store *st, const char *id, int64_t now, int *deleted)
 {
     int rc = store_w_begin(st);

@@ -34,6 +34,17 @@ int store_path_upload_rel(const char *file_id, char rel[STORE_REL_PATH_MAX])
     return fit(snprintf(rel, STORE_REL_PATH_MAX, "files/%s.jsonl.zst", file_id), STORE_REL_PATH_MAX);
 }
 
+int store_path_upload_id(const char *rel, char id[ID_MAX])
+{
+    static const char pre[] = "files/file-", suf[] = ".jsonl.zst";
+    size_t n = strlen(rel), p = sizeof pre - 1, q = sizeof suf - 1;
+    if (n <= p + q || strncmp(rel, pre, p) != 0 || strcmp(rel + n - q, suf) != 0 || n - 6 - q >= ID_MAX)
+        return ERR_INVAL;
+    memcpy(id, rel + 6, n - 6 - q);
+    id[n - 6 - q] = '\0';
+    return strchr(id, '/') ? ERR_INVAL : 0;
+}
+
 int store_path_batch_rel(const char *batch_id, const char *kind, char rel[STORE_REL_PATH_MAX])
 {
     return fit(snprintf(rel, STORE_REL_PATH_MAX, "files/%s-%s.jsonl.zst", batch_id, kind),

@@ -18,6 +18,7 @@
 #include "common/js.h"
 #include "common/log.h"
 #include "common/zst.h"
+#include "jobd/blob/blob.h"
 
 void finalize_output_id(const char *request_id, char out[ID_MAX])
 {
@@ -27,7 +28,7 @@ void finalize_output_id(const char *request_id, char out[ID_MAX])
 
 /* One output file being written. */
 struct ff {
-    char path[STORE_PATH_MAX], tmp[STORE_PATH_MAX + 8], rel[STORE_REL_PATH_MAX];
+    char tmp[STORE_PATH_MAX], rel[STORE_REL_PATH_MAX]; /* tmp: <data>/tmp/fin-<batch>-<kind> */
     int fd;
     struct zst_writer *zw;
     struct sha256_ctx *sha;
@@ -52,11 +53,13 @@ static int ff_open(struct ff *f, const char *dir, const char *batch_id, const ch
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
+    char tdir[STORE_PATH_MAX];
     int rc;
     if ((rc = store_path_batch_rel(batch_id, kind, f->rel)) ||
-        (rc = store_path_abs(dir, f->rel, f->path, sizeof f->path)))
+        (rc = store_path_dir(dir, STORE_DIR_TMP, tdir, sizeof tdir)))
         return rc;
-    snprintf(f->tmp, sizeof f->tmp, "%s.tmp", f->path);
+    if ((size_t)snprintf(f->tmp, sizeof f->tmp, "%s/fin-%s-%s", tdir, batch_id, kind) >= sizeof f->tmp)
+        return ERR_TOOBIG;
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (f->fd < 0) {
         log_error("finalize: cannot create '%s': %s", f->tmp, strerror(errno));
@@ -97,23 +100,20 @@ static int ff_write(struct ff *f, const char *data, size_t n)
     return rc;
 }
 
-/* Close the frame, sync, rename into place, fill the file row. With no
- * lines the temp file is removed and *used = 0. The names change only in
- * the page cache: sync_files_dir makes them durable. */
-static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const char *batch_id,
+/* Close the frame, hand the file to the file store (blob_put_file: in
+ * place whole or not at all), fill the file row. With no lines the temp
+ * file is removed, so is an object an earlier try left, and *used = 0. */
+static int ff_finish(struct ff *f, struct blob_store *bs, const char *tenant_id, const char *batch_id,
                      const char *kind, int64_t now, int64_t expires_after_s, struct store_file *row, int *used)
 {
     int rc = 0;
     *used = f->lines > 0;
     if (!*used) {
         ff_abandon(f);
-        unlink(f->path);
-        return 0;
+        return blob_delete(bs, f->rel);
     }
     uint8_t dig[SHA256_LEN];
     rc = ff_io_error(f, zst_writer_end_frame(f->zw), "cannot write");
-    if (!rc && fsync(f->fd) != 0)
-        rc = ff_io_error(f, ERR_IO, "cannot sync");
     if (!rc) {
         rc = sha256_final(f->sha, dig);
         f->sha = NULL;
@@ -124,12 +124,15 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
     }
     zst_writer_free(f->zw);
     f->zw = NULL;
-    close(f->fd);
+    int cr = close(f->fd);
     f->fd = -1;
-    if (rename(f->tmp, f->path) != 0) {
-        log_error("finalize: rename '%s': %s", f->tmp, strerror(errno));
+    if (cr != 0)
+        rc = ff_io_error(f, ERR_IO, "cannot close");
+    if (!rc && (rc = blob_put_file(bs, f->rel, f->tmp)))
+        log_error("finalize: cannot store %s: %s", f->rel, err_msg(rc));
+    if (rc) {
         unlink(f->tmp);
-        return ERR_IO;
+        return rc;
     }
     memset(row, 0, sizeof *row);
     snprintf(row->tenant_id, sizeof row->tenant_id, "%s", tenant_id);
@@ -141,20 +144,6 @@ static int ff_finish(struct ff *f, const char *dir, const char *tenant_id, const
     snprintf(row->encoding, sizeof row->encoding, "zstd");
     row->created_at = now;
     row->expires_at = expires_after_s > 0 ? now + expires_after_s : 0;
-    return rc;
-}
-
-/* fsync files/: both renames and the removal of an unused temp file are
- * durable before the transaction that names the files commits (a removal
- * undone by a power loss would leave a temp file nothing ever collects). */
-static int sync_files_dir(const char *fdir)
-{
-    int dfd = open(fdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = dfd < 0 || fsync(dfd) != 0 ? ERR_IO : 0;
-    if (rc)
-        log_error("finalize: cannot sync '%s': %s", fdir, strerror(errno));
-    if (dfd >= 0)
-        close(dfd);
     return rc;
 }
 
@@ -230,7 +219,7 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
 {
     const char *dir = store_data_dir(st);
     char fdir[STORE_PATH_MAX];
-    if (store_path_dir(dir, STORE_DIR_FILES, fdir, sizeof fdir))
+    if (store_path_dir(dir, STORE_DIR_TMP, fdir, sizeof fdir))
         return ERR_TOOBIG;
     if (mkdir(fdir, 0700) != 0 && errno != EEXIST) {
         log_error("finalize: cannot create '%s': %s", fdir, strerror(errno));
@@ -251,12 +240,10 @@ static int write_and_finish(struct store *st, const struct store_batch *b, enum 
     struct store_file fo, fe;
     int used_o = 0, used_e = 0;
     if (!rc)
-        rc = ff_finish(&w.out, dir, b->tenant_id, b->id, "output", now, b->output_expires_after_s, &fo, &used_o);
+        rc = ff_finish(&w.out, store_blobs(st), b->tenant_id, b->id, "output", now, b->output_expires_after_s, &fo, &used_o);
     if (!rc)
-        rc = ff_finish(&w.err, dir, b->tenant_id, b->id, "errors", now, b->output_expires_after_s, &fe, &used_e);
+        rc = ff_finish(&w.err, store_blobs(st), b->tenant_id, b->id, "errors", now, b->output_expires_after_s, &fe, &used_e);
     buf_release(&w.line);
-    if (!rc)
-        rc = sync_files_dir(fdir);
     if (rc) {
         ff_abandon(&w.out);
         ff_abandon(&w.err);

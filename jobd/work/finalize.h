@@ -27,12 +27,16 @@
  * batch_cancelled, batch_expired) to the error file, one OpenAI
  * request-output line each (spec/jsonl.md). A frame is closed every
  * FINALIZE_FRAME_BYTES of input, so memory stays bounded whatever the batch
- * size. Files are written to "<name>.tmp", fsynced, and renamed over
- * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst; a file with no
- * lines is not created (its temp file is removed; its id stays null, as
- * OpenAI does); then files/ is fsynced, so both names are durable before
- * the final transaction commits. A re-run after a crash rewrites them from
- * scratch, and the file rows exist only once that transaction commits. Both files get expires_at = their
+ * size. Files are written to <data>/tmp/fin-<batch>-<kind> and then handed
+ * to the file store (jobd/blob/blob.h, blob_put_file) as
+ * files/<batch_id>-output.jsonl.zst / -errors.jsonl.zst: local, fsynced
+ * and renamed into place; S3, a multipart upload that appears whole when
+ * complete. A half-written file is never visible, a re-run after a crash
+ * (or after the file store was out: ERR_CONN, the batch stays finalizing
+ * and the sweeper tries again) rewrites them from scratch, and the file
+ * rows exist only once the final transaction commits, after both are
+ * durable. A file with no lines is not created (its id
+ * stays null, as OpenAI does). Both files get expires_at = their
  * created_at + the batch's output_expires_after_s when that is set
  * (retention.h deletes them then).
  *
@@ -74,7 +78,7 @@ int finalize_batch(struct store *st, const char *batch_id, int64_t now,
  * at most max_batches, skipping those another jobd instance is finalizing
  * (store_own_try, STORE_OWN_FINALIZE: PostgreSQL with several instances;
  * every step stays fenced by the batch's status, so ownership only keeps two
- * instances from writing the same files/<batch>-*.tmp at once). *n_finished (may be NULL) gets how many became
+ * instances from writing the same files at once). *n_finished (may be NULL) gets how many became
  * terminal. Returns the first error (after trying the others). */
 int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finished);
 

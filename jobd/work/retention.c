@@ -13,6 +13,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "jobd/blob/blob.h"
 
 int retention_sweep(struct store *st, int64_t now, int max, int64_t *n_deleted)
 {
@@ -24,16 +25,10 @@ int retention_sweep(struct store *st, int64_t now, int max, int64_t *n_deleted)
         return rc;
     int first = 0;
     for (size_t i = 0; i < n; i++) {
-        char path[STORE_PATH_MAX];
-        if ((rc = store_path_abs(store_data_dir(st), items[i].storage_path, path, sizeof path))) {
-            log_error("retention: file %s: bad storage path '%s'", items[i].id, items[i].storage_path);
+        if ((rc = blob_delete(store_blobs(st), items[i].storage_path))) {
+            log_error("retention: file %s expired but '%s' cannot be removed: %s", items[i].id,
+                      items[i].storage_path, err_msg(rc));
             first = first ? first : rc;
-            continue;
-        }
-        if (unlink(path) != 0 && errno != ENOENT) {
-            log_error("retention: file %s expired but '%s' cannot be removed: %s", items[i].id, path,
-                      strerror(errno));
-            first = first ? first : ERR_IO;
             continue;
         }
         int gone = 0;
@@ -69,7 +64,7 @@ static int sync_files_dir(struct store *st)
     return rc;
 }
 
-int retention_orphans(struct store *st, int64_t *n_removed)
+int retention_orphans_local(struct store *st, int64_t *n_removed)
 {
     char d[STORE_PATH_MAX];
     int rc = store_path_dir(store_data_dir(st), STORE_DIR_FILES, d, sizeof d);
@@ -103,4 +98,42 @@ int retention_orphans(struct store *st, int64_t *n_removed)
     if (n_removed)
         *n_removed = removed;
     return rc;
+}
+
+struct orphans {
+    struct store *st;
+    int64_t before;   /* objects modified before this are old enough */
+    int64_t n_deleted;
+    int first;
+};
+
+static int on_stored(void *ctx, const char *key, uint64_t size_bytes, int64_t mtime_s)
+{
+    struct orphans *o = ctx;
+    (void)size_bytes;
+    char id[ID_MAX];
+    int exists = 1;
+    if (mtime_s >= o->before || store_path_upload_id(key, id))
+        return 0; /* recent (its row may be about to commit), or not an upload */
+    int rc = store_file_exists(o->st, id, &exists);
+    if (rc)
+        return rc; /* the database is out: stop, try next time */
+    if (exists)
+        return 0;
+    if ((rc = blob_delete(store_blobs(o->st), key))) {
+        o->first = o->first ? o->first : rc;
+        return 0;
+    }
+    o->n_deleted++;
+    log_info("retention: removed %s: no file row names it (an upload cut short by a crash, or a deleted file)", key);
+    return 0;
+}
+
+int retention_orphans(struct store *st, int64_t now, int64_t grace_s, int64_t *n_deleted)
+{
+    struct orphans o = {st, now - grace_s, 0, 0};
+    int rc = blob_list(store_blobs(st), "files/file-", on_stored, &o);
+    if (n_deleted)
+        *n_deleted = o.n_deleted;
+    return rc ? rc : o.first;
 }

@@ -13,17 +13,27 @@
  * loss may undo an unlink that was not followed by an fsync of files/,
  * leaving bytes without a row, which the next start collects (below).
  *
- * Orphans. A crash can still leave bytes no row names: an upload renamed
- * into files/ whose row never committed (the client got no 2xx), or a
- * deleted or expired file whose unlink did not happen or was undone.
- * retention_orphans, run once at startup before jobd listens (so no upload
- * is between its rename and its commit), removes every entry of files/ that
- * no files row names (store_file_path_named). SQLite only: there the data
- * directory has one jobd; instances sharing a PostgreSQL database also
- * share files/, where another instance's upload may be in flight. The API already answers 404 for a file from the
- * second it expires (jobd/api/routes_files.c), so the sweeper's delay is
- * invisible to clients. Batches keep the ids of their deleted files
- * (output_file_id stays set, as OpenAI does).
+ * The API already answers
+ * 404 for a file from the second it expires (jobd/api/routes_files.c), so
+ * the sweeper's delay is invisible to clients. Batches keep the ids of
+ * their deleted files (output_file_id stays set, as OpenAI does). The bytes
+ * go through the file store (jobd/blob/blob.h: local directory or S3).
+ *
+ * Orphans. A crash (or a file store that failed a delete) can leave bytes
+ * no row names: an upload made durable whose row never committed (the
+ * client got no 2xx), or a deleted or expired file whose delete did not
+ * happen or was undone by a power loss. Two collectors:
+ *   - retention_orphans lists the uploads' keys (files/file-*) and removes
+ *     each one older than a grace period whose file row does not exist (the
+ *     grace covers an upload whose row is about to commit). The sweeper
+ *     runs it every RETENTION_ORPHAN_EVERY_S and at start; any store.
+ *   - retention_orphans_local, run once at startup before jobd listens (so
+ *     nothing is between its rename and its commit), removes every entry of
+ *     the local files/ that no files row names (store_file_path_named:
+ *     uploads and result files alike), then fsyncs files/. SQLite with the
+ *     local file store only: there the data directory has one jobd;
+ *     instances sharing a database share their files, where another
+ *     instance's upload may be in flight.
  *
  * Threads: the sweeper thread (its own store), retention_orphans the
  * starting thread; blocking disk work.
@@ -44,10 +54,19 @@
 int retention_sweep(struct store *st, int64_t now, int max, int64_t *n_deleted);
 
 /* Remove the entries of files/ that no files row names, then fsync files/
- * (see Orphans above; call before the API listens, SQLite only). *n_removed
+ * (see Orphans above; call before the API listens; SQLite, local files). *n_removed
  * (may be NULL) gets how many went. 0, ERR_IO (files/ unreadable or not
  * synced) or a store error; an entry that cannot be removed is logged and
  * skipped. */
-int retention_orphans(struct store *st, int64_t *n_removed);
+int retention_orphans_local(struct store *st, int64_t *n_removed);
+
+#define RETENTION_ORPHAN_GRACE_S 3600 /* an upload's bytes this old without a row are an orphan */
+#define RETENTION_ORPHAN_EVERY_S 600  /* how often the sweeper looks for orphans */
+
+/* Remove the uploads' bytes older than now - grace_s that no file row
+ * names, as above. *n_deleted (may be NULL) gets how many. 0, or the
+ * first error (the listing's, the database's, or a delete's after the
+ * others). */
+int retention_orphans(struct store *st, int64_t now, int64_t grace_s, int64_t *n_deleted);
 
 #endif

@@ -25,6 +25,7 @@ struct sweeper {
     struct store *st;
     struct lease_opts lopts;
     int64_t interval_ms;
+    int64_t orphans_at;  /* wall seconds of the last orphan sweep; 0 = not yet */
     atomic_uint_fast64_t passes, expired, requeued, dead, finished, errors, files_expired;
 };
 
@@ -59,6 +60,14 @@ static void pass(struct sweeper *sw)
         atomic_fetch_add(&sw->errors, 1);
     }
     atomic_fetch_add(&sw->files_expired, (uint64_t)n_files);
+    int64_t wall = clock_wall_s();
+    if (!sw->orphans_at || wall - sw->orphans_at >= RETENTION_ORPHAN_EVERY_S) {
+        sw->orphans_at = wall;
+        if ((rc = retention_orphans(sw->st, wall, RETENTION_ORPHAN_GRACE_S, NULL))) {
+            log_warn("sweeper: orphaned files: %s", err_msg(rc));
+            atomic_fetch_add(&sw->errors, 1);
+        }
+    }
     atomic_fetch_add(&sw->passes, 1);
 }
 

@@ -14,6 +14,14 @@ on either store engine:
 
     url=$(scripts/pg-cluster start /tmp/pg) &&
     JOBD_TEST_DATABASE=$url .venv/bin/python tests/py/runner.py test_jobd_lease
+
+S3: with JOBD_TEST_S3_ENDPOINT set to an S3 server (scripts/s3-server start
+prints one; its bucket "jobd", credentials jobd-test / jobd-test-secret),
+every such jobd also gets JOBD_FILES = s3://jobd/py-<hash of DIR> and the
+AWS_* variables, so the suites run with the files in object storage:
+
+    ep=$(scripts/s3-server start /tmp/s3) &&
+    JOBD_TEST_S3_ENDPOINT=$ep .venv/bin/python tests/py/runner.py test_jobd_api
 """
 import hashlib
 import os
@@ -71,10 +79,48 @@ def pg_url_for(data_dir):
     return _pg_dbs[name]
 
 
+S3_KEY, S3_SECRET, S3_BUCKET = "jobd-test", "jobd-test-secret", "jobd"
+
+
+def s3_env(endpoint, prefix):
+    """The environment of a jobd keeping its files under s3://jobd/prefix."""
+    return {"JOBD_FILES": f"s3://{S3_BUCKET}/{prefix}", "AWS_ENDPOINT_URL": endpoint,
+            "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
+
+
+def s3_prefix_for(data_dir):
+    """The JOBD_TEST_S3_ENDPOINT prefix of a data directory's files (None without it)."""
+    if not os.environ.get("JOBD_TEST_S3_ENDPOINT"):
+        return None
+    return "py-" + hashlib.sha1(os.path.realpath(data_dir).encode()).hexdigest()[:16]
+
+
+def s3_keys(endpoint, prefix):
+    """The object keys under prefix/ in the test bucket (a signed ListObjectsV2
+    by curl, up to 1000)."""
+    import re
+    r = subprocess.run(["curl", "-s", "--fail-with-body", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u",
+                        f"{S3_KEY}:{S3_SECRET}", "-H",
+                        "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                        f"{endpoint}/{S3_BUCKET}?list-type=2&prefix={prefix}%2F"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return re.findall(r"<Key>([^<]*)</Key>", r.stdout)
+
+
 def _jobd_env(argv, env):
     """env plus JOBD_DATABASE when argv runs jobd on a --data DIR and
-    JOBD_TEST_DATABASE is set."""
-    if not os.environ.get("JOBD_TEST_DATABASE") or not argv or os.path.basename(argv[0]) != "jobd":
+    JOBD_TEST_DATABASE is set; plus the S3 file store when
+    JOBD_TEST_S3_ENDPOINT is."""
+    if not argv or os.path.basename(argv[0]) != "jobd":
+        return env
+    s3 = os.environ.get("JOBD_TEST_S3_ENDPOINT")
+    if s3 and not (env and "JOBD_FILES" in env) and "--data" in " ".join(argv):
+        data = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--data"), None)
+        data = data or next((a[7:] for a in argv if a.startswith("--data=")), None)
+        if data:
+            env = {**(env or {}), **s3_env(s3, s3_prefix_for(data))}
+    if not os.environ.get("JOBD_TEST_DATABASE"):
         return env
     data = None
     for i, a in enumerate(argv):

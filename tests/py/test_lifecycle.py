@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 
-from harness import ROOT, Skip, binary, tmpdir
+from harness import ROOT, Skip, binary, s3_keys, s3_prefix_for, tmpdir
 from jobdlib import Jobd, chat_line, create_key, jsonl, multipart, zstd_decompress
 from workerlib import TestWorker, invalid, read_jsonl, success
 
@@ -263,6 +263,9 @@ def stored_paths(d, f):
     needle = f["id"]
     if f["purpose"] == "batch_output":
         needle = f["filename"].replace("_output.jsonl", "-output").replace("_errors.jsonl", "-errors")
+    prefix = s3_prefix_for(d.data)
+    if prefix:  # the files are in the test's S3 bucket (harness.py)
+        return [k for k in s3_keys(os.environ["JOBD_TEST_S3_ENDPOINT"], prefix) if needle in k]
     out = []
     for root, _, names in os.walk(d.data):
         out += [os.path.join(root, n) for n in names if needle in n]

@@ -105,7 +105,7 @@ TEST(budget_estimate_plain_and_zstd)
     CHECK_EQ_INT(usage_prices_parse("m1=1000000:3000000", &prices, msg, sizeof msg), 0);
     for (int z = 0; z < 2; z++) {
         struct budget_estimate e;
-        CHECK_EQ_INT(ingest_estimate_file(z ? zpath : plain, "/v1/chat/completions", NULL, &prices, &e), 0);
+        CHECK_EQ_INT(ingest_estimate_file(NULL, z ? zpath : plain, "/v1/chat/completions", NULL, &prices, &e), 0);
         CHECK_EQ_INT(e.n_requests, 2);
         CHECK_EQ_INT(e.tokens, 22 + 32777);
         CHECK_EQ_INT(e.micros, 42 + 98313);
@@ -114,15 +114,15 @@ TEST(budget_estimate_plain_and_zstd)
         CHECK_EQ_INT(e.price_out, 3000000);
     }
     struct budget_estimate e;
-    CHECK_EQ_INT(ingest_estimate_file(plain, "/v1/chat/completions", NULL, NULL, &e), 0); /* unpriced */
+    CHECK_EQ_INT(ingest_estimate_file(NULL, plain, "/v1/chat/completions", NULL, NULL, &e), 0); /* unpriced */
     CHECK_EQ_INT(e.micros, 0);
     CHECK_EQ_INT(e.tokens, 22 + 32777);
-    CHECK_EQ_INT(ingest_estimate_file(plain, "/v1/completions", NULL, &prices, &e), 0);
+    CHECK_EQ_INT(ingest_estimate_file(NULL, plain, "/v1/completions", NULL, &prices, &e), 0);
     CHECK_EQ_INT(e.n_requests, 1); /* only c: ceil(1/4) = 1 + 32768 */
     CHECK_EQ_INT(e.tokens, 32769);
     char missing[600];
     snprintf(missing, sizeof missing, "%s/nope", dir);
-    CHECK_EQ_INT(ingest_estimate_file(missing, "/v1/chat/completions", NULL, &prices, &e), ERR_NOTFOUND);
+    CHECK_EQ_INT(ingest_estimate_file(NULL, missing, "/v1/chat/completions", NULL, &prices, &e), ERR_NOTFOUND);
     usage_prices_release(&prices);
 }
 

@@ -13,6 +13,7 @@
 #include "common/crypto.h"
 #include "common/err.h"
 #include "common/zst.h"
+#include "jobd/blob/blob.h"
 #include "jobd/http/multipart.h"
 #include "jobd/intake/upload.h"
 #include "tests/th.h"
@@ -173,9 +174,13 @@ TEST(upload_encodings_limits_and_commit)
         CHECK_EQ_INT(upload_finish(u), 0);
         CHECK_EQ_INT((int)(upload_bytes(u) == n), 1);
         CHECK_EQ_STR(upload_sha256_hex(u), hex);
-        char final[200];
-        snprintf(final, sizeof final, "%s/final-%d.zst", dir, e);
-        CHECK_EQ_INT(upload_commit(u, final), 0);
+        char final[200], key[32];
+        snprintf(key, sizeof key, "final-%d.zst", e);
+        snprintf(final, sizeof final, "%s/%s", dir, key);
+        struct blob_store *bs = NULL;
+        CHECK_EQ_INT(blob_store_open(&(struct blob_config){.data_dir = dir}, &bs), 0);
+        CHECK_EQ_INT(upload_commit(u, bs, key), 0);
+        blob_store_free(bs);
         upload_free(u);
         struct buf back;
         buf_init(&back, 8u << 20);

@@ -5,10 +5,14 @@
  * $JOBD_TEST_PG_URL, or else a throwaway cluster started here with
  * scripts/pg-cluster (skipped when PostgreSQL is not installed).
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jobd/store/sdb.h"
@@ -97,6 +101,30 @@ static void exec_ok(struct sdb *db, const char *sql)
     int r = sdb_exec(db, sql);
     if (r != SDB_OK)
         th_fail(__FILE__, __LINE__, sql, "rc %d: %s", r, sdb_errmsg(db));
+}
+
+/* A "server" that completes TCP handshakes (the listen backlog) and never
+ * says a word: without connect_timeout libpq would wait for its answer
+ * forever. */
+TEST(sdb_pg_open_gives_up_on_a_server_that_never_answers)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    CHECK_EQ_INT(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ_INT(listen(fd, 8), 0);
+    CHECK_EQ_INT(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    char url[128], err[256];
+    snprintf(url, sizeof url, "postgresql://jobd@127.0.0.1:%d/jobd", ntohs(a.sin_port));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct sdb *db = NULL;
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_CANTOPEN);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECK(s >= 4.0 && s < 20.0);
+    CHECK(strstr(err, "timeout") != NULL);
+    close(fd);
 }
 
 TEST(sdb_pg_driver_round_trips_against_a_server)

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "common/err.h"
 #include "jobd/store/store.h"
@@ -89,5 +91,49 @@ TEST(retention_deletes_expired_files_but_not_a_validating_batchs_input)
     CHECK_EQ_INT(n, 0);
     CHECK(exists(dir, "keep"));
     store_batch_release(&b);
+    store_close(st);
+}
+
+static void write_at(const char *dir, const char *name, time_t mtime)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/files/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    fputs("{}\n", f);
+    fclose(f);
+    struct utimbuf ut = {mtime, mtime};
+    CHECK_EQ_INT(utime(path, &ut), 0);
+}
+
+TEST(retention_orphans_removes_old_upload_bytes_without_a_row_only)
+{
+    const char *dir = th_tmpdir();
+    struct store *st;
+    CHECK_EQ_INT(th_store_open(dir, NULL, &st), 0);
+    struct store_tenant t;
+    CHECK_EQ_INT(store_tenant_create(st, "acme", NOW, &t), 0);
+    char files[700];
+    snprintf(files, sizeof files, "%s/files", dir);
+    mkdir(files, 0700);
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.id, sizeof sf.id, "file-kept");
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", t.id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/file-kept.jsonl.zst");
+    sf.created_at = NOW;
+    CHECK_EQ_INT(store_file_create(st, &sf), 0);
+    write_at(dir, "file-kept.jsonl.zst", NOW - 7200);
+    write_at(dir, "file-ghost.jsonl.zst", NOW - 7200);       /* old, no row: an orphan */
+    write_at(dir, "file-young.jsonl.zst", NOW - 60);         /* no row yet: inside the grace */
+    write_at(dir, "batch_x-output.jsonl.zst", NOW - 7200);   /* not an upload: not the sweep's */
+    int64_t n = -1;
+    CHECK_EQ_INT(retention_orphans(st, NOW, RETENTION_ORPHAN_GRACE_S, &n), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK(!exists(dir, "file-ghost.jsonl.zst"));
+    CHECK(exists(dir, "file-kept.jsonl.zst"));
+    CHECK(exists(dir, "file-young.jsonl.zst"));
+    CHECK(exists(dir, "batch_x-output.jsonl.zst"));
     store_close(st);
 }

