@@ -552,3 +552,12 @@ INSERT INTO worker_endpoints(worker_id, canonical, endpoint)
     SELECT DISTINCT m.worker_id, m.canonical, e.ep FROM worker_models m,
         (SELECT '/v1/chat/completions' AS ep UNION ALL SELECT '/v1/completions'
          UNION ALL SELECT '/v1/embeddings') e;
+
+-- @migration 8
+-- The contract a batch was created through: 'openai' (POST /v1/batches,
+-- /v1/jobs, reruns) or 'anthropic' (POST /v1/messages/batches, whose lines
+-- are stored as /v1/chat/completions lines translated from Messages params
+-- and whose results are translated back; spec/anthropic.md). Every other
+-- part of jobd (leasing, results, usage, webhooks) treats both alike.
+ALTER TABLE batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
+CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);

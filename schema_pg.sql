@@ -645,3 +645,8 @@ BEGIN
     NEW.seq := nextval('results_seq_gen');
     RETURN NEW;
 END $$;
+
+-- @migration 4
+-- batches.api: the contract a batch was created through (SQLite migration 8).
+ALTER TABLE batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
+CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);
