@@ -143,7 +143,10 @@ def check_message(cid, m):
         if cid == "tool_named":
             assert all(b.name == "get_time" for b in uses), m
         return len(uses) > 0
-    assert not uses and m.stop_reason in ("end_turn", "max_tokens"), m
+    if cid == "tool_result":  # tool_choice auto: an answer, or another call
+        assert m.stop_reason == ("tool_use" if uses else "end_turn") or m.stop_reason == "max_tokens", (cid, m)
+        return None
+    assert not uses and m.stop_reason in ("end_turn", "max_tokens"), (cid, m)
     assert [b.type for b in m.content] == ["text"], m
     return None
 
