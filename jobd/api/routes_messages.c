@@ -45,6 +45,7 @@
 #include "jobd/api/api_json.h"
 #include "jobd/http/http.h"
 #include "jobd/intake/anth_batch.h"
+#include "jobd/intake/ingest.h"
 #include "jobd/intake/upload.h"
 
 #define MSG_PREFIX "msgbatch_"
@@ -79,10 +80,52 @@ struct msg_counts {
     int64_t processing, succeeded, errored, canceled, expired;
 };
 
-/* The counts of b; once ended, the cancel and expiry counts are read. */
-static int counts_of(struct store *st, const struct store_batch *b, int64_t n_given, struct msg_counts *c)
+/* Ended without its requests ever stored (cancelled, or failed, while
+ * validating): the input file is then the only list of them. */
+static int never_ran(const struct store_batch *b)
+{
+    return is_ended(b->status) && !b->at[STORE_BATCH_IN_PROGRESS];
+}
+
+/* Call fn for every request line of b's input file (our own JSONL). */
+static int input_scan(struct api *api, struct store *st, const struct store_batch *b,
+                      void (*fn)(void *ctx, const struct ingest_line *l), void *ctx, int64_t *n)
+{
+    struct store_file f;
+    char path[STORE_PATH_MAX];
+    int rc = store_file_get(st, b->tenant_id, b->input_file_id, &f);
+    if (!rc)
+        rc = store_path_abs(api->cfg.data_dir, f.storage_path, path, sizeof path);
+    if (!rc)
+        rc = ingest_scan_file(path, "/v1/chat/completions", &api->cfg.limits, fn, ctx, n);
+    return rc == ERR_NOTFOUND ? 0 : rc; /* the file went with its retention: nothing to list */
+}
+
+struct line_count {
+    int64_t n;
+};
+
+static void count_line(void *ctx, const struct ingest_line *l)
+{
+    (void)l;
+    ((struct line_count *)ctx)->n++;
+}
+
+/* The counts of b; once ended, the cancel and expiry counts are read (st
+ * NULL: b is new, n_given requests). */
+static int counts_of(struct api *api, struct store *st, const struct store_batch *b, int64_t n_given,
+                     struct msg_counts *c)
 {
     memset(c, 0, sizeof *c);
+    if (st && never_ran(b)) {
+        struct line_count lc = {0};
+        int rc = input_scan(api, st, b, count_line, &lc, NULL);
+        if (b->status == STORE_BATCH_FAILED)
+            c->errored = lc.n;
+        else
+            c->canceled = lc.n;
+        return rc;
+    }
     int64_t total = b->n_total > b->ingest_requests ? b->n_total : b->ingest_requests;
     if (n_given > total)
         total = n_given;
@@ -219,7 +262,7 @@ static int create_render(struct buf *out, const struct store_batch *b, void *arg
 {
     const struct create_arg *a = arg;
     struct msg_counts c;
-    counts_of(NULL, b, a->n, &c);
+    counts_of(NULL, NULL, b, a->n, &c);
     return batch_json(out, b, &c);
 }
 
@@ -268,7 +311,7 @@ static void one_free(struct api_job *job)
 static int render_one(struct api_job *job, struct store *st, const struct store_batch *b)
 {
     struct msg_counts c;
-    int rc = counts_of(st, b, 0, &c);
+    int rc = counts_of(job->api, st, b, 0, &c);
     buf_reset(&job->out);
     if (!rc)
         rc = batch_json(&job->out, b, &c);
@@ -427,7 +470,7 @@ static void list_run(struct api_job *job, struct store *st)
         if (i)
             rc = buf_append_byte(b, ',');
         if (!rc)
-            rc = counts_of(st, &items[i], 0, &c);
+            rc = counts_of(job->api, st, &items[i], 0, &c);
         if (!rc)
             rc = batch_json(b, &items[i], &c);
     }
@@ -489,6 +532,25 @@ static int add_result(void *ctx, const struct store_result_row *r)
     return anth_batch_result_line(ctx, r);
 }
 
+/* A batch that never ran: one line per request of its input file. */
+struct stub_lines {
+    struct buf *out;
+    const char *result; /* the result object's JSON text */
+    int rc;
+};
+
+static void stub_line(void *ctx, const struct ingest_line *l)
+{
+    struct stub_lines *sl = ctx;
+    if (sl->rc)
+        return;
+    sl->rc = buf_append_str(sl->out, "{\"custom_id\":");
+    if (!sl->rc)
+        sl->rc = js_escape(sl->out, l->custom_id, strlen(l->custom_id));
+    if (!sl->rc)
+        sl->rc = buf_printf(sl->out, ",\"result\":%s}\n", sl->result);
+}
+
 static void results_run(struct api_job *job, struct store *st)
 {
     struct one_job *oj = (struct one_job *)job;
@@ -498,6 +560,24 @@ static void results_run(struct api_job *job, struct store *st)
     int ended = is_ended(b.status);
     char id[ID_MAX];
     snprintf(id, sizeof id, "%s", b.id);
+    if (ended && never_ran(&b)) {
+        struct stub_lines sl = {&job->out, b.status == STORE_BATCH_FAILED
+                                               ? "{\"type\":\"errored\",\"error\":{\"type\":\"error\",\"error\":"
+                                                 "{\"type\":\"invalid_request_error\",\"message\":\"the batch "
+                                                 "failed validation\"}}}"
+                                               : "{\"type\":\"canceled\"}",
+                                0};
+        int rc = input_scan(job->api, st, &b, stub_line, &sl, NULL);
+        store_batch_release(&b);
+        if (rc || sl.rc) {
+            buf_reset(&job->out);
+            api_job_internal(job, rc ? rc : sl.rc, "read requests");
+            return;
+        }
+        job->content_type = "application/x-jsonl";
+        job->status = 200;
+        return;
+    }
     store_batch_release(&b);
     if (!ended) {
         api_job_error(job, API_ERR_BATCH_NOT_FINISHED, NULL,
