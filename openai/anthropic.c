@@ -672,16 +672,21 @@ int anth_message_from_chat(const json_t *chat, json_t **out)
         json_decref(content);
         return rc;
     }
-    const char *stop = json_array_size(calls) ? "tool_use" : finish && !strcmp(finish, "length") ? "max_tokens"
-                                                                                                  : "end_turn";
+    const json_t *seq = json_object_get(ch, "stop_reason"); /* the stop string that ended it */
+    if (!json_is_string(seq) || json_array_size(calls))
+        seq = NULL;
+    const char *stop = json_array_size(calls)                  ? "tool_use"
+                       : finish && !strcmp(finish, "length") ? "max_tokens"
+                       : seq                                 ? "stop_sequence"
+                                                             : "end_turn";
     const json_t *u = json_object_get(chat, "usage");
     json_int_t prompt = int_at(u, "prompt_tokens"), cached = int_at(json_object_get(u, "prompt_tokens_details"),
                                                                     "cached_tokens");
     if (cached < 0 || cached > prompt)
         cached = 0;
-    m = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:n, s:{s:I, s:I, s:I, s:I}}", "id", id, "type", "message",
+    m = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:O, s:{s:I, s:I, s:I, s:I}}", "id", id, "type", "message",
                   "role", "assistant", "model", model ? model : "", "content", content, "stop_reason", stop,
-                  "stop_sequence", "usage", "input_tokens", (json_int_t)(prompt - cached), "output_tokens",
+                  "stop_sequence", seq ? seq : json_null(), "usage", "input_tokens", (json_int_t)(prompt - cached), "output_tokens",
                   int_at(u, "completion_tokens"), "cache_read_input_tokens", cached, "cache_creation_input_tokens",
                   (json_int_t)0);
     if (!m)

@@ -199,6 +199,14 @@ TEST(anthropic_answer_thinking_and_tool_calls_become_blocks)
     CHECK_EQ_STR(json_string_value(json_object_get(m, "stop_reason")), "max_tokens");
     json_decref(m);
     json_decref(chat);
+    chat = parse("{\"id\":\"chatcmpl-z\",\"model\":\"q\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                 "\"assistant\",\"content\":\"one\"},\"finish_reason\":\"stop\",\"stop_reason\":\"\\n\\n\"}],"
+                 "\"usage\":{}}");
+    CHECK_EQ_INT(anth_message_from_chat(chat, &m), 0);
+    CHECK_EQ_STR(json_string_value(json_object_get(m, "stop_reason")), "stop_sequence");
+    CHECK_EQ_STR(json_string_value(json_object_get(m, "stop_sequence")), "\n\n");
+    json_decref(m);
+    json_decref(chat);
     chat = parse("{\"object\":\"list\"}");
     CHECK_EQ_INT(anth_message_from_chat(chat, &m), ERR_INVAL);
     json_decref(chat);
