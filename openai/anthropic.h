@@ -53,8 +53,9 @@
  * id, type "message", role "assistant", model, content [thinking (from
  * reasoning_content, signature ""), text (when non-empty), tool_use {id
  * "toolu_" + the call's id, name, input: the parsed arguments object}...],
- * stop_reason tool_use (any call) | max_tokens (finish "length") | end_turn,
- * stop_sequence null, usage {input_tokens (prompt tokens not read from the
+ * stop_reason tool_use (any call) | max_tokens (finish "length") |
+ * stop_sequence (the choice's stop_reason names the stop string that ended
+ * it; stop_sequence is that string) | end_turn (stop_sequence null), usage {input_tokens (prompt tokens not read from the
  * prefix cache), output_tokens, cache_read_input_tokens (prompt cache hits),
  * cache_creation_input_tokens 0}.
  *

@@ -85,7 +85,8 @@ REQUESTS = [
                                                           "content": "18 C and sunny"}]}],
                            tools=[WEATHER])),
     ("no_thinking", params(user("Count to three."), thinking={"type": "disabled"},
-                           metadata={"user_id": "u-1"}, stop_sequences=["\n\n"])),
+                           metadata={"user_id": "u-1"})),
+    ("stop_seq", params(user("Count from 1 to 10."), max_tokens=48, stop_sequences=["5", "never-said"])),
 ]
 
 # The same requests in the OpenAI contract, written by hand from the Anthropic ones.
@@ -99,6 +100,7 @@ OPENAI_TWINS = {
                + user("Say hello.")},
     "tools_any": {"messages": user("What is the weather in Paris?"), "max_tokens": 128,
                   "tools": [OAI_WEATHER, OAI_TIME], "tool_choice": "required", "parallel_tool_calls": False},
+    "stop_seq": {"messages": user("Count from 1 to 10."), "max_tokens": 48, "stop": ["5", "never-said"]},
     "tool_result": {"messages": user("What is the weather in Paris?") + [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": TOOL_USE["id"], "type": "function",
@@ -127,7 +129,12 @@ def wait_ended(client, batch_id, worker=None, timeout=600):
 def check_message(cid, m):
     assert isinstance(m, Message), m
     assert m.id.startswith("msg_") and m.type == "message" and m.role == "assistant", m
-    assert m.model == "smollm" and m.stop_sequence is None, m
+    assert m.model == "smollm", m
+    if cid == "stop_seq":  # the engine says which stop string ended the answer
+        assert m.stop_reason == "stop_sequence" and m.stop_sequence == "5", m
+        assert [b.type for b in m.content] == ["text"] and "5" not in m.content[0].text, m
+        return None
+    assert m.stop_sequence is None, m
     assert m.usage.input_tokens > 0 and m.usage.output_tokens > 0, m.usage
     assert m.usage.cache_creation_input_tokens == 0, m.usage
     uses = [b for b in m.content if b.type == "tool_use"]
@@ -205,6 +212,7 @@ def test_anthropic_sdk_flow_on_jobd_and_a_cpu_worker():
         calls = [(b.name, b.input) for b in m.content if b.type == "tool_use"]
         assert calls == [(c["function"]["name"], json.loads(c["function"]["arguments"]))
                          for c in msg.get("tool_calls") or []], (calls, msg)
+        assert body["choices"][0].get("stop_reason") == m.stop_sequence, (body, m)
         u = body["usage"]
         assert m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == u["prompt_tokens"], (m.usage, u)
         assert m.usage.output_tokens == u["completion_tokens"], (m.usage, u)
