@@ -113,13 +113,29 @@ static void create_free(struct api_job *job)
     free(cj);
 }
 
-/* store_idem_answer's render: the new batch is the answer. */
+/* store_idem_answer's render: the batch is the answer (arg: the job). */
 static int render_batch(void *arg, const void *obj)
 {
     struct api_job *job = arg;
-    struct create_job *cj = (struct create_job *)job;
     buf_reset(&job->out);
-    int rc = cj->src.render ? cj->src.render(&job->out, obj, cj->src.arg) : api_batch_json(&job->out, obj);
+    int rc = api_batch_json(&job->out, obj);
+    if (rc) {
+        api_job_internal(job, rc, "render batch");
+        return rc;
+    }
+    job->status = 200;
+    return 0;
+}
+
+/* The create sequence's render (arg: a create_job): the route's own, else render_batch. */
+static int render_created(void *arg, const void *obj)
+{
+    struct create_job *cj = arg;
+    struct api_job *job = &cj->job;
+    if (!cj->src.render)
+        return render_batch(job, obj);
+    buf_reset(&job->out);
+    int rc = cj->src.render(&job->out, obj, cj->src.arg);
     if (rc) {
         api_job_internal(job, rc, "render batch");
         return rc;
@@ -188,7 +204,7 @@ static void submit(struct create_job *cj, struct store *st)
             .now = clock_wall_s(),
             .admit = api_admit_check,
             .admit_arg = &adm,
-            .idem = api_idem_answer(job, render_batch, job),
+            .idem = api_idem_answer(job, render_created, cj),
         };
         api_admit_reservation(&adm, &s);
         if (!(rc = store_batch_submit(st, &s, cj->batch_id)))
