@@ -10,6 +10,9 @@ CPU worker on the default SmolLM2-135M model.
   with jsonschema;
 - one engine, two front doors: the same requests through the OpenAI
   contract (POST /v1/jobs) give the same tokens (greedy) and the same usage;
+- on Qwen2.5-Coder-0.5B (Hermes tags; fetched by scripts/fetch-model) every
+  forced call (tool_choice any, a named tool) is a tool_use whose input validates;
+- jobctl submit of a {custom_id, params} JSONL, --wait;
 - bad input gets Anthropic's error envelope naming the request index and
   field: missing max_tokens, an image block, an unknown tool_choice.name, a
   tool_result without its tool_use, a batch over the count and size limits;
@@ -348,3 +351,39 @@ def test_anthropic_refusals_name_the_request_index_and_field():
     assert e.request_counts.canceled == 1 and e.request_counts.processing == 0, e
     # also when the cancel lands while the batch is still validating (its requests never stored)
     assert [(r.custom_id, r.result.type) for r in client.messages.batches.results(b.id)] == [("ok", "canceled")]
+
+
+def test_anthropic_tool_use_on_qwen_hermes_tags():
+    """On Qwen2.5-Coder-0.5B (Hermes <tool_call> tags) every forced call completes:
+    tool_choice any and a named tool give tool_use blocks whose input validates."""
+    from test_tools import QWEN, need_qwen
+    need()
+    need_qwen()
+    from harness import Proc
+    from test_jobworker import WT
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "team-q", asan=False)
+    d = Jobd(data=data, asan=False, args=JOBD_ARGS, key=key)
+    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", QWEN,
+              "--model-id", "qwen-coder", "--worker-token", WT, "--name", "qw", "--threads", "2"])
+    client = client_for(d, key)
+    qs = ["What is the weather in Paris?", "What time is it in Tokyo?", "Is it raining in Oslo?"]
+    reqs = []
+    for i, q in enumerate(qs):
+        reqs.append({"custom_id": f"any{i}", "params": params(user(q), model="qwen-coder", max_tokens=96,
+                                                             tools=[WEATHER, TIME], tool_choice={"type": "any"})})
+        reqs.append({"custom_id": f"named{i}", "params": params(user(q), model="qwen-coder", max_tokens=96,
+                                                               tools=[WEATHER, TIME],
+                                                               tool_choice={"type": "tool", "name": "get_weather"})})
+    b = client.messages.batches.create(requests=reqs)
+    done = wait_ended(client, b.id, worker=w, timeout=800)
+    assert done.request_counts.succeeded == len(reqs), done.request_counts
+    for r in client.messages.batches.results(b.id):
+        m = r.result.message
+        uses = [x for x in m.content if x.type == "tool_use"]
+        assert uses and m.stop_reason == "tool_use", (r.custom_id, m)
+        for u in uses:
+            assert u.name in SCHEMAS and u.id.startswith("toolu_"), u
+            jsonschema.Draft202012Validator(SCHEMAS[u.name]).validate(u.input)
+            if r.custom_id.startswith("named"):
+                assert u.name == "get_weather", u
