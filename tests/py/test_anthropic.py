@@ -352,6 +352,15 @@ def test_anthropic_refusals_name_the_request_index_and_field():
     # also when the cancel lands while the batch is still validating (its requests never stored)
     assert [(r.custom_id, r.result.type) for r in client.messages.batches.results(b.id)] == [("ok", "canceled")]
 
+    # another tenant sees none of it: every route answers 404, the list is empty
+    other = client_for(d, d.create_key("team-b"))
+    for call in (other.messages.batches.retrieve, other.messages.batches.cancel, other.messages.batches.delete,
+                 lambda i: list(other.messages.batches.results(i))):
+        refused(lambda: call(b.id), 404, "No message batch")
+    assert other.messages.batches.list().data == []
+    refused(lambda: other.messages.batches.list(after_id=b.id), 400, "after_id")
+    assert client.messages.batches.retrieve(b.id).id == b.id
+
 
 def test_anthropic_tool_use_on_qwen_hermes_tags():
     """On Qwen2.5-Coder-0.5B (Hermes <tool_call> tags) every forced call completes:
