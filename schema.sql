@@ -601,3 +601,12 @@ CREATE INDEX results_lease ON results(lease_id, batch_id);
 -- whose row never committed, a deleted file whose unlink did not happen;
 -- jobd/work/retention.h), one lookup per entry.
 CREATE INDEX files_storage_path ON files(storage_path);
+
+-- @migration 11
+-- The contract a batch was created through: 'openai' (POST /v1/batches,
+-- /v1/jobs, reruns) or 'anthropic' (POST /v1/messages/batches, whose lines
+-- are stored as /v1/chat/completions lines translated from Messages params
+-- and whose results are translated back; spec/anthropic.md). Every other
+-- part of jobd (leasing, results, usage, webhooks) treats both alike.
+ALTER TABLE batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
+CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);

@@ -670,3 +670,8 @@ CREATE INDEX lease_batches_batch ON lease_batches(batch_id);
 CREATE INDEX leases_worker ON leases(worker_id, created_at);
 CREATE INDEX leases_span ON leases((coalesce(released_at, expires_at)));
 CREATE INDEX results_lease ON results(lease_id, batch_id);
+
+-- @migration 6
+-- batches.api: the contract a batch was created through (SQLite migration 11).
+ALTER TABLE batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
+CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);

@@ -403,6 +403,8 @@ static int build(const struct resp_meta *m, const struct gen_choice *choices, si
             goto out;
         if (ok && !json_object_get(ch, "finish_reason"))
             put(ch, "finish_reason", json_string(stop_finish_name(c->finish)), &ok);
+        if (ok && c->stop)
+            put(ch, "stop_reason", json_stringn(c->stop, c->stop_len), &ok);
     }
     if (!ok) {
         rc = ERR_NOMEM;

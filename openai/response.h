@@ -14,7 +14,8 @@
  *                "logprobs":null | {"content":[{"token","logprob","bytes":[int],
  *                                               "top_logprobs":[{"token","logprob","bytes"}]}],
  *                                   "refusal":null},
- *                "finish_reason":"stop"|"length"|"tool_calls"|"function_call"}],
+ *                "finish_reason":"stop"|"length"|"tool_calls"|"function_call",
+                ["stop_reason":"<the stop string that ended it>"]}],
  *    "usage":{"prompt_tokens","completion_tokens","total_tokens",
  *             ["completion_tokens_details":{"reasoning_tokens"}]},
  *
@@ -32,6 +33,9 @@
  *    "choices":[{"text","index","logprobs":null | {"tokens":[str],"token_logprobs":[num],
  *                "top_logprobs":[{str: num}],"text_offset":[int]},"finish_reason"}],
  *    "usage":{...},"system_fingerprint":...}
+ *
+ * stop_reason (vLLM's extension) is there only when one of the request's
+ * stop strings ended the choice (gen_choice.stop), in both bodies.
  *
  * Token strings are the token's decoded piece (tok_piece with special tokens
  * rendered), with invalid UTF-8 (a piece holding part of a character)

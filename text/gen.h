@@ -137,6 +137,9 @@ struct gen_choice {
     enum stop_finish finish;    /* STOP_FINISH_STOP or STOP_FINISH_LENGTH */
     const struct gen_lp *lp;    /* (n_lp); kept when gen_params.logprobs */
     size_t n_lp;
+    const char *stop;           /* the stop string that ended it (borrowed from
+                                 * gen_params.stop, stop_len bytes), NULL: none */
+    size_t stop_len;
     size_t n_reason;            /* generated tokens inside the thinking block
                                  * (gen_params.think_end), all of them when it
                                  * never ended; 0 without think_end */

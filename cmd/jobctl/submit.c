@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "common/err.h"
+#include "common/id.h"
 #include "common/js.h"
 #include "common/log.h"
 #include "common/zst.h"
@@ -61,6 +62,11 @@ static const char *submit_usage =
     "ends jobd POSTs its batch.* event there, signed with the tenant's secret\n"
     "(GET /v1/webhook_secret; see spec/webhooks.md). jobd checks the address\n"
     "when it delivers, not now.\n"
+    "\n"
+    "--format anthropic (or a file whose first line has \"params\" and no \"url\"):\n"
+    "the lines are Anthropic Message Batches requests {\"custom_id\", \"params\"},\n"
+    "sent as one POST /v1/messages/batches (at most 256 MiB; spec/anthropic.md);\n"
+    "it prints the msgbatch_ id, and --wait waits on the same batch.\n"
     "\n"
     "Without --endpoint, a file whose first line has \"url\": \"/v1/completions\",\n"
     "\"/v1/embeddings\" or \"/v1/responses\" is submitted for that endpoint, any\n"
@@ -422,6 +428,101 @@ static int submit_hash(int fd, char *rbuf, char hex[2 * SHA256_LEN + 1], unsigne
     return 0;
 }
 
+#define SUBMIT_ANTHROPIC_MAX_BYTES (256ull << 20)
+
+/* 1 when the first line of fd looks like an Anthropic request: "params" and no "url". */
+static int submit_sniff_anthropic(int fd, char *rbuf)
+{
+    ssize_t n = pread(fd, rbuf, 65536, 0);
+    if (n <= 0)
+        return 0;
+    char *nl = memchr(rbuf, '\n', (size_t)n);
+    size_t len = nl ? (size_t)(nl - rbuf) : (size_t)n;
+    return memmem(rbuf, len, "\"params\"", 8) && !memmem(rbuf, len, "\"url\"", 5);
+}
+
+/* --format anthropic: the JSONL lines of fd as the requests of one POST
+ * /v1/messages/batches; prints the msgbatch id. Returns the exit code. */
+static int submit_anthropic(struct jc *jc, int fd, const char *path, const char *idem, int wait,
+                            int64_t interval_ms, int64_t timeout_ms)
+{
+    struct buf body;
+    buf_init(&body, SUBMIT_ANTHROPIC_MAX_BYTES + 64);
+    struct httpc_response r;
+    httpc_response_init(&r);
+    json_t *batch = NULL;
+    char line[1 << 16];
+    int rc = buf_append_str(&body, "{\"requests\":[");
+    FILE *f = NULL;
+    int dfd = rc ? -1 : dup(fd);
+    if (dfd < 0 || !(f = fdopen(dfd, "r")) || fseek(f, 0, SEEK_SET)) {
+        if (dfd >= 0 && !f)
+            close(dfd);
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "cannot read '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    size_t n_req = 0;
+    int at_start = 1, blank = 1;
+    while (!rc && fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        int ends = n && line[n - 1] == '\n';
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            n--;
+        if (at_start) {
+            blank = strspn(line, " \t\r\n") == strlen(line);
+            if (!blank)
+                rc = n_req++ ? buf_append_byte(&body, ',') : 0;
+        }
+        if (!rc && !blank)
+            rc = buf_append(&body, line, n);
+        at_start = ends;
+    }
+    if (!rc)
+        rc = buf_append_str(&body, "]}");
+    if (rc || n_req == 0) {
+        rc = rc ? jc_fail(jc, JC_EXIT_FAIL, NULL, "'%s' is larger than a message batch may be (256 MiB)", path)
+                : jc_fail(jc, JC_EXIT_FAIL, "a batch needs at least one request line", "'%s' has no request", path);
+        goto out;
+    }
+    char idem_hdr[300];
+    if (idem) {
+        snprintf(idem_hdr, sizeof idem_hdr, "Idempotency-Key: %s", idem);
+    } else {
+        uint8_t d[SHA256_LEN];
+        sha256(body.data, body.len, d);
+        int k = snprintf(idem_hdr, sizeof idem_hdr, "Idempotency-Key: jobctl-anthropic-");
+        for (int i = 0; i < 20; i++)
+            k += snprintf(idem_hdr + k, sizeof idem_hdr - (size_t)k, "%02x", d[i]);
+    }
+    struct httpc_opts ho;
+    jc_opts_default(&ho);
+    ho.retry_unsafe = 1; /* the Idempotency-Key makes a repeat harmless */
+    ho.timeout_ms = 0;
+    ho.stall_timeout_ms = 120000;
+    const char *hdrs[] = {"Content-Type: application/json", "anthropic-version: 2023-06-01", idem_hdr, NULL};
+    const char *route = "/v1/messages/batches";
+    int hrc = jc_call(jc, &ho, "POST", route, hdrs, body.data, body.len, NULL, &r);
+    if ((rc = jc_check(jc, "POST", route, hrc, &r, NULL, 0)) || (rc = jc_parse_json(jc, &r, &batch)))
+        goto out;
+    const char *id;
+    if (js_get_str(batch, "id", &id) || strncmp(id, "msgbatch_", 9) || strlen(id) >= ID_MAX) {
+        rc = jc_fail(jc, JC_EXIT_FAIL, NULL, "jobd's answer has no message batch id");
+        goto out;
+    }
+    printf("%s\n", id);
+    fflush(stdout);
+    char bid[ID_MAX];
+    snprintf(bid, sizeof bid, "batch_%s", id + 9); /* the same batch on the OpenAI routes */
+    rc = wait ? jc_wait(jc, bid, interval_ms, timeout_ms, 0) : JC_EXIT_OK;
+out:
+    if (f)
+        fclose(f);
+    json_decref(batch);
+    httpc_response_release(&r);
+    buf_release(&body);
+    return rc;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -470,7 +571,7 @@ static int submit_take_metadata(struct jc *jc, int *argc, char **argv, const cha
 
 int cmd_submit(struct jc *jc, int argc, char **argv)
 {
-    const char *endpoint = NULL, *window = "24h", *webhook = NULL, *idem = NULL, *filename = NULL;
+    const char *endpoint = NULL, *window = "24h", *webhook = NULL, *idem = NULL, *filename = NULL, *format = NULL;
     int64_t priority = INT64_MIN, interval_ms = 2000, timeout_ms = 0, out_expires_ms = 0;
     int wait = 0, dry_run = 0, json_out = 0;
     const char *md[SUBMIT_MAX_METADATA + 1];
@@ -489,6 +590,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         CFG_OPT("filename", NULL, CFG_STR, &filename, "NAME", "name of the stored input file (default: the file's)"),
         CFG_OPT("output-expires", NULL, CFG_DURATION, &out_expires_ms, "DUR",
                 "delete the output and error files DUR after they are written (output_expires_after; 1h .. 30d)"),
+        CFG_OPT("format", NULL, CFG_STR, &format, "openai|anthropic",
+                "the lines' contract (default: anthropic when the first line has \"params\" and no \"url\")"),
         CFG_OPT("wait", NULL, CFG_BOOL, &wait, NULL, "then wait for the batch and exit with its outcome code"),
         CFG_OPT("dry-run", NULL, CFG_BOOL, &dry_run, NULL,
                 "submit nothing: print jobd's estimate (requests, input tokens, max output tokens, cost range)"),
@@ -514,6 +617,8 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
         strcmp(endpoint, "/v1/embeddings") && strcmp(endpoint, "/v1/responses"))
         return jc_usage_error(jc, "--endpoint: use /v1/chat/completions, /v1/completions, /v1/embeddings or "
                                   "/v1/responses");
+    if (format && strcmp(format, "openai") && strcmp(format, "anthropic"))
+        return jc_usage_error(jc, "--format: use openai or anthropic");
     if (idem && (!*idem || strlen(idem) > 255))
         return jc_usage_error(jc, "--idempotency-key: 1 to 255 bytes");
     char wh_md[16 + SUBMIT_MAX_METADATA_VALUE];
@@ -568,6 +673,10 @@ int cmd_submit(struct jc *jc, int argc, char **argv)
     }
     if (n_bytes == 0) {
         rc = jc_fail(jc, JC_EXIT_FAIL, "a batch needs at least one request line", "'%s' is empty", path);
+        goto out;
+    }
+    if (format ? !strcmp(format, "anthropic") : submit_sniff_anthropic(src.fd, src.rbuf)) {
+        rc = submit_anthropic(jc, src.fd, path, idem, wait, interval_ms, timeout_ms);
         goto out;
     }
     if (!endpoint)

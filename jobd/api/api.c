@@ -50,7 +50,7 @@ int api_routes_add(struct api *api, struct http_server *srv)
     if ((rc = routes_ops_add(api)) || (rc = routes_files_add(api)) || (rc = routes_batches_add(api)) ||
         (rc = routes_results_add(api)) ||
         (rc = routes_worker_add(api)) || (rc = routes_usage_add(api)) || (rc = routes_budget_add(api)) ||
-        (rc = routes_webhooks_add(api)))
+        (rc = routes_webhooks_add(api)) || (rc = routes_messages_add(api)))
         log_error("cannot add routes: %s", err_msg(rc));
     return rc;
 }

@@ -84,39 +84,59 @@ static void rctx_free(void *data)
     free(rc);
 }
 
-struct api_rctx *api_auth_tenant(struct http_req *req, struct api *api)
+/* A refusal in the envelope of the request's contract. */
+static void auth_refuse(struct http_req *req, const struct api_rctx *rc, enum api_err e, const char *msg)
+{
+    if (rc && rc->anthropic)
+        api_respond_error_anthropic(req, e, "%s", msg);
+    else
+        api_respond_error(req, e, NULL, "%s", msg);
+}
+
+static struct api_rctx *auth_tenant(struct http_req *req, struct api *api, int anthropic)
 {
     struct api_rctx *rc = calloc(1, sizeof *rc);
     if (!rc) {
-        api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
+        auth_refuse(req, NULL, API_ERR_INTERNAL, "Out of memory.");
         return NULL;
     }
     rc->api = api;
+    rc->anthropic = anthropic;
     http_req_set_data(req, rc, rctx_free);
+    if (anthropic && !http_req_header(req, "anthropic-version")) {
+        auth_refuse(req, rc, API_ERR_MISSING_PARAMETER, "anthropic-version: header is required");
+        return NULL;
+    }
     if (!api->auth_required) {
         snprintf(rc->tenant, sizeof rc->tenant, "%s", api->default_tenant);
     } else {
-        const char *h = http_req_header(req, "Authorization");
-        if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+        const char *key = anthropic ? http_req_header(req, "x-api-key") : NULL;
+        if (!key) {
+            const char *h = http_req_header(req, "Authorization");
+            key = h && strncasecmp(h, "Bearer ", 7) == 0 ? h + 7 : NULL;
+        }
+        if (!key) {
             http_resp_header(req, "WWW-Authenticate", "Bearer");
-            api_respond_error(req, API_ERR_MISSING_API_KEY, NULL,
-                              "You didn't provide an API key. Send it in the Authorization header "
-                              "(Authorization: Bearer YOUR_KEY).");
+            auth_refuse(req, rc, API_ERR_MISSING_API_KEY,
+                        anthropic ? "x-api-key header is required"
+                                  : "You didn't provide an API key. Send it in the Authorization header "
+                                    "(Authorization: Bearer YOUR_KEY).");
             return NULL;
         }
-        const char *key = h + 7;
         while (*key == ' ')
             key++;
         struct store_key k;
         int r = store_key_verify(api->loop_st, key, &k);
         if (r == ERR_AUTH) {
             http_resp_header(req, "WWW-Authenticate", "Bearer");
-            api_respond_error(req, API_ERR_INVALID_API_KEY, NULL, "Incorrect API key provided.");
+            auth_refuse(req, rc, API_ERR_INVALID_API_KEY, anthropic ? "invalid x-api-key" : "Incorrect API key provided.");
             return NULL;
         }
         if (r) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "Could not check the API key: %s.", err_msg(r));
             http_resp_header(req, "Retry-After", "1");
-            api_respond_error(req, API_ERR_UNAVAILABLE, NULL, "Could not check the API key: %s.", err_msg(r));
+            auth_refuse(req, rc, API_ERR_UNAVAILABLE, msg);
             return NULL;
         }
         snprintf(rc->tenant, sizeof rc->tenant, "%s", k.tenant_id);
@@ -125,13 +145,24 @@ struct api_rctx *api_auth_tenant(struct http_req *req, struct api *api)
     if (ik && strcmp(http_req_method(req), "POST") == 0) {
         size_t n = strlen(ik);
         if (n == 0 || n > STORE_IDEM_KEY_MAX) {
-            api_respond_error(req, API_ERR_INVALID_IDEMPOTENCY_KEY, NULL,
-                              "Idempotency-Key must be 1 to %d characters.", STORE_IDEM_KEY_MAX);
+            char msg[120];
+            snprintf(msg, sizeof msg, "Idempotency-Key must be 1 to %d characters.", STORE_IDEM_KEY_MAX);
+            auth_refuse(req, rc, API_ERR_INVALID_IDEMPOTENCY_KEY, msg);
             return NULL;
         }
         memcpy(rc->idem_key, ik, n + 1);
     }
     return rc;
+}
+
+struct api_rctx *api_auth_tenant(struct http_req *req, struct api *api)
+{
+    return auth_tenant(req, api, 0);
+}
+
+struct api_rctx *api_auth_tenant_anthropic(struct http_req *req, struct api *api)
+{
+    return auth_tenant(req, api, 1);
 }
 
 void api_head_tenant(struct http_req *req, void *arg)

@@ -25,6 +25,7 @@ struct api_rctx {
     char idem_key[STORE_IDEM_KEY_MAX + 1]; /* "" = none */
     void *route_data;                      /* a route's streaming state (freed by route_free) */
     void (*route_free)(void *route_data);
+    int anthropic;                         /* a /v1/messages route: Anthropic's headers and envelope */
 };
 
 /* Decide the auth mode at start (logged): keys exist -> required; else
@@ -36,6 +37,12 @@ int api_auth_decide(struct api *api);
  * no-auth mode), check Idempotency-Key (POST), attach a new api_rctx.
  * Returns it, or NULL when the request was answered (401, 400, 500, 503). */
 struct api_rctx *api_auth_tenant(struct http_req *req, struct api *api);
+
+/* api_auth_tenant for Anthropic's contract (the /v1/messages routes): the
+ * key from x-api-key (or a Bearer), the anthropic-version header required
+ * (any value: jobd speaks 2023-06-01), every refusal in Anthropic's
+ * envelope, and rctx->anthropic set so the route's jobs answer alike. */
+struct api_rctx *api_auth_tenant_anthropic(struct http_req *req, struct api *api);
 
 /* on_head hooks (arg is the api):
  * api_head_tenant - api_auth_tenant;

@@ -88,4 +88,16 @@ int api_err_json(struct buf *out, enum api_err e, const char *param, const char 
 int api_respond_error(struct http_req *req, enum api_err e, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Anthropic's envelope of entry e, for the /v1/messages routes:
+ * {"type":"error","error":{"type","message"}}, the type from the entry's
+ * status (400/409/415/422 invalid_request_error, 401 authentication_error,
+ * 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 503
+ * overloaded_error, else api_error). Returns as api_err_json. */
+const char *api_err_anthropic_type(enum api_err e);
+int api_err_json_anthropic(struct buf *out, enum api_err e, const char *msg);
+
+/* api_respond_error in Anthropic's envelope. */
+int api_respond_error_anthropic(struct http_req *req, enum api_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

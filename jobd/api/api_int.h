@@ -42,6 +42,28 @@ struct api {
     atomic_int listening;          /* api_set_listening: wake-ups arrive, polling is a fallback */
 };
 
+/* The create sequence of POST /v1/jobs (routes_batches.c: idempotency,
+ * admission, one submit transaction, then the ingest thread) for a route
+ * that writes its own input lines: a /v1/chat/completions batch with a
+ * 24 h window, created through contract api. */
+struct upload;
+struct api_create_src {
+    const char *api;      /* the batch's contract (static text): "anthropic" */
+    const char *filename; /* the input file's name */
+    /* pool thread, first: write the JSONL lines with upload_write(up, ...);
+     * 0, or non-zero with the job answered (api_job_error) */
+    int (*lines)(struct api_job *job, struct upload *up, void *arg);
+    /* the new batch as the answer (also what an idempotency key keeps),
+     * arg as below; NULL: the OpenAI batch object. 0 or buf's error. */
+    int (*render)(struct buf *out, const struct store_batch *b, void *arg);
+    void *arg;                  /* lines' argument, owned by the job */
+    void (*arg_free)(void *arg); /* frees arg (NULL: nothing) */
+};
+
+/* A create job for req (authenticated; its fingerprint fp is the caller's
+ * to set) over a copy of src. NULL on no memory (src->arg freed then). */
+struct api_job *api_create_job_new(struct http_req *req, const struct api_create_src *src);
+
 /* The route tables, one per file (each adds its routes to api->srv; 0 or
  * http_server_route's error). */
 int routes_ops_add(struct api *api);      /* routes_ops.c: /healthz, /readyz, /metrics */
@@ -52,5 +74,6 @@ int routes_worker_add(struct api *api);   /* routes_worker.c: worker protocol, m
 int routes_usage_add(struct api *api);    /* routes_usage.c: /v1/usage, /v1/admin/usage */
 int routes_budget_add(struct api *api);   /* routes_budget.c: /v1/admin/tenants/{tenant}/limits */
 int routes_webhooks_add(struct api *api); /* routes_webhooks.c: /v1/webhook_endpoints, /v1/webhook_secret */
+int routes_messages_add(struct api *api); /* routes_messages.c: /v1/messages/batches (Anthropic's contract) */
 
 #endif

@@ -90,6 +90,7 @@ void api_job_init_req(struct api_job *job, struct http_req *req, api_job_fn run,
     api_job_init(job, rc->api, run, free_fn, strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0, 64u << 20);
     snprintf(job->tenant, sizeof job->tenant, "%s", rc->tenant);
     snprintf(job->idem_key, sizeof job->idem_key, "%s", rc->idem_key);
+    job->anthropic = rc->anthropic;
 }
 
 /* Pool thread, after run: the ETag of a GET's 200 body (see api_job.h). */
@@ -125,7 +126,8 @@ void api_job_error(struct api_job *job, enum api_err e, const char *param, const
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     buf_reset(&job->out);
-    job->status = api_err_json(&job->out, e, param, msg) ? 0 : api_err_status(e);
+    int rc = job->anthropic ? api_err_json_anthropic(&job->out, e, msg) : api_err_json(&job->out, e, param, msg);
+    job->status = rc ? 0 : api_err_status(e);
     if (api_err_status(e) == 503)
         job->retry_after = 1;
 }

@@ -84,6 +84,7 @@ struct api_job {
     int replayed;                              /* Idempotent-Replayed: true */
     int wake_sweeper;                          /* wake the sweeper before answering */
     struct store *st;                          /* the connection run holds (api_job_unlocked) */
+    int anthropic;                             /* errors in Anthropic's envelope (a /v1/messages route) */
 };
 
 /* Set up job (zeroing it): api, run, free_fn (frees the struct embedding
@@ -122,7 +123,8 @@ int api_job_again(struct http_req *req, struct api_job *job, uint64_t ms);
 void api_job_answer(struct http_req *req, struct api_job *job);
 
 /* In run: set status / out to the error entry e (api_err.h) with param and
- * message; a 503 entry also asks for Retry-After: 1. Can't fail (on no
+ * message (in Anthropic's envelope, without param, when job->anthropic); a
+ * 503 entry also asks for Retry-After: 1. Can't fail (on no
  * memory status stays 0: a plain 500). */
 void api_job_error(struct api_job *job, enum api_err e, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -62,6 +62,7 @@ struct batch_in {
     enum store_rerun_only only;
     int window_given, metadata_given; /* else the original batch's */
     int64_t out_expires_s; /* output_expires_after.seconds; 0 = jobd's --file-retention */
+    const char *api;       /* the batch's contract: NULL = "openai" */
 };
 
 static void batch_in_free(void *p)
@@ -101,6 +102,7 @@ struct create_job {
     struct batch_in *bi;  /* owned (POST /v1/batches) or the request's (POST /v1/jobs) */
     int owns_bi;
     char batch_id[ID_MAX]; /* created: queued for ingestion once answered */
+    struct api_create_src src; /* api_create_job_new: the lines are written by src.lines */
 };
 
 static void create_free(struct api_job *job)
@@ -108,15 +110,34 @@ static void create_free(struct api_job *job)
     struct create_job *cj = (struct create_job *)job;
     if (cj->owns_bi)
         batch_in_free(cj->bi);
+    if (cj->src.arg_free)
+        cj->src.arg_free(cj->src.arg);
     free(cj);
 }
 
-/* store_idem_answer's render: the new batch is the answer. */
+/* store_idem_answer's render: the batch is the answer (arg: the job). */
 static int render_batch(void *arg, const void *obj)
 {
     struct api_job *job = arg;
     buf_reset(&job->out);
     int rc = api_batch_json(&job->out, obj);
+    if (rc) {
+        api_job_internal(job, rc, "render batch");
+        return rc;
+    }
+    job->status = 200;
+    return 0;
+}
+
+/* The create sequence's render (arg: a create_job): the route's own, else render_batch. */
+static int render_created(void *arg, const void *obj)
+{
+    struct create_job *cj = arg;
+    struct api_job *job = &cj->job;
+    if (!cj->src.render)
+        return render_batch(job, obj);
+    buf_reset(&job->out);
+    int rc = cj->src.render(&job->out, obj, cj->src.arg);
     if (rc) {
         api_job_internal(job, rc, "render batch");
         return rc;
@@ -195,11 +216,11 @@ static void submit(struct create_job *cj, struct store *st)
             .tenant_id = job->tenant,
             .file = jobs ? &sf : NULL,
             .batch = {bi->endpoint, bi->input_file_id, bi->window_s, bi->metadata,
-                      bi->out_expires_s ? bi->out_expires_s : job->api->cfg.file_retention_s},
+                      bi->out_expires_s ? bi->out_expires_s : job->api->cfg.file_retention_s, bi->api},
             .now = clock_wall_s(),
             .admit = api_admit_check,
             .admit_arg = &adm,
-            .idem = api_idem_answer(job, render_batch, job),
+            .idem = api_idem_answer(job, render_created, cj),
         };
         api_admit_reservation(&adm, &s);
         if (!(rc = store_batch_submit(st, &s, cj->batch_id)))
@@ -220,9 +241,33 @@ static void submit(struct create_job *cj, struct store *st)
         api_job_internal(job, rc, what);
 }
 
+/* api_create_job_new's run: the lines into a new input file, then submit. */
+static void create_src_run(struct create_job *cj, struct store *st)
+{
+    struct api_job *job = &cj->job;
+    struct batch_in *bi = cj->bi;
+    const struct api_config *cfg = &job->api->cfg;
+    int rc = upload_new(job->api->tmp_dir, UPLOAD_IDENTITY, cfg->limits.max_file_bytes, cfg->zstd_level, &bi->up);
+    if (rc) {
+        api_job_internal(job, rc, "input file");
+        return;
+    }
+    if (cj->src.lines(job, bi->up, cj->src.arg))
+        return; /* answered */
+    if ((rc = upload_finish(bi->up))) {
+        api_job_internal(job, rc, "input file");
+        return;
+    }
+    submit(cj, st);
+}
+
 static void create_run(struct api_job *job, struct store *st)
 {
-    submit((struct create_job *)job, st);
+    struct create_job *cj = (struct create_job *)job;
+    if (cj->src.lines)
+        create_src_run(cj, st);
+    else
+        submit(cj, st);
 }
 
 /* The answer, then the new batch goes to the ingest thread. */
@@ -247,6 +292,24 @@ static struct create_job *create_new(struct http_req *req, struct batch_in *bi, 
     cj->bi = bi;
     cj->owns_bi = owns_bi;
     return cj;
+}
+
+struct api_job *api_create_job_new(struct http_req *req, const struct api_create_src *src)
+{
+    struct batch_in *bi = calloc(1, sizeof *bi);
+    struct create_job *cj = bi ? create_new(req, bi, 1) : NULL;
+    if (!cj) {
+        free(bi);
+        if (src->arg_free)
+            src->arg_free(src->arg);
+        return NULL;
+    }
+    cj->src = *src;
+    snprintf(bi->endpoint, sizeof bi->endpoint, "/v1/chat/completions");
+    snprintf(bi->filename, sizeof bi->filename, "%s", src->filename);
+    bi->window_s = 86400;
+    bi->api = src->api;
+    return &cj->job;
 }
 
 /* ---- POST /v1/batches -------------------------------------------------------------------- */

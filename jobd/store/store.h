@@ -548,6 +548,7 @@ struct store_batch {
     int64_t usage_prompt_tokens, usage_completion_tokens, usage_cached_tokens; /* set at finalization */
     int64_t usage_cost_micros; /* sum of the batch's usage_ledger cost, set at finalization */
     int64_t output_expires_after_s; /* output/error files expire this long after they are written; 0 = never */
+    char api[16];                   /* the contract it was created through: "openai" or "anthropic" */
 };
 
 /* Free metadata and errors of b (not b itself). NULL ok. */
@@ -563,6 +564,7 @@ struct store_batch_new {
     const char *metadata;         /* JSON object text or NULL: <= 16 pairs, string
                                      values, key <= 64 bytes, value <= 512 bytes */
     int64_t output_expires_after_s; /* >= 0; 0 = output files never expire */
+    const char *api;              /* NULL or "openai" (the default), or "anthropic" (POST /v1/messages/batches) */
 };
 
 /* Create a batch in status validating (expires_at = now + window). The
@@ -586,6 +588,29 @@ int store_batch_get(struct store *st, const char *tenant_id, const char *id, str
  * that is not one of the tenant's batches is ERR_NOTFOUND. */
 int store_batch_list(struct store *st, const char *tenant_id, const char *after, int limit,
                      struct store_batch **items, size_t *n, int *has_more);
+
+/* A tenant's batches created through contract api ("openai" or
+ * "anthropic"), newest first, at most limit (1..1000, else ERR_INVAL):
+ * with after (an id, or NULL) those strictly older than it; with before
+ * (an id, or NULL; not both) the limit batches strictly newer than it,
+ * nearest first in the scan but returned newest first. *has_more: more
+ * exist beyond the page in the direction of the scan. *items: free with
+ * store_batch_list_free. A cursor that is not one of the tenant's batches
+ * is ERR_NOTFOUND. */
+int store_batch_list_api(struct store *st, const char *tenant_id, const char *api, const char *before,
+                         const char *after, int limit, struct store_batch **items, size_t *n, int *has_more);
+
+/* How many of a batch's requests were ended by its cancel (results with
+ * error code batch_cancelled) and by its expiry (batch_expired). 0 or a
+ * store error. */
+int store_batch_stop_counts(struct store *st, const char *batch_id, int64_t *n_cancelled, int64_t *n_expired);
+
+/* Delete a tenant's ended batch (completed, failed, expired, cancelled)
+ * created through contract api, with its requests and results (usage
+ * ledger rows stay: they are the bill). Files stay until their retention.
+ * ERR_NOTFOUND (absent, another tenant's or another contract's),
+ * ERR_BADSTATE (not ended), store errors. */
+int store_batch_delete(struct store *st, const char *tenant_id, const char *api, const char *id);
 
 /* store_batch_list with only the batches whose status is `status` (a
  * status name; NULL = any); `after` need not have that status. */

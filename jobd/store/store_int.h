@@ -27,7 +27,7 @@
     "errors, output_file_id, error_file_id, n_total, n_completed, n_failed, created_at, "    \
     "expires_at, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "       \
     "cancelling_at, cancelled_at, ingest_line, ingest_requests, priority, usage_prompt_tokens, " \
-    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros, output_expires_after_s"
+    "usage_completion_tokens, usage_cached_tokens, usage_cost_micros, output_expires_after_s, api"
 
 #define STORE_FILE_COLS                                                                   \
     "id, tenant_id, purpose, filename, bytes, sha256, storage_path, encoding, status, "  \
@@ -75,13 +75,21 @@
                   "expires_at <= ?2")                                                         \
     X(BATCH_INSERT, "INSERT INTO batches(id, tenant_id, endpoint, input_file_id, "            \
                     "completion_window_s, status, metadata, created_at, expires_at, priority, "  \
-                    "output_expires_after_s) "                                                    \
-                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9, ?10)")             \
+                    "output_expires_after_s, api) "                                               \
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'validating', ?6, ?7, ?8, ?9, ?10, ?11)")        \
     X(BATCH_GET, "SELECT " STORE_BATCH_COLS " FROM batches WHERE id = ?1 "                    \
                  "AND (?2 IS NULL OR tenant_id = ?2)")                                        \
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "            \
                   "AND (?2 IS NULL OR id < ?2) AND (?4 IS NULL OR status = ?4) "             \
                   "ORDER BY id DESC LIMIT ?3")                                              \
+    X(BATCH_LIST_API, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "        \
+                      "AND api = ?4 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3")   \
+    X(BATCH_LIST_API_ASC, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 "    \
+                          "AND api = ?4 AND id > ?2 ORDER BY id ASC LIMIT ?3")                \
+    X(BATCH_STOP_COUNTS, "SELECT error_code, count(*) FROM results WHERE batch_id = ?1 AND "  \
+                         "error_code IN ('batch_cancelled', 'batch_expired') GROUP BY error_code") \
+    X(BATCH_DELETE, "DELETE FROM batches WHERE id = ?1 AND tenant_id = ?2 AND api = ?3 AND "  \
+                    "status IN ('completed', 'failed', 'expired', 'cancelled')")              \
     X(BATCH_IDS_IN, "SELECT id FROM batches WHERE status = ?1 ORDER BY id")                   \
     X(BATCH_STATUS_COUNTS, "SELECT status, count(*) FROM batches GROUP BY status")            \
     X(BATCH_EXISTS, "SELECT status FROM batches WHERE id = ?1")                               \
@@ -533,6 +541,8 @@
     X(BATCH_LIST, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 " \
                   "AND (?2::text IS NULL OR id < ?2) AND (?4::text IS NULL OR status = ?4) " \
                   "ORDER BY id DESC LIMIT ?3") \
+    X(BATCH_LIST_API, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 " \
+                      "AND api = ?4 AND (?2::text IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3") \
     X(REQ_TRANSITION, \
       "UPDATE requests SET status = ?2, updated_at = ?5, " \
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \

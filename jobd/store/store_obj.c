@@ -243,6 +243,7 @@ int store_batch_row(struct sdb_stmt *s, struct store_batch *b)
     b->usage_cached_tokens = sdb_column_int64(s, 28);
     b->usage_cost_micros = sdb_column_int64(s, 29);
     b->output_expires_after_s = sdb_column_int64(s, 30);
+    store_col_text(s, 31, b->api, sizeof b->api);
     if (rc)
         store_batch_release(b);
     return rc;
@@ -290,6 +291,9 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
                           strcmp(nb->endpoint, "/v1/embeddings") != 0 &&
                           strcmp(nb->endpoint, "/v1/responses") != 0))
         return ERR_INVAL;
+    const char *api = nb->api ? nb->api : "openai";
+    if (strcmp(api, "openai") && strcmp(api, "anthropic"))
+        return ERR_INVAL;
     if (nb->completion_window_s <= 0 || nb->completion_window_s > 365 * 86400 ||
         nb->output_expires_after_s < 0 || (nb->metadata && !metadata_ok(nb->metadata, &priority)))
         return ERR_INVAL;
@@ -315,7 +319,8 @@ int store_batch_create(struct store *st, const char *tenant_id, const struct sto
         !(rc = store_bind_int(st, s, 5, nb->completion_window_s)) &&
         !(rc = store_bind_text(st, s, 6, nb->metadata)) && !(rc = store_bind_int(st, s, 7, now)) &&
         !(rc = store_bind_int(st, s, 8, now + nb->completion_window_s)) &&
-        !(rc = store_bind_int(st, s, 9, priority)) && !(rc = store_bind_int(st, s, 10, nb->output_expires_after_s)))
+        !(rc = store_bind_int(st, s, 9, priority)) && !(rc = store_bind_int(st, s, 10, nb->output_expires_after_s)) &&
+        !(rc = store_bind_text(st, s, 11, api)))
         rc = store_step_done(st, s, "insert batch");
     sdb_clear_bindings(s);
     if (!rc && out)
@@ -382,6 +387,88 @@ int store_batch_list_status(struct store *st, const char *tenant_id, const char 
         return rc;
     *items = arr;
     return 0;
+}
+
+int store_batch_list_api(struct store *st, const char *tenant_id, const char *api, const char *before,
+                         const char *after, int limit, struct store_batch **items, size_t *n, int *has_more)
+{
+    static const struct store_rows how = {sizeof(struct store_batch), batch_list_row, batch_list_release,
+                                          "list batches"};
+    if (limit < 1 || limit > 1000 || (before && after))
+        return ERR_INVAL;
+    int rc = 0;
+    const char *cur = before ? before : after;
+    if (cur) {
+        struct store_batch b;
+        if ((rc = store_batch_get(st, tenant_id, cur, &b)))
+            return rc;
+        store_batch_release(&b);
+    }
+    struct sdb_stmt *s = store_stmt(st, before ? S_BATCH_LIST_API_ASC : S_BATCH_LIST_API, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_bind_text(st, s, 1, tenant_id)) || (rc = store_bind_text(st, s, 2, cur)) ||
+        (rc = store_bind_int(st, s, 3, limit + 1)) || (rc = store_bind_text(st, s, 4, api))) {
+        sdb_reset(s);
+        return rc;
+    }
+    void *arr;
+    if ((rc = store_rows_collect(st, s, &how, NULL, limit, &arr, n, has_more)))
+        return rc;
+    struct store_batch *v = arr;
+    for (size_t i = 0; before && i < *n / 2; i++) { /* the ascending scan, newest first */
+        struct store_batch t = v[i];
+        v[i] = v[*n - 1 - i];
+        v[*n - 1 - i] = t;
+    }
+    *items = v;
+    return 0;
+}
+
+int store_batch_stop_counts(struct store *st, const char *batch_id, int64_t *n_cancelled, int64_t *n_expired)
+{
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_STOP_COUNTS, &rc);
+    if (!s || (rc = store_bind_text(st, s, 1, batch_id)))
+        return rc;
+    int64_t c = 0, e = 0;
+    int r;
+    while ((r = sdb_step(s)) == SDB_ROW) {
+        const char *code = (const char *)sdb_column_text(s, 0);
+        if (code && !strcmp(code, "batch_cancelled"))
+            c = sdb_column_int64(s, 1);
+        else if (code)
+            e = sdb_column_int64(s, 1);
+    }
+    rc = r == SDB_DONE ? 0 : store_sqlerr(st, r, "batch stop counts");
+    sdb_reset(s);
+    if (!rc) {
+        *n_cancelled = c;
+        *n_expired = e;
+    }
+    return rc;
+}
+
+int store_batch_delete(struct store *st, const char *tenant_id, const char *api, const char *id)
+{
+    int rc = 0;
+    struct sdb_stmt *s = store_stmt(st, S_BATCH_DELETE, &rc);
+    if (!s)
+        return rc;
+    if ((rc = store_w_begin(st)))
+        return rc;
+    if (!(rc = store_bind_text(st, s, 1, id)) && !(rc = store_bind_text(st, s, 2, tenant_id)) &&
+        !(rc = store_bind_text(st, s, 3, api)) && !(rc = store_step_done(st, s, "delete batch")) &&
+        sdb_changes(st->db) == 0) {
+        struct store_batch b;
+        rc = store_batch_get(st, tenant_id, id, &b);
+        if (!rc) {
+            rc = strcmp(b.api, api) ? ERR_NOTFOUND : ERR_BADSTATE;
+            store_batch_release(&b);
+        }
+    }
+    sdb_clear_bindings(s);
+    return store_w_end(st, rc);
 }
 
 int store_batch_ids_in(struct store *st, enum store_batch_status status, char (**ids)[ID_MAX],

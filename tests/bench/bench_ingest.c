@@ -56,7 +56,7 @@ static void setup(const char *dir, const struct buf *in, struct store **st_out, 
     sf.created_at = NOW;
     if ((rc = store_file_create(st, &sf)))
         die("file", rc);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     if ((rc = store_batch_create(st, t.id, &nb, NOW, &b)))
         die("batch", rc);

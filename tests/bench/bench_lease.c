@@ -69,7 +69,7 @@ int main(int argc, char **argv)
     sf.created_at = NOW;
     if ((rc = store_file_create(st, &sf)))
         die("file", rc);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400 * 30, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400 * 30, NULL, 0, NULL};
     struct store_batch b;
     if ((rc = store_batch_create(st, t.id, &nb, NOW, &b)))
         die("batch", rc);

@@ -279,6 +279,10 @@ int gen_seq_choice(const struct gen_seq *s, struct gen_choice *c)
     c->lp = s->lp;
     c->n_lp = s->n_lp;
     c->n_reason = s->gp->think_end[0] ? (s->think_done ? s->n_reason : s->n_gen) : 0;
+    if (s->sm.hit && s->sm.hit_index < s->sm.n_stops) {
+        c->stop = s->sm.stops[s->sm.hit_index];
+        c->stop_len = s->sm.lens[s->sm.hit_index];
+    }
     return 0;
 }
 

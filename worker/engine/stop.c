@@ -39,7 +39,7 @@ void stop_release(struct stop_match *m)
  * one starting first, i.e. the longest), or n if none. "Ends first" is what
  * a byte-by-byte stream would see first, so the result does not depend on
  * how the text was split into pieces. */
-static size_t find_first(const struct stop_match *m, const char *s, size_t n)
+static size_t find_first(const struct stop_match *m, const char *s, size_t n, size_t *which)
 {
     size_t best_start = n, best_end = (size_t)-1;
     for (size_t k = 0; k < m->n_stops; k++) {
@@ -49,6 +49,7 @@ static size_t find_first(const struct stop_match *m, const char *s, size_t n)
                 if (i + l < best_end || i < best_start) {
                     best_end = i + l;
                     best_start = i;
+                    *which = k;
                 }
                 break;
             }
@@ -86,11 +87,13 @@ int stop_feed(struct stop_match *m, const char *text, size_t len, struct buf *em
     size_t n = m->pend.len;
     if (n == 0)
         return 0;
-    size_t pos = find_first(m, s, n);
+    size_t which = 0;
+    size_t pos = find_first(m, s, n, &which);
     if (pos < n) {
         if (pos && (rc = buf_append(emit, s, pos)) != 0)
             return rc;
         m->hit = 1;
+        m->hit_index = which;
         buf_reset(&m->pend);
         return 1;
     }

@@ -35,6 +35,7 @@ struct stop_match {
     size_t max_len;             /* longest stop string */
     struct buf pend;            /* held-back text */
     int hit;                    /* a stop string was found; nothing more is emitted */
+    size_t hit_index;           /* which one (index into stops), once hit */
 };
 
 /* Set up a matcher over stops[0..n) (borrowed; must outlive it). Empty

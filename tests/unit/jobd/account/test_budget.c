@@ -156,7 +156,7 @@ TEST(budget_reservation_triggers_release_per_request_and_at_the_end)
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/in");
     sf.created_at = 1700000000;
     CHECK_EQ_INT(store_file_create(st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, 1700000000, &b), 0);
     /* the admission reservation as routes_budget.c records it, then ingest */

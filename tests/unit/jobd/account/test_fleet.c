@@ -110,7 +110,7 @@ static void fx_batch(struct fx *fx, const struct store_tenant *t, int n, char ba
     snprintf(sf.storage_path, sizeof sf.storage_path, "%s", rel);
     sf.created_at = NOW;
     CHECK_EQ_INT(store_file_create(fx->st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx->st, t->id, &nb, NOW, &b), 0);
     snprintf(batch_id, ID_MAX, "%s", b.id);

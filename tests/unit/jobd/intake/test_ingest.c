@@ -60,7 +60,7 @@ static void fx_batch(struct fx *fx, const char *endpoint, const void *data, size
     sf.bytes = (int64_t)len;
     sf.created_at = NOW;
     CHECK_EQ_INT(store_file_create(fx->st, &sf), 0);
-    struct store_batch_new nb = {endpoint, sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {endpoint, sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx->st, fx->t.id, &nb, NOW, &b), 0);
     snprintf(batch_id, ID_MAX, "%s", b.id);

@@ -43,7 +43,7 @@ static void make_tenant_file(struct store *st, const char *name, struct store_te
 
 static void make_batch(struct store *st, const char *tenant, const char *file, struct store_batch *b)
 {
-    struct store_batch_new nb = {"/v1/chat/completions", file, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", file, 86400, NULL, 0, NULL};
     CHECK_EQ_INT(store_batch_create(st, tenant, &nb, NOW, b), 0);
 }
 
@@ -463,7 +463,7 @@ TEST(store_tenant_isolation_returns_not_found)
     CHECK_EQ_INT(store_batch_cancel(st, b.id, ba.id, NOW, NULL), ERR_NOTFOUND);
     CHECK_EQ_INT(store_file_delete(st, b.id, fa.id, NULL), ERR_NOTFOUND);
     /* B cannot start a batch on A's file */
-    struct store_batch_new nb = {"/v1/chat/completions", fa.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", fa.id, 86400, NULL, 0, NULL};
     CHECK_EQ_INT(store_batch_create(st, b.id, &nb, NOW, NULL), ERR_NOTFOUND);
     struct store_batch *items;
     size_t n;
@@ -493,7 +493,7 @@ TEST(store_batch_create_checks_inputs_and_cancel_is_idempotent)
     struct store_tenant t;
     struct store_file f;
     make_tenant_file(st, "acme", &t, &f);
-    struct store_batch_new nb = {"/v1/moderations", f.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/moderations", f.id, 86400, NULL, 0, NULL};
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, NULL), ERR_INVAL);
     nb.endpoint = "/v1/completions";
     nb.completion_window_s = 0;
@@ -648,6 +648,93 @@ TEST(store_batch_list_status_filters_and_pages)
     store_close(st);
 }
 
+TEST(store_batch_api_lists_both_ways_deletes_only_ended_anthropic_batches)
+{
+    struct store *st = open_store(th_tmpdir());
+    struct store_tenant t;
+    struct store_file f;
+    make_tenant_file(st, "acme", &t, &f);
+    const char *ids[5];
+    char idv[5][ID_MAX], oai[ID_MAX];
+    for (int i = 0; i < 5; i++) {
+        struct store_batch b;
+        usleep(2000); /* ids of one millisecond are in random order (common/id.h) */
+        struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0, "anthropic"};
+        CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, &b), 0);
+        CHECK_EQ_STR(b.api, "anthropic");
+        snprintf(idv[i], ID_MAX, "%s", b.id);
+        store_batch_release(&b);
+        if (i == 2) { /* an OpenAI batch in the middle: never listed as an Anthropic one */
+            make_batch(st, t.id, f.id, &b);
+            CHECK_EQ_STR(b.api, "openai");
+            snprintf(oai, sizeof oai, "%s", b.id);
+            store_batch_release(&b);
+        }
+    }
+    for (int i = 0; i < 5; i++) /* newest first: by id, descending */
+        ids[i] = idv[i];
+    for (int i = 1; i < 5; i++)
+        for (int j = i; j > 0 && strcmp(ids[j - 1], ids[j]) < 0; j--) {
+            const char *tmp = ids[j];
+            ids[j] = ids[j - 1];
+            ids[j - 1] = tmp;
+        }
+    struct store_batch_new bad = {"/v1/chat/completions", f.id, 86400, NULL, 0, "gemini"};
+    CHECK_EQ_INT(store_batch_create(st, t.id, &bad, NOW, NULL), ERR_INVAL);
+    struct store_batch *items;
+    size_t n;
+    int more;
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", NULL, NULL, 2, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_STR(items[0].id, ids[0]);
+    CHECK_EQ_STR(items[1].id, ids[1]);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", NULL, ids[1], 10, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(more, 0);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ_STR(items[i].id, ids[2 + i]);
+    store_batch_list_free(items, n);
+    /* before: the page just newer than the cursor, still newest first */
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", ids[4], NULL, 2, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_STR(items[0].id, ids[2]);
+    CHECK_EQ_STR(items[1].id, ids[3]);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", ids[1], NULL, 5, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_STR(items[0].id, ids[0]);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "openai", NULL, NULL, 10, &items, &n, &more), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_STR(items[0].id, oai);
+    store_batch_list_free(items, n);
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", ids[0], ids[1], 2, &items, &n, &more), ERR_INVAL);
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", NULL, "batch_nope", 2, &items, &n, &more),
+                 ERR_NOTFOUND);
+    CHECK_EQ_INT(store_batch_list_api(st, t.id, "anthropic", NULL, NULL, 1001, &items, &n, &more), ERR_INVAL);
+    /* delete: only ended, only this contract's, only this tenant's */
+    CHECK_EQ_INT(store_batch_delete(st, t.id, "anthropic", ids[0]), ERR_BADSTATE);
+    batch_to(st, ids[0], STORE_BATCH_CANCELLED);
+    batch_to(st, oai, STORE_BATCH_CANCELLED);
+    CHECK_EQ_INT(store_batch_delete(st, t.id, "anthropic", oai), ERR_NOTFOUND);
+    CHECK_EQ_INT(store_batch_delete(st, "ten_other", "anthropic", ids[0]), ERR_NOTFOUND);
+    int64_t nc = -1, ne = -1;
+    CHECK_EQ_INT(store_batch_stop_counts(st, ids[0], &nc, &ne), 0);
+    CHECK_EQ_INT(nc, 0);
+    CHECK_EQ_INT(ne, 0);
+    CHECK_EQ_INT(store_batch_delete(st, t.id, "anthropic", ids[0]), 0);
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_get(st, t.id, ids[0], &b), ERR_NOTFOUND);
+    CHECK_EQ_INT(store_batch_delete(st, t.id, "anthropic", ids[0]), ERR_NOTFOUND);
+    CHECK_EQ_INT(store_batch_get(st, t.id, oai, &b), 0);
+    store_batch_release(&b);
+    store_close(st);
+}
+
 TEST(store_idempotency_new_replay_mismatch_inflight_expiry)
 {
     struct store *st = open_store(th_tmpdir());
@@ -671,7 +758,7 @@ TEST(store_idempotency_new_replay_mismatch_inflight_expiry)
     CHECK_EQ_INT(store_idem_reserve(st, t2.id, "k1", fp2, NOW, &r), 0);
     CHECK_EQ_INT(r.outcome, STORE_IDEM_NEW);
     /* effect + response in one transaction; a rolled-back one leaves no response */
-    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0, NULL};
     CHECK_EQ_INT(store_tx_begin(st), 0);
     CHECK_EQ_INT(store_idem_reserve(st, t.id, "k1", fp, NOW, &r), ERR_BADSTATE); /* not inside a tx */
     struct store_batch b;

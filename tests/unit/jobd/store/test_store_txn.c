@@ -140,7 +140,7 @@ TEST(store_batch_cancel_keyed_keeps_the_answer)
     struct store_file f;
     file_row(t.id, &f);
     CHECK_EQ_INT(store_file_create(st, &f), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, &b), 0);
     uint8_t fp[SHA256_LEN] = {2};

@@ -174,7 +174,7 @@ static void new_batch(struct store *st, char tenant_out[ID_MAX], char batch_out[
     snprintf(f.sha256, sizeof f.sha256, "%064d", 0);
     f.created_at = NOW;
     CHECK_EQ_INT(store_file_create(st, &f), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", f.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, &b), 0);
     snprintf(batch_out, ID_MAX, "%s", b.id);

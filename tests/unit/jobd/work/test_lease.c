@@ -84,7 +84,7 @@ static void fx_batch(struct fx *fx, const struct store_tenant *t, const char *pr
     snprintf(sf.storage_path, sizeof sf.storage_path, "%s", rel);
     sf.created_at = NOW;
     CHECK_EQ_INT(store_file_create(fx->st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, window_s, metadata, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, window_s, metadata, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx->st, t->id, &nb, NOW, &b), 0);
     snprintf(batch_id, ID_MAX, "%s", b.id);
@@ -381,7 +381,7 @@ TEST(lease_validating_batches_are_not_leasable)
     snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
     CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
     CHECK_EQ_INT(store_tx_begin(fx.st), 0);
@@ -417,7 +417,7 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
     snprintf(sf.filename, sizeof sf.filename, "e.jsonl");
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
     CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
-    struct store_batch_new nb = {"/v1/embeddings", sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/embeddings", sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
     CHECK_EQ_INT(store_tx_begin(fx.st), 0);
@@ -492,7 +492,7 @@ TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
     snprintf(sf.filename, sizeof sf.filename, "r.jsonl");
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
     CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
-    struct store_batch_new nb = {"/v1/responses", sf.id, 86400, NULL, 0};
+    struct store_batch_new nb = {"/v1/responses", sf.id, 86400, NULL, 0, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
     CHECK_EQ_STR(b.endpoint, "/v1/responses");
@@ -1041,7 +1041,7 @@ TEST(lease_priority_orders_a_tenants_own_batches_and_packs_group_prefixes)
     snprintf(sf.filename, sizeof sf.filename, "x.jsonl");
     snprintf(sf.storage_path, sizeof sf.storage_path, "files/none");
     CHECK_EQ_INT(store_file_create(fx.st, &sf), 0);
-    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, "{\"priority\":\"high\"}", 0};
+    struct store_batch_new nb = {"/v1/chat/completions", sf.id, 86400, "{\"priority\":\"high\"}", 0, NULL};
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
     nb.metadata = "{\"priority\":\"1001\"}";
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);

@@ -63,7 +63,7 @@ TEST(retention_deletes_expired_files_but_not_a_validating_batchs_input)
     put_file(st, dir, t.id, "gone", NOW + 10, gone);
     put_file(st, dir, t.id, "input", NOW + 10, input);
     /* a batch on "input" while it is live; it is still validating when the file expires */
-    struct store_batch_new nb = {"/v1/chat/completions", input, 86400, NULL, 3600};
+    struct store_batch_new nb = {"/v1/chat/completions", input, 86400, NULL, 3600, NULL};
     struct store_batch b;
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb, NOW, &b), 0);
     CHECK_EQ_INT(b.output_expires_after_s, 3600);
@@ -79,7 +79,7 @@ TEST(retention_deletes_expired_files_but_not_a_validating_batchs_input)
     CHECK(exists(dir, "input"));
     CHECK_EQ_INT(store_file_get(st, t.id, keep, &f), 0);
     /* an expired file cannot start a batch (its bytes may go at any moment) */
-    struct store_batch_new nb2 = {"/v1/chat/completions", input, 86400, NULL, 0};
+    struct store_batch_new nb2 = {"/v1/chat/completions", input, 86400, NULL, 0, NULL};
     CHECK_EQ_INT(store_batch_create(st, t.id, &nb2, NOW + 11, NULL), ERR_NOTFOUND);
     /* once the batch is past ingestion its input goes too */
     CHECK_EQ_INT(store_batch_transition(st, b.id, STORE_BATCH_VALIDATING, STORE_BATCH_FAILED, NOW + 12), 0);

@@ -352,9 +352,10 @@ TEST(gen_completion_stop_string_and_logprobs)
     CHECK(id_valid("cmpl-", sget(r, "id")));
     CHECK_EQ_STR(sget(r, "object"), "text_completion");
     json_t *c0 = json_array_get(json_object_get(r, "choices"), 0);
-    CHECK_EQ_INT(json_object_size(c0), 4);
+    CHECK_EQ_INT(json_object_size(c0), 5);
     CHECK_EQ_STR(sget(c0, "text"), "Hello!");
     CHECK_EQ_STR(sget(c0, "finish_reason"), "stop");
+    CHECK_EQ_STR(sget(c0, "stop_reason"), "###"); /* which stop string ended it (vLLM's field) */
     CHECK_EQ_INT(iget(c0, "index"), 0);
     json_t *lp = json_object_get(c0, "logprobs");
     CHECK_EQ_INT(json_object_size(lp), 4);

@@ -164,3 +164,22 @@ TEST(stop_none_and_bad_init)
     CHECK(stop_finish_name(STOP_NONE) == NULL);
     buf_release(&out);
 }
+
+/* The matcher says which stop string ended the text: the one completed first. */
+TEST(stop_reports_which_string_hit)
+{
+    const char *stops[] = {"abcd", "bc", "\n\n"};
+    size_t lens[] = {4, 2, 2};
+    const char *texts[] = {"xabcdy", "one\n\ntwo", "zzabcd"};
+    size_t want[] = {1, 2, 1};
+    for (size_t i = 0; i < 3; i++) {
+        struct stop_match m;
+        struct buf out;
+        buf_init(&out, 1 << 10);
+        CHECK_EQ_INT(stop_init(&m, stops, lens, 3), 0);
+        CHECK_EQ_INT(stop_feed(&m, texts[i], strlen(texts[i]), &out), 1);
+        CHECK_EQ_INT(m.hit_index, want[i]);
+        buf_release(&out);
+        stop_release(&m);
+    }
+}
