@@ -1074,133 +1074,6 @@ KQ_8(dot8_q4_k_avx512, Q4K_512)
 KQ_8(dot8_q5_k_avx512, Q5K_512)
 KQ_8(dot8_q6_k_avx512, Q6K_512)
 
-/* ---- K-quants, AVX-512 VNNI: 2 weight rows x 8 activation rows ---------------------------
- *
- * The 8-row kernels above for two weight rows at once: each activation
- * load (64 bytes of a row's super-block) feeds both weight rows, 16 zmm
- * accumulators (weight row c, activation row r). Per (c, r) the integer
- * sums and the float steps are those of the 8-row kernel, so the bits are
- * the reference's. out[8 c + r]. */
-AVX512 static FORCE_INLINE void q45k_tile2_avx512(int k, const uint8_t *w, size_t wrb,
-                                                   const struct act256 *const *a, float *out, const int Q5)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
-    const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
-    __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accmv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        const uint8_t *blk[2] = {w + (size_t)b * bs, w + wrb + (size_t)b * bs};
-        struct k4_words kw[2] = {k4_scale_words(blk[0] + 4), k4_scale_words(blk[1] + 4)};
-        __m256i sc16[2] = {k4_scales16(&kw[0]), k4_scales16(&kw[1])};
-        __m512i qh[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-        UNROLL for (int c = 0; c < 2; c++)
-            if (Q5) { /* low half: bits 2c (sub-block 2c), high half: bits 2c+1 */
-                __m256i h = _mm256_loadu_si256((const __m256i *)(blk[c] + 16));
-                qh[c] = join256(h, _mm256_srli_epi16(h, 1));
-            }
-        __m512i isum[2][8];
-        UNROLL for (int c = 0; c < 2; c++)
-            UNROLL for (int r = 0; r < 8; r++)
-                isum[c][r] = _mm512_setzero_si512();
-        UNROLL for (int q4 = 0; q4 < 4; q4++) {
-            __m512i u[2], sv[2];
-            UNROLL for (int c = 0; c < 2; c++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(blk[c] + (Q5 ? 48 : 16) + 32 * q4));
-                u[c] = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
-                if (Q5) {
-                    u[c] = _mm512_or_si512(u[c], _mm512_slli_epi16(_mm512_and_si512(qh[c], one), 4));
-                    qh[c] = _mm512_srli_epi16(qh[c], 2);
-                }
-                sv[c] = spread16(sc16[c], idx_halves(2 * q4));
-            }
-            UNROLL for (int r = 0; r < 8; r++) {
-                __m512i y = _mm512_loadu_si512((const void *)(a[r][b].q + 64 * q4));
-                UNROLL for (int c = 0; c < 2; c++)
-                    isum[c][r] = _mm512_dpwssd_epi32(isum[c][r], _mm512_maddubs_epi16(u[c], y), sv[c]);
-            }
-        }
-        __m256 ad = act_d8(a, b);
-        UNROLL for (int c = 0; c < 2; c++) { /* lane r: row r's steps, as the 8-row kernel */
-            __m256i mins = k4_mins16(&kw[c]), t[8], tm[8];
-            UNROLL for (int r = 0; r < 8; r++) {
-                t[r] = fold512(isum[c][r]);
-                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
-            }
-            float dw = h2f_avx2(rd16(blk[c])), dm = h2f_avx2(rd16(blk[c] + 2));
-            accv[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), ad), _mm256_cvtepi32_ps(hsum_rows8(t)), accv[c]);
-            accmv[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm), ad), _mm256_cvtepi32_ps(hsum_rows8(tm)), accmv[c]);
-        }
-    }
-    UNROLL for (int c = 0; c < 2; c++)
-        _mm256_storeu_ps(out + 8 * c, _mm256_sub_ps(accv[c], accmv[c]));
-}
-
-AVX512 static FORCE_INLINE void q6k_tile2_avx512(int k, const uint8_t *w, size_t wrb,
-                                                  const struct act256 *const *a, float *out)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    const size_t bs = sizeof(struct quant_block_q6_k);
-    __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        const uint8_t *blk[2] = {w + (size_t)b * bs, w + wrb + (size_t)b * bs};
-        __m256i sc16[2];
-        UNROLL for (int c = 0; c < 2; c++)
-            sc16[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk[c] + 192)));
-        __m512i isum[2][8];
-        UNROLL for (int c = 0; c < 2; c++)
-            UNROLL for (int r = 0; r < 8; r++)
-                isum[c][r] = _mm512_setzero_si512();
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m512i q01[2], q23[2], s01[2], s23[2];
-            UNROLL for (int c = 0; c < 2; c++) { /* as q6k_rows_avx512 */
-                __m512i l = _mm512_loadu_si512((const void *)(blk[c] + 64 * h));
-                __m256i h8 = _mm256_loadu_si256((const __m256i *)(blk[c] + 128 + 32 * h));
-                __m512i qh = join256(h8, _mm256_srli_epi16(h8, 2));
-                q01[c] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
-                q23[c] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m2), 4));
-                s01[c] = spread16(sc16[c], idx_quarters(8 * h));
-                s23[c] = spread16(sc16[c], idx_quarters(8 * h + 4));
-            }
-            UNROLL for (int r = 0; r < 8; r++) {
-                const int8_t *y = a[r][b].q + 128 * h;
-                __m512i y0 = _mm512_loadu_si512((const void *)y), y1 = _mm512_loadu_si512((const void *)(y + 64));
-                UNROLL for (int c = 0; c < 2; c++) {
-                    isum[c][r] = _mm512_dpwssd_epi32(isum[c][r], _mm512_maddubs_epi16(q01[c], y0), s01[c]);
-                    isum[c][r] = _mm512_dpwssd_epi32(isum[c][r], _mm512_maddubs_epi16(q23[c], y1), s23[c]);
-                }
-            }
-        }
-        __m256 ad = act_d8(a, b);
-        UNROLL for (int c = 0; c < 2; c++) { /* lane r: row r's steps, as the 8-row kernel */
-            __m256i t[8], tc[8];
-            UNROLL for (int r = 0; r < 8; r++) {
-                t[r] = fold512(isum[c][r]);
-                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16[c]);
-            }
-            __m256i total = _mm256_sub_epi32(hsum_rows8(t), _mm256_slli_epi32(hsum_rows8(tc), 5));
-            float dw = h2f_avx2(rd16(blk[c] + 208));
-            accv[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), ad), _mm256_cvtepi32_ps(total), accv[c]);
-        }
-    }
-    UNROLL for (int c = 0; c < 2; c++)
-        _mm256_storeu_ps(out + 8 * c, accv[c]);
-}
-
-/* Two weight rows (w, w + wrb) x eight activation rows a[0..7]: out[8 c + r]. */
-typedef void (*dot8x2_fn)(int k, const uint8_t *w, size_t wrb, const void *const *a, float *out);
-
-#define KQ_8X2(n, CALL)                                                                       \
-    AVX512 static void n(int k, const uint8_t *w, size_t wrb, const void *const *av, float *out) \
-    {                                                                                         \
-        const struct act256 *a[8];                                                            \
-        for (int r = 0; r < 8; r++)                                                           \
-            a[r] = av[r];                                                                     \
-        CALL;                                                                                 \
-    }
-KQ_8X2(dot8x2_q4_k_avx512, q45k_tile2_avx512(k, w, wrb, a, out, 0))
-KQ_8X2(dot8x2_q5_k_avx512, q45k_tile2_avx512(k, w, wrb, a, out, 1))
-KQ_8X2(dot8x2_q6_k_avx512, q6k_tile2_avx512(k, w, wrb, a, out))
-
 /* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
  * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
  * to nearest even, as round_even; the clamp to [-127, 127] as quant_one. */
@@ -1569,30 +1442,6 @@ static dot4_fn pick8(int type, int level)
     return NULL;
 }
 
-/* The 2 weight row x 8 activation row kernel of a weight type at a
- * level, or NULL: the K-quants at AVX-512. */
-#if MATQ_X86
-static dot8x2_fn pick8x2(int type, int level)
-{
-    if (level >= KN_SIMD_AVX512)
-        switch (type) {
-        case GGML_TYPE_Q4_K: return dot8x2_q4_k_avx512;
-        case GGML_TYPE_Q5_K: return dot8x2_q5_k_avx512;
-        case GGML_TYPE_Q6_K: return dot8x2_q6_k_avx512;
-        default: break;
-        }
-    return NULL;
-}
-#else
-typedef void (*dot8x2_fn)(int k, const uint8_t *w, size_t wrb, const void *const *a, float *out);
-static dot8x2_fn pick8x2(int type, int level)
-{
-    (void)type;
-    (void)level;
-    return NULL;
-}
-#endif
-
 /* Bytes of one quantized activation row; 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
 {
@@ -1658,7 +1507,6 @@ struct matq_mat {
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
-    dot8x2_fn dot8x2;     /* NULL: none; else 2 weight rows x a[0..7] (with dot8) */
     dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
     int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
 };
@@ -1819,16 +1667,7 @@ static void dot_worker(void *ctx, int ith, int nth)
                 const void *a[8];
                 for (int i = 0; i < 8; i++)
                     a[i] = act_row(j, r + i);
-                int c = c0;
-                for (; mt->dot8x2 && c + 2 <= c1; c += 2) {
-                    float o[16];
-                    mt->dot8x2(j->k, mt->w + (size_t)c * wrb, wrb, a, o);
-                    for (int i = 0; i < 8; i++) {
-                        mt->out[(size_t)(r + i) * m + (size_t)c] = o[i];
-                        mt->out[(size_t)(r + i) * m + (size_t)c + 1] = o[8 + i];
-                    }
-                }
-                for (; c < c1; c++) {
+                for (int c = c0; c < c1; c++) {
                     float o[8];
                     mt->dot8(j->k, mt->w + (size_t)c * wrb, a, o);
                     for (int i = 0; i < 8; i++)
@@ -1885,7 +1724,6 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         if (rc)
             return rc;
         mt->dot8 = pick8(w[i].w_type, level);
-        mt->dot8x2 = pick8x2(w[i].w_type, level);
         if (variant >= 0 && act_variant(ak, w[i].w_type) != variant)
             shared = 0;
         variant = act_variant(ak, w[i].w_type);
@@ -1917,7 +1755,7 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
             continue;
         struct matq_mat *mt = &j.mat[j.n_mat];
         *mt = (struct matq_mat){w[i].out, w[i].w, j.mat[i].w_row_bytes, w[i].m, j.mat[i].dot,
-                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dot8x2, j.mat[i].dotu,
+                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu,
                                 ((int64_t)w[i].m + TILE_M - 1) / TILE_M, j.n_tiles};
         j.n_tiles += mt->n_tiles_m * n_tiles_n;
         j.n_mat++;
