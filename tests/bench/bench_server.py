@@ -199,12 +199,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, exe, model, threads, np_, ctx_per_seq, poll):
+    def __init__(self, exe, model, threads, np_, ctx_per_seq, poll, extra=()):
         self.port = free_port()
         self.log = open(os.devnull, "w")
         self.p = subprocess.Popen([exe, "-m", model, "-t", str(threads), "-tb", str(threads), "-np", str(np_),
                                    "-c", str(np_ * ctx_per_seq), "--host", "127.0.0.1", "--port",
-                                   str(self.port), "--no-webui", "-ngl", "0", "--poll", str(poll)],
+                                   str(self.port), "--no-webui", "-ngl", "0", "--poll", str(poll), *extra],
                                   stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300
         while True:

@@ -33,7 +33,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
-from bench_server import gguf_eog_ids  # noqa: E402
+from bench_server import Server, gguf_eog_ids  # noqa: E402
 
 try:
     import jsonschema
@@ -142,30 +142,21 @@ def free_port():
 
 def server_auto(exe, model, qs, threads):
     """llama-server --jinja on the same prompts: its parsed calls, and its raw text."""
-    port = free_port()
-    p = subprocess.Popen([exe, "-m", model, "-t", str(threads), "-tb", str(threads), "--jinja", "-np", "1",
-                          "-c", "4096", "--port", str(port), "--host", "127.0.0.1"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # --no-repack: on a CPU with AMX this build's AMX repack path segfaults at the first
+    # decode (ggml_backend_amx_mul_mat); without repacking llama.cpp runs its plain kernels
+    srv = Server(exe, model, threads, 1, 4096, 0, ("--jinja", "--no-repack"))
+    port = srv.port
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or p.poll() is not None:
-                sys.exit("llama-server did not start")
-            time.sleep(0.5)
         def post(path, body):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
             c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
             return json.loads(c.getresponse().read())
 
-        parsed, raw = [], []
+        parsed, raw, req = [], [], []
         for q in qs:
+            b = chat_body(q, "required")
+            del b["model"]
+            req.append(post("/v1/chat/completions", b)["choices"][0]["message"])
             b = chat_body(q, "auto")
             del b["model"]
             parsed.append(post("/v1/chat/completions", b)["choices"][0]["message"])
@@ -174,10 +165,9 @@ def server_auto(exe, model, qs, threads):
             r = post("/completion", {"prompt": prompt, "n_predict": b["max_tokens"], "temperature": 0,
                                      "cache_prompt": False})
             raw.append({"content": r["content"]})
-        return parsed, raw
+        return parsed, raw, req
     finally:
-        p.terminate()
-        p.wait()
+        srv.stop()
 
 
 def main():
@@ -221,12 +211,15 @@ def main():
     if not os.path.exists(a.server):
         print(f"llama-server not found at {a.server}: peer skipped (JOBS=2 scripts/build-llama-server)")
         return
-    parsed, raw = server_auto(a.server, a.model, qs, a.threads)
+    parsed, raw, req_l = server_auto(a.server, a.model, qs, a.threads)
+    print(f"required: llama-server --jinja {sum(valid_call(m) for m in req_l)}/{a.n} valid calls")
     theirs = sum(valid_call(m) for m in parsed)
     print(f"auto: llama-server --jinja {theirs}/{a.n} prompts answered with a valid call")
+    for m in parsed[:1]:
+        print("  llama-server's first auto answer: " + json.dumps(m)[:200])
     # our parser on llama-server's raw text vs llama.cpp's own parse
     sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
-    agree = total = 0
+    agree = total = only_ours = 0
     for m_parsed, m_raw in zip(parsed, raw):
         text = m_raw.get("content") or ""
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}
@@ -234,7 +227,9 @@ def main():
         want = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m_parsed.get("tool_calls") or []]
         total += 1
         agree += mine == want
-    print(f"our parser on llama-server's raw answers: {agree}/{total} agree with llama.cpp's parse")
+        only_ours += bool(mine) and not want
+    print(f"our parser on llama-server's raw answers: {agree}/{total} agree with llama.cpp's parse; "
+          f"{only_ours} calls we read that llama.cpp leaves as content")
 
 
 def parse_with_ours(model, body, text):
