@@ -80,6 +80,11 @@ def main():
             print(f"FAIL {name}: {reason}", flush=True)
             if os.environ.get("TH_VERBOSE"):
                 print(p.stdout)
+            else:
+                # the end of what the test printed, so a failure seen only in
+                # CI can be diagnosed from its log
+                for l in lines[-40:]:
+                    print(f"  | {l[:300]}", flush=True)
             failed += 1
     print(f"# tally {passed} {failed} {skipped}", flush=True)
     return 1 if failed else 0
