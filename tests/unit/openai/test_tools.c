@@ -211,6 +211,89 @@ TEST(tools_parse_each_format)
     gp_tools_release(&t);
 }
 
+/* Our Hermes parser on texts llama.cpp's server wrote on Qwen2.5-Coder GGUFs
+ * (free, and under a grammar that makes it write <tool_call> blocks), against
+ * llama.cpp's own parse of each text (tests/fixtures/chat/llama_tool_parses.json,
+ * made by tests/oracle/llama_tool_parse_fixtures.py). Names and arguments
+ * must be equal and the content equal up to the whitespace at its ends
+ * (llama.cpp keeps the newline before the first tag). One difference is by
+ * design: an answer that is one fenced or bare call object, which llama.cpp
+ * leaves as content, is a call for us; there the call must be exactly the
+ * object the fence holds. */
+TEST(tools_parse_agrees_with_llama_cpp)
+{
+    json_error_t e;
+    json_t *fx = json_load_file("tests/fixtures/chat/llama_tool_parses.json", 0, &e);
+    CHECK(fx != NULL);
+    if (!fx)
+        return;
+    json_t *tb = json_pack("{s:O}", "tools", json_object_get(fx, "tools"));
+    struct gp_tools t;
+    struct problem pe;
+    CHECK_EQ_INT(gp_tools_parse(tb, &t, &pe), 0);
+    size_t i, tagged = 0, fenced = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(fx, "cases"), i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        const json_t *ll = json_object_get(c, "llama");
+        const json_t *want = json_object_get(ll, "tool_calls");
+        struct tool_calls got;
+        CHECK_EQ_INT(tool_calls_parse(text, strlen(text), CHAT_TOOLS_HERMES, &t, &got), 0);
+        const char *lc = json_string_value(json_object_get(ll, "content"));
+        const char *lead = text + strspn(text, " \t\r\n");
+        if (json_array_size(want) == 0 && !strstr(text, "<tool_call>") &&
+            (*lead == '{' || strncmp(lead, "```", 3) == 0)) {
+            /* by design: the bare or fenced call object is read as the call */
+            const char *open = strchr(text, '{'), *close = strrchr(text, '}');
+            json_t *obj = open && close ? json_loadb(open, (size_t)(close - open + 1), 0, &e) : NULL;
+            if (got.n != 1 || !obj)
+                th_fail(__FILE__, __LINE__, text, "a bare call llama.cpp leaves as content is not our one call");
+            else {
+                json_t *args = json_loads(got.v[0].arguments, 0, &e);
+                CHECK_EQ_STR(got.v[0].name, json_string_value(json_object_get(obj, "name")));
+                CHECK(json_equal(args, json_object_get(obj, "arguments")));
+                json_decref(args);
+            }
+            CHECK(got.content == NULL);
+            json_decref(obj);
+            fenced++;
+            tool_calls_release(&got);
+            continue;
+        }
+        if (got.n != json_array_size(want))
+            th_fail(__FILE__, __LINE__, text, "call count differs from llama.cpp's parse");
+        for (size_t k = 0; k < got.n && k < json_array_size(want); k++) {
+            const json_t *w = json_array_get(want, k);
+            json_t *args = json_loads(got.v[k].arguments, 0, &e);
+            CHECK_EQ_STR(got.v[k].name, json_string_value(json_object_get(w, "name")));
+            if (!json_equal(args, json_object_get(w, "arguments")))
+                th_fail(__FILE__, __LINE__, text, "arguments differ from llama.cpp's parse");
+            json_decref(args);
+        }
+        /* content up to the whitespace at its ends; "" and none are the same */
+        const char *a = got.content ? got.content : "", *b = lc ? lc : "";
+        size_t la = got.content ? got.content_len : 0, lb = strlen(b);
+        while (la && strchr(" \t\r\n", a[la - 1]))
+            la--;
+        while (lb && strchr(" \t\r\n", b[lb - 1]))
+            lb--;
+        while (la && strchr(" \t\r\n", *a))
+            a++, la--;
+        while (lb && strchr(" \t\r\n", *b))
+            b++, lb--;
+        if (la != lb || memcmp(a, b, la) != 0)
+            th_fail(__FILE__, __LINE__, text, "content differs from llama.cpp's parse");
+        tagged += got.n > 0;
+        tool_calls_release(&got);
+    }
+    /* the fixture holds tagged calls (one, two, after text) and fenced ones */
+    CHECK(tagged >= 20);
+    CHECK(fenced >= 6);
+    gp_tools_release(&t);
+    json_decref(tb);
+    json_decref(fx);
+}
+
 /* The grammar of each format accepts the calls the parser reads and
  * refuses what breaks the schema; "auto" is lazy on the start tag. */
 TEST(tools_grammar_per_format)
