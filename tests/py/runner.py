@@ -12,6 +12,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP_CODE = 77
@@ -57,6 +58,7 @@ def main():
         name = f"{module}.{func}"
         if filt and filt not in name:
             continue
+        t0 = time.monotonic()
         try:
             p = subprocess.run([sys.executable, __file__, "--child", name],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -66,7 +68,7 @@ def main():
             failed += 1
             continue
         if p.returncode == 0:
-            print(f"ok {name}", flush=True)
+            print(f"ok {name} ({time.monotonic() - t0:.1f} s)", flush=True)
             passed += 1
         elif p.returncode == SKIP_CODE:
             print(p.stdout.strip().splitlines()[-1], flush=True)
