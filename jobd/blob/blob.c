@@ -230,11 +230,16 @@ int blob_delete(struct blob_store *bs, const char *key)
     int rc = local_path(bs, key, path, sizeof path);
     if (rc)
         return rc;
-    if (unlink(path) != 0 && errno != ENOENT) {
+    if (unlink(path) != 0) {
+        if (errno == ENOENT)
+            return 0;
         log_error("blob: cannot remove '%s': %s", path, strerror(errno));
         return ERR_IO;
     }
-    return 0;
+    /* durable before the caller drops the row that named it */
+    if ((rc = sync_dir_of(path)))
+        log_error("blob: removed '%s' but cannot sync its directory", path);
+    return rc;
 }
 
 /* local: the entries of the prefix's directory whose names start with its last segment. */

@@ -123,7 +123,9 @@ int blob_reader_take_fd(struct blob_reader *r);
 /* NULL ok. */
 void blob_reader_free(struct blob_reader *r);
 
-/* Remove key; an absent key is success. 0, ERR_INVAL, ERR_IO, ERR_CONN,
+/* Remove key; an absent key is success. local: the removal is made
+ * durable (fsync of the directory) before 0 is returned, so a row that
+ * named the key may be deleted next. 0, ERR_INVAL, ERR_IO, ERR_CONN,
  * ERR_AUTH, ERR_HTTP. */
 int blob_delete(struct blob_store *bs, const char *key);
 

@@ -112,27 +112,30 @@ static int on_stored(void *ctx, const char *key, uint64_t size_bytes, int64_t mt
     struct orphans *o = ctx;
     (void)size_bytes;
     char id[ID_MAX];
-    int exists = 1;
-    if (mtime_s >= o->before || store_path_upload_id(key, id))
-        return 0; /* recent (its row may be about to commit), or not an upload */
-    int rc = store_file_exists(o->st, id, &exists);
+    int named = 1, rc;
+    if (mtime_s >= o->before)
+        return 0; /* recent: its row may be about to commit */
+    if (store_path_upload_id(key, id) == 0)
+        rc = store_file_exists(o->st, id, &named);
+    else /* a batch's output or error file: its row names the key */
+        rc = store_file_path_named(o->st, key, &named);
     if (rc)
         return rc; /* the database is out: stop, try next time */
-    if (exists)
+    if (named)
         return 0;
     if ((rc = blob_delete(store_blobs(o->st), key))) {
         o->first = o->first ? o->first : rc;
         return 0;
     }
     o->n_deleted++;
-    log_info("retention: removed %s: no file row names it (an upload cut short by a crash, or a deleted file)", key);
+    log_info("retention: removed %s: no file row names it (cut short by a crash, or a deleted file)", key);
     return 0;
 }
 
 int retention_orphans(struct store *st, int64_t now, int64_t grace_s, int64_t *n_deleted)
 {
     struct orphans o = {st, now - grace_s, 0, 0};
-    int rc = blob_list(store_blobs(st), "files/file-", on_stored, &o);
+    int rc = blob_list(store_blobs(st), "files/", on_stored, &o);
     if (n_deleted)
         *n_deleted = o.n_deleted;
     return rc ? rc : o.first;

@@ -8,10 +8,11 @@
  * calls retention_sweep every pass: it lists up to max expired files
  * (store_files_expired; a file a validating batch still reads is skipped
  * until that batch is past ingestion), removes each one's bytes, then its
- * row (store_file_purge) in its own transaction. Bytes first, so a crash in
- * between leaves a row without bytes (the next pass finishes it); a power
- * loss may undo an unlink that was not followed by an fsync of files/,
- * leaving bytes without a row, which the next start collects (below).
+ * row (store_file_purge) in its own transaction. Bytes first, and their
+ * removal durable (blob_delete fsyncs files/) before the row goes, so a
+ * crash or power loss in between leaves an expired row without bytes (never
+ * served: the API answers 404 from expires_at; the next pass finishes it),
+ * never bytes without a row.
  *
  * The API already answers
  * 404 for a file from the second it expires (jobd/api/routes_files.c), so
@@ -21,11 +22,13 @@
  *
  * Orphans. A crash (or a file store that failed a delete) can leave bytes
  * no row names: an upload made durable whose row never committed (the
- * client got no 2xx), or a deleted or expired file whose delete did not
- * happen or was undone by a power loss. Two collectors:
- *   - retention_orphans lists the uploads' keys (files/file-*) and removes
- *     each one older than a grace period whose file row does not exist (the
- *     grace covers an upload whose row is about to commit). The sweeper
+ * client got no 2xx), or a deleted file whose bytes the file store failed
+ * to remove. Two collectors:
+ *   - retention_orphans lists every key under files/ (uploads and batch
+ *     result files) and removes each one older than a grace period that no
+ *     file row names (the grace covers an upload whose row is about to
+ *     commit; a finalization whose commit failed writes its files again on
+ *     its next try, so removing them is safe). The sweeper
  *     runs it every RETENTION_ORPHAN_EVERY_S and at start; any store.
  *   - retention_orphans_local, run once at startup before jobd listens (so
  *     nothing is between its rename and its commit), removes every entry of
@@ -60,10 +63,10 @@ int retention_sweep(struct store *st, int64_t now, int max, int64_t *n_deleted);
  * skipped. */
 int retention_orphans_local(struct store *st, int64_t *n_removed);
 
-#define RETENTION_ORPHAN_GRACE_S 3600 /* an upload's bytes this old without a row are an orphan */
+#define RETENTION_ORPHAN_GRACE_S 3600 /* bytes under files/ this old without a row are an orphan */
 #define RETENTION_ORPHAN_EVERY_S 600  /* how often the sweeper looks for orphans */
 
-/* Remove the uploads' bytes older than now - grace_s that no file row
+/* Remove the keys under files/ older than now - grace_s that no file row
  * names, as above. *n_deleted (may be NULL) gets how many. 0, or the
  * first error (the listing's, the database's, or a delete's after the
  * others). */

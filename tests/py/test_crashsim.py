@@ -500,6 +500,43 @@ def test_crashsim_upload_cut_between_rename_and_commit_leaves_no_orphan():
             assert os.listdir(os.path.join(out, "files")) == [], os.listdir(os.path.join(out, "files"))
 
 
+def test_crashsim_expired_file_unlink_is_durable_before_its_row_goes():
+    """Regression: file expiry removed an upload's bytes and then purged its
+    row with no fsync of files/ between them, so a power cut after the
+    purge's commit could bring the bytes back with no row naming them.
+    jobd on SQLite collects such a file when it starts again, but an
+    instance on PostgreSQL never would (another instance's upload may be in
+    flight there). Checked on the rebuilt directory itself, before any jobd
+    starts on it: in the "lose" rebuild (every unsynced change undone),
+    files/ holds exactly what the rows name."""
+    need_build()
+    work = tmpdir()
+
+    def expire(api, acks):
+        ct, body = multipart({"purpose": "batch", "expires_after[anchor]": "created_at",
+                              "expires_after[seconds]": "1"}, {"file": ("x.jsonl", INPUT_X)})
+        st, b = api.call("POST", "/v1/files", body, {"Content-Type": ct})
+        assert st == 200, b
+        fid = json.loads(b)["id"]
+        deadline = time.monotonic() + 30
+        while any(f["id"] == fid for f in api.json("GET", "/v1/files?limit=10000")["data"]):
+            assert time.monotonic() < deadline, "the expired upload is never purged"
+            time.sleep(0.05)
+        acks["purged"] = fid
+
+    model, acks = recorded_run(os.path.join(work, "run"), 0, "full", steps=expire)
+    assert acks.get("purged"), acks
+    out = os.path.join(work, "lost")
+    model.rebuild(out, "lose")
+    db = sqlite3.connect(f"file:{os.path.join(out, 'jobd.db')}?mode=ro", uri=True)
+    try:
+        named = {r[0] for r in db.execute("SELECT storage_path FROM files")}
+    finally:
+        db.close()
+    on_disk = {os.path.join("files", n) for n in os.listdir(os.path.join(out, "files"))}
+    assert on_disk == named, f"files/ holds {sorted(on_disk - named)} that no row names"
+
+
 # ---- I/O errors --------------------------------------------------------------------------
 
 FAULTS = (("write", "ENOSPC"), ("write", "EIO"), ("sync", "EIO"))

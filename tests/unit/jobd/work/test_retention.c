@@ -106,7 +106,7 @@ static void write_at(const char *dir, const char *name, time_t mtime)
     CHECK_EQ_INT(utime(path, &ut), 0);
 }
 
-TEST(retention_orphans_removes_old_upload_bytes_without_a_row_only)
+TEST(retention_orphans_removes_old_bytes_without_a_row_only)
 {
     const char *dir = th_tmpdir();
     struct store *st;
@@ -127,13 +127,23 @@ TEST(retention_orphans_removes_old_upload_bytes_without_a_row_only)
     write_at(dir, "file-kept.jsonl.zst", NOW - 7200);
     write_at(dir, "file-ghost.jsonl.zst", NOW - 7200);       /* old, no row: an orphan */
     write_at(dir, "file-young.jsonl.zst", NOW - 60);         /* no row yet: inside the grace */
-    write_at(dir, "batch_x-output.jsonl.zst", NOW - 7200);   /* not an upload: not the sweep's */
+    /* a batch's result files: one a row names, one whose row is gone (a
+     * DELETE cut short by a crash between the row and the bytes) */
+    snprintf(sf.id, sizeof sf.id, "file-out");
+    snprintf(sf.purpose, sizeof sf.purpose, "batch_output");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/batch_y-output.jsonl.zst");
+    CHECK_EQ_INT(store_file_create(st, &sf), 0);
+    write_at(dir, "batch_y-output.jsonl.zst", NOW - 7200);
+    write_at(dir, "batch_x-output.jsonl.zst", NOW - 7200);
+    write_at(dir, "batch_z-errors.jsonl.zst", NOW - 60);     /* a finalization about to commit */
     int64_t n = -1;
     CHECK_EQ_INT(retention_orphans(st, NOW, RETENTION_ORPHAN_GRACE_S, &n), 0);
-    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(n, 2);
     CHECK(!exists(dir, "file-ghost.jsonl.zst"));
     CHECK(exists(dir, "file-kept.jsonl.zst"));
     CHECK(exists(dir, "file-young.jsonl.zst"));
-    CHECK(exists(dir, "batch_x-output.jsonl.zst"));
+    CHECK(!exists(dir, "batch_x-output.jsonl.zst"));
+    CHECK(exists(dir, "batch_y-output.jsonl.zst"));
+    CHECK(exists(dir, "batch_z-errors.jsonl.zst"));
     store_close(st);
 }
