@@ -92,6 +92,10 @@ struct sdb_pg {
     unsigned gen;        /* +1 per reconnect: server-side prepared statements are gone */
     unsigned n_stmts;    /* statements prepared on this connection (names) */
     char listen[64];     /* the LISTEN channel of this connection ("" none), sdb_pg_listen */
+    unsigned listen_gen; /* gen of the connection whose LISTEN succeeded */
+    int listen_ok;       /* 0: the last LISTEN failed: reconnect and retry (listen_backoff_ms) */
+    int listen_backoff_ms;
+    int64_t next_listen_ms;
     char err[512];
 };
 
@@ -275,6 +279,23 @@ static int pg_session(struct sdb_pg *d)
  * transaction it belonged to. is_rollback: the call is a ROLLBACK (not TO a
  * savepoint), which ends a lost transaction. SDB_OK to go on, or SDB_DONE
  * when the call is a ROLLBACK that has nothing left to do. */
+/* A new session on d's connection (PQreset): SDB_OK (gen + 1: server-side
+ * state is gone), or SDB_BUSY with the next try backed off (100 ms
+ * doubling to 5 s). */
+static int pg_reconnect(struct sdb_pg *d, int64_t now)
+{
+    PQreset(d->conn);
+    if (PQstatus(d->conn) != CONNECTION_OK || pg_session(d) != SDB_OK) {
+        d->backoff_ms = d->backoff_ms ? (d->backoff_ms * 2 > 5000 ? 5000 : d->backoff_ms * 2) : 100;
+        d->next_try_ms = now + d->backoff_ms;
+        pg_seterr(d, PQerrorMessage(d->conn));
+        return SDB_BUSY;
+    }
+    d->backoff_ms = 0;
+    d->gen++;
+    return SDB_OK;
+}
+
 static int pg_ready(struct sdb_pg *d, int is_rollback)
 {
     if (PQstatus(d->conn) == CONNECTION_BAD) {
@@ -290,19 +311,13 @@ static int pg_ready(struct sdb_pg *d, int is_rollback)
             pg_seterr(d, "the PostgreSQL connection is down; reconnecting");
             return SDB_BUSY;
         }
-        PQreset(d->conn);
-        if (PQstatus(d->conn) != CONNECTION_OK || pg_session(d) != SDB_OK) {
-            d->backoff_ms = d->backoff_ms ? (d->backoff_ms * 2 > 5000 ? 5000 : d->backoff_ms * 2) : 100;
-            d->next_try_ms = now + d->backoff_ms;
-            pg_seterr(d, PQerrorMessage(d->conn));
+        if (pg_reconnect(d, now) != SDB_OK) {
             if (is_rollback && d->tx_lost) {
                 d->tx_lost = 0;
                 return SDB_DONE;
             }
             return SDB_BUSY;
         }
-        d->backoff_ms = 0;
-        d->gen++;
     }
     if (d->tx_lost) {
         if (is_rollback) {
@@ -739,6 +754,9 @@ static const struct sdb_ops sdb_pg_ops = {
 
 /* ---- LISTEN / NOTIFY ------------------------------------------------------------------ */
 
+/* LISTEN on the current session. A failure (on a session that cannot
+ * LISTEN, e.g. one that came up read-only) is retried on a new session
+ * after listen_backoff_ms (100 ms doubling to 5 s), by sdb_pg_wait. */
 static int pg_listen_now(struct sdb_pg *d)
 {
     char sql[96];
@@ -746,6 +764,16 @@ static int pg_listen_now(struct sdb_pg *d)
     PGresult *r = PQexec(d->conn, sql);
     int rc = r && PQresultStatus(r) == PGRES_COMMAND_OK ? SDB_OK : pg_result_err(d, r);
     PQclear(r);
+    if (rc == SDB_OK) {
+        d->listen_ok = 1;
+        d->listen_gen = d->gen;
+        d->listen_backoff_ms = 0;
+    } else {
+        d->listen_ok = 0;
+        d->listen_backoff_ms = d->listen_backoff_ms ? (d->listen_backoff_ms * 2 > 5000 ? 5000 : d->listen_backoff_ms * 2)
+                                                    : 100;
+        d->next_listen_ms = pg_now_ms() + d->listen_backoff_ms;
+    }
     return rc;
 }
 
@@ -785,12 +813,22 @@ int sdb_pg_wait(struct sdb *db, int timeout_ms)
             if (pg_now_ms() < d->next_try_ms)
                 return SDB_BUSY;
         }
-        unsigned gen = d->gen;
         if (pg_ready(d, 0) != SDB_OK)
             return SDB_BUSY;
-        if (d->gen != gen) /* reconnected: listen again, and say something may have been missed */
-            return pg_listen_now(d) == SDB_OK ? 1 : SDB_BUSY;
     }
+    if (!d->listen_ok) { /* the last LISTEN failed: a new session, after the backoff */
+        int64_t now = pg_now_ms();
+        if (now < d->next_listen_ms) {
+            int64_t w = d->next_listen_ms - now;
+            poll(NULL, 0, (int)(w < timeout_ms ? w : timeout_ms));
+            if (pg_now_ms() < d->next_listen_ms)
+                return SDB_BUSY;
+        }
+        if (pg_reconnect(d, pg_now_ms()) != SDB_OK)
+            return SDB_BUSY;
+    }
+    if (d->listen_gen != d->gen) /* a new session: listen again, and say something may have been missed */
+        return pg_listen_now(d) == SDB_OK ? 1 : SDB_BUSY;
     if (!PQconsumeInput(d->conn)) {
         pg_seterr(d, PQerrorMessage(d->conn));
         return SDB_BUSY;

@@ -5,10 +5,14 @@ every custom_id exactly once. The suite starts its own throwaway cluster
 (scripts/pg-cluster) so that it can stop it; it skips where PostgreSQL is not
 installed."""
 import os
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 import uuid
 
 from harness import ROOT, Proc, Skip, binary, run, tmpdir
@@ -98,6 +102,151 @@ def test_pg_outage_mid_batch_recovers_without_restart_nothing_lost_or_doubled():
         assert ids == sorted(f"t-{i}" for i in range(1, n + 1)), (len(ids), len(set(ids)))
         w.stop()
         assert d.proc.p.poll() is None, "jobd exited during the outage"
+        d.proc.stop()
+    finally:
+        pg("stop", cluster)
+
+
+
+def psql(url, sql):
+    r = subprocess.run(["psql", url, "-X", "-At", "-c", sql], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def listeners(url):
+    """pids of the sessions whose last statement was a LISTEN."""
+    out = psql(url, "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()")
+    return [int(p) for p in out.splitlines() if p]
+
+
+class ListenBreaker:
+    """A TCP proxy in front of PostgreSQL that, while `fail` > 0, rewrites
+    the next `fail` simple-protocol LISTEN queries it sees into a statement
+    that fails (SELECT 1/0): the server answers an error, the session stays
+    up, and it is not listening."""
+
+    def __init__(self, host, port):
+        self.to = (host, port)
+        self.fail = 0
+        self.rewritten = 0
+        self.lock = threading.Lock()
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(64)
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            u = socket.create_connection(self.to)
+            threading.Thread(target=self._down, args=(u, c), daemon=True).start()
+            threading.Thread(target=self._up, args=(c, u), daemon=True).start()
+
+    @staticmethod
+    def _read(s, n):
+        b = b""
+        while len(b) < n:
+            x = s.recv(n - len(b))
+            if not x:
+                raise EOFError
+            b += x
+        return b
+
+    @staticmethod
+    def _close(s):  # shutdown, not only close: the other thread is blocked in recv on it
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+    def _down(self, u, c):  # server -> client, as is
+        try:
+            while True:
+                x = u.recv(65536)
+                if not x:
+                    break
+                c.sendall(x)
+        except OSError:
+            pass
+        self._close(c)
+
+    def _up(self, c, u):  # client -> server, message by message
+        try:
+            while True:  # untyped: an SSLRequest (answered by one byte) or the startup packet
+                n = struct.unpack("!I", self._read(c, 4))[0]
+                body = self._read(c, n - 4)
+                u.sendall(struct.pack("!I", n) + body)
+                if struct.unpack("!I", body[:4])[0] != 80877103:  # not an SSLRequest
+                    break
+            while True:
+                t = self._read(c, 1)
+                n = struct.unpack("!I", self._read(c, 4))[0]
+                body = self._read(c, n - 4)
+                if t == b"Q" and body.startswith(b"LISTEN "):
+                    with self.lock:
+                        if self.fail > 0:
+                            self.fail -= 1
+                            self.rewritten += 1
+                            body = b"SELECT 1/0\0"
+                u.sendall(t + struct.pack("!I", len(body) + 4) + body)
+        except (OSError, EOFError):
+            pass
+        self._close(u)
+
+
+def test_pg_relisten_that_fails_on_the_new_session_is_retried():
+    """Regression: when the LISTEN connection was cut and the LISTEN on the
+    new session failed (the server answered an error, the session stayed
+    up), jobd never tried again: the connection was up but deaf, wake-ups
+    stopped for good and long polls fell back to polling. jobd reaches
+    PostgreSQL through a proxy that turns the next three LISTENs into a
+    failing statement; the LISTEN session is terminated; jobd must LISTEN
+    again on a fresh session (backing off between tries) and wake-ups must
+    flow."""
+    cluster = os.path.join(tempfile.gettempdir(), f"jobd-pg-{uuid.uuid4().hex[:12]}")
+    r = pg("start", cluster)
+    if r.returncode == 2:
+        raise Skip("PostgreSQL is not installed")
+    assert r.returncode == 0, r.stderr
+    url = r.stdout.strip()
+    try:
+        u = urllib.parse.urlsplit(url)
+        proxy = ListenBreaker(u.hostname, u.port)
+        via = url.replace(f"{u.hostname}:{u.port}", f"127.0.0.1:{proxy.port}") + "?sslmode=disable&gssencmode=disable"
+        data = os.path.join(tmpdir(), "data")
+        k = run([binary("jobd"), "keys", "create", "--tenant", "alpha", "--data", data, "--database", via])
+        assert k.returncode == 0, k.stderr
+        d = Jobd(data=data, key=k.stdout.strip(), args=FAST + ["--database", via])
+        deadline = time.monotonic() + 30
+        while not listeners(url):
+            assert time.monotonic() < deadline, "jobd never LISTENs"
+            time.sleep(0.1)
+        [pid] = listeners(url)
+        with proxy.lock:
+            proxy.fail = 3
+        psql(url, f"SELECT pg_terminate_backend({pid})")
+        deadline = time.monotonic() + 30
+        while not listeners(url):
+            assert time.monotonic() < deadline, \
+                f"jobd did not LISTEN again ({proxy.rewritten} LISTENs failed): " + d.proc.log()[-1500:]
+            time.sleep(0.1)
+        assert proxy.rewritten == 3, proxy.rewritten
+        assert "the LISTEN connection is down" in d.proc.log(), d.proc.log()[-1500:]
+        # and a wake-up reaches it: new work NOTIFYs
+        w0 = wakeups(d)
+        d.submit(jsonl(3))
+        deadline = time.monotonic() + 30
+        while wakeups(d) <= w0:
+            assert time.monotonic() < deadline, "no wake-up after the LISTEN came back"
+            time.sleep(0.1)
+        assert d.proc.p.poll() is None, "jobd exited"
         d.proc.stop()
     finally:
         pg("stop", cluster)
