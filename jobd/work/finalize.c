@@ -343,7 +343,85 @@ int finalize_batch(struct store *st, const char *batch_id, int64_t now,
     return rc;
 }
 
-int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finished)
+/* ---- retries of failed finalizations ------------------------------------------- */
+
+struct retry_slot {
+    char id[ID_MAX]; /* "" = free */
+    int fails;
+    int64_t next_ms;
+};
+
+struct finalize_retry {
+    struct retry_slot s[FINALIZE_RETRY_SLOTS];
+};
+
+struct finalize_retry *finalize_retry_new(void)
+{
+    return calloc(1, sizeof(struct finalize_retry));
+}
+
+int64_t finalize_retry_delay_ms(int k)
+{
+    int64_t d = FINALIZE_RETRY_FIRST_MS;
+    for (int i = 1; i < k && d < FINALIZE_RETRY_CAP_MS; i++)
+        d *= 2;
+    return d < FINALIZE_RETRY_CAP_MS ? d : FINALIZE_RETRY_CAP_MS;
+}
+
+static const struct retry_slot *retry_find(const struct finalize_retry *rt, const char *id)
+{
+    for (int i = 0; i < FINALIZE_RETRY_SLOTS; i++)
+        if (rt->s[i].id[0] && strcmp(rt->s[i].id, id) == 0)
+            return &rt->s[i];
+    return NULL;
+}
+
+int finalize_retry_due(const struct finalize_retry *rt, const char *batch_id, int64_t now_ms)
+{
+    const struct retry_slot *e = rt ? retry_find(rt, batch_id) : NULL;
+    return !e || now_ms >= e->next_ms;
+}
+
+int finalize_retry_fails(const struct finalize_retry *rt, const char *batch_id)
+{
+    const struct retry_slot *e = rt ? retry_find(rt, batch_id) : NULL;
+    return e ? e->fails : 0;
+}
+
+int64_t finalize_retry_failed(struct finalize_retry *rt, const char *batch_id, int64_t now_ms)
+{
+    struct retry_slot *e = (struct retry_slot *)retry_find(rt, batch_id);
+    if (!e) { /* a free slot, else the one due soonest */
+        for (int i = 0; i < FINALIZE_RETRY_SLOTS; i++)
+            if (!rt->s[i].id[0]) {
+                e = &rt->s[i];
+                break;
+            }
+        if (!e) {
+            e = &rt->s[0];
+            for (int i = 1; i < FINALIZE_RETRY_SLOTS; i++)
+                if (rt->s[i].next_ms < e->next_ms)
+                    e = &rt->s[i];
+        }
+        memset(e, 0, sizeof *e);
+        snprintf(e->id, sizeof e->id, "%s", batch_id);
+    }
+    if (e->fails < 1 << 20)
+        e->fails++;
+    int64_t d = finalize_retry_delay_ms(e->fails);
+    e->next_ms = now_ms + d;
+    return d;
+}
+
+void finalize_retry_clear(struct finalize_retry *rt, const char *batch_id)
+{
+    struct retry_slot *e = rt ? (struct retry_slot *)retry_find(rt, batch_id) : NULL;
+    if (e)
+        memset(e, 0, sizeof *e);
+}
+
+int finalize_sweep(struct store *st, int64_t now, int max_batches, struct finalize_retry *rt, int64_t mono_ms,
+                   int *n_finished)
 {
     char(*ids)[ID_MAX] = NULL;
     size_t n = 0;
@@ -353,6 +431,8 @@ int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finish
     int first = 0, fin = 0;
     for (size_t i = 0; i < n; i++) {
         struct finalize_report rep;
+        if (!finalize_retry_due(rt, ids[i], mono_ms))
+            continue; /* failed lately: its backoff has not passed */
         /* several jobd on one PostgreSQL database: one finalizes a batch at
          * a time (its files have fixed names); the others skip it */
         int owned = 0;
@@ -364,11 +444,19 @@ int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finish
             store_own_release(st, STORE_OWN_FINALIZE, ids[i]);
         }
         if (r) {
-            log_warn("finalize: batch %s: %s", ids[i], err_msg(r));
+            if (rt) {
+                int64_t d = finalize_retry_failed(rt, ids[i], mono_ms);
+                log_warn("finalize: batch %s: %s (attempt %d; next in %lld ms)", ids[i], err_msg(r),
+                         finalize_retry_fails(rt, ids[i]), (long long)d);
+            } else {
+                log_warn("finalize: batch %s: %s", ids[i], err_msg(r));
+            }
             if (!first)
                 first = r;
-        } else if (rep.done) {
-            fin++;
+        } else {
+            finalize_retry_clear(rt, ids[i]);
+            if (rep.done)
+                fin++;
         }
     }
     free(ids);

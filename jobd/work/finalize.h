@@ -67,6 +67,8 @@ struct finalize_report {
     int64_t n_output_lines, n_error_lines; /* lines written by this call (0 if none) */
 };
 
+struct finalize_retry; /* below */
+
 /* Progress batch_id as described above. Returns 0 with rep->done = 0 when
  * it must wait (requests still running, or leased in a cancelling batch;
  * also for a batch still validating); ERR_NOTFOUND; ERR_IO (files); store
@@ -78,9 +80,48 @@ int finalize_batch(struct store *st, const char *batch_id, int64_t now,
  * at most max_batches, skipping those another jobd instance is finalizing
  * (store_own_try, STORE_OWN_FINALIZE: PostgreSQL with several instances;
  * every step stays fenced by the batch's status, so ownership only keeps two
- * instances from writing the same files at once). *n_finished (may be NULL) gets how many became
+ * instances from writing the same files at once). With rt (may be NULL:
+ * every batch is tried on every call), a batch whose last attempts failed
+ * is skipped until its backoff passed (finalize_retry below; mono_ms is
+ * the monotonic clock in ms), a failure is recorded there and a success
+ * clears it. *n_finished (may be NULL) gets how many became
  * terminal. Returns the first error (after trying the others). */
-int finalize_sweep(struct store *st, int64_t now, int max_batches, int *n_finished);
+int finalize_sweep(struct store *st, int64_t now, int max_batches, struct finalize_retry *rt, int64_t mono_ms,
+                   int *n_finished);
+
+/* Retries of a failed finalization (the file store out, a full disk, the
+ * database gone): capped exponential backoff per batch, so an outage costs
+ * one attempt per delay, not one full rewrite of the batch's files per
+ * sweeper pass (every 100 ms..1 s, and sooner after each results commit).
+ * The k-th consecutive failure of a batch defers its next attempt by
+ * FINALIZE_RETRY_FIRST_MS * 2^(k-1), at most FINALIZE_RETRY_CAP_MS; a
+ * success forgets it. The batch stays finalizing meanwhile (nothing is
+ * committed before both files are durable). In memory, one table per
+ * sweeper: each jobd instance backs off on its own, and a restarted one
+ * tries at once. At most FINALIZE_RETRY_SLOTS batches are tracked; past
+ * that the one due soonest is forgotten (it is then tried at its next
+ * pass). Times are monotonic milliseconds given by the caller. */
+#define FINALIZE_RETRY_FIRST_MS 500
+#define FINALIZE_RETRY_CAP_MS 30000
+#define FINALIZE_RETRY_SLOTS 256
+
+/* A table (calloc'd; free() it). NULL on no memory. */
+struct finalize_retry *finalize_retry_new(void);
+
+/* The delay after the k-th consecutive failure (k >= 1). Pure. */
+int64_t finalize_retry_delay_ms(int k);
+
+/* 1 when batch_id may be tried at now_ms (never failed, or its delay passed). */
+int finalize_retry_due(const struct finalize_retry *rt, const char *batch_id, int64_t now_ms);
+
+/* Record a failure at now_ms; returns the delay until the next attempt. */
+int64_t finalize_retry_failed(struct finalize_retry *rt, const char *batch_id, int64_t now_ms);
+
+/* Forget batch_id (it succeeded, or finished elsewhere). */
+void finalize_retry_clear(struct finalize_retry *rt, const char *batch_id);
+
+/* Consecutive failures recorded for batch_id (0: none). */
+int finalize_retry_fails(const struct finalize_retry *rt, const char *batch_id);
 
 struct buf;
 

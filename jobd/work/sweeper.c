@@ -26,6 +26,7 @@ struct sweeper {
     struct lease_opts lopts;
     int64_t interval_ms;
     int64_t orphans_at;  /* wall seconds of the last orphan sweep; 0 = not yet */
+    struct finalize_retry *retry; /* backoff of failed finalizations */
     atomic_uint_fast64_t passes, expired, requeued, dead, finished, errors, files_expired;
 };
 
@@ -47,7 +48,7 @@ static void pass(struct sweeper *sw)
                  (long long)rep.n_leases, (long long)rep.n_requeued, (long long)rep.n_dead,
                  (long long)rep.n_closed);
     int n_fin = 0;
-    rc = finalize_sweep(sw->st, clock_wall_s(), SWEEP_MAX_BATCHES, &n_fin);
+    rc = finalize_sweep(sw->st, clock_wall_s(), SWEEP_MAX_BATCHES, sw->retry, (int64_t)clock_mono_ms(), &n_fin);
     if (rc) {
         log_warn("sweeper: finalize: %s", err_msg(rc));
         atomic_fetch_add(&sw->errors, 1);
@@ -117,8 +118,13 @@ int sweeper_start(const char *data_dir, const struct store_opts *sopts,
         return ERR_NOMEM;
     sw->lopts = *lopts;
     sw->interval_ms = interval_ms;
+    if (!(sw->retry = finalize_retry_new())) {
+        free(sw);
+        return ERR_NOMEM;
+    }
     int rc = store_open(data_dir, sopts, &sw->st);
     if (rc) {
+        free(sw->retry);
         free(sw);
         return rc;
     }
@@ -132,6 +138,7 @@ int sweeper_start(const char *data_dir, const struct store_opts *sopts,
         pthread_mutex_destroy(&sw->mu);
         pthread_cond_destroy(&sw->cv);
         store_close(sw->st);
+        free(sw->retry);
         free(sw);
         return ERR_INTERNAL;
     }
@@ -175,5 +182,6 @@ void sweeper_free(struct sweeper *sw)
     pthread_mutex_destroy(&sw->mu);
     pthread_cond_destroy(&sw->cv);
     store_close(sw->st);
+    free(sw->retry);
     free(sw);
 }
