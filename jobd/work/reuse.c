@@ -1,6 +1,8 @@
 /*
  * reuse.c - result reuse for deterministic requests: the key, the mark on a
- * reused body, and the lease-time lookup. See reuse.h.
+ * reused body, the opt-in (pure functions over bytes, fuzzed by
+ * tests/fuzz/fuzz_reuse.c). The lease-time lookup is reuse_apply.c. See
+ * reuse.h.
  */
 #include "jobd/work/reuse.h"
 
@@ -147,119 +149,4 @@ int reuse_mark_body(const char *body, size_t len, int64_t reused_tokens, char **
     }
     *out = buf_detach(&b, out_len);
     return *out ? 0 : ERR_NOMEM;
-}
-
-/* ---- lease time ------------------------------------------------------------------- */
-
-int reuse_apply(struct store *st, int reuse_default, int64_t retention_s, const char *worker_id,
-                const char *model, struct store_lease *l, int64_t now, size_t *n_reused)
-{
-    *n_reused = 0;
-    if (retention_s <= 0 || !l || l->n == 0)
-        return 0;
-    char sha[REUSE_KEY_HEX], device[129], backend[129];
-    int rc = store_reuse_worker(st, worker_id, model, sha, device);
-    if (rc == ERR_NOTFOUND)
-        return 0;
-    if (rc)
-        return rc;
-    reuse_backend(device, backend, sizeof backend);
-    struct store_result *res = calloc(l->n, sizeof *res);
-    int64_t *saved = calloc(l->n, sizeof *saved);
-    char **bodies = calloc(l->n, sizeof *bodies);
-    size_t *idx = calloc(l->n, sizeof *idx);
-    enum store_commit_outcome *outc = calloc(l->n, sizeof *outc);
-    unsigned char *gone = calloc(l->n, 1);
-    size_t nh = 0;
-    if (!res || !saved || !bodies || !idx || !outc || !gone) {
-        rc = ERR_NOMEM;
-        goto out;
-    }
-    /* the keys and the reused commit: one transaction */
-    if ((rc = store_tx_enter_lease(st)))
-        goto out;
-    /* a pack has few batches: one opt-in lookup per run of equal batch ids */
-    const char *lastb = NULL;
-    int wants = 0;
-    for (size_t i = 0; !rc && i < l->n; i++) {
-        struct store_leased *it = &l->items[i];
-        if (!lastb || strcmp(lastb, it->batch_id) != 0) {
-            struct store_batch b;
-            wants = 0;
-            if (store_batch_get(st, NULL, it->batch_id, &b) == 0) {
-                wants = reuse_batch_wants(b.metadata, reuse_default);
-                store_batch_release(&b);
-            }
-            lastb = it->batch_id;
-        }
-        if (!wants)
-            continue;
-        char key[REUSE_KEY_HEX];
-        int krc = sha[0] ? reuse_key(it->tenant_id, it->endpoint, it->body, it->body_len, sha, backend, key)
-                         : ERR_INVAL;
-        if (krc == ERR_NOMEM) {
-            rc = krc;
-            break;
-        }
-        struct store_reuse_hit h;
-        int hrc = krc ? ERR_NOTFOUND : store_reuse_get(st, it->tenant_id, key, now - retention_s, &h);
-        if (hrc == 0) {
-            int64_t tok = h.prompt_tokens + h.completion_tokens;
-            char *mb = NULL;
-            size_t mlen = 0;
-            int mrc = reuse_mark_body(h.body, h.body_len, tok, &mb, &mlen);
-            if (mrc == 0) {
-                bodies[nh] = mb;
-                res[nh] = (struct store_result){.request_id = it->id, .kind = STORE_RESULT_SUCCESS,
-                                                .status_code = h.status_code, .body = mb,
-                                                .body_len = mlen};
-                saved[nh] = tok;
-                idx[nh++] = i;
-            }
-            free(h.body);
-            if (mrc == ERR_NOMEM)
-                rc = mrc;
-            if (mrc == 0) {
-                /* a hit: no key, so that its answer is never recorded as a computed one */
-                if (!rc)
-                    rc = store_reuse_key_set(st, it->id, l->id, NULL);
-                continue;
-            }
-        } else if (hrc != ERR_NOTFOUND) {
-            rc = hrc;
-            break;
-        }
-        /* a miss: remember the key (or clear an earlier lease's) so its success is recorded */
-        if (!rc)
-            rc = store_reuse_key_set(st, it->id, l->id, krc ? NULL : key);
-    }
-    if (!rc && nh)
-        rc = store_reuse_commit(st, l->id, worker_id, res, saved, nh, now, outc);
-    if ((rc = store_tx_leave(st, rc)) || nh == 0)
-        goto out;
-    for (size_t k = 0; k < nh; k++)
-        if (outc[k] == STORE_COMMIT_OK) {
-            gone[idx[k]] = 1;
-            (*n_reused)++;
-        }
-    size_t w = 0;
-    for (size_t i = 0; i < l->n; i++) {
-        if (gone[i]) {
-            free(l->items[i].custom_id);
-            free(l->items[i].body);
-            continue;
-        }
-        l->items[w++] = l->items[i];
-    }
-    l->n = w;
-out:
-    for (size_t k = 0; bodies && k < nh; k++)
-        free(bodies[k]);
-    free(res);
-    free(saved);
-    free(bodies);
-    free(idx);
-    free(outc);
-    free(gone);
-    return rc;
 }

@@ -191,3 +191,14 @@ def test_reuse_bad_metadata_value_is_400():
     assert r.status == 400, r
     err = r.json()["error"]
     assert err["param"] == "metadata" and "reuse" in err["message"], err
+
+
+def test_reuse_retention_out_of_range_refused_at_start():
+    jobd = binary("jobd", asan=False)
+    if not os.path.exists(jobd):
+        raise Skip("release build/jobd not built")
+    for val in ("366d", "-1s", "abc"):
+        r = run([jobd, "--listen", "127.0.0.1:0", "--data", "/nonexistent/x", "--reuse-retention", val])
+        assert r.returncode == 2 and "--reuse-retention" in r.stderr, (val, r.returncode, r.stderr)
+    r = run([jobd, "--help"])
+    assert "--reuse-retention" in r.stdout and "--reuse " in r.stdout, r.stdout
