@@ -22,6 +22,7 @@ PRICES = "smollm=150000:600000"
 ARGS = ["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s", "--prices", PRICES]
 # the per-request fields of a reused body (spec/usage.md): everything else is the original's bytes
 PER_REQUEST = ("id", "created", "system_fingerprint")
+RAW = {}  # batch id -> custom_id -> the body's bytes in the output file
 
 
 def need():
@@ -73,9 +74,12 @@ def run_batch(d, bs, key, reuse, workers):
     assert b["status"] == "completed", b
     out = d.call("GET", f"/v1/files/{b['output_file_id']}/content", key=key)
     assert out.status == 200, out
-    lines = [json.loads(x) for x in out.body.decode().splitlines() if x.strip()]
+    raw = [x for x in out.body.decode().splitlines() if x.strip()]
+    lines = [json.loads(x) for x in raw]
     by_cid = {x["custom_id"]: x["response"]["body"] for x in lines}
     assert len(by_cid) == len(bs), (b, lines)
+    # the body's bytes as the output file has them: {..., "response": {..., "body": BODY}, "error": null}
+    RAW[b["id"]] = {x["custom_id"]: r[r.index('"body":') + 7:r.rindex('},"error"')] for x, r in zip(lines, raw)}
     return b, by_cid
 
 
@@ -130,7 +134,17 @@ def test_reuse_unchanged_lines_only_same_tenant_same_model_file():
         for c in det - changed:
             r, f = out2[c], out3[c]
             assert strip(r) == strip(f), (c, r, f)
-            assert json.dumps(strip(r), separators=(",", ":")) == json.dumps(strip(f), separators=(",", ":"))
+            # byte for byte: the fresh body with the first run's id and created, and the two marks
+            rb, fb = RAW[b2["id"]][c], RAW[b3["id"]][c]
+            want = fb.replace(json.dumps(f["id"]), json.dumps(r["id"]), 1)
+            want = want.replace('"created":%d' % f["created"], '"created":%d' % r["created"], 1)
+            u2 = r["usage"]
+            want = want.replace('"total_tokens":%d}' % u2["total_tokens"],
+                                '"total_tokens":%d,"reused_tokens":%d}' % (u2["total_tokens"], u2["reused_tokens"]), 1)
+            fpf = json.dumps(f["system_fingerprint"])
+            want = want.replace('"system_fingerprint":' + fpf,
+                                '"system_fingerprint":' + json.dumps(r["system_fingerprint"]), 1)
+            assert rb == want, (c, rb, want)
             assert r["system_fingerprint"] == (f["system_fingerprint"] or "") + "+reused" or \
                 (f["system_fingerprint"] is None and r["system_fingerprint"] == "reused"), (r, f)
             u = out1[c]["usage"]
