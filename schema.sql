@@ -622,10 +622,11 @@ CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);
 --                  (register's models[].sha256), '' when the worker did not say (its
 --                  requests are then never reused nor recorded for reuse)
 -- requests now also has:
---   reuse_key      lowercase hex SHA-256 of the reuse key (jobd/work/reuse.h) computed when
---                  the request was last leased to a worker whose model hash is known, for a
---                  deterministic request of an opted-in batch; NULL otherwise. A success
---                  committed while it is set is recorded in reuse_results
+--   reuse_key      lowercase hex SHA-256 reuse key (jobd/work/reuse.h) of the current lease: set
+--                  after the claim for a deterministic request of an opted-in batch leased to a
+--                  worker whose model hash is known and not answered from reuse; every claim
+--                  (-> leased) clears it. A 2xx result committed while it is set is recorded in
+--                  reuse_results
 -- results and usage_ledger now also have:
 --   reused_tokens  prompt + completion tokens of the earlier result this one was answered
 --                  from (its own prompt/completion/cached tokens and cost are then 0); 0 for

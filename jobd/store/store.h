@@ -1325,7 +1325,8 @@ int store_reuse_get(struct store *st, const char *tenant_id, const char *key, in
                     struct store_reuse_hit *out);
 
 /* Set (key) or clear (NULL) the reuse key of request_id while lease_id
- * holds it (no row changes otherwise). 0 or a database error. */
+ * holds it (no row changes otherwise); every claim clears it. 0 or a
+ * database error. */
 int store_reuse_key_set(struct store *st, const char *request_id, const char *lease_id, const char *key);
 
 /* Commit reused answers as lease_id's results in one transaction:

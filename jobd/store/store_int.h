@@ -136,6 +136,7 @@
       "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \
       "lease_id = CASE WHEN ?2 = 'leased' THEN ?6 ELSE NULL END, "                            \
+      "reuse_key = CASE WHEN ?2 = 'leased' THEN NULL ELSE reuse_key END, "                    \
       "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, "          \
       "last_error = coalesce(?8, last_error), "                                               \
       "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END "          \
@@ -576,6 +577,7 @@
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \
       "CASE WHEN ?2 = 'leased' THEN 1 ELSE 0 END - ?9 END, " \
       "lease_id = CASE WHEN ?2 = 'leased' THEN ?6::text ELSE NULL END, " \
+      "reuse_key = CASE WHEN ?2 = 'leased' THEN NULL ELSE reuse_key END, " \
       "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, " \
       "last_error = coalesce(?8::text, last_error), " \
       "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
@@ -681,7 +683,8 @@
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1 FOR UPDATE") \
     X(LEASE_CLAIM_MANY, \
       "UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
-      "lease_id = ?2::text, finished_at = NULL WHERE id = ANY(?1::text[]) AND status = 'queued'") \
+      "lease_id = ?2::text, finished_at = NULL, reuse_key = NULL WHERE id = ANY(?1::text[]) AND " \
+      "status = 'queued'") \
     X(REQ_FOR_COMMIT_MANY, \
       "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model FROM requests q " \
       "WHERE q.id = ANY(?1::text[])") \

@@ -27,10 +27,12 @@
  * pack), against the leasing worker's model hash and backend. Hits are
  * committed at once as that lease's results (tokens and cost 0,
  * reused_tokens = the original's prompt + completion tokens) and leave the
- * pack; misses get their key stored on the request, so their success is
- * recorded for later batches in the transaction that commits it
- * (store_reuse_record). A crash between the two transactions only loses the
- * reuse: the requests stay leased and the worker computes them.
+ * pack; misses get their key stored on the request (the claim cleared any
+ * earlier lease's), so their success is recorded for later batches in the
+ * transaction that commits it (store_reuse_record); a hit has no key, so a
+ * reused answer is never recorded as a computed one. A crash between the
+ * two transactions only loses the reuse: the requests stay leased and the
+ * worker computes them.
  *
  * Runs on the thread that owns the store.
  */

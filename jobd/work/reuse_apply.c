@@ -29,8 +29,10 @@ int reuse_apply(struct store *st, int reuse_default, int64_t retention_s, const 
     size_t *idx = calloc(l->n, sizeof *idx);
     enum store_commit_outcome *outc = calloc(l->n, sizeof *outc);
     unsigned char *gone = calloc(l->n, 1);
-    size_t nh = 0;
-    if (!res || !saved || !bodies || !idx || !outc || !gone) {
+    char (*keys)[REUSE_KEY_HEX] = calloc(l->n, sizeof *keys);
+    size_t *miss = calloc(l->n, sizeof *miss);
+    size_t nh = 0, nk = 0;
+    if (!res || !saved || !bodies || !idx || !outc || !gone || !keys || !miss) {
         rc = ERR_NOMEM;
         goto out;
     }
@@ -78,22 +80,24 @@ int reuse_apply(struct store *st, int reuse_default, int64_t retention_s, const 
             free(h.body);
             if (mrc == ERR_NOMEM)
                 rc = mrc;
-            if (mrc == 0) {
-                /* a hit: no key, so that its answer is never recorded as a computed one */
-                if (!rc)
-                    rc = store_reuse_key_set(st, it->id, l->id, NULL);
-                continue;
-            }
+            if (mrc == 0)
+                continue; /* a hit (its key stays NULL: never recorded as a computed answer) */
         } else if (hrc != ERR_NOTFOUND) {
             rc = hrc;
             break;
         }
-        /* a miss: remember the key (or clear an earlier lease's) so its success is recorded */
-        if (!rc)
-            rc = store_reuse_key_set(st, it->id, l->id, krc ? NULL : key);
+        if (!krc) { /* a miss with a key: its success will be recorded */
+            memcpy(keys[nk], key, sizeof key);
+            miss[nk++] = i;
+        }
     }
+    /* the hits first: the commit locks the lease row, then the worker and the
+     * batches (store.h's row lock order), then the misses' keys on the rows
+     * the lease holds (the claim cleared any earlier lease's key) */
     if (!rc && nh)
         rc = store_reuse_commit(st, l->id, worker_id, res, saved, nh, now, outc);
+    for (size_t k = 0; !rc && k < nk; k++)
+        rc = store_reuse_key_set(st, l->items[miss[k]].id, l->id, keys[k]);
     if ((rc = store_tx_leave(st, rc)) || nh == 0)
         goto out;
     for (size_t k = 0; k < nh; k++)
@@ -120,5 +124,7 @@ out:
     free(idx);
     free(outc);
     free(gone);
+    free(keys);
+    free(miss);
     return rc;
 }

@@ -390,3 +390,40 @@ TEST(reuse_results_older_than_the_retention_are_not_reused_and_are_swept)
     CHECK_EQ_INT(fx_work(&fx, wa, NOW + 5002), 3);
     store_close(fx.st);
 }
+
+/* Lease what is ready for worker and give it all back unanswered; returns how many. */
+static int fx_lease_release(struct fx *fx, const char *worker, int64_t now)
+{
+    struct store_lease_ask a = {worker, MODEL, 64, 0, 0, 60};
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx->st, &fx->o, &a, now, &l), 0);
+    int n = (int)l.n;
+    int64_t rel = 0;
+    if (n)
+        CHECK_EQ_INT(lease_release(fx->st, l.id, worker, NULL, 0, now, &rel), 0);
+    CHECK_EQ_INT((int)rel, n);
+    store_lease_clear(&l);
+    return n;
+}
+
+/* Regression (reuse_key of an earlier lease): a request leased to worker A
+ * (its key for A's model set) and given back, then answered from reuse
+ * under worker B's model, must not leave B's answer recorded under A's key. */
+TEST(reuse_an_answer_reused_after_a_release_is_not_recorded_under_the_earlier_lease_key)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char wa[ID_MAX], wb[ID_MAX];
+    fx_worker(&fx, SHA_A, "cpu", wa);
+    fx_worker(&fx, SHA_B, "cpu", wb);
+    char b[ID_MAX];
+    fx_batch(&fx, &fx.ta, 3, "{\"reuse\":\"on\"}", b);
+    CHECK_EQ_INT(fx_work(&fx, wb, NOW + 10), 3); /* B's answers recorded under B's keys */
+    fx_batch(&fx, &fx.ta, 3, "{\"reuse\":\"on\"}", b);
+    CHECK_EQ_INT(fx_lease_release(&fx, wa, NOW + 20), 3); /* A: misses, keys for A set, given back */
+    CHECK_EQ_INT(fx_work(&fx, wb, NOW + 30), 1);          /* B: 2 reused, 1 computed */
+    CHECK_EQ_INT(fx_scan(&fx, b).n_reused, 2);
+    fx_batch(&fx, &fx.ta, 3, "{\"reuse\":\"on\"}", b);
+    CHECK_EQ_INT(fx_work(&fx, wa, NOW + 40), 3); /* nothing of B's under A's keys */
+    store_close(fx.st);
+}
