@@ -610,3 +610,47 @@ CREATE INDEX files_storage_path ON files(storage_path);
 -- part of jobd (leasing, results, usage, webhooks) treats both alike.
 ALTER TABLE batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
 CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);
+
+-- @migration 12
+-- Result reuse (spec/usage.md "Result reuse"): a deterministic request of a
+-- batch that opted in is answered from a result already committed for the
+-- same tenant, endpoint, canonical body, model file (content hash) and
+-- backend, at zero cost.
+--
+-- worker_models now also has:
+--   model_sha256   lowercase hex SHA-256 of the model file's bytes the worker loaded
+--                  (register's models[].sha256), '' when the worker did not say (its
+--                  requests are then never reused nor recorded for reuse)
+-- requests now also has:
+--   reuse_key      lowercase hex SHA-256 reuse key (jobd/work/reuse.h) of the current lease: set
+--                  after the claim for a deterministic request of an opted-in batch leased to a
+--                  worker whose model hash is known and not answered from reuse; every claim
+--                  (-> leased) clears it. A 2xx result committed while it is set is recorded in
+--                  reuse_results
+-- results and usage_ledger now also have:
+--   reused_tokens  prompt + completion tokens of the earlier result this one was answered
+--                  from (its own prompt/completion/cached tokens and cost are then 0); 0 for
+--                  a computed result
+ALTER TABLE worker_models ADD COLUMN model_sha256 TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN reuse_key TEXT;
+ALTER TABLE results ADD COLUMN reused_tokens INTEGER NOT NULL DEFAULT 0 CHECK (reused_tokens >= 0);
+ALTER TABLE usage_ledger ADD COLUMN reused_tokens INTEGER NOT NULL DEFAULT 0 CHECK (reused_tokens >= 0);
+
+-- Results that later requests may be answered from: the first computed
+-- success per (tenant, key), kept for --reuse-retention after it was made.
+-- The key covers the tenant, endpoint, canonical body, model hash and
+-- backend (jobd/work/reuse.h); the tenant is also a column and part of the
+-- primary key, so a lookup can never cross tenants even on a hash collision.
+CREATE TABLE reuse_results (
+    tenant_id          TEXT NOT NULL,      -- tenants.id the result belongs to
+    reuse_key          TEXT NOT NULL,      -- lowercase hex SHA-256 (64 chars)
+    request_id         TEXT NOT NULL,      -- the request that computed it (display, audit)
+    status_code        INTEGER NOT NULL,   -- its 2xx status
+    body               BLOB NOT NULL,      -- the response body exactly as committed (see encoding)
+    encoding           TEXT NOT NULL DEFAULT 'identity' CHECK (encoding IN ('identity', 'zstd')),
+    prompt_tokens      INTEGER NOT NULL DEFAULT 0,  -- tokens the original computed (the saving of a reuse)
+    completion_tokens  INTEGER NOT NULL DEFAULT 0,  -- tokens
+    created_at         INTEGER NOT NULL,   -- unix seconds the original was committed (retention counts from here)
+    PRIMARY KEY (tenant_id, reuse_key)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX reuse_results_age ON reuse_results(created_at);

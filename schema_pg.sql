@@ -675,3 +675,23 @@ CREATE INDEX results_lease ON results(lease_id, batch_id);
 -- batches.api: the contract a batch was created through (SQLite migration 11).
 ALTER TABLE batches ADD COLUMN api TEXT NOT NULL DEFAULT 'openai' CHECK (api IN ('openai', 'anthropic'));
 CREATE INDEX batches_tenant_api ON batches(tenant_id, api, id);
+
+-- @migration 7
+-- Result reuse: SQLite migration 12 (see schema.sql).
+ALTER TABLE worker_models ADD COLUMN model_sha256 TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN reuse_key TEXT;
+ALTER TABLE results ADD COLUMN reused_tokens BIGINT NOT NULL DEFAULT 0 CHECK (reused_tokens >= 0);
+ALTER TABLE usage_ledger ADD COLUMN reused_tokens BIGINT NOT NULL DEFAULT 0 CHECK (reused_tokens >= 0);
+CREATE TABLE reuse_results (
+    tenant_id          TEXT NOT NULL,
+    reuse_key          TEXT NOT NULL,
+    request_id         TEXT NOT NULL,
+    status_code        INTEGER NOT NULL,
+    body               BYTEA NOT NULL,
+    encoding           TEXT NOT NULL DEFAULT 'identity' CHECK (encoding IN ('identity', 'zstd')),
+    prompt_tokens      BIGINT NOT NULL DEFAULT 0,
+    completion_tokens  BIGINT NOT NULL DEFAULT 0,
+    created_at         BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, reuse_key)
+);
+CREATE INDEX reuse_results_age ON reuse_results(created_at);

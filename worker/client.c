@@ -164,7 +164,7 @@ static int post_obj(struct wcl *c, const char *path, json_t *o, long extra_ms, i
 int wcl_register(struct wcl *c, const char *name, const char *device, const char *model_id,
                  const char *const *aliases, size_t n_aliases, const char *const *endpoints,
                  size_t n_endpoints, int64_t kv_tokens, int64_t pack_size, int64_t hourly_cost_micros,
-                 struct wcl_answer *a)
+                 const char *model_sha256, struct wcl_answer *a)
 {
     json_t *al = json_array();
     for (size_t i = 0; al && i < n_aliases; i++)
@@ -175,6 +175,10 @@ int wcl_register(struct wcl *c, const char *name, const char *device, const char
     json_t *m = json_pack("{s:s, s:o}", "id", model_id, "aliases", al);
     if (!m)
         return ERR_NOMEM;
+    if (model_sha256 && *model_sha256 && json_object_set_new(m, "sha256", json_string(model_sha256))) {
+        json_decref(m);
+        return ERR_NOMEM;
+    }
     if (n_endpoints) {
         json_t *ep = json_array();
         for (size_t i = 0; ep && i < n_endpoints; i++)

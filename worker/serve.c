@@ -3,12 +3,14 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/err.h"
 #include "common/id.h"
 #include "common/js.h"
@@ -86,6 +88,7 @@ struct wl {
     struct wcl *c;
     struct wcl_outbox *ob;
     char model_id[WL_MAX_NAME + 1];
+    char model_sha256[2 * SHA256_LEN + 1]; /* of the model file's bytes; "" if unreadable */
     char name[WL_MAX_NAME + 1];
     char worker_id[ID_MAX];        /* communication thread only */
     int64_t kv_tokens;
@@ -311,13 +314,42 @@ static void wait_ms_locked(struct wl *w, long ms)
     pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 }
 
+/* The SHA-256 of the file at path, as lowercase hex into out: what jobd's
+ * result reuse keys on (the same bytes give the same bits). "" when the
+ * file cannot be read (the worker then gets no reuse). */
+static void file_sha256(const char *path, char out[2 * SHA256_LEN + 1])
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    struct sha256_ctx *c = f ? sha256_new() : NULL;
+    if (!c) {
+        if (f)
+            fclose(f);
+        return;
+    }
+    static char chunk[1 << 20];
+    size_t n;
+    int rc = 0;
+    while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        rc = sha256_update(c, chunk, n);
+    int bad = ferror(f);
+    fclose(f);
+    uint8_t d[SHA256_LEN];
+    if (rc || bad) {
+        sha256_free(c);
+        return;
+    }
+    if (sha256_final(c, d) == 0)
+        hex_encode(d, SHA256_LEN, out);
+}
+
 static int do_register(struct wl *w)
 {
     const struct serve_opts *o = w->o;
     struct wcl_answer a = {0, NULL};
     int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
                           o->n_aliases, w->endpoints, w->n_endpoints, w->kv_tokens, w->pack_size,
-                          o->hourly_cost_micros, &a);
+                          o->hourly_cost_micros, w->model_sha256, &a);
     if (rc) {
         wcl_answer_release(&a);
         return rc;
@@ -989,6 +1021,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
     };
     if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;
+    file_sha256(o->model_path, w.model_sha256);
     if (o->model_id)
         snprintf(w.model_id, sizeof w.model_id, "%s", o->model_id);
     else if ((rc = serve_model_id(e->model, o->model_path, w.model_id, sizeof w.model_id)) != 0) {

@@ -430,6 +430,7 @@ static int lease_tokens(struct calc *c, const struct store_fleet_lease *l, struc
         all->cached_tokens += u->cached_tokens;
         all->completion_tokens += u->completion_tokens;
         all->requests += u->n_requests;
+        all->reused_tokens += u->reused_tokens;
         all->reference_micros += refc;
         if (!unit_wanted(c, u))
             continue;
@@ -441,6 +442,7 @@ static int lease_tokens(struct calc *c, const struct store_fleet_lease *l, struc
         b->cached_tokens += u->cached_tokens;
         b->completion_tokens += u->completion_tokens;
         b->requests += u->n_requests;
+        b->reused_tokens += u->reused_tokens;
         b->reference_micros += refc;
     }
     return 0;
@@ -564,6 +566,7 @@ static void bucket_add(struct fleet_bucket *t, const struct fleet_bucket *b)
     t->cached_tokens += b->cached_tokens;
     t->completion_tokens += b->completion_tokens;
     t->requests += b->requests;
+    t->reused_tokens += b->reused_tokens;
     t->reference_micros += b->reference_micros;
     t->registered_ms += b->registered_ms;
     t->idle_ms += b->idle_ms;

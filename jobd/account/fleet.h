@@ -79,6 +79,7 @@ struct fleet_bucket {
     int64_t lapsed_ms, lapsed_micros; /* the part from leases that lapsed (worker gone or stalled) */
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int64_t requests;          /* requests leased (a retried request counts per lease) */
+    int64_t reused_tokens;     /* tokens saved: results answered from reuse (jobd/work/reuse.h), at no cost */
     int64_t reference_micros;  /* the same tokens at the reference prices (0 without a table) */
     /* the fleet's own time in it (every tenant's): day buckets and totals only (0 otherwise) */
     int64_t registered_ms, idle_ms, idle_micros;

@@ -34,11 +34,12 @@ static int sums_json(struct buf *b, const struct fleet_bucket *x, int has_ref, i
                         "\"worker_ms\":%lld,\"fleet_cost\":{\"amount_micros\":%lld},"
                         "\"lapsed\":{\"worker_ms\":%lld,\"amount_micros\":%lld},"
                         "\"input_tokens\":%lld,\"input_cached_tokens\":%lld,\"output_tokens\":%lld,"
-                        "\"computed_tokens\":%lld,\"requests_leased\":%lld,"
+                        "\"computed_tokens\":%lld,\"reused_tokens\":%lld,\"requests_leased\":%lld,"
                         "\"tokens_per_worker_second\":%.3f,\"output_tokens_per_worker_second\":%.3f",
                         (long long)x->worker_ms, (long long)x->cost_micros, (long long)x->lapsed_ms,
                         (long long)x->lapsed_micros, (long long)x->prompt_tokens, (long long)x->cached_tokens,
-                        (long long)x->completion_tokens, (long long)computed, (long long)x->requests,
+                        (long long)x->completion_tokens, (long long)computed, (long long)x->reused_tokens,
+                        (long long)x->requests,
                         per_s(computed, x->worker_ms), per_s(x->completion_tokens, x->worker_ms));
     if (!rc)
         rc = opt_int(b, "effective_micros_per_1m_input", in1m);
@@ -166,10 +167,11 @@ int api_fleet_batch(struct api *api, struct store *st, const char *batch_id, str
     fleet_effective(x, &in1m, &out1m);
     rc = buf_printf(b,
                     ",\"fleet_cost\":{\"amount_micros\":%lld,\"worker_ms\":%lld,\"lapsed_micros\":%lld,"
-                    "\"lapsed_worker_ms\":%lld,\"computed_tokens\":%lld",
+                    "\"lapsed_worker_ms\":%lld,\"computed_tokens\":%lld,\"reused_tokens\":%lld",
                     (long long)x->cost_micros, (long long)x->worker_ms, (long long)x->lapsed_micros,
                     (long long)x->lapsed_ms,
-                    (long long)(x->prompt_tokens - x->cached_tokens + x->completion_tokens));
+                    (long long)(x->prompt_tokens - x->cached_tokens + x->completion_tokens),
+                    (long long)x->reused_tokens);
     if (!rc)
         rc = opt_int(b, "effective_micros_per_1m_input", in1m);
     if (!rc)

@@ -19,6 +19,7 @@
 #include "common/js.h"
 #include "jobd/api/api_err.h"
 #include "jobd/http/http.h"
+#include "jobd/work/reuse.h"
 
 static int str_or_null(struct buf *b, const char *s)
 {
@@ -99,6 +100,10 @@ int api_metadata_check(const json_t *md, char *msg, size_t cap)
         if (json_string_length(v) > STORE_METADATA_MAX_VALUE) {
             snprintf(msg, cap, "metadata values may be at most %d characters.",
                      STORE_METADATA_MAX_VALUE);
+            return ERR_INVAL;
+        }
+        if (strcmp(k, "reuse") == 0 && !reuse_metadata_value_ok(json_string_value(v))) {
+            snprintf(msg, cap, "metadata \"reuse\" must be \"on\" or \"off\".");
             return ERR_INVAL;
         }
     }

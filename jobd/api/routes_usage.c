@@ -42,10 +42,12 @@ static int sums_json(struct buf *b, const struct store_usage_row *r)
 {
     return buf_printf(b,
                       "\"input_tokens\":%lld,\"input_cached_tokens\":%lld,\"output_tokens\":%lld,"
-                      "\"total_tokens\":%lld,\"num_model_requests\":%lld,\"cost\":{\"amount_micros\":%lld}",
+                      "\"total_tokens\":%lld,\"num_model_requests\":%lld,\"cost\":{\"amount_micros\":%lld},"
+                      "\"reused_tokens\":%lld,\"num_reused_requests\":%lld",
                       (long long)r->prompt_tokens, (long long)r->cached_tokens,
                       (long long)r->completion_tokens, (long long)(r->prompt_tokens + r->completion_tokens),
-                      (long long)r->requests, (long long)r->cost_micros);
+                      (long long)r->requests, (long long)r->cost_micros, (long long)r->reused_tokens,
+                      (long long)r->reused_requests);
 }
 
 static void usage_job_free(struct api_job *job)

@@ -793,6 +793,8 @@ struct store_model_name {
     unsigned endpoints;     /* STORE_EP_* the worker serves for canonical (its lines of other
                              * endpoints are not leased to it); 0 = STORE_EP_DEFAULT. The union over
                              * the entries of one canonical name counts */
+    const char *sha256;     /* lowercase hex SHA-256 of the model file (64 chars), NULL or "" when
+                             * unknown (result reuse: jobd/work/reuse.h) */
 };
 
 struct store_worker_new {
@@ -1296,5 +1298,48 @@ int store_batch_cancel_keyed(struct store *st, const char *tenant_id, const char
 int store_wh_endpoint_create_keyed(struct store *st, const char *tenant_id, const char *url,
                                    const char *event_types, const char *secret, int64_t now,
                                    const struct store_idem_answer *idem);
+
+/* ---- result reuse (jobd/work/reuse.h; schema.sql migration 12) ----
+ *
+ * reuse_results holds the first computed 2xx result per (tenant, reuse
+ * key), recorded by store_results_commit from the requests whose reuse key
+ * the lease set. Runs on the thread that owns the store. */
+
+/* The model hash (register's models[].sha256, "" when none was sent) and
+ * the device of worker_id's canonical model. 0, ERR_NOTFOUND (no such
+ * worker or model), or a database error. */
+int store_reuse_worker(struct store *st, const char *worker_id, const char *canonical, char sha[65],
+                       char device[129]);
+
+struct store_reuse_hit {
+    int status_code;
+    char *body;                 /* heap, NUL-terminated; free() */
+    size_t body_len;
+    int64_t prompt_tokens, completion_tokens; /* what the original computed */
+};
+
+/* The result recorded for (tenant_id, key) at or after since into *out.
+ * 0, ERR_NOTFOUND (none, or a stored body that is not plain JSON), ERR_NOMEM
+ * or a database error. */
+int store_reuse_get(struct store *st, const char *tenant_id, const char *key, int64_t since,
+                    struct store_reuse_hit *out);
+
+/* Set (key) or clear (NULL) the reuse key of request_id while lease_id
+ * holds it (no row changes otherwise); every claim clears it. 0 or a
+ * database error. */
+int store_reuse_key_set(struct store *st, const char *request_id, const char *lease_id, const char *key);
+
+/* Commit reused answers as lease_id's results in one transaction:
+ * store_results_commit of items (each a SUCCESS with 0 tokens: ERR_INVAL
+ * otherwise), then reused_tokens[i] on the results and usage_ledger rows
+ * of those committed (outcomes[i] STORE_COMMIT_OK). Errors as
+ * store_results_commit. */
+int store_reuse_commit(struct store *st, const char *lease_id, const char *worker_id,
+                       const struct store_result *items, const int64_t *reused_tokens, size_t n,
+                       int64_t now, enum store_commit_outcome *outcomes);
+
+/* Delete the reuse_results rows created before `before` (the retention
+ * sweep). *n_deleted (may be NULL) gets the count. 0 or a database error. */
+int store_reuse_expire(struct store *st, int64_t before, int64_t *n_deleted);
 
 #endif

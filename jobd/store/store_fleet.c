@@ -61,6 +61,7 @@ static int unit_row(struct sdb_stmt *s, void *elem, void *ctx)
     u->prompt_tokens = sdb_column_int64(s, 4);
     u->cached_tokens = sdb_column_int64(s, 5);
     u->completion_tokens = sdb_column_int64(s, 6);
+    u->reused_tokens = sdb_column_int64(s, 7);
     return 0;
 }
 

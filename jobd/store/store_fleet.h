@@ -46,6 +46,7 @@ struct store_fleet_unit {
     char tenant_id[ID_MAX];          /* the batch's tenant, "" when the batch row is gone */
     int64_t n_requests;              /* its requests handed out in the lease */
     int64_t prompt_tokens, cached_tokens, completion_tokens; /* sums of its results under the lease */
+    int64_t reused_tokens;           /* sum of its results answered from reuse (tokens not computed) */
 };
 
 struct store_fleet {

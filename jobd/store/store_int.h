@@ -136,6 +136,7 @@
       "UPDATE requests SET status = ?2, updated_at = ?5, "                                    \
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + (?2 = 'leased') - ?9 END, "                                               \
       "lease_id = CASE WHEN ?2 = 'leased' THEN ?6 ELSE NULL END, "                            \
+      "reuse_key = CASE WHEN ?2 = 'leased' THEN NULL ELSE reuse_key END, "                    \
       "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, "          \
       "last_error = coalesce(?8, last_error), "                                               \
       "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END "          \
@@ -155,8 +156,8 @@
       "INSERT INTO workers(id, name, device, kv_tokens, pack_size, registered_at, " \
       "last_seen, hourly_cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)") \
     X(WORKER_MODEL_INSERT, \
-      "INSERT OR IGNORE INTO worker_models(worker_id, canonical, name) VALUES (?1, " \
-      "?2, ?3)") \
+      "INSERT OR IGNORE INTO worker_models(worker_id, canonical, name, model_sha256) VALUES (?1, " \
+      "?2, ?3, ?4)") \
     X(WORKER_SEEN, \
       "UPDATE workers SET last_seen = max(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
@@ -304,13 +305,41 @@
       "usage_cached_tokens = ?8, usage_cost_micros = (SELECT COALESCE(SUM(cost_micros), 0) " \
       "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1") \
     STORE_SQL_ACCOUNT(X) \
+    STORE_SQL_REUSE(X) \
     STORE_SQL_ADMIN(X) \
     STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN")
+
+/* Result reuse (store_reuse.c, jobd/work/reuse.h). One text for both
+ * dialects: ON CONFLICT DO NOTHING and CAST(?N AS TEXT) (a NULL that
+ * PostgreSQL must type) read the same in SQLite. REUSE_RECORD keeps, per
+ * (tenant, key), the first computed 2xx result committed under a lease
+ * (reused_tokens = 0: a reused answer is never recorded again). */
+#define STORE_SQL_REUSE(X) \
+    X(REUSE_WORKER, \
+      "SELECT m.model_sha256, w.device FROM worker_models m JOIN workers w ON w.id = " \
+      "m.worker_id WHERE m.worker_id = ?1 AND m.canonical = ?2 AND m.name = ?2") \
+    X(REUSE_GET, \
+      "SELECT status_code, body, encoding, prompt_tokens, completion_tokens FROM " \
+      "reuse_results WHERE tenant_id = ?1 AND reuse_key = ?2 AND created_at >= ?3") \
+    X(REUSE_KEY_SET, \
+      "UPDATE requests SET reuse_key = CAST(?2 AS TEXT) WHERE id = ?1 AND lease_id = ?3") \
+    X(REUSE_RECORD, \
+      "INSERT INTO reuse_results(tenant_id, reuse_key, request_id, status_code, body, encoding, " \
+      "prompt_tokens, completion_tokens, created_at) SELECT q.tenant_id, q.reuse_key, q.id, " \
+      "r.status_code, r.body, r.encoding, r.prompt_tokens, r.completion_tokens, r.created_at " \
+      "FROM results r JOIN requests q ON q.id = r.request_id WHERE r.lease_id = ?1 AND " \
+      "r.created_at = ?2 AND q.reuse_key IS NOT NULL AND r.reused_tokens = 0 AND " \
+      "r.status_code >= 200 AND r.status_code < 300 AND r.body IS NOT NULL " \
+      "ON CONFLICT DO NOTHING") \
+    X(REUSE_RESULT_MARK, "UPDATE results SET reused_tokens = ?2 WHERE request_id = ?1") \
+    X(REUSE_LEDGER_MARK, "UPDATE usage_ledger SET reused_tokens = ?2 WHERE request_id = ?1") \
+    X(REUSE_EXPIRE, "DELETE FROM reuse_results WHERE created_at < ?1")
 
 /* Budgets and usage reports (store_budget.c, store_usage.c). */
 #define STORE_USAGE_SUMS \
     "COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), " \
-    "COALESCE(SUM(cached_tokens), 0), COUNT(*), COALESCE(SUM(cost_micros), 0)"
+    "COALESCE(SUM(cached_tokens), 0), COUNT(*), COALESCE(SUM(cost_micros), 0), " \
+    "COALESCE(SUM(reused_tokens), 0), COALESCE(SUM(CASE WHEN reused_tokens > 0 THEN 1 ELSE 0 END), 0)"
 #define STORE_USAGE_RANGE \
     "WHERE (?1 IS NULL OR tenant_id = ?1) AND created_at >= ?2 AND created_at < ?3 " \
     "AND (?5 IS NULL OR batch_id = ?5)"
@@ -370,7 +399,7 @@
 #define STORE_FLEET_UNITS(join, where) \
     "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
     "coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.cached_tokens), 0), " \
-    "coalesce(sum(r.completion_tokens), 0) FROM leases l " join " lease_batches lb ON " \
+    "coalesce(sum(r.completion_tokens), 0), coalesce(sum(r.reused_tokens), 0) FROM leases l " join " lease_batches lb ON " \
     "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id LEFT JOIN results r ON " \
     "r.lease_id = lb.lease_id AND r.batch_id = lb.batch_id WHERE " where " GROUP BY " \
     "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests"
@@ -548,6 +577,7 @@
       "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \
       "CASE WHEN ?2 = 'leased' THEN 1 ELSE 0 END - ?9 END, " \
       "lease_id = CASE WHEN ?2 = 'leased' THEN ?6::text ELSE NULL END, " \
+      "reuse_key = CASE WHEN ?2 = 'leased' THEN NULL ELSE reuse_key END, " \
       "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, " \
       "last_error = coalesce(?8::text, last_error), " \
       "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
@@ -558,7 +588,7 @@
                 "fingerprint = excluded.fingerprint, created_at = excluded.created_at, " \
                 "status_code = NULL, response = NULL, completed_at = NULL") \
     X(WORKER_MODEL_INSERT, \
-      "INSERT INTO worker_models(worker_id, canonical, name) VALUES (?1, ?2, ?3) " \
+      "INSERT INTO worker_models(worker_id, canonical, name, model_sha256) VALUES (?1, ?2, ?3, ?4) " \
       "ON CONFLICT DO NOTHING") \
     X(WORKER_ENDPOINT_INSERT, \
       "INSERT INTO worker_endpoints(worker_id, canonical, endpoint) VALUES (?1, ?2, ?3) " \
@@ -653,7 +683,8 @@
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1 FOR UPDATE") \
     X(LEASE_CLAIM_MANY, \
       "UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
-      "lease_id = ?2::text, finished_at = NULL WHERE id = ANY(?1::text[]) AND status = 'queued'") \
+      "lease_id = ?2::text, finished_at = NULL, reuse_key = NULL WHERE id = ANY(?1::text[]) AND " \
+      "status = 'queued'") \
     X(REQ_FOR_COMMIT_MANY, \
       "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model FROM requests q " \
       "WHERE q.id = ANY(?1::text[])") \
@@ -808,6 +839,11 @@ int store_rows_collect(struct store *st, struct sdb_stmt *s, const struct store_
 int store_collect_ids(struct store *st, struct sdb_stmt *s, char (**ids)[ID_MAX], size_t *n);
 /* Heap copy of a text column; NULL stays NULL (*err = ERR_NOMEM on failure). */
 char *store_col_dup(struct sdb_stmt *s, int col, int *err);
+
+/* Inside store_results_commit's transaction: record the 2xx results just
+ * committed (created_at = now) under lease_id of requests with a reuse key
+ * into reuse_results (store_reuse.c). 0 or a database error. */
+int store_reuse_record(struct store *st, const char *lease_id, int64_t now);
 
 /* Fill *b from a row selected with STORE_BATCH_COLS. ERR_NOMEM/ERR_CORRUPT. */
 int store_batch_row(struct sdb_stmt *s, struct store_batch *b);

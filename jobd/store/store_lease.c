@@ -92,7 +92,8 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
         return ERR_INVAL;
     for (size_t i = 0; i < w->n_models; i++)
         if (!text_len_ok(w->models[i].canonical, 1, STORE_MODEL_MAX) ||
-            !text_len_ok(w->models[i].name, 1, STORE_MODEL_MAX))
+            !text_len_ok(w->models[i].name, 1, STORE_MODEL_MAX) ||
+            (w->models[i].sha256 && *w->models[i].sha256 && !text_len_ok(w->models[i].sha256, 64, 64)))
             return ERR_INVAL;
     char id[ID_MAX];
     int rc = id_new("wrk_", id, sizeof id);
@@ -109,7 +110,9 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
     for (size_t i = 0; !rc && i < 2 * w->n_models; i++) {
         const struct store_model_name *m = &w->models[i / 2];
         s = store_stmt(st, S_WORKER_MODEL_INSERT, &rc);
-        if (s && !(rc = store_bind_text(st, s, 1, id)) && !(rc = bind_texts(st, s, 2, m->canonical, i % 2 ? m->name : m->canonical)))
+        if (s && !(rc = store_bind_text(st, s, 1, id)) &&
+            !(rc = bind_texts(st, s, 2, m->canonical, i % 2 ? m->name : m->canonical)) &&
+            !(rc = store_bind_text(st, s, 4, m->sha256 ? m->sha256 : "")))
             rc = store_step_done(st, s, "insert worker model");
     }
     /* bit b of STORE_EP_* is ep_names[b] */
@@ -1124,6 +1127,8 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
         rc = bulk_insert(&B);
     if (!rc)
         rc = store_count_flush(st, &acc);
+    if (!rc && n)
+        rc = store_reuse_record(st, lease_id, now);
 out:
     rc = store_w_end(st, rc);
     if (!rc && n)

@@ -29,6 +29,8 @@ static void row_sums(struct sdb_stmt *s, int c, struct store_usage_row *r)
     r->cached_tokens = sdb_column_int64(s, c + 2);
     r->requests = sdb_column_int64(s, c + 3);
     r->cost_micros = sdb_column_int64(s, c + 4);
+    r->reused_tokens = sdb_column_int64(s, c + 5);
+    r->reused_requests = sdb_column_int64(s, c + 6);
 }
 
 /* The kept statement id with the range bound (?1 tenant, ?2 since, ?3 until, ?5 batch). */

@@ -24,6 +24,8 @@ struct store_usage_row {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
     int64_t requests;      /* ledger rows */
     int64_t cost_micros;
+    int64_t reused_tokens;   /* tokens answered from reuse (jobd/work/reuse.h): not in the sums above, cost 0 */
+    int64_t reused_requests; /* ledger rows answered from reuse (counted in requests) */
 };
 
 #define STORE_USAGE_MAX_ROWS 1000 /* groups per report */

@@ -51,7 +51,15 @@ struct lease_opts {
     size_t prefix_bytes;             /* 256: prompt bytes hashed to group a pack */
     int64_t worker_ttl_s;            /* 120: a worker serves while seen this recently */
     int retry_after_ms;              /* 1000: hint in an empty lease answer */
+    int reuse_default;               /* 0: batches reuse results only with metadata "reuse": "on"
+                                        (jobd --reuse: 1, "off" opts out; jobd/work/reuse.h) */
+    int64_t reuse_retention_s;       /* 7 days: reusable results are this young at most, then swept;
+                                        0 = no reuse at all (--reuse-retention) */
 };
+
+/* Acquires one lease ask may run when each pack was answered wholly from
+ * reuse (lease_acquire). */
+#define LEASE_REUSE_ROUNDS 8
 
 /* The documented defaults (spec/worker-protocol.md). */
 void lease_opts_default(struct lease_opts *o);

@@ -39,6 +39,7 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/js.h"
+#include "jobd/work/reuse.h"
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
 {
@@ -261,16 +262,10 @@ out:;
     return rc;
 }
 
-int lease_acquire(struct store *st, const struct lease_opts *o, const struct store_lease_ask *ask,
-                  int64_t now, struct store_lease *out)
+/* One acquire transaction and the items' urls; the pack is not ordered yet. */
+static int acquire_once(struct store *st, const struct lease_opts *o, const struct store_lease_ask *ask,
+                        int64_t now, struct store_lease *out)
 {
-    struct lease_opts tmp;
-    if (!o) {
-        lease_opts_default(&tmp);
-        o = &tmp;
-    }
-    if (!ask)
-        return ERR_INVAL;
     /* the clamps */
     struct store_lease_ask a = *ask;
     a.lease_s = clamp64(a.lease_s ? a.lease_s : o->lease_s_default, o->lease_s_min, o->lease_s_max);
@@ -317,10 +312,49 @@ int lease_acquire(struct store *st, const struct lease_opts *o, const struct sto
         }
         snprintf(it->endpoint, sizeof it->endpoint, "%s", b.endpoint);
     }
-    /* the lease is committed; an order failure (no memory) keeps the pick order */
-    (void)lease_order_pack(&l, o->prefix_bytes);
     *out = l;
     return 0;
+}
+
+int lease_acquire(struct store *st, const struct lease_opts *o, const struct store_lease_ask *ask,
+                  int64_t now, struct store_lease *out)
+{
+    struct lease_opts tmp;
+    if (!o) {
+        lease_opts_default(&tmp);
+        o = &tmp;
+    }
+    if (!ask)
+        return ERR_INVAL;
+    /* a pack answered wholly from reuse (its lease already ended) is
+     * followed by another acquire, so a worker is not sent away empty while
+     * work waits; bounded, so one ask stays a few transactions */
+    for (int round = 0;; round++) {
+        struct store_lease l;
+        int rc = acquire_once(st, o, ask, now, &l);
+        if (rc || l.n == 0) {
+            if (!rc)
+                *out = l;
+            return rc;
+        }
+        size_t n_reused = 0;
+        if (reuse_apply(st, o->reuse_default, o->reuse_retention_s, ask->worker_id, ask->model, &l,
+                        now, &n_reused))
+            n_reused = 0; /* logged by the store; the worker computes the whole pack */
+        if (l.n == 0 && round < LEASE_REUSE_ROUNDS) {
+            store_lease_clear(&l);
+            continue;
+        }
+        if (l.n == 0) { /* the last round was all reused: an empty answer */
+            store_lease_clear(&l);
+            memset(out, 0, sizeof *out);
+            return 0;
+        }
+        /* the lease is committed; an order failure (no memory) keeps the pick order */
+        (void)lease_order_pack(&l, o->prefix_bytes);
+        *out = l;
+        return 0;
+    }
 }
 
 /* ---- pack order --------------------------------------------------------------------- */

@@ -36,6 +36,7 @@ void lease_opts_default(struct lease_opts *o)
     o->prefix_bytes = 256;
     o->worker_ttl_s = 120;
     o->retry_after_ms = 1000;
+    o->reuse_retention_s = 7 * 86400;
 }
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -184,9 +185,17 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
             }
             epmask |= bit;
         }
+        /* the model file's content hash (result reuse): 64 lowercase hex digits */
+        const char *sha = NULL;
+        int src = js_get_str(m, "sha256", &sha);
+        if (src == ERR_INVAL || (sha && (strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64))) {
+            rc = fail(e, ERR_INVAL, 400, "invalid_request",
+                      "'sha256' must be 64 lowercase hex digits (the model file's SHA-256)");
+            goto out;
+        }
         if (r.w.n_models >= STORE_WORKER_MAX_MODELS)
             goto toomany;
-        r.models[r.w.n_models++] = (struct store_model_name){id, id, epmask};
+        r.models[r.w.n_models++] = (struct store_model_name){id, id, epmask, sha};
         int arc = js_get_arr(m, "aliases", &aliases);
         if (arc == ERR_INVAL) {
             rc = fail(e, ERR_INVAL, 400, "invalid_request", "'aliases' must be an array of strings");
@@ -203,7 +212,7 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
             }
             if (r.w.n_models >= STORE_WORKER_MAX_MODELS)
                 goto toomany;
-            r.models[r.w.n_models++] = (struct store_model_name){id, as, epmask};
+            r.models[r.w.n_models++] = (struct store_model_name){id, as, epmask, sha};
         }
     }
     r.w.models = r.models;

@@ -61,6 +61,13 @@ static void pass(struct sweeper *sw)
         atomic_fetch_add(&sw->errors, 1);
     }
     atomic_fetch_add(&sw->files_expired, (uint64_t)n_files);
+    /* reusable results past --reuse-retention (all of them when reuse is off;
+     * their created_at is on the lease clock, like the lookup's bound) */
+    int64_t ret = sw->lopts.reuse_retention_s;
+    if ((rc = store_reuse_expire(sw->st, ret > 0 ? now - ret : now + 1, NULL))) {
+        log_warn("sweeper: reuse expiry: %s", err_msg(rc));
+        atomic_fetch_add(&sw->errors, 1);
+    }
     int64_t wall = clock_wall_s();
     if (!sw->orphans_at || wall - sw->orphans_at >= RETENTION_ORPHAN_EVERY_S) {
         sw->orphans_at = wall;

@@ -83,7 +83,7 @@ struct fx {
 
 static void fx_worker(struct fx *fx, const char *name, int64_t hourly, int64_t now, char id[ID_MAX])
 {
-    struct store_model_name names[] = {{MODEL, MODEL, 0}, {MODEL, "smollm", 0}};
+    struct store_model_name names[] = {{MODEL, MODEL, 0, NULL}, {MODEL, "smollm", 0, NULL}};
     struct store_worker_new w = {name, "cpu", 4096, 64, names, 2, hourly};
     CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, id), 0);
 }
@@ -370,9 +370,9 @@ TEST(fleet_split_is_exact_with_remainders)
     /* one worker at $1/h (277.7 micro-dollars a second) over 3 units of weights 1:1:1 */
     struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, T0 + 1, T0 + 11, 0, 0, 1000000};
     struct store_fleet_unit u[3] = {
-        {"lease_1", "batch_a", "ten_1", 1, 1, 0, 0},
-        {"lease_1", "batch_b", "ten_1", 1, 1, 0, 0},
-        {"lease_1", "batch_c", "ten_1", 1, 1, 0, 0},
+        {"lease_1", "batch_a", "ten_1", 1, 1, 0, 0, 0},
+        {"lease_1", "batch_b", "ten_1", 1, 1, 0, 0, 0},
+        {"lease_1", "batch_c", "ten_1", 1, 1, 0, 0, 0},
     };
     struct store_fleet in = {NULL, 0, &l, 1, u, 3};
     struct fleet_opts o = {0, INT64_MAX / 4, T0 + 100, 30, FLEET_BY_BATCH, NULL, NULL, NULL};
@@ -401,7 +401,7 @@ TEST(fleet_pieces_cut_at_midnight_utc)
     const int64_t M = 1700006400;
     struct store_fleet_worker w = {"wrk_1", "w", "cpu", MODEL, 3600000, M - 30, M + 40, M + 20};
     struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, M - 10, M + 20, 0, 0, 3600000};
-    struct store_fleet_unit u = {"lease_1", "batch_a", "ten_1", 2, 10, 4, 6};
+    struct store_fleet_unit u = {"lease_1", "batch_a", "ten_1", 2, 10, 4, 6, 0};
     struct store_fleet in = {&w, 1, &l, 1, &u, 1};
     struct fleet_opts o = {0, M + 86400, M + 100, 30, FLEET_BY_DAY, NULL, NULL, NULL};
     struct fleet_report r;

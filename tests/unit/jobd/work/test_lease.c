@@ -40,7 +40,7 @@ struct fx {
 
 static void fx_register(struct fx *fx, int64_t now)
 {
-    struct store_model_name names[] = {{MODEL, MODEL, 0}, {MODEL, "smollm", 0}};
+    struct store_model_name names[] = {{MODEL, MODEL, 0, NULL}, {MODEL, "smollm", 0, NULL}};
     struct store_worker_new w = {"test-worker", "cpu", 4096, 64, names, 2, 0};
     CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, fx->worker), 0);
 }
@@ -547,10 +547,10 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
 
     /* the fixture's worker declared nothing (all endpoints): it would take both.
      * Two more: an encoder worker and a generation worker. */
-    struct store_model_name enc_names[] = {{MODEL, MODEL, STORE_EP_EMBEDDINGS},
-                                           {MODEL, "smollm", STORE_EP_EMBEDDINGS}};
-    struct store_model_name gen_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_COMPLETIONS},
-                                           {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_COMPLETIONS}};
+    struct store_model_name enc_names[] = {{MODEL, MODEL, STORE_EP_EMBEDDINGS, NULL},
+                                           {MODEL, "smollm", STORE_EP_EMBEDDINGS, NULL}};
+    struct store_model_name gen_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_COMPLETIONS, NULL},
+                                           {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_COMPLETIONS, NULL}};
     struct store_worker_new we = {"enc", "cpu", 0, 0, enc_names, 2, 0};
     struct store_worker_new wg = {"gen", "cuda:0", 0, 0, gen_names, 2, 0};
     char enc[ID_MAX], gen[ID_MAX];
@@ -625,9 +625,9 @@ TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
     CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
     CHECK_EQ_INT(l.n, 0); /* the fixture's worker declared nothing */
     store_lease_clear(&l);
-    struct store_model_name chat_names[] = {{MODEL, MODEL, STORE_EP_CHAT}, {MODEL, "smollm", STORE_EP_CHAT}};
-    struct store_model_name resp_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_RESPONSES},
-                                            {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_RESPONSES}};
+    struct store_model_name chat_names[] = {{MODEL, MODEL, STORE_EP_CHAT, NULL}, {MODEL, "smollm", STORE_EP_CHAT, NULL}};
+    struct store_model_name resp_names[] = {{MODEL, MODEL, STORE_EP_CHAT | STORE_EP_RESPONSES, NULL},
+                                            {MODEL, "smollm", STORE_EP_CHAT | STORE_EP_RESPONSES, NULL}};
     struct store_worker_new wc = {"chat", "cpu", 0, 0, chat_names, 2, 0};
     struct store_worker_new wr = {"resp", "cpu", 0, 0, resp_names, 2, 0};
     char cw[ID_MAX], rw[ID_MAX];
