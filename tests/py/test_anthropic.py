@@ -396,3 +396,80 @@ def test_anthropic_tool_use_on_qwen_hermes_tags():
             jsonschema.Draft202012Validator(SCHEMAS[u.name]).validate(u.input)
             if r.custom_id.startswith("named"):
                 assert u.name == "get_weather", u
+
+
+def test_anthropic_results_stream_in_commit_order_with_every_result_type():
+    """GET /v1/messages/batches/{id}/results is a chunked stream, read a slice
+    of rows at a time (not built in memory): 3,000 requests answered by a
+    scripted worker (succeeded, errored), the rest canceled, come back through
+    the SDK's results() in commit order - the order of GET
+    /v1/batches/{batch_id}/results - each line in Anthropic's shape."""
+    from test_jobworker import WT
+    from workerlib import TestWorker, invalid, success
+    need()
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "team-s")
+    d = Jobd(data=data, args=JOBD_ARGS, key=key)
+    client = client_for(d, key)
+    n, n_answered = 3000, 2600
+    b = client.messages.batches.create(requests=[
+        {"custom_id": f"r{i:05d}", "params": params(user(f"question {i}"))} for i in range(n)])
+    w = TestWorker(d.port, WT)
+    w.register()
+    order = []  # custom_ids in the order their results were committed
+
+    def policy(q):
+        i = int(q["custom_id"][1:])
+        order.append(q["custom_id"])
+        return invalid(q, f"prompt {i} too long") if i % 7 == 3 else success(q)
+
+    deadline = time.monotonic() + 120
+    while len(order) < n_answered:
+        assert time.monotonic() < deadline, len(order)
+        r = w.lease(max_requests=min(200, n_answered - len(order)), wait_ms=200).json()
+        if r["requests"]:
+            w.results(r["lease_id"], [policy(q) for q in r["requests"]])
+    client.messages.batches.cancel(b.id)
+    done = wait_ended(client, b.id)
+    n_err = sum(1 for c in order if int(c[1:]) % 7 == 3)
+    rc = done.request_counts
+    assert (rc.succeeded, rc.errored, rc.canceled, rc.expired, rc.processing) == (
+        n_answered - n_err, n_err, n - n_answered, 0, 0), rc
+
+    raw = d.call("GET", f"/v1/messages/batches/{b.id}/results", key=None,
+                 headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
+    assert raw.status == 200, raw
+    assert raw.headers.get("transfer-encoding") == "chunked", raw.headers
+    assert raw.headers.get("content-type") == "application/x-jsonl", raw.headers
+    assert len(raw.body) > 3 * 256 * 1024, len(raw.body)  # more than three slices
+    lines = raw.body.decode().splitlines()
+    assert len(lines) == n and all(lines), len(lines)  # about 880 KB: several slices, many HTTP chunks
+
+    got = list(client.messages.batches.results(b.id))
+    assert [json.loads(x)["custom_id"] for x in lines] == [r.custom_id for r in got]
+    assert [r.custom_id for r in got[:n_answered]] == order, "results out of commit order"
+    assert sorted(r.custom_id for r in got[n_answered:]) == sorted(set(f"r{i:05d}" for i in range(n)) - set(order))
+    # the same order as the OpenAI results pages of the twin batch
+    oai, cursor = [], ""
+    while True:
+        r = d.call("GET", f"/v1/batches/batch_{b.id[len('msgbatch_'):]}/results?limit=10000{cursor}")
+        assert r.status == 200, r
+        oai += [json.loads(x)["custom_id"] for x in r.body.decode().splitlines() if x]
+        if r.headers.get("x-has-more") != "true":
+            break
+        cursor = "&after=" + r.headers["x-next-cursor"]
+    assert oai == [r.custom_id for r in got]
+    for r in got:
+        assert isinstance(r, MessageBatchIndividualResponse), r
+        i = int(r.custom_id[1:])
+        if r.custom_id not in order:
+            assert r.result.type == "canceled", r
+        elif i % 7 == 3:
+            assert r.result.type == "errored", r
+            assert r.result.error.error.type == "invalid_request_error", r
+            assert r.result.error.error.message == f"prompt {i} too long", r
+        else:
+            m = r.result.message
+            assert r.result.type == "succeeded" and isinstance(m, Message), r
+            assert [(c.type, c.text) for c in m.content] == [("text", f"answer to {r.custom_id}")], m
+            assert m.stop_reason == "end_turn" and m.usage.input_tokens == 5 and m.usage.output_tokens == 3, m
