@@ -16,7 +16,11 @@ CPU worker on the default SmolLM2-135M model.
 - bad input gets Anthropic's error envelope naming the request index and
   field: missing max_tokens, an image block, an unknown tool_choice.name, a
   tool_result without its tool_use, a batch over the count and size limits;
-  auth by x-api-key and the anthropic-version header.
+  auth by x-api-key and the anthropic-version header;
+- results streamed: 3,000 results of a scripted worker (succeeded, errored,
+  canceled) read back chunked through the SDK in commit order;
+- thinking enabled / disabled reaching Qwen3-0.6B's template (on the tiny
+  random qwen3 fixture carrying it) and the answer mapped as its twin's.
 
 Runtime: about a minute on a 2-core machine.
 """
