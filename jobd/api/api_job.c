@@ -157,11 +157,10 @@ void api_job_internal(struct api_job *job, int rc, const char *what)
  * on the read pool's condition (taking rpool.mu after dropping pool.mu, so a
  * reader that found the main pool empty under rpool.mu is already waiting
  * or sees the connection). */
-static struct store *job_get(const struct api_job *job)
+static struct store *conn_get(struct api *api, int writes)
 {
-    struct api *api = job->api;
     struct api_pool *rp = &api->rpool, *mp = &api->pool;
-    if (job->writes || !rp->n)
+    if (writes || !rp->n)
         return pool_get(mp);
     struct store *st = NULL;
     pthread_mutex_lock(&rp->mu);
@@ -181,9 +180,8 @@ static struct store *job_get(const struct api_job *job)
     return st;
 }
 
-static void job_put(const struct api_job *job, struct store *st)
+static void conn_put(struct api *api, struct store *st)
 {
-    struct api *api = job->api;
     struct api_pool *rp = &api->rpool;
     for (size_t i = 0; i < rp->n; i++)
         if (rp->all[i] == st) {
@@ -196,6 +194,27 @@ static void job_put(const struct api_job *job, struct store *st)
         pthread_cond_signal(&rp->cv);
         pthread_mutex_unlock(&rp->mu);
     }
+}
+
+static struct store *job_get(const struct api_job *job)
+{
+    return conn_get(job->api, job->writes);
+}
+
+static void job_put(const struct api_job *job, struct store *st)
+{
+    conn_put(job->api, st);
+}
+
+struct store *api_store_checkout(struct api *api)
+{
+    return conn_get(api, 0);
+}
+
+void api_store_return(struct api *api, struct store *st)
+{
+    if (st)
+        conn_put(api, st);
 }
 
 static void job_work(void *arg)

@@ -111,6 +111,14 @@ void api_job_run(struct http_req *req, struct api_job *job);
  * (a checkout waits for an idle connection). */
 struct store *api_job_unlocked(struct api_job *job, struct store *st, void (*fn)(void *ctx), void *ctx);
 
+/* Outside a job, on a pool thread (a streamed answer's reader, which
+ * outlives its job): check out a connection as a job that does not write
+ * (api_job_run) and give it back after a short read, so a slow client never
+ * holds one between chunks. Checkout can't fail (it waits for an idle
+ * connection); return takes NULL. */
+struct store *api_store_checkout(struct api *api);
+void api_store_return(struct api *api, struct store *st);
+
 /* Free job (out and the route struct). NULL ok. */
 void api_job_free(struct api_job *job);
 

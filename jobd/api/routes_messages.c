@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
+#include "common/log.h"
 #include "jobd/api/api_auth.h"
 #include "jobd/api/api_idem.h"
 #include "jobd/api/api_int.h"
@@ -46,6 +47,7 @@
 #include "jobd/http/http.h"
 #include "jobd/intake/anth_batch.h"
 #include "jobd/intake/ingest.h"
+#include "jobd/intake/jsonl.h"
 #include "jobd/intake/upload.h"
 
 #define MSG_PREFIX "msgbatch_"
@@ -525,81 +527,226 @@ static void messages_list(struct http_req *req, void *arg)
 
 /* ---- GET /v1/messages/batches/{id}/results ----------------------------------------------------- */
 
-static int add_result(void *ctx, const struct store_result_row *r)
-{
-    return anth_batch_result_line(ctx, r);
-}
+/* The results answer is streamed (http_respond_stream): results_run checks
+ * the batch and sets up a res_stream; its reader, on the thread pool,
+ * refills a pending buffer a slice at a time and hands it out chunk by
+ * chunk. Rows: a connection is checked out per slice (api_store_checkout)
+ * and given back before the bytes go out, the scan resuming after the last
+ * seq read (store_results_scan: every row exactly once, in commit order).
+ * A batch that never ran: its input file, read line by line (the stubs).
+ * Memory: the pending buffer holds RES_SLICE_BYTES plus at most one line,
+ * whatever the batch's size. */
+#define RES_SLICE_BYTES (256u * 1024)
+#define RES_SLICE_ROWS 256
+#define RES_LINE_CAP (64u << 20) /* the pending buffer's hard cap: a slice and one line */
+#define RES_STOP 1               /* a slice is full (not an error) */
 
-/* A batch that never ran: one line per request of its input file. */
-struct stub_lines {
-    struct buf *out;
-    const char *result; /* the result object's JSON text */
-    int rc;
+struct res_stream {
+    struct api *api;
+    char id[ID_MAX];          /* batch id */
+    char tenant[ID_MAX];
+    int64_t cursor;           /* rows: the last seq handed out */
+    struct jsonl_reader *rd;  /* NULL: rows; else the input file of a batch that never ran */
+    const char *stub;         /* the result object of every stub line (JSON text, static) */
+    struct buf pend;          /* lines not yet handed out, from off */
+    size_t off;
+    int eof;
 };
 
-static void stub_line(void *ctx, const struct ingest_line *l)
+static const char STUB_FAILED[] = "{\"type\":\"errored\",\"error\":{\"type\":\"error\",\"error\":"
+                                  "{\"type\":\"invalid_request_error\",\"message\":\"the batch failed validation\"}}}";
+static const char STUB_CANCELED[] = "{\"type\":\"canceled\"}";
+
+static void res_stream_free(struct res_stream *rs)
 {
-    struct stub_lines *sl = ctx;
-    if (sl->rc)
+    if (!rs)
         return;
-    sl->rc = buf_append_str(sl->out, "{\"custom_id\":");
-    if (!sl->rc)
-        sl->rc = js_escape(sl->out, l->custom_id, strlen(l->custom_id));
-    if (!sl->rc)
-        sl->rc = buf_printf(sl->out, ",\"result\":%s}\n", sl->result);
+    jsonl_reader_free(rs->rd);
+    buf_release(&rs->pend);
+    free(rs);
+}
+
+static int res_row(void *ctx, const struct store_result_row *r)
+{
+    struct res_stream *rs = ctx;
+    int rc = anth_batch_result_line(&rs->pend, r);
+    if (rc)
+        return rc;
+    rs->cursor = r->seq;
+    return rs->pend.len >= RES_SLICE_BYTES ? RES_STOP : 0;
+}
+
+/* The next slice of rows into pend. */
+static int res_fill_rows(struct res_stream *rs)
+{
+    struct store *st = api_store_checkout(rs->api);
+    int64_t cursor = rs->cursor;
+    int n_rows = 0;
+    int rc = store_results_scan(st, rs->id, &cursor, RES_SLICE_ROWS, res_row, rs, &n_rows);
+    if (rc == RES_STOP) {
+        rc = 0;
+    } else if (!rc && !n_rows) { /* the end; unless the batch went meanwhile (DELETE): then a cut answer */
+        struct store_batch b;
+        rc = store_batch_get(st, rs->tenant, rs->id, &b);
+        if (!rc)
+            store_batch_release(&b);
+        rs->eof = !rc;
+    }
+    api_store_return(rs->api, st);
+    return rc;
+}
+
+/* The next slice of stub lines (one per request of the input file) into pend. */
+static int res_fill_stubs(struct res_stream *rs)
+{
+    const struct ingest_limits *lim = &rs->api->cfg.limits;
+    while (rs->pend.len < RES_SLICE_BYTES) {
+        struct jsonl_line l;
+        int rc = jsonl_reader_next(rs->rd, &l);
+        if (rc)
+            return rc;
+        if (l.kind == JSONL_BLANK || l.kind == JSONL_TOO_LONG)
+            continue;
+        if (l.kind != JSONL_REQUEST) { /* the end (our own file: no other ending) */
+            rs->eof = 1;
+            return 0;
+        }
+        struct problem e;
+        struct ingest_line il = {0};
+        rc = ingest_line_check(l.p, l.n, "/v1/chat/completions", lim, &il, &e);
+        if (!rc) {
+            rc = buf_append_str(&rs->pend, "{\"custom_id\":");
+            if (!rc)
+                rc = js_escape(&rs->pend, il.custom_id, strlen(il.custom_id));
+            if (!rc)
+                rc = buf_printf(&rs->pend, ",\"result\":%s}\n", rs->stub);
+        } else if (rc == ERR_INVAL) {
+            rc = 0; /* not a request ingest would have stored */
+        }
+        ingest_line_release(&il);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int res_read(void *arg, char *out, size_t cap, size_t *n)
+{
+    struct res_stream *rs = arg;
+    size_t got = 0;
+    while (got < cap) {
+        if (rs->off == rs->pend.len) {
+            buf_reset(&rs->pend);
+            rs->off = 0;
+            if (rs->eof)
+                break;
+            int rc = rs->rd ? res_fill_stubs(rs) : res_fill_rows(rs);
+            if (rc)
+                return rc < 0 ? rc : ERR_INTERNAL;
+            continue;
+        }
+        size_t k = rs->pend.len - rs->off < cap - got ? rs->pend.len - rs->off : cap - got;
+        memcpy(out + got, rs->pend.data + rs->off, k);
+        rs->off += k;
+        got += k;
+    }
+    *n = got;
+    return 0;
+}
+
+static void res_done(void *arg, int err)
+{
+    struct res_stream *rs = arg;
+    if (err)
+        log_error("message batch results of %s: %s after streaming part of them", rs->id, err_msg(err));
+    res_stream_free(rs);
+}
+
+struct results_job {
+    struct one_job one;
+    struct res_stream *rs; /* set by results_run when the answer is the stream */
+};
+
+static void results_free(struct api_job *job)
+{
+    struct results_job *rj = (struct results_job *)job;
+    res_stream_free(rj->rs);
+    free(rj);
 }
 
 static void results_run(struct api_job *job, struct store *st)
 {
-    struct one_job *oj = (struct one_job *)job;
+    struct results_job *rj = (struct results_job *)job;
     struct store_batch b;
-    if (get_batch(job, st, oj->id, &b))
+    if (get_batch(job, st, rj->one.id, &b))
         return;
-    int ended = is_ended(b.status);
-    char id[ID_MAX];
-    snprintf(id, sizeof id, "%s", b.id);
-    if (ended && never_ran(&b)) {
-        struct stub_lines sl = {&job->out, b.status == STORE_BATCH_FAILED
-                                               ? "{\"type\":\"errored\",\"error\":{\"type\":\"error\",\"error\":"
-                                                 "{\"type\":\"invalid_request_error\",\"message\":\"the batch "
-                                                 "failed validation\"}}}"
-                                               : "{\"type\":\"canceled\"}",
-                                0};
-        int rc = input_scan(job->api, st, &b, stub_line, &sl, NULL);
-        store_batch_release(&b);
-        if (rc || sl.rc) {
-            buf_reset(&job->out);
-            api_job_internal(job, rc ? rc : sl.rc, "read requests");
-            return;
-        }
-        job->content_type = "application/x-jsonl";
-        job->status = 200;
-        return;
-    }
-    store_batch_release(&b);
+    int ended = is_ended(b.status), stubs = ended && never_ran(&b);
     if (!ended) {
+        store_batch_release(&b);
         api_job_error(job, API_ERR_BATCH_NOT_FINISHED, NULL,
                       "Message batch '%.64s' has not ended: its results are available once processing_status "
-                      "is 'ended'.", oj->id);
+                      "is 'ended'.", rj->one.id);
         return;
     }
-    int64_t cursor = 0;
-    int n_rows = 1, rc = 0;
-    while (!rc && n_rows > 0)
-        rc = store_results_scan(st, id, &cursor, 512, add_result, &job->out, &n_rows);
+    struct res_stream *rs = calloc(1, sizeof *rs);
+    int rc = rs ? 0 : ERR_NOMEM;
+    if (rs) {
+        rs->api = job->api;
+        snprintf(rs->id, sizeof rs->id, "%s", b.id);
+        snprintf(rs->tenant, sizeof rs->tenant, "%s", b.tenant_id);
+        buf_init(&rs->pend, RES_LINE_CAP);
+    }
+    if (!rc && stubs) {
+        const struct ingest_limits *lim = &job->api->cfg.limits;
+        struct jsonl_caps caps = {lim->max_line_bytes, lim->max_file_bytes, lim->max_requests};
+        struct store_file f;
+        rs->stub = b.status == STORE_BATCH_FAILED ? STUB_FAILED : STUB_CANCELED;
+        rc = store_file_get(st, b.tenant_id, b.input_file_id, &f);
+        if (!rc)
+            rc = jsonl_reader_open_blob(store_blobs(st), f.storage_path, &caps, &rs->rd);
+        if (rc == ERR_NOTFOUND) { /* the file went with its retention: nothing to list */
+            rs->eof = 1;
+            rc = 0;
+        }
+    }
+    store_batch_release(&b);
     if (rc) {
-        buf_reset(&job->out);
-        api_job_internal(job, rc, rc == ERR_TOOBIG ? "results larger than one answer" : "read results");
+        res_stream_free(rs);
+        api_job_internal(job, rc, "read results");
         return;
     }
-    job->content_type = "application/x-jsonl";
+    rj->rs = rs;
     job->status = 200;
+}
+
+static int results_answer(struct http_req *req, struct api_job *job)
+{
+    struct results_job *rj = (struct results_job *)job;
+    struct res_stream *rs = rj->rs;
+    if (!rs) {
+        api_job_answer(req, job);
+        return 0;
+    }
+    rj->rs = NULL;
+    if (http_respond_stream(req, 200, "application/x-jsonl", res_read, res_done, rs) != 0) {
+        res_stream_free(rs);
+        api_respond_error_anthropic(req, API_ERR_INTERNAL, "Out of memory.");
+    }
+    return 0;
 }
 
 static void messages_results(struct http_req *req, void *arg)
 {
-    struct one_job *oj = one_new(req, results_run);
-    api_job_run(req, oj ? &oj->job : NULL);
+    struct results_job *rj = calloc(1, sizeof *rj);
+    if (!rj) {
+        api_job_run(req, NULL);
+        return;
+    }
+    const char *id = http_req_param(req, "id");
+    api_job_init_req(&rj->one.job, req, results_run, results_free);
+    rj->one.job.answer = results_answer;
+    snprintf(rj->one.id, sizeof rj->one.id, "%s", id && strlen(id) < ID_MAX ? id : "");
+    api_job_run(req, &rj->one.job);
 }
 
 int routes_messages_add(struct api *api)

@@ -308,6 +308,11 @@ int http_respond_file(struct http_req *req, int status, const char *content_type
 int http_respond_begin(struct http_req *req, int status, const char *content_type);
 int http_respond_write(struct http_req *req, const void *data, size_t len);
 int http_respond_end(struct http_req *req);
+/* End a chunked answer that cannot be finished (its producer failed
+ * midway): the connection is closed without the last chunk, so the client
+ * sees a cut answer, never a short one that looks whole. 0, or
+ * ERR_BADSTATE (not a chunked answer in progress). */
+int http_respond_abort(struct http_req *req);
 
 /* Bytes queued for the socket and not yet written (0 when the client is gone). */
 size_t http_req_send_queue(const struct http_req *req);
@@ -336,9 +341,10 @@ int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct ht
  * as one HTTP chunk of a chunked answer (http_respond_begin), and the next
  * one is read only once the socket's send queue is under 1 MiB, so memory
  * stays bounded whatever the client's speed. When the stream ends (the
- * end, an error, or the client gone) the answer is finished and then
- * done(arg, err) is called on the loop (err: 0, or read's error, which the
- * owner logs; the head is sent, so the client sees a cut stream) - it
+ * end, an error, or the client gone) the answer is finished (on read's
+ * error without its last chunk: http_respond_abort) and then done(arg, err)
+ * is called on the loop (err: 0, or read's error, which the owner logs; the
+ * head is sent, so the client sees a cut stream) - it
  * frees arg. Returns 0 (arg now belongs to the stream), or ERR_NOMEM /
  * ERR_INTERNAL / ERR_BADSTATE: nothing was sent, arg is still the caller's and the request
  * still owes an answer. */

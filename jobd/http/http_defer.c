@@ -95,7 +95,10 @@ static void stream_closed(uv_handle_t *h)
 
 static void stream_finish(struct http_stream *s)
 {
-    http_respond_end(s->req);
+    if (s->err)
+        http_respond_abort(s->req); /* a cut answer, not a short one that looks whole */
+    else
+        http_respond_end(s->req);
     s->req = NULL;
     uv_close((uv_handle_t *)&s->t, stream_closed);
 }

@@ -653,6 +653,22 @@ int http_respond_end(struct http_req *req)
     return 0;
 }
 
+int http_respond_abort(struct http_req *req)
+{
+    if (!req || !req->responded || !req->chunked_resp || req->chunked_ended)
+        return ERR_BADSTATE;
+    req->chunked_ended = 1;
+    if (!req->conn) {
+        if (req->srv)
+            req_retire(req->srv, req, " client_gone=1");
+        else
+            http_req_destroy(req);
+        return 0;
+    }
+    answer_abort(req, 0); /* no last chunk: the client sees the answer end short */
+    return 0;
+}
+
 size_t http_req_send_queue(const struct http_req *req)
 {
     return req && req->conn ? req->conn->send_queue : 0;

@@ -1,6 +1,7 @@
 """Spec-driven API fuzzing: schemathesis (pinned in scripts/requirements-test.txt)
 against spec/openapi.yaml and a running sanitised jobd, every operation, with
-auth (the tenant key on tenant routes, the worker token on /v1/worker/*, the
+auth (the tenant key on tenant routes - a Bearer, which the Anthropic
+/v1/messages routes take beside x-api-key - the worker token on /v1/worker/*, the
 admin token on /v1/workers), a fixed seed and a fixed number of examples per
 operation so the run is bounded.
 
@@ -19,7 +20,7 @@ rejected, missing auth refused (ignored_auth), use-after-free.
 Passes: the first with generated parameters everywhere; then the read
 routes, and the POST routes acting on an id, with real ids (a completed
 batch with output and error files, a failed batch, a dead letter, a webhook
-endpoint with a delivery), so that the objects' full shapes and the state
+endpoint with a delivery, an ended message batch), so that the objects' full shapes and the state
 errors are checked against the spec too. The
 daemon must still answer /healthz and its log must carry no sanitizer
 report.
@@ -107,6 +108,32 @@ def seed(d, key):
             "delivery_id": dv["id"], "dead_letter_id": dl["data"][0]["id"]}, bad["id"]
 
 
+def seed_messages(d, key):
+    """An ended message batch (two succeeded, one errored; its results as
+    well); returns its msgbatch id. Made after the first pass, whose stateful
+    phase may delete what it lists."""
+    w = TestWorker(d.port, WT)
+    w.register()
+    h = {"x-api-key": key, "anthropic-version": "2023-06-01", "Content-Type": "application/json"}
+    reqs = [{"custom_id": f"m{i}", "params": {"model": "smollm", "max_tokens": 8,
+                                              "messages": [{"role": "user", "content": f"Hi {i}"}]}}
+            for i in range(3)]
+    r = d.call("POST", "/v1/messages/batches", json.dumps({"requests": reqs}).encode(), h, key=None)
+    assert r.status == 200, r
+    mb = r.json()["id"]
+    deadline = time.monotonic() + 60
+    while True:  # the first pass left batches of its own queued: answer whatever comes until this one ended
+        b = d.call("GET", f"/v1/messages/batches/{mb}", None, h, key=None).json()
+        if b["processing_status"] == "ended":
+            assert b["request_counts"]["succeeded"] == 2 and b["request_counts"]["errored"] == 1, b
+            return mb
+        assert time.monotonic() < deadline, b
+        lease = w.lease(max_requests=256, wait_ms=100).json()
+        if lease["requests"]:
+            w.results(lease["lease_id"], [invalid(q) if q["custom_id"] == "m1" else success(q)
+                                          for q in lease["requests"]], expect=None)
+
+
 def test_schemathesis_all_routes_conform_to_spec():
     if not os.path.exists(ST):
         raise Skip("schemathesis is not installed in .venv (scripts/install-deps)")
@@ -127,6 +154,7 @@ def test_schemathesis_all_routes_conform_to_spec():
     assert f"{ops} selected / {ops} total" in out, out[:2000]
 
     # pass 2: the read routes on real objects (ids fixed), the tenant's and a failed batch
+    params["message_batch_id"] = seed_messages(d, key)
     config(cfg, key, params)
     schemathesis(d, cfg, "--include-method", "GET", "--phases", "examples,coverage,fuzzing",
                  examples=max(5, EXAMPLES // 3), seed=2)

@@ -2,7 +2,8 @@
 
 Tenant isolation on EVERY tenant route of spec/openapi.yaml: tenant A owns a
 file, a completed batch (output and error files), a batch with a dead letter,
-a waiting batch, a webhook endpoint with a delivery and an Idempotency-Key;
+a waiting batch, a webhook endpoint with a delivery, an Idempotency-Key and
+a message batch (the Anthropic routes, by x-api-key and by Bearer);
 tenant B probes each of them on every route (the route list is read from the
 spec, so a new route without a probe fails the test): another tenant's ids
 answer 404 not_found, lists and usage never show them, B's idempotency key
@@ -104,10 +105,13 @@ def tenant_routes():
             if m not in ("get", "post", "delete", "put", "patch"):
                 continue
             sec = op.get("security", spec.get("security"))
-            if sec != [{"bearer": []}]:
+            if sec not in ([{"bearer": []}], [{"apiKey": []}, {"bearer": []}]):  # the latter: /v1/messages
                 continue
             out.add((m.upper(), path))
     return out
+
+
+ANTH = {"anthropic-version": "2023-06-01", "Content-Type": "application/json"}
 
 
 def setup_a(d, key_a):
@@ -142,6 +146,11 @@ def setup_a(d, key_a):
     a["endpoint"] = ep["id"]
     a["delivery"] = d.json("POST", f"/v1/webhook_endpoints/{ep['id']}/test", key=key_a)["id"]
     a["secret"] = d.json("GET", "/v1/webhook_secret", key=key_a)["secret"]
+    r = d.call("POST", "/v1/messages/batches", json.dumps({"requests": [{"custom_id": "m", "params": {
+        "model": "nobody", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}}]}).encode(),
+        dict(ANTH, **{"x-api-key": key_a}), key=None)
+    assert r.status == 200, r
+    a["message_batch"] = r.json()["id"]  # model "nobody": stays in_progress
     return a
 
 
@@ -234,6 +243,32 @@ def test_security_tenant_isolation_on_every_tenant_route():
     assert a["batch"] in json.dumps(ua), ua  # positive control
     b_list("/v1/models", "/v1/models")  # served models are global, never tenant data
 
+    # Anthropic's Message Batches (their envelope: error.type not_found_error, no code); x-api-key and Bearer
+    mb = a["message_batch"]
+    for auth in ({"x-api-key": B}, {"Authorization": f"Bearer {B}"}):
+        for method, template, path in (
+                ("GET", "/v1/messages/batches/{message_batch_id}", f"/v1/messages/batches/{mb}"),
+                ("DELETE", "/v1/messages/batches/{message_batch_id}", f"/v1/messages/batches/{mb}"),
+                ("POST", "/v1/messages/batches/{message_batch_id}/cancel", f"/v1/messages/batches/{mb}/cancel"),
+                ("GET", "/v1/messages/batches/{message_batch_id}/results", f"/v1/messages/batches/{mb}/results")):
+            probed.add((method, template))
+            r = d.call(method, path, None, dict(ANTH, **auth), key=None)
+            e = clean_error(r.status, r.body, 404)
+            assert e["type"] == "not_found_error" and json.loads(r.body)["type"] == "error", (method, path, e)
+            assert "alpha" not in r.body.decode(), r
+        r = d.call("GET", "/v1/messages/batches", None, dict(ANTH, **auth), key=None)
+        probed.add(("GET", "/v1/messages/batches"))
+        assert r.status == 200 and mb not in r.body.decode(), r
+        r = d.call("GET", f"/v1/messages/batches?after_id={mb}", None, dict(ANTH, **auth), key=None)
+        assert clean_error(r.status, r.body, 400)["type"] == "invalid_request_error", r  # A's id is no cursor
+    r = d.call("POST", "/v1/messages/batches", json.dumps({"requests": [{"custom_id": "m", "params": {
+        "model": "nobody", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}}]}).encode(),
+        dict(ANTH, **{"x-api-key": B}), key=None)
+    probed.add(("POST", "/v1/messages/batches"))
+    assert r.status == 200, r
+    a_list = d.call("GET", "/v1/messages/batches", None, dict(ANTH, **{"x-api-key": key_a}), key=None)
+    assert r.json()["id"] not in a_list.body.decode() and mb in a_list.body.decode(), a_list
+
     missing = tenant_routes() - probed
     assert not missing, f"tenant routes without an isolation probe: {sorted(missing)}"
 
@@ -246,6 +281,8 @@ def test_security_tenant_isolation_on_every_tenant_route():
     dl = d.json("GET", "/v1/dead_letters", key=key_a)["data"]
     assert [x["id"] for x in dl] == [a["dead_letter"]], dl
     assert d.json("GET", f"/v1/batches/{a['waiting']}", key=key_a)["status"] in ("validating", "in_progress")
+    r = d.call("GET", f"/v1/messages/batches/{mb}", None, dict(ANTH, **{"x-api-key": key_a}), key=None)
+    assert r.status == 200 and r.json()["processing_status"] == "in_progress", r  # B's cancel did nothing
     healthy(d)
 
 

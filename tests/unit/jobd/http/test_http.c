@@ -1413,12 +1413,16 @@ TEST(http_respond_stream_with_backpressure)
     cl_close(&c);
     CHECK(g_stream_done);
     CHECK_EQ_INT(g_stream_err, 0);
-    /* a failing reader: the stream is cut and done() gets the error */
+    /* a failing reader: the stream is cut - the connection closes without the
+     * last chunk, so the client cannot take the short answer for a whole one
+     * (it used to get a well-formed chunked answer, silently short) - and
+     * done() gets the error */
     g_stream_done = 0;
     cl_open(&c, t.port);
     cl_send(&c, "GET /stream-fail HTTP/1.1\r\n\r\n");
-    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
-    CHECK(r.body.len > 0 && r.body.len < STREAM_BYTES);
+    CHECK(cl_response(&c, &r, 0) != 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(r.body.len > 0 && r.body.len < STREAM_BYTES); /* the chunks before the failure came */
     resp_release(&r);
     cl_close(&c);
     for (int i = 0; i < 100 && !g_stream_done; i++)
