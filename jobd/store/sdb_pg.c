@@ -16,6 +16,15 @@
  *                            and whose only context does not type it (a
  *                            bare "?1 IS NULL OR x = ?1") needs a cast in the
  *                            PostgreSQL text of the statement: ?1::text.
+ *                            A parameter cast to an array everywhere it
+ *                            appears (?N::text[], ?N::bigint[]: the array
+ *                            literals of the set-based statements) is
+ *                            declared text[] / int8[] (1009 / 1016) instead,
+ *                            so the server parses the literal once, when it
+ *                            binds it; declared text, the cast is a
+ *                            CoerceViaIO that a filter evaluates per row
+ *                            (a 256-id "q.id = ANY(?2::text[])" re-parsed
+ *                            the array for every row it tested).
  *   step                     the first step runs the statement with every
  *                            parameter (PQprepare once per type signature
  *                            and connection, then PQexecPrepared) and keeps
@@ -78,6 +87,8 @@
 #define PG_OID_FLOAT4 700
 #define PG_OID_FLOAT8 701
 #define PG_OID_NUMERIC 1700
+#define PG_OID_TEXT_ARRAY 1009
+#define PG_OID_INT8_ARRAY 1016
 #define PG_MAX_PARAMS 64
 
 struct sdb_pg {
@@ -124,6 +135,7 @@ struct sdb_pg_stmt {
     char *sql; /* with $N placeholders */
     int nparams;
     uint64_t used; /* bit N-1: $N appears in sql */
+    Oid arr[PG_MAX_PARAMS]; /* text[] / int8[]: every $N of the text is cast so (0: none) */
     struct pg_variant var[PG_VARIANTS];
     int next_var; /* the slot the next new variant replaces */
     struct pg_param p[PG_MAX_PARAMS];
@@ -344,11 +356,22 @@ static int pg_prepare(struct sdb *db, const char *sql, struct sdb_stmt **out)
     s->db = PGDB(db);
     s->row = -1;
     int r = sdb_pg_rewrite(sql, &s->sql, &s->nparams);
+    uint64_t plain = 0; /* bit N-1: some $N is not cast to an array type */
     for (const char *p = s->sql; r == SDB_OK && (p = strchr(p, '$')) != NULL; p++) {
-        long v = strtol(p + 1, NULL, 10);
-        if (v >= 1 && v <= PG_MAX_PARAMS)
-            s->used |= 1ULL << (v - 1);
+        char *end;
+        long v = strtol(p + 1, &end, 10);
+        if (v < 1 || v > PG_MAX_PARAMS)
+            continue;
+        s->used |= 1ULL << (v - 1);
+        Oid a = !strncmp(end, "::text[]", 8) ? PG_OID_TEXT_ARRAY
+                : !strncmp(end, "::bigint[]", 10) ? PG_OID_INT8_ARRAY : 0;
+        if (!a || (s->arr[v - 1] && s->arr[v - 1] != a))
+            plain |= 1ULL << (v - 1);
+        s->arr[v - 1] = a;
     }
+    for (int i = 0; i < PG_MAX_PARAMS; i++)
+        if ((plain >> i) & 1)
+            s->arr[i] = 0;
     if (r != SDB_OK) {
         pg_seterr(PGDB(db), "cannot rewrite the statement's parameters for PostgreSQL");
         free(s);
@@ -466,7 +489,7 @@ static int pg_step(struct sdb_stmt *x)
             fmts[i] = s->p[i].fmt;
             /* a parameter the text never names (SQLite lets ?4 be skipped)
              * must still have a type */
-            types[i] = (s->used >> i) & 1 ? s->p[i].oid : PG_OID_TEXT;
+            types[i] = !((s->used >> i) & 1) ? PG_OID_TEXT : s->arr[i] ? s->arr[i] : s->p[i].oid;
         }
         /* server-side prepared once per type signature (parse and plan
          * once, not per row); NULLs are typed unknown, so a statement bound

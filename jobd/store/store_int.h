@@ -240,6 +240,7 @@
     X(RESULT_INSERT_MANY, "SELECT 1") \
     X(USAGE_INSERT_MANY, "SELECT 1") \
     X(BATCH_LOCK_MANY, "SELECT 1") \
+    X(REQ_INSERT_MANY, "SELECT 1") \
     X(NOTIFY_WORK, "SELECT 1") \
     X(LEASE_END, "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL") \
     X(LEASE_EXPIRED, \
@@ -680,6 +681,13 @@
       "q.lease_id = ?1::text AND q.status = 'leased' AND (?2::text[] IS NULL OR " \
       "q.id = ANY(?2::text[]))) AND (?3::int = 1 OR b.status <> 'in_progress') " \
       "ORDER BY b.id FOR NO KEY UPDATE OF b") \
+    X(REQ_INSERT_MANY, \
+      "INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
+      "prompt_tokens_est, max_tokens, created_at, updated_at) SELECT u.id, ?2, ?3, u.line, " \
+      "u.cid, u.model, u.body, u.pte, u.mt, ?10, ?10 FROM unnest(?1::text[], ?4::bigint[], " \
+      "?5::text[], ?6::text[], ?7::text[], ?8::bigint[], ?9::bigint[]) WITH ORDINALITY " \
+      "AS u(id, line, cid, model, body, pte, mt, ord) ORDER BY u.ord " \
+      "ON CONFLICT (batch_id, custom_id) DO NOTHING RETURNING line") \
     X(NOTIFY_WORK, "SELECT pg_notify('" STORE_PG_CHANNEL "', '')")
 
 enum store_stmt_id {
@@ -702,6 +710,7 @@ struct store {
     int notify;  /* PostgreSQL: this transaction made work leasable; its COMMIT
                     also NOTIFYs STORE_PG_CHANNEL (store_w_end) */
     struct sdb_stmt *stmts[S__COUNT];
+    struct store_ingest_q *inq; /* PostgreSQL: ingest rows not yet written (store_request_add) */
     /* request ids (store_request_id): ULID monotonic mode */
     int64_t rid_ms;      /* timestamp of the last id */
     uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
@@ -766,9 +775,15 @@ int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
 struct buf;
 int store_arr_begin(struct buf *b);
 int store_arr_text(struct buf *b, const char *v);
+int store_arr_textn(struct buf *b, const char *v, size_t n); /* n bytes of v (up to a NUL) */
 int store_arr_int(struct buf *b, int64_t v);
 int store_arr_hex(struct buf *b, const void *p, size_t n);
 int store_arr_end(struct buf *b);
+
+/* The PostgreSQL ingest queue (store_request_add): drop its rows (the
+ * transaction ends without them), free it (store_close). */
+void store_ingest_q_drop(struct store *st);
+void store_ingest_q_free(struct store *st);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
 void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap);

@@ -386,7 +386,7 @@ TEST(lease_validating_batches_are_not_leasable)
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
     CHECK_EQ_INT(store_tx_begin(fx.st), 0);
     struct store_request_new q = {b.id, fx.ta.id, 1, "c-1", "smollm", "{\"model\":\"smollm\",\"prompt\":\"x\"}", 32, 1, 8, NOW};
-    CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+    CHECK_EQ_INT(store_request_add(fx.st, &q, NULL, NULL), 0);
     CHECK_EQ_INT(store_tx_commit(fx.st), 0);
     struct store_lease l;
     struct store_lease_ask a = ask_of(&fx, 4);
@@ -426,7 +426,7 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
         snprintf(cid, sizeof cid, "e-%d", i);
         struct store_request_new q = {b.id, fx.ta.id, i + 1, cid, "smollm",
                                       "{\"model\":\"smollm\",\"input\":\"x\"}", 31, 1, 0, NOW};
-        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL, NULL), 0);
     }
     CHECK_EQ_INT(store_tx_commit(fx.st), 0);
     CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
@@ -502,7 +502,7 @@ TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
         snprintf(cid, sizeof cid, "r-%d", i);
         struct store_request_new q = {b.id, fx.ta.id, i + 1, cid, "smollm",
                                       "{\"model\":\"smollm\",\"input\":\"x\"}", 31, 16, 0, NOW};
-        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL, NULL), 0);
     }
     CHECK_EQ_INT(store_tx_commit(fx.st), 0);
     CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
