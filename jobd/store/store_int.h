@@ -306,7 +306,7 @@
       "FROM usage_ledger WHERE batch_id = ?1) WHERE id = ?1") \
     STORE_SQL_ACCOUNT(X) \
     STORE_SQL_ADMIN(X) \
-    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN")
+    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN", STORE_FLEET_UNITS)
 
 /* Budgets and usage reports (store_budget.c, store_usage.c). */
 #define STORE_USAGE_SUMS \
@@ -375,6 +375,11 @@
     "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id LEFT JOIN results r ON " \
     "r.lease_id = lb.lease_id AND r.batch_id = lb.batch_id WHERE " where " GROUP BY " \
     "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests"
+/* PostgreSQL: the sums kept in lease_batches (schema_pg.sql migration 7). */
+#define STORE_FLEET_UNITS_PG(join, where) \
+    "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
+    "lb.prompt_tokens, lb.cached_tokens, lb.completion_tokens FROM leases l " join " lease_batches lb ON " \
+    "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id WHERE " where
 #define STORE_FLEET_WORKERS(lo, n, ttl) \
     "SELECT w.id, w.name, w.device, coalesce((SELECT min(m.canonical) FROM worker_models m " \
     "WHERE m.worker_id = w.id), ''), w.hourly_cost_micros, w.registered_at, w.last_seen, " \
@@ -382,12 +387,12 @@
     "w.id), 0) FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
     " OR EXISTS (SELECT 1 FROM leases l WHERE l.worker_id = w.id AND " STORE_FLEET_END(lo, n) \
     " >= ?1)) ORDER BY w.id"
-#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join) \
+#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join, units) \
     X(FLEET_WORKERS, STORE_FLEET_WORKERS(lo, n3, ttl)) \
     X(FLEET_LEASES_RANGE, STORE_FLEET_LEASES(lo, n3, STORE_FLEET_IN_RANGE(lo, n3))) \
-    X(FLEET_UNITS_RANGE, STORE_FLEET_UNITS(join, STORE_FLEET_IN_RANGE(lo, n3))) \
+    X(FLEET_UNITS_RANGE, units(join, STORE_FLEET_IN_RANGE(lo, n3))) \
     X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
-    X(FLEET_UNITS_BATCH, STORE_FLEET_UNITS(join, STORE_FLEET_OF_BATCH(lo, n2)))
+    X(FLEET_UNITS_BATCH, units(join, STORE_FLEET_OF_BATCH(lo, n2)))
 
 /* Operator views (store_admin.c): the worker list and the /metrics gauges.
  * Queue depth reads the partial indexes requests_ready / requests_leased. */
@@ -569,9 +574,7 @@
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
     X(BACKLOG_BATCHES, \
       "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
-      "(SELECT avg(completion_tokens) FROM (SELECT u.completion_tokens FROM usage_ledger u " \
-      "WHERE u.batch_id = b.id ORDER BY u.id DESC LIMIT 256) lu), (SELECT avg(max_tokens) " \
-      "FROM (SELECT q.max_tokens FROM requests q WHERE q.batch_id = b.id LIMIT 256) lq) " \
+      "jobd_recent_completion_avg(b.id), jobd_max_tokens_avg(b.id) " \
       "FROM batches b WHERE b.tenant_id = ?1 AND b.model = ?2 AND b.status = 'in_progress'") \
     X(LEASE_EXTEND, \
       "UPDATE leases SET expires_at = greatest(expires_at, ?2) WHERE id = ?1 AND " \
@@ -635,7 +638,7 @@
       "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
       "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
-    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN") \
+    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN", STORE_FLEET_UNITS_PG) \
     STORE_SQL_PG_HOT(X)
 
 /* The row-locked hot paths on PostgreSQL: leasing takes its rows

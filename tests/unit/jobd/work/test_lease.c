@@ -1480,6 +1480,68 @@ static int body_check_row(void *ctx, const struct store_result_row *row)
  * another lease (stale), a transient error, a 4xx answer; then a chunk of
  * only transient errors; then the chunk sent again (duplicates). Counters,
  * results rows and ledger rows are exact. */
+/* PostgreSQL keeps each (lease, batch)'s token sums in lease_batches
+ * (statement-level triggers on results, schema_pg.sql migration 7) for the
+ * fleet's reads, and deletes a request's results by a statement-level
+ * trigger instead of a foreign key: the sums follow inserts and deletes
+ * exactly, and deleting requests leaves no result behind (both engines). */
+TEST(lease_commit_token_sums_follow_results_and_results_go_with_their_requests)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "m", 5, NULL, 86400, bid);
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 5);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 5);
+    char *b[5];
+    struct store_result rs[5];
+    for (int i = 0; i < 5; i++) {
+        b[i] = success_body(&l.items[i]);
+        rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200,
+                                      .body = b[i], .body_len = strlen(b[i]), .prompt_tokens = 10 + i,
+                                      .completion_tokens = 3 * i, .cached_tokens = i};
+    }
+    enum store_commit_outcome oc[5];
+    /* two commits on one lease: the sums add up */
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs, 2, now, oc), 0);
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs + 2, 3, now, oc), 0);
+    char q[400];
+    if (th_pg_on()) {
+        snprintf(q, sizeof q, "SELECT prompt_tokens * 1000000 + completion_tokens * 1000 + cached_tokens "
+                 "FROM lease_batches WHERE lease_id = '%s' AND batch_id = '%s'", l.id, bid);
+        CHECK_EQ_INT(sql_count(&fx, q), 60 * 1000000 + 30 * 1000 + 10);
+        snprintf(q, sizeof q, "DELETE FROM results WHERE request_id = '%s'", l.items[4].id);
+        struct sdb *db = th_db_open(fx.dir);
+        CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+        sdb_close(db);
+        snprintf(q, sizeof q, "SELECT prompt_tokens * 1000000 + completion_tokens * 1000 + cached_tokens "
+                 "FROM lease_batches WHERE lease_id = '%s' AND batch_id = '%s'", l.id, bid);
+        CHECK_EQ_INT(sql_count(&fx, q), 46 * 1000000 + 18 * 1000 + 6);
+    }
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid);
+    CHECK(sql_count(&fx, q) >= 4);
+    struct sdb *db = th_db_open(fx.dir);
+    if (!th_pg_on()) /* per connection on SQLite; the store's own sets it */
+        CHECK_EQ_INT(sdb_exec(db, "PRAGMA foreign_keys = ON"), SDB_OK);
+    snprintf(q, sizeof q, "DELETE FROM requests WHERE batch_id = '%s'", bid);
+    CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+    sdb_close(db);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    if (th_pg_on()) {
+        snprintf(q, sizeof q, "SELECT prompt_tokens + completion_tokens + cached_tokens FROM lease_batches "
+                 "WHERE lease_id = '%s' AND batch_id = '%s'", l.id, bid);
+        CHECK_EQ_INT(sql_count(&fx, q), 0);
+    }
+    for (int i = 0; i < 5; i++)
+        free(b[i]);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
 TEST(lease_commit_chunk_mixes_outcomes_exactly)
 {
     struct fx fx;
