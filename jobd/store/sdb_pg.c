@@ -103,6 +103,11 @@ struct sdb_pg {
     unsigned gen;        /* +1 per reconnect: server-side prepared statements are gone */
     unsigned n_stmts;    /* statements prepared on this connection (names) */
     char listen[64];     /* the LISTEN channel of this connection ("" none), sdb_pg_listen */
+    int listening;       /* LISTEN succeeded on connection generation listen_gen */
+    unsigned listen_gen;
+    int listen_backoff_ms;      /* wait before the next LISTEN attempt (0: none failed) */
+    int64_t listen_next_ms;     /* monotonic ms of the next LISTEN attempt */
+    int fail_listens;           /* tests: LISTENs still to fail (sdb_pg_fail_listens) */
     char err[512];
 };
 
@@ -762,14 +767,40 @@ static const struct sdb_ops sdb_pg_ops = {
 
 /* ---- LISTEN / NOTIFY ------------------------------------------------------------------ */
 
+/* LISTEN on this connection generation. A failure (the server refused it,
+ * or the connection dropped again) is retried by sdb_pg_wait after a
+ * backoff of 100 ms doubling to 5 s, on whatever connection is up then. */
 static int pg_listen_now(struct sdb_pg *d)
 {
-    char sql[96];
-    snprintf(sql, sizeof sql, "LISTEN %s", d->listen);
-    PGresult *r = PQexec(d->conn, sql);
-    int rc = r && PQresultStatus(r) == PGRES_COMMAND_OK ? SDB_OK : pg_result_err(d, r);
-    PQclear(r);
+    int rc;
+    if (d->fail_listens > 0) {
+        d->fail_listens--;
+        pg_seterr(d, "LISTEN failed (sdb_pg_fail_listens)");
+        rc = SDB_ERROR;
+    } else {
+        char sql[96];
+        snprintf(sql, sizeof sql, "LISTEN %s", d->listen);
+        PGresult *r = PQexec(d->conn, sql);
+        rc = r && PQresultStatus(r) == PGRES_COMMAND_OK ? SDB_OK : pg_result_err(d, r);
+        PQclear(r);
+    }
+    if (rc == SDB_OK) {
+        d->listening = 1;
+        d->listen_gen = d->gen;
+        d->listen_backoff_ms = 0;
+    } else {
+        d->listening = 0;
+        d->listen_backoff_ms = d->listen_backoff_ms ? (d->listen_backoff_ms * 2 > 5000 ? 5000 : d->listen_backoff_ms * 2)
+                                                    : 100;
+        d->listen_next_ms = pg_now_ms() + d->listen_backoff_ms;
+    }
     return rc;
+}
+
+void sdb_pg_fail_listens(struct sdb *db, int n)
+{
+    if (db->ops == &sdb_pg_ops)
+        PGDB(db)->fail_listens = n;
 }
 
 int sdb_pg_listen(struct sdb *db, const char *channel)
@@ -779,6 +810,7 @@ int sdb_pg_listen(struct sdb *db, const char *channel)
         return SDB_MISUSE;
     struct sdb_pg *d = PGDB(db);
     snprintf(d->listen, sizeof d->listen, "%s", channel);
+    d->listening = 0;
     int rc = pg_ready(d, 0);
     return rc == SDB_OK ? pg_listen_now(d) : rc;
 }
@@ -808,11 +840,21 @@ int sdb_pg_wait(struct sdb *db, int timeout_ms)
             if (pg_now_ms() < d->next_try_ms)
                 return SDB_BUSY;
         }
-        unsigned gen = d->gen;
         if (pg_ready(d, 0) != SDB_OK)
             return SDB_BUSY;
-        if (d->gen != gen) /* reconnected: listen again, and say something may have been missed */
-            return pg_listen_now(d) == SDB_OK ? 1 : SDB_BUSY;
+    }
+    if (!d->listening || d->listen_gen != d->gen) {
+        /* reconnected (here or by a statement), or the last LISTEN failed:
+         * listen again after its backoff, and say something may have been
+         * missed meanwhile */
+        int64_t now = pg_now_ms();
+        if (d->listen_backoff_ms && now < d->listen_next_ms) {
+            int64_t w = d->listen_next_ms - now;
+            poll(NULL, 0, (int)(w < timeout_ms ? w : timeout_ms));
+            if (pg_now_ms() < d->listen_next_ms)
+                return SDB_BUSY;
+        }
+        return pg_listen_now(d) == SDB_OK ? 1 : SDB_BUSY;
     }
     if (!PQconsumeInput(d->conn)) {
         pg_seterr(d, PQerrorMessage(d->conn));
