@@ -172,6 +172,7 @@ def box_busy():
 POLL = "--no-poll" not in sys.argv
 
 
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
@@ -205,7 +206,25 @@ def pgss_top(url, phase, n_req, k=8):
             f.write(f"==== {phase} (ms | calls | rows | shared_blks_hit | query)\n{r.stdout}\n")
 
 
+def postgres_cpu_by_kind():
+    """CPU seconds of the bench cluster's processes by kind (their title:
+    a client backend, autovacuum, walwriter...)."""
+    out = {}
+    for p in postgres_pids():
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                t = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        k = "backends" if "127.0.0.1(" in t or "[local]" in t else t.replace("postgres:", "").strip().split(" ")[0]
+        out[k] = out.get(k, 0) + proc_cpu(p)
+    return out
+
+
 def cpu_now(insts):
+    if os.environ.get("BENCH_PG_KINDS"):
+        print(f"{'':<22} PostgreSQL CPU so far by process kind: " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in sorted(postgres_cpu_by_kind().items())), flush=True)
     return [proc_cpu(x.p.pid) for x in insts], postgres_cpu(), box_busy()
 
 
@@ -269,7 +288,7 @@ def run_setup(name, insts, n, w, pack, pgss=None):
     perf = None
     if os.environ.get("BENCH_PERF"):  # perf record of PostgreSQL's processes while timed, into this file
         pids = ",".join(str(p) for p in postgres_pids())
-        perf = subprocess.Popen(["perf", "record", "-q", "-F", "499", "-o", os.environ["BENCH_PERF"], "-p", pids],
+        perf = subprocess.Popen(["perf", "record", "-q", "-F", "499", *os.environ.get("BENCH_PERF_ARGS", "").split(), "-o", os.environ["BENCH_PERF"], "-p", pids],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for p in procs:
         p.start()
