@@ -647,7 +647,12 @@
  * leases row first (commit, heartbeat, release and sweep of one lease run
  * one at a time; of different leases at once), and a claim / a commit's
  * request endings are one statement each over arrays (?N::text[] bound as
- * array literals, store_arr_*), fenced by status and lease id. */
+ * array literals, store_arr_*), fenced by status and lease id. The claim's
+ * fence is written coalesce(status, '') = 'queued' (status is NOT NULL:
+ * the same test) so that it does not imply requests_ready's predicate: with
+ * the statistics of a fresh burst the planner read every queued request of
+ * the batch through that index and filtered them by id (15,000 rows for
+ * 256) instead of probing the 256 ids in the primary key. */
 #define STORE_SQL_PG_HOT(X) \
     X(LEASE_READY, \
       "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
@@ -657,7 +662,8 @@
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1 FOR UPDATE") \
     X(LEASE_CLAIM_MANY, \
       "UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
-      "lease_id = ?2::text, finished_at = NULL WHERE id = ANY(?1::text[]) AND status = 'queued'") \
+      "lease_id = ?2::text, finished_at = NULL WHERE id = ANY(?1::text[]) " \
+      "AND coalesce(status, '') = 'queued'") \
     X(REQ_FOR_COMMIT_MANY, \
       "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model FROM requests q " \
       "WHERE q.id = ANY(?1::text[])") \
