@@ -790,3 +790,11 @@ BEGIN
       AND b.status NOT IN ('completed', 'failed', 'expired', 'cancelled');
     RETURN NULL;
 END $$;
+-- results.seq without a per-row trigger: the column's default takes the
+-- next value of results_seq_gen, and the store locks the result's batch
+-- row before it inserts (BATCH_LOCK_MANY before a set-based commit's
+-- INSERT, BATCH_LOCK_SEQ before a one-row one), held to commit - the
+-- ordering migration 3 describes, without a PL/pgSQL call per row.
+ALTER TABLE results ALTER COLUMN seq SET DEFAULT nextval('results_seq_gen');
+DROP TRIGGER results_seq_assign ON results;
+DROP FUNCTION results_seq_assign();

@@ -241,6 +241,7 @@
     X(USAGE_INSERT_MANY, "SELECT 1") \
     X(BATCH_LOCK_MANY, "SELECT 1") \
     X(REQ_INSERT_MANY, "SELECT 1") \
+    X(BATCH_LOCK_SEQ, "SELECT 1") \
     X(NOTIFY_WORK, "SELECT 1") \
     X(LEASE_END, "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL") \
     X(LEASE_EXPIRED, \
@@ -690,6 +691,7 @@
       "q.lease_id = ?1::text AND q.status = 'leased' AND (?2::text[] IS NULL OR " \
       "q.id = ANY(?2::text[]))) AND (?3::int = 1 OR b.status <> 'in_progress') " \
       "ORDER BY b.id FOR NO KEY UPDATE OF b") \
+    X(BATCH_LOCK_SEQ, "SELECT 1 FROM batches WHERE id = ?1 FOR NO KEY UPDATE") \
     X(REQ_INSERT_MANY, \
       "INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
       "prompt_tokens_est, max_tokens, created_at, updated_at) SELECT u.id, ?2, ?3, u.line, " \
