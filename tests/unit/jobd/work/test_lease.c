@@ -1485,7 +1485,7 @@ static int body_check_row(void *ctx, const struct store_result_row *row)
  * fleet's reads, and deletes a request's results by a statement-level
  * trigger instead of a foreign key: the sums follow inserts and deletes
  * exactly, and deleting requests leaves no result behind (both engines). */
-TEST(lease_commit_token_sums_follow_results_and_results_go_with_their_requests)
+TEST(lease_commit_token_sums_follow_results_and_results_go_with_their_requests_and_batches)
 {
     struct fx fx;
     fx_open(&fx);
@@ -1537,6 +1537,34 @@ TEST(lease_commit_token_sums_follow_results_and_results_go_with_their_requests)
         CHECK_EQ_INT(sql_count(&fx, q), 0);
     }
     for (int i = 0; i < 5; i++)
+        free(b[i]);
+    store_lease_clear(&l);
+    /* a deleted batch takes its requests and their results along
+     * (PostgreSQL: statement-level triggers, no per-row foreign keys) */
+    char bid2[ID_MAX];
+    fx_batch(&fx, &fx.ta, "m", 3, NULL, 86400, bid2);
+    a = ask_of(&fx, 3);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 3);
+    for (int i = 0; i < 3; i++) {
+        b[i] = success_body(&l.items[i]);
+        rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200,
+                                      .body = b[i], .body_len = strlen(b[i]), .prompt_tokens = 1};
+    }
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs, 3, now, oc), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid2);
+    CHECK_EQ_INT(sql_count(&fx, q), 3);
+    db = th_db_open(fx.dir);
+    if (!th_pg_on())
+        CHECK_EQ_INT(sdb_exec(db, "PRAGMA foreign_keys = ON"), SDB_OK);
+    snprintf(q, sizeof q, "DELETE FROM batches WHERE id = '%s'", bid2);
+    CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+    sdb_close(db);
+    snprintf(q, sizeof q, "SELECT count(*) FROM requests WHERE batch_id = '%s'", bid2);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid2);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    for (int i = 0; i < 3; i++)
         free(b[i]);
     store_lease_clear(&l);
     store_close(fx.st);
