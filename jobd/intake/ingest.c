@@ -100,6 +100,24 @@ static int open_input(struct ingest *g, int *fail_batch)
     return rc;
 }
 
+/* A queued row whose custom_id was taken (store_request_add's on_dup). */
+static int on_dup(void *ctx, int64_t line, const char *custom_id, int64_t first_line)
+{
+    struct ingest *g = ctx;
+    g->n_requests--;
+    g->rows_in_tx--;
+    return errlist_addf(&g->el, "duplicate_custom_id", line, "custom_id",
+                        "The custom_id '%.100s' is a duplicate of line %lld; custom_id must be "
+                        "unique within a batch.", custom_id, (long long)first_line);
+}
+
+/* Write the rows the store queued (their duplicates join the errors, in
+ * line order, before any error of a later line). */
+static int rows_flush(struct ingest *g)
+{
+    return g->in_tx ? store_request_flush(g->st, on_dup, g) : 0;
+}
+
 static int tx_open(struct ingest *g)
 {
     if (g->in_tx)
@@ -126,9 +144,11 @@ static int tx_checkpoint(struct ingest *g, int64_t line)
 {
     if (!g->in_tx)
         return 0;
+    int rc = rows_flush(g);
+    if (rc)
+        return rc;
     char *errs = errlist_dump(&g->el);
-    int rc = store_ingest_checkpoint(g->st, g->b.id, line, g->n_requests, errs,
-                                     *g->model ? g->model : NULL);
+    rc = store_ingest_checkpoint(g->st, g->b.id, line, g->n_requests, errs, *g->model ? g->model : NULL);
     free(errs);
     if (!rc) {
         g->in_tx = 0;
@@ -150,7 +170,7 @@ static int handle_line(struct ingest *g, const char *p, size_t n, int64_t ln)
     int rc = ingest_line_check(p, n, g->b.endpoint, g->lim, &l, &e);
     if (rc == ERR_INVAL) {
         e.line = ln;
-        return errlist_add(&g->el, &e);
+        return (rc = rows_flush(g)) ? rc : errlist_add(&g->el, &e);
     }
     if (rc)
         return rc;
@@ -168,16 +188,10 @@ static int handle_line(struct ingest *g, const char *p, size_t n, int64_t ln)
         .prompt_tokens_est = l.prompt_tokens_est, .max_tokens = l.max_tokens,
         .now = g->now,
     };
-    int64_t dup = 0;
-    rc = store_request_add(g->st, &q, &dup);
-    if (rc == ERR_EXISTS) {
-        rc = errlist_addf(&g->el, "duplicate_custom_id", ln, "custom_id",
-                          "The custom_id '%.100s' is a duplicate of line %lld; custom_id must be "
-                          "unique within a batch.", l.custom_id, (long long)dup);
-    } else if (!rc) {
-        g->n_requests++;
-        g->rows_in_tx++;
-    }
+    /* counted now; on_dup takes a duplicate back out when the store finds it */
+    g->n_requests++;
+    g->rows_in_tx++;
+    rc = store_request_add(g->st, &q, on_dup, g);
 out:
     ingest_line_release(&l);
     return rc;
@@ -210,6 +224,9 @@ static int ingest_stream(struct ingest *g, int64_t *n_lines)
         if ((rc = jsonl_reader_next(g->rd, &l)))
             return rc;
         nonblank = l.n_requests;
+        /* an error of this line follows the duplicates of the rows before it */
+        if (l.kind != JSONL_REQUEST && l.kind != JSONL_BLANK && l.kind != JSONL_EOF && (rc = rows_flush(g)))
+            return rc;
         switch (l.kind) {
         case JSONL_EOF: goto done;
         case JSONL_CORRUPT:
@@ -243,6 +260,11 @@ static int ingest_stream(struct ingest *g, int64_t *n_lines)
             return ERR_BUSY;
     }
 done:
+    if ((rc = rows_flush(g)))
+        return rc;
+    /* the last rows' duplicates may go past the cap: the first max_errors stay */
+    while ((int)json_array_size(g->el.arr) > lim->max_errors)
+        json_array_remove(g->el.arr, json_array_size(g->el.arr) - 1);
     *n_lines = jsonl_reader_lines(g->rd);
     if (nonblank == 0 && json_array_size(g->el.arr) == 0)
         return errlist_addf(&g->el, "empty_file", 0, NULL, "The input file has no requests.");

@@ -140,17 +140,25 @@ int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *er
 int sdb_pg_rewrite(const char *sql, char **out, int *nparams);
 
 /* LISTEN on channel (an identifier: [a-z_]) on a PostgreSQL connection
- * kept for it (one thread); re-issued by sdb_pg_wait after a reconnect.
- * SDB_OK or an error (SDB_MISUSE on another engine). */
+ * kept for it (one thread); re-issued by sdb_pg_wait after a reconnect or
+ * a failed LISTEN. SDB_OK or an error (SDB_MISUSE on another engine); after
+ * an error other than SDB_MISUSE sdb_pg_wait keeps trying. */
 int sdb_pg_listen(struct sdb *db, const char *channel);
 
 /* Wait up to timeout_ms for notifications on a LISTENing connection and
- * consume them: 1 when at least one arrived, or when the connection was
- * re-established (LISTEN again; what was sent meanwhile is lost, so the
- * caller treats it as one), 0 on timeout, SDB_BUSY while the connection is
- * down (reconnects with the driver's backoff, waiting at most timeout_ms
- * per call). */
+ * consume them: 1 when at least one arrived, or when LISTEN was issued
+ * again (after a reconnect, by this call or by a statement on the same
+ * connection, or after a failed LISTEN; what was sent meanwhile is lost, so
+ * the caller treats it as one), 0 on timeout, SDB_BUSY while the connection
+ * is down or LISTEN keeps failing (reconnects and LISTENs are retried with
+ * backoffs of 100 ms doubling to 5 s, waiting at most timeout_ms per
+ * call). */
 int sdb_pg_wait(struct sdb *db, int timeout_ms);
+
+/* Tests: the next n LISTENs on db (a PostgreSQL connection) fail as a
+ * server error would, so the retry of a failed LISTEN can be tested
+ * deterministically. */
+void sdb_pg_fail_listens(struct sdb *db, int n);
 
 /* The SDB_* code of a PostgreSQL SQLSTATE (5 characters; NULL -> SDB_ERROR):
  * 23505 CONSTRAINT_UNIQUE, 23503 CONSTRAINT_FOREIGNKEY, other 23xxx

@@ -225,6 +225,16 @@ int store_arr_text(struct buf *b, const char *v)
     return buf_append_byte(b, '"') ? ERR_NOMEM : 0;
 }
 
+int store_arr_textn(struct buf *b, const char *v, size_t n)
+{
+    if (arr_sep(b) || buf_reserve(b, n + 2) || buf_append_byte(b, '"'))
+        return ERR_NOMEM;
+    for (size_t i = 0; i < n && v[i]; i++) /* a text ends at a NUL, as a bound one does (sdb_pg) */
+        if (((v[i] == '"' || v[i] == '\\') && buf_append_byte(b, '\\')) || buf_append_byte(b, v[i]))
+            return ERR_NOMEM;
+    return buf_append_byte(b, '"') ? ERR_NOMEM : 0;
+}
+
 int store_arr_int(struct buf *b, int64_t v)
 {
     if (arr_sep(b))
@@ -323,6 +333,11 @@ int store_w_end(struct store *st, int rc)
 {
     if (st->depth <= 0)
         return rc ? rc : ERR_INTERNAL;
+    if (st->depth == 1 && st->inq) { /* ingest rows still queued: written with the commit, or dropped */
+        if (rc == 0)
+            rc = store_request_flush(st, NULL, NULL);
+        store_ingest_q_drop(st);
+    }
     st->depth--;
     if (st->depth == 0) {
         int notify = st->pg && st->notify;
@@ -678,6 +693,7 @@ void store_close(struct store *st)
         sdb_exec(st->db, "ROLLBACK");
     for (int i = 0; i < S__COUNT; i++)
         sdb_finalize(st->stmts[i]);
+    store_ingest_q_free(st);
     if (st->db)
         sdb_close(st->db);
     blob_store_free(st->own_blobs);

@@ -737,10 +737,34 @@ struct store_request_new {
     int64_t now;
 };
 
+/* A request of store_request_add whose custom_id is already used in its
+ * batch: line and custom_id are its own, first_line the line of the
+ * request that holds the custom_id. Returns 0 to go on or an ERR_* that the
+ * add / flush returns. custom_id is valid only during the call. */
+typedef int (*store_dup_fn)(void *ctx, int64_t line, const char *custom_id, int64_t first_line);
+
 /* Insert one queued request (a new "req_" id). Must run inside
- * store_tx_begin. ERR_EXISTS if the custom_id is already used in the batch:
- * *dup_line (may be NULL) gets that earlier request's line number. */
-int store_request_add(struct store *st, const struct store_request_new *r, int64_t *dup_line);
+ * store_tx_begin. SQLite writes the row at once; PostgreSQL queues it and
+ * writes the queue as one INSERT ... SELECT FROM unnest (STORE_INGEST_Q_ROWS
+ * rows or STORE_INGEST_Q_BYTES of bodies, or at store_request_flush), one
+ * round trip and one statement for up to a thousand rows instead of one per
+ * row. A request whose custom_id is taken in the batch (by a committed row,
+ * or an earlier one of the same queue) is not inserted and is handed to
+ * on_dup, by this call or by a later add / flush of the same transaction,
+ * in line order; with on_dup NULL it fails the call with ERR_EXISTS. The
+ * rows queued belong to the open transaction: store_tx_commit writes what
+ * is left (a duplicate then fails the commit with ERR_EXISTS), a rollback
+ * drops them. Rows of one queue must share batch_id, tenant_id and now (a
+ * row that differs writes the queue first). 0, ERR_BADSTATE outside a
+ * transaction, ERR_NOMEM, the error of on_dup, or a database error. */
+#define STORE_INGEST_Q_ROWS 1000
+#define STORE_INGEST_Q_BYTES (4u << 20)
+int store_request_add(struct store *st, const struct store_request_new *r, store_dup_fn on_dup, void *ctx);
+
+/* Write the requests store_request_add queued (PostgreSQL; SQLite has none)
+ * and hand their duplicates to on_dup as store_request_add does. 0 or an
+ * error as store_request_add's. */
+int store_request_flush(struct store *st, store_dup_fn on_dup, void *ctx);
 
 /* Record ingest progress of a validating batch (inside the caller's chunk
  * transaction): lines 1..line done, n_requests committed, errors so far

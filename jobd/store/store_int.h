@@ -241,6 +241,8 @@
     X(RESULT_INSERT_MANY, "SELECT 1") \
     X(USAGE_INSERT_MANY, "SELECT 1") \
     X(BATCH_LOCK_MANY, "SELECT 1") \
+    X(REQ_INSERT_MANY, "SELECT 1") \
+    X(BATCH_LOCK_SEQ, "SELECT 1") \
     X(NOTIFY_WORK, "SELECT 1") \
     X(LEASE_END, "UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL") \
     X(LEASE_EXPIRED, \
@@ -307,7 +309,7 @@
     STORE_SQL_ACCOUNT(X) \
     STORE_SQL_REUSE(X) \
     STORE_SQL_ADMIN(X) \
-    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN")
+    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN", STORE_FLEET_UNITS)
 
 /* Result reuse (store_reuse.c, jobd/work/reuse.h). One text for both
  * dialects: ON CONFLICT DO NOTHING and CAST(?N AS TEXT) (a NULL that
@@ -403,6 +405,11 @@
     "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id LEFT JOIN results r ON " \
     "r.lease_id = lb.lease_id AND r.batch_id = lb.batch_id WHERE " where " GROUP BY " \
     "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests"
+/* PostgreSQL: the sums kept in lease_batches (schema_pg.sql migration 8). */
+#define STORE_FLEET_UNITS_PG(join, where) \
+    "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
+    "lb.prompt_tokens, lb.cached_tokens, lb.completion_tokens FROM leases l " join " lease_batches lb ON " \
+    "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id WHERE " where
 #define STORE_FLEET_WORKERS(lo, n, ttl) \
     "SELECT w.id, w.name, w.device, coalesce((SELECT min(m.canonical) FROM worker_models m " \
     "WHERE m.worker_id = w.id), ''), w.hourly_cost_micros, w.registered_at, w.last_seen, " \
@@ -410,12 +417,12 @@
     "w.id), 0) FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
     " OR EXISTS (SELECT 1 FROM leases l WHERE l.worker_id = w.id AND " STORE_FLEET_END(lo, n) \
     " >= ?1)) ORDER BY w.id"
-#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join) \
+#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join, units) \
     X(FLEET_WORKERS, STORE_FLEET_WORKERS(lo, n3, ttl)) \
     X(FLEET_LEASES_RANGE, STORE_FLEET_LEASES(lo, n3, STORE_FLEET_IN_RANGE(lo, n3))) \
-    X(FLEET_UNITS_RANGE, STORE_FLEET_UNITS(join, STORE_FLEET_IN_RANGE(lo, n3))) \
+    X(FLEET_UNITS_RANGE, units(join, STORE_FLEET_IN_RANGE(lo, n3))) \
     X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
-    X(FLEET_UNITS_BATCH, STORE_FLEET_UNITS(join, STORE_FLEET_OF_BATCH(lo, n2)))
+    X(FLEET_UNITS_BATCH, units(join, STORE_FLEET_OF_BATCH(lo, n2)))
 
 /* Operator views (store_admin.c): the worker list and the /metrics gauges.
  * Queue depth reads the partial indexes requests_ready / requests_leased. */
@@ -598,9 +605,7 @@
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
     X(BACKLOG_BATCHES, \
       "SELECT b.id, b.priority, b.expires_at, b.n_total - b.n_completed - b.n_failed, " \
-      "(SELECT avg(completion_tokens) FROM (SELECT u.completion_tokens FROM usage_ledger u " \
-      "WHERE u.batch_id = b.id ORDER BY u.id DESC LIMIT 256) lu), (SELECT avg(max_tokens) " \
-      "FROM (SELECT q.max_tokens FROM requests q WHERE q.batch_id = b.id LIMIT 256) lq) " \
+      "jobd_recent_completion_avg(b.id), jobd_max_tokens_avg(b.id) " \
       "FROM batches b WHERE b.tenant_id = ?1 AND b.model = ?2 AND b.status = 'in_progress'") \
     X(LEASE_EXTEND, \
       "UPDATE leases SET expires_at = greatest(expires_at, ?2) WHERE id = ?1 AND " \
@@ -664,7 +669,7 @@
       "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
       "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
-    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN") \
+    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN", STORE_FLEET_UNITS_PG) \
     STORE_SQL_PG_HOT(X)
 
 /* The row-locked hot paths on PostgreSQL: leasing takes its rows
@@ -673,7 +678,12 @@
  * leases row first (commit, heartbeat, release and sweep of one lease run
  * one at a time; of different leases at once), and a claim / a commit's
  * request endings are one statement each over arrays (?N::text[] bound as
- * array literals, store_arr_*), fenced by status and lease id. */
+ * array literals, store_arr_*), fenced by status and lease id. The claim's
+ * fence is written coalesce(status, '') = 'queued' (status is NOT NULL:
+ * the same test) so that it does not imply requests_ready's predicate: with
+ * the statistics of a fresh burst the planner read every queued request of
+ * the batch through that index and filtered them by id (15,000 rows for
+ * 256) instead of probing the 256 ids in the primary key. */
 #define STORE_SQL_PG_HOT(X) \
     X(LEASE_READY, \
       "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
@@ -683,8 +693,8 @@
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1 FOR UPDATE") \
     X(LEASE_CLAIM_MANY, \
       "UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
-      "lease_id = ?2::text, finished_at = NULL, reuse_key = NULL WHERE id = ANY(?1::text[]) AND " \
-      "status = 'queued'") \
+      "lease_id = ?2::text, finished_at = NULL, reuse_key = NULL WHERE id = ANY(?1::text[]) " \
+      "AND coalesce(status, '') = 'queued'") \
     X(REQ_FOR_COMMIT_MANY, \
       "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model FROM requests q " \
       "WHERE q.id = ANY(?1::text[])") \
@@ -711,6 +721,14 @@
       "q.lease_id = ?1::text AND q.status = 'leased' AND (?2::text[] IS NULL OR " \
       "q.id = ANY(?2::text[]))) AND (?3::int = 1 OR b.status <> 'in_progress') " \
       "ORDER BY b.id FOR NO KEY UPDATE OF b") \
+    X(BATCH_LOCK_SEQ, "SELECT 1 FROM batches WHERE id = ?1 FOR NO KEY UPDATE") \
+    X(REQ_INSERT_MANY, \
+      "INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
+      "prompt_tokens_est, max_tokens, created_at, updated_at) SELECT u.id, ?2, ?3, u.line, " \
+      "u.cid, u.model, u.body, u.pte, u.mt, ?10, ?10 FROM unnest(?1::text[], ?4::bigint[], " \
+      "?5::text[], ?6::text[], ?7::text[], ?8::bigint[], ?9::bigint[]) WITH ORDINALITY " \
+      "AS u(id, line, cid, model, body, pte, mt, ord) ORDER BY u.ord " \
+      "ON CONFLICT (batch_id, custom_id) DO NOTHING RETURNING line") \
     X(NOTIFY_WORK, "SELECT pg_notify('" STORE_PG_CHANNEL "', '')")
 
 enum store_stmt_id {
@@ -733,6 +751,7 @@ struct store {
     int notify;  /* PostgreSQL: this transaction made work leasable; its COMMIT
                     also NOTIFYs STORE_PG_CHANNEL (store_w_end) */
     struct sdb_stmt *stmts[S__COUNT];
+    struct store_ingest_q *inq; /* PostgreSQL: ingest rows not yet written (store_request_add) */
     /* request ids (store_request_id): ULID monotonic mode */
     int64_t rid_ms;      /* timestamp of the last id */
     uint8_t rid_rnd[10]; /* its 80 "random" bits: drawn per new ms, +1 within one */
@@ -797,9 +816,15 @@ int store_bind_int(struct store *st, struct sdb_stmt *s, int i, int64_t v);
 struct buf;
 int store_arr_begin(struct buf *b);
 int store_arr_text(struct buf *b, const char *v);
+int store_arr_textn(struct buf *b, const char *v, size_t n); /* n bytes of v (up to a NUL) */
 int store_arr_int(struct buf *b, int64_t v);
 int store_arr_hex(struct buf *b, const void *p, size_t n);
 int store_arr_end(struct buf *b);
+
+/* The PostgreSQL ingest queue (store_request_add): drop its rows (the
+ * transaction ends without them), free it (store_close). */
+void store_ingest_q_drop(struct store *st);
+void store_ingest_q_free(struct store *st);
 
 /* Copy a text column into dst (cap bytes incl. NUL); NULL becomes "". */
 void store_col_text(struct sdb_stmt *s, int col, char *dst, size_t cap);

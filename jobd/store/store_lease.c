@@ -216,7 +216,17 @@ static int result_put(struct store *st, const char *req_id, const char *batch_id
                       const char *error_message, int64_t now)
 {
     int rc = 0;
-    struct sdb_stmt *s = store_stmt(st, S_RESULT_INSERT, &rc);
+    /* PostgreSQL: results.seq is taken by the INSERT (its default) under
+     * its batch's row lock, held to commit, so that within a batch no
+     * larger seq is visible before a smaller one (schema_pg.sql migration
+     * 3 and 7). The set-based commit holds it already (BATCH_LOCK_MANY);
+     * this one-row path (releases, sweeps, stops, single commits) takes it
+     * per row: a lock held from a savepoint that rolled back is gone, so
+     * remembering it would not be safe. */
+    struct sdb_stmt *s = st->pg ? store_stmt(st, S_BATCH_LOCK_SEQ, &rc) : NULL;
+    if (st->pg && (!s || (rc = store_bind_text(st, s, 1, batch_id)) || (rc = store_step_done(st, s, "lock batch"))))
+        return rc;
+    s = store_stmt(st, S_RESULT_INSERT, &rc);
     if (!s)
         return rc;
     static const struct store_result none = {0};

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/js.h"
@@ -900,14 +901,36 @@ static int store_request_id(struct store *st, char out[ID_MAX])
     return 0;
 }
 
-int store_request_add(struct store *st, const struct store_request_new *q, int64_t *dup_line)
+/* The first line of the batch's request holding custom_id: 0 or an ERR_*. */
+static int request_dup_line(struct store *st, const char *batch_id, const char *custom_id, int64_t *line)
 {
-    if (st->depth == 0)
-        return ERR_BADSTATE;
-    char id[ID_MAX];
-    int rc = store_request_id(st, id);
+    int rc = 0;
+    struct sdb_stmt *d = store_stmt(st, S_REQ_DUP_LINE, &rc);
+    if (!d || (rc = store_bind_text(st, d, 1, batch_id)) || (rc = store_bind_text(st, d, 2, custom_id)))
+        return rc;
+    int r = sdb_step(d);
+    if (r == SDB_ROW)
+        *line = sdb_column_int64(d, 0);
+    rc = r == SDB_ROW ? 0 : store_sqlerr(st, r == SDB_DONE ? SDB_INTERNAL : r, "dup line");
+    sdb_reset(d);
+    return rc;
+}
+
+static int request_dup(struct store *st, const char *batch_id, int64_t line, const char *custom_id,
+                       store_dup_fn on_dup, void *ctx)
+{
+    int64_t first = 0;
+    int rc = request_dup_line(st, batch_id, custom_id, &first);
     if (rc)
         return rc;
+    return on_dup ? on_dup(ctx, line, custom_id, first) : ERR_EXISTS;
+}
+
+/* SQLite: one INSERT per row, at once. */
+static int request_add_one(struct store *st, const struct store_request_new *q, const char *id,
+                           store_dup_fn on_dup, void *ctx)
+{
+    int rc = 0;
     struct sdb_stmt *s = store_stmt(st, S_REQ_INSERT, &rc);
     if (!s)
         return rc;
@@ -926,16 +949,172 @@ int store_request_add(struct store *st, const struct store_request_new *q, int64
         return rc;
     if (sdb_changes(st->db) == 1)
         return 0;
-    /* ON CONFLICT DO NOTHING: the custom_id is taken; find the first line. */
-    struct sdb_stmt *d = store_stmt(st, S_REQ_DUP_LINE, &rc);
-    if (!d || (rc = store_bind_text(st, d, 1, q->batch_id)) || (rc = store_bind_text(st, d, 2, q->custom_id)))
-        return rc;
-    r = sdb_step(d);
-    if (r == SDB_ROW && dup_line)
-        *dup_line = sdb_column_int64(d, 0);
-    rc = r == SDB_ROW ? ERR_EXISTS : store_sqlerr(st, r == SDB_DONE ? SDB_INTERNAL : r, "dup line");
-    sdb_reset(d);
+    /* ON CONFLICT DO NOTHING: the custom_id is taken */
+    return request_dup(st, q->batch_id, q->line, q->custom_id, on_dup, ctx);
+}
+
+/* PostgreSQL's ingest queue: the rows as array literals (store_arr_*), one
+ * per column, plus each row's line and custom_id for its duplicate report. */
+struct store_ingest_q {
+    struct buf id, line, cid, model, body, pte, mt; /* array literals, open */
+    int64_t *lines;  /* (n) line of each queued row, ascending as added */
+    char **cids;     /* (n) custom_id of each, owned */
+    unsigned char *done; /* (n) scratch: 1 when the INSERT returned its line */
+    size_t n, cap;
+    size_t body_bytes;
+    int broken; /* a row could not be queued: the flush fails (ERR_NOMEM), nothing is written */
+    char batch_id[ID_MAX], tenant_id[ID_MAX];
+    int64_t now;
+};
+
+static void inq_clear(struct store_ingest_q *q)
+{
+    for (size_t i = 0; i < q->n; i++)
+        free(q->cids[i]);
+    q->n = 0;
+    q->body_bytes = 0;
+    q->broken = 0;
+}
+
+void store_ingest_q_drop(struct store *st)
+{
+    if (st->inq)
+        inq_clear(st->inq);
+}
+
+void store_ingest_q_free(struct store *st)
+{
+    struct store_ingest_q *q = st->inq;
+    if (!q)
+        return;
+    inq_clear(q);
+    buf_release(&q->id), buf_release(&q->line), buf_release(&q->cid), buf_release(&q->model);
+    buf_release(&q->body), buf_release(&q->pte), buf_release(&q->mt);
+    free(q->lines), free(q->cids), free(q->done);
+    free(q);
+    st->inq = NULL;
+}
+
+static int inq_open(struct store_ingest_q *q)
+{
+    struct buf *all[] = {&q->id, &q->line, &q->cid, &q->model, &q->body, &q->pte, &q->mt};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (store_arr_begin(all[i]))
+            return ERR_NOMEM;
+    return 0;
+}
+
+static int inq_lines_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int store_request_flush(struct store *st, store_dup_fn on_dup, void *ctx)
+{
+    struct store_ingest_q *q = st->inq;
+    if (q && q->broken) {
+        inq_clear(q);
+        return ERR_NOMEM;
+    }
+    if (!q || q->n == 0)
+        return 0;
+    int rc = 0, r;
+    struct buf *all[] = {&q->id, &q->line, &q->cid, &q->model, &q->body, &q->pte, &q->mt};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (store_arr_end(all[i]))
+            rc = ERR_NOMEM;
+    struct sdb_stmt *s = rc ? NULL : store_stmt(st, S_REQ_INSERT_MANY, &rc);
+    if (s && !((rc = store_bind_text(st, s, 1, q->id.data)) || (rc = store_bind_text(st, s, 2, q->batch_id)) ||
+               (rc = store_bind_text(st, s, 3, q->tenant_id)) || (rc = store_bind_text(st, s, 4, q->line.data)) ||
+               (rc = store_bind_text(st, s, 5, q->cid.data)) || (rc = store_bind_text(st, s, 6, q->model.data)) ||
+               (rc = store_bind_text(st, s, 7, q->body.data)) || (rc = store_bind_text(st, s, 8, q->pte.data)) ||
+               (rc = store_bind_text(st, s, 9, q->mt.data)) || (rc = store_bind_int(st, s, 10, q->now)))) {
+        memset(q->done, 0, q->n);
+        while ((r = sdb_step(s)) == SDB_ROW) {
+            int64_t ln = sdb_column_int64(s, 0);
+            int64_t *at = bsearch(&ln, q->lines, q->n, sizeof *q->lines, inq_lines_cmp);
+            if (at)
+                q->done[at - q->lines] = 1;
+        }
+        if (r != SDB_DONE)
+            rc = store_sqlerr(st, r, "insert requests");
+        sdb_clear_bindings(s);
+        sdb_reset(s);
+    }
+    for (size_t i = 0; !rc && i < q->n; i++)
+        if (!q->done[i])
+            rc = request_dup(st, q->batch_id, q->lines[i], q->cids[i], on_dup, ctx);
+    inq_clear(q);
     return rc;
+}
+
+/* PostgreSQL: append the row to the queue (written by store_request_flush). */
+static int request_queue(struct store *st, const struct store_request_new *r, const char *id,
+                         store_dup_fn on_dup, void *ctx)
+{
+    struct store_ingest_q *q = st->inq;
+    int rc;
+    if (q && q->n && (q->n >= STORE_INGEST_Q_ROWS || q->body_bytes + r->body_len > STORE_INGEST_Q_BYTES ||
+                      strcmp(q->batch_id, r->batch_id) || strcmp(q->tenant_id, r->tenant_id) || q->now != r->now) &&
+        (rc = store_request_flush(st, on_dup, ctx)))
+        return rc;
+    if (!q) {
+        if (!(q = calloc(1, sizeof *q)))
+            return ERR_NOMEM;
+        /* bounded by the queue's caps (rows, body bytes) before the next row */
+        struct buf *all[] = {&q->id, &q->line, &q->cid, &q->model, &q->body, &q->pte, &q->mt};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            buf_init(all[i], SIZE_MAX);
+        st->inq = q;
+    }
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 64;
+        int64_t *l = realloc(q->lines, cap * sizeof *l);
+        if (l)
+            q->lines = l;
+        char **c = l ? realloc(q->cids, cap * sizeof *c) : NULL;
+        if (c)
+            q->cids = c;
+        unsigned char *d = c ? realloc(q->done, cap) : NULL;
+        if (!d)
+            return ERR_NOMEM;
+        q->done = d;
+        q->cap = cap;
+    }
+    if (q->n == 0) {
+        if ((rc = inq_open(q)))
+            return rc;
+        snprintf(q->batch_id, sizeof q->batch_id, "%s", r->batch_id);
+        snprintf(q->tenant_id, sizeof q->tenant_id, "%s", r->tenant_id);
+        q->now = r->now;
+    }
+    char *cid = strdup(r->custom_id);
+    if (!cid || store_arr_text(&q->id, id) || store_arr_int(&q->line, r->line) ||
+        store_arr_text(&q->cid, r->custom_id) || store_arr_text(&q->model, r->model) ||
+        store_arr_textn(&q->body, r->body, r->body_len) || store_arr_int(&q->pte, r->prompt_tokens_est) ||
+        store_arr_int(&q->mt, r->max_tokens)) {
+        free(cid);
+        inq_clear(q);
+        q->broken = 1; /* the literals are out of step: the transaction must not commit */
+        return ERR_NOMEM;
+    }
+    q->lines[q->n] = r->line;
+    q->cids[q->n] = cid;
+    q->n++;
+    q->body_bytes += r->body_len;
+    return 0;
+}
+
+int store_request_add(struct store *st, const struct store_request_new *q, store_dup_fn on_dup, void *ctx)
+{
+    if (st->depth == 0)
+        return ERR_BADSTATE;
+    char id[ID_MAX];
+    int rc = store_request_id(st, id);
+    if (rc)
+        return rc;
+    return st->pg ? request_queue(st, q, id, on_dup, ctx) : request_add_one(st, q, id, on_dup, ctx);
 }
 
 int store_ingest_checkpoint(struct store *st, const char *batch_id, int64_t line,

@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
-"""tests/bench/bench_pg_scale.py - jobd's lease+commit rate and polling
-latency on SQLite (1 jobd) and on PostgreSQL (1 and 2 jobd instances on one
-database and one shared --data), in one run on the same machine.
+"""tests/bench/bench_pg_scale.py - jobd's ingest and lease+commit rates,
+polling latency and CPU per request on SQLite + local files (1 jobd) and on
+PostgreSQL (1 jobd with local files, 1 jobd with its files in S3, 2 jobd
+instances on one database and one shared --data), in one run on the same
+machine.
 
-Each setup: one batch of N requests is submitted and ingested (not timed),
-then W worker processes (instant workers: lease packs of P, answer each
-request with a ~300-byte chat.completion, upload the pack as one zstd
-chunk) run until every request is committed; with 2 instances the workers
-alternate between them (worker i on instance i % 2). Meanwhile a client
-polls GET /v1/batches/{id} every 20 ms (alternating instances too).
-Reported per setup: lease+commit requests/s (first lease to last commit)
-and the poll latency p50 / p99, plus the worker lease-call p99; and the
-CPU used meanwhile: how busy the whole box was (/proc/stat) and the CPU
-seconds of the jobd process(es) and of PostgreSQL (its processes' /proc
-stat), so a run on a saturated box says so.
+Each setup: one batch of N requests is submitted (POST /v1/jobs) and
+ingested, timed from the POST to `in_progress` (the ingest rate, with the
+CPU that PostgreSQL and jobd used meanwhile per line); then W worker
+processes (instant workers: lease packs of P, answer each request with a
+~300-byte chat.completion, upload the pack as one zstd chunk) run until
+every request is committed; with 2 instances the workers alternate between
+them (worker i on instance i % 2). Meanwhile a client polls GET
+/v1/batches/{id} every 20 ms (alternating instances too). Reported per
+setup: lease+commit requests/s (first lease to last commit), the poll
+latency p50 / p99 and the worker lease-call p99; and the CPU used
+meanwhile: how busy the whole box was (/proc/stat), the CPU seconds of the
+jobd process(es) and of PostgreSQL (its processes' /proc stat), and both
+per committed request (us), so a run on a saturated box says so.
 
-usage: bench_pg_scale.py [N] [W] [P]   (default 20000 4 256)
-Needs the release build (build/jobd) and PostgreSQL (scripts/pg-cluster).
+usage: bench_pg_scale.py [N] [W] [P] [--setups LIST] [--pgss]
+  (default 20000 4 256, setups sqlite,pg,pg-s3,pg2)
+  --no-poll  no client polling GET /v1/batches/{id} meanwhile (the CPU
+           numbers are then the lease+commit path's alone)
+  --pgss   preload pg_stat_statements and print, per PostgreSQL setup, the
+           statements that took most server time in each phase (it costs
+           some server CPU itself: compare CPU numbers between runs of the
+           same kind only)
+Needs the release build (build/jobd), PostgreSQL (scripts/pg-cluster) and,
+for pg-s3, SeaweedFS (scripts/s3-server).
 """
 import http.client
 import json
@@ -46,12 +58,12 @@ def free_port():
 
 
 class Inst:
-    def __init__(self, tmp, data, extra):
+    def __init__(self, tmp, data, extra, env=None):
         self.port = free_port()
         self.log = open(os.path.join(tmp, "jobd-%d.log" % self.port), "wb")
         self.p = subprocess.Popen([JOBD, "--listen", "127.0.0.1:%d" % self.port, "--data", data,
                                    "--log-level", "warn", "--worker-token", "bench", "--sweep-interval", "200ms",
-                                   *extra], stdout=self.log, stderr=subprocess.STDOUT)
+                                   *extra], stdout=self.log, stderr=subprocess.STDOUT, env=env)
         for _ in range(1000):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
@@ -125,19 +137,28 @@ def proc_cpu(pid):
         return 0.0
 
 
+PG_POSTMASTER = [0]  # the pid of this run's cluster (set in main)
+
+
+def ppid_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def postgres_pids():
+    """The bench cluster's postmaster and its children (backends, autovacuum,
+    WAL writer...): other PostgreSQL servers on a shared box do not count."""
+    pm = PG_POSTMASTER[0]
+    return [pm] + [int(d) for d in os.listdir("/proc") if d.isdigit() and ppid_of(d) == pm]
+
+
 def postgres_cpu():
-    """CPU seconds of every live PostgreSQL process (server and backends)."""
-    t = 0.0
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/comm") as f:
-                    if f.read().strip() != "postgres":
-                        continue
-            except OSError:
-                continue
-            t += proc_cpu(d)
-    return t
+    """CPU seconds of the bench cluster's live processes (a backend that
+    exited meanwhile is not counted: the jobd pools keep theirs open)."""
+    return sum(proc_cpu(p) for p in postgres_pids())
 
 
 def box_busy():
@@ -148,14 +169,81 @@ def box_busy():
     return sum(v) - idle, sum(v)
 
 
+POLL = "--no-poll" not in sys.argv
+
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
 
 
-def run_setup(name, insts, n, w, pack):
+def pgss_reset(url):
+    if url:
+        subprocess.run(["psql", "-qAt", url, "-c", "SELECT pg_stat_statements_reset()"], check=True,
+                       capture_output=True)
+
+
+def pgss_top(url, phase, n_req, k=8):
+    """The k statements with the most server time since the last reset."""
+    if not url:
+        return
+    q = ("SELECT round(total_exec_time::numeric, 1), calls, round((total_exec_time * 1000 / %d)::numeric, 1), "
+         "regexp_replace(left(query, 110), '\\s+', ' ', 'g') FROM pg_stat_statements "
+         "ORDER BY total_exec_time DESC LIMIT %d" % (n_req, k))
+    r = subprocess.run(["psql", "-qAt", "-F", " | ", url, "-c", q], check=True, capture_output=True, text=True)
+    tot = subprocess.run(["psql", "-qAt", url, "-c", "SELECT round(sum(total_exec_time)::numeric, 1), sum(calls) "
+                          "FROM pg_stat_statements"], check=True, capture_output=True, text=True).stdout.split("|")
+    print(f"{'':<22} pg_stat_statements, {phase}: {tot[0]} ms in {tot[1].strip()} calls "
+          f"(ms | calls | us per request | statement):", flush=True)
+    for ln in r.stdout.strip().splitlines():
+        print(f"{'':<24}{ln}", flush=True)
+    if os.environ.get("BENCH_PGSS_DUMP"):  # every statement, whole text, appended to this file
+        q = ("SELECT round(total_exec_time::numeric, 1), calls, rows, shared_blks_hit, query "
+             "FROM pg_stat_statements ORDER BY total_exec_time DESC")
+        r = subprocess.run(["psql", "-qAt", "-F", " | ", url, "-c", q], check=True, capture_output=True, text=True)
+        with open(os.environ["BENCH_PGSS_DUMP"], "a") as f:
+            f.write(f"==== {phase} (ms | calls | rows | shared_blks_hit | query)\n{r.stdout}\n")
+
+
+def postgres_cpu_by_kind():
+    """CPU seconds of the bench cluster's processes by kind (their title:
+    a client backend, autovacuum, walwriter...)."""
+    out = {}
+    for p in postgres_pids():
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                t = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        k = "backends" if "127.0.0.1(" in t or "[local]" in t else t.replace("postgres:", "").strip().split(" ")[0]
+        out[k] = out.get(k, 0) + proc_cpu(p)
+    return out
+
+
+def cpu_now(insts):
+    if os.environ.get("BENCH_PG_KINDS"):
+        print(f"{'':<22} PostgreSQL CPU so far by process kind: " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in sorted(postgres_cpu_by_kind().items())), flush=True)
+    return [proc_cpu(x.p.pid) for x in insts], postgres_cpu(), box_busy()
+
+
+def cpu_line(cpu0, cpu1, n, secs, what):
+    busy = (cpu1[2][0] - cpu0[2][0]) / max(1, cpu1[2][1] - cpu0[2][1])
+    jd, pg = sum(cpu1[0]) - sum(cpu0[0]), cpu1[1] - cpu0[1]
+    print(f"{'':<22} CPU while timed: box {busy * 100:3.0f}% busy ({os.cpu_count()} CPUs), "
+          f"jobd {jd:5.2f} s, PostgreSQL {pg:5.2f} s over {secs:5.1f} s: "
+          f"per {what} jobd {jd / n * 1e6:5.1f} us, PostgreSQL {pg / n * 1e6:5.1f} us", flush=True)
+    return jd / n * 1e6, pg / n * 1e6
+
+
+def run_setup(name, insts, n, w, pack, pgss=None):
     c = http.client.HTTPConnection("127.0.0.1", insts[0].port, timeout=600)
-    c.request("POST", "/v1/jobs", "".join(line(i) for i in range(n)).encode())
+    body = "".join(line(i) for i in range(n)).encode()
+    pgss_reset(pgss)
+    cpu0 = cpu_now(insts)
+    t0 = time.monotonic()
+    c.request("POST", "/v1/jobs", body)
     r = c.getresponse()
     b = json.loads(r.read())
     assert r.status == 200, b
@@ -164,7 +252,15 @@ def run_setup(name, insts, n, w, pack):
         b = json.loads(c.getresponse().read())
         if b["status"] == "in_progress":
             break
-        time.sleep(0.02)
+        assert b["status"] == "validating", b
+        time.sleep(0.01)
+    t_ing = time.monotonic() - t0
+    cpu1 = cpu_now(insts)
+    print(f"{name:<22} ingest {n / t_ing:7.0f} lines/s ({t_ing:5.2f} s, {len(body) / 1e6:.1f} MB, "
+          f"POST to in_progress)", flush=True)
+    ing_cpu = cpu_line(cpu0, cpu1, n, t_ing, "line")
+    pgss_top(pgss, "ingest", n)
+    pgss_reset(pgss)
     counter = mp.Value("q", 0)
     lat_q, t0_q = mp.Queue(), mp.Queue()
     procs = [mp.Process(target=worker, args=(insts[i % len(insts)].port, n, pack, counter, lat_q, t0_q))
@@ -173,6 +269,8 @@ def run_setup(name, insts, n, w, pack):
     stop = threading.Event()
 
     def poller():
+        if not POLL:
+            return
         conns = [http.client.HTTPConnection("127.0.0.1", x.port, timeout=60) for x in insts]
         i = 0
         while not stop.is_set():
@@ -186,7 +284,12 @@ def run_setup(name, insts, n, w, pack):
 
     th = threading.Thread(target=poller, daemon=True)
     th.start()
-    cpu0 = [proc_cpu(x.p.pid) for x in insts], postgres_cpu(), box_busy()
+    cpu0 = cpu_now(insts)
+    perf = None
+    if os.environ.get("BENCH_PERF"):  # perf record of PostgreSQL's processes while timed, into this file
+        pids = ",".join(str(p) for p in postgres_pids())
+        perf = subprocess.Popen(["perf", "record", "-q", "-F", "499", *os.environ.get("BENCH_PERF_ARGS", "").split(), "-o", os.environ["BENCH_PERF"], "-p", pids],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for p in procs:
         p.start()
     lats, firsts = [], []
@@ -194,7 +297,10 @@ def run_setup(name, insts, n, w, pack):
         lats.extend(lat_q.get())
         firsts.append(t0_q.get())
     t_end = time.monotonic()
-    cpu1 = [proc_cpu(x.p.pid) for x in insts], postgres_cpu(), box_busy()
+    cpu1 = cpu_now(insts)
+    if perf:
+        perf.send_signal(2)
+        perf.wait()
     for p in procs:
         p.join()
     stop.set()
@@ -210,48 +316,91 @@ def run_setup(name, insts, n, w, pack):
     assert b["request_counts"]["completed"] == n, b
     print(f"{name:<22} lease+commit {rate:7.0f} req/s   poll p50 {pct(polls, .5) * 1e3:6.1f} ms "
           f"p99 {pct(polls, .99) * 1e3:6.1f} ms   lease p99 {pct(lats, .99) * 1e3:6.1f} ms", flush=True)
-    busy = (cpu1[2][0] - cpu0[2][0]) / max(1, cpu1[2][1] - cpu0[2][1])
-    print(f"{'':<22} CPU while timed: box {busy * 100:3.0f}% busy ({os.cpu_count()} CPUs), "
-          f"jobd {sum(cpu1[0]) - sum(cpu0[0]):5.1f} s, PostgreSQL {cpu1[1] - cpu0[1]:5.1f} s "
-          f"over {t_end - min(firsts):5.1f} s", flush=True)
-    return rate
+    lc_cpu = cpu_line(cpu0, cpu1, n, t_end - min(firsts), "committed request")
+    pgss_top(pgss, "lease+commit", n)
+    return {"ingest": n / t_ing, "rate": rate, "ingest_cpu": ing_cpu, "cpu": lc_cpu}
 
 
 def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
-    w = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-    pack = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    setups = "sqlite,pg,pg-s3,pg2".split(",")
+    pgss = "--pgss" in sys.argv
+    for a in sys.argv[1:]:
+        if a.startswith("--setups="):
+            setups = a.split("=", 1)[1].split(",")
+    n = int(args[0]) if len(args) > 0 else 20000
+    w = int(args[1]) if len(args) > 1 else 4
+    pack = int(args[2]) if len(args) > 2 else 256
     tmp = tempfile.mkdtemp(prefix="bench-pg-scale-")
     cluster = os.path.join(tempfile.gettempdir(), "bench-pg-%d" % os.getpid())
+    s3dir = os.path.join(tempfile.gettempdir(), "bench-s3-%d" % os.getpid())
+    env = dict(os.environ)
+    if pgss:
+        env["PG_CLUSTER_OPTS"] = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000"
+    if os.environ.get("BENCH_PG_OPTS"):  # more server options (e.g. auto_explain's)
+        env["PG_CLUSTER_OPTS"] = env.get("PG_CLUSTER_OPTS", "") + " " + os.environ["BENCH_PG_OPTS"]
     r = subprocess.run([os.path.join(ROOT, "scripts", "pg-cluster"), "start", cluster], capture_output=True,
-                       text=True)
+                       text=True, env=env)
     if r.returncode:
         raise SystemExit("pg-cluster: " + r.stderr)
     url = r.stdout.strip()
+    with open(os.path.join(cluster, "data", "postmaster.pid")) as f:
+        PG_POSTMASTER[0] = int(f.readline())
+    s3 = None
     print(f"bench_pg_scale: N={n}, {w} worker processes, packs of {pack}, release build; "
-          f"PostgreSQL {url.rsplit('@', 1)[1]} (scripts/pg-cluster: fsync off)", flush=True)
+          f"PostgreSQL {url.rsplit('@', 1)[1]} (scripts/pg-cluster: fsync off); setups {','.join(setups)}"
+          f"{'; pg_stat_statements on' if pgss else ''}", flush=True)
     res = {}
+    labels = {"pg": (1, "PostgreSQL, 1 jobd"), "pg-s3": (1, "PostgreSQL+S3, 1 jobd"),
+              "pg2": (2, "PostgreSQL, 2 jobd")}
     try:
-        i = Inst(tmp, os.path.join(tmp, "sqlite"), [])
-        try:
-            res["sqlite"] = run_setup("SQLite, 1 jobd", [i], n, w, pack)
-        finally:
-            i.stop()
-        for k, label in ((1, "PostgreSQL, 1 jobd"), (2, "PostgreSQL, 2 jobd")):
-            db = "bench%d" % k
+        for k in setups:
+            if k == "sqlite":
+                i = Inst(tmp, os.path.join(tmp, "sqlite"), [])
+                try:
+                    res[k] = run_setup("SQLite, 1 jobd", [i], n, w, pack)
+                finally:
+                    i.stop()
+                continue
+            n_inst, label = labels[k]
+            db = "bench_" + k.replace("-", "_")
             subprocess.run(["psql", "-q", url, "-c", f"CREATE DATABASE {db}"], check=True, capture_output=True)
             u = url.rsplit("/", 1)[0] + "/" + db
+            if pgss:
+                subprocess.run(["psql", "-q", u, "-c", "CREATE EXTENSION pg_stat_statements"], check=True,
+                               capture_output=True)
             data = os.path.join(tmp, db)
-            insts = [Inst(tmp, data, ["--database", u]) for _ in range(k)]
+            extra, ienv = ["--database", u], None
+            if k == "pg-s3":
+                r = subprocess.run([os.path.join(ROOT, "scripts", "s3-server"), "start", s3dir],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    raise SystemExit("s3-server: " + r.stderr)
+                s3 = r.stdout.strip()
+                ienv = dict(os.environ, JOBD_FILES="s3://jobd/bench", AWS_ENDPOINT_URL=s3,
+                            AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="jobd-test",
+                            AWS_SECRET_ACCESS_KEY="jobd-test-secret")
+            insts = [Inst(tmp, data, extra, ienv) for _ in range(n_inst)]
             try:
-                res[k] = run_setup(label, insts, n, w, pack)
+                res[k] = run_setup(label, insts, n, w, pack, u if pgss else None)
             finally:
                 for x in insts:
                     x.stop()
-        print(f"ratios: PostgreSQL 1 jobd / SQLite = {res[1] / res['sqlite']:.2f}, "
-              f"PostgreSQL 2 jobd / 1 jobd = {res[2] / res[1]:.2f}", flush=True)
+        base = res.get("sqlite")
+        if base:
+            for k in setups:
+                if k != "sqlite":
+                    print(f"ratios: {labels[k][1]} / SQLite: lease+commit {res[k]['rate'] / base['rate']:.2f}, "
+                          f"ingest {res[k]['ingest'] / base['ingest']:.2f}", flush=True)
+        if "pg" in res and "pg2" in res:
+            print(f"ratios: PostgreSQL 2 jobd / 1 jobd = {res['pg2']['rate'] / res['pg']['rate']:.2f}", flush=True)
     finally:
-        subprocess.run([os.path.join(ROOT, "scripts", "pg-cluster"), "stop", cluster], capture_output=True)
+        if os.environ.get("BENCH_KEEP_PG"):  # left running for a look at its log and tables
+            print(f"PostgreSQL kept: {cluster} ({url}); scripts/pg-cluster stop {cluster}", flush=True)
+        else:
+            subprocess.run([os.path.join(ROOT, "scripts", "pg-cluster"), "stop", cluster], capture_output=True)
+        if s3:
+            subprocess.run([os.path.join(ROOT, "scripts", "s3-server"), "stop", s3dir], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

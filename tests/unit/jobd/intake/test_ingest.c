@@ -354,6 +354,63 @@ TEST(ingest_file_level_errors_and_limits)
     store_close(fx.st);
 }
 
+/* PostgreSQL writes ingest rows in groups of STORE_INGEST_Q_ROWS: a
+ * duplicate must still be reported at its own line, naming the first one,
+ * in line order with the other errors, whether the first is in the same
+ * group, an earlier group of the same transaction, or a committed chunk. */
+TEST(ingest_duplicates_across_row_groups_and_checkpoints_report_in_line_order)
+{
+    struct fx fx;
+    fx_open(&fx);
+    struct ingest_limits lim;
+    small_limits(&lim);
+    lim.rows_per_tx = 1500; /* lines 1..1500 commit before the rest is read */
+    struct buf in, l;
+    buf_init(&in, 4 << 20);
+    buf_init(&l, 4096);
+    /* line -> the custom_id it carries (c<line> unless a case below) */
+    for (int ln = 1; ln <= 2600; ln++) {
+        char cid[16];
+        int dup_of = ln == 1200 ? 5 : ln == 1400 ? 1350 : ln == 1401 ? 1350 : ln == 2000 ? 10 : ln == 2500 ? 1999 : 0;
+        snprintf(cid, sizeof cid, "c%d", dup_of ? dup_of : ln);
+        if (ln == 1300)
+            buf_append_str(&in, "nope");
+        else
+            buf_append_str(&in, chat_line(&l, cid));
+        buf_append_str(&in, "\n");
+    }
+    char id[ID_MAX];
+    fx_batch(&fx, CHAT, in.data, in.len, id);
+    struct ingest_report rep;
+    CHECK_EQ_INT(ingest_batch(fx.st, id, &lim, NULL, &rep), 0);
+    CHECK_EQ_INT(rep.outcome, INGEST_INVALID);
+    struct store_batch b;
+    CHECK_EQ_INT(store_batch_get(fx.st, fx.t.id, id, &b), 0);
+    json_t *v = json_loads(b.errors, 0, NULL);
+    static const struct { int64_t line; const char *code; const char *first; } want[] = {
+        {1200, "duplicate_custom_id", "line 5;"},   /* same transaction, an earlier group */
+        {1300, "invalid_json_line", NULL},
+        {1400, "duplicate_custom_id", "line 1350;"}, /* the same group */
+        {1401, "duplicate_custom_id", "line 1350;"},
+        {2000, "duplicate_custom_id", "line 10;"},   /* a committed chunk */
+        {2500, "duplicate_custom_id", "line 1999;"},
+    };
+    CHECK(json_is_array(v));
+    CHECK_EQ_INT(json_array_size(v), sizeof want / sizeof *want);
+    for (size_t i = 0; i < sizeof want / sizeof *want && i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        CHECK_EQ_INT(json_integer_value(json_object_get(e, "line")), want[i].line);
+        CHECK_EQ_STR(json_string_value(json_object_get(e, "code")), want[i].code);
+        if (want[i].first)
+            CHECK(strstr(json_string_value(json_object_get(e, "message")), want[i].first) != NULL);
+    }
+    json_decref(v);
+    store_batch_release(&b);
+    buf_release(&in);
+    buf_release(&l);
+    store_close(fx.st);
+}
+
 TEST(ingest_49999_valid_lines_then_a_bad_one_fails_at_line_50000)
 {
     struct fx fx;

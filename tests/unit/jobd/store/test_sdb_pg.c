@@ -296,3 +296,73 @@ TEST(sdb_pg_outage_fails_busy_keeps_the_lost_transaction_failed_and_reconnects)
     sdb_finalize(cnt);
     sdb_close(db);
 }
+
+/* Wait on db until it reports a notification or a re-LISTEN (1), at most
+ * n_calls calls of 200 ms; the number of SDB_BUSY answers in *busy. */
+static int wait_until_woken(struct sdb *db, int n_calls, int *busy)
+{
+    for (int i = 0; i < n_calls; i++) {
+        int r = sdb_pg_wait(db, 200);
+        if (r == 1)
+            return 1;
+        if (r == SDB_BUSY)
+            (*busy)++;
+        else if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int64_t one_int(struct sdb *db, const char *sql)
+{
+    struct sdb_stmt *s = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, sql, &s), SDB_OK);
+    int r;
+    for (int i = 0; i < 100 && (r = sdb_step(s)) == SDB_BUSY; i++) { /* reconnecting, with its backoff */
+        sdb_reset(s);
+        usleep(50 * 1000);
+    }
+    CHECK_EQ_INT(r, SDB_ROW);
+    int64_t v = sdb_column_int64(s, 0);
+    sdb_finalize(s);
+    return v;
+}
+
+TEST(sdb_pg_listen_comes_back_after_its_backend_is_killed_and_a_failed_listen_is_retried)
+{
+    char url[256], err[512], sql[128];
+    pg_url(url, sizeof url);
+    struct sdb *db = NULL, *db2 = NULL;
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db2, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_listen(db, "sdbt_work"), SDB_OK);
+    int busy = 0;
+    exec_ok(db2, "NOTIFY sdbt_work");
+    CHECK_EQ_INT(wait_until_woken(db, 25, &busy), 1);
+
+    /* the listener's backend is killed and its next two LISTENs fail: the
+     * wait reports the outage (SDB_BUSY), reconnects, retries LISTEN after
+     * its backoff until it holds, and says so (1) */
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)one_int(db, "SELECT pg_backend_pid()"));
+    sdb_pg_fail_listens(db, 2);
+    exec_ok(db2, sql);
+    busy = 0;
+    CHECK_EQ_INT(wait_until_woken(db, 50, &busy), 1);
+    CHECK(busy >= 3); /* the drop, then the two failed LISTENs */
+    CHECK_EQ_INT(one_int(db, "SELECT count(*) FROM pg_listening_channels()"), 1);
+    exec_ok(db2, "NOTIFY sdbt_work"); /* wake-ups work again */
+    CHECK_EQ_INT(wait_until_woken(db, 25, &busy), 1);
+
+    /* killed again and reconnected by a statement on the same connection
+     * (not by the wait): the wait still LISTENs again */
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)one_int(db, "SELECT pg_backend_pid()"));
+    exec_ok(db2, sql);
+    usleep(100 * 1000);
+    CHECK_EQ_INT(one_int(db, "SELECT 1"), 1); /* fails once (the drop), then reconnects */
+    CHECK_EQ_INT(wait_until_woken(db, 25, &busy), 1);
+    CHECK_EQ_INT(one_int(db, "SELECT count(*) FROM pg_listening_channels()"), 1);
+    exec_ok(db2, "NOTIFY sdbt_work");
+    CHECK_EQ_INT(wait_until_woken(db, 25, &busy), 1);
+    sdb_close(db2);
+    sdb_close(db);
+}

@@ -233,6 +233,24 @@ TEST(store_batch_transitions_allow_exactly_the_state_machine)
     store_close(st);
 }
 
+struct dups { /* what store_request_add's on_dup reported */
+    int n;
+    int64_t line[8], first[8];
+    char cid[8][16];
+};
+
+static int dup_note(void *ctx, int64_t line, const char *custom_id, int64_t first_line)
+{
+    struct dups *d = ctx;
+    if (d->n < 8) {
+        d->line[d->n] = line;
+        d->first[d->n] = first_line;
+        snprintf(d->cid[d->n], sizeof d->cid[d->n], "%s", custom_id);
+    }
+    d->n++;
+    return 0;
+}
+
 static void add_request(struct store *st, const struct store_batch *b, int line, char *id_out)
 {
     char cid[32], body[64];
@@ -240,7 +258,7 @@ static void add_request(struct store *st, const struct store_batch *b, int line,
     snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"%d\"}", line);
     struct store_request_new q = {b->id, b->tenant_id, line, cid, "m", body, strlen(body), 3, 16, NOW};
     CHECK_EQ_INT(store_tx_begin(st), 0);
-    CHECK_EQ_INT(store_request_add(st, &q, NULL), 0);
+    CHECK_EQ_INT(store_request_add(st, &q, NULL, NULL), 0);
     CHECK_EQ_INT(store_tx_commit(st), 0);
     (void)id_out;
 }
@@ -285,14 +303,26 @@ TEST(store_request_transitions_with_lease_fencing_and_counts)
     add_request(st, &b, 2, NULL);
     /* store_request_add outside a transaction is refused */
     struct store_request_new q = {b.id, t.id, 3, "c-3", "m", "{}", 2, 0, 0, NOW};
-    CHECK_EQ_INT(store_request_add(st, &q, NULL), ERR_BADSTATE);
-    /* duplicate custom_id reports the first line */
-    int64_t dup = 0;
+    CHECK_EQ_INT(store_request_add(st, &q, NULL, NULL), ERR_BADSTATE);
+    /* duplicate custom_id reports the first line (by the add on SQLite, by
+     * the flush of the queue on PostgreSQL; without a callback: ERR_EXISTS) */
+    struct dups dd = {0};
     struct store_request_new d = {b.id, t.id, 9, "c-1", "m", "{}", 2, 0, 0, NOW};
     CHECK_EQ_INT(store_tx_begin(st), 0);
-    CHECK_EQ_INT(store_request_add(st, &d, &dup), ERR_EXISTS);
-    CHECK_EQ_INT(dup, 1);
+    CHECK_EQ_INT(store_request_add(st, &d, dup_note, &dd), 0);
+    CHECK_EQ_INT(store_request_flush(st, dup_note, &dd), 0);
+    CHECK_EQ_INT(dd.n, 1);
+    CHECK_EQ_INT(dd.line[0], 9);
+    CHECK_EQ_INT(dd.first[0], 1);
     store_tx_rollback(st);
+    CHECK_EQ_INT(store_tx_begin(st), 0);
+    int rc = store_request_add(st, &d, NULL, NULL);
+    if (rc == 0)
+        rc = store_tx_commit(st);
+    else
+        store_tx_rollback(st);
+    CHECK_EQ_INT(rc, ERR_EXISTS);
+    CHECK_EQ_INT(store_tx_commit(st), ERR_BADSTATE); /* the failed commit ended the transaction */
     CHECK_EQ_INT(store_ingest_succeed(st, b.id, "m", NOW), 0); /* n_total = 2, -> in_progress */
     struct store_batch mid;
     CHECK_EQ_INT(store_batch_get(st, t.id, b.id, &mid), 0);

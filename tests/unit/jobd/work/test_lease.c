@@ -500,7 +500,7 @@ TEST(lease_validating_batches_are_not_leasable)
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, &b), 0);
     CHECK_EQ_INT(store_tx_begin(fx.st), 0);
     struct store_request_new q = {b.id, fx.ta.id, 1, "c-1", "smollm", "{\"model\":\"smollm\",\"prompt\":\"x\"}", 32, 1, 8, NOW};
-    CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+    CHECK_EQ_INT(store_request_add(fx.st, &q, NULL, NULL), 0);
     CHECK_EQ_INT(store_tx_commit(fx.st), 0);
     struct store_lease l;
     struct store_lease_ask a = ask_of(&fx, 4);
@@ -540,7 +540,7 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
         snprintf(cid, sizeof cid, "e-%d", i);
         struct store_request_new q = {b.id, fx.ta.id, i + 1, cid, "smollm",
                                       "{\"model\":\"smollm\",\"input\":\"x\"}", 31, 1, 0, NOW};
-        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL, NULL), 0);
     }
     CHECK_EQ_INT(store_tx_commit(fx.st), 0);
     CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
@@ -616,7 +616,7 @@ TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
         snprintf(cid, sizeof cid, "r-%d", i);
         struct store_request_new q = {b.id, fx.ta.id, i + 1, cid, "smollm",
                                       "{\"model\":\"smollm\",\"input\":\"x\"}", 31, 16, 0, NOW};
-        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL), 0);
+        CHECK_EQ_INT(store_request_add(fx.st, &q, NULL, NULL), 0);
     }
     CHECK_EQ_INT(store_tx_commit(fx.st), 0);
     CHECK_EQ_INT(store_ingest_succeed(fx.st, b.id, "smollm", NOW), 0);
@@ -1594,6 +1594,96 @@ static int body_check_row(void *ctx, const struct store_result_row *row)
  * another lease (stale), a transient error, a 4xx answer; then a chunk of
  * only transient errors; then the chunk sent again (duplicates). Counters,
  * results rows and ledger rows are exact. */
+/* PostgreSQL keeps each (lease, batch)'s token sums in lease_batches
+ * (statement-level triggers on results, schema_pg.sql migration 8) for the
+ * fleet's reads, and deletes a request's results by a statement-level
+ * trigger instead of a foreign key: the sums follow inserts and deletes
+ * exactly, and deleting requests leaves no result behind (both engines). */
+TEST(lease_commit_token_sums_follow_results_and_results_go_with_their_requests_and_batches)
+{
+    struct fx fx;
+    fx_open(&fx);
+    char bid[ID_MAX];
+    fx_batch(&fx, &fx.ta, "m", 5, NULL, 86400, bid);
+    int64_t now = NOW + 10;
+    struct store_lease_ask a = ask_of(&fx, 5);
+    struct store_lease l;
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 5);
+    char *b[5];
+    struct store_result rs[5];
+    for (int i = 0; i < 5; i++) {
+        b[i] = success_body(&l.items[i]);
+        rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200,
+                                      .body = b[i], .body_len = strlen(b[i]), .prompt_tokens = 10 + i,
+                                      .completion_tokens = 3 * i, .cached_tokens = i};
+    }
+    enum store_commit_outcome oc[5];
+    /* two commits on one lease: the sums add up */
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs, 2, now, oc), 0);
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs + 2, 3, now, oc), 0);
+    char q[400];
+    if (th_pg_on()) {
+        snprintf(q, sizeof q, "SELECT prompt_tokens * 1000000 + completion_tokens * 1000 + cached_tokens "
+                 "FROM lease_batches WHERE lease_id = '%s' AND batch_id = '%s'", l.id, bid);
+        CHECK_EQ_INT(sql_count(&fx, q), 60 * 1000000 + 30 * 1000 + 10);
+        snprintf(q, sizeof q, "DELETE FROM results WHERE request_id = '%s'", l.items[4].id);
+        struct sdb *db = th_db_open(fx.dir);
+        CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+        sdb_close(db);
+        snprintf(q, sizeof q, "SELECT prompt_tokens * 1000000 + completion_tokens * 1000 + cached_tokens "
+                 "FROM lease_batches WHERE lease_id = '%s' AND batch_id = '%s'", l.id, bid);
+        CHECK_EQ_INT(sql_count(&fx, q), 46 * 1000000 + 18 * 1000 + 6);
+    }
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid);
+    CHECK(sql_count(&fx, q) >= 4);
+    struct sdb *db = th_db_open(fx.dir);
+    if (!th_pg_on()) /* per connection on SQLite; the store's own sets it */
+        CHECK_EQ_INT(sdb_exec(db, "PRAGMA foreign_keys = ON"), SDB_OK);
+    snprintf(q, sizeof q, "DELETE FROM requests WHERE batch_id = '%s'", bid);
+    CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+    sdb_close(db);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    if (th_pg_on()) {
+        snprintf(q, sizeof q, "SELECT prompt_tokens + completion_tokens + cached_tokens FROM lease_batches "
+                 "WHERE lease_id = '%s' AND batch_id = '%s'", l.id, bid);
+        CHECK_EQ_INT(sql_count(&fx, q), 0);
+    }
+    for (int i = 0; i < 5; i++)
+        free(b[i]);
+    store_lease_clear(&l);
+    /* a deleted batch takes its requests and their results along
+     * (PostgreSQL: statement-level triggers, no per-row foreign keys) */
+    char bid2[ID_MAX];
+    fx_batch(&fx, &fx.ta, "m", 3, NULL, 86400, bid2);
+    a = ask_of(&fx, 3);
+    CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
+    CHECK_EQ_INT((int)l.n, 3);
+    for (int i = 0; i < 3; i++) {
+        b[i] = success_body(&l.items[i]);
+        rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS, .status_code = 200,
+                                      .body = b[i], .body_len = strlen(b[i]), .prompt_tokens = 1};
+    }
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, rs, 3, now, oc), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid2);
+    CHECK_EQ_INT(sql_count(&fx, q), 3);
+    db = th_db_open(fx.dir);
+    if (!th_pg_on())
+        CHECK_EQ_INT(sdb_exec(db, "PRAGMA foreign_keys = ON"), SDB_OK);
+    snprintf(q, sizeof q, "DELETE FROM batches WHERE id = '%s'", bid2);
+    CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+    sdb_close(db);
+    snprintf(q, sizeof q, "SELECT count(*) FROM requests WHERE batch_id = '%s'", bid2);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", bid2);
+    CHECK_EQ_INT(sql_count(&fx, q), 0);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+    store_lease_clear(&l);
+    store_close(fx.st);
+}
+
 TEST(lease_commit_chunk_mixes_outcomes_exactly)
 {
     struct fx fx;
