@@ -3,7 +3,7 @@
  * must be exactly what make gives for that seq), expiry policies
  * (expires_after / output_expires_after, JSON and form), Accept-Encoding
  * lists and completion windows. The first byte picks the parser.
- * fuzz-src: jobd/api/api_json.c
+ * fuzz-src: jobd/api/api_json.c jobd/work/reuse.c
  */
 #include <jansson.h>
 #include <stdint.h>
