@@ -290,7 +290,7 @@ test-build: $(REL_BINS) $(ASAN_BINS) $(TEST_BINS) $(BUILD)/crashsim.so
 # flags are computed when make starts).
 test: deps
 	@$(MAKE) --no-print-directory test-build
-	@BUILD=$(BUILD) tests/run $(TEST_BINS)
+	@BUILD=$(BUILD) TESTS_ALL=1 tests/run $(TEST_BINS)
 
 run: deps
 	@$(MAKE) --no-print-directory all
