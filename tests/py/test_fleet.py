@@ -165,6 +165,12 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     w.worker_id = r.json()["worker_id"]
     idle = TestWorker(d.port, WT, model="smollm", name="idle-1")
     idle.register()
+    # no class matches and no price declared: unpriced (priced 0, flagged, a warning); declared 0 is a price
+    free = TestWorker(d.port, WT, model="smollm", name="free-1")
+    free.register()
+    zero = TestWorker(d.port, WT, model="smollm", name="zero-1")
+    r = zero.post("/v1/worker/register", {"name": "zero-1", "models": [{"id": "smollm"}], "hourly_cost_micros": 0})
+    assert r.status == 200, r
     ba = d.submit(jsonl(3), key=ka)
     bb = d.submit(jsonl(2), key=kb)
     for b, k in ((ba, ka), (bb, kb)):
@@ -179,12 +185,18 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     adm = d.json("GET", "/v1/admin/usage?view=fleet&group_by=batch", key="adm")
     assert sorted(x["key"] for x in adm["data"]) == sorted([ba["id"], bb["id"]]), adm
     ws = {x["name"]: x for x in adm["workers"]}
+    assert {n: x["unpriced"] for n, x in ws.items()} == \
+        {"busy-1": False, "idle-1": False, "free-1": True, "zero-1": False}, ws
+    assert ws["free-1"]["hourly_cost_micros"] == 0 and ws["free-1"]["cost"]["amount_micros"] == 0, ws
+    log = d.proc.log()
+    assert "worker 'free-1' (%s) has no hourly cost" % ws["free-1"]["id"] in log, log[-3000:]
+    assert "'zero-1'" not in log and "'idle-1'" not in log, log[-3000:]
     assert ws["idle-1"]["busy_ms"] == 0 and ws["idle-1"]["hourly_cost_micros"] == 36000000, ws
     assert ws["idle-1"]["idle"]["amount_micros"] == ws["idle-1"]["cost"]["amount_micros"] >= 10000, ws
     assert ws["idle-1"]["state"] == "idle" and ws["busy-1"]["state"] == "idle", ws
     assert ws["busy-1"]["hourly_cost_micros"] == 3600000, ws
     listed = {x["name"]: x["hourly_cost_micros"] for x in d.json("GET", "/v1/workers", key="adm")["data"]}
-    assert listed == {"busy-1": 3600000, "idle-1": 36000000}, listed
+    assert listed == {"busy-1": 3600000, "idle-1": 36000000, "free-1": 0, "zero-1": 0}, listed
     one = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&tenant=beta", key="adm")
     assert one["tenant_id"] and all(x["key"] == "smollm" for x in one["data"]), one
     # bad queries
@@ -201,9 +213,11 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     out = r.stdout.splitlines()
     assert out[0].split()[:3] == ["BATCH", "WORKER", "S"] and out[1].startswith(ba["id"]), r.stdout
     assert out[2].startswith("total") and out[3].startswith("idle (the fleet's own line)"), r.stdout
-    assert out[4].startswith("fleet: 2 worker(s),") and len(out) == 5, r.stdout
+    assert out[4].startswith("fleet: 4 worker(s),") and len(out) == 5, r.stdout
     r = run([binary("jobctl"), "usage", "--fleet", "--all-tenants", "--admin-token", "adm"], env=env)
     assert r.returncode == 0 and "idle-1" in r.stdout and "busy-1" in r.stdout and "$36.000000" in r.stdout, r
+    [free_line] = [x for x in r.stdout.splitlines() if x.startswith("free-1 ")]
+    assert free_line.split()[1:3] == ["idle", "unpriced"], r.stdout
     r = run([binary("jobctl"), "usage", "--fleet", "--json"], env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["view"] == "fleet", r
     r = run([binary("jobctl"), "usage", "--fleet", "--batch", ba["id"]], env=env)
@@ -230,11 +244,23 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
 
 def test_fleet_bad_prices_and_classes_refused_at_start():
     jobd = binary("jobd")
-    for flag, val in (("--worker-costs", "gpu-*=-1"), ("--worker-costs", "gpu-*=20000"),
-                      ("--worker-costs", "gpu-*"), ("--worker-costs", "a=1,a=2"),
-                      ("--reference-prices", "m=-5:1")):
+    for flag, val, says in (("--worker-costs", "gpu-*=-1", "(got '-1')"), ("--worker-costs", "gpu-*=20000", "0 .. 10000"),
+                            ("--worker-costs", "gpu-*", "expected NAME_GLOB=USD"),
+                            ("--worker-costs", "a=1,a=2", "listed twice"),
+                            # a class an earlier glob shadows could never apply
+                            ("--worker-costs", "*=1,gpu-*=2",
+                             "'gpu-*' can never apply: every name it matches matches '*' (entry 1) first"),
+                            ("--worker-costs", "gpu-*=2,gpu-h100-*=3", "'gpu-h100-*' can never apply"),
+                            ("--reference-prices", "m=-5:1", "bad price"),
+                            # an absurd reference price: above the cap of 10^12 micro-dollars per 1M tokens
+                            ("--reference-prices", "m=1000000000001:1", "at most 1000000000000"),
+                            ("--reference-prices", "m=1:1:1000000000001", "at most 1000000000000")):
         r = run([jobd, "--listen", "127.0.0.1:0", "--data", "/nonexistent/x", flag, val])
-        assert r.returncode == 2 and flag in r.stderr, (flag, val, r.returncode, r.stderr)
+        assert r.returncode == 2 and flag in r.stderr and says in r.stderr, (flag, val, r.returncode, r.stderr)
+    # the narrower glob first is the way to say it
+    r = run([jobd, "--listen", "127.0.0.1:0", "--data", "/nonexistent/x", "--worker-costs", "gpu-*=2,*=1",
+             "--reference-prices", "m=1000000000000:1"])
+    assert "--worker-costs" not in r.stderr and "--reference-prices" not in r.stderr, r.stderr
     jw = binary("jobworker")
     for val in ("-3", "abc", "10001", "1.0000001"):
         r = run([jw, "--jobd", "http://127.0.0.1:9", "--model", "/nonexistent.gguf", "--hourly-cost", val])
