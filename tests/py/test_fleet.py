@@ -15,7 +15,7 @@ import time
 
 from harness import ROOT, Proc, Skip, binary, db_connect, run, tmpdir
 from jobdlib import Jobd, create_key, jsonl
-from workerlib import TestWorker
+from workerlib import TestWorker, success
 
 TIMEOUT = 900
 MODEL = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -53,6 +53,14 @@ def wait_done(d, bid, workers, timeout=600):
         time.sleep(0.2)
 
 
+def jc_duration(s):
+    """jobctl's duration format (cmd/jobctl/client.c jc_fmt_duration)."""
+    for unit, sub, w in ((86400, 3600, "dh"), (3600, 60, "hm"), (60, 1, "ms")):
+        if s >= unit:
+            return "%d%s%02d%s" % (s // unit, w[0], s % unit // sub, w[1])
+    return "%ds" % s
+
+
 def lines(n, tag):
     out = []
     for i in range(n):
@@ -83,6 +91,14 @@ def test_fleet_real_workers_batches_plus_idle_equal_registered_time():
         est = d.json("POST", "/v1/batches/estimate", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
                                                       "completion_window": "24h"})
         by_model = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&since=%d" % (int(t1) - 7 * 86400))
+        # jobctl submit --dry-run on the same lines: the same estimate, printed
+        path = os.path.join(tmpdir(), "z.jsonl")
+        with open(path, "wb") as fh:
+            fh.write(lines(10, "z"))
+        dry = run([binary("jobctl"), "submit", "--dry-run", path],
+                  env={"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBCTL_CONFIG": "", "HOME": tmpdir()})
+        est2 = d.json("POST", "/v1/batches/estimate", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+                                                       "completion_window": "24h"})
     finally:
         wa.stop()
         wb.stop()
@@ -144,6 +160,19 @@ def test_fleet_real_workers_batches_plus_idle_equal_registered_time():
     assert fl["micros_per_1m_computed_tokens"] == x["effective_micros_per_1m_output"], (fl, x)
     assert est["fleet_cost"] == {"min_micros": fl["cost"]["min_micros"], "max_micros": fl["cost"]["max_micros"],
                                  "measured": True}, est
+    # the CLI's fleet line carries the API's figures (asked between the two estimates, which agree)
+    assert est2["models"][0]["fleet"] == fl, (est2, fl)
+    assert dry.returncode == 0, dry.stderr
+    import re
+    [line] = [x for x in dry.stdout.splitlines() if x.startswith("fleet: ")]
+    got = re.fullmatch(r"fleet: smollm: cost \$(\d+)\.(\d{6}) \.\. \$(\d+)\.(\d{6}) at ([\d.]+) tokens per "
+                       r"worker-second, (\w+) \.\. (\w+) on the live workers", line)
+    assert got, line
+    g = got.groups()
+    assert int(g[0]) * 10**6 + int(g[1]) == fl["cost"]["min_micros"], (line, fl)
+    assert int(g[2]) * 10**6 + int(g[3]) == fl["cost"]["max_micros"], (line, fl)
+    assert g[4] == "%.1f" % fl["tokens_per_worker_second"], (line, fl)
+    assert (g[5], g[6]) == (jc_duration(fl["seconds"]["min"]), jc_duration(fl["seconds"]["max"])), (line, fl)
     # by model and by day: the same attributed total
     for g in ("model", "day", "tenant"):
         r2 = d.json("GET", f"/v1/admin/usage?view=fleet&group_by={g}")
@@ -175,6 +204,12 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     bb = d.submit(jsonl(2), key=kb)
     for b, k in ((ba, ka), (bb, kb)):
         d.wait_batch(b["id"], key=k)
+    # one lease held across whole seconds (times are unix seconds): busy-1 has busy time to compare
+    lease = w.lease(max_requests=2).json()
+    t = int(time.time())
+    while int(time.time()) < t + 2:
+        time.sleep(0.05)
+    w.results(lease["lease_id"], [success(q) for q in lease["requests"]])
     w.run_until(lambda: all(d.json("GET", f"/v1/batches/{b['id']}", key=k)["status"] == "completed"
                             for b, k in ((ba, ka), (bb, kb))))
     time.sleep(2.1)  # the idle worker's registered time reaches a whole second or two
@@ -237,6 +272,25 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     wc = sum(int(x) for x in re.findall(r'^jobd_worker_cost_micros\{[^}]*\} (\d+)$', m, re.M))
     fc = sum(int(x) for x in re.findall(r'^jobd_fleet_cost_micros\{kind="(?:batches|idle)"\} (\d+)$', m, re.M))
     assert wc == fc >= 10000, (wc, fc)
+    # the busy worker's gauges are the API's figures (its idle time grows while it stays live:
+    # compare answers taken within one second, the scrape's before and after agreeing)
+    busy_id = ws["busy-1"]["id"]
+
+    def gauges():
+        t = d.call("GET", "/metrics").body.decode()
+        pat = r'^jobd_worker_%s\{worker="%s",name="busy-1"%s\} (\S+)$'
+        return (re.search(pat % ("utilization", busy_id, ""), t, re.M).group(1),
+                int(re.search(pat % ("cost_micros", busy_id, ',kind="busy"'), t, re.M).group(1)),
+                int(re.search(pat % ("cost_micros", busy_id, ',kind="idle"'), t, re.M).group(1)))
+    for _ in range(50):
+        g1 = gauges()
+        x = next(x for x in d.json("GET", "/v1/admin/usage?view=fleet", key="adm")["workers"] if x["id"] == busy_id)
+        api = ("%.4f" % (x["busy_ms"] / x["registered_ms"]), x["busy"]["amount_micros"], x["idle"]["amount_micros"])
+        if g1 == gauges() == api:
+            break
+    else:
+        raise AssertionError(("metrics", g1, "api", api))
+    assert x["busy_ms"] >= 1000 and x["busy"]["amount_micros"] >= 1000 and float(api[0]) > 0, x
     # a register with an absurd price
     r = w.post("/v1/worker/register", {"name": "x", "models": [{"id": "smollm"}], "hourly_cost_micros": -1})
     assert r.status == 400 and "hourly_cost_micros" in r.json()["error"]["message"], r
@@ -265,3 +319,68 @@ def test_fleet_bad_prices_and_classes_refused_at_start():
     for val in ("-3", "abc", "10001", "1.0000001"):
         r = run([jw, "--jobd", "http://127.0.0.1:9", "--model", "/nonexistent.gguf", "--hourly-cost", val])
         assert r.returncode == 2 and "--hourly-cost" in r.stderr, (val, r.returncode, r.stderr)
+
+
+def test_fleet_worker_killed_mid_lease_its_lapsed_lease_is_charged():
+    """A real worker SIGKILLed while it holds a lease: its time until the
+    lease lapses is charged to the batch and said so - lapsed_micros > 0 in
+    GET /v1/batches/{id} fleet_cost (equal to the batch's bucket of the fleet
+    view), jobctl status says "... of it while a lease lapsed". A second
+    worker finishes the batch."""
+    need()
+    d = Jobd(asan=False, args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s",
+                               "--lease-min", "1s"])
+    # 36 $/h: 10000 micro-dollars a second; 3 s leases, heartbeats every second
+    doomed = start_worker(d, "doomed", "--hourly-cost", "36", "--lease-seconds", "3")
+    rescuer = None
+    try:
+        body = lambda i: {"model": "smollm", "max_tokens": 400, "temperature": 0,  # noqa: E731
+                          "messages": [{"role": "user", "content": f"Count from 1 to 1000, number {i}."}]}
+        data = "".join(json.dumps({"custom_id": f"k-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                   "body": body(i)}) + "\n" for i in range(8)).encode()
+        bid = d.submit(data, query="?completion_window=1h")["id"]
+        deadline = time.monotonic() + 120
+        while True:  # the worker holds the batch's requests (a lease) ...
+            ws = {w["name"]: w for w in d.json("GET", "/v1/workers")["data"]}
+            if ws.get("doomed", {}).get("requests_held", 0) > 0:
+                break
+            assert doomed.p.poll() is None and time.monotonic() < deadline, doomed.log()[-3000:]
+            time.sleep(0.05)
+        time.sleep(1.2)  # ... mid-generation (400 tokens x 8 on one thread take far longer)
+        assert d.json("GET", f"/v1/batches/{bid}")["status"] == "in_progress"
+        doomed.p.kill()  # SIGKILL: no release, no goodbye
+        doomed.p.wait()
+        deadline = time.monotonic() + 60
+        while True:  # the lease lapses (expires_at passes with no heartbeat)
+            fc = d.json("GET", f"/v1/batches/{bid}")["fleet_cost"]
+            if fc["lapsed_micros"] > 0:
+                break
+            assert time.monotonic() < deadline, fc
+            time.sleep(0.2)
+        rescuer = start_worker(d, "rescuer", "--hourly-cost", "36")
+        b = wait_done(d, bid, (rescuer,))
+    finally:
+        if rescuer:
+            rescuer.stop()
+    assert b["status"] == "completed", b
+    fc = b["fleet_cost"]
+    # the lapsed lease ran at least its 3 s (the worker never released it), all of it charged and said so
+    assert fc["lapsed_micros"] >= 20000 and fc["lapsed_worker_ms"] >= 2000, fc
+    assert fc["amount_micros"] > fc["lapsed_micros"] and fc["worker_ms"] > fc["lapsed_worker_ms"], fc
+    rep = d.json("GET", "/v1/admin/usage?view=fleet&group_by=batch")
+    [x] = rep["data"]
+    assert x["key"] == bid and x["lapsed"] == {"worker_ms": fc["lapsed_worker_ms"],
+                                                "amount_micros": fc["lapsed_micros"]}, (x, fc)
+    assert x["fleet_cost"]["amount_micros"] == fc["amount_micros"], (x, fc)
+    assert rep["fleet"]["lapsed"]["amount_micros"] == fc["lapsed_micros"], rep["fleet"]
+    ws = {w["name"]: w for w in rep["workers"]}
+    # not busy (its lease lapsed; "gone" only once the worker TTL, 120 s, has passed)
+    assert ws["doomed"]["state"] == "idle" and ws["doomed"]["busy"]["amount_micros"] >= fc["lapsed_micros"], ws
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBCTL_CONFIG": "", "HOME": tmpdir()}
+    r = run([binary("jobctl"), "status", bid], env=env)
+    assert r.returncode == 0, r.stderr
+    [line] = [x for x in r.stdout.splitlines() if x.startswith("  fleet cost ")]
+    want = "  fleet cost $%d.%06d (%d micro-dollars, %.1f worker-seconds, %d of it while a lease lapsed)" % (
+        fc["amount_micros"] // 10**6, fc["amount_micros"] % 10**6, fc["amount_micros"], fc["worker_ms"] / 1000,
+        fc["lapsed_micros"])
+    assert line == want, (line, want)
