@@ -721,3 +721,13 @@ CREATE TABLE worker_gaps (
     back_at     INTEGER NOT NULL,          -- unix seconds: the call that ended it; > gone_at + the TTL
     PRIMARY KEY (worker_id, gone_at)
 ) STRICT, WITHOUT ROWID;
+
+-- @migration 15
+-- A worker's longest lease in one index probe (released or expiry minus
+-- start, an upper bound of each lease's length): GET /v1/batches/{id}'s
+-- fleet_cost reads the leases of the batch's workers that overlap the
+-- batch's own, and a lease that overlaps one starting at t started after
+-- t minus the longest. Without the bound every earlier lease of the worker
+-- was read for each of the batch's leases (1 s for a batch of 1,000 leases
+-- among 100,000; bench/NOTES.md "Fleet view cost").
+CREATE INDEX leases_worker_len ON leases(worker_id, coalesce(released_at, expires_at) - created_at);

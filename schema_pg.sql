@@ -885,3 +885,7 @@ CREATE TABLE worker_gaps (
     back_at     BIGINT NOT NULL,
     PRIMARY KEY (worker_id, gone_at)
 );
+
+-- @migration 11
+-- SQLite's migration 15: a worker's longest lease in one index probe.
+CREATE INDEX leases_worker_len ON leases(worker_id, (coalesce(released_at, expires_at) - created_at));

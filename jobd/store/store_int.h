@@ -397,7 +397,15 @@
 #define STORE_FLEET_OF_BATCH(lo, n) \
     "l.id IN (SELECT DISTINCT l.id FROM lease_batches lb JOIN leases m ON m.id = lb.lease_id " \
     "JOIN leases l ON l.worker_id = m.worker_id AND l.created_at <= " lo "(coalesce(m.released_at, " \
-    n "), m.expires_at) AND " STORE_FLEET_END(lo, n) " >= m.created_at WHERE lb.batch_id = ?1)"
+    n "), m.expires_at) AND l.created_at >= m.created_at - " STORE_FLEET_LONGEST("m.worker_id") " AND " \
+    STORE_FLEET_END(lo, n) " >= m.created_at WHERE lb.batch_id = ?1)"
+/* The longest lease of worker w (an upper bound: released or expiry minus
+ * start), through leases_worker_len (schema.sql migration 15): a lease
+ * overlapping m started at most that long before m did, which bounds the
+ * range scan of leases_worker to m's neighbours instead of every earlier
+ * lease of the worker. */
+#define STORE_FLEET_LONGEST(w) \
+    "(SELECT max(coalesce(x.released_at, x.expires_at) - x.created_at) FROM leases x WHERE x.worker_id = " w ")"
 #define STORE_FLEET_LEASES(lo, n, where) \
     "SELECT " STORE_FLEET_LEASE_COLS(lo, n) " FROM leases l LEFT JOIN workers w ON w.id = " \
     "l.worker_id WHERE " where
