@@ -606,7 +606,10 @@
     X(WORKER_ENDPOINT_INSERT, \
       "INSERT INTO worker_endpoints(worker_id, canonical, endpoint) VALUES (?1, ?2, ?3) " \
       "ON CONFLICT DO NOTHING") \
+    /* with the gap (WORKER_GAP_NOTE) in the same round trip: ?4 the worker TTL (0: none) */ \
     X(WORKER_SEEN, \
+      "WITH gap AS (INSERT INTO worker_gaps(worker_id, gone_at, back_at) SELECT id, last_seen, ?2 " \
+      "FROM workers WHERE id = ?1 AND ?4 > 0 AND last_seen < ?2 - ?4 ON CONFLICT DO NOTHING) " \
       "UPDATE workers SET last_seen = greatest(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
     X(BACKLOG_BATCHES, \

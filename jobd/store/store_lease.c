@@ -143,15 +143,17 @@ static int worker_seen_in(struct store *st, const char *worker_id, double tokens
 {
     int rc = 0, r;
     struct sdb_stmt *s;
-    /* back after a silence longer than the TTL: the gap first, from the last_seen it ends */
-    if (st->opts.worker_ttl_s > 0 && (s = store_stmt(st, S_WORKER_GAP_NOTE, &rc)) &&
+    /* back after a silence longer than the TTL: the gap first, from the last_seen it ends
+     * (PostgreSQL: WORKER_SEEN does both in one round trip) */
+    if (!st->pg && st->opts.worker_ttl_s > 0 && (s = store_stmt(st, S_WORKER_GAP_NOTE, &rc)) &&
         !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now)) &&
         !(rc = store_bind_int(st, s, 3, st->opts.worker_ttl_s)))
         rc = store_step_done(st, s, "worker gap");
     if (rc)
         return rc;
     s = store_stmt(st, S_WORKER_SEEN, &rc);
-    if (s && !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now))) {
+    if (s && !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now)) &&
+        (!st->pg || !(rc = store_bind_int(st, s, 4, st->opts.worker_ttl_s)))) {
         r = sdb_bind_double(s, 3, tokens_per_s);
         rc = r == SDB_OK ? store_step_done(st, s, "worker seen") : store_sqlerr(st, r, "bind");
         if (!rc && sdb_changes(st->db) == 0)
