@@ -579,8 +579,9 @@ PRAGMA writable_schema = RESET;
 -- and attributed to batches after the leased requests have moved on.
 ALTER TABLE workers ADD COLUMN hourly_cost_micros INTEGER NOT NULL DEFAULT 0;  -- micro-dollars per hour of registered time (jobworker --hourly-cost, jobd --worker-costs); 0 = free
 -- The batches of one lease: written in the transaction that opens the
--- lease, from the requests it claimed. A lease's tokens per batch are
--- the sums of its results rows (results.lease_id, batch_id).
+-- lease, from the requests it claimed. Migration 13 adds the batch's
+-- tenant and the token sums of the results committed under the lease for
+-- it (kept here, so the batch's deletion does not change them).
 CREATE TABLE lease_batches (
     lease_id    TEXT NOT NULL,             -- leases.id
     batch_id    TEXT NOT NULL,             -- a batch with requests in that lease (plain text: batches may be deleted)
@@ -654,3 +655,79 @@ CREATE TABLE reuse_results (
     PRIMARY KEY (tenant_id, reuse_key)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX reuse_results_age ON reuse_results(created_at);
+
+-- @migration 13
+-- Fleet history that deleting a batch cannot rewrite (spec/usage.md "Fleet
+-- cost"). A (lease, batch) part kept only the requests it handed out; its
+-- tokens and tenant were read from the results and batches rows, so
+-- deleting a batch (which takes its requests and their results) moved its
+-- cost to tenant '' and re-split the pieces it shared with other batches.
+-- Now each part keeps its tenant, copied from the requests when the lease
+-- opens, and the token sums of the results committed under it, added when
+-- each result is inserted (and when a reused result is marked) and never
+-- taken back: deleting a results row (a batch's deletion, a dead letter's
+-- retry) leaves the fleet's history as it was.
+--
+-- lease_batches now also has:
+--   tenant_id          tenants.id of the batch ('' for a part whose batch was deleted before
+--                      this migration)
+--   prompt_tokens      sums of the results rows committed under the lease for the batch
+--   cached_tokens      (results.prompt_tokens, cached_tokens, completion_tokens,
+--   completion_tokens  reused_tokens), maintained by the two triggers below; >= 0
+--   reused_tokens
+ALTER TABLE lease_batches ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE lease_batches ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE lease_batches ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE lease_batches ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE lease_batches ADD COLUMN reused_tokens INTEGER NOT NULL DEFAULT 0;
+UPDATE lease_batches SET tenant_id = coalesce((SELECT b.tenant_id FROM batches b WHERE b.id = lease_batches.batch_id), '');
+UPDATE lease_batches SET (prompt_tokens, cached_tokens, completion_tokens, reused_tokens) =
+    (SELECT coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.cached_tokens), 0),
+            coalesce(sum(r.completion_tokens), 0), coalesce(sum(r.reused_tokens), 0)
+     FROM results r WHERE r.lease_id = lease_batches.lease_id AND r.batch_id = lease_batches.batch_id);
+CREATE TRIGGER results_lease_sums AFTER INSERT ON results WHEN NEW.lease_id IS NOT NULL
+BEGIN
+    UPDATE lease_batches SET prompt_tokens = prompt_tokens + NEW.prompt_tokens,
+        cached_tokens = cached_tokens + NEW.cached_tokens,
+        completion_tokens = completion_tokens + NEW.completion_tokens,
+        reused_tokens = reused_tokens + NEW.reused_tokens
+     WHERE lease_id = NEW.lease_id AND batch_id = NEW.batch_id;
+END;
+CREATE TRIGGER results_lease_reused AFTER UPDATE OF reused_tokens ON results
+    WHEN NEW.lease_id IS NOT NULL AND NEW.reused_tokens != OLD.reused_tokens
+BEGIN
+    UPDATE lease_batches SET reused_tokens = reused_tokens + NEW.reused_tokens - OLD.reused_tokens
+     WHERE lease_id = NEW.lease_id AND batch_id = NEW.batch_id;
+END;
+
+-- @migration 14
+-- Fleet cost (spec/usage.md "Fleet cost"): the time a worker was gone, and
+-- the workers no one priced.
+--
+-- workers now also has:
+--   unpriced   1 when nothing gave the worker a price at registration (no
+--              jobd --worker-costs class matched its name and it declared no
+--              hourly_cost_micros): its time costs 0 and the fleet view flags it
+ALTER TABLE workers ADD COLUMN unpriced INTEGER NOT NULL DEFAULT 0 CHECK (unpriced IN (0, 1));
+-- A worker silent for longer than the worker TTL that calls again keeps its
+-- id; the silence is recorded here when it calls (the store's first
+-- bookkeeping call after it) so the fleet view does not count it as
+-- registered idle time: the gap [gone_at, back_at) is time the worker was
+-- gone, except where a lease it held still ran (charged until it ended or
+-- lapsed, like any lease).
+CREATE TABLE worker_gaps (
+    worker_id   TEXT NOT NULL,             -- workers.id (workers rows are never deleted)
+    gone_at     INTEGER NOT NULL,          -- unix seconds: its last call before the silence (workers.last_seen then)
+    back_at     INTEGER NOT NULL,          -- unix seconds: the call that ended it; > gone_at + the TTL
+    PRIMARY KEY (worker_id, gone_at)
+) STRICT, WITHOUT ROWID;
+
+-- @migration 15
+-- A worker's longest lease in one index probe (released or expiry minus
+-- start, an upper bound of each lease's length): GET /v1/batches/{id}'s
+-- fleet_cost reads the leases of the batch's workers that overlap the
+-- batch's own, and a lease that overlaps one starting at t started after
+-- t minus the longest. Without the bound every earlier lease of the worker
+-- was read for each of the batch's leases (1 s for a batch of 1,000 leases
+-- among 100,000; bench/NOTES.md "Fleet view cost").
+CREATE INDEX leases_worker_len ON leases(worker_id, coalesce(released_at, expires_at) - created_at);

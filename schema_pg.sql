@@ -834,3 +834,58 @@ BEGIN
 END $$;
 CREATE TRIGGER batches_requests_cascade AFTER DELETE ON batches REFERENCING OLD TABLE AS batches_gone
     FOR EACH STATEMENT EXECUTE FUNCTION batches_requests_cascade();
+
+-- @migration 9
+-- SQLite's migration 13: fleet history that deleting a batch cannot
+-- rewrite (see schema.sql). Migration 8 kept the token sums of each
+-- (lease, batch) here but took them back when results rows were deleted,
+-- and read the tenant from batches: a batch's deletion re-split the pieces
+-- it shared and moved its cost to tenant ''. Now the tenant is copied from
+-- the requests when the lease opens, the sums also carry reused_tokens
+-- (the fleet view read no reused tokens on PostgreSQL), and a deletion
+-- takes nothing back. Parts whose results were deleted before this
+-- migration keep the sums migration 8 left them.
+ALTER TABLE lease_batches ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '',
+    ADD COLUMN reused_tokens BIGINT NOT NULL DEFAULT 0;
+UPDATE lease_batches lb SET tenant_id = b.tenant_id FROM batches b WHERE b.id = lb.batch_id;
+UPDATE lease_batches lb SET reused_tokens = s.rt
+    FROM (SELECT lease_id, batch_id, sum(reused_tokens) AS rt FROM results
+          WHERE lease_id IS NOT NULL AND reused_tokens > 0 GROUP BY lease_id, batch_id) s
+    WHERE lb.lease_id = s.lease_id AND lb.batch_id = s.batch_id;
+DROP TRIGGER results_lease_sums_del ON results;
+CREATE OR REPLACE FUNCTION results_lease_sums() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE lease_batches lb SET prompt_tokens = lb.prompt_tokens + s.pt,
+        cached_tokens = lb.cached_tokens + s.cc, completion_tokens = lb.completion_tokens + s.ct,
+        reused_tokens = lb.reused_tokens + s.rt
+    FROM (SELECT lease_id, batch_id, sum(prompt_tokens) AS pt, sum(cached_tokens) AS cc,
+                 sum(completion_tokens) AS ct, sum(reused_tokens) AS rt
+          FROM results_new WHERE lease_id IS NOT NULL GROUP BY lease_id, batch_id) s
+    WHERE lb.lease_id = s.lease_id AND lb.batch_id = s.batch_id;
+    RETURN NULL;
+END $$;
+-- A reused result is inserted with 0 tokens, then marked (REUSE_RESULT_MARK,
+-- one row per statement): a row trigger on that column only.
+CREATE FUNCTION results_lease_reused() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE lease_batches SET reused_tokens = reused_tokens + NEW.reused_tokens - OLD.reused_tokens
+     WHERE lease_id = NEW.lease_id AND batch_id = NEW.batch_id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER results_lease_reused AFTER UPDATE OF reused_tokens ON results FOR EACH ROW
+    WHEN (NEW.lease_id IS NOT NULL AND NEW.reused_tokens <> OLD.reused_tokens)
+    EXECUTE FUNCTION results_lease_reused();
+
+-- @migration 10
+-- SQLite's migration 14: workers.unpriced and worker_gaps (see schema.sql).
+ALTER TABLE workers ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0 CHECK (unpriced IN (0, 1));
+CREATE TABLE worker_gaps (
+    worker_id   TEXT NOT NULL,
+    gone_at     BIGINT NOT NULL,
+    back_at     BIGINT NOT NULL,
+    PRIMARY KEY (worker_id, gone_at)
+);
+
+-- @migration 11
+-- SQLite's migration 15: a worker's longest lease in one index probe.
+CREATE INDEX leases_worker_len ON leases(worker_id, (coalesce(released_at, expires_at) - created_at));

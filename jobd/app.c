@@ -285,6 +285,7 @@ int app_run(const struct app_config *cfg)
     app->cfg = *cfg;
     app->cfg.store.cost = usage_cost_hook; /* every store connection prices results the same */
     app->cfg.store.cost_ctx = cfg->prices;
+    app->cfg.store.worker_ttl_s = cfg->lease.worker_ttl_s; /* worker gaps: the same liveness */
     int rc = 0;
     uv_loop_t loop;
     int loop_ok = 0;

@@ -192,7 +192,7 @@ int wcl_register(struct wcl *c, const char *name, const char *device, const char
     json_t *o = json_pack("{s:s, s:s, s:[o], s:{s:I, s:I}}", "name", name, "device",
                           device ? device : "", "models", m, "capacity", "kv_tokens",
                           (json_int_t)kv_tokens, "pack_size", (json_int_t)pack_size);
-    if (o && hourly_cost_micros > 0 &&
+    if (o && hourly_cost_micros >= 0 &&
         json_object_set_new(o, "hourly_cost_micros", json_integer((json_int_t)hourly_cost_micros))) {
         json_decref(o);
         return ERR_NOMEM;

@@ -81,7 +81,7 @@ int wcl_post(struct wcl *c, const char *path, const json_t *body, long extra_ms,
 
 /* The protocol's calls (fields as in the spec). Same returns as wcl_post. */
 /* endpoints: the urls served for the model (n_endpoints 0: the field is
- * left out, i.e. all three); hourly_cost_micros 0 leaves its field out;
+ * left out, i.e. all three); hourly_cost_micros < 0 leaves its field out;
  * model_sha256 (hex SHA-256 of the model file; NULL or "" leaves models[].sha256 out). */
 int wcl_register(struct wcl *c, const char *name, const char *device, const char *model_id,
                  const char *const *aliases, size_t n_aliases, const char *const *endpoints,

@@ -349,7 +349,8 @@ static int do_register(struct wl *w)
     struct wcl_answer a = {0, NULL};
     int rc = wcl_register(w->c, w->name, o->device ? o->device : "cpu", w->model_id, o->aliases,
                           o->n_aliases, w->endpoints, w->n_endpoints, w->kv_tokens, w->pack_size,
-                          o->hourly_cost_micros, w->model_sha256, &a);
+                          o->hourly_cost_declared || o->hourly_cost_micros > 0 ? o->hourly_cost_micros : -1,
+                          w->model_sha256, &a);
     if (rc) {
         wcl_answer_release(&a);
         return rc;

@@ -120,7 +120,10 @@ static void fleet_tail(const json_t *v, FILE *f)
         if (json_is_number(t))
             tps = json_number_value(t);
         char ph[32], wc[32];
+        int unpriced = 0;
         fleet_money(w, "hourly_cost_micros", ph, sizeof ph);
+        if (!js_get_bool(w, "unpriced", &unpriced) && unpriced)
+            snprintf(ph, sizeof ph, "unpriced"); /* no class, no declaration: priced 0 */
         fleet_money(w, "cost", wc, sizeof wc);
         fprintf(f, "%-30s %-6s %12s %10.1f %10.1f %5.1f%% %14s %9.1f\n", name, state, ph, (double)wr / 1000.0,
                 (double)wb / 1000.0, wr ? 100.0 * (double)wb / (double)wr : 0.0, wc, tps);

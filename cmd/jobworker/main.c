@@ -252,6 +252,7 @@ static int mode_serve(struct worker_flags *f)
                   "--hourly-cost '%s' is not a price of 0..10000 with at most 6 decimals", f->hourly_cost);
         return CLI_EXIT_USAGE;
     }
+    f->so.hourly_cost_declared = f->hourly_cost != NULL;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

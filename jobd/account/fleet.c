@@ -22,6 +22,93 @@
 
 /* ---- cost classes ---------------------------------------------------------------------------- */
 
+/* Glob inclusion, to refuse a class an earlier one shadows. A glob is a
+ * list of tokens: a literal byte (a backslash escapes the next), '?', '*',
+ * or a bracket expression "[...]" (a '[' without its ']' is a literal, as
+ * fnmatch reads it). covers(j, i) says every name i matches, j matches
+ * too, by matching j's tokens against i's: j's literal only i's same
+ * literal, j's '?' any one-byte token of i, j's bracket i's literals it
+ * accepts (or the same bracket text), j's '*' any run of i's tokens. That
+ * is sound (a yes is always true) but not complete: an unusual spelling of
+ * the same set ("??*" against "?*?") is not recognised, and then both
+ * classes stay, first match still winning. Cost: O(|i| * |j|) <= 128^2. */
+enum { GT_LIT, GT_ONE, GT_STAR, GT_SET };
+
+struct gtok {
+    unsigned char kind, c; /* c: GT_LIT's byte */
+    const char *set;       /* GT_SET: its text, from '[' */
+    size_t set_len;        /* ... to ']' included */
+};
+
+static size_t glob_tokens(const char *g, struct gtok *t, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = g; *p && n < cap; n++) {
+        if (*p == '*' || *p == '?') {
+            t[n] = (struct gtok){*p == '*' ? GT_STAR : GT_ONE, 0, NULL, 0};
+            p++;
+            continue;
+        }
+        if (*p == '[') {
+            const char *q = p + 1;
+            if (*q == '!' || *q == '^')
+                q++;
+            if (*q == ']')
+                q++;
+            while (*q && *q != ']')
+                q++;
+            if (*q == ']') {
+                t[n] = (struct gtok){GT_SET, 0, p, (size_t)(q - p) + 1};
+                p = q + 1;
+                continue;
+            }
+        }
+        if (*p == '\\' && p[1])
+            p++;
+        t[n] = (struct gtok){GT_LIT, (unsigned char)*p, NULL, 0};
+        p++;
+    }
+    return n;
+}
+
+static int set_accepts(const struct gtok *s, unsigned char c)
+{
+    char pat[140], name[2] = {(char)c, 0};
+    if (s->set_len >= sizeof pat)
+        return 0;
+    memcpy(pat, s->set, s->set_len);
+    pat[s->set_len] = 0;
+    return fnmatch(pat, name, 0) == 0;
+}
+
+static int glob_covers(const char *j, const char *i)
+{
+    struct gtok tj[129], ti[129];
+    size_t nj = glob_tokens(j, tj, 129), ni = glob_tokens(i, ti, 129);
+    unsigned char m[130][130]; /* m[a][b]: j's tokens from a cover i's from b; filled backwards */
+    for (size_t a = nj + 1; a-- > 0;)
+        for (size_t b = ni + 1; b-- > 0;) {
+            unsigned char v;
+            if (a == nj)
+                v = b == ni;
+            else if (tj[a].kind == GT_STAR)
+                v = m[a + 1][b] || (b < ni && m[a][b + 1]);
+            else if (b == ni || ti[b].kind == GT_STAR)
+                v = 0;
+            else if (tj[a].kind == GT_ONE)
+                v = m[a + 1][b + 1];
+            else if (tj[a].kind == GT_LIT)
+                v = ti[b].kind == GT_LIT && ti[b].c == tj[a].c && m[a + 1][b + 1];
+            else if (ti[b].kind == GT_LIT)
+                v = set_accepts(&tj[a], ti[b].c) && m[a + 1][b + 1];
+            else
+                v = ti[b].kind == GT_SET && ti[b].set_len == tj[a].set_len &&
+                    memcmp(ti[b].set, tj[a].set, tj[a].set_len) == 0 && m[a + 1][b + 1];
+            m[a][b] = v;
+        }
+    return m[0][0];
+}
+
 int fleet_costs_parse(const char *spec, struct fleet_costs *out, char *msg, size_t cap)
 {
     memset(out, 0, sizeof *out);
@@ -55,11 +142,19 @@ int fleet_costs_parse(const char *spec, struct fleet_costs *out, char *msg, size
                      item, usd);
             return ERR_INVAL;
         }
-        for (size_t i = 0; i < out->n; i++)
+        for (size_t i = 0; i < out->n; i++) {
             if (strcmp(out->v[i].glob, item) == 0) {
                 snprintf(msg, cap, "'%s' is listed twice", item);
                 return ERR_INVAL;
             }
+            if (glob_covers(out->v[i].glob, item)) {
+                snprintf(msg, cap,
+                         "'%s' can never apply: every name it matches matches '%s' (entry %zu) first; "
+                         "list the narrower glob first",
+                         item, out->v[i].glob, i + 1);
+                return ERR_INVAL;
+            }
+        }
         if (out->n == FLEET_COST_CLASSES_MAX) {
             snprintf(msg, cap, "more than %d worker classes", FLEET_COST_CLASSES_MAX);
             return ERR_INVAL;
@@ -82,7 +177,7 @@ int64_t fleet_cost_for(const struct fleet_costs *c, const char *name, int64_t de
     for (size_t i = 0; c && i < c->n; i++)
         if (fnmatch(c->v[i].glob, name, 0) == 0)
             return c->v[i].hourly_cost_micros;
-    return declared;
+    return declared >= 0 ? declared : -1;
 }
 
 static int64_t meter(int64_t h, int64_t t)
@@ -209,6 +304,7 @@ struct calc {
     struct fleet_report *r;
     const struct store_fleet_unit **us; /* units sorted by (lease id, batch id) */
     size_t *ufirst, *ucount;            /* per lease (index in in->leases): its units in us */
+    const struct store_fleet_gap **gs;  /* gaps sorted by (worker id, gone_at) */
 };
 
 /* qsort, which may not be given a NULL base even for no elements. */
@@ -246,6 +342,34 @@ static int worker_cmp(const void *a, const void *b)
 static int wrow_cmp(const void *a, const void *b)
 {
     return strcmp((*(const struct store_fleet_worker *const *)a)->id, (*(const struct store_fleet_worker *const *)b)->id);
+}
+
+static int gap_cmp(const void *a, const void *b)
+{
+    const struct store_fleet_gap *x = *(const struct store_fleet_gap *const *)a;
+    const struct store_fleet_gap *y = *(const struct store_fleet_gap *const *)b;
+    int c = strcmp(x->worker_id, y->worker_id);
+    if (c)
+        return c;
+    return x->gone_at < y->gone_at ? -1 : x->gone_at > y->gone_at;
+}
+
+/* The gaps of worker id in c->gs: *first and the count. */
+static size_t worker_gaps(const struct calc *c, const char *id, size_t *first)
+{
+    size_t lo = 0, hi = c->in->n_gaps;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(c->gs[mid]->worker_id, id) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *first = lo;
+    size_t k = lo;
+    while (k < c->in->n_gaps && strcmp(c->gs[k]->worker_id, id) == 0)
+        k++;
+    return k - lo;
 }
 
 static int bucket_cmp(const void *a, const void *b)
@@ -448,11 +572,19 @@ static int lease_tokens(struct calc *c, const struct store_fleet_lease *l, struc
     return 0;
 }
 
-/* One worker: f with its leases ls[0..n) (sorted by start), real = a
- * worker row (else the leases' span, never idle). */
+/* One worker: f with its leases ls[0..n) (sorted by start), w its row
+ * (else the leases' span, never idle) and then its gaps. */
 static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct store_fleet_worker *w,
                       const struct store_fleet_lease *const *ls, size_t n)
 {
+    const struct store_fleet_gap *const *gs = NULL;
+    size_t ng = 0;
+    if (w) {
+        size_t g0;
+        ng = worker_gaps(c, w->id, &g0);
+        gs = c->gs + g0;
+        f->unpriced = w->unpriced;
+    }
     const struct fleet_opts *o = c->o;
     int64_t ws, we, h;
     if (w) {
@@ -486,7 +618,7 @@ static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct s
             rc = lease_tokens(c, ls[i], f);
     if (rc || hi == lo)
         return rc;
-    size_t days = (size_t)((hi - lo) / DAY_S) + 2, cap = 2 + 2 * n + days, np = 0;
+    size_t days = (size_t)((hi - lo) / DAY_S) + 2, cap = 2 + 2 * n + 2 * ng + days, np = 0;
     int64_t *pt = malloc(cap * sizeof *pt);
     const struct store_fleet_lease **act = malloc((n ? n : 1) * sizeof *act);
     if (!pt || !act) {
@@ -502,10 +634,18 @@ static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct s
         if (ls[i]->end > lo && ls[i]->end < hi)
             pt[np++] = ls[i]->end;
     }
+    for (size_t i = 0; i < ng; i++) {
+        if (gs[i]->gone_at > lo && gs[i]->gone_at < hi)
+            pt[np++] = gs[i]->gone_at;
+        if (gs[i]->back_at > lo && gs[i]->back_at < hi)
+            pt[np++] = gs[i]->back_at;
+    }
     for (int64_t d = (lo / DAY_S + 1) * DAY_S; d < hi; d += DAY_S)
         pt[np++] = d;
     sort_(pt, np, sizeof *pt, int64_cmp);
-    size_t next = 0, na = 0;
+    size_t next = 0, na = 0, gnext = 0;
+    int64_t gone_until = INT64_MIN; /* the latest back_at of the gaps begun by p */
+    int64_t reg_ms = 0, reg_micros = 0;
     for (size_t i = 0; i + 1 < np && !rc; i++) {
         int64_t p = pt[i], q = pt[i + 1];
         if (q == p)
@@ -520,7 +660,14 @@ static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct s
             if (act[j]->end > p)
                 act[keep++] = act[j];
         na = keep;
+        for (; gnext < ng && gs[gnext]->gone_at <= p; gnext++)
+            if (gs[gnext]->back_at > gone_until)
+                gone_until = gs[gnext]->back_at;
+        if (!na && gone_until > p) /* gone, holding no lease (cut at the gap's ends: all of [p, q)) */
+            continue;
         int64_t micros = fleet_meter_cost(h, p, q);
+        reg_ms += (q - p) * 1000;
+        reg_micros += micros;
         if (na) {
             f->busy_ms += (q - p) * 1000;
             f->busy_micros += micros;
@@ -534,8 +681,9 @@ static int worker_run(struct calc *c, struct fleet_worker_fig *f, const struct s
     }
     free(pt);
     free(act);
-    f->registered_ms = w ? (hi - lo) * 1000 : f->busy_ms;
-    f->cost_micros = w ? fleet_meter_cost(h, lo, hi) : f->busy_micros;
+    /* the pieces add up (the meter is additive): without gaps, meter(hi) - meter(lo) */
+    f->registered_ms = w ? reg_ms : f->busy_ms;
+    f->cost_micros = w ? reg_micros : f->busy_micros;
     return rc;
 }
 
@@ -580,6 +728,9 @@ static int compute(struct calc *c, const struct store_fleet_lease **ls)
     for (size_t i = 0; i < in->n_units; i++)
         c->us[i] = &in->units[i];
     sort_(c->us, in->n_units, sizeof *c->us, unit_cmp);
+    for (size_t i = 0; i < in->n_gaps; i++)
+        c->gs[i] = &in->gaps[i];
+    sort_(c->gs, in->n_gaps, sizeof *c->gs, gap_cmp);
     for (size_t i = 0; i < in->n_leases; i++) {
         ls[i] = &in->leases[i];
         c->ucount[i] = (size_t)lease_unit_find(c, in->leases[i].id, &c->ufirst[i]);
@@ -673,10 +824,12 @@ int fleet_compute(const struct store_fleet *in, const struct fleet_opts *o, stru
     c.us = calloc(in->n_units + 1, sizeof *c.us);
     c.ufirst = calloc(in->n_leases + 1, sizeof *c.ufirst);
     c.ucount = calloc(in->n_leases + 1, sizeof *c.ucount);
+    c.gs = calloc(in->n_gaps + 1, sizeof *c.gs);
     out->workers = calloc(in->n_workers + in->n_leases + 1, sizeof *out->workers);
-    int rc = ls && c.us && c.ufirst && c.ucount && out->workers ? compute(&c, ls) : ERR_NOMEM;
+    int rc = ls && c.us && c.ufirst && c.ucount && c.gs && out->workers ? compute(&c, ls) : ERR_NOMEM;
     free(ls);
     free(c.us);
+    free(c.gs);
     free(c.ufirst);
     free(c.ucount);
     free(c.m.v);

@@ -6,16 +6,19 @@
  * The rule, over the rows of jobd/store/store_fleet.h:
  *   - A worker is registered from registered_at until now while it is live
  *     (seen within the worker TTL), else until the later of its last call
- *     and the end of its last lease. It is busy while it holds at least one
- *     lease (start to end, an abandoned lease counting until it lapses),
- *     idle otherwise.
+ *     and the end of its last lease, less its gaps (silences longer than
+ *     the TTL it came back from: store_fleet_gap) where it held no lease.
+ *     It is busy while it holds at least one lease (start to end, an
+ *     abandoned lease counting until it lapses), idle otherwise.
  *   - Its price is a meter: meter(t) = floor(t * hourly_cost_micros / 3600)
  *     micro-dollars at unix second t. An interval [a, b) costs
  *     meter(b) - meter(a): exact integers, never negative, and the pieces
  *     of any interval add up to the whole exactly (|whole - seconds *
  *     price / 3600| < 1 micro-dollar).
- *   - Its timeline is cut at every lease start and end, at 00:00 UTC and at
- *     the report's since/until. A piece with no lease is idle: its cost is
+ *   - Its timeline is cut at every lease start and end, gap start and end,
+ *     at 00:00 UTC and at the report's since/until. A piece in a gap with
+ *     no lease is not registered time (no cost). Another piece with no
+ *     lease is idle: its cost is
  *     the fleet's idle line, never spread over batches. A busy piece is
  *     split between the (lease, batch) units of the leases held during it
  *     by tokens computed: prompt tokens not served from the prefix cache
@@ -59,11 +62,14 @@ struct fleet_costs {
 /* Parse "GLOB=USD[/h],..." (USD a decimal with at most 6 places, 0 ..
  * 10000) into *out. NULL or "" gives no classes. 0, or ERR_INVAL with a
  * message in msg (syntax, a negative or absurd price, an empty or repeated
- * glob, too many classes). */
+ * glob, a glob an earlier one shadows - every name it matches the earlier
+ * one matches, so it could never apply: "*=1,gpu-*=2" - too many classes). */
 int fleet_costs_parse(const char *spec, struct fleet_costs *out, char *msg, size_t cap);
 
 /* The hourly cost of a worker named name: the first class whose glob
- * matches, else declared. c NULL ok. */
+ * matches, else declared (the worker's own price; -1 when it declared
+ * none). -1 when neither gives one: the worker is unpriced (its time costs
+ * 0, and the fleet view says so). c NULL ok. */
 int64_t fleet_cost_for(const struct fleet_costs *c, const char *name, int64_t declared);
 
 /* micro-dollars of [a, b) at hourly micro-dollars h: meter(b) - meter(a). */
@@ -93,6 +99,7 @@ struct fleet_worker_fig {
     char device[129];
     char model[STORE_MODEL_MAX + 1];
     enum fleet_state state;
+    int unpriced;              /* registered with no price from anyone: costs 0, flagged */
     int64_t hourly_cost_micros;
     int64_t registered_ms, busy_ms, idle_ms; /* within the range; state: busy = holds a live lease */
     int64_t cost_micros, busy_micros, idle_micros;

@@ -65,11 +65,12 @@ static int worker_json(struct buf *b, const struct fleet_worker_fig *w, int firs
         rc = js_escape(b, w->model, strlen(w->model));
     if (!rc)
         rc = buf_printf(b,
-                        ",\"state\":\"%s\",\"hourly_cost_micros\":%lld,\"registered_ms\":%lld,\"busy_ms\":%lld,"
+                        ",\"state\":\"%s\",\"hourly_cost_micros\":%lld,\"unpriced\":%s,\"registered_ms\":%lld,\"busy_ms\":%lld,"
                         "\"idle_ms\":%lld,\"utilization\":%.4f,\"cost\":{\"amount_micros\":%lld},"
                         "\"busy\":{\"amount_micros\":%lld},\"idle\":{\"amount_micros\":%lld},"
                         "\"computed_tokens\":%lld,\"tokens_per_s\":%.3f,\"output_tokens_per_s\":%.3f}",
-                        fleet_state_name(w->state), (long long)w->hourly_cost_micros, (long long)w->registered_ms,
+                        fleet_state_name(w->state), (long long)w->hourly_cost_micros,
+                        w->unpriced ? "true" : "false", (long long)w->registered_ms,
                         (long long)w->busy_ms, (long long)w->idle_ms,
                         w->registered_ms ? (double)w->busy_ms / (double)w->registered_ms : 0.0,
                         (long long)w->cost_micros, (long long)w->busy_micros, (long long)w->idle_micros,

@@ -109,11 +109,17 @@ static void register_run(struct api_job *job, struct store *st)
 {
     struct register_job *j = (struct register_job *)job;
     char id[ID_MAX];
-    j->reg.w.hourly_cost_micros =
-        fleet_cost_for(job->api->cfg.worker_costs, j->reg.w.name, j->reg.w.hourly_cost_micros);
+    int64_t h = fleet_cost_for(job->api->cfg.worker_costs, j->reg.w.name, j->reg.w.hourly_cost_micros);
+    j->reg.w.unpriced = h < 0;
+    j->reg.w.hourly_cost_micros = h < 0 ? 0 : h;
     int rc = lease_worker_register(st, &j->reg.w, lease_clock_s(), id);
     if (rc)
         return jerr_from(job, rc, "register worker");
+    if (j->reg.w.unpriced)
+        log_warn("worker '%s' (%s) has no hourly cost: no --worker-costs class matches its name and it "
+                 "declared none (jobworker --hourly-cost); its time is priced 0 and flagged 'unpriced' "
+                 "in the fleet view",
+                 j->reg.w.name, id);
     if ((rc = lease_write_register(&job->out, &job->api->cfg.lease, id)))
         return jerr_from(job, rc, "register answer");
     job->status = 200;

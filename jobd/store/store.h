@@ -228,8 +228,13 @@ struct store_opts {
                                         the store never calls it, it hands it out:
                                         store_blobs); NULL: the local data directory;
                                         borrowed, outlives the store */
+    int64_t worker_ttl_s;            /* a worker silent longer than this that calls again was
+                                        gone meanwhile: the call records the gap (worker_gaps,
+                                        fleet cost); the daemon's lease_opts.worker_ttl_s
+                                        (default 120); 0 records none */
 };
-#define STORE_OPTS_DEFAULT ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL, NULL})
+#define STORE_OPTS_DEFAULT \
+    ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL, NULL, 120})
 
 /* 1 if url names a PostgreSQL database (postgresql:// or postgres://). Pure. */
 int store_database_is_pg(const char *url);
@@ -829,6 +834,8 @@ struct store_worker_new {
     const struct store_model_name *models; /* 1..STORE_WORKER_MAX_MODELS pairs */
     size_t n_models;
     int64_t hourly_cost_micros; /* 0..STORE_HOURLY_COST_MAX: price of its registered time */
+    int unpriced;               /* 1: no one gave a price (no --worker-costs class matched, none
+                                 * declared): hourly_cost_micros is 0 and the fleet view flags it */
 };
 
 /* Register a worker (new "wrk_" id into id_out). ERR_INVAL for bad fields. */
@@ -836,7 +843,9 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
                           char id_out[ID_MAX]);
 
 /* Bookkeeping on every worker call: last_seen = now, and tokens_per_s when
- * >= 0. ERR_NOTFOUND for an unknown worker (it must register again). */
+ * >= 0; a worker last seen before now - opts.worker_ttl_s gets its gap
+ * [last_seen, now) recorded (worker_gaps: fleet cost does not count it as
+ * registered). ERR_NOTFOUND for an unknown worker (it must register again). */
 int store_worker_seen(struct store *st, const char *worker_id, double tokens_per_s, int64_t now);
 
 struct store_model_served {

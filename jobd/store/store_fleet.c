@@ -2,8 +2,9 @@
  * store_fleet.c - the rows fleet cost is computed from (see store_fleet.h).
  *
  * Three statements (STORE_SQL_FLEET in store_int.h) in one snapshot:
- * workers, leases and the leases' units (lease_batches joined to the sums
- * of their results rows through results_lease). The range statements read
+ * workers, leases and the leases' units (lease_batches rows, which carry
+ * their tenant and token sums: schema.sql migration 13, so a batch's
+ * deletion changes no figure). The range statements read
  * the leases whose coalesce(released_at, expires_at) >= since through
  * leases_span (implied by the range: a lease's end is at most that, and one
  * started at or after since has it later); the batch statements start from
@@ -30,6 +31,17 @@ static int worker_row(struct sdb_stmt *s, void *elem, void *ctx)
     w->registered_at = sdb_column_int64(s, 5);
     w->last_seen = sdb_column_int64(s, 6);
     w->lease_end = sdb_column_int64(s, 7);
+    w->unpriced = sdb_column_int64(s, 8) != 0;
+    return 0;
+}
+
+static int gap_row(struct sdb_stmt *s, void *elem, void *ctx)
+{
+    struct store_fleet_gap *g = elem;
+    (void)ctx;
+    store_col_text(s, 0, g->worker_id, sizeof g->worker_id);
+    g->gone_at = sdb_column_int64(s, 1);
+    g->back_at = sdb_column_int64(s, 2);
     return 0;
 }
 
@@ -70,7 +82,8 @@ struct fleet_q {
     const char *batch_id;
 };
 
-/* Run statement id with the query's parameters, collecting with how. */
+/* Run statement id with the query's parameters, collecting with how.
+ * workers: 1 binds ?4 ttl too; -1 (gaps) only ?1 since, ?2 until. */
 static int collect(struct store *st, enum store_stmt_id id, const struct fleet_q *q, const struct store_rows *how,
                    int workers, void **items, size_t *n)
 {
@@ -83,9 +96,9 @@ static int collect(struct store *st, enum store_stmt_id id, const struct fleet_q
     if (!rc && q->batch_id)
         rc = store_bind_int(st, s, 2, q->now);
     if (!rc && !q->batch_id && !(rc = store_bind_int(st, s, 1, q->since)) &&
-        !(rc = store_bind_int(st, s, 2, q->until)))
+        !(rc = store_bind_int(st, s, 2, q->until)) && workers >= 0)
         rc = store_bind_int(st, s, 3, q->now);
-    if (!rc && workers)
+    if (!rc && workers > 0)
         rc = store_bind_int(st, s, 4, q->ttl_s);
     if (rc) {
         sdb_reset(s);
@@ -100,10 +113,11 @@ int store_fleet_read(struct store *st, int64_t since, int64_t until, int64_t now
     static const struct store_rows wh = {sizeof(struct store_fleet_worker), worker_row, NULL, "fleet workers"};
     static const struct store_rows lh = {sizeof(struct store_fleet_lease), lease_row, NULL, "fleet leases"};
     static const struct store_rows uh = {sizeof(struct store_fleet_unit), unit_row, NULL, "fleet units"};
+    static const struct store_rows gh = {sizeof(struct store_fleet_gap), gap_row, NULL, "fleet gaps"};
     struct store_fleet f;
     memset(&f, 0, sizeof f);
     const struct fleet_q q = {since, until, now, ttl_s, batch_id};
-    void *w = NULL, *l = NULL, *u = NULL;
+    void *w = NULL, *l = NULL, *u = NULL, *g = NULL;
     int rc = store_r_begin(st);
     if (rc)
         return rc;
@@ -113,10 +127,13 @@ int store_fleet_read(struct store *st, int64_t since, int64_t until, int64_t now
         rc = collect(st, batch_id ? S_FLEET_LEASES_BATCH : S_FLEET_LEASES_RANGE, &q, &lh, 0, &l, &f.n_leases);
     if (!rc)
         rc = collect(st, batch_id ? S_FLEET_UNITS_BATCH : S_FLEET_UNITS_RANGE, &q, &uh, 0, &u, &f.n_units);
+    if (!rc && !batch_id)
+        rc = collect(st, S_FLEET_GAPS, &q, &gh, -1, &g, &f.n_gaps);
     rc = store_r_end(st, rc);
     f.workers = w;
     f.leases = l;
     f.units = u;
+    f.gaps = g;
     if (rc) {
         store_fleet_release(&f);
         return rc;
@@ -132,5 +149,6 @@ void store_fleet_release(struct store_fleet *f)
     free(f->workers);
     free(f->leases);
     free(f->units);
+    free(f->gaps);
     memset(f, 0, sizeof *f);
 }

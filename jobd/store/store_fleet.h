@@ -2,7 +2,8 @@
  * store_fleet.h - the raw facts of fleet cost (spec/usage.md "Fleet cost"):
  * each worker's registered interval and hourly price, its leases (start,
  * end, how they ended) and, per lease, the batches it served with the tokens
- * their results computed. The pricing and attribution over these rows is
+ * their results computed (kept in lease_batches as results commit: history
+ * that deleting a batch does not rewrite). The pricing and attribution over these rows is
  * jobd/account/fleet.h; this file only reads them.
  *
  * A lease's end is min(released_at, expires_at), or min(now, expires_at)
@@ -27,6 +28,14 @@ struct store_fleet_worker {
     int64_t hourly_cost_micros;
     int64_t registered_at, last_seen;
     int64_t lease_end;               /* the latest end of its leases, 0 when none */
+    int unpriced;                    /* 1: registered with no price from anyone (cost 0) */
+};
+
+/* A silence longer than the worker TTL after which the worker called again
+ * (worker_gaps): gone in [gone_at, back_at), except while a lease ran. */
+struct store_fleet_gap {
+    char worker_id[ID_MAX];
+    int64_t gone_at, back_at;
 };
 
 struct store_fleet_lease {
@@ -43,9 +52,11 @@ struct store_fleet_lease {
 struct store_fleet_unit {
     char lease_id[ID_MAX];
     char batch_id[ID_MAX];
-    char tenant_id[ID_MAX];          /* the batch's tenant, "" when the batch row is gone */
+    char tenant_id[ID_MAX];          /* the batch's tenant ("" only for a part of a batch deleted
+                                      * before schema.sql migration 13) */
     int64_t n_requests;              /* its requests handed out in the lease */
-    int64_t prompt_tokens, cached_tokens, completion_tokens; /* sums of its results under the lease */
+    int64_t prompt_tokens, cached_tokens, completion_tokens; /* sums of the results committed under the
+                                      * lease, as committed: deleting them later changes nothing */
     int64_t reused_tokens;           /* sum of its results answered from reuse (tokens not computed) */
 };
 
@@ -56,14 +67,17 @@ struct store_fleet {
     size_t n_leases;
     struct store_fleet_unit *units;     /* in no particular order */
     size_t n_units;
+    struct store_fleet_gap *gaps;       /* range reads only; in no particular order */
+    size_t n_gaps;
 };
 
 /* Read into *out (caller's; store_fleet_release), one snapshot:
  *   batch_id NULL: the workers whose registered interval meets [since,
  *     until) (registered before until, and seen at or after since - ttl_s,
  *     or holding a lease that ends at or after since), the leases with
- *     start < until and (end > since or start >= since), and their units;
- *   batch_id set: no workers; the leases that served batch_id and every
+ *     start < until and (end > since or start >= since), their units, and
+ *     the workers' gaps that meet [since, until);
+ *   batch_id set: no workers, no gaps; the leases that served batch_id and every
  *     lease of the same workers that overlaps one of them, and their units
  *     (since, until, ttl_s unused).
  * now prices the end of open leases. 0, ERR_NOMEM, database errors. */

@@ -154,13 +154,16 @@
     X(IDEM_EXPIRE, "DELETE FROM idempotency_keys WHERE created_at <= ?1") \
     X(WORKER_INSERT, \
       "INSERT INTO workers(id, name, device, kv_tokens, pack_size, registered_at, " \
-      "last_seen, hourly_cost_micros) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)") \
+      "last_seen, hourly_cost_micros, unpriced) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8)") \
     X(WORKER_MODEL_INSERT, \
       "INSERT OR IGNORE INTO worker_models(worker_id, canonical, name, model_sha256) VALUES (?1, " \
       "?2, ?3, ?4)") \
     X(WORKER_SEEN, \
       "UPDATE workers SET last_seen = max(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
+    X(WORKER_GAP_NOTE, \
+      "INSERT INTO worker_gaps(worker_id, gone_at, back_at) SELECT id, last_seen, ?2 FROM " \
+      "workers WHERE id = ?1 AND last_seen < ?2 - ?3 ON CONFLICT DO NOTHING") \
     X(WORKER_ENDPOINT_INSERT, \
       "INSERT OR IGNORE INTO worker_endpoints(worker_id, canonical, endpoint) VALUES " \
       "(?1, ?2, ?3)") \
@@ -217,8 +220,8 @@
       "INSERT INTO leases(id, worker_id, model, n_requests, created_at, expires_at) " \
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)") \
     X(LEASE_BATCHES_FILL, \
-      "INSERT INTO lease_batches(lease_id, batch_id, n_requests) SELECT ?1, batch_id, " \
-      "count(*) FROM requests WHERE lease_id = ?1 GROUP BY batch_id") \
+      "INSERT INTO lease_batches(lease_id, batch_id, tenant_id, n_requests) SELECT ?1, " \
+      "batch_id, min(tenant_id), count(*) FROM requests WHERE lease_id = ?1 GROUP BY batch_id") \
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1") \
     X(LEASE_EXTEND, \
       "UPDATE leases SET expires_at = max(expires_at, ?2) WHERE id = ?1 AND " \
@@ -379,8 +382,8 @@
 
 /* Fleet cost (store_fleet.c). A lease's end, its lapse, the range and the
  * batch's leases with their workers' overlapping ones; N is the parameter
- * holding now. Range statements: ?1 since, ?2 until, ?3 now, ?4 ttl;
- * batch statements: ?1 batch id, ?2 now. join: SQLite's CROSS JOIN keeps
+ * holding now. Range statements: ?1 since, ?2 until, ?3 now, ?4 ttl
+ * (FLEET_GAPS: ?1, ?2 only); batch statements: ?1 batch id, ?2 now. join: SQLite's CROSS JOIN keeps
  * leases the outer loop (the range's index), PostgreSQL plans its own. */
 #define STORE_FLEET_END(lo, n) lo "(coalesce(l.released_at, " n "), l.expires_at)"
 #define STORE_FLEET_LEASE_COLS(lo, n) \
@@ -394,27 +397,29 @@
 #define STORE_FLEET_OF_BATCH(lo, n) \
     "l.id IN (SELECT DISTINCT l.id FROM lease_batches lb JOIN leases m ON m.id = lb.lease_id " \
     "JOIN leases l ON l.worker_id = m.worker_id AND l.created_at <= " lo "(coalesce(m.released_at, " \
-    n "), m.expires_at) AND " STORE_FLEET_END(lo, n) " >= m.created_at WHERE lb.batch_id = ?1)"
+    n "), m.expires_at) AND l.created_at >= m.created_at - " STORE_FLEET_LONGEST("m.worker_id") " AND " \
+    STORE_FLEET_END(lo, n) " >= m.created_at WHERE lb.batch_id = ?1)"
+/* The longest lease of worker w (an upper bound: released or expiry minus
+ * start), through leases_worker_len (schema.sql migration 15): a lease
+ * overlapping m started at most that long before m did, which bounds the
+ * range scan of leases_worker to m's neighbours instead of every earlier
+ * lease of the worker. */
+#define STORE_FLEET_LONGEST(w) \
+    "(SELECT max(coalesce(x.released_at, x.expires_at) - x.created_at) FROM leases x WHERE x.worker_id = " w ")"
 #define STORE_FLEET_LEASES(lo, n, where) \
     "SELECT " STORE_FLEET_LEASE_COLS(lo, n) " FROM leases l LEFT JOIN workers w ON w.id = " \
     "l.worker_id WHERE " where
+/* A part's tenant and token sums are its lease_batches row's (schema.sql
+ * migration 13): written as results commit, untouched by deletions. */
 #define STORE_FLEET_UNITS(join, where) \
-    "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
-    "coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.cached_tokens), 0), " \
-    "coalesce(sum(r.completion_tokens), 0), coalesce(sum(r.reused_tokens), 0) FROM leases l " join " lease_batches lb ON " \
-    "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id LEFT JOIN results r ON " \
-    "r.lease_id = lb.lease_id AND r.batch_id = lb.batch_id WHERE " where " GROUP BY " \
-    "lb.lease_id, lb.batch_id, b.tenant_id, lb.n_requests"
-/* PostgreSQL: the sums kept in lease_batches (schema_pg.sql migration 8). */
-#define STORE_FLEET_UNITS_PG(join, where) \
-    "SELECT lb.lease_id, lb.batch_id, coalesce(b.tenant_id, ''), lb.n_requests, " \
-    "lb.prompt_tokens, lb.cached_tokens, lb.completion_tokens FROM leases l " join " lease_batches lb ON " \
-    "lb.lease_id = l.id LEFT JOIN batches b ON b.id = lb.batch_id WHERE " where
+    "SELECT lb.lease_id, lb.batch_id, lb.tenant_id, lb.n_requests, lb.prompt_tokens, " \
+    "lb.cached_tokens, lb.completion_tokens, lb.reused_tokens FROM leases l " join " lease_batches lb ON " \
+    "lb.lease_id = l.id WHERE " where
 #define STORE_FLEET_WORKERS(lo, n, ttl) \
     "SELECT w.id, w.name, w.device, coalesce((SELECT min(m.canonical) FROM worker_models m " \
     "WHERE m.worker_id = w.id), ''), w.hourly_cost_micros, w.registered_at, w.last_seen, " \
     "coalesce((SELECT max(" STORE_FLEET_END(lo, n) ") FROM leases l WHERE l.worker_id = " \
-    "w.id), 0) FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
+    "w.id), 0), w.unpriced FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
     " OR EXISTS (SELECT 1 FROM leases l WHERE l.worker_id = w.id AND " STORE_FLEET_END(lo, n) \
     " >= ?1)) ORDER BY w.id"
 #define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join, units) \
@@ -422,7 +427,8 @@
     X(FLEET_LEASES_RANGE, STORE_FLEET_LEASES(lo, n3, STORE_FLEET_IN_RANGE(lo, n3))) \
     X(FLEET_UNITS_RANGE, units(join, STORE_FLEET_IN_RANGE(lo, n3))) \
     X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
-    X(FLEET_UNITS_BATCH, units(join, STORE_FLEET_OF_BATCH(lo, n2)))
+    X(FLEET_UNITS_BATCH, units(join, STORE_FLEET_OF_BATCH(lo, n2))) \
+    X(FLEET_GAPS, "SELECT worker_id, gone_at, back_at FROM worker_gaps WHERE back_at > ?1 AND gone_at < ?2")
 
 /* Operator views (store_admin.c): the worker list and the /metrics gauges.
  * Queue depth reads the partial indexes requests_ready / requests_leased. */
@@ -600,7 +606,10 @@
     X(WORKER_ENDPOINT_INSERT, \
       "INSERT INTO worker_endpoints(worker_id, canonical, endpoint) VALUES (?1, ?2, ?3) " \
       "ON CONFLICT DO NOTHING") \
+    /* with the gap (WORKER_GAP_NOTE) in the same round trip: ?4 the worker TTL (0: none) */ \
     X(WORKER_SEEN, \
+      "WITH gap AS (INSERT INTO worker_gaps(worker_id, gone_at, back_at) SELECT id, last_seen, ?2 " \
+      "FROM workers WHERE id = ?1 AND ?4 > 0 AND last_seen < ?2 - ?4 ON CONFLICT DO NOTHING) " \
       "UPDATE workers SET last_seen = greatest(last_seen, ?2), tokens_per_s = CASE WHEN ?3 " \
       ">= 0 THEN ?3 ELSE tokens_per_s END WHERE id = ?1") \
     X(BACKLOG_BATCHES, \
@@ -669,7 +678,7 @@
       "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
       "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
-    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN", STORE_FLEET_UNITS_PG) \
+    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN", STORE_FLEET_UNITS) \
     STORE_SQL_PG_HOT(X)
 
 /* The row-locked hot paths on PostgreSQL: leasing takes its rows

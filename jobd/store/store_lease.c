@@ -105,7 +105,8 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
     if (s && !(rc = bind_texts(st, s, 1, id, w->name)) &&
         !(rc = store_bind_text(st, s, 3, w->device ? w->device : "")) &&
         !(rc = store_bind_int(st, s, 4, w->kv_tokens)) && !(rc = store_bind_int(st, s, 5, w->pack_size)) &&
-        !(rc = store_bind_int(st, s, 6, now)) && !(rc = store_bind_int(st, s, 7, w->hourly_cost_micros)))
+        !(rc = store_bind_int(st, s, 6, now)) && !(rc = store_bind_int(st, s, 7, w->hourly_cost_micros)) &&
+        !(rc = store_bind_int(st, s, 8, w->unpriced != 0)))
         rc = store_step_done(st, s, "insert worker");
     for (size_t i = 0; !rc && i < 2 * w->n_models; i++) {
         const struct store_model_name *m = &w->models[i / 2];
@@ -141,8 +142,18 @@ int store_worker_register(struct store *st, const struct store_worker_new *w, in
 static int worker_seen_in(struct store *st, const char *worker_id, double tokens_per_s, int64_t now)
 {
     int rc = 0, r;
-    struct sdb_stmt *s = store_stmt(st, S_WORKER_SEEN, &rc);
-    if (s && !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now))) {
+    struct sdb_stmt *s;
+    /* back after a silence longer than the TTL: the gap first, from the last_seen it ends
+     * (PostgreSQL: WORKER_SEEN does both in one round trip) */
+    if (!st->pg && st->opts.worker_ttl_s > 0 && (s = store_stmt(st, S_WORKER_GAP_NOTE, &rc)) &&
+        !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now)) &&
+        !(rc = store_bind_int(st, s, 3, st->opts.worker_ttl_s)))
+        rc = store_step_done(st, s, "worker gap");
+    if (rc)
+        return rc;
+    s = store_stmt(st, S_WORKER_SEEN, &rc);
+    if (s && !(rc = store_bind_text(st, s, 1, worker_id)) && !(rc = store_bind_int(st, s, 2, now)) &&
+        (!st->pg || !(rc = store_bind_int(st, s, 4, st->opts.worker_ttl_s)))) {
         r = sdb_bind_double(s, 3, tokens_per_s);
         rc = r == SDB_OK ? store_step_done(st, s, "worker seen") : store_sqlerr(st, r, "bind");
         if (!rc && sdb_changes(st->db) == 0)

@@ -171,7 +171,9 @@ int lease_order_pack(struct store_lease *l, size_t prefix_bytes);
 /* Map an ERR_* from a lease_* call to the spec's (status, code). */
 void lease_error_from(int err, struct problem *e);
 
-/* Parsed register message; strings borrowed from root. */
+/* Parsed register message; strings borrowed from root. w.hourly_cost_micros
+ * is -1 when the worker declared no price (the daemon resolves it with
+ * fleet_cost_for before lease_worker_register, setting w.unpriced). */
 struct lease_register {
     json_t *root;
     struct store_worker_new w;

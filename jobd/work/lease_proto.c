@@ -151,7 +151,7 @@ int lease_parse_register(const char *json, size_t len, struct lease_register *ou
         goto out;
     r.w.kv_tokens = kv;
     r.w.pack_size = pack;
-    if ((rc = want_int(r.root, "hourly_cost_micros", 0, STORE_HOURLY_COST_MAX, 0, &r.w.hourly_cost_micros, e)))
+    if ((rc = want_int(r.root, "hourly_cost_micros", 0, STORE_HOURLY_COST_MAX, -1, &r.w.hourly_cost_micros, e)))
         goto out;
     size_t i;
     json_t *m;

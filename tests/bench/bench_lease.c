@@ -82,7 +82,7 @@ int main(int argc, char **argv)
         die("ingest", rc);
     double t_ingest = secs(t0);
     struct store_model_name names[] = {{MODEL, MODEL, 0, NULL}};
-    struct store_worker_new w = {"bench", "cpu", 0, 256, names, 1, 0};
+    struct store_worker_new w = {"bench", "cpu", 0, 256, names, 1, 0, 0};
     char worker[ID_MAX];
     if ((rc = lease_worker_register(st, &w, NOW, worker)))
         die("register", rc);

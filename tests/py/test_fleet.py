@@ -15,7 +15,7 @@ import time
 
 from harness import ROOT, Proc, Skip, binary, db_connect, run, tmpdir
 from jobdlib import Jobd, create_key, jsonl
-from workerlib import TestWorker
+from workerlib import TestWorker, success
 
 TIMEOUT = 900
 MODEL = os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -53,6 +53,14 @@ def wait_done(d, bid, workers, timeout=600):
         time.sleep(0.2)
 
 
+def jc_duration(s):
+    """jobctl's duration format (cmd/jobctl/client.c jc_fmt_duration)."""
+    for unit, sub, w in ((86400, 3600, "dh"), (3600, 60, "hm"), (60, 1, "ms")):
+        if s >= unit:
+            return "%d%s%02d%s" % (s // unit, w[0], s % unit // sub, w[1])
+    return "%ds" % s
+
+
 def lines(n, tag):
     out = []
     for i in range(n):
@@ -83,6 +91,14 @@ def test_fleet_real_workers_batches_plus_idle_equal_registered_time():
         est = d.json("POST", "/v1/batches/estimate", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
                                                       "completion_window": "24h"})
         by_model = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&since=%d" % (int(t1) - 7 * 86400))
+        # jobctl submit --dry-run on the same lines: the same estimate, printed
+        path = os.path.join(tmpdir(), "z.jsonl")
+        with open(path, "wb") as fh:
+            fh.write(lines(10, "z"))
+        dry = run([binary("jobctl"), "submit", "--dry-run", path],
+                  env={"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBCTL_CONFIG": "", "HOME": tmpdir()})
+        est2 = d.json("POST", "/v1/batches/estimate", {"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+                                                       "completion_window": "24h"})
     finally:
         wa.stop()
         wb.stop()
@@ -144,6 +160,19 @@ def test_fleet_real_workers_batches_plus_idle_equal_registered_time():
     assert fl["micros_per_1m_computed_tokens"] == x["effective_micros_per_1m_output"], (fl, x)
     assert est["fleet_cost"] == {"min_micros": fl["cost"]["min_micros"], "max_micros": fl["cost"]["max_micros"],
                                  "measured": True}, est
+    # the CLI's fleet line carries the API's figures (asked between the two estimates, which agree)
+    assert est2["models"][0]["fleet"] == fl, (est2, fl)
+    assert dry.returncode == 0, dry.stderr
+    import re
+    [line] = [x for x in dry.stdout.splitlines() if x.startswith("fleet: ")]
+    got = re.fullmatch(r"fleet: smollm: cost \$(\d+)\.(\d{6}) \.\. \$(\d+)\.(\d{6}) at ([\d.]+) tokens per "
+                       r"worker-second, (\w+) \.\. (\w+) on the live workers", line)
+    assert got, line
+    g = got.groups()
+    assert int(g[0]) * 10**6 + int(g[1]) == fl["cost"]["min_micros"], (line, fl)
+    assert int(g[2]) * 10**6 + int(g[3]) == fl["cost"]["max_micros"], (line, fl)
+    assert g[4] == "%.1f" % fl["tokens_per_worker_second"], (line, fl)
+    assert (g[5], g[6]) == (jc_duration(fl["seconds"]["min"]), jc_duration(fl["seconds"]["max"])), (line, fl)
     # by model and by day: the same attributed total
     for g in ("model", "day", "tenant"):
         r2 = d.json("GET", f"/v1/admin/usage?view=fleet&group_by={g}")
@@ -165,10 +194,22 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     w.worker_id = r.json()["worker_id"]
     idle = TestWorker(d.port, WT, model="smollm", name="idle-1")
     idle.register()
+    # no class matches and no price declared: unpriced (priced 0, flagged, a warning); declared 0 is a price
+    free = TestWorker(d.port, WT, model="smollm", name="free-1")
+    free.register()
+    zero = TestWorker(d.port, WT, model="smollm", name="zero-1")
+    r = zero.post("/v1/worker/register", {"name": "zero-1", "models": [{"id": "smollm"}], "hourly_cost_micros": 0})
+    assert r.status == 200, r
     ba = d.submit(jsonl(3), key=ka)
     bb = d.submit(jsonl(2), key=kb)
     for b, k in ((ba, ka), (bb, kb)):
         d.wait_batch(b["id"], key=k)
+    # one lease held across whole seconds (times are unix seconds): busy-1 has busy time to compare
+    lease = w.lease(max_requests=2).json()
+    t = int(time.time())
+    while int(time.time()) < t + 2:
+        time.sleep(0.05)
+    w.results(lease["lease_id"], [success(q) for q in lease["requests"]])
     w.run_until(lambda: all(d.json("GET", f"/v1/batches/{b['id']}", key=k)["status"] == "completed"
                             for b, k in ((ba, ka), (bb, kb))))
     time.sleep(2.1)  # the idle worker's registered time reaches a whole second or two
@@ -179,12 +220,18 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     adm = d.json("GET", "/v1/admin/usage?view=fleet&group_by=batch", key="adm")
     assert sorted(x["key"] for x in adm["data"]) == sorted([ba["id"], bb["id"]]), adm
     ws = {x["name"]: x for x in adm["workers"]}
+    assert {n: x["unpriced"] for n, x in ws.items()} == \
+        {"busy-1": False, "idle-1": False, "free-1": True, "zero-1": False}, ws
+    assert ws["free-1"]["hourly_cost_micros"] == 0 and ws["free-1"]["cost"]["amount_micros"] == 0, ws
+    log = d.proc.log()
+    assert "worker 'free-1' (%s) has no hourly cost" % ws["free-1"]["id"] in log, log[-3000:]
+    assert "'zero-1'" not in log and "'idle-1'" not in log, log[-3000:]
     assert ws["idle-1"]["busy_ms"] == 0 and ws["idle-1"]["hourly_cost_micros"] == 36000000, ws
     assert ws["idle-1"]["idle"]["amount_micros"] == ws["idle-1"]["cost"]["amount_micros"] >= 10000, ws
     assert ws["idle-1"]["state"] == "idle" and ws["busy-1"]["state"] == "idle", ws
     assert ws["busy-1"]["hourly_cost_micros"] == 3600000, ws
     listed = {x["name"]: x["hourly_cost_micros"] for x in d.json("GET", "/v1/workers", key="adm")["data"]}
-    assert listed == {"busy-1": 3600000, "idle-1": 36000000}, listed
+    assert listed == {"busy-1": 3600000, "idle-1": 36000000, "free-1": 0, "zero-1": 0}, listed
     one = d.json("GET", "/v1/admin/usage?view=fleet&group_by=model&tenant=beta", key="adm")
     assert one["tenant_id"] and all(x["key"] == "smollm" for x in one["data"]), one
     # bad queries
@@ -201,9 +248,11 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     out = r.stdout.splitlines()
     assert out[0].split()[:3] == ["BATCH", "WORKER", "S"] and out[1].startswith(ba["id"]), r.stdout
     assert out[2].startswith("total") and out[3].startswith("idle (the fleet's own line)"), r.stdout
-    assert out[4].startswith("fleet: 2 worker(s),") and len(out) == 5, r.stdout
+    assert out[4].startswith("fleet: 4 worker(s),") and len(out) == 5, r.stdout
     r = run([binary("jobctl"), "usage", "--fleet", "--all-tenants", "--admin-token", "adm"], env=env)
     assert r.returncode == 0 and "idle-1" in r.stdout and "busy-1" in r.stdout and "$36.000000" in r.stdout, r
+    [free_line] = [x for x in r.stdout.splitlines() if x.startswith("free-1 ")]
+    assert free_line.split()[1:3] == ["idle", "unpriced"], r.stdout
     r = run([binary("jobctl"), "usage", "--fleet", "--json"], env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["view"] == "fleet", r
     r = run([binary("jobctl"), "usage", "--fleet", "--batch", ba["id"]], env=env)
@@ -223,6 +272,25 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
     wc = sum(int(x) for x in re.findall(r'^jobd_worker_cost_micros\{[^}]*\} (\d+)$', m, re.M))
     fc = sum(int(x) for x in re.findall(r'^jobd_fleet_cost_micros\{kind="(?:batches|idle)"\} (\d+)$', m, re.M))
     assert wc == fc >= 10000, (wc, fc)
+    # the busy worker's gauges are the API's figures (its idle time grows while it stays live:
+    # compare answers taken within one second, the scrape's before and after agreeing)
+    busy_id = ws["busy-1"]["id"]
+
+    def gauges():
+        t = d.call("GET", "/metrics").body.decode()
+        pat = r'^jobd_worker_%s\{worker="%s",name="busy-1"%s\} (\S+)$'
+        return (re.search(pat % ("utilization", busy_id, ""), t, re.M).group(1),
+                int(re.search(pat % ("cost_micros", busy_id, ',kind="busy"'), t, re.M).group(1)),
+                int(re.search(pat % ("cost_micros", busy_id, ',kind="idle"'), t, re.M).group(1)))
+    for _ in range(50):
+        g1 = gauges()
+        x = next(x for x in d.json("GET", "/v1/admin/usage?view=fleet", key="adm")["workers"] if x["id"] == busy_id)
+        api = ("%.4f" % (x["busy_ms"] / x["registered_ms"]), x["busy"]["amount_micros"], x["idle"]["amount_micros"])
+        if g1 == gauges() == api:
+            break
+    else:
+        raise AssertionError(("metrics", g1, "api", api))
+    assert x["busy_ms"] >= 1000 and x["busy"]["amount_micros"] >= 1000 and float(api[0]) > 0, x
     # a register with an absurd price
     r = w.post("/v1/worker/register", {"name": "x", "models": [{"id": "smollm"}], "hourly_cost_micros": -1})
     assert r.status == 400 and "hourly_cost_micros" in r.json()["error"]["message"], r
@@ -230,12 +298,89 @@ def test_fleet_tenant_sees_its_batches_and_a_worker_that_never_works_is_all_idle
 
 def test_fleet_bad_prices_and_classes_refused_at_start():
     jobd = binary("jobd")
-    for flag, val in (("--worker-costs", "gpu-*=-1"), ("--worker-costs", "gpu-*=20000"),
-                      ("--worker-costs", "gpu-*"), ("--worker-costs", "a=1,a=2"),
-                      ("--reference-prices", "m=-5:1")):
+    for flag, val, says in (("--worker-costs", "gpu-*=-1", "(got '-1')"), ("--worker-costs", "gpu-*=20000", "0 .. 10000"),
+                            ("--worker-costs", "gpu-*", "expected NAME_GLOB=USD"),
+                            ("--worker-costs", "a=1,a=2", "listed twice"),
+                            # a class an earlier glob shadows could never apply
+                            ("--worker-costs", "*=1,gpu-*=2",
+                             "'gpu-*' can never apply: every name it matches matches '*' (entry 1) first"),
+                            ("--worker-costs", "gpu-*=2,gpu-h100-*=3", "'gpu-h100-*' can never apply"),
+                            ("--reference-prices", "m=-5:1", "bad price"),
+                            # an absurd reference price: above the cap of 10^12 micro-dollars per 1M tokens
+                            ("--reference-prices", "m=1000000000001:1", "at most 1000000000000"),
+                            ("--reference-prices", "m=1:1:1000000000001", "at most 1000000000000")):
         r = run([jobd, "--listen", "127.0.0.1:0", "--data", "/nonexistent/x", flag, val])
-        assert r.returncode == 2 and flag in r.stderr, (flag, val, r.returncode, r.stderr)
+        assert r.returncode == 2 and flag in r.stderr and says in r.stderr, (flag, val, r.returncode, r.stderr)
+    # the narrower glob first is the way to say it
+    r = run([jobd, "--listen", "127.0.0.1:0", "--data", "/nonexistent/x", "--worker-costs", "gpu-*=2,*=1",
+             "--reference-prices", "m=1000000000000:1"])
+    assert "--worker-costs" not in r.stderr and "--reference-prices" not in r.stderr, r.stderr
     jw = binary("jobworker")
     for val in ("-3", "abc", "10001", "1.0000001"):
         r = run([jw, "--jobd", "http://127.0.0.1:9", "--model", "/nonexistent.gguf", "--hourly-cost", val])
         assert r.returncode == 2 and "--hourly-cost" in r.stderr, (val, r.returncode, r.stderr)
+
+
+def test_fleet_worker_killed_mid_lease_its_lapsed_lease_is_charged():
+    """A real worker SIGKILLed while it holds a lease: its time until the
+    lease lapses is charged to the batch and said so - lapsed_micros > 0 in
+    GET /v1/batches/{id} fleet_cost (equal to the batch's bucket of the fleet
+    view), jobctl status says "... of it while a lease lapsed". A second
+    worker finishes the batch."""
+    need()
+    d = Jobd(asan=False, args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s",
+                               "--lease-min", "1s"])
+    # 36 $/h: 10000 micro-dollars a second; 3 s leases, heartbeats every second
+    doomed = start_worker(d, "doomed", "--hourly-cost", "36", "--lease-seconds", "3")
+    rescuer = None
+    try:
+        body = lambda i: {"model": "smollm", "max_tokens": 400, "temperature": 0,  # noqa: E731
+                          "messages": [{"role": "user", "content": f"Count from 1 to 1000, number {i}."}]}
+        data = "".join(json.dumps({"custom_id": f"k-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                   "body": body(i)}) + "\n" for i in range(8)).encode()
+        bid = d.submit(data, query="?completion_window=1h")["id"]
+        deadline = time.monotonic() + 120
+        while True:  # the worker holds the batch's requests (a lease) ...
+            ws = {w["name"]: w for w in d.json("GET", "/v1/workers")["data"]}
+            if ws.get("doomed", {}).get("requests_held", 0) > 0:
+                break
+            assert doomed.p.poll() is None and time.monotonic() < deadline, doomed.log()[-3000:]
+            time.sleep(0.05)
+        time.sleep(1.2)  # ... mid-generation (400 tokens x 8 on one thread take far longer)
+        assert d.json("GET", f"/v1/batches/{bid}")["status"] == "in_progress"
+        doomed.p.kill()  # SIGKILL: no release, no goodbye
+        doomed.p.wait()
+        deadline = time.monotonic() + 60
+        while True:  # the lease lapses (expires_at passes with no heartbeat)
+            fc = d.json("GET", f"/v1/batches/{bid}")["fleet_cost"]
+            if fc["lapsed_micros"] > 0:
+                break
+            assert time.monotonic() < deadline, fc
+            time.sleep(0.2)
+        rescuer = start_worker(d, "rescuer", "--hourly-cost", "36")
+        b = wait_done(d, bid, (rescuer,))
+    finally:
+        if rescuer:
+            rescuer.stop()
+    assert b["status"] == "completed", b
+    fc = b["fleet_cost"]
+    # the lapsed lease ran at least its 3 s (the worker never released it), all of it charged and said so
+    assert fc["lapsed_micros"] >= 20000 and fc["lapsed_worker_ms"] >= 2000, fc
+    assert fc["amount_micros"] > fc["lapsed_micros"] and fc["worker_ms"] > fc["lapsed_worker_ms"], fc
+    rep = d.json("GET", "/v1/admin/usage?view=fleet&group_by=batch")
+    [x] = rep["data"]
+    assert x["key"] == bid and x["lapsed"] == {"worker_ms": fc["lapsed_worker_ms"],
+                                                "amount_micros": fc["lapsed_micros"]}, (x, fc)
+    assert x["fleet_cost"]["amount_micros"] == fc["amount_micros"], (x, fc)
+    assert rep["fleet"]["lapsed"]["amount_micros"] == fc["lapsed_micros"], rep["fleet"]
+    ws = {w["name"]: w for w in rep["workers"]}
+    # not busy (its lease lapsed; "gone" only once the worker TTL, 120 s, has passed)
+    assert ws["doomed"]["state"] == "idle" and ws["doomed"]["busy"]["amount_micros"] >= fc["lapsed_micros"], ws
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBCTL_CONFIG": "", "HOME": tmpdir()}
+    r = run([binary("jobctl"), "status", bid], env=env)
+    assert r.returncode == 0, r.stderr
+    [line] = [x for x in r.stdout.splitlines() if x.startswith("  fleet cost ")]
+    want = "  fleet cost $%d.%06d (%d micro-dollars, %.1f worker-seconds, %d of it while a lease lapsed)" % (
+        fc["amount_micros"] // 10**6, fc["amount_micros"] % 10**6, fc["amount_micros"], fc["worker_ms"] / 1000,
+        fc["lapsed_micros"])
+    assert line == want, (line, want)

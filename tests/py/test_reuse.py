@@ -59,15 +59,15 @@ def bodies(n_det=20, n_random=2):
     return out
 
 
-def jsonl(bs):
-    return "".join(json.dumps({"custom_id": f"r-{i}", "method": "POST", "url": "/v1/chat/completions",
+def jsonl(bs, url="/v1/chat/completions"):
+    return "".join(json.dumps({"custom_id": f"r-{i}", "method": "POST", "url": url,
                                "body": b}) + "\n" for i, b in enumerate(bs)).encode()
 
 
-def run_batch(d, bs, key, reuse, workers):
-    f = d.upload(jsonl(bs), key=key)
+def run_batch(d, bs, key, reuse, workers, url="/v1/chat/completions"):
+    f = d.upload(jsonl(bs, url), key=key)
     md = {"reuse": reuse} if reuse else None
-    b = d.create_batch(f["id"], key=key, completion_window="24h", **({"metadata": md} if md else {}))
+    b = d.create_batch(f["id"], endpoint=url, key=key, completion_window="24h", **({"metadata": md} if md else {}))
     for w in workers:
         assert w.p.poll() is None, w.log()[-3000:]
     b = d.wait_batch(b["id"], statuses=("completed", "failed", "expired", "cancelled"), timeout=240, key=key)
@@ -193,6 +193,44 @@ def test_reuse_unchanged_lines_only_same_tenant_same_model_file():
     # the batch's cost is its computed lines' only
     assert b2["cost"]["amount_micros"] == sum(r[3] for r in rows)
     assert b2["usage"]["output_tokens"] == sum(r[2] for r in rows)
+
+
+def test_reuse_responses_lines_answered_from_the_first_run():
+    """/v1/responses lines (spec/usage.md: the same two marks on the Response
+    object): the deterministic lines of a resubmitted batch are answered from
+    the first run - the first run's Response (its id and created_at too) plus
+    system_fingerprint "reused" (a Response has none of its own) and
+    usage.reused_tokens = its input + output tokens - and the line without
+    temperature or seed is computed again; the ledger agrees."""
+    need()
+    data = os.path.join(tmpdir(), "data")
+    ka = create_key(data, "alpha", asan=False)
+    d = Jobd(data=data, key=ka, asan=False, args=ARGS)
+    w = start_worker(d, MODEL, "reuse-r")
+    bs = [{"model": "smollm", "input": f"Name a colour, number {i}.", "max_output_tokens": 16, "temperature": 0}
+          for i in range(5)]
+    bs[4] = {"model": "smollm", "input": "Name a colour, number 4.", "max_output_tokens": 16, "seed": 7}
+    bs.append({"model": "smollm", "input": "Any word.", "max_output_tokens": 16})  # temperature 1: not reused
+    try:
+        b1, out1 = run_batch(d, bs, ka, "on", [w], url="/v1/responses")
+        b2, out2 = run_batch(d, bs, ka, "on", [w], url="/v1/responses")
+    finally:
+        w.stop()
+    assert reused(out1) == [], out1
+    det = [f"r-{i}" for i in range(5)]
+    assert reused(out2) == det, out2
+    for c in det:
+        first, again = out1[c], copy.deepcopy(out2[c])
+        assert first["object"] == "response" and first["status"] in ("completed", "incomplete"), first
+        assert "system_fingerprint" not in first, first
+        assert again.pop("system_fingerprint") == "reused", again
+        assert again["usage"].pop("reused_tokens") == first["usage"]["input_tokens"] + \
+            first["usage"]["output_tokens"] > 0, (again, first)
+        assert again == first, (c, again, first)  # the first run's Response, id and created included
+    assert "reused_tokens" not in out2["r-5"]["usage"] and out2["r-5"]["id"] != out1["r-5"]["id"], out2["r-5"]
+    usage = {x["key"]: x for x in d.json("GET", "/v1/usage?group_by=batch", key=ka)["data"]}
+    assert usage[b2["id"]]["num_reused_requests"] == 5, usage[b2["id"]]
+    assert usage[b2["id"]]["reused_tokens"] == sum(out2[c]["usage"]["reused_tokens"] for c in det), usage[b2["id"]]
 
 
 def test_reuse_bad_metadata_value_is_400():

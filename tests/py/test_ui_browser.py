@@ -15,6 +15,7 @@ its deadline-at-risk warning, one usage row per model of a mixed batch, and the 
 Screenshots of each page go to $UI_SCREENSHOTS, else the test's temp dir.
 """
 import json
+import math
 import os
 import shutil
 
@@ -458,7 +459,20 @@ def test_dashboard_fleet_cost():
             wait(drv, same, f"{chart}: the API's daily figures")
         assert sum(x["fleet_cost"]["amount_micros"] for x in day.values()) == fc["amount_micros"], day
         assert text_of(drv, ".card.fleet-cost-total .card-body") == want
-        assert text_of(drv, ".card.fleet-utilization .card-body").endswith("%")
+
+        # the idle and utilization cards: the fleet line of the API (app.js fmtCost, and
+        # Math.round(utilization * 1000) / 10 with one decimal); both move while the worker
+        # stays registered, so compare with an answer taken alongside the page's poll
+        def money(micros):
+            x = micros / 1e6
+            return "$%.2f" % x if x >= 100 else "$%.4f" % x
+
+        def cards_same(x):
+            fl = d.json("GET", "/v1/usage?view=fleet&group_by=day&since=0")["fleet"]
+            util = "%.1f%%" % (math.floor(fl["utilization"] * 1000 + 0.5) / 10)
+            return text_of(x, ".card.fleet-idle-total .card-body") == money(fl["idle"]["amount_micros"]) and \
+                text_of(x, ".card.fleet-utilization .card-body") == util and 0 < fl["utilization"] < 1
+        wait(drv, cards_same, "the idle and utilization cards: the API's fleet line")
         drv.save_screenshot(os.path.join(shots, "usage-fleet.png"))
         no_page_errors(drv)
     finally:

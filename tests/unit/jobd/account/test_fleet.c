@@ -16,6 +16,7 @@
 #include "jobd/intake/ingest.h"
 #include "jobd/store/store_fleet.h"
 #include "jobd/work/lease.h"
+#include "jobd/store/sdb.h"
 #include "tests/th.h"
 #include "tests/unit/th_pg.h"
 
@@ -56,6 +57,44 @@ TEST(fleet_costs_parse_classes_and_refuse_bad_ones)
         CHECK_EQ_INT(fleet_costs_parse(bad[i], &c, msg, sizeof msg), ERR_INVAL);
         CHECK(msg[0] != 0);
     }
+    /* no price from a class nor the worker: -1, the caller's "unpriced" */
+    CHECK_EQ_INT(fleet_costs_parse("gpu-*=2.50", &c, msg, sizeof msg), 0);
+    CHECK_EQ_INT(fleet_cost_for(&c, "cpu-a", -1), -1);
+    CHECK_EQ_INT(fleet_cost_for(&c, "cpu-a", 0), 0);
+    CHECK_EQ_INT(fleet_cost_for(&c, "gpu-a", -1), 2500000);
+    CHECK_EQ_INT(fleet_cost_for(NULL, "gpu-a", -1), -1);
+}
+
+/* A class an earlier glob shadows could never apply: refused at start with
+ * both named. Narrower globs first are fine, and so are globs that only
+ * overlap (neither covers the other). */
+TEST(fleet_costs_parse_refuses_a_class_an_earlier_glob_shadows)
+{
+    struct fleet_costs c;
+    char msg[300];
+    const char *shadowed[][2] = {
+        {"*=1,gpu-*=2", "'gpu-*' can never apply: every name it matches matches '*' (entry 1) first"},
+        {"gpu-*=1,gpu-a*=2", "'gpu-a*'"},
+        {"gpu-?=1,gpu-[ab]=2", "'gpu-[ab]'"},   /* '?' takes any one byte a bracket can */
+        {"[ab]x=1,ax=2", "'ax'"},               /* the bracket accepts the literal */
+        {"a*=1,b=0,*a*b*=3,a*b=2", "'a*b'"},    /* the entry named is the first that covers it */
+        {"*=0,x=1", "'x'"},
+        {"gpu\\*=1,gpu\\*x=2,gpu*=3,gpu-1=4", "'gpu-1'"},
+    };
+    for (size_t i = 0; i < sizeof shadowed / sizeof shadowed[0]; i++) {
+        msg[0] = 0;
+        CHECK_EQ_INT(fleet_costs_parse(shadowed[i][0], &c, msg, sizeof msg), ERR_INVAL);
+        CHECK(strstr(msg, shadowed[i][1]) != NULL);
+        CHECK(strstr(msg, "can never apply") != NULL);
+    }
+    const char *ok[] = {"gpu-a*=2,gpu-*=1,*=0", "a?=1,a*=2", "gpu-[ab]=1,gpu-?=2", "a*=1,*b=2", "x*y=1,*y=2",
+                        "gpu\\*=1,gpu*=2", "[ab]x=1,[ac]x=2", "*a=1,a*=2"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        CHECK_EQ_INT(fleet_costs_parse(ok[i], &c, msg, sizeof msg), 0);
+    CHECK_EQ_INT(fleet_costs_parse("gpu-a*=2,gpu-*=1,*=0", &c, msg, sizeof msg), 0);
+    CHECK_EQ_INT(fleet_cost_for(&c, "gpu-a1", -1), 2000000);
+    CHECK_EQ_INT(fleet_cost_for(&c, "gpu-b1", -1), 1000000);
+    CHECK_EQ_INT(fleet_cost_for(&c, "cpu", -1), 0);
 }
 
 TEST(fleet_meter_pieces_add_up_to_the_whole)
@@ -84,7 +123,7 @@ struct fx {
 static void fx_worker(struct fx *fx, const char *name, int64_t hourly, int64_t now, char id[ID_MAX])
 {
     struct store_model_name names[] = {{MODEL, MODEL, 0, NULL}, {MODEL, "smollm", 0, NULL}};
-    struct store_worker_new w = {name, "cpu", 4096, 64, names, 2, hourly};
+    struct store_worker_new w = {name, "cpu", 4096, 64, names, 2, hourly, 0};
     CHECK_EQ_INT(lease_worker_register(fx->st, &w, now, id), 0);
 }
 
@@ -365,6 +404,224 @@ TEST(fleet_scripted_workers_priced_and_attributed_by_hand)
     store_close(fx.st);
 }
 
+/* Regression (fleet history rewritten by a deletion): the fleet read a
+ * part's tokens from its results rows and its tenant from the batch row,
+ * so deleting batch Y (which takes its requests and results along) moved
+ * Y's cost to tenant "" and re-split [20, 40) of worker A as X : Y =
+ * 18 : 0. Parts keep their tenant and sums (schema.sql migration 13,
+ * schema_pg.sql 9): every figure of the scenario stays, on either engine. */
+TEST(fleet_history_unchanged_when_a_batch_is_deleted)
+{
+    struct fx fx;
+    char a[ID_MAX], b[ID_MAX], c[ID_MAX], x[ID_MAX], y[ID_MAX];
+    scenario(&fx, a, b, c, x, y);
+    struct fleet_report r;
+    report(&fx, FLEET_BY_BATCH, NULL, NULL, &r);
+    check_by_batch(&r, a, b, c, x, y);
+    fleet_report_release(&r);
+    /* Y's two requests succeeded at 50; end it as finalization would, and delete it */
+    char q[300];
+    snprintf(q, sizeof q, "UPDATE batches SET status = 'completed' WHERE id = '%s'", y);
+    struct sdb *db = th_db_open(fx.dir);
+    CHECK_EQ_INT(sdb_exec(db, q), SDB_OK);
+    sdb_close(db);
+    CHECK_EQ_INT(store_batch_delete(fx.st, fx.tb.id, "openai", y), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM results WHERE batch_id = '%s'", y);
+    CHECK_EQ_INT(th_db_int(fx.dir, q), 0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM requests WHERE batch_id = '%s'", y);
+    CHECK_EQ_INT(th_db_int(fx.dir, q), 0);
+
+    report(&fx, FLEET_BY_BATCH, NULL, NULL, &r);
+    check_by_batch(&r, a, b, c, x, y); /* X 44000, Y 26000 with its 40 + 32 tokens, idle 155000 */
+    fleet_report_release(&r);
+    report(&fx, FLEET_BY_TENANT, NULL, NULL, &r);
+    CHECK_EQ_INT((int)r.n, 2);
+    CHECK(bucket(&r, "") == NULL);
+    CHECK_EQ_INT(bucket(&r, fx.ta.id)->cost_micros, 44000);
+    CHECK_EQ_INT(bucket(&r, fx.tb.id)->cost_micros, 26000);
+    CHECK_EQ_INT(bucket(&r, fx.tb.id)->completion_tokens, 32);
+    fleet_report_release(&r);
+    report(&fx, FLEET_BY_BATCH, fx.tb.id, NULL, &r); /* bolt's own view keeps its history */
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_INT(r.total.cost_micros, 26000);
+    fleet_report_release(&r);
+    /* X's own figure (GET /v1/batches/X) reads the part of Y it overlapped */
+    struct store_fleet in;
+    CHECK_EQ_INT(store_fleet_read(fx.st, 0, 0, T0 + 100, 30, x, &in), 0);
+    struct fleet_opts o = {0, INT64_MAX / 4, T0 + 100, 30, FLEET_BY_BATCH, NULL, x, NULL};
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 44000);
+    CHECK_EQ_INT(r.buckets[0].worker_ms, 74000);
+    fleet_report_release(&r);
+    store_fleet_release(&in);
+    store_close(fx.st);
+}
+
+/* Regression (PostgreSQL fleet view: 0 reused tokens): the PostgreSQL
+ * units statement returned no reused_tokens column, which the driver's
+ * column check read as 0. One worker at $3.60/h leases X's 2 requests
+ * [10, 30): one computed (5 prompt + 3 generated), one answered from
+ * reuse (8 tokens saved). The bucket, the fleet and the batch's own figure
+ * count the 8 on either engine; the reused request costs nothing, so the
+ * lease's 20000 micro-dollars split by tokens computed go to it whole. */
+TEST(fleet_counts_reused_tokens_on_either_engine)
+{
+    struct fx fx;
+    memset(&fx, 0, sizeof fx);
+    fx.dir = th_tmpdir();
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    CHECK_EQ_INT(th_store_open(fx.dir, &so, &fx.st), 0);
+    CHECK_EQ_INT(store_tenant_create(fx.st, "acme", NOW, &fx.ta), 0);
+    char files[700], a[ID_MAX], x[ID_MAX];
+    snprintf(files, sizeof files, "%s/files", fx.dir);
+    mkdir(files, 0700);
+    fx_worker(&fx, "a", 3600000, T0, a);
+    fx_batch(&fx, &fx.ta, 2, x);
+    struct store_lease l;
+    fx_lease(&fx, a, 2, T0 + 10, &l);
+    struct store_result rs[2];
+    enum store_commit_outcome oc[2];
+    for (int i = 0; i < 2; i++)
+        rs[i] = (struct store_result){.request_id = l.items[i].id, .kind = STORE_RESULT_SUCCESS,
+                                      .status_code = 200, .body = "{\"object\":\"chat.completion\"}",
+                                      .body_len = 28, .prompt_tokens = 5, .completion_tokens = 3};
+    rs[1].prompt_tokens = rs[1].completion_tokens = 0;
+    int64_t saved = 8;
+    CHECK_EQ_INT(store_reuse_commit(fx.st, l.id, a, &rs[1], &saved, 1, T0 + 10, oc), 0);
+    CHECK_EQ_INT(oc[0], STORE_COMMIT_OK);
+    CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, a, rs, 1, T0 + 30, oc), 0);
+    CHECK_EQ_INT(oc[0], STORE_COMMIT_OK);
+    store_lease_clear(&l);
+
+    struct fleet_report r;
+    report(&fx, FLEET_BY_BATCH, NULL, NULL, &r);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_INT(r.buckets[0].reused_tokens, 8);
+    CHECK_EQ_INT(r.buckets[0].prompt_tokens, 5);
+    CHECK_EQ_INT(r.buckets[0].completion_tokens, 3);
+    CHECK_EQ_INT(r.buckets[0].cost_micros, 20000);
+    CHECK_EQ_INT(r.total.reused_tokens, 8);
+    CHECK_EQ_INT(r.fleet.reused_tokens, 8);
+    fleet_report_release(&r);
+    struct store_fleet in;
+    CHECK_EQ_INT(store_fleet_read(fx.st, 0, 0, T0 + 100, 30, x, &in), 0);
+    struct fleet_opts o = {0, INT64_MAX / 4, T0 + 100, 30, FLEET_BY_BATCH, NULL, x, NULL};
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT(r.buckets[0].reused_tokens, 8);
+    fleet_report_release(&r);
+    store_fleet_release(&in);
+    /* the ledger agrees: one row with 8 reused tokens and no cost */
+    char q[300];
+    snprintf(q, sizeof q, "SELECT sum(reused_tokens) * 1000 + sum(cost_micros) FROM usage_ledger WHERE batch_id = '%s'",
+             x);
+    CHECK_EQ_INT(th_db_int(fx.dir, q), 8000);
+    store_close(fx.st);
+}
+
+/* Regression (a worker's silence billed as idle): a registered worker
+ * silent longer than the TTL that calls again keeps its id; its silence
+ * was counted as registered idle time. Now the call that ends it records
+ * the gap, and the gap is gone time except where a lease still ran. On the
+ * store's clock (TTL 30 s), seconds after T0, at $3.60/h (1000 a second):
+ *   registered at 0; leases X's request at 10 (60 s lease, lapses at 70);
+ *   silent until a heartbeat at 100 (gap [10, 100)); seen at 130;
+ *   report at 140 (live).
+ *   [0, 10) idle 10000; [10, 70) X 60000 (lapsed: charged like any lease);
+ *   [70, 100) gone; [100, 140) idle 40000. Registered 110 s = 110000
+ *   (the silence counted would have made it 140000, idle 80000). */
+TEST(fleet_worker_back_from_a_silence_is_not_billed_idle_for_the_gap)
+{
+    struct fx fx;
+    memset(&fx, 0, sizeof fx);
+    fx.dir = th_tmpdir();
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.durability = STORE_DURABILITY_NORMAL;
+    so.worker_ttl_s = 30;
+    CHECK_EQ_INT(th_store_open(fx.dir, &so, &fx.st), 0);
+    CHECK_EQ_INT(store_tenant_create(fx.st, "acme", NOW, &fx.ta), 0);
+    char files[700], a[ID_MAX], x[ID_MAX], q[300];
+    snprintf(files, sizeof files, "%s/files", fx.dir);
+    mkdir(files, 0700);
+    fx_worker(&fx, "a", 3600000, T0, a);
+    fx_batch(&fx, &fx.ta, 1, x);
+    struct store_lease l;
+    fx_lease(&fx, a, 1, T0 + 10, &l);
+    store_lease_clear(&l);
+    snprintf(q, sizeof q, "SELECT count(*) FROM worker_gaps WHERE worker_id = '%s'", a);
+    CHECK_EQ_INT(th_db_int(fx.dir, q), 0); /* 10 s from registering to the lease: no gap */
+    CHECK_EQ_INT(store_worker_seen(fx.st, a, -1, T0 + 100), 0);
+    CHECK_EQ_INT(store_worker_seen(fx.st, a, -1, T0 + 100), 0); /* the same second again: one gap */
+    CHECK_EQ_INT(store_worker_seen(fx.st, a, -1, T0 + 130), 0); /* 30 s, the TTL itself: no gap */
+    snprintf(q, sizeof q, "SELECT count(*) * 1000000 + min(gone_at - %d) * 1000 + min(back_at - %d) FROM "
+             "worker_gaps WHERE worker_id = '%s'", T0, T0, a);
+    CHECK_EQ_INT(th_db_int(fx.dir, q), 1000000 + 10 * 1000 + 100);
+
+    struct store_fleet in;
+    CHECK_EQ_INT(store_fleet_read(fx.st, 0, T0 + 1000, T0 + 140, 30, NULL, &in), 0);
+    CHECK_EQ_INT((int)in.n_gaps, 1);
+    struct fleet_opts o = {0, T0 + 1000, T0 + 140, 30, FLEET_BY_BATCH, NULL, NULL, NULL};
+    struct fleet_report r;
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT((int)r.n_workers, 1);
+    const struct fleet_worker_fig *f = &r.workers[0];
+    CHECK_EQ_STR(fleet_state_name(f->state), "idle");
+    CHECK_EQ_INT(f->registered_ms, 110000);
+    CHECK_EQ_INT(f->busy_ms, 60000);
+    CHECK_EQ_INT(f->idle_ms, 50000);
+    CHECK_EQ_INT(f->cost_micros, 110000);
+    CHECK_EQ_INT(f->idle_micros, 50000);
+    CHECK_EQ_INT(bucket(&r, x)->cost_micros, 60000);
+    CHECK_EQ_INT(bucket(&r, x)->lapsed_micros, 60000);
+    CHECK_EQ_INT(r.fleet.registered_ms, 110000);
+    CHECK_EQ_INT(r.fleet.cost_micros + r.fleet.idle_micros, 110000);
+    fleet_report_release(&r);
+    /* by day, the fleet's own time carries the same registered seconds */
+    o.group = FLEET_BY_DAY;
+    CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
+    CHECK_EQ_INT((int)r.n, 1);
+    CHECK_EQ_INT(r.buckets[0].registered_ms, 110000);
+    CHECK_EQ_INT(r.buckets[0].idle_micros, 50000);
+    fleet_report_release(&r);
+    store_fleet_release(&in);
+    /* a range cutting the gap, [50, 120): [50, 70) busy, [70, 100) gone, [100, 120) idle */
+    CHECK_EQ_INT(store_fleet_read(fx.st, T0 + 50, T0 + 120, T0 + 140, 30, NULL, &in), 0);
+    struct fleet_opts o2 = {T0 + 50, T0 + 120, T0 + 140, 30, FLEET_BY_BATCH, NULL, NULL, NULL};
+    CHECK_EQ_INT(fleet_compute(&in, &o2, &r), 0);
+    CHECK_EQ_INT(r.workers[0].registered_ms, 40000);
+    CHECK_EQ_INT(r.workers[0].busy_ms, 20000);
+    CHECK_EQ_INT(r.workers[0].idle_micros, 20000);
+    fleet_report_release(&r);
+    store_fleet_release(&in);
+    store_close(fx.st);
+}
+
+/* A worker registered with no price (no class matched, none declared) is
+ * flagged; one priced 0 on purpose is not. */
+TEST(fleet_flags_a_worker_registered_unpriced)
+{
+    struct fx fx;
+    memset(&fx, 0, sizeof fx);
+    fx.dir = th_tmpdir();
+    CHECK_EQ_INT(th_store_open(fx.dir, NULL, &fx.st), 0);
+    struct store_model_name names[] = {{MODEL, MODEL, 0, NULL}};
+    struct store_worker_new wu = {"u", "cpu", 0, 0, names, 1, 0, 1}, wf = {"f", "cpu", 0, 0, names, 1, 0, 0};
+    char u[ID_MAX], f[ID_MAX];
+    CHECK_EQ_INT(lease_worker_register(fx.st, &wu, T0, u), 0);
+    CHECK_EQ_INT(lease_worker_register(fx.st, &wf, T0, f), 0);
+    CHECK_EQ_INT(store_worker_seen(fx.st, u, -1, T0 + 95), 0);
+    struct fleet_report r;
+    report(&fx, FLEET_BY_BATCH, NULL, NULL, &r);
+    CHECK_EQ_INT((int)r.n_workers, 2);
+    CHECK_EQ_INT(fig(&r, u)->unpriced, 1);
+    CHECK_EQ_INT(fig(&r, f)->unpriced, 0);
+    CHECK_EQ_INT(fig(&r, u)->cost_micros, 0);
+    CHECK_EQ_INT(fig(&r, u)->registered_ms, 100000);
+    fleet_report_release(&r);
+    store_close(fx.st);
+}
+
 TEST(fleet_split_is_exact_with_remainders)
 {
     /* one worker at $1/h (277.7 micro-dollars a second) over 3 units of weights 1:1:1 */
@@ -374,7 +631,7 @@ TEST(fleet_split_is_exact_with_remainders)
         {"lease_1", "batch_b", "ten_1", 1, 1, 0, 0, 0},
         {"lease_1", "batch_c", "ten_1", 1, 1, 0, 0, 0},
     };
-    struct store_fleet in = {NULL, 0, &l, 1, u, 3};
+    struct store_fleet in = {NULL, 0, &l, 1, u, 3, NULL, 0};
     struct fleet_opts o = {0, INT64_MAX / 4, T0 + 100, 30, FLEET_BY_BATCH, NULL, NULL, NULL};
     struct fleet_report r;
     CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);
@@ -399,10 +656,10 @@ TEST(fleet_pieces_cut_at_midnight_utc)
      * holding one lease [M-10, M+20): day 14 gets 20 s idle + 10 s busy, day 15
      * 20 s busy + 20 s idle. The lease's tokens count on the day it started. */
     const int64_t M = 1700006400;
-    struct store_fleet_worker w = {"wrk_1", "w", "cpu", MODEL, 3600000, M - 30, M + 40, M + 20};
+    struct store_fleet_worker w = {"wrk_1", "w", "cpu", MODEL, 3600000, M - 30, M + 40, M + 20, 0};
     struct store_fleet_lease l = {"lease_1", "wrk_1", MODEL, M - 10, M + 20, 0, 0, 3600000};
     struct store_fleet_unit u = {"lease_1", "batch_a", "ten_1", 2, 10, 4, 6, 0};
-    struct store_fleet in = {&w, 1, &l, 1, &u, 1};
+    struct store_fleet in = {&w, 1, &l, 1, &u, 1, NULL, 0};
     struct fleet_opts o = {0, M + 86400, M + 100, 30, FLEET_BY_DAY, NULL, NULL, NULL};
     struct fleet_report r;
     CHECK_EQ_INT(fleet_compute(&in, &o, &r), 0);

@@ -172,7 +172,7 @@ static void fx_open(struct fx *fx)
 static void fx_worker(struct fx *fx, const char *sha, const char *device, char id[ID_MAX])
 {
     struct store_model_name names[] = {{MODEL, MODEL, 0, sha}, {MODEL, "smollm", 0, sha}};
-    struct store_worker_new w = {"w", device, 4096, 64, names, 2, 0};
+    struct store_worker_new w = {"w", device, 4096, 64, names, 2, 0, 0};
     CHECK_EQ_INT(lease_worker_register(fx->st, &w, NOW, id), 0);
 }
 
@@ -355,7 +355,7 @@ TEST(reuse_never_crosses_model_hashes_or_backends_and_a_worker_without_hash_gets
     CHECK_EQ_INT(fx_scan(&fx, b).n_reused, 2);
     /* a register with a malformed hash is refused */
     struct store_model_name bad[] = {{MODEL, MODEL, 0, "abc"}};
-    struct store_worker_new w = {"w", "cpu", 0, 0, bad, 1, 0};
+    struct store_worker_new w = {"w", "cpu", 0, 0, bad, 1, 0, 0};
     char id[ID_MAX];
     CHECK_EQ_INT(lease_worker_register(fx.st, &w, NOW, id), ERR_INVAL);
     store_close(fx.st);
