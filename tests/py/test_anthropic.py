@@ -291,6 +291,15 @@ def test_anthropic_sdk_flow_on_jobd_and_a_cpu_worker():
     assert got == {c: msgs[c].content for c, _ in REQUESTS[:2]}, got
     r = run([binary("jobctl", asan=False), "submit", path, "--format", "anthropic"], env=env)
     assert r.returncode == 0 and r.stdout.strip() == jb.id, (r.stdout, r.stderr)  # the same content: the same batch
+    # status, wait and results take the msgbatch_ id (the batch_ twin's view)
+    twin = "batch_" + jb.id[len("msgbatch_"):]
+    r = run([binary("jobctl", asan=False), "status", jb.id], env=env)
+    assert r.returncode == 0 and r.stdout.startswith(f"{twin}  completed"), (r.stdout, r.stderr)
+    r = run([binary("jobctl", asan=False), "wait", jb.id, "--interval", "200ms"], env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    r = run([binary("jobctl", asan=False), "results", jb.id], env=env)
+    got = {json.loads(x)["custom_id"] for x in r.stdout.splitlines()}
+    assert r.returncode == 0 and got == {c for c, _ in REQUESTS[:2]}, (r.stdout, r.stderr)
 
 
 def refused(fn, status, message):
@@ -669,7 +678,7 @@ def test_anthropic_expired_batch_and_results_type_expired():
     twin is "expired". The window is checked at start: under --window-min is
     a usage error. Route edges on the way: results before the end (409),
     before_id with after_id (400), a limit out of 1..1000 (400), a body that
-    is not application/json (415)."""
+    is not application/json (415); jobctl cancel of a msgbatch_ id."""
     need()
     r = run([binary("jobd"), "--message-batch-window", "30m", "--data", os.path.join(tmpdir(), "x")])
     assert r.returncode != 0 and "--message-batch-window 30m is out of range" in r.stderr, r.stderr
@@ -691,6 +700,11 @@ def test_anthropic_expired_batch_and_results_type_expired():
     e = refused(lambda: client.messages.batches.list(before_id=b.id, after_id=other.id), 400,
                 "before_id and after_id cannot both be given")
     assert e["type"] == "invalid_request_error", e
+    # jobctl cancel takes the msgbatch_ id
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key, "JOBCTL_CONFIG": "", "HOME": tmpdir()}
+    r = run([binary("jobctl", asan=False), "cancel", other.id], env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert client.messages.batches.retrieve(other.id).processing_status in ("canceling", "ended")
     for bad in (1001, 0, -1):
         refused(lambda: client.messages.batches.list(limit=bad), 400, "limit: Input should be an integer from 1 to 1000")
     r = anthropic_call(d, key, "GET", "/v1/messages/batches?limit=abc")
