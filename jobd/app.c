@@ -41,6 +41,7 @@ void app_config_default(struct app_config *cfg)
     lease_opts_default(&cfg->lease);
     cfg->sweep_interval_ms = 2000;
     cfg->window_min_s = API_WINDOW_MIN_S;
+    cfg->message_batch_window_s = API_MESSAGE_BATCH_WINDOW_S;
     cfg->expiry_min_s = API_EXPIRY_MIN_S;
     cfg->webhook = WEBHOOK_CONFIG_DEFAULT;
     cfg->ui = 1;
@@ -271,6 +272,7 @@ static void api_config_from(const struct app *app, struct api_config *ac)
     ac->admin_token = cfg->admin_token;
     ac->lease = cfg->lease;
     ac->window_min_s = cfg->window_min_s;
+    ac->message_batch_window_s = cfg->message_batch_window_s;
     ac->file_retention_s = cfg->file_retention_s;
     ac->expiry_min_s = cfg->expiry_min_s;
     ac->tokens = cfg->tokens;

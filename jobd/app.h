@@ -54,6 +54,7 @@ struct app_config {
     struct lease_opts lease;         /* lease clamps, retry policy, worker TTL */
     int64_t sweep_interval_ms;       /* sweeper period; default 2000 */
     int64_t window_min_s;            /* smallest completion_window accepted; default 60 */
+    int64_t message_batch_window_s;  /* a message batch's window (expires_at - created_at); default 86400 */
     int64_t file_retention_s;        /* default expiry of uploads and output files (s after creation); 0 = none (default) */
     int64_t expiry_min_s;            /* smallest expires_after / output_expires_after seconds; default 3600 */
     struct webhook_config webhook;   /* webhook delivery: SSRF guard, timeout, retries (jobd/webhook/webhook.h) */

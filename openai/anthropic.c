@@ -434,7 +434,9 @@ static int thinking_to_chat(const json_t *th, json_int_t max_tokens, json_t *bod
     if (!ty)
         return bad(err, "Field required", "thinking.type");
     if (!strcmp(ty, "disabled"))
-        return json_object_set_new(body, "reasoning_effort", json_string("none")) ? ERR_NOMEM : 0;
+        return json_object_set_new(body, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", 0))
+                   ? ERR_NOMEM
+                   : 0;
     if (strcmp(ty, "enabled"))
         return bad(err, "Input tag does not match any of the expected tags: 'enabled', 'disabled'", "thinking.type");
     json_t *bt = json_object_get(th, "budget_tokens");
@@ -444,7 +446,11 @@ static int thinking_to_chat(const json_t *th, json_int_t max_tokens, json_t *bod
         return bad(err, "Input should be an integer greater than or equal to 1024", "thinking.budget_tokens");
     if (json_integer_value(bt) >= max_tokens)
         return bad(err, "`max_tokens` must be greater than `thinking.budget_tokens`", "thinking.budget_tokens");
-    return 0; /* a thinking template thinks by default */
+    /* the template's own switch on, and the budget enforced by the worker (the close forced) */
+    if (json_object_set_new(body, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", 1)) ||
+        json_object_set(body, "thinking_token_budget", bt))
+        return ERR_NOMEM;
+    return 0;
 }
 
 /* A number field in [lo, hi] copied under the same name. */
@@ -573,7 +579,9 @@ static const char *field_of(const char *param)
     static const char *const map[][2] = {{"stop", "stop_sequences"},
                                          {"max_completion_tokens", "max_tokens"},
                                          {"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"},
-                                         {"reasoning_effort", "thinking"}};
+                                         {"reasoning_effort", "thinking"},
+                                         {"chat_template_kwargs", "thinking"},
+                                         {"thinking_token_budget", "thinking.budget_tokens"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(param, map[i][0]))
             return map[i][1];

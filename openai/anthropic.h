@@ -36,8 +36,11 @@
  *                         disable_parallel_tool_use true -> parallel_tool_calls
  *                         false
  *   thinking              {type enabled, budget_tokens >= 1024 and <
- *                         max_tokens} -> the template's thinking on (no
- *                         field); {type disabled} -> reasoning_effort "none"
+ *                         max_tokens} -> chat_template_kwargs
+ *                         {enable_thinking: true} and thinking_token_budget
+ *                         budget_tokens (the worker forces the close after
+ *                         that many thinking tokens); {type disabled} ->
+ *                         chat_template_kwargs {enable_thinking: false}
  *   metadata              object ({user_id}), accepted and not forwarded
  *   stream                false or absent (batches do not stream)
  *   service_tier          accepted, ignored

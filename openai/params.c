@@ -386,6 +386,13 @@ static int parse_reasoning(const json_t *body, struct gp_request *p, struct prob
                                 "minimal, low, medium, high, xhigh, max.");
         p->think_off = k <= 1;
     }
+    int64_t iv;
+    int present;
+    int rc = get_int(body, "thinking_token_budget", 0, INT32_MAX, &iv, &present, err);
+    if (rc)
+        return rc;
+    if (present)
+        p->gen.think_budget = iv;
     v = gp_member(body, "chat_template_kwargs");
     if (!v)
         return 0;
@@ -425,6 +432,7 @@ int gp_parse(const json_t *body, enum gp_endpoint ep, size_t n_vocab, struct gp_
     memset(&p, 0, sizeof p);
     p.endpoint = ep;
     p.gen.max_tokens = -1;
+    p.gen.think_budget = -1;
     p.gen.n = 1;
     smp_params_init(&p.gen.smp);
     if (!json_is_object(body)) {

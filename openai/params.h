@@ -74,6 +74,12 @@
  *                          max; none and minimal turn a thinking template's
  *                          thinking off (enable_thinking = false), the others
  *                          leave it on.
+ *   thinking_token_budget  chat: integer >= 0 (vLLM's name; extension): with a
+ *                          thinking template and thinking on, once the
+ *                          thinking block holds this many generated tokens
+ *                          the worker forces its close (GEN_THINK_CLOSE) and
+ *                          the answer follows; ignored otherwise. Default:
+ *                          none (max_tokens bounds thinking and answer together).
  *   chat_template_kwargs   chat: object of at most GP_MAX_TEMPLATE_KWARGS extra
  *                          template variables (vLLM, llama.cpp), e.g.
  *                          {"enable_thinking": false}; the variables the server

@@ -303,6 +303,15 @@ int prompt_arm(const struct prompt_model *m, struct gp_request *gp, struct probl
         snprintf(gp->gen.think_end, sizeof gp->gen.think_end, "%s", "</think>");
         if (gp->gen.grammar)   /* structured output: the answer after the thinking block */
             snprintf(gp->gen.gram_after, sizeof gp->gen.gram_after, "%s", "</think>\n\n");
+        if (gp->gen.think_budget >= 0 && m->t) { /* the close the budget forces, as the template writes it */
+            static const char close[] = GEN_THINK_CLOSE;
+            size_t n = 0;
+            int rc = tok_encode(m->t, close, sizeof close - 1, TOK_PARSE_SPECIAL, gp->gen.think_close,
+                                GEN_CLOSE_MAX, &n);
+            if (rc == ERR_NOMEM)
+                return rc;
+            gp->gen.n_think_close = rc == 0 && n <= GEN_CLOSE_MAX ? n : 0;
+        }
     }
     if (gp->tools.choice == GP_TOOL_NONE || !gp->tools.n)
         return 0;

@@ -817,7 +817,8 @@ static int build_sampling(const json_t *body, json_t *chat, struct problem *err)
     static const char *const copied[] = {
         "model", "temperature", "top_p", "stream", "stream_options", "seed", "top_k", "min_p",
         "repetition_penalty", "frequency_penalty", "presence_penalty", "stop", "logit_bias",
-        "chat_template_kwargs", "parallel_tool_calls", "metadata", "store", "user", NULL};
+        "chat_template_kwargs", "thinking_token_budget", "parallel_tool_calls", "metadata", "store", "user",
+        NULL};
     for (int i = 0; copied[i]; i++)
         if ((v = json_object_get(body, copied[i])) && json_object_set(chat, copied[i], v))
             return ERR_NOMEM;

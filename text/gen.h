@@ -78,6 +78,8 @@ const char *stop_finish_name(enum stop_finish f);
 /* ---- one request (worker/engine/generate.h) ------------------------------ */
 
 #define GEN_MARK_MAX 32           /* bytes in a lazy-grammar or thinking marker */
+#define GEN_CLOSE_MAX 16          /* tokens of a forced thinking close */
+#define GEN_THINK_CLOSE "\n</think>\n\n" /* the close a thinking budget forces (Qwen3's own) */
 
 /* Generation parameters of one request (every choice of it). The request
  * parser (openai/params.h) fills them with OpenAI's defaults and
@@ -110,6 +112,17 @@ struct gen_params {
      * and including the one that completes it are the choice's reasoning
      * tokens (gen_choice.n_reason). */
     char think_end[GEN_MARK_MAX + 1];
+    /* A thinking budget (thinking_token_budget; Anthropic's budget_tokens):
+     * with n_think_close > 0, once think_budget tokens have been generated
+     * and the thinking block is still open (think_end not seen), the tokens
+     * think_close[0..n_think_close) are forced, one per step, as the next
+     * tokens (the model's own close, "\n</think>\n\n", tokenized by the
+     * worker); the answer follows freely. A token that would complete a
+     * character held back by the decoder is waited for first (at most 3).
+     * n_think_close 0 = no budget (think_budget is then not read). */
+    int64_t think_budget;        /* >= 0 */
+    int32_t think_close[GEN_CLOSE_MAX];
+    size_t n_think_close;
 };
 
 /* Free the stop strings and the bias, and zero p. NULL ok. */

@@ -273,6 +273,8 @@ static const char *status_usage =
     "\n"
     "Show a batch: status, progress, request counts, tokens and cost when jobd\n"
     "reports them, and an ETA from the rate so far. --json prints jobd's object.\n"
+    "A message batch's msgbatch_ id (jobctl submit --format anthropic) names the\n"
+    "same batch as its batch_ id, here and in wait, cancel, results, errors, rerun.\n"
     "\n"
     "example:\n"
     "  jobctl status batch_01jf8zq3v0m9x5k2c7n4t6r8wd\n";
@@ -291,6 +293,7 @@ int cmd_status(struct jc *jc, int argc, char **argv)
         return rc;
     if ((rc = jc_check_id(jc, "batch", pos[0])))
         return rc;
+    pos[0] = jc_batch_id(pos[0]);
     json_t *b = NULL;
     if ((rc = get_batch(jc, pos[0], &b)))
         return rc;
@@ -506,6 +509,7 @@ int cmd_wait(struct jc *jc, int argc, char **argv)
         return rc;
     if ((rc = jc_check_id(jc, "batch", pos[0])))
         return rc;
+    pos[0] = jc_batch_id(pos[0]);
     if (interval_ms < 10)
         interval_ms = 10;
     return jc_wait(jc, pos[0], interval_ms, timeout_ms, json_out);
@@ -633,6 +637,7 @@ int cmd_cancel(struct jc *jc, int argc, char **argv)
         return rc;
     if ((rc = jc_check_id(jc, "batch", pos[0])))
         return rc;
+    pos[0] = jc_batch_id(pos[0]);
     char path[256], what[160];
     snprintf(path, sizeof path, "/v1/batches/%s/cancel", pos[0]);
     snprintf(what, sizeof what, "batch %s", pos[0]);
@@ -689,6 +694,7 @@ int cmd_rerun(struct jc *jc, int argc, char **argv)
         return rc;
     if ((rc = jc_check_id(jc, "batch", pos[0])))
         return rc;
+    pos[0] = jc_batch_id(pos[0]);
     if (strcmp(only, "failed") && strcmp(only, "failed_and_expired") && strcmp(only, "all"))
         return jc_usage_error(jc, "--only: failed, failed_and_expired or all (not '%s')", only);
     if (idem && (!*idem || strlen(idem) > 255))
@@ -875,6 +881,7 @@ static int batch_file(struct jc *jc, int argc, char **argv, int errors)
         return rc;
     if ((rc = jc_check_id(jc, "batch", pos[0])))
         return rc;
+    pos[0] = jc_batch_id(pos[0]);
     if ((follow || partial || after) && raw)
         return jc_usage_error(jc, "--follow, --partial and --after are for results, without --raw");
     if (follow && partial)

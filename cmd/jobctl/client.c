@@ -73,6 +73,11 @@ int jc_check_id(const struct jc *jc, const char *what, const char *id)
     return 0;
 }
 
+char *jc_batch_id(char *id)
+{
+    return strncmp(id, "msgbatch_", 9) == 0 && id[9] ? id + 3 : id;
+}
+
 /* ---- config file ----------------------------------------------------------------------------- */
 
 static char *jc_trim(char *s)

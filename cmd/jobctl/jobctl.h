@@ -95,6 +95,12 @@ int jc_usage_error(const struct jc *jc, const char *fmt, ...) __attribute__((for
  * else prints a usage error and returns 2. */
 int jc_check_id(const struct jc *jc, const char *what, const char *id);
 
+/* The batch id the OpenAI routes know: a message batch's "msgbatch_<x>"
+ * (POST /v1/messages/batches, spec/anthropic.md) is the batch "batch_<x>",
+ * so the id without its "msg"; any other id as it is. A pointer into id.
+ * Can't fail. */
+char *jc_batch_id(char *id);
+
 /* Append s percent-encoded (RFC 3986 unreserved kept) to b. */
 int jc_url_escape(struct buf *b, const char *s);
 

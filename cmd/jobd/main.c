@@ -72,6 +72,8 @@ static int parse_flags(struct jobd_flags *f, int argc, char **argv)
         CFG_OPT("reuse-retention", "JOBD_REUSE_RETENTION", CFG_DURATION_S, &c->lease.reuse_retention_s, "DUR",
                 "reusable results are kept (and reused) this long after they were computed (default 7d; 0 turns reuse off)", 0, DUR_S(365 * 86400)),
         CFG_OPT("window-min", NULL, CFG_DURATION_S, &c->window_min_s, "DUR", "shortest completion_window accepted (default 1h; tests use seconds)", DUR_S(1), CFG_NO_MAX),
+        CFG_OPT("message-batch-window", "JOBD_MESSAGE_BATCH_WINDOW", CFG_DURATION_S, &c->message_batch_window_s, "DUR",
+                "how long a message batch (POST /v1/messages/batches) may take before it expires (default 24h, Anthropic's; --window-min .. 7d)", DUR_S(1), DUR_S(7 * 86400)),
         CFG_OPT("file-retention", "JOBD_FILE_RETENTION", CFG_DURATION_S, &c->file_retention_s, "DUR",
                 "delete uploaded input files and batch output/error files this long after they are created, unless the request set expires_after / output_expires_after (1h..30d; default: keep until deleted)", 0, DUR_S(30 * 86400)),
         CFG_OPT("expiry-min", NULL, CFG_DURATION_S, &c->expiry_min_s, "DUR", "shortest expires_after / output_expires_after / --file-retention accepted (default 1h; tests use seconds)", DUR_S(1), CFG_NO_MAX),
@@ -112,6 +114,14 @@ static int check_flags(struct jobd_flags *f)
         return CLI_EXIT_USAGE;
     }
     c->ui = strcmp(f->ui, "on") == 0;
+    if (c->message_batch_window_s < c->window_min_s) {
+        char got[32], lo[32];
+        cfg_format_duration_ms(c->message_batch_window_s * 1000, got, sizeof got);
+        cfg_format_duration_ms(c->window_min_s * 1000, lo, sizeof lo);
+        cli_error("jobd", "see jobd --help", "--message-batch-window %s is out of range (%s..7d: at least --window-min)",
+                  got, lo);
+        return CLI_EXIT_USAGE;
+    }
     if (c->file_retention_s && c->file_retention_s < c->expiry_min_s) {
         char got[32], lo[32];
         cfg_format_duration_ms(c->file_retention_s * 1000, got, sizeof got);

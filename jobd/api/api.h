@@ -47,6 +47,9 @@ struct webhook_dispatcher;
  * default), the rest is our extension (deadlines, jobd/work/lease_policy.c); --window-min lowers the floor */
 #define API_WINDOW_MIN_S 3600
 #define API_WINDOW_MAX_S (7 * 86400)
+/* a message batch's window: Anthropic's 24 h by default; --message-batch-window
+ * sets it (--window-min .. 7d) */
+#define API_MESSAGE_BATCH_WINDOW_S 86400
 /* expires_after / output_expires_after seconds (OpenAI's range); --expiry-min lowers the floor */
 #define API_EXPIRY_MIN_S 3600
 #define API_EXPIRY_MAX_S (30 * 86400)
@@ -67,6 +70,7 @@ struct api_config {
     const char *admin_token;      /* Bearer token of admin routes; NULL = none */
     struct lease_opts lease;      /* lease clamps, worker TTL */
     int64_t window_min_s;         /* smallest completion_window accepted */
+    int64_t message_batch_window_s; /* POST /v1/messages/batches: expires_at - created_at */
     int64_t file_retention_s;     /* expiry of uploads and output files without their own; 0 = none */
     int64_t expiry_min_s;         /* smallest expires_after seconds accepted */
     struct tokens *tokens;        /* tokenizer-only loads for estimates; NULL = none (borrowed) */

@@ -58,6 +58,7 @@ struct api_create_src {
     int (*render)(struct buf *out, const struct store_batch *b, void *arg);
     void *arg;                  /* lines' argument, owned by the job */
     void (*arg_free)(void *arg); /* frees arg (NULL: nothing) */
+    int64_t window_s;           /* the batch's completion window in seconds; 0 = 24 h */
 };
 
 /* A create job for req (authenticated; its fingerprint fp is the caller's

@@ -156,6 +156,7 @@ int api_batch_json(struct buf *out, const struct store_batch *b)
                          (long long)b->usage_completion_tokens,
                          (long long)(b->usage_prompt_tokens + b->usage_completion_tokens),
                          (long long)b->usage_cost_micros)) ||
+        (rc = buf_printf(out, ",\"api\":\"%s\"", strcmp(b->api, "anthropic") == 0 ? "anthropic" : "openai")) ||
         (rc = buf_append_str(out, ",\"metadata\":")) ||
         (rc = buf_append_str(out, b->metadata && *b->metadata ? b->metadata : "null")))
         return rc;

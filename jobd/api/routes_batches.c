@@ -307,7 +307,7 @@ struct api_job *api_create_job_new(struct http_req *req, const struct api_create
     cj->src = *src;
     snprintf(bi->endpoint, sizeof bi->endpoint, "/v1/chat/completions");
     snprintf(bi->filename, sizeof bi->filename, "%s", src->filename);
-    bi->window_s = 86400;
+    bi->window_s = src->window_s > 0 ? src->window_s : 86400;
     bi->api = src->api;
     return &cj->job;
 }

@@ -268,6 +268,7 @@ static int create_render(struct buf *out, const struct store_batch *b, void *arg
 
 static void messages_create(struct http_req *req, void *arg)
 {
+    struct api *api = arg;
     const char *ct = http_req_header(req, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0) {
         api_respond_error_anthropic(req, API_ERR_UNSUPPORTED_MEDIA_TYPE, "Send the request body as application/json.");
@@ -287,7 +288,8 @@ static void messages_create(struct http_req *req, void *arg)
     memcpy(a->body, body, len);
     a->body[len] = '\0';
     a->len = len;
-    struct api_create_src src = {API_NAME, "message_batch.jsonl", create_lines, create_render, a, create_arg_free};
+    struct api_create_src src = {API_NAME, "message_batch.jsonl", create_lines, create_render, a, create_arg_free,
+                                 api->cfg.message_batch_window_s};
     struct api_job *job = api_create_job_new(req, &src);
     if (job && store_idem_fingerprint("POST", "/v1/messages/batches", body, len, job->fp)) {
         api_job_free(job);

@@ -215,7 +215,11 @@ int anth_batch_result_line(struct buf *out, const struct store_result_row *r)
     json_t *res = NULL;
     if (r->status_code == 200 && body) {
         json_t *u = json_object_get(body, "usage");
-        if (json_is_object(u)) { /* the ledger's counts: prefix-cache hits as cache reads */
+        /* the ledger's counts: prefix-cache hits as cache reads; but a reused
+         * answer's row counts nothing computed (0 tokens, spec/usage.md
+         * "Result reuse"): its body keeps the original's usage, as the
+         * OpenAI results line does */
+        if (json_is_object(u) && !json_object_get(u, "reused_tokens")) {
             json_object_set_new(u, "prompt_tokens", json_integer(r->prompt_tokens));
             json_object_set_new(u, "completion_tokens", json_integer(r->completion_tokens));
             json_object_set_new(u, "prompt_tokens_details", json_pack("{s:I}", "cached_tokens",

@@ -46,7 +46,9 @@ int anth_batch_lines(const char *body, size_t len, const struct ingest_limits *l
  * "message": Message} | {"type": "errored", "error": {"type": "error",
  * "error": {"type", "message"}}} | {"type": "canceled"} | {"type":
  * "expired"}}. The message's usage comes from the row (prefix-cache hits
- * as cache_read_input_tokens). 0, ERR_NOMEM. */
+ * as cache_read_input_tokens), except for a reused answer (its body's
+ * usage has reused_tokens; its row counts 0): the body's own usage, the
+ * original computation's, as on the OpenAI results line. 0, ERR_NOMEM. */
 int anth_batch_result_line(struct buf *out, const struct store_result_row *r);
 
 #endif

@@ -1,6 +1,7 @@
 """tests/py/ggufkv.py - read a GGUF file's metadata and write a copy with some
-keys replaced (standard library only), e.g. a tiny fixture model with another
-chat template (tests/py/test_anthropic.py's thinking test).
+keys replaced and tensors added (standard library only), e.g. a tiny fixture
+model with another chat template and a scripted output head
+(tests/py/thinkmodel.py).
 
 GGUF v3 layout (worker/engine/gguf.h has the byte-offset table): magic
 "GGUF", u32 version, u64 n_tensors, u64 n_kv, the KV pairs (u64-length
@@ -9,6 +10,7 @@ u32 type, u64 offset), padding to general.alignment (default 32), then the
 tensor data, whose offsets are relative to its start. A copy re-aligns the
 data section after the new header and keeps the tensor offsets as they are.
 """
+import math
 import struct
 
 # value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64, 12 f64
@@ -82,14 +84,42 @@ def read(path):
     return kv, n_tensors, infos, data[data_at:], align
 
 
-def rewrite(src, dst, strings=None, u32s=None):
+def tensor_index(path):
+    """{name: (dims, type, offset into the data section)} of a GGUF file."""
+    data = open(path, "rb").read()
+    r = Reader(data)
+    assert r.take("4s") == b"GGUF", path
+    _, n_tensors, n_kv = r.take("I"), r.take("Q"), r.take("Q")
+    for _ in range(n_kv):
+        r.string()
+        r.value(r.take("I"))
+    out = {}
+    for _ in range(n_tensors):
+        name = r.string()
+        nd = r.take("I")
+        dims = [r.take("Q") for _ in range(nd)]
+        out[name] = (dims, r.take("I"), r.take("Q"))
+    return out
+
+
+def rewrite(src, dst, strings=None, u32s=None, add_f32=None):
     """Copy src to dst with the string keys in strings and the u32 keys in
-    u32s set (added when absent)."""
+    u32s set (added when absent), and the F32 tensors of add_f32 ({name:
+    (dims, bytes)}, dims as GGUF writes them: fastest first) appended."""
     kv, n_tensors, infos, tensors, align = read(src)
     for k, v in (strings or {}).items():
         kv[k] = (STRING, v)
     for k, v in (u32s or {}).items():
         kv[k] = (4, v)
+    infos, tensors = bytearray(infos), bytearray(tensors)
+    for name, (dims, data) in (add_f32 or {}).items():
+        assert len(data) == 4 * math.prod(dims), name
+        tensors += b"\0" * ((-len(tensors)) % align)
+        put_string(infos, name)
+        infos += struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", 0, len(tensors))
+        tensors += data
+        n_tensors += 1
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, n_tensors, len(kv)))
     for k, (t, v) in kv.items():
         put_string(out, k)

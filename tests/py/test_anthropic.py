@@ -19,8 +19,10 @@ CPU worker on the default SmolLM2-135M model.
   auth by x-api-key and the anthropic-version header;
 - results streamed: 3,000 results of a scripted worker (succeeded, errored,
   canceled) read back chunked through the SDK in commit order;
-- thinking enabled / disabled reaching Qwen3-0.6B's template (on the tiny
-  random qwen3 fixture carrying it) and the answer mapped as its twin's.
+- thinking on a model that thinks (tests/py/thinkmodel.py: the tiny qwen3
+  fixture, Qwen3-0.6B's template, a scripted head): budget_tokens closes
+  the thinking block, a thinking block then a text block, token for token
+  its OpenAI twin; thinking disabled gives no thinking block.
 
 Runtime: about a minute on a 2-core machine.
 """
@@ -108,6 +110,13 @@ OPENAI_TWINS = {
     "tools_any": {"messages": user("What is the weather in Paris?"), "max_tokens": 128,
                   "tools": [OAI_WEATHER, OAI_TIME], "tool_choice": "required", "parallel_tool_calls": False},
     "stop_seq": {"messages": user("Count from 1 to 10."), "max_tokens": 48, "stop": ["5", "never-said"]},
+    "system_blocks": {"messages": [{"role": "system", "content": "You are terse."}] + user("Say hello.")},
+    "multi_turn": {"messages": [{"role": "user", "content": "My name is Ada."},
+                                {"role": "assistant", "content": "Hello Ada!"},
+                                {"role": "user", "content": "What is my name?"}]},
+    "tool_named": {"messages": user("What time is it in Tokyo?"), "max_tokens": 128, "tools": [OAI_WEATHER, OAI_TIME],
+                   "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    "no_thinking": {"messages": user("Count to three."), "chat_template_kwargs": {"enable_thinking": False}},
     "tool_result": {"messages": user("What is the weather in Paris?") + [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": TOOL_USE["id"], "type": "function",
@@ -209,8 +218,10 @@ def test_anthropic_sdk_flow_on_jobd_and_a_cpu_worker():
              for c, b in OPENAI_TWINS.items()]
     ob = d.submit(("\n".join(lines) + "\n").encode(), query="?completion_window=1h")
     ob = wait_done(d, ob["id"], worker=w)
-    assert ob["status"] == "completed", ob
+    assert ob["status"] == "completed" and ob["request_counts"]["completed"] == len(OPENAI_TWINS), ob
+    compared = set()
     for o in read_jsonl(d, ob["output_file_id"]):
+        compared.add(o["custom_id"])
         body = o["response"]["body"]
         m = msgs[o["custom_id"]]
         msg = body["choices"][0]["message"]
@@ -223,6 +234,8 @@ def test_anthropic_sdk_flow_on_jobd_and_a_cpu_worker():
         u = body["usage"]
         assert m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == u["prompt_tokens"], (m.usage, u)
         assert m.usage.output_tokens == u["completion_tokens"], (m.usage, u)
+    assert compared == set(OPENAI_TWINS), compared  # every twin compared: none skipped
+    assert set(OPENAI_TWINS) == {c for c, _ in REQUESTS}, "a request without its OpenAI twin"
 
     # cancel: a batch of long requests, cancelled at once
     long = [{"custom_id": f"long-{i}", "params": params(user(f"Write a long story about the number {i}."),
@@ -278,6 +291,15 @@ def test_anthropic_sdk_flow_on_jobd_and_a_cpu_worker():
     assert got == {c: msgs[c].content for c, _ in REQUESTS[:2]}, got
     r = run([binary("jobctl", asan=False), "submit", path, "--format", "anthropic"], env=env)
     assert r.returncode == 0 and r.stdout.strip() == jb.id, (r.stdout, r.stderr)  # the same content: the same batch
+    # status, wait and results take the msgbatch_ id (the batch_ twin's view)
+    twin = "batch_" + jb.id[len("msgbatch_"):]
+    r = run([binary("jobctl", asan=False), "status", jb.id], env=env)
+    assert r.returncode == 0 and r.stdout.startswith(f"{twin}  completed"), (r.stdout, r.stderr)
+    r = run([binary("jobctl", asan=False), "wait", jb.id, "--interval", "200ms"], env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    r = run([binary("jobctl", asan=False), "results", jb.id], env=env)
+    got = {json.loads(x)["custom_id"] for x in r.stdout.splitlines()}
+    assert r.returncode == 0 and got == {c for c, _ in REQUESTS[:2]}, (r.stdout, r.stderr)
 
 
 def refused(fn, status, message):
@@ -479,38 +501,33 @@ def test_anthropic_results_stream_in_commit_order_with_every_result_type():
             assert m.stop_reason == "end_turn" and m.usage.input_tokens == 5 and m.usage.output_tokens == 3, m
 
 
-def test_anthropic_thinking_reaches_a_thinking_template():
-    """`thinking` end to end on a reasoning-capable template. No reasoning GGUF
-    small enough for a test ships in a PyPI package (searched: the Qwen3-0.6B
-    packages carry no weights, the one R1 distill is 7B), so the model is the
-    tiny random qwen3 fixture (tests/fixtures/model) carrying Qwen3-0.6B's own
-    chat template (tests/fixtures/chat/templates), its context raised to 2048
-    for max_tokens over the 1024 thinking budget. The model's output is
-    whatever its random weights give at temperature 0; what is checked is that
-    the setting reaches the template and the answer maps as spec/anthropic.md
-    says:
+def test_anthropic_thinking_on_a_scripted_thinking_model():
+    """`thinking` end to end on a model that thinks. No reasoning GGUF small
+    enough for a test ships in a PyPI package (searched: the Qwen3-0.6B
+    packages carry no weights, the one R1 distill is 7B), so the model is
+    tests/py/thinkmodel.py's: the tiny qwen3 fixture with Qwen3-0.6B's own
+    chat template and a scripted head, so at temperature 0 it writes "the cat
+    is on house. then rain came" over and over and never closes its thinking
+    block by itself:
+    - `thinking: enabled, budget_tokens 1024`: the worker forces the close
+      after 1024 thinking tokens, so the Message is a thinking block (the
+      script's text, signature "") then a text block (what the model goes on
+      with), stop_reason max_tokens, and it is its OpenAI twin (POST /v1/jobs:
+      chat_template_kwargs enable_thinking true, thinking_token_budget 1024)
+      token for token: the twin's reasoning_content is the thinking block,
+      its content the text, its usage the Message's;
     - `thinking: disabled` renders enable_thinking false (Qwen3's empty
       `<think>\\n\\n</think>\\n\\n` in the generation prompt: more prompt
-      tokens than `enabled`), and each matches its OpenAI twin through
-      POST /v1/jobs (chat_template_kwargs / none) token for token;
+      tokens than `enabled`): no thinking block, the text only, as its twins
+      (chat_template_kwargs false, reasoning_effort none);
     - an assistant `thinking` block is replayed by the template (more prompt
-      tokens than the same turn without it);
-    - the Message is the twin's chat.completion translated: a thinking block
-      first when there is reasoning_content (signature ""), then the text."""
-    import ggufkv
-    from harness import ROOT, Proc
-    from test_jobworker import WT
+      tokens than the same turn without it)."""
+    import thinkmodel
     need()
-    model = os.path.join(tmpdir(), "qwen3-think.gguf")
-    with open(os.path.join(ROOT, "tests/fixtures/chat/templates/Qwen-Qwen3-0.6B.jinja")) as f:
-        tmpl = f.read()
-    ggufkv.rewrite(os.path.join(ROOT, "tests/fixtures/model/qwen3_tied.f32.gguf"), model,
-                   {"tokenizer.chat_template": tmpl}, {"qwen3.context_length": 2048})
     data = os.path.join(tmpdir(), "data")
     key = create_key(data, "team-t")
     d = Jobd(data=data, args=JOBD_ARGS, key=key)
-    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", model,
-              "--model-id", "tiny-think", "--worker-token", WT, "--name", "tw", "--threads", "1"])
+    w = thinkmodel.start_worker(d)
     client = client_for(d, key)
     q = user("Why is the sky blue?")
     tool_turns = [{"role": "user", "content": "What is the weather in Paris?"},
@@ -524,7 +541,7 @@ def test_anthropic_thinking_reaches_a_thinking_template():
     no_think_turns = [tool_turns[0], {"role": "assistant", "content": tool_turns[1]["content"][1:]}, tool_turns[2]]
     reqs = {
         "on": params(q, model="tiny-think", max_tokens=1100, thinking={"type": "enabled", "budget_tokens": 1024}),
-        "off": params(q, model="tiny-think", max_tokens=1100, thinking={"type": "disabled"}),
+        "off": params(q, model="tiny-think", max_tokens=40, thinking={"type": "disabled"}),
         "replay": params(tool_turns, model="tiny-think", max_tokens=8, tools=[WEATHER]),
         "replay_none": params(no_think_turns, model="tiny-think", max_tokens=8, tools=[WEATHER]),
     }
@@ -537,20 +554,33 @@ def test_anthropic_thinking_reaches_a_thinking_template():
     def prompt(m):
         return m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
 
-    assert prompt(msgs["off"]) > prompt(msgs["on"]), (msgs["off"].usage, msgs["on"].usage)
+    said = thinkmodel.TEXT.strip()
+    on = msgs["on"]
+    assert [x.type for x in on.content] == ["thinking", "text"], on.content
+    assert on.content[0].thinking.startswith(said) and on.content[0].signature == "", on.content[0]
+    assert "</think>" not in on.content[0].thinking and "</think>" not in on.content[1].text, on.content
+    assert on.content[1].text.startswith(said) and on.stop_reason == "max_tokens", on
+    assert on.usage.output_tokens == 1100, on.usage
+    off = msgs["off"]
+    assert [x.type for x in off.content] == ["text"] and off.content[0].text.strip().startswith(said), off
+    assert prompt(off) > prompt(on), (off.usage, on.usage)
     assert prompt(msgs["replay"]) > prompt(msgs["replay_none"]), (msgs["replay"].usage, msgs["replay_none"].usage)
 
-    # the OpenAI twins of on / off: the same prompt tokens, the same output
-    twins = {"on": {}, "off": {"chat_template_kwargs": {"enable_thinking": False}},
-             "off_effort": {"reasoning_effort": "none"}}
+    # the OpenAI twins: the same prompt tokens, the same output
+    twins = {"on": {"max_tokens": 1100, "chat_template_kwargs": {"enable_thinking": True},
+                    "thinking_token_budget": 1024},
+             "off": {"max_tokens": 40, "chat_template_kwargs": {"enable_thinking": False}},
+             "off_effort": {"max_tokens": 40, "reasoning_effort": "none"}}
     lines = [json.dumps({"custom_id": c, "method": "POST", "url": "/v1/chat/completions",
-                         "body": dict({"model": "tiny-think", "max_tokens": 1100, "temperature": 0,
-                                       "messages": q}, **extra)}) for c, extra in twins.items()]
+                         "body": dict({"model": "tiny-think", "temperature": 0, "messages": q}, **extra)})
+             for c, extra in twins.items()]
     ob = d.submit(("\n".join(lines) + "\n").encode(), query="?completion_window=1h")
     ob = wait_done(d, ob["id"], worker=w)
     assert ob["status"] == "completed", ob
     out = {o["custom_id"]: o["response"]["body"] for o in read_jsonl(d, ob["output_file_id"])}
     assert out["off"]["usage"]["prompt_tokens"] == out["off_effort"]["usage"]["prompt_tokens"], out
+    assert out["off"]["choices"][0]["message"] == out["off_effort"]["choices"][0]["message"], out
+    assert out["on"]["usage"]["completion_tokens_details"]["reasoning_tokens"] > 1024, out["on"]["usage"]
     for c in ("on", "off"):
         m, body = msgs[c], out[c]
         assert prompt(m) == body["usage"]["prompt_tokens"], (c, m.usage, body["usage"])
@@ -567,3 +597,166 @@ def test_anthropic_thinking_reaches_a_thinking_template():
         assert got == want, (c, got, msg)
         stop = {"length": "max_tokens", "stop": "end_turn"}[body["choices"][0]["finish_reason"]]
         assert m.stop_reason == stop, (c, m.stop_reason, body["choices"][0])
+
+
+def anthropic_call(d, key, method, path, body=None, headers=None):
+    h = {"x-api-key": key, "anthropic-version": "2023-06-01", **(headers or {})}
+    return d.call(method, path, body, h, key=None)
+
+
+def test_anthropic_batches_in_webhooks_usage_budgets_and_the_openai_routes():
+    """A message batch is an ordinary batch to the rest of jobd: the tenant's
+    webhook endpoint gets its signed batch.completed event (naming its batch_
+    id), GET /v1/usage bills it like any batch (the rows equal the Messages'
+    usage), GET /v1/batches lists it with the api extension field
+    "anthropic" (an OpenAI-made batch says "openai"), and the tenant's budget
+    refuses a batch over it with Anthropic's 429 envelope (rate_limit_error),
+    creating nothing. On tests/py/thinkmodel.py's scripted model (fast)."""
+    import thinkmodel
+    from test_webhooks import FAST, Receiver, endpoint, hmac_verify, wait_delivery
+    need()
+    admin = "admin-token-anth"
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "team-w")
+    d = Jobd(data=data, key=key, args=JOBD_ARGS + FAST + ["--webhook-allow-private", "--admin-token", admin,
+                                                          "--prices", "tiny-think=1000000:2000000"])
+    w = thinkmodel.start_worker(d)
+    rx = Receiver()
+    try:
+        ep = endpoint(d, rx.url("/hook"), event_types=["batch.completed"])
+        client = client_for(d, key)
+        reqs = [{"custom_id": f"q{i}", "params": params(user(f"Question {i}?"), model="tiny-think", max_tokens=8)}
+                for i in range(2)]
+        b = client.messages.batches.create(requests=reqs)
+        oai_id = "batch_" + b.id[len("msgbatch_"):]
+        done = wait_ended(client, b.id, worker=w, timeout=120)
+        assert done.request_counts.succeeded == 2, done
+        msgs = [r.result.message for r in client.messages.batches.results(b.id)]
+
+        # the webhook: one signed batch.completed about the batch_ twin
+        (path, headers, body), = rx.wait("/hook", 1)
+        assert hmac_verify(ep["secret"], headers, body), headers
+        p = json.loads(body)
+        assert p["type"] == "batch.completed" and p["data"] == {"id": oai_id}, p
+        dl = wait_delivery(d, ep["id"], lambda x: x["status"] == "delivered")
+        assert dl["object_id"] == oai_id, dl
+
+        # the OpenAI routes: listed, with the contract it came through
+        listed = {x["id"]: x for x in d.json("GET", "/v1/batches?limit=100")["data"]}
+        assert listed[oai_id]["api"] == "anthropic" and listed[oai_id]["status"] == "completed", listed
+        ob = d.json("GET", f"/v1/batches/{oai_id}")
+        assert ob["api"] == "anthropic" and ob["request_counts"] == {"total": 2, "completed": 2, "failed": 0}, ob
+        plain = d.submit(b'{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":'
+                         b'"tiny-think","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]}}\n')
+        assert d.json("GET", f"/v1/batches/{plain['id']}")["api"] == "openai"
+
+        # usage: billed like any batch, the ledger's tokens are the Messages'
+        rows = [x for x in d.json("GET", "/v1/usage?group_by=batch")["data"] if x["key"] == oai_id]
+        assert len(rows) == 1 and rows[0]["num_model_requests"] == 2, rows
+        u = rows[0]
+        assert u["input_tokens"] == sum(m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
+                                        for m in msgs), (u, msgs)
+        assert u["output_tokens"] == sum(m.usage.output_tokens for m in msgs) == 16, (u, msgs)
+        assert u["cost"]["amount_micros"] > 0 and ob["cost"]["amount_micros"] == u["cost"]["amount_micros"], (u, ob)
+
+        # the budget: over the tenant's queued-token limit, Anthropic's 429, nothing created
+        d.json("PUT", "/v1/admin/tenants/team-w/limits", {"max_queued_tokens": 10}, key=admin)
+        before = [x.id for x in client.messages.batches.list(limit=100).data]
+        e = refused(lambda: client.messages.batches.create(requests=reqs), 429, "")
+        assert e["type"] == "rate_limit_error" and "queued" in e["message"], e
+        assert [x.id for x in client.messages.batches.list(limit=100).data] == before
+        d.json("PUT", "/v1/admin/tenants/team-w/limits", {}, key=admin)
+        assert client.messages.batches.create(requests=reqs[:1]).processing_status == "in_progress"
+    finally:
+        rx.close()
+
+
+def test_anthropic_expired_batch_and_results_type_expired():
+    """A message batch past its window (jobd --message-batch-window 2s, no
+    worker) ends with processing_status ended, request_counts.expired = every
+    request, and results of type "expired" (the SDK's own types); its OpenAI
+    twin is "expired". The window is checked at start: under --window-min is
+    a usage error. Route edges on the way: results before the end (409),
+    before_id with after_id (400), a limit out of 1..1000 (400), a body that
+    is not application/json (415); jobctl cancel of a msgbatch_ id."""
+    need()
+    r = run([binary("jobd"), "--message-batch-window", "30m", "--data", os.path.join(tmpdir(), "x")])
+    assert r.returncode != 0 and "--message-batch-window 30m is out of range" in r.stderr, r.stderr
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "team-x")
+    d = Jobd(data=data, key=key, args=JOBD_ARGS + ["--message-batch-window", "2s"])
+    client = client_for(d, key)
+    reqs = [{"custom_id": f"e{i}", "params": params(user("Hi"), max_tokens=4)} for i in range(3)]
+    b = client.messages.batches.create(requests=reqs)
+    assert (b.expires_at - b.created_at).total_seconds() == 2, b
+
+    # results before the end: 409 in Anthropic's envelope (the SDK itself refuses to ask before
+    # results_url is set, so a plain request)
+    r = anthropic_call(d, key, "GET", f"/v1/messages/batches/{b.id}/results")
+    assert r.status == 409 and r.json()["type"] == "error", r
+    assert r.json()["error"]["type"] == "invalid_request_error" and "has not ended" in r.json()["error"]["message"], r
+    # list edges
+    other = client.messages.batches.create(requests=reqs[:1])
+    e = refused(lambda: client.messages.batches.list(before_id=b.id, after_id=other.id), 400,
+                "before_id and after_id cannot both be given")
+    assert e["type"] == "invalid_request_error", e
+    # jobctl cancel takes the msgbatch_ id
+    env = {"JOBD_URL": f"http://127.0.0.1:{d.port}", "JOBD_API_KEY": key, "JOBCTL_CONFIG": "", "HOME": tmpdir()}
+    r = run([binary("jobctl", asan=False), "cancel", other.id], env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert client.messages.batches.retrieve(other.id).processing_status in ("canceling", "ended")
+    for bad in (1001, 0, -1):
+        refused(lambda: client.messages.batches.list(limit=bad), 400, "limit: Input should be an integer from 1 to 1000")
+    r = anthropic_call(d, key, "GET", "/v1/messages/batches?limit=abc")
+    assert r.status == 400 and r.json()["error"]["type"] == "invalid_request_error", r
+    assert len(client.messages.batches.list(limit=1000).data) == 2
+    # a create body that is not JSON by its content type
+    r = anthropic_call(d, key, "POST", "/v1/messages/batches", json.dumps({"requests": reqs}).encode(),
+                       {"Content-Type": "text/plain"})
+    assert r.status == 415, r
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error", r.json()
+    assert "application/json" in r.json()["error"]["message"], r.json()
+
+    done = wait_ended(client, b.id, timeout=60)
+    rc = done.request_counts
+    assert (rc.expired, rc.processing, rc.succeeded, rc.errored, rc.canceled) == (3, 0, 0, 0, 0), rc
+    assert done.ended_at is not None and done.results_url.endswith(f"/{b.id}/results"), done
+    res = list(client.messages.batches.results(b.id))
+    assert sorted(x.custom_id for x in res) == ["e0", "e1", "e2"], res
+    for x in res:
+        assert isinstance(x, MessageBatchIndividualResponse) and x.result.type == "expired", x
+    assert d.json("GET", "/v1/batches/batch_" + b.id[len("msgbatch_"):])["status"] == "expired"
+
+
+def test_anthropic_reused_answer_keeps_its_usage():
+    """A reused answer through the Anthropic door (jobd --reuse, spec/usage.md
+    "Result reuse"): the second batch of the same deterministic request is
+    answered from the first's result (its OpenAI twin's line carries
+    usage.reused_tokens, the ledger bills 0), and its Message has the same
+    content and the same usage as the first, not 0/0 (regression: the
+    results row of a reused answer counts no tokens, and the Message's usage
+    was read from it)."""
+    import thinkmodel
+    need()
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "team-r")
+    d = Jobd(data=data, key=key, args=JOBD_ARGS + ["--reuse"])
+    w = thinkmodel.start_worker(d)
+    client = client_for(d, key)
+    req = [{"custom_id": "same", "params": params(user("Why is the sky blue?"), model="tiny-think", max_tokens=12)}]
+    got = []
+    for _ in range(2):
+        b = client.messages.batches.create(requests=req)
+        wait_ended(client, b.id, worker=w, timeout=120)
+        (r,) = list(client.messages.batches.results(b.id))
+        assert r.result.type == "succeeded", r
+        got.append((b.id, r.result.message))
+    (id1, m1), (id2, m2) = got
+    assert m2.content == m1.content and m2.stop_reason == m1.stop_reason, (m1, m2)
+    assert m1.usage.output_tokens == 12 and m1.usage.input_tokens > 0, m1.usage
+    assert m2.usage == m1.usage, (m1.usage, m2.usage)
+    lines = d.call("GET", f"/v1/batches/batch_{id2[len('msgbatch_'):]}/results").body.decode().splitlines()
+    body = json.loads(lines[0])["response"]["body"]
+    assert body["usage"]["reused_tokens"] > 0, body["usage"]   # it was reused
+    rows = {x["key"]: x for x in d.json("GET", "/v1/usage?group_by=batch")["data"]}
+    assert rows["batch_" + id2[len("msgbatch_"):]]["output_tokens"] == 0, rows  # and billed nothing

@@ -127,3 +127,49 @@ def test_responses_jobctl_submit_picks_the_endpoint_from_the_file():
     assert est["input_tokens"] == u["input_tokens"], (est, u)
     rep = d.json("GET", "/v1/usage?group_by=batch")
     assert [x["num_model_requests"] for x in rep["data"] if x["key"] == batch_id] == [2], rep
+
+
+def test_responses_reasoning_item_on_a_scripted_thinking_model():
+    """A /v1/responses line on a thinking template gives a reasoning output
+    item before the message (tests/py/thinkmodel.py's scripted model; the
+    thinking_token_budget extension closes its thinking after 8 tokens):
+    the body validates as the SDK's Response, output_text is the answer,
+    usage.output_tokens_details.reasoning_tokens counts the thinking; with
+    reasoning.effort minimal (thinking off, as none; the 1.x SDK types know
+    no "none") there is no reasoning item and no reasoning tokens."""
+    try:
+        from openai.types.responses import Response
+    except ImportError:
+        raise Skip("openai is not installed in .venv (scripts/install-deps)")
+    import thinkmodel
+    for name in ("jobd", "jobworker"):
+        if not os.path.exists(binary(name, asan=False)):
+            raise Skip(f"release build/{name} not built")
+    data = os.path.join(tmpdir(), "data")
+    key = create_key(data, "resp", asan=False)
+    d = Jobd(data=data, key=key, asan=False,
+             args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s"])
+    w = thinkmodel.start_worker(d, worker_token=WT)
+    base = {"model": "tiny-think", "input": "Why is the sky blue?", "max_output_tokens": 40, "temperature": 0}
+    lines = {"think": dict(base, reasoning={"effort": "high"}, thinking_token_budget=8),
+             "none": dict(base, reasoning={"effort": "minimal"}, thinking_token_budget=8)}
+    b = d.submit("".join(json.dumps({"custom_id": c, "method": "POST", "url": "/v1/responses", "body": x}) + "\n"
+                         for c, x in lines.items()).encode(), query="?completion_window=1h&endpoint=/v1/responses")
+    b = d.wait_batch(b["id"], statuses=("completed", "failed", "cancelled", "expired"), timeout=300)
+    assert b["status"] == "completed", (b, w.log()[-2000:])
+    out = d.call("GET", f"/v1/files/{b['output_file_id']}/content").body.decode()
+    bodies = {json.loads(x)["custom_id"]: json.loads(x)["response"]["body"] for x in out.splitlines()}
+    said = thinkmodel.TEXT.strip()
+
+    r = Response.model_validate(bodies["think"])
+    assert [o.type for o in r.output] == ["reasoning", "message"], r.output
+    assert [c.text for c in r.output[0].content] == [said], r.output[0]
+    assert r.output_text.startswith(said) and "</think>" not in r.output_text, r.output_text
+    assert r.usage.output_tokens_details.reasoning_tokens > 8 and r.usage.output_tokens == 40, r.usage
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens", r
+    assert r.reasoning.effort == "high", r.reasoning
+
+    r = Response.model_validate(bodies["none"])
+    assert [o.type for o in r.output] == ["message"], r.output
+    assert r.usage.output_tokens_details.reasoning_tokens == 0, r.usage
+    assert r.output_text.strip().startswith(said), r.output_text

@@ -224,3 +224,81 @@ def test_tools_bad_lines_fail_the_upload_with_line_numbers():
         e = errs.get(i + 2)
         assert e and e["param"] == param and e["code"] == code, (i + 2, e, errs)
     assert 1 not in errs
+
+
+UNIT = {"type": "function", "function": {
+    "name": "get_unit", "description": "The unit the user prefers.", "strict": True,
+    "parameters": {"type": "object", "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["unit"], "additionalProperties": False}}}
+
+
+def test_reasoning_split_on_a_scripted_thinking_model():
+    """Reasoning actually exercised, on tests/py/thinkmodel.py's scripted model
+    (Qwen3-0.6B's template; it writes " the cat is on house. then rain
+    came\\n" over and over and never closes the thinking block itself), so a
+    thinking_token_budget is what splits its output:
+    - budget 8: the close is forced after 8 tokens: reasoning_content (and
+      reasoning) is that text, content what the model goes on with,
+      usage.completion_tokens_details.reasoning_tokens the 8 and the close;
+      the body validates as the SDK's ChatCompletion;
+    - thinking off (reasoning_effort none, or enable_thinking false) with the
+      same budget: no reasoning at all, the whole text is content;
+    - tool_choice required on the thinking template: the call comes after the
+      forced </think> (reasoning first, then the call, which validates); with
+      no budget the block never closes and no call is ever forced inside it."""
+    need()
+    import thinkmodel
+    d = start_jobd()
+    w = thinkmodel.start_worker(d)
+    q = [{"role": "user", "content": "Why is the sky blue?"}]
+
+    def ln(cid, **kw):
+        body = dict({"model": "tiny-think", "temperature": 0, "max_completion_tokens": 40, "messages": q}, **kw)
+        return json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": body})
+
+    out = run_batch(d, w, [
+        ln("budget", thinking_token_budget=8),
+        ln("effort_none", thinking_token_budget=8, reasoning_effort="none"),
+        ln("kwargs_off", thinking_token_budget=8, chat_template_kwargs={"enable_thinking": False}),
+        ln("tool", thinking_token_budget=8, tools=[UNIT], tool_choice="required", parallel_tool_calls=False,
+           max_completion_tokens=120),
+        ln("tool_open", tools=[UNIT], tool_choice="required"),
+    ])
+    bodies = {}
+    for cid, o in out.items():
+        assert o["error"] is None and o["response"]["status_code"] == 200, o
+        bodies[cid] = o["response"]["body"]
+        ChatCompletion.model_validate(bodies[cid])
+    said = thinkmodel.TEXT.strip()   # "the cat is on house. then rain came"
+
+    b = bodies["budget"]
+    msg, u = b["choices"][0]["message"], b["usage"]
+    assert msg["reasoning_content"] == said and msg["reasoning"] == said, msg
+    assert msg["content"].startswith(said) and "</think>" not in msg["content"], msg
+    rt = u["completion_tokens_details"]["reasoning_tokens"]
+    assert 8 < rt < 8 + 16 and u["completion_tokens"] == 40, u  # the budget and the close up to </think>
+    assert b["choices"][0]["finish_reason"] == "length", b
+    cc = ChatCompletion.model_validate(b)
+    assert cc.choices[0].message.content == msg["content"] and cc.usage.completion_tokens_details.reasoning_tokens == rt
+
+    for cid in ("effort_none", "kwargs_off"):
+        msg, u = bodies[cid]["choices"][0]["message"], bodies[cid]["usage"]
+        assert "reasoning_content" not in msg and "reasoning" not in msg, (cid, msg)
+        assert (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0) == 0, (cid, u)
+        assert msg["content"].strip().startswith(said) and "</think>" not in msg["content"], (cid, msg)
+    # the template's own switch: its empty thinking block is in the prompt
+    assert bodies["effort_none"]["usage"]["prompt_tokens"] == bodies["kwargs_off"]["usage"]["prompt_tokens"]
+    assert bodies["effort_none"]["usage"]["prompt_tokens"] > bodies["budget"]["usage"]["prompt_tokens"]
+
+    b = bodies["tool"]
+    msg = b["choices"][0]["message"]
+    assert msg["reasoning_content"] == said, msg
+    assert b["choices"][0]["finish_reason"] == "tool_calls" and len(msg["tool_calls"]) == 1, b
+    call = msg["tool_calls"][0]["function"]
+    assert call["name"] == "get_unit", call
+    jsonschema.Draft202012Validator(UNIT["function"]["parameters"]).validate(json.loads(call["arguments"]))
+    assert b["usage"]["completion_tokens_details"]["reasoning_tokens"] > 8, b["usage"]
+
+    b = bodies["tool_open"]   # never closed: the grammar never armed, no call inside the thinking
+    msg = b["choices"][0]["message"]
+    assert not msg.get("tool_calls") and b["choices"][0]["finish_reason"] == "length", b

@@ -81,6 +81,24 @@ static int think_feed(struct gen_seq *s, const char *p, size_t n)
     return rc < 0 ? rc : 0;
 }
 
+/* The token the thinking budget forces next, or -1 for a free step: the
+ * close goes on once begun; it begins when the budget is spent, the block
+ * still open, no grammar active and no character half decoded (waited for
+ * at most 3 tokens). */
+static int32_t think_forced(const struct gen_seq *s)
+{
+    const struct gen_params *gp = s->gp;
+    if (!gp->n_think_close || !gp->think_end[0])
+        return -1;
+    if (s->n_forced)
+        return s->n_forced < gp->n_think_close ? gp->think_close[s->n_forced] : -1;
+    if (s->think_done || s->gm || gp->think_budget < 0 || s->n_gen < (uint64_t)gp->think_budget)
+        return -1;
+    if (s->ts.n_pend && s->n_gen < (uint64_t)gp->think_budget + 3)
+        return -1;
+    return gp->think_close[0];
+}
+
 int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct tok *t,
                  const int32_t *prompt, size_t n_prompt, size_t n_ctx, uint64_t choice)
 {
@@ -106,6 +124,23 @@ int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct to
     s->finish = STOP_NONE;
     buf_init(&s->lazy_win, GEN_MARK_MAX * 2 + 16 * TOK_MAX_TOKEN_BYTES);
     buf_init(&s->think_win, GEN_MARK_MAX * 2 + 16 * TOK_MAX_TOKEN_BYTES);
+    if (gp->n_think_close) {
+        size_t nv = tok_n_vocab(t);
+        if (gp->n_think_close > GEN_CLOSE_MAX) {
+            gen_seq_release(s);
+            return ERR_INVAL;
+        }
+        for (size_t i = 0; i < gp->n_think_close; i++)
+            if (gp->think_close[i] < 0 || (size_t)gp->think_close[i] >= nv) {
+                gen_seq_release(s);
+                return ERR_INVAL;
+            }
+        s->force_words = (nv + 31) / 32;
+        if (!(s->force_mask = malloc(s->force_words * sizeof *s->force_mask))) {
+            gen_seq_release(s);
+            return ERR_NOMEM;
+        }
+    }
     if (gp->grammar) {
         s->lazy = gp->gram_after[0] ? GEN_LAZY_AFTER : gp->gram_trigger[0] ? GEN_LAZY_TRIGGER
                                                                           : GEN_LAZY_NONE;
@@ -157,6 +192,7 @@ void gen_seq_release(struct gen_seq *s)
     free(s->gen);
     free(s->lp);
     free(s->mask);
+    free(s->force_mask);
     gram_matcher_free(s->gm);
     buf_release(&s->lazy_win);
     buf_release(&s->think_win);
@@ -199,6 +235,11 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
     int32_t tok = r->token;
     if (tok < 0 || (size_t)tok >= tok_n_vocab(s->t))
         return ERR_INVAL;
+    int32_t forced = think_forced(s);
+    if (forced >= 0 && tok != forced)
+        return ERR_INVAL;   /* the thinking budget's close goes first */
+    if (forced >= 0)
+        s->n_forced++;
     if (s->gm) {
         s->mask_ready = 0;
         if (!tok_is_eog(s->t, tok)) {
@@ -258,11 +299,28 @@ int gen_seq_step(struct gen_seq *s, const float *logits, size_t n_vocab,
         return ERR_BADSTATE;
     const struct smp_params *p = &s->gp->smp;
     int rc;
-    if (s->gm && (rc = gen_seq_mask(s)) != 0)
-        return rc;
-    rc = smp_sample_masked(p, logits, s->gm ? s->mask : NULL, n_vocab, s->gen, s->n_gen,
+    int32_t forced = think_forced(s);
+    const uint32_t *allow = NULL;
+    if (forced >= 0) {
+        if ((n_vocab + 31) / 32 > s->force_words)
+            return ERR_INVAL;
+        memset(s->force_mask, 0, s->force_words * sizeof *s->force_mask);
+        s->force_mask[forced >> 5] = 1u << (forced & 31);
+        allow = s->force_mask;
+    } else if (s->gm) {
+        if ((rc = gen_seq_mask(s)) != 0)
+            return rc;
+        allow = s->mask;
+    }
+    rc = smp_sample_masked(p, logits, allow, n_vocab, s->gen, s->n_gen,
                            p->repetition_penalty != 1.0 ? s->prompt : NULL,
                            p->repetition_penalty != 1.0 ? s->n_prompt : 0, &s->rng, scratch, &r);
+    if (rc == ERR_CORRUPT && forced >= 0) { /* the row gives the forced token no finite logit */
+        memset(&r, 0, sizeof r);
+        r.token = forced;
+        r.logprob = SMP_LOGPROB_FLOOR;
+        rc = 0;
+    }
     if (rc)
         return rc;
     return gen_seq_accept(s, &r);

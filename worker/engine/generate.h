@@ -43,6 +43,16 @@
  * decoded output; the matcher then starts over the bytes from the trigger
  * on, and is dropped if it refuses them.
  *
+ * Thinking budget (gen_params.n_think_close > 0, with think_end). Once
+ * think_budget tokens are generated and the thinking block is still open
+ * (and no grammar is active), the next tokens are the close's,
+ * think_close[0..n), one per step: gen_seq_step samples through a mask of
+ * that one token (so logprobs stay the raw row's), gen_seq_accept refuses
+ * any other (ERR_INVAL). A character half decoded at the budget is given
+ * up to 3 more tokens to complete first. The close counts as generated
+ * (and reasoning) tokens like any other; max_tokens still ends the
+ * sequence wherever it falls.
+ *
  * Thread: a gen_seq belongs to one thread at a time; gen_run is reentrant
  * (its callback decides the rest).
  */
@@ -94,6 +104,12 @@ struct gen_seq {
     struct buf think_win;          /* the same for gp->think_end */
     int think_done;
     size_t n_reason;
+    /* the thinking budget (gp->n_think_close): tokens of the close forced
+     * so far, and the one-token mask of a forced step ((n_vocab + 31) / 32
+     * words, owned; NULL without a budget) */
+    size_t n_forced;
+    uint32_t *force_mask;
+    size_t force_words;
 };
 
 /* Set up choice `choice` (0-based overall index: prompt_index * n + i; it

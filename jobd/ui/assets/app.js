@@ -572,6 +572,7 @@
         h('div', null, h('h2', { text: 'Timeline' }), h('ol', { class: 'timeline' }, tlRows)),
         h('div', null, h('h2', { text: 'Details' }), h('table', { class: 'kv' }, h('tbody', null,
           kv('Endpoint', b.endpoint), kv('Model', b.model || ''), kv('Completion window', b.completion_window),
+          b.api === 'anthropic' ? kv('Created through', 'Anthropic Message Batches (msgbatch_' + b.id.replace(/^batch_/, '') + ')') : null,
           kv('Deadline (expires_at)', deadline),
           rerunOf ? h('tr', { class: 'rerun-of' }, h('th', { text: 'Rerun of' }),
             h('td', null, h('a', { href: '#/batch/' + enc(rerunOf), id: 'rerun-of' }, rerunOf))) : null,

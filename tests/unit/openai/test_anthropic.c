@@ -108,13 +108,15 @@ TEST(anthropic_tool_choice_tool_none_auto_and_thinking_switch)
     snprintf(p, sizeof p, "{\"model\":\"m\",\"max_tokens\":4,%s\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},"
              "\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", tools);
     snprintf(w, sizeof w, "{\"model\":\"m\",\"max_tokens\":4,%s\"tool_choice\":{\"type\":\"function\",\"function\":"
-             "{\"name\":\"f\"}},\"reasoning_effort\":\"none\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
+             "{\"name\":\"f\"}},\"chat_template_kwargs\":{\"enable_thinking\":false},"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
              ctools);
     check_maps(p, w);
     snprintf(p, sizeof p, "{\"model\":\"m\",\"max_tokens\":2048,%s\"tool_choice\":{\"type\":\"none\"},"
              "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024},"
              "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", tools);
     snprintf(w, sizeof w, "{\"model\":\"m\",\"max_tokens\":2048,%s\"tool_choice\":\"none\","
+             "\"chat_template_kwargs\":{\"enable_thinking\":true},\"thinking_token_budget\":1024,"
              "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", ctools);
     check_maps(p, w);
 }

@@ -196,6 +196,8 @@ TEST(params_each_bad_field_named)
         {"{\"functions\":[{\"name\":\"g\"}],\"function_call\":{\"name\":\"h\"}}", GP_CHAT,
          "function_call", "invalid_value"},
         {"{\"reasoning_effort\":\"extreme\"}", GP_CHAT, "reasoning_effort", "invalid_value"},
+        {"{\"thinking_token_budget\":-1}", GP_CHAT, "thinking_token_budget", "integer_below_min_value"},
+        {"{\"thinking_token_budget\":\"1024\"}", GP_CHAT, "thinking_token_budget", "invalid_type"},
         {"{\"chat_template_kwargs\":{\"tools\":1}}", GP_CHAT, "chat_template_kwargs", "invalid_value"},
         {"{\"chat_template_kwargs\":3}", GP_CHAT, "chat_template_kwargs", "invalid_type"},
         {"{\"prompt\":\"x\",\"tools\":[" TOOL_F "]}", GP_COMPLETIONS, "tools", "unsupported_parameter"},
@@ -272,4 +274,23 @@ TEST(params_error_json_shape)
     j = gp_error_json(&e);
     CHECK(json_is_null(json_object_get(json_object_get(j, "error"), "param")));
     json_decref(j);
+}
+
+TEST(params_thinking_token_budget_reaches_the_engine)
+{
+    struct gp_request p;
+    struct problem e;
+    CHECK_EQ_INT(parse("{\"thinking_token_budget\":0}", GP_CHAT, &p, &e), 0);
+    CHECK_EQ_INT(p.gen.think_budget, 0);
+    CHECK_EQ_INT(p.gen.n_think_close, 0); /* the close is the worker's, from the model (prompt_arm) */
+    gp_release(&p);
+    CHECK_EQ_INT(parse("{\"thinking_token_budget\":1024,\"max_tokens\":8}", GP_CHAT, &p, &e), 0);
+    CHECK_EQ_INT(p.gen.think_budget, 1024);
+    gp_release(&p);
+    CHECK_EQ_INT(parse("{\"thinking_token_budget\":null}", GP_CHAT, &p, &e), 0);
+    CHECK_EQ_INT(p.gen.think_budget, -1);
+    gp_release(&p);
+    CHECK_EQ_INT(parse("{}", GP_CHAT, &p, &e), 0);
+    CHECK_EQ_INT(p.gen.think_budget, -1);
+    gp_release(&p);
 }

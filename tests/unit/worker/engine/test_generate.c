@@ -816,3 +816,156 @@ TEST(generate_lazy_grammar_arms_at_its_trigger)
     gen_params_release(&gp);
     gvocab_release(&v, t);
 }
+
+/* ---- the thinking budget: the close forced after think_budget tokens ------------ */
+
+/* Run greedily over a scripted token sequence (ids[0..n), then the end of
+ * text) with gp; out gets the text. */
+static enum stop_finish script_run(const struct tok *t, struct gen_params *gp, const int32_t *ids, size_t n,
+                                   char *out, size_t cap, size_t *n_reason, size_t *n_gen)
+{
+    struct lscript sc = {calloc(tok_n_vocab(t), sizeof(float)), tok_n_vocab(t), 1, {0}, n, tok_eos(t)};
+    memcpy(sc.ids, ids, n * sizeof *ids);
+    smp_params_init(&gp->smp);
+    gp->smp.temperature = 0;
+    gp->max_tokens = 300;
+    gp->n = 1;
+    gp->seed_given = 1;
+    int32_t prompt[] = {id_of(t, "Hi")};
+    struct gen_prompt pr = {prompt, 1};
+    struct gen_model gm = {t, 1024, lscript_logits, &sc};
+    struct gen_seq seq;
+    CHECK_EQ_INT(gen_run(&gm, gp, &pr, 1, NULL, NULL, &seq), 0);
+    struct gen_choice ch;
+    CHECK_EQ_INT(gen_seq_choice(&seq, &ch), 0);
+    snprintf(out, cap, "%.*s", (int)ch.text_len, ch.text);
+    *n_reason = ch.n_reason;
+    *n_gen = seq.n_gen;
+    enum stop_finish f = ch.finish;
+    gen_seq_release(&seq);
+    free(sc.row);
+    return f;
+}
+
+/* The budget's gen_params on tokenizer t: think_end, think_budget and the
+ * close tokenized as the worker does (openai/prompt.c prompt_arm). */
+static void budget_params(const struct tok *t, struct gen_params *gp, int64_t budget)
+{
+    memset(gp, 0, sizeof *gp);
+    snprintf(gp->think_end, sizeof gp->think_end, "</think>");
+    gp->think_budget = budget;
+    CHECK_EQ_INT(tok_encode(t, GEN_THINK_CLOSE, strlen(GEN_THINK_CLOSE), TOK_PARSE_SPECIAL, gp->think_close,
+                            GEN_CLOSE_MAX, &gp->n_think_close), 0);
+    CHECK(gp->n_think_close > 0);
+}
+
+TEST(generate_thinking_budget_forces_the_close_then_the_answer_follows)
+{
+    struct gvocab v;
+    struct tok *t = load_smollm(&v);
+    char out[2048], want[2048];
+    size_t nr, ng, n_think = 0, n_ans = 0;
+    /* a model that thinks on and on: budget tokens of thinking, filler where
+     * the close would go, then an answer; it never writes </think> itself */
+    const char *think = "<think>\nLet me think about this at some length before I answer it", *ans = "{\"a\": 1}";
+    int32_t script[512], ans_ids[64];
+    CHECK_EQ_INT(tok_encode(t, think, strlen(think), 0, script, 256, &n_think), 0);
+    CHECK_EQ_INT(tok_encode(t, ans, strlen(ans), 0, ans_ids, 64, &n_ans), 0);
+    const size_t budget = 6;
+    CHECK(n_think > budget + 4);
+    struct gen_params gp;
+    budget_params(t, &gp, (int64_t)budget);
+    size_t n_close = gp.n_think_close;
+    size_t n = budget;
+    for (size_t i = 0; i < n_close; i++)
+        script[n++] = id_of(t, "x");
+    memcpy(script + n, ans_ids, n_ans * sizeof *ans_ids);
+    n += n_ans;
+
+    /* without the budget: all of it is one open thinking block */
+    struct gen_params free_gp;
+    memset(&free_gp, 0, sizeof free_gp);
+    snprintf(free_gp.think_end, sizeof free_gp.think_end, "</think>");
+    CHECK_EQ_INT(script_run(t, &free_gp, script, n, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK(strstr(out, "</think>") == NULL);
+    CHECK_EQ_INT(nr, ng);
+
+    /* with it: the first budget tokens, the close forced in place of the
+     * filler, then the answer the model goes on with */
+    CHECK_EQ_INT(script_run(t, &gp, script, n, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    struct buf head;
+    buf_init(&head, 4096);
+    CHECK_EQ_INT(tok_decode(t, script, budget, 0, &head), 0);
+    snprintf(want, sizeof want, "%.*s" GEN_THINK_CLOSE "%s", (int)head.len, head.data, ans);
+    buf_release(&head);
+    CHECK_EQ_STR(out, want);
+    int32_t close_ids[GEN_CLOSE_MAX];
+    size_t n_upto = 0; /* the close's tokens up to the one completing </think> */
+    CHECK_EQ_INT(tok_encode(t, "\n</think>", 9, TOK_PARSE_SPECIAL, close_ids, GEN_CLOSE_MAX, &n_upto), 0);
+    CHECK(n_upto < n_close);
+    CHECK_EQ_INT(nr, budget + n_upto); /* reasoning tokens: the budget and the close up to </think> */
+    CHECK_EQ_INT(ng, n + 1);            /* and the end of text */
+
+    /* a structured answer waits for the forced close like a natural one */
+    CHECK_EQ_INT(gram_compile_json_object(&gp.grammar, &(struct problem){0}), 0);
+    snprintf(gp.gram_after, sizeof gp.gram_after, "</think>\n\n");
+    CHECK_EQ_INT(script_run(t, &gp, script, n, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, want);
+    gen_params_release(&gp);
+
+    /* a model that closes within the budget is left alone */
+    budget_params(t, &gp, 200);
+    const char *natural = "<think>\nShort.\n</think>\n\nDone.";
+    CHECK_EQ_INT(tok_encode(t, natural, strlen(natural), 0, script, 256, &n), 0);
+    CHECK_EQ_INT(script_run(t, &gp, script, n, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, natural);
+
+    /* budget 0: the close comes first */
+    budget_params(t, &gp, 0);
+    CHECK_EQ_INT(script_run(t, &gp, ans_ids, n_ans, out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK(strncmp(out, GEN_THINK_CLOSE, strlen(GEN_THINK_CLOSE)) == 0);
+    CHECK_EQ_INT(nr, n_upto);
+
+    /* max_tokens inside the close cuts it like any other text */
+    budget_params(t, &gp, 2);
+    gp.max_tokens = 3;
+    struct lscript sc = {calloc(tok_n_vocab(t), sizeof(float)), tok_n_vocab(t), 1, {0}, n_think, tok_eos(t)};
+    CHECK_EQ_INT(tok_encode(t, think, strlen(think), 0, sc.ids, 256, &sc.n), 0);
+    smp_params_init(&gp.smp);
+    gp.smp.temperature = 0;
+    gp.n = 1;
+    int32_t prompt[] = {id_of(t, "Hi")};
+    struct gen_seq seq;
+    CHECK_EQ_INT(gen_seq_init(&seq, &gp, t, prompt, 1, 1024, 0), 0);
+    struct smp_scratch scr;
+    CHECK_EQ_INT(smp_scratch_init(&scr, tok_n_vocab(t)), 0);
+    int32_t all[8] = {prompt[0]};
+    int rc = 0;
+    for (size_t k = 1; rc == 0; k++) {
+        const float *row;
+        lscript_logits(&sc, 0, all, k, &row);
+        rc = gen_seq_step(&seq, row, tok_n_vocab(t), &scr);
+        all[k] = seq.gen[seq.n_gen - 1];
+    }
+    CHECK_EQ_INT(rc, 1);
+    CHECK_EQ_INT(seq.finish, STOP_FINISH_LENGTH);
+    CHECK_EQ_INT(seq.gen[2], gp.think_close[0]);
+    gen_seq_release(&seq);
+
+    /* a token sampled elsewhere must be the forced one */
+    CHECK_EQ_INT(gen_seq_init(&seq, &gp, t, prompt, 1, 1024, 0), 0);
+    struct smp_result r = {0};
+    for (size_t k = 0; k < 2; k++) {
+        r.token = sc.ids[k];
+        CHECK_EQ_INT(gen_seq_accept(&seq, &r), 0);
+    }
+    r.token = sc.ids[2];
+    CHECK_EQ_INT(gen_seq_accept(&seq, &r), ERR_INVAL);
+    r.token = gp.think_close[0];
+    CHECK_EQ_INT(gen_seq_accept(&seq, &r), 1); /* taken, and the third of max_tokens 3 */
+    gen_seq_release(&seq);
+    smp_scratch_release(&scr);
+    free(sc.row);
+    gen_params_release(&gp);
+    gvocab_release(&v, t);
+}
