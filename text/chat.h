@@ -115,6 +115,25 @@ const char *chat_tool_format_name(enum chat_tool_format f);
  * "</think>". Can't fail. */
 int chat_tmpl_thinks(const struct chat_tmpl *ct);
 
+/* What a CHAT_JINJA template needs of its inputs, found once by
+ * chat_tmpl_new rendering small probe conversations (as llama.cpp's
+ * template capability detection does), never from a model name; 0 for the
+ * built-in formats. Can't fail.
+ *   CHAT_CAP_NON_NULL_CONTENT  an assistant turn with content None fails to
+ *                              render where "" renders (Qwen3, QwQ, Bielik,
+ *                              Devstral, Ministral 3): give "" for null.
+ *   CHAT_CAP_CALL_ID9          a call answered by a tool message renders
+ *                              only with a 9-character id (Mistral Nemo,
+ *                              Small 3.2: "Tool call IDs should be
+ *                              alphanumeric strings with length 9!").
+ *   CHAT_CAP_CALL_ARGS         calls render as [TOOL_CALLS]name[ARGS]{json}
+ *                              (Small 3.2, Devstral, Ministral 3), not as
+ *                              the [TOOL_CALLS][{...}] array (Nemo). */
+#define CHAT_CAP_NON_NULL_CONTENT 1u
+#define CHAT_CAP_CALL_ID9 2u
+#define CHAT_CAP_CALL_ARGS 4u
+unsigned chat_tmpl_caps(const struct chat_tmpl *ct);
+
 /* "chatml", "llama2", ..., "jinja". Can't fail. */
 const char *chat_format_name(enum chat_format f);
 

@@ -53,7 +53,7 @@ TEST(tools_prompt_matches_jinja2_on_real_templates)
     json_t *templates = json_object_get(fx, "templates"), *reqs = json_object_get(fx, "requests");
     json_t *cases = json_object_get(fx, "cases");
     time_t now = (time_t)json_integer_value(json_object_get(fx, "now_epoch"));
-    size_t ok = 0, errors = 0, fails = 0, per_fmt[4] = {0};
+    size_t ok = 0, errors = 0, fails = 0, per_fmt[4] = {0}, n_caps = 0;
     const char *name;
     json_t *spec;
     json_object_foreach(templates, name, spec) {
@@ -65,7 +65,24 @@ TEST(tools_prompt_matches_jinja2_on_real_templates)
                                json_string_value(json_object_get(spec, "eos")));
         CHECK(t);
         struct chat_tmpl *ct = NULL;
-        if (chat_tmpl_new(src, t, &ct) != 0 || chat_tmpl_format(ct) != CHAT_JINJA ||
+        if (chat_tmpl_new(src, t, &ct) == 0 && chat_tmpl_format(ct) == CHAT_JINJA) {
+            /* the capabilities our probes find are the ones jinja2's renders show */
+            static const char *const cap_names[] = {"non_null_content", "call_id9", "call_args"};
+            unsigned want = 0;
+            json_t *cn;
+            size_t k;
+            json_array_foreach(json_object_get(spec, "caps"), k, cn) {
+                for (unsigned b = 0; b < 3; b++)
+                    if (strcmp(json_string_value(cn), cap_names[b]) == 0)
+                        want |= 1u << b;
+            }
+            if (chat_tmpl_caps(ct) != want) {
+                printf("  %s: caps %#x, jinja2 shows %#x\n", name, chat_tmpl_caps(ct), want);
+                fails++;
+            }
+            n_caps += want != 0;
+        }
+        if (!ct || chat_tmpl_format(ct) != CHAT_JINJA ||
             chat_tmpl_tool_format(ct) == CHAT_TOOLS_GENERIC) {
             chat_tmpl_free(ct);   /* a template we speak the generic format to */
             tok_free(t);
@@ -124,6 +141,7 @@ TEST(tools_prompt_matches_jinja2_on_real_templates)
     CHECK(per_fmt[CHAT_TOOLS_HERMES] >= 30);
     CHECK(per_fmt[CHAT_TOOLS_LLAMA3] >= 6);
     CHECK(per_fmt[CHAT_TOOLS_MISTRAL] >= 4);
+    CHECK(n_caps >= 10);
     json_decref(fx);
 }
 
