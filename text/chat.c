@@ -166,6 +166,8 @@ static int tmpl_new(const char *src, const struct tok *t, int interp, struct cha
     }
     if (ct->fmt == CHAT_JINJA && (rc = probe_caps(ct)) != 0)
         goto out;
+    if (ct->tools == CHAT_TOOLS_MISTRAL && (ct->caps & CHAT_CAP_CALL_ARGS))
+        ct->tools = CHAT_TOOLS_MISTRAL_ARGS;
     *out = ct;
     ct = NULL;
 out:
@@ -210,6 +212,7 @@ const char *chat_tool_format_name(enum chat_tool_format f)
     case CHAT_TOOLS_HERMES: return "hermes";
     case CHAT_TOOLS_LLAMA3: return "llama3";
     case CHAT_TOOLS_MISTRAL: return "mistral";
+    case CHAT_TOOLS_MISTRAL_ARGS: return "mistral-args";
     case CHAT_TOOLS_GENERIC: break;
     }
     return "generic";
@@ -532,7 +535,9 @@ static int probe(const struct chat_tmpl *ct, struct probe p, const char *needle,
  * only there). CHAT_CAP_CALL_ID9: a call answered by a tool renders with a
  * 9-character id and not with a longer one (Mistral Nemo, Small 3.2).
  * CHAT_CAP_CALL_ARGS: a call renders with "[ARGS]" (Mistral's
- * [TOOL_CALLS]name[ARGS]{...} frame: Small 3.2, Devstral, Ministral 3). */
+ * [TOOL_CALLS]name[ARGS]{...} frame: Small 3.2, Devstral, Ministral 3).
+ * And a Hermes-looking template whose rendered call has no <tool_call> tag
+ * is taken as generic. */
 static int probe_caps(struct chat_tmpl *ct)
 {
     struct buf out;
@@ -552,10 +557,16 @@ static int probe_caps(struct chat_tmpl *ct)
     if (r[4] && !r[5])
         ct->caps |= CHAT_CAP_CALL_ID9;
     int a = probe(ct, p[2], "[ARGS]", &out);
+    /* a template that mentions <tool_call> but renders its calls otherwise
+     * (Apriel 1.5: <tool_calls>[...]</tool_calls>) does not speak Hermes */
+    int named = a < 0 ? a : probe(ct, p[2], "some_tool", &out);
+    int tagged = named <= 0 ? named : probe(ct, p[2], "<tool_call>", &out);
     buf_release(&out);
-    if (a < 0)
-        return a;
+    if (a < 0 || tagged < 0)
+        return a < 0 ? a : tagged;
     if (a)
         ct->caps |= CHAT_CAP_CALL_ARGS;
+    if (ct->tools == CHAT_TOOLS_HERMES && named && !tagged)
+        ct->tools = CHAT_TOOLS_GENERIC;
     return 0;
 }

@@ -74,11 +74,17 @@ enum chat_role { CHAT_SYSTEM = 1, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
  *   LLAMA3   {"name": ..., "parameters": {...}}, optionally after
  *            <|python_tag|>: a Llama 3.x header template that takes tools.
  *   MISTRAL  [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+ *            (Mistral Nemo): the template mentions [TOOL_CALLS].
+ *   MISTRAL_ARGS  [TOOL_CALLS]name[ARGS]{...} per call, optionally
+ *            [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} (Small 3.2, Devstral,
+ *            Ministral 3): a MISTRAL template whose calls render with
+ *            [ARGS] (CHAT_CAP_CALL_ARGS).
  *   GENERIC  no tool syntax in the template (Gemma, Phi-3, SmolLM2, the
  *            built-in formats): the caller describes the tools in a system
  *            message and the model answers with a JSON envelope. */
 enum chat_tool_format { CHAT_TOOLS_GENERIC = 0, CHAT_TOOLS_HERMES, CHAT_TOOLS_LLAMA3,
-                        CHAT_TOOLS_MISTRAL };
+                        CHAT_TOOLS_MISTRAL, CHAT_TOOLS_MISTRAL_ARGS };
+#define CHAT_TOOL_FORMATS 5
 
 struct chat_msg {
     enum chat_role role;
@@ -108,7 +114,7 @@ const char *chat_tmpl_why(const struct chat_tmpl *ct);
 /* The template's tool-call format (see enum chat_tool_format); GENERIC for
  * every built-in format. Can't fail. */
 enum chat_tool_format chat_tmpl_tool_format(const struct chat_tmpl *ct);
-/* "hermes", "llama3", "mistral", "generic". Can't fail. */
+/* "hermes", "llama3", "mistral", "mistral-args", "generic". Can't fail. */
 const char *chat_tool_format_name(enum chat_tool_format f);
 /* 1 when the template opens a thinking block (its text has "<think>", as
  * Qwen3 and DeepSeek-R1 templates do); the model's answer then follows
