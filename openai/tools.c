@@ -597,12 +597,18 @@ void tool_calls_release(struct tool_calls *c)
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-/* Whether args (an object) is valid against function fn's parameters (none:
- * any object). 1, 0, ERR_NOMEM. */
+/* Whether args (an object) is valid against function fn's parameters: the
+ * schema the call grammar enforces, so none, or a non-strict schema the
+ * grammar engine cannot compile, is any object. 1, 0, ERR_NOMEM. */
 static int args_valid(const json_t *fn, const json_t *args)
 {
     const json_t *params = json_object_get(fn, "parameters");
-    if (!params)
+    struct problem ge;
+    memset(&ge, 0, sizeof ge);
+    int rc = params ? schema_compiles(params, &ge) : 1;
+    if (rc == ERR_NOMEM)
+        return rc;
+    if (rc)
         return 1;
     char *s = json_dumps(params, JSON_COMPACT), *a = json_dumps(args, JSON_COMPACT);
     int ok = s && a ? gram_json_valid(s, strlen(s), a, strlen(a)) : ERR_NOMEM;
@@ -613,8 +619,8 @@ static int args_valid(const json_t *fn, const json_t *args)
 
 /* One call object {"name", argkey or "arguments"/"parameters"} of a declared
  * function -> c->v[c->n]. Its arguments must be valid against the
- * function's schema (gram_json_valid): a call under an armed grammar always
- * is, and one written outside it (a bare or fenced call, a lazy grammar
+ * function's schema (gram_json_valid; the schema the grammar enforces, see
+ * args_valid): a call under an armed grammar always is, and one written outside it (a bare or fenced call, a lazy grammar
  * that did not fire, a tag whose grammar was dropped) is a call only if it
  * is. Returns 1 added, 0 not a call, ERR_NOMEM. */
 static int add_call(struct tool_calls *c, const struct gp_tools *t, const json_t *o)
@@ -733,8 +739,9 @@ static int parse_json_calls(const char *text, size_t len, const struct gp_tools 
         size_t end = len;
         while (end > at && is_ws(text[end - 1]))
             end--;
-        if (!nl || end - at < 6 || memcmp(text + end - 3, fence, 3) != 0)
-            return -1;
+        if (!nl || end - at < 6 || memcmp(text + end - 3, fence, 3) != 0 ||
+            (size_t)(nl - text) + 1 > end - 3)
+            return -1;   /* no closing fence after the opening line ("``````\n") */
         at = (size_t)(nl - text) + 1;
         len = end - 3;
     }

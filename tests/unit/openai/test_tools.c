@@ -195,6 +195,9 @@ TEST(tools_parse_each_format)
         {CHAT_TOOLS_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}", 0,
          "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}", NULL},
         {CHAT_TOOLS_HERMES, "Just text.", 0, "Just text.", NULL},
+        /* regression (fuzz_tools): an opening fence line that is also its closing one */
+        {CHAT_TOOLS_HERMES, "``````\n\n\n", 0, "``````\n\n\n", NULL},
+        {CHAT_TOOLS_MISTRAL, "``````\n", 0, "``````\n", NULL},
         /* a call's arguments must fit the function's schema (here: city required,
          * no other member), tagged or not, strict or not: else it is content */
         {CHAT_TOOLS_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"K\"}}\n```", 0,

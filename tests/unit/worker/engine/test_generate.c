@@ -286,7 +286,7 @@ TEST(gen_chat_golden_body)
              "\"logprob\":%s,\"bytes\":[33]},{\"token\":\"a\",\"logprob\":%s,\"bytes\":[97]}]}"
              "],\"refusal\":null},\"finish_reason\":\"stop\"}],"
              "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":4,\"total_tokens\":%zu},"
-             "\"system_fingerprint\":\"fp_test\"}",
+             "\"service_tier\":\"default\",\"system_fingerprint\":\"fp_test\"}",
              a, a, b, a, a, b, a, a, b, e.sc.n_prompt, e.sc.n_prompt + 4);
     json_t *g = J(golden);
     char *got = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -310,8 +310,9 @@ TEST(gen_chat_fields_and_types)
     json_t *r = run_ok(&e, GP_CHAT,
                        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
                        "\"content\":\"Q\"}],\"temperature\":0}", NULL);
-    CHECK_EQ_INT(json_object_size(r), 7);
+    CHECK_EQ_INT(json_object_size(r), 8);
     CHECK(id_valid("chatcmpl-", sget(r, "id")));
+    CHECK_EQ_STR(sget(r, "service_tier"), "default");
     CHECK_EQ_STR(sget(r, "object"), "chat.completion");
     CHECK(iget(r, "created") > 1600000000);
     CHECK_EQ_STR(sget(r, "model"), "smollm2-135m");
