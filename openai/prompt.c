@@ -7,6 +7,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "openai/chat_msgs.h"
 #include "openai/tools.h"
 #include "text/jinja.h"
@@ -87,15 +88,148 @@ static struct jv jv_json(struct jinja_env *e, const json_t *v)
     }
 }
 
+/* ---- call ids of 9 characters (CHAT_CAP_CALL_ID9) --------------------------------- */
+
+/* Mistral's templates take only 9-character ids. Each distinct id of the
+ * conversation, in order of first appearance, becomes: its last 9
+ * characters when they are all letters and digits (vLLM's truncation, so
+ * an OpenAI "call_" + 24 id keeps its tail), else 9 characters of
+ * ID9_ALNUM from the FNV-1a hash of the id; an id whose candidate another
+ * id already took is hashed again with "#k" appended (k = 1, 2, ...). So
+ * the mapping is deterministic and one-to-one, and a call's id and the
+ * tool message's tool_call_id that answers it stay equal.
+ * tests/oracle/tool_template_fixtures.py does the same in Python. */
+#define ID9_LEN 9
+static const char ID9_ALNUM[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+struct id9 {
+    size_t cap;                  /* slots of both tables, a power of two; 0: no mapping */
+    const char **from;           /* (cap) an original id (borrowed from the JSON), NULL: empty */
+    char (*to)[ID9_LEN + 1];     /* (cap) what from[i] becomes */
+    char (*taken)[ID9_LEN + 1];  /* (cap) set of given ids, "": empty */
+};
+
+static int is_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+static void id9_candidate(const char *id, unsigned k, char out[ID9_LEN + 1])
+{
+    size_t n = strlen(id);
+    int tail = n >= ID9_LEN;
+    for (size_t i = tail ? n - ID9_LEN : n; i < n; i++)
+        tail &= is_alnum(id[i]);
+    if (k == 0 && tail) {
+        memcpy(out, id + n - ID9_LEN, ID9_LEN);
+    } else {
+        uint64_t h = hash_fnv(id, n);
+        if (k) {
+            char salt[16];
+            int m = snprintf(salt, sizeof salt, "#%u", k);
+            h = hash_fnv_add(h, salt, (size_t)m);
+        }
+        for (int i = 0; i < ID9_LEN; i++, h /= 62)
+            out[i] = ID9_ALNUM[h % 62];
+    }
+    out[ID9_LEN] = '\0';
+}
+
+static void id9_release(struct id9 *m)
+{
+    free(m->from);
+    free(m->to);
+    free(m->taken);
+    memset(m, 0, sizeof *m);
+}
+
+/* The slot of id in m->from (its own or the empty one where it goes). */
+static size_t id9_slot(const struct id9 *m, const char *id)
+{
+    size_t i = (size_t)hash_fnv(id, strlen(id)) & (m->cap - 1);
+    while (m->from[i] && strcmp(m->from[i], id) != 0)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+/* Whether c is taken; else, when take, take it. */
+static int id9_taken(struct id9 *m, const char *c, int take)
+{
+    size_t i = (size_t)hash_fnv(c, ID9_LEN) & (m->cap - 1);
+    while (m->taken[i][0] && strcmp(m->taken[i], c) != 0)
+        i = (i + 1) & (m->cap - 1);
+    if (m->taken[i][0])
+        return 1;
+    if (take)
+        memcpy(m->taken[i], c, ID9_LEN + 1);
+    return 0;
+}
+
+static void id9_add(struct id9 *m, const char *id)
+{
+    size_t i = id9_slot(m, id);
+    if (m->from[i])
+        return;
+    unsigned k = 0;
+    do
+        id9_candidate(id, k++, m->to[i]);
+    while (id9_taken(m, m->to[i], 1) && k < 1000000);
+    m->from[i] = id;
+}
+
+/* What id becomes (id itself when m maps nothing). */
+static const char *id9_get(const struct id9 *m, const char *id)
+{
+    if (!m || !m->cap || !id)
+        return id;
+    size_t i = id9_slot(m, id);
+    return m->from[i] ? m->to[i] : id;
+}
+
+/* The mapping of every call id and tool_call_id of cm. Returns 0, ERR_NOMEM. */
+static int id9_build(const struct chat_msgs *cm, struct id9 *m)
+{
+    size_t n = 0;
+    memset(m, 0, sizeof *m);
+    for (size_t i = 0; i < cm->n; i++) {
+        const json_t *o = json_array_get(cm->src, i);
+        n += json_array_size(json_object_get(o, "tool_calls")) + 1;
+    }
+    for (m->cap = 16; m->cap < 2 * n; m->cap *= 2)
+        ;
+    m->from = calloc(m->cap, sizeof *m->from);
+    m->to = calloc(m->cap, sizeof *m->to);
+    m->taken = calloc(m->cap, sizeof *m->taken);
+    if (!m->from || !m->to || !m->taken) {
+        id9_release(m);
+        return ERR_NOMEM;
+    }
+    for (size_t i = 0; i < cm->n; i++) {
+        const json_t *o = json_array_get(cm->src, i);
+        const json_t *calls = cm->v[i].role == CHAT_ASSISTANT ? json_object_get(o, "tool_calls")
+                                                             : NULL;
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            const char *id = json_string_value(json_object_get(json_array_get(calls, k), "id"));
+            if (id)
+                id9_add(m, id);
+        }
+        const char *tid = json_string_value(json_object_get(o, "tool_call_id"));
+        if (tid && cm->v[i].role == CHAT_TOOL)
+            id9_add(m, tid);
+    }
+    return 0;
+}
+
 /* A call as templates read it: arguments as an object when they parse
- * (HF's convention; vLLM and llama.cpp convert the same way). */
-static struct jv jv_call(struct jinja_env *e, const json_t *call)
+ * (HF's convention; vLLM and llama.cpp convert the same way); the id
+ * through ids. */
+static struct jv jv_call(struct jinja_env *e, const json_t *call, const struct id9 *ids)
 {
     struct jv c = jinja_dict(e), f = jinja_dict(e);
     const json_t *fn = json_object_get(call, "function");
     const json_t *args = json_object_get(fn, "arguments");
     json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-    const char *id = json_string_value(json_object_get(call, "id"));
+    const char *id = id9_get(ids, json_string_value(json_object_get(call, "id")));
     if (id)
         jinja_dict_set(e, c, "id", jinja_str(e, id, strlen(id)));
     jinja_dict_set(e, c, "type", jinja_str(e, "function", 8));
@@ -111,6 +245,9 @@ struct fill {
                                    * NULL when rewritten for the generic format */
     const struct gp_request *gp;
     int with_tools;
+    int null_content;             /* content null or absent is given as None (else "":
+                                   * the template has CHAT_CAP_NON_NULL_CONTENT) */
+    const struct id9 *ids;        /* call ids mapped to 9 characters, or NULL */
 };
 
 static int fill_vars(void *arg, struct jinja_env *e, const struct jv *dicts, size_t n)
@@ -119,21 +256,27 @@ static int fill_vars(void *arg, struct jinja_env *e, const struct jv *dicts, siz
     for (size_t i = 0; f->cm && i < n && i < f->cm->n; i++) {
         const json_t *o = json_array_get(f->cm->src, i);
         const json_t *content = json_object_get(o, "content");
-        if (!content || json_is_null(content))
+        if ((!content || json_is_null(content)) && f->null_content)
             jinja_dict_set(e, dicts[i], "content", jinja_none());
         const json_t *calls = f->cm->v[i].role == CHAT_ASSISTANT ? json_object_get(o, "tool_calls")
                                                                 : NULL;
         if (json_is_array(calls)) {
             struct jv l = jinja_list(e);
             for (size_t k = 0; k < json_array_size(calls); k++)
-                jinja_list_push(e, l, jv_call(e, json_array_get(calls, k)));
+                jinja_list_push(e, l, jv_call(e, json_array_get(calls, k), f->ids));
             jinja_dict_set(e, dicts[i], "tool_calls", l);
         }
         static const char *const keys[] = {"tool_call_id", "name", "reasoning_content", NULL};
         for (int k = 0; keys[k]; k++) {
             const json_t *v = json_object_get(o, keys[k]);
-            if (json_is_string(v))
+            if (!json_is_string(v))
+                continue;
+            if (k == 0 && f->ids) {
+                const char *id = id9_get(f->ids, json_string_value(v));
+                jinja_dict_set(e, dicts[i], keys[k], jinja_str(e, id, strlen(id)));
+            } else {
                 jinja_dict_set(e, dicts[i], keys[k], jv_json(e, v));
+            }
         }
         const json_t *r = json_object_get(o, "reasoning");
         if (json_is_string(r) && !json_object_get(o, "reasoning_content"))
@@ -279,13 +422,24 @@ int prompt_chat_render(const struct chat_tmpl *tmpl, const struct chat_msgs *cm,
                        size_t whycap)
 {
     enum chat_tool_format tf = chat_tmpl_tool_format(tmpl);
+    unsigned caps = chat_tmpl_caps(tmpl);
     int tools_on = gp->tools.choice != GP_TOOL_NONE && gp->tools.n;
-    struct fill f = {cm, gp, tools_on};
+    struct fill f = {cm, gp, tools_on, !(caps & CHAT_CAP_NON_NULL_CONTENT), NULL};
     struct chat_ext ext = {fill_vars, &f};
-    if (tf != CHAT_TOOLS_GENERIC || !(tools_on || has_tool_turns(cm)))
-        return chat_render_ext(tmpl, cm->v, cm->n, 1, now, &ext, text, why, whycap);
+    int rc;
+    if (tf != CHAT_TOOLS_GENERIC || !(tools_on || has_tool_turns(cm))) {
+        struct id9 ids = {0};
+        if ((caps & CHAT_CAP_CALL_ID9) && has_tool_turns(cm)) {
+            if ((rc = id9_build(cm, &ids)) != 0)
+                return rc;
+            f.ids = &ids;
+        }
+        rc = chat_render_ext(tmpl, cm->v, cm->n, 1, now, &ext, text, why, whycap);
+        id9_release(&ids);
+        return rc;
+    }
     struct generic g;
-    int rc = generic_rewrite(cm, gp, &g);
+    rc = generic_rewrite(cm, gp, &g);
     f.cm = NULL;
     f.with_tools = 0;
     if (rc == 0)

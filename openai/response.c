@@ -106,6 +106,10 @@ static int tail(const struct resp_meta *m, json_t *o, json_t *choices)
     int ok = 1;
     put(o, "choices", choices, &ok);
     put(o, "usage", usage_json(m, &ok), &ok);
+    /* chat answers name the tier that served them, as OpenAI's do: requests
+     * of every tier run the same way here (responses.c says the same) */
+    if (strcmp(json_string_value(json_object_get(o, "object")), "chat.completion") == 0)
+        put(o, "service_tier", json_string("default"), &ok);
     put(o, "system_fingerprint",
         m->system_fingerprint ? json_string(m->system_fingerprint) : json_null(), &ok);
     return ok ? 0 : ERR_NOMEM;

@@ -18,6 +18,7 @@
                 ["stop_reason":"<the stop string that ended it>"]}],
  *    "usage":{"prompt_tokens","completion_tokens","total_tokens",
  *             ["completion_tokens_details":{"reasoning_tokens"}]},
+ *    "service_tier":"default",
  *
  * Tool calls (meta.tools): a text that parses as calls in the template's
  * format gives message.tool_calls, content null when nothing else was

@@ -289,28 +289,101 @@ int gp_tools_parse(const json_t *body, struct gp_tools *out, struct problem *err
 
 /* ---- the call grammar ---------------------------------------------------------- */
 
+/* Whether schema v holds a "$ref" anywhere. */
+static int has_ref(const json_t *v)
+{
+    const char *k;
+    json_t *x;
+    if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, k, x) {
+            if (strcmp(k, "$ref") == 0 || has_ref(x))
+                return 1;
+        }
+    }
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
+        if (has_ref(json_array_get(v, i)))
+            return 1;
+    return 0;
+}
+
+/* A copy of schema v with every local "$ref" ("#...") rebased under the
+ * pointer at: a $ref is resolved against the root of the schema being
+ * compiled (common/gram), and the call grammar embeds a function's
+ * parameters deep inside its own schema. NULL on NOMEM. */
+static json_t *rebased(const json_t *v, const char *at)
+{
+    if (json_is_array(v)) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < json_array_size(v); i++)
+            if (json_array_append_new(a, rebased(json_array_get(v, i), at))) {
+                json_decref(a);
+                return NULL;
+            }
+        return a;
+    }
+    if (!json_is_object(v))
+        return json_deep_copy(v);
+    json_t *o = json_object();
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+        json_t *c;
+        const char *r = json_string_value(x);
+        if (strcmp(k, "$ref") == 0 && r && r[0] == '#') {
+            size_t n = strlen(at) + strlen(r);
+            char *s = malloc(n);
+            c = NULL;
+            if (s) {
+                snprintf(s, n, "%s%s", at, r + 1);
+                c = json_string(s);
+                free(s);
+            }
+        } else {
+            c = rebased(x, at);
+        }
+        if (!o || !c || json_object_set_new(o, k, c)) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
 /* {"name": const, argkey: parameters} for callable function i; parameters
- * that do not compile (non-strict) become any object. */
-static json_t *call_schema(const json_t *fn, const char *argkey)
+ * that do not compile (non-strict) become any object. Parameters with
+ * $refs go to defs (the call schema's root "$defs") as "f<i>", rebased
+ * there, and are referenced. */
+static json_t *call_schema(const json_t *fn, size_t i, const char *argkey, json_t *defs)
 {
     const json_t *params = json_object_get(fn, "parameters");
     struct problem ge;
     memset(&ge, 0, sizeof ge);
-    json_t *p = params && schema_compiles(params, &ge) == 0 ? json_incref((json_t *)params)
-                                                            : json_pack("{s:s}", "type", "object");
-    json_t *s = json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s,s], s:b}", "type", "object",
-                          "properties", "name", "const", json_object_get(fn, "name"), argkey, p,
-                          "required", "name", argkey, "additionalProperties", 0);
-    return s;
+    json_t *p;
+    if (!params || schema_compiles(params, &ge) != 0) {
+        p = json_pack("{s:s}", "type", "object");
+    } else if (has_ref(params)) {
+        char key[32], at[48];
+        snprintf(key, sizeof key, "f%zu", i);
+        snprintf(at, sizeof at, "#/$defs/%s", key);
+        json_t *r = rebased(params, at);
+        p = r && json_object_set_new(defs, key, r) == 0 ? json_pack("{s:s}", "$ref", at) : NULL;
+    } else {
+        p = json_incref((json_t *)params);
+    }
+    return p ? json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s,s], s:b}", "type", "object", "properties",
+                         "name", "const", json_object_get(fn, "name"), argkey, p, "required",
+                         "name", argkey, "additionalProperties", 0)
+             : NULL;
 }
 
-static json_t *calls_anyof(const struct gp_tools *t, const char *argkey)
+static json_t *calls_anyof(const struct gp_tools *t, const char *argkey, json_t *defs)
 {
     json_t *alts = json_array();
     for (size_t i = 0; alts && i < t->n; i++) {
         if (!t->callable[i])
             continue;
-        json_t *c = call_schema(json_object_get(json_array_get(t->tools, i), "function"), argkey);
+        json_t *c = call_schema(json_object_get(json_array_get(t->tools, i), "function"), i, argkey,
+                                defs);
         if (!c || json_array_append_new(alts, c)) {
             json_decref(alts);
             return NULL;
@@ -324,9 +397,9 @@ static json_t *calls_anyof(const struct gp_tools *t, const char *argkey)
     return alts ? json_pack("{s:o}", "anyOf", alts) : NULL;
 }
 
-static json_t *generic_schema(const struct gp_tools *t)
+static json_t *generic_schema(const struct gp_tools *t, json_t *defs)
 {
-    json_t *call = calls_anyof(t, "arguments");
+    json_t *call = calls_anyof(t, "arguments", defs);
     json_t *env = !call ? NULL
                   : t->parallel
                       ? json_pack("{s:s, s:{s:{s:s, s:o, s:i, s:i}}, s:[s], s:b}", "type",
@@ -344,6 +417,29 @@ static json_t *generic_schema(const struct gp_tools *t)
                      "additionalProperties", 0);
 }
 
+/* Mistral's [TOOL_CALLS]name[ARGS]{...}: the pairs [name, parameters] of the
+ * callable functions, for a keyed frame (gram_frame.keyed). */
+static json_t *keyed_pairs(const struct gp_tools *t)
+{
+    json_t *pairs = json_array();
+    for (size_t i = 0; pairs && i < t->n; i++) {
+        if (!t->callable[i])
+            continue;
+        const json_t *fn = json_object_get(json_array_get(t->tools, i), "function");
+        const json_t *params = json_object_get(fn, "parameters");
+        struct problem ge;
+        memset(&ge, 0, sizeof ge);
+        json_t *p = params && schema_compiles(params, &ge) == 0 ? json_incref((json_t *)params)
+                                                                : json_pack("{s:s}", "type", "object");
+        json_t *pair = p ? json_pack("[O, o]", json_object_get(fn, "name"), p) : NULL;
+        if (!pair || json_array_append_new(pairs, pair)) {
+            json_decref(pairs);
+            return NULL;
+        }
+    }
+    return pairs;
+}
+
 int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
                  struct gen_params *gen, struct problem *err)
 {
@@ -351,38 +447,55 @@ int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
         return ERR_INVAL;
     if (t->choice == GP_TOOL_NONE || !t->n)
         return 0;
-    const char *prefix = "", *suffix = "", *sep = "", *trigger = "";
-    int max = t->parallel ? GP_MAX_CALLS : 1;
-    json_t *schema = NULL;
+    const char *prefix = "", *suffix = "", *sep = "", *trigger = "", *infix = NULL;
+    const char *keep[GEN_KEEP_MAX] = {NULL};
+    int max = t->parallel ? GP_MAX_CALLS : 1, at_start = 0;
+    json_t *schema = NULL, *defs = json_object();
+    if (!defs)
+        return ERR_NOMEM;
     switch (fmt) {
     case CHAT_TOOLS_HERMES:
         prefix = "<tool_call>\n";
         suffix = "\n</tool_call>";
         sep = "\n";
         trigger = "<tool_call>";
-        schema = calls_anyof(t, "arguments");
+        schema = calls_anyof(t, "arguments", defs);
         break;
     case CHAT_TOOLS_LLAMA3:
-        if (t->choice == GP_TOOL_AUTO)
-            return 0;   /* no start tag to arm a lazy grammar on */
+        /* no start tag (<|python_tag|> is optional and a control token):
+         * in auto the grammar is armed by an answer that begins {"name" */
+        trigger = "{\"name\"";
+        at_start = 1;
         max = 1;        /* Llama 3 writes one call per turn */
-        schema = calls_anyof(t, "parameters");
+        schema = calls_anyof(t, "parameters", defs);
         break;
     case CHAT_TOOLS_MISTRAL:
-        if (t->choice == GP_TOOL_AUTO)
-            return 0;   /* [TOOL_CALLS] is a control token: not in the decoded text */
-        schema = calls_anyof(t, "arguments");
+        /* [TOOL_CALLS] is a control token: kept in the text (keep_special)
+         * so the grammar can take it and auto can be armed on it */
+        prefix = trigger = keep[0] = "[TOOL_CALLS]";
+        schema = calls_anyof(t, "arguments", defs);
         if (schema)
             schema = json_pack("{s:s, s:o, s:i}", "type", "array", "items", schema, "minItems", 1);
         if (schema)
             json_object_set_new(schema, "maxItems", json_integer(t->parallel ? GP_MAX_CALLS : 1));
         max = 1;
         break;
+    case CHAT_TOOLS_MISTRAL_ARGS:
+        prefix = trigger = keep[0] = "[TOOL_CALLS]";
+        infix = keep[1] = "[ARGS]";
+        keep[2] = "[CALL_ID]";
+        schema = keyed_pairs(t);
+        break;
     case CHAT_TOOLS_GENERIC:
-        schema = generic_schema(t);
+        schema = generic_schema(t, defs);
         max = 1;
         break;
     }
+    if (schema && json_object_size(defs) && json_object_set(schema, "$defs", defs) != 0) {
+        json_decref(schema);
+        schema = NULL;
+    }
+    json_decref(defs);
     if (!schema)
         return ERR_NOMEM;
     char *txt = json_dumps(schema, JSON_COMPACT);
@@ -398,8 +511,9 @@ int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
     snprintf(num, sizeof num, "%d", max);
     if (rc == 0)
         rc = buf_append(&src, num, strlen(num) + 1);
-    const char *lits[3] = {prefix, suffix, sep};
-    for (int i = 0; rc == 0 && i < 3; i++)
+    /* "min\0max\0prefix\0[infix\0]suffix\0sep\0schema" (gram.h) */
+    const char *lits[4] = {prefix, infix ? infix : suffix, infix ? suffix : sep, infix ? sep : NULL};
+    for (int i = 0; rc == 0 && i < 4 && lits[i]; i++)
         rc = buf_append(&src, lits[i], strlen(lits[i]) + 1);
     if (rc == 0)
         rc = buf_append(&src, txt, strlen(txt));
@@ -408,7 +522,7 @@ int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
     if (rc == 0) {
         struct problem ge;
         memset(&ge, 0, sizeof ge);
-        rc = gram_cache_get(GRAM_FRAMED, src.data, src.len, &g, &ge);
+        rc = gram_cache_get(infix ? GRAM_FRAMED_KEYED : GRAM_FRAMED, src.data, src.len, &g, &ge);
         if (rc && rc != ERR_NOMEM)
             rc = problem_setf(err, "invalid_function_parameters", "tools",
                               "Invalid 'tools': the calls cannot be enforced: %s", ge.message);
@@ -419,11 +533,17 @@ int gp_tools_arm(const struct gp_tools *t, enum chat_tool_format fmt, int think,
     gram_unref(gen->grammar);
     gen->grammar = g;
     gen->gram_trigger[0] = gen->gram_after[0] = '\0';
+    gen->gram_trigger_at_start = 0;
     int lazy = t->choice == GP_TOOL_AUTO && trigger[0];
-    if (lazy)
+    if (lazy) {
         snprintf(gen->gram_trigger, sizeof gen->gram_trigger, "%s", trigger);
+        gen->gram_trigger_at_start = at_start;
+    }
     if (think)
         snprintf(gen->gram_after, sizeof gen->gram_after, "%s", lazy ? "</think>" : "</think>\n\n");
+    memset(gen->keep_special, 0, sizeof gen->keep_special);
+    for (int i = 0; i < GEN_KEEP_MAX && keep[i]; i++)
+        snprintf(gen->keep_special[i], sizeof gen->keep_special[i], "%s", keep[i]);
     return 0;
 }
 
@@ -477,8 +597,32 @@ void tool_calls_release(struct tool_calls *c)
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
+/* Whether args (an object) is valid against function fn's parameters: the
+ * schema the call grammar enforces, so none, or a non-strict schema the
+ * grammar engine cannot compile, is any object. 1, 0, ERR_NOMEM. */
+static int args_valid(const json_t *fn, const json_t *args)
+{
+    const json_t *params = json_object_get(fn, "parameters");
+    struct problem ge;
+    memset(&ge, 0, sizeof ge);
+    int rc = params ? schema_compiles(params, &ge) : 1;
+    if (rc == ERR_NOMEM)
+        return rc;
+    if (rc)
+        return 1;
+    char *s = json_dumps(params, JSON_COMPACT), *a = json_dumps(args, JSON_COMPACT);
+    int ok = s && a ? gram_json_valid(s, strlen(s), a, strlen(a)) : ERR_NOMEM;
+    free(s);
+    free(a);
+    return ok;
+}
+
 /* One call object {"name", argkey or "arguments"/"parameters"} of a declared
- * function -> c->v[c->n]. Returns 1 added, 0 not a call, ERR_NOMEM. */
+ * function -> c->v[c->n]. Its arguments must be valid against the
+ * function's schema (gram_json_valid; the schema the grammar enforces, see
+ * args_valid): a call under an armed grammar always is, and one written outside it (a bare or fenced call, a lazy grammar
+ * that did not fire, a tag whose grammar was dropped) is a call only if it
+ * is. Returns 1 added, 0 not a call, ERR_NOMEM. */
 static int add_call(struct tool_calls *c, const struct gp_tools *t, const json_t *o)
 {
     const char *name = json_string_value(json_object_get(o, "name"));
@@ -492,6 +636,11 @@ static int add_call(struct tool_calls *c, const struct gp_tools *t, const json_t
     if (k < 0 || !t->callable[k] || !json_is_object(args)) {
         json_decref(parsed);
         return 0;
+    }
+    int ok = args_valid(json_object_get(json_array_get(t->tools, (size_t)k), "function"), args);
+    if (ok != 1) {
+        json_decref(parsed);
+        return ok;
     }
     struct tool_call *v = realloc(c->v, (c->n + 1) * sizeof *v);
     if (!v) {
@@ -590,8 +739,9 @@ static int parse_json_calls(const char *text, size_t len, const struct gp_tools 
         size_t end = len;
         while (end > at && is_ws(text[end - 1]))
             end--;
-        if (!nl || end - at < 6 || memcmp(text + end - 3, fence, 3) != 0)
-            return -1;
+        if (!nl || end - at < 6 || memcmp(text + end - 3, fence, 3) != 0 ||
+            (size_t)(nl - text) + 1 > end - 3)
+            return -1;   /* no closing fence after the opening line ("``````\n") */
         at = (size_t)(nl - text) + 1;
         len = end - 3;
     }
@@ -621,6 +771,65 @@ static int parse_json_calls(const char *text, size_t len, const struct gp_tools 
             return -1;
         at++;
     }
+}
+
+/* Mistral: content, then calls each opened by [TOOL_CALLS] (a control token
+ * the worker keeps in the text): an array of call objects (Nemo), or
+ * name, optionally [CALL_ID]id, then [ARGS] and the arguments object
+ * (Small 3.2, Devstral, Ministral 3; [ARGS] may be missing, as vLLM reads
+ * older tokenizers' calls). Without any tag, a whole text that is one array
+ * of calls. */
+static int parse_mistral(const char *text, size_t len, const struct gp_tools *t,
+                         struct tool_calls *c, size_t *content_end)
+{
+    static const char tag[] = "[TOOL_CALLS]", args[] = "[ARGS]", cid[] = "[CALL_ID]";
+    const char *first = memmem(text, len, tag, sizeof tag - 1);
+    if (!first)
+        return parse_json_calls(text, len, t, c, 1);
+    *content_end = (size_t)(first - text);
+    size_t at = *content_end;
+    while (at < len) {
+        while (at < len && is_ws(text[at]))
+            at++;
+        if (at == len)
+            break;
+        if (len - at < sizeof tag - 1 || memcmp(text + at, tag, sizeof tag - 1) != 0)
+            return -1;   /* text after the calls */
+        at += sizeof tag - 1;
+        while (at < len && is_ws(text[at]))
+            at++;
+        json_t *o = NULL;
+        if (at < len && text[at] == '[') {
+            json_t *v = json_at(text, len, &at);
+            int rc = json_is_array(v) && json_array_size(v) ? 1 : -1;
+            for (size_t i = 0; rc == 1 && i < json_array_size(v); i++)
+                rc = add_call(c, t, json_array_get(v, i)) == 1 ? 1 : -1;
+            json_decref(v);
+            if (rc != 1)
+                return rc == ERR_NOMEM ? rc : -1;
+            continue;
+        }
+        size_t name = at;
+        while (at < len && at - name <= GP_TOOL_NAME_MAX && name_ok(text + at, 1))
+            at++;
+        size_t name_len = at - name;
+        if (len - at >= sizeof cid - 1 && memcmp(text + at, cid, sizeof cid - 1) == 0) {
+            at += sizeof cid - 1;
+            while (at < len && text[at] != '[' && text[at] != '{')
+                at++;   /* the call's id: ours are given afresh */
+        }
+        if (len - at >= sizeof args - 1 && memcmp(text + at, args, sizeof args - 1) == 0)
+            at += sizeof args - 1;
+        json_t *a = name_len ? json_at(text, len, &at) : NULL;
+        if (json_is_object(a))
+            o = json_pack("{s:s%, s:O}", "name", text + name, name_len, "arguments", a);
+        json_decref(a);
+        int rc = o ? add_call(c, t, o) : -1;
+        json_decref(o);
+        if (rc != 1)
+            return rc == ERR_NOMEM ? rc : -1;
+    }
+    return c->n ? 1 : -1;
 }
 
 /* The generic envelope: {"tool_call": {...}}, {"tool_calls": [...]} or
@@ -667,7 +876,8 @@ int tool_calls_parse(const char *text, size_t len, enum chat_tool_format fmt,
         switch (fmt) {
         case CHAT_TOOLS_HERMES: rc = parse_hermes(text, len, t, &c, &content_end); break;
         case CHAT_TOOLS_LLAMA3: rc = parse_json_calls(text, len, t, &c, 0); break;
-        case CHAT_TOOLS_MISTRAL: rc = parse_json_calls(text, len, t, &c, 1); break;
+        case CHAT_TOOLS_MISTRAL:
+        case CHAT_TOOLS_MISTRAL_ARGS: rc = parse_mistral(text, len, t, &c, &content_end); break;
         case CHAT_TOOLS_GENERIC: rc = parse_generic(text, len, t, &c); break;
         }
     }

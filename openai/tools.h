@@ -36,7 +36,9 @@
  * compile). "auto" leaves the answer free and arms the same grammar lazily
  * at the format's start tag (Hermes "<tool_call>", Mistral "[TOOL_CALLS]"),
  * so a call that starts always completes and parses; the Llama 3 JSON
- * format has no tag and stays free in "auto". The generic format (a
+ * format has no tag: its grammar is armed by an answer that begins with
+ * {"name". Mistral's markers are control tokens: the grammar keeps them in
+ * the text (gen_params.keep_special). The generic format (a
  * template without tool syntax) describes the tools in a system message
  * and constrains the answer to a JSON envelope: {"tool_call": {"name",
  * "arguments"}} ({"tool_calls": [...]} with parallel calls) or, in "auto",

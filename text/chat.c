@@ -24,6 +24,7 @@ struct chat_tmpl {
     char why[JINJA_ERR_MAX];  /* a built-in format: why the template did not parse, or "" */
     enum chat_tool_format tools;
     int thinks;
+    unsigned caps;            /* CHAT_CAP_* found by probe_caps */
 };
 
 const char *chat_format_name(enum chat_format f)
@@ -99,6 +100,8 @@ static char *chatml_default_system(const char *src)
     return NULL;
 }
 
+static int probe_caps(struct chat_tmpl *ct);
+
 static int tmpl_new(const char *src, const struct tok *t, int interp, struct chat_tmpl **out)
 {
     int rc = 0;
@@ -161,6 +164,10 @@ static int tmpl_new(const char *src, const struct tok *t, int interp, struct cha
         rc = ERR_NOMEM;
         goto out;
     }
+    if (ct->fmt == CHAT_JINJA && (rc = probe_caps(ct)) != 0)
+        goto out;
+    if (ct->tools == CHAT_TOOLS_MISTRAL && (ct->caps & CHAT_CAP_CALL_ARGS))
+        ct->tools = CHAT_TOOLS_MISTRAL_ARGS;
     *out = ct;
     ct = NULL;
 out:
@@ -197,12 +204,15 @@ enum chat_tool_format chat_tmpl_tool_format(const struct chat_tmpl *ct) { return
 
 int chat_tmpl_thinks(const struct chat_tmpl *ct) { return ct->thinks; }
 
+unsigned chat_tmpl_caps(const struct chat_tmpl *ct) { return ct->caps; }
+
 const char *chat_tool_format_name(enum chat_tool_format f)
 {
     switch (f) {
     case CHAT_TOOLS_HERMES: return "hermes";
     case CHAT_TOOLS_LLAMA3: return "llama3";
     case CHAT_TOOLS_MISTRAL: return "mistral";
+    case CHAT_TOOLS_MISTRAL_ARGS: return "mistral-args";
     case CHAT_TOOLS_GENERIC: break;
     }
     return "generic";
@@ -461,4 +471,102 @@ int chat_encode(const struct tok *t, const char *text, size_t len, int32_t *ids,
     if (tok_add_bos(t) && !(bt && bl && len >= bl && memcmp(text, bt, bl) == 0))
         flags |= TOK_ADD_SPECIAL;
     return tok_encode(t, text, len, flags, ids, cap, n_out);
+}
+
+/* ---- capability probes ---------------------------------------------------------- */
+
+/* What a template needs of its inputs, found by rendering small
+ * conversations once (llama.cpp's chat template capability detection,
+ * common/chat.cpp: requires_non_null_content), never by model name: a user
+ * message holding a needle, then an assistant turn whose content is null or
+ * "", with a call or without, answered by a tool message or not. */
+#define PROBE_NEEDLE "<User Needle>"
+#define PROBE_NOW ((time_t)1768469400)   /* any fixed instant: probes are deterministic */
+#define PROBE_ID9 "a1b2c3d4e"            /* 9 letters and digits */
+#define PROBE_ID_LONG "call_0123456789abc"
+
+struct probe {
+    int content_null;   /* the assistant's content is None (else "") */
+    int call;           /* the assistant calls some_tool(arg="argument_needle") */
+    const char *id;     /* the call's id */
+    int answer;         /* a tool message answers the call */
+};
+
+static int probe_fill(void *arg, struct jinja_env *e, const struct jv *d, size_t n)
+{
+    const struct probe *p = arg;
+    if (p->content_null)
+        jinja_dict_set(e, d[1], "content", jinja_none());
+    if (p->call) {
+        struct jv c = jinja_dict(e), f = jinja_dict(e), a = jinja_dict(e), l = jinja_list(e);
+        jinja_dict_set(e, a, "arg", jinja_str(e, "argument_needle", 15));
+        jinja_dict_set(e, f, "name", jinja_str(e, "some_tool", 9));
+        jinja_dict_set(e, f, "arguments", a);
+        jinja_dict_set(e, c, "id", jinja_str(e, p->id, strlen(p->id)));
+        jinja_dict_set(e, c, "type", jinja_str(e, "function", 8));
+        jinja_dict_set(e, c, "function", f);
+        jinja_list_push(e, l, c);
+        jinja_dict_set(e, d[1], "tool_calls", l);
+    }
+    if (n > 2)
+        jinja_dict_set(e, d[2], "tool_call_id", jinja_str(e, p->id, strlen(p->id)));
+    return 0;
+}
+
+/* Render probe p into out. Returns 1 when it renders and the output holds
+ * needle, 0 when not (the template raised, or left the needle out),
+ * ERR_NOMEM. */
+static int probe(const struct chat_tmpl *ct, struct probe p, const char *needle, struct buf *out)
+{
+    struct chat_msg m[3] = {{CHAT_USER, PROBE_NEEDLE, sizeof PROBE_NEEDLE - 1},
+                            {CHAT_ASSISTANT, "", 0},
+                            {CHAT_TOOL, "r", 1}};
+    struct chat_ext ext = {probe_fill, &p};
+    char err[128];
+    buf_reset(out);
+    int rc = render_jinja(ct, m, p.answer ? 3 : 2, 0, PROBE_NOW, &ext, out, err, sizeof err);
+    if (rc == ERR_NOMEM)
+        return rc;
+    return rc == 0 && out->data && memmem(out->data, out->len, needle, strlen(needle)) != NULL;
+}
+
+/* CHAT_CAP_NON_NULL_CONTENT: the turn renders with content "" but not with
+ * None (without a call, llama.cpp's probe, or with one: Ministral 3 fails
+ * only there). CHAT_CAP_CALL_ID9: a call answered by a tool renders with a
+ * 9-character id and not with a longer one (Mistral Nemo, Small 3.2).
+ * CHAT_CAP_CALL_ARGS: a call renders with "[ARGS]" (Mistral's
+ * [TOOL_CALLS]name[ARGS]{...} frame: Small 3.2, Devstral, Ministral 3).
+ * And a Hermes-looking template whose rendered call has no <tool_call> tag
+ * is taken as generic. */
+static int probe_caps(struct chat_tmpl *ct)
+{
+    struct buf out;
+    buf_init(&out, 1u << 20);
+    int r[6];
+    const struct probe p[6] = {
+        {0, 0, PROBE_ID9, 0}, {1, 0, PROBE_ID9, 0}, {0, 1, PROBE_ID9, 0}, {1, 1, PROBE_ID9, 0},
+        {0, 1, PROBE_ID9, 1}, {0, 1, PROBE_ID_LONG, 1},
+    };
+    for (int i = 0; i < 6; i++)
+        if ((r[i] = probe(ct, p[i], PROBE_NEEDLE, &out)) < 0) {
+            buf_release(&out);
+            return r[i];
+        }
+    if ((r[0] && !r[1]) || (r[2] && !r[3]))
+        ct->caps |= CHAT_CAP_NON_NULL_CONTENT;
+    if (r[4] && !r[5])
+        ct->caps |= CHAT_CAP_CALL_ID9;
+    int a = probe(ct, p[2], "[ARGS]", &out);
+    /* a template that mentions <tool_call> but renders its calls otherwise
+     * (Apriel 1.5: <tool_calls>[...]</tool_calls>) does not speak Hermes */
+    int named = a < 0 ? a : probe(ct, p[2], "some_tool", &out);
+    int tagged = named <= 0 ? named : probe(ct, p[2], "<tool_call>", &out);
+    buf_release(&out);
+    if (a < 0 || tagged < 0)
+        return a < 0 ? a : tagged;
+    if (a)
+        ct->caps |= CHAT_CAP_CALL_ARGS;
+    if (ct->tools == CHAT_TOOLS_HERMES && named && !tagged)
+        ct->tools = CHAT_TOOLS_GENERIC;
+    return 0;
 }

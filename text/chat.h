@@ -74,11 +74,17 @@ enum chat_role { CHAT_SYSTEM = 1, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
  *   LLAMA3   {"name": ..., "parameters": {...}}, optionally after
  *            <|python_tag|>: a Llama 3.x header template that takes tools.
  *   MISTRAL  [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+ *            (Mistral Nemo): the template mentions [TOOL_CALLS].
+ *   MISTRAL_ARGS  [TOOL_CALLS]name[ARGS]{...} per call, optionally
+ *            [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} (Small 3.2, Devstral,
+ *            Ministral 3): a MISTRAL template whose calls render with
+ *            [ARGS] (CHAT_CAP_CALL_ARGS).
  *   GENERIC  no tool syntax in the template (Gemma, Phi-3, SmolLM2, the
  *            built-in formats): the caller describes the tools in a system
  *            message and the model answers with a JSON envelope. */
 enum chat_tool_format { CHAT_TOOLS_GENERIC = 0, CHAT_TOOLS_HERMES, CHAT_TOOLS_LLAMA3,
-                        CHAT_TOOLS_MISTRAL };
+                        CHAT_TOOLS_MISTRAL, CHAT_TOOLS_MISTRAL_ARGS };
+#define CHAT_TOOL_FORMATS 5
 
 struct chat_msg {
     enum chat_role role;
@@ -108,12 +114,31 @@ const char *chat_tmpl_why(const struct chat_tmpl *ct);
 /* The template's tool-call format (see enum chat_tool_format); GENERIC for
  * every built-in format. Can't fail. */
 enum chat_tool_format chat_tmpl_tool_format(const struct chat_tmpl *ct);
-/* "hermes", "llama3", "mistral", "generic". Can't fail. */
+/* "hermes", "llama3", "mistral", "mistral-args", "generic". Can't fail. */
 const char *chat_tool_format_name(enum chat_tool_format f);
 /* 1 when the template opens a thinking block (its text has "<think>", as
  * Qwen3 and DeepSeek-R1 templates do); the model's answer then follows
  * "</think>". Can't fail. */
 int chat_tmpl_thinks(const struct chat_tmpl *ct);
+
+/* What a CHAT_JINJA template needs of its inputs, found once by
+ * chat_tmpl_new rendering small probe conversations (as llama.cpp's
+ * template capability detection does), never from a model name; 0 for the
+ * built-in formats. Can't fail.
+ *   CHAT_CAP_NON_NULL_CONTENT  an assistant turn with content None fails to
+ *                              render where "" renders (Qwen3, QwQ, Bielik,
+ *                              Devstral, Ministral 3): give "" for null.
+ *   CHAT_CAP_CALL_ID9          a call answered by a tool message renders
+ *                              only with a 9-character id (Mistral Nemo,
+ *                              Small 3.2: "Tool call IDs should be
+ *                              alphanumeric strings with length 9!").
+ *   CHAT_CAP_CALL_ARGS         calls render as [TOOL_CALLS]name[ARGS]{json}
+ *                              (Small 3.2, Devstral, Ministral 3), not as
+ *                              the [TOOL_CALLS][{...}] array (Nemo). */
+#define CHAT_CAP_NON_NULL_CONTENT 1u
+#define CHAT_CAP_CALL_ID9 2u
+#define CHAT_CAP_CALL_ARGS 4u
+unsigned chat_tmpl_caps(const struct chat_tmpl *ct);
 
 /* "chatml", "llama2", ..., "jinja". Can't fail. */
 const char *chat_format_name(enum chat_format f);

@@ -80,6 +80,7 @@ const char *stop_finish_name(enum stop_finish f);
 #define GEN_MARK_MAX 32           /* bytes in a lazy-grammar or thinking marker */
 #define GEN_CLOSE_MAX 16          /* tokens of a forced thinking close */
 #define GEN_THINK_CLOSE "\n</think>\n\n" /* the close a thinking budget forces (Qwen3's own) */
+#define GEN_KEEP_MAX 4            /* control tokens one request may keep (keep_special) */
 
 /* Generation parameters of one request (every choice of it). The request
  * parser (openai/params.h) fills them with OpenAI's defaults and
@@ -108,6 +109,18 @@ struct gen_params {
      * the first token. */
     char gram_after[GEN_MARK_MAX + 1];
     char gram_trigger[GEN_MARK_MAX + 1];
+    /* gram_trigger only at the start of the output (after gram_after, if
+     * any; whitespace before it skipped): other first bytes leave the
+     * output free for good. */
+    int gram_trigger_at_start;
+    /* Control tokens whose text is kept in the output, and which a grammar
+     * may take where it allows their text (llama.cpp's preserved_tokens): a
+     * tool format's markers that the vocabulary makes control tokens
+     * (Mistral's [TOOL_CALLS], [ARGS], [CALL_ID]). Other control tokens
+     * give no text and are never in a grammar's mask. Texts of tokens that
+     * are not control tokens, or not in the vocabulary, are ignored; ""
+     * ends the list. */
+    char keep_special[GEN_KEEP_MAX][GEN_MARK_MAX + 1];
     /* The end of a thinking block ("</think>"; "" = none): the tokens up to
      * and including the one that completes it are the choice's reasoning
      * tokens (gen_choice.n_reason). */

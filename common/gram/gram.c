@@ -725,6 +725,21 @@ int gram_matcher_accept(struct gram_matcher *m, const char *s, size_t n)
     return 0;
 }
 
+int gram_matcher_allows(struct gram_matcher *m, const char *s, size_t n)
+{
+    if (!m || !s || !n)
+        return 0;
+    const struct gstate *from = &m->cur;
+    for (size_t i = 0; i < n; i++) {
+        struct gstate *to = &m->tmp[i & 1];
+        advance(m->g, from, (unsigned char)s[i], to);
+        if (to->n == 0)
+            return 0;
+        from = to;
+    }
+    return 1;
+}
+
 int gram_matcher_accepting(const struct gram_matcher *m) { return m && m->cur.acc; }
 
 int gram_matcher_can_continue(const struct gram_matcher *m)

@@ -6,6 +6,8 @@
  * Pure C with no JSON in this header, so the engine (token masks inside the
  * batched step) and jobd's intake (refusing bad schemas at upload) share one
  * compiler: a schema jobd accepts is exactly a schema the worker compiles.
+ * Beside it, a validator (gram_json_valid, gram_valid.c) for JSON that was
+ * not generated under a grammar.
  *
  * IR. A grammar is a set of rules; a rule is a list of alternatives; an
  * alternative is a sequence of elements, each a byte class (256-bit set)
@@ -117,15 +119,23 @@ struct gram_frame {
     const char *schema;                  /* schema_len bytes */
     size_t schema_len;
     int min, max;
+    /* keyed: schema is a JSON array of [key, schema] pairs (key a string,
+     * each schema with its own '#' for $ref), and an item is `prefix` +
+     * one key + `infix` + a JSON value of that key's schema + `suffix`.
+     * E.g. Mistral's [TOOL_CALLS]name[ARGS]{...}: prefix "[TOOL_CALLS]",
+     * infix "[ARGS]", pairs [name, parameters]. */
+    int keyed;
+    const char *infix;                   /* NUL-terminated; keyed only */
 };
 int gram_compile_framed(const struct gram_frame *f, struct gram **out, struct problem *err);
 
 /* ---- the process-wide compile cache -------------------------------------- */
 
 /* GRAM_FRAMED's source text: "min\0max\0prefix\0suffix\0sep\0schema" with
- * min and max in decimal. */
+ * min and max in decimal; GRAM_FRAMED_KEYED's
+ * "min\0max\0prefix\0infix\0suffix\0sep\0pairs". */
 enum gram_kind { GRAM_REGEX = 1, GRAM_CHOICE = 2, GRAM_JSON_OBJECT = 3, GRAM_JSON_SCHEMA = 4,
-                 GRAM_FRAMED = 5 };
+                 GRAM_FRAMED = 5, GRAM_FRAMED_KEYED = 6 };
 
 /* Compile, or take from the cache, the grammar of `kind` for the canonical
  * source text src[0..len) (regex text; choices joined by NUL bytes; schema
@@ -153,6 +163,13 @@ size_t gram_n_rules(const struct gram *g);
  * (out of memory counts as no). */
 int gram_match(struct gram *g, const char *s, size_t n);
 
+/* Whether the JSON text value[0..value_len) is valid against the JSON
+ * Schema text schema[0..schema_len) in JSON Schema's sense (any member
+ * order and whitespace; gram_valid.c has the keywords). Returns 1 valid,
+ * 0 invalid (also a schema or value that is not JSON, or nesting deeper
+ * than 128), ERR_NOMEM. Thread-safe. */
+int gram_json_valid(const char *schema, size_t schema_len, const char *value, size_t value_len);
+
 /* ---- vocabulary --------------------------------------------------------------- */
 
 /* A trie over tokens 0..n_vocab-1 whose bytes are bytes[i][0..lens[i]); a
@@ -175,6 +192,10 @@ void gram_matcher_free(struct gram_matcher *m);
 /* Advance over s[0..n). Returns 0, or ERR_INVAL when some byte is not
  * allowed (the matcher is then unchanged), ERR_NOMEM. */
 int gram_matcher_accept(struct gram_matcher *m, const char *s, size_t n);
+
+/* 1 when s[0..n) (n > 0) could be accepted now; the matcher is unchanged.
+ * Out of memory counts as no. */
+int gram_matcher_allows(struct gram_matcher *m, const char *s, size_t n);
 
 /* 1 when the bytes so far are a whole sentence of the grammar (end of
  * generation allowed), else 0. */

@@ -1094,10 +1094,39 @@ int gram_compile_json_schema(const char *text, size_t len, struct gram **out,
     return rc;
 }
 
+/* A keyed frame's item: key_i infix value(schema_i) for each [key_i, schema_i]
+ * of pairs, each schema its own $ref root. */
+static int keyed_item(struct jc *c, json_t *pairs, const char *infix)
+{
+    if (!json_is_array(pairs) || json_array_size(pairs) == 0)
+        return jfail(c, "keyed frame: expected a non-empty array of [key, schema] pairs");
+    int r = gb_rule(c->b);
+    struct gb_seq s = {0};
+    for (size_t i = 0; r >= 0 && i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i), *k = json_array_get(p, 0), *sc = json_array_get(p, 1);
+        if (json_array_size(p) != 2 || !json_is_string(k)) {
+            r = jfail(c, "keyed frame: pair %zu is not [key, schema]", i);
+            break;
+        }
+        c->root = sc;
+        int v = compile(c, sc, "");
+        if (v < 0) {
+            r = -1;
+            break;
+        }
+        gb_seq_lit(c->b, &s, json_string_value(k), json_string_length(k));
+        gb_seq_lit(c->b, &s, infix, strlen(infix));
+        gb_seq_ref(c->b, &s, v);
+        gb_rule_add(c->b, r, &s);
+    }
+    gb_seq_free(&s);
+    return r;
+}
+
 int gram_compile_framed(const struct gram_frame *f, struct gram **out, struct problem *err)
 {
     if (!f || !f->schema || !out || f->min < 0 || (f->max >= 0 && f->max < f->min) ||
-        f->max == 0 || !f->prefix || !f->suffix || !f->sep)
+        f->max == 0 || !f->prefix || !f->suffix || !f->sep || (f->keyed && !f->infix))
         return ERR_INVAL;
     struct js_limits lim = {GRAM_MAX_SCHEMA_BYTES, JC_MAX_DEPTH * 2, 1};
     struct js_error je;
@@ -1115,7 +1144,7 @@ int gram_compile_framed(const struct gram_frame *f, struct gram **out, struct pr
     jc_init(&c, &b, err);
     c.root = root;
     int rt = gb_rule(&b);
-    int item = compile(&c, root, "");
+    int item = f->keyed ? keyed_item(&c, root, f->infix) : compile(&c, root, "");
     int r = -1;
     if (item >= 0) {
         /* one := prefix item suffix; rest := sep one rest | empty (up to max - 1) */
@@ -1172,22 +1201,25 @@ static int compile_kind(enum gram_kind kind, const char *src, size_t len, struct
         return gram_compile_json_object(out, err);
     case GRAM_JSON_SCHEMA:
         return gram_compile_json_schema(src, len, out, err);
-    case GRAM_FRAMED: {
-        /* "min\0max\0prefix\0suffix\0sep\0schema" (gram.h) */
-        const char *part[6];
-        size_t k = 0, at = 0;
-        for (size_t i = 0; i < len && k < 5; i++)
+    case GRAM_FRAMED:
+    case GRAM_FRAMED_KEYED: {
+        /* "min\0max\0prefix\0[infix\0]suffix\0sep\0schema" (gram.h) */
+        const char *part[7];
+        size_t k = 0, at = 0, want = kind == GRAM_FRAMED_KEYED ? 6 : 5;
+        for (size_t i = 0; i < len && k < want; i++)
             if (src[i] == 0) {
                 part[k++] = src + at;
                 at = i + 1;
             }
-        if (k != 5) {
+        if (k != want) {
             snprintf(err->message, sizeof err->message, "framed: malformed source");
             return ERR_INVAL;
         }
-        part[5] = src + at;
-        struct gram_frame f = {part[2], part[3], part[4], part[5], len - at,
-                               (int)strtol(part[0], NULL, 10), (int)strtol(part[1], NULL, 10)};
+        part[want] = src + at;
+        int keyed = kind == GRAM_FRAMED_KEYED;
+        struct gram_frame f = {part[2], part[3 + keyed], part[4 + keyed], part[want], len - at,
+                               (int)strtol(part[0], NULL, 10), (int)strtol(part[1], NULL, 10),
+                               keyed, keyed ? part[3] : NULL};
         return gram_compile_framed(&f, out, err);
     }
     case GRAM_CHOICE: {

@@ -30,6 +30,7 @@ int main(int argc, char **argv)
     enum chat_tool_format fmt = !f                          ? CHAT_TOOLS_HERMES
                                 : strcmp(f, "llama3") == 0  ? CHAT_TOOLS_LLAMA3
                                 : strcmp(f, "mistral") == 0 ? CHAT_TOOLS_MISTRAL
+                                : strcmp(f, "mistral-args") == 0 ? CHAT_TOOLS_MISTRAL_ARGS
                                 : strcmp(f, "generic") == 0 ? CHAT_TOOLS_GENERIC
                                                             : CHAT_TOOLS_HERMES;
     const json_t *text = json_object_get(in, "text");

@@ -4,16 +4,18 @@
  *
  * Input: BODY_JSON '\0' FORMAT TEXT. BODY_JSON is a chat body's tool
  * fields; when it does not parse or is refused, two fixed tools are used.
- * FORMAT (one byte, mod 4) is the template's tool format.
+ * FORMAT (one byte, mod CHAT_TOOL_FORMATS) is the template's tool format.
  * Checks: gp_tools_parse returns only documented errors; tool_calls_parse
  * never fails but for ERR_NOMEM, every call names a callable declared
  * function with arguments that are a JSON object, content is a copy of at
  * most the input; and the differential check: a text the "required" call
- * grammar accepts always parses as at least one call. When BODY_JSON is a
+ * grammar accepts always parses as at least one call, whose arguments the
+ * validator (gram_json_valid) finds valid against a schema that compiles. When BODY_JSON is a
  * chat body that gp_parse and chat_msgs_from_body accept, its prompt is also
  * rendered (openai/prompt.c: tools, tool turns, kwargs into the template)
- * with a Hermes-style template and with a template without tool syntax (the
- * generic rewrite): only documented errors.
+ * with a Hermes-style template, a template without tool syntax (the
+ * generic rewrite) and a Mistral Small 3.2-style one (null content as "",
+ * 9-character call ids, [ARGS] calls): only documented errors.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -51,8 +53,18 @@ static const char *hermes_tmpl =
 static const char *plain_tmpl =
     "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}";
+/* Mistral Small 3.2's constraints: null content fails (|length of none),
+ * call ids must be 9 characters, calls as [TOOL_CALLS]name[ARGS]{...} */
+static const char *mistral_tmpl =
+    "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{%- endif %}"
+    "{%- for m in messages %}{%- if m.tool_calls %}{%- for c in m.tool_calls %}"
+    "{%- if c.id is not string or c.id|length != 9 %}{{ raise_exception('Tool call IDs should be "
+    "alphanumeric strings with length 9!') }}{%- endif %}[TOOL_CALLS]{{ c.function.name }}[CALL_ID]"
+    "{{ c.id }}[ARGS]{{ c.function.arguments | tojson }}{%- endfor %}</s>{%- elif m.role == 'tool' %}"
+    "[TOOL_RESULTS]{{ m.tool_call_id }}[TOOL_CONTENT]{{ m.content }}[/TOOL_RESULTS]{%- else %}"
+    "[INST]{{ m.content|length }}{{ m.content }}[/INST]{%- endif %}{%- endfor %}";
 static struct tok *vocab;
-static struct chat_tmpl *tmpls[2];
+static struct chat_tmpl *tmpls[3];
 
 static void setup(void)
 {
@@ -69,8 +81,11 @@ static void setup(void)
     d.eos_id = 2;
     if (tok_new(&d, &vocab) != 0 || chat_tmpl_new(hermes_tmpl, vocab, &tmpls[0]) != 0 ||
         chat_tmpl_new(plain_tmpl, vocab, &tmpls[1]) != 0 ||
+        chat_tmpl_new(mistral_tmpl, vocab, &tmpls[2]) != 0 ||
         chat_tmpl_tool_format(tmpls[0]) != CHAT_TOOLS_HERMES ||
-        chat_tmpl_tool_format(tmpls[1]) != CHAT_TOOLS_GENERIC)
+        chat_tmpl_tool_format(tmpls[1]) != CHAT_TOOLS_GENERIC ||
+        chat_tmpl_tool_format(tmpls[2]) != CHAT_TOOLS_MISTRAL_ARGS ||
+        chat_tmpl_caps(tmpls[2]) != (CHAT_CAP_NON_NULL_CONTENT | CHAT_CAP_CALL_ID9 | CHAT_CAP_CALL_ARGS))
         abort();
 }
 
@@ -83,7 +98,7 @@ static void render(const json_t *body)
     if (gp_parse(body, GP_CHAT, 0, &gp, &pe) != 0)
         return;
     if (chat_msgs_from_body(body, &cm, &pe) == 0) {
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
             struct buf out;
             buf_init(&out, 1 << 20);
             char why[256];
@@ -105,7 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!nul || (size_t)(nul - data) + 1 >= size)
         return 0;
     size_t blen = (size_t)(nul - data);
-    enum chat_tool_format fmt = (enum chat_tool_format)(nul[1] % 4);
+    enum chat_tool_format fmt = (enum chat_tool_format)(nul[1] % CHAT_TOOL_FORMATS);
     const char *text = (const char *)nul + 2;
     size_t tlen = size - blen - 2;
 
@@ -159,6 +174,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (tool_calls_parse(text, tlen, fmt, &t, &c) == 0) {
             if (c.n == 0)
                 abort();
+            /* and the validator agrees: the grammar's language is inside the schema's */
+            for (size_t i = 0; i < c.n; i++)
+                for (size_t k = 0; k < t.n; k++) {
+                    const json_t *fn = json_object_get(json_array_get(t.tools, k), "function");
+                    const json_t *params = json_object_get(fn, "parameters");
+                    if (!params || strcmp(json_string_value(json_object_get(fn, "name")), c.v[i].name))
+                        continue;
+                    char *ps = json_dumps(params, JSON_COMPACT);
+                    struct gram *pg = NULL;
+                    if (ps && gram_compile_json_schema(ps, strlen(ps), &pg, &pe) == 0 &&
+                        gram_json_valid(ps, strlen(ps), c.v[i].arguments, strlen(c.v[i].arguments)) == 0)
+                        abort();
+                    gram_unref(pg);
+                    free(ps);
+                }
             tool_calls_release(&c);
         }
     }

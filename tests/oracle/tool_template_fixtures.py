@@ -64,19 +64,112 @@ REQUESTS = [
                   {"role": "assistant", "content": "4", "reasoning_content": "Two and two."},
                   {"role": "user", "content": "And 3+3?"}],
      "chat_template_kwargs": {"enable_thinking": True, "custom_flag": "x"}},
+    # ids that 9-character templates cannot take as they are: short and punctuated (hashed),
+    # and two with the same last 9 characters (the first keeps them, the second is hashed)
+    {"messages": [{"role": "user", "content": "Weather in Oslo and Rome?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      dict(copy.deepcopy(CALL), id="call-1"), dict(copy.deepcopy(CALL2), id="a_123456789"),
+                      dict(copy.deepcopy(CALL), id="b_123456789")]},
+                  {"role": "tool", "tool_call_id": "call-1", "content": "7C"},
+                  {"role": "tool", "tool_call_id": "a_123456789", "content": "12:00"},
+                  {"role": "tool", "tool_call_id": "b_123456789", "content": "20C"}],
+     "tools": [WEATHER, TIME]},
 ]
 
 
-def hf_messages(msgs):
+# ---- template capabilities, probed as text/chat.c probe_caps (llama.cpp's
+# chat-template capability detection: requires_non_null_content), and what
+# the request becomes for them (openai/prompt.c) --------------------------------
+NEEDLE = "<User Needle>"
+PROBE_ID9, PROBE_ID_LONG = "a1b2c3d4e", "call_0123456789abc"
+
+
+def probe(tmpl, bos, eos, content_null, call, cid, answer, needle=NEEDLE):
+    a = {"role": "assistant", "content": None if content_null else ""}
+    if call:
+        a["tool_calls"] = [{"id": cid, "type": "function",
+                            "function": {"name": "some_tool", "arguments": {"arg": "argument_needle"}}}]
+    msgs = [{"role": "user", "content": NEEDLE}, a]
+    if answer:
+        msgs.append({"role": "tool", "content": "r", "tool_call_id": cid})
+    try:
+        out = tmpl.render(messages=msgs, add_generation_prompt=False, bos_token=bos, eos_token=eos,
+                          tools=None, documents=None)
+    except Exception:  # noqa: BLE001 - any failure to render is "no"
+        return False
+    return needle in out
+
+
+def caps_of(tmpl, bos, eos):
+    r = [probe(tmpl, bos, eos, *p) for p in [(0, 0, PROBE_ID9, 0), (1, 0, PROBE_ID9, 0), (0, 1, PROBE_ID9, 0),
+                                             (1, 1, PROBE_ID9, 0), (0, 1, PROBE_ID9, 1),
+                                             (0, 1, PROBE_ID_LONG, 1)]]
+    caps = []
+    if (r[0] and not r[1]) or (r[2] and not r[3]):
+        caps.append("non_null_content")
+    if r[4] and not r[5]:
+        caps.append("call_id9")
+    if probe(tmpl, bos, eos, 0, 1, PROBE_ID9, 0, needle="[ARGS]"):
+        caps.append("call_args")
+    return caps
+
+
+ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def fnv1a64(b):
+    h = 14695981039346656037
+    for x in b:
+        h = ((h ^ x) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def id9_candidate(cid, k):
+    tail = cid[-9:]
+    if k == 0 and len(cid) >= 9 and all(c in ALNUM for c in tail):
+        return tail
+    h = fnv1a64(cid.encode() + (("#%d" % k).encode() if k else b""))
+    out = ""
+    for _ in range(9):
+        out += ALNUM[h % 62]
+        h //= 62
+    return out
+
+
+def id9_map(msgs):
+    """Each distinct call id, in order of first appearance -> 9 letters and digits."""
+    m, taken = {}, set()
+    for msg in msgs:
+        ids = [c["id"] for c in msg.get("tool_calls") or []] if msg["role"] == "assistant" else []
+        if msg["role"] == "tool" and "tool_call_id" in msg:
+            ids.append(msg["tool_call_id"])
+        for cid in ids:
+            if cid in m:
+                continue
+            k = 0
+            while id9_candidate(cid, k) in taken:
+                k += 1
+            m[cid] = id9_candidate(cid, k)
+            taken.add(m[cid])
+    return m
+
+
+def hf_messages(msgs, caps=()):
     out = copy.deepcopy(msgs)
+    ids = id9_map(out) if "call_id9" in caps else {}
     for m in out:
+        if "non_null_content" in caps and m.get("content") is None:
+            m["content"] = ""
         for c in m.get("tool_calls") or []:
+            c["id"] = ids.get(c["id"], c["id"])
             try:
                 a = json.loads(c["function"]["arguments"])
                 if isinstance(a, dict):
                     c["function"]["arguments"] = a
             except ValueError:
                 pass
+        if m["role"] == "tool" and "tool_call_id" in m:
+            m["tool_call_id"] = ids.get(m["tool_call_id"], m["tool_call_id"])
     return out
 
 
@@ -100,7 +193,8 @@ def main():
         except jinja2.exceptions.TemplateError:
             continue
         bos, eos = base.specials(name)
-        templates[name] = {"bos": bos, "eos": eos}
+        caps = caps_of(tmpl, bos, eos)
+        templates[name] = {"bos": bos, "eos": eos, "caps": caps}
         for ri, req in enumerate(REQUESTS):
             tools = None if req.get("tool_choice") == "none" else req.get("tools")
             extra = dict(req.get("chat_template_kwargs") or {})
@@ -108,7 +202,7 @@ def main():
                 extra["enable_thinking"] = False
             out, err, raised = None, None, False
             try:
-                out = tmpl.render(messages=hf_messages(req["messages"]), add_generation_prompt=True,
+                out = tmpl.render(messages=hf_messages(req["messages"], caps), add_generation_prompt=True,
                                   bos_token=bos, eos_token=eos, tools=tools, documents=None, **extra)
             except jinja2.exceptions.TemplateError as e:
                 err, raised = str(e), type(e) is jinja2.exceptions.TemplateError

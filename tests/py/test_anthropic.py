@@ -536,10 +536,13 @@ def test_anthropic_thinking_on_a_scripted_thinking_model():
                        "signature": "opaque-signature"}, {"type": "text", "text": "Let me look."}, TOOL_USE]},
                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": TOOL_USE["id"],
                                                 "content": "18 C and sunny"}]}]
-    # (a text block beside the call: an assistant turn of calls only is content null in the chat
-    # body, which Qwen3's template cannot render - content.lstrip of none - here as in Jinja2)
     no_think_turns = [tool_turns[0], {"role": "assistant", "content": tool_turns[1]["content"][1:]}, tool_turns[2]]
+    # an assistant turn of calls only is content null in the chat body, which Qwen3's template
+    # cannot render as None (content.lstrip; so in Jinja2): the template's probed capability
+    # (text/chat.c, CHAT_CAP_NON_NULL_CONTENT) makes it "", as llama.cpp does
+    calls_only = [tool_turns[0], {"role": "assistant", "content": [TOOL_USE]}, tool_turns[2]]
     reqs = {
+        "calls_only": params(calls_only, model="tiny-think", max_tokens=8, tools=[WEATHER]),
         "on": params(q, model="tiny-think", max_tokens=1100, thinking={"type": "enabled", "budget_tokens": 1024}),
         "off": params(q, model="tiny-think", max_tokens=40, thinking={"type": "disabled"}),
         "replay": params(tool_turns, model="tiny-think", max_tokens=8, tools=[WEATHER]),

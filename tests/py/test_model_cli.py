@@ -129,8 +129,9 @@ def test_json_chat_body_shape_and_n2():
     r = jobworker_json(body, "--print-ids")
     assert r.returncode == 0, r.stderr
     resp = json.loads(r.stdout)
-    assert list(resp) == ["id", "object", "created", "model", "choices", "usage",
+    assert list(resp) == ["id", "object", "created", "model", "choices", "usage", "service_tier",
                           "system_fingerprint"], resp
+    assert resp["service_tier"] == "default"   # as OpenAI's chat answers name their tier
     assert resp["id"].startswith("chatcmpl-") and resp["object"] == "chat.completion"
     assert isinstance(resp["created"], int) and resp["model"] == "smollm2-135m"
     ch = resp["choices"]

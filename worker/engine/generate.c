@@ -53,7 +53,28 @@ static int lazy_feed(struct gen_seq *s, const char *p, size_t n)
         p = "";
         n = 0;
     }
-    if (s->lazy == GEN_LAZY_TRIGGER) {
+    if (s->lazy == GEN_LAZY_TRIGGER && s->gp->gram_trigger_at_start) {
+        /* the output (since gram_after) must begin with the trigger */
+        const char *tr = s->gp->gram_trigger;
+        size_t tl = strlen(tr);
+        if ((rc = buf_append(&s->lazy_win, p, n)) < 0)
+            return rc;
+        size_t ws = 0;   /* whitespace before the start is no output yet */
+        while (ws < s->lazy_win.len && (s->lazy_win.data[ws] == ' ' || s->lazy_win.data[ws] == '\n' ||
+                                         s->lazy_win.data[ws] == '\t' || s->lazy_win.data[ws] == '\r'))
+            ws++;
+        memmove(s->lazy_win.data, s->lazy_win.data + ws, s->lazy_win.len - ws);
+        s->lazy_win.len -= ws;
+        size_t k = s->lazy_win.len < tl ? s->lazy_win.len : tl;
+        if (k && memcmp(s->lazy_win.data, tr, k) != 0) {
+            s->lazy = GEN_LAZY_NONE;   /* it began otherwise: free for good */
+            buf_reset(&s->lazy_win);
+            return 0;
+        }
+        if (s->lazy_win.len < tl)
+            return 0;
+        s->lazy = GEN_LAZY_NONE;
+    } else if (s->lazy == GEN_LAZY_TRIGGER) {
         if ((rc = mark_scan(&s->lazy_win, s->gp->gram_trigger, p, n, 1)) <= 0)
             return rc;
         s->lazy = GEN_LAZY_NONE;
@@ -122,6 +143,12 @@ int gen_seq_init(struct gen_seq *s, const struct gen_params *gp, const struct to
     buf_init(&s->piece, 4 * TOK_MAX_TOKEN_BYTES + 16);
     buf_init(&s->text, GEN_MAX_TEXT_BYTES);
     s->finish = STOP_NONE;
+    for (size_t i = 0; i < GEN_KEEP_MAX && gp->keep_special[i][0]; i++) {
+        const char *k = gp->keep_special[i];
+        int32_t id = tok_find(t, k, strnlen(k, GEN_MARK_MAX));
+        if (id >= 0 && tok_token_type(t, id) == TOK_TYPE_CONTROL && !tok_is_eog(t, id))
+            s->keep_ids[s->n_keep++] = id;
+    }
     buf_init(&s->lazy_win, GEN_MARK_MAX * 2 + 16 * TOK_MAX_TOKEN_BYTES);
     buf_init(&s->think_win, GEN_MARK_MAX * 2 + 16 * TOK_MAX_TOKEN_BYTES);
     if (gp->n_think_close) {
@@ -172,6 +199,17 @@ int gen_seq_mask(struct gen_seq *s)
     /* EOG exactly when the grammar accepts; also when nothing else is possible
      * (a vocabulary that cannot spell what the grammar needs: end rather than
      * sample from an empty set) */
+    /* kept control tokens: allowed where the grammar takes their text */
+    for (size_t i = 0; i < s->n_keep; i++) {
+        int32_t id = s->keep_ids[i];
+        size_t len = 0;
+        const char *txt = tok_text(s->t, id, &len);
+        if (txt && !((s->mask[id >> 5] >> (id & 31)) & 1u) &&
+            gram_matcher_allows(s->gm, txt, len)) {
+            s->mask[id >> 5] |= 1u << (id & 31);
+            n++;
+        }
+    }
     if (gram_matcher_accepting(s->gm) || n == 0) {
         for (size_t i = 0; i < s->n_eog; i++) {
             int32_t id = s->eog_ids[i];
@@ -225,6 +263,15 @@ static int finalize(struct gen_seq *s, enum stop_finish why)
     return 1;
 }
 
+/* TOK_RENDER_SPECIAL for a kept control token (gp->keep_special), else 0. */
+static int keep_flags(const struct gen_seq *s, int32_t tok)
+{
+    for (size_t i = 0; i < s->n_keep; i++)
+        if (s->keep_ids[i] == tok)
+            return TOK_RENDER_SPECIAL;
+    return 0;
+}
+
 int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
 {
     int rc;
@@ -244,7 +291,7 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
         s->mask_ready = 0;
         if (!tok_is_eog(s->t, tok)) {
             buf_reset(&s->piece);
-            if ((rc = tok_piece(s->t, tok, 0, &s->piece)) != 0)
+            if ((rc = tok_piece(s->t, tok, keep_flags(s, tok), &s->piece)) != 0)
                 return rc;
             if (s->piece.len == 0 ||
                 gram_matcher_accept(s->gm, s->piece.data, s->piece.len) != 0)
@@ -266,7 +313,10 @@ int gen_seq_accept(struct gen_seq *s, const struct smp_result *r)
         s->n_lp++;
     }
     buf_reset(&s->piece);
-    if ((rc = tok_stream_push(&s->ts, tok, &s->piece)) != 0)
+    s->ts.flags = keep_flags(s, tok);
+    rc = tok_stream_push(&s->ts, tok, &s->piece);
+    s->ts.flags = 0;
+    if (rc != 0)
         return rc;
     s->stream_bytes += s->piece.len;
     if ((rc = think_feed(s, s->piece.data, s->piece.len)) != 0 ||

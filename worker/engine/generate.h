@@ -95,6 +95,8 @@ struct gen_seq {
     const int32_t *eog_ids;        /* (n_eog) borrowed from the tokenizer */
     size_t n_eog;
     uint32_t *mask;                /* (gram_mask_words) allowed tokens, when mask_ready */
+    int32_t keep_ids[GEN_KEEP_MAX]; /* (n_keep) gp->keep_special's control tokens */
+    size_t n_keep;
     int mask_ready;
     size_t mask_allowed;           /* tokens allowed by the last mask (with EOG) */
     /* a lazy grammar (gp->gram_after / gram_trigger): which marker it waits

@@ -53,7 +53,7 @@ TEST(tools_prompt_matches_jinja2_on_real_templates)
     json_t *templates = json_object_get(fx, "templates"), *reqs = json_object_get(fx, "requests");
     json_t *cases = json_object_get(fx, "cases");
     time_t now = (time_t)json_integer_value(json_object_get(fx, "now_epoch"));
-    size_t ok = 0, errors = 0, fails = 0, per_fmt[4] = {0};
+    size_t ok = 0, errors = 0, fails = 0, per_fmt[CHAT_TOOL_FORMATS] = {0}, n_caps = 0;
     const char *name;
     json_t *spec;
     json_object_foreach(templates, name, spec) {
@@ -65,7 +65,24 @@ TEST(tools_prompt_matches_jinja2_on_real_templates)
                                json_string_value(json_object_get(spec, "eos")));
         CHECK(t);
         struct chat_tmpl *ct = NULL;
-        if (chat_tmpl_new(src, t, &ct) != 0 || chat_tmpl_format(ct) != CHAT_JINJA ||
+        if (chat_tmpl_new(src, t, &ct) == 0 && chat_tmpl_format(ct) == CHAT_JINJA) {
+            /* the capabilities our probes find are the ones jinja2's renders show */
+            static const char *const cap_names[] = {"non_null_content", "call_id9", "call_args"};
+            unsigned want = 0;
+            json_t *cn;
+            size_t k;
+            json_array_foreach(json_object_get(spec, "caps"), k, cn) {
+                for (unsigned b = 0; b < 3; b++)
+                    if (strcmp(json_string_value(cn), cap_names[b]) == 0)
+                        want |= 1u << b;
+            }
+            if (chat_tmpl_caps(ct) != want) {
+                printf("  %s: caps %#x, jinja2 shows %#x\n", name, chat_tmpl_caps(ct), want);
+                fails++;
+            }
+            n_caps += want != 0;
+        }
+        if (!ct || chat_tmpl_format(ct) != CHAT_JINJA ||
             chat_tmpl_tool_format(ct) == CHAT_TOOLS_GENERIC) {
             chat_tmpl_free(ct);   /* a template we speak the generic format to */
             tok_free(t);
@@ -117,13 +134,15 @@ TEST(tools_prompt_matches_jinja2_on_real_templates)
         tok_free(t);
         free(src);
     }
-    printf("  tool renders identical: %zu (hermes %zu, llama3 %zu, mistral %zu), errors %zu, "
-           "differ %zu\n", ok, per_fmt[CHAT_TOOLS_HERMES], per_fmt[CHAT_TOOLS_LLAMA3],
-           per_fmt[CHAT_TOOLS_MISTRAL], errors, fails);
+    printf("  tool renders identical: %zu (hermes %zu, llama3 %zu, mistral %zu, mistral-args %zu), "
+           "errors %zu, differ %zu\n", ok, per_fmt[CHAT_TOOLS_HERMES], per_fmt[CHAT_TOOLS_LLAMA3],
+           per_fmt[CHAT_TOOLS_MISTRAL], per_fmt[CHAT_TOOLS_MISTRAL_ARGS], errors, fails);
     CHECK_EQ_INT(fails, 0);
     CHECK(per_fmt[CHAT_TOOLS_HERMES] >= 30);
     CHECK(per_fmt[CHAT_TOOLS_LLAMA3] >= 6);
-    CHECK(per_fmt[CHAT_TOOLS_MISTRAL] >= 4);
+    CHECK(per_fmt[CHAT_TOOLS_MISTRAL] >= 6);
+    CHECK(per_fmt[CHAT_TOOLS_MISTRAL_ARGS] >= 18);
+    CHECK(n_caps >= 10);
     json_decref(fx);
 }
 
@@ -166,16 +185,31 @@ TEST(tools_parse_each_format)
          "<tool_call>\n{\"name\": \"get_weather\", \"argu", NULL},
         {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", 0,
          "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", NULL},
-        {CHAT_TOOLS_HERMES, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call> and more", 0,
-         "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call> and more", NULL},
+        {CHAT_TOOLS_HERMES, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}</tool_call> and more", 0,
+         "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}</tool_call> and more", NULL},
         /* bare JSON, as small Qwen models write it in auto mode */
         {CHAT_TOOLS_HERMES, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"D\"}}", 1, NULL,
          "{\"city\":\"D\"}"},
         {CHAT_TOOLS_HERMES, "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"K\"}\n}\n```\n", 1,
          NULL, "{\"city\":\"K\"}"},
-        {CHAT_TOOLS_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {}}", 0,
-         "```json\n{\"name\": \"get_weather\", \"arguments\": {}}", NULL},
+        {CHAT_TOOLS_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}", 0,
+         "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}", NULL},
         {CHAT_TOOLS_HERMES, "Just text.", 0, "Just text.", NULL},
+        /* regression (fuzz_tools): an opening fence line that is also its closing one */
+        {CHAT_TOOLS_HERMES, "``````\n\n\n", 0, "``````\n\n\n", NULL},
+        {CHAT_TOOLS_MISTRAL, "``````\n", 0, "``````\n", NULL},
+        /* a call's arguments must fit the function's schema (here: city required,
+         * no other member), tagged or not, strict or not: else it is content */
+        {CHAT_TOOLS_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"K\"}}\n```", 0,
+         "```json\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"K\"}}\n```", NULL},
+        {CHAT_TOOLS_HERMES, "{\"name\": \"get_weather\", \"arguments\": {\"city\": 7}}", 0,
+         "{\"name\": \"get_weather\", \"arguments\": {\"city\": 7}}", NULL},
+        {CHAT_TOOLS_HERMES, "{\n  \"arguments\": {\"city\": \"R\"},\n  \"name\": \"get_weather\"\n}", 1, NULL,
+         "{\"city\":\"R\"}"},
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"S\"}}\n</tool_call>", 0,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"S\"}}\n</tool_call>", NULL},
+        {CHAT_TOOLS_MISTRAL, "[{\"name\": \"get_weather\", \"arguments\": {\"town\": \"T\"}}]", 0,
+         "[{\"name\": \"get_weather\", \"arguments\": {\"town\": \"T\"}}]", NULL},
         {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"E\"}}", 1, NULL,
          "{\"city\":\"E\"}"},
         {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"E\"}}; "
@@ -185,6 +219,21 @@ TEST(tools_parse_each_format)
          "{\"city\":\"G\"}"},
         {CHAT_TOOLS_MISTRAL, "[{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"H\\\"}\"}]", 1, NULL,
          "{\"city\":\"H\"}"},
+        /* the tag kept in the text, content before it; Nemo's ids in the objects */
+        {CHAT_TOOLS_MISTRAL, "Checking.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"L\"}, "
+         "\"id\": \"abcdefgh1\"}]", 1, "Checking.", "{\"city\":\"L\"}"},
+        {CHAT_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}] and text", 0,
+         "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\"}}] and text", NULL},
+        /* [TOOL_CALLS]name[ARGS]{...} (Small 3.2, Devstral, Ministral 3), [CALL_ID] optional */
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"M\"}", 1, NULL, "{\"city\":\"M\"}"},
+        {CHAT_TOOLS_MISTRAL_ARGS, "Sure.[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{\"city\": \"N\"}"
+         "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"O\"}", 2, "Sure.", "{\"city\":\"N\"}"},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather{\"city\": \"P\"}", 1, NULL, "{\"city\":\"P\"}"},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]nope[ARGS]{}", 0, "[TOOL_CALLS]nope[ARGS]{}", NULL},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": ", 0,
+         "[TOOL_CALLS]get_weather[ARGS]{\"city\": ", NULL},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Q\"}}]", 1,
+         NULL, "{\"city\":\"Q\"}"},
         {CHAT_TOOLS_GENERIC, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"I\"}}}", 1,
          NULL, "{\"city\":\"I\"}"},
         {CHAT_TOOLS_GENERIC, "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"J\"}}]}", 1,
@@ -206,6 +255,43 @@ TEST(tools_parse_each_format)
             CHECK_EQ_STR(c.v[0].name, "get_weather");
             CHECK_EQ_STR(c.v[0].arguments, cases[i].args0);
         }
+        tool_calls_release(&c);
+    }
+    gp_tools_release(&t);
+}
+
+/* Calls are checked against the function's schema in every format, tagged
+ * or not (a strict function's here, with a pattern and a bound): a call that
+ * fails is content, never a half call. */
+TEST(tools_parse_checks_strict_calls_against_the_schema)
+{
+    struct gp_tools t;
+    tools_of("{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"strict\":true,"
+             "\"parameters\":{\"type\":\"object\",\"properties\":{\"tz\":{\"type\":\"string\","
+             "\"pattern\":\"^[A-Z][a-z]+/[A-Z][a-z]+$\"},\"n\":{\"type\":\"integer\",\"minimum\":0}},"
+             "\"required\":[\"tz\",\"n\"],\"additionalProperties\":false}}}]}", &t);
+    struct {
+        enum chat_tool_format f;
+        const char *text;
+        size_t n_calls;
+    } cases[] = {
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"n\": 2, \"tz\": \"Europe/Oslo\"}}\n</tool_call>", 1},
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Oslo\"}}\n</tool_call>", 0},
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"oslo\", \"n\": 1}}\n</tool_call>", 0},
+        {CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Oslo\", \"n\": -1}}\n</tool_call>", 0},
+        {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_time\", \"parameters\": {\"tz\": \"Asia/Tokyo\", \"n\": 1e0}}", 1},
+        {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_time\", \"parameters\": {\"tz\": \"Asia/Tokyo\", \"n\": 1, \"x\": 0}}", 0},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_time[ARGS]{\"tz\": \"Asia/Tokyo\", \"n\": 3}", 1},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_time[ARGS]{\"tz\": \"Asia/Tokyo\", \"n\": \"3\"}", 0},
+        {CHAT_TOOLS_GENERIC, "{\"tool_call\": {\"name\": \"get_time\", \"arguments\": {\"tz\": 5, \"n\": 3}}}", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct tool_calls c;
+        CHECK_EQ_INT(tool_calls_parse(cases[i].text, strlen(cases[i].text), cases[i].f, &t, &c), 0);
+        if (c.n != cases[i].n_calls)
+            th_fail(__FILE__, __LINE__, cases[i].text, "wrong number of calls");
+        if (!c.n)   /* refused: the whole text is content */
+            CHECK_EQ_STR(c.content ? c.content : "(null)", cases[i].text);
         tool_calls_release(&c);
     }
     gp_tools_release(&t);
@@ -310,7 +396,10 @@ TEST(tools_grammar_per_format)
          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n</tool_call>"},
         {CHAT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
          "{\"name\": \"get_time\", \"parameters\": {}}"},
-        {CHAT_TOOLS_MISTRAL, "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", "[]"},
+        {CHAT_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+         "[TOOL_CALLS][]"},
+        {CHAT_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_weather[ARGS]"
+         "{\"city\": \"Oslo\"}", "[TOOL_CALLS]get_weather[ARGS]{\"town\": \"Paris\"}"},
         {CHAT_TOOLS_GENERIC,
          "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}",
          "{\"response\": \"hi\"}"},
@@ -343,6 +432,27 @@ TEST(tools_grammar_per_format)
                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"B\"}}\n</tool_call>";
     CHECK(!gram_match(g.grammar, two, strlen(two)));   /* no parallel calls */
     gen_params_release(&g);
+    /* a strict schema with local $refs: the refs resolve against the function's own
+     * parameters wherever the call grammar embeds them */
+    gp_tools_release(&t);
+    tools_of("{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"strict\":true,"
+             "\"parameters\":{\"$defs\":{\"tz\":{\"type\":\"string\",\"enum\":[\"UTC\",\"CET\"]}},"
+             "\"type\":\"object\",\"properties\":{\"tz\":{\"$ref\":\"#/$defs/tz\"}},\"required\":[\"tz\"],"
+             "\"additionalProperties\":false}}}],\"tool_choice\":\"required\"}", &t);
+    for (int f = 0; f < CHAT_TOOL_FORMATS; f++) {
+        memset(&g, 0, sizeof g);
+        CHECK_EQ_INT(gp_tools_arm(&t, (enum chat_tool_format)f, 0, &g, &pe), 0);
+        gen_params_release(&g);
+    }
+    memset(&g, 0, sizeof g);
+    CHECK_EQ_INT(gp_tools_arm(&t, CHAT_TOOLS_HERMES, 0, &g, &pe), 0);
+    const char *tz = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}\n</tool_call>";
+    const char *tz_bad = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"PST\"}}\n</tool_call>";
+    CHECK(gram_match(g.grammar, tz, strlen(tz)));
+    CHECK(!gram_match(g.grammar, tz_bad, strlen(tz_bad)));
+    gen_params_release(&g);
+    gp_tools_release(&t);
+    tools_of("{\"tools\":[" WEATHER "],\"parallel_tool_calls\":false}", &t);
     /* generic auto also allows the plain answer */
     memset(&g, 0, sizeof g);
     CHECK_EQ_INT(gp_tools_arm(&t, CHAT_TOOLS_GENERIC, 0, &g, &pe), 0);
@@ -444,4 +554,142 @@ TEST(tools_response_shapes)
     gp_tools_release(&named);
     gp_tools_release(&legacy);
     tok_free(t);
+}
+
+/* The calls a template renders in an assistant turn are what its model is
+ * trained to write: on every collected template of a call format, the turn
+ * the template renders for one call (two where the template takes parallel
+ * calls) parses back to the same calls, and the "required" grammar accepts
+ * it where the rendered frame is the one we generate (not with Nemo's or
+ * Small 3.2's ids, which the model writes and we give afresh). The turn is
+ * the render of [user, assistant calls] after the render of [user] with its
+ * generation prompt, up to the first end-of-turn marker. */
+TEST(tools_parse_reads_the_calls_each_template_renders)
+{
+    json_error_t e;
+    json_t *fx = json_load_file("tests/fixtures/chat/tool_renders.json", 0, &e);
+    CHECK(fx);
+    static const char *const ends[] = {"<|im_end|>", "</s>", "<|eot_id|>", "<|eom_id|>",
+                                       "<|end_of_text|>", "<|end|>", "<sep>", NULL};
+    size_t parsed = 0, by_grammar = 0, per_fmt[CHAT_TOOL_FORMATS] = {0};
+    const char *name;
+    json_t *spec;
+    json_object_foreach(json_object_get(fx, "templates"), name, spec) {
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/chat/templates/%s.jinja", name);
+        char *src = th_slurp(path, NULL);
+        struct tok *t = vocab2(json_string_value(json_object_get(spec, "bos")),
+                               json_string_value(json_object_get(spec, "eos")));
+        struct chat_tmpl *ct = NULL;
+        if (!src || !t || chat_tmpl_new(src, t, &ct) != 0 ||
+            chat_tmpl_tool_format(ct) == CHAT_TOOLS_GENERIC) {
+            chat_tmpl_free(ct);
+            tok_free(t);
+            free(src);
+            continue;
+        }
+        enum chat_tool_format tf = chat_tmpl_tool_format(ct);
+        int two = tf != CHAT_TOOLS_LLAMA3;
+        const char *user = "{\"role\":\"user\",\"content\":\"Weather in Paris and the time in Tokyo?\"}";
+        char calls[600], b1[1600], b2[2400];
+        snprintf(calls, sizeof calls,
+                 "[{\"id\":\"call_0aB9cD8eF7gH6iJ5kL4mN3oP\",\"type\":\"function\",\"function\":"
+                 "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}%s]",
+                 two ? ",{\"id\":\"call_Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2\",\"type\":\"function\",\"function\":"
+                       "{\"name\":\"get_time\",\"arguments\":\"{\\\"tz\\\": \\\"Asia/Tokyo\\\"}\"}}"
+                     : "");
+        const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":"
+                            "\"Weather.\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+                            "{\"type\":\"string\"}},\"required\":[\"city\"],\"additionalProperties\":false}}},"
+                            "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"description\":\"Time.\","
+                            "\"parameters\":{\"type\":\"object\",\"properties\":{\"tz\":{\"type\":\"string\"}},"
+                            "\"required\":[\"tz\"],\"additionalProperties\":false}}}]";
+        snprintf(b1, sizeof b1, "{\"model\":\"m\",\"tools\":%s,\"tool_choice\":\"required\",\"messages\":[%s]}",
+                 tools, user);
+        snprintf(b2, sizeof b2, "{\"model\":\"m\",\"tools\":%s,\"tool_choice\":\"required\",\"messages\":[%s,"
+                 "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":%s}]}", tools, user, calls);
+        struct buf r1, r2;
+        buf_init(&r1, 1 << 20);
+        buf_init(&r2, 1 << 20);
+        char why[256];
+        struct gp_request gp1, gp2;
+        struct chat_msgs m1, m2;
+        struct problem pe;
+        json_t *j1 = json_loads(b1, 0, &e), *j2 = json_loads(b2, 0, &e);
+        CHECK(j1 && j2);
+        CHECK_EQ_INT(gp_parse(j1, GP_CHAT, 0, &gp1, &pe), 0);
+        CHECK_EQ_INT(gp_parse(j2, GP_CHAT, 0, &gp2, &pe), 0);
+        CHECK_EQ_INT(chat_msgs_from_body(j1, &m1, &pe), 0);
+        CHECK_EQ_INT(chat_msgs_from_body(j2, &m2, &pe), 0);
+        int rc1 = prompt_chat_render(ct, &m1, &gp1, 1768469400, &r1, why, sizeof why);
+        int rc2 = prompt_chat_render(ct, &m2, &gp2, 1768469400, &r2, why, sizeof why);
+        size_t common = 0;   /* the turn starts where the renders part (QwQ's generation
+                              * prompt opens <think>, its rendered turns do not) */
+        while (rc1 == 0 && rc2 == 0 && common < r1.len && common < r2.len &&
+               r1.data[common] == r2.data[common])
+            common++;
+        while (common < r1.len && common > 0 && r2.data[common - 1] != '\n')
+            common--;   /* diverged inside the generation prompt: back to its line */
+        if (rc1 || rc2 || common + 16 < r1.len) {
+            th_fail(__FILE__, __LINE__, name, "the call turn does not follow the prompt (rc %d %d: %s)",
+                    rc1, rc2, why);
+        } else {
+            const char *turn = r2.data + common;
+            size_t n = r2.len - common;
+            for (int k = 0; ends[k]; k++) {
+                const char *x = memmem(turn, n, ends[k], strlen(ends[k]));
+                if (x)
+                    n = (size_t)(x - turn);
+            }
+            while (n && strchr(" \n", turn[n - 1]))
+                n--;
+            struct tool_calls c;
+            CHECK_EQ_INT(tool_calls_parse(turn, n, tf, &gp2.tools, &c), 0);
+            if (c.n != (size_t)(two ? 2 : 1) || strcmp(c.v[0].name, "get_weather") != 0 ||
+                strcmp(c.v[0].arguments, "{\"city\":\"Paris\"}") != 0 ||
+                (two && strcmp(c.v[1].arguments, "{\"tz\":\"Asia/Tokyo\"}") != 0))
+                th_fail(__FILE__, __LINE__, name, "the rendered calls do not parse back: %.*s", (int)n, turn);
+            else
+                parsed++, per_fmt[tf]++;
+            tool_calls_release(&c);
+            /* (Reka-Edge joins its calls without the newline our grammar writes) */
+            if (!memmem(turn, n, "\"id\"", 4) && !memmem(turn, n, "[CALL_ID]", 9) &&
+                !memmem(turn, n, "</tool_call><tool_call>", 23)) {
+                struct gen_params g;
+                memset(&g, 0, sizeof g);
+                CHECK_EQ_INT(gp_tools_arm(&gp2.tools, tf, 0, &g, &pe), 0);
+                /* the calls, after a thinking template's empty block and the
+                 * newline Qwen's templates put after the (empty) content */
+                const char *lead = turn;
+                const char *te = memmem(turn, n, "</think>", 8);
+                if (te)
+                    lead = te + 8;
+                lead += strspn(lead, " \n");
+                if (!gram_match(g.grammar, lead, n - (size_t)(lead - turn)))
+                    th_fail(__FILE__, __LINE__, name, "the required grammar refuses the rendered calls: %.*s",
+                            (int)n, turn);
+                else
+                    by_grammar++;
+                gen_params_release(&g);
+            }
+        }
+        buf_release(&r1);
+        buf_release(&r2);
+        chat_msgs_release(&m1);
+        chat_msgs_release(&m2);
+        gp_release(&gp1);
+        gp_release(&gp2);
+        json_decref(j1);
+        json_decref(j2);
+        chat_tmpl_free(ct);
+        tok_free(t);
+        free(src);
+    }
+    printf("  rendered calls parsed back: %zu (hermes %zu, llama3 %zu, mistral %zu, mistral-args %zu), "
+           "accepted by the grammar: %zu\n", parsed, per_fmt[CHAT_TOOLS_HERMES], per_fmt[CHAT_TOOLS_LLAMA3],
+           per_fmt[CHAT_TOOLS_MISTRAL], per_fmt[CHAT_TOOLS_MISTRAL_ARGS], by_grammar);
+    CHECK(per_fmt[CHAT_TOOLS_MISTRAL_ARGS] >= 3);
+    CHECK(per_fmt[CHAT_TOOLS_MISTRAL] >= 1);
+    CHECK(per_fmt[CHAT_TOOLS_LLAMA3] >= 2);
+    json_decref(fx);
 }

@@ -286,7 +286,7 @@ TEST(gen_chat_golden_body)
              "\"logprob\":%s,\"bytes\":[33]},{\"token\":\"a\",\"logprob\":%s,\"bytes\":[97]}]}"
              "],\"refusal\":null},\"finish_reason\":\"stop\"}],"
              "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":4,\"total_tokens\":%zu},"
-             "\"system_fingerprint\":\"fp_test\"}",
+             "\"service_tier\":\"default\",\"system_fingerprint\":\"fp_test\"}",
              a, a, b, a, a, b, a, a, b, e.sc.n_prompt, e.sc.n_prompt + 4);
     json_t *g = J(golden);
     char *got = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -310,8 +310,9 @@ TEST(gen_chat_fields_and_types)
     json_t *r = run_ok(&e, GP_CHAT,
                        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
                        "\"content\":\"Q\"}],\"temperature\":0}", NULL);
-    CHECK_EQ_INT(json_object_size(r), 7);
+    CHECK_EQ_INT(json_object_size(r), 8);
     CHECK(id_valid("chatcmpl-", sget(r, "id")));
+    CHECK_EQ_STR(sget(r, "service_tier"), "default");
     CHECK_EQ_STR(sget(r, "object"), "chat.completion");
     CHECK(iget(r, "created") > 1600000000);
     CHECK_EQ_STR(sget(r, "model"), "smollm2-135m");
@@ -718,11 +719,12 @@ static int lscript_logits(void *ctx, uint64_t choice, const int32_t *tokens, siz
 
 /* Run greedily over the scripted text with gp's grammar and markers;
  * return the choice's text in out (cap bytes) and its finish. */
-static enum stop_finish lazy_run(const struct tok *t, struct gen_params *gp, const char *text,
-                                 char *out, size_t cap, size_t *n_reason, size_t *n_gen)
+static enum stop_finish lazy_run_enc(const struct tok *t, struct gen_params *gp, const char *text,
+                                     int enc_flags, char *out, size_t cap, size_t *n_reason,
+                                     size_t *n_gen)
 {
     struct lscript sc = {calloc(tok_n_vocab(t), sizeof(float)), tok_n_vocab(t), 1, {0}, 0, tok_eos(t)};
-    CHECK_EQ_INT(tok_encode(t, text, strlen(text), 0, sc.ids, 512, &sc.n), 0);
+    CHECK_EQ_INT(tok_encode(t, text, strlen(text), enc_flags, sc.ids, 512, &sc.n), 0);
     smp_params_init(&gp->smp);
     gp->smp.temperature = 0;
     gp->max_tokens = 300;
@@ -744,6 +746,70 @@ static enum stop_finish lazy_run(const struct tok *t, struct gen_params *gp, con
     return f;
 }
 
+static enum stop_finish lazy_run(const struct tok *t, struct gen_params *gp, const char *text,
+                                 char *out, size_t cap, size_t *n_reason, size_t *n_gen)
+{
+    return lazy_run_enc(t, gp, text, 0, out, cap, n_reason, n_gen);
+}
+
+/* A tool format's marker that the vocabulary makes a control token
+ * (Mistral's [TOOL_CALLS]; here SmolLM2's <|im_start|>): kept in the text
+ * when gen_params.keep_special names it, taken by a grammar whose frame
+ * starts with its text, and a lazy trigger; dropped from the text
+ * otherwise. A trigger at the start arms only an answer that begins with
+ * it. */
+TEST(generate_keeps_control_tokens_a_tool_format_names)
+{
+    struct gvocab v;
+    struct tok *t = load_smollm(&v);
+    struct problem pe;
+    char out[2048];
+    size_t nr, ng;
+    int32_t id = tok_find(t, "<|im_start|>", 12);
+    CHECK(id >= 0 && tok_token_type(t, id) == TOK_TYPE_CONTROL && !tok_is_eog(t, id));
+    struct gram_frame fr = {"<|im_start|>", "", "", "{\"type\":\"object\",\"properties\":{\"a\":"
+                            "{\"type\":\"integer\"}},\"required\":[\"a\"],\"additionalProperties\":false}",
+                            0, 1, 1, 0, NULL};
+    fr.schema_len = strlen(fr.schema);
+    const char *text = "Sure. <|im_start|>{\"a\": 1} and more";
+    struct gen_params gp;
+
+    /* not kept: the control token gives no text */
+    memset(&gp, 0, sizeof gp);
+    CHECK_EQ_INT(lazy_run_enc(t, &gp, text, TOK_PARSE_SPECIAL, out, sizeof out, &nr, &ng),
+                 STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "Sure. {\"a\": 1} and more");
+
+    /* kept, and the lazy trigger: the grammar arms at the token, ends the call */
+    snprintf(gp.keep_special[0], sizeof gp.keep_special[0], "<|im_start|>");
+    CHECK_EQ_INT(gram_compile_framed(&fr, &gp.grammar, &pe), 0);
+    snprintf(gp.gram_trigger, sizeof gp.gram_trigger, "<|im_start|>");
+    CHECK_EQ_INT(lazy_run_enc(t, &gp, text, TOK_PARSE_SPECIAL, out, sizeof out, &nr, &ng),
+                 STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "Sure. <|im_start|>{\"a\": 1}");
+
+    /* the grammar from the first token: the kept token is in its mask */
+    gp.gram_trigger[0] = '\0';
+    CHECK_EQ_INT(lazy_run_enc(t, &gp, "<|im_start|>{\"a\": 22} tail", TOK_PARSE_SPECIAL, out,
+                              sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "<|im_start|>{\"a\": 22}");
+    CHECK_EQ_INT(ng, 8);   /* the marker is one token, not spelled out */
+    gen_params_release(&gp);
+
+    /* a trigger at the start: arms after leading whitespace, not later */
+    struct gram_frame f2 = {"", "", "", fr.schema, fr.schema_len, 1, 1, 0, NULL};
+    memset(&gp, 0, sizeof gp);
+    CHECK_EQ_INT(gram_compile_framed(&f2, &gp.grammar, &pe), 0);
+    snprintf(gp.gram_trigger, sizeof gp.gram_trigger, "{\"a\"");
+    gp.gram_trigger_at_start = 1;
+    CHECK_EQ_INT(lazy_run(t, &gp, "\n {\"a\": 5} tail", out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "\n {\"a\": 5}");
+    CHECK_EQ_INT(lazy_run(t, &gp, "See {\"a\": 5} tail", out, sizeof out, &nr, &ng), STOP_FINISH_STOP);
+    CHECK_EQ_STR(out, "See {\"a\": 5} tail");
+    gen_params_release(&gp);
+    gvocab_release(&v, t);
+}
+
 TEST(generate_lazy_grammar_arms_at_its_trigger)
 {
     struct gvocab v;
@@ -755,7 +821,7 @@ TEST(generate_lazy_grammar_arms_at_its_trigger)
     struct gram_frame fr = {"<tool_call>\n", "\n</tool_call>", "\n",
                             "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"f\"},"
                             "\"arguments\":{\"type\":\"object\"}},\"required\":[\"name\",\"arguments\"],"
-                            "\"additionalProperties\":false}", 0, 1, 1};
+                            "\"additionalProperties\":false}", 0, 1, 1, 0, NULL};
     fr.schema_len = strlen(fr.schema);
 
     /* free text, then a call: the grammar takes over at the tag and ends the
@@ -780,7 +846,7 @@ TEST(generate_lazy_grammar_arms_at_its_trigger)
     /* the token that completes the trigger goes on with bytes the grammar
      * refuses (" callback": "call" then "back", where "call(" is needed):
      * the grammar is dropped and the text stays free */
-    struct gram_frame fr2 = {"call(", ")", ",", "{\"type\":\"object\"}", 0, 1, 1};
+    struct gram_frame fr2 = {"call(", ")", ",", "{\"type\":\"object\"}", 0, 1, 1, 0, NULL};
     fr2.schema_len = strlen(fr2.schema);
     memset(&gp, 0, sizeof gp);
     CHECK_EQ_INT(gram_compile_framed(&fr2, &gp.grammar, &pe), 0);
