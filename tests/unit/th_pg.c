@@ -106,7 +106,7 @@ struct sdb *th_db_open(const char *dir)
     char err[512] = "";
     int r;
     if (o.database) {
-        r = sdb_pg_open(o.database, 5000, &db, err, sizeof err);
+        r = sdb_pg_open(o.database, 5000, 0, &db, err, sizeof err);
     } else {
         char path[1200];
         snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_NAME);
