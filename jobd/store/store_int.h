@@ -696,8 +696,8 @@
       "lease_id = ?2::text, finished_at = NULL, reuse_key = NULL WHERE id = ANY(?1::text[]) " \
       "AND coalesce(status, '') = 'queued'") \
     X(REQ_FOR_COMMIT_MANY, \
-      "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model FROM requests q " \
-      "WHERE q.id = ANY(?1::text[])") \
+      "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model, " \
+      "q.reuse_key IS NOT NULL FROM requests q WHERE q.id = ANY(?1::text[])") \
     X(REQ_FINISH_MANY, \
       "UPDATE requests q SET status = u.st, updated_at = ?4, lease_id = NULL, " \
       "last_error = coalesce(u.err, q.last_error), finished_at = ?4 " \

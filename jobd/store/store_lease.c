@@ -844,6 +844,7 @@ struct bulk_req {
     char id[ID_MAX];
     int leased_here; /* status leased under this lease */
     int taken;       /* an item of this commit already ends it */
+    int reuse;       /* it carries a reuse key (REUSE_RECORD has something to record) */
     char batch_id[ID_MAX];
     char tenant_id[ID_MAX];
     char model[STORE_MODEL_MAX + 1];
@@ -960,6 +961,7 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
             store_col_text(s, 3, q->batch_id, sizeof q->batch_id);
             store_col_text(s, 4, q->tenant_id, sizeof q->tenant_id);
             store_col_text(s, 5, q->model, sizeof q->model);
+            q->reuse = sdb_column_int64(s, 6) != 0;
         }
         if (r != SDB_ROW && r != SDB_DONE)
             rc = store_sqlerr(st, r, "requests for commit");
@@ -1128,16 +1130,24 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
             tmp[B.pick[k]] = STORE_COMMIT_OK;
         }
     }
+    /* REUSE_RECORD joins the commit's results to their requests to find
+     * reuse keys: skipped when none of the requests has one (read by
+     * bulk_pick; whatever went through commit_one is not known, so it runs) */
+    int reuse = !st->pg || n <= 1;
+    for (size_t k = 0; k < B.np; k++)
+        reuse |= B.req[k]->reuse;
     for (size_t i = 0; !rc && i < n; i++)
-        if (!done[i])
+        if (!done[i]) {
             rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
+            reuse = 1;
+        }
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
     if (!rc && B.np)
         rc = bulk_insert(&B);
     if (!rc)
         rc = store_count_flush(st, &acc);
-    if (!rc && n)
+    if (!rc && n && reuse)
         rc = store_reuse_record(st, lease_id, now);
 out:
     rc = store_w_end(st, rc);
