@@ -873,7 +873,7 @@ struct bulk {
 
 /* The per-request columns of the set-based statements. */
 enum bulk_col {
-    BC_ID, BC_BATCH, BC_STATUS, BC_ERROR, BC_TENANT, BC_MODEL, BC_BODY, BC_STATUS_CODE, BC_PROMPT,
+    BC_ID, BC_BATCH, BC_TENANT, BC_MODEL, BC_BODY, BC_STATUS_CODE, BC_PROMPT,
     BC_COMPLETION, BC_CACHED, BC_QUEUE_MS, BC_PREFILL_MS, BC_DECODE_MS, BC_GPU_MS, BC_COST,
     BC_LEASE = -1, BC_NOW = -2 /* not per request: the lease id, now */
 };
@@ -890,8 +890,6 @@ static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, e
         switch (col) {
         case BC_ID: rc = store_arr_text(a, it->request_id); break;
         case BC_BATCH: rc = store_arr_text(a, B->req[k]->batch_id); break;
-        case BC_STATUS: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? "succeeded" : "failed"); break;
-        case BC_ERROR: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? NULL : "invalid request"); break;
         case BC_TENANT: rc = store_arr_text(a, B->req[k]->tenant_id); break;
         case BC_MODEL: rc = store_arr_text(a, B->req[k]->model); break;
         case BC_BODY: rc = store_arr_hex(a, it->body, it->body_len); break;
@@ -1002,27 +1000,42 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
     return 0;
 }
 
-/* Step 2: end the picked requests (one UPDATE fenced by status and lease
- * id; every pick was read as leased under this lease, and the lease row is
- * locked, so all of them change) and count them. */
+/* Step 2: end the picked requests - one UPDATE for the successes, one for
+ * the 4xx failures (REQ_FINISH_MANY, fenced by status and lease id; every
+ * pick was read as leased under this lease, and the lease row is locked,
+ * so all of them change) - and count them. */
 static int bulk_finish(struct bulk *B, struct store_count_acc *acc)
 {
     struct store *st = B->st;
     struct buf a;
     buf_init(&a, SIZE_MAX);
     int rc = 0;
+    int64_t ended = 0;
     /* the batch rows are locked already (lock_batches, in id order) */
-    struct sdb_stmt *s;
-    if (!rc && (s = store_stmt(st, S_REQ_FINISH_MANY, &rc))) {
-        if (!(rc = bulk_bind(B, s, 1, &a, BC_ID, 0)) && !(rc = bulk_bind(B, s, 2, &a, BC_STATUS, 0)) &&
-            !(rc = bulk_bind(B, s, 3, &a, BC_ERROR, 0)) && !(rc = store_bind_int(st, s, 4, B->now)) &&
-            !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")) &&
-            sdb_changes(st->db) != (int64_t)B->np) {
-            log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id,
-                     (long long)sdb_changes(st->db), B->np);
-            rc = ERR_BUSY; /* cannot happen under the lease lock; the worker retries the chunk */
-        }
-        sdb_clear_bindings(s);
+    for (int ok = 1; !rc && ok >= 0; ok--) {
+        size_t m = 0;
+        rc = store_arr_begin(&a);
+        for (size_t k = 0; !rc && k < B->np; k++)
+            if ((B->items[B->pick[k]].kind == STORE_RESULT_SUCCESS) == ok) {
+                rc = store_arr_text(&a, B->items[B->pick[k]].request_id);
+                m++;
+            }
+        if (!rc)
+            rc = store_arr_end(&a);
+        if (rc || m == 0)
+            continue;
+        struct sdb_stmt *s = store_stmt(st, S_REQ_FINISH_MANY, &rc);
+        if (s && !(rc = store_bind_text(st, s, 1, a.data)) &&
+            !(rc = store_bind_text(st, s, 2, ok ? "succeeded" : "failed")) &&
+            !(rc = store_bind_int(st, s, 3, B->now)) && (ok || !(rc = store_bind_text(st, s, 4, "invalid request"))) &&
+            !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")))
+            ended += sdb_changes(st->db);
+        if (s)
+            sdb_clear_bindings(s);
+    }
+    if (!rc && ended != (int64_t)B->np) {
+        log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id, (long long)ended, B->np);
+        rc = ERR_BUSY; /* cannot happen under the lease lock; the worker retries the chunk */
     }
     buf_release(&a);
     for (size_t k = 0; !rc && k < B->np; k++) {
