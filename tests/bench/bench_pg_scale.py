@@ -388,8 +388,9 @@ def main():
                     x.stop()
             # gone before the next setup: autovacuum of this setup's tables
             # would otherwise run (and count) in the next one's timed phases
-            subprocess.run(["psql", "-q", url, "-c", f"DROP DATABASE {db} WITH (FORCE)"], check=True,
-                           capture_output=True)
+            if not os.environ.get("BENCH_KEEP_PG"):
+                subprocess.run(["psql", "-q", url, "-c", f"DROP DATABASE {db} WITH (FORCE)"], check=True,
+                               capture_output=True)
         base = res.get("sqlite")
         if base:
             for k in setups:
