@@ -315,7 +315,8 @@ def run_setup(name, insts, n, w, pack, pgss=None):
         time.sleep(0.02)
     assert b["request_counts"]["completed"] == n, b
     print(f"{name:<22} lease+commit {rate:7.0f} req/s   poll p50 {pct(polls, .5) * 1e3:6.1f} ms "
-          f"p99 {pct(polls, .99) * 1e3:6.1f} ms   lease p99 {pct(lats, .99) * 1e3:6.1f} ms", flush=True)
+          f"p99 {pct(polls, .99) * 1e3:6.1f} ms ({len(polls)} polls)   lease p99 {pct(lats, .99) * 1e3:6.1f} ms",
+          flush=True)
     lc_cpu = cpu_line(cpu0, cpu1, n, t_end - min(firsts), "committed request")
     pgss_top(pgss, "lease+commit", n)
     return {"ingest": n / t_ing, "rate": rate, "ingest_cpu": ing_cpu, "cpu": lc_cpu}
