@@ -244,8 +244,8 @@ def test_jobd_openapi_lists_exactly_the_served_routes():
             routes.add((m.group(1).upper(), cur))
     # + 8 webhook routes (spec/webhooks.md), GET /v1/usage, GET/PUT /v1/admin/tenants/{tenant}/limits,
     # GET /v1/admin/usage, GET /v1/batches/{id}/results, POST /v1/batches/{id}/rerun, POST
-    # /v1/batches/estimate
-    assert len(routes) == 23 + 8 + 1 + 2 + 1 + 3, routes
+    # /v1/batches/estimate, the 6 Anthropic Message Batches routes (spec/anthropic.md)
+    assert len(routes) == 23 + 8 + 1 + 2 + 1 + 3 + 6, routes
     d = Jobd()
     for method, path in sorted(routes):
         p = re.sub(r"\{[^}]+\}", "x", path)

@@ -338,7 +338,10 @@ def test_s3_dies_mid_multipart_upload_503_no_object_then_the_retry_stores_it():
         trap.armed = True
         ct, body = multipart({"purpose": "batch"}, {"file": ("big.jsonl", data)})
         r = d.call("POST", "/v1/files", body, {"Content-Type": ct}, timeout=120)
-        assert trap.sprung.is_set(), "no part 2 went by: the file fit one part"
+        # the answer may come back before the halt is over (the server's
+        # death cuts the connection jobd waits on): wait for it, so the
+        # resume below does not race the halt
+        assert trap.sprung.wait(60), "no part 2 went by: the file fit one part"
         assert r.status == 503 and r.headers.get("retry-after"), (r.status, r.body[:300])
         assert "file store is unavailable" in r.json()["error"]["message"], r.body
         assert d.json("GET", "/v1/files")["data"] == []
