@@ -47,6 +47,7 @@ static int parse_flags(struct jobd_flags *f, int argc, char **argv)
         CFG_OPT("s3-endpoint", "AWS_ENDPOINT_URL", CFG_STR, &c->files.endpoint, "URL", "the S3 server of --files, http[s]://HOST[:PORT] (default https://s3.REGION.amazonaws.com)"),
         CFG_OPT("s3-region", "AWS_REGION", CFG_STR, &c->files.region, "REGION", "the SigV4 signing region of --files (default us-east-1)"),
         CFG_OPT("database", "JOBD_DATABASE", CFG_STR, &c->store.database, "URL", "postgresql://USER[:PASSWORD]@HOST:PORT/DB: keep the state in that PostgreSQL database, so several jobd instances can share it (README \"Scaling out\"); default: SQLite, DIR/jobd.db"),
+        CFG_OPT("db-statement-timeout", "JOBD_DB_STATEMENT_TIMEOUT", CFG_DURATION, &c->store.statement_timeout_ms, "DUR", "with --database: PostgreSQL cancels a statement of jobd's that runs longer (the call answers 503 + Retry-After); 0 = no limit (default 60s)", 0, DUR_S(86400)),
         CFG_OPT("durability", "JOBD_DURABILITY", CFG_STR, &f->durability, "full|normal",
                 "full (default): every accepted request is synced to disk before the answer; normal: synced at checkpoints (survives a crash of jobd, not of the OS)"),
         CFG_OPT("max-upload", "JOBD_MAX_UPLOAD", CFG_SIZE, &c->max_upload_bytes, "SIZE", "request body of POST /v1/files and /v1/jobs (default 512M)"),

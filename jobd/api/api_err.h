@@ -49,6 +49,7 @@ struct http_req;
     X(FILE_TOO_LARGE,           413, "invalid_request_error", "file_too_large")                         \
     X(UNSUPPORTED_MEDIA_TYPE,   415, "invalid_request_error", "unsupported_media_type")                 \
     X(UNSUPPORTED_ENCODING,     415, "invalid_request_error", "unsupported_encoding")                   \
+    X(RANGE_NOT_SATISFIABLE,    416, "invalid_request_error", "range_not_satisfiable")                  \
     X(IDEMPOTENCY_KEY_REUSED,   422, "invalid_request_error", "idempotency_key_reused")                 \
     X(QUEUED_TOKENS_LIMIT,      429, "insufficient_quota",    "queued_tokens_limit_exceeded")           \
     X(DAILY_SPEND_LIMIT,        429, "insufficient_quota",    "daily_spend_limit_exceeded")             \

@@ -442,6 +442,11 @@ struct file_job {
     struct blob_reader *br; /* the stored bytes, open (local: sent with sendfile) */
     int fd_zstd_raw;        /* they are the raw zstd stream: send Content-Encoding: zstd */
     int fd_decompress;      /* they are zstd: stream them decompressed */
+    /* content: the Range asked for (http_range_parse), over the file's bytes as uploaded */
+    char range[96];         /* the request's Range header ("" none) */
+    enum http_range rk;
+    uint64_t first, len;    /* HTTP_RANGE_OK: the bytes to send */
+    uint64_t size;          /* the file's bytes (Content-Range) */
 };
 
 static void file_job_free(struct api_job *job)
@@ -525,8 +530,20 @@ static void files_content_run(struct api_job *job, struct store *st)
         api_job_internal(job, rc, "open file content");
         return;
     }
+    fj->size = (uint64_t)f.bytes;
+    fj->rk = http_range_parse(fj->range[0] ? fj->range : NULL, fj->size, &fj->first, &fj->len);
+    if (fj->rk == HTTP_RANGE_UNSATISFIABLE) {
+        blob_reader_free(fj->br);
+        fj->br = NULL;
+        api_job_error(job, API_ERR_RANGE_NOT_SATISFIABLE, NULL,
+                      "The range '%s' is not satisfiable: file '%s' has %llu bytes.", fj->range, fj->id,
+                      (unsigned long long)fj->size);
+        return;
+    }
+    /* a range is of the bytes as uploaded: it is answered decompressed
+     * whatever Accept-Encoding says */
     if (strcmp(f.encoding, "zstd") == 0) {
-        if (fj->accept_zstd)
+        if (fj->accept_zstd && fj->rk != HTTP_RANGE_OK)
             fj->fd_zstd_raw = 1;
         else
             fj->fd_decompress = 1;
@@ -539,14 +556,36 @@ static void files_content_run(struct api_job *job, struct store *st)
 struct dl {
     struct blob_reader *br;
     struct zst_reader *zr; /* NULL: raw */
+    uint64_t skip;         /* a range: bytes still to read and drop before it */
+    uint64_t left;         /* a range: bytes of it still to send; UINT64_MAX: to the end */
 };
 
+static ssize_t dl_pull(struct dl *d, char *buf, size_t cap)
+{
+    return d->zr ? zst_reader_read(d->zr, buf, cap) : blob_read(d->br, buf, cap);
+}
+
+/* The next bytes of the answer: a range is cut out of the stream (what
+ * comes before it is read and dropped: a zstd stream has no index to
+ * seek with, so a range costs the decompression of what precedes it). */
 static int dl_read(void *arg, char *buf, size_t cap, size_t *n)
 {
     struct dl *d = arg;
-    ssize_t r = d->zr ? zst_reader_read(d->zr, buf, cap) : blob_read(d->br, buf, cap);
+    while (d->skip > 0) {
+        ssize_t r = dl_pull(d, buf, d->skip < cap ? (size_t)d->skip : cap);
+        if (r < 0)
+            return (int)r;
+        if (r == 0)
+            return ERR_CORRUPT; /* shorter than its row says */
+        d->skip -= (uint64_t)r;
+    }
+    if (d->left < cap)
+        cap = (size_t)d->left;
+    ssize_t r = cap ? dl_pull(d, buf, cap) : 0;
     if (r < 0)
         return (int)r;
+    if (d->left != UINT64_MAX)
+        d->left -= (uint64_t)r;
     *n = (size_t)r;
     return 0;
 }
@@ -569,26 +608,41 @@ static void dl_done(void *arg, int err)
 static int files_content_answer(struct http_req *req, struct api_job *job)
 {
     struct file_job *fj = (struct file_job *)job;
+    char cr[96];
     if (!fj->br) {
+        if (fj->rk == HTTP_RANGE_UNSATISFIABLE) {
+            snprintf(cr, sizeof cr, "bytes */%llu", (unsigned long long)fj->size);
+            http_resp_header(req, "Content-Range", cr);
+        }
         api_job_answer(req, job);
         return 0;
     }
     struct blob_reader *br = fj->br;
     fj->br = NULL;
+    int ranged = fj->rk == HTTP_RANGE_OK, status = ranged ? 206 : 200;
+    http_resp_header(req, "Accept-Ranges", "bytes");
+    if (ranged) {
+        snprintf(cr, sizeof cr, "bytes %llu-%llu/%llu", (unsigned long long)fj->first,
+                 (unsigned long long)(fj->first + fj->len - 1), (unsigned long long)fj->size);
+        http_resp_header(req, "Content-Range", cr);
+    }
     if (fj->fd_zstd_raw)
         http_resp_header(req, "Content-Encoding", "zstd");
     if (!fj->fd_decompress && blob_reader_fd(br) >= 0) { /* local: sendfile */
-        uint64_t len = blob_reader_size(br);
+        uint64_t off = ranged ? fj->first : 0, len = ranged ? fj->len : blob_reader_size(br);
         int fd = blob_reader_take_fd(br);
         blob_reader_free(br);
-        http_respond_fd(req, 200, "application/octet-stream", fd, 0, len);
+        http_respond_fd(req, status, "application/octet-stream", fd, off, len);
         return 0;
     }
     struct dl *d = calloc(1, sizeof *d);
-    if (d)
+    if (d) {
         d->br = br;
+        d->skip = ranged ? fj->first : 0;
+        d->left = ranged ? fj->len : UINT64_MAX;
+    }
     if (!d || (fj->fd_decompress && zst_reader_new(blob_read, br, &d->zr) != 0) ||
-        http_respond_stream(req, 200, "application/octet-stream", dl_read, dl_done, d) != 0) {
+        http_respond_stream(req, status, "application/octet-stream", dl_read, dl_done, d) != 0) {
         if (d)
             dl_free(d);
         else
@@ -617,6 +671,9 @@ static void files_by_id(struct http_req *req, api_job_fn run, int (*answer)(stru
     }
     snprintf(fj->id, sizeof fj->id, "%s", id);
     fj->accept_zstd = api_accepts_coding(http_req_header(req, "Accept-Encoding"), "zstd");
+    const char *range = http_req_header(req, "Range");
+    if (range && strlen(range) < sizeof fj->range) /* longer: no range we understand */
+        snprintf(fj->range, sizeof fj->range, "%s", range);
     api_job_run(req, &fj->job);
 }
 

@@ -365,6 +365,18 @@ int http_pct_decode(const char *s, size_t n, int plus_space, struct buf *out);
  * weak comparison). 1 or 0. */
 int http_etag_matches(const char *if_none_match, const char *etag);
 
+/* A Range request header (RFC 9110 14.2) against a representation of size
+ * bytes. Understands one byte range: "bytes=A-B" (B past the end is the
+ * end), "bytes=A-", "bytes=-N" (the last N). HTTP_RANGE_NONE when value is
+ * NULL, not a bytes range, malformed, or several ranges (the caller sends
+ * the whole representation: a server may ignore Range);
+ * HTTP_RANGE_UNSATISFIABLE when it starts at or past the end (or asks for
+ * the last 0 bytes): answer 416 with Content-Range "bytes * /size" (no
+ * space); HTTP_RANGE_OK with *first and *len (len >= 1) set: answer 206
+ * with Content-Range "bytes first-(first+len-1)/size". */
+enum http_range { HTTP_RANGE_NONE = 0, HTTP_RANGE_OK, HTTP_RANGE_UNSATISFIABLE };
+enum http_range http_range_parse(const char *value, uint64_t size, uint64_t *first, uint64_t *len);
+
 /* Reason phrase for a status ("Not Found"), "Unknown" if none. */
 const char *http_status_reason(int status);
 

@@ -117,6 +117,56 @@ int http_resp_header(struct http_req *req, const char *name, const char *value)
     return rc;
 }
 
+/* Digits at *p into *v (at most 19: no overflow); 0, or -1 for none or too many. */
+static int range_num(const char **p, uint64_t *v)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    int n = 0;
+    while (*s >= '0' && *s <= '9') {
+        if (++n > 19)
+            return -1;
+        x = x * 10 + (uint64_t)(*s++ - '0');
+    }
+    if (n == 0)
+        return -1;
+    *v = x;
+    *p = s;
+    return 0;
+}
+
+enum http_range http_range_parse(const char *value, uint64_t size, uint64_t *first, uint64_t *len)
+{
+    if (!value || strncasecmp(value, "bytes=", 6) != 0)
+        return HTTP_RANGE_NONE;
+    const char *p = value + 6;
+    uint64_t a = 0, b = 0;
+    if (*p == '-') { /* the last b bytes */
+        p++;
+        if (range_num(&p, &b) || *p)
+            return HTTP_RANGE_NONE;
+        if (b == 0 || size == 0)
+            return HTTP_RANGE_UNSATISFIABLE;
+        *first = b < size ? size - b : 0;
+        *len = size - *first;
+        return HTTP_RANGE_OK;
+    }
+    if (range_num(&p, &a) || *p++ != '-')
+        return HTTP_RANGE_NONE;
+    if (*p == 0) {
+        b = UINT64_MAX;
+    } else if (range_num(&p, &b) || *p || b < a) {
+        return HTTP_RANGE_NONE; /* trailing text, a second range, or last < first */
+    }
+    if (a >= size)
+        return HTTP_RANGE_UNSATISFIABLE;
+    if (b >= size)
+        b = size - 1;
+    *first = a;
+    *len = b - a + 1;
+    return HTTP_RANGE_OK;
+}
+
 int http_etag_matches(const char *inm, const char *etag)
 {
     size_t el = strlen(etag);

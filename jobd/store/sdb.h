@@ -33,6 +33,7 @@
  * the same numbers), so store_sqlerr translates every driver's errors with
  * one table; another driver maps its own errors onto them (for PostgreSQL:
  * SQLSTATE 23505 -> SDB_CONSTRAINT_UNIQUE, 40001/40P01/55P03 -> SDB_BUSY,
+ * 57014 (statement_timeout, cancel) -> SDB_BUSY_TIMEOUT,
  * 08xxx -> SDB_IOERR, a dropped connection -> SDB_BUSY while it reconnects). sdb_errmsg gives the engine's message of the
  * last failure on a connection.
  *
@@ -68,6 +69,7 @@ enum {
     SDB_CONSTRAINT_FOREIGNKEY = SDB_CONSTRAINT | (3 << 8),
     SDB_CONSTRAINT_PRIMARYKEY = SDB_CONSTRAINT | (6 << 8),
     SDB_CONSTRAINT_UNIQUE = SDB_CONSTRAINT | (8 << 8),
+    SDB_BUSY_TIMEOUT = SDB_BUSY | (3 << 8), /* PostgreSQL: statement_timeout cancelled it (57014) */
 };
 
 /* Column types (sdb_column_type): SQLite's fundamental datatypes. */
@@ -128,10 +130,14 @@ const char *sdb_errstr(int rc);
 
 /* Connect to url (a libpq connection string or postgresql:// URI), then set
  * lock_timeout (a lock wait longer than that is SDB_BUSY, like SQLite's
- * busy timeout), UTC and client_min_messages=warning. SDB_OK with *out set;
- * otherwise SDB_CANTOPEN (cannot connect, wrong password, no such database)
- * or another code, and libpq's message in err (err_cap bytes). */
-int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *err, size_t err_cap);
+ * busy timeout), statement_timeout (a statement that runs longer is
+ * cancelled by the server: SDB_BUSY, the connection stays usable; 0 = none),
+ * UTC and client_min_messages=warning; both timeouts are set again on every
+ * reconnected session. SDB_OK with *out set; otherwise SDB_CANTOPEN (cannot
+ * connect, wrong password, no such database) or another code, and libpq's
+ * message in err (err_cap bytes). */
+int sdb_pg_open(const char *url, int lock_timeout_ms, int statement_timeout_ms, struct sdb **out, char *err,
+                size_t err_cap);
 
 /* Rewrite SQLite-style ?N placeholders as $N outside quoted strings and
  * identifiers; *out (caller frees) and the highest N in *nparams. SDB_OK,

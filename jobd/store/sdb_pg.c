@@ -59,6 +59,13 @@
  * server's host gone without a FIN - is found in about 25 s, not the
  * kernel's 2 hours), and tcp_user_timeout for data sent and never
  * acknowledged. A connection found dead is SDB_BUSY and reconnected.
+ * Every session also gets lock_timeout and statement_timeout (sdb_pg_open's
+ * arguments; jobd's --db-statement-timeout, default 60 s): a statement the
+ * server runs longer than that (a runaway plan, a wait that is not a lock)
+ * is cancelled by the server, SQLSTATE 57014, SDB_BUSY_TIMEOUT (logged by
+ * the store as a warning; ERR_BUSY above it), and the connection
+ * stays usable. It bounds the server's side; a server that went silent is
+ * the keepalives' and tcp_user_timeout's to find.
  *
  * Results are read whole (PQexecParams, not single-row mode): the store's
  * reads are bounded by LIMITs (scans page through results by seq).
@@ -98,6 +105,7 @@ struct sdb_pg {
     PGconn *conn;
     int64_t changes;
     int lock_timeout_ms;
+    int statement_timeout_ms; /* 0: none */
     int in_tx;           /* the server's transaction state after the last call */
     int tx_lost;         /* the connection dropped inside a transaction: fail all but ROLLBACK */
     int backoff_ms;      /* wait before the next reconnect attempt (0: none failed) */
@@ -221,7 +229,7 @@ int sdb_pg_sqlstate(const char *state)
     if (!strcmp(state, "40001") || !strcmp(state, "40P01") || !strcmp(state, "55P03"))
         return SDB_BUSY;
     if (!strcmp(state, "57014")) /* statement_timeout / cancel */
-        return SDB_BUSY;
+        return SDB_BUSY_TIMEOUT;
     if (!strcmp(state, "53100"))
         return SDB_FULL;
     if (!strcmp(state, "53200"))
@@ -275,10 +283,12 @@ static int64_t pg_now_ms(void)
 
 static int pg_session(struct sdb_pg *d)
 {
-    char set[160];
+    char set[200];
     snprintf(set, sizeof set,
-             "SET client_min_messages = warning; SET lock_timeout = %d; SET TIME ZONE 'UTC'",
-             d->lock_timeout_ms > 0 ? d->lock_timeout_ms : 0);
+             "SET client_min_messages = warning; SET lock_timeout = %d; SET statement_timeout = %d; "
+             "SET TIME ZONE 'UTC'",
+             d->lock_timeout_ms > 0 ? d->lock_timeout_ms : 0,
+             d->statement_timeout_ms > 0 ? d->statement_timeout_ms : 0);
     PGresult *r = PQexec(d->conn, set);
     int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
     if (!ok)
@@ -918,7 +928,8 @@ int sdb_pg_wait(struct sdb *db, int timeout_ms)
     return pg_drain_notifies(d) > 0;
 }
 
-int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *err, size_t err_cap)
+int sdb_pg_open(const char *url, int lock_timeout_ms, int statement_timeout_ms, struct sdb **out, char *err,
+                size_t err_cap)
 {
     *out = NULL;
     if (err_cap)
@@ -945,6 +956,7 @@ int sdb_pg_open(const char *url, int lock_timeout_ms, struct sdb **out, char *er
         return SDB_CANTOPEN;
     }
     d->lock_timeout_ms = lock_timeout_ms;
+    d->statement_timeout_ms = statement_timeout_ms;
     int rc = pg_session(d);
     if (rc != SDB_OK) {
         if (err_cap)

@@ -21,7 +21,7 @@ _Static_assert(SDB_OK == SQLITE_OK && SDB_ERROR == SQLITE_ERROR && SDB_INTERNAL 
                    SDB_MISUSE == SQLITE_MISUSE && SDB_NOTADB == SQLITE_NOTADB &&
                    SDB_ROW == SQLITE_ROW && SDB_DONE == SQLITE_DONE,
                "sdb result codes are SQLite's");
-_Static_assert(SDB_CONSTRAINT_FOREIGNKEY == SQLITE_CONSTRAINT_FOREIGNKEY &&
+_Static_assert(SDB_BUSY_TIMEOUT == SQLITE_BUSY_TIMEOUT && SDB_CONSTRAINT_FOREIGNKEY == SQLITE_CONSTRAINT_FOREIGNKEY &&
                    SDB_CONSTRAINT_PRIMARYKEY == SQLITE_CONSTRAINT_PRIMARYKEY &&
                    SDB_CONSTRAINT_UNIQUE == SQLITE_CONSTRAINT_UNIQUE,
                "sdb extended codes are SQLite's");

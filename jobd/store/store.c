@@ -44,8 +44,14 @@ int store_sqlerr(struct store *st, int sqlite_rc, const char *what)
     case SDB_TOOBIG: e = ERR_TOOBIG; break;
     default: e = ERR_INTERNAL; break;
     }
-    /* Constraint violations are expected outcomes (duplicates); the rest are not. */
-    log_write(prim == SDB_CONSTRAINT || prim == SDB_BUSY ? LOG_DEBUG : LOG_ERROR, NULL,
+    /* Constraint violations are expected outcomes (duplicates), and so is a
+     * lock wait that gives up; the rest are not. A statement that ran past
+     * its timeout (PostgreSQL's statement_timeout) is busy for the caller,
+     * but an operator wants to see it. */
+    log_write(ext == SDB_BUSY_TIMEOUT                        ? LOG_WARN
+              : prim == SDB_CONSTRAINT || prim == SDB_BUSY ? LOG_DEBUG
+                                                           : LOG_ERROR,
+              NULL,
               "store: %s: %s error %d (%s): %s", what, st && st->db ? st->db->ops->name : "sqlite",
               sqlite_rc, sdb_errstr(sqlite_rc),
               msg ? msg : "");
@@ -543,7 +549,9 @@ static int store_migrate_pg(struct store *st)
         log_error("store: embedded PostgreSQL schema has no valid '-- @migration N' blocks");
         return ERR_INTERNAL;
     }
-    int r = sdb_exec(st->db, "BEGIN; SELECT pg_advisory_xact_lock(" STORE_PG_MIGRATE_LOCK "); "
+    /* no statement timeout inside: a migration rewrites whole tables */
+    int r = sdb_exec(st->db, "BEGIN; SET LOCAL statement_timeout = 0; "
+                             "SELECT pg_advisory_xact_lock(" STORE_PG_MIGRATE_LOCK "); "
                              "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL); "
                              "INSERT INTO schema_version(version) SELECT 0 WHERE NOT EXISTS "
                              "(SELECT 1 FROM schema_version)");
@@ -627,7 +635,7 @@ static int store_open_pg(struct store *st)
         return ERR_NOMEM;
     st->pg = 1;
     char err[512];
-    int r = sdb_pg_open(st->opts.database, st->opts.busy_timeout_ms, &st->db, err, sizeof err);
+    int r = sdb_pg_open(st->opts.database, st->opts.busy_timeout_ms, st->opts.statement_timeout_ms, &st->db, err, sizeof err);
     if (r != SDB_OK) {
         log_error("store: cannot open the PostgreSQL database %s: %s", st->db_path, err[0] ? err : sdb_errstr(r));
         return r == SDB_NOMEM ? ERR_NOMEM : ERR_IO;

@@ -232,9 +232,16 @@ struct store_opts {
                                         gone meanwhile: the call records the gap (worker_gaps,
                                         fleet cost); the daemon's lease_opts.worker_ttl_s
                                         (default 120); 0 records none */
+    int statement_timeout_ms;        /* PostgreSQL: a statement running longer is cancelled
+                                        by the server (ERR_BUSY: 503 + Retry-After at the
+                                        API); 0 = no limit (default
+                                        STORE_PG_STATEMENT_TIMEOUT_MS; migrations run
+                                        without one). SQLite: unused */
 };
+#define STORE_PG_STATEMENT_TIMEOUT_MS 60000
 #define STORE_OPTS_DEFAULT \
-    ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL, NULL, 120})
+    ((struct store_opts){STORE_DURABILITY_FULL, 5000, 86400, 300, NULL, NULL, NULL, NULL, 120, \
+                         STORE_PG_STATEMENT_TIMEOUT_MS})
 
 /* 1 if url names a PostgreSQL database (postgresql:// or postgres://). Pure. */
 int store_database_is_pg(const char *url);

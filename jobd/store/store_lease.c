@@ -855,6 +855,7 @@ struct bulk_req {
     char id[ID_MAX];
     int leased_here; /* status leased under this lease */
     int taken;       /* an item of this commit already ends it */
+    int reuse;       /* it carries a reuse key (REUSE_RECORD has something to record) */
     char batch_id[ID_MAX];
     char tenant_id[ID_MAX];
     char model[STORE_MODEL_MAX + 1];
@@ -883,7 +884,7 @@ struct bulk {
 
 /* The per-request columns of the set-based statements. */
 enum bulk_col {
-    BC_ID, BC_BATCH, BC_STATUS, BC_ERROR, BC_TENANT, BC_MODEL, BC_BODY, BC_STATUS_CODE, BC_PROMPT,
+    BC_ID, BC_BATCH, BC_TENANT, BC_MODEL, BC_BODY, BC_STATUS_CODE, BC_PROMPT,
     BC_COMPLETION, BC_CACHED, BC_QUEUE_MS, BC_PREFILL_MS, BC_DECODE_MS, BC_GPU_MS, BC_COST,
     BC_LEASE = -1, BC_NOW = -2 /* not per request: the lease id, now */
 };
@@ -900,8 +901,6 @@ static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, e
         switch (col) {
         case BC_ID: rc = store_arr_text(a, it->request_id); break;
         case BC_BATCH: rc = store_arr_text(a, B->req[k]->batch_id); break;
-        case BC_STATUS: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? "succeeded" : "failed"); break;
-        case BC_ERROR: rc = store_arr_text(a, it->kind == STORE_RESULT_SUCCESS ? NULL : "invalid request"); break;
         case BC_TENANT: rc = store_arr_text(a, B->req[k]->tenant_id); break;
         case BC_MODEL: rc = store_arr_text(a, B->req[k]->model); break;
         case BC_BODY: rc = store_arr_hex(a, it->body, it->body_len); break;
@@ -971,6 +970,7 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
             store_col_text(s, 3, q->batch_id, sizeof q->batch_id);
             store_col_text(s, 4, q->tenant_id, sizeof q->tenant_id);
             store_col_text(s, 5, q->model, sizeof q->model);
+            q->reuse = sdb_column_int64(s, 6) != 0;
         }
         if (r != SDB_ROW && r != SDB_DONE)
             rc = store_sqlerr(st, r, "requests for commit");
@@ -1011,27 +1011,42 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
     return 0;
 }
 
-/* Step 2: end the picked requests (one UPDATE fenced by status and lease
- * id; every pick was read as leased under this lease, and the lease row is
- * locked, so all of them change) and count them. */
+/* Step 2: end the picked requests - one UPDATE for the successes, one for
+ * the 4xx failures (REQ_FINISH_MANY, fenced by status and lease id; every
+ * pick was read as leased under this lease, and the lease row is locked,
+ * so all of them change) - and count them. */
 static int bulk_finish(struct bulk *B, struct store_count_acc *acc)
 {
     struct store *st = B->st;
     struct buf a;
     buf_init(&a, SIZE_MAX);
     int rc = 0;
+    int64_t ended = 0;
     /* the batch rows are locked already (lock_batches, in id order) */
-    struct sdb_stmt *s;
-    if (!rc && (s = store_stmt(st, S_REQ_FINISH_MANY, &rc))) {
-        if (!(rc = bulk_bind(B, s, 1, &a, BC_ID, 0)) && !(rc = bulk_bind(B, s, 2, &a, BC_STATUS, 0)) &&
-            !(rc = bulk_bind(B, s, 3, &a, BC_ERROR, 0)) && !(rc = store_bind_int(st, s, 4, B->now)) &&
-            !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")) &&
-            sdb_changes(st->db) != (int64_t)B->np) {
-            log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id,
-                     (long long)sdb_changes(st->db), B->np);
-            rc = ERR_BUSY; /* cannot happen under the lease lock; the worker retries the chunk */
-        }
-        sdb_clear_bindings(s);
+    for (int ok = 1; !rc && ok >= 0; ok--) {
+        size_t m = 0;
+        rc = store_arr_begin(&a);
+        for (size_t k = 0; !rc && k < B->np; k++)
+            if ((B->items[B->pick[k]].kind == STORE_RESULT_SUCCESS) == ok) {
+                rc = store_arr_text(&a, B->items[B->pick[k]].request_id);
+                m++;
+            }
+        if (!rc)
+            rc = store_arr_end(&a);
+        if (rc || m == 0)
+            continue;
+        struct sdb_stmt *s = store_stmt(st, S_REQ_FINISH_MANY, &rc);
+        if (s && !(rc = store_bind_text(st, s, 1, a.data)) &&
+            !(rc = store_bind_text(st, s, 2, ok ? "succeeded" : "failed")) &&
+            !(rc = store_bind_int(st, s, 3, B->now)) && (ok || !(rc = store_bind_text(st, s, 4, "invalid request"))) &&
+            !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")))
+            ended += sdb_changes(st->db);
+        if (s)
+            sdb_clear_bindings(s);
+    }
+    if (!rc && ended != (int64_t)B->np) {
+        log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id, (long long)ended, B->np);
+        rc = ERR_BUSY; /* cannot happen under the lease lock; the worker retries the chunk */
     }
     buf_release(&a);
     for (size_t k = 0; !rc && k < B->np; k++) {
@@ -1139,16 +1154,24 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
             tmp[B.pick[k]] = STORE_COMMIT_OK;
         }
     }
+    /* REUSE_RECORD joins the commit's results to their requests to find
+     * reuse keys: skipped when none of the requests has one (read by
+     * bulk_pick; whatever went through commit_one is not known, so it runs) */
+    int reuse = !st->pg || n <= 1;
+    for (size_t k = 0; k < B.np; k++)
+        reuse |= B.req[k]->reuse;
     for (size_t i = 0; !rc && i < n; i++)
-        if (!done[i])
+        if (!done[i]) {
             rc = commit_one(st, lease_id, &items[i], policy, now, &tmp[i], &acc);
+            reuse = 1;
+        }
     if (!rc && !L.released_at)
         rc = lease_end_if_empty(st, lease_id, now);
     if (!rc && B.np)
         rc = bulk_insert(&B);
     if (!rc)
         rc = store_count_flush(st, &acc);
-    if (!rc && n)
+    if (!rc && n && reuse)
         rc = store_reuse_record(st, lease_id, now);
 out:
     rc = store_w_end(st, rc);

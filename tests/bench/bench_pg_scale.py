@@ -48,7 +48,7 @@ from bench_jobd import ROOT, line  # noqa: E402
 
 import zstandard  # noqa: E402
 
-JOBD = os.path.join(ROOT, "build", "jobd")
+JOBD = os.environ.get("BENCH_JOBD") or os.path.join(ROOT, "build", "jobd")  # another build to compare with
 
 
 def free_port():
@@ -315,7 +315,8 @@ def run_setup(name, insts, n, w, pack, pgss=None):
         time.sleep(0.02)
     assert b["request_counts"]["completed"] == n, b
     print(f"{name:<22} lease+commit {rate:7.0f} req/s   poll p50 {pct(polls, .5) * 1e3:6.1f} ms "
-          f"p99 {pct(polls, .99) * 1e3:6.1f} ms   lease p99 {pct(lats, .99) * 1e3:6.1f} ms", flush=True)
+          f"p99 {pct(polls, .99) * 1e3:6.1f} ms ({len(polls)} polls)   lease p99 {pct(lats, .99) * 1e3:6.1f} ms",
+          flush=True)
     lc_cpu = cpu_line(cpu0, cpu1, n, t_end - min(firsts), "committed request")
     pgss_top(pgss, "lease+commit", n)
     return {"ingest": n / t_ing, "rate": rate, "ingest_cpu": ing_cpu, "cpu": lc_cpu}
@@ -386,6 +387,11 @@ def main():
             finally:
                 for x in insts:
                     x.stop()
+            # gone before the next setup: autovacuum of this setup's tables
+            # would otherwise run (and count) in the next one's timed phases
+            if not os.environ.get("BENCH_KEEP_PG"):
+                subprocess.run(["psql", "-q", url, "-c", f"DROP DATABASE {db} WITH (FORCE)"], check=True,
+                               capture_output=True)
         base = res.get("sqlite")
         if base:
             for k in setups:

@@ -13,6 +13,11 @@ use the same addresses at once, and a host's only routes are lo and
   net.cmd("pg", argv)       argv run inside that host (ip netns exec)
   net.enter("c1")           the calling thread's sockets are c1's from now
                             on (setns(2) changes one thread's namespace)
+  net.cut("pg")             the host's cable pulled: its port on the bridge
+                            goes down, so every packet to or from it is
+                            dropped without a word (no RST, no ICMP from
+                            the host): its peers' connections go half-open
+  net.mend("pg")            the cable back
   net.close()               every namespace deleted (with it, every veth and
                             the bridge); kill what runs in them first
 
@@ -67,6 +72,7 @@ class Net:
         _sweep_stale()
         self.prefix = f"jmh{os.getpid()}"
         self.hosts = {}
+        self.ports = {}  # host -> its veth on the bridge (in the switch namespace)
         self.made = []
         self.sw = f"{self.prefix}-sw"
         r = _ip("netns", "add", self.sw, check=False)
@@ -88,6 +94,7 @@ class Net:
                 _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
                 self.hosts[h] = (ns, addr)
+                self.ports[h] = f"v{i}"
         except Exception:
             self.close()
             raise
@@ -110,6 +117,12 @@ class Net:
                 raise OSError(e, f"setns {host}: {os.strerror(e)}")
         finally:
             os.close(fd)
+
+    def cut(self, host):
+        _ip("-n", self.sw, "link", "set", self.ports[host], "down")
+
+    def mend(self, host):
+        _ip("-n", self.sw, "link", "set", self.ports[host], "up")
 
     def close(self):
         for ns in reversed(self.made):

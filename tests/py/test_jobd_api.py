@@ -127,6 +127,36 @@ def test_jobd_file_content_round_trip_binary_and_zstd():
     assert sha == hashlib.sha256(data).hexdigest() and enc == "zstd"
 
 
+def test_jobd_file_content_range_206_of_the_uploaded_bytes_416_past_the_end():
+    """Range on GET /v1/files/{id}/content: one byte range of the bytes as
+    uploaded (stored zstd, decompressed up to it), whatever Accept-Encoding
+    says; past the end 416 with Content-Range bytes */size; several ranges
+    or a malformed one: the whole file, 200 (a server may ignore Range)."""
+    d = Jobd()
+    rnd = random.Random(9)
+    data = bytes(rnd.getrandbits(8) for _ in range(200_000)) + jsonl(20_000)  # several zstd frames' worth
+    f = d.upload(data, filename="blob.bin")
+    n = len(data)
+    full = d.call("GET", f"/v1/files/{f['id']}/content")
+    assert full.status == 200 and full.headers.get("accept-ranges") == "bytes", full.headers
+    for rng, lo, hi in (("bytes=0-0", 0, 0), ("bytes=100-199", 100, 199), ("bytes=199990-250000", 199990, 250000),
+                        (f"bytes={n - 10}-", n - 10, n - 1), ("bytes=-1", n - 1, n - 1),
+                        (f"bytes=5-{n * 2}", 5, n - 1), ("bytes=-" + str(n * 3), 0, n - 1)):
+        for enc in ({}, {"Accept-Encoding": "zstd"}):
+            r = d.call("GET", f"/v1/files/{f['id']}/content", headers={"Range": rng, **enc})
+            assert r.status == 206, (rng, enc, r)
+            assert r.headers.get("content-range") == f"bytes {lo}-{hi}/{n}", (rng, r.headers)
+            assert "content-encoding" not in r.headers, r.headers
+            assert r.body == data[lo:hi + 1], (rng, len(r.body))
+    for rng in (f"bytes={n}-", f"bytes={n}-{n + 5}", "bytes=-0"):
+        r = d.call("GET", f"/v1/files/{f['id']}/content", headers={"Range": rng})
+        assert r.status == 416 and r.headers.get("content-range") == f"bytes */{n}", (rng, r)
+        assert r.json()["error"]["code"] == "range_not_satisfiable", r.body
+    for rng in ("bytes=0-9,20-29", "bytes=9-0", "lines=1-2", "bytes=x"):
+        r = d.call("GET", f"/v1/files/{f['id']}/content", headers={"Range": rng})
+        assert r.status == 200 and r.body == data, (rng, r.status)
+
+
 def test_jobd_validation_errors_reported_on_the_batch():
     d = Jobd()
     cases = [

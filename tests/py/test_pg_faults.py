@@ -16,7 +16,7 @@ import urllib.parse
 import uuid
 
 from harness import ROOT, Proc, Skip, binary, run, tmpdir
-from jobdlib import Jobd, jsonl
+from jobdlib import Jobd, jsonl, multipart
 from workerlib import read_jsonl
 
 WT = "worker-secret-1"
@@ -250,3 +250,134 @@ def test_pg_relisten_that_fails_on_the_new_session_is_retried():
         d.proc.stop()
     finally:
         pg("stop", cluster)
+
+
+def test_pg_statement_timeout_cancels_a_slow_statement_503_and_the_connection_serves_again():
+    """--db-statement-timeout reaches every session jobd opens: a statement
+    the server runs longer than that is cancelled by the server (SQLSTATE
+    57014), the call answers 503 with Retry-After and stores nothing, and
+    the same connections serve the next calls. The slow statement is made
+    so by the test: a trigger that sleeps 3 s on every INSERT into files,
+    against a 300 ms timeout (a 10x margin either way)."""
+    cluster = os.path.join(tempfile.gettempdir(), f"jobd-pg-{uuid.uuid4().hex[:12]}")
+    r = pg("start", cluster)
+    if r.returncode == 2:
+        raise Skip("PostgreSQL is not installed")
+    assert r.returncode == 0, r.stderr
+    url = r.stdout.strip()
+    try:
+        data = os.path.join(tmpdir(), "data")
+        k = run([binary("jobd"), "keys", "create", "--tenant", "alpha", "--data", data, "--database", url])
+        assert k.returncode == 0, k.stderr
+        d = Jobd(data=data, key=k.stdout.strip(),
+                 args=FAST + ["--database", url, "--db-statement-timeout", "300ms", "--db-threads", "1"])
+        d.upload(jsonl(2))  # migrated, serving
+        psql(url, "CREATE FUNCTION slow_files() RETURNS trigger LANGUAGE plpgsql AS "
+                  "$$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$; "
+                  "CREATE TRIGGER slow_files BEFORE INSERT ON files FOR EACH ROW EXECUTE FUNCTION slow_files()")
+        t0 = time.monotonic()
+        r = d.upload(jsonl(3), expect=503)
+        took = time.monotonic() - t0
+        assert took < 2.5, took  # cancelled at 300 ms, not run to its 3 s
+        assert r.get("error"), r
+        ups = [f for f in d.json("GET", "/v1/files")["data"]]
+        assert len(ups) == 1, ups  # nothing stored by the cancelled call
+        assert "canceling statement due to statement timeout" in d.proc.log(), d.proc.log()[-2000:]
+        psql(url, "DROP TRIGGER slow_files ON files")
+        # the same single handler connection (--db-threads 1) serves again
+        d.upload(jsonl(3))
+        assert len(d.json("GET", "/v1/files")["data"]) == 2
+        assert d.proc.p.poll() is None, "jobd exited"
+        d.proc.stop()
+    finally:
+        pg("stop", cluster)
+
+
+def test_pg_half_open_connection_found_within_the_keepalive_interval_then_serves_again():
+    """A half-open connection: PostgreSQL's host drops off the network
+    without a word (its cable pulled: tests/py/hostnet.py cut, packets
+    dropped, no RST, no ICMP from it), so jobd's established connections get
+    no answer and no error. Without keepalives and tcp_user_timeout a
+    statement sent on one waits for the kernel's retransmission limit
+    (about 15 minutes) and an idle one stays 'up' for 2 hours. jobd
+    (sdb_pg.c: keepalives after 10 s idle every 5 s, 3 probes;
+    tcp_user_timeout 30 s) must answer 503 within that bound, reconnect
+    once the host is back, and serve again. jobd and the test's client
+    share one namespace, PostgreSQL has its own; the bound is checked on
+    the first 503 after the cut (the GET that is sent at once waits on a
+    dead connection), with 15 s of slack for a loaded box."""
+    from hostnet import Net
+    cluster = os.path.join(tempfile.gettempdir(), f"jobd-pg-{uuid.uuid4().hex[:12]}")
+    net = None
+    started = False
+    try:
+        net = Net(["pg", "j1"])
+        net.enter("j1")  # this thread, and what it starts, is host j1
+        r = subprocess.run(net.cmd("pg", ["env", f"PG_LISTEN={net.addr('pg')}",
+                                          os.path.join(ROOT, "scripts", "pg-cluster"), "start", cluster]),
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode == 2:
+            raise Skip("PostgreSQL is not installed")
+        assert r.returncode == 0, r.stderr
+        started = True
+        url = r.stdout.strip()
+        assert net.addr("pg") in url, url
+        data = os.path.join(tmpdir(), "data")
+        k = run([binary("jobd"), "keys", "create", "--tenant", "alpha", "--data", data, "--database", url])
+        assert k.returncode == 0, k.stderr
+        d = Jobd(data=data, key=k.stdout.strip(), args=FAST + ["--database", url])
+        f = d.upload(jsonl(2))
+        b = d.create_batch(f["id"])
+        assert d.call("GET", "/readyz").status == 200
+        net.cut("pg")
+        t0 = time.monotonic()
+        first = None
+        while first is None:
+            got = d.call("GET", f"/v1/batches/{b['id']}", timeout=120)
+            assert got.status in (200, 503), got
+            if got.status == 503:
+                first = time.monotonic() - t0
+                assert got.headers.get("retry-after"), got
+            else:
+                time.sleep(0.5)  # answered from a connection not yet used since the cut
+            assert time.monotonic() - t0 < 45, "the dead connection was not noticed within 45 s"
+        assert first < 45, first
+        assert first >= 5, first  # silent: found by the timers, not by an error the cut sent back
+        # down means down: /readyz says so (within connect_timeout, 5 s, per try)
+        rz = d.call("GET", "/readyz", timeout=60)
+        assert rz.status == 503 and rz.headers.get("retry-after"), rz
+        net.mend("pg")
+        t1 = time.monotonic()
+        while d.call("GET", "/readyz", timeout=60).status != 200:
+            assert time.monotonic() - t1 < 45, "not ready again after the host came back"
+            time.sleep(0.2)
+        back = time.monotonic() - t1
+        # and serves: reads, and a write that commits. Each pooled
+        # connection finds its own socket dead on its first call after the
+        # outage (503, as a client retries it) and reconnects on the next.
+        deadline = time.monotonic() + 45
+        while True:
+            g = d.call("GET", f"/v1/batches/{b['id']}")
+            if g.status == 200:
+                break
+            assert g.status == 503 and time.monotonic() < deadline, g
+            time.sleep(0.2)
+        while True:
+            ct, body = multipart({"purpose": "batch"}, {"file": ("input.jsonl", jsonl(4))})
+            u = d.call("POST", "/v1/files", body, {"Content-Type": ct})
+            if u.status == 200:
+                f2 = u.json()
+                break
+            assert u.status == 503 and u.headers.get("retry-after") and time.monotonic() < deadline, u
+            time.sleep(0.2)
+        assert {x["id"] for x in d.json("GET", "/v1/files")["data"]} == {f["id"], f2["id"]}
+        assert d.proc.p.poll() is None, "jobd exited"
+        print(f"half-open: first 503 {first:.1f} s after the cut; ready {back:.1f} s after the host came back")
+        d.proc.stop()
+    finally:
+        if started:
+            subprocess.run(net.cmd("pg", ["env", f"PG_LISTEN={net.addr('pg')}",
+                                          os.path.join(ROOT, "scripts", "pg-cluster"), "stop", cluster]),
+                           capture_output=True, text=True, timeout=120)
+        if net:
+            net.close()

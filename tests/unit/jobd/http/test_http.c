@@ -1655,3 +1655,37 @@ TEST(http_shutdown_deadline_waits_for_deferred_answer)
     CHECK(t.slow_answered_at_done); /* done came only after the late answer */
     CHECK_EQ_INT(uv_loop_close(&t.loop), 0);
 }
+
+TEST(http_range_parse_one_byte_range_or_none_or_unsatisfiable)
+{
+    uint64_t a = 99, n = 99;
+    CHECK_EQ_INT(http_range_parse("bytes=0-9", 100, &a, &n), HTTP_RANGE_OK);
+    CHECK(a == 0 && n == 10);
+    CHECK_EQ_INT(http_range_parse("bytes=90-1000", 100, &a, &n), HTTP_RANGE_OK); /* clipped to the end */
+    CHECK(a == 90 && n == 10);
+    CHECK_EQ_INT(http_range_parse("Bytes=50-", 100, &a, &n), HTTP_RANGE_OK);
+    CHECK(a == 50 && n == 50);
+    CHECK_EQ_INT(http_range_parse("bytes=-30", 100, &a, &n), HTTP_RANGE_OK);
+    CHECK(a == 70 && n == 30);
+    CHECK_EQ_INT(http_range_parse("bytes=-300", 100, &a, &n), HTTP_RANGE_OK); /* all of it */
+    CHECK(a == 0 && n == 100);
+    CHECK_EQ_INT(http_range_parse("bytes=99-99", 100, &a, &n), HTTP_RANGE_OK);
+    CHECK(a == 99 && n == 1);
+    /* past the end, or the last 0 bytes: 416 */
+    CHECK_EQ_INT(http_range_parse("bytes=100-", 100, &a, &n), HTTP_RANGE_UNSATISFIABLE);
+    CHECK_EQ_INT(http_range_parse("bytes=100-200", 100, &a, &n), HTTP_RANGE_UNSATISFIABLE);
+    CHECK_EQ_INT(http_range_parse("bytes=-0", 100, &a, &n), HTTP_RANGE_UNSATISFIABLE);
+    CHECK_EQ_INT(http_range_parse("bytes=0-", 0, &a, &n), HTTP_RANGE_UNSATISFIABLE);
+    /* none we serve: the whole file (RFC 9110 lets a server ignore Range) */
+    CHECK_EQ_INT(http_range_parse(NULL, 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("items=0-9", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=0-9,20-29", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=9-0", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=-", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=a-9", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes= 0-9", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=99999999999999999999-", 100, &a, &n), HTTP_RANGE_NONE); /* 20 digits */
+    CHECK_EQ_INT(http_range_parse("bytes=18446744073709551615-", 100, &a, &n), HTTP_RANGE_NONE);
+    CHECK_EQ_INT(http_range_parse("bytes=1844674407370955161-", 100, &a, &n), HTTP_RANGE_UNSATISFIABLE);
+}

@@ -45,6 +45,8 @@ TEST(sdb_pg_sqlstate_maps_classes_onto_sqlite_codes)
     CHECK_EQ_INT(sdb_pg_sqlstate("40001"), SDB_BUSY);
     CHECK_EQ_INT(sdb_pg_sqlstate("40P01"), SDB_BUSY);
     CHECK_EQ_INT(sdb_pg_sqlstate("55P03"), SDB_BUSY);
+    CHECK_EQ_INT(sdb_pg_sqlstate("57014"), SDB_BUSY_TIMEOUT);
+    CHECK_EQ_INT(sdb_pg_sqlstate("57014") & 0xff, SDB_BUSY);
     CHECK_EQ_INT(sdb_pg_sqlstate("08006"), SDB_IOERR);
     CHECK_EQ_INT(sdb_pg_sqlstate("57P01"), SDB_IOERR);
     CHECK_EQ_INT(sdb_pg_sqlstate("53100"), SDB_FULL);
@@ -119,7 +121,7 @@ TEST(sdb_pg_open_gives_up_on_a_server_that_never_answers)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct sdb *db = NULL;
-    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_CANTOPEN);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &db, err, sizeof err), SDB_CANTOPEN);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     CHECK(s >= 4.0 && s < 20.0);
@@ -139,11 +141,11 @@ TEST(sdb_pg_driver_round_trips_against_a_server)
     CHECK(at);
     snprintf(bad, sizeof bad, "postgresql://jobd:wrong%s", at);
     if (!getenv("JOBD_TEST_PG_URL")) {
-        CHECK_EQ_INT(sdb_pg_open(bad, 1000, &db, err, sizeof err), SDB_CANTOPEN);
+        CHECK_EQ_INT(sdb_pg_open(bad, 1000, 0, &db, err, sizeof err), SDB_CANTOPEN);
         CHECK(db == NULL);
         CHECK(strstr(err, "password authentication failed") != NULL);
     }
-    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &db, err, sizeof err), SDB_OK);
     exec_ok(db, "DROP TABLE IF EXISTS sdbt; CREATE TABLE sdbt (id BIGINT PRIMARY KEY, "
                 "name TEXT UNIQUE, blob BYTEA, score DOUBLE PRECISION, flag BOOLEAN)");
 
@@ -253,7 +255,7 @@ TEST(sdb_pg_outage_fails_busy_keeps_the_lost_transaction_failed_and_reconnects)
     char url[256], err[512];
     pg_url(url, sizeof url);
     struct sdb *db = NULL;
-    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &db, err, sizeof err), SDB_OK);
     exec_ok(db, "CREATE TABLE o (x BIGINT)");
     struct sdb_stmt *ins = NULL, *cnt = NULL;
     CHECK_EQ_INT(sdb_prepare(db, "INSERT INTO o VALUES (?1)", &ins), SDB_OK);
@@ -297,6 +299,78 @@ TEST(sdb_pg_outage_fails_busy_keeps_the_lost_transaction_failed_and_reconnects)
     sdb_close(db);
 }
 
+/* statement_timeout: the server cancels a statement that runs longer
+ * (SQLSTATE 57014, SDB_BUSY_TIMEOUT with the server's message), inside a
+ * transaction too, and the session goes on: same backend, no reconnect;
+ * a reconnected session gets the timeout again. 0 leaves the server's
+ * default (none). */
+TEST(sdb_pg_statement_timeout_cancels_a_long_statement_and_the_session_goes_on)
+{
+    char url[256], err[512];
+    pg_url(url, sizeof url);
+    struct sdb *db = NULL, *none = NULL;
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 200, &db, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &none, err, sizeof err), SDB_OK);
+    struct sdb_stmt *show = NULL, *pid = NULL, *slow = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT current_setting('statement_timeout')", &show), SDB_OK);
+    CHECK_EQ_INT(sdb_step(show), SDB_ROW);
+    CHECK_EQ_STR((const char *)sdb_column_text(show, 0), "200ms");
+    sdb_reset(show);
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT pg_backend_pid()", &pid), SDB_OK);
+    CHECK_EQ_INT(sdb_step(pid), SDB_ROW);
+    int64_t backend = sdb_column_int64(pid, 0);
+    sdb_reset(pid);
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT pg_sleep(5)", &slow), SDB_OK);
+    CHECK_EQ_INT(sdb_step(slow), SDB_BUSY_TIMEOUT);
+    sdb_reset(slow);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECK(s < 3.0); /* cancelled at 0.2 s, not slept to 5 */
+    CHECK(strstr(sdb_errmsg(db), "statement timeout") != NULL);
+    /* inside a transaction: the statement fails, the transaction is the owner's to roll back */
+    exec_ok(db, "BEGIN");
+    CHECK_EQ_INT(sdb_step(slow), SDB_BUSY_TIMEOUT);
+    sdb_reset(slow);
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    exec_ok(db, "ROLLBACK");
+    CHECK_EQ_INT(sdb_step(pid), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(pid, 0), backend); /* the same session */
+    sdb_reset(pid);
+
+    /* a new session (its backend terminated) gets the timeout again */
+    char kill[96];
+    snprintf(kill, sizeof kill, "SELECT pg_terminate_backend(%lld)", (long long)backend);
+    exec_ok(none, kill);
+    int r = SDB_BUSY;
+    for (int i = 0; i < 100 && r == SDB_BUSY; i++) { /* the drop is seen, then the reconnect */
+        r = sdb_step(show);
+        if (r != SDB_ROW) {
+            sdb_reset(show);
+            usleep(50 * 1000);
+        }
+    }
+    CHECK_EQ_INT(r, SDB_ROW);
+    CHECK_EQ_STR((const char *)sdb_column_text(show, 0), "200ms");
+    sdb_reset(show);
+    CHECK_EQ_INT(sdb_step(slow), SDB_BUSY_TIMEOUT);
+    sdb_reset(slow);
+
+    /* 0: the server's default, no timeout */
+    struct sdb_stmt *show0 = NULL;
+    CHECK_EQ_INT(sdb_prepare(none, "SELECT current_setting('statement_timeout')", &show0), SDB_OK);
+    CHECK_EQ_INT(sdb_step(show0), SDB_ROW);
+    CHECK_EQ_STR((const char *)sdb_column_text(show0, 0), "0");
+    sdb_finalize(show0);
+    sdb_finalize(show);
+    sdb_finalize(pid);
+    sdb_finalize(slow);
+    sdb_close(db);
+    sdb_close(none);
+}
+
 /* Wait on db until it reports a notification or a re-LISTEN (1), at most
  * n_calls calls of 200 ms; the number of SDB_BUSY answers in *busy. */
 static int wait_until_woken(struct sdb *db, int n_calls, int *busy)
@@ -333,8 +407,8 @@ TEST(sdb_pg_listen_comes_back_after_its_backend_is_killed_and_a_failed_listen_is
     char url[256], err[512], sql[128];
     pg_url(url, sizeof url);
     struct sdb *db = NULL, *db2 = NULL;
-    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db, err, sizeof err), SDB_OK);
-    CHECK_EQ_INT(sdb_pg_open(url, 1000, &db2, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &db, err, sizeof err), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &db2, err, sizeof err), SDB_OK);
     CHECK_EQ_INT(sdb_pg_listen(db, "sdbt_work"), SDB_OK);
     int busy = 0;
     exec_ok(db2, "NOTIFY sdbt_work");

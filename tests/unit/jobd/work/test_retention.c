@@ -4,6 +4,7 @@
  * until the batch is past ingestion, and a batch cannot start on an
  * expired file. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include <utime.h>
 
 #include "common/err.h"
+#include "jobd/blob/blob.h"
 #include "jobd/store/store.h"
 #include "jobd/work/retention.h"
 #include "tests/th.h"
@@ -146,4 +148,98 @@ TEST(retention_orphans_removes_old_bytes_without_a_row_only)
     CHECK(exists(dir, "batch_y-output.jsonl.zst"));
     CHECK(exists(dir, "batch_z-errors.jsonl.zst"));
     store_close(st);
+}
+
+/* ---- the orphan sweep on S3 (JOBD_TEST_S3_ENDPOINT: a SeaweedFS from scripts/s3-server) ---- */
+
+static int s3_seen(void *ctx, const char *key, uint64_t size_bytes, int64_t mtime_s)
+{
+    (void)size_bytes;
+    (void)mtime_s;
+    char *names = ctx;
+    const char *base = strrchr(key, '/');
+    size_t l = strlen(names);
+    snprintf(names + l, 1024 - l, "%s ", base ? base + 1 : key);
+    return 0;
+}
+
+/* The keys under files/ in bs, "name name ... " in listing order. */
+static void s3_names(struct blob_store *bs, char names[1024])
+{
+    names[0] = 0;
+    CHECK_EQ_INT(blob_list(bs, "files/", s3_seen, names), 0);
+}
+
+static void s3_put(struct blob_store *bs, const char *dir, const char *name)
+{
+    char path[800], key[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    fputs("{}\n", f);
+    fclose(f);
+    snprintf(key, sizeof key, "files/%s", name);
+    CHECK_EQ_INT(blob_put_file(bs, key, path), 0);
+}
+
+/* What retention_orphans_removes_old_bytes_without_a_row_only checks on a
+ * data directory, on a real S3 server: an object no file row names is
+ * removed once it is older than the grace (by its Last-Modified, which
+ * the server sets: the sweep is run at the real time, then as if two hours
+ * had passed), an object a row names is kept however old - an upload's by
+ * its file id, a batch's output file by its key. */
+TEST(retention_s3_orphans_removes_old_objects_without_a_row_only)
+{
+    const char *ep = getenv("JOBD_TEST_S3_ENDPOINT");
+    if (!ep || !*ep)
+        SKIP("no JOBD_TEST_S3_ENDPOINT (url=$(scripts/s3-server start DIR))");
+    const char *dir = th_tmpdir();
+    char url[128];
+    snprintf(url, sizeof url, "s3://jobd/orphans-%d", (int)getpid());
+    struct blob_config c = {.url = url, .endpoint = ep, .region = "us-east-1", .access_key = "jobd-test",
+                            .secret_key = "jobd-test-secret"};
+    struct blob_store *bs = NULL;
+    CHECK_EQ_INT(blob_store_open(&c, &bs), 0);
+    struct store_opts so = STORE_OPTS_DEFAULT;
+    so.blobs = bs;
+    struct store *st;
+    CHECK_EQ_INT(th_store_open(dir, &so, &st), 0);
+    struct store_tenant t;
+    int64_t now = (int64_t)time(NULL);
+    CHECK_EQ_INT(store_tenant_create(st, "acme", now, &t), 0);
+    struct store_file sf;
+    memset(&sf, 0, sizeof sf);
+    snprintf(sf.id, sizeof sf.id, "file-kept");
+    snprintf(sf.tenant_id, sizeof sf.tenant_id, "%s", t.id);
+    snprintf(sf.purpose, sizeof sf.purpose, "batch");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/file-kept.jsonl.zst");
+    sf.created_at = now;
+    CHECK_EQ_INT(store_file_create(st, &sf), 0);
+    snprintf(sf.id, sizeof sf.id, "file-out");
+    snprintf(sf.purpose, sizeof sf.purpose, "batch_output");
+    snprintf(sf.storage_path, sizeof sf.storage_path, "files/batch_y-output.jsonl.zst");
+    CHECK_EQ_INT(store_file_create(st, &sf), 0);
+    s3_put(bs, dir, "file-kept.jsonl.zst");
+    s3_put(bs, dir, "file-ghost.jsonl.zst");     /* no row: an orphan once old */
+    s3_put(bs, dir, "batch_y-output.jsonl.zst");
+    s3_put(bs, dir, "batch_x-output.jsonl.zst"); /* no row (a delete cut short) */
+    char names[1024];
+    s3_names(bs, names);
+    CHECK_EQ_STR(names, "batch_x-output.jsonl.zst batch_y-output.jsonl.zst file-ghost.jsonl.zst "
+                        "file-kept.jsonl.zst ");
+    int64_t n = -1;
+    /* now: every object is younger than the grace, so even the orphans stay */
+    CHECK_EQ_INT(retention_orphans(st, now, RETENTION_ORPHAN_GRACE_S, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    s3_names(bs, names);
+    CHECK(strstr(names, "file-ghost") && strstr(names, "batch_x-output"));
+    /* two hours on: the two without a row go, the two named stay */
+    CHECK_EQ_INT(retention_orphans(st, now + 7200, RETENTION_ORPHAN_GRACE_S, &n), 0);
+    CHECK_EQ_INT(n, 2);
+    s3_names(bs, names);
+    CHECK_EQ_STR(names, "batch_y-output.jsonl.zst file-kept.jsonl.zst ");
+    CHECK_EQ_INT(blob_delete(bs, "files/file-kept.jsonl.zst"), 0);
+    CHECK_EQ_INT(blob_delete(bs, "files/batch_y-output.jsonl.zst"), 0);
+    store_close(st);
+    blob_store_free(bs);
 }
