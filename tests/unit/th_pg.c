@@ -1,6 +1,7 @@
 /* th_pg.c - see th_pg.h. */
 #include "tests/unit/th_pg.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +24,31 @@ int th_pg_on(void)
     return u && *u;
 }
 
+/* Thread-safe (tests open stores from many threads at once): each
+ * directory's URL is written once, under the lock, into a slot that is never
+ * rewritten, and every caller gets that slot. */
 void th_pg_opts(const char *dir, const struct store_opts *base, struct store_opts *o)
 {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct {
+        uint64_t h;
+        char url[1024];
+    } dbs[64];
+    static int n_dbs;
+
     *o = base ? *base : STORE_OPTS_DEFAULT;
     if (!th_pg_on())
         return;
     const char *url = getenv("JOBD_TEST_PG_URL");
     uint64_t h = hash_fnv(dir, strlen(dir)); /* a database per directory */
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_dbs; i++)
+        if (dbs[i].h == h) {
+            o->database = dbs[i].url;
+            pthread_mutex_unlock(&mu);
+            return;
+        }
+    CHECK(n_dbs < 64);
     char name[40];
     snprintf(name, sizeof name, "th_%016llx", (unsigned long long)h);
 
@@ -39,19 +58,11 @@ void th_pg_opts(const char *dir, const struct store_opts *base, struct store_opt
     const char *slash = strchr(auth + 3, '/');
     const char *q = slash ? strchr(slash, '?') : NULL;
     size_t head = slash ? (size_t)(slash - url) : strlen(url);
-    static char out[1024];
-    snprintf(out, sizeof out, "%.*s/%s%s", (int)head, url, name, q ? q : "");
+    dbs[n_dbs].h = h;
+    snprintf(dbs[n_dbs].url, sizeof dbs[n_dbs].url, "%.*s/%s%s", (int)head, url, name, q ? q : "");
 
-    o->database = out;
     /* The first use of dir in this process (each test is one) makes the
      * database afresh: temp directory names come back in later runs. */
-    static uint64_t seen[64];
-    static int n_seen;
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i] == h)
-            return;
-    CHECK(n_seen < 64);
-    seen[n_seen++] = h;
     PGconn *c = PQconnectdb(url);
     if (PQstatus(c) != CONNECTION_OK)
         th_fail(__FILE__, __LINE__, "connect", "%s", PQerrorMessage(c));
@@ -68,6 +79,8 @@ void th_pg_opts(const char *dir, const struct store_opts *base, struct store_opt
         th_fail(__FILE__, __LINE__, "create database", "%s", PQresultErrorMessage(r));
     PQclear(r);
     PQfinish(c);
+    o->database = dbs[n_dbs++].url;
+    pthread_mutex_unlock(&mu);
 }
 
 int th_pg_query1(const char *dir, const char *sql, const char *const *params, int n, char *out, size_t cap)
@@ -106,7 +119,7 @@ struct sdb *th_db_open(const char *dir)
     char err[512] = "";
     int r;
     if (o.database) {
-        r = sdb_pg_open(o.database, 5000, &db, err, sizeof err);
+        r = sdb_pg_open(o.database, 5000, 0, &db, err, sizeof err);
     } else {
         char path[1200];
         snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_NAME);
