@@ -88,6 +88,8 @@ struct serve_opts {
     int n_ctx;                      /* 0 = scheduler default */
     int no_prefix_cache;
     int swa_full;                   /* sched_opts.swa_full */
+    int spec_off;                   /* 1: no speculation (sched_opts.spec) */
+    int spec_max_seqs;              /* sched_opts.spec_max_seqs; 0 = its default */
     int64_t hourly_cost_micros;     /* declared to jobd at registration (fleet cost); 0 = none */
     volatile sig_atomic_t *stop;    /* set non-zero to drain; required */
 };

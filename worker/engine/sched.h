@@ -138,6 +138,9 @@ struct sched_opts {
                                   * on CUDA */
     int spec_max_seqs;           /* speculate while at most this many sequences run
                                   * (default SCHED_SPEC_MAX_SEQS) */
+    int spec_k;                  /* 0 (default): draft lengths adapt to each sequence's
+                                  * acceptance; 1..SCHED_SPEC_K_MAX: always draft this many
+                                  * when a match exists (tests, benchmarks) */
     sched_result_fn on_result;   /* required */
     void *cb_ctx;
 };

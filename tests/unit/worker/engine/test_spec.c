@@ -161,6 +161,7 @@ static int on_result(void *ctx, const struct sched_result *r)
 struct cfg {
     int spec;            /* sched_opts.spec */
     int spec_max_seqs;   /* 0 = default */
+    int spec_k;          /* sched_opts.spec_k: 0 adaptive, else drafts of this length */
     int max_seqs;
     int max_batch_tokens;
     int exact;
@@ -174,6 +175,7 @@ static struct sched *sched_make(const struct env *e, const struct cfg *c, struct
     o.spec = c->spec;
     if (c->spec_max_seqs)
         o.spec_max_seqs = c->spec_max_seqs;
+    o.spec_k = c->spec_k;
     o.max_seqs = c->max_seqs;
     o.max_batch_tokens = c->max_batch_tokens;
     o.kv_mem_bytes = (size_t)8 << 20;
@@ -298,34 +300,38 @@ static void check_identical(const char *file, int sampled, double T, int exact, 
     env_init(&e, file);
     static struct req qs[12];
     int n = make_set(qs, 12, sampled, T, e.m->hp.n_vocab, 40);
-    struct cfg off = {SCHED_SPEC_OFF, 0, 1, 512, exact, 0};
-    struct cfg on = {SCHED_SPEC_AUTO, 0, 1, 512, exact, 0};
-    struct cfg tight = {SCHED_SPEC_AUTO, 0, 1, 3, exact, 1}; /* budget: at most 2 drafts */
-    struct fps a, b, c;
-    struct sched_stats st_off, st_on, st_tight;
+    struct cfg off = {SCHED_SPEC_OFF, 0, 0, 1, 512, exact, 0};
+    struct cfg on = {SCHED_SPEC_AUTO, 0, 0, 1, 512, exact, 0};     /* adaptive */
+    struct cfg forced = {SCHED_SPEC_AUTO, 0, 4, 1, 512, exact, 0}; /* 4 whenever a match */
+    struct cfg tight = {SCHED_SPEC_AUTO, 0, 8, 1, 3, exact, 1};    /* budget: at most 2 */
+    struct fps a, b, c, d;
+    struct sched_stats st_off, st_on, st_forced, st_tight;
     run(&e, &off, qs, n, 0, &a, &st_off);
     run(&e, &on, qs, n, 0, &b, &st_on);
-    run(&e, &tight, qs, n, 0, &c, &st_tight);
-    printf("# %s %s%s: %lld steps plain, %lld with speculation (%lld drafted, %lld accepted); "
-           "budget 3: %lld steps\n",
+    run(&e, &forced, qs, n, 0, &c, &st_forced);
+    run(&e, &tight, qs, n, 0, &d, &st_tight);
+    printf("# %s %s%s: %lld steps plain, %lld with speculation (%lld drafted, %lld accepted), "
+           "k = 4: %lld (%lld, %lld)\n",
            file, sampled ? "sampled" : "greedy", exact ? " exact" : "", (long long)st_off.n_steps,
            (long long)st_on.n_steps, (long long)st_on.spec_drafted, (long long)st_on.spec_accepted,
-           (long long)st_tight.n_steps);
+           (long long)st_forced.n_steps, (long long)st_forced.spec_drafted,
+           (long long)st_forced.spec_accepted);
     check_same(&a, &b, n, "plain == speculative");
-    check_same(&a, &c, n, "plain == speculative, budget 3");
+    check_same(&a, &c, n, "plain == speculative, k = 4");
+    check_same(&a, &d, n, "plain == speculative, budget 3");
     CHECK_EQ_INT(st_off.spec_drafted, 0);
     CHECK_EQ_INT(st_on.output_tokens, st_off.output_tokens);
-    /* drafts ran; held ones saved steps */
-    CHECK(st_on.spec_drafted > 0);
     CHECK(st_on.n_steps <= st_off.n_steps);
+    CHECK(st_forced.spec_drafted > 0);
     CHECK(st_tight.spec_drafted > 0 && st_tight.spec_drafted <= 2 * st_tight.spec_steps);
-    ta->drafted += st_on.spec_drafted;
-    ta->accepted += st_on.spec_accepted;
     /* every generated token's K/V computed once: the accepted drafts plus the plain decodes */
-    CHECK_EQ_INT(st_on.decode_tokens, st_off.decode_tokens);
+    CHECK_EQ_INT(st_forced.decode_tokens, st_off.decode_tokens);
+    ta->drafted += st_forced.spec_drafted;
+    ta->accepted += st_forced.spec_accepted;
     fps_release(&a);
     fps_release(&b);
     fps_release(&c);
+    fps_release(&d);
     env_release(&e);
 }
 
@@ -443,6 +449,7 @@ static void chi_run(const struct env *e, const int32_t *prompt, int n, const str
     struct sched_opts o;
     sched_opts_init(&o);
     o.spec = spec;
+    o.spec_k = 2; /* a draft at t2 (and t3 when it held), whatever the policy thinks */
     o.max_seqs = 1;
     o.kv_mem_bytes = (size_t)4 << 20;
     o.on_result = on_chi;
@@ -565,12 +572,13 @@ TEST(spec_batch_invariance_speculating_among_others)
     int n = make_set(qs, 9, 0, 8.0, e.m->hp.n_vocab, 48);
     for (int i = 0; i < n; i++) {
         qs[i].sampled = i % 2 ? 1 : 0;
+        qs[i].max_tokens = i == 4 ? 64 : 16 + i; /* a long drain tail for the default gate */
         if (i % 3 == 1) /* long prompts: prefill chunks beside the drafts */
             prompt_fill(&qs[i], 120 + (int)rnd(60), 0, e.m->hp.n_vocab);
     }
-    struct cfg alone = {SCHED_SPEC_OFF, 0, 4, 512, 0, 1};
-    struct cfg pack = {SCHED_SPEC_AUTO, 3, 3, 24, 0, 0};
-    struct cfg tail = {SCHED_SPEC_AUTO, 0, 8, 64, 0, 0}; /* default gate: the drain tail */
+    struct cfg alone = {SCHED_SPEC_OFF, 0, 0, 4, 512, 0, 1};
+    struct cfg pack = {SCHED_SPEC_AUTO, 3, 4, 3, 24, 0, 0};
+    struct cfg tail = {SCHED_SPEC_AUTO, 0, 4, 8, 64, 0, 0}; /* default gate: the drain tail */
     struct fps a, b, c;
     struct sched_stats st_b, st_c;
     run(&e, &alone, qs, n, 1, &a, NULL);
@@ -701,6 +709,10 @@ TEST(spec_options_checked)
     o.spec = SCHED_SPEC_AUTO;
     o.spec_max_seqs = -1;
     CHECK_EQ_INT(sched_new(e.m, e.t, &o, &s), ERR_INVAL);
+    o.spec_max_seqs = 1;
+    o.spec_k = SCHED_SPEC_K_MAX + 1;
+    CHECK_EQ_INT(sched_new(e.m, e.t, &o, &s), ERR_INVAL);
+    o.spec_k = 0;
     o.spec_max_seqs = 0; /* never */
     CHECK_EQ_INT(sched_new(e.m, e.t, &o, &s), 0);
     struct req q = {.max_tokens = 30, .seed = 1};
