@@ -617,13 +617,16 @@ static int spec_k_for(double a, int k_cap)
 
 /* Positions beyond q's known tokens that the KV pool can take for drafts
  * without touching the blocks other running sequences still need for their
- * known tokens. */
+ * known tokens, and from blank blocks only: a draft never evicts a cached
+ * prefix block. */
 static int64_t spec_kv_room(const struct sched *s, const struct sseq *q)
 {
     int64_t spare = s->kv->n_free;
     for (int i = 0; i < s->n_run; i++)
         if (s->run[i] != q)
             spare -= kv_seq_blocks_needed(s->kv, s->run[i]->slot, seq_known(s->run[i]));
+    if (spare > s->kv->n_blank)
+        spare = s->kv->n_blank;
     int64_t cap = ((int64_t)s->kv->seqs[q->slot].n_blocks + (spare > 0 ? spare : 0)) *
                   s->kv->block_tokens;
     return cap - seq_known(q);

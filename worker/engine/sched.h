@@ -45,7 +45,7 @@
  * whatever shares its batch or however its prompt was chunked or shared,
  * and sampling is per sequence (own random stream, seeded from the
  * request's seed and choice index), so a request's output does not depend
- * on the pack, the budget, preemptions or the prefix cache.
+ * on the pack, the budget, preemptions, the prefix cache or speculation.
  *
  * Seeds: a request whose parameters carry no seed (seed_given 0) gets one
  * derived from its id (FNV-1a), so a retried request reproduces its text.
@@ -72,12 +72,16 @@
  * is drawn from p restricted to tokens != x, which is the residual
  * normalize(max(p - q, 0)) - computed by coupling both to the draw plain
  * decoding makes, so the distribution, the seed's stream and the output
- * stay those of plain decoding. k is chosen per sequence from its
- * acceptance rate (spec_k_for below: the k that maximises expected tokens
- * per unit of step cost, 0 when drafts do not pay, with a probe now and
- * then), capped by the step budget, the free KV blocks not promised to
- * other running sequences, max_tokens and the context. Off on the CUDA
- * backend (its logits depend on the pack, so drafts would change output).
+ * stay those of plain decoding. The draft length k (0..SCHED_SPEC_K_MAX)
+ * follows the sequence's acceptance rate per match length (sched.c
+ * spec_k_for: the k that maximises expected tokens per unit of step cost,
+ * each extra position costing about a fifth of a small step; 0 when drafts
+ * do not pay, with a one-token probe now and then), capped by the step
+ * budget, max_tokens, the context, and the blank KV blocks not needed by
+ * the other running sequences' known tokens (drafts never preempt anyone
+ * nor evict a cached prefix block). The step's logits rows grow to
+ * spec_max_seqs x (1 + SCHED_SPEC_K_MAX). Off on the CUDA backend (its
+ * logits depend on the pack, so drafts would change output).
  *
  * Thread: a sched and its callbacks run on the caller's thread; the model
  * context may use a kn_pool for the matmuls.

@@ -14,6 +14,11 @@
  * - seeded sampling (temperature, top-k/p, min-p, every penalty, a bias,
  *   a stop string): identical per seed, since verification samples each
  *   row with the sequence's own stream exactly as plain decoding would;
+ * - structured outputs (a regex grammar, greedy and sampled): identical, and
+ *   every output that finished "stop" is in the language;
+ * - each of those with the adaptive draft lengths, with 4 drafts whenever
+ *   a match exists (sched_opts.spec_k: both outcomes of a verification
+ *   happen hundreds of times), and with a 3-token step budget;
  * - and the distribution check the issue asks for: 6000 seeded requests of
  *   three sampled tokens with speculation on, a chi-square test of the
  *   (t1, t2, t3) counts against the exact joint distribution computed from
@@ -31,6 +36,8 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gram/gram.h"
+#include "common/problem.h"
 #include "kernels/kn.h"
 #include "tests/th.h"
 #include "text/tok.h"
@@ -73,13 +80,23 @@ struct req {
     int n_choices;
     int sampled;        /* 0 greedy; 1 temperature, top-k/p, min-p; 2 also every penalty,
                          * a bias and a stop string */
+    int constrained;    /* 1: the output must match CONSTRAINT (structured outputs) */
     double temperature; /* when sampled */
     uint64_t seed;
 };
 
+/* Words of 1-3 letters a-e, each followed by a space or a comma, then a
+ * period: a language with short repeating pieces, so drafts fire, whose
+ * mask changes from token to token (the verification computes one per row). */
+#define CONSTRAINT "([a-e]{1,3}[ ,]){3,30}\\."
+
 static void gp_of(const struct req *q, struct gen_params *gp)
 {
     memset(gp, 0, sizeof *gp);
+    if (q->constrained) {
+        struct problem pe;
+        CHECK_EQ_INT(gram_compile_regex(CONSTRAINT, strlen(CONSTRAINT), &gp->grammar, &pe), 0);
+    }
     smp_params_init(&gp->smp);
     gp->max_tokens = q->max_tokens;
     gp->n = q->n_choices > 0 ? q->n_choices : 1;
@@ -126,9 +143,19 @@ static void fps_release(struct fps *f)
     memset(f, 0, sizeof *f);
 }
 
+static int n_in_language; /* constrained choices that finished "stop", each checked */
+
 static int on_result(void *ctx, const struct sched_result *r)
 {
     struct fps *f = ctx;
+    for (size_t c = 0; r->gp->grammar && c < r->n_choices; c++) {
+        const struct gen_choice *ch = &r->choices[c];
+        if (ch->finish != STOP_FINISH_STOP)
+            continue;
+        if (!gram_match(r->gp->grammar, ch->text, ch->text_len))
+            th_fail(__FILE__, __LINE__, "in the language", "'%.*s'", (int)ch->text_len, ch->text);
+        n_in_language++;
+    }
     int i = (int)strtol(r->id + 1, NULL, 10);
     CHECK(i >= 0 && i < MAXQ && !f->fp[i]);
     char *b = malloc(FP_BYTES);
@@ -294,12 +321,15 @@ struct tally {
     int64_t drafted, accepted;
 };
 
-static void check_identical(const char *file, int sampled, double T, int exact, struct tally *ta)
+static void check_identical_c(const char *file, int sampled, double T, int exact, int constrained,
+                              struct tally *ta)
 {
     struct env e;
     env_init(&e, file);
     static struct req qs[12];
     int n = make_set(qs, 12, sampled, T, e.m->hp.n_vocab, 40);
+    for (int i = 0; i < n; i++)
+        qs[i].constrained = constrained;
     struct cfg off = {SCHED_SPEC_OFF, 0, 0, 1, 512, exact, 0};
     struct cfg on = {SCHED_SPEC_AUTO, 0, 0, 1, 512, exact, 0};     /* adaptive */
     struct cfg forced = {SCHED_SPEC_AUTO, 0, 4, 1, 512, exact, 0}; /* 4 whenever a match */
@@ -310,9 +340,10 @@ static void check_identical(const char *file, int sampled, double T, int exact, 
     run(&e, &on, qs, n, 0, &b, &st_on);
     run(&e, &forced, qs, n, 0, &c, &st_forced);
     run(&e, &tight, qs, n, 0, &d, &st_tight);
-    printf("# %s %s%s: %lld steps plain, %lld with speculation (%lld drafted, %lld accepted), "
+    printf("# %s %s%s%s: %lld steps plain, %lld with speculation (%lld drafted, %lld accepted), "
            "k = 4: %lld (%lld, %lld)\n",
-           file, sampled ? "sampled" : "greedy", exact ? " exact" : "", (long long)st_off.n_steps,
+           file, sampled ? "sampled" : "greedy", exact ? " exact" : "",
+           constrained ? " constrained" : "", (long long)st_off.n_steps,
            (long long)st_on.n_steps, (long long)st_on.spec_drafted, (long long)st_on.spec_accepted,
            (long long)st_forced.n_steps, (long long)st_forced.spec_drafted,
            (long long)st_forced.spec_accepted);
@@ -333,6 +364,11 @@ static void check_identical(const char *file, int sampled, double T, int exact, 
     fps_release(&c);
     fps_release(&d);
     env_release(&e);
+}
+
+static void check_identical(const char *file, int sampled, double T, int exact, struct tally *ta)
+{
+    check_identical_c(file, sampled, T, exact, 0, ta);
 }
 
 /* Both outcomes of a verification happened often enough to matter. */
@@ -374,6 +410,20 @@ TEST(spec_seeded_sampling_identical_per_seed)
     check_identical("llama_tied.q8_0.gguf", 2, 8.0, 0, &ta); /* penalties, bias, a stop string */
     check_identical("llama3_untied.q8_0.gguf", 2, 0.7, 0, &ta);
     check_tally(&ta);
+}
+
+/* Structured outputs: each verified row is sampled under the mask of the
+ * tokens before it (gen_seq_step computes it), so drafts the grammar refuses
+ * are simply not confirmed. */
+TEST(spec_constrained_identical_and_in_the_language)
+{
+    struct tally ta = {0};
+    check_identical_c("llama_tied.q8_0.gguf", 0, 0, 0, 1, &ta);
+    check_identical_c("llama_tied.q8_0.gguf", 1, 8.0, 0, 1, &ta);
+    check_identical_c("llama3_untied.q8_0.gguf", 0, 0, 0, 1, &ta);
+    check_tally(&ta);
+    printf("# %d outputs checked in the language\n", n_in_language);
+    CHECK(n_in_language >= 20);
 }
 
 /* ---- the distribution: chi-square against the exact joint ------------------------- */
