@@ -23,9 +23,9 @@ enum { SEQ_WAIT = 0, SEQ_RUN, SEQ_DONE };
  * length n has its own acceptance estimate (a 3-token match is a far better
  * predictor than a 1-token one). SPEC_ROW_COST is the cost of one more
  * position in a small step relative to the step itself: on SmolLM2-135M
- * Q4_1, 2 threads, 300 positions of context, a step of 1 + k positions took
- * (16.6 + ~2.6 k) ms of CPU (bench/NOTES.md "Speculation"), so ~0.16; 0.2
- * leaves a margin for the sampling of each row. */
+ * Q4_1, 2 threads, 300-500 positions of context, a step of 1 + k positions
+ * took 17-20 ms of CPU plus 2.6-4.3 ms per extra position (bench/NOTES.md
+ * "Speculation"), a ratio of 0.15-0.22. */
 #define SPEC_NGRAM_MAX 3
 #define SPEC_ROW_COST 0.2
 #define SPEC_DECAY 0.9       /* weight of the past in the acceptance estimate, per step */
