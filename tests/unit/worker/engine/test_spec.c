@@ -386,6 +386,7 @@ TEST(spec_greedy_identical_tokens_and_logprobs)
     check_identical("llama3_untied.q8_0.gguf", 0, 0, 0, &ta); /* drafts fail */
     check_identical("phi3_longrope.q8_0.gguf", 0, 0, 0, &ta);
     check_identical("qwen2_tied.q8_0.gguf", 0, 0, 0, &ta);
+    check_identical("llama_tied.q4_1.gguf", 1, 8.0, 0, &ta); /* the default model's type */
     check_identical("llama3_untied.f32.gguf", 0, 0, 1, &ta); /* the reference matmul, float32 K/V */
     check_tally(&ta);
 }
