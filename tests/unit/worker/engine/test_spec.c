@@ -20,10 +20,13 @@
  *   a match exists (sched_opts.spec_k: both outcomes of a verification
  *   happen hundreds of times), and with a 3-token step budget;
  * - and the distribution check the issue asks for: 6000 seeded requests of
- *   three sampled tokens with speculation on, a chi-square test of the
- *   (t1, t2, t3) counts against the exact joint distribution computed from
- *   the model's logits with smp_filter (fixed seeds: the statistic is a
- *   fixed number, compared with the 0.1% critical value);
+ *   three sampled tokens with speculation on (two running at a time), a
+ *   chi-square test of the (t1, t2, t3) counts against the exact joint
+ *   distribution computed from the model's logits with smp_filter (fixed
+ *   seeds: the statistic is a fixed number, 42.6 on 52 degrees of freedom,
+ *   compared with the 0.1% point, 89.3). It has teeth: the target at
+ *   temperature 7 instead of 8 gives 429, and a verification that keeps a
+ *   refused draft one time in four (about 200 of the 6000) gives 106;
  * - batch invariance: a speculating sequence shares its steps with
  *   prefilling and decoding neighbours and gives what it gives alone;
  * - KV rollback: after a verification step's rejected positions are cut
@@ -484,16 +487,18 @@ static int chi_n;
 static int on_chi(void *ctx, const struct sched_result *r)
 {
     (void)ctx;
-    CHECK(chi_n < CHI_N);
+    int i = (int)strtol(r->id + 1, NULL, 10);
+    CHECK(chi_n < CHI_N && i >= 0 && i < CHI_N);
     CHECK_EQ_INT((int)r->choices[0].n_lp, 3);
     for (int k = 0; k < 3; k++)
-        chi_tok[chi_n][k] = r->choices[0].lp[k].r.token;
+        chi_tok[i][k] = r->choices[0].lp[k].r.token;
     chi_n++;
     return 0;
 }
 
 /* CHI_N seeded requests (seeds 1..CHI_N) of 3 sampled tokens after prompt,
- * one at a time; the tokens in chi_tok, the stats in *st. */
+ * two running at a time (both speculate: the default gate); the tokens of
+ * request i in chi_tok[i], the stats in *st. */
 static void chi_run(const struct env *e, const int32_t *prompt, int n, const struct smp_params *p,
                     int spec, struct sched_stats *st)
 {
@@ -501,7 +506,7 @@ static void chi_run(const struct env *e, const int32_t *prompt, int n, const str
     sched_opts_init(&o);
     o.spec = spec;
     o.spec_k = 2; /* a draft at t2 (and t3 when it held), whatever the policy thinks */
-    o.max_seqs = 1;
+    o.max_seqs = 2;
     o.kv_mem_bytes = (size_t)4 << 20;
     o.on_result = on_chi;
     struct sched *s;
@@ -524,8 +529,8 @@ static void chi_run(const struct env *e, const int32_t *prompt, int n, const str
         memcpy(pr->ids, prompt, (size_t)n * sizeof *pr->ids);
         pr->n = (size_t)n;
         CHECK_EQ_INT(sched_add(s, id, &gp, pr, 1, NULL, NULL), 0);
-        CHECK_EQ_INT(sched_run(s), 0);
     }
+    CHECK_EQ_INT(sched_run(s), 0);
     CHECK_EQ_INT(chi_n, CHI_N);
     sched_get_stats(s, st);
     sched_free(s);
@@ -544,7 +549,7 @@ TEST(spec_sampling_chi_square_matches_the_model)
     int32_t prompt[64];
     static const int32_t pat[4] = {41, 97, 152, 230};
     int n = 0;
-    for (; n < 30; n++)
+    for (; n < 17; n++) /* 16 shared through the prefix cache, 1 computed per request */
         prompt[n] = pat[n % 4];
     /* the exact joint of (t1, t2, t3) */
     struct smp_scratch sc;
