@@ -119,7 +119,7 @@ static int parse_flags(struct worker_flags *f, int argc, char **argv)
         CFG_OPT("spec", "JOBWORKER_SPEC", CFG_STR, &f->spec, "off|auto",
                 "prompt-lookup speculation while few sequences run: same output, fewer steps (default auto)"),
         CFG_OPT("spec-max-seqs", NULL, CFG_INT, &s->spec_max_seqs, "N",
-                "speculate while at most N sequences run (default 2)", 0, 1 << 16),
+                "speculate while at most N sequences run (default 2)", 1, 1 << 16),
         CFG_OPT("temperature", NULL, CFG_STR, &f->temperature, "T", "--prompt/--chat: sampling temperature (default 1)"),
         CFG_OPT("top-p", NULL, CFG_STR, &f->top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"),
         CFG_OPT("top-k", NULL, CFG_INT, &o->top_k, "K", "--prompt/--chat: sample among the K best (default off)"),

@@ -18,7 +18,8 @@ acceptance rate. The outputs of both modes must be identical (the script
 fails otherwise); the load average is printed before and after.
 
 usage: python3 tests/bench/bench_spec.py [--model PATH] [--threads 2] [--rounds 3]
-           [--max-tokens 128] [--max-seqs 1] [--sampled] [--workloads extract,write]
+           [--max-tokens 128] [--max-seqs 1] [--spec-max-seqs N] [--sampled]
+           [--workloads extract,write]
 """
 import argparse
 import json
@@ -106,6 +107,8 @@ def lines_of(prompts, max_tokens, sampled):
 def run(model, path, args, spec):
     cmd = [os.path.join(ROOT, "build", "jobworker"), "--model", model, "--batch-file", path,
            "--threads", str(args.threads), "--max-seqs", str(args.max_seqs), "--spec", spec]
+    if args.spec_max_seqs:
+        cmd += ["--spec-max-seqs", str(args.spec_max_seqs)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
         sys.exit("jobworker failed: " + r.stderr[-2000:])
@@ -130,12 +133,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--max-seqs", type=int, default=1)
+    ap.add_argument("--spec-max-seqs", type=int, default=0, help="jobworker's default when 0")
     ap.add_argument("--sampled", action="store_true")
     ap.add_argument("--workloads", default="extract,write")
     args = ap.parse_args()
     if not os.path.exists(args.model):
         sys.exit(f"no model at {args.model}: run scripts/fetch-model")
     print(f"model {os.path.basename(args.model)}, threads {args.threads}, max-seqs {args.max_seqs}, "
+          f"spec-max-seqs {args.spec_max_seqs or 'default'}, "
           f"max_tokens {args.max_tokens}, {'sampled (T 0.7, top_p 0.95, seeded)' if args.sampled else 'greedy'}, "
           f"rounds {args.rounds}; load average before: {loadavg()}", flush=True)
     sets = {"extract": extract_prompts(), "write": WRITE}
