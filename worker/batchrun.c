@@ -119,6 +119,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         .exact_matmul = o->exact_matmul, .n_ctx = o->n_ctx,
         .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
         .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache, .swa_full = o->swa_full,
+        .spec_off = o->spec_off, .spec_max_seqs = o->spec_max_seqs,
     };
     if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;
@@ -191,12 +192,15 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
             "\"completion_tokens\":%lld,\"recomputed\":%lld,\"preemptions\":%lld,"
             "\"blocks_evicted\":%lld,\"kv_blocks\":%d,\"n_ctx\":%d,\"kv_util_avg\":%.3f,"
             "\"kv_util_peak\":%.3f,\"wall_s\":%.3f,\"forward_s\":%.3f,\"mask_s\":%.3f,\"masks\":%lld,\"cpu_s\":%.3f,"
+            "\"spec_steps\":%lld,\"spec_drafted\":%lld,\"spec_accepted\":%lld,"
             "\"threads\":%d,\"output_tok_s\":%.2f,\"total_tok_s\":%.2f}\n",
             (long long)st.n_requests, (long long)st.n_request_errors, (long long)st.n_steps,
             (long long)prompt, (long long)st.prefill_computed, (long long)st.prefix_reused,
             (long long)st.output_tokens, (long long)st.recomputed, (long long)st.n_preemptions,
             (long long)st.blocks_evicted, st.kv_blocks, st.n_ctx, st.kv_util_avg,
-            st.kv_util_peak, st.wall_s, st.forward_s, st.mask_s, (long long)st.n_masks, st.cpu_s, kn_pool_threads(e->pool),
+            st.kv_util_peak, st.wall_s, st.forward_s, st.mask_s, (long long)st.n_masks, st.cpu_s,
+            (long long)st.spec_steps, (long long)st.spec_drafted, (long long)st.spec_accepted,
+            kn_pool_threads(e->pool),
             (double)st.output_tokens / w, (double)(st.output_tokens + prompt) / w);
     rc = 0;
 out:

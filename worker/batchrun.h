@@ -38,6 +38,8 @@ struct batchrun_opts {
     int exact_matmul;         /* 1: the reference matmul (jobworker --exact) */
     int device;               /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
     int swa_full;             /* sched_opts.swa_full (jobworker --swa-full) */
+    int spec_off;             /* 1: no speculation (jobworker --spec off) */
+    int spec_max_seqs;        /* sched_opts.spec_max_seqs (--spec-max-seqs); 0 = default */
 };
 
 /* Run it. Returns 0, or an error with a one-line message in err: model

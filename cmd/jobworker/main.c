@@ -72,7 +72,7 @@ struct worker_flags {
     struct oneshot_bench_opts bo; /* --bench-decode, --bench-prompt */
     const char *aliases[MAX_ALIASES];
     struct cfg_str_list alias_list, stop_list;
-    const char *prompt, *chat, *embed, *batch_file, *temperature, *top_p, *hourly_cost;
+    const char *prompt, *chat, *embed, *batch_file, *temperature, *top_p, *hourly_cost, *spec;
     int self_check, inspect, bench;
     struct cli_std std;
 };
@@ -116,6 +116,10 @@ static int parse_flags(struct worker_flags *f, int argc, char **argv)
         CFG_OPT("no-prefix-cache", NULL, CFG_BOOL, &s->no_prefix_cache, NULL, "never share KV blocks between requests"),
         CFG_OPT("swa-full", NULL, CFG_BOOL, &s->swa_full, NULL,
                 "sliding-window layers keep every position (more KV memory; prefix caching for Gemma/Mistral)"),
+        CFG_OPT("spec", "JOBWORKER_SPEC", CFG_STR, &f->spec, "off|auto",
+                "prompt-lookup speculation while few sequences run: same output, fewer steps (default auto)"),
+        CFG_OPT("spec-max-seqs", NULL, CFG_INT, &s->spec_max_seqs, "N",
+                "speculate while at most N sequences run (default 2)", 1, 1 << 16),
         CFG_OPT("temperature", NULL, CFG_STR, &f->temperature, "T", "--prompt/--chat: sampling temperature (default 1)"),
         CFG_OPT("top-p", NULL, CFG_STR, &f->top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"),
         CFG_OPT("top-k", NULL, CFG_INT, &o->top_k, "K", "--prompt/--chat: sample among the K best (default off)"),
@@ -189,7 +193,7 @@ static int mode_batch_file(const struct worker_flags *f, enum kn_device dev)
         return rc;
     struct batchrun_opts bo = {s->model_path, f->batch_file, s->threads, s->max_batch_tokens,
                                s->max_seqs, s->kv_mem_bytes, s->n_ctx, s->no_prefix_cache,
-                               f->oo.exact, (int)dev, s->swa_full};
+                               f->oo.exact, (int)dev, s->swa_full, s->spec_off, s->spec_max_seqs};
     return mode_exit(batchrun_file(&bo, stdout, stderr, err, sizeof err), err);
 }
 
@@ -264,6 +268,19 @@ static int mode_serve(struct worker_flags *f)
     return mode_exit(serve_run(&f->so, err, sizeof err), err);
 }
 
+/* --spec off|auto. -1 to go on, else the exit code. */
+static int parse_spec(struct worker_flags *f)
+{
+    if (!f->spec || strcmp(f->spec, "auto") == 0)
+        return -1;
+    if (strcmp(f->spec, "off") == 0) {
+        f->so.spec_off = 1;
+        return -1;
+    }
+    cli_error("jobworker", "use --spec off or --spec auto", "unknown --spec '%s'", f->spec);
+    return CLI_EXIT_USAGE;
+}
+
 /* --device: the kernels' device, built in. -1 to go on, else the exit code. */
 static int parse_device(const char *device, enum kn_device *dev)
 {
@@ -285,6 +302,8 @@ int main(int argc, char **argv)
     memset(&f, 0, sizeof f);
     enum kn_device dev;
     int rc = parse_flags(&f, argc, argv);
+    if (rc < 0)
+        rc = parse_spec(&f);
     if (rc < 0)
         rc = parse_device(f.so.device, &dev);
     if (rc >= 0)

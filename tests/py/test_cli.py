@@ -24,6 +24,10 @@ def test_bad_flags_are_usage_errors():
         r = run([binary(b), "--log-level", "loud"])
         assert r.returncode == 2, (b, r.stderr)
         assert "--log-level" in r.stderr
+    r = run([binary("jobworker"), "--self-check", "--spec", "always"])
+    assert r.returncode == 2 and "unknown --spec 'always'" in r.stderr, r.stderr
+    r = run([binary("jobworker"), "--self-check", "--spec-max-seqs", "0"])
+    assert r.returncode == 2 and "--spec-max-seqs" in r.stderr, r.stderr
 
 
 def test_environment_feeds_options_and_flags_win():

@@ -76,6 +76,10 @@ void engine_sched_opts(const struct engine *e, struct sched_opts *so)
     so->n_ctx = e->o.n_ctx;
     so->no_prefix_cache = e->o.no_prefix_cache;
     so->swa_full = e->o.swa_full;
+    if (e->o.spec_off)
+        so->spec = SCHED_SPEC_OFF;
+    if (e->o.spec_max_seqs > 0)
+        so->spec_max_seqs = e->o.spec_max_seqs;
     so->pool = e->pool;
     so->exact_matmul = e->o.exact_matmul;
     so->device = e->o.device;

@@ -42,6 +42,8 @@ struct engine_opts {
     size_t kv_mem_bytes;      /* K/V budget in bytes */
     int no_prefix_cache;      /* 1: never share KV blocks */
     int swa_full;             /* 1: sliding-window layers keep every position (sched_opts.swa_full) */
+    int spec_off;             /* 1: no speculation (sched_opts.spec SCHED_SPEC_OFF) */
+    int spec_max_seqs;        /* sched_opts.spec_max_seqs; 0 = its default */
 };
 
 struct engine {

@@ -1,6 +1,6 @@
 /*
  * sched.c - static + continuous batching with chunked prefill, prefix
- * sharing and preemption (see sched.h).
+ * sharing, preemption and prompt-lookup speculation (see sched.h).
  */
 #include "worker/engine/sched.h"
 
@@ -18,6 +18,20 @@
 
 enum { SEQ_WAIT = 0, SEQ_RUN, SEQ_DONE };
 
+/* Speculation (sched.h "Speculation"). Drafts come from the newest earlier
+ * occurrence of the sequence's last SPEC_NGRAM_MAX .. 1 tokens; each match
+ * length n has its own acceptance estimate (a 3-token match is a far better
+ * predictor than a 1-token one). SPEC_ROW_COST is the cost of one more
+ * position in a small step relative to the step itself: on SmolLM2-135M
+ * Q4_1, 2 threads, 300-500 positions of context, a step of 1 + k positions
+ * took 17-20 ms of CPU plus 2.6-4.3 ms per extra position (bench/NOTES.md
+ * "Speculation"), a ratio of 0.15-0.22. */
+#define SPEC_NGRAM_MAX 3
+#define SPEC_ROW_COST 0.2
+#define SPEC_DECAY 0.9       /* weight of the past in the acceptance estimate, per step */
+#define SPEC_PRIOR_WEIGHT 2.0 /* drafts' worth of the prior acceptance rate */
+#define SPEC_PROBE_EVERY 16  /* with k = 0, draft one token after this many matches */
+
 struct sreq;
 
 struct sseq {
@@ -29,8 +43,15 @@ struct sseq {
     int slot;                    /* while running */
     int n_computed;              /* positions in the KV cache */
     int hwm;                     /* most positions ever computed (recompute accounting) */
-    int take;                    /* tokens in the current step */
+    int take;                    /* tokens in the current step (with the drafts) */
     uint64_t serial;             /* order of creation (tie-break) */
+    /* speculation: this step's drafts (positions n_computed + 1 ..), the match
+     * length that found them, and per match length n (index n - 1) the decayed
+     * counts of accepted and tested draft tokens and the matches since a draft */
+    int32_t draft[SCHED_SPEC_K_MAX];
+    int n_draft, draft_ngram;
+    double acc_hit[SPEC_NGRAM_MAX], acc_tried[SPEC_NGRAM_MAX];
+    int spec_wait[SPEC_NGRAM_MAX];
 };
 
 struct sreq {
@@ -55,6 +76,7 @@ struct sched {
     struct model_ctx *ctx;
     struct kv_cache *kv;
     int n_ctx, n_vocab;
+    int spec;                    /* 1: speculation on (opts, and a CPU context) */
     struct smp_scratch scratch;
     struct sseq **wait;          /* (cap_wait) queue; the last n_new are unsorted */
     int n_wait, cap_wait, n_new;
@@ -81,6 +103,8 @@ void sched_opts_init(struct sched_opts *o)
     o->max_batch_tokens = 512;
     o->max_seqs = 64;
     o->kv_mem_bytes = (size_t)256 << 20;
+    o->spec = SCHED_SPEC_AUTO;
+    o->spec_max_seqs = SCHED_SPEC_MAX_SEQS;
 }
 
 static double cpu_now_s(void)
@@ -105,8 +129,11 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
 {
     if (!m || !t || !o || !out || !o->on_result || o->max_batch_tokens < 1 ||
         o->max_batch_tokens > (1 << 20) || o->max_seqs < 1 || o->max_seqs > (1 << 16) ||
-        o->n_ctx < 0)
+        o->n_ctx < 0 || (o->spec != SCHED_SPEC_OFF && o->spec != SCHED_SPEC_AUTO) ||
+        o->spec_max_seqs < 0 || o->spec_max_seqs > (1 << 16) || o->spec_k < 0 ||
+        o->spec_k > SCHED_SPEC_K_MAX)
         return ERR_INVAL;
+    int spec = o->spec == SCHED_SPEC_AUTO && o->device == KN_DEVICE_CPU && o->spec_max_seqs > 0;
     const struct model_hparams *hp = &m->hp;
     int n_ctx = o->n_ctx ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (n_ctx > hp->n_ctx_train)
@@ -118,7 +145,11 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     cp.n_ctx = n_ctx;
     cp.n_batch_max = o->max_batch_tokens;
     cp.n_seq_max = o->max_seqs;
-    cp.n_out_max = o->max_seqs < o->max_batch_tokens ? o->max_seqs : o->max_batch_tokens;
+    /* logits rows: one per sequence, or a speculating sequence's 1 + k */
+    int64_t n_out = o->max_seqs;
+    if (spec && (int64_t)o->spec_max_seqs * (SCHED_SPEC_K_MAX + 1) > n_out)
+        n_out = (int64_t)o->spec_max_seqs * (SCHED_SPEC_K_MAX + 1);
+    cp.n_out_max = (int)(n_out < o->max_batch_tokens ? n_out : o->max_batch_tokens);
     cp.pool = o->pool;
     cp.exact_matmul = o->exact_matmul;
     cp.device = o->device;
@@ -166,6 +197,7 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     s->o = *o;
     s->n_ctx = n_ctx;
     s->n_vocab = hp->n_vocab;
+    s->spec = spec;
     if ((rc = model_ctx_new(m, &cp, &s->ctx)) != 0)
         goto out;
     s->kv = model_ctx_kv(s->ctx);
@@ -510,20 +542,144 @@ static int preempt_newest(struct sched *s)
     return 0;
 }
 
-/* Append q's next `take` tokens to the batch. */
+/* Append q's next `take` tokens to the batch: known ones, then its drafts;
+ * logits for the last known one and every draft. */
 static void batch_add(struct sched *s, struct sseq *q, int take, int *nb)
 {
     int known = seq_known(q);
     for (int i = 0; i < take; i++) {
         int p = q->n_computed + i;
-        s->b_tok[*nb] = seq_token(q, p);
+        s->b_tok[*nb] = p < known ? seq_token(q, p) : q->draft[p - known];
         s->b_pos[*nb] = p;
         s->b_seq[*nb] = q->slot;
-        s->b_out[*nb] = p == known - 1;
+        s->b_out[*nb] = p >= known - 1;
         (*nb)++;
     }
     q->take = take;
     s->step[s->n_step++] = q;
+}
+
+/* ---- speculation ---------------------------------------------------------------- */
+
+/* Prior acceptance rate per match length 1, 2, 3: on SmolLM2-135M-Instruct
+ * (tests/bench/bench_spec.py, both workloads, greedy and sampled) 1-token
+ * matches were confirmed 10-35% of the time, 2-token ones 20-55%, 3-token
+ * ones 60-70%. */
+static const double spec_prior[SPEC_NGRAM_MAX] = {0.2, 0.4, 0.6};
+
+/* Prompt lookup: find the newest earlier occurrence of q's last n known
+ * tokens (n = SPEC_NGRAM_MAX down to 1) and copy up to k_max tokens that
+ * followed it into out; a copy that runs into the end of the known tokens
+ * goes on from its own start (a repeating run continues: "a b c a b" after
+ * "a b" drafts "c a b c ..."). Returns the tokens drafted (0: no match) and
+ * the match length in *ngram. O(known * SPEC_NGRAM_MAX); allocates nothing. */
+static int spec_lookup(const struct sseq *q, int32_t *out, int k_max, int *ngram)
+{
+    int L = seq_known(q);
+    for (int n = SPEC_NGRAM_MAX; n >= 1; n--) {
+        if (L < n + 1)
+            continue;
+        for (int j = L - n - 1; j >= 0; j--) {
+            int m = 0;
+            while (m < n && seq_token(q, j + m) == seq_token(q, L - n + m))
+                m++;
+            if (m < n)
+                continue;
+            for (int i = 0; i < k_max; i++) {
+                int src = j + n + i;
+                out[i] = src < L ? seq_token(q, src) : out[src - L];
+            }
+            *ngram = n;
+            return k_max;
+        }
+    }
+    return 0;
+}
+
+/* The draft length that maximises expected tokens per unit of step cost,
+ * (1 + a + a^2 + ... + a^k) / (1 + SPEC_ROW_COST * k), for a per-token
+ * acceptance rate a, among 0..k_cap. */
+static int spec_k_for(double a, int k_cap)
+{
+    int best = 0;
+    double best_t = 1.0, e = 1.0, pw = 1.0;
+    for (int k = 1; k <= k_cap; k++) {
+        pw *= a;
+        e += pw;
+        double t = e / (1.0 + SPEC_ROW_COST * (double)k);
+        if (t > best_t) {
+            best_t = t;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* Positions beyond q's known tokens that the KV pool can take for drafts
+ * without touching the blocks other running sequences still need for their
+ * known tokens, and from blank blocks only: a draft never evicts a cached
+ * prefix block. */
+static int64_t spec_kv_room(const struct sched *s, const struct sseq *q)
+{
+    int64_t spare = s->kv->n_free;
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i] != q)
+            spare -= kv_seq_blocks_needed(s->kv, s->run[i]->slot, seq_known(s->run[i]));
+    if (spare > s->kv->n_blank)
+        spare = s->kv->n_blank;
+    int64_t cap = ((int64_t)s->kv->seqs[q->slot].n_blocks + (spare > 0 ? spare : 0)) *
+                  s->kv->block_tokens;
+    return cap - seq_known(q);
+}
+
+/* Drafts for q, which decodes one token this step (its last known token at
+ * position n_computed): at most room tokens (what the step budget leaves).
+ * Sets q->draft, q->n_draft and q->draft_ngram; returns n_draft. */
+static int spec_plan(struct sched *s, struct sseq *q, int room)
+{
+    q->n_draft = 0;
+    int known = seq_known(q);
+    int64_t cap = room;
+    int64_t left_gen = (int64_t)q->g.max_gen - (int64_t)q->g.n_gen - 1; /* the last one is free */
+    int64_t left_ctx = (int64_t)s->n_ctx - known;   /* fed positions stay below n_ctx */
+    int64_t left_kv = spec_kv_room(s, q);
+    if (left_gen < cap)
+        cap = left_gen;
+    if (left_ctx < cap)
+        cap = left_ctx;
+    if (left_kv < cap)
+        cap = left_kv;
+    if (cap > SCHED_SPEC_K_MAX)
+        cap = SCHED_SPEC_K_MAX;
+    if (s->o.spec_k > 0 && s->o.spec_k < cap)
+        cap = s->o.spec_k;
+    if (cap <= 0)
+        return 0;
+    int n = 0;
+    if (spec_lookup(q, q->draft, (int)cap, &n) == 0)
+        return 0;
+    /* a prior worth SPEC_PRIOR_WEIGHT drafts is mixed in: one or two misses
+     * do not turn drafting off, nor one or two hits up to k = 8 */
+    double a = (q->acc_hit[n - 1] + spec_prior[n - 1] * SPEC_PRIOR_WEIGHT) /
+               (q->acc_tried[n - 1] + SPEC_PRIOR_WEIGHT);
+    int k = s->o.spec_k > 0 ? (int)cap : spec_k_for(a, (int)cap);
+    if (k == 0) {
+        if (++q->spec_wait[n - 1] < SPEC_PROBE_EVERY)
+            return 0;
+        k = 1; /* probe: has the text become predictable? */
+    }
+    q->spec_wait[n - 1] = 0;
+    q->n_draft = k;
+    q->draft_ngram = n;
+    return k;
+}
+
+/* Record that `hit` of q's n_draft drafts were accepted. */
+static void spec_learn(struct sseq *q, int hit)
+{
+    int i = q->draft_ngram - 1;
+    q->acc_hit[i] = q->acc_hit[i] * SPEC_DECAY + hit;
+    q->acc_tried[i] = q->acc_tried[i] * SPEC_DECAY + hit + (hit < q->n_draft);
 }
 
 /* 1 when candidate c shares full prompt blocks with a running sequence that
@@ -562,6 +718,7 @@ static int run_step(struct sched *s)
     struct kv_cache *kv = s->kv;
     int budget = s->o.max_batch_tokens, nb = 0, rc, preempted = 0;
     s->n_step = 0;
+    int spec = s->spec && s->n_run <= s->o.spec_max_seqs;
 
     if (s->n_new > 0) {
         qsort(s->wait + (s->n_wait - s->n_new), (size_t)s->n_new, sizeof *s->wait, cmp_seq);
@@ -591,6 +748,9 @@ static int run_step(struct sched *s)
         }
         if (self)
             break;
+        q->n_draft = 0;
+        if (spec && pending == 1 && take == 1)
+            take += spec_plan(s, q, budget - 1);
         if (kv_seq_reserve(kv, q->slot, q->n_computed + take) != 0)
             return ERR_INTERNAL;
         batch_add(s, q, take, &nb);
@@ -631,6 +791,7 @@ static int run_step(struct sched *s)
         c->state = SEQ_RUN;
         c->slot = slot;
         c->n_computed = hits;
+        c->n_draft = 0;
         s->run[s->n_run++] = c;
         s->st.prefix_reused += hits;
         s->st.prompt_tokens += c->n_prompt;
@@ -669,11 +830,12 @@ static int run_step(struct sched *s)
     if ((rc = step_masks(s)) != 0)
         return rc;
 
-    /* 5. account, publish, sample, finish */
+    /* 5. account, publish, sample (verifying drafts), finish */
     int oi = 0;
     for (int i = 0; i < s->n_step; i++) {
         struct sseq *q = s->step[i];
-        int from = q->n_computed, to = from + q->take;
+        int known = seq_known(q);
+        int from = q->n_computed, to = from + q->take - q->n_draft; /* known positions */
         for (int p = from; p < to; p++) {
             if (p < q->n_prompt)
                 s->st.prefill_computed++;
@@ -688,19 +850,45 @@ static int run_step(struct sched *s)
         q->r->cpu_s += cpu_tok * q->take;
         if (!s->o.no_prefix_cache && kv_seq_publish(kv, q->slot, q->prompt, q->n_prompt) < 0)
             return ERR_INTERNAL;
-        if (to != seq_known(q))
+        if (to != known)
             continue;
-        if (oi >= n_out)
+        /* row j holds the logits after the last known token (j = 0) or after
+         * draft j - 1: sample in order while the drafts are confirmed */
+        if (oi + q->n_draft >= n_out)
             return ERR_INTERNAL;
-        const float *row = logits + (size_t)oi++ * (size_t)s->n_vocab;
-        rc = gen_seq_step(&q->g, row, (size_t)s->n_vocab, &s->scratch);
-        if (rc < 0)
-            return rc;
-        s->st.output_tokens++;
-        if (!q->r->t_first)
-            q->r->t_first = clock_mono_ns();
-        if (rc == 1)
-            q->state = SEQ_DONE;
+        int hit = 0;
+        for (int j = 0; j <= q->n_draft; j++) {
+            const float *row = logits + (size_t)(oi + j) * (size_t)s->n_vocab;
+            rc = gen_seq_step(&q->g, row, (size_t)s->n_vocab, &s->scratch);
+            if (rc < 0)
+                return rc;
+            s->st.output_tokens++;
+            if (!q->r->t_first)
+                q->r->t_first = clock_mono_ns();
+            if (rc == 1) {
+                q->state = SEQ_DONE;
+                break;
+            }
+            if (j == q->n_draft || q->g.gen[q->g.n_gen - 1] != q->draft[j])
+                break;
+            hit++;
+        }
+        oi += q->n_draft + 1;
+        if (q->n_draft > 0) {
+            /* the confirmed drafts' K/V stays (they are generated tokens now,
+             * fed once); the rest is cut off */
+            s->st.spec_steps++;
+            s->st.spec_drafted += q->n_draft;
+            s->st.spec_accepted += hit;
+            s->st.decode_tokens += hit;
+            spec_learn(q, hit);
+            q->n_computed += hit;
+            if (q->n_computed > q->hwm)
+                q->hwm = q->n_computed;
+            if (q->state != SEQ_DONE && kv_seq_truncate(kv, q->slot, q->n_computed) != 0)
+                return ERR_INTERNAL;
+            q->n_draft = 0;
+        }
     }
     /* finished sequences leave (keeping admission order) and free their blocks */
     int k = 0;
@@ -735,7 +923,7 @@ static int step_masks(struct sched *s)
     s->n_maskq = 0;
     for (int i = 0; i < s->n_step; i++) {
         struct sseq *q = s->step[i];
-        if (q->n_computed + q->take == seq_known(q) && gen_seq_constrained(&q->g))
+        if (q->n_computed + q->take - q->n_draft == seq_known(q) && gen_seq_constrained(&q->g))
             s->maskq[s->n_maskq++] = q;
     }
     if (s->n_maskq == 0)

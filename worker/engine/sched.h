@@ -45,10 +45,43 @@
  * whatever shares its batch or however its prompt was chunked or shared,
  * and sampling is per sequence (own random stream, seeded from the
  * request's seed and choice index), so a request's output does not depend
- * on the pack, the budget, preemptions or the prefix cache.
+ * on the pack, the budget, preemptions, the prefix cache or speculation.
  *
  * Seeds: a request whose parameters carry no seed (seed_given 0) gets one
  * derived from its id (FNV-1a), so a retried request reproduces its text.
+ *
+ * Speculation (sched_opts.spec; prompt lookup, no second model). While at
+ * most spec_max_seqs sequences run (a single request, the drain tail of a
+ * pack), a decoding sequence whose last tokens (3, 2 or 1 of them) occurred
+ * earlier in its prompt or output drafts the k tokens that followed that
+ * occurrence (the newest one), and the step feeds the last token plus the
+ * k drafts as k + 1 positions of the sequence, with logits at each. The
+ * rows are then sampled in order exactly as plain decoding would sample
+ * them (gen_seq_step: same penalties over the tokens so far, same
+ * structured-output mask, same stop strings, the sequence's own random
+ * stream, one draw per sampled token): while the sampled token equals the
+ * draft the next row is valid and sampling goes on; the first token that
+ * differs (or the one after the last draft) ends the step, and the K/V of
+ * the rejected drafts is cut off (kv_seq_truncate; within a ring too, whose
+ * size covers a whole step). Since a row's logits are bit-identical whatever
+ * shares its step (the batch invariance above), the tokens, text and
+ * logprobs are bit-identical to decoding without speculation, greedy and
+ * seeded alike, whatever the pack. For a sampled sequence this is standard
+ * speculative sampling with a point-mass draft q = [x]: x is accepted with
+ * probability p(x) (the token drawn from p is x) and otherwise the token
+ * is drawn from p restricted to tokens != x, which is the residual
+ * normalize(max(p - q, 0)) - computed by coupling both to the draw plain
+ * decoding makes, so the distribution, the seed's stream and the output
+ * stay those of plain decoding. The draft length k (0..SCHED_SPEC_K_MAX)
+ * follows the sequence's acceptance rate per match length (sched.c
+ * spec_k_for: the k that maximises expected tokens per unit of step cost,
+ * each extra position costing about a fifth of a small step; 0 when drafts
+ * do not pay, with a one-token probe now and then), capped by the step
+ * budget, max_tokens, the context, and the blank KV blocks not needed by
+ * the other running sequences' known tokens (drafts never preempt anyone
+ * nor evict a cached prefix block). The step's logits rows grow to
+ * spec_max_seqs x (1 + SCHED_SPEC_K_MAX). Off on the CUDA backend (its
+ * logits depend on the pack, so drafts would change output).
  *
  * Thread: a sched and its callbacks run on the caller's thread; the model
  * context may use a kn_pool for the matmuls.
@@ -104,9 +137,21 @@ struct sched_opts {
     struct kn_pool *pool;        /* for the matmuls; NULL = caller's thread */
     int exact_matmul;            /* 1: the reference matmul (model_ctx_params.exact_matmul) */
     int device;                  /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
+    int spec;                    /* SCHED_SPEC_OFF (default) or SCHED_SPEC_AUTO: prompt-lookup
+                                  * speculation while few sequences run (see above); ignored
+                                  * on CUDA */
+    int spec_max_seqs;           /* speculate while at most this many sequences run
+                                  * (default SCHED_SPEC_MAX_SEQS) */
+    int spec_k;                  /* 0 (default): draft lengths adapt to each sequence's
+                                  * acceptance; 1..SCHED_SPEC_K_MAX: always draft this many
+                                  * when a match exists (tests, benchmarks) */
     sched_result_fn on_result;   /* required */
     void *cb_ctx;
 };
+
+enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_AUTO = 1 };
+#define SCHED_SPEC_MAX_SEQS 2   /* default sched_opts.spec_max_seqs */
+#define SCHED_SPEC_K_MAX 8      /* most drafted tokens per sequence and step */
 
 void sched_opts_init(struct sched_opts *o);
 
@@ -123,6 +168,9 @@ struct sched_stats {
     int64_t recomputed;          /* generated tokens fed again after a preemption */
     int64_t output_tokens;       /* tokens sampled */
     int64_t n_preemptions;
+    int64_t spec_steps;          /* sequence-steps that verified drafts */
+    int64_t spec_drafted;        /* drafted tokens fed to the model */
+    int64_t spec_accepted;       /* of them, accepted (their K/V kept, counted in decode_tokens) */
     int64_t n_cancelled;         /* requests dropped by sched_cancel */
     int64_t blocks_evicted;      /* cached blocks reused for other data */
     int kv_blocks;               /* pool size in blocks of KV_BLOCK_TOKENS positions */

@@ -433,11 +433,17 @@ static void reqset_release(struct reqset *rs)
     rs->n = 0;
 }
 
+/* sched_opts.spec of the schedulers sched_make makes (tests that count steps
+ * turn speculation off: it changes how many steps a sequence takes, never
+ * its output) */
+static int g_spec = SCHED_SPEC_AUTO;
+
 static struct oreq_sched *sched_make(struct env *e, struct results *res, int max_batch,
                                      int max_seqs, size_t kv_mem, int no_cache)
 {
     struct sched_opts o;
     sched_opts_init(&o);
+    o.spec = g_spec;
     o.max_batch_tokens = max_batch;
     o.max_seqs = max_seqs;
     o.kv_mem_bytes = kv_mem;
@@ -652,6 +658,7 @@ TEST(sched_sliding_window_rings_buy_blocks_same_outputs)
         o.max_seqs = 8;
         o.kv_mem_bytes = budget;
         o.swa_full = k;
+        o.spec = SCHED_SPEC_OFF; /* the preemption counts below assume one token per step */
         struct oreq_sched_opts oo = {NULL, on_result, &r[k]};
         struct oreq_sched *s;
         CHECK_EQ_INT(oreq_sched_new(e.m, e.t, e.tmpl, &o, &oo, &s), 0);
@@ -941,6 +948,7 @@ TEST(sched_withdraw_only_requests_not_started)
     oreq_sched_free(s);
     CHECK_EQ_INT(ref.n, rs.n);
 
+    g_spec = SCHED_SPEC_OFF; /* six steps below must leave both first requests running */
     s = sched_make(&e, &got, 64, 2, 256 * TINY_BLOCK_BYTES, 0);
     add_all(s, &rs, 0, rs.n);
     CHECK_EQ_INT(sched_withdraw(eng(s), "nope"), ERR_NOTFOUND);
