@@ -84,10 +84,11 @@ class Api:
     under 500: the scenario drives on past a refusal, so what jobd
     acknowledges after a failed write or fsync is checked too."""
 
-    def __init__(self, port, faulty=False):
+    def __init__(self, port, faulty=False, data=None):
         self.port = port
         self.faulty = faulty
         self.refusals = []
+        self.data = data  # jobd's --data, for what only its database shows
 
     def call(self, method, path, body=None, headers=None, token=None):
         h = dict(headers or {})
@@ -230,7 +231,21 @@ def scenario(api, acks):
         assert time.monotonic() < deadline, "file_x never expired"
         time.sleep(0.05)
     acks["file_x_gone"] = True
+    # the purge (bytes, then the row) is the sweeper's: seen when the row
+    # is gone from the live database (a reader sees committed state only)
+    while api.data and file_rows(api.data, acks["file_x"]):
+        assert time.monotonic() < deadline, "file_x is never purged"
+        time.sleep(0.05)
+    acks["file_x_purged"] = True
     acks["end"] = True
+
+
+def file_rows(data, fid):
+    db = sqlite3.connect(f"file:{os.path.join(data, 'jobd.db')}?mode=ro", uri=True, timeout=10)
+    try:
+        return db.execute("SELECT count(*) FROM files WHERE id = ?", (fid,)).fetchone()[0]
+    finally:
+        db.close()
 
 
 def start_jobd(data, durability, env=None):
@@ -255,7 +270,7 @@ def recorded_run(work, cut, durability, steps=scenario, shim_env=None, fail=None
         rx.calls.clear()
     p, port = start_jobd(data, durability, {**crashlib.env(data, log, cut, fail), **(shim_env or {})})
     acks = {}
-    api = Api(port, faulty=bool(fail))
+    api = Api(port, faulty=bool(fail), data=data)
     try:
         try:
             p.wait_http(port, timeout=30)
@@ -356,12 +371,12 @@ def history(acks, s, full):
         "b2_cancelled": lambda: status("b2") == "cancelled",
         "b3_expired": lambda: status("b3") == "expired",
         "file_x": lambda: True if acks["file_x"] in s["files"] else purged(),
-        "file_x_gone": purged,
+        "file_x_purged": purged,
     }
     # a background transition needs what caused it: its batch's ingest or
     # results, the cancel, the upload
     cause = {"ingested": "b2", "b1_completed": None, "b2_cancelled": "cancelled", "b3_expired": "b3",
-             "file_x_gone": "file_x"}
+             "file_x_purged": "file_x"}
     out = []
     for k in acks:
         if k.startswith("result "):
@@ -833,6 +848,85 @@ def test_crashsim_write_eio_answers_5xx_and_acknowledges_only_durable_data():
 
 def test_crashsim_fsync_eio_answers_5xx_and_acknowledges_only_durable_data():
     fault_suite("sync", "EIO")
+
+
+# ---- the worker's side of a refused commit ----------------------------------------------
+
+TINY_MODEL = os.path.join(ROOT, "tests", "fixtures", "model", "llama_tied.f32.gguf")
+
+
+def worker_retry(fail):
+    """A real jobworker (the tiny random llama of tests/fixtures/model)
+    serves a batch of 3 through jobd under the shim, whose CRASHSIM_FAIL
+    makes the commit of the first result uploaded fail (fail: "write" or
+    "sync" of the WAL, selected by the result's bytes, "chat.completion",
+    which no other row holds). jobd answers that /v1/worker/results 500;
+    the worker keeps the lines in its outbox and sends them again; the
+    batch completes with each custom_id exactly once. Then the power is cut
+    and the directory rebuilt ("lose": the writes of the failed fsync are
+    gone with everything unsynced): the restarted jobd serves the same
+    output. Returns how many results uploads were refused."""
+    need_build()
+    jw = os.path.join(ROOT, "build", "jobworker")
+    if not os.path.exists(jw):
+        raise Skip("build/jobworker not built")
+    work = tmpdir()
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    base = crashlib.Baseline(data)
+    log = os.path.join(work, "shim.log")
+    p, port = start_jobd(data, "full", crashlib.env(data, log, 0, f"{fail}:1:EIO:-wal:chat.completion"))
+    p.wait_http(port, timeout=30)
+    api = Api(port)
+    w = Proc([jw, "--jobd", f"http://127.0.0.1:{port}", "--model", TINY_MODEL, "--model-id", "tiny",
+              "--worker-token", WT, "--name", "retry", "--threads", "1"])
+    body = b"".join(json.dumps({"custom_id": f"c-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": "tiny", "max_tokens": 4, "temperature": 0,
+                                         "messages": [{"role": "user", "content": f"Count to {i}."}]}}).encode()
+                    + b"\n" for i in range(3))
+    st, b = api.call("POST", "/v1/jobs?completion_window=1h", body)
+    assert st == 200, b
+    bid = json.loads(b)["id"]
+    deadline = time.monotonic() + 300
+    while (done := api.json("GET", f"/v1/batches/{bid}"))["status"] != "completed":
+        assert done["status"] in ("validating", "in_progress", "finalizing"), done
+        assert w.p.poll() is None, w.log()[-2000:]
+        assert time.monotonic() < deadline, (done, w.log()[-2000:], p.log()[-2000:])
+        time.sleep(0.1)
+    assert done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}, done
+    st, out = api.call("GET", f"/v1/files/{done['output_file_id']}/content")
+    assert st == 200, out
+    ids = sorted(json.loads(x)["custom_id"] for x in out.decode().splitlines())
+    assert ids == ["c-0", "c-1", "c-2"], ids
+    st, metrics = api.call("GET", "/metrics")
+    refused = sum(int(float(m.split()[-1])) for m in metrics.decode().splitlines()
+                  if m.startswith("jobd_http_requests_total{") and 'route="/v1/worker/results"' in m
+                  and 'status="500"' in m)
+    injected = [r for r in crashlib.parse(log) if r[0] == "F"]
+    assert len(injected) == 1 and refused >= 1, (injected, refused, p.log()[-1500:])
+    w.stop()
+    p.p.send_signal(signal.SIGKILL)
+    p.p.wait()
+    out_dir = os.path.join(work, "lost")
+    crashlib.replay(base, log).rebuild(out_dir, "lose")
+    p, port = start_jobd(out_dir, "full")
+    p.wait_http(port, timeout=30)
+    st, again = Api(port).call("GET", f"/v1/files/{done['output_file_id']}/content")
+    assert st == 200 and again == out, (st, again[:300])
+    p.stop()
+    return refused
+
+
+def test_crashsim_worker_retries_a_results_upload_whose_wal_write_failed():
+    refused = worker_retry("write")
+    report(f"crashsim worker retry: the WAL write of the first result failed (EIO): {refused} results upload "
+           f"answered 500, sent again by jobworker, each custom_id once")
+
+
+def test_crashsim_worker_retries_a_results_upload_whose_wal_fsync_failed():
+    refused = worker_retry("sync")
+    report(f"crashsim worker retry: the WAL fsync of the first result's commit failed (EIO): {refused} results "
+           f"upload answered 500, sent again by jobworker, each custom_id once, the output whole after a power cut")
 
 
 # ---- planted bugs ------------------------------------------------------------------------
