@@ -749,6 +749,31 @@ def test_crashsim_upload_cut_between_rename_and_commit_leaves_no_orphan():
             assert os.listdir(os.path.join(out, "files")) == [], os.listdir(os.path.join(out, "files"))
 
 
+def expire_one(api, acks):
+    """An upload that expires after 1 s, until the sweeper has purged it."""
+    ct, body = multipart({"purpose": "batch", "expires_after[anchor]": "created_at",
+                          "expires_after[seconds]": "1"}, {"file": ("x.jsonl", INPUT_X)})
+    st, b = api.call("POST", "/v1/files", body, {"Content-Type": ct})
+    assert st == 200, b
+    fid = json.loads(b)["id"]
+    deadline = time.monotonic() + 30
+    while file_rows(api.data, fid):
+        assert time.monotonic() < deadline, "the expired upload is never purged"
+        time.sleep(0.05)
+    acks["purged"] = fid
+
+
+def stored_matches_rows(out):
+    """files/ of a rebuilt directory against its rows, before any jobd
+    starts on it: (on disk, named)."""
+    db = sqlite3.connect(f"file:{os.path.join(out, 'jobd.db')}?mode=ro", uri=True)
+    try:
+        named = {r[0] for r in db.execute("SELECT storage_path FROM files")}
+    finally:
+        db.close()
+    return {os.path.join("files", n) for n in os.listdir(os.path.join(out, "files"))}, named
+
+
 def test_crashsim_expired_file_unlink_is_durable_before_its_row_goes():
     """Regression: file expiry removed an upload's bytes and then purged its
     row with no fsync of files/ between them, so a power cut after the
@@ -760,29 +785,31 @@ def test_crashsim_expired_file_unlink_is_durable_before_its_row_goes():
     files/ holds exactly what the rows name."""
     need_build()
     work = tmpdir()
-
-    def expire(api, acks):
-        ct, body = multipart({"purpose": "batch", "expires_after[anchor]": "created_at",
-                              "expires_after[seconds]": "1"}, {"file": ("x.jsonl", INPUT_X)})
-        st, b = api.call("POST", "/v1/files", body, {"Content-Type": ct})
-        assert st == 200, b
-        fid = json.loads(b)["id"]
-        deadline = time.monotonic() + 30
-        while any(f["id"] == fid for f in api.json("GET", "/v1/files?limit=10000")["data"]):
-            assert time.monotonic() < deadline, "the expired upload is never purged"
-            time.sleep(0.05)
-        acks["purged"] = fid
-
-    model, acks = recorded_run(os.path.join(work, "run"), 0, "full", steps=expire)
+    model, acks = recorded_run(os.path.join(work, "run"), 0, "full", steps=expire_one)
     assert acks.get("purged"), acks
     out = os.path.join(work, "lost")
     model.rebuild(out, "lose")
-    db = sqlite3.connect(f"file:{os.path.join(out, 'jobd.db')}?mode=ro", uri=True)
-    try:
-        named = {r[0] for r in db.execute("SELECT storage_path FROM files")}
-    finally:
-        db.close()
-    on_disk = {os.path.join("files", n) for n in os.listdir(os.path.join(out, "files"))}
+    on_disk, named = stored_matches_rows(out)
+    assert on_disk == named, f"files/ holds {sorted(on_disk - named)} that no row names"
+
+
+def test_crashsim_expiry_whose_directory_fsync_failed_syncs_it_again_before_the_row_goes():
+    """Regression: when the fsync of files/ after an expired upload's unlink
+    failed (EIO), the next sweep found the file gone (ENOENT), took that for
+    done without syncing files/, and purged the row: the unlink was still
+    not durable, and a power cut brought the bytes back with no row naming
+    them (PostgreSQL's fsync lesson: a failed fsync is not retried by
+    carrying on). The second fsync of files/ (the first is the upload's
+    rename) fails here; in the "lose" rebuild files/ must hold exactly what
+    the rows name."""
+    need_build()
+    work = tmpdir()
+    model, acks = recorded_run(os.path.join(work, "run"), 0, "full", steps=expire_one, fail="sync:2:EIO:files$")
+    assert acks.get("purged"), acks
+    assert [r for r in crashlib.parse(os.path.join(work, "run", "shim.log")) if r[0] == "F"], "no fsync failed"
+    out = os.path.join(work, "lost")
+    model.rebuild(out, "lose")
+    on_disk, named = stored_matches_rows(out)
     assert on_disk == named, f"files/ holds {sorted(on_disk - named)} that no row names"
 
 
@@ -848,6 +875,51 @@ def test_crashsim_write_eio_answers_5xx_and_acknowledges_only_durable_data():
 
 def test_crashsim_fsync_eio_answers_5xx_and_acknowledges_only_durable_data():
     fault_suite("sync", "EIO")
+
+
+def open_files(pid):
+    """jobd's descriptors that are not sockets, pipes or anonymous inodes:
+    {fd: target}."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if not t.startswith(("socket:", "pipe:", "anon_inode:")):
+            out[int(fd)] = t
+    return out
+
+
+def test_crashsim_upload_whose_fsync_fails_leaks_no_descriptor():
+    """Regression (4392c27): upload_commit kept its file open when the fsync
+    failed, one descriptor per refused upload until jobd ran out. Three
+    uploads whose file's fsync fails (EIO; the shim selects the upload's
+    temp file, tmp/up-*) and one whose write fails (ENOSPC): each answered
+    (500, 507), and afterwards jobd holds the same files open as before
+    them, none of them an upload's temp file; the next upload succeeds."""
+    need_build()
+    work = tmpdir()
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    fail = ",".join([f"sync:{i}:EIO:tmp/up-" for i in (2, 3, 4)] + ["write:5:ENOSPC:tmp/up-"])
+    p, port = start_jobd(data, "full", crashlib.env(data, os.path.join(work, "shim.log"), 0, fail))
+    p.wait_http(port, timeout=30)
+    api = Api(port)
+
+    def upload():
+        ct, body = multipart({"purpose": "batch"}, {"file": ("a.jsonl", INPUT_A)})
+        return api.call("POST", "/v1/files", body, {"Content-Type": ct})[0]
+
+    assert upload() == 200  # the first: every file jobd keeps open is open now
+    before = open_files(p.p.pid)
+    got = [upload() for _ in range(4)]
+    assert got == [500, 500, 500, 507], got
+    after = open_files(p.p.pid)
+    assert after == before, f"descriptors opened and kept: {sorted(set(after.items()) - set(before.items()))}"
+    assert not [t for t in after.values() if "/tmp/up-" in t], after
+    assert upload() == 200
+    p.stop()
 
 
 # ---- the worker's side of a refused commit ----------------------------------------------
