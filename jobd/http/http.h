@@ -189,6 +189,7 @@ struct http_stats {
     uint64_t requests_total;    /* requests answered (any status) */
     uint64_t requests_inflight; /* parsed and not yet fully answered */
     uint64_t bytes_in, bytes_out;
+    uint64_t stream_waits;      /* times a streamed answer found its send queue full and waited (backpressure) */
 };
 void http_server_stats(const struct http_server *srv, struct http_stats *out);
 
@@ -337,10 +338,12 @@ int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct ht
 
 /* A streamed answer produced off the loop: read(arg, buf, cap, &n) runs on
  * the thread pool and fills buf with up to cap bytes (*n = 0: the end; a
- * negative ERR_* stops the stream). Each filled chunk (256 KiB) is written
+ * negative ERR_* stops the stream). Each filled chunk (64 KiB) is written
  * as one HTTP chunk of a chunked answer (http_respond_begin), and the next
- * one is read only once the socket's send queue is under 1 MiB, so memory
- * stays bounded whatever the client's speed. When the stream ends (the
+ * one is read only once the socket's send queue is at most 128 KiB, so a
+ * stream holds one chunk and at most 128 KiB + a chunk queued whatever the
+ * client's speed; while the queue is full it looks again after 5 ms,
+ * doubling up to 250 ms (http_stats.stream_waits counts the looks). When the stream ends (the
  * end, an error, or the client gone) the answer is finished (on read's
  * error without its last chunk: http_respond_abort) and then done(arg, err)
  * is called on the loop (err: 0, or read's error, which the owner logs; the

@@ -148,6 +148,7 @@ static void stream_tick(uv_timer_t *t)
 static void stream_next(struct http_stream *s)
 {
     if (http_req_send_queue(s->req) > STREAM_QUEUE_MAX) {
+        http_req_stream_waited(s->req);
         s->poll_ms = s->poll_ms ? (s->poll_ms * 2 > STREAM_POLL_MAX_MS ? STREAM_POLL_MAX_MS : s->poll_ms * 2)
                                 : STREAM_POLL_MS;
         uv_timer_start(&s->t, stream_tick, s->poll_ms, 0);

@@ -106,6 +106,10 @@ struct http_req {
 /* The loop of the request's server (NULL without a server). */
 uv_loop_t *http_req_loop(const struct http_req *req);
 
+/* Count one wait of a streamed answer on a full send queue
+ * (http_stats.stream_waits). Loop thread. */
+void http_req_stream_waited(struct http_req *req);
+
 /* ---- parse layer (http_parse.c) ---- */
 
 struct http_limits {

@@ -674,6 +674,12 @@ size_t http_req_send_queue(const struct http_req *req)
     return req && req->conn ? req->conn->send_queue : 0;
 }
 
+void http_req_stream_waited(struct http_req *req)
+{
+    if (req && req->srv)
+        req->srv->st.stream_waits++;
+}
+
 /* ---- request accessors that need the server ----------------------------------- */
 
 uv_loop_t *http_req_loop(const struct http_req *req)
