@@ -117,6 +117,12 @@ int http_resp_header(struct http_req *req, const char *name, const char *value)
     return rc;
 }
 
+void http_resp_headers_clear(struct http_req *req)
+{
+    if (req && !req->responded)
+        buf_reset(&req->resp_hdrs);
+}
+
 int http_etag_matches(const char *inm, const char *etag)
 {
     size_t el = strlen(etag);

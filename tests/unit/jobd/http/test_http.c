@@ -183,10 +183,12 @@ static void h_stats(struct http_req *req, void *arg)
     struct buf b;
     buf_init(&b, 1 << 16);
     http_server_stats(g_ts->srv, &st);
-    buf_printf(&b, "open=%llu evicted=%llu rejected=%llu timed_out=%llu stream_waits=%llu\n",
+    buf_printf(&b, "open=%llu evicted=%llu rejected=%llu timed_out=%llu stream_waits=%llu streams_open=%llu "
+                   "streams_refused=%llu\n",
                (unsigned long long)st.conns_open, (unsigned long long)st.conns_evicted,
                (unsigned long long)st.conns_rejected, (unsigned long long)st.conns_timed_out,
-               (unsigned long long)st.stream_waits);
+               (unsigned long long)st.stream_waits, (unsigned long long)st.streams_open,
+               (unsigned long long)st.streams_refused);
     http_server_route_counts(g_ts->srv, count_cb, &b);
     http_respond(req, 200, "text/plain", b.data, b.len);
     buf_release(&b);
@@ -329,7 +331,13 @@ static void h_stream_big(struct http_req *req, void *arg)
     size_t *left = malloc(sizeof *left);
     CHECK(left);
     *left = STREAM_BIG_BYTES;
-    CHECK_EQ_INT(http_respond_stream(req, 200, "application/octet-stream", big_read, big_done, left), 0);
+    int rc = http_respond_stream(req, 200, "application/octet-stream", big_read, big_done, left);
+    if (rc == ERR_BUSY) { /* max_streams run: the route answers */
+        free(left);
+        http_respond(req, 503, "text/plain", "busy\n", 5);
+        return;
+    }
+    CHECK_EQ_INT(rc, 0);
 }
 
 static void auth_head(struct http_req *req, void *arg)
@@ -1467,20 +1475,43 @@ TEST(http_respond_stream_with_backpressure)
     ts_stop(&t);
 }
 
-/* The server's stream_waits, read through GET /stats. */
-static unsigned long long stream_waits(int port)
+/* One counter of the server's stats ("stream_waits"), read through GET /stats. */
+static unsigned long long stat_of(int port, const char *name)
 {
     struct cl c;
     cl_open(&c, port);
     cl_send(&c, "GET /stats HTTP/1.1\r\n\r\n");
     struct resp r;
     CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
-    const char *p = strstr(r.body.data, "stream_waits=");
+    char key[64];
+    snprintf(key, sizeof key, " %s=", name);
+    const char *p = strstr(r.body.data, key);
     CHECK(p);
-    unsigned long long n = p ? strtoull(p + 13, NULL, 10) : 0;
+    unsigned long long n = p ? strtoull(p + strlen(key), NULL, 10) : 0;
     resp_release(&r);
     cl_close(&c);
     return n;
+}
+
+static unsigned long long stream_waits(int port)
+{
+    return stat_of(port, "stream_waits");
+}
+
+/* A client that asks for /stream-big and reads nothing (a 4 KiB receive
+ * buffer). Returns its socket. */
+static int stalled_big_client(int port)
+{
+    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(cfd >= 0);
+    int small = 4096;
+    setsockopt(cfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ_INT(connect(cfd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *get = "GET /stream-big HTTP/1.1\r\n\r\n";
+    CHECK_EQ_INT(send_all(cfd, get, strlen(get)), 0);
+    return cfd;
 }
 
 /* The accepted socket (in this process: the server runs on a thread) whose
@@ -1518,15 +1549,7 @@ TEST(http_respond_stream_to_a_stalled_client_queues_one_chunk_and_backs_off)
     ts_start(&t);
     g_stream_done = 0;
     atomic_store(&g_big_produced, 0);
-    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(cfd >= 0);
-    int small = 4096;
-    setsockopt(cfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)t.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ_INT(connect(cfd, (struct sockaddr *)&a, sizeof a), 0);
-    const char *get = "GET /stream-big HTTP/1.1\r\n\r\n";
-    CHECK_EQ_INT(send_all(cfd, get, strlen(get)), 0);
+    int cfd = stalled_big_client(t.port);
     /* the client reads nothing: wait for the stream to stop producing */
     size_t last = 0;
     int same = 0;
@@ -1558,6 +1581,47 @@ TEST(http_respond_stream_to_a_stalled_client_queues_one_chunk_and_backs_off)
     for (int i = 0; i < 300 && !g_stream_done; i++)
         clock_sleep_ms(10);
     CHECK(g_stream_done);
+    ts_stop(&t);
+}
+
+/* max_streams streamed answers at once (their memory is then a number, not
+ * a multiple of the connection cap): one more is refused (ERR_BUSY, the
+ * route answers 503) while they run, and its place comes back when one
+ * ends. */
+TEST(http_respond_stream_past_max_streams_is_refused_until_one_ends)
+{
+    struct http_config cfg;
+    http_config_default(&cfg);
+    CHECK_EQ_INT(cfg.max_streams, 256);
+    cfg.max_streams = 1;
+    struct ts t;
+    ts_start_cfg(&t, &cfg);
+    g_stream_done = 0;
+    atomic_store(&g_big_produced, 0);
+    int cfd = stalled_big_client(t.port);
+    for (int i = 0; i < 500 && stat_of(t.port, "streams_open") != 1; i++)
+        clock_sleep_ms(10);
+    CHECK_EQ_INT(stat_of(t.port, "streams_open"), 1);
+    struct cl c;
+    cl_open(&c, t.port);
+    cl_send(&c, "GET /stream-big HTTP/1.1\r\n\r\n");
+    struct resp r;
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_INT(r.status, 503);
+    resp_release(&r);
+    CHECK_EQ_INT(stat_of(t.port, "streams_refused"), 1);
+    close(cfd); /* the first stream ends: its place comes back */
+    for (int i = 0; i < 300 && !g_stream_done; i++)
+        clock_sleep_ms(10);
+    CHECK(g_stream_done);
+    CHECK_EQ_INT(stat_of(t.port, "streams_open"), 0);
+    g_stream_done = 0;
+    cl_send(&c, "GET /stream HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_INT(r.body.len, STREAM_BYTES);
+    resp_release(&r);
+    cl_close(&c);
     ts_stop(&t);
 }
 
