@@ -1,36 +1,56 @@
 """Power loss at every sync point of jobd's data path (tests/crashsim/).
 
 One scenario drives a real jobd (build/jobd, under the LD_PRELOAD shim
-build/crashsim.so) through the data path: a multipart upload, a batch
-created from it with an Idempotency-Key, a /v1/jobs upload, ingestion,
-leases, two results commits (one line a transient error: dead-lettered at
---max-attempts 1), finalization of the output and error files, a cancel
-(its error file), an expiry (completion_window 1 s) and a file expiry
-(expires_after 1 s). A first run counts the sync points (fsync/fdatasync of
-a file or directory under --data); then, for each chosen point N, a fresh
-run cuts the power just before sync N (the shim SIGKILLs jobd there),
+build/crashsim.so) through the data path: a webhook endpoint registered (a
+receiver in this process, --webhook-allow-private), a multipart upload, a
+batch created from it with an Idempotency-Key, a /v1/jobs upload,
+ingestion, leases, two results commits (one line a transient error:
+dead-lettered at --max-attempts 1), finalization of the output and error
+files, a cancel (its error file), an expiry (completion_window 1 s), a file
+expiry (expires_after 1 s, until the sweeper's purge is seen in the live
+database), and the webhook outbox delivering batch.completed, .cancelled
+and .expired meanwhile. A first run counts the sync points (fsync/fdatasync
+of a file or directory under --data); then, for each chosen point N, a
+fresh run cuts the power just before sync N (the shim SIGKILLs jobd there),
 crashlib rebuilds the directory as the power loss could have left it in
-each variant (crashlib.VARIANTS), jobd restarts on it, a worker finishes
-what is left, and these must hold (check()):
+each variant (crashlib.VARIANTS), and these must hold:
 
-  --durability full: every 2xx is there: the uploaded files byte for byte,
-  the batches, the Idempotency-Key answers the same batch, every result
-  committed (its answer "first") is in the final output exactly once with
-  that answer, a dead-lettered one in the error file, an output file
-  downloaded before the cut is the same bytes, a cancel is honoured, an
-  expired upload stays gone.
-  --durability normal: what survived is a prefix of what was acknowledged
-  (the uploads, batches and the cancel, in the order their 2xx came).
-  Always: jobd starts; PRAGMA integrity_check is ok; no files row names a
-  missing or short file (each decompresses to its bytes and sha256); no
-  file under files/ that no row names, nothing left in tmp/; no request
-  both queued or leased and holding a result; every request ends in
-  exactly one of its batch's output and error files.
+  On the rebuilt directory, before jobd starts (durable_state, history()):
+  the acknowledged history - each 2xx in the order it came, and each
+  terminal transition as it was seen - against what survived.
+  --durability full: all of it (the endpoint, the uploads, the batches, each
+  result committed under the scenario's lease, the dead letter with its
+  cause, b1 completed with the output file served, the cancel, b2
+  cancelled, b3 expired, the upload and its purge). --durability normal: a
+  prefix (a background transition needs only what caused it). Always: one
+  outbox event per terminal batch, of its type.
+
+  Then jobd restarts on it (finish_and_check), a worker finishes what is
+  left: full: the upload byte for byte, the Idempotency-Key answers the
+  same batch, every committed result in the final output exactly once with
+  its answer, the dead letter in the error file, a served output file the
+  same bytes, the cancel honoured, the expired upload stays gone; both: a
+  result that survived is in the output once with its answer; every
+  endpoint's deliveries settle (delivered, or sent and held by a claim: the
+  receiver has that webhook-id); jobd exits cleanly; PRAGMA integrity_check
+  ok; no files row names a missing or short file (each decompresses to its
+  bytes and sha256); no file under files/ that no row names, nothing left in
+  tmp/; no request both queued or leased and holding a result; every
+  request in exactly one of its batch's output and error files; one event
+  per terminal batch; every event reached the receiver, every POST of a
+  webhook-id carried that event's payload (duplicates only under the same
+  id: spec/webhooks.md's at-least-once), and under full no POST of an event
+  the outbox does not hold.
 
 The same scenario runs with one I/O error injected (fault_suite: the N-th
-write failing with ENOSPC or EIO, the N-th fsync with EIO), and against
-three planted durability bugs (tests/crashsim/planted/), which the suite
-must catch.
+write failing with ENOSPC or EIO, the N-th fsync with EIO): each refused
+call answers a clean 5xx and is made again, the scenario drives on to its
+end, and the "lose" rebuild (a failed fsync's writes gone for good) passes
+every check. Targeted tests: the real jobworker retrying a results upload
+whose WAL write or fsync failed, an upload whose fsync fails leaking no
+descriptor, an expiry whose files/ fsync failed, and the regressions the
+suite found. Three planted durability bugs (tests/crashsim/planted/) must
+each break an invariant at a sync point.
 
 Sampling: `make test` runs SAMPLE sync points chosen with a fixed seed
 (TH_SEED) in two variants and FAULT_SAMPLE failing calls of each kind;
@@ -615,7 +635,7 @@ def check_disk(data, must):
         db.close()
 
 
-N_CHECKS = 25  # the must() calls of finish_and_check and check_disk
+N_CHECKS = 33  # the must() calls of check_history .. check_webhooks (some once per file, batch or event)
 
 
 def report(line):
