@@ -56,6 +56,7 @@ static int parse_flags(struct jobd_flags *f, int argc, char **argv)
         CFG_OPT("max-line", "JOBD_MAX_LINE", CFG_SIZE, &c->limits.max_line_bytes, "SIZE", "one JSONL line (default 4M)"),
         CFG_OPT("max-json", NULL, CFG_SIZE, &c->max_json_bytes, "SIZE", "JSON request bodies (default 1M)"),
         CFG_OPT("max-connections", "JOBD_MAX_CONNECTIONS", CFG_INT, &c->http.max_connections, "N", "open HTTP connections (default 4096)", 1, CFG_NO_MAX),
+        CFG_OPT("max-streams", "JOBD_MAX_STREAMS", CFG_INT, &c->http.max_streams, "N", "streamed answers at once: decompressed file downloads, results streams; more answer 503 (default 256)", 1, CFG_NO_MAX),
         CFG_OPT("header-timeout", "JOBD_HEADER_TIMEOUT", CFG_DURATION, &c->http.header_timeout_ms, "DUR", "a request's header block must arrive within this (default 10s)"),
         CFG_OPT("body-timeout", "JOBD_BODY_TIMEOUT", CFG_DURATION, &c->http.body_timeout_ms, "DUR", "a body must make progress within this (default 30s)"),
         CFG_OPT("idle-timeout", "JOBD_IDLE_TIMEOUT", CFG_DURATION, &c->http.idle_timeout_ms, "DUR", "keep-alive idle connections are closed after this (default 60s)"),

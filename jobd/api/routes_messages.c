@@ -730,9 +730,15 @@ static int results_answer(struct http_req *req, struct api_job *job)
         return 0;
     }
     rj->rs = NULL;
-    if (http_respond_stream(req, 200, "application/x-jsonl", res_read, res_done, rs) != 0) {
+    int rc = http_respond_stream(req, 200, "application/x-jsonl", res_read, res_done, rs);
+    if (rc) {
         res_stream_free(rs);
-        api_respond_error_anthropic(req, API_ERR_INTERNAL, "Out of memory.");
+        if (rc == ERR_BUSY) { /* --max-streams run */
+            http_resp_header(req, "Retry-After", "1");
+            api_respond_error_anthropic(req, API_ERR_UNAVAILABLE, "Too many answers are being streamed; retry shortly.");
+        } else {
+            api_respond_error_anthropic(req, API_ERR_INTERNAL, "Out of memory.");
+        }
     }
     return 0;
 }

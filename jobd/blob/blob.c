@@ -98,7 +98,8 @@ static int local_path(const struct blob_store *bs, const char *key, char *out, s
     return (size_t)snprintf(out, cap, "%s/%s", bs->dir, key) < cap ? 0 : ERR_TOOBIG;
 }
 
-/* fsync the directory that holds path. */
+/* fsync the directory that holds path. 0, ERR_NOTFOUND (no such
+ * directory), ERR_IO. */
 static int sync_dir_of(const char *path)
 {
     char dir[1400];
@@ -109,7 +110,7 @@ static int sync_dir_of(const char *path)
     *slash = '\0';
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return ERR_IO;
+        return errno == ENOENT ? ERR_NOTFOUND : ERR_IO;
     int r = fsync(fd);
     close(fd);
     return r ? ERR_IO : 0;
@@ -230,14 +231,21 @@ int blob_delete(struct blob_store *bs, const char *key)
     int rc = local_path(bs, key, path, sizeof path);
     if (rc)
         return rc;
+    int absent = 0;
     if (unlink(path) != 0) {
-        if (errno == ENOENT)
-            return 0;
-        log_error("blob: cannot remove '%s': %s", path, strerror(errno));
-        return ERR_IO;
+        if (errno != ENOENT) {
+            log_error("blob: cannot remove '%s': %s", path, strerror(errno));
+            return ERR_IO;
+        }
+        absent = 1;
     }
-    /* durable before the caller drops the row that named it */
-    if ((rc = sync_dir_of(path)))
+    /* durable before the caller drops the row that named it. Gone already
+     * (ENOENT) is no proof of that: an earlier try may have removed it and
+     * then failed this fsync, so it is made again. */
+    rc = sync_dir_of(path);
+    if (rc == ERR_NOTFOUND && absent)
+        return 0; /* no directory, nothing in it to make durable */
+    if (rc)
         log_error("blob: removed '%s' but cannot sync its directory", path);
     return rc;
 }

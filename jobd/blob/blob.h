@@ -125,8 +125,9 @@ void blob_reader_free(struct blob_reader *r);
 
 /* Remove key; an absent key is success. local: the removal is made
  * durable (fsync of the directory) before 0 is returned, so a row that
- * named the key may be deleted next. 0, ERR_INVAL, ERR_IO, ERR_CONN,
- * ERR_AUTH, ERR_HTTP. */
+ * named the key may be deleted next; an absent key's directory is synced
+ * too (a try that removed it may have failed that fsync). 0, ERR_INVAL,
+ * ERR_IO, ERR_CONN, ERR_AUTH, ERR_HTTP. */
 int blob_delete(struct blob_store *bs, const char *key);
 
 /* Call fn for every key under prefix ("files/": a key prefix, not only a

@@ -115,6 +115,7 @@ struct http_config {
     uint64_t body_min_rate_bps;   /* 0: off (default) */
     uint64_t idle_timeout_ms;     /* keep-alive idle; default 60000 */
     uint64_t send_timeout_ms;     /* no write progress for this long -> close; default 60000 */
+    size_t max_streams;           /* streamed answers at once (http_respond_stream); default 256 */
     uint64_t shutdown_timeout_ms; /* graceful shutdown deadline; default 30000 */
     int access_log;               /* 1 (default): one info line per request */
 };
@@ -189,6 +190,9 @@ struct http_stats {
     uint64_t requests_total;    /* requests answered (any status) */
     uint64_t requests_inflight; /* parsed and not yet fully answered */
     uint64_t bytes_in, bytes_out;
+    uint64_t stream_waits;      /* times a streamed answer found its send queue full and waited (backpressure) */
+    uint64_t streams_open;      /* streamed answers in progress (at most max_streams) */
+    uint64_t streams_refused;   /* http_respond_stream calls refused at max_streams (ERR_BUSY) */
 };
 void http_server_stats(const struct http_server *srv, struct http_stats *out);
 
@@ -266,6 +270,10 @@ int http_req_body_resume(struct http_req *req);
  * Content-Length, Transfer-Encoding and Connection are the server's. */
 int http_resp_header(struct http_req *req, const char *name, const char *value);
 
+/* Drop the headers added so far (before answering: an error answer
+ * instead of the one they were meant for). NULL ok; can't fail. */
+void http_resp_headers_clear(struct http_req *req);
+
 /* Answer with a body from memory (copied; content_type may be NULL when
  * len is 0). Returns 0; ERR_BADSTATE if already answered; ERR_NOMEM. If the
  * client is gone, returns 0 and the request is simply finished. On any
@@ -337,17 +345,24 @@ int http_req_timer_start(struct http_req *req, uint64_t ms, void (*cb)(struct ht
 
 /* A streamed answer produced off the loop: read(arg, buf, cap, &n) runs on
  * the thread pool and fills buf with up to cap bytes (*n = 0: the end; a
- * negative ERR_* stops the stream). Each filled chunk (256 KiB) is written
+ * negative ERR_* stops the stream). Each filled chunk (64 KiB) is written
  * as one HTTP chunk of a chunked answer (http_respond_begin), and the next
- * one is read only once the socket's send queue is under 1 MiB, so memory
- * stays bounded whatever the client's speed. When the stream ends (the
+ * one is read only once the socket's send queue is at most 128 KiB, so a
+ * stream holds one chunk and at most 128 KiB + a chunk queued whatever the
+ * client's speed; while the queue is full it looks again after 5 ms,
+ * doubling up to 250 ms (http_stats.stream_waits counts the looks). At
+ * most max_streams streams run at once (their memory, one chunk, the queue
+ * and the reader's state, is then a number, not a multiple of the
+ * connection cap): past it the call returns ERR_BUSY and the route answers
+ * 503 itself. When the stream ends (the
  * end, an error, or the client gone) the answer is finished (on read's
  * error without its last chunk: http_respond_abort) and then done(arg, err)
  * is called on the loop (err: 0, or read's error, which the owner logs; the
  * head is sent, so the client sees a cut stream) - it
- * frees arg. Returns 0 (arg now belongs to the stream), or ERR_NOMEM /
- * ERR_INTERNAL / ERR_BADSTATE: nothing was sent, arg is still the caller's and the request
- * still owes an answer. */
+ * frees arg. Returns 0 (arg now belongs to the stream), or ERR_BUSY
+ * (max_streams are running) / ERR_NOMEM / ERR_INTERNAL / ERR_BADSTATE:
+ * nothing was sent, arg is still the caller's and the request still owes
+ * an answer. */
 typedef int (*http_read_fn)(void *arg, char *buf, size_t cap, size_t *n);
 int http_respond_stream(struct http_req *req, int status, const char *content_type, http_read_fn read,
                         void (*done)(void *arg, int err), void *arg);

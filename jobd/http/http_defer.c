@@ -75,6 +75,7 @@ int http_req_queue_work(struct http_req *req, void (*work)(void *arg),
 struct http_stream {
     uv_work_t w;
     uv_timer_t t;
+    struct http_server *srv; /* holds one of its max_streams places */
     struct http_req *req;
     http_read_fn read;
     void (*done)(void *arg, int err);
@@ -89,6 +90,7 @@ static void stream_closed(uv_handle_t *h)
 {
     struct http_stream *s = h->data;
     s->done(s->arg, s->err);
+    http_server_stream_release(s->srv);
     free(s->chunk);
     free(s);
 }
@@ -148,6 +150,7 @@ static void stream_tick(uv_timer_t *t)
 static void stream_next(struct http_stream *s)
 {
     if (http_req_send_queue(s->req) > STREAM_QUEUE_MAX) {
+        http_req_stream_waited(s->req);
         s->poll_ms = s->poll_ms ? (s->poll_ms * 2 > STREAM_POLL_MAX_MS ? STREAM_POLL_MAX_MS : s->poll_ms * 2)
                                 : STREAM_POLL_MS;
         uv_timer_start(&s->t, stream_tick, s->poll_ms, 0);
@@ -167,23 +170,30 @@ int http_respond_stream(struct http_req *req, int status, const char *content_ty
         return ERR_INVAL;
     if (req->responded)
         return ERR_BADSTATE;
+    struct http_server *srv;
+    int rc = http_req_stream_acquire(req, &srv);
+    if (rc)
+        return rc;
     struct http_stream *s = calloc(1, sizeof *s);
     if (!s || !(s->chunk = malloc(STREAM_CHUNK))) {
         free(s);
+        http_server_stream_release(srv);
         return ERR_NOMEM;
     }
     if (uv_timer_init(http_req_loop(req), &s->t) != 0) {
         free(s->chunk);
         free(s);
+        http_server_stream_release(srv);
         return ERR_INTERNAL;
     }
+    s->srv = srv;
     s->req = req;
     s->read = read;
     s->done = done;
     s->arg = arg;
     s->w.data = s;
     s->t.data = s;
-    int rc = http_respond_begin(req, status, content_type);
+    rc = http_respond_begin(req, status, content_type);
     if (rc && rc != ERR_CONN) {
         /* the head could not be built or written: the connection was closed
          * and the request retired with it (the arguments were checked above,

@@ -106,6 +106,17 @@ struct http_req {
 /* The loop of the request's server (NULL without a server). */
 uv_loop_t *http_req_loop(const struct http_req *req);
 
+/* Count one wait of a streamed answer on a full send queue
+ * (http_stats.stream_waits). Loop thread. */
+void http_req_stream_waited(struct http_req *req);
+
+/* A place for one more streamed answer on req's server: 0 and *srv (give
+ * it back with http_server_stream_release when the stream is freed), or
+ * ERR_BUSY when max_streams run (counted in streams_refused), ERR_INVAL
+ * without a server. Loop thread. */
+int http_req_stream_acquire(struct http_req *req, struct http_server **srv);
+void http_server_stream_release(struct http_server *srv);
+
 /* ---- parse layer (http_parse.c) ---- */
 
 struct http_limits {

@@ -167,6 +167,12 @@ enum http_range http_range_parse(const char *value, uint64_t size, uint64_t *fir
     return HTTP_RANGE_OK;
 }
 
+void http_resp_headers_clear(struct http_req *req)
+{
+    if (req && !req->responded)
+        buf_reset(&req->resp_hdrs);
+}
+
 int http_etag_matches(const char *inm, const char *etag)
 {
     size_t el = strlen(etag);

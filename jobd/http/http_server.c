@@ -120,6 +120,7 @@ void http_config_default(struct http_config *cfg)
     cfg->port = 0;
     cfg->backlog = 1024;
     cfg->max_connections = 4096;
+    cfg->max_streams = 256;
     cfg->max_header_bytes = 16 * 1024;
     cfg->max_headers = 100;
     cfg->max_url_bytes = 8 * 1024;
@@ -672,6 +673,32 @@ int http_respond_abort(struct http_req *req)
 size_t http_req_send_queue(const struct http_req *req)
 {
     return req && req->conn ? req->conn->send_queue : 0;
+}
+
+void http_req_stream_waited(struct http_req *req)
+{
+    if (req && req->srv)
+        req->srv->st.stream_waits++;
+}
+
+int http_req_stream_acquire(struct http_req *req, struct http_server **srv)
+{
+    if (!req || !req->srv)
+        return ERR_INVAL;
+    struct http_server *s = req->srv;
+    if (s->st.streams_open >= s->cfg.max_streams) {
+        s->st.streams_refused++;
+        return ERR_BUSY;
+    }
+    s->st.streams_open++;
+    *srv = s;
+    return 0;
+}
+
+void http_server_stream_release(struct http_server *srv)
+{
+    if (srv && srv->st.streams_open > 0)
+        srv->st.streams_open--;
 }
 
 /* ---- request accessors that need the server ----------------------------------- */

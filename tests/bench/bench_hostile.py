@@ -22,6 +22,16 @@ jobd's RSS before, at the phase's peak (sampled every 100 ms from
 process's all-time peak). Nothing is lost: the batch's request_counts and
 output file are checked at the end.
 
+What it asserts (exit 1 otherwise, after printing every figure):
+  - jobd's peak RSS (VmHWM) stays under BOUND_MIB, the sum of what each
+    kind of state can hold at the default caps (bench/NOTES.md, "Memory
+    under hostile load"): a base (BASE_MIB: the binary, SQLite's page
+    caches, the setup batch), 4,096 connections each in its largest state
+    among these loads (an upload in progress: CONN_KIB), --max-streams (256)
+    streamed answers (STREAM_KIB each: the zstd reader, one chunk, the
+    queue), and one line being validated with its parse (LINE_MIB);
+  - a status poll's p99 under 100 ms in every phase.
+
 usage: bench_hostile.py [N_UPLOADS] [N_READERS] [PHASE_S]  (defaults 4096 1000 20)
 """
 import http.client
@@ -43,6 +53,12 @@ from jobdlib import jsonl, zstd_compress  # noqa: E402
 JOBD = os.path.join(ROOT, "build", "jobd")
 WT = "hostile-worker"
 
+MAX_CONNECTIONS, MAX_STREAMS = 4096, 256  # jobd's defaults
+BASE_MIB, CONN_KIB, STREAM_KIB, LINE_MIB = 64, 120, 768, 32
+BOUND_MIB = BASE_MIB + MAX_CONNECTIONS * CONN_KIB // 1024 + MAX_STREAMS * STREAM_KIB // 1024 + LINE_MIB
+P99_MS = 100
+failures = []
+
 
 def rss_kib(pid, field="VmRSS"):
     with open(f"/proc/{pid}/status") as f:
@@ -62,30 +78,47 @@ def call(port, method, path, body=None, headers=None, timeout=30):
         c.close()
 
 
-class Poller(threading.Thread):
-    """GET /v1/batches/{id} back to back; latencies in ms."""
+def _poll_loop(port, bid, stop, conn):
+    lat, errors = [], 0
+    while not stop.is_set():
+        t0 = time.monotonic()
+        try:
+            st, _ = call(port, "GET", f"/v1/batches/{bid}", timeout=10)
+            if st != 200:
+                errors += 1
+        except OSError:
+            errors += 1
+        lat.append((time.monotonic() - t0) * 1000)
+        time.sleep(0.005)
+    conn.send((lat, errors))
+
+
+class Poller:
+    """GET /v1/batches/{id} back to back; latencies in ms. In a process of
+    its own, so the load generator's Python (its GIL) does not delay it."""
 
     def __init__(self, port, bid):
-        super().__init__(daemon=True)
-        self.port, self.bid = port, bid
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        self.stop = ctx.Event()
+        self._rx, tx = ctx.Pipe(duplex=False)
+        self._p = ctx.Process(target=_poll_loop, args=(port, bid, self.stop, tx), daemon=True)
         self.lat, self.errors = [], 0
-        self.stop = threading.Event()
 
-    def run(self):
-        while not self.stop.is_set():
-            t0 = time.monotonic()
-            try:
-                st, _ = call(self.port, "GET", f"/v1/batches/{self.bid}", timeout=10)
-                if st != 200:
-                    self.errors += 1
-            except OSError:
-                self.errors += 1
-            self.lat.append((time.monotonic() - t0) * 1000)
-            time.sleep(0.005)
+    def start(self):
+        self._p.start()
+
+    def join(self):
+        self.lat, self.errors = self._rx.recv()
+        self._p.join()
+
+    def p99(self):
+        s = sorted(self.lat) or [0]
+        return s[int(len(s) * 0.99)]
 
     def summary(self):
         s = sorted(self.lat) or [0]
-        return (f"{len(s)} polls, p50 {s[len(s) // 2]:.1f} ms, p99 {s[int(len(s) * 0.99)]:.1f} ms, "
+        return (f"{len(s)} polls, p50 {s[len(s) // 2]:.1f} ms, p99 {self.p99():.1f} ms, "
                 f"max {s[-1]:.1f} ms, {self.errors} errors")
 
 
@@ -113,6 +146,8 @@ def phase(name, pid, port, bid, start, tick, phase_s):
     after = rss_kib(pid)
     print(f"{name}: {len(socks)} sockets, RSS {before // 1024} MiB before, peak {peak // 1024} MiB, "
           f"{after // 1024} MiB after; status poll {poll.summary()}", flush=True)
+    if poll.p99() >= P99_MS and not name.startswith("quiet"):  # (the baseline is the box's, not jobd's)
+        failures.append(f"{name}: status poll p99 {poll.p99():.1f} ms")
 
 
 def main():
@@ -172,6 +207,9 @@ def main():
         print(f"setup: {n_req} requests done, output file {len(out) / 1e6:.1f} MB; RSS "
               f"{rss_kib(p.pid) // 1024} MiB", flush=True)
 
+        phase("quiet (no hostile load: the box's own latency)", p.pid, port, bid, lambda: [], lambda socks: None,
+              min(phase_s, 10))
+
         def uploads():
             socks = []
             for i in range(n_up):
@@ -208,14 +246,22 @@ def main():
                 socks.append(c)
             return socks
 
+        heads = {}
+
         def read_slowly(socks):
             for c in socks:
                 try:
-                    c.recv(512)  # 512 bytes per 0.5 s: ~1 KB/s
+                    got = c.recv(512)  # 512 bytes per 0.5 s: ~1 KB/s
+                    if c not in heads and got:
+                        heads[c] = got[:12]
                 except OSError:
                     pass
 
         phase("readers", p.pid, port, bid, readers, read_slowly, phase_s)
+        n200 = sum(1 for h in heads.values() if h.startswith(b"HTTP/1.1 200"))
+        n503 = sum(1 for h in heads.values() if h.startswith(b"HTTP/1.1 503"))
+        print(f"readers: {n200} streamed (200), {n503} refused at --max-streams (503, Retry-After), "
+              f"{n_rd - n200 - n503} with no answer", flush=True)
 
         def polls():
             socks = []
@@ -276,16 +322,24 @@ def main():
         print(f"big lines: {len(data) / 2**20:.0f} MiB, 200,000 lines (32 of 4 MiB) ingested in "
               f"{time.monotonic() - t0:.1f} s; RSS {before // 1024} MiB before, peak {peak[0] // 1024} MiB; "
               f"status poll {poll.summary()}", flush=True)
+        if poll.p99() >= P99_MS:
+            failures.append(f"big lines: status poll p99 {poll.p99():.1f} ms")
         bo = json.loads(call(port, "GET", f"/v1/batches/{bid}")[1])
         st, out2 = call(port, "GET", f"/v1/files/{out_id}/content")
         assert bo["request_counts"]["completed"] == n_req and out2 == out, "something was lost"
-        print(f"end: batch intact ({n_req} completed, output identical); jobd VmHWM "
-              f"{rss_kib(p.pid, 'VmHWM') // 1024} MiB", flush=True)
+        hwm = rss_kib(p.pid, 'VmHWM') // 1024
+        print(f"end: batch intact ({n_req} completed, output identical); jobd VmHWM {hwm} MiB "
+              f"(bound {BOUND_MIB} MiB)", flush=True)
+        if hwm >= BOUND_MIB:
+            failures.append(f"peak RSS {hwm} MiB over the bound {BOUND_MIB} MiB")
+        print("; ".join(failures) if failures else f"ok: peak RSS under {BOUND_MIB} MiB, every p99 under "
+              f"{P99_MS} ms", flush=True)
     finally:
         p.kill()
         p.wait()
         shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

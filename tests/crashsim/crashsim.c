@@ -34,11 +34,17 @@
  *                  whatever other threads synced before it.
  *   CRASHSIM_CUT_FILE suffix: only syncs of files whose path ends with it
  *                  count toward CRASHSIM_CUT ("-wal": SQLite's commits).
- *   CRASHSIM_FAIL  KIND:N:ERRNO[,KIND:N:ERRNO]: the N-th call of KIND on a
- *                  recorded file fails with ERRNO (a number or EIO, ENOSPC)
+ *   CRASHSIM_FAIL  KIND:N:ERRNO[:PATH[:DATA]][,...]: the N-th call of KIND on
+ *                  a recorded file fails with ERRNO (a number or EIO, ENOSPC)
  *                  without running. KIND is "sync" (fsync, fdatasync) or
- *                  "write" (write, pwrite, writev). Logged as "F ino KIND N
- *                  ERRNO".
+ *                  "write" (write, pwrite, writev). With PATH, only calls on
+ *                  files whose path (relative, as opened) holds PATH count
+ *                  ("tmp/up-"; a trailing '$' anchors it at the end:
+ *                  "files$" is the directory alone). With DATA, only writes
+ *                  whose bytes hold DATA count, and only the first sync of a
+ *                  file after such a write ("sync:1:EIO:-wal:chat.completion":
+ *                  the commit of the first result a worker uploads). Each
+ *                  entry counts on its own. Logged as "F ino KIND N ERRNO".
  *
  * Log: one text line per call that changed the tree, in the order the calls
  * ran (a single mutex is held across each recorded call and its log line,
@@ -84,18 +90,23 @@
 
 #define CS_MAX_FD 65536
 #define CS_MAX_FAIL 8
+#define CS_PATH_TAIL 96
 
 struct cs_fd {
     unsigned char tracked;
     unsigned char cut_file; /* its path ends with CRASHSIM_CUT_FILE */
+    unsigned char hit;      /* bit i: a write matched fail entry i's DATA since the last sync */
     dev_t dev;
     ino_t ino;
+    char path[CS_PATH_TAIL]; /* the last bytes of its relative path */
 };
 
 struct cs_fail {
     char kind[8];
-    long n;
+    long n, seen; /* fail the n-th matching call; seen: matching calls so far */
     int err;
+    char path[CS_PATH_TAIL]; /* "" = any file; a trailing '$' anchors at the end */
+    char data[64];           /* "" = any bytes */
 };
 
 static struct {
@@ -103,7 +114,7 @@ static struct {
     char dir[PATH_MAX];
     size_t dir_len;
     int log_fd;
-    long cut_at, n_cut, n_sync, n_write;
+    long cut_at, n_cut;
     char arm[256];     /* CRASHSIM_ARM: syncs count toward the cut after a record holding this */
     char cut_file[64]; /* CRASHSIM_CUT_FILE: only syncs of such files count */
     int armed;
@@ -181,10 +192,17 @@ static void cs_fail_parse(const char *spec)
         if (!b)
             continue;
         *a = *b = '\0';
+        char *c = strchr(b + 1, ':'), *d = c ? strchr(c + 1, ':') : NULL;
+        if (c)
+            *c = '\0';
+        if (d)
+            *d = '\0';
         struct cs_fail *f = &cs.fail[cs.n_fail++];
         snprintf(f->kind, sizeof f->kind, "%s", t);
         f->n = atol(a + 1);
         f->err = cs_errno_parse(b + 1);
+        snprintf(f->path, sizeof f->path, "%s", c ? c + 1 : "");
+        snprintf(f->data, sizeof f->data, "%s", d ? d + 1 : "");
     }
 }
 
@@ -284,25 +302,67 @@ static int cs_still(int fd)
     return 0;
 }
 
-/* An injected failure for the next call of kind (count holds the calls so
- * far): 0 or the errno to fail with. Under the mutex. */
-static int cs_injected(int fd, const char *kind, long *count)
+/* Does fd's path match a fail entry's PATH? */
+static int cs_path_match(int fd, const char *pat)
 {
-    long n = ++*count;
-    for (int i = 0; i < cs.n_fail; i++) {
-        if (cs.fail[i].n == n && strcmp(cs.fail[i].kind, kind) == 0) {
-            cs_log("F %lu %s %ld %d\n", (unsigned long)cs.fds[fd].ino, kind, n, cs.fail[i].err);
-            return cs.fail[i].err;
-        }
-    }
-    return 0;
+    size_t k = strlen(pat);
+    if (!k)
+        return 1;
+    const char *p = cs.fds[fd].path;
+    if (pat[k - 1] != '$')
+        return strstr(p, pat) != NULL;
+    size_t n = strlen(p);
+    return n >= k - 1 && memcmp(p + n - (k - 1), pat, k - 1) == 0;
 }
 
-/* Mark a new entry: does its path count for CRASHSIM_CUT_FILE? */
+static int cs_data_match(const void *data, size_t n, const char *pat)
+{
+    return memmem(data, n, pat, strlen(pat)) != NULL;
+}
+
+/* An injected failure for this call of kind on fd ("write": its bytes are
+ * data[0..n); "sync": data is NULL): 0 or the errno to fail with. Every
+ * entry of that kind whose filters the call passes counts it. Under the
+ * mutex. */
+static int cs_injected(int fd, const char *kind, const void *data, size_t n)
+{
+    int err = 0;
+    for (int i = 0; i < cs.n_fail; i++) {
+        struct cs_fail *f = &cs.fail[i];
+        if (strcmp(f->kind, kind) != 0 || !cs_path_match(fd, f->path))
+            continue;
+        if (f->data[0] && data && !cs_data_match(data, n, f->data))
+            continue;
+        if (f->data[0] && !data) { /* a sync: only after a matching write */
+            if (!(cs.fds[fd].hit & (1u << i)))
+                continue;
+            cs.fds[fd].hit &= (unsigned char)~(1u << i);
+        }
+        if (++f->seen == f->n && !err) {
+            cs_log("F %lu %s %ld %d\n", (unsigned long)cs.fds[fd].ino, kind, f->seen, f->err);
+            err = f->err;
+        }
+    }
+    return err;
+}
+
+/* After a write that ran: mark the sync entries whose DATA it holds. */
+static void cs_hit(int fd, const void *data, size_t n)
+{
+    for (int i = 0; i < cs.n_fail; i++)
+        if (cs.fail[i].data[0] && strcmp(cs.fail[i].kind, "sync") == 0 &&
+            cs_path_match(fd, cs.fail[i].path) && cs_data_match(data, n, cs.fail[i].data))
+            cs.fds[fd].hit |= (unsigned char)(1u << i);
+}
+
+/* Mark a new entry: does its path count for CRASHSIM_CUT_FILE? Keep its
+ * path's tail for CRASHSIM_FAIL's PATH. */
 static void cs_mark(int fd, const char *rel)
 {
     size_t n = strlen(rel), k = strlen(cs.cut_file);
     cs.fds[fd].cut_file = !k || (n >= k && strcmp(rel + n - k, cs.cut_file) == 0);
+    cs.fds[fd].hit = 0;
+    snprintf(cs.fds[fd].path, sizeof cs.fds[fd].path, "%s", n >= CS_PATH_TAIL ? rel + n - (CS_PATH_TAIL - 1) : rel);
 }
 
 static ino_t cs_ino_of_path(const char *abs)
@@ -476,13 +536,15 @@ ssize_t write(int fd, const void *p, size_t n)
         return r_write(fd, p, n);
     }
     ssize_t r = -1;
-    int err = cs_injected(fd, "write", &cs.n_write);
+    int err = cs_injected(fd, "write", p, n);
     if (!err) {
         off_t off = cs_cur_off(fd);
         r = r_write(fd, p, n);
         err = errno;
-        if (r > 0)
+        if (r > 0) {
             cs_log_write(fd, off, p, (size_t)r);
+            cs_hit(fd, p, (size_t)r);
+        }
     }
     pthread_mutex_unlock(&cs.mu);
     errno = err;
@@ -500,12 +562,14 @@ ssize_t pwrite(int fd, const void *p, size_t n, off_t off)
         return r_pwrite(fd, p, n, off);
     }
     ssize_t r = -1;
-    int err = cs_injected(fd, "write", &cs.n_write);
+    int err = cs_injected(fd, "write", p, n);
     if (!err) {
         r = r_pwrite(fd, p, n, off);
         err = errno;
-        if (r > 0)
+        if (r > 0) {
             cs_log_write(fd, off, p, (size_t)r);
+            cs_hit(fd, p, (size_t)r);
+        }
     }
     pthread_mutex_unlock(&cs.mu);
     errno = err;
@@ -528,7 +592,8 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
         return r_writev(fd, iov, cnt);
     }
     ssize_t r = -1;
-    int err = cs_injected(fd, "write", &cs.n_write);
+    /* (DATA filters see the first buffer alone: jobd's writev calls are sockets') */
+    int err = cs_injected(fd, "write", cnt > 0 ? iov[0].iov_base : "", cnt > 0 ? iov[0].iov_len : 0);
     if (!err) {
         off_t off = cs_cur_off(fd);
         r = r_writev(fd, iov, cnt);
@@ -537,6 +602,7 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
         for (int i = 0; i < cnt && left > 0; i++) {
             size_t k = iov[i].iov_len < left ? iov[i].iov_len : left;
             cs_log_write(fd, off, iov[i].iov_base, k);
+            cs_hit(fd, iov[i].iov_base, k);
             off += (off_t)k;
             left -= k;
         }
@@ -581,7 +647,7 @@ static int cs_sync(int fd, int (*real)(int))
         return real(fd);
     }
     int r = -1;
-    int err = cs_injected(fd, "sync", &cs.n_sync);
+    int err = cs_injected(fd, "sync", NULL, 0);
     if (!err && cs.armed && cs.fds[fd].cut_file && cs.cut_at > 0 && ++cs.n_cut == cs.cut_at) {
         cs_log("X %ld\n", cs.n_cut);
         kill(getpid(), SIGKILL);

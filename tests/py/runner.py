@@ -6,6 +6,9 @@ subprocess with a timeout (TH_TIMEOUT, default 300 s; a module may raise it
 for its own tests with a module-level TIMEOUT = seconds). Output: one line per
 test ("ok NAME", "FAIL NAME: reason", "skip NAME: reason"), then
 "# tally PASSED FAILED SKIPPED" for tests/run to fold into the summary line.
+A passing test's own lines starting with "note: " are shown under its ok
+line (counts a suite reports, what a harness caught); everything else it
+printed is shown only when it fails.
 A test skips by raising harness.Skip. An optional argument filters test names.
 """
 import importlib.util
@@ -69,6 +72,9 @@ def main():
             continue
         if p.returncode == 0:
             print(f"ok {name} ({time.monotonic() - t0:.1f} s)", flush=True)
+            for l in p.stdout.splitlines():
+                if l.startswith("note: "):
+                    print(f"  {l[:400]}", flush=True)
             passed += 1
         elif p.returncode == SKIP_CODE:
             print(p.stdout.strip().splitlines()[-1], flush=True)

@@ -157,6 +157,34 @@ def test_jobd_file_content_range_206_of_the_uploaded_bytes_416_past_the_end():
         assert r.status == 200 and r.body == data, (rng, r.status)
 
 
+def test_jobd_decompressed_downloads_past_max_streams_answer_503_until_one_ends():
+    """--max-streams 1: while one client stalls in a decompressed download,
+    another decompressed download answers 503 with Retry-After and an
+    OpenAI error body (no Content-Encoding left over from the answer it
+    replaced); the stored zstd stream (sendfile) is not capped; once the
+    stalled client goes, the download works again."""
+    import socket
+    d = Jobd(args=["--max-streams", "1"])
+    data = jsonl(200_000)  # ~30 MB decompressed: more than the socket buffers hold
+    f = d.upload(data)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", d.port))
+    s.sendall(f"GET /v1/files/{f['id']}/content HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert s.recv(64).startswith(b"HTTP/1.1 200"), "the first download did not start"
+    r = d.call("GET", f"/v1/files/{f['id']}/content")
+    assert r.status == 503 and r.headers.get("retry-after") == "1", r
+    assert "content-encoding" not in r.headers and r.json()["error"]["type"] == "server_error", (r.headers, r)
+    r = d.call("GET", f"/v1/files/{f['id']}/content", headers={"Accept-Encoding": "zstd"})
+    assert r.status == 200 and zstd_decompress(r.body) == data
+    s.close()
+    deadline = time.monotonic() + 10
+    while (r := d.call("GET", f"/v1/files/{f['id']}/content")).status == 503:
+        assert time.monotonic() < deadline, "the stalled download's place never came back"
+        time.sleep(0.05)
+    assert r.status == 200 and r.body == data
+
+
 def test_jobd_validation_errors_reported_on_the_batch():
     d = Jobd()
     cases = [

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -181,9 +183,12 @@ static void h_stats(struct http_req *req, void *arg)
     struct buf b;
     buf_init(&b, 1 << 16);
     http_server_stats(g_ts->srv, &st);
-    buf_printf(&b, "open=%llu evicted=%llu rejected=%llu timed_out=%llu\n",
+    buf_printf(&b, "open=%llu evicted=%llu rejected=%llu timed_out=%llu stream_waits=%llu streams_open=%llu "
+                   "streams_refused=%llu\n",
                (unsigned long long)st.conns_open, (unsigned long long)st.conns_evicted,
-               (unsigned long long)st.conns_rejected, (unsigned long long)st.conns_timed_out);
+               (unsigned long long)st.conns_rejected, (unsigned long long)st.conns_timed_out,
+               (unsigned long long)st.stream_waits, (unsigned long long)st.streams_open,
+               (unsigned long long)st.streams_refused);
     http_server_route_counts(g_ts->srv, count_cb, &b);
     http_respond(req, 200, "text/plain", b.data, b.len);
     buf_release(&b);
@@ -298,6 +303,43 @@ static void h_stream(struct http_req *req, void *arg)
     CHECK_EQ_INT(http_respond_stream(req, 200, "application/octet-stream", gen_read, gen_done, g), 0);
 }
 
+/* /stream-big: STREAM_BIG_BYTES of zeros, counting what was produced */
+#define STREAM_BIG_BYTES (64u << 20)
+static atomic_size_t g_big_produced;
+
+static int big_read(void *arg, char *buf, size_t cap, size_t *n)
+{
+    size_t *left = arg;
+    size_t k = *left < cap ? *left : cap;
+    memset(buf, 0, k);
+    *left -= k;
+    atomic_fetch_add(&g_big_produced, k);
+    *n = k;
+    return 0;
+}
+
+static void big_done(void *arg, int err)
+{
+    (void)err;
+    free(arg);
+    g_stream_done = 1;
+}
+
+static void h_stream_big(struct http_req *req, void *arg)
+{
+    (void)arg;
+    size_t *left = malloc(sizeof *left);
+    CHECK(left);
+    *left = STREAM_BIG_BYTES;
+    int rc = http_respond_stream(req, 200, "application/octet-stream", big_read, big_done, left);
+    if (rc == ERR_BUSY) { /* max_streams run: the route answers */
+        free(left);
+        http_respond(req, 503, "text/plain", "busy\n", 5);
+        return;
+    }
+    CHECK_EQ_INT(rc, 0);
+}
+
 static void auth_head(struct http_req *req, void *arg)
 {
     if (!http_req_header(req, "authorization"))
@@ -321,6 +363,7 @@ static const struct http_route test_routes[] = {
     {"GET", "/poll-answered", h_poll_answered, NULL, 0, NULL},
     {"GET", "/stream", h_stream, NULL, 0, NULL},
     {"GET", "/stream-fail", h_stream, NULL, 0, (void *)1},
+    {"GET", "/stream-big", h_stream_big, NULL, 0, NULL},
 };
 
 static void ts_start_cfg(struct ts *t, const struct http_config *cfg)
@@ -1429,6 +1472,156 @@ TEST(http_respond_stream_with_backpressure)
         clock_sleep_ms(10);
     CHECK(g_stream_done);
     CHECK_EQ_INT(g_stream_err, ERR_IO);
+    ts_stop(&t);
+}
+
+/* One counter of the server's stats ("stream_waits"), read through GET /stats. */
+static unsigned long long stat_of(int port, const char *name)
+{
+    struct cl c;
+    cl_open(&c, port);
+    cl_send(&c, "GET /stats HTTP/1.1\r\n\r\n");
+    struct resp r;
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    char key[64];
+    snprintf(key, sizeof key, " %s=", name);
+    const char *p = strstr(r.body.data, key);
+    CHECK(p);
+    unsigned long long n = p ? strtoull(p + strlen(key), NULL, 10) : 0;
+    resp_release(&r);
+    cl_close(&c);
+    return n;
+}
+
+static unsigned long long stream_waits(int port)
+{
+    return stat_of(port, "stream_waits");
+}
+
+/* A client that asks for /stream-big and reads nothing (a 4 KiB receive
+ * buffer). Returns its socket. */
+static int stalled_big_client(int port)
+{
+    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(cfd >= 0);
+    int small = 4096;
+    setsockopt(cfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ_INT(connect(cfd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *get = "GET /stream-big HTTP/1.1\r\n\r\n";
+    CHECK_EQ_INT(send_all(cfd, get, strlen(get)), 0);
+    return cfd;
+}
+
+/* The accepted socket (in this process: the server runs on a thread) whose
+ * peer is the client socket cfd, or -1. */
+static int server_side_of(int cfd, int port)
+{
+    struct sockaddr_in me, a, b;
+    socklen_t n = sizeof me;
+    if (getsockname(cfd, (struct sockaddr *)&me, &n) != 0)
+        return -1;
+    for (int fd = 3; fd < 4096; fd++) {
+        socklen_t la = sizeof a, lb = sizeof b;
+        if (fd == cfd || getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+            getpeername(fd, (struct sockaddr *)&b, &lb) != 0)
+            continue;
+        if (a.sin_family == AF_INET && ntohs(a.sin_port) == port && b.sin_port == me.sin_port)
+            return fd;
+    }
+    return -1;
+}
+
+/* Regression (fb7ec1c): a streamed answer to a client that stops reading
+ * keeps at most 128 KiB + one 64 KiB chunk queued in the server (it queued
+ * up to 1 MiB + a 256 KiB chunk: 1,000 slow readers took jobd to 3.9 GiB),
+ * and while the queue stays full it looks again after 5 ms doubling to
+ * 250 ms (it looked every 5 ms, 200 times a second per stream: 1,000 slow
+ * readers made the status poll's p99 9.5 s). What the server queued is
+ * what the stream produced less what the kernel holds (the server socket's
+ * unsent bytes, the client's unread ones); the looks are
+ * http_stats.stream_waits over one second of the stall: at most 9 with
+ * the backoff (5+10+...+250+250+250 ms > 1 s), about 200 without. */
+TEST(http_respond_stream_to_a_stalled_client_queues_one_chunk_and_backs_off)
+{
+    struct ts t;
+    ts_start(&t);
+    g_stream_done = 0;
+    atomic_store(&g_big_produced, 0);
+    int cfd = stalled_big_client(t.port);
+    /* the client reads nothing: wait for the stream to stop producing */
+    size_t last = 0;
+    int same = 0;
+    for (int i = 0; i < 200 && same < 3; i++) {
+        clock_sleep_ms(100);
+        size_t now = atomic_load(&g_big_produced);
+        same = now == last && now > 0 ? same + 1 : 0;
+        last = now;
+    }
+    CHECK_EQ_INT(same, 3);
+    CHECK(last < STREAM_BIG_BYTES);
+    int sfd = server_side_of(cfd, t.port);
+    CHECK(sfd >= 0);
+    int unsent = 0, unread = 0;
+    CHECK_EQ_INT(ioctl(sfd, SIOCOUTQ, &unsent), 0);
+    CHECK_EQ_INT(ioctl(cfd, FIONREAD, &unread), 0);
+    size_t in_kernel = (size_t)unsent + (size_t)unread;
+    size_t queued = last > in_kernel ? last - in_kernel : 0;
+    if (queued > (128u + 64u + 4u) * 1024)
+        fprintf(stderr, "produced %zu, in the kernel %zu: %zu queued in the server\n", last, in_kernel, queued);
+    CHECK(queued <= (128u + 64u + 4u) * 1024); /* + the chunks' framing */
+    unsigned long long w0 = stream_waits(t.port);
+    clock_sleep_ms(1000);
+    unsigned long long w1 = stream_waits(t.port);
+    if (w1 - w0 > 9)
+        fprintf(stderr, "%llu looks at the full queue in one second\n", w1 - w0);
+    CHECK(w1 > w0 && w1 - w0 <= 9);
+    close(cfd); /* the client goes: the stream ends */
+    for (int i = 0; i < 300 && !g_stream_done; i++)
+        clock_sleep_ms(10);
+    CHECK(g_stream_done);
+    ts_stop(&t);
+}
+
+/* max_streams streamed answers at once (their memory is then a number, not
+ * a multiple of the connection cap): one more is refused (ERR_BUSY, the
+ * route answers 503) while they run, and its place comes back when one
+ * ends. */
+TEST(http_respond_stream_past_max_streams_is_refused_until_one_ends)
+{
+    struct http_config cfg;
+    http_config_default(&cfg);
+    CHECK_EQ_INT(cfg.max_streams, 256);
+    cfg.max_streams = 1;
+    struct ts t;
+    ts_start_cfg(&t, &cfg);
+    g_stream_done = 0;
+    atomic_store(&g_big_produced, 0);
+    int cfd = stalled_big_client(t.port);
+    for (int i = 0; i < 500 && stat_of(t.port, "streams_open") != 1; i++)
+        clock_sleep_ms(10);
+    CHECK_EQ_INT(stat_of(t.port, "streams_open"), 1);
+    struct cl c;
+    cl_open(&c, t.port);
+    cl_send(&c, "GET /stream-big HTTP/1.1\r\n\r\n");
+    struct resp r;
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_INT(r.status, 503);
+    resp_release(&r);
+    CHECK_EQ_INT(stat_of(t.port, "streams_refused"), 1);
+    close(cfd); /* the first stream ends: its place comes back */
+    for (int i = 0; i < 300 && !g_stream_done; i++)
+        clock_sleep_ms(10);
+    CHECK(g_stream_done);
+    CHECK_EQ_INT(stat_of(t.port, "streams_open"), 0);
+    g_stream_done = 0;
+    cl_send(&c, "GET /stream HTTP/1.1\r\n\r\n");
+    CHECK_EQ_INT(cl_response(&c, &r, 0), 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_INT(r.body.len, STREAM_BYTES);
+    resp_release(&r);
+    cl_close(&c);
     ts_stop(&t);
 }
 
