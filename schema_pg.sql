@@ -902,3 +902,90 @@ CREATE INDEX leases_worker_len ON leases(worker_id, (coalesce(released_at, expir
 -- STORE_SQL_PG). 16.7 -> 12.2 us of server CPU per claimed request in
 -- isolation (bench/NOTES.md, 2026-12-07). SQLite keeps its index.
 DROP INDEX requests_leased;
+
+-- @migration 13
+-- PostgreSQL only: a request's claim (queued -> leased) and its commit
+-- (leased -> succeeded/failed) as HOT updates. PostgreSQL updates a row
+-- in place on its page, adding no index entry ("heap-only tuple"), only
+-- when no indexed column changes - a column of an index's key or of its
+-- WHERE - and the page has room for the new version. requests_ready's
+-- predicate reads status and requests_lease's key is lease_id, so every
+-- claim and every commit wrote a new version into the heap and an entry
+-- into each of the table's four indexes (the text keys of the primary
+-- key and of (batch_id, custom_id) included), which vacuum then removed:
+-- about half of PostgreSQL's buffer reads per committed request
+-- (bench/NOTES.md, 2026-12-07). Now no index of requests reads a column
+-- that leasing changes:
+--   * requests_queued holds one row per request in state queued (inserted
+--     with the request at ingest, or when it comes back to queued;
+--     deleted by its claim or when it ends queued), keyed for leasing's
+--     order: fresh requests (next_attempt_at 0) in line order, then
+--     retries as they come due. A claim locks these rows (FOR UPDATE SKIP
+--     LOCKED: concurrent acquires skip each other's) and deletes them in
+--     the statement that leases the requests;
+--   * a lease's requests are listed in its lease_batches rows
+--     (request_ids: the ids claimed under it, per batch; NULL once the
+--     lease has ended), so expiry, release, heartbeats and cancel find
+--     them without an index on requests.lease_id; an id listed there is
+--     held only while its request is still leased under that lease;
+--   * leases.n_held counts the requests the lease still holds (set when
+--     the lease opens, minus one per request leaving leased under it), so
+--     a commit learns whether the lease is done without reading them;
+--   * requests' fillfactor is 50, so that the page of a row has room for
+--     its next version (its previous one is pruned by then).
+-- Every statement that changes a request's status keeps these in the same
+-- statement (STORE_SQL_PG: REQ_TRANSITION, LEASE_CLAIM_MANY,
+-- REQ_FINISH_MANY, REQ_INSERT_MANY); deleting requests deletes their
+-- requests_queued rows (requests_results_cascade). Invariants:
+-- requests_queued has exactly the queued requests; for a lease not
+-- released, n_held = its requests in state leased, each listed in its
+-- lease_batches.request_ids. SQLite keeps requests_ready and
+-- requests_lease (one writer, no MVCC versions).
+CREATE TABLE requests_queued (
+    batch_id         TEXT NOT NULL,    -- requests.batch_id
+    next_attempt_at  BIGINT NOT NULL,  -- requests.next_attempt_at (unix seconds; 0 for a fresh request)
+    line             BIGINT NOT NULL,  -- requests.line
+    request_id       TEXT NOT NULL     -- requests.id
+);
+CREATE INDEX requests_queued_ready ON requests_queued(batch_id, next_attempt_at, line);
+INSERT INTO requests_queued(batch_id, next_attempt_at, line, request_id)
+    SELECT batch_id, next_attempt_at, line, id FROM requests WHERE status = 'queued';
+ALTER TABLE leases ADD COLUMN n_held BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE lease_batches ADD COLUMN request_ids TEXT[];
+INSERT INTO lease_batches(lease_id, batch_id, tenant_id, n_requests, request_ids)
+    SELECT lease_id, batch_id, min(tenant_id), count(*), array_agg(id ORDER BY id) FROM requests
+    WHERE status = 'leased' GROUP BY lease_id, batch_id
+    ON CONFLICT (lease_id, batch_id) DO UPDATE SET request_ids = excluded.request_ids;
+UPDATE leases l SET n_held = s.n FROM (SELECT lease_id, count(*) AS n FROM requests
+    WHERE status = 'leased' GROUP BY lease_id) s WHERE l.id = s.lease_id;
+DROP INDEX requests_ready;
+DROP INDEX requests_lease;
+ALTER TABLE requests SET (fillfactor = 50);
+-- A batch's ready requests for a lease (LEASE_READY), in a function that
+-- plans only the ordered walk of requests_queued_ready (and reads the
+-- worker's model names once, not per row): right after a burst
+-- of inserts the statistics say a batch has a few dozen queued rows, and the
+-- plan then chosen read every one of them (a bitmap scan, a join with
+-- requests, a sort) before its LIMIT - 20,000 rows and 100,000 buffers for
+-- 256 ready requests (as jobd_recent_completion_avg, migration 8).
+CREATE FUNCTION jobd_lease_ready(b TEXT, due BIGINT, n BIGINT, w TEXT, m TEXT)
+    RETURNS TABLE(id TEXT, custom_id TEXT, body TEXT, attempts BIGINT, prompt_tokens_est BIGINT,
+                  max_tokens BIGINT)
+    LANGUAGE plpgsql VOLATILE SET enable_bitmapscan = off SET enable_seqscan = off
+    SET enable_sort = off SET enable_hashjoin = off SET enable_mergejoin = off AS $$
+BEGIN
+    RETURN QUERY SELECT r.id, r.custom_id, r.body, r.attempts, r.prompt_tokens_est, r.max_tokens
+        FROM requests_queued x JOIN requests r ON r.id = x.request_id
+        WHERE x.batch_id = b AND x.next_attempt_at <= due
+          AND r.model = ANY(ARRAY(SELECT wm.name FROM worker_models wm WHERE wm.worker_id = w
+                                  AND wm.canonical = m))
+        ORDER BY x.next_attempt_at, x.line LIMIT n FOR UPDATE OF x SKIP LOCKED;
+END $$;
+CREATE OR REPLACE FUNCTION requests_results_cascade() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM results WHERE request_id IN (SELECT id FROM req_gone);
+    DELETE FROM requests_queued x USING req_gone g WHERE g.status = 'queued'
+        AND x.batch_id = g.batch_id AND x.next_attempt_at = g.next_attempt_at AND x.line = g.line
+        AND x.request_id = g.id;
+    RETURN NULL;
+END $$;

@@ -15,9 +15,11 @@
  * writer lock is exclusive and where it is shared:
  *
  *   - Shared (pg_advisory_xact_lock_shared), the hot paths, on row locks:
- *     the acquire (store_tx_enter_lease: ready requests taken FOR NO KEY
- *     UPDATE SKIP LOCKED, claimed by one UPDATE fenced by status; the
- *     fairness cursor lease_rr is one upserted row per model, updated last),
+ *     the acquire (store_tx_enter_lease: ready requests' requests_queued
+ *     rows taken FOR UPDATE SKIP LOCKED, then claimed by one statement
+ *     fenced by status that leases the requests and deletes those rows,
+ *     schema_pg.sql migration 13; the fairness cursor lease_rr is one
+ *     upserted row per model, updated last),
  *     store_results_commit, store_lease_heartbeat, store_lease_release, the
  *     lease sweep (one transaction per lease), store_worker_seen and the
  *     webhook claim (FOR NO KEY UPDATE SKIP LOCKED: one dispatcher per
@@ -37,8 +39,8 @@
  *     may end requests of, all at once in id order (a commit: its items'
  *     batches; a sweep: those of every request the lease holds; a release:
  *     those not in_progress), then usage_totals rows (the ledger trigger,
- *     last). Request rows are the lease's own (an acquire skips locked
- *     rows).
+ *     last). Request rows are the lease's own (an acquire skips the
+ *     locked requests_queued rows of requests another one is claiming).
  *   - Exclusive (pg_advisory_xact_lock), everything else: submissions,
  *     ingest chunks, batch transitions and cancels, stop steps (cancel /
  *     expiry), finalization, idempotency keys, files, keys, tenants,
@@ -142,7 +144,7 @@
  * therefore brings a driver, its schema migration and the statements whose
  * dialect differs, not a second copy of this interface; writers that
  * SQLite serialises globally (BEGIN IMMEDIATE) take row locks on
- * PostgreSQL (leasing: FOR NO KEY UPDATE SKIP LOCKED) -- see the guarantee
+ * PostgreSQL (leasing: FOR UPDATE SKIP LOCKED) -- see the guarantee
  * column.
  * Nothing above this folder changes. What the interface promises:
  *
@@ -384,8 +386,8 @@ int store_tx_leave(struct store *st, int rc);
  * (store_lease_*) may run inside it. SQLite: store_tx_enter. */
 int store_tx_enter_lease(struct store *st);
 /* Inside store_tx_enter_lease's transaction: the acquire read ready
- * requests it does not claim. On PostgreSQL it locked them (FOR NO KEY
- * UPDATE SKIP LOCKED), so acquires elsewhere skipped them until this
+ * requests it does not claim. On PostgreSQL it locked them (their
+ * requests_queued rows, FOR UPDATE SKIP LOCKED), so acquires elsewhere skipped them until this
  * transaction ends; its COMMIT then also NOTIFYs (store_work_listen) so
  * that long polls parked meanwhile look again at once. No-op on SQLite or
  * outside a transaction. Can't fail. */

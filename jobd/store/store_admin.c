@@ -4,8 +4,9 @@
  * model, leases outstanding, dead letters). See store.h.
  *
  * The statements are STORE_SQL_ADMIN in store_int.h. Queue depth reads the
- * partial indexes requests_ready / requests_leased, so its cost follows the
- * requests still waiting or running, not the whole table.
+ * partial indexes requests_ready / requests_leased (PostgreSQL: the
+ * requests_queued table and the request lists of the open leases), so its
+ * cost follows the requests still waiting or running, not the whole table.
  */
 #include <stdlib.h>
 #include <string.h>

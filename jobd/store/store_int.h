@@ -244,6 +244,7 @@
     X(RESULT_INSERT_MANY, "SELECT 1") \
     X(USAGE_INSERT_MANY, "SELECT 1") \
     X(BATCH_LOCK_MANY, "SELECT 1") \
+    X(BATCH_LOCK_IDS, "SELECT 1") \
     X(REQ_INSERT_MANY, "SELECT 1") \
     X(BATCH_LOCK_SEQ, "SELECT 1") \
     X(NOTIFY_WORK, "SELECT 1") \
@@ -312,7 +313,8 @@
     STORE_SQL_ACCOUNT(X) \
     STORE_SQL_REUSE(X) \
     STORE_SQL_ADMIN(X) \
-    STORE_SQL_FLEET(X, "min", "?3", "?2", "?4", "CROSS JOIN", STORE_FLEET_UNITS)
+    STORE_SQL_FLEET(X, "min", "?3", "?4", "CROSS JOIN", STORE_FLEET_UNITS) \
+    STORE_SQL_FLEET_BATCH(X, "min", "?2", "CROSS JOIN", STORE_FLEET_UNITS)
 
 /* Result reuse (store_reuse.c, jobd/work/reuse.h). One text for both
  * dialects: ON CONFLICT DO NOTHING and CAST(?N AS TEXT) (a NULL that
@@ -422,16 +424,51 @@
     "w.id), 0), w.unpriced FROM workers w WHERE w.registered_at < ?2 AND (w.last_seen >= ?1 - " ttl \
     " OR EXISTS (SELECT 1 FROM leases l WHERE l.worker_id = w.id AND " STORE_FLEET_END(lo, n) \
     " >= ?1)) ORDER BY w.id"
-#define STORE_SQL_FLEET(X, lo, n3, n2, ttl, join, units) \
+#define STORE_SQL_FLEET(X, lo, n3, ttl, join, units) \
     X(FLEET_WORKERS, STORE_FLEET_WORKERS(lo, n3, ttl)) \
     X(FLEET_LEASES_RANGE, STORE_FLEET_LEASES(lo, n3, STORE_FLEET_IN_RANGE(lo, n3))) \
     X(FLEET_UNITS_RANGE, units(join, STORE_FLEET_IN_RANGE(lo, n3))) \
-    X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
-    X(FLEET_UNITS_BATCH, units(join, STORE_FLEET_OF_BATCH(lo, n2))) \
     X(FLEET_GAPS, "SELECT worker_id, gone_at, back_at FROM worker_gaps WHERE back_at > ?1 AND gone_at < ?2")
+#define STORE_SQL_FLEET_BATCH(X, lo, n2, join, units) \
+    X(FLEET_LEASES_BATCH, STORE_FLEET_LEASES(lo, n2, STORE_FLEET_OF_BATCH(lo, n2))) \
+    X(FLEET_UNITS_BATCH, units(join, STORE_FLEET_OF_BATCH(lo, n2)))
+/* PostgreSQL: a batch's leases and their workers' overlapping ones by
+ * islands (GET /v1/batches/{id} on a batch of 391 leases read 11,000
+ * buffers, 5.8 ms of server CPU: STORE_FLEET_OF_BATCH probed the worker's
+ * longest lease and the range around each of the batch's leases, twice).
+ * Per worker, the windows [start - the worker's longest lease, end] of the
+ * batch's leases m are merged where they touch (a running max of the ends,
+ * in start order), and each merged window is one range scan of
+ * leases_worker: a lease overlapping some m started inside m's window.
+ * Besides those it may return leases of the worker that start inside a
+ * window and overlap none of m (ended before the first m of the window);
+ * they share no piece of worker time with the batch's leases, so the
+ * batch's figures are the same (fleet.h: a piece is split between the
+ * leases held during it). */
+#define STORE_PG_FLEET_ISLANDS \
+    "WITH m AS (SELECT m.worker_id, m.created_at AS s, least(coalesce(m.released_at, ?2::bigint), " \
+    "m.expires_at) AS e FROM lease_batches lb JOIN leases m ON m.id = lb.lease_id WHERE lb.batch_id = ?1), " \
+    "w AS MATERIALIZED (SELECT d.worker_id, (SELECT max(coalesce(x.released_at, x.expires_at) - x.created_at) FROM " \
+    "leases x WHERE x.worker_id = d.worker_id) AS longest FROM (SELECT DISTINCT worker_id FROM m) d), " \
+    "g AS (SELECT m.worker_id, m.s, m.e, w.longest, CASE WHEN m.s - w.longest > max(m.e) OVER (PARTITION " \
+    "BY m.worker_id ORDER BY m.s, m.e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 1 ELSE 0 END " \
+    "AS brk FROM m JOIN w ON w.worker_id = m.worker_id), " \
+    "i AS (SELECT worker_id, min(s) AS s0, min(s) - max(longest) AS lo, max(e) AS hi FROM (SELECT g.*, " \
+    "sum(brk) OVER (PARTITION BY worker_id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS isl FROM g) y " \
+    "GROUP BY worker_id, isl) "
+#define STORE_PG_FLEET_ISLAND_LEASES \
+    "FROM i LEFT JOIN workers w ON w.id = i.worker_id JOIN leases l ON l.worker_id = i.worker_id AND l.created_at >= i.lo AND l.created_at <= " \
+    "i.hi AND least(coalesce(l.released_at, ?2::bigint), l.expires_at) >= i.s0 "
+#define STORE_SQL_FLEET_BATCH_PG(X) \
+    X(FLEET_LEASES_BATCH, STORE_PG_FLEET_ISLANDS "SELECT " STORE_FLEET_LEASE_COLS("least", "?2::bigint") \
+      " " STORE_PG_FLEET_ISLAND_LEASES) \
+    X(FLEET_UNITS_BATCH, STORE_PG_FLEET_ISLANDS "SELECT lb.lease_id, lb.batch_id, lb.tenant_id, " \
+      "lb.n_requests, lb.prompt_tokens, lb.cached_tokens, lb.completion_tokens, lb.reused_tokens " \
+      STORE_PG_FLEET_ISLAND_LEASES "JOIN lease_batches lb ON lb.lease_id = l.id")
 
 /* Operator views (store_admin.c): the worker list and the /metrics gauges.
- * Queue depth reads the partial indexes requests_ready / requests_leased. */
+ * Queue depth reads the partial indexes requests_ready / requests_leased
+ * (PostgreSQL: requests_queued and the open leases' lists, STORE_SQL_PG_QUEUE). */
 #define STORE_SQL_ADMIN(X) \
     X(WORKERS_LIST, \
       "SELECT w.id, w.name, w.device, w.registered_at, w.last_seen, w.tokens_per_s, " \
@@ -565,12 +602,7 @@
     STORE_PG_USAGE_RANGE " GROUP BY k ORDER BY k LIMIT ?4"
 #define STORE_SQL_PG(X) \
     X(BEGIN, "BEGIN ISOLATION LEVEL READ COMMITTED") \
-    /* no requests_leased index (schema_pg.sql migration 12): status = 'leased' \
-     * is lease_id IS NOT NULL (the CHECK), which requests_lease covers */ \
-    X(BATCH_HAS_LEASED, "SELECT 1 FROM requests WHERE lease_id IS NOT NULL AND batch_id = ?1 LIMIT 1") \
-    X(BATCH_LEASED_IDS, \
-      "SELECT id, lease_id FROM requests WHERE lease_id IS NOT NULL AND batch_id = ?1 LIMIT ?2") \
-    X(DEPTH_LEASED, "SELECT model, count(*) FROM requests WHERE lease_id IS NOT NULL GROUP BY model") \
+    STORE_SQL_PG_QUEUE(X) \
     X(BEGIN_READ, "BEGIN ISOLATION LEVEL REPEATABLE READ") \
     X(USER_VERSION, "SELECT version FROM schema_version") \
     X(OWN_TRY, "SELECT pg_try_advisory_lock(?1::int4, hashtext(?2::text))") \
@@ -591,17 +623,6 @@
                   "ORDER BY id DESC LIMIT ?3") \
     X(BATCH_LIST_API, "SELECT " STORE_BATCH_COLS " FROM batches WHERE tenant_id = ?1 " \
                       "AND api = ?4 AND (?2::text IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3") \
-    X(REQ_TRANSITION, \
-      "UPDATE requests SET status = ?2, updated_at = ?5, " \
-      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \
-      "CASE WHEN ?2 = 'leased' THEN 1 ELSE 0 END - ?9 END, " \
-      "lease_id = CASE WHEN ?2 = 'leased' THEN ?6::text ELSE NULL END, " \
-      "reuse_key = CASE WHEN ?2 = 'leased' THEN NULL ELSE reuse_key END, " \
-      "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, " \
-      "last_error = coalesce(?8::text, last_error), " \
-      "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
-      "WHERE id = ?1 AND status = ?3 AND (?4::text IS NULL OR lease_id = ?4) " \
-      "RETURNING batch_id") \
     X(IDEM_PUT, "INSERT INTO idempotency_keys(tenant_id, key, fingerprint, created_at) " \
                 "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tenant_id, key) DO UPDATE SET " \
                 "fingerprint = excluded.fingerprint, created_at = excluded.created_at, " \
@@ -655,8 +676,8 @@
       "(SELECT string_agg(c, ',' ORDER BY c) FROM (SELECT DISTINCT canonical AS c FROM " \
       "worker_models WHERE worker_id = w.id) wm), " \
       "(SELECT count(*) FROM leases l WHERE l.worker_id = w.id AND l.released_at IS NULL), " \
-      "(SELECT count(*) FROM leases l JOIN requests q ON q.lease_id = l.id WHERE " \
-      "l.worker_id = w.id AND l.released_at IS NULL), w.hourly_cost_micros " \
+      "(SELECT coalesce(sum(l.n_held), 0) FROM leases l WHERE l.worker_id = w.id AND " \
+      "l.released_at IS NULL), w.hourly_cost_micros " \
       "FROM workers w WHERE w.last_seen >= ?1 ORDER BY w.registered_at DESC, w.id DESC LIMIT ?2") \
     X(BATCH_MODELS_FILL, "INSERT INTO batch_models(batch_id, model, n_requests) SELECT batch_id, " \
                          "model, count(*) FROM requests WHERE batch_id = ?1 GROUP BY batch_id, model " \
@@ -684,21 +705,25 @@
       "webhook_endpoints p ON p.id = d.endpoint_id WHERE d.status = 'pending' AND " \
       "d.next_attempt_at <= ?1 AND p.disabled_at IS NULL ORDER BY d.next_attempt_at, d.id " \
       "LIMIT 1 FOR NO KEY UPDATE OF d SKIP LOCKED) RETURNING id, attempts, event_id, endpoint_id") \
-    STORE_SQL_FLEET(X, "least", "?3::bigint", "?2::bigint", "?4::bigint", "JOIN", STORE_FLEET_UNITS) \
+    STORE_SQL_FLEET(X, "least", "?3::bigint", "?4::bigint", "JOIN", STORE_FLEET_UNITS) \
+    STORE_SQL_FLEET_BATCH_PG(X) \
     STORE_SQL_PG_HOT(X)
 
-/* The row-locked hot paths on PostgreSQL: leasing takes its rows
- * with FOR NO KEY UPDATE SKIP LOCKED (an acquire on another connection
- * skips them instead of waiting), every operation on a lease locks its
- * leases row first (commit, heartbeat, release and sweep of one lease run
- * one at a time; of different leases at once), and a claim / a commit's
- * request endings are one statement each over arrays (?N::text[] bound as
- * array literals, store_arr_*), fenced by status and lease id. The claim's
+/* The row-locked hot paths on PostgreSQL: leasing takes the
+ * requests_queued rows of the requests it reads with FOR UPDATE SKIP
+ * LOCKED (an acquire on another connection skips them instead of waiting),
+ * every operation on a lease locks its leases row first (commit, heartbeat,
+ * release and sweep of one lease run one at a time; of different leases at
+ * once), and a claim / a commit's request endings are one statement each
+ * over arrays (?N::text[] bound as array literals, store_arr_*), fenced by
+ * status and lease id, keeping requests_queued, leases.n_held and
+ * lease_batches.request_ids (STORE_SQL_PG_QUEUE below). The claim's
  * fence is written coalesce(status, '') = 'queued' (status is NOT NULL:
- * the same test) so that it does not imply requests_ready's predicate: with
- * the statistics of a fresh burst the planner read every queued request of
- * the batch through that index and filtered them by id (15,000 rows for
- * 256) instead of probing the 256 ids in the primary key. The commit's
+ * the same test) so that it implies no partial index's predicate: when
+ * requests_ready existed (before schema_pg.sql migration 13), the
+ * statistics of a fresh burst made the planner read every queued request of
+ * the batch through it and filter them by id (15,000 rows for 256) instead
+ * of probing the 256 ids in the primary key. The commit's
  * request endings are written the same way, one UPDATE per outcome (the
  * successes, then the 4xx failures, each with its constant status and
  * error) instead of a join with an unnest of (id, status, error): with
@@ -708,24 +733,33 @@
  * unnest row (65,280 rows removed by the join filter: 30-40 ms a commit,
  * twice the server CPU per request); an id list has no join to misplan. */
 #define STORE_SQL_PG_HOT(X) \
-    X(LEASE_READY, \
-      "SELECT id, custom_id, body, attempts, prompt_tokens_est, max_tokens FROM " \
-      "requests WHERE batch_id = ?1 AND status = 'queued' AND next_attempt_at <= ?2 " \
-      "AND model IN (SELECT name FROM worker_models WHERE worker_id = ?4 AND canonical = ?5) " \
-      "ORDER BY next_attempt_at LIMIT ?3 FOR NO KEY UPDATE OF requests SKIP LOCKED") \
+    /* the queued rows of batch ?1 due by ?2 whose model worker ?4 serves as ?5, in \
+     * (next_attempt_at, line) order, FOR UPDATE OF requests_queued SKIP LOCKED \
+     * (schema_pg.sql migration 13: a function, for its plan) */ \
+    X(LEASE_READY, "SELECT * FROM jobd_lease_ready(?1, ?2, ?3, ?4, ?5)") \
     X(LEASE_GET, "SELECT worker_id, expires_at, released_at FROM leases WHERE id = ?1 FOR UPDATE") \
     X(LEASE_CLAIM_MANY, \
-      "UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
+      "WITH c AS (UPDATE requests SET status = 'leased', updated_at = ?3, attempts = attempts + 1, " \
       "lease_id = ?2::text, finished_at = NULL, reuse_key = NULL WHERE id = ANY(?1::text[]) " \
-      "AND coalesce(status, '') = 'queued'") \
+      "AND coalesce(status, '') = 'queued' RETURNING id, batch_id, tenant_id, line, next_attempt_at), " \
+      "d AS (DELETE FROM requests_queued WHERE ctid = ANY(ARRAY(SELECT (" STORE_PG_QUEUED_ROW("c") \
+      ") FROM c)) RETURNING 1), " \
+      "p AS (INSERT INTO lease_batches(lease_id, batch_id, tenant_id, n_requests, request_ids) " \
+      "SELECT ?2::text, batch_id, min(tenant_id), count(*), array_agg(id) FROM c GROUP BY batch_id " \
+      "ON CONFLICT (lease_id, batch_id) DO UPDATE SET n_requests = lease_batches.n_requests + " \
+      "excluded.n_requests, request_ids = coalesce(lease_batches.request_ids, '{}') || " \
+      "excluded.request_ids) " \
+      "SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM d)") \
     X(REQ_FOR_COMMIT_MANY, \
       "SELECT q.id, q.status, q.lease_id, q.batch_id, q.tenant_id, q.model, " \
       "q.reuse_key IS NOT NULL FROM requests q WHERE q.id = ANY(?1::text[])") \
     X(REQ_FINISH_MANY, \
-      "UPDATE requests SET status = ?2, updated_at = ?3, lease_id = NULL, " \
+      "WITH u AS (UPDATE requests SET status = ?2, updated_at = ?3, lease_id = NULL, " \
       "last_error = coalesce(?4::text, last_error), finished_at = ?3 " \
       "WHERE id = ANY(?1::text[]) AND coalesce(status, '') = 'leased' " \
-      "AND coalesce(lease_id, '') = ?5::text") \
+      "AND coalesce(lease_id, '') = ?5::text RETURNING 1), " \
+      "l AS (UPDATE leases SET n_held = n_held - (SELECT count(*) FROM u) WHERE id = ?5::text) " \
+      "SELECT count(*) FROM u") \
     X(RESULT_INSERT_MANY, \
       "INSERT INTO results(request_id, batch_id, lease_id, status_code, body, prompt_tokens, " \
       "completion_tokens, cached_tokens, queue_ms, prefill_ms, decode_ms, gpu_ms, created_at) " \
@@ -741,18 +775,109 @@
       "ORDER BY u.t, u.m") \
     X(BATCH_LOCK_MANY, \
       "SELECT b.id FROM batches b WHERE b.id IN (SELECT q.batch_id FROM requests q WHERE " \
-      "q.lease_id = ?1::text AND q.status = 'leased' AND (?2::text[] IS NULL OR " \
-      "q.id = ANY(?2::text[]))) AND (?3::int = 1 OR b.status <> 'in_progress') " \
-      "ORDER BY b.id FOR NO KEY UPDATE OF b") \
+      "?2::text[] IS NOT NULL AND q.id = ANY(?2::text[]) AND q.lease_id = ?1::text AND " \
+      "q.status = 'leased' UNION ALL SELECT lb.batch_id FROM lease_batches lb WHERE " \
+      "?2::text[] IS NULL AND lb.lease_id = ?1::text AND lb.request_ids IS NOT NULL) " \
+      "AND (?3::int = 1 OR b.status <> 'in_progress') ORDER BY b.id FOR NO KEY UPDATE OF b") \
     X(BATCH_LOCK_SEQ, "SELECT 1 FROM batches WHERE id = ?1 FOR NO KEY UPDATE") \
+    X(BATCH_LOCK_IDS, "SELECT id FROM batches WHERE id = ANY(?1::text[]) ORDER BY id FOR NO KEY UPDATE") \
     X(REQ_INSERT_MANY, \
-      "INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
+      "WITH n AS (INSERT INTO requests(id, batch_id, tenant_id, line, custom_id, model, body, " \
       "prompt_tokens_est, max_tokens, created_at, updated_at) SELECT u.id, ?2, ?3, u.line, " \
       "u.cid, u.model, u.body, u.pte, u.mt, ?10, ?10 FROM unnest(?1::text[], ?4::bigint[], " \
       "?5::text[], ?6::text[], ?7::text[], ?8::bigint[], ?9::bigint[]) WITH ORDINALITY " \
       "AS u(id, line, cid, model, body, pte, mt, ord) ORDER BY u.ord " \
-      "ON CONFLICT (batch_id, custom_id) DO NOTHING RETURNING line") \
+      "ON CONFLICT (batch_id, custom_id) DO NOTHING RETURNING id, batch_id, line, next_attempt_at), " \
+      "q AS (INSERT INTO requests_queued(batch_id, next_attempt_at, line, request_id) " \
+      "SELECT batch_id, next_attempt_at, line, id FROM n) SELECT line FROM n") \
     X(NOTIFY_WORK, "SELECT pg_notify('" STORE_PG_CHANNEL "', '')")
+
+/* PostgreSQL: the ready queue and the lease membership (schema_pg.sql
+ * migration 13), which let a claim and a commit update a request's row in
+ * place (HOT: no index reads status, lease_id or next_attempt_at).
+ * Every statement that changes a request's status keeps requests_queued,
+ * leases.n_held and lease_batches.request_ids in the same statement:
+ * LEASE_CLAIM_MANY and REQ_FINISH_MANY above, REQ_INSERT_MANY (ingest)
+ * and REQ_TRANSITION here (every other change, one request at a time: it
+ * reads the old lease id from the row before its update, o). A lease's
+ * requests are those of its lease_batches.request_ids still leased under
+ * it (a request given back and claimed again by another lease stays in
+ * the first one's list); a batch's, those of its parts whose lease has not
+ * ended (request_ids not NULL). STORE_PG_QUEUED_ROW(c) is the ctid of the
+ * requests_queued row of the request c (columns id, batch_id, line,
+ * next_attempt_at): a scalar subquery per row, so one probe of
+ * requests_queued_ready each whatever the planner thinks of the join, and
+ * a delete by ctid = ANY (a TID scan). */
+#define STORE_PG_QUEUED_ROW(c) \
+    "SELECT x.ctid FROM requests_queued x WHERE x.batch_id = " c ".batch_id AND " \
+    "x.next_attempt_at = " c ".next_attempt_at AND x.line = " c ".line AND x.request_id = " c ".id"
+#define STORE_PG_LEASE_ENDED \
+    "UPDATE lease_batches SET request_ids = NULL WHERE lease_id = (SELECT id FROM e) AND " \
+    "request_ids IS NOT NULL"
+#define STORE_SQL_PG_QUEUE(X) \
+    X(REQ_TRANSITION, \
+      "WITH o AS (SELECT lease_id FROM requests WHERE id = ?1), " \
+      "u AS (UPDATE requests SET status = ?2, updated_at = ?5, " \
+      "attempts = CASE WHEN ?3 = 'failed' THEN 0 ELSE attempts + " \
+      "CASE WHEN ?2 = 'leased' THEN 1 ELSE 0 END - ?9 END, " \
+      "lease_id = CASE WHEN ?2 = 'leased' THEN ?6::text ELSE NULL END, " \
+      "reuse_key = CASE WHEN ?2 = 'leased' THEN NULL ELSE reuse_key END, " \
+      "next_attempt_at = CASE WHEN ?2 = 'queued' THEN ?7 ELSE next_attempt_at END, " \
+      "last_error = coalesce(?8::text, last_error), " \
+      "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
+      "WHERE id = ?1 AND status = ?3 AND (?4::text IS NULL OR lease_id = ?4) " \
+      "RETURNING id, batch_id, tenant_id, line, next_attempt_at), " \
+      "dq AS (DELETE FROM requests_queued WHERE ?3 = 'queued' AND ctid = (SELECT (" \
+      STORE_PG_QUEUED_ROW("u") ") FROM u)), " \
+      "iq AS (INSERT INTO requests_queued(batch_id, next_attempt_at, line, request_id) " \
+      "SELECT batch_id, next_attempt_at, line, id FROM u WHERE ?2 = 'queued'), " \
+      "lo AS (UPDATE leases SET n_held = n_held - 1 WHERE ?3 = 'leased' AND id = " \
+      "(SELECT o.lease_id FROM o, u)), " \
+      "lp AS (INSERT INTO lease_batches(lease_id, batch_id, tenant_id, n_requests, request_ids) " \
+      "SELECT ?6::text, batch_id, tenant_id, 1, ARRAY[id] FROM u WHERE ?2 = 'leased' " \
+      "ON CONFLICT (lease_id, batch_id) DO UPDATE SET n_requests = lease_batches.n_requests + 1, " \
+      "request_ids = coalesce(lease_batches.request_ids, '{}') || excluded.request_ids), " \
+      "ln AS (UPDATE leases SET n_held = n_held + 1 WHERE ?2 = 'leased' AND id = ?6::text " \
+      "AND EXISTS (SELECT 1 FROM u)) " \
+      "SELECT batch_id FROM u") \
+    /* n_held from the parts its claims wrote (LEASE_CLAIM_MANY) */ \
+    X(LEASE_INSERT, \
+      "INSERT INTO leases(id, worker_id, model, n_requests, created_at, expires_at, n_held) " \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT coalesce(sum(n_requests), 0) FROM lease_batches " \
+      "WHERE lease_id = ?1))") \
+    X(LEASE_END_IF_EMPTY, \
+      "WITH e AS (UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL " \
+      "AND n_held = 0 RETURNING id) " STORE_PG_LEASE_ENDED) \
+    X(LEASE_END, \
+      "WITH e AS (UPDATE leases SET released_at = ?2 WHERE id = ?1 AND released_at IS NULL " \
+      "RETURNING id) " STORE_PG_LEASE_ENDED) \
+    X(LEASE_HELD, \
+      "SELECT q.id FROM requests q WHERE q.id IN (SELECT unnest(lb.request_ids) FROM " \
+      "lease_batches lb WHERE lb.lease_id = ?1) AND q.lease_id = ?1 AND q.status = 'leased' " \
+      "ORDER BY q.batch_id, q.id LIMIT ?2") \
+    X(LEASE_STOP_IDS, \
+      "SELECT q.id FROM requests q WHERE q.id IN (SELECT unnest(lb.request_ids) FROM " \
+      "lease_batches lb JOIN batches b ON b.id = lb.batch_id WHERE lb.lease_id = ?1 AND " \
+      "(b.status != 'in_progress' OR b.expires_at <= ?2)) AND q.lease_id = ?1 AND " \
+      "q.status = 'leased' UNION SELECT request_id FROM results WHERE lease_id = ?1 " \
+      "AND error_code IN ('batch_cancelled', 'batch_expired') ORDER BY 1") \
+    X(BATCH_QUEUED_IDS, \
+      "SELECT request_id, NULL::text FROM requests_queued WHERE batch_id = ?1 LIMIT ?2") \
+    X(BATCH_HAS_LEASED, \
+      "SELECT 1 FROM lease_batches lb CROSS JOIN LATERAL unnest(lb.request_ids) x(id) JOIN " \
+      "requests q ON q.id = x.id WHERE lb.batch_id = ?1 AND lb.request_ids IS NOT NULL AND " \
+      "q.lease_id = lb.lease_id AND q.status = 'leased' LIMIT 1") \
+    X(BATCH_LEASED_IDS, \
+      "SELECT q.id, q.lease_id FROM lease_batches lb CROSS JOIN LATERAL unnest(lb.request_ids) " \
+      "x(id) JOIN requests q ON q.id = x.id WHERE lb.batch_id = ?1 AND lb.request_ids IS NOT " \
+      "NULL AND q.lease_id = lb.lease_id AND q.status = 'leased' LIMIT ?2") \
+    X(DEPTH_QUEUED, \
+      "SELECT r.model, count(*) FROM requests_queued x JOIN requests r ON r.id = x.request_id " \
+      "GROUP BY r.model") \
+    X(DEPTH_LEASED, \
+      "SELECT q.model, count(*) FROM leases l JOIN lease_batches lb ON lb.lease_id = l.id " \
+      "CROSS JOIN LATERAL unnest(lb.request_ids) x(id) JOIN requests q ON q.id = x.id WHERE " \
+      "l.released_at IS NULL AND q.lease_id = l.id AND q.status = 'leased' GROUP BY q.model")
 
 enum store_stmt_id {
 #define STORE_SQL_ENUM_(name, sql) S_##name,

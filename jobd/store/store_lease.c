@@ -15,15 +15,17 @@
  * Leasing: this file offers the primitives only (the worker check, the
  * candidate batches grouped by tenant from the batches_status index, a
  * chunk of a batch's ready requests from requests_ready (batch_id,
- * next_attempt_at), the claim, the lease row, the round-robin cursor
+ * next_attempt_at; on PostgreSQL the requests_queued table, schema_pg.sql
+ * migration 13), the claim, the lease row, the round-robin cursor
  * lease_rr); which tenant and batch go next is decided in C by
  * jobd/work/lease_policy.c, inside one transaction it opens.
  *
  * PostgreSQL (store.h, "Several jobd instances"): the acquire, commit,
  * heartbeat, release and sweep transactions take the writer lock shared
  * (store_w_begin_shared) and lock what they change: the lease row first
- * (lease_get: FOR UPDATE), ready requests FOR NO KEY UPDATE SKIP LOCKED.
- * The claim is one UPDATE over an id array (claim_many) and a commit ends
+ * (lease_get: FOR UPDATE), ready requests' requests_queued rows FOR UPDATE
+ * SKIP LOCKED. The claim is one statement over an id array (claim_many)
+ * and a commit ends
  * the requests its lease still holds set-based (bulk_*: one SELECT, one
  * UPDATE, one INSERT of results, one of ledger rows), the rest of a chunk
  * (transient errors, stale, unknown or repeated ids) one by one as on
@@ -635,9 +637,11 @@ int store_lease_ready(struct store *st, const char *batch_id, const char *worker
     return 0;
 }
 
-/* PostgreSQL: the claim as one UPDATE over an array of ids (the rows were
- * locked by LEASE_READY's FOR NO KEY UPDATE SKIP LOCKED in this
- * transaction, so every one of them is still queued). */
+/* PostgreSQL: the claim as one statement over an array of ids: the
+ * requests leased, their requests_queued rows deleted (locked by
+ * LEASE_READY's FOR UPDATE SKIP LOCKED in this transaction, so every one
+ * of them is still queued) and the lease's lease_batches rows listing
+ * them (LEASE_CLAIM_MANY). Both counts must be n. */
 static int claim_many(struct store *st, const char *lease_id, const char (*ids)[ID_MAX], size_t n,
                       int64_t now)
 {
@@ -650,14 +654,26 @@ static int claim_many(struct store *st, const char *lease_id, const char (*ids)[
         rc = store_arr_end(&a);
     struct sdb_stmt *s = rc ? NULL : store_stmt(st, S_LEASE_CLAIM_MANY, &rc);
     if (s && !(rc = store_bind_text(st, s, 1, a.data)) && !(rc = store_bind_text(st, s, 2, lease_id)) &&
-        !(rc = store_bind_int(st, s, 3, now)) && !(rc = store_step_done(st, s, "claim")) &&
-        sdb_changes(st->db) != (int64_t)n) {
-        log_warn("store: lease %s claimed %lld of %zu requests (taken meanwhile)", lease_id,
-                 (long long)sdb_changes(st->db), n);
-        rc = ERR_BADSTATE;
+        !(rc = store_bind_int(st, s, 3, now))) {
+        int64_t leased = -1, dequeued = -1;
+        int r = sdb_step(s);
+        if (r == SDB_ROW) {
+            leased = sdb_column_int64(s, 0);
+            dequeued = sdb_column_int64(s, 1);
+            rc = store_step_done(st, s, "claim");
+        } else {
+            rc = store_sqlerr(st, r, "claim");
+        }
+        if (!rc && (leased != (int64_t)n || dequeued != (int64_t)n)) {
+            log_warn("store: lease %s claimed %lld of %zu requests, %lld of them queued (taken meanwhile)",
+                     lease_id, (long long)leased, n, (long long)dequeued);
+            rc = ERR_BADSTATE;
+        }
     }
-    if (s)
+    if (s) {
+        sdb_reset(s);
         sdb_clear_bindings(s);
+    }
     buf_release(&a);
     return rc;
 }
@@ -695,8 +711,9 @@ int store_lease_open(struct store *st, const char *lease_id, const char *worker_
     int own = st->depth == 0; /* inside the acquire, whose error rolls back whole: no savepoint */
     if (own && (rc = store_w_begin(st)))
         return rc;
-    if (!(rc = store_step_done(st, s, "insert lease"))) {
-        /* which batches it serves (fleet cost), from the requests just claimed */
+    /* which batches it serves (fleet cost), from the requests just claimed
+     * (PostgreSQL: written by the claims, LEASE_CLAIM_MANY) */
+    if (!(rc = store_step_done(st, s, "insert lease")) && !st->pg) {
         s = store_stmt(st, S_LEASE_BATCHES_FILL, &rc);
         if (s && !(rc = store_bind_text(st, s, 1, lease_id)))
             rc = store_step_done(st, s, "lease batches");
@@ -934,10 +951,13 @@ static int bulk_bind(struct bulk *B, struct sdb_stmt *s, int i, struct buf *a, e
     return r == SDB_OK ? 0 : store_sqlerr(B->st, r, "bind array");
 }
 
-/* Step 1: read every request of the commit's successes and 4xx answers in
- * one statement and pick those this lease still holds (the rest, and every
- * transient error, go through commit_one). A second item of a picked
- * request is a duplicate. done[i] / out[i] are set for what is decided. */
+/* Step 1: read the request of every item in one statement and pick the
+ * successes and 4xx answers whose request this lease still holds (the
+ * rest, and every transient error, go through commit_one). A second item
+ * of a picked request is a duplicate. done[i] / out[i] are set for what is
+ * decided. What it reads stays true to the commit: a request leased under
+ * this lease changes only under the lease's row lock (held) or the
+ * exclusive writer lock (excluded). */
 static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outcome *out,
                      struct bulk_req **reqs_out, size_t *nreq_out)
 {
@@ -946,11 +966,10 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
     buf_init(&a, SIZE_MAX);
     size_t want = 0;
     int rc = store_arr_begin(&a);
-    for (size_t i = 0; !rc && i < B->n; i++)
-        if (B->items[i].kind != STORE_RESULT_TRANSIENT) {
-            rc = store_arr_text(&a, B->items[i].request_id);
-            want++;
-        }
+    for (size_t i = 0; !rc && i < B->n; i++) {
+        rc = store_arr_text(&a, B->items[i].request_id);
+        want++;
+    }
     if (!rc)
         rc = store_arr_end(&a);
     struct bulk_req *reqs = NULL;
@@ -982,7 +1001,7 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
         free(reqs);
         return rc;
     }
-    if (nr == 0) { /* only transient errors, or none of the requests exists */
+    if (nr == 0) { /* none of the requests exists */
         free(reqs);
         *reqs_out = NULL;
         *nreq_out = 0;
@@ -1009,6 +1028,40 @@ static int bulk_pick(struct bulk *B, unsigned char *done, enum store_commit_outc
     *reqs_out = reqs;
     *nreq_out = nr;
     return 0;
+}
+
+/* Step 1b: lock the rows of the batches of the requests (among reqs[0 ..
+ * nr), bulk_pick's) that this lease holds, all at once in id order: what
+ * lock_batches does, from the rows bulk_pick read instead of a second
+ * probe of every request. */
+static int bulk_lock_batches(struct bulk *B, const struct bulk_req *reqs, size_t nr)
+{
+    struct store *st = B->st;
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    int rc = store_arr_begin(&a);
+    size_t m = 0;
+    for (size_t i = 0; !rc && i < nr; i++) {
+        if (!reqs[i].leased_here)
+            continue;
+        int seen = 0; /* a commit's requests come from a few batches */
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = reqs[j].leased_here && strcmp(reqs[j].batch_id, reqs[i].batch_id) == 0;
+        if (!seen) {
+            rc = store_arr_text(&a, reqs[i].batch_id);
+            m++;
+        }
+    }
+    if (!rc)
+        rc = store_arr_end(&a);
+    struct sdb_stmt *s = rc || m == 0 ? NULL : store_stmt(st, S_BATCH_LOCK_IDS, &rc);
+    if (s) {
+        if (!(rc = store_bind_text(st, s, 1, a.data)))
+            rc = store_step_done(st, s, "lock batches");
+        sdb_clear_bindings(s);
+    }
+    buf_release(&a);
+    return rc;
 }
 
 /* Step 2: end the picked requests - one UPDATE for the successes, one for
@@ -1039,10 +1092,19 @@ static int bulk_finish(struct bulk *B, struct store_count_acc *acc)
         if (s && !(rc = store_bind_text(st, s, 1, a.data)) &&
             !(rc = store_bind_text(st, s, 2, ok ? "succeeded" : "failed")) &&
             !(rc = store_bind_int(st, s, 3, B->now)) && (ok || !(rc = store_bind_text(st, s, 4, "invalid request"))) &&
-            !(rc = store_bind_text(st, s, 5, B->lease_id)) && !(rc = store_step_done(st, s, "finish requests")))
-            ended += sdb_changes(st->db);
-        if (s)
+            !(rc = store_bind_text(st, s, 5, B->lease_id))) {
+            int r = sdb_step(s); /* one row: how many it ended */
+            if (r == SDB_ROW) {
+                ended += sdb_column_int64(s, 0);
+                rc = store_step_done(st, s, "finish requests");
+            } else {
+                rc = store_sqlerr(st, r, "finish requests");
+            }
+        }
+        if (s) {
+            sdb_reset(s);
             sdb_clear_bindings(s);
+        }
     }
     if (!rc && ended != (int64_t)B->np) {
         log_warn("store: commit under lease %s ended %lld of %zu requests", B->lease_id, (long long)ended, B->np);
@@ -1134,7 +1196,9 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
      * usage_totals (store.h) - so two commits of one worker cannot deadlock */
     if (worker_id && (rc = worker_seen_in(st, worker_id, -1, now)) == ERR_NOTFOUND)
         rc = 0;
-    if (rc || (n && (rc = lock_batches(st, lease_id, items, NULL, n, 1))))
+    /* PostgreSQL, a chunk of several: bulk_pick reads the requests first
+     * and bulk_lock_batches locks their batches from that */
+    if (rc || (n && !(st->pg && n > 1) && (rc = lock_batches(st, lease_id, items, NULL, n, 1))))
         goto out;
     if (n && (!(tmp = calloc(n, sizeof *tmp)) || !(done = calloc(n, 1)))) {
         rc = ERR_NOMEM;
@@ -1147,7 +1211,8 @@ int store_results_commit(struct store *st, const char *lease_id, const char *wor
     if (st->pg && n > 1) {
         if (!(B.pick = calloc(n, sizeof *B.pick)) || !(B.req = calloc(n, sizeof *B.req)))
             rc = ERR_NOMEM;
-        if (!rc && !(rc = bulk_pick(&B, done, tmp, &reqs, &nreq)) && B.np)
+        if (!rc && !(rc = bulk_pick(&B, done, tmp, &reqs, &nreq)) &&
+            !(rc = bulk_lock_batches(&B, reqs, nreq)) && B.np)
             rc = bulk_finish(&B, &acc);
         for (size_t k = 0; !rc && k < B.np; k++) {
             done[B.pick[k]] = 1;

@@ -20,7 +20,10 @@ jobd process(es) and of PostgreSQL (its processes' /proc stat), and both
 per committed request (us), so a run on a saturated box says so.
 
 usage: bench_pg_scale.py [N] [W] [P] [--setups LIST] [--pgss]
-  (default 20000 4 256, setups sqlite,pg,pg-s3,pg2)
+  (default 20000 4 256, setups sqlite,pg,pg-s3,pg2; a setup may repeat, and
+  a setup name ending in "@b" runs the jobd binary BENCH_JOBD_B instead of
+  BENCH_JOBD or build/jobd: an A/B of two builds in one run, e.g.
+  --setups=pg,pg@b,pg,pg@b)
   --no-poll  no client polling GET /v1/batches/{id} meanwhile (the CPU
            numbers are then the lease+commit path's alone)
   --pgss   preload pg_stat_statements and print, per PostgreSQL setup, the
@@ -49,6 +52,7 @@ from bench_jobd import ROOT, line  # noqa: E402
 import zstandard  # noqa: E402
 
 JOBD = os.environ.get("BENCH_JOBD") or os.path.join(ROOT, "build", "jobd")  # another build to compare with
+JOBD_B = os.environ.get("BENCH_JOBD_B")  # the binary of the "@b" setups
 
 
 def free_port():
@@ -58,10 +62,10 @@ def free_port():
 
 
 class Inst:
-    def __init__(self, tmp, data, extra, env=None):
+    def __init__(self, tmp, data, extra, env=None, jobd=None):
         self.port = free_port()
         self.log = open(os.path.join(tmp, "jobd-%d.log" % self.port), "wb")
-        self.p = subprocess.Popen([JOBD, "--listen", "127.0.0.1:%d" % self.port, "--data", data,
+        self.p = subprocess.Popen([jobd or JOBD, "--listen", "127.0.0.1:%d" % self.port, "--data", data,
                                    "--log-level", "warn", "--worker-token", "bench", "--sweep-interval", "200ms",
                                    *extra], stdout=self.log, stderr=subprocess.STDOUT, env=env)
         for _ in range(1000):
@@ -355,16 +359,22 @@ def main():
     labels = {"pg": (1, "PostgreSQL, 1 jobd"), "pg-s3": (1, "PostgreSQL+S3, 1 jobd"),
               "pg2": (2, "PostgreSQL, 2 jobd")}
     try:
-        for k in setups:
+        for run_i, name in enumerate(setups):
+            k, b = (name[:-2], True) if name.endswith("@b") else (name, False)
+            if b and not JOBD_B:
+                raise SystemExit("setup %s: BENCH_JOBD_B is not set" % name)
+            jobd = JOBD_B if b else None
+            tag = " (B)" if b else ""
             if k == "sqlite":
-                i = Inst(tmp, os.path.join(tmp, "sqlite"), [])
+                i = Inst(tmp, os.path.join(tmp, "sqlite%d" % run_i), [], jobd=jobd)
                 try:
-                    res[k] = run_setup("SQLite, 1 jobd", [i], n, w, pack)
+                    res[name] = run_setup("SQLite, 1 jobd" + tag, [i], n, w, pack)
                 finally:
                     i.stop()
                 continue
             n_inst, label = labels[k]
-            db = "bench_" + k.replace("-", "_")
+            label += tag
+            db = "bench_%s_%d" % (k.replace("-", "_"), run_i)
             subprocess.run(["psql", "-q", url, "-c", f"CREATE DATABASE {db}"], check=True, capture_output=True)
             u = url.rsplit("/", 1)[0] + "/" + db
             if pgss:
@@ -373,17 +383,18 @@ def main():
             data = os.path.join(tmp, db)
             extra, ienv = ["--database", u], None
             if k == "pg-s3":
-                r = subprocess.run([os.path.join(ROOT, "scripts", "s3-server"), "start", s3dir],
-                                   capture_output=True, text=True)
-                if r.returncode:
-                    raise SystemExit("s3-server: " + r.stderr)
-                s3 = r.stdout.strip()
-                ienv = dict(os.environ, JOBD_FILES="s3://jobd/bench", AWS_ENDPOINT_URL=s3,
+                if not s3:
+                    r = subprocess.run([os.path.join(ROOT, "scripts", "s3-server"), "start", s3dir],
+                                       capture_output=True, text=True)
+                    if r.returncode:
+                        raise SystemExit("s3-server: " + r.stderr)
+                    s3 = r.stdout.strip()
+                ienv = dict(os.environ, JOBD_FILES="s3://jobd/bench%d" % run_i, AWS_ENDPOINT_URL=s3,
                             AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="jobd-test",
                             AWS_SECRET_ACCESS_KEY="jobd-test-secret")
-            insts = [Inst(tmp, data, extra, ienv) for _ in range(n_inst)]
+            insts = [Inst(tmp, data, extra, ienv, jobd) for _ in range(n_inst)]
             try:
-                res[k] = run_setup(label, insts, n, w, pack, u if pgss else None)
+                res[name] = run_setup(label, insts, n, w, pack, u if pgss else None)
             finally:
                 for x in insts:
                     x.stop()
@@ -392,10 +403,12 @@ def main():
             if not os.environ.get("BENCH_KEEP_PG"):
                 subprocess.run(["psql", "-q", url, "-c", f"DROP DATABASE {db} WITH (FORCE)"], check=True,
                                capture_output=True)
+        if JOBD_B:
+            print(f"A: {JOBD}\nB: {JOBD_B}", flush=True)
         base = res.get("sqlite")
         if base:
-            for k in setups:
-                if k != "sqlite":
+            for k in res:
+                if k in labels:
                     print(f"ratios: {labels[k][1]} / SQLite: lease+commit {res[k]['rate'] / base['rate']:.2f}, "
                           f"ingest {res[k]['ingest'] / base['ingest']:.2f}", flush=True)
         if "pg" in res and "pg2" in res:

@@ -384,7 +384,8 @@ def test_three_hosts_pg_s3_kill9_chaos_exactly_once_bytes_everywhere():
         hold = PgHold(cl.pg_url, "requests")
         try:
             batches.append(create(fids[2], 2, 2))
-            ingester = waiting_host(cl, "INSERT INTO requests")
+            # REQ_INSERT_MANY (store_int.h): the requests and their ready-queue rows
+            ingester = waiting_host(cl, "WITH n AS (INSERT INTO requests(")
             at_ingest_kill = status(batches[2])["status"]
             assert at_ingest_kill == "validating", at_ingest_kill
             kill(ingester, restart=False)

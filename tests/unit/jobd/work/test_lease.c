@@ -246,6 +246,7 @@ static void get_batch(struct fx *fx, const char *id, struct store_batch *b)
 }
 
 static int64_t sql_count(struct fx *fx, const char *what);
+static void check_pg_lease_state(struct fx *fx);
 
 /* ------------------------------------------------------------------------------------ */
 
@@ -360,6 +361,7 @@ TEST(lease_finalize_retries_back_off_while_the_store_fails)
     json_decref(codes);
     buf_release(&text);
     free(rt);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -434,6 +436,7 @@ TEST(lease_worker_runs_a_batch_to_a_completed_output_file)
     CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, now, &l), 0);
     CHECK_EQ_INT(l.n, 0);
     CHECK_EQ_STR(l.id, "");
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -441,6 +444,31 @@ static int64_t sql_count(struct fx *fx, const char *what)
 {
     /* a second connection: tests may read SQL directly (only product code is barred) */
     return th_db_int(fx->dir, what);
+}
+
+/* PostgreSQL (schema_pg.sql migration 13): requests_queued holds exactly
+ * the queued requests (same batch, due time and line); a lease not
+ * released holds n_held = its leased requests, each listed in its
+ * lease_batches.request_ids; an ended lease lists none and holds none.
+ * SQLite: nothing to check (its indexes keep these). */
+static void check_pg_lease_state(struct fx *fx)
+{
+    if (!th_pg_on())
+        return;
+    CHECK_EQ_INT(sql_count(fx, "SELECT count(*) FROM (SELECT id, batch_id, next_attempt_at, line FROM requests "
+                               "WHERE status = 'queued' EXCEPT ALL SELECT request_id, batch_id, next_attempt_at, "
+                               "line FROM requests_queued) d"), 0);
+    CHECK_EQ_INT(sql_count(fx, "SELECT count(*) FROM (SELECT request_id, batch_id, next_attempt_at, line FROM "
+                               "requests_queued EXCEPT ALL SELECT id, batch_id, next_attempt_at, line FROM requests "
+                               "WHERE status = 'queued') d"), 0);
+    CHECK_EQ_INT(sql_count(fx, "SELECT count(*) FROM leases l WHERE n_held <> CASE WHEN released_at IS NULL THEN "
+                               "(SELECT count(*) FROM requests q WHERE q.lease_id = l.id AND q.status = 'leased') "
+                               "ELSE 0 END"), 0);
+    CHECK_EQ_INT(sql_count(fx, "SELECT count(*) FROM requests q WHERE q.status = 'leased' AND NOT EXISTS (SELECT 1 "
+                               "FROM lease_batches lb WHERE lb.lease_id = q.lease_id AND lb.batch_id = q.batch_id "
+                               "AND q.id = ANY(lb.request_ids))"), 0);
+    CHECK_EQ_INT(sql_count(fx, "SELECT count(*) FROM lease_batches lb JOIN leases l ON l.id = lb.lease_id WHERE "
+                               "l.released_at IS NOT NULL AND lb.request_ids IS NOT NULL"), 0);
 }
 
 TEST(lease_rejects_unknown_worker_and_unregistered_model)
@@ -479,6 +507,7 @@ TEST(lease_rejects_unknown_worker_and_unregistered_model)
     CHECK_EQ_STR(w[0].model, "smollm");
     CHECK_EQ_INT(w[0].n_batches, 1);
     free(w);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -511,6 +540,7 @@ TEST(lease_validating_batches_are_not_leasable)
     CHECK_EQ_INT(l.n, 1);
     store_lease_clear(&l);
     store_batch_release(&b);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -589,6 +619,7 @@ TEST(lease_routes_lines_by_the_endpoints_a_worker_declared)
     CHECK_EQ_INT(n, 0);
     free(w);
     store_batch_release(&b);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -653,6 +684,7 @@ TEST(lease_routes_responses_lines_only_to_a_worker_that_declared_them)
         CHECK_EQ_STR(l.items[i].endpoint, "/v1/responses");
     store_lease_clear(&l);
     store_batch_release(&b);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -704,6 +736,7 @@ TEST(lease_expiry_requeues_with_attempts_and_refuses_the_stale_upload)
     CHECK_EQ_INT(exp, NOW + 130);
     CHECK_EQ_INT(ns, 0);
     free(stop);
+    check_pg_lease_state(&fx);
     /* another worker's heartbeat for it: not found */
     CHECK_EQ_INT(lease_heartbeat(fx.st, NULL, l1.id, "wrk_01jf0000000000000000000000", 100, -1, NOW, &exp, &stop, &ns),
                  ERR_NOTFOUND);
@@ -714,6 +747,7 @@ TEST(lease_expiry_requeues_with_attempts_and_refuses_the_stale_upload)
     CHECK_EQ_INT(lease_expire_sweep(fx.st, NULL, NOW + 130, &rep), 0);
     CHECK_EQ_INT(rep.n_leases, 1);
     CHECK_EQ_INT(rep.n_requeued, 3);
+    check_pg_lease_state(&fx);
     for (size_t i = 0; i < l1.n; i++) {
         struct store_request q;
         CHECK_EQ_INT(store_request_get(fx.st, l1.items[i].id, &q), 0);
@@ -753,6 +787,7 @@ TEST(lease_expiry_requeues_with_attempts_and_refuses_the_stale_upload)
                  ERR_NOTFOUND);
     store_lease_clear(&l1);
     store_lease_clear(&l2);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -879,6 +914,7 @@ TEST(lease_transient_failures_dead_letter_then_retry_requeues)
     CHECK_EQ_INT(rep.status, STORE_BATCH_COMPLETED);
     CHECK_EQ_INT(rep.n_output_lines, 2);
     CHECK_EQ_INT(rep.n_error_lines, 0);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -937,6 +973,7 @@ TEST(lease_dead_letter_lands_in_the_error_file)
     CHECK_EQ_INT(n, 1);
     CHECK_EQ_INT(store_dead_letter_retry(fx.st, NULL, d[0].request_id, NOW + 62), ERR_BADSTATE);
     store_dead_letter_list_free(d, n);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -959,6 +996,7 @@ TEST(lease_cancel_during_a_run_ends_cancelled_with_exact_counts)
     get_batch(&fx, bid, &b);
     CHECK_EQ_INT(b.status, STORE_BATCH_CANCELLING);
     CHECK_EQ_INT(b.n_failed, 15);
+    check_pg_lease_state(&fx);
     /* nothing more is leased from it */
     struct store_lease l2;
     CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW + 2, &l2), 0);
@@ -999,6 +1037,7 @@ TEST(lease_cancel_during_a_run_ends_cancelled_with_exact_counts)
     json_decref(seen);
     json_decref(codes);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1051,6 +1090,7 @@ TEST(lease_batch_expiry_during_a_run_delivers_finished_results)
     CHECK_EQ_INT(lease_results_commit(fx.st, NULL, l.id, fx.worker, &r, 1, NOW + 3602, &oc), 0);
     CHECK_EQ_INT(oc, STORE_COMMIT_CLOSED);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1080,6 +1120,7 @@ TEST(lease_heartbeat_reports_requests_ended_by_expiry_while_held)
     }
     free(stop);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1111,6 +1152,7 @@ TEST(lease_is_fair_across_tenants)
            (long long)b.n_completed);
     CHECK(leases <= 2);
     CHECK(b.n_completed < 5000); /* B done before A is 5% done */
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1159,6 +1201,7 @@ TEST(lease_priority_orders_a_tenants_own_batches_and_packs_group_prefixes)
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
     nb.metadata = "{\"priority\":\"1001\"}";
     CHECK_EQ_INT(store_batch_create(fx.st, fx.ta.id, &nb, NOW, NULL), ERR_INVAL);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1191,6 +1234,7 @@ TEST(lease_earliest_deadline_first_within_a_tenant_and_fair_across_tenants)
     CHECK(lease_batch_cmp(&z, &y) < 0);
     y.expires_at = 100;
     CHECK(lease_batch_cmp(&x, &y) < 0);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1218,6 +1262,7 @@ TEST(lease_token_and_byte_budgets_bound_a_pack)
     CHECK_EQ_INT(lease_acquire(fx.st, NULL, &a, NOW, &l), 0);
     CHECK_EQ_INT(l.n, 1);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1406,6 +1451,7 @@ TEST(lease_crash_at_random_points_loses_and_doubles_nothing)
     char path[900];
     snprintf(path, sizeof path, "%s/files/%s-output.jsonl.zst.tmp", fx.dir, b1);
     CHECK(access(path, F_OK) != 0);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1452,6 +1498,7 @@ TEST(lease_admin_views_and_work_stats_count_what_is_held)
     free(w);
     CHECK_EQ_INT(store_workers_list(fx.st, 0, 0, &w, &n), ERR_INVAL);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1509,6 +1556,7 @@ TEST(lease_sweeper_thread_ends_lapsed_leases_then_finalizes)
     CHECK_EQ_INT((int)ws.n_models, 0);
     CHECK_EQ_INT((int)ws.leases_outstanding, 0);
     free(ws.models);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1676,6 +1724,7 @@ TEST(lease_commit_token_sums_add_up_and_outlive_results_that_go_with_their_reque
     for (int i = 0; i < 3; i++)
         free(b[i]);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1772,6 +1821,7 @@ TEST(lease_commit_chunk_mixes_outcomes_exactly)
         free(b[i]);
     store_lease_clear(&l);
     store_lease_clear(&l2);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -1877,6 +1927,7 @@ TEST(lease_concurrent_connections_lease_each_request_once)
     CHECK_EQ_INT(sql_count(&fx, "SELECT sum(requests) FROM usage_totals"), n); /* the /metrics sums */
     CHECK_EQ_INT(sql_count(&fx, "SELECT sum(prompt_tokens) FROM usage_totals"), 7 * n);
     free(seen);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -2007,6 +2058,7 @@ TEST(lease_commit_locks_its_worker_before_any_batch)
     for (int i = 0; i < 3; i++)
         free(b[i]);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -2093,6 +2145,7 @@ TEST(lease_commit_and_sweep_lock_batches_in_id_order)
     CHECK_EQ_INT(bt.n_completed, 0);
     CHECK_EQ_INT(bt.n_failed, 2);
     store_lease_clear(&l);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
 
@@ -2139,5 +2192,6 @@ TEST(lease_acquire_leaving_ready_rows_wakes_listeners)
     CHECK_EQ_INT((int)l.n, 4);
     store_lease_clear(&l);
     store_close(ls);
+    check_pg_lease_state(&fx);
     store_close(fx.st);
 }
