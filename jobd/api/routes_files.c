@@ -641,7 +641,7 @@ static int files_content_answer(struct http_req *req, struct api_job *job)
         d->skip = ranged ? fj->first : 0;
         d->left = ranged ? fj->len : UINT64_MAX;
     }
-    int rc = ERR_NOMEM;
+    int rc = ERR_NOMEM, local = blob_reader_fd(br) >= 0;
     if (!d || (fj->fd_decompress && zst_reader_new(blob_read, br, &d->zr) != 0) ||
         (rc = http_respond_stream(req, status, "application/octet-stream", dl_read, dl_done, d)) != 0) {
         if (d)
@@ -652,8 +652,9 @@ static int files_content_answer(struct http_req *req, struct api_job *job)
         if (rc == ERR_BUSY) { /* --max-streams run: each holds up to ~0.75 MiB (bench/NOTES.md) */
             http_resp_header(req, "Retry-After", "1");
             api_respond_error(req, API_ERR_UNAVAILABLE, NULL,
-                              "Too many downloads are being streamed; retry shortly, or ask for the stored "
-                              "bytes with Accept-Encoding: zstd.");
+                              local ? "Too many downloads are being streamed; retry shortly, or ask for the "
+                                      "stored bytes with Accept-Encoding: zstd."
+                                    : "Too many downloads are being streamed; retry shortly.");
         } else {
             api_respond_error(req, API_ERR_INTERNAL, NULL, "Out of memory.");
         }
