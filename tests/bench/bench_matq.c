@@ -165,6 +165,43 @@ static void noop(void *ctx, int ith, int nth)
     (void)nth;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The cost of an empty kn_pool_run: back to back, and with ~5 us of work on
+ * the caller's thread between runs (as between the ops of a forward pass).
+ * Mean, and median / 90th percentile of single calls (on a shared machine
+ * the mean moves with the other jobs, the median much less). */
+static void pool_latency(struct kn_pool *pool, int nth)
+{
+    enum { RUNS = 20000 };
+    static uint64_t t[RUNS];
+    for (int gap = 0; gap < 2; gap++) {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i < RUNS; i++) {
+            if (gap) { /* ~5 us of caller work, outside the timed call */
+                uint64_t g = clock_mono_ns();
+                while (clock_mono_ns() - g < 5000)
+                    ;
+            }
+            uint64_t a = clock_mono_ns();
+            kn_pool_run(pool, noop, NULL);
+            t[i] = clock_mono_ns() - a;
+        }
+        double total = (double)(clock_mono_ns() - t0) / 1e3 / RUNS;
+        double mean = 0;
+        for (int i = 0; i < RUNS; i++)
+            mean += (double)t[i];
+        qsort(t, RUNS, sizeof t[0], cmp_u64);
+        printf("empty kn_pool_run, %d threads%s: %.2f us mean (%.2f per loop), median %.2f us, p90 %.2f us\n",
+               nth, gap ? ", 5 us apart" : ", back to back", mean / RUNS / 1e3, total,
+               (double)t[RUNS / 2] / 1e3, (double)t[RUNS * 9 / 10] / 1e3);
+    }
+}
+
 /* ---- the core's int8 peak, measured in the same run --------------------------------
  *
  * Ten independent accumulator chains (unrolled, in registers) of the instruction each kernel's inner
@@ -340,12 +377,7 @@ int main(int argc, char **argv)
                     free(x);
                     free(w);
                 }
-        uint64_t t0 = clock_mono_ns();
-        int runs = 20000;
-        for (int i = 0; i < runs; i++)
-            kn_pool_run(pool, noop, NULL);
-        printf("empty kn_pool_run, %d threads: %.2f us\n", threads[ti],
-               (double)(clock_mono_ns() - t0) / 1e3 / runs);
+        pool_latency(pool, threads[ti]);
         for (int ni = 0; ni < 2 && !only; ni++) {
             double t = model_sweep(pool, ns[ni], secs);
             printf("SmolLM2-135M all matmuls, n=%d, %d threads: %.2f ms/sweep = %.0f tok/s ceiling\n",
