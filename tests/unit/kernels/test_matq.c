@@ -671,7 +671,7 @@ struct sum_ctx {
     atomic_int calls;
     int seen_nth;
     atomic_int bad_nth;
-    int uneven;
+    int slow_us; /* the last thread sleeps this long (0: none) */
 };
 
 static void sum_fn(void *ctx, int ith, int nth)
@@ -679,15 +679,15 @@ static void sum_fn(void *ctx, int ith, int nth)
     struct sum_ctx *c = ctx;
     if (nth != c->seen_nth || ith < 0 || ith >= nth)
         atomic_fetch_add(&c->bad_nth, 1);
-    if (c->uneven && ith == nth - 1) { /* the last thread is slow */
-        struct timespec ts = {0, 200000};
+    if (c->slow_us && ith == nth - 1) { /* the last thread is slow */
+        struct timespec ts = {c->slow_us / 1000000, (long)(c->slow_us % 1000000) * 1000};
         nanosleep(&ts, NULL);
     }
     atomic_fetch_add(&c->sum, 1L << ith);
     atomic_fetch_add(&c->calls, 1);
 }
 
-static void pool_runs(int n_threads, int runs, int uneven)
+static void pool_runs(int n_threads, int runs, int slow_us)
 {
     struct kn_pool *p;
     CHECK_EQ_INT(kn_pool_new(n_threads, &p), 0);
@@ -695,7 +695,7 @@ static void pool_runs(int n_threads, int runs, int uneven)
     struct sum_ctx c;
     memset(&c, 0, sizeof c);
     c.seen_nth = nth;
-    c.uneven = uneven;
+    c.slow_us = slow_us;
     for (int r = 0; r < runs; r++) {
         atomic_store(&c.sum, 0);
         kn_pool_run(p, sum_fn, &c);
@@ -715,7 +715,15 @@ TEST(pool_many_runs)
 
 TEST(pool_uneven_work)
 {
-    pool_runs(4, 300, 1);
+    pool_runs(4, 300, 200);
+}
+
+/* A worker slower than the caller's whole spin (phases 1 and 2 of pool.c):
+ * the caller sleeps and the last worker wakes it; every run completes. */
+TEST(pool_caller_sleeps_on_a_slow_worker)
+{
+    pool_runs(2, 20, 5000);
+    pool_runs(3, 10, 3000);
 }
 
 TEST(pool_single_thread_and_null)
