@@ -1326,6 +1326,15 @@ XU_KERNEL(dotu_q8_0, GGML_TYPE_Q8_0)
 XU_KERNEL(dotu_q4_1, GGML_TYPE_Q4_1)
 XU_KERNEL(dotu_q5_1, GGML_TYPE_Q5_1)
 
+/* A call with n == 1 stores the ACT_32V activations signed (act_variant):
+ * the AVX-VNNI tiles of the signed types then take their _sa form. */
+static dotu_fn dotv_one_row(dotu_fn f)
+{
+    return f == dotv_q4_0_vnni ? dotv_q4_0_sa_vnni
+         : f == dotv_q5_0_vnni ? dotv_q5_0_sa_vnni
+         : f == dotv_q8_0_vnni ? dotv_q8_0_sa_vnni : f;
+}
+
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
 static int cpu_has_vnni(void)
@@ -1695,15 +1704,19 @@ static void dot_worker(void *ctx, int ith, int nth)
     }
 }
 
-/* The activation layout a weight type reads at a level, as one number:
- * matrices with the same one can share the quantized rows (ACT_32U holds
- * q + 128 for the signed types, q for Q4_1/Q5_1). */
-static int act_variant(enum act_kind ak, int w_type)
+/* The activation layout a weight type reads at a level for n rows, as one
+ * number: matrices with the same one can share the quantized rows (ACT_32U
+ * holds q + 128 for the signed types, q for Q4_1/Q5_1; ACT_32V the same
+ * with AVX-VNNI, except for n == 1 - decode - where every type reads q:
+ * see dotv_one_row - and q without it). */
+static int act_variant(enum act_kind ak, int w_type, int n)
 {
     int sq = has_offset32(w_type); /* q stored signed */
 #if MATQ_X86
-    if (ak == ACT_32V && !cpu_has_vnni())
+    if (ak == ACT_32V && (!cpu_has_vnni() || n == 1))
         sq = 1;
+#else
+    (void)n;
 #endif
     return (int)ak * 2 + ((ak == ACT_32U || ak == ACT_32V) && sq);
 }
@@ -1724,9 +1737,13 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         if (rc)
             return rc;
         mt->dot8 = pick8(w[i].w_type, level);
-        if (variant >= 0 && act_variant(ak, w[i].w_type) != variant)
+#if MATQ_X86
+        if (ak == ACT_32V && n == 1)
+            mt->dotu = dotv_one_row(mt->dotu);
+#endif
+        if (variant >= 0 && act_variant(ak, w[i].w_type, n) != variant)
             shared = 0;
-        variant = act_variant(ak, w[i].w_type);
+        variant = act_variant(ak, w[i].w_type, n);
         j.ak = ak;
         if (n > 0 && w[i].m > 0 && (!w[i].out || !w[i].w || !x))
             return ERR_INVAL;
@@ -1772,7 +1789,7 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         } else if (j.ak == ACT_32V) {
             j.act_s = side;
             j.side_group = (size_t)(k / GGML_QK) * 16;
-            j.u8 = act_variant(j.ak, w[0].w_type) % 2 == 0;
+            j.u8 = act_variant(j.ak, w[0].w_type, n) % 2 == 0;
         }
         if (n >= (j.ak == ACT_32U || j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
