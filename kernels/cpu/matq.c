@@ -1505,6 +1505,13 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
 
 #define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
 #define TILE_N 64 /* activation rows per tile */
+/* Calls of up to 8 rows (decode) read each weight row once whatever the
+ * tile, so their tiles are only the unit of work sharing: about
+ * TILES_PER_THREAD per thread and matrix, TILE_M to TILE_M_DECODE rows
+ * (a 16-row tile of a 576-wide matrix is ~0.5 us of work, close to the cost
+ * of the shared counter's cache line moving between cores). */
+#define TILE_M_DECODE 256
+#define TILES_PER_THREAD 6
 
 /* One weight matrix of a call (kn_matmul_w: one; kn_matmul_w_multi: up to
  * KN_MATMUL_MULTI_MAX sharing the quantized activations). */
@@ -1517,6 +1524,7 @@ struct matq_mat {
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
+    int tile_m;           /* weight rows per tile: TILE_M, or more for n <= 8 */
     int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
 };
 
@@ -1644,8 +1652,8 @@ static const struct matq_mat *tile_of(const struct matq_job *j, int64_t t, int *
     const struct matq_mat *mt = &j->mat[i];
     t -= mt->tile0;
     int tm = (int)(t % mt->n_tiles_m), tn = (int)(t / mt->n_tiles_m);
-    *c0 = tm * TILE_M;
-    *c1 = *c0 + TILE_M < mt->m ? *c0 + TILE_M : mt->m;
+    *c0 = tm * mt->tile_m;
+    *c1 = *c0 + mt->tile_m < mt->m ? *c0 + mt->tile_m : mt->m;
     *r0 = tn * TILE_N;
     *r1 = *r0 + TILE_N < j->n ? *r0 + TILE_N : j->n;
     return mt;
@@ -1771,9 +1779,15 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         if (w[i].m == 0)
             continue;
         struct matq_mat *mt = &j.mat[j.n_mat];
+        int tile_m = TILE_M;
+        if (n <= 8) { /* about TILES_PER_THREAD per thread, in whole TILE_M */
+            int per = TILES_PER_THREAD * kn_pool_threads(pool) * TILE_M;
+            tile_m = (w[i].m + per - 1) / per * TILE_M;
+            tile_m = tile_m < TILE_M ? TILE_M : tile_m > TILE_M_DECODE ? TILE_M_DECODE : tile_m;
+        }
         *mt = (struct matq_mat){w[i].out, w[i].w, j.mat[i].w_row_bytes, w[i].m, j.mat[i].dot,
-                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu,
-                                ((int64_t)w[i].m + TILE_M - 1) / TILE_M, j.n_tiles};
+                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu, tile_m,
+                                ((int64_t)w[i].m + tile_m - 1) / tile_m, j.n_tiles};
         j.n_tiles += mt->n_tiles_m * n_tiles_n;
         j.n_mat++;
     }
