@@ -506,9 +506,6 @@ AVX2 static inline __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
-/* The AVX-VNNI (vpdpbusd on 256 bits) functions' attribute. */
-#define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-
 /* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
  * unsigned), as 32 bytes in element order. */
 AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
@@ -523,13 +520,6 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
         return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
     default: return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
-}
-
-/* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
- * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
-AVX2 static inline __m256i scaled_dot(__m256i u, __m256i s, __m256i scale16)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
 }
 
 /* ---- K-quants, AVX2: NR activation rows per weight row ------------------------------
@@ -602,64 +592,6 @@ AVX2 static FORCE_INLINE int bsum_dot_avx2(const int16_t *bsums, __m256i s16)
     return hsum_i32_avx2(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bsums), s16));
 }
 
-/* Q4_K (Q5 = 0) or Q5_K (Q5 = 1) against NR rows. */
-AVX2 static FORCE_INLINE void q45k_rows_avx2(int k, const uint8_t *w, const struct act256 *const *a,
-                                              float *out, const int NR, const int Q5)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    __m128 accv = _mm_setzero_ps(), accmv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        const uint8_t *blk = w + (size_t)b * bs;
-        struct k4_words kw = k4_scale_words(blk + 4);
-        const uint8_t *qs = blk + (Q5 ? 48 : 16);
-        __m256i qh = Q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-        __m256i isum[4];
-        UNROLL for (int r = 0; r < NR; r++)
-            isum[r] = _mm256_setzero_si256();
-        UNROLL for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (Q5) { /* bit 2c of qh[l]: 5th bit of sub-block 2c; bit 2c+1: of 2c+1 */
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-                qh = _mm256_srli_epi16(qh, 2);
-            }
-            __m256i s0 = _mm256_set1_epi16((short)k4_byte(kw.sc, 2 * c)),
-                    s1 = _mm256_set1_epi16((short)k4_byte(kw.sc, 2 * c + 1));
-            UNROLL for (int r = 0; r < NR; r++) {
-                __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c));
-                __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c + 32));
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(scaled_dot(lo, y0, s0),
-                                                                     scaled_dot(hi, y1, s1)));
-            }
-        }
-        __m256i mins = k4_mins16(&kw);
-        float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
-        if (NR == 4) { /* lane r of each vector: row r's scalar steps below */
-            __m256i tm[4];
-            UNROLL for (int r = 0; r < 4; r++)
-                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
-            __m128 ad = act_d4(a, b);
-            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(isum)), accv);
-            accmv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accmv);
-            continue;
-        }
-        UNROLL for (int r = 0; r < NR; r++) {
-            int imin = bsum_dot_avx2(a[r][b].bsums, mins);
-            acc[r] = fmaf(dw * a[r][b].d, (float)hsum_i32_avx2(isum[r]), acc[r]);
-            accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
-        }
-    }
-    if (NR == 4) {
-        _mm_storeu_ps(out, _mm_sub_ps(accv, accmv));
-        return;
-    }
-    UNROLL for (int r = 0; r < NR; r++)
-        out[r] = acc[r] - accm[r];
-}
-
 /* The 6-bit values of the four 32-value quarters of Q6_K half h, from the
  * half's ql (l0, l1) and qh: quarter g pairs with activations 128 h + 32 g. */
 AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, __m256i q[4])
@@ -672,57 +604,6 @@ AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, _
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
     q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-}
-
-AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struct act256 *const *a,
-                                             float *out, const int NR)
-{
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    __m128 accv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
-        const uint8_t *ql = blk, *qhp = blk + 128;
-        const int8_t *scales = (const int8_t *)(blk + 192);
-        __m256i isum[4];
-        UNROLL for (int r = 0; r < NR; r++)
-            isum[r] = _mm256_setzero_si256();
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
-            __m256i q[4];
-            q6k_quarters(l0, l1, qh, q);
-            UNROLL for (int g = 0; g < 4; g++) {
-                int si = 8 * h + 2 * g;
-                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(scales[si + 1]), _mm_set1_epi16(scales[si]));
-                UNROLL for (int r = 0; r < NR; r++) {
-                    __m256i y = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 128 * h + 32 * g));
-                    isum[r] = _mm256_add_epi32(isum[r], scaled_dot(q[g], y, scv));
-                }
-            }
-        }
-        /* the -32 offset: 32 * sum_g scale_g * bsum_g */
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
-        float dw = h2f_avx2(rd16(blk + 208));
-        if (NR == 4) { /* lane r: row r's scalar steps below */
-            __m256i tc[4];
-            UNROLL for (int r = 0; r < 4; r++)
-                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
-            __m128i total = _mm_sub_epi32(hsum_rows4(isum), _mm_slli_epi32(hsum_rows4(tc), 5));
-            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), accv);
-            continue;
-        }
-        UNROLL for (int r = 0; r < NR; r++) {
-            int total = hsum_i32_avx2(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
-            acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
-        }
-    }
-    if (NR == 4) {
-        _mm_storeu_ps(out, accv);
-        return;
-    }
-    UNROLL for (int r = 0; r < NR; r++)
-        out[r] = acc[r];
 }
 
 /* One-row (dot_fn) and four-row (dot4_fn) entry points of a rows kernel. */
@@ -740,12 +621,41 @@ AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struc
         CALL(k, w, a, out, 4);                                                                \
     }
 
-#define Q4K_AVX2(k, w, a, o, nr) q45k_rows_avx2(k, w, a, o, nr, 0)
-#define Q5K_AVX2(k, w, a, o, nr) q45k_rows_avx2(k, w, a, o, nr, 1)
-#define Q6K_AVX2(k, w, a, o, nr) q6k_rows_avx2(k, w, a, o, nr)
-KQ_PAIR(AVX2, dot_q4_k_avx2, dot4_q4_k_avx2, Q4K_AVX2)
-KQ_PAIR(AVX2, dot_q5_k_avx2, dot4_q5_k_avx2, Q5K_AVX2)
-KQ_PAIR(AVX2, dot_q6_k_avx2, dot4_q6_k_avx2, Q6K_AVX2)
+/* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
+ * (exact, so the same integers as eight horizontal sums). */
+AVX2 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
+{
+    __m256i a0 = _mm256_hadd_epi32(t[0], t[1]), a1 = _mm256_hadd_epi32(t[2], t[3]);
+    __m256i a2 = _mm256_hadd_epi32(t[4], t[5]), a3 = _mm256_hadd_epi32(t[6], t[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* The activation scales of block b of eight rows, lane r = a[r][b].d. */
+AVX2 static FORCE_INLINE __m256 act_d8(const struct act256 *const *a, int b)
+{
+    return _mm256_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d, a[4][b].d, a[5][b].d,
+                          a[6][b].d, a[7][b].d);
+}
+
+/* The AVX-VNNI (vpdpbusd, vpdpwssd on 256 bits) functions' attribute. */
+#define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+#define XK_VNNI 0
+#define XK(name) name##_avx2
+#define XK_ATTR AVX2
+#include "kernels/cpu/matq_kq2.h"
+#undef XK_VNNI
+#undef XK
+#undef XK_ATTR
+#define XK_VNNI 1
+#define XK(name) name##_vnni
+#define XK_ATTR VNNI
+#include "kernels/cpu/matq_kq2.h"
+#undef XK_VNNI
+#undef XK
+#undef XK_ATTR
 
 /* Float weights: four 8-lane accumulators = lanes 0-31; the tail (k % 32)
  * goes through the same lanes in scalar code; sum32 combines them. */
@@ -884,27 +794,9 @@ AVX512 static FORCE_INLINE __m512i join256(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
- * (exact, so the same integers as eight horizontal sums). */
-AVX512 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
-{
-    __m256i a0 = _mm256_hadd_epi32(t[0], t[1]), a1 = _mm256_hadd_epi32(t[2], t[3]);
-    __m256i a2 = _mm256_hadd_epi32(t[4], t[5]), a3 = _mm256_hadd_epi32(t[6], t[7]);
-    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
-                            _mm256_permute2x128_si256(b0, b1, 0x31));
-}
-
 AVX512 static FORCE_INLINE __m256i fold512(__m512i v)
 {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-/* The activation scales of block b of eight rows, lane r = a[r][b].d. */
-AVX512 static FORCE_INLINE __m256 act_d8(const struct act256 *const *a, int b)
-{
-    return _mm256_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d, a[4][b].d, a[5][b].d,
-                          a[6][b].d, a[7][b].d);
 }
 
 AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const struct act256 *const *a,
@@ -1395,6 +1287,13 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
      * every output, dot stays the scalar one (unused) */
     int simd = level >= KN_SIMD_AVX2 && (v || (MATQ_X86 && ak == ACT_32));
 #if MATQ_X86
+    if (simd && ak == ACT_256 && level == KN_SIMD_AVX2 && cpu_has_vnni()) {
+        switch (type) {
+        case GGML_TYPE_Q4_K: v = dot_q4_k_vnni; v4 = dot4_q4_k_vnni; break;
+        case GGML_TYPE_Q5_K: v = dot_q5_k_vnni; v4 = dot4_q5_k_vnni; break;
+        default: v = dot_q6_k_vnni; v4 = dot4_q6_k_vnni; break;
+        }
+    }
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
         case GGML_TYPE_Q4_K: v = dot_q4_k_avx512; v4 = dot4_q4_k_avx512; break;
@@ -1433,7 +1332,8 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
 }
 
 /* The 8-row kernel of a weight type at a level (same signature as dot4_fn,
- * reading eight rows), or NULL: the K-quants at AVX-512. */
+ * reading eight rows), or NULL: the K-quants at AVX-512, and at AVX2 with
+ * AVX-VNNI (the plain AVX2 form spills at 8 rows: matq_kq2.h). */
 static dot4_fn pick8(int type, int level)
 {
 #if MATQ_X86
@@ -1442,6 +1342,13 @@ static dot4_fn pick8(int type, int level)
         case GGML_TYPE_Q4_K: return dot8_q4_k_avx512;
         case GGML_TYPE_Q5_K: return dot8_q5_k_avx512;
         case GGML_TYPE_Q6_K: return dot8_q6_k_avx512;
+        default: break;
+        }
+    if (level == KN_SIMD_AVX2 && cpu_has_vnni())
+        switch (type) {
+        case GGML_TYPE_Q4_K: return dot8_q4_k_vnni;
+        case GGML_TYPE_Q5_K: return dot8_q5_k_vnni;
+        case GGML_TYPE_Q6_K: return dot8_q6_k_vnni;
         default: break;
         }
 #else

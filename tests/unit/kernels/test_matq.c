@@ -288,7 +288,7 @@ TEST(matq_simd_all_types_vs_references)
  * passes by parity at AVX2) against the scalar reference, bit for bit: row counts
  * 1..9 and 70 cover whole groups and every partial one, k = 32 and 96 an
  * odd block count (a lone last block), with and without a pool. */
-static void simd_vs_scalar_bit_for_bit(int only_32)
+static void simd_vs_scalar_bit_for_bit(void)
 {
     const int m = 53;
     const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 70};
@@ -297,8 +297,6 @@ static void simd_vs_scalar_bit_for_bit(int only_32)
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
         for (int t = 0; t < N_TYPES; t++) {
             int ks[6], nk = shapes_k(all_types[t], ks);
-            if (only_32 && block_of(all_types[t]) != 32)
-                continue;
             for (int ki = 0; ki < nk; ki++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     int k = ks[ki], n = ns[ni];
@@ -330,7 +328,7 @@ TEST(matq_simd_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
-    simd_vs_scalar_bit_for_bit(0);
+    simd_vs_scalar_bit_for_bit();
 }
 
 /* Activations with NaN, infinities, signed zeros, subnormals (whose scale
@@ -398,16 +396,17 @@ TEST(matq_simd_special_activations_bit_for_bit)
     special_activations_vs_scalar();
 }
 
-/* The AVX2 tiles of the 32-value types exist twice, with AVX-VNNI's
- * vpdpbusd and with maddubs + madd; a CPU with AVX-VNNI runs the first in
- * the tests above, and this one (a fresh process: KN_NO_VNNI is read on
- * first use) the second. */
+/* The AVX2 kernels exist twice: the tiles of the 32-value types with
+ * AVX-VNNI's vpdpbusd and with maddubs + madd, the K-quant kernels with
+ * vpdpwssd (1, 4 and 8 rows) and with madd + add (1 and 4 rows); a CPU
+ * with AVX-VNNI runs the first in the tests above, and this one (a fresh
+ * process: KN_NO_VNNI is read on first use) the second, every type. */
 TEST(matq_simd_no_vnni_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
     setenv("KN_NO_VNNI", "1", 1);
-    simd_vs_scalar_bit_for_bit(1);
+    simd_vs_scalar_bit_for_bit();
     special_activations_vs_scalar();
 }
 

@@ -1,0 +1,229 @@
+/* matq_kq2.h - the AVX2 kernels of matq.c for the K-quants (Q4_K Q5_K
+ * Q6_K), included once per integer-dot form (private to kernels/cpu). The
+ * includer defines:
+ *   XK_VNNI   1: AVX-VNNI vpdpwssd; 0: vpmaddwd + vpaddd
+ *   XK(name)  the name with the form's suffix
+ *   XK_ATTR   the target attribute of the form
+ * and has the AVX2 helpers of matq.c in scope (k4_scale_words, k4_mins16,
+ * k4_scales16, hsum_rows4, hsum_rows8, act_d4, act_d8, bsum_dot_avx2,
+ * hsum_i32_avx2, h2f_avx2, rd16, FORCE_INLINE, UNROLL).
+ *
+ * Each weight super-block is unpacked once and dotted with NR = 1, 4 or 8
+ * activation rows (struct act256, read in place). Per 32 weights and row
+ * the integer step is vpmaddubsw (u8 weights <= 63 x s8 activations: exact
+ * i16 pair sums, |pair| <= 2 * 63 * 127) then the sub-block's i16 scale:
+ * one vpdpwssd with AVX-VNNI (multiply, pair-add and accumulate in i32),
+ * vpmaddwd + vpaddd without. The integer sums are exact either way, so the
+ * order of the vector adds does not matter; per row the float steps are
+ * the reference's two fmas per super-block in block order (dot_q4_k_s,
+ * dot_q6_k_s), done for 4 or 8 rows at once in one 4- or 8-lane vector
+ * (lane r = row r: the same operations). The mins (Q4_K/Q5_K) and the
+ * -32 correction of Q6_K are integer dots of the 16 bsums with the scales:
+ * one vpmaddwd each, exact too.
+ *
+ * The sub-block scales are spread to the 16 i16 lanes of a register by
+ * one vpshufb each from a copy of the eight (Q6_K: sixteen) scales in both
+ * 128-bit lanes (a broadcast from a general register costs three or four
+ * instructions per scale, which dominated the 1-row Q6_K kernel).
+ *
+ * Registers at NR = 8 (16 ymm): 8 row accumulators, the two unpacked
+ * halves of a 64-weight chunk, their two scale vectors, one or two
+ * temporaries. The vpdpwssd form needs one temporary, so it fits; the
+ * plain form needs two and the mask, and spills: it has no 8-row entry
+ * (below). */
+
+/* isum + the i16 pair sums of u x y, each times the i16 scale s (exact) */
+XK_ATTR static FORCE_INLINE __m256i XK(kdot)(__m256i isum, __m256i u, __m256i y, __m256i s)
+{
+#if XK_VNNI
+    return _mm256_dpwssd_avx_epi32(isum, _mm256_maddubs_epi16(u, y), s);
+#else
+    return _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), s));
+#endif
+}
+
+/* Q4_K (Q5 = 0) or Q5_K (Q5 = 1) against NR rows. */
+XK_ATTR static FORCE_INLINE void XK(q45k_rows)(int k, const uint8_t *w, const struct act256 *const *a,
+                                               float *out, const int NR, const int Q5)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
+    float acc[8] = {0}, accm[8] = {0};
+    __m256 acc8 = _mm256_setzero_ps(), accm8 = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
+    __m128 acc4 = _mm_setzero_ps(), accm4 = _mm_setzero_ps();       /* NR == 4 */
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * bs;
+        struct k4_words kw = k4_scale_words(blk + 4);
+        /* the eight scales as i16 in both 128-bit lanes */
+        __m256i sc2 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(k4_scales16(&kw)));
+        const uint8_t *qs = blk + (Q5 ? 48 : 16);
+        __m256i qh = Q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        __m256i isum[8];
+        UNROLL for (int r = 0; r < NR; r++)
+            isum[r] = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (Q5) { /* bit 2c of qh[l]: 5th bit of sub-block 2c; bit 2c+1: of 2c+1 */
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+                qh = _mm256_srli_epi16(qh, 2);
+            }
+            /* scale of sub-block 2c (i16 lane 2c: bytes 4c, 4c+1) and 2c+1 */
+            __m256i s0 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 * (4 * c + 1) + 4 * c)));
+            __m256i s1 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 * (4 * c + 3) + 4 * c + 2)));
+            UNROLL for (int r = 0; r < NR; r++) {
+                isum[r] = XK(kdot)(isum[r], lo, _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c)), s0);
+                isum[r] = XK(kdot)(isum[r], hi, _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c + 32)), s1);
+            }
+        }
+        __m256i mins = k4_mins16(&kw);
+        float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
+        if (NR == 8) { /* lane r of each vector: row r's scalar steps below */
+            __m256i tm[8];
+            UNROLL for (int r = 0; r < 8; r++)
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            __m256 ad = act_d8(a, b);
+            acc8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), ad), _mm256_cvtepi32_ps(hsum_rows8(isum)), acc8);
+            accm8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm), ad), _mm256_cvtepi32_ps(hsum_rows8(tm)), accm8);
+            continue;
+        }
+        if (NR == 4) {
+            __m256i tm[4];
+            UNROLL for (int r = 0; r < 4; r++)
+                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
+            __m128 ad = act_d4(a, b);
+            acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(isum)), acc4);
+            accm4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accm4);
+            continue;
+        }
+        UNROLL for (int r = 0; r < NR; r++) {
+            int imin = bsum_dot_avx2(a[r][b].bsums, mins);
+            acc[r] = fmaf(dw * a[r][b].d, (float)hsum_i32_avx2(isum[r]), acc[r]);
+            accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
+        }
+    }
+    if (NR == 8) {
+        _mm256_storeu_ps(out, _mm256_sub_ps(acc8, accm8));
+        return;
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, _mm_sub_ps(acc4, accm4));
+        return;
+    }
+    UNROLL for (int r = 0; r < NR; r++)
+        out[r] = acc[r] - accm[r];
+}
+
+XK_ATTR static FORCE_INLINE void XK(q6k_rows)(int k, const uint8_t *w, const struct act256 *const *a,
+                                              float *out, const int NR)
+{
+    float acc[8] = {0};
+    __m256 acc8 = _mm256_setzero_ps(); /* NR == 8: lane r = acc[r] */
+    __m128 acc4 = _mm_setzero_ps();    /* NR == 4 */
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
+        const uint8_t *ql = blk, *qhp = blk + 128;
+        const int8_t *scales = (const int8_t *)(blk + 192);
+        /* the sixteen scales as i16: sc16 = scales 0-7 | 8-15 */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
+        __m256i isum[8];
+        UNROLL for (int r = 0; r < NR; r++)
+            isum[r] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
+            __m256i q[4];
+            q6k_quarters(l0, l1, qh, q);
+            /* scales 8h .. 8h + 7 in both 128-bit lanes */
+            __m256i sch = h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
+            UNROLL for (int g = 0; g < 4; g++) {
+                /* low lane: scale 8h + 2g (bytes 4g, 4g+1), high lane: 8h + 2g + 1 */
+                __m256i scv = _mm256_shuffle_epi8(
+                    sch, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (4 * g + 3) + 4 * g + 2)),
+                                          _mm_set1_epi16((short)(0x0100 * (4 * g + 1) + 4 * g))));
+                UNROLL for (int r = 0; r < NR; r++)
+                    isum[r] = XK(kdot)(isum[r], q[g],
+                                       _mm256_loadu_si256((const __m256i *)(a[r][b].q + 128 * h + 32 * g)), scv);
+            }
+        }
+        /* the -32 offset: 32 * sum_g scale_g * bsum_g */
+        float dw = h2f_avx2(rd16(blk + 208));
+        if (NR == 8) { /* lane r: row r's scalar steps below */
+            __m256i tc[8];
+            UNROLL for (int r = 0; r < 8; r++)
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            __m256i total = _mm256_sub_epi32(hsum_rows8(isum), _mm256_slli_epi32(hsum_rows8(tc), 5));
+            acc8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw), act_d8(a, b)), _mm256_cvtepi32_ps(total), acc8);
+            continue;
+        }
+        if (NR == 4) {
+            __m256i tc[4];
+            UNROLL for (int r = 0; r < 4; r++)
+                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
+            __m128i total = _mm_sub_epi32(hsum_rows4(isum), _mm_slli_epi32(hsum_rows4(tc), 5));
+            acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), acc4);
+            continue;
+        }
+        UNROLL for (int r = 0; r < NR; r++) {
+            int total = hsum_i32_avx2(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
+            acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
+        }
+    }
+    if (NR == 8) {
+        _mm256_storeu_ps(out, acc8);
+        return;
+    }
+    if (NR == 4) {
+        _mm_storeu_ps(out, acc4);
+        return;
+    }
+    UNROLL for (int r = 0; r < NR; r++)
+        out[r] = acc[r];
+}
+
+/* Entry points: one row (dot_fn), four and eight rows (dot4_fn; the
+ * eight-row one reads a[0..7], and exists in the vpdpwssd form only: the
+ * plain form spills at 8 rows - 126 ymm stack accesses in the Q4_K
+ * kernel against 17, all in the tail, for vpdpwssd - and measured 0-13%
+ * over 4 rows). */
+#if XK_VNNI
+#define XK_DOT8(T, CALL)                                                                         \
+    XK_ATTR static void XK(dot8_##T)(int k, const uint8_t *w, const void *const *av, float *out) \
+    {                                                                                            \
+        const struct act256 *a[8];                                                               \
+        for (int r = 0; r < 8; r++)                                                              \
+            a[r] = av[r];                                                                        \
+        CALL(k, w, a, out, 8);                                                                   \
+    }
+#else
+#define XK_DOT8(T, CALL)
+#endif
+#define XK_ENTRIES(T, CALL)                                                                      \
+    XK_ATTR static float XK(dot_##T)(int k, const uint8_t *w, const void *av)                     \
+    {                                                                                            \
+        const struct act256 *a[1] = {av};                                                        \
+        float o;                                                                                 \
+        CALL(k, w, a, &o, 1);                                                                    \
+        return o;                                                                                \
+    }                                                                                            \
+    XK_ATTR static void XK(dot4_##T)(int k, const uint8_t *w, const void *const *av, float *out) \
+    {                                                                                            \
+        const struct act256 *a[4] = {av[0], av[1], av[2], av[3]};                                \
+        CALL(k, w, a, out, 4);                                                                   \
+    }                                                                                            \
+    XK_DOT8(T, CALL)
+
+#define XK_Q4K(k, w, a, o, nr) XK(q45k_rows)(k, w, a, o, nr, 0)
+#define XK_Q5K(k, w, a, o, nr) XK(q45k_rows)(k, w, a, o, nr, 1)
+#define XK_Q6K(k, w, a, o, nr) XK(q6k_rows)(k, w, a, o, nr)
+XK_ENTRIES(q4_k, XK_Q4K)
+XK_ENTRIES(q5_k, XK_Q5K)
+XK_ENTRIES(q6_k, XK_Q6K)
+#undef XK_Q4K
+#undef XK_Q5K
+#undef XK_Q6K
+#undef XK_ENTRIES
+#undef XK_DOT8
