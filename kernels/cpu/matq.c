@@ -966,6 +966,225 @@ KQ_8(dot8_q4_k_avx512, Q4K_512)
 KQ_8(dot8_q5_k_avx512, Q5K_512)
 KQ_8(dot8_q6_k_avx512, Q6K_512)
 
+/* ---- K-quants, AVX-512 VNNI: 4 weight rows x 16 activation rows, row-transposed activations
+ *
+ * The kernels above put 64 weights of one row in a register and need, per
+ * (weight row, activation row, super-block), a 16-lane horizontal sum, the
+ * bsums dot and its sum, and the fmas (the "tail"): about as many
+ * instructions as the maddubs + vpdpwssd pairs of the inner products, and
+ * the pair itself is two instructions per 64 products where vpdpbusd is
+ * one. This tile turns the product around, as GEMM microkernels do: the
+ * activations of 16 rows are stored transposed (struct act256t: per group
+ * of 4 positions, 16 rows x 4 bytes = one register, q + 128), the weights
+ * are unpacked once per super-block to bytes on the stack, and lane r of
+ * one vpdpbusd (activations as the unsigned operand, 4 weight bytes
+ * broadcast from memory as the signed one - K-quant values are 0..63)
+ * accumulates row r's products: 64 products per instruction, every lane
+ * useful, no horizontal sums. Per sub-block of 32 (Q6_K: 16) positions the
+ * 16 row sums P are multiplied by the sub-block scale (vpmulld) and added;
+ * the +128 of the activations adds 128 * sum_s scale_s * sum(w over s) to
+ * every row: C, computed once per weight row and super-block (one vpdpbusd
+ * of the weights with their scales per 64 positions) and subtracted. The
+ * mins (Q4_K/Q5_K) and the -32 of Q6_K are vpdpwssd of the 16 rows' bsums
+ * (stored as i16 pairs, row-major in the lanes) with the scales. All of
+ * it exact: |P| <= 32 * 255 * 31 (16 * 255 * 63), the scaled sums stay
+ * below 2^31 (Q6_K: 16 * 128 * 16 * 255 * 63 < 2^30). Then per row and
+ * super-block the reference's float steps, 16 rows per instruction (lane r
+ * = row r): acc = fma(d_w * d_a, (float)isum, acc), accm likewise, acc -
+ * accm. Registers: 4 x (P, isum, acc, accm) + the activation register. */
+struct act256t {
+    uint8_t q[GGML_QK_K / 4][64]; /* [j][4 r + i] = q of row r at position 4 j + i, + 128 */
+    int16_t bs[8][32];            /* [p][2 r + h] = bsums[2 p + h] of row r */
+    float d[16];                  /* d of row r */
+};
+
+_Static_assert(sizeof(struct act256t) == 16 * sizeof(struct act256), "act256t: 16 act256 blocks");
+
+/* Rows of a call in act256t groups: whole groups of 16 from row 0, at
+ * AVX-512 and n >= 16 (below that the other kernels run every row). */
+static int act_rows_t(int n, int level)
+{
+    return level >= KN_SIMD_AVX512 ? n / 16 * 16 : 0;
+}
+
+/* One weight row's super-block: the values (0..63) as bytes in position
+ * order into wb[256], the scale of each i32 dword-broadcastable sub-block
+ * (Q4_K/Q5_K: 8 of 32 positions; Q6_K: 16 of 16) into sc[], the i16 pairs
+ * the bsums pairs are multiplied by into pr[8] (Q4_K/Q5_K: (min_p, min_p);
+ * Q6_K: (scale_2p, scale_2p+1)), the correction C, d and dmin. */
+AVX512 static FORCE_INLINE int kq_unpack_t(int type, const uint8_t *blk, uint8_t *wb, int32_t *sc,
+                                           int32_t *pr, float *dw, float *dm)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i cacc = _mm512_setzero_si512();
+    if (type == GGML_TYPE_Q6_K) {
+        const __m512i m2 = _mm512_set1_epi8(3);
+        const uint8_t *ql = blk, *qhp = blk + 128;
+        __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+        _mm512_storeu_si512((void *)sc, _mm512_cvtepi8_epi32(s8));
+        _mm256_storeu_si256((__m256i *)(void *)pr, _mm256_cvtepi8_epi16(s8));
+        __m512i sb = _mm512_broadcast_i32x4(s8);
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m512i l = _mm512_loadu_si512((const void *)(ql + 64 * h));
+            __m256i h8 = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
+            __m512i qh = join256(h8, _mm256_srli_epi16(h8, 2));
+            __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
+            __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m2), 4));
+            _mm512_store_si512((void *)(wb + 128 * h), q01);
+            _mm512_store_si512((void *)(wb + 128 * h + 64), q23);
+            /* 128-bit lane L of chunk 2h + u holds group 8h + 4u + L: its scale in every byte */
+            UNROLL for (int u = 0; u < 2; u++) {
+                int g0 = 8 * h + 4 * u;
+                __m512i idx = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi8((char)(g0 + 1)), _mm_set1_epi8((char)g0))),
+                    _mm256_set_m128i(_mm_set1_epi8((char)(g0 + 3)), _mm_set1_epi8((char)(g0 + 2))), 1);
+                cacc = _mm512_dpbusd_epi32(cacc, u ? q23 : q01, _mm512_shuffle_epi8(sb, idx));
+            }
+        }
+        *dw = h2f_avx2(rd16(blk + 208));
+        *dm = 0.0f;
+    } else {
+        const int q5 = type == GGML_TYPE_Q5_K;
+        struct k4_words kw = k4_scale_words(blk + 4);
+        __m128i s8 = _mm_cvtsi64_si128((long long)(kw.sc[0] | (uint64_t)kw.sc[1] << 32));
+        __m128i m8 = _mm_cvtsi64_si128((long long)(kw.mn[0] | (uint64_t)kw.mn[1] << 32));
+        _mm256_storeu_si256((__m256i *)(void *)sc, _mm256_cvtepu8_epi32(s8));
+        __m256i m32 = _mm256_cvtepu8_epi32(m8);
+        _mm256_storeu_si256((__m256i *)(void *)pr, _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16)));
+        __m512i sb = _mm512_broadcast_i32x4(s8);
+        const uint8_t *qs = blk + (q5 ? 48 : 16);
+        __m512i qh = _mm512_setzero_si512();
+        if (q5) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            qh = join256(h, _mm256_srli_epi16(h, 1));
+        }
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m512i u = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
+            if (q5) {
+                u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(qh, _mm512_set1_epi8(1)), 4));
+                qh = _mm512_srli_epi16(qh, 2);
+            }
+            _mm512_store_si512((void *)(wb + 64 * c), u);
+            /* bytes 0-31: scale 2c, 32-63: scale 2c + 1 */
+            __m512i idx = _mm512_inserti64x4(_mm512_set1_epi8((char)(2 * c)), _mm256_set1_epi8((char)(2 * c + 1)), 1);
+            cacc = _mm512_dpbusd_epi32(cacc, u, _mm512_shuffle_epi8(sb, idx));
+        }
+        *dw = h2f_avx2(rd16(blk));
+        *dm = h2f_avx2(rd16(blk + 2));
+    }
+    return 128 * _mm512_reduce_add_epi32(cacc);
+}
+
+/* NW (1..4) weight rows from w (stride wrb) x the 16 rows of one act256t
+ * group at; out[r * os + c] for r < nr. */
+AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, size_t wrb,
+                                          const struct act256t *at, int nr, float *out, size_t os,
+                                          const int NW)
+{
+    const int q6 = type == GGML_TYPE_Q6_K;
+    const size_t bs = type == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
+                    : type == GGML_TYPE_Q5_K ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q6_k);
+    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8; /* sub-blocks; 4-position groups in one */
+    _Alignas(64) uint8_t wb[4][GGML_QK_K];
+    _Alignas(64) int32_t sc[4][16], pr[4][8];
+    int32_t corr[4];
+    float dw[4], dm[4];
+    __m512 acc[4], accm[4];
+    UNROLL for (int c = 0; c < NW; c++)
+        acc[c] = accm[c] = _mm512_setzero_ps();
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        const struct act256t *t = at + b;
+        UNROLL for (int c = 0; c < NW; c++)
+            corr[c] = kq_unpack_t(type, w + (size_t)c * wrb + (size_t)b * bs, wb[c], sc[c], pr[c], &dw[c], &dm[c]);
+        __m512i isum[4];
+        UNROLL for (int c = 0; c < NW; c++)
+            isum[c] = _mm512_setzero_si512();
+        for (int s = 0; s < n_sub; s++) {
+            __m512i P[4];
+            UNROLL for (int c = 0; c < NW; c++)
+                P[c] = _mm512_setzero_si512();
+            UNROLL for (int jj = 0; jj < 8; jj++) {
+                if (jj >= per_sub)
+                    break;
+                int j = s * per_sub + jj;
+                __m512i A = _mm512_load_si512((const void *)t->q[j]);
+                UNROLL for (int c = 0; c < NW; c++) {
+                    int32_t w4;
+                    memcpy(&w4, wb[c] + 4 * j, sizeof w4);
+                    P[c] = _mm512_dpbusd_epi32(P[c], A, _mm512_set1_epi32(w4));
+                }
+            }
+            UNROLL for (int c = 0; c < NW; c++)
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(P[c], _mm512_set1_epi32(sc[c][s])));
+        }
+        __m512 da = _mm512_load_ps(t->d);
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m512i mm = _mm512_setzero_si512();
+            UNROLL for (int p = 0; p < 8; p++)
+                mm = _mm512_dpwssd_epi32(mm, _mm512_load_si512((const void *)t->bs[p]), _mm512_set1_epi32(pr[c][p]));
+            __m512i total = _mm512_sub_epi32(isum[c], _mm512_set1_epi32(corr[c]));
+            if (q6)
+                total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da), _mm512_cvtepi32_ps(total), acc[c]);
+            if (!q6)
+                accm[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da), _mm512_cvtepi32_ps(mm), accm[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < NW; c++) {
+        float o[16];
+        _mm512_storeu_ps(o, q6 ? acc[c] : _mm512_sub_ps(acc[c], accm[c]));
+        for (int r = 0; r < nr; r++)
+            out[(size_t)r * os + (size_t)c] = o[r];
+    }
+}
+
+/* nc weight rows x one act256t group (16 rows, the first nr written). */
+typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, int nr,
+                        float *out, size_t os);
+
+#define KT_KERNEL(name, T)                                                                        \
+    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, \
+                            int nr, float *out, size_t os)                                        \
+    {                                                                                             \
+        int c = 0;                                                                                \
+        for (; c + 4 <= nc; c += 4)                                                               \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, nr, out + c, os, 4);                   \
+        for (; c < nc; c++)                                                                       \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, nr, out + c, os, 1);                   \
+    }
+KT_KERNEL(dott_q4_k, GGML_TYPE_Q4_K)
+KT_KERNEL(dott_q5_k, GGML_TYPE_Q5_K)
+KT_KERNEL(dott_q6_k, GGML_TYPE_Q6_K)
+
+/* quant_act256_row for a group of 16 rows (rows past nv: zero, d = 0) into
+ * act256t, one super-block at a time (the same numbers, transposed). */
+static void quant_act256t_group(const float *x, size_t ldx, int nv, int k, struct act256t *out)
+{
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        struct act256t *t = out + b;
+        for (int r = 0; r < 16; r++) {
+            struct act256 a;
+            if (r < nv)
+                quant_act256_row(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, GGML_QK_K, &a);
+            else
+                memset(&a, 0, sizeof a);
+            for (int j = 0; j < GGML_QK_K / 4; j++) {
+                uint32_t v;
+                memcpy(&v, a.q + 4 * j, sizeof v);
+                v ^= 0x80808080u;
+                memcpy(t->q[j] + 4 * r, &v, sizeof v);
+            }
+            for (int p = 0; p < 8; p++) {
+                t->bs[p][2 * r] = a.bsums[2 * p];
+                t->bs[p][2 * r + 1] = a.bsums[2 * p + 1];
+            }
+            t->d[r] = a.d;
+        }
+    }
+}
+
 /* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
  * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
  * to nearest even, as round_even; the clamp to [-127, 127] as quant_one. */
@@ -1358,6 +1577,22 @@ static dot4_fn pick8(int type, int level)
     return NULL;
 }
 
+#if MATQ_X86
+/* The act256t tile of a weight type at a level, or NULL: the K-quants at
+ * AVX-512 (used for the whole groups of 16 rows of a call). */
+static dott_fn pickt(int type, int level)
+{
+    if (level < KN_SIMD_AVX512)
+        return NULL;
+    switch (type) {
+    case GGML_TYPE_Q4_K: return dott_q4_k;
+    case GGML_TYPE_Q5_K: return dott_q5_k;
+    case GGML_TYPE_Q6_K: return dott_q6_k;
+    default: return NULL;
+    }
+}
+#endif
+
 /* Bytes of one quantized activation row; 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
 {
@@ -1431,13 +1666,19 @@ struct matq_mat {
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
+#if MATQ_X86
+    dott_fn dott;         /* ACT_256 with n16 > 0: the act256t tile (AVX-512 K-quants) */
+#endif
     int tile_m;           /* weight rows per tile: TILE_M, or more for n <= 8 */
     int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
 };
 
 struct matq_job {
     const float *x;        /* (n, k) */
-    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
+    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL; ACT_256 with
+                            * n16 > 0: n16 / 16 groups of k / 256 struct act256t first */
+    uint8_t *act_tail;     /* rows n16.. (act_row bytes each): act + the groups */
+    int n16;               /* ACT_256: rows in act256t groups (act_rows_t), else 0 */
     float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
                             * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
     size_t side_group;     /* floats of act_s per group of 8 rows */
@@ -1455,7 +1696,7 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
 {
     for (int r = r0; r < r1; r++) {
         const float *xr = j->x + (size_t)r * (size_t)j->k;
-        uint8_t *dst = j->act + (size_t)r * j->act_row;
+        uint8_t *dst = j->act_tail + (size_t)(r - j->n16) * j->act_row;
         if (j->ak == ACT_32)
             quant_act32_row(xr, j->k, (struct act32 *)(void *)dst);
         else
@@ -1538,14 +1779,21 @@ static void quant_worker(void *ctx, int ith, int nth)
             quant_rows_v(j, r0, r1);
         return;
     }
-    int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
+#if MATQ_X86
+    int ng = j->n16 / 16, nb = j->k / GGML_QK_K;
+    for (int g = ng * ith / nth; g < ng * (ith + 1) / nth; g++)
+        quant_act256t_group(j->x + (size_t)g * 16 * (size_t)j->k, (size_t)j->k, 16, j->k,
+                            (struct act256t *)(void *)j->act + (size_t)g * (size_t)nb);
+#endif
+    int nt = j->n - j->n16, r0 = j->n16 + nt * ith / nth, r1 = j->n16 + nt * (ith + 1) / nth;
     if (r0 < r1)
         quant_rows(j, r0, r1);
 }
 
+/* Row r (>= n16) of the row-major layouts, or of x. */
 static inline const void *act_row(const struct matq_job *j, int r)
 {
-    return j->act ? (const void *)(j->act + (size_t)r * j->act_row)
+    return j->act ? (const void *)(j->act_tail + (size_t)(r - j->n16) * j->act_row)
                   : (const void *)(j->x + (size_t)r * (size_t)j->k);
 }
 
@@ -1586,6 +1834,13 @@ static void dot_worker(void *ctx, int ith, int nth)
                          r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
             continue;
         }
+#if MATQ_X86
+        if (mt->dott) /* groups of 16 rows (act256t; TILE_N and n16 are multiples of 16) */
+            for (; r + 16 <= r1 && r + 16 <= j->n16; r += 16)
+                mt->dott(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0,
+                         (const struct act256t *)(const void *)j->act + (size_t)(r / 16) * (size_t)(j->k / GGML_QK_K),
+                         16, mt->out + (size_t)r * m + (size_t)c0, m);
+#endif
         if (mt->dot8) /* 8 activation rows x the tile's weight rows */
             for (; r + 8 <= r1; r += 8) {
                 const void *a[8];
@@ -1692,9 +1947,13 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
             tile_m = (w[i].m + per - 1) / per * TILE_M;
             tile_m = tile_m < TILE_M ? TILE_M : tile_m > TILE_M_DECODE ? TILE_M_DECODE : tile_m;
         }
-        *mt = (struct matq_mat){w[i].out, w[i].w, j.mat[i].w_row_bytes, w[i].m, j.mat[i].dot,
-                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu, tile_m,
-                                ((int64_t)w[i].m + tile_m - 1) / tile_m, j.n_tiles};
+        *mt = (struct matq_mat){.out = w[i].out, .w = w[i].w, .w_row_bytes = j.mat[i].w_row_bytes,
+                                .m = w[i].m, .dot = j.mat[i].dot, .dot4 = j.mat[i].dot4,
+                                .dot8 = j.mat[i].dot8, .dotu = j.mat[i].dotu, .tile_m = tile_m,
+                                .n_tiles_m = ((int64_t)w[i].m + tile_m - 1) / tile_m, .tile0 = j.n_tiles};
+#if MATQ_X86
+        mt->dott = pickt(w[i].w_type, level);
+#endif
         j.n_tiles += mt->n_tiles_m * n_tiles_n;
         j.n_mat++;
     }
@@ -1703,6 +1962,13 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
+        j.act_tail = j.act;
+#if MATQ_X86
+        if (j.ak == ACT_256 && j.mat[0].dott) { /* whole groups of 16 rows transposed, then the rest */
+            j.n16 = act_rows_t(n, level);
+            j.act_tail = j.act + (size_t)(j.n16 / 16) * (size_t)(k / GGML_QK_K) * sizeof(struct act256t);
+        }
+#endif
         float *side = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row); /* after the rows */
         if (j.ak == ACT_32U && has_offset32(w[0].w_type)) {
             j.act_s = side;
