@@ -1158,31 +1158,52 @@ KT_KERNEL(dott_q4_k, GGML_TYPE_Q4_K)
 KT_KERNEL(dott_q5_k, GGML_TYPE_Q5_K)
 KT_KERNEL(dott_q6_k, GGML_TYPE_Q6_K)
 
-/* quant_act256_row for a group of 16 rows (rows past nv: zero, d = 0) into
- * act256t, one super-block at a time (the same numbers, transposed). */
-static void quant_act256t_group(const float *x, size_t ldx, int nv, int k, struct act256t *out)
+/* quant_act256_row of one super-block with 16-lane vectors, bit for bit (as
+ * quant_block32_avx512: NaN lanes skipped by the max and quantized to 0,
+ * rounding to nearest even, the clamp to [-127, 127]), written as row r of
+ * act256t t: q + 128 transposed, the 16 bsums (from vpsadbw of the u8
+ * values: sums of 8, minus 8 * 128), d. */
+AVX512 static void quant_sb_t_avx512(const float *x, struct act256t *t, int r)
 {
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        struct act256t *t = out + b;
-        for (int r = 0; r < 16; r++) {
-            struct act256 a;
-            if (r < nv)
-                quant_act256_row(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, GGML_QK_K, &a);
-            else
-                memset(&a, 0, sizeof a);
-            for (int j = 0; j < GGML_QK_K / 4; j++) {
-                uint32_t v;
-                memcpy(&v, a.q + 4 * j, sizeof v);
-                v ^= 0x80808080u;
-                memcpy(t->q[j] + 4 * r, &v, sizeof v);
-            }
-            for (int p = 0; p < 8; p++) {
-                t->bs[p][2 * r] = a.bsums[2 * p];
-                t->bs[p][2 * r + 1] = a.bsums[2 * p + 1];
-            }
-            t->d[r] = a.d;
-        }
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) {
+        __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + 16 * i));
+        mx = _mm512_max_ps(mx, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a));
     }
+    float amax = _mm512_reduce_max_ps(mx);
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    /* 64 dwords j apart by 64 bytes: row r's 4 bytes of group j at q[j][4 r] */
+    const __m512i sidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(64));
+    uint64_t sads[32];
+    for (int z = 0; z < 4; z++) { /* 64 values: 4 groups of 16 */
+        __m128i b16[4];
+        for (int g = 0; g < 4; g++) {
+            __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 64 * z + 16 * g), vid),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+            b16[g] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi)));
+        }
+        __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b16[1], b16[0])),
+                                       _mm256_set_m128i(b16[3], b16[2]), 1);
+        u = _mm512_xor_si512(u, _mm512_set1_epi8((char)0x80));
+        _mm512_i32scatter_epi32((void *)(t->q[16 * z] + 4 * r), sidx, u, 1);
+        _mm512_storeu_si512((void *)(sads + 8 * z), _mm512_sad_epu8(u, _mm512_setzero_si512()));
+    }
+    for (int g = 0; g < 16; g++)
+        t->bs[g / 2][2 * r + g % 2] = (int16_t)((int)(sads[2 * g] + sads[2 * g + 1]) - 16 * 128);
+    t->d[r] = d;
+}
+
+/* quant_act256_row for a group of 16 rows into act256t, one super-block at
+ * a time (the same numbers, transposed). */
+AVX512 static void quant_act256t_group(const float *x, size_t ldx, int k, struct act256t *out)
+{
+    for (int b = 0; b < k / GGML_QK_K; b++)
+        for (int r = 0; r < 16; r++)
+            quant_sb_t_avx512(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, out + b, r);
 }
 
 /* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
@@ -1782,7 +1803,7 @@ static void quant_worker(void *ctx, int ith, int nth)
 #if MATQ_X86
     int ng = j->n16 / 16, nb = j->k / GGML_QK_K;
     for (int g = ng * ith / nth; g < ng * (ith + 1) / nth; g++)
-        quant_act256t_group(j->x + (size_t)g * 16 * (size_t)j->k, (size_t)j->k, 16, j->k,
+        quant_act256t_group(j->x + (size_t)g * 16 * (size_t)j->k, (size_t)j->k, j->k,
                             (struct act256t *)(void *)j->act + (size_t)g * (size_t)nb);
 #endif
     int nt = j->n - j->n16, r0 = j->n16 + nt * ith / nth, r1 = j->n16 + nt * (ith + 1) / nth;

@@ -360,9 +360,9 @@ static float *special_x(int n, int k)
     return x;
 }
 
-static void special_activations_vs_scalar(void)
+static void special_activations_vs_scalar_n(int n)
 {
-    const int n = 6, m = 19;
+    const int m = 19;
     const int types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q5_0,
                          GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
@@ -387,6 +387,15 @@ static void special_activations_vs_scalar(void)
             free(x);
         }
     kn_simd_set(kn_simd_best());
+}
+
+/* n = 6: the 4-row and 1-row kernels; n = 22: at AVX-512 the K-quants'
+ * first 16 rows (the special values) go through the row-transposed tile
+ * and its quantizer. */
+static void special_activations_vs_scalar(void)
+{
+    special_activations_vs_scalar_n(6);
+    special_activations_vs_scalar_n(22);
 }
 
 TEST(matq_simd_special_activations_bit_for_bit)
