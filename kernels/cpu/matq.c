@@ -1077,11 +1077,12 @@ AVX512 static FORCE_INLINE int kq_unpack_t(int type, const uint8_t *blk, uint8_t
     return 128 * _mm512_reduce_add_epi32(cacc);
 }
 
-/* NW (1..4) weight rows from w (stride wrb) x the 16 rows of one act256t
- * group at; out[r * os + c] for r < nr. */
+/* NW (1..4) weight rows from w (stride wrb) x NA (1, 2) act256t groups of
+ * 16 rows (at, the second one ga structs later); out[r * os + c] for the
+ * first nr (<= 16 NA) rows. */
 AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, size_t wrb,
-                                          const struct act256t *at, int nr, float *out, size_t os,
-                                          const int NW)
+                                          const struct act256t *at, size_t ga, int nr, float *out,
+                                          size_t os, const int NW, const int NA)
 {
     const int q6 = type == GGML_TYPE_Q6_K;
     const size_t bs = type == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
@@ -1089,70 +1090,98 @@ AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, siz
     const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8; /* sub-blocks; 4-position groups in one */
     _Alignas(64) uint8_t wb[4][GGML_QK_K];
     _Alignas(64) int32_t sc[4][16], pr[4][8];
+    _Alignas(64) float acc[4][2][16], accm[4][2][16]; /* lane r of [c][g]: row 16 g + r */
     int32_t corr[4];
     float dw[4], dm[4];
-    __m512 acc[4], accm[4];
     UNROLL for (int c = 0; c < NW; c++)
-        acc[c] = accm[c] = _mm512_setzero_ps();
+        UNROLL for (int g = 0; g < NA; g++) {
+            _mm512_store_ps(acc[c][g], _mm512_setzero_ps());
+            _mm512_store_ps(accm[c][g], _mm512_setzero_ps());
+        }
     for (int b = 0; b < k / GGML_QK_K; b++) {
-        const struct act256t *t = at + b;
+        const struct act256t *t0 = at + b, *t1 = at + ga + b;
         UNROLL for (int c = 0; c < NW; c++)
             corr[c] = kq_unpack_t(type, w + (size_t)c * wrb + (size_t)b * bs, wb[c], sc[c], pr[c], &dw[c], &dm[c]);
-        __m512i isum[4];
+        __m512i isum[4][2];
         UNROLL for (int c = 0; c < NW; c++)
-            isum[c] = _mm512_setzero_si512();
+            UNROLL for (int g = 0; g < NA; g++)
+                isum[c][g] = _mm512_setzero_si512();
         for (int s = 0; s < n_sub; s++) {
-            __m512i P[4];
+            __m512i P[4][2];
             UNROLL for (int c = 0; c < NW; c++)
-                P[c] = _mm512_setzero_si512();
+                UNROLL for (int g = 0; g < NA; g++)
+                    P[c][g] = _mm512_setzero_si512();
             UNROLL for (int jj = 0; jj < 8; jj++) {
                 if (jj >= per_sub)
                     break;
                 int j = s * per_sub + jj;
-                __m512i A = _mm512_load_si512((const void *)t->q[j]);
+                __m512i A[2];
+                A[0] = _mm512_load_si512((const void *)t0->q[j]);
+                if (NA > 1)
+                    A[1] = _mm512_load_si512((const void *)t1->q[j]);
                 UNROLL for (int c = 0; c < NW; c++) {
                     int32_t w4;
                     memcpy(&w4, wb[c] + 4 * j, sizeof w4);
-                    P[c] = _mm512_dpbusd_epi32(P[c], A, _mm512_set1_epi32(w4));
+                    __m512i wv = _mm512_set1_epi32(w4);
+                    UNROLL for (int g = 0; g < NA; g++)
+                        P[c][g] = _mm512_dpbusd_epi32(P[c][g], A[g], wv);
                 }
             }
-            UNROLL for (int c = 0; c < NW; c++)
-                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(P[c], _mm512_set1_epi32(sc[c][s])));
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m512i scv = _mm512_set1_epi32(sc[c][s]);
+                UNROLL for (int g = 0; g < NA; g++)
+                    isum[c][g] = _mm512_add_epi32(isum[c][g], _mm512_mullo_epi32(P[c][g], scv));
+            }
         }
-        __m512 da = _mm512_load_ps(t->d);
-        UNROLL for (int c = 0; c < NW; c++) {
-            __m512i mm = _mm512_setzero_si512();
-            UNROLL for (int p = 0; p < 8; p++)
-                mm = _mm512_dpwssd_epi32(mm, _mm512_load_si512((const void *)t->bs[p]), _mm512_set1_epi32(pr[c][p]));
-            __m512i total = _mm512_sub_epi32(isum[c], _mm512_set1_epi32(corr[c]));
-            if (q6)
-                total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da), _mm512_cvtepi32_ps(total), acc[c]);
-            if (!q6)
-                accm[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da), _mm512_cvtepi32_ps(mm), accm[c]);
+        UNROLL for (int g = 0; g < NA; g++) {
+            const struct act256t *t = g ? t1 : t0;
+            __m512 da = _mm512_load_ps(t->d);
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m512i mm = _mm512_setzero_si512();
+                UNROLL for (int p = 0; p < 8; p++)
+                    mm = _mm512_dpwssd_epi32(mm, _mm512_load_si512((const void *)t->bs[p]), _mm512_set1_epi32(pr[c][p]));
+                __m512i total = _mm512_sub_epi32(isum[c][g], _mm512_set1_epi32(corr[c]));
+                if (q6)
+                    total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
+                _mm512_store_ps(acc[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da),
+                                                           _mm512_cvtepi32_ps(total), _mm512_load_ps(acc[c][g])));
+                if (!q6)
+                    _mm512_store_ps(accm[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da),
+                                                                _mm512_cvtepi32_ps(mm), _mm512_load_ps(accm[c][g])));
+            }
         }
     }
-    UNROLL for (int c = 0; c < NW; c++) {
-        float o[16];
-        _mm512_storeu_ps(o, q6 ? acc[c] : _mm512_sub_ps(acc[c], accm[c]));
-        for (int r = 0; r < nr; r++)
-            out[(size_t)r * os + (size_t)c] = o[r];
-    }
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int g = 0; g < NA; g++) {
+            float o[16];
+            __m512 v = _mm512_load_ps(acc[c][g]);
+            _mm512_storeu_ps(o, q6 ? v : _mm512_sub_ps(v, _mm512_load_ps(accm[c][g])));
+            for (int r = 0; r < 16 && 16 * g + r < nr; r++)
+                out[(size_t)(16 * g + r) * os + (size_t)c] = o[r];
+        }
 }
 
-/* nc weight rows x one act256t group (16 rows, the first nr written). */
-typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, int nr,
-                        float *out, size_t os);
+/* nc weight rows x na (1, 2) act256t groups of 16 rows, ga structs apart
+ * (the first nr rows written). */
+typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, size_t ga,
+                        int na, int nr, float *out, size_t os);
 
 #define KT_KERNEL(name, T)                                                                        \
     AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, \
-                            int nr, float *out, size_t os)                                        \
+                            size_t ga, int na, int nr, float *out, size_t os)                     \
     {                                                                                             \
         int c = 0;                                                                                \
+        if (na == 2) {                                                                            \
+            for (; c + 4 <= nc; c += 4)                                                           \
+                kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 4, 2);        \
+            for (; c < nc; c++)                                                                   \
+                kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 2);        \
+            return;                                                                               \
+        }                                                                                         \
         for (; c + 4 <= nc; c += 4)                                                               \
-            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, nr, out + c, os, 4);                   \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 4, 1);            \
         for (; c < nc; c++)                                                                       \
-            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, nr, out + c, os, 1);                   \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 1);            \
     }
 KT_KERNEL(dott_q4_k, GGML_TYPE_Q4_K)
 KT_KERNEL(dott_q5_k, GGML_TYPE_Q5_K)
@@ -1856,11 +1885,16 @@ static void dot_worker(void *ctx, int ith, int nth)
             continue;
         }
 #if MATQ_X86
-        if (mt->dott) /* groups of 16 rows (act256t; TILE_N and n16 are multiples of 16) */
-            for (; r + 16 <= r1 && r + 16 <= j->n16; r += 16)
+        if (mt->dott) { /* groups of 16 rows, two at a time (act256t; TILE_N, n16: multiples of 16) */
+            size_t ga = (size_t)(j->k / GGML_QK_K);
+            for (; r + 16 <= r1 && r + 16 <= j->n16;) {
+                int na = r + 32 <= r1 && r + 32 <= j->n16 ? 2 : 1;
                 mt->dott(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0,
-                         (const struct act256t *)(const void *)j->act + (size_t)(r / 16) * (size_t)(j->k / GGML_QK_K),
-                         16, mt->out + (size_t)r * m + (size_t)c0, m);
+                         (const struct act256t *)(const void *)j->act + (size_t)(r / 16) * ga, ga, na,
+                         16 * na, mt->out + (size_t)r * m + (size_t)c0, m);
+                r += 16 * na;
+            }
+        }
 #endif
         if (mt->dot8) /* 8 activation rows x the tile's weight rows */
             for (; r + 8 <= r1; r += 8) {
