@@ -730,6 +730,44 @@ AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_ou
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* quant_act256_row with 8-lane vectors, bit for bit (as quant_block32_avx2);
+ * the bsums from vpsadbw of the values + 128 (sums of 8, minus 8 * 128). */
+AVX2 static void quant_act256_row_avx2(const float *x, int k, struct act256 *out)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (int b = 0; b < k / GGML_QK_K; b++, x += GGML_QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int i = 0; i < 32; i++) {
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + 8 * i), absm);
+            mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_cmp_ps(a, a, _CMP_ORD_Q)));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+        for (int c = 0; c < 8; c++) { /* 32 values */
+            __m256i iq[4];
+            for (int i = 0; i < 4; i++) {
+                __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * i), vid),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+                iq[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            }
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iq[0], iq[1]), _mm256_packs_epi32(iq[2], iq[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(void *)(out[b].q + 32 * c), p);
+            uint64_t sad[4];
+            _mm256_storeu_si256((__m256i *)(void *)sad,
+                                _mm256_sad_epu8(_mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256()));
+            out[b].bsums[2 * c] = (int16_t)((int)(sad[0] + sad[1]) - 16 * 128);
+            out[b].bsums[2 * c + 1] = (int16_t)((int)(sad[2] + sad[3]) - 16 * 128);
+        }
+        out[b].d = d;
+    }
+}
+
 /* One activation row of nb blocks into ACT_32V: q (+ 128 if u8) at dst,
  * scale and offset of block b at side[8 b] and side[8 (nb + b)]. */
 AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side, int u8)
@@ -1729,6 +1767,7 @@ struct matq_job {
                             * n16 > 0: n16 / 16 groups of k / 256 struct act256t first */
     uint8_t *act_tail;     /* rows n16.. (act_row bytes each): act + the groups */
     int n16;               /* ACT_256: rows in act256t groups (act_rows_t), else 0 */
+    int vec_quant;         /* ACT_256: quantize with the AVX2 twin (a SIMD level) */
     float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
                             * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
     size_t side_group;     /* floats of act_s per group of 8 rows */
@@ -1749,6 +1788,10 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
         uint8_t *dst = j->act_tail + (size_t)(r - j->n16) * j->act_row;
         if (j->ak == ACT_32)
             quant_act32_row(xr, j->k, (struct act32 *)(void *)dst);
+#if MATQ_X86
+        else if (j->vec_quant)
+            quant_act256_row_avx2(xr, j->k, (struct act256 *)(void *)dst);
+#endif
         else
             quant_act256_row(xr, j->k, (struct act256 *)(void *)dst);
     }
@@ -2018,6 +2061,7 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
         j.act_tail = j.act;
+        j.vec_quant = MATQ_X86 && level >= KN_SIMD_AVX2;
 #if MATQ_X86
         if (j.ak == ACT_256 && j.mat[0].dott) { /* whole groups of 16 rows transposed, then the rest */
             j.n16 = act_rows_t(n, level);
