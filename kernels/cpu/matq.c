@@ -70,22 +70,37 @@
  * 1.5-2.3x the 4-row kernels it replaced; bench/NOTES.md, 2026-12-02).
  * There is no load-time repacking: the tile reads the GGUF blocks in place
  * (the mapping is the only copy of the weights).
- * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
- * of a weight super-block for 4 activation rows), plus an 8-row kernel at
- * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
- * applies their scales. The 4- and 8-row kernels do the per-super-block
- * tail (horizontal sums, mins, fmas) for all their rows in one 4- or 8-lane
- * vector, lane r = row r. Per row the operations are the reference's (exact
- * integer sums, the same fmas in the same order). At n = 64, 1 thread, they
- * reach about 50% (AVX2, 4 rows) of the AVX2 maddubs+madd idiom's peak and
- * about 25% (AVX-512, 8 rows) of vpdpbusd's, both peaks measured by
- * bench_matq's peak loop in the same run (bench/NOTES.md, 2026-12-01).
+ * At AVX2 with AVX-VNNI a call with n == 1 (decode) stores its activations
+ * signed and the signed types take |w| and the sign transfer instead of
+ * the q + 128 correction (fewer instructions on the vpdpbusd ports).
+ * The K-quants: at AVX2 (matq_kq2.h, twice: AVX-VNNI vpdpwssd, or madd +
+ * add) one weight super-block is unpacked once and dotted with 1, 4 or
+ * (VNNI only: the plain form spills) 8 activation rows, maddubs and the
+ * sub-block scale per 32 weights and row; the 4- and 8-row kernels do the
+ * per-super-block tail (horizontal sums, mins, fmas) for all their rows in
+ * one 4- or 8-lane vector, lane r = row r. At AVX-512 the same with two
+ * sub-blocks per register (1, 4, 8 rows) for the rows of a call outside
+ * whole groups of 16; the groups of 16 rows (n >= 16) are quantized into
+ * a row-transposed layout (struct act256t: per 4 positions, 16 rows x 4
+ * bytes in one register) and run a GEMM-style tile of 4 weight rows x 16
+ * or 32 activation rows: lane r of each vpdpbusd is row r's sum (weights
+ * unpacked to bytes once per super-block and broadcast 4 at a time), the
+ * sub-block scales applied with vpmulld, no horizontal sums at all. Per row
+ * the operations are the reference's (exact integer sums, the same fmas in
+ * the same order). At n = 64, 1 thread (bench/NOTES.md, issue 34): the
+ * AVX-512 tile 31-39% of vpdpbusd's peak, the AVX2 VNNI kernels ~30% of
+ * the 256-bit vpdpbusd's, both peaks measured by bench_matq's peak loop in
+ * the same run. The K-quant activations (act256, act256t) are quantized
+ * with vectors at every SIMD level, bit for bit the scalar quantizer.
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
  * on concatenated weight rows when the layout allows. Work is split into
  * tiles of 16 weight rows x 64 activation rows handed out dynamically, so
- * any thread count works; use no more threads than physical cores.
+ * any thread count works (calls of up to 8 rows - decode - take larger
+ * weight tiles: the counter's cache line moving between cores cost about
+ * as much as a 16-row tile of work); use no more threads than physical
+ * cores.
  *
  * Reference: the scalar path of this file (KN_SIMD_SCALAR) defines the
  * results; the SIMD paths give its bits (tolerance 0). cuda/matvec.cu is
