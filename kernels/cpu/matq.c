@@ -85,12 +85,14 @@
  * bytes in one register) and run a GEMM-style tile of 4 weight rows x 16
  * or 32 activation rows: lane r of each vpdpbusd is row r's sum (weights
  * unpacked to bytes once per super-block and broadcast 4 at a time), the
- * sub-block scales applied with vpmulld, no horizontal sums at all. Per row
- * the operations are the reference's (exact integer sums, the same fmas in
- * the same order). At n = 64, 1 thread (bench/NOTES.md, issue 34): the
- * AVX-512 tile 31-39% of vpdpbusd's peak, the AVX2 VNNI kernels ~30% of
- * the 256-bit vpdpbusd's, both peaks measured by bench_matq's peak loop in
- * the same run. The K-quant activations (act256, act256t) are quantized
+ * sub-block scales applied with vpmulld, no horizontal sums at all; with
+ * AVX-VNNI the AVX2 path runs the same tile on 256-bit vectors (2 weight
+ * rows x 16 activation rows, or 1 x 32; matq_kq2.h). Per row the
+ * operations are the reference's (exact integer sums, the same fmas in the
+ * same order). At n = 64, 1 thread (bench/NOTES.md, issue 34): the AVX-512
+ * tile 31-39% of vpdpbusd's peak, the AVX2 one 34-43% of the 256-bit
+ * vpdpbusd's, both peaks measured by bench_matq's peak loop in the same
+ * run. The K-quant activations (act256, act256t) are quantized
  * with vectors at every SIMD level, bit for bit the scalar quantizer.
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
@@ -168,6 +170,17 @@ struct act256 {
     int16_t bsums[GGML_QK_K / 16]; /* sum of q[16g .. 16g+15] */
     int8_t q[GGML_QK_K];
 };
+
+/* act256 of 16 rows transposed (the K-quant tiles of matq.c's AVX-512
+ * section and matq_kq2.h): per 4 positions j, the 16 rows' 4 bytes in one
+ * 64-byte line, stored q + 128; the bsums as i16 pairs per row; the d. */
+struct act256t {
+    uint8_t q[GGML_QK_K / 4][64]; /* [j][4 r + i] = q of row r at position 4 j + i, + 128 */
+    int16_t bs[8][32];            /* [p][2 r + h] = bsums[2 p + h] of row r */
+    float d[16];                  /* d of row r */
+};
+
+_Static_assert(sizeof(struct act256t) == 16 * sizeof(struct act256), "act256t: 16 act256 blocks");
 
 _Static_assert(sizeof(struct act32) == 40, "act32 size");
 _Static_assert(sizeof(struct act256) == 292, "act256 size");
@@ -636,6 +649,11 @@ AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, _
         CALL(k, w, a, out, 4);                                                                \
     }
 
+/* The act256t tiles: nc weight rows x na (1, 2) act256t groups of 16 rows,
+ * ga structs apart (the first nr rows written). */
+typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, size_t ga,
+                        int na, int nr, float *out, size_t os);
+
 /* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
  * (exact, so the same integers as eight horizontal sums). */
 AVX2 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
@@ -780,6 +798,28 @@ AVX2 static void quant_act256_row_avx2(const float *x, int k, struct act256 *out
             out[b].bsums[2 * c + 1] = (int16_t)((int)(sad[2] + sad[3]) - 16 * 128);
         }
         out[b].d = d;
+    }
+}
+
+/* quant_act256_row for a group of 16 rows into act256t, with 8-lane vectors
+ * (row by row, then transposed: the same numbers). */
+AVX2 static void quant_act256t_group_avx2(const float *x, size_t ldx, int k, struct act256t *out)
+{
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        struct act256t *t = out + b;
+        for (int r = 0; r < 16; r++) {
+            struct act256 a;
+            quant_act256_row_avx2(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, GGML_QK_K, &a);
+            for (int j = 0; j < GGML_QK_K / 4; j++) {
+                uint32_t v;
+                memcpy(&v, a.q + 4 * j, sizeof v);
+                v ^= 0x80808080u;
+                memcpy(t->q[j] + 4 * r, &v, sizeof v);
+            }
+            for (int g = 0; g < 16; g++)
+                t->bs[g / 2][2 * r + g % 2] = a.bsums[g];
+            t->d[r] = a.d;
+        }
     }
 }
 
@@ -1045,20 +1085,6 @@ KQ_8(dot8_q6_k_avx512, Q6K_512)
  * super-block the reference's float steps, 16 rows per instruction (lane r
  * = row r): acc = fma(d_w * d_a, (float)isum, acc), accm likewise, acc -
  * accm. Registers: 4 x (P, isum, acc, accm) + the activation register. */
-struct act256t {
-    uint8_t q[GGML_QK_K / 4][64]; /* [j][4 r + i] = q of row r at position 4 j + i, + 128 */
-    int16_t bs[8][32];            /* [p][2 r + h] = bsums[2 p + h] of row r */
-    float d[16];                  /* d of row r */
-};
-
-_Static_assert(sizeof(struct act256t) == 16 * sizeof(struct act256), "act256t: 16 act256 blocks");
-
-/* Rows of a call in act256t groups: whole groups of 16 from row 0, at
- * AVX-512 and n >= 16 (below that the other kernels run every row). */
-static int act_rows_t(int n, int level)
-{
-    return level >= KN_SIMD_AVX512 ? n / 16 * 16 : 0;
-}
 
 /* One weight row's super-block: the values (0..63) as bytes in position
  * order into wb[256], the scale of each i32 dword-broadcastable sub-block
@@ -1214,10 +1240,6 @@ AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, siz
         }
 }
 
-/* nc weight rows x na (1, 2) act256t groups of 16 rows, ga structs apart
- * (the first nr rows written). */
-typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, size_t ga,
-                        int na, int nr, float *out, size_t os);
 
 #define KT_KERNEL(name, T)                                                                        \
     AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, \
@@ -1682,17 +1704,27 @@ static dot4_fn pick8(int type, int level)
 
 #if MATQ_X86
 /* The act256t tile of a weight type at a level, or NULL: the K-quants at
- * AVX-512 (used for the whole groups of 16 rows of a call). */
+ * AVX-512, and at AVX2 with AVX-VNNI (used for the whole groups of 16 rows
+ * of a call). */
 static dott_fn pickt(int type, int level)
 {
-    if (level < KN_SIMD_AVX512)
+    if (level < KN_SIMD_AVX2 || (level == KN_SIMD_AVX2 && !cpu_has_vnni()))
         return NULL;
+    int z = level >= KN_SIMD_AVX512;
     switch (type) {
-    case GGML_TYPE_Q4_K: return dott_q4_k;
-    case GGML_TYPE_Q5_K: return dott_q5_k;
-    case GGML_TYPE_Q6_K: return dott_q6_k;
+    case GGML_TYPE_Q4_K: return z ? dott_q4_k : dott_q4_k_vnni;
+    case GGML_TYPE_Q5_K: return z ? dott_q5_k : dott_q5_k_vnni;
+    case GGML_TYPE_Q6_K: return z ? dott_q6_k : dott_q6_k_vnni;
     default: return NULL;
     }
+}
+
+/* Rows of a call in act256t groups: whole groups of 16 from row 0 where a
+ * K-quant has a tile for them (pickt), else 0 (below 16 rows the other
+ * kernels run every row). */
+static int act_rows_t(int n, int level)
+{
+    return pickt(GGML_TYPE_Q4_K, level) ? n / 16 * 16 : 0;
 }
 #endif
 
@@ -1783,6 +1815,7 @@ struct matq_job {
     uint8_t *act_tail;     /* rows n16.. (act_row bytes each): act + the groups */
     int n16;               /* ACT_256: rows in act256t groups (act_rows_t), else 0 */
     int vec_quant;         /* ACT_256: quantize with the AVX2 twin (a SIMD level) */
+    int t512;              /* ACT_256, n16 > 0: the act256t groups by the AVX-512 quantizer */
     float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
                             * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
     size_t side_group;     /* floats of act_s per group of 8 rows */
@@ -1890,8 +1923,9 @@ static void quant_worker(void *ctx, int ith, int nth)
 #if MATQ_X86
     int ng = j->n16 / 16, nb = j->k / GGML_QK_K;
     for (int g = ng * ith / nth; g < ng * (ith + 1) / nth; g++)
-        quant_act256t_group(j->x + (size_t)g * 16 * (size_t)j->k, (size_t)j->k, j->k,
-                            (struct act256t *)(void *)j->act + (size_t)g * (size_t)nb);
+        (j->t512 ? quant_act256t_group : quant_act256t_group_avx2)(
+            j->x + (size_t)g * 16 * (size_t)j->k, (size_t)j->k, j->k,
+            (struct act256t *)(void *)j->act + (size_t)g * (size_t)nb);
 #endif
     int nt = j->n - j->n16, r0 = j->n16 + nt * ith / nth, r1 = j->n16 + nt * (ith + 1) / nth;
     if (r0 < r1)
@@ -2080,6 +2114,7 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
 #if MATQ_X86
         if (j.ak == ACT_256 && j.mat[0].dott) { /* whole groups of 16 rows transposed, then the rest */
             j.n16 = act_rows_t(n, level);
+            j.t512 = level >= KN_SIMD_AVX512;
             j.act_tail = j.act + (size_t)(j.n16 / 16) * (size_t)(k / GGML_QK_K) * sizeof(struct act256t);
         }
 #endif

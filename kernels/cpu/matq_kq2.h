@@ -227,3 +227,186 @@ XK_ENTRIES(q6_k, XK_Q6K)
 #undef XK_Q6K
 #undef XK_ENTRIES
 #undef XK_DOT8
+
+#if XK_VNNI
+/* ---- the act256t tile with AVX-VNNI: 2 weight rows x 16 or 32 activation rows
+ *
+ * The AVX-512 tile of matq.c (kq_t_tile; the design is described there)
+ * with 8-lane vectors: one act256t group is two registers per 4 positions
+ * (rows 0-7, 8-15). A tile is 2 weight rows x 16 activation rows or 1 x 32;
+ * registers: 4 x (P, isum) + 2 or 4 activation registers + the broadcast
+ * weights; the float accumulators live in memory, updated once per
+ * super-block. */
+
+/* kq_unpack_t with 256-bit vectors: values to wb[256], scales, bsum pairs,
+ * d, dmin; returns the correction C. */
+XK_ATTR static FORCE_INLINE int XK(kq_unpack_t)(int type, const uint8_t *blk, uint8_t *wb, int32_t *sc,
+                                                int32_t *pr, float *dw, float *dm)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i cacc = _mm256_setzero_si256();
+    if (type == GGML_TYPE_Q6_K) {
+        __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+        _mm256_storeu_si256((__m256i *)(void *)sc, _mm256_cvtepi8_epi32(s8));
+        _mm256_storeu_si256((__m256i *)(void *)(sc + 8), _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8)));
+        _mm256_storeu_si256((__m256i *)(void *)pr, _mm256_cvtepi8_epi16(s8));
+        __m256i sb = _mm256_broadcastsi128_si256(s8);
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6k_quarters(_mm256_loadu_si256((const __m256i *)(blk + 64 * h)),
+                         _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32)),
+                         _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)), q);
+            UNROLL for (int g = 0; g < 4; g++) {
+                _mm256_storeu_si256((__m256i *)(void *)(wb + 128 * h + 32 * g), q[g]);
+                /* low lane: scale 8h + 2g, high lane: 8h + 2g + 1 */
+                __m256i idx = _mm256_set_m128i(_mm_set1_epi8((char)(8 * h + 2 * g + 1)), _mm_set1_epi8((char)(8 * h + 2 * g)));
+                cacc = _mm256_dpbusd_avx_epi32(cacc, q[g], _mm256_shuffle_epi8(sb, idx));
+            }
+        }
+        *dw = h2f_avx2(rd16(blk + 208));
+        *dm = 0.0f;
+    } else {
+        const int q5 = type == GGML_TYPE_Q5_K;
+        struct k4_words kw = k4_scale_words(blk + 4);
+        __m128i s8 = _mm_cvtsi64_si128((long long)(kw.sc[0] | (uint64_t)kw.sc[1] << 32));
+        __m128i m8 = _mm_cvtsi64_si128((long long)(kw.mn[0] | (uint64_t)kw.mn[1] << 32));
+        _mm256_storeu_si256((__m256i *)(void *)sc, _mm256_cvtepu8_epi32(s8));
+        __m256i m32 = _mm256_cvtepu8_epi32(m8);
+        _mm256_storeu_si256((__m256i *)(void *)pr, _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16)));
+        __m256i sb = _mm256_broadcastsi128_si256(s8);
+        const uint8_t *qs = blk + (q5 ? 48 : 16);
+        __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (q5) {
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+                qh = _mm256_srli_epi16(qh, 2);
+            }
+            _mm256_storeu_si256((__m256i *)(void *)(wb + 64 * c), lo);
+            _mm256_storeu_si256((__m256i *)(void *)(wb + 64 * c + 32), hi);
+            cacc = _mm256_dpbusd_avx_epi32(cacc, lo, _mm256_shuffle_epi8(sb, _mm256_set1_epi8((char)(2 * c))));
+            cacc = _mm256_dpbusd_avx_epi32(cacc, hi, _mm256_shuffle_epi8(sb, _mm256_set1_epi8((char)(2 * c + 1))));
+        }
+        *dw = h2f_avx2(rd16(blk));
+        *dm = h2f_avx2(rd16(blk + 2));
+    }
+    return 128 * hsum_i32_avx2(cacc);
+}
+
+/* NW (1, 2) weight rows x NA (1, 2) act256t groups (ga structs apart);
+ * out[r * os + c] for the first nr rows. */
+XK_ATTR static FORCE_INLINE void XK(kq_t_tile)(int type, int k, const uint8_t *w, size_t wrb,
+                                               const struct act256t *at, size_t ga, int nr, float *out,
+                                               size_t os, const int NW, const int NA)
+{
+    const int q6 = type == GGML_TYPE_Q6_K;
+    const size_t bs = type == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
+                    : type == GGML_TYPE_Q5_K ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q6_k);
+    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8;
+    enum { NH = 4 }; /* halves of 8 rows: 2 per group */
+    _Alignas(32) uint8_t wb[2][GGML_QK_K];
+    _Alignas(32) int32_t sc[2][16], pr[2][8];
+    _Alignas(32) float acc[2][NH][8], accm[2][NH][8]; /* lane r of [c][h]: row 8 h + r */
+    int32_t corr[2];
+    float dw[2], dm[2];
+    const int nh = 2 * NA;
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int h = 0; h < NH; h++) {
+            if (h >= nh)
+                break;
+            _mm256_store_ps(acc[c][h], _mm256_setzero_ps());
+            _mm256_store_ps(accm[c][h], _mm256_setzero_ps());
+        }
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        const struct act256t *tg[2] = {at + b, at + ga + b};
+        UNROLL for (int c = 0; c < NW; c++)
+            corr[c] = XK(kq_unpack_t)(type, w + (size_t)c * wrb + (size_t)b * bs, wb[c], sc[c], pr[c], &dw[c], &dm[c]);
+        __m256i isum[2][NH];
+        UNROLL for (int c = 0; c < NW; c++)
+            UNROLL for (int h = 0; h < NH; h++)
+                isum[c][h] = _mm256_setzero_si256();
+        for (int s = 0; s < n_sub; s++) {
+            __m256i P[2][NH];
+            UNROLL for (int c = 0; c < NW; c++)
+                UNROLL for (int h = 0; h < NH; h++)
+                    P[c][h] = _mm256_setzero_si256();
+            UNROLL for (int jj = 0; jj < 8; jj++) {
+                if (jj >= per_sub)
+                    break;
+                int j = s * per_sub + jj;
+                __m256i A[NH];
+                UNROLL for (int h = 0; h < NH; h++)
+                    if (h < nh)
+                        A[h] = _mm256_load_si256((const __m256i *)(const void *)(tg[h / 2]->q[j] + 32 * (h % 2)));
+                UNROLL for (int c = 0; c < NW; c++) {
+                    int32_t w4;
+                    memcpy(&w4, wb[c] + 4 * j, sizeof w4);
+                    __m256i wv = _mm256_set1_epi32(w4);
+                    UNROLL for (int h = 0; h < NH; h++)
+                        if (h < nh)
+                            P[c][h] = _mm256_dpbusd_avx_epi32(P[c][h], A[h], wv);
+                }
+            }
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m256i scv = _mm256_set1_epi32(sc[c][s]);
+                UNROLL for (int h = 0; h < NH; h++)
+                    if (h < nh)
+                        isum[c][h] = _mm256_add_epi32(isum[c][h], _mm256_mullo_epi32(P[c][h], scv));
+            }
+        }
+        UNROLL for (int h = 0; h < NH; h++) {
+            if (h >= nh)
+                break;
+            const struct act256t *t = tg[h / 2];
+            __m256 da = _mm256_load_ps(t->d + 8 * (h % 2));
+            UNROLL for (int c = 0; c < NW; c++) {
+                __m256i mm = _mm256_setzero_si256();
+                UNROLL for (int p = 0; p < 8; p++)
+                    mm = _mm256_dpwssd_avx_epi32(mm, _mm256_load_si256((const __m256i *)(const void *)(t->bs[p] + 16 * (h % 2))),
+                                                 _mm256_set1_epi32(pr[c][p]));
+                __m256i total = _mm256_sub_epi32(isum[c][h], _mm256_set1_epi32(corr[c]));
+                if (q6)
+                    total = _mm256_sub_epi32(total, _mm256_slli_epi32(mm, 5));
+                _mm256_store_ps(acc[c][h], _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw[c]), da),
+                                                           _mm256_cvtepi32_ps(total), _mm256_load_ps(acc[c][h])));
+                if (!q6)
+                    _mm256_store_ps(accm[c][h], _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm[c]), da),
+                                                                _mm256_cvtepi32_ps(mm), _mm256_load_ps(accm[c][h])));
+            }
+        }
+    }
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int h = 0; h < NH; h++) {
+            if (h >= nh)
+                break;
+            float o[8];
+            __m256 v = _mm256_load_ps(acc[c][h]);
+            _mm256_storeu_ps(o, q6 ? v : _mm256_sub_ps(v, _mm256_load_ps(accm[c][h])));
+            for (int r = 0; r < 8 && 8 * h + r < nr; r++)
+                out[(size_t)(8 * h + r) * os + (size_t)c] = o[r];
+        }
+}
+
+#define XK_TKERNEL(T, TYPE)                                                                           \
+    XK_ATTR static void XK(dott_##T)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, \
+                                     size_t ga, int na, int nr, float *out, size_t os)                 \
+    {                                                                                                  \
+        int c = 0;                                                                                     \
+        if (na == 2) { /* 1 x 32 rows: 2 x 4 halves would not fit the 16 registers */                  \
+            for (; c < nc; c++)                                                                        \
+                XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 2);      \
+            return;                                                                                    \
+        }                                                                                              \
+        for (; c + 2 <= nc; c += 2)                                                                    \
+            XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 2, 1);          \
+        for (; c < nc; c++)                                                                            \
+            XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 1);          \
+    }
+XK_TKERNEL(q4_k, GGML_TYPE_Q4_K)
+XK_TKERNEL(q5_k, GGML_TYPE_Q5_K)
+XK_TKERNEL(q6_k, GGML_TYPE_Q6_K)
+#undef XK_TKERNEL
+#endif
