@@ -83,14 +83,15 @@
  * whole groups of 16; the groups of 16 rows (n >= 16) are quantized into
  * a row-transposed layout (struct act256t: per 4 positions, 16 rows x 4
  * bytes in one register) and run a GEMM-style tile of 4 weight rows x 16
- * or 32 activation rows: lane r of each vpdpbusd is row r's sum (weights
+ * to 64 activation rows (two groups per pass over one unpacked weight
+ * super-block): lane r of each vpdpbusd is row r's sum (weights
  * unpacked to bytes once per super-block and broadcast 4 at a time), the
  * sub-block scales applied with vpmulld, no horizontal sums at all; with
  * AVX-VNNI the AVX2 path runs the same tile on 256-bit vectors (2 weight
  * rows x 16 activation rows, or 1 x 32; matq_kq2.h). Per row the
  * operations are the reference's (exact integer sums, the same fmas in the
  * same order). At n = 64, 1 thread (bench/NOTES.md, issue 34): the AVX-512
- * tile 31-39% of vpdpbusd's peak, the AVX2 one 34-43% of the 256-bit
+ * tile 36-40% of vpdpbusd's peak, the AVX2 one 34-43% of the 256-bit
  * vpdpbusd's, both peaks measured by bench_matq's peak loop in the same
  * run. The K-quant activations (act256, act256t) are quantized
  * with vectors at every SIMD level, bit for bit the scalar quantizer.
@@ -649,8 +650,9 @@ AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, _
         CALL(k, w, a, out, 4);                                                                \
     }
 
-/* The act256t tiles: nc weight rows x na (1, 2) act256t groups of 16 rows,
- * ga structs apart (the first nr rows written). */
+/* The act256t tiles: nc weight rows x na act256t groups of 16 rows, ga
+ * structs apart (the first nr rows written); na <= 4 (AVX-512), <= 2
+ * (matq_kq2.h). */
 typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, size_t ga,
                         int na, int nr, float *out, size_t os);
 
@@ -1156,82 +1158,101 @@ AVX512 static FORCE_INLINE int kq_unpack_t(int type, const uint8_t *blk, uint8_t
     return 128 * _mm512_reduce_add_epi32(cacc);
 }
 
-/* NW (1..4) weight rows from w (stride wrb) x NA (1, 2) act256t groups of
- * 16 rows (at, the second one ga structs later); out[r * os + c] for the
- * first nr (<= 16 NA) rows. */
+/* The integer work of one super-block: NW (1..4) unpacked weight rows
+ * (wb, sc, pr, corr) x NA (1, 2) act256t groups t[0..NA-1]; the float steps
+ * into acc/accm (lane r of [c][g]: row 16 g + r of these groups). */
+AVX512 static FORCE_INLINE void kq_t_groups(int q6, const uint8_t (*wb)[GGML_QK_K], const int32_t (*sc)[16],
+                                            const int32_t (*pr)[8], const int32_t *corr, const float *dw,
+                                            const float *dm, const struct act256t *const *t,
+                                            float (*acc)[4][16], float (*accm)[4][16], const int NW,
+                                            const int NA)
+{
+    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8; /* sub-blocks; 4-position groups in one */
+    __m512i isum[4][2];
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int g = 0; g < NA; g++)
+            isum[c][g] = _mm512_setzero_si512();
+    for (int s = 0; s < n_sub; s++) {
+        __m512i P[4][2];
+        UNROLL for (int c = 0; c < NW; c++)
+            UNROLL for (int g = 0; g < NA; g++)
+                P[c][g] = _mm512_setzero_si512();
+        UNROLL for (int jj = 0; jj < 8; jj++) {
+            if (jj >= per_sub)
+                break;
+            int j = s * per_sub + jj;
+            __m512i A[2];
+            UNROLL for (int g = 0; g < NA; g++)
+                A[g] = _mm512_load_si512((const void *)t[g]->q[j]);
+            UNROLL for (int c = 0; c < NW; c++) {
+                int32_t w4;
+                memcpy(&w4, wb[c] + 4 * j, sizeof w4);
+                __m512i wv = _mm512_set1_epi32(w4);
+                UNROLL for (int g = 0; g < NA; g++)
+                    P[c][g] = _mm512_dpbusd_epi32(P[c][g], A[g], wv);
+            }
+        }
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m512i scv = _mm512_set1_epi32(sc[c][s]);
+            UNROLL for (int g = 0; g < NA; g++)
+                isum[c][g] = _mm512_add_epi32(isum[c][g], _mm512_mullo_epi32(P[c][g], scv));
+        }
+    }
+    UNROLL for (int g = 0; g < NA; g++) {
+        __m512 da = _mm512_load_ps(t[g]->d);
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m512i mm = _mm512_setzero_si512();
+            UNROLL for (int p = 0; p < 8; p++)
+                mm = _mm512_dpwssd_epi32(mm, _mm512_load_si512((const void *)t[g]->bs[p]), _mm512_set1_epi32(pr[c][p]));
+            __m512i total = _mm512_sub_epi32(isum[c][g], _mm512_set1_epi32(corr[c]));
+            if (q6)
+                total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
+            _mm512_store_ps(acc[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da),
+                                                       _mm512_cvtepi32_ps(total), _mm512_load_ps(acc[c][g])));
+            if (!q6)
+                _mm512_store_ps(accm[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da),
+                                                            _mm512_cvtepi32_ps(mm), _mm512_load_ps(accm[c][g])));
+        }
+    }
+}
+
+/* NW (1..4) weight rows from w (stride wrb) x ng (1..4) act256t groups of
+ * 16 rows (at, each next one ga structs later), two groups at a time per
+ * unpacked super-block; out[r * os + c] for the first nr (<= 16 ng) rows. */
 AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, size_t wrb,
-                                          const struct act256t *at, size_t ga, int nr, float *out,
-                                          size_t os, const int NW, const int NA)
+                                          const struct act256t *at, size_t ga, int ng, int nr, float *out,
+                                          size_t os, const int NW)
 {
     const int q6 = type == GGML_TYPE_Q6_K;
     const size_t bs = type == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
                     : type == GGML_TYPE_Q5_K ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q6_k);
-    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8; /* sub-blocks; 4-position groups in one */
     _Alignas(64) uint8_t wb[4][GGML_QK_K];
     _Alignas(64) int32_t sc[4][16], pr[4][8];
-    _Alignas(64) float acc[4][2][16], accm[4][2][16]; /* lane r of [c][g]: row 16 g + r */
+    _Alignas(64) float acc[4][4][16], accm[4][4][16]; /* lane r of [c][g]: row 16 g + r */
     int32_t corr[4];
     float dw[4], dm[4];
     UNROLL for (int c = 0; c < NW; c++)
-        UNROLL for (int g = 0; g < NA; g++) {
+        for (int g = 0; g < ng; g++) {
             _mm512_store_ps(acc[c][g], _mm512_setzero_ps());
             _mm512_store_ps(accm[c][g], _mm512_setzero_ps());
         }
     for (int b = 0; b < k / GGML_QK_K; b++) {
-        const struct act256t *t0 = at + b, *t1 = at + ga + b;
         UNROLL for (int c = 0; c < NW; c++)
             corr[c] = kq_unpack_t(type, w + (size_t)c * wrb + (size_t)b * bs, wb[c], sc[c], pr[c], &dw[c], &dm[c]);
-        __m512i isum[4][2];
-        UNROLL for (int c = 0; c < NW; c++)
-            UNROLL for (int g = 0; g < NA; g++)
-                isum[c][g] = _mm512_setzero_si512();
-        for (int s = 0; s < n_sub; s++) {
-            __m512i P[4][2];
-            UNROLL for (int c = 0; c < NW; c++)
-                UNROLL for (int g = 0; g < NA; g++)
-                    P[c][g] = _mm512_setzero_si512();
-            UNROLL for (int jj = 0; jj < 8; jj++) {
-                if (jj >= per_sub)
-                    break;
-                int j = s * per_sub + jj;
-                __m512i A[2];
-                A[0] = _mm512_load_si512((const void *)t0->q[j]);
-                if (NA > 1)
-                    A[1] = _mm512_load_si512((const void *)t1->q[j]);
-                UNROLL for (int c = 0; c < NW; c++) {
-                    int32_t w4;
-                    memcpy(&w4, wb[c] + 4 * j, sizeof w4);
-                    __m512i wv = _mm512_set1_epi32(w4);
-                    UNROLL for (int g = 0; g < NA; g++)
-                        P[c][g] = _mm512_dpbusd_epi32(P[c][g], A[g], wv);
-                }
-            }
-            UNROLL for (int c = 0; c < NW; c++) {
-                __m512i scv = _mm512_set1_epi32(sc[c][s]);
-                UNROLL for (int g = 0; g < NA; g++)
-                    isum[c][g] = _mm512_add_epi32(isum[c][g], _mm512_mullo_epi32(P[c][g], scv));
-            }
+        int g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            const struct act256t *t[2] = {at + (size_t)g * ga + b, at + (size_t)(g + 1) * ga + b};
+            kq_t_groups(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
+                        corr, dw, dm, t, (float(*)[4][16])&acc[0][g], (float(*)[4][16])&accm[0][g], NW, 2);
         }
-        UNROLL for (int g = 0; g < NA; g++) {
-            const struct act256t *t = g ? t1 : t0;
-            __m512 da = _mm512_load_ps(t->d);
-            UNROLL for (int c = 0; c < NW; c++) {
-                __m512i mm = _mm512_setzero_si512();
-                UNROLL for (int p = 0; p < 8; p++)
-                    mm = _mm512_dpwssd_epi32(mm, _mm512_load_si512((const void *)t->bs[p]), _mm512_set1_epi32(pr[c][p]));
-                __m512i total = _mm512_sub_epi32(isum[c][g], _mm512_set1_epi32(corr[c]));
-                if (q6)
-                    total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
-                _mm512_store_ps(acc[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da),
-                                                           _mm512_cvtepi32_ps(total), _mm512_load_ps(acc[c][g])));
-                if (!q6)
-                    _mm512_store_ps(accm[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da),
-                                                                _mm512_cvtepi32_ps(mm), _mm512_load_ps(accm[c][g])));
-            }
+        if (g < ng) {
+            const struct act256t *t[2] = {at + (size_t)g * ga + b, NULL};
+            kq_t_groups(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
+                        corr, dw, dm, t, (float(*)[4][16])&acc[0][g], (float(*)[4][16])&accm[0][g], NW, 1);
         }
     }
     UNROLL for (int c = 0; c < NW; c++)
-        UNROLL for (int g = 0; g < NA; g++) {
+        for (int g = 0; g < ng; g++) {
             float o[16];
             __m512 v = _mm512_load_ps(acc[c][g]);
             _mm512_storeu_ps(o, q6 ? v : _mm512_sub_ps(v, _mm512_load_ps(accm[c][g])));
@@ -1240,23 +1261,15 @@ AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, siz
         }
 }
 
-
 #define KT_KERNEL(name, T)                                                                        \
     AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, \
                             size_t ga, int na, int nr, float *out, size_t os)                     \
     {                                                                                             \
         int c = 0;                                                                                \
-        if (na == 2) {                                                                            \
-            for (; c + 4 <= nc; c += 4)                                                           \
-                kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 4, 2);        \
-            for (; c < nc; c++)                                                                   \
-                kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 2);        \
-            return;                                                                               \
-        }                                                                                         \
         for (; c + 4 <= nc; c += 4)                                                               \
-            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 4, 1);            \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, na, nr, out + c, os, 4);           \
         for (; c < nc; c++)                                                                       \
-            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 1);            \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, na, nr, out + c, os, 1);           \
     }
 KT_KERNEL(dott_q4_k, GGML_TYPE_Q4_K)
 KT_KERNEL(dott_q5_k, GGML_TYPE_Q5_K)
@@ -1979,8 +1992,11 @@ static void dot_worker(void *ctx, int ith, int nth)
 #if MATQ_X86
         if (mt->dott) { /* groups of 16 rows, two at a time (act256t; TILE_N, n16: multiples of 16) */
             size_t ga = (size_t)(j->k / GGML_QK_K);
+            int na_max = j->t512 ? 4 : 2;
             for (; r + 16 <= r1 && r + 16 <= j->n16;) {
-                int na = r + 32 <= r1 && r + 32 <= j->n16 ? 2 : 1;
+                int na = 1;
+                while (na < na_max && r + 16 * (na + 1) <= r1 && r + 16 * (na + 1) <= j->n16)
+                    na++;
                 mt->dott(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0,
                          (const struct act256t *)(const void *)j->act + (size_t)(r / 16) * ga, ga, na,
                          16 * na, mt->out + (size_t)r * m + (size_t)c0, m);
