@@ -650,9 +650,8 @@ AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, _
         CALL(k, w, a, out, 4);                                                                \
     }
 
-/* The act256t tiles: nc weight rows x na act256t groups of 16 rows, ga
- * structs apart (the first nr rows written); na <= 4 (AVX-512), <= 2
- * (matq_kq2.h). */
+/* The act256t tiles: nc weight rows x na (1..4) act256t groups of 16 rows,
+ * ga structs apart (the first nr rows written). */
 typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, size_t ga,
                         int na, int nr, float *out, size_t os);
 
@@ -1160,12 +1159,12 @@ AVX512 static FORCE_INLINE int kq_unpack_t(int type, const uint8_t *blk, uint8_t
 
 /* The integer work of one super-block: NW (1..4) unpacked weight rows
  * (wb, sc, pr, corr) x NA (1, 2) act256t groups t[0..NA-1]; the float steps
- * into acc/accm (lane r of [c][g]: row 16 g + r of these groups). */
+ * into acc/accm [c][g0 + g] (lane r: row 16 g + r of these groups). */
 AVX512 static FORCE_INLINE void kq_t_groups(int q6, const uint8_t (*wb)[GGML_QK_K], const int32_t (*sc)[16],
                                             const int32_t (*pr)[8], const int32_t *corr, const float *dw,
                                             const float *dm, const struct act256t *const *t,
-                                            float (*acc)[4][16], float (*accm)[4][16], const int NW,
-                                            const int NA)
+                                            float (*acc)[4][16], float (*accm)[4][16], int g0,
+                                            const int NW, const int NA)
 {
     const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8; /* sub-blocks; 4-position groups in one */
     __m512i isum[4][2];
@@ -1207,11 +1206,11 @@ AVX512 static FORCE_INLINE void kq_t_groups(int q6, const uint8_t (*wb)[GGML_QK_
             __m512i total = _mm512_sub_epi32(isum[c][g], _mm512_set1_epi32(corr[c]));
             if (q6)
                 total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
-            _mm512_store_ps(acc[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da),
-                                                       _mm512_cvtepi32_ps(total), _mm512_load_ps(acc[c][g])));
+            _mm512_store_ps(acc[c][g0 + g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da),
+                                                            _mm512_cvtepi32_ps(total), _mm512_load_ps(acc[c][g0 + g])));
             if (!q6)
-                _mm512_store_ps(accm[c][g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da),
-                                                            _mm512_cvtepi32_ps(mm), _mm512_load_ps(accm[c][g])));
+                _mm512_store_ps(accm[c][g0 + g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da),
+                                                                 _mm512_cvtepi32_ps(mm), _mm512_load_ps(accm[c][g0 + g])));
         }
     }
 }
@@ -1243,12 +1242,12 @@ AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, siz
         for (; g + 2 <= ng; g += 2) {
             const struct act256t *t[2] = {at + (size_t)g * ga + b, at + (size_t)(g + 1) * ga + b};
             kq_t_groups(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
-                        corr, dw, dm, t, (float(*)[4][16])&acc[0][g], (float(*)[4][16])&accm[0][g], NW, 2);
+                        corr, dw, dm, t, acc, accm, g, NW, 2);
         }
         if (g < ng) {
             const struct act256t *t[2] = {at + (size_t)g * ga + b, NULL};
             kq_t_groups(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
-                        corr, dw, dm, t, (float(*)[4][16])&acc[0][g], (float(*)[4][16])&accm[0][g], NW, 1);
+                        corr, dw, dm, t, acc, accm, g, NW, 1);
         }
     }
     UNROLL for (int c = 0; c < NW; c++)
@@ -1992,7 +1991,7 @@ static void dot_worker(void *ctx, int ith, int nth)
 #if MATQ_X86
         if (mt->dott) { /* groups of 16 rows, two at a time (act256t; TILE_N, n16: multiples of 16) */
             size_t ga = (size_t)(j->k / GGML_QK_K);
-            int na_max = j->t512 ? 4 : 2;
+            int na_max = 4;
             for (; r + 16 <= r1 && r + 16 <= j->n16;) {
                 int na = 1;
                 while (na < na_max && r + 16 * (na + 1) <= r1 && r + 16 * (na + 1) <= j->n16)

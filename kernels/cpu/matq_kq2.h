@@ -233,10 +233,11 @@ XK_ENTRIES(q6_k, XK_Q6K)
  *
  * The AVX-512 tile of matq.c (kq_t_tile; the design is described there)
  * with 8-lane vectors: one act256t group is two registers per 4 positions
- * (rows 0-7, 8-15). A tile is 2 weight rows x 16 activation rows or 1 x 32;
- * registers: 4 x (P, isum) + 2 or 4 activation registers + the broadcast
- * weights; the float accumulators live in memory, updated once per
- * super-block. */
+ * (rows 0-7, 8-15). One unpacked weight super-block serves every group of
+ * the call's tile (up to 64 rows), 2 weight rows x 16 activation rows or
+ * 1 x 32 per pass; registers: 4 x (P, isum) + 2 or 4 activation registers
+ * + the broadcast weights; the float accumulators live in memory, updated
+ * once per super-block. */
 
 /* kq_unpack_t with 256-bit vectors: values to wb[256], scales, bsum pairs,
  * d, dmin; returns the correction C. */
@@ -296,92 +297,105 @@ XK_ATTR static FORCE_INLINE int XK(kq_unpack_t)(int type, const uint8_t *blk, ui
     return 128 * hsum_i32_avx2(cacc);
 }
 
-/* NW (1, 2) weight rows x NA (1, 2) act256t groups (ga structs apart);
- * out[r * os + c] for the first nr rows. */
+/* The integer work of one super-block: NW (1, 2) unpacked weight rows x NH
+ * (2, 4) halves of 8 rows (act256t groups t[h / 2]); the float steps into
+ * acc/accm [c][h0 + h] (lane r: row 8 h + r of these groups). */
+XK_ATTR static FORCE_INLINE void XK(kq_t_halves)(int q6, const uint8_t (*wb)[GGML_QK_K], const int32_t (*sc)[16],
+                                                 const int32_t (*pr)[8], const int32_t *corr, const float *dw,
+                                                 const float *dm, const struct act256t *const *t,
+                                                 float (*acc)[8][8], float (*accm)[8][8], int h0,
+                                                 const int NW, const int NH)
+{
+    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8;
+    __m256i isum[2][4];
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int h = 0; h < NH; h++)
+            isum[c][h] = _mm256_setzero_si256();
+    for (int s = 0; s < n_sub; s++) {
+        __m256i P[2][4];
+        UNROLL for (int c = 0; c < NW; c++)
+            UNROLL for (int h = 0; h < NH; h++)
+                P[c][h] = _mm256_setzero_si256();
+        UNROLL for (int jj = 0; jj < 8; jj++) {
+            if (jj >= per_sub)
+                break;
+            int j = s * per_sub + jj;
+            __m256i A[4];
+            UNROLL for (int h = 0; h < NH; h++)
+                A[h] = _mm256_load_si256((const __m256i *)(const void *)(t[h / 2]->q[j] + 32 * (h % 2)));
+            UNROLL for (int c = 0; c < NW; c++) {
+                int32_t w4;
+                memcpy(&w4, wb[c] + 4 * j, sizeof w4);
+                __m256i wv = _mm256_set1_epi32(w4);
+                UNROLL for (int h = 0; h < NH; h++)
+                    P[c][h] = _mm256_dpbusd_avx_epi32(P[c][h], A[h], wv);
+            }
+        }
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m256i scv = _mm256_set1_epi32(sc[c][s]);
+            UNROLL for (int h = 0; h < NH; h++)
+                isum[c][h] = _mm256_add_epi32(isum[c][h], _mm256_mullo_epi32(P[c][h], scv));
+        }
+    }
+    UNROLL for (int h = 0; h < NH; h++) {
+        const struct act256t *tt = t[h / 2];
+        __m256 da = _mm256_load_ps(tt->d + 8 * (h % 2));
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m256i mm = _mm256_setzero_si256();
+            UNROLL for (int p = 0; p < 8; p++)
+                mm = _mm256_dpwssd_avx_epi32(mm, _mm256_load_si256((const __m256i *)(const void *)(tt->bs[p] + 16 * (h % 2))),
+                                             _mm256_set1_epi32(pr[c][p]));
+            __m256i total = _mm256_sub_epi32(isum[c][h], _mm256_set1_epi32(corr[c]));
+            if (q6)
+                total = _mm256_sub_epi32(total, _mm256_slli_epi32(mm, 5));
+            _mm256_store_ps(acc[c][h0 + h], _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw[c]), da),
+                                                            _mm256_cvtepi32_ps(total), _mm256_load_ps(acc[c][h0 + h])));
+            if (!q6)
+                _mm256_store_ps(accm[c][h0 + h], _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm[c]), da),
+                                                                 _mm256_cvtepi32_ps(mm), _mm256_load_ps(accm[c][h0 + h])));
+        }
+    }
+}
+
+/* NW (1, 2) weight rows x ng (1..4) act256t groups (ga structs apart): one
+ * unpacked weight super-block for all of them - 2 x 16 rows or 1 x 32 per
+ * pass (2 x 32 would not fit the 16 registers); out[r * os + c] for the
+ * first nr rows. */
 XK_ATTR static FORCE_INLINE void XK(kq_t_tile)(int type, int k, const uint8_t *w, size_t wrb,
-                                               const struct act256t *at, size_t ga, int nr, float *out,
-                                               size_t os, const int NW, const int NA)
+                                               const struct act256t *at, size_t ga, int ng, int nr, float *out,
+                                               size_t os, const int NW)
 {
     const int q6 = type == GGML_TYPE_Q6_K;
     const size_t bs = type == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
                     : type == GGML_TYPE_Q5_K ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q6_k);
-    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8;
-    enum { NH = 4 }; /* halves of 8 rows: 2 per group */
     _Alignas(32) uint8_t wb[2][GGML_QK_K];
     _Alignas(32) int32_t sc[2][16], pr[2][8];
-    _Alignas(32) float acc[2][NH][8], accm[2][NH][8]; /* lane r of [c][h]: row 8 h + r */
+    _Alignas(32) float acc[2][8][8], accm[2][8][8]; /* lane r of [c][h]: row 8 h + r */
     int32_t corr[2];
     float dw[2], dm[2];
-    const int nh = 2 * NA;
     UNROLL for (int c = 0; c < NW; c++)
-        UNROLL for (int h = 0; h < NH; h++) {
-            if (h >= nh)
-                break;
+        for (int h = 0; h < 2 * ng; h++) {
             _mm256_store_ps(acc[c][h], _mm256_setzero_ps());
             _mm256_store_ps(accm[c][h], _mm256_setzero_ps());
         }
     for (int b = 0; b < k / GGML_QK_K; b++) {
-        const struct act256t *tg[2] = {at + b, at + ga + b};
         UNROLL for (int c = 0; c < NW; c++)
             corr[c] = XK(kq_unpack_t)(type, w + (size_t)c * wrb + (size_t)b * bs, wb[c], sc[c], pr[c], &dw[c], &dm[c]);
-        __m256i isum[2][NH];
-        UNROLL for (int c = 0; c < NW; c++)
-            UNROLL for (int h = 0; h < NH; h++)
-                isum[c][h] = _mm256_setzero_si256();
-        for (int s = 0; s < n_sub; s++) {
-            __m256i P[2][NH];
-            UNROLL for (int c = 0; c < NW; c++)
-                UNROLL for (int h = 0; h < NH; h++)
-                    P[c][h] = _mm256_setzero_si256();
-            UNROLL for (int jj = 0; jj < 8; jj++) {
-                if (jj >= per_sub)
-                    break;
-                int j = s * per_sub + jj;
-                __m256i A[NH];
-                UNROLL for (int h = 0; h < NH; h++)
-                    if (h < nh)
-                        A[h] = _mm256_load_si256((const __m256i *)(const void *)(tg[h / 2]->q[j] + 32 * (h % 2)));
-                UNROLL for (int c = 0; c < NW; c++) {
-                    int32_t w4;
-                    memcpy(&w4, wb[c] + 4 * j, sizeof w4);
-                    __m256i wv = _mm256_set1_epi32(w4);
-                    UNROLL for (int h = 0; h < NH; h++)
-                        if (h < nh)
-                            P[c][h] = _mm256_dpbusd_avx_epi32(P[c][h], A[h], wv);
-                }
+        int g = 0;
+        if (NW == 1)
+            for (; g + 2 <= ng; g += 2) {
+                const struct act256t *t[2] = {at + (size_t)g * ga + b, at + (size_t)(g + 1) * ga + b};
+                XK(kq_t_halves)(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc,
+                                (const int32_t(*)[8])pr, corr, dw, dm, t, acc, accm, 2 * g, 1, 4);
             }
-            UNROLL for (int c = 0; c < NW; c++) {
-                __m256i scv = _mm256_set1_epi32(sc[c][s]);
-                UNROLL for (int h = 0; h < NH; h++)
-                    if (h < nh)
-                        isum[c][h] = _mm256_add_epi32(isum[c][h], _mm256_mullo_epi32(P[c][h], scv));
-            }
-        }
-        UNROLL for (int h = 0; h < NH; h++) {
-            if (h >= nh)
-                break;
-            const struct act256t *t = tg[h / 2];
-            __m256 da = _mm256_load_ps(t->d + 8 * (h % 2));
-            UNROLL for (int c = 0; c < NW; c++) {
-                __m256i mm = _mm256_setzero_si256();
-                UNROLL for (int p = 0; p < 8; p++)
-                    mm = _mm256_dpwssd_avx_epi32(mm, _mm256_load_si256((const __m256i *)(const void *)(t->bs[p] + 16 * (h % 2))),
-                                                 _mm256_set1_epi32(pr[c][p]));
-                __m256i total = _mm256_sub_epi32(isum[c][h], _mm256_set1_epi32(corr[c]));
-                if (q6)
-                    total = _mm256_sub_epi32(total, _mm256_slli_epi32(mm, 5));
-                _mm256_store_ps(acc[c][h], _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw[c]), da),
-                                                           _mm256_cvtepi32_ps(total), _mm256_load_ps(acc[c][h])));
-                if (!q6)
-                    _mm256_store_ps(accm[c][h], _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dm[c]), da),
-                                                                _mm256_cvtepi32_ps(mm), _mm256_load_ps(accm[c][h])));
-            }
+        for (; g < ng; g++) {
+            const struct act256t *t[2] = {at + (size_t)g * ga + b, NULL};
+            XK(kq_t_halves)(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
+                            corr, dw, dm, t, acc, accm, 2 * g, NW, 2);
         }
     }
     UNROLL for (int c = 0; c < NW; c++)
-        UNROLL for (int h = 0; h < NH; h++) {
-            if (h >= nh)
-                break;
+        for (int h = 0; h < 2 * ng; h++) {
             float o[8];
             __m256 v = _mm256_load_ps(acc[c][h]);
             _mm256_storeu_ps(o, q6 ? v : _mm256_sub_ps(v, _mm256_load_ps(accm[c][h])));
@@ -395,15 +409,12 @@ XK_ATTR static FORCE_INLINE void XK(kq_t_tile)(int type, int k, const uint8_t *w
                                      size_t ga, int na, int nr, float *out, size_t os)                 \
     {                                                                                                  \
         int c = 0;                                                                                     \
-        if (na == 2) { /* 1 x 32 rows: 2 x 4 halves would not fit the 16 registers */                  \
-            for (; c < nc; c++)                                                                        \
-                XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 2);      \
-            return;                                                                                    \
+        if (na == 1) { /* 2 x 16 rows */                                                               \
+            for (; c + 2 <= nc; c += 2)                                                                \
+                XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, na, nr, out + c, os, 2);     \
         }                                                                                              \
-        for (; c + 2 <= nc; c += 2)                                                                    \
-            XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 2, 1);          \
-        for (; c < nc; c++)                                                                            \
-            XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, nr, out + c, os, 1, 1);          \
+        for (; c < nc; c++) /* 1 x 32 rows */                                                          \
+            XK(kq_t_tile)(TYPE, k, w0 + (size_t)c * wrb, wrb, at, ga, na, nr, out + c, os, 1);         \
     }
 XK_TKERNEL(q4_k, GGML_TYPE_Q4_K)
 XK_TKERNEL(q5_k, GGML_TYPE_Q5_K)
