@@ -455,12 +455,27 @@ out:
     return rc;
 }
 
+/* CPU time of the process (all threads), ns. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size_t err_len)
 {
     static const char unit[] = "The quick brown fox jumps over the lazy dog. ";
     struct slot e;
     struct buf text;
     int32_t *ids = NULL;
+    uint64_t *step_ns = NULL; /* (n_dec) wall time of each decode step */
     int reps = o->n_prompt_repeat > 0 ? o->n_prompt_repeat : 6;
     int n_dec = o->n_decode > 0 ? o->n_decode : 128;
     buf_init(&text, 1u << 24);
@@ -488,25 +503,40 @@ int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size
         rc = fail(err, err_len, ERR_INVAL, "prompt of %zu tokens + %d does not fit", n, n_dec);
         goto out;
     }
+    if (!(step_ns = malloc((size_t)n_dec * sizeof *step_ns))) {
+        rc = fail(err, err_len, ERR_NOMEM, "out of memory");
+        goto out;
+    }
     const float *lg;
-    uint64_t t0 = clock_mono_ns();
+    uint64_t t0 = clock_mono_ns(), c0 = cpu_ns();
     if ((rc = slot_next_logits(&e, 0, ids, n, &lg)))
         goto fwd;
-    uint64_t t1 = clock_mono_ns();
+    uint64_t t1 = clock_mono_ns(), ts = t1, c1 = cpu_ns();
     for (int i = 0; i < n_dec; i++) {
         ids[n] = kn_argmax_f32(lg, e.m->hp.n_vocab);
         n++;
         if ((rc = slot_next_logits(&e, 0, ids, n, &lg)))
             goto fwd;
+        uint64_t te = clock_mono_ns();
+        step_ns[i] = te - ts;
+        ts = te;
     }
-    uint64_t t2 = clock_mono_ns();
-    fprintf(out, "threads %d: prefill %zu tok %.1f tok/s, decode %d tok %.1f tok/s\n",
-            kn_pool_threads(e.pool), n - (size_t)n_dec, rate((int64_t)(n - (size_t)n_dec), t1 - t0),
-            n_dec, rate(n_dec, t2 - t1));
+    uint64_t t2 = clock_mono_ns(), c2 = cpu_ns();
+    /* the median step and the process CPU time per token as well: on a
+     * shared machine the mean moves with the other jobs' load, the median
+     * and (at 1 thread) the CPU time much less */
+    qsort(step_ns, (size_t)n_dec, sizeof *step_ns, cmp_u64);
+    size_t n_pre = n - (size_t)n_dec;
+    fprintf(out, "threads %d: prefill %zu tok %.1f tok/s, decode %d tok %.1f tok/s, median step %.1f tok/s; "
+            "cpu prefill %.3f ms/tok, decode %.3f ms/tok\n",
+            kn_pool_threads(e.pool), n_pre, rate((int64_t)n_pre, t1 - t0), n_dec, rate(n_dec, t2 - t1),
+            rate(1, step_ns[n_dec / 2]), (double)(c1 - c0) / 1e6 / (double)n_pre,
+            (double)(c2 - c1) / 1e6 / n_dec);
     goto out;
 fwd:
     fail(err, err_len, rc, "forward pass failed: %s", err_msg(rc));
 out:
+    free(step_ns);
     free(ids);
     buf_release(&text);
     slot_release(&e);

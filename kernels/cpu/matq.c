@@ -70,22 +70,40 @@
  * 1.5-2.3x the 4-row kernels it replaced; bench/NOTES.md, 2026-12-02).
  * There is no load-time repacking: the tile reads the GGUF blocks in place
  * (the mapping is the only copy of the weights).
- * The K-quants have 1-row and 4-row kernels at both levels (one unpacking
- * of a weight super-block for 4 activation rows), plus an 8-row kernel at
- * AVX-512; there two 32-value sub-blocks share a register and vpdpwssd
- * applies their scales. The 4- and 8-row kernels do the per-super-block
- * tail (horizontal sums, mins, fmas) for all their rows in one 4- or 8-lane
- * vector, lane r = row r. Per row the operations are the reference's (exact
- * integer sums, the same fmas in the same order). At n = 64, 1 thread, they
- * reach about 50% (AVX2, 4 rows) of the AVX2 maddubs+madd idiom's peak and
- * about 25% (AVX-512, 8 rows) of vpdpbusd's, both peaks measured by
- * bench_matq's peak loop in the same run (bench/NOTES.md, 2026-12-01).
+ * At AVX2 with AVX-VNNI a call with n == 1 (decode) stores its activations
+ * signed and the signed types take |w| and the sign transfer instead of
+ * the q + 128 correction (fewer instructions on the vpdpbusd ports).
+ * The K-quants: at AVX2 (matq_kq2.h, twice: AVX-VNNI vpdpwssd, or madd +
+ * add) one weight super-block is unpacked once and dotted with 1, 4 or
+ * (VNNI only: the plain form spills) 8 activation rows, maddubs and the
+ * sub-block scale per 32 weights and row; the 4- and 8-row kernels do the
+ * per-super-block tail (horizontal sums, mins, fmas) for all their rows in
+ * one 4- or 8-lane vector, lane r = row r. At AVX-512 the same with two
+ * sub-blocks per register (1, 4, 8 rows) for the rows of a call outside
+ * whole groups of 16; the groups of 16 rows (n >= 16) are quantized into
+ * a row-transposed layout (struct act256t: per 4 positions, 16 rows x 4
+ * bytes in one register) and run a GEMM-style tile of 4 weight rows x 16
+ * to 64 activation rows (two groups per pass over one unpacked weight
+ * super-block): lane r of each vpdpbusd is row r's sum (weights
+ * unpacked to bytes once per super-block and broadcast 4 at a time), the
+ * sub-block scales applied with vpmulld, no horizontal sums at all; with
+ * AVX-VNNI the AVX2 path runs the same tile on 256-bit vectors (2 weight
+ * rows x 16 activation rows, or 1 x 32; matq_kq2.h). Per row the
+ * operations are the reference's (exact integer sums, the same fmas in the
+ * same order). At n = 64, 1 thread (bench/NOTES.md, issue 34): the AVX-512
+ * tile 36-40% of vpdpbusd's peak, the AVX2 one 34-43% of the 256-bit
+ * vpdpbusd's, both peaks measured by bench_matq's peak loop in the same
+ * run. The K-quant activations (act256, act256t) are quantized
+ * with vectors at every SIMD level, bit for bit the scalar quantizer.
  *
  * Performance notes for callers: quantizing the activations costs O(n k)
  * per call, so fuse products that share x (q/k/v, gate/up) into one call
  * on concatenated weight rows when the layout allows. Work is split into
  * tiles of 16 weight rows x 64 activation rows handed out dynamically, so
- * any thread count works; use no more threads than physical cores.
+ * any thread count works (calls of up to 8 rows - decode - take larger
+ * weight tiles: the counter's cache line moving between cores cost about
+ * as much as a 16-row tile of work); use no more threads than physical
+ * cores.
  *
  * Reference: the scalar path of this file (KN_SIMD_SCALAR) defines the
  * results; the SIMD paths give its bits (tolerance 0). cuda/matvec.cu is
@@ -153,6 +171,17 @@ struct act256 {
     int16_t bsums[GGML_QK_K / 16]; /* sum of q[16g .. 16g+15] */
     int8_t q[GGML_QK_K];
 };
+
+/* act256 of 16 rows transposed (the K-quant tiles of matq.c's AVX-512
+ * section and matq_kq2.h): per 4 positions j, the 16 rows' 4 bytes in one
+ * 64-byte line, stored q + 128; the bsums as i16 pairs per row; the d. */
+struct act256t {
+    uint8_t q[GGML_QK_K / 4][64]; /* [j][4 r + i] = q of row r at position 4 j + i, + 128 */
+    int16_t bs[8][32];            /* [p][2 r + h] = bsums[2 p + h] of row r */
+    float d[16];                  /* d of row r */
+};
+
+_Static_assert(sizeof(struct act256t) == 16 * sizeof(struct act256), "act256t: 16 act256 blocks");
 
 _Static_assert(sizeof(struct act32) == 40, "act32 size");
 _Static_assert(sizeof(struct act256) == 292, "act256 size");
@@ -506,9 +535,6 @@ AVX2 static inline __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
-/* The AVX-VNNI (vpdpbusd on 256 bits) functions' attribute. */
-#define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-
 /* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
  * unsigned), as 32 bytes in element order. */
 AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
@@ -523,13 +549,6 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
         return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
     default: return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
-}
-
-/* maddubs (u8 weights <= 63, s8 activations) then madd with the i16 scale:
- * 8 x i32, exact (|pair| <= 2 * 63 * 127, |scaled| < 2^31). */
-AVX2 static inline __m256i scaled_dot(__m256i u, __m256i s, __m256i scale16)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
 }
 
 /* ---- K-quants, AVX2: NR activation rows per weight row ------------------------------
@@ -602,64 +621,6 @@ AVX2 static FORCE_INLINE int bsum_dot_avx2(const int16_t *bsums, __m256i s16)
     return hsum_i32_avx2(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bsums), s16));
 }
 
-/* Q4_K (Q5 = 0) or Q5_K (Q5 = 1) against NR rows. */
-AVX2 static FORCE_INLINE void q45k_rows_avx2(int k, const uint8_t *w, const struct act256 *const *a,
-                                              float *out, const int NR, const int Q5)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    const size_t bs = Q5 ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    __m128 accv = _mm_setzero_ps(), accmv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        const uint8_t *blk = w + (size_t)b * bs;
-        struct k4_words kw = k4_scale_words(blk + 4);
-        const uint8_t *qs = blk + (Q5 ? 48 : 16);
-        __m256i qh = Q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-        __m256i isum[4];
-        UNROLL for (int r = 0; r < NR; r++)
-            isum[r] = _mm256_setzero_si256();
-        UNROLL for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (Q5) { /* bit 2c of qh[l]: 5th bit of sub-block 2c; bit 2c+1: of 2c+1 */
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-                qh = _mm256_srli_epi16(qh, 2);
-            }
-            __m256i s0 = _mm256_set1_epi16((short)k4_byte(kw.sc, 2 * c)),
-                    s1 = _mm256_set1_epi16((short)k4_byte(kw.sc, 2 * c + 1));
-            UNROLL for (int r = 0; r < NR; r++) {
-                __m256i y0 = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c));
-                __m256i y1 = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 64 * c + 32));
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(scaled_dot(lo, y0, s0),
-                                                                     scaled_dot(hi, y1, s1)));
-            }
-        }
-        __m256i mins = k4_mins16(&kw);
-        float dw = h2f_avx2(rd16(blk)), dm = h2f_avx2(rd16(blk + 2));
-        if (NR == 4) { /* lane r of each vector: row r's scalar steps below */
-            __m256i tm[4];
-            UNROLL for (int r = 0; r < 4; r++)
-                tm[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), mins);
-            __m128 ad = act_d4(a, b);
-            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), ad), _mm_cvtepi32_ps(hsum_rows4(isum)), accv);
-            accmv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dm), ad), _mm_cvtepi32_ps(hsum_rows4(tm)), accmv);
-            continue;
-        }
-        UNROLL for (int r = 0; r < NR; r++) {
-            int imin = bsum_dot_avx2(a[r][b].bsums, mins);
-            acc[r] = fmaf(dw * a[r][b].d, (float)hsum_i32_avx2(isum[r]), acc[r]);
-            accm[r] = fmaf(dm * a[r][b].d, (float)imin, accm[r]);
-        }
-    }
-    if (NR == 4) {
-        _mm_storeu_ps(out, _mm_sub_ps(accv, accmv));
-        return;
-    }
-    UNROLL for (int r = 0; r < NR; r++)
-        out[r] = acc[r] - accm[r];
-}
-
 /* The 6-bit values of the four 32-value quarters of Q6_K half h, from the
  * half's ql (l0, l1) and qh: quarter g pairs with activations 128 h + 32 g. */
 AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, __m256i q[4])
@@ -672,57 +633,6 @@ AVX2 static FORCE_INLINE void q6k_quarters(__m256i l0, __m256i l1, __m256i qh, _
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
     q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-}
-
-AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struct act256 *const *a,
-                                             float *out, const int NR)
-{
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    __m128 accv = _mm_setzero_ps(); /* NR == 4: lane r = acc[r] */
-    for (int b = 0; b < k / GGML_QK_K; b++) {
-        const uint8_t *blk = w + (size_t)b * sizeof(struct quant_block_q6_k);
-        const uint8_t *ql = blk, *qhp = blk + 128;
-        const int8_t *scales = (const int8_t *)(blk + 192);
-        __m256i isum[4];
-        UNROLL for (int r = 0; r < NR; r++)
-            isum[r] = _mm256_setzero_si256();
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
-            __m256i q[4];
-            q6k_quarters(l0, l1, qh, q);
-            UNROLL for (int g = 0; g < 4; g++) {
-                int si = 8 * h + 2 * g;
-                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(scales[si + 1]), _mm_set1_epi16(scales[si]));
-                UNROLL for (int r = 0; r < NR; r++) {
-                    __m256i y = _mm256_loadu_si256((const __m256i *)(a[r][b].q + 128 * h + 32 * g));
-                    isum[r] = _mm256_add_epi32(isum[r], scaled_dot(q[g], y, scv));
-                }
-            }
-        }
-        /* the -32 offset: 32 * sum_g scale_g * bsum_g */
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales));
-        float dw = h2f_avx2(rd16(blk + 208));
-        if (NR == 4) { /* lane r: row r's scalar steps below */
-            __m256i tc[4];
-            UNROLL for (int r = 0; r < 4; r++)
-                tc[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)a[r][b].bsums), sc16);
-            __m128i total = _mm_sub_epi32(hsum_rows4(isum), _mm_slli_epi32(hsum_rows4(tc), 5));
-            accv = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), act_d4(a, b)), _mm_cvtepi32_ps(total), accv);
-            continue;
-        }
-        UNROLL for (int r = 0; r < NR; r++) {
-            int total = hsum_i32_avx2(isum[r]) - 32 * bsum_dot_avx2(a[r][b].bsums, sc16);
-            acc[r] = fmaf(dw * a[r][b].d, (float)total, acc[r]);
-        }
-    }
-    if (NR == 4) {
-        _mm_storeu_ps(out, accv);
-        return;
-    }
-    UNROLL for (int r = 0; r < NR; r++)
-        out[r] = acc[r];
 }
 
 /* One-row (dot_fn) and four-row (dot4_fn) entry points of a rows kernel. */
@@ -740,12 +650,46 @@ AVX2 static FORCE_INLINE void q6k_rows_avx2(int k, const uint8_t *w, const struc
         CALL(k, w, a, out, 4);                                                                \
     }
 
-#define Q4K_AVX2(k, w, a, o, nr) q45k_rows_avx2(k, w, a, o, nr, 0)
-#define Q5K_AVX2(k, w, a, o, nr) q45k_rows_avx2(k, w, a, o, nr, 1)
-#define Q6K_AVX2(k, w, a, o, nr) q6k_rows_avx2(k, w, a, o, nr)
-KQ_PAIR(AVX2, dot_q4_k_avx2, dot4_q4_k_avx2, Q4K_AVX2)
-KQ_PAIR(AVX2, dot_q5_k_avx2, dot4_q5_k_avx2, Q5K_AVX2)
-KQ_PAIR(AVX2, dot_q6_k_avx2, dot4_q6_k_avx2, Q6K_AVX2)
+/* The act256t tiles: nc weight rows x na (1..4) act256t groups of 16 rows,
+ * ga structs apart (the first nr rows written). */
+typedef void (*dott_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, size_t ga,
+                        int na, int nr, float *out, size_t os);
+
+/* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
+ * (exact, so the same integers as eight horizontal sums). */
+AVX2 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
+{
+    __m256i a0 = _mm256_hadd_epi32(t[0], t[1]), a1 = _mm256_hadd_epi32(t[2], t[3]);
+    __m256i a2 = _mm256_hadd_epi32(t[4], t[5]), a3 = _mm256_hadd_epi32(t[6], t[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* The activation scales of block b of eight rows, lane r = a[r][b].d. */
+AVX2 static FORCE_INLINE __m256 act_d8(const struct act256 *const *a, int b)
+{
+    return _mm256_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d, a[4][b].d, a[5][b].d,
+                          a[6][b].d, a[7][b].d);
+}
+
+/* The AVX-VNNI (vpdpbusd, vpdpwssd on 256 bits) functions' attribute. */
+#define VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+#define XK_VNNI 0
+#define XK(name) name##_avx2
+#define XK_ATTR AVX2
+#include "kernels/cpu/matq_kq2.h"
+#undef XK_VNNI
+#undef XK
+#undef XK_ATTR
+#define XK_VNNI 1
+#define XK(name) name##_vnni
+#define XK_ATTR VNNI
+#include "kernels/cpu/matq_kq2.h"
+#undef XK_VNNI
+#undef XK
+#undef XK_ATTR
 
 /* Float weights: four 8-lane accumulators = lanes 0-31; the tail (k % 32)
  * goes through the same lanes in scalar code; sum32 combines them. */
@@ -820,6 +764,66 @@ AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_ou
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* quant_act256_row with 8-lane vectors, bit for bit (as quant_block32_avx2);
+ * the bsums from vpsadbw of the values + 128 (sums of 8, minus 8 * 128). */
+AVX2 static void quant_act256_row_avx2(const float *x, int k, struct act256 *out)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (int b = 0; b < k / GGML_QK_K; b++, x += GGML_QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int i = 0; i < 32; i++) {
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + 8 * i), absm);
+            mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_cmp_ps(a, a, _CMP_ORD_Q)));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+        for (int c = 0; c < 8; c++) { /* 32 values */
+            __m256i iq[4];
+            for (int i = 0; i < 4; i++) {
+                __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * i), vid),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+                iq[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            }
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iq[0], iq[1]), _mm256_packs_epi32(iq[2], iq[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(void *)(out[b].q + 32 * c), p);
+            uint64_t sad[4];
+            _mm256_storeu_si256((__m256i *)(void *)sad,
+                                _mm256_sad_epu8(_mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256()));
+            out[b].bsums[2 * c] = (int16_t)((int)(sad[0] + sad[1]) - 16 * 128);
+            out[b].bsums[2 * c + 1] = (int16_t)((int)(sad[2] + sad[3]) - 16 * 128);
+        }
+        out[b].d = d;
+    }
+}
+
+/* quant_act256_row for a group of 16 rows into act256t, with 8-lane vectors
+ * (row by row, then transposed: the same numbers). */
+AVX2 static void quant_act256t_group_avx2(const float *x, size_t ldx, int k, struct act256t *out)
+{
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        struct act256t *t = out + b;
+        for (int r = 0; r < 16; r++) {
+            struct act256 a;
+            quant_act256_row_avx2(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, GGML_QK_K, &a);
+            for (int j = 0; j < GGML_QK_K / 4; j++) {
+                uint32_t v;
+                memcpy(&v, a.q + 4 * j, sizeof v);
+                v ^= 0x80808080u;
+                memcpy(t->q[j] + 4 * r, &v, sizeof v);
+            }
+            for (int g = 0; g < 16; g++)
+                t->bs[g / 2][2 * r + g % 2] = a.bsums[g];
+            t->d[r] = a.d;
+        }
+    }
+}
+
 /* One activation row of nb blocks into ACT_32V: q (+ 128 if u8) at dst,
  * scale and offset of block b at side[8 b] and side[8 (nb + b)]. */
 AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side, int u8)
@@ -884,27 +888,9 @@ AVX512 static FORCE_INLINE __m512i join256(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* Eight integer sums at once: lane r = the sum of all i32 lanes of t[r]
- * (exact, so the same integers as eight horizontal sums). */
-AVX512 static FORCE_INLINE __m256i hsum_rows8(const __m256i t[8])
-{
-    __m256i a0 = _mm256_hadd_epi32(t[0], t[1]), a1 = _mm256_hadd_epi32(t[2], t[3]);
-    __m256i a2 = _mm256_hadd_epi32(t[4], t[5]), a3 = _mm256_hadd_epi32(t[6], t[7]);
-    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
-                            _mm256_permute2x128_si256(b0, b1, 0x31));
-}
-
 AVX512 static FORCE_INLINE __m256i fold512(__m512i v)
 {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-/* The activation scales of block b of eight rows, lane r = a[r][b].d. */
-AVX512 static FORCE_INLINE __m256 act_d8(const struct act256 *const *a, int b)
-{
-    return _mm256_setr_ps(a[0][b].d, a[1][b].d, a[2][b].d, a[3][b].d, a[4][b].d, a[5][b].d,
-                          a[6][b].d, a[7][b].d);
 }
 
 AVX512 static FORCE_INLINE void q45k_rows_avx512(int k, const uint8_t *w, const struct act256 *const *a,
@@ -1073,6 +1059,268 @@ KQ_PAIR(AVX512, dot_q6_k_avx512, dot4_q6_k_avx512, Q6K_512)
 KQ_8(dot8_q4_k_avx512, Q4K_512)
 KQ_8(dot8_q5_k_avx512, Q5K_512)
 KQ_8(dot8_q6_k_avx512, Q6K_512)
+
+/* ---- K-quants, AVX-512 VNNI: 4 weight rows x 16 activation rows, row-transposed activations
+ *
+ * The kernels above put 64 weights of one row in a register and need, per
+ * (weight row, activation row, super-block), a 16-lane horizontal sum, the
+ * bsums dot and its sum, and the fmas (the "tail"): about as many
+ * instructions as the maddubs + vpdpwssd pairs of the inner products, and
+ * the pair itself is two instructions per 64 products where vpdpbusd is
+ * one. This tile turns the product around, as GEMM microkernels do: the
+ * activations of 16 rows are stored transposed (struct act256t: per group
+ * of 4 positions, 16 rows x 4 bytes = one register, q + 128), the weights
+ * are unpacked once per super-block to bytes on the stack, and lane r of
+ * one vpdpbusd (activations as the unsigned operand, 4 weight bytes
+ * broadcast from memory as the signed one - K-quant values are 0..63)
+ * accumulates row r's products: 64 products per instruction, every lane
+ * useful, no horizontal sums. Per sub-block of 32 (Q6_K: 16) positions the
+ * 16 row sums P are multiplied by the sub-block scale (vpmulld) and added;
+ * the +128 of the activations adds 128 * sum_s scale_s * sum(w over s) to
+ * every row: C, computed once per weight row and super-block (one vpdpbusd
+ * of the weights with their scales per 64 positions) and subtracted. The
+ * mins (Q4_K/Q5_K) and the -32 of Q6_K are vpdpwssd of the 16 rows' bsums
+ * (stored as i16 pairs, row-major in the lanes) with the scales. All of
+ * it exact: |P| <= 32 * 255 * 31 (16 * 255 * 63), the scaled sums stay
+ * below 2^31 (Q6_K: 16 * 128 * 16 * 255 * 63 < 2^30). Then per row and
+ * super-block the reference's float steps, 16 rows per instruction (lane r
+ * = row r): acc = fma(d_w * d_a, (float)isum, acc), accm likewise, acc -
+ * accm. Registers: 4 x (P, isum, acc, accm) + the activation register. */
+
+/* One weight row's super-block: the values (0..63) as bytes in position
+ * order into wb[256], the scale of each i32 dword-broadcastable sub-block
+ * (Q4_K/Q5_K: 8 of 32 positions; Q6_K: 16 of 16) into sc[], the i16 pairs
+ * the bsums pairs are multiplied by into pr[8] (Q4_K/Q5_K: (min_p, min_p);
+ * Q6_K: (scale_2p, scale_2p+1)), the correction C, d and dmin. */
+AVX512 static FORCE_INLINE int kq_unpack_t(int type, const uint8_t *blk, uint8_t *wb, int32_t *sc,
+                                           int32_t *pr, float *dw, float *dm)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i cacc = _mm512_setzero_si512();
+    if (type == GGML_TYPE_Q6_K) {
+        const __m512i m2 = _mm512_set1_epi8(3);
+        const uint8_t *ql = blk, *qhp = blk + 128;
+        __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+        _mm512_storeu_si512((void *)sc, _mm512_cvtepi8_epi32(s8));
+        _mm256_storeu_si256((__m256i *)(void *)pr, _mm256_cvtepi8_epi16(s8));
+        __m512i sb = _mm512_broadcast_i32x4(s8);
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m512i l = _mm512_loadu_si512((const void *)(ql + 64 * h));
+            __m256i h8 = _mm256_loadu_si256((const __m256i *)(qhp + 32 * h));
+            __m512i qh = join256(h8, _mm256_srli_epi16(h8, 2));
+            __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
+            __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m2), 4));
+            _mm512_store_si512((void *)(wb + 128 * h), q01);
+            _mm512_store_si512((void *)(wb + 128 * h + 64), q23);
+            /* 128-bit lane L of chunk 2h + u holds group 8h + 4u + L: its scale in every byte */
+            UNROLL for (int u = 0; u < 2; u++) {
+                int g0 = 8 * h + 4 * u;
+                __m512i idx = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi8((char)(g0 + 1)), _mm_set1_epi8((char)g0))),
+                    _mm256_set_m128i(_mm_set1_epi8((char)(g0 + 3)), _mm_set1_epi8((char)(g0 + 2))), 1);
+                cacc = _mm512_dpbusd_epi32(cacc, u ? q23 : q01, _mm512_shuffle_epi8(sb, idx));
+            }
+        }
+        *dw = h2f_avx2(rd16(blk + 208));
+        *dm = 0.0f;
+    } else {
+        const int q5 = type == GGML_TYPE_Q5_K;
+        struct k4_words kw = k4_scale_words(blk + 4);
+        __m128i s8 = _mm_cvtsi64_si128((long long)(kw.sc[0] | (uint64_t)kw.sc[1] << 32));
+        __m128i m8 = _mm_cvtsi64_si128((long long)(kw.mn[0] | (uint64_t)kw.mn[1] << 32));
+        _mm256_storeu_si256((__m256i *)(void *)sc, _mm256_cvtepu8_epi32(s8));
+        __m256i m32 = _mm256_cvtepu8_epi32(m8);
+        _mm256_storeu_si256((__m256i *)(void *)pr, _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16)));
+        __m512i sb = _mm512_broadcast_i32x4(s8);
+        const uint8_t *qs = blk + (q5 ? 48 : 16);
+        __m512i qh = _mm512_setzero_si512();
+        if (q5) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            qh = join256(h, _mm256_srli_epi16(h, 1));
+        }
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m512i u = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
+            if (q5) {
+                u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(qh, _mm512_set1_epi8(1)), 4));
+                qh = _mm512_srli_epi16(qh, 2);
+            }
+            _mm512_store_si512((void *)(wb + 64 * c), u);
+            /* bytes 0-31: scale 2c, 32-63: scale 2c + 1 */
+            __m512i idx = _mm512_inserti64x4(_mm512_set1_epi8((char)(2 * c)), _mm256_set1_epi8((char)(2 * c + 1)), 1);
+            cacc = _mm512_dpbusd_epi32(cacc, u, _mm512_shuffle_epi8(sb, idx));
+        }
+        *dw = h2f_avx2(rd16(blk));
+        *dm = h2f_avx2(rd16(blk + 2));
+    }
+    return 128 * _mm512_reduce_add_epi32(cacc);
+}
+
+/* The integer work of one super-block: NW (1..4) unpacked weight rows
+ * (wb, sc, pr, corr) x NA (1, 2) act256t groups t[0..NA-1]; the float steps
+ * into acc/accm [c][g0 + g] (lane r: row 16 g + r of these groups). */
+AVX512 static FORCE_INLINE void kq_t_groups(int q6, const uint8_t (*wb)[GGML_QK_K], const int32_t (*sc)[16],
+                                            const int32_t (*pr)[8], const int32_t *corr, const float *dw,
+                                            const float *dm, const struct act256t *const *t,
+                                            float (*acc)[4][16], float (*accm)[4][16], int g0,
+                                            const int NW, const int NA)
+{
+    const int n_sub = q6 ? 16 : 8, per_sub = q6 ? 4 : 8; /* sub-blocks; 4-position groups in one */
+    __m512i isum[4][2];
+    UNROLL for (int c = 0; c < NW; c++)
+        UNROLL for (int g = 0; g < NA; g++)
+            isum[c][g] = _mm512_setzero_si512();
+    for (int s = 0; s < n_sub; s++) {
+        __m512i P[4][2];
+        UNROLL for (int c = 0; c < NW; c++)
+            UNROLL for (int g = 0; g < NA; g++)
+                P[c][g] = _mm512_setzero_si512();
+        UNROLL for (int jj = 0; jj < 8; jj++) {
+            if (jj >= per_sub)
+                break;
+            int j = s * per_sub + jj;
+            __m512i A[2];
+            UNROLL for (int g = 0; g < NA; g++)
+                A[g] = _mm512_load_si512((const void *)t[g]->q[j]);
+            UNROLL for (int c = 0; c < NW; c++) {
+                int32_t w4;
+                memcpy(&w4, wb[c] + 4 * j, sizeof w4);
+                __m512i wv = _mm512_set1_epi32(w4);
+                UNROLL for (int g = 0; g < NA; g++)
+                    P[c][g] = _mm512_dpbusd_epi32(P[c][g], A[g], wv);
+            }
+        }
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m512i scv = _mm512_set1_epi32(sc[c][s]);
+            UNROLL for (int g = 0; g < NA; g++)
+                isum[c][g] = _mm512_add_epi32(isum[c][g], _mm512_mullo_epi32(P[c][g], scv));
+        }
+    }
+    UNROLL for (int g = 0; g < NA; g++) {
+        __m512 da = _mm512_load_ps(t[g]->d);
+        UNROLL for (int c = 0; c < NW; c++) {
+            __m512i mm = _mm512_setzero_si512();
+            UNROLL for (int p = 0; p < 8; p++)
+                mm = _mm512_dpwssd_epi32(mm, _mm512_load_si512((const void *)t[g]->bs[p]), _mm512_set1_epi32(pr[c][p]));
+            __m512i total = _mm512_sub_epi32(isum[c][g], _mm512_set1_epi32(corr[c]));
+            if (q6)
+                total = _mm512_sub_epi32(total, _mm512_slli_epi32(mm, 5));
+            _mm512_store_ps(acc[c][g0 + g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[c]), da),
+                                                            _mm512_cvtepi32_ps(total), _mm512_load_ps(acc[c][g0 + g])));
+            if (!q6)
+                _mm512_store_ps(accm[c][g0 + g], _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dm[c]), da),
+                                                                 _mm512_cvtepi32_ps(mm), _mm512_load_ps(accm[c][g0 + g])));
+        }
+    }
+}
+
+/* NW (1..4) weight rows from w (stride wrb) x ng (1..4) act256t groups of
+ * 16 rows (at, each next one ga structs later), two groups at a time per
+ * unpacked super-block; out[r * os + c] for the first nr (<= 16 ng) rows. */
+AVX512 static FORCE_INLINE void kq_t_tile(int type, int k, const uint8_t *w, size_t wrb,
+                                          const struct act256t *at, size_t ga, int ng, int nr, float *out,
+                                          size_t os, const int NW)
+{
+    const int q6 = type == GGML_TYPE_Q6_K;
+    const size_t bs = type == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
+                    : type == GGML_TYPE_Q5_K ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q6_k);
+    _Alignas(64) uint8_t wb[4][GGML_QK_K];
+    _Alignas(64) int32_t sc[4][16], pr[4][8];
+    _Alignas(64) float acc[4][4][16], accm[4][4][16]; /* lane r of [c][g]: row 16 g + r */
+    int32_t corr[4];
+    float dw[4], dm[4];
+    UNROLL for (int c = 0; c < NW; c++)
+        for (int g = 0; g < ng; g++) {
+            _mm512_store_ps(acc[c][g], _mm512_setzero_ps());
+            _mm512_store_ps(accm[c][g], _mm512_setzero_ps());
+        }
+    for (int b = 0; b < k / GGML_QK_K; b++) {
+        UNROLL for (int c = 0; c < NW; c++)
+            corr[c] = kq_unpack_t(type, w + (size_t)c * wrb + (size_t)b * bs, wb[c], sc[c], pr[c], &dw[c], &dm[c]);
+        int g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            const struct act256t *t[2] = {at + (size_t)g * ga + b, at + (size_t)(g + 1) * ga + b};
+            kq_t_groups(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
+                        corr, dw, dm, t, acc, accm, g, NW, 2);
+        }
+        if (g < ng) {
+            const struct act256t *t[2] = {at + (size_t)g * ga + b, NULL};
+            kq_t_groups(q6, (const uint8_t(*)[GGML_QK_K])wb, (const int32_t(*)[16])sc, (const int32_t(*)[8])pr,
+                        corr, dw, dm, t, acc, accm, g, NW, 1);
+        }
+    }
+    UNROLL for (int c = 0; c < NW; c++)
+        for (int g = 0; g < ng; g++) {
+            float o[16];
+            __m512 v = _mm512_load_ps(acc[c][g]);
+            _mm512_storeu_ps(o, q6 ? v : _mm512_sub_ps(v, _mm512_load_ps(accm[c][g])));
+            for (int r = 0; r < 16 && 16 * g + r < nr; r++)
+                out[(size_t)(16 * g + r) * os + (size_t)c] = o[r];
+        }
+}
+
+#define KT_KERNEL(name, T)                                                                        \
+    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const struct act256t *at, \
+                            size_t ga, int na, int nr, float *out, size_t os)                     \
+    {                                                                                             \
+        int c = 0;                                                                                \
+        for (; c + 4 <= nc; c += 4)                                                               \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, na, nr, out + c, os, 4);           \
+        for (; c < nc; c++)                                                                       \
+            kq_t_tile(T, k, w0 + (size_t)c * wrb, wrb, at, ga, na, nr, out + c, os, 1);           \
+    }
+KT_KERNEL(dott_q4_k, GGML_TYPE_Q4_K)
+KT_KERNEL(dott_q5_k, GGML_TYPE_Q5_K)
+KT_KERNEL(dott_q6_k, GGML_TYPE_Q6_K)
+
+/* quant_act256_row of one super-block with 16-lane vectors, bit for bit (as
+ * quant_block32_avx512: NaN lanes skipped by the max and quantized to 0,
+ * rounding to nearest even, the clamp to [-127, 127]), written as row r of
+ * act256t t: q + 128 transposed, the 16 bsums (from vpsadbw of the u8
+ * values: sums of 8, minus 8 * 128), d. */
+AVX512 static void quant_sb_t_avx512(const float *x, struct act256t *t, int r)
+{
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) {
+        __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + 16 * i));
+        mx = _mm512_max_ps(mx, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a));
+    }
+    float amax = _mm512_reduce_max_ps(mx);
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    /* 64 dwords j apart by 64 bytes: row r's 4 bytes of group j at q[j][4 r] */
+    const __m512i sidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(64));
+    uint64_t sads[32];
+    for (int z = 0; z < 4; z++) { /* 64 values: 4 groups of 16 */
+        __m128i b16[4];
+        for (int g = 0; g < 4; g++) {
+            __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 64 * z + 16 * g), vid),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+            b16[g] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi)));
+        }
+        __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b16[1], b16[0])),
+                                       _mm256_set_m128i(b16[3], b16[2]), 1);
+        u = _mm512_xor_si512(u, _mm512_set1_epi8((char)0x80));
+        _mm512_i32scatter_epi32((void *)(t->q[16 * z] + 4 * r), sidx, u, 1);
+        _mm512_storeu_si512((void *)(sads + 8 * z), _mm512_sad_epu8(u, _mm512_setzero_si512()));
+    }
+    for (int g = 0; g < 16; g++)
+        t->bs[g / 2][2 * r + g % 2] = (int16_t)((int)(sads[2 * g] + sads[2 * g + 1]) - 16 * 128);
+    t->d[r] = d;
+}
+
+/* quant_act256_row for a group of 16 rows into act256t, one super-block at
+ * a time (the same numbers, transposed). */
+AVX512 static void quant_act256t_group(const float *x, size_t ldx, int k, struct act256t *out)
+{
+    for (int b = 0; b < k / GGML_QK_K; b++)
+        for (int r = 0; r < 16; r++)
+            quant_sb_t_avx512(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, out + b, r);
+}
 
 /* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
  * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
@@ -1326,6 +1574,15 @@ XU_KERNEL(dotu_q8_0, GGML_TYPE_Q8_0)
 XU_KERNEL(dotu_q4_1, GGML_TYPE_Q4_1)
 XU_KERNEL(dotu_q5_1, GGML_TYPE_Q5_1)
 
+/* A call with n == 1 stores the ACT_32V activations signed (act_variant):
+ * the AVX-VNNI tiles of the signed types then take their _sa form. */
+static dotu_fn dotv_one_row(dotu_fn f)
+{
+    return f == dotv_q4_0_vnni ? dotv_q4_0_sa_vnni
+         : f == dotv_q5_0_vnni ? dotv_q5_0_sa_vnni
+         : f == dotv_q8_0_vnni ? dotv_q8_0_sa_vnni : f;
+}
+
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
 static int cpu_has_vnni(void)
@@ -1386,6 +1643,13 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
      * every output, dot stays the scalar one (unused) */
     int simd = level >= KN_SIMD_AVX2 && (v || (MATQ_X86 && ak == ACT_32));
 #if MATQ_X86
+    if (simd && ak == ACT_256 && level == KN_SIMD_AVX2 && cpu_has_vnni()) {
+        switch (type) {
+        case GGML_TYPE_Q4_K: v = dot_q4_k_vnni; v4 = dot4_q4_k_vnni; break;
+        case GGML_TYPE_Q5_K: v = dot_q5_k_vnni; v4 = dot4_q5_k_vnni; break;
+        default: v = dot_q6_k_vnni; v4 = dot4_q6_k_vnni; break;
+        }
+    }
     if (simd && ak == ACT_256 && level >= KN_SIMD_AVX512) {
         switch (type) {
         case GGML_TYPE_Q4_K: v = dot_q4_k_avx512; v4 = dot4_q4_k_avx512; break;
@@ -1424,7 +1688,8 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
 }
 
 /* The 8-row kernel of a weight type at a level (same signature as dot4_fn,
- * reading eight rows), or NULL: the K-quants at AVX-512. */
+ * reading eight rows), or NULL: the K-quants at AVX-512, and at AVX2 with
+ * AVX-VNNI (the plain AVX2 form spills at 8 rows: matq_kq2.h). */
 static dot4_fn pick8(int type, int level)
 {
 #if MATQ_X86
@@ -1435,12 +1700,45 @@ static dot4_fn pick8(int type, int level)
         case GGML_TYPE_Q6_K: return dot8_q6_k_avx512;
         default: break;
         }
+    if (level == KN_SIMD_AVX2 && cpu_has_vnni())
+        switch (type) {
+        case GGML_TYPE_Q4_K: return dot8_q4_k_vnni;
+        case GGML_TYPE_Q5_K: return dot8_q5_k_vnni;
+        case GGML_TYPE_Q6_K: return dot8_q6_k_vnni;
+        default: break;
+        }
 #else
     (void)type;
     (void)level;
 #endif
     return NULL;
 }
+
+#if MATQ_X86
+/* The act256t tile of a weight type at a level, or NULL: the K-quants at
+ * AVX-512, and at AVX2 with AVX-VNNI (used for the whole groups of 16 rows
+ * of a call). */
+static dott_fn pickt(int type, int level)
+{
+    if (level < KN_SIMD_AVX2 || (level == KN_SIMD_AVX2 && !cpu_has_vnni()))
+        return NULL;
+    int z = level >= KN_SIMD_AVX512;
+    switch (type) {
+    case GGML_TYPE_Q4_K: return z ? dott_q4_k : dott_q4_k_vnni;
+    case GGML_TYPE_Q5_K: return z ? dott_q5_k : dott_q5_k_vnni;
+    case GGML_TYPE_Q6_K: return z ? dott_q6_k : dott_q6_k_vnni;
+    default: return NULL;
+    }
+}
+
+/* Rows of a call in act256t groups: whole groups of 16 from row 0 where a
+ * K-quant has a tile for them (pickt), else 0 (below 16 rows the other
+ * kernels run every row). */
+static int act_rows_t(int n, int level)
+{
+    return pickt(GGML_TYPE_Q4_K, level) ? n / 16 * 16 : 0;
+}
+#endif
 
 /* Bytes of one quantized activation row; 0 for ACT_NONE. */
 static size_t act_row_bytes(enum act_kind ak, int k)
@@ -1496,6 +1794,13 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
 
 #define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
 #define TILE_N 64 /* activation rows per tile */
+/* Calls of up to 8 rows (decode) read each weight row once whatever the
+ * tile, so their tiles are only the unit of work sharing: about
+ * TILES_PER_THREAD per thread and matrix, TILE_M to TILE_M_DECODE rows
+ * (a 16-row tile of a 576-wide matrix is ~0.5 us of work, close to the cost
+ * of the shared counter's cache line moving between cores). */
+#define TILE_M_DECODE 256
+#define TILES_PER_THREAD 6
 
 /* One weight matrix of a call (kn_matmul_w: one; kn_matmul_w_multi: up to
  * KN_MATMUL_MULTI_MAX sharing the quantized activations). */
@@ -1508,12 +1813,21 @@ struct matq_mat {
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
     dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
+#if MATQ_X86
+    dott_fn dott;         /* ACT_256 with n16 > 0: the act256t tile (AVX-512 K-quants) */
+#endif
+    int tile_m;           /* weight rows per tile: TILE_M, or more for n <= 8 */
     int64_t n_tiles_m, tile0; /* weight tiles per row tile; first tile of this matrix */
 };
 
 struct matq_job {
     const float *x;        /* (n, k) */
-    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL */
+    uint8_t *act;          /* n rows of act_row bytes (quantized x), or NULL; ACT_256 with
+                            * n16 > 0: n16 / 16 groups of k / 256 struct act256t first */
+    uint8_t *act_tail;     /* rows n16.. (act_row bytes each): act + the groups */
+    int n16;               /* ACT_256: rows in act256t groups (act_rows_t), else 0 */
+    int vec_quant;         /* ACT_256: quantize with the AVX2 twin (a SIMD level) */
+    int t512;              /* ACT_256, n16 > 0: the act256t groups by the AVX-512 quantizer */
     float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
                             * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
     size_t side_group;     /* floats of act_s per group of 8 rows */
@@ -1531,9 +1845,13 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
 {
     for (int r = r0; r < r1; r++) {
         const float *xr = j->x + (size_t)r * (size_t)j->k;
-        uint8_t *dst = j->act + (size_t)r * j->act_row;
+        uint8_t *dst = j->act_tail + (size_t)(r - j->n16) * j->act_row;
         if (j->ak == ACT_32)
             quant_act32_row(xr, j->k, (struct act32 *)(void *)dst);
+#if MATQ_X86
+        else if (j->vec_quant)
+            quant_act256_row_avx2(xr, j->k, (struct act256 *)(void *)dst);
+#endif
         else
             quant_act256_row(xr, j->k, (struct act256 *)(void *)dst);
     }
@@ -1614,14 +1932,22 @@ static void quant_worker(void *ctx, int ith, int nth)
             quant_rows_v(j, r0, r1);
         return;
     }
-    int per = (j->n + nth - 1) / nth, r0 = ith * per, r1 = r0 + per < j->n ? r0 + per : j->n;
+#if MATQ_X86
+    int ng = j->n16 / 16, nb = j->k / GGML_QK_K;
+    for (int g = ng * ith / nth; g < ng * (ith + 1) / nth; g++)
+        (j->t512 ? quant_act256t_group : quant_act256t_group_avx2)(
+            j->x + (size_t)g * 16 * (size_t)j->k, (size_t)j->k, j->k,
+            (struct act256t *)(void *)j->act + (size_t)g * (size_t)nb);
+#endif
+    int nt = j->n - j->n16, r0 = j->n16 + nt * ith / nth, r1 = j->n16 + nt * (ith + 1) / nth;
     if (r0 < r1)
         quant_rows(j, r0, r1);
 }
 
+/* Row r (>= n16) of the row-major layouts, or of x. */
 static inline const void *act_row(const struct matq_job *j, int r)
 {
-    return j->act ? (const void *)(j->act + (size_t)r * j->act_row)
+    return j->act ? (const void *)(j->act_tail + (size_t)(r - j->n16) * j->act_row)
                   : (const void *)(j->x + (size_t)r * (size_t)j->k);
 }
 
@@ -1635,8 +1961,8 @@ static const struct matq_mat *tile_of(const struct matq_job *j, int64_t t, int *
     const struct matq_mat *mt = &j->mat[i];
     t -= mt->tile0;
     int tm = (int)(t % mt->n_tiles_m), tn = (int)(t / mt->n_tiles_m);
-    *c0 = tm * TILE_M;
-    *c1 = *c0 + TILE_M < mt->m ? *c0 + TILE_M : mt->m;
+    *c0 = tm * mt->tile_m;
+    *c1 = *c0 + mt->tile_m < mt->m ? *c0 + mt->tile_m : mt->m;
     *r0 = tn * TILE_N;
     *r1 = *r0 + TILE_N < j->n ? *r0 + TILE_N : j->n;
     return mt;
@@ -1662,6 +1988,21 @@ static void dot_worker(void *ctx, int ith, int nth)
                          r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
             continue;
         }
+#if MATQ_X86
+        if (mt->dott) { /* groups of 16 rows, two at a time (act256t; TILE_N, n16: multiples of 16) */
+            size_t ga = (size_t)(j->k / GGML_QK_K);
+            int na_max = 4;
+            for (; r + 16 <= r1 && r + 16 <= j->n16;) {
+                int na = 1;
+                while (na < na_max && r + 16 * (na + 1) <= r1 && r + 16 * (na + 1) <= j->n16)
+                    na++;
+                mt->dott(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0,
+                         (const struct act256t *)(const void *)j->act + (size_t)(r / 16) * ga, ga, na,
+                         16 * na, mt->out + (size_t)r * m + (size_t)c0, m);
+                r += 16 * na;
+            }
+        }
+#endif
         if (mt->dot8) /* 8 activation rows x the tile's weight rows */
             for (; r + 8 <= r1; r += 8) {
                 const void *a[8];
@@ -1695,15 +2036,19 @@ static void dot_worker(void *ctx, int ith, int nth)
     }
 }
 
-/* The activation layout a weight type reads at a level, as one number:
- * matrices with the same one can share the quantized rows (ACT_32U holds
- * q + 128 for the signed types, q for Q4_1/Q5_1). */
-static int act_variant(enum act_kind ak, int w_type)
+/* The activation layout a weight type reads at a level for n rows, as one
+ * number: matrices with the same one can share the quantized rows (ACT_32U
+ * holds q + 128 for the signed types, q for Q4_1/Q5_1; ACT_32V the same
+ * with AVX-VNNI, except for n == 1 - decode - where every type reads q:
+ * see dotv_one_row - and q without it). */
+static int act_variant(enum act_kind ak, int w_type, int n)
 {
     int sq = has_offset32(w_type); /* q stored signed */
 #if MATQ_X86
-    if (ak == ACT_32V && !cpu_has_vnni())
+    if (ak == ACT_32V && (!cpu_has_vnni() || n == 1))
         sq = 1;
+#else
+    (void)n;
 #endif
     return (int)ak * 2 + ((ak == ACT_32U || ak == ACT_32V) && sq);
 }
@@ -1724,9 +2069,13 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         if (rc)
             return rc;
         mt->dot8 = pick8(w[i].w_type, level);
-        if (variant >= 0 && act_variant(ak, w[i].w_type) != variant)
+#if MATQ_X86
+        if (ak == ACT_32V && n == 1)
+            mt->dotu = dotv_one_row(mt->dotu);
+#endif
+        if (variant >= 0 && act_variant(ak, w[i].w_type, n) != variant)
             shared = 0;
-        variant = act_variant(ak, w[i].w_type);
+        variant = act_variant(ak, w[i].w_type, n);
         j.ak = ak;
         if (n > 0 && w[i].m > 0 && (!w[i].out || !w[i].w || !x))
             return ERR_INVAL;
@@ -1754,9 +2103,19 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         if (w[i].m == 0)
             continue;
         struct matq_mat *mt = &j.mat[j.n_mat];
-        *mt = (struct matq_mat){w[i].out, w[i].w, j.mat[i].w_row_bytes, w[i].m, j.mat[i].dot,
-                                j.mat[i].dot4, j.mat[i].dot8, j.mat[i].dotu,
-                                ((int64_t)w[i].m + TILE_M - 1) / TILE_M, j.n_tiles};
+        int tile_m = TILE_M;
+        if (n <= 8) { /* about TILES_PER_THREAD per thread, in whole TILE_M */
+            int per = TILES_PER_THREAD * kn_pool_threads(pool) * TILE_M;
+            tile_m = (w[i].m + per - 1) / per * TILE_M;
+            tile_m = tile_m < TILE_M ? TILE_M : tile_m > TILE_M_DECODE ? TILE_M_DECODE : tile_m;
+        }
+        *mt = (struct matq_mat){.out = w[i].out, .w = w[i].w, .w_row_bytes = j.mat[i].w_row_bytes,
+                                .m = w[i].m, .dot = j.mat[i].dot, .dot4 = j.mat[i].dot4,
+                                .dot8 = j.mat[i].dot8, .dotu = j.mat[i].dotu, .tile_m = tile_m,
+                                .n_tiles_m = ((int64_t)w[i].m + tile_m - 1) / tile_m, .tile0 = j.n_tiles};
+#if MATQ_X86
+        mt->dott = pickt(w[i].w_type, level);
+#endif
         j.n_tiles += mt->n_tiles_m * n_tiles_n;
         j.n_mat++;
     }
@@ -1765,6 +2124,15 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
     if (j.ak != ACT_NONE) {
         uintptr_t p = (uintptr_t)scratch;
         j.act = (uint8_t *)scratch + ((SCRATCH_ALIGN - p % SCRATCH_ALIGN) % SCRATCH_ALIGN);
+        j.act_tail = j.act;
+        j.vec_quant = MATQ_X86 && level >= KN_SIMD_AVX2;
+#if MATQ_X86
+        if (j.ak == ACT_256 && j.mat[0].dott) { /* whole groups of 16 rows transposed, then the rest */
+            j.n16 = act_rows_t(n, level);
+            j.t512 = level >= KN_SIMD_AVX512;
+            j.act_tail = j.act + (size_t)(j.n16 / 16) * (size_t)(k / GGML_QK_K) * sizeof(struct act256t);
+        }
+#endif
         float *side = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row); /* after the rows */
         if (j.ak == ACT_32U && has_offset32(w[0].w_type)) {
             j.act_s = side;
@@ -1772,7 +2140,7 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         } else if (j.ak == ACT_32V) {
             j.act_s = side;
             j.side_group = (size_t)(k / GGML_QK) * 16;
-            j.u8 = act_variant(j.ak, w[0].w_type) % 2 == 0;
+            j.u8 = act_variant(j.ak, w[0].w_type, n) % 2 == 0;
         }
         if (n >= (j.ak == ACT_32U || j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);

@@ -8,41 +8,58 @@
  * returns when all have finished. The op splits its own work by (ith, nth).
  *
  * Design: n_threads - 1 worker threads are created once, in kn_pool_new().
- * A run publishes (fn, ctx) and bumps a generation counter; workers that are
- * still spinning (a short busy-wait with the CPU's pause hint, about tens of
- * microseconds) start at once, workers that went to sleep are woken through
- * a condition variable. Completion works the same way in reverse: the caller
- * spins on a counter, then sleeps until the last worker signals. So ops that
- * come back to back (a forward pass) never pay a syscall, and an idle pool
- * costs no CPU. kn_pool_run() allocates nothing.
+ * A run publishes (fn, ctx) and bumps a generation counter; that is all it
+ * does while the workers are spinning (no lock, no syscall). A waiting
+ * thread - a worker waiting for the next run, the caller waiting for the
+ * workers to finish - goes through three phases:
+ *   1. POOL_PAUSES rounds of the CPU's pause hint (~3 us on the Xeon of
+ *      bench/NOTES.md, where one pause is ~11 ns): the gaps between the ops
+ *      of a layer;
+ *   2. sched_yield() rounds, up to POOL_SPIN rounds in all: on a quiet
+ *      machine sched_yield returns at once (~0.2-0.3 us), so this is still
+ *      a spin, with wake-ups a few hundred nanoseconds late; on an
+ *      oversubscribed one the waiting thread hands its core to the thread
+ *      it waits for instead of burning its time slice. (Pausing for 30-200
+ *      us instead made 2-thread decode 1.4-3x slower on a loaded 2-core
+ *      box: bench/NOTES.md, issue 34.)
+ *   3. sleep on a condition variable: an idle pool costs no CPU.
+ * Only a thread that reached phase 3 costs the other side a lock and a
+ * wake-up: the sleepers are counted (n_sleeping, caller_sleeping), and the
+ * side that makes progress takes the mutex only when that count says
+ * someone sleeps. kn_pool_run() allocates nothing.
  *
  * Threads: one caller at a time per pool (kn_pool_run is not reentrant and
  * must not be called concurrently on the same pool, nor from inside fn).
  * kn_pool_new/kn_pool_free from the thread that owns the pool.
  *
- * Memory ordering: the caller writes fn/ctx, then increments `gen` with
- * release order (under the mutex, so a sleeping worker cannot miss it);
- * a worker that reads the new `gen` with acquire order sees fn/ctx. Each
- * worker increments `n_done` with release order after fn returns; the
- * caller reads it with acquire order, so the workers' writes are visible
- * when kn_pool_run returns. The two counters live on separate cache lines.
+ * Memory ordering: the caller writes fn/ctx, then increments `gen`; a
+ * worker that reads the new `gen` (acquire, or stronger) sees fn/ctx. Each
+ * worker increments `n_done` after fn returns; the caller reads it with
+ * acquire order, so the workers' writes are visible when kn_pool_run
+ * returns. No lost wake-up (a Dekker pair, all four operations seq_cst):
+ * a worker about to sleep increments n_sleeping under the mutex, then
+ * re-reads gen; the caller increments gen, then reads n_sleeping. In the
+ * single order of seq_cst operations one of the two comes first, so either
+ * the worker sees the new gen and does not sleep, or the caller sees the
+ * sleeper and broadcasts under the mutex, which the sleeper holds until it
+ * waits. Completion is the same pair with n_done and caller_sleeping.
+ * What the caller writes, what the workers write and what both only read
+ * live on separate cache lines.
  */
 #include "kernels/kn.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/err.h"
 
-/* Waiting rounds before a thread blocks: POOL_PAUSES rounds of the CPU's
- * pause hint (~10-140 cycles each: microseconds, enough to bridge
- * the gap between two ops of a forward pass), then sched_yield()
- * rounds, so that on an oversubscribed machine a spinning thread hands its
- * core to the thread it is waiting for instead of burning its time slice. */
+/* Waiting rounds before a thread blocks: POOL_PAUSES pause rounds, then
+ * sched_yield() rounds up to POOL_SPIN in all (phases 1 and 2 above). */
 #define POOL_PAUSES 256
 #define POOL_SPIN (POOL_PAUSES + 1024)
 
@@ -53,20 +70,25 @@ struct pool_worker {
 };
 
 struct kn_pool {
-    _Alignas(64) atomic_uint gen;   /* bumped once per run */
-    _Alignas(64) atomic_int n_done; /* workers finished with the current run */
-    _Alignas(64) int n_threads;
-    atomic_int stop;
+    /* written by the caller once per run */
+    _Alignas(64) atomic_uint gen; /* bumped once per run */
     void (*fn)(void *ctx, int ith, int nth);
     void *ctx;
+    /* written by the workers once per run */
+    _Alignas(64) atomic_int n_done; /* workers finished with the current run */
+    /* read-mostly */
+    _Alignas(64) atomic_int n_sleeping; /* workers in (or entering) phase 3, under mu */
+    atomic_int caller_sleeping;         /* the caller in phase 3, under mu */
+    atomic_int stop;
+    int n_threads;
     pthread_mutex_t mu;
     pthread_cond_t cv_work; /* workers sleep here waiting for gen to move */
     pthread_cond_t cv_done; /* the caller sleeps here waiting for n_done */
-    int caller_sleeping;    /* under mu */
     int n_workers_created;
     struct pool_worker *workers; /* n_threads - 1 */
 };
 
+/* Round i of a wait in phases 1 and 2. */
 static inline void spin_round(int i)
 {
     if (i >= POOL_PAUSES) {
@@ -87,28 +109,30 @@ static void *worker_main(void *arg)
     unsigned seen = 0;
     for (;;) {
         unsigned g;
-        int spins = 0;
+        int i = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&p->stop, memory_order_acquire)) {
-            if (++spins < POOL_SPIN) {
-                spin_round(spins);
+            if (++i < POOL_SPIN) {
+                spin_round(i);
                 continue;
             }
             pthread_mutex_lock(&p->mu);
-            while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen &&
+            atomic_fetch_add_explicit(&p->n_sleeping, 1, memory_order_seq_cst);
+            while (atomic_load_explicit(&p->gen, memory_order_seq_cst) == seen &&
                    !atomic_load_explicit(&p->stop, memory_order_acquire))
                 pthread_cond_wait(&p->cv_work, &p->mu);
+            atomic_fetch_sub_explicit(&p->n_sleeping, 1, memory_order_relaxed);
             pthread_mutex_unlock(&p->mu);
+            i = 0;
         }
         if (g == seen) /* stop, and no run pending */
             break;
         seen = g;
         p->fn(p->ctx, wk->ith, p->n_threads);
-        int done = atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel) + 1;
-        if (done == p->n_threads - 1) {
+        int done = atomic_fetch_add_explicit(&p->n_done, 1, memory_order_seq_cst) + 1;
+        if (done == p->n_threads - 1 && atomic_load_explicit(&p->caller_sleeping, memory_order_seq_cst)) {
             pthread_mutex_lock(&p->mu);
-            if (p->caller_sleeping)
-                pthread_cond_signal(&p->cv_done);
+            pthread_cond_signal(&p->cv_done);
             pthread_mutex_unlock(&p->mu);
         }
     }
@@ -135,6 +159,8 @@ int kn_pool_new(int n_threads, struct kn_pool **out)
     atomic_init(&p->gen, 0);
     atomic_init(&p->n_done, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->n_sleeping, 0);
+    atomic_init(&p->caller_sleeping, 0);
     p->n_threads = n_threads;
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -191,22 +217,26 @@ void kn_pool_run(struct kn_pool *p, void (*fn)(void *ctx, int ith, int nth), voi
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->n_sleeping, memory_order_seq_cst) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv_work);
+        pthread_mutex_unlock(&p->mu);
+    }
 
     fn(ctx, 0, p->n_threads);
 
-    for (int spins = 0; spins < POOL_SPIN; spins++) {
-        if (atomic_load_explicit(&p->n_done, memory_order_acquire) == n_workers)
-            return;
-        spin_round(spins);
+    for (int i = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != n_workers; i++) {
+        if (i < POOL_SPIN) {
+            spin_round(i);
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        atomic_store_explicit(&p->caller_sleeping, 1, memory_order_seq_cst);
+        while (atomic_load_explicit(&p->n_done, memory_order_seq_cst) != n_workers)
+            pthread_cond_wait(&p->cv_done, &p->mu);
+        atomic_store_explicit(&p->caller_sleeping, 0, memory_order_relaxed);
+        pthread_mutex_unlock(&p->mu);
+        break;
     }
-    pthread_mutex_lock(&p->mu);
-    p->caller_sleeping = 1;
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != n_workers)
-        pthread_cond_wait(&p->cv_done, &p->mu);
-    p->caller_sleeping = 0;
-    pthread_mutex_unlock(&p->mu);
 }

@@ -8,7 +8,9 @@
  *   only those types, and no model sweep)
  *
  * Shapes: k=576 -> m=1536 (q/k/v/gate/up-like) and k=1536 -> m=576
- * (down-like); n=1 (decode) and n=64 (prefill); 1 and 2 threads. Weights
+ * (down-like); n=1 (decode) and n=64 (prefill); 1 and 2 threads (1 thread
+ * and the peak loops: timed by the thread's CPU time, 2 threads: by the
+ * wall clock; best of many calls either way). Weights
  * are random blocks with sane scales (the timing does not depend on the
  * values). */
 #include <math.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "kernels/kn.h"
@@ -79,6 +82,21 @@ static void naive_worker(void *ctx, int ith, int nth)
 
 /* ---- timing ---- */
 
+/* The clock of the best-of timings: the calling thread's CPU time while
+ * only it runs the kernels (1-thread rows, the peak loops), so that time
+ * slices lost to other jobs on a shared machine do not count; else the
+ * monotonic clock. */
+static int g_cpu_clock;
+
+static uint64_t bench_ns(void)
+{
+    if (!g_cpu_clock)
+        return clock_mono_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 struct call {
     struct kn_pool *pool;
     float *out;
@@ -102,14 +120,14 @@ static void one(struct call *c)
 static double time_call(struct call *c, double secs)
 {
     one(c); /* warm up */
-    uint64_t start = clock_mono_ns();
+    uint64_t start = bench_ns();
     double best = 1e30;
     int reps = 1;
-    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
-        uint64_t t0 = clock_mono_ns();
+    while ((double)(bench_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = bench_ns();
         for (int i = 0; i < reps; i++)
             one(c);
-        double t = (double)(clock_mono_ns() - t0) / 1e9 / reps;
+        double t = (double)(bench_ns() - t0) / 1e9 / reps;
         if (t < best)
             best = t;
         if (t * reps < 0.01)
@@ -165,6 +183,43 @@ static void noop(void *ctx, int ith, int nth)
     (void)nth;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The cost of an empty kn_pool_run: back to back, and with ~5 us of work on
+ * the caller's thread between runs (as between the ops of a forward pass).
+ * Mean, and median / 90th percentile of single calls (on a shared machine
+ * the mean moves with the other jobs, the median much less). */
+static void pool_latency(struct kn_pool *pool, int nth)
+{
+    enum { RUNS = 20000 };
+    static uint64_t t[RUNS];
+    for (int gap = 0; gap < 2; gap++) {
+        uint64_t t0 = clock_mono_ns();
+        for (int i = 0; i < RUNS; i++) {
+            if (gap) { /* ~5 us of caller work, outside the timed call */
+                uint64_t g = clock_mono_ns();
+                while (clock_mono_ns() - g < 5000)
+                    ;
+            }
+            uint64_t a = clock_mono_ns();
+            kn_pool_run(pool, noop, NULL);
+            t[i] = clock_mono_ns() - a;
+        }
+        double total = (double)(clock_mono_ns() - t0) / 1e3 / RUNS;
+        double mean = 0;
+        for (int i = 0; i < RUNS; i++)
+            mean += (double)t[i];
+        qsort(t, RUNS, sizeof t[0], cmp_u64);
+        printf("empty kn_pool_run, %d threads%s: %.2f us mean (%.2f per loop), median %.2f us, p90 %.2f us\n",
+               nth, gap ? ", 5 us apart" : ", back to back", mean / RUNS / 1e3, total,
+               (double)t[RUNS / 2] / 1e3, (double)t[RUNS * 9 / 10] / 1e3);
+    }
+}
+
 /* ---- the core's int8 peak, measured in the same run --------------------------------
  *
  * Ten independent accumulator chains (unrolled, in registers) of the instruction each kernel's inner
@@ -189,15 +244,15 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_vnni51
     for (int j = 0; j < PEAK_CHAINS; j++)
         acc[j] = _mm512_set1_epi32(j);
     __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8((char)(peak_sink | 2));
-    uint64_t start = clock_mono_ns();
+    uint64_t start = bench_ns();
     double t = 1e30;
-    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
-        uint64_t t0 = clock_mono_ns();
+    while ((double)(bench_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = bench_ns();
         for (int i = 0; i < PEAK_ITERS; i++) {
             _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_CHAINS; j++)
                 acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
         }
-        double ti = (double)(clock_mono_ns() - t0) / 1e9;
+        double ti = (double)(bench_ns() - t0) / 1e9;
         t = ti < t ? ti : t;
     }
     int sum = 0;
@@ -213,15 +268,15 @@ __attribute__((target("avx2,avxvnni"))) static double peak_vnni256(double secs)
     for (int j = 0; j < PEAK_CHAINS; j++)
         acc[j] = _mm256_set1_epi32(j);
     __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8((char)(peak_sink | 2));
-    uint64_t start = clock_mono_ns();
+    uint64_t start = bench_ns();
     double t = 1e30;
-    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
-        uint64_t t0 = clock_mono_ns();
+    while ((double)(bench_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = bench_ns();
         for (int i = 0; i < PEAK_ITERS; i++) {
             _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_CHAINS; j++)
                 acc[j] = _mm256_dpbusd_avx_epi32(acc[j], a, b);
         }
-        double ti = (double)(clock_mono_ns() - t0) / 1e9;
+        double ti = (double)(bench_ns() - t0) / 1e9;
         t = ti < t ? ti : t;
     }
     int sum = 0;
@@ -237,17 +292,17 @@ __attribute__((target("avx2"))) static double peak_avx2(double secs)
     for (int j = 0; j < PEAK_CHAINS; j++)
         acc[j] = _mm256_set1_epi32(j);
     __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8((char)(peak_sink | 2)), one = _mm256_set1_epi16(1);
-    uint64_t start = clock_mono_ns();
+    uint64_t start = bench_ns();
     double t = 1e30;
-    while ((double)(clock_mono_ns() - start) / 1e9 < secs) {
-        uint64_t t0 = clock_mono_ns();
+    while ((double)(bench_ns() - start) / 1e9 < secs) {
+        uint64_t t0 = bench_ns();
         for (int i = 0; i < PEAK_ITERS; i++) {
             _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_CHAINS; j++) {
                 __asm__("" : "+x"(a)); /* the product is not loop-invariant */
                 acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
             }
         }
-        double ti = (double)(clock_mono_ns() - t0) / 1e9;
+        double ti = (double)(bench_ns() - t0) / 1e9;
         t = ti < t ? ti : t;
     }
     int sum = 0;
@@ -294,6 +349,7 @@ int main(int argc, char **argv)
     if (!(secs > 0))
         secs = 0.3;
     printf("simd path: %s\n", kn_simd_name(kn_simd_level()));
+    g_cpu_clock = 1;
     print_peaks(secs);
     const char *only = argc > 2 ? argv[2] : NULL;
     const int types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
@@ -308,6 +364,7 @@ int main(int argc, char **argv)
         struct kn_pool *pool;
         if (kn_pool_new(threads[ti], &pool))
             return 1;
+        g_cpu_clock = threads[ti] == 1;
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
             for (int s = 0; s < 5; s++)
                 for (int ni = 0; ni < 2; ni++) {
@@ -340,12 +397,7 @@ int main(int argc, char **argv)
                     free(x);
                     free(w);
                 }
-        uint64_t t0 = clock_mono_ns();
-        int runs = 20000;
-        for (int i = 0; i < runs; i++)
-            kn_pool_run(pool, noop, NULL);
-        printf("empty kn_pool_run, %d threads: %.2f us\n", threads[ti],
-               (double)(clock_mono_ns() - t0) / 1e3 / runs);
+        pool_latency(pool, threads[ti]);
         for (int ni = 0; ni < 2 && !only; ni++) {
             double t = model_sweep(pool, ns[ni], secs);
             printf("SmolLM2-135M all matmuls, n=%d, %d threads: %.2f ms/sweep = %.0f tok/s ceiling\n",

@@ -288,7 +288,7 @@ TEST(matq_simd_all_types_vs_references)
  * passes by parity at AVX2) against the scalar reference, bit for bit: row counts
  * 1..9 and 70 cover whole groups and every partial one, k = 32 and 96 an
  * odd block count (a lone last block), with and without a pool. */
-static void simd_vs_scalar_bit_for_bit(int only_32)
+static void simd_vs_scalar_bit_for_bit(void)
 {
     const int m = 53;
     const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 70};
@@ -297,8 +297,6 @@ static void simd_vs_scalar_bit_for_bit(int only_32)
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
         for (int t = 0; t < N_TYPES; t++) {
             int ks[6], nk = shapes_k(all_types[t], ks);
-            if (only_32 && block_of(all_types[t]) != 32)
-                continue;
             for (int ki = 0; ki < nk; ki++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     int k = ks[ki], n = ns[ni];
@@ -330,7 +328,7 @@ TEST(matq_simd_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
-    simd_vs_scalar_bit_for_bit(0);
+    simd_vs_scalar_bit_for_bit();
 }
 
 /* Activations with NaN, infinities, signed zeros, subnormals (whose scale
@@ -362,9 +360,9 @@ static float *special_x(int n, int k)
     return x;
 }
 
-static void special_activations_vs_scalar(void)
+static void special_activations_vs_scalar_n(int n)
 {
-    const int n = 6, m = 19;
+    const int m = 19;
     const int types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q5_0,
                          GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     for (int lv = KN_SIMD_AVX2; lv <= kn_simd_best(); lv++)
@@ -391,6 +389,15 @@ static void special_activations_vs_scalar(void)
     kn_simd_set(kn_simd_best());
 }
 
+/* n = 6: the 4-row and 1-row kernels; n = 22: at AVX-512 the K-quants'
+ * first 16 rows (the special values) go through the row-transposed tile
+ * and its quantizer. */
+static void special_activations_vs_scalar(void)
+{
+    special_activations_vs_scalar_n(6);
+    special_activations_vs_scalar_n(22);
+}
+
 TEST(matq_simd_special_activations_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
@@ -398,16 +405,17 @@ TEST(matq_simd_special_activations_bit_for_bit)
     special_activations_vs_scalar();
 }
 
-/* The AVX2 tiles of the 32-value types exist twice, with AVX-VNNI's
- * vpdpbusd and with maddubs + madd; a CPU with AVX-VNNI runs the first in
- * the tests above, and this one (a fresh process: KN_NO_VNNI is read on
- * first use) the second. */
+/* The AVX2 kernels exist twice: the tiles of the 32-value types with
+ * AVX-VNNI's vpdpbusd and with maddubs + madd, the K-quant kernels with
+ * vpdpwssd (1, 4 and 8 rows) and with madd + add (1 and 4 rows); a CPU
+ * with AVX-VNNI runs the first in the tests above, and this one (a fresh
+ * process: KN_NO_VNNI is read on first use) the second, every type. */
 TEST(matq_simd_no_vnni_equals_scalar_bit_for_bit)
 {
     if (kn_simd_best() == KN_SIMD_SCALAR)
         SKIP("no SIMD path on this CPU");
     setenv("KN_NO_VNNI", "1", 1);
-    simd_vs_scalar_bit_for_bit(1);
+    simd_vs_scalar_bit_for_bit();
     special_activations_vs_scalar();
 }
 
@@ -671,7 +679,7 @@ struct sum_ctx {
     atomic_int calls;
     int seen_nth;
     atomic_int bad_nth;
-    int uneven;
+    int slow_us; /* the last thread sleeps this long (0: none) */
 };
 
 static void sum_fn(void *ctx, int ith, int nth)
@@ -679,15 +687,15 @@ static void sum_fn(void *ctx, int ith, int nth)
     struct sum_ctx *c = ctx;
     if (nth != c->seen_nth || ith < 0 || ith >= nth)
         atomic_fetch_add(&c->bad_nth, 1);
-    if (c->uneven && ith == nth - 1) { /* the last thread is slow */
-        struct timespec ts = {0, 200000};
+    if (c->slow_us && ith == nth - 1) { /* the last thread is slow */
+        struct timespec ts = {c->slow_us / 1000000, (long)(c->slow_us % 1000000) * 1000};
         nanosleep(&ts, NULL);
     }
     atomic_fetch_add(&c->sum, 1L << ith);
     atomic_fetch_add(&c->calls, 1);
 }
 
-static void pool_runs(int n_threads, int runs, int uneven)
+static void pool_runs(int n_threads, int runs, int slow_us)
 {
     struct kn_pool *p;
     CHECK_EQ_INT(kn_pool_new(n_threads, &p), 0);
@@ -695,7 +703,7 @@ static void pool_runs(int n_threads, int runs, int uneven)
     struct sum_ctx c;
     memset(&c, 0, sizeof c);
     c.seen_nth = nth;
-    c.uneven = uneven;
+    c.slow_us = slow_us;
     for (int r = 0; r < runs; r++) {
         atomic_store(&c.sum, 0);
         kn_pool_run(p, sum_fn, &c);
@@ -715,7 +723,15 @@ TEST(pool_many_runs)
 
 TEST(pool_uneven_work)
 {
-    pool_runs(4, 300, 1);
+    pool_runs(4, 300, 200);
+}
+
+/* A worker slower than the caller's whole spin (phases 1 and 2 of pool.c):
+ * the caller sleeps and the last worker wakes it; every run completes. */
+TEST(pool_caller_sleeps_on_a_slow_worker)
+{
+    pool_runs(2, 20, 5000);
+    pool_runs(3, 10, 3000);
 }
 
 TEST(pool_single_thread_and_null)
