@@ -38,6 +38,7 @@ struct batchrun_opts {
     int exact_matmul;         /* 1: the reference matmul (jobworker --exact) */
     int device;               /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
     int swa_full;             /* sched_opts.swa_full (jobworker --swa-full) */
+    int kv_type;              /* sched_opts.kv_type (jobworker --kv-type) */
 };
 
 /* Run it. Returns 0, or an error with a one-line message in err: model

@@ -1019,6 +1019,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
         .model_path = o->model_path, .device = (int)dev, .threads = o->threads,
         .n_ctx = o->n_ctx, .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
         .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache, .swa_full = o->swa_full,
+        .kv_type = o->kv_type,
     };
     if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;

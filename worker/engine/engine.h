@@ -42,6 +42,7 @@ struct engine_opts {
     size_t kv_mem_bytes;      /* K/V budget in bytes */
     int no_prefix_cache;      /* 1: never share KV blocks */
     int swa_full;             /* 1: sliding-window layers keep every position (sched_opts.swa_full) */
+    int kv_type;              /* model_ctx_params.kv_type (enum model_kv_type; 0 = default) */
 };
 
 struct engine {

@@ -104,6 +104,7 @@ struct sched_opts {
     struct kn_pool *pool;        /* for the matmuls; NULL = caller's thread */
     int exact_matmul;            /* 1: the reference matmul (model_ctx_params.exact_matmul) */
     int device;                  /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
+    int kv_type;                 /* model_ctx_params.kv_type (MODEL_KV_DEFAULT = 0) */
     sched_result_fn on_result;   /* required */
     void *cb_ctx;
 };
