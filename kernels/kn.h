@@ -36,6 +36,8 @@
  *   geglu           kn_geglu_f32        geglu.c      (none: the CUDA forward refuses gemma2/gemma3)
  *   scale, softcap  kn_scale_f32 ...    scale.c      (none: likewise)
  *   windowed attn   kn_attn_paged_win_heads_f32 attention.c (none: likewise)
+ *   attention tile  kn_attn_tile        attn_tile.c  (none: the CUDA forward has its own tiles;
+ *                   f32/f16/int8 K/V, grouped by kv head: the CPU engine's attention)
  *   add, add_bias   kn_add_f32 ...      add.c        kn_cuda_add ...    add.cu     0
  *   argmax          kn_argmax_f32       argmax.c     kn_cuda_argmax     argmax.cu  exact
  *   to bf16         kn_fp32_to_bf16  quant.c      kn_cuda_to_bf16    to_bf16.cu 0

@@ -28,7 +28,11 @@
  * Per query head, the query's kv head is h / (n_head / n_head_kv).
  * The windowed variant (kn_attn_paged_win_heads_f32) runs the same
  * operations over positions p0..n_ctx-1 only, and soft-caps the scaled
- * scores (cap * kn_tanh(s / cap), scalar on every path) before the softmax. */
+ * scores (cap * kn_tanh(s / cap), scalar on every path) before the softmax.
+ * The softmax and the lane reductions live in attn_common.h, shared with
+ * attn_tile.c: the engine's attention (kn_attn_tile), which performs these
+ * very operations grouped by kv head and several queries at a time; the
+ * per-head functions here are its reference and the encoder's attention. */
 #include "kernels/kn.h"
 
 #include <math.h>
