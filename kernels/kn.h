@@ -348,7 +348,12 @@ void kn_attn_paged_win_heads_f16(float *out, const float *q, const uint16_t *k, 
  * consecutive values of a position's row (kn_kv_quantize_q8), value = q *
  * d computed in float when read (one rounding); kv_dim = n_head_kv *
  * head_dim must then be a multiple of 32. */
-enum kn_kv_type { KN_KV_F32 = 0, KN_KV_F16 = 1, KN_KV_Q8 = 2 };
+enum kn_kv_type {
+    KN_KV_F32 = 0,
+    KN_KV_F16 = 1,
+    KN_KV_Q8 = 2,
+    KN_KV_F16_Q8 = 3, /* binary16 keys, int8 values (k as KN_KV_F16, v and v_scale as KN_KV_Q8) */
+};
 #define KN_KV_Q8_BLOCK 32
 #define KN_ATTN_TILE 1 /* (for benchmarks built against older trees) */
 
@@ -356,12 +361,12 @@ enum kn_kv_type { KN_KV_F32 = 0, KN_KV_F16 = 1, KN_KV_Q8 = 2 };
  * at position p is element
  *   table[p / block_tokens] * block_stride + (p % block_tokens) * kv_dim + j * head_dim + d
  * of k (v), kv_dim = n_head_kv * head_dim, element type by `type`
- * (float, uint16_t binary16 bits, int8_t); with KN_KV_Q8 element e's
- * scale is k_scale[e / 32] (v_scale). */
+ * (float, uint16_t binary16 bits, int8_t; KN_KV_F16_Q8: k binary16, v
+ * int8); an int8 element e's scale is k_scale[e / 32] (v_scale). */
 struct kn_kv_layer {
     int type;                       /* enum kn_kv_type */
     const void *k, *v;
-    const float *k_scale, *v_scale; /* KN_KV_Q8 only, else NULL */
+    const float *k_scale, *v_scale; /* the int8 ones' scales, else NULL */
     const int32_t *block_table;
     int block_tokens;
     size_t block_stride;            /* elements per block */

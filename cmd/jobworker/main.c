@@ -118,7 +118,7 @@ static int parse_flags(struct worker_flags *f, int argc, char **argv)
         CFG_OPT("swa-full", NULL, CFG_BOOL, &s->swa_full, NULL,
                 "sliding-window layers keep every position (more KV memory; prefix caching for Gemma/Mistral)"),
         CFG_OPT("kv-type", "JOBWORKER_KV_TYPE", CFG_STR, &f->kv_type, "T",
-                "K/V cache values: f16 (default), f32 (default with --exact) or q8 (int8, a scale per 32 values: 56% of f16's memory and reads; CPU only)"),
+                "K/V cache values: f16 (default), f32 (default with --exact), q8 (int8 with a scale per 32 values: 56% of f16's memory and reads; CPU only) or q8v (f16 keys, int8 values: 78%)"),
         CFG_OPT("temperature", NULL, CFG_STR, &f->temperature, "T", "--prompt/--chat: sampling temperature (default 1)"),
         CFG_OPT("top-p", NULL, CFG_STR, &f->top_p, "P", "--prompt/--chat: nucleus sampling mass (default 1)"),
         CFG_OPT("top-k", NULL, CFG_INT, &o->top_k, "K", "--prompt/--chat: sample among the K best (default off)"),
@@ -288,7 +288,7 @@ static int parse_device(const char *device, enum kn_device *dev)
 static int parse_kv_type(const char *s, struct serve_opts *so)
 {
     if (s && model_kv_type_parse(s, &so->kv_type)) {
-        cli_error("jobworker", "use --kv-type f16, f32 or q8", "unknown K/V type '%s'", s);
+        cli_error("jobworker", "use --kv-type f16, f32, q8 or q8v", "unknown K/V type '%s'", s);
         return CLI_EXIT_USAGE;
     }
     return -1;

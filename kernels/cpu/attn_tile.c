@@ -92,6 +92,14 @@ static float *row_sc(const struct tile *t, int r, int c)
 
 /* ---- staging: positions [c, e) of K or V as float rows of hd, zeros up to CHUNK ---- */
 
+/* The element type of K (is_v 0) or V (1). */
+static int elem_type(const struct kn_kv_layer *kv, int is_v)
+{
+    if (kv->type == KN_KV_F16_Q8)
+        return is_v ? KN_KV_Q8 : KN_KV_F16;
+    return kv->type;
+}
+
 /* off[i]: element offset of the kv head's value 0 at position c + i, for
  * i < n. One division per chunk: the block table is walked. (Software
  * prefetching of the next rows was tried: slower, the hardware prefetchers
@@ -113,15 +121,16 @@ static void chunk_offsets(const struct tile *t, int c, int n, size_t *off)
 static void stage_scalar(const struct tile *t, int is_v, int n, const size_t *off)
 {
     const struct kn_kv_layer *kv = t->kv;
+    int ty = elem_type(kv, is_v);
     const void *base = is_v ? kv->v : kv->k;
     const float *sd = is_v ? kv->v_scale : kv->k_scale;
     int hd = t->hd;
     for (int i = 0; i < n; i++) {
         float *dst = t->stage + (size_t)i * (size_t)hd;
         size_t e0 = off[i];
-        if (kv->type == KN_KV_F32) {
+        if (ty == KN_KV_F32) {
             memcpy(dst, (const float *)base + e0, (size_t)hd * sizeof *dst);
-        } else if (kv->type == KN_KV_F16) {
+        } else if (ty == KN_KV_F16) {
             for (int d = 0; d < hd; d++)
                 dst[d] = kn_fp16_to_fp32(((const uint16_t *)base)[e0 + (size_t)d]);
         } else {
@@ -141,17 +150,18 @@ static void stage_scalar(const struct tile *t, int is_v, int n, const size_t *of
 TILE_AVX2 static void stage_avx2(const struct tile *t, int is_v, int n, const size_t *off)
 {
     const struct kn_kv_layer *kv = t->kv;
+    int ty = elem_type(kv, is_v);
     const void *base = is_v ? kv->v : kv->k;
     const float *sd = is_v ? kv->v_scale : kv->k_scale;
     int hd = t->hd;
     float *dst = t->stage;
-    if (kv->type == KN_KV_F16) {
+    if (ty == KN_KV_F16) {
         for (int i = 0; i < n; i++, dst += hd) {
             const uint16_t *h = (const uint16_t *)base + off[i];
             for (int d = 0; d < hd; d += 8)
                 _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + d))));
         }
-    } else if (kv->type == KN_KV_Q8) {
+    } else if (ty == KN_KV_Q8) {
         for (int i = 0; i < n; i++, dst += hd) {
             const int8_t *qv = (const int8_t *)base + off[i];
             for (int d = 0; d < hd; d += 8) { /* off[i] % 8 == 0: 8 values lie in one block */
@@ -169,17 +179,18 @@ TILE_AVX2 static void stage_avx2(const struct tile *t, int is_v, int n, const si
 TILE_AVX512 static void stage_avx512(const struct tile *t, int is_v, int n, const size_t *off)
 {
     const struct kn_kv_layer *kv = t->kv;
+    int ty = elem_type(kv, is_v);
     const void *base = is_v ? kv->v : kv->k;
     const float *sd = is_v ? kv->v_scale : kv->k_scale;
     int hd = t->hd;
     float *dst = t->stage;
-    if (kv->type == KN_KV_F16) {
+    if (ty == KN_KV_F16) {
         for (int i = 0; i < n; i++, dst += hd) {
             const uint16_t *h = (const uint16_t *)base + off[i];
             for (int d = 0; d < hd; d += 16)
                 _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + d))));
         }
-    } else if (kv->type == KN_KV_Q8) {
+    } else if (ty == KN_KV_Q8) {
         for (int i = 0; i < n; i++, dst += hd) {
             const int8_t *qv = (const int8_t *)base + off[i];
             for (int d = 0; d < hd; d += 16) { /* off[i] % 16 == 0: 16 values lie in one block */

@@ -1,7 +1,8 @@
 /* bench_kv_accuracy - what an int8 K/V cache costs in accuracy: the
  * teacher-forced log-probability of every next token of a text, with the
- * cache in binary16 (the default, the reference), float32 and int8
- * (--kv-type q8), same model, same matmuls.
+ * cache in binary16 (the default, the reference), float32, int8
+ * (--kv-type q8) and binary16 keys with int8 values (q8v), same model,
+ * same matmuls.
  *
  * usage: bench_kv_accuracy MODEL.gguf TEXT_FILE [WINDOW] [MAX_WINDOWS] [THREADS] [exact]
  *   WINDOW: tokens per sequence (default 1024; each window is a fresh
@@ -30,7 +31,7 @@
 #include "worker/engine/kv.h"
 #include "worker/engine/model.h"
 
-enum { CHUNK = 256, N_TYPES = 3 };
+enum { CHUNK = 256, N_TYPES = 4 };
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -112,8 +113,8 @@ int main(int argc, char **argv)
     size_t per = (size_t)n_win * (size_t)(window - 1);
     double *lp[N_TYPES];
     int32_t *am[N_TYPES];
-    const int types[N_TYPES] = {MODEL_KV_F16, MODEL_KV_F32, MODEL_KV_Q8};
-    const char *names[N_TYPES] = {"f16", "f32", "q8"};
+    const int types[N_TYPES] = {MODEL_KV_F16, MODEL_KV_F32, MODEL_KV_Q8, MODEL_KV_Q8V};
+    const char *names[N_TYPES] = {"f16", "f32", "q8", "q8v"};
     printf("%s: %zu tokens of %s, %d windows of %d tokens (%zu predictions), %s matmuls, %d "
            "threads\n",
            argv[1], n_ids, argv[2], n_win, window, per, exact ? "exact float" : "default",

@@ -108,11 +108,12 @@ static int fill_params(const struct model *m, struct model_ctx_params *p)
         p->n_out_max < 1 || p->n_out_max > p->n_batch_max || p->n_kv_blocks < 0 ||
         p->n_batch_max > (1 << 20) || p->n_seq_max > (1 << 20) ||
         (p->device != KN_DEVICE_CPU && p->device != KN_DEVICE_CUDA) || p->kv_type < 0 ||
-        p->kv_type > MODEL_KV_Q8)
+        p->kv_type > MODEL_KV_Q8V)
         return ERR_INVAL;
-    if (p->kv_type == MODEL_KV_Q8 &&
+    if ((p->kv_type == MODEL_KV_Q8 || p->kv_type == MODEL_KV_Q8V) &&
         (p->device != KN_DEVICE_CPU || (hp->n_head_kv * hp->head_dim) % KN_KV_Q8_BLOCK)) {
-        log_error("kv type q8: %s", p->device != KN_DEVICE_CPU
+        log_error("kv type %s: %s", p->kv_type == MODEL_KV_Q8 ? "q8" : "q8v",
+                  p->device != KN_DEVICE_CPU
                                         ? "CPU only (--device cpu)"
                                         : "n_head_kv * head_dim must be a multiple of 32");
         return ERR_INVAL;
@@ -141,8 +142,8 @@ static int ring_layers(const struct model *m, const struct model_ctx_params *p, 
 
 int model_kv_type_parse(const char *s, int *out)
 {
-    static const char *const names[] = {"f16", "f32", "q8"};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"f16", "f32", "q8", "q8v"};
+    for (int i = 0; i < 4; i++)
         if (strcmp(s, names[i]) == 0) {
             *out = MODEL_KV_F16 + i;
             return 0;
@@ -159,6 +160,8 @@ int model_ctx_kv_type(const struct model_ctx_params *p)
         return p->device == KN_DEVICE_CPU ? KV_TYPE_F32 : KV_TYPE_F16;
     case MODEL_KV_Q8:
         return KV_TYPE_Q8;
+    case MODEL_KV_Q8V:
+        return KV_TYPE_Q8V;
     default:
         return p->device == KN_DEVICE_CPU && p->exact_matmul ? KV_TYPE_F32 : KV_TYPE_F16;
     }

@@ -444,6 +444,11 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
         kvl.v = kv->v8 + lo;
         kvl.k_scale = kv->k8d + lo / 32;
         kvl.v_scale = kv->v8d + lo / 32;
+    } else if (kv->type == KV_TYPE_Q8V) {
+        kvl.type = KN_KV_F16_Q8;
+        kvl.k = kv->k + lo;
+        kvl.v = kv->v8 + lo;
+        kvl.v_scale = kv->v8d + lo / 32;
     } else {
         kvl.k = kv->k + lo;
         kvl.v = kv->v + lo;
@@ -461,6 +466,9 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
             memcpy(kv->v32 + off, vi, (size_t)kv_dim * sizeof(float));
         } else if (kv->type == KV_TYPE_Q8) { /* quantized once, here */
             kn_kv_quantize_q8(kv->k8 + off, kv->k8d + off / 32, ki, (size_t)kv_dim);
+            kn_kv_quantize_q8(kv->v8 + off, kv->v8d + off / 32, vi, (size_t)kv_dim);
+        } else if (kv->type == KV_TYPE_Q8V) {
+            kn_f32_to_f16(kv->k + off, ki, (size_t)kv_dim);
             kn_kv_quantize_q8(kv->v8 + off, kv->v8d + off / 32, vi, (size_t)kv_dim);
         } else { /* rounded to binary16 once, here */
             kn_f32_to_f16(kv->k + off, ki, (size_t)kv_dim);

@@ -11,7 +11,7 @@
 size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int type)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks <= 0 || type < KV_TYPE_F16 ||
-        type > KV_TYPE_Q8 || (type == KV_TYPE_Q8 && kv_dim % 32))
+        type > KV_TYPE_Q8V || (type >= KV_TYPE_Q8 && kv_dim % 32))
         return 0;
     size_t n = (size_t)n_layer;
     size_t f[3] = {(size_t)kv_dim, (size_t)block_tokens, (size_t)n_blocks};
@@ -20,9 +20,9 @@ size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
             return 0;
         n *= f[i];
     }
-    if (type == KV_TYPE_Q8) { /* one byte per value, a float scale per 32 */
-        size_t per = n + n / 32 * sizeof(float);
-        return per > SIZE_MAX / 2 ? 0 : per * 2;
+    if (type >= KV_TYPE_Q8) { /* one byte per value, a float scale per 32 */
+        size_t q8 = n + n / 32 * sizeof(float), k = type == KV_TYPE_Q8 ? q8 : n * 2;
+        return n > SIZE_MAX / 8 ? 0 : k + q8;
     }
     size_t el = type == KV_TYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     if (n > SIZE_MAX / (2 * el))
@@ -63,8 +63,8 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
                       size_t max_bytes, struct kv_cache **out)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_seq <= 0 || max_pos <= 0 ||
-        n_blocks < 0 || type < KV_TYPE_F16 || type > KV_TYPE_Q8 ||
-        (type == KV_TYPE_Q8 && kv_dim % 32))
+        n_blocks < 0 || type < KV_TYPE_F16 || type > KV_TYPE_Q8V ||
+        (type >= KV_TYPE_Q8 && kv_dim % 32))
         return ERR_INVAL;
     int n_ring = 0;
     for (int l = 0; ring_layers && l < n_layer; l++)
@@ -126,11 +126,15 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     if (kv->f32) {
         kv->k32 = malloc(bytes / 2);
         kv->v32 = malloc(bytes / 2);
-    } else if (type == KV_TYPE_Q8) { /* bytes / 2 = values + values / 32 scales */
-        size_t nv = bytes / 2 / (32 + sizeof(float)) * 32;
-        kv->k8 = malloc(nv);
+    } else if (type >= KV_TYPE_Q8) { /* int8 values, a float scale per 32 */
+        size_t nv = (size_t)n_pool * kv->layer_stride + (size_t)n_ring * kv->ring_layer_stride;
+        if (type == KV_TYPE_Q8) {
+            kv->k8 = malloc(nv);
+            kv->k8d = malloc(nv / 32 * sizeof(float));
+        } else {
+            kv->k = malloc(nv * sizeof(uint16_t));
+        }
         kv->v8 = malloc(nv);
-        kv->k8d = malloc(nv / 32 * sizeof(float));
         kv->v8d = malloc(nv / 32 * sizeof(float));
     } else {
         kv->k = malloc(bytes / 2);
@@ -153,8 +157,9 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     kv->lnext_ = malloc(nb * sizeof *kv->lnext_);
     kv->hhead_ = malloc((size_t)nh * sizeof *kv->hhead_);
     if (!(kv->f32 ? kv->k32 && kv->v32
-                  : type == KV_TYPE_Q8 ? kv->k8 && kv->v8 && kv->k8d && kv->v8d
-                                       : kv->k && kv->v) ||
+                  : type == KV_TYPE_Q8  ? kv->k8 && kv->v8 && kv->k8d && kv->v8d
+                  : type == KV_TYPE_Q8V ? kv->k && kv->v8 && kv->v8d
+                                        : kv->k && kv->v) ||
         !kv->layer_off || !kv->layer_ring ||
         !kv->free_list || !kv->seqs || !kv->tables_ || !kv->ref_ || !kv->pub_ || !kv->key_ ||
         !kv->parent_ || !kv->btok_ || !kv->hnext_ || !kv->lprev_ || !kv->lnext_ || !kv->hhead_)
@@ -373,10 +378,14 @@ static void copy_block(struct kv_cache *kv, int32_t dst, int32_t src, int n_pos)
         if (kv->f32) {
             memcpy(kv->k32 + d, kv->k32 + s, n * sizeof(float));
             memcpy(kv->v32 + d, kv->v32 + s, n * sizeof(float));
-        } else if (kv->type == KV_TYPE_Q8) { /* kv_dim % 32 == 0: whole scale blocks */
-            memcpy(kv->k8 + d, kv->k8 + s, n);
+        } else if (kv->type >= KV_TYPE_Q8) { /* kv_dim % 32 == 0: whole scale blocks */
+            if (kv->type == KV_TYPE_Q8) {
+                memcpy(kv->k8 + d, kv->k8 + s, n);
+                memcpy(kv->k8d + d / 32, kv->k8d + s / 32, n / 32 * sizeof(float));
+            } else {
+                memcpy(kv->k + d, kv->k + s, n * sizeof(uint16_t));
+            }
             memcpy(kv->v8 + d, kv->v8 + s, n);
-            memcpy(kv->k8d + d / 32, kv->k8d + s / 32, n / 32 * sizeof(float));
             memcpy(kv->v8d + d / 32, kv->v8d + s / 32, n / 32 * sizeof(float));
         } else {
             memcpy(kv->k + d, kv->k + s, n * sizeof(uint16_t));

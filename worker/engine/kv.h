@@ -18,7 +18,8 @@
  *         int8 in k8, v8 with one float32 scale per 32 values in k8d, v8d
  *         (symmetric, kn_kv_quantize_q8: value = q * d; 1.125 bytes per
  *         value; the scale of the value at offset e is at e / 32, so the
- *         addressing below serves both; kv_dim a multiple of 32);
+ *         addressing below serves both; kv_dim a multiple of 32); with
+ *         KV_TYPE_Q8V keys in binary16 (k) and values in int8 (v8, v8d);
  *         position p of slot s, layer l is at
  *         k + layer_off[l] + table[s][p / block_tokens]*block_stride
  *           + (p % block_tokens)*kv_dim   (layer_off below)
@@ -82,8 +83,9 @@
 #define KV_BLOCK_TOKENS 16
 
 /* The element type of a cache (kv_cache_new's type): binary16 (the
- * default), float32 (the exact path), int8 with a scale per 32 values. */
-enum kv_type { KV_TYPE_F16 = 0, KV_TYPE_F32 = 1, KV_TYPE_Q8 = 2 };
+ * default), float32 (the exact path), int8 with a scale per 32 values;
+ * or binary16 keys (k) with int8 values (v8, v8d). */
+enum kv_type { KV_TYPE_F16 = 0, KV_TYPE_F32 = 1, KV_TYPE_Q8 = 2, KV_TYPE_Q8V = 3 };
 
 struct kv_seq {
     int32_t *blocks;       /* (max_blocks_per_seq) block table; first n_blocks valid */
@@ -107,7 +109,7 @@ struct kv_cache {
     int type;              /* enum kv_type */
     uint16_t *k, *v;       /* binary16 bits; see the file comment */
     float *k32, *v32;      /* float32 values (f32 caches only) */
-    int8_t *k8, *v8;       /* int8 values (KV_TYPE_Q8 caches only) */
+    int8_t *k8, *v8;       /* int8 values (k8: KV_TYPE_Q8 only; v8: KV_TYPE_Q8 and _Q8V) */
     float *k8d, *v8d;      /* their scales, one per 32 values */
     size_t *layer_off;     /* (n_layer) offset of layer l in k and v (or k32, v32), in values */
     uint8_t *layer_ring;   /* (n_layer) 1: layer l keeps its K/V in the slots' rings */
@@ -145,7 +147,7 @@ struct kv_cache {
  * blocks of block_tokens positions in all (n_blocks 0 = enough for every
  * slot to reach max_pos); type: enum kv_type (KV_TYPE_F32 = 1 is the old
  * "f32" flag). Returns 0 and *out (kv_cache_free), ERR_INVAL (a count <=
- * 0, an unknown type, KV_TYPE_Q8 with kv_dim not a multiple of 32),
+ * 0, an unknown type, KV_TYPE_Q8 or _Q8V with kv_dim not a multiple of 32),
  * ERR_TOOBIG (the size overflows or exceeds max_bytes, 0 = no cap),
  * ERR_NOMEM. */
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
@@ -154,7 +156,8 @@ void kv_cache_free(struct kv_cache *kv);
 
 /* Bytes kv_cache_new would allocate for K and V of n_blocks pool blocks of
  * n_layer layers (0 on overflow or a bad type): 2 bytes per value, 4 with
- * KV_TYPE_F32, 1 + 4/32 with KV_TYPE_Q8 (kv_dim a multiple of 32). A
+ * KV_TYPE_F32, 1 + 4/32 with KV_TYPE_Q8, 2 for keys and 1 + 4/32 for
+ * values with KV_TYPE_Q8V (those two: kv_dim a multiple of 32). A
  * cache with rings allocates this for its pool layers plus
  * kv_cache_ring_bytes. */
 size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int type);

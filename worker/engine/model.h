@@ -246,7 +246,9 @@ struct model_ctx_params {
                             * = float32 with exact_matmul on the CPU, else binary16;
                             * MODEL_KV_Q8: int8 with a float scale per 32 values (CPU only,
                             * n_head_kv * head_dim a multiple of 32; 1.125 bytes per value,
-                            * 56% of binary16; its accuracy cost in bench/NOTES.md) */
+                            * 56% of binary16; its accuracy cost in bench/NOTES.md);
+                            * MODEL_KV_Q8V: binary16 keys, int8 values (78% of binary16;
+                            * the same conditions) */
     int embeddings;        /* 1: model_forward returns, for each marked token, its final-norm
                             * hidden state (n_embd floats: output_norm applied, no LM head,
                             * no soft-capping) instead of logits - what worker/engine/embed.h
@@ -254,9 +256,9 @@ struct model_ctx_params {
 };
 
 /* model_ctx_params.kv_type */
-enum model_kv_type { MODEL_KV_DEFAULT = 0, MODEL_KV_F16, MODEL_KV_F32, MODEL_KV_Q8 };
+enum model_kv_type { MODEL_KV_DEFAULT = 0, MODEL_KV_F16, MODEL_KV_F32, MODEL_KV_Q8, MODEL_KV_Q8V };
 
-/* "f16" / "f32" / "q8" -> enum model_kv_type in *out: 0 or ERR_INVAL. */
+/* "f16" / "f32" / "q8" / "q8v" -> enum model_kv_type in *out: 0 or ERR_INVAL. */
 int model_kv_type_parse(const char *s, int *out);
 
 void model_ctx_params_init(struct model_ctx_params *p);

@@ -320,7 +320,8 @@ static void tcache_as(struct tcache *c, int t)
  * n_ctx - 1, heads h0..h1-1 - at every SIMD level and cache type equals
  * the per-head scalar reference (kn_attn_paged_win_heads_f32 on the float
  * values the cache holds) bit for bit, and the heads outside h0..h1-1 are
- * untouched. GQA groups 1, 2, 3, 4, 7, 8; head_dim 64, 32, 128, 40 (AVX2,
+ * untouched; the cache types float32, binary16, int8 and binary16 keys
+ * with int8 values. GQA groups 1, 2, 3, 4, 7, 8; head_dim 64, 32, 128, 40 (AVX2,
  * not AVX-512) and 20 (scalar on every level); pages of 16 and 5
  * positions, scattered; contexts 1, 17 and 1031 (260 for every other
  * shape: time); windows with soft-caps. */
@@ -347,21 +348,23 @@ TEST(kn_attn_tile_equals_per_head_reference_every_level_and_type)
             st = st * 6364136223846793005ull + 1442695040888963407ull;
             q[i] = (float)((int)(st >> 40) % 2001 - 1000) / 400.0f;
         }
-        for (int t = KN_KV_F32; t <= KN_KV_Q8; t++) {
-            if (t == KN_KV_Q8 && kv_dim % 32)
+        for (int t = KN_KV_F32; t <= KN_KV_F16_Q8; t++) {
+            if (t >= KN_KV_Q8 && kv_dim % 32)
                 continue;
+            /* the element types of K and V */
+            int kt = t == KN_KV_F16_Q8 ? KN_KV_F16 : t, vt = t == KN_KV_F16_Q8 ? KN_KV_Q8 : t;
             struct tcache k, v;
             tcache_init(&k, nkvv, &st, 1.5f);
             tcache_init(&v, nkvv, &st, 1.0f);
-            tcache_as(&k, t);
-            tcache_as(&v, t);
+            tcache_as(&k, kt);
+            tcache_as(&v, vt);
             struct kn_kv_layer L = {t, NULL, NULL, NULL, NULL, table, bt, bs};
-            L.k = t == KN_KV_F32 ? (const void *)k.f : t == KN_KV_F16 ? (const void *)k.h : (const void *)k.q8;
-            L.v = t == KN_KV_F32 ? (const void *)v.f : t == KN_KV_F16 ? (const void *)v.h : (const void *)v.q8;
-            if (t == KN_KV_Q8) {
+            L.k = kt == KN_KV_F32 ? (const void *)k.f : kt == KN_KV_F16 ? (const void *)k.h : (const void *)k.q8;
+            L.v = vt == KN_KV_F32 ? (const void *)v.f : vt == KN_KV_F16 ? (const void *)v.h : (const void *)v.q8;
+            if (kt == KN_KV_Q8)
                 L.k_scale = k.d8;
+            if (vt == KN_KV_Q8)
                 L.v_scale = v.d8;
-            }
             for (size_t xi = 0; xi < sizeof ctxs / sizeof ctxs[0]; xi++) {
                 int ctx = ctxs[xi] > 1000 && ci % 2 ? 260 : ctxs[xi];
                 for (size_t ni = 0; ni < sizeof nqs / sizeof nqs[0]; ni++) {

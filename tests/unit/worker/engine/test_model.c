@@ -765,7 +765,8 @@ TEST(model_fast_path_same_on_any_thread_count)
 /* The int8 K/V cache (--kv-type q8) keeps the contract of the binary16
  * one: batch- and chunk-invariant, the same bits on 1, 2 and 3 threads and
  * at every SIMD level (the rings of gemma3 too), on both matmul paths; and
- * its logits stay near the binary16 cache's (relative L2 per position). */
+ * its logits stay near the binary16 cache's (relative L2 per position).
+ * Likewise binary16 keys with int8 values (q8v). */
 TEST(model_kv_q8_invariant_and_near_f16)
 {
     const char *files[] = {"llama_tied.q4_1.gguf", "qwen2_tied.q8_0.gguf", "gemma3_tied.q8_0.gguf",
@@ -803,6 +804,18 @@ TEST(model_kv_q8_invariant_and_near_f16)
         }
         fprintf(stderr, "# %s: int8 vs binary16 K/V logits, max rel L2 %.4f\n", files[f], worst);
         CHECK(worst < 0.05);
+        if (f < 2) { /* binary16 keys, int8 values: the same contract */
+            g_kv_type = MODEL_KV_Q8V;
+            check_batch_invariance(files[f], NULL, ref);
+            CHECK_EQ_INT(kn_pool_new(2, &g_pool), 0);
+            check_batch_invariance(files[f], ref, NULL);
+            kn_pool_free(g_pool);
+            g_pool = NULL;
+            CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
+            check_batch_invariance(files[f], ref, NULL);
+            CHECK_EQ_INT(kn_simd_set(kn_simd_best()), 0);
+            g_kv_type = MODEL_KV_DEFAULT;
+        }
     }
     g_exact = 0;
     /* refused: an unknown type; int8 off the CPU */
@@ -810,7 +823,7 @@ TEST(model_kv_q8_invariant_and_near_f16)
     struct model_ctx_params cp;
     model_ctx_params_init(&cp);
     struct model_ctx *c = NULL;
-    cp.kv_type = MODEL_KV_Q8 + 1;
+    cp.kv_type = MODEL_KV_Q8V + 1;
     CHECK_EQ_INT(model_ctx_new(m, &cp, &c), ERR_INVAL);
     cp.kv_type = MODEL_KV_Q8;
     cp.device = KN_DEVICE_CUDA;
@@ -818,6 +831,7 @@ TEST(model_kv_q8_invariant_and_near_f16)
     int t;
     CHECK(model_kv_type_parse("q8", &t) == 0 && t == MODEL_KV_Q8);
     CHECK(model_kv_type_parse("f16", &t) == 0 && t == MODEL_KV_F16);
+    CHECK(model_kv_type_parse("q8v", &t) == 0 && t == MODEL_KV_Q8V);
     CHECK_EQ_INT(model_kv_type_parse("q4", &t), ERR_INVAL);
     model_free(m);
 }

@@ -222,10 +222,14 @@ TEST(kv_q8_cache_layout_and_private_copy)
 {
     CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, KV_TYPE_Q8), (size_t)30 * 192 * 16 * 2 * 9 / 8);
     CHECK_EQ_INT(kv_cache_bytes(30, 40, 16, 1, KV_TYPE_Q8), 0); /* kv_dim not a multiple of 32 */
-    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 3), 0);
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, KV_TYPE_Q8V), (size_t)30 * 192 * 16 * (2 + 9 / 8.0));
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 4), 0);
     struct kv_cache *kv = NULL;
     CHECK_EQ_INT(kv_cache_new(2, 40, KB, 4, 1, 16, KV_TYPE_Q8, 0, &kv), ERR_INVAL);
-    CHECK_EQ_INT(kv_cache_new(2, 64, KB, 4, 1, 16, 3, 0, &kv), ERR_INVAL);
+    CHECK_EQ_INT(kv_cache_new(2, 64, KB, 4, 1, 16, 4, 0, &kv), ERR_INVAL);
+    CHECK_EQ_INT(kv_cache_new(2, 64, KB, 4, 1, 16, KV_TYPE_Q8V, 0, &kv), 0);
+    CHECK(kv->k && !kv->v && !kv->k8 && !kv->k8d && kv->v8 && kv->v8d && !kv->f32);
+    kv_cache_free(kv);
     CHECK_EQ_INT(kv_cache_new(2, 64, KB, 6, 3, 24, KV_TYPE_Q8,
                               kv_cache_bytes(2, 64, KB, 6, KV_TYPE_Q8), &kv), 0);
     CHECK(kv->k8 && kv->v8 && kv->k8d && kv->v8d && !kv->k && !kv->k32 && !kv->f32);
