@@ -347,7 +347,8 @@ void kn_attn_paged_win_heads_f16(float *out, const float *q, const uint16_t *k, 
  * kn_kv_type). int8 (KN_KV_Q8): symmetric, one float32 scale per 32
  * consecutive values of a position's row (kn_kv_quantize_q8), value = q *
  * d computed in float when read (one rounding); kv_dim = n_head_kv *
- * head_dim must then be a multiple of 32. */
+ * head_dim must then be a multiple of 32 (KN_KV_F16_Q8: binary16 keys,
+ * int8 values, likewise). */
 enum kn_kv_type {
     KN_KV_F32 = 0,
     KN_KV_F16 = 1,
