@@ -36,6 +36,8 @@
  *   geglu           kn_geglu_f32        geglu.c      (none: the CUDA forward refuses gemma2/gemma3)
  *   scale, softcap  kn_scale_f32 ...    scale.c      (none: likewise)
  *   windowed attn   kn_attn_paged_win_heads_f32 attention.c (none: likewise)
+ *   attention tile  kn_attn_tile        attn_tile.c  (none: the CUDA forward has its own tiles;
+ *                   f32/f16/int8 K/V, grouped by kv head: the CPU engine's attention)
  *   add, add_bias   kn_add_f32 ...      add.c        kn_cuda_add ...    add.cu     0
  *   argmax          kn_argmax_f32       argmax.c     kn_cuda_argmax     argmax.cu  exact
  *   to bf16         kn_fp32_to_bf16  quant.c      kn_cuda_to_bf16    to_bf16.cu 0
@@ -328,6 +330,84 @@ void kn_attn_paged_win_heads_f16(float *out, const float *q, const uint16_t *k, 
                                  size_t block_stride, int p0, int n_ctx, int n_head, int n_head_kv,
                                  int head_dim, int h0, int h1, float scale, float softcap,
                                  float *scores);
+
+/* ---- grouped attention of a tile of queries (attn_tile.c): the engine's op ----
+ *
+ * The same attention as kn_attn_paged_win_heads_f32, for n_q query tokens
+ * of one sequence at once (a decode token, or a run of a prefill chunk),
+ * grouped by kv head: each K/V row is read (and converted to float) once
+ * for all the query heads of its GQA group and all the tile's queries,
+ * instead of once per query head. Every query head's numbers are exactly
+ * those kn_attn_paged_win_heads_f32 computes for it on the cache converted
+ * to float (the order of every sum is the same: q.k in 8 lanes, the
+ * softmax of softmax.h, V in position order), at every SIMD level - so a
+ * token's result depends neither on the tile it shares nor on the batch.
+ *
+ * The cache may hold float32, IEEE binary16 or int8 values (enum
+ * kn_kv_type). int8 (KN_KV_Q8): symmetric, one float32 scale per 32
+ * consecutive values of a position's row (kn_kv_quantize_q8), value = q *
+ * d computed in float when read (one rounding); kv_dim = n_head_kv *
+ * head_dim must then be a multiple of 32 (KN_KV_F16_Q8: binary16 keys,
+ * int8 values, likewise). */
+enum kn_kv_type {
+    KN_KV_F32 = 0,
+    KN_KV_F16 = 1,
+    KN_KV_Q8 = 2,
+    KN_KV_F16_Q8 = 3, /* binary16 keys, int8 values (k as KN_KV_F16, v and v_scale as KN_KV_Q8) */
+};
+#define KN_KV_Q8_BLOCK 32
+#define KN_ATTN_TILE 1 /* (for benchmarks built against older trees) */
+
+/* One layer of a paged cache as attention reads it: value d of kv head j
+ * at position p is element
+ *   table[p / block_tokens] * block_stride + (p % block_tokens) * kv_dim + j * head_dim + d
+ * of k (v), kv_dim = n_head_kv * head_dim, element type by `type`
+ * (float, uint16_t binary16 bits, int8_t; KN_KV_F16_Q8: k binary16, v
+ * int8); an int8 element e's scale is k_scale[e / 32] (v_scale). */
+struct kn_kv_layer {
+    int type;                       /* enum kn_kv_type */
+    const void *k, *v;
+    const float *k_scale, *v_scale; /* the int8 ones' scales, else NULL */
+    const int32_t *block_table;
+    int block_tokens;
+    size_t block_stride;            /* elements per block */
+};
+
+/* Attention of the query tokens i < n_q, each over positions
+ * max(0, n_ctx[i] - window) .. n_ctx[i] - 1 (window 0: all from 0), query
+ * heads h0..h1-1 only (0 <= h0 < h1 <= n_head). Token i's q is row i of q
+ * (q_stride floats apart, head h at h * head_dim), its output row i of out
+ * (out_stride apart, heads outside h0..h1-1 untouched). 1 <= n_ctx[i] <=
+ * n_ctx_max of the scratch. Scores are soft-capped by softcap (0 = none)
+ * as kn_attn_paged_win_heads_f32's. scratch: kn_attn_tile_scratch_bytes
+ * (n_q, ...) bytes, any alignment, clobbered. Can't fail; allocates
+ * nothing. */
+void kn_attn_tile(float *out, size_t out_stride, const float *q, size_t q_stride,
+                  const int32_t *n_ctx, int n_q, const struct kn_kv_layer *kv, int n_head,
+                  int n_head_kv, int head_dim, int h0, int h1, int window, float scale,
+                  float softcap, void *scratch);
+
+/* Scratch bytes kn_attn_tile needs for tiles of up to n_q queries whose
+ * n_ctx are at most n_ctx_max: one score row per (query, head of a group)
+ * plus two staging buffers; SIZE_MAX on overflow. */
+size_t kn_attn_tile_scratch_bytes(int n_q, int n_head, int n_head_kv, int head_dim, int n_ctx_max);
+
+/* The number of queries per tile the engine uses for this GQA shape (so
+ * that a tile holds about 24 (query, head) rows; at least 1, at most
+ * KN_ATTN_TILE_Q_MAX). Speed only: the numbers do not depend on it. */
+#define KN_ATTN_TILE_Q_MAX 32
+int kn_attn_tile_queries(int n_head, int n_head_kv);
+
+/* int8 K/V rows (attn_tile.c): n values (a multiple of 32) of x into q
+ * and one scale per 32 in d: d = max|x| / 127, q = x / d rounded to
+ * nearest (ties away from zero), |x - q d| <= d / 2 (within float
+ * rounding); an all-zero block has d = 0; a block holding a NaN or an
+ * infinity gets d = NaN (it reads back as NaN, as such a value would in
+ * the other caches). Scalar, a pure function of each 32 values. */
+void kn_kv_quantize_q8(int8_t *q, float *d, const float *x, size_t n);
+
+/* The values a KN_KV_Q8 cache holds: x[i] = q[i] * d[i / 32] in float. */
+void kn_kv_dequantize_q8(float *x, const int8_t *q, const float *d, size_t n);
 
 /* SwiGLU (swiglu.c): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
  * out may alias gate or up. */

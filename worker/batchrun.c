@@ -120,6 +120,7 @@ int batchrun_file(const struct batchrun_opts *o, FILE *out, FILE *errout, char *
         .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
         .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache, .swa_full = o->swa_full,
         .spec_off = o->spec_off, .spec_max_seqs = o->spec_max_seqs,
+        .kv_type = o->kv_type,
     };
     if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;

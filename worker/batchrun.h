@@ -40,6 +40,7 @@ struct batchrun_opts {
     int swa_full;             /* sched_opts.swa_full (jobworker --swa-full) */
     int spec_off;             /* 1: no speculation (jobworker --spec off) */
     int spec_max_seqs;        /* sched_opts.spec_max_seqs (--spec-max-seqs); 0 = default */
+    int kv_type;              /* sched_opts.kv_type (jobworker --kv-type) */
 };
 
 /* Run it. Returns 0, or an error with a one-line message in err: model

@@ -106,12 +106,12 @@ static void slot_release(struct slot *e)
 }
 
 static int slot_init(struct slot *e, const char *path, int threads, int n_ctx, int exact,
-                       int device, char *err, size_t err_len)
+                       int device, int kv_type, char *err, size_t err_len)
 {
     memset(e, 0, sizeof *e);
     e->last_choice = UINT64_MAX;
     struct engine_opts eo = {.model_path = path, .device = device, .threads = threads,
-                             .exact_matmul = exact, .n_ctx = n_ctx};
+                             .exact_matmul = exact, .n_ctx = n_ctx, .kv_type = kv_type};
     int rc = engine_open(&eo, &e->eng, err, err_len);
     if (rc)
         return rc;
@@ -322,7 +322,8 @@ static int run_embed(const struct oneshot_opts *o, json_t *body, FILE *out, FILE
     json_t *resp = NULL;
     char *dump = NULL;
     struct engine_opts eo = {.model_path = o->model_path, .device = o->device,
-                             .threads = o->threads, .exact_matmul = o->exact, .n_ctx = o->n_ctx};
+                             .threads = o->threads, .exact_matmul = o->exact, .n_ctx = o->n_ctx,
+                             .kv_type = o->kv_type};
     int rc = engine_open(&eo, &eng, err, err_len);
     if (rc)
         goto out;
@@ -395,8 +396,8 @@ int oneshot_run(const struct oneshot_opts *o, FILE *out, FILE *errout, char *err
     else if (o->embed || (json_object_get(body, "input") && !json_object_get(body, "messages") &&
                           !json_object_get(body, "prompt")))
         return run_embed(o, body, out, errout, err, err_len);
-    if ((rc = slot_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, err,
-                          err_len))) {
+    if ((rc = slot_init(&e, o->model_path, o->threads, o->n_ctx, o->exact, o->device, o->kv_type,
+                        err, err_len))) {
         json_decref(body);
         return rc;
     }
@@ -486,7 +487,8 @@ int oneshot_bench(const struct oneshot_bench_opts *o, FILE *out, char *err, size
         buf_release(&text);
         return fail(err, err_len, rc, "prompt: %s", err_msg(rc));
     }
-    if ((rc = slot_init(&e, o->model_path, o->threads, 0, o->exact, o->device, err, err_len))) {
+    if ((rc = slot_init(&e, o->model_path, o->threads, 0, o->exact, o->device, o->kv_type, err,
+                        err_len))) {
         buf_release(&text);
         return rc;
     }

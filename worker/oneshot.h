@@ -69,6 +69,7 @@ struct oneshot_opts {
     int n_ctx;                 /* context length; 0 = the model's, capped at 4096 */
     int exact;                 /* 1: reference matmul (model_ctx_params.exact_matmul) */
     int device;                /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
+    int kv_type;               /* model_ctx_params.kv_type (enum model_kv_type; 0 = default) */
     int print_ids;             /* 1: also print each choice's prompt and completion ids on
                                 * errout ("prompt ids: 1 2 3" / "completion ids: 4 5";
                                 * the completion ids stop before an end-of-generation token) */
@@ -89,6 +90,7 @@ struct oneshot_bench_opts {
     int n_decode;              /* greedy tokens to decode, end-of-generation ignored */
     int exact;
     int device;                /* model_ctx_params.device (KN_DEVICE_CPU = 0) */
+    int kv_type;               /* model_ctx_params.kv_type (enum model_kv_type; 0 = default) */
 };
 
 /* The engine benchmark: prefill the prompt in one step, then decode

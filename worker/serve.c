@@ -1020,6 +1020,7 @@ int serve_run(const struct serve_opts *o, char *err, size_t err_len)
         .n_ctx = o->n_ctx, .max_batch_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
         .kv_mem_bytes = o->kv_mem_bytes, .no_prefix_cache = o->no_prefix_cache, .swa_full = o->swa_full,
         .spec_off = o->spec_off, .spec_max_seqs = o->spec_max_seqs,
+        .kv_type = o->kv_type,
     };
     if ((rc = engine_open(&eo, &e, err, err_len)) != 0)
         goto out;

@@ -90,6 +90,7 @@ struct serve_opts {
     int swa_full;                   /* sched_opts.swa_full */
     int spec_off;                   /* 1: no speculation (sched_opts.spec) */
     int spec_max_seqs;              /* sched_opts.spec_max_seqs; 0 = its default */
+    int kv_type;                    /* sched_opts.kv_type (enum model_kv_type; 0 = default) */
     int64_t hourly_cost_micros;     /* declared to jobd at registration (fleet cost) */
     int hourly_cost_declared;       /* 1: declare hourly_cost_micros even when 0 (--hourly-cost 0);
                                      * 0: declare it only when > 0 (none: jobd's class, else unpriced) */

@@ -28,13 +28,17 @@
  * Per query head, the query's kv head is h / (n_head / n_head_kv).
  * The windowed variant (kn_attn_paged_win_heads_f32) runs the same
  * operations over positions p0..n_ctx-1 only, and soft-caps the scaled
- * scores (cap * kn_tanh(s / cap), scalar on every path) before the softmax. */
+ * scores (cap * kn_tanh(s / cap), scalar on every path) before the softmax.
+ * The softmax and the lane reductions live in attn_common.h, shared with
+ * attn_tile.c: the engine's attention (kn_attn_tile), which performs these
+ * very operations grouped by kv head and several queries at a time; the
+ * per-head functions here are its reference and the encoder's attention. */
 #include "kernels/kn.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/vexp.h"
+#include "kernels/cpu/attn_common.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -43,102 +47,11 @@
 #define ATT_X86 0
 #endif
 
-/* Soft-capping (Gemma 2): s = cap * kn_tanh(s / cap) in place (scale.c);
- * cap 0 = none. Scalar on every SIMD path, so the bits stay the same. */
-static void softcap_row(float *scores, int n, float cap)
-{
-    if (cap == 0.0f)
-        return;
-    for (int p = 0; p < n; p++)
-        scores[p] = cap * kn_tanh(scores[p] / cap);
-}
-
-/* exp(s - mx) in place for p in [p, n) and into the 16 sum lanes (lane
- * p mod 16), the reference of the vector loops below. */
-static void softmax_exp_s(float *scores, int p, int n, float mx, float l[16])
-{
-    for (; p < n; p++) {
-        scores[p] = exp_ref(scores[p] - mx);
-        l[p % 16] += scores[p];
-    }
-}
-
-#if ATT_X86
-/* The vector twins: whole groups of 16 positions; returns the next p. The
- * exp values are >= +0 or NaN, so no lane is ever -0 and adding +0 to the
- * lanes a group does not have changes nothing. */
-__attribute__((target("avx512f,avx2,fma"))) static int softmax_exp_avx512(float *scores, int n, float mx,
-                                                                        float l[16])
-{
-    __m512 acc = _mm512_loadu_ps(l), m = _mm512_set1_ps(mx);
-    int p = 0;
-    for (; p + 16 <= n; p += 16) {
-        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(scores + p), m));
-        _mm512_storeu_ps(scores + p, e);
-        acc = _mm512_add_ps(acc, e);
-    }
-    _mm512_storeu_ps(l, acc);
-    return p;
-}
-
-__attribute__((target("avx2,fma"))) static int softmax_exp_avx2(float *scores, int n, float mx, float l[16])
-{
-    __m256 a0 = _mm256_loadu_ps(l), a1 = _mm256_loadu_ps(l + 8), m = _mm256_set1_ps(mx);
-    int p = 0;
-    for (; p + 16 <= n; p += 16) {
-        __m256 e0 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + p), m));
-        __m256 e1 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + p + 8), m));
-        _mm256_storeu_ps(scores + p, e0);
-        _mm256_storeu_ps(scores + p + 8, e1);
-        a0 = _mm256_add_ps(a0, e0);
-        a1 = _mm256_add_ps(a1, e1);
-    }
-    _mm256_storeu_ps(l, a0);
-    _mm256_storeu_ps(l + 8, a1);
-    return p;
-}
-#endif
-
-/* Softmax of scores[0..n) in place into weights (exp / sum). */
-static void softmax_row(float *scores, int n)
-{
-    float mx = -INFINITY;
-    for (int p = 0; p < n; p++)
-        if (scores[p] > mx)
-            mx = scores[p];
-    float l[16] = {0};
-    int p = 0;
-#if ATT_X86
-    int level = kn_simd_level();
-    if (level >= KN_SIMD_AVX512)
-        p = softmax_exp_avx512(scores, n, mx, l);
-    else if (level >= KN_SIMD_AVX2)
-        p = softmax_exp_avx2(scores, n, mx, l);
-#endif
-    softmax_exp_s(scores, p, n, mx, l);
-    float v[8];
-    for (int j = 0; j < 8; j++)
-        v[j] = l[j] + l[j + 8];
-    float sum = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-    float inv = 1.0f / sum;
-    for (int q = 0; q < n; q++)
-        scores[q] *= inv;
-}
-
 #if ATT_X86
 #define ATT_AVX2_F32 __attribute__((target("avx2,fma")))
 #define ATT_AVX2_F16 __attribute__((target("avx2,fma,f16c")))
 #define ATT_AVX512_F32 __attribute__((target("avx512f,avx512vl,avx2,fma")))
 #define ATT_AVX512_F16 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
-
-/* head_dim a multiple of 8. */
-/* ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
-ATT_AVX2_F32 static inline float hsum_att(__m256 acc)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
 
 /* AVX-512: the same operations as head_avx2, more of them per instruction.
  * q.k: eight positions per pass, two per register (low / high 256 bits:
@@ -147,22 +60,6 @@ ATT_AVX2_F32 static inline float hsum_att(__m256 acc)
  * (l0+l4, l1+l5, l2+l6, l3+l7), then (s0+s2, s1+s3), then their sum.
  * V: 16 dimensions per register (out[d] = fma(w, v[d], out[d]) per d, any
  * width gives the same bits). head_dim a multiple of 16. */
-
-/* Lane sums of positions (2i, 2i+1) in a[i], i < 4 -> 8 floats in order. */
-ATT_AVX512_F32 static inline __m256 hsum8x8_att(const __m512 a[4])
-{
-    __m512 r[2];
-    for (int h = 0; h < 2; h++) {
-        __m512 x = _mm512_shuffle_f32x4(a[2 * h], a[2 * h + 1], _MM_SHUFFLE(2, 0, 2, 0));
-        __m512 y = _mm512_shuffle_f32x4(a[2 * h], a[2 * h + 1], _MM_SHUFFLE(3, 1, 3, 1));
-        __m512 s = _mm512_add_ps(x, y); /* per 128-bit lane: (l0+l4, l1+l5, l2+l6, l3+l7) */
-        __m512 t = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
-        r[h] = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
-    }
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castps512_ps256(_mm512_permutex2var_ps(r[0], idx, r[1]));
-}
-
 
 /* 8 values at a (low half) and 8 at b (high half). */
 ATT_AVX512_F32 static inline __m512 ld_pair_f32(const float *a, const float *b)

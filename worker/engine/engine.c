@@ -83,6 +83,7 @@ void engine_sched_opts(const struct engine *e, struct sched_opts *so)
     so->pool = e->pool;
     so->exact_matmul = e->o.exact_matmul;
     so->device = e->o.device;
+    so->kv_type = e->o.kv_type;
 }
 
 void engine_ctx_params(const struct engine *e, struct model_ctx_params *p)
@@ -93,4 +94,5 @@ void engine_ctx_params(const struct engine *e, struct model_ctx_params *p)
     p->exact_matmul = e->o.exact_matmul;
     p->device = e->o.device;
     p->swa_full = e->o.swa_full;
+    p->kv_type = e->o.kv_type;
 }

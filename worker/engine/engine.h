@@ -44,6 +44,7 @@ struct engine_opts {
     int swa_full;             /* 1: sliding-window layers keep every position (sched_opts.swa_full) */
     int spec_off;             /* 1: no speculation (sched_opts.spec SCHED_SPEC_OFF) */
     int spec_max_seqs;        /* sched_opts.spec_max_seqs; 0 = its default */
+    int kv_type;              /* model_ctx_params.kv_type (enum model_kv_type; 0 = default) */
 };
 
 struct engine {

@@ -107,8 +107,17 @@ static int fill_params(const struct model *m, struct model_ctx_params *p)
     if (p->n_ctx < 1 || p->n_ctx > hp->n_ctx_train || p->n_batch_max < 1 || p->n_seq_max < 1 ||
         p->n_out_max < 1 || p->n_out_max > p->n_batch_max || p->n_kv_blocks < 0 ||
         p->n_batch_max > (1 << 20) || p->n_seq_max > (1 << 20) ||
-        (p->device != KN_DEVICE_CPU && p->device != KN_DEVICE_CUDA))
+        (p->device != KN_DEVICE_CPU && p->device != KN_DEVICE_CUDA) || p->kv_type < 0 ||
+        p->kv_type > MODEL_KV_Q8V)
         return ERR_INVAL;
+    if ((p->kv_type == MODEL_KV_Q8 || p->kv_type == MODEL_KV_Q8V) &&
+        (p->device != KN_DEVICE_CPU || (hp->n_head_kv * hp->head_dim) % KN_KV_Q8_BLOCK)) {
+        log_error("kv type %s: %s", p->kv_type == MODEL_KV_Q8 ? "q8" : "q8v",
+                  p->device != KN_DEVICE_CPU
+                                        ? "CPU only (--device cpu)"
+                                        : "n_head_kv * head_dim must be a multiple of 32");
+        return ERR_INVAL;
+    }
     return 0;
 }
 
@@ -131,9 +140,36 @@ static int ring_layers(const struct model *m, const struct model_ctx_params *p, 
     return n;
 }
 
+int model_kv_type_parse(const char *s, int *out)
+{
+    static const char *const names[] = {"f16", "f32", "q8", "q8v"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = MODEL_KV_F16 + i;
+            return 0;
+        }
+    return ERR_INVAL;
+}
+
+int model_ctx_kv_type(const struct model_ctx_params *p)
+{
+    switch (p->kv_type) {
+    case MODEL_KV_F16:
+        return KV_TYPE_F16;
+    case MODEL_KV_F32:
+        return p->device == KN_DEVICE_CPU ? KV_TYPE_F32 : KV_TYPE_F16;
+    case MODEL_KV_Q8:
+        return KV_TYPE_Q8;
+    case MODEL_KV_Q8V:
+        return KV_TYPE_Q8V;
+    default:
+        return p->device == KN_DEVICE_CPU && p->exact_matmul ? KV_TYPE_F32 : KV_TYPE_F16;
+    }
+}
+
 int model_ctx_kv_f32(const struct model_ctx_params *p)
 {
-    return p->device == KN_DEVICE_CPU && p->exact_matmul;
+    return model_ctx_kv_type(p) == KV_TYPE_F32;
 }
 
 int model_ctx_kv_bytes(const struct model *m, const struct model_ctx_params *pin, size_t *block_bytes,
@@ -147,10 +183,10 @@ int model_ctx_kv_bytes(const struct model *m, const struct model_ctx_params *pin
     int n_ring = ring_layers(m, &p, NULL);
     size_t bb = 0, rb = 0;
     if (n_ring < hp->n_layer &&
-        (bb = kv_cache_bytes(hp->n_layer - n_ring, kv_dim, KV_BLOCK_TOKENS, 1, model_ctx_kv_f32(&p))) == 0)
+        (bb = kv_cache_bytes(hp->n_layer - n_ring, kv_dim, KV_BLOCK_TOKENS, 1, model_ctx_kv_type(&p))) == 0)
         return ERR_TOOBIG;
     if (n_ring && (rb = kv_cache_ring_bytes(n_ring, kv_dim, KV_BLOCK_TOKENS, p.n_seq_max, hp->n_swa,
-                                            p.n_batch_max, model_ctx_kv_f32(&p))) == 0)
+                                            p.n_batch_max, model_ctx_kv_type(&p))) == 0)
         return ERR_TOOBIG;
     *block_bytes = bb;
     *ring_bytes = rb;
@@ -217,7 +253,7 @@ int model_ctx_new(const struct model *m, const struct model_ctx_params *pin, str
     c->m = m;
     c->p = p;
     rc = kv_cache_new_ring(hp->n_layer, kv_dim, KV_BLOCK_TOKENS, (int)blocks, p.n_seq_max, p.n_ctx,
-                           ring, hp->n_swa, p.n_batch_max, model_ctx_kv_f32(&p), 0, &c->kv);
+                           ring, hp->n_swa, p.n_batch_max, model_ctx_kv_type(&p), 0, &c->kv);
     if (rc)
         goto out;
     rc = ERR_NOMEM;

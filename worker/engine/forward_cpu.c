@@ -13,7 +13,8 @@
  *     rope(q), rope(k) at each token's position           NORM (llama) / NEOX (others);
  *                                                          own table for gemma3's sliding layers
  *     K/V cache[slot][pos] = k, v                         all tokens first (the pool, or the
- *                                                          slot's ring on sliding layers: kv.h) ...
+ *                                                          slot's ring on sliding layers: kv.h;
+ *                                                          binary16, float32 or int8) ...
  *     a = softmax(cap(q.K^T * scale)) V over the window   ... then attention (GQA); window
  *                                                          0..pos, or the last n_swa positions
  *                                                          on sliding layers; cap: gemma2
@@ -37,13 +38,18 @@
  * Threads: the matmuls, the attention and SwiGLU run on the context's
  * pool. The attention splits its (token, query head) pairs into contiguous
  * ranges of about equal work (a pair at position p costs ~p + 17), one per
- * thread; every pair is computed by the same code whatever thread takes
- * it, so results are bit-identical for every thread count. RoPE angles are
+ * thread; a thread runs its range as tiles (kn_attn_tile: up to tile_q
+ * consecutive tokens of one sequence, grouped by kv head, so that each K/V
+ * row is read once per tile, not once per query head). Every pair's
+ * numbers are the same whatever tile or thread computes it (the kernel's
+ * contract), so results are bit-identical for every thread count and
+ * batch. RoPE angles are
  * computed once per step (kn_rope_table) and shared by every layer's q and k.
  *
  * Allocation: none per step. fwdcpu_new sizes every buffer (the matmul
  * scratch for kn_matmul_w_scratch(n_batch_max, k_max, Q8_0), which covers
- * every weight type, and one attention score row per pool thread);
+ * every weight type, and per pool thread the scratch of one attention
+ * tile: kn_attn_tile_scratch_bytes);
  * kn_matmul_w and kn_pool_run allocate nothing (tests/unit/worker/engine/test_model.c
  * model_forward_allocates_nothing checks with a counting malloc hook).
  */
@@ -69,7 +75,10 @@ struct fwdcpu {
     float *proj;       /* (n_batch_max, n_embd) output of Wo / Wd */
     float *hb, *hb2;   /* (n_batch_max, n_ff) gate / up */
     float *xo;         /* (n_out_max, n_embd) rows of the marked tokens */
-    float *scores;     /* (n_threads, n_ctx) attention scratch, one row per pool thread */
+    unsigned char *att_scratch; /* (n_threads, att_scratch_bytes) kn_attn_tile scratch per
+                                 * pool thread */
+    size_t att_scratch_bytes;
+    int tile_q;        /* queries per attention tile: kn_attn_tile_queries */
     int n_threads;     /* kn_pool_threads(p.pool) */
     int64_t *att_split; /* (n_threads + 1) first (token, head) pair of each thread, per step */
     float *rope_cs;    /* (n_batch_max, n_rot) RoPE cos/sin of the step's positions (all layers) */
@@ -196,12 +205,16 @@ int fwdcpu_bytes(const struct model *m, const struct model_ctx_params *p, size_t
     if (mm == SIZE_MAX)
         return ERR_TOOBIG;
     int n_threads = kn_pool_threads(p->pool);
+    size_t att = kn_attn_tile_scratch_bytes(kn_attn_tile_queries(hp->n_head, hp->n_head_kv),
+                                            hp->n_head, hp->n_head_kv, hp->head_dim, p->n_ctx);
+    if (att == SIZE_MAX)
+        return ERR_TOOBIG;
     if (add_bytes(total, nb * 3, (size_t)hp->n_embd * sizeof(float)) ||
         add_bytes(total, nb * 2, (size_t)q_dim * sizeof(float)) ||
         add_bytes(total, nb * 2, (size_t)kv_dim * sizeof(float)) ||
         add_bytes(total, nb * 2, (size_t)hp->n_ff * sizeof(float)) ||
         add_bytes(total, no, (size_t)hp->n_embd * sizeof(float)) ||
-        add_bytes(total, (size_t)p->n_ctx * (size_t)n_threads, sizeof(float)) ||
+        add_bytes(total, (size_t)n_threads, att) ||
         add_bytes(total, (size_t)n_threads + 1, sizeof(int64_t)) ||
         add_bytes(total, nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * 2, sizeof(float)) ||
         add_bytes(total, 1, mm))
@@ -236,7 +249,12 @@ int fwdcpu_new(const struct model *m, const struct model_ctx_params *p, struct k
     c->hb2 = malloc(nb * (size_t)hp->n_ff * sizeof(float));
     c->xo = malloc(no * (size_t)hp->n_embd * sizeof(float));
     c->n_threads = n_threads;
-    c->scores = malloc((size_t)n_threads * (size_t)p->n_ctx * sizeof(float));
+    c->tile_q = kn_attn_tile_queries(hp->n_head, hp->n_head_kv);
+    c->att_scratch_bytes = kn_attn_tile_scratch_bytes(c->tile_q, hp->n_head, hp->n_head_kv,
+                                                      hp->head_dim, p->n_ctx);
+    c->att_scratch = c->att_scratch_bytes == SIZE_MAX
+                         ? NULL
+                         : malloc((size_t)n_threads * c->att_scratch_bytes);
     c->att_split = malloc(((size_t)n_threads + 1) * sizeof *c->att_split);
     c->rope_cs = malloc(nb * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1) * sizeof(float));
     int any_swa = 0;
@@ -254,7 +272,7 @@ int fwdcpu_new(const struct model *m, const struct model_ctx_params *p, struct k
     c->mm_scratch = malloc(mm);
     c->mm_scratch_bytes = mm;
     if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
-        !c->xo || !c->scores || !c->att_split || !c->rope_cs || !c->mm_scratch ||
+        !c->xo || !c->att_scratch || !c->att_split || !c->rope_cs || !c->mm_scratch ||
         (swa_table && !c->rope_cs_swa)) {
         fwdcpu_free(c);
         return ERR_NOMEM;
@@ -277,7 +295,7 @@ void fwdcpu_free(struct fwdcpu *c)
     free(c->hb);
     free(c->hb2);
     free(c->xo);
-    free(c->scores);
+    free(c->att_scratch);
     free(c->att_split);
     free(c->rope_cs);
     free(c->rope_cs_swa);
@@ -317,46 +335,47 @@ static void attn_plan(struct fwdcpu *c, const struct model_batch *b)
 struct attn_job {
     struct fwdcpu *c;
     const struct model_batch *b;
-    const uint16_t *kl, *vl; /* this layer's K/V cache bases (binary16) */
-    const float *kl32, *vl32; /* or float32 (an exact-path cache) */
+    struct kn_kv_layer kvl; /* this layer's K/V (block_table set per tile) */
     float scale;
     float softcap;         /* attention logit soft-capping, 0 = none */
     int window;            /* sliding window (positions attended, itself included), 0 = all */
     int ring;              /* 1: the layer's K/V are in the slots' rings (kv.h), else the pool */
 };
 
+/* A thread's pairs as tiles: a run of whole tokens of one sequence (up to
+ * tile_q), or the part of a token the range holds at either end. */
 static void attn_run(void *arg, int ith, int nth)
 {
     const struct attn_job *j = arg;
     const struct fwdcpu *c = j->c;
+    const struct model_batch *b = j->b;
     const struct model_hparams *hp = &c->m->hp;
     const struct kv_cache *kv = c->kv;
     int nh = hp->n_head, q_dim = nh * hp->head_dim;
     int64_t lo = c->att_split[ith], hi = c->att_split[ith + 1];
     if (nth == 1) { /* the caller's thread alone (a single pair) */
         lo = 0;
-        hi = (int64_t)j->b->n_tokens * nh;
+        hi = (int64_t)b->n_tokens * nh;
     }
-    float *scores = c->scores + (size_t)ith * (size_t)c->p.n_ctx;
+    void *scratch = c->att_scratch + (size_t)ith * c->att_scratch_bytes;
+    struct kn_kv_layer kvl = j->kvl;
+    int32_t n_ctx[KN_ATTN_TILE_Q_MAX];
     while (lo < hi) {
         int i = (int)(lo / nh), h0 = (int)(lo % nh);
         int h1 = hi - (int64_t)i * nh < nh ? (int)(hi - (int64_t)i * nh) : nh;
-        int n_ctx = j->b->pos[i] + 1;
-        int p0 = j->window && n_ctx > j->window ? n_ctx - j->window : 0;
-        const int32_t *table = j->ring ? kv->seqs[j->b->seq[i]].ring : kv->seqs[j->b->seq[i]].blocks;
-        if (kv->f32)
-            kn_attn_paged_win_heads_f32(c->att + (size_t)i * (size_t)q_dim,
-                                        c->q + (size_t)i * (size_t)q_dim, j->kl32, j->vl32, table,
-                                        kv->block_tokens, kv->block_stride, p0, n_ctx, nh,
-                                        hp->n_head_kv, hp->head_dim, h0, h1, j->scale, j->softcap,
-                                        scores);
-        else
-            kn_attn_paged_win_heads_f16(c->att + (size_t)i * (size_t)q_dim,
-                                        c->q + (size_t)i * (size_t)q_dim, j->kl, j->vl, table,
-                                        kv->block_tokens, kv->block_stride, p0, n_ctx, nh,
-                                        hp->n_head_kv, hp->head_dim, h0, h1, j->scale, j->softcap,
-                                        scores);
-        lo = (int64_t)i * nh + h1;
+        int n_q = 1;
+        n_ctx[0] = b->pos[i] + 1;
+        while (h0 == 0 && h1 == nh && n_q < c->tile_q && i + n_q < b->n_tokens &&
+               (int64_t)(i + n_q + 1) * nh <= hi && b->seq[i + n_q] == b->seq[i]) {
+            n_ctx[n_q] = b->pos[i + n_q] + 1;
+            n_q++;
+        }
+        const struct kv_seq *s = &kv->seqs[b->seq[i]];
+        kvl.block_table = j->ring ? s->ring : s->blocks;
+        kn_attn_tile(c->att + (size_t)i * (size_t)q_dim, (size_t)q_dim,
+                     c->q + (size_t)i * (size_t)q_dim, (size_t)q_dim, n_ctx, n_q, &kvl, nh,
+                     hp->n_head_kv, hp->head_dim, h0, h1, j->window, j->scale, j->softcap, scratch);
+        lo = (int64_t)(i + n_q - 1) * nh + h1;
     }
 }
 
@@ -413,26 +432,51 @@ static int run_layer(struct fwdcpu *c, const struct model_batch *b, int l)
     /* append every token's K/V before any attention: a token may attend to
      * earlier tokens of its own sequence in this same batch */
     size_t lo = kv->layer_off[l];
-    uint16_t *kl = kv->f32 ? NULL : kv->k + lo, *vl = kv->f32 ? NULL : kv->v + lo;
-    float *kl32 = kv->f32 ? kv->k32 + lo : NULL, *vl32 = kv->f32 ? kv->v32 + lo : NULL;
+    struct kn_kv_layer kvl = {KN_KV_F16, NULL, NULL, NULL, NULL, NULL, kv->block_tokens,
+                              kv->block_stride};
+    if (kv->f32) {
+        kvl.type = KN_KV_F32;
+        kvl.k = kv->k32 + lo;
+        kvl.v = kv->v32 + lo;
+    } else if (kv->type == KV_TYPE_Q8) { /* scales: one per 32 values, at offset / 32 */
+        kvl.type = KN_KV_Q8;
+        kvl.k = kv->k8 + lo;
+        kvl.v = kv->v8 + lo;
+        kvl.k_scale = kv->k8d + lo / 32;
+        kvl.v_scale = kv->v8d + lo / 32;
+    } else if (kv->type == KV_TYPE_Q8V) {
+        kvl.type = KN_KV_F16_Q8;
+        kvl.k = kv->k + lo;
+        kvl.v = kv->v8 + lo;
+        kvl.v_scale = kv->v8d + lo / 32;
+    } else {
+        kvl.k = kv->k + lo;
+        kvl.v = kv->v + lo;
+    }
     int ring = kv->layer_ring[l];
     for (int i = 0; i < n; i++) {
         const struct kv_seq *s = &kv->seqs[b->seq[i]];
         const int32_t *table = ring ? s->ring : s->blocks;
         int p = b->pos[i];
-        size_t off = (size_t)table[p / kv->block_tokens] * kv->block_stride +
+        size_t off = lo + (size_t)table[p / kv->block_tokens] * kv->block_stride +
                      (size_t)(p % kv->block_tokens) * (size_t)kv_dim;
         const float *ki = c->k + (size_t)i * (size_t)kv_dim, *vi = c->v + (size_t)i * (size_t)kv_dim;
         if (kv->f32) {
-            memcpy(kl32 + off, ki, (size_t)kv_dim * sizeof(float));
-            memcpy(vl32 + off, vi, (size_t)kv_dim * sizeof(float));
+            memcpy(kv->k32 + off, ki, (size_t)kv_dim * sizeof(float));
+            memcpy(kv->v32 + off, vi, (size_t)kv_dim * sizeof(float));
+        } else if (kv->type == KV_TYPE_Q8) { /* quantized once, here */
+            kn_kv_quantize_q8(kv->k8 + off, kv->k8d + off / 32, ki, (size_t)kv_dim);
+            kn_kv_quantize_q8(kv->v8 + off, kv->v8d + off / 32, vi, (size_t)kv_dim);
+        } else if (kv->type == KV_TYPE_Q8V) {
+            kn_f32_to_f16(kv->k + off, ki, (size_t)kv_dim);
+            kn_kv_quantize_q8(kv->v8 + off, kv->v8d + off / 32, vi, (size_t)kv_dim);
         } else { /* rounded to binary16 once, here */
-            kn_f32_to_f16(kl + off, ki, (size_t)kv_dim);
-            kn_f32_to_f16(vl + off, vi, (size_t)kv_dim);
+            kn_f32_to_f16(kv->k + off, ki, (size_t)kv_dim);
+            kn_f32_to_f16(kv->v + off, vi, (size_t)kv_dim);
         }
     }
-    struct attn_job job = {c, b, kl, vl, kl32, vl32, hp->attn_scale, hp->attn_softcap,
-                           L->swa ? hp->n_swa : 0, ring};
+    struct attn_job job = {c, b, kvl, hp->attn_scale, hp->attn_softcap, L->swa ? hp->n_swa : 0,
+                           ring};
     if (c->n_threads > 1 && (size_t)n * (size_t)hp->n_head > 1)
         kn_pool_run(c->p.pool, attn_run, &job);
     else

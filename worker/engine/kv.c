@@ -8,9 +8,10 @@
 
 #include "common/err.h"
 
-size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32)
+size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int type)
 {
-    if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks <= 0)
+    if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_blocks <= 0 || type < KV_TYPE_F16 ||
+        type > KV_TYPE_Q8V || (type >= KV_TYPE_Q8 && kv_dim % 32))
         return 0;
     size_t n = (size_t)n_layer;
     size_t f[3] = {(size_t)kv_dim, (size_t)block_tokens, (size_t)n_blocks};
@@ -19,7 +20,11 @@ size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
             return 0;
         n *= f[i];
     }
-    size_t el = f32 ? sizeof(float) : sizeof(uint16_t);
+    if (type >= KV_TYPE_Q8) { /* one byte per value, a float scale per 32 */
+        size_t q8 = n + n / 32 * sizeof(float), k = type == KV_TYPE_Q8 ? q8 : n * 2;
+        return n > SIZE_MAX / 8 ? 0 : k + q8;
+    }
+    size_t el = type == KV_TYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     if (n > SIZE_MAX / (2 * el))
         return 0;
     return n * 2 * el;
@@ -38,27 +43,28 @@ int kv_ring_blocks(int window, int max_chunk, int block_tokens)
 }
 
 size_t kv_cache_ring_bytes(int n_layer_ring, int kv_dim, int block_tokens, int n_seq, int window,
-                           int max_chunk, int f32)
+                           int max_chunk, int type)
 {
     int w = kv_ring_blocks(window, max_chunk, block_tokens);
     if (n_layer_ring <= 0 || n_seq <= 0 || w == 0 || (int64_t)w * n_seq > INT32_MAX / 2)
         return 0;
-    return kv_cache_bytes(n_layer_ring, kv_dim, block_tokens, w * n_seq, f32);
+    return kv_cache_bytes(n_layer_ring, kv_dim, block_tokens, w * n_seq, type);
 }
 
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
-                 int f32, size_t max_bytes, struct kv_cache **out)
+                 int type, size_t max_bytes, struct kv_cache **out)
 {
     return kv_cache_new_ring(n_layer, kv_dim, block_tokens, n_blocks, n_seq, max_pos, NULL, 0, 0,
-                             f32, max_bytes, out);
+                             type, max_bytes, out);
 }
 
 int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq,
-                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk, int f32,
+                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk, int type,
                       size_t max_bytes, struct kv_cache **out)
 {
     if (n_layer <= 0 || kv_dim <= 0 || block_tokens <= 0 || n_seq <= 0 || max_pos <= 0 ||
-        n_blocks < 0)
+        n_blocks < 0 || type < KV_TYPE_F16 || type > KV_TYPE_Q8V ||
+        (type >= KV_TYPE_Q8 && kv_dim % 32))
         return ERR_INVAL;
     int n_ring = 0;
     for (int l = 0; ring_layers && l < n_layer; l++)
@@ -81,9 +87,9 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     /* the pool holds the other layers (none when every layer slides: the
      * pool's blocks then only count positions) */
     int n_pool = n_layer - n_ring;
-    size_t pool_bytes = n_pool ? kv_cache_bytes(n_pool, kv_dim, block_tokens, n_blocks, f32) : 0;
+    size_t pool_bytes = n_pool ? kv_cache_bytes(n_pool, kv_dim, block_tokens, n_blocks, type) : 0;
     size_t ring_bytes = n_ring ? kv_cache_ring_bytes(n_ring, kv_dim, block_tokens, n_seq, window,
-                                                     max_chunk, f32)
+                                                     max_chunk, type)
                                : 0;
     if ((n_pool && pool_bytes == 0) || (n_ring && ring_bytes == 0) ||
         pool_bytes > SIZE_MAX - ring_bytes)
@@ -115,10 +121,21 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     kv->window = n_ring ? window : 0;
     kv->ring_blocks = ring_blocks;
     kv->ring_layer_stride = (size_t)n_seq * (size_t)ring_blocks * kv->block_stride;
-    kv->f32 = f32 ? 1 : 0;
+    kv->type = type;
+    kv->f32 = type == KV_TYPE_F32;
     if (kv->f32) {
         kv->k32 = malloc(bytes / 2);
         kv->v32 = malloc(bytes / 2);
+    } else if (type >= KV_TYPE_Q8) { /* int8 values, a float scale per 32 */
+        size_t nv = (size_t)n_pool * kv->layer_stride + (size_t)n_ring * kv->ring_layer_stride;
+        if (type == KV_TYPE_Q8) {
+            kv->k8 = malloc(nv);
+            kv->k8d = malloc(nv / 32 * sizeof(float));
+        } else {
+            kv->k = malloc(nv * sizeof(uint16_t));
+        }
+        kv->v8 = malloc(nv);
+        kv->v8d = malloc(nv / 32 * sizeof(float));
     } else {
         kv->k = malloc(bytes / 2);
         kv->v = malloc(bytes / 2);
@@ -139,7 +156,11 @@ int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, i
     kv->lprev_ = malloc(nb * sizeof *kv->lprev_);
     kv->lnext_ = malloc(nb * sizeof *kv->lnext_);
     kv->hhead_ = malloc((size_t)nh * sizeof *kv->hhead_);
-    if (!(kv->f32 ? kv->k32 && kv->v32 : kv->k && kv->v) || !kv->layer_off || !kv->layer_ring ||
+    if (!(kv->f32 ? kv->k32 && kv->v32
+                  : type == KV_TYPE_Q8  ? kv->k8 && kv->v8 && kv->k8d && kv->v8d
+                  : type == KV_TYPE_Q8V ? kv->k && kv->v8 && kv->v8d
+                                        : kv->k && kv->v) ||
+        !kv->layer_off || !kv->layer_ring ||
         !kv->free_list || !kv->seqs || !kv->tables_ || !kv->ref_ || !kv->pub_ || !kv->key_ ||
         !kv->parent_ || !kv->btok_ || !kv->hnext_ || !kv->lprev_ || !kv->lnext_ || !kv->hhead_)
         goto out;
@@ -194,6 +215,10 @@ void kv_cache_free(struct kv_cache *kv)
     free(kv->v);
     free(kv->k32);
     free(kv->v32);
+    free(kv->k8);
+    free(kv->v8);
+    free(kv->k8d);
+    free(kv->v8d);
     free(kv->layer_off);
     free(kv->layer_ring);
     free(kv->free_list);
@@ -353,6 +378,15 @@ static void copy_block(struct kv_cache *kv, int32_t dst, int32_t src, int n_pos)
         if (kv->f32) {
             memcpy(kv->k32 + d, kv->k32 + s, n * sizeof(float));
             memcpy(kv->v32 + d, kv->v32 + s, n * sizeof(float));
+        } else if (kv->type >= KV_TYPE_Q8) { /* kv_dim % 32 == 0: whole scale blocks */
+            if (kv->type == KV_TYPE_Q8) {
+                memcpy(kv->k8 + d, kv->k8 + s, n);
+                memcpy(kv->k8d + d / 32, kv->k8d + s / 32, n / 32 * sizeof(float));
+            } else {
+                memcpy(kv->k + d, kv->k + s, n * sizeof(uint16_t));
+            }
+            memcpy(kv->v8 + d, kv->v8 + s, n);
+            memcpy(kv->v8d + d / 32, kv->v8d + s / 32, n / 32 * sizeof(float));
         } else {
             memcpy(kv->k + d, kv->k + s, n * sizeof(uint16_t));
             memcpy(kv->v + d, kv->v + s, n * sizeof(uint16_t));

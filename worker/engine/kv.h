@@ -14,7 +14,13 @@
  *         and converted back exactly when attention reads it); or, for a
  *         cache made with f32 = 1 (the exact path that matches HF
  *         transformers to ~1e-6), float32 in k32, v32 instead, kv_dim =
- *         n_head_kv * head_dim; position p of slot s, layer l is at
+ *         n_head_kv * head_dim; or, for a cache made with type KV_TYPE_Q8,
+ *         int8 in k8, v8 with one float32 scale per 32 values in k8d, v8d
+ *         (symmetric, kn_kv_quantize_q8: value = q * d; 1.125 bytes per
+ *         value; the scale of the value at offset e is at e / 32, so the
+ *         addressing below serves both; kv_dim a multiple of 32); with
+ *         KV_TYPE_Q8V keys in binary16 (k) and values in int8 (v8, v8d);
+ *         position p of slot s, layer l is at
  *         k + layer_off[l] + table[s][p / block_tokens]*block_stride
  *           + (p % block_tokens)*kv_dim   (layer_off below)
  *
@@ -76,6 +82,11 @@
 
 #define KV_BLOCK_TOKENS 16
 
+/* The element type of a cache (kv_cache_new's type): binary16 (the
+ * default), float32 (the exact path), int8 with a scale per 32 values;
+ * or binary16 keys (k) with int8 values (v8, v8d). */
+enum kv_type { KV_TYPE_F16 = 0, KV_TYPE_F32 = 1, KV_TYPE_Q8 = 2, KV_TYPE_Q8V = 3 };
+
 struct kv_seq {
     int32_t *blocks;       /* (max_blocks_per_seq) block table; first n_blocks valid */
     const int32_t *ring;   /* (max_blocks_per_seq) ring table of the ring layers (fixed);
@@ -93,9 +104,13 @@ struct kv_cache {
     int max_blocks_per_seq;
     size_t block_stride;   /* values per block of one layer = block_tokens * kv_dim */
     size_t layer_stride;   /* values per pool layer = n_blocks * block_stride */
-    int f32;               /* 1: float32 values in k32/v32 (k, v NULL); 0: binary16 in k/v */
+    int f32;               /* 1: float32 values in k32/v32 (k, v NULL); 0: binary16 in k/v,
+                            * or int8 (type KV_TYPE_Q8) */
+    int type;              /* enum kv_type */
     uint16_t *k, *v;       /* binary16 bits; see the file comment */
     float *k32, *v32;      /* float32 values (f32 caches only) */
+    int8_t *k8, *v8;       /* int8 values (k8: KV_TYPE_Q8 only; v8: KV_TYPE_Q8 and _Q8V) */
+    float *k8d, *v8d;      /* their scales, one per 32 values */
     size_t *layer_off;     /* (n_layer) offset of layer l in k and v (or k32, v32), in values */
     uint8_t *layer_ring;   /* (n_layer) 1: layer l keeps its K/V in the slots' rings */
     int n_layer_ring;      /* ring layers (0: none, every layer in the pool) */
@@ -130,17 +145,22 @@ struct kv_cache {
 
 /* A cache for n_seq slots of up to max_pos positions each, with n_blocks
  * blocks of block_tokens positions in all (n_blocks 0 = enough for every
- * slot to reach max_pos); f32 = 1: float32 values, else binary16. Returns 0 and *out (kv_cache_free), ERR_INVAL
- * (a count <= 0), ERR_TOOBIG (the size overflows or exceeds max_bytes,
- * 0 = no cap), ERR_NOMEM. */
+ * slot to reach max_pos); type: enum kv_type (KV_TYPE_F32 = 1 is the old
+ * "f32" flag). Returns 0 and *out (kv_cache_free), ERR_INVAL (a count <=
+ * 0, an unknown type, KV_TYPE_Q8 or _Q8V with kv_dim not a multiple of 32),
+ * ERR_TOOBIG (the size overflows or exceeds max_bytes, 0 = no cap),
+ * ERR_NOMEM. */
 int kv_cache_new(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq, int max_pos,
-                 int f32, size_t max_bytes, struct kv_cache **out);
+                 int type, size_t max_bytes, struct kv_cache **out);
 void kv_cache_free(struct kv_cache *kv);
 
 /* Bytes kv_cache_new would allocate for K and V of n_blocks pool blocks of
- * n_layer layers (0 on overflow): 2 bytes per value, 4 with f32. A cache
- * with rings allocates this for its pool layers plus kv_cache_ring_bytes. */
-size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int f32);
+ * n_layer layers (0 on overflow or a bad type): 2 bytes per value, 4 with
+ * KV_TYPE_F32, 1 + 4/32 with KV_TYPE_Q8, 2 for keys and 1 + 4/32 for
+ * values with KV_TYPE_Q8V (those two: kv_dim a multiple of 32). A
+ * cache with rings allocates this for its pool layers plus
+ * kv_cache_ring_bytes. */
+size_t kv_cache_bytes(int n_layer, int kv_dim, int block_tokens, int n_blocks, int type);
 
 /* Ring blocks per slot for layers attending to the last `window`
  * positions when one step appends up to max_chunk positions per slot:
@@ -153,13 +173,13 @@ int kv_ring_blocks(int window, int max_chunk, int block_tokens);
  * max_bytes bounds pool and rings together. Same returns, and ERR_INVAL
  * for window or max_chunk < 1 with ring layers. */
 int kv_cache_new_ring(int n_layer, int kv_dim, int block_tokens, int n_blocks, int n_seq,
-                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk, int f32,
+                      int max_pos, const uint8_t *ring_layers, int window, int max_chunk, int type,
                       size_t max_bytes, struct kv_cache **out);
 
 /* Bytes of K and V that kv_cache_new_ring puts in the rings (0 without
  * ring layers or on overflow). */
 size_t kv_cache_ring_bytes(int n_layer_ring, int kv_dim, int block_tokens, int n_seq, int window,
-                           int max_chunk, int f32);
+                           int max_chunk, int type);
 
 /* Set slot seq's length to n_pos >= its current one after a step wrote
  * positions up to n_pos - 1 (the forward pass calls it), and advance

@@ -242,16 +242,33 @@ struct model_ctx_params {
                             * positions when that is shorter than n_ctx (kv.h "rings"; less
                             * memory, same bits, no prefix caching); 1 keep every position
                             * like the other layers (prefix caching stays on) */
+    int kv_type;           /* enum model_kv_type: the K/V cache's values. MODEL_KV_DEFAULT (0)
+                            * = float32 with exact_matmul on the CPU, else binary16;
+                            * MODEL_KV_Q8: int8 with a float scale per 32 values (CPU only,
+                            * n_head_kv * head_dim a multiple of 32; 1.125 bytes per value,
+                            * 56% of binary16; its accuracy cost in bench/NOTES.md);
+                            * MODEL_KV_Q8V: binary16 keys, int8 values (78% of binary16;
+                            * the same conditions) */
     int embeddings;        /* 1: model_forward returns, for each marked token, its final-norm
                             * hidden state (n_embd floats: output_norm applied, no LM head,
                             * no soft-capping) instead of logits - what worker/engine/embed.h
                             * pools. CPU only (ERR_UNSUPPORTED on CUDA) */
 };
 
+/* model_ctx_params.kv_type */
+enum model_kv_type { MODEL_KV_DEFAULT = 0, MODEL_KV_F16, MODEL_KV_F32, MODEL_KV_Q8, MODEL_KV_Q8V };
+
+/* "f16" / "f32" / "q8" / "q8v" -> enum model_kv_type in *out: 0 or ERR_INVAL. */
+int model_kv_type_parse(const char *s, int *out);
+
 void model_ctx_params_init(struct model_ctx_params *p);
 
+/* The element type (enum kv_type, kv.h) of the K/V cache of a context
+ * made with p: kv_type, its default resolved. */
+int model_ctx_kv_type(const struct model_ctx_params *p);
+
 /* 1 when a context made with p keeps its K/V in float32 (the exact CPU
- * path, HF parity to ~1e-6), 0 for binary16 (kv.h). */
+ * path, HF parity to ~1e-6), 0 for binary16 or int8 (kv.h). */
 int model_ctx_kv_f32(const struct model_ctx_params *p);
 
 /* The K/V bytes model_ctx_new would allocate for m with p (defaults

@@ -154,6 +154,7 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
     cp.exact_matmul = o->exact_matmul;
     cp.device = o->device;
     cp.swa_full = o->swa_full;
+    cp.kv_type = o->kv_type;
     size_t per_block, ring_bytes, nb = 0;
     for (int pass = 0; pass < 3; pass++) {
         /* again when a lowered n_ctx turns the rings off (then nb settles) */
@@ -167,7 +168,7 @@ int sched_new(const struct model *m, const struct tok *t, const struct sched_opt
         double full_rings = (double)o->max_seqs *
                             (double)kv_ring_blocks(hp->n_swa, o->max_batch_tokens, KV_BLOCK_TOKENS) *
                             (double)kv_cache_bytes(hp->n_layer, hp->n_head_kv * hp->head_dim,
-                                                   KV_BLOCK_TOKENS, 1, model_ctx_kv_f32(&cp));
+                                                   KV_BLOCK_TOKENS, 1, model_ctx_kv_type(&cp));
         if (ring_bytes && full_rings > (double)o->kv_mem_bytes) {
             cp.swa_full = 1;
             if (model_ctx_kv_bytes(m, &cp, &per_block, &ring_bytes))

@@ -145,6 +145,7 @@ struct sched_opts {
     int spec_k;                  /* 0 (default): draft lengths adapt to each sequence's
                                   * acceptance; 1..SCHED_SPEC_K_MAX: always draft this many
                                   * when a match exists (tests, benchmarks) */
+    int kv_type;                 /* model_ctx_params.kv_type (MODEL_KV_DEFAULT = 0) */
     sched_result_fn on_result;   /* required */
     void *cb_ctx;
 };

@@ -460,9 +460,10 @@ TEST(model_default_chat_template_per_arch)
 
 /* ---- batching ---- */
 
-/* Matmul path and pool of the contexts new_ctx makes. */
+/* Matmul path, pool and K/V type of the contexts new_ctx makes. */
 static int g_exact;
 static struct kn_pool *g_pool;
+static int g_kv_type; /* enum model_kv_type */
 
 static struct model_ctx *new_ctx(const struct model *m, int n_seq, int n_batch, int n_out,
                                  int n_blocks)
@@ -476,6 +477,7 @@ static struct model_ctx *new_ctx(const struct model *m, int n_seq, int n_batch, 
     cp.n_kv_blocks = n_blocks;
     cp.exact_matmul = g_exact;
     cp.pool = g_pool;
+    cp.kv_type = g_kv_type;
     struct model_ctx *c;
     CHECK_EQ_INT(model_ctx_new(m, &cp, &c), 0);
     return c;
@@ -758,6 +760,80 @@ TEST(model_fast_path_same_on_any_thread_count)
         }
         CHECK_EQ_INT(kn_simd_set(kn_simd_best()), 0);
     }
+}
+
+/* The int8 K/V cache (--kv-type q8) keeps the contract of the binary16
+ * one: batch- and chunk-invariant, the same bits on 1, 2 and 3 threads and
+ * at every SIMD level (the rings of gemma3 too), on both matmul paths; and
+ * its logits stay near the binary16 cache's (relative L2 per position).
+ * Likewise binary16 keys with int8 values (q8v). */
+TEST(model_kv_q8_invariant_and_near_f16)
+{
+    const char *files[] = {"llama_tied.q4_1.gguf", "qwen2_tied.q8_0.gguf", "gemma3_tied.q8_0.gguf",
+                           "gemma2_tied.f32.gguf"};
+    static float ref[INV_LEN * 512], f16[INV_LEN * 512];
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        g_exact = f == 3; /* gemma2: the exact path (float32 weights) */
+        g_pool = NULL;
+        g_kv_type = MODEL_KV_Q8;
+        check_batch_invariance(files[f], NULL, ref);
+        CHECK_EQ_INT(kn_pool_new(2 + (int)(f % 2), &g_pool), 0);
+        check_batch_invariance(files[f], ref, NULL);
+        kn_pool_free(g_pool);
+        g_pool = NULL;
+        for (int lv = KN_SIMD_SCALAR; lv < kn_simd_best(); lv++) {
+            CHECK_EQ_INT(kn_simd_set(lv), 0);
+            check_batch_invariance(files[f], ref, NULL);
+        }
+        CHECK_EQ_INT(kn_simd_set(kn_simd_best()), 0);
+        g_kv_type = MODEL_KV_F16;
+        check_batch_invariance(files[f], NULL, f16);
+        g_kv_type = MODEL_KV_DEFAULT;
+        struct model *m = load(files[f]);
+        int nv = m->hp.n_vocab;
+        model_free(m);
+        double worst = 0;
+        for (int t = 0; t < INV_LEN; t++) {
+            double d = 0, n = 0;
+            for (int i = 0; i < nv; i++) {
+                double a = ref[t * nv + i], b = f16[t * nv + i];
+                d += (a - b) * (a - b);
+                n += b * b;
+            }
+            worst = fmax(worst, sqrt(d / n));
+        }
+        fprintf(stderr, "# %s: int8 vs binary16 K/V logits, max rel L2 %.4f\n", files[f], worst);
+        CHECK(worst < 0.05);
+        if (f < 2) { /* binary16 keys, int8 values: the same contract */
+            g_kv_type = MODEL_KV_Q8V;
+            check_batch_invariance(files[f], NULL, ref);
+            CHECK_EQ_INT(kn_pool_new(2, &g_pool), 0);
+            check_batch_invariance(files[f], ref, NULL);
+            kn_pool_free(g_pool);
+            g_pool = NULL;
+            CHECK_EQ_INT(kn_simd_set(KN_SIMD_SCALAR), 0);
+            check_batch_invariance(files[f], ref, NULL);
+            CHECK_EQ_INT(kn_simd_set(kn_simd_best()), 0);
+            g_kv_type = MODEL_KV_DEFAULT;
+        }
+    }
+    g_exact = 0;
+    /* refused: an unknown type; int8 off the CPU */
+    struct model *m = load("llama_tied.q4_1.gguf");
+    struct model_ctx_params cp;
+    model_ctx_params_init(&cp);
+    struct model_ctx *c = NULL;
+    cp.kv_type = MODEL_KV_Q8V + 1;
+    CHECK_EQ_INT(model_ctx_new(m, &cp, &c), ERR_INVAL);
+    cp.kv_type = MODEL_KV_Q8;
+    cp.device = KN_DEVICE_CUDA;
+    CHECK_EQ_INT(model_ctx_new(m, &cp, &c), ERR_INVAL);
+    int t;
+    CHECK(model_kv_type_parse("q8", &t) == 0 && t == MODEL_KV_Q8);
+    CHECK(model_kv_type_parse("f16", &t) == 0 && t == MODEL_KV_F16);
+    CHECK(model_kv_type_parse("q8v", &t) == 0 && t == MODEL_KV_Q8V);
+    CHECK_EQ_INT(model_kv_type_parse("q4", &t), ERR_INVAL);
+    model_free(m);
 }
 
 TEST(model_batch_contract)
@@ -1255,8 +1331,9 @@ TEST(model_forward_allocates_nothing)
     CHECK_EQ_INT(kn_pool_new(3, &g_pool), 0);
     /* every worker has started (ASan's thread start-up allocates) */
     kn_pool_run(g_pool, pool_noop, NULL);
-    for (int exact = 0; exact <= 1; exact++) {
-        g_exact = exact;
+    for (int exact = 0; exact <= 2; exact++) {
+        g_exact = exact == 1;
+        g_kv_type = exact == 2 ? MODEL_KV_Q8 : MODEL_KV_DEFAULT; /* the int8 cache too */
         struct model_ctx *c = new_ctx(m, 2, 16, 2, 0);
         int32_t tok[16], pos[16], seq[16];
         uint8_t mark[16];
@@ -1289,6 +1366,8 @@ TEST(model_forward_allocates_nothing)
         model_ctx_free(c2);
         model_ctx_free(c);
     }
+    g_exact = 0;
+    g_kv_type = MODEL_KV_DEFAULT;
     kn_pool_free(g_pool);
     g_pool = NULL;
     model_free(m);

@@ -215,6 +215,57 @@ TEST(kv_cache_bytes_f16_and_f32)
     CHECK_EQ_INT(kv_cache_new(2, 8, KB, 4, 1, 16, 1, kv_cache_bytes(2, 8, KB, 4, 0), &kv), ERR_TOOBIG);
 }
 
+/* The int8 cache (KV_TYPE_Q8): 1 byte per value plus a float scale per
+ * 32, only its own arrays allocated, kv_dim a multiple of 32; a
+ * truncation inside a shared block copies quants and scales. */
+TEST(kv_q8_cache_layout_and_private_copy)
+{
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, KV_TYPE_Q8), (size_t)30 * 192 * 16 * 2 * 9 / 8);
+    CHECK_EQ_INT(kv_cache_bytes(30, 40, 16, 1, KV_TYPE_Q8), 0); /* kv_dim not a multiple of 32 */
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, KV_TYPE_Q8V), (size_t)30 * 192 * 16 * (2 + 9 / 8.0));
+    CHECK_EQ_INT(kv_cache_bytes(30, 192, 16, 1, 4), 0);
+    struct kv_cache *kv = NULL;
+    CHECK_EQ_INT(kv_cache_new(2, 40, KB, 4, 1, 16, KV_TYPE_Q8, 0, &kv), ERR_INVAL);
+    CHECK_EQ_INT(kv_cache_new(2, 64, KB, 4, 1, 16, 4, 0, &kv), ERR_INVAL);
+    CHECK_EQ_INT(kv_cache_new(2, 64, KB, 4, 1, 16, KV_TYPE_Q8V, 0, &kv), 0);
+    CHECK(kv->k && !kv->v && !kv->k8 && !kv->k8d && kv->v8 && kv->v8d && !kv->f32);
+    kv_cache_free(kv);
+    CHECK_EQ_INT(kv_cache_new(2, 64, KB, 6, 3, 24, KV_TYPE_Q8,
+                              kv_cache_bytes(2, 64, KB, 6, KV_TYPE_Q8), &kv), 0);
+    CHECK(kv->k8 && kv->v8 && kv->k8d && kv->v8d && !kv->k && !kv->k32 && !kv->f32);
+    CHECK_EQ_INT(kv->type, KV_TYPE_Q8);
+    /* slot 0 holds 2 full blocks with known bytes in both layers */
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_EQ_INT(kv_seq_reserve(kv, 0, 8), 0);
+    for (int l = 0; l < 2; l++)
+        for (int p = 0; p < 8; p++) {
+            size_t off = kv->layer_off[l] + (size_t)kv->seqs[0].blocks[p / KB] * kv->block_stride +
+                         (size_t)(p % KB) * 64;
+            for (int d = 0; d < 64; d++) {
+                kv->k8[off + (size_t)d] = (int8_t)(p * 7 + d + l);
+                kv->v8[off + (size_t)d] = (int8_t)(p * 5 - d - l);
+            }
+            kv->k8d[off / 32] = (float)(p + l) + 0.5f;
+            kv->k8d[off / 32 + 1] = (float)(p + l) + 0.25f;
+            kv->v8d[off / 32] = -(float)(p + l);
+            kv->v8d[off / 32 + 1] = -(float)(p + l) - 0.5f;
+        }
+    kv->seqs[0].n_pos = 8;
+    CHECK_EQ_INT(kv_seq_publish(kv, 0, t, 8), 2);
+    CHECK_EQ_INT(kv_seq_share_prefix(kv, 1, t, 8), 8);
+    CHECK_EQ_INT(kv_seq_truncate(kv, 1, 6), 0); /* inside the shared second block */
+    int32_t a = kv->seqs[0].blocks[1], b = kv->seqs[1].blocks[1];
+    CHECK(a != b);
+    for (int l = 0; l < 2; l++) {
+        size_t sa = kv->layer_off[l] + (size_t)a * kv->block_stride,
+               sb = kv->layer_off[l] + (size_t)b * kv->block_stride, n = 2 * 64;
+        CHECK(memcmp(kv->k8 + sa, kv->k8 + sb, n) == 0 && memcmp(kv->v8 + sa, kv->v8 + sb, n) == 0);
+        CHECK(memcmp(kv->k8d + sa / 32, kv->k8d + sb / 32, n / 32 * sizeof(float)) == 0);
+        CHECK(memcmp(kv->v8d + sa / 32, kv->v8d + sb / 32, n / 32 * sizeof(float)) == 0);
+    }
+    kv_cache_free(kv);
+}
+
 TEST(kv_prefix_share_and_lru_eviction)
 {
     struct kv_cache *kv;
