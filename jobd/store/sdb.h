@@ -145,6 +145,18 @@ int sdb_pg_open(const char *url, int lock_timeout_ms, int statement_timeout_ms, 
  * Pure; exposed for tests. */
 int sdb_pg_rewrite(const char *sql, char **out, int *nparams);
 
+/* Start s (bound, not stepped) on its PostgreSQL connection and return
+ * without waiting for the server: the bound values are copied on the way
+ * out, so the caller may rebind them or free what they borrowed. The next
+ * sdb_step of s returns what its first step would have (SDB_ROW, SDB_DONE
+ * or the error); any other call on the connection first waits for s and
+ * keeps that outcome for s's next step; sdb_reset of s waits and drops it.
+ * One statement in flight per connection: the caller overlaps its own work
+ * with the server's (the ingest parses the next rows while the last ones
+ * are inserted). SDB_OK, the error of sending it, or SDB_MISUSE (another
+ * engine, or s already started). */
+int sdb_pg_send(struct sdb_stmt *s);
+
 /* LISTEN on channel (an identifier: [a-z_]) on a PostgreSQL connection
  * kept for it (one thread); re-issued by sdb_pg_wait after a reconnect or
  * a failed LISTEN. SDB_OK or an error (SDB_MISUSE on another engine); after

@@ -118,6 +118,7 @@ struct sdb_pg {
     int listen_backoff_ms;
     int64_t next_listen_ms;
     int fail_listens;    /* tests: LISTENs still to fail (sdb_pg_fail_listens) */
+    struct sdb_pg_stmt *pending; /* sent by sdb_pg_send, its result not read yet */
     char err[512];
 };
 
@@ -159,7 +160,10 @@ struct sdb_pg_stmt {
     int row;  /* current row; -1 before the first step */
     int ncol;
     struct pg_col *cols; /* ncol entries while res is set */
+    int sent;     /* PG_SENT: in flight (d->pending); PG_TAKEN: its first step's code in first_rc */
+    int first_rc;
 };
+enum { PG_SENT = 1, PG_TAKEN = 2 };
 
 #define PGDB(d) ((struct sdb_pg *)(d))
 #define PGST(x) ((struct sdb_pg_stmt *)(x))
@@ -322,8 +326,29 @@ static int pg_reconnect(struct sdb_pg *d, int64_t now)
     return SDB_OK;
 }
 
+static int pg_step_result(struct sdb_pg_stmt *s, PGresult *r);
+
+/* Read the result of the statement in flight (sdb_pg_send): its first
+ * step's code, the statement left as a stepped one; any further results of
+ * the call are drained so that the connection is free. */
+static int pg_collect(struct sdb_pg_stmt *s)
+{
+    struct sdb_pg *d = s->db;
+    PGresult *r = PQgetResult(d->conn), *more;
+    while ((more = PQgetResult(d->conn)) != NULL)
+        PQclear(more);
+    d->pending = NULL;
+    s->sent = 0;
+    return pg_step_result(s, r);
+}
+
 static int pg_ready(struct sdb_pg *d, int is_rollback)
 {
+    if (d->pending) { /* another call on the connection: its statement's turn comes first */
+        struct sdb_pg_stmt *p = d->pending;
+        p->first_rc = pg_collect(p);
+        p->sent = PG_TAKEN;
+    }
     if (PQstatus(d->conn) == CONNECTION_BAD) {
         if (d->in_tx)
             d->tx_lost = 1;
@@ -485,6 +510,8 @@ static void pg_clear_bindings(struct sdb_stmt *x)
 static void pg_finalize(struct sdb_stmt *x)
 {
     struct sdb_pg_stmt *s = PGST(x);
+    if (s->sent == PG_SENT)
+        pg_collect(s);
     pg_clear_result(s);
     pg_clear_bindings(x);
     free(s->sql);
@@ -493,7 +520,11 @@ static void pg_finalize(struct sdb_stmt *x)
 
 static void pg_reset(struct sdb_stmt *x)
 {
-    pg_clear_result(PGST(x));
+    struct sdb_pg_stmt *s = PGST(x);
+    if (s->sent == PG_SENT)
+        pg_collect(s);
+    s->sent = 0;
+    pg_clear_result(s);
 }
 
 static void pg_row_cols_release(struct sdb_pg_stmt *s)
@@ -504,71 +535,110 @@ static void pg_row_cols_release(struct sdb_pg_stmt *s)
     }
 }
 
-static int pg_step_result(struct sdb_pg_stmt *s, PGresult *r);
 static int pg_step_next(struct sdb_pg_stmt *s);
+static int pg_start(struct sdb_pg_stmt *s, int send);
+static int pg_sent(struct sdb_pg_stmt *s, int ok);
 
 static int pg_step(struct sdb_stmt *x)
 {
     struct sdb_pg_stmt *s = PGST(x);
+    if (s->sent == PG_SENT)
+        return pg_collect(s);
+    if (s->sent == PG_TAKEN) {
+        s->sent = 0;
+        return s->first_rc;
+    }
+    if (!s->res)
+        return pg_start(s, 0);
+    return pg_step_next(s);
+}
+
+int sdb_pg_send(struct sdb_stmt *x)
+{
+    if (x->ops != &sdb_pg_ops || PGST(x)->sent || PGST(x)->res)
+        return SDB_MISUSE;
+    return pg_start(PGST(x), 1);
+}
+
+/* Run s with its bindings: its first step's code; with send, only start it
+ * (SDB_OK, or the error of sending it). */
+static int pg_start(struct sdb_pg_stmt *s, int send)
+{
     struct sdb_pg *d = s->db;
-    if (!s->res) {
-        int ready = pg_ready(d, pg_is_rollback(s->sql));
-        if (ready != SDB_OK)
-            return ready;
-        const char *vals[PG_MAX_PARAMS];
-        int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
-        Oid types[PG_MAX_PARAMS] = {0};
-        for (int i = 0; i < s->nparams; i++) {
-            vals[i] = s->p[i].val;
-            lens[i] = s->p[i].len;
-            fmts[i] = s->p[i].fmt;
-            /* a parameter the text never names (SQLite lets ?4 be skipped)
-             * must still have a type */
-            types[i] = !((s->used >> i) & 1) ? PG_OID_TEXT : s->arr[i] ? s->arr[i] : s->p[i].oid;
-        }
-        /* server-side prepared once per type signature (parse and plan
-         * once, not per row); NULLs are typed unknown, so a statement bound
-         * with and without NULLs has two variants. A statement over arrays
-         * (the set-based ones) is planned with its values each time
-         * instead: a generic plan knows neither the arrays' lengths nor
-         * their elements, and the one PostgreSQL settled on for the
-         * commit's UPDATE ... FROM unnest after five runs was a nested loop
-         * that rescanned the 256-row unnest for each of the 256 requests
-         * (25 of its 35 ms); planning costs far less than that. */
-        if (s->custom) {
-            PGresult *r = PQexecParams(d->conn, s->sql, s->nparams, types, vals, lens, fmts, 0);
-            return pg_step_result(s, r);
-        }
-        struct pg_variant *v = NULL;
-        for (int k = 0; k < PG_VARIANTS && !v; k++)
-            if (s->var[k].used && s->var[k].gen == d->gen &&
-                !memcmp(s->var[k].types, types, (size_t)s->nparams * sizeof *types))
-                v = &s->var[k];
-        if (!v) {
-            v = &s->var[s->next_var];
-            s->next_var = (s->next_var + 1) % PG_VARIANTS;
-            if (v->used && v->gen == d->gen) { /* replaced: free the server's copy */
-                char sql[64];
-                snprintf(sql, sizeof sql, "DEALLOCATE %s", v->name);
-                PQclear(PQexec(d->conn, sql));
-            }
-            v->used = 0;
-            snprintf(v->name, sizeof v->name, "sdb%u", ++d->n_stmts);
-            PGresult *pr = PQprepare(d->conn, v->name, s->sql, s->nparams, types);
-            if (!pr || PQresultStatus(pr) != PGRES_COMMAND_OK) {
-                int rc = pg_result_err(d, pr);
-                PQclear(pr);
-                return rc;
-            }
-            PQclear(pr);
-            memcpy(v->types, types, (size_t)s->nparams * sizeof *types);
-            v->gen = d->gen;
-            v->used = 1;
-        }
-        PGresult *r = PQexecPrepared(d->conn, v->name, s->nparams, vals, lens, fmts, 0);
+    int ready = pg_ready(d, pg_is_rollback(s->sql));
+    if (ready != SDB_OK)
+        return ready;
+    const char *vals[PG_MAX_PARAMS];
+    int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
+    Oid types[PG_MAX_PARAMS] = {0};
+    for (int i = 0; i < s->nparams; i++) {
+        vals[i] = s->p[i].val;
+        lens[i] = s->p[i].len;
+        fmts[i] = s->p[i].fmt;
+        /* a parameter the text never names (SQLite lets ?4 be skipped)
+         * must still have a type */
+        types[i] = !((s->used >> i) & 1) ? PG_OID_TEXT : s->arr[i] ? s->arr[i] : s->p[i].oid;
+    }
+    /* server-side prepared once per type signature (parse and plan
+     * once, not per row); NULLs are typed unknown, so a statement bound
+     * with and without NULLs has two variants. A statement over arrays
+     * (the set-based ones) is planned with its values each time
+     * instead: a generic plan knows neither the arrays' lengths nor
+     * their elements, and the one PostgreSQL settled on for the
+     * commit's UPDATE ... FROM unnest after five runs was a nested loop
+     * that rescanned the 256-row unnest for each of the 256 requests
+     * (25 of its 35 ms); planning costs far less than that. */
+    if (s->custom) {
+        if (send)
+            return pg_sent(s, PQsendQueryParams(d->conn, s->sql, s->nparams, types, vals, lens, fmts, 0));
+        PGresult *r = PQexecParams(d->conn, s->sql, s->nparams, types, vals, lens, fmts, 0);
         return pg_step_result(s, r);
     }
-    return pg_step_next(s);
+    struct pg_variant *v = NULL;
+    for (int k = 0; k < PG_VARIANTS && !v; k++)
+        if (s->var[k].used && s->var[k].gen == d->gen &&
+            !memcmp(s->var[k].types, types, (size_t)s->nparams * sizeof *types))
+            v = &s->var[k];
+    if (!v) {
+        v = &s->var[s->next_var];
+        s->next_var = (s->next_var + 1) % PG_VARIANTS;
+        if (v->used && v->gen == d->gen) { /* replaced: free the server's copy */
+            char sql[64];
+            snprintf(sql, sizeof sql, "DEALLOCATE %s", v->name);
+            PQclear(PQexec(d->conn, sql));
+        }
+        v->used = 0;
+        snprintf(v->name, sizeof v->name, "sdb%u", ++d->n_stmts);
+        PGresult *pr = PQprepare(d->conn, v->name, s->sql, s->nparams, types);
+        if (!pr || PQresultStatus(pr) != PGRES_COMMAND_OK) {
+            int rc = pg_result_err(d, pr);
+            PQclear(pr);
+            return rc;
+        }
+        PQclear(pr);
+        memcpy(v->types, types, (size_t)s->nparams * sizeof *types);
+        v->gen = d->gen;
+        v->used = 1;
+    }
+    if (send)
+        return pg_sent(s, PQsendQueryPrepared(d->conn, v->name, s->nparams, vals, lens, fmts, 0));
+    PGresult *r = PQexecPrepared(d->conn, v->name, s->nparams, vals, lens, fmts, 0);
+    return pg_step_result(s, r);
+}
+
+/* After PQsend*: s in flight, or the error of sending it. */
+static int pg_sent(struct sdb_pg_stmt *s, int ok)
+{
+    struct sdb_pg *d = s->db;
+    if (!ok) {
+        PGresult *more;
+        while ((more = PQgetResult(d->conn)) != NULL)
+            PQclear(more);
+        return pg_result_err(d, NULL);
+    }
+    s->sent = PG_SENT;
+    d->pending = s;
+    return SDB_OK;
 }
 
 /* The first step's result r (owned): kept as the statement's rows, or its error. */

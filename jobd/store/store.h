@@ -762,7 +762,9 @@ typedef int (*store_dup_fn)(void *ctx, int64_t line, const char *custom_id, int6
  * writes the queue as one INSERT ... SELECT FROM unnest (STORE_INGEST_Q_ROWS
  * rows or STORE_INGEST_Q_BYTES of bodies, or at store_request_flush), one
  * round trip and one statement for up to a thousand rows instead of one per
- * row. A request whose custom_id is taken in the batch (by a committed row,
+ * row; a full queue is sent without waiting (sdb_pg_send), so the server
+ * inserts it while the caller queues the next rows, and its answer is read
+ * before the next queue goes or at the flush. A request whose custom_id is taken in the batch (by a committed row,
  * or an earlier one of the same queue) is not inserted and is handed to
  * on_dup, by this call or by a later add / flush of the same transaction,
  * in line order; with on_dup NULL it fails the call with ERR_EXISTS. The

@@ -954,32 +954,61 @@ static int request_add_one(struct store *st, const struct store_request_new *q, 
 }
 
 /* PostgreSQL's ingest queue: the rows as array literals (store_arr_*), one
- * per column, plus each row's line and custom_id for its duplicate report. */
-struct store_ingest_q {
-    struct buf id, line, cid, model, body, pte, mt; /* array literals, open */
-    int64_t *lines;  /* (n) line of each queued row, ascending as added */
-    char **cids;     /* (n) custom_id of each, owned */
+ * per column, plus each row's line and custom_id for its duplicate report.
+ * A full queue is sent (sdb_pg_send) and the next one fills while the
+ * server inserts it: the rows of the chunk in flight wait in `flight` for
+ * its answer, read before the next chunk goes and by every flush. */
+struct inq_rows {
+    int64_t *lines;      /* (n) line of each row, ascending as added */
+    char **cids;         /* (n) custom_id of each, owned */
     unsigned char *done; /* (n) scratch: 1 when the INSERT returned its line */
     size_t n, cap;
+};
+
+struct store_ingest_q {
+    struct buf id, line, cid, model, body, pte, mt; /* array literals, open */
+    struct inq_rows rows;   /* queued */
+    struct inq_rows flight; /* sent, not yet answered (n > 0) */
+    struct sdb_stmt *f_stmt; /* the INSERT in flight (store_stmt would reset it) */
+    store_dup_fn f_on_dup;  /* the on_dup and batch of the rows in flight */
+    void *f_ctx;
+    char f_batch_id[ID_MAX];
     size_t body_bytes;
     int broken; /* a row could not be queued: the flush fails (ERR_NOMEM), nothing is written */
     char batch_id[ID_MAX], tenant_id[ID_MAX];
     int64_t now;
 };
 
+static void inq_rows_clear(struct inq_rows *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->cids[i]);
+    r->n = 0;
+}
+
 static void inq_clear(struct store_ingest_q *q)
 {
-    for (size_t i = 0; i < q->n; i++)
-        free(q->cids[i]);
-    q->n = 0;
+    inq_rows_clear(&q->rows);
     q->body_bytes = 0;
     q->broken = 0;
 }
 
+/* The chunk in flight is forgotten: its answer read and dropped. */
+static void inq_flight_drop(struct store_ingest_q *q)
+{
+    if (q->flight.n) {
+        sdb_clear_bindings(q->f_stmt);
+        sdb_reset(q->f_stmt);
+    }
+    inq_rows_clear(&q->flight);
+}
+
 void store_ingest_q_drop(struct store *st)
 {
-    if (st->inq)
+    if (st->inq) {
+        inq_flight_drop(st->inq);
         inq_clear(st->inq);
+    }
 }
 
 void store_ingest_q_free(struct store *st)
@@ -987,10 +1016,12 @@ void store_ingest_q_free(struct store *st)
     struct store_ingest_q *q = st->inq;
     if (!q)
         return;
-    inq_clear(q);
+    store_ingest_q_drop(st);
     buf_release(&q->id), buf_release(&q->line), buf_release(&q->cid), buf_release(&q->model);
     buf_release(&q->body), buf_release(&q->pte), buf_release(&q->mt);
-    free(q->lines), free(q->cids), free(q->done);
+    struct inq_rows *both[] = {&q->rows, &q->flight};
+    for (size_t i = 0; i < 2; i++)
+        free(both[i]->lines), free(both[i]->cids), free(both[i]->done);
     free(q);
     st->inq = NULL;
 }
@@ -1010,15 +1041,10 @@ static int inq_lines_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int store_request_flush(struct store *st, store_dup_fn on_dup, void *ctx)
+/* Send the queued rows as one INSERT (the flight must be empty); they move
+ * to q->flight. On an error nothing is in flight and the rows are dropped. */
+static int inq_send(struct store *st, struct store_ingest_q *q, store_dup_fn on_dup, void *ctx)
 {
-    struct store_ingest_q *q = st->inq;
-    if (q && q->broken) {
-        inq_clear(q);
-        return ERR_NOMEM;
-    }
-    if (!q || q->n == 0)
-        return 0;
     int rc = 0, r;
     struct buf *all[] = {&q->id, &q->line, &q->cid, &q->model, &q->body, &q->pte, &q->mt};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -1030,35 +1056,90 @@ int store_request_flush(struct store *st, store_dup_fn on_dup, void *ctx)
                (rc = store_bind_text(st, s, 5, q->cid.data)) || (rc = store_bind_text(st, s, 6, q->model.data)) ||
                (rc = store_bind_text(st, s, 7, q->body.data)) || (rc = store_bind_text(st, s, 8, q->pte.data)) ||
                (rc = store_bind_text(st, s, 9, q->mt.data)) || (rc = store_bind_int(st, s, 10, q->now)))) {
-        memset(q->done, 0, q->n);
-        while ((r = sdb_step(s)) == SDB_ROW) {
-            int64_t ln = sdb_column_int64(s, 0);
-            int64_t *at = bsearch(&ln, q->lines, q->n, sizeof *q->lines, inq_lines_cmp);
-            if (at)
-                q->done[at - q->lines] = 1;
-        }
-        if (r != SDB_DONE)
+        if ((r = sdb_pg_send(s)) != SDB_OK) {
             rc = store_sqlerr(st, r, "insert requests");
-        sdb_clear_bindings(s);
-        sdb_reset(s);
+            sdb_clear_bindings(s);
+            sdb_reset(s);
+        }
     }
-    for (size_t i = 0; !rc && i < q->n; i++)
-        if (!q->done[i])
-            rc = request_dup(st, q->batch_id, q->lines[i], q->cids[i], on_dup, ctx);
+    if (rc) {
+        inq_clear(q);
+        return rc;
+    }
+    struct inq_rows t = q->flight; /* empty: its arrays are the next queue's */
+    q->flight = q->rows;
+    q->rows = t;
+    q->f_stmt = s;
+    q->f_on_dup = on_dup;
+    q->f_ctx = ctx;
+    snprintf(q->f_batch_id, sizeof q->f_batch_id, "%s", q->batch_id);
     inq_clear(q);
+    return 0;
+}
+
+/* Wait for the chunk in flight: the rows the INSERT did not return (their
+ * custom_id was taken) go to its on_dup, in line order. */
+static int inq_collect(struct store *st, struct store_ingest_q *q)
+{
+    struct inq_rows *f = &q->flight;
+    if (!f->n)
+        return 0;
+    int rc = 0, r;
+    struct sdb_stmt *s = q->f_stmt;
+    memset(f->done, 0, f->n);
+    while ((r = sdb_step(s)) == SDB_ROW) {
+        int64_t ln = sdb_column_int64(s, 0);
+        int64_t *at = bsearch(&ln, f->lines, f->n, sizeof *f->lines, inq_lines_cmp);
+        if (at)
+            f->done[at - f->lines] = 1;
+    }
+    if (r != SDB_DONE)
+        rc = store_sqlerr(st, r, "insert requests");
+    sdb_clear_bindings(s);
+    sdb_reset(s);
+    for (size_t i = 0; !rc && i < f->n; i++)
+        if (!f->done[i])
+            rc = request_dup(st, q->f_batch_id, f->lines[i], f->cids[i], q->f_on_dup, q->f_ctx);
+    inq_rows_clear(f);
     return rc;
 }
 
-/* PostgreSQL: append the row to the queue (written by store_request_flush). */
+int store_request_flush(struct store *st, store_dup_fn on_dup, void *ctx)
+{
+    struct store_ingest_q *q = st->inq;
+    if (!q)
+        return 0;
+    if (q->broken) {
+        store_ingest_q_drop(st);
+        return ERR_NOMEM;
+    }
+    int rc = inq_collect(st, q);
+    if (!rc && q->rows.n && !(rc = inq_send(st, q, on_dup, ctx)))
+        rc = inq_collect(st, q);
+    if (rc)
+        store_ingest_q_drop(st);
+    return rc;
+}
+
+/* PostgreSQL: append the row to the queue (sent when full, written by
+ * store_request_flush at the latest). */
 static int request_queue(struct store *st, const struct store_request_new *r, const char *id,
                          store_dup_fn on_dup, void *ctx)
 {
     struct store_ingest_q *q = st->inq;
     int rc;
-    if (q && q->n && (q->n >= STORE_INGEST_Q_ROWS || q->body_bytes + r->body_len > STORE_INGEST_Q_BYTES ||
-                      strcmp(q->batch_id, r->batch_id) || strcmp(q->tenant_id, r->tenant_id) || q->now != r->now) &&
-        (rc = store_request_flush(st, on_dup, ctx)))
-        return rc;
+    if (q && q->rows.n) {
+        int full = q->rows.n >= STORE_INGEST_Q_ROWS || q->body_bytes + r->body_len > STORE_INGEST_Q_BYTES;
+        if (full && !q->broken) { /* the last chunk's answer, then this one goes while the next fills */
+            if ((rc = inq_collect(st, q)) || (rc = inq_send(st, q, on_dup, ctx))) {
+                store_ingest_q_drop(st);
+                return rc;
+            }
+        } else if ((full || strcmp(q->batch_id, r->batch_id) || strcmp(q->tenant_id, r->tenant_id) ||
+                    q->now != r->now) && (rc = store_request_flush(st, on_dup, ctx))) {
+            return rc;
+        }
+    }
     if (!q) {
         if (!(q = calloc(1, sizeof *q)))
             return ERR_NOMEM;
@@ -1068,21 +1149,22 @@ static int request_queue(struct store *st, const struct store_request_new *r, co
             buf_init(all[i], SIZE_MAX);
         st->inq = q;
     }
-    if (q->n == q->cap) {
-        size_t cap = q->cap ? 2 * q->cap : 64;
-        int64_t *l = realloc(q->lines, cap * sizeof *l);
+    struct inq_rows *w = &q->rows;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        int64_t *l = realloc(w->lines, cap * sizeof *l);
         if (l)
-            q->lines = l;
-        char **c = l ? realloc(q->cids, cap * sizeof *c) : NULL;
+            w->lines = l;
+        char **c = l ? realloc(w->cids, cap * sizeof *c) : NULL;
         if (c)
-            q->cids = c;
-        unsigned char *d = c ? realloc(q->done, cap) : NULL;
+            w->cids = c;
+        unsigned char *d = c ? realloc(w->done, cap) : NULL;
         if (!d)
             return ERR_NOMEM;
-        q->done = d;
-        q->cap = cap;
+        w->done = d;
+        w->cap = cap;
     }
-    if (q->n == 0) {
+    if (w->n == 0) {
         if ((rc = inq_open(q)))
             return rc;
         snprintf(q->batch_id, sizeof q->batch_id, "%s", r->batch_id);
@@ -1099,9 +1181,9 @@ static int request_queue(struct store *st, const struct store_request_new *r, co
         q->broken = 1; /* the literals are out of step: the transaction must not commit */
         return ERR_NOMEM;
     }
-    q->lines[q->n] = r->line;
-    q->cids[q->n] = cid;
-    q->n++;
+    w->lines[w->n] = r->line;
+    w->cids[w->n] = cid;
+    w->n++;
     q->body_bytes += r->body_len;
     return 0;
 }

@@ -241,6 +241,91 @@ TEST(sdb_pg_driver_round_trips_against_a_server)
     sdb_close(db);
 }
 
+/* sdb_pg_send: a statement in flight while the caller works; its rows come
+ * back at its next step, also when another statement ran first (which
+ * waits for it); a reset drops it; its error comes back at the step; the
+ * bound text may be freed once it is sent; SQLite's statements refuse it. */
+TEST(sdb_pg_send_runs_a_statement_while_the_caller_goes_on)
+{
+    char url[256], err[512];
+    pg_url(url, sizeof url);
+    struct sdb *db = NULL;
+    CHECK_EQ_INT(sdb_pg_open(url, 1000, 0, &db, err, sizeof err), SDB_OK);
+    exec_ok(db, "DROP TABLE IF EXISTS sdbs; CREATE TABLE sdbs (id BIGINT PRIMARY KEY, name TEXT)");
+    struct sdb_stmt *ins = NULL, *cnt = NULL;
+    CHECK_EQ_INT(sdb_prepare(db, "INSERT INTO sdbs SELECT * FROM unnest(?1::bigint[], ?2::text[]) "
+                                 "ON CONFLICT (id) DO NOTHING RETURNING id", &ins), SDB_OK);
+    CHECK_EQ_INT(sdb_prepare(db, "SELECT count(*) FROM sdbs", &cnt), SDB_OK);
+
+    /* sent, the bound strings freed, then stepped: every row, in order */
+    char *ids = strdup("{1,2,3}"), *names = strdup("{a,b,c}");
+    CHECK_EQ_INT(sdb_bind_text(ins, 1, ids, -1), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_text(ins, 2, names, -1), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_send(ins), SDB_OK);
+    memset(ids, 'x', 7), memset(names, 'x', 7);
+    free(ids), free(names);
+    CHECK_EQ_INT(sdb_pg_send(ins), SDB_MISUSE); /* already started */
+    for (int id = 1; id <= 3; id++) {
+        CHECK_EQ_INT(sdb_step(ins), SDB_ROW);
+        CHECK_EQ_INT(sdb_column_int64(ins, 0), id);
+    }
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    sdb_clear_bindings(ins);
+    sdb_reset(ins);
+
+    /* another statement while one is in flight: it waits for it, sees its
+     * rows, and the one in flight still answers its own step */
+    CHECK_EQ_INT(sdb_bind_text(ins, 1, "{3,4}", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_text(ins, 2, "{c,d}", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_send(ins), SDB_OK);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 0), 4);
+    sdb_reset(cnt);
+    CHECK_EQ_INT(sdb_step(ins), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(ins, 0), 4); /* 3 was taken */
+    CHECK_EQ_INT(sdb_step(ins), SDB_DONE);
+    sdb_reset(ins);
+
+    /* inside a transaction, a reset drops it (written, its answer unread);
+     * an error comes back at the step and fails the transaction */
+    exec_ok(db, "BEGIN");
+    CHECK_EQ_INT(sdb_bind_text(ins, 1, "{5}", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_bind_text(ins, 2, "{e}", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_send(ins), SDB_OK);
+    CHECK_EQ_INT(sdb_in_tx(db), 1);
+    sdb_reset(ins);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 0), 5);
+    sdb_reset(cnt);
+    CHECK_EQ_INT(sdb_bind_text(ins, 1, "{6,x}", -1), SDB_OK); /* not a bigint */
+    CHECK_EQ_INT(sdb_pg_send(ins), SDB_OK);
+    CHECK_EQ_INT(sdb_step(ins), SDB_ERROR);
+    CHECK(strstr(sdb_errmsg(db), "bigint") != NULL);
+    sdb_reset(ins);
+    exec_ok(db, "ROLLBACK");
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 0), 4);
+    sdb_reset(cnt);
+
+    /* finalized while in flight: the connection is free for the next call */
+    CHECK_EQ_INT(sdb_bind_text(ins, 1, "{7}", -1), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_send(ins), SDB_OK);
+    sdb_finalize(ins);
+    CHECK_EQ_INT(sdb_step(cnt), SDB_ROW);
+    CHECK_EQ_INT(sdb_column_int64(cnt, 0), 5);
+    sdb_finalize(cnt);
+    exec_ok(db, "DROP TABLE sdbs");
+    sdb_close(db);
+
+    struct sdb *lite = NULL;
+    struct sdb_stmt *one = NULL;
+    CHECK_EQ_INT(sdb_sqlite_open(":memory:", 1000, &lite), SDB_OK);
+    CHECK_EQ_INT(sdb_prepare(lite, "SELECT 1", &one), SDB_OK);
+    CHECK_EQ_INT(sdb_pg_send(one), SDB_MISUSE);
+    sdb_finalize(one);
+    sdb_close(lite);
+}
+
 static void pg_cluster(const char *what)
 {
     char cmd[400];
