@@ -55,8 +55,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def binary(name, asan=True):
-    """Path of a built binary: the sanitised one by default."""
+def binary(name, asan=True, optimised=False):
+    """Path of a built binary: the sanitised one by default; asan=False the
+    optimised one when run alone, but TH_BIN_DIR (make test: the sanitised
+    build) wins, so that the same tests also run under ASan+UBSan.
+    optimised=True: always the optimised build ($BUILD, default build/), for
+    a real model generating many tokens (the guide's exception; the same
+    code paths run sanitised on small inputs in other tests)."""
+    if optimised:
+        return os.path.join(ROOT, os.environ.get("BUILD") or "build", name)
     sub = os.environ.get("TH_BIN_DIR") or ("build/asan" if asan else "build")
     return os.path.join(ROOT, sub, name)
 

@@ -180,7 +180,7 @@ def test_anthropic_sdk_flow_on_jobd_and_a_cpu_worker():
     data = os.path.join(tmpdir(), "data")
     key = create_key(data, "team-a", asan=False)
     d = Jobd(data=data, asan=False, args=JOBD_ARGS, key=key)
-    w = start_worker(d)
+    w = start_worker(d, optimised=True)
     client = client_for(d, key)
 
     batch = client.messages.batches.create(requests=[{"custom_id": c, "params": p} for c, p in REQUESTS])
@@ -399,7 +399,7 @@ def test_anthropic_tool_use_on_qwen_hermes_tags():
     data = os.path.join(tmpdir(), "data")
     key = create_key(data, "team-q", asan=False)
     d = Jobd(data=data, asan=False, args=JOBD_ARGS, key=key)
-    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", QWEN,
+    w = Proc([binary("jobworker", asan=False, optimised=True), "--jobd", f"http://127.0.0.1:{d.port}", "--model", QWEN,
               "--model-id", "qwen-coder", "--worker-token", WT, "--name", "qw", "--threads", "2"])
     client = client_for(d, key)
     qs = ["What is the weather in Paris?", "What time is it in Tokyo?", "Is it raining in Oslo?"]

@@ -45,8 +45,10 @@ def start_jobd():
     return Jobd(asan=False, args=JOBD_ARGS)
 
 
-def start_worker(d, *extra, name="w1"):
-    argv = [binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
+def start_worker(d, *extra, name="w1", optimised=False):
+    """The real worker on the default model; optimised: the optimised build
+    even under make test (a test that generates many tokens)."""
+    argv = [binary("jobworker", asan=False, optimised=optimised), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
             "--model-id", "SmolLM2-135M-Instruct", "--alias", "smollm", "--alias", "smol",
             "--worker-token", WT, "--name", name, "--threads", "2", *extra]
     return Proc(argv)
@@ -139,7 +141,7 @@ def test_worker_chat_batch_end_to_end():
     n = len(fx["users"])
     assert n == 200 and fx["shared_prefix_tokens"] >= 300
     d = start_jobd()
-    w = start_worker(d)
+    w = start_worker(d, optimised=True)
     lines = [json.dumps({"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
                          "body": e2e_body(fx, i)}) for i in range(n)]
     bid = submit(d, lines)
@@ -186,7 +188,7 @@ def test_worker_chat_batch_end_to_end():
         for i in sub:
             f.write(json.dumps({"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
                                 "body": e2e_body(fx, i)}) + "\n")
-    r = run([binary("jobworker", asan=False), "--model", MODEL, "--batch-file", path, "--threads", "2",
+    r = run([binary("jobworker", asan=False, optimised=True), "--model", MODEL, "--batch-file", path, "--threads", "2",
              "--no-prefix-cache"], timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     plain = {o["custom_id"]: o["response"]["body"] for o in map(json.loads, r.stdout.splitlines())}

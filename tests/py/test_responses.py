@@ -40,7 +40,7 @@ def start(args=()):
     key = create_key(data, "resp", asan=False)
     d = Jobd(data=data, key=key, asan=False,
              args=["--worker-token", WT, "--sweep-interval", "200ms", "--window-min", "1s", *args])
-    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
+    w = Proc([binary("jobworker", asan=False, optimised=True), "--jobd", f"http://127.0.0.1:{d.port}", "--model", MODEL,
               "--model-id", "SmolLM2-135M-Instruct", "--alias", "smollm", "--worker-token", WT,
               "--name", "resp-w", "--threads", "2"])
     return d, key, w

@@ -36,7 +36,7 @@ def need():
 
 
 def start_worker(d, model, name):
-    return Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", model,
+    return Proc([binary("jobworker", asan=False, optimised=True), "--jobd", f"http://127.0.0.1:{d.port}", "--model", model,
                  "--model-id", "SmolLM2-135M-Instruct", "--alias", "smollm", "--worker-token", WT,
                  "--name", name, "--threads", "1", "--pack-size", "8"])
 

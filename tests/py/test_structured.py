@@ -68,7 +68,7 @@ def check_output(i, body):
 def test_structured_batch_every_output_validates():
     need()
     d = start_jobd()
-    w = start_worker(d)
+    w = start_worker(d, optimised=True)
     n = 112
     # one batch per endpoint (an OpenAI batch has one): chat lines use
     # response_format / guided_choice, completions lines guided_json / guided_regex
@@ -133,7 +133,7 @@ def test_structured_batch_file_and_json_cli():
         for i in picks:
             url, body, _, _ = structlib.body_for(i)
             f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": url, "body": body}) + "\n")
-    r = subprocess.run([binary("jobworker", asan=False), "--model", MODEL, "--threads", "2",
+    r = subprocess.run([binary("jobworker", asan=False, optimised=True), "--model", MODEL, "--threads", "2",
                         "--batch-file", path], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     out = [json.loads(x) for x in r.stdout.splitlines()]
@@ -147,7 +147,7 @@ def test_structured_batch_file_and_json_cli():
     jp = os.path.join(tmp, "one.json")
     with open(jp, "w") as f:
         json.dump(body, f)
-    r = subprocess.run([binary("jobworker", asan=False), "--model", MODEL, "--threads", "2", "--json", jp],
+    r = subprocess.run([binary("jobworker", asan=False, optimised=True), "--model", MODEL, "--threads", "2", "--json", jp],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     check_output(2, json.loads(r.stdout))
@@ -155,7 +155,7 @@ def test_structured_batch_file_and_json_cli():
     body["response_format"]["json_schema"]["schema"] = {"type": "string", "format": "ipv6"}
     with open(jp, "w") as f:
         json.dump(body, f)
-    r = subprocess.run([binary("jobworker", asan=False), "--model", MODEL, "--threads", "2", "--json", jp],
+    r = subprocess.run([binary("jobworker", asan=False, optimised=True), "--model", MODEL, "--threads", "2", "--json", jp],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
     err = json.loads(r.stdout or r.stderr.strip().splitlines()[-1])["error"]

@@ -180,7 +180,7 @@ def mixed(d, w, model_alias, lenient=False):
 def test_tools_generic_envelope_on_the_default_model():
     need()
     d = start_jobd()
-    w = start_worker(d)
+    w = start_worker(d, optimised=True)
     # the 135M model may loop inside a string argument until the token limit:
     # such answers come back as text with finish_reason "length"; the rest call
     called = mixed(d, w, "smollm", lenient=True)
@@ -200,7 +200,7 @@ def need_qwen():
 def test_tools_hermes_tags_on_qwen():
     need_qwen()
     d = Jobd(asan=False, args=JOBD_ARGS)
-    w = Proc([binary("jobworker", asan=False), "--jobd", f"http://127.0.0.1:{d.port}", "--model", QWEN,
+    w = Proc([binary("jobworker", asan=False, optimised=True), "--jobd", f"http://127.0.0.1:{d.port}", "--model", QWEN,
               "--model-id", "qwen-coder", "--worker-token", WT, "--name", "qw", "--threads", "2"])
     called = mixed(d, w, "qwen-coder")
     for k in ("required", "required1", "named", "allowed", "legacy"):
