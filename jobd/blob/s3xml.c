@@ -192,7 +192,10 @@ static int markup(struct walk *w, s3xml_fn fn, void *ctx, int *seen_root, int *d
         w->p += 9;
         const char *b = w->p;
         int rc = skip_past(w, "]]>");
-        return rc ? rc : text_add(w, b, (size_t)(w->p - 3 - b));
+        size_t len = (size_t)(w->p - 3 - b);
+        if (!rc && memchr(b, '\0', len)) /* raw NULs are refused here as in plain text */
+            rc = ERR_PARSE;
+        return rc ? rc : text_add(w, b, len);
     }
     if (starts(w, "<!"))
         return ERR_UNSUPPORTED; /* DOCTYPE and other declarations */

@@ -117,6 +117,9 @@ TEST(s3xml_refuses_malformed_documents)
     CHECK_EQ_INT(s3xml_walk(big, sizeof big, NULL, NULL), ERR_TOOBIG);
     const char *ok = "<?xml version=\"1.0\"?><!-- c --><a k='>'><b/><c>t</c></a>\n";
     CHECK_EQ_INT(s3xml_walk(ok, strlen(ok), NULL, NULL), 0);
+    /* a raw NUL inside CDATA is refused like one in plain text (found by fuzz_s3xml) */
+    static const char cdata_nul[] = "<a><![CDATA[x\0y]]></a>";
+    CHECK_EQ_INT(s3xml_walk(cdata_nul, sizeof cdata_nul - 1, NULL, NULL), ERR_PARSE);
 }
 
 /* ---- keys and the local store ------------------------------------------------------ */
