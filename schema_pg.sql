@@ -989,3 +989,55 @@ BEGIN
         AND x.request_id = g.id;
     RETURN NULL;
 END $$;
+
+-- @migration 14
+-- Ids compare byte by byte (COLLATE "C"), as SQLite's BINARY does: every
+-- text key of an index - a request's, batch's, lease's, file's id, the
+-- *_id columns that point at them, custom_id, model names, idempotency
+-- and reuse keys - was compared under the
+-- database's own collation (strcoll: C.UTF-8 in the tests, often
+-- en_US.UTF-8 in the field), ~5% of the server's CPU on the lease+commit
+-- path in perf (varstr_cmp, strcoll, the locale lookups; bench/NOTES.md).
+-- The order of ids jobd makes (ASCII tokens) is the same under both; a
+-- listing ordered by another key (a model name, a custom_id) now orders as
+-- on SQLite; a comparison of a C column with a parameter or a
+-- default-collated column resolves to C (PostgreSQL's collation rules),
+-- so every statement keeps its meaning and its indexes. One ALTER per
+-- table, so each table's indexes are rebuilt once. A trigger whose WHEN
+-- reads such a column is dropped meanwhile (PostgreSQL refuses the ALTER).
+DROP TRIGGER results_lease_reused ON results;
+DO $$
+DECLARE t record;
+BEGIN
+    FOR t IN SELECT c.table_name,
+                    string_agg(format('ALTER COLUMN %I TYPE text COLLATE "C"', c.column_name), ', ') AS alters
+             FROM information_schema.columns c
+             JOIN information_schema.tables tb ON tb.table_schema = c.table_schema
+                  AND tb.table_name = c.table_name AND tb.table_type = 'BASE TABLE'
+             WHERE c.table_schema = current_schema() AND c.data_type = 'text' AND c.collation_name IS NULL
+               AND (c.column_name IN ('id', 'custom_id', 'model', 'canonical', 'key', 'reuse_key')
+                    OR c.column_name LIKE '%\_id')
+             GROUP BY c.table_name
+    LOOP
+        EXECUTE format('ALTER TABLE %I %s', t.table_name, t.alters);
+    END LOOP;
+END $$;
+CREATE TRIGGER results_lease_reused AFTER UPDATE OF reused_tokens ON results FOR EACH ROW
+    WHEN (NEW.lease_id IS NOT NULL AND NEW.reused_tokens <> OLD.reused_tokens)
+    EXECUTE FUNCTION results_lease_reused();
+
+-- @migration 15
+-- requests_reserve_stmt's work moves into the two statements that can end
+-- a request or bring one back (REQ_FINISH_MANY, REQ_TRANSITION:
+-- store_int.h, STORE_PG_RESERVE_RELEASE), same sums. A trigger with
+-- transition tables makes PostgreSQL copy the old and the new version of
+-- every row of every UPDATE of requests - each claim and each commit, of
+-- budgeted batches or not - into two tuple stores and join them, for
+-- nothing in the common case: 2-3 us of server CPU per committed request
+-- (bench/NOTES.md).
+DROP TRIGGER requests_reserve ON requests;
+DROP FUNCTION requests_reserve_stmt();
+-- A lease's id list (~8 KB for 256 requests) is stored out of line
+-- uncompressed: ids do not compress (pglz spent ~1.5% of the server's CPU
+-- on the lease+commit path trying, perf).
+ALTER TABLE lease_batches ALTER COLUMN request_ids SET STORAGE EXTERNAL;

@@ -5,8 +5,9 @@
  *
  * Design. A tenant's use is read from what is already durable: queued
  * tokens and reserved spend are the sums of the reservations its batches
- * hold (batches.reserved_tokens / reserved_micros, kept exact by triggers as
- * requests finish and batches end), actual spend is the usage_ledger of the
+ * hold (batches.reserved_tokens / reserved_micros, kept exact as requests
+ * finish and batches end: by triggers on SQLite, by the statements that
+ * change a request's status on PostgreSQL), actual spend is the usage_ledger of the
  * UTC day / month. Admission (jobd/account/budget.h) reads these and inserts the
  * batch with its reservation in one write transaction, so two concurrent
  * submissions cannot both squeeze under a limit.

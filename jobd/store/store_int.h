@@ -709,6 +709,25 @@
     STORE_SQL_FLEET_BATCH_PG(X) \
     STORE_SQL_PG_HOT(X)
 
+/* PostgreSQL: a budgeted batch's reservation (batches.reserved_tokens /
+ * reserved_micros, schema_pg.sql migration 15) follows its requests in the
+ * statements that change their status, as SQLite's requests_reserve
+ * trigger does per row: a request leaving queued/leased for succeeded/failed
+ * releases its share, one coming back reserves it again, while the batch
+ * is not terminal. STORE_PG_RESERVE_RELEASE(u) is the CTE that releases
+ * the shares of the rows of the CTE u (columns batch_id,
+ * prompt_tokens_est, max_tokens), which all ended: their batches are read
+ * once, by their ids, and only the budgeted ones join the rows (a commit
+ * of unbudgeted batches costs one probe of each of its batches). */
+#define STORE_PG_RESERVE_RELEASE(u) \
+    "rv AS (UPDATE batches b SET reserved_tokens = greatest(0, b.reserved_tokens - d.t), " \
+    "reserved_micros = greatest(0, b.reserved_micros - d.m) FROM (SELECT x.batch_id, " \
+    "sum(x.prompt_tokens_est + x.max_tokens) AS t, sum(jobd_reserve_share(x.prompt_tokens_est, " \
+    "x.max_tokens, y.reserve_price_in, y.reserve_price_out)) AS m FROM " u " x JOIN " \
+    "(SELECT id, reserve_price_in, reserve_price_out FROM batches WHERE id = ANY(ARRAY(" \
+    "SELECT DISTINCT batch_id FROM " u ")) AND budgeted = 1 AND status NOT IN ('completed', " \
+    "'failed', 'expired', 'cancelled')) y ON y.id = x.batch_id GROUP BY x.batch_id) d " \
+    "WHERE b.id = d.batch_id)"
 /* The row-locked hot paths on PostgreSQL: leasing takes the
  * requests_queued rows of the requests it reads with FOR UPDATE SKIP
  * LOCKED (an acquire on another connection skips them instead of waiting),
@@ -757,9 +776,10 @@
       "WITH u AS (UPDATE requests SET status = ?2, updated_at = ?3, lease_id = NULL, " \
       "last_error = coalesce(?4::text, last_error), finished_at = ?3 " \
       "WHERE id = ANY(?1::text[]) AND coalesce(status, '') = 'leased' " \
-      "AND coalesce(lease_id, '') = ?5::text RETURNING 1), " \
-      "l AS (UPDATE leases SET n_held = n_held - (SELECT count(*) FROM u) WHERE id = ?5::text) " \
-      "SELECT count(*) FROM u") \
+      "AND coalesce(lease_id, '') = ?5::text RETURNING batch_id, prompt_tokens_est, max_tokens), " \
+      "l AS (UPDATE leases SET n_held = n_held - (SELECT count(*) FROM u) WHERE id = ?5::text), " \
+      STORE_PG_RESERVE_RELEASE("u") \
+      " SELECT count(*) FROM u") \
     X(RESULT_INSERT_MANY, \
       "INSERT INTO results(request_id, batch_id, lease_id, status_code, body, prompt_tokens, " \
       "completion_tokens, cached_tokens, queue_ms, prefill_ms, decode_ms, gpu_ms, created_at) " \
@@ -826,7 +846,7 @@
       "last_error = coalesce(?8::text, last_error), " \
       "finished_at = CASE WHEN ?2 IN ('succeeded', 'failed') THEN ?5 ELSE NULL END " \
       "WHERE id = ?1 AND status = ?3 AND (?4::text IS NULL OR lease_id = ?4) " \
-      "RETURNING id, batch_id, tenant_id, line, next_attempt_at), " \
+      "RETURNING id, batch_id, tenant_id, line, next_attempt_at, prompt_tokens_est, max_tokens), " \
       "dq AS (DELETE FROM requests_queued WHERE ?3 = 'queued' AND ctid = (SELECT (" \
       STORE_PG_QUEUED_ROW("u") ") FROM u)), " \
       "iq AS (INSERT INTO requests_queued(batch_id, next_attempt_at, line, request_id) " \
@@ -838,7 +858,17 @@
       "ON CONFLICT (lease_id, batch_id) DO UPDATE SET n_requests = lease_batches.n_requests + 1, " \
       "request_ids = coalesce(lease_batches.request_ids, '{}') || excluded.request_ids), " \
       "ln AS (UPDATE leases SET n_held = n_held + 1 WHERE ?2 = 'leased' AND id = ?6::text " \
-      "AND EXISTS (SELECT 1 FROM u)) " \
+      "AND EXISTS (SELECT 1 FROM u)), " \
+      "rv AS (UPDATE batches b SET reserved_tokens = CASE WHEN ?3 IN ('queued', 'leased') " \
+      "THEN greatest(0, b.reserved_tokens - (u.prompt_tokens_est + u.max_tokens)) " \
+      "ELSE b.reserved_tokens + (u.prompt_tokens_est + u.max_tokens) END, " \
+      "reserved_micros = CASE WHEN ?3 IN ('queued', 'leased') THEN greatest(0, b.reserved_micros - " \
+      "jobd_reserve_share(u.prompt_tokens_est, u.max_tokens, b.reserve_price_in, b.reserve_price_out)) " \
+      "ELSE b.reserved_micros + jobd_reserve_share(u.prompt_tokens_est, u.max_tokens, " \
+      "b.reserve_price_in, b.reserve_price_out) END FROM u WHERE b.id = u.batch_id AND " \
+      "b.budgeted = 1 AND b.status NOT IN ('completed', 'failed', 'expired', 'cancelled') AND " \
+      "((?3 IN ('queued', 'leased') AND ?2 IN ('succeeded', 'failed')) OR " \
+      "(?3 IN ('succeeded', 'failed') AND ?2 IN ('queued', 'leased')))) " \
       "SELECT batch_id FROM u") \
     /* n_held from the parts its claims wrote (LEASE_CLAIM_MANY) */ \
     X(LEASE_INSERT, \

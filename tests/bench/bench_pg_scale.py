@@ -26,6 +26,12 @@ usage: bench_pg_scale.py [N] [W] [P] [--setups LIST] [--pgss]
   --setups=pg,pg@b,pg,pg@b)
   --no-poll  no client polling GET /v1/batches/{id} meanwhile (the CPU
            numbers are then the lease+commit path's alone)
+  --cold-wal  leave the cluster's WAL cold: by default the bench makes
+           the WAL segments the run will need before the first setup and
+           takes a CHECKPOINT before each timed phase, so the phases reuse
+           recycled segments as a server that has run a while does (a fresh
+           cluster zero-fills each new 16 MiB segment on the first write
+           into it, ~7% of PostgreSQL's CPU in the lease+commit phase)
   --pgss   preload pg_stat_statements and print, per PostgreSQL setup, the
            statements that took most server time in each phase (it costs
            some server CPU itself: compare CPU numbers between runs of the
@@ -142,6 +148,41 @@ def proc_cpu(pid):
 
 
 PG_POSTMASTER = [0]  # the pid of this run's cluster (set in main)
+PG_URL = [None]  # its URL (set in main)
+
+
+WARM_WAL = "--cold-wal" not in sys.argv
+
+
+def psql(sql):
+    subprocess.run(["psql", "-qAt", PG_URL[0], "-c", sql], check=True, capture_output=True)
+
+
+def warm_wal(n):
+    """Segments enough for one setup (~2.1 KB of WAL per request leased and
+    committed, ~0.5 KB per line ingested; a margin of 2x), made now and
+    recycled by a checkpoint: min_wal_size (set below) keeps them all, and
+    the checkpoint before each timed phase recycles those a phase used."""
+    segs = int(n * 2.6e3 * 2 / (16 << 20)) + 4
+    psql("CREATE TABLE IF NOT EXISTS bench_warm(x int)")
+    for _ in range(segs):  # a write, then a switch to a new segment (made and zero-filled now)
+        psql("INSERT INTO bench_warm VALUES (1); SELECT pg_switch_wal()")
+    psql("DROP TABLE bench_warm; CHECKPOINT")
+    return segs
+
+
+def checkpoint():
+    """Before a timed phase: the WAL written so far becomes recycled
+    segments (nothing of the phase itself is flushed by it)."""
+    if WARM_WAL and PG_URL[0]:
+        psql("CHECKPOINT")
+
+
+def wal_lsn():
+    """The cluster's WAL position in bytes (its WAL written so far)."""
+    r = subprocess.run(["psql", "-qAt", PG_URL[0], "-c", "SELECT pg_current_wal_lsn() - '0/0'"], check=True,
+                       capture_output=True, text=True)
+    return int(r.stdout.strip())
 
 
 def ppid_of(pid):
@@ -244,6 +285,7 @@ def cpu_line(cpu0, cpu1, n, secs, what):
 def run_setup(name, insts, n, w, pack, pgss=None):
     c = http.client.HTTPConnection("127.0.0.1", insts[0].port, timeout=600)
     body = "".join(line(i) for i in range(n)).encode()
+    checkpoint()
     pgss_reset(pgss)
     cpu0 = cpu_now(insts)
     t0 = time.monotonic()
@@ -288,6 +330,8 @@ def run_setup(name, insts, n, w, pack, pgss=None):
 
     th = threading.Thread(target=poller, daemon=True)
     th.start()
+    checkpoint()
+    wal0 = wal_lsn()
     cpu0 = cpu_now(insts)
     perf = None
     if os.environ.get("BENCH_PERF"):  # perf record of PostgreSQL's processes while timed, into this file
@@ -322,6 +366,8 @@ def run_setup(name, insts, n, w, pack, pgss=None):
           f"p99 {pct(polls, .99) * 1e3:6.1f} ms ({len(polls)} polls)   lease p99 {pct(lats, .99) * 1e3:6.1f} ms",
           flush=True)
     lc_cpu = cpu_line(cpu0, cpu1, n, t_end - min(firsts), "committed request")
+    if name.startswith("PostgreSQL"):  # WAL of the whole phase (the cluster's other databases are idle)
+        print(f"{'':<22} WAL written: {(wal_lsn() - wal0) / n:.0f} bytes per committed request", flush=True)
     pgss_top(pgss, "lease+commit", n)
     return {"ingest": n / t_ing, "rate": rate, "ingest_cpu": ing_cpu, "cpu": lc_cpu}
 
@@ -342,6 +388,8 @@ def main():
     env = dict(os.environ)
     if pgss:
         env["PG_CLUSTER_OPTS"] = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000"
+    if WARM_WAL:  # keep every segment warm_wal makes for reuse
+        env["PG_CLUSTER_OPTS"] = env.get("PG_CLUSTER_OPTS", "") + " -c min_wal_size=4GB -c max_wal_size=8GB"
     if os.environ.get("BENCH_PG_OPTS"):  # more server options (e.g. auto_explain's)
         env["PG_CLUSTER_OPTS"] = env.get("PG_CLUSTER_OPTS", "") + " " + os.environ["BENCH_PG_OPTS"]
     r = subprocess.run([os.path.join(ROOT, "scripts", "pg-cluster"), "start", cluster], capture_output=True,
@@ -351,9 +399,12 @@ def main():
     url = r.stdout.strip()
     with open(os.path.join(cluster, "data", "postmaster.pid")) as f:
         PG_POSTMASTER[0] = int(f.readline())
+    PG_URL[0] = url
+    warm = warm_wal(n) if WARM_WAL else 0
     s3 = None
     print(f"bench_pg_scale: N={n}, {w} worker processes, packs of {pack}, release build; "
-          f"PostgreSQL {url.rsplit('@', 1)[1]} (scripts/pg-cluster: fsync off); setups {','.join(setups)}"
+          f"PostgreSQL {url.rsplit('@', 1)[1]} (scripts/pg-cluster: fsync off; "
+          f"{'%d WAL segments made and recycled first' % warm if warm else 'cold WAL'}); setups {','.join(setups)}"
           f"{'; pg_stat_statements on' if pgss else ''}", flush=True)
     res = {}
     labels = {"pg": (1, "PostgreSQL, 1 jobd"), "pg-s3": (1, "PostgreSQL+S3, 1 jobd"),

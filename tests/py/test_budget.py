@@ -133,7 +133,10 @@ def test_budget_queued_tokens_refused_nothing_persisted_then_reconciled():
     (q,) = lease["requests"]
     assert q["custom_id"].startswith("r-"), q
     w.results(lease["lease_id"], [success(q)])
-    assert limits(d, "alpha")["usage"]["queued_tokens"] == a_tokens - 23
+    u = limits(d, "alpha")["usage"]
+    assert u["queued_tokens"] == a_tokens - 23, u
+    assert est_cost(contents[0]) == est_cost(contents[1]) == est_cost(contents[2])  # q's share is any one's
+    assert u["reserved_micros"] == 2 * est_cost(contents[0]), u
     # the rest complete: everything reconciled, the refused submission now fits (same idempotency key: a
     # refusal is not stored, the retry is a new attempt)
     finish(d, w, a["id"], ka)

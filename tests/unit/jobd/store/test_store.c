@@ -81,6 +81,16 @@ TEST(store_migrates_fresh_db_and_reopens_idempotently)
             if (strcmp(cnt, "1") != 0)
                 th_fail(__FILE__, __LINE__, "table exists", "missing table %s", tables[i]);
         }
+        /* ids and the keys that point at them compare byte by byte, as on
+         * SQLite (a new table's id column needs COLLATE "C" too) */
+        char bad[512];
+        CHECK_EQ_INT(th_pg_query1(sub, "SELECT coalesce(string_agg(table_name || '.' || column_name, ' '), '') "
+                                       "FROM information_schema.columns WHERE table_schema = current_schema() "
+                                       "AND data_type = 'text' AND coalesce(collation_name, '') <> 'C' "
+                                       "AND (column_name IN ('id', 'custom_id', 'model', 'canonical', 'key', "
+                                       "'reuse_key') OR column_name LIKE '%\\_id')",
+                                  NULL, 0, bad, sizeof bad), 0);
+        CHECK_EQ_STR(bad, "");
         return;
     }
     /* the pragmas took: WAL mode and foreign keys */
