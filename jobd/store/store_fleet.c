@@ -9,13 +9,16 @@
  * leases_span (implied by the range: a lease's end is at most that, and one
  * started at or after since has it later); the batch statements start from
  * lease_batches_batch and reach the overlapping leases of the same workers
- * through leases_worker.
+ * through leases_worker (on PostgreSQL the units are then read by the ids
+ * of the leases found).
  */
 #include "jobd/store/store_fleet.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "jobd/store/store_int.h"
 
@@ -107,6 +110,27 @@ static int collect(struct store *st, enum store_stmt_id id, const struct fleet_q
     return store_rows_collect(st, s, how, NULL, 0, items, n, NULL);
 }
 
+/* PostgreSQL, a batch's figures: the units of the n leases l, by their ids
+ * (FLEET_UNITS_BATCH's ?1). */
+static int units_of_leases(struct store *st, const struct store_fleet_lease *l, size_t n, const struct store_rows *how,
+                           void **items, size_t *n_items)
+{
+    struct buf a;
+    buf_init(&a, SIZE_MAX);
+    int rc = store_arr_begin(&a);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = store_arr_text(&a, l[i].id);
+    if (!rc)
+        rc = store_arr_end(&a);
+    struct sdb_stmt *s = rc ? NULL : store_stmt(st, S_FLEET_UNITS_BATCH, &rc);
+    if (s && (rc = store_bind_text(st, s, 1, a.data)) != 0)
+        sdb_reset(s);
+    else if (s)
+        rc = store_rows_collect(st, s, how, NULL, 0, items, n_items, NULL);
+    buf_release(&a);
+    return rc;
+}
+
 int store_fleet_read(struct store *st, int64_t since, int64_t until, int64_t now, int64_t ttl_s,
                      const char *batch_id, struct store_fleet *out)
 {
@@ -125,7 +149,9 @@ int store_fleet_read(struct store *st, int64_t since, int64_t until, int64_t now
         rc = collect(st, S_FLEET_WORKERS, &q, &wh, 1, &w, &f.n_workers);
     if (!rc)
         rc = collect(st, batch_id ? S_FLEET_LEASES_BATCH : S_FLEET_LEASES_RANGE, &q, &lh, 0, &l, &f.n_leases);
-    if (!rc)
+    if (!rc && batch_id && st->pg)
+        rc = units_of_leases(st, l, f.n_leases, &uh, &u, &f.n_units);
+    else if (!rc)
         rc = collect(st, batch_id ? S_FLEET_UNITS_BATCH : S_FLEET_UNITS_RANGE, &q, &uh, 0, &u, &f.n_units);
     if (!rc && !batch_id)
         rc = collect(st, S_FLEET_GAPS, &q, &gh, -1, &g, &f.n_gaps);

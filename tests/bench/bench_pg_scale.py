@@ -33,9 +33,9 @@ usage: bench_pg_scale.py [N] [W] [P] [--setups LIST] [--pgss]
            cluster zero-fills each new 16 MiB segment on the first write
            into it, ~7% of PostgreSQL's CPU in the lease+commit phase)
   --pgss   preload pg_stat_statements and print, per PostgreSQL setup, the
-           statements that took most server time in each phase (it costs
-           some server CPU itself: compare CPU numbers between runs of the
-           same kind only)
+           statements that took most server time in each phase, the top 8
+           or $BENCH_PGSS_TOP (it costs some server CPU itself: compare CPU
+           numbers between runs of the same kind only)
 Needs the release build (build/jobd), PostgreSQL (scripts/pg-cluster) and,
 for pg-s3, SeaweedFS (scripts/s3-server).
 """
@@ -229,7 +229,7 @@ def pgss_reset(url):
                        capture_output=True)
 
 
-def pgss_top(url, phase, n_req, k=8):
+def pgss_top(url, phase, n_req, k=int(os.environ.get("BENCH_PGSS_TOP", "8"))):
     """The k statements with the most server time since the last reset."""
     if not url:
         return
