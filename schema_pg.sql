@@ -1029,7 +1029,7 @@ CREATE TRIGGER results_lease_reused AFTER UPDATE OF reused_tokens ON results FOR
 -- @migration 15
 -- requests_reserve_stmt's work moves into the two statements that can end
 -- a request or bring one back (REQ_FINISH_MANY, REQ_TRANSITION:
--- store_int.h, STORE_PG_RESERVE_RELEASE), same sums. A trigger with
+-- store_int.h, STORE_PG_RESERVE), same sums. A trigger with
 -- transition tables makes PostgreSQL copy the old and the new version of
 -- every row of every UPDATE of requests - each claim and each commit, of
 -- budgeted batches or not - into two tuple stores and join them, for

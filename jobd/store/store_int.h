@@ -718,20 +718,22 @@
  * statements that change their status, as SQLite's requests_reserve
  * trigger does per row: a request leaving queued/leased for succeeded/failed
  * releases its share, one coming back reserves it again, while the batch
- * is not terminal. STORE_PG_RESERVE_RELEASE(u) is the CTE that releases
- * the shares of the rows of the CTE u (columns batch_id,
- * prompt_tokens_est, max_tokens), which all ended: their batches are read
- * once, by their ids, and only the budgeted ones join the rows (a commit
- * of unbudgeted batches costs one probe of each of its batches). */
-#define STORE_PG_RESERVE_RELEASE(u) \
-    "rv AS (UPDATE batches b SET reserved_tokens = greatest(0, b.reserved_tokens - d.t), " \
-    "reserved_micros = greatest(0, b.reserved_micros - d.m) FROM (SELECT x.batch_id, " \
+ * is not terminal. STORE_PG_RESERVE(u, sign, when) is the CTE that adds
+ * sign (an SQL expression: -1 releases, 1 reserves again) times the shares
+ * of the rows of the CTE u (columns batch_id, prompt_tokens_est,
+ * max_tokens), where the SQL condition when holds, clamped at 0: their
+ * batches are read once, by their ids, and only the budgeted ones join the
+ * rows (a commit of unbudgeted batches costs one probe of each of its
+ * batches). */
+#define STORE_PG_RESERVE(u, sign, when) \
+    "rv AS (UPDATE batches b SET reserved_tokens = greatest(0, b.reserved_tokens + (" sign ") * d.t), " \
+    "reserved_micros = greatest(0, b.reserved_micros + (" sign ") * d.m) FROM (SELECT x.batch_id, " \
     "sum(x.prompt_tokens_est + x.max_tokens) AS t, sum(jobd_reserve_share(x.prompt_tokens_est, " \
     "x.max_tokens, y.reserve_price_in, y.reserve_price_out)) AS m FROM " u " x JOIN " \
     "(SELECT id, reserve_price_in, reserve_price_out FROM batches WHERE id = ANY(ARRAY(" \
     "SELECT DISTINCT batch_id FROM " u ")) AND budgeted = 1 AND status NOT IN ('completed', " \
     "'failed', 'expired', 'cancelled')) y ON y.id = x.batch_id GROUP BY x.batch_id) d " \
-    "WHERE b.id = d.batch_id)"
+    "WHERE b.id = d.batch_id AND (" when "))"
 /* The row-locked hot paths on PostgreSQL: leasing takes the
  * requests_queued rows of the requests it reads with FOR UPDATE SKIP
  * LOCKED (an acquire on another connection skips them instead of waiting),
@@ -782,7 +784,7 @@
       "WHERE id = ANY(?1::text[]) AND coalesce(status, '') = 'leased' " \
       "AND coalesce(lease_id, '') = ?5::text RETURNING batch_id, prompt_tokens_est, max_tokens), " \
       "l AS (UPDATE leases SET n_held = n_held - (SELECT count(*) FROM u) WHERE id = ?5::text), " \
-      STORE_PG_RESERVE_RELEASE("u") \
+      STORE_PG_RESERVE("u", "-1", "TRUE") \
       " SELECT count(*) FROM u") \
     X(RESULT_INSERT_MANY, \
       "INSERT INTO results(request_id, batch_id, lease_id, status_code, body, prompt_tokens, " \
@@ -863,17 +865,10 @@
       "request_ids = coalesce(lease_batches.request_ids, '{}') || excluded.request_ids), " \
       "ln AS (UPDATE leases SET n_held = n_held + 1 WHERE ?2 = 'leased' AND id = ?6::text " \
       "AND EXISTS (SELECT 1 FROM u)), " \
-      "rv AS (UPDATE batches b SET reserved_tokens = CASE WHEN ?3 IN ('queued', 'leased') " \
-      "THEN greatest(0, b.reserved_tokens - (u.prompt_tokens_est + u.max_tokens)) " \
-      "ELSE b.reserved_tokens + (u.prompt_tokens_est + u.max_tokens) END, " \
-      "reserved_micros = CASE WHEN ?3 IN ('queued', 'leased') THEN greatest(0, b.reserved_micros - " \
-      "jobd_reserve_share(u.prompt_tokens_est, u.max_tokens, b.reserve_price_in, b.reserve_price_out)) " \
-      "ELSE b.reserved_micros + jobd_reserve_share(u.prompt_tokens_est, u.max_tokens, " \
-      "b.reserve_price_in, b.reserve_price_out) END FROM u WHERE b.id = u.batch_id AND " \
-      "b.budgeted = 1 AND b.status NOT IN ('completed', 'failed', 'expired', 'cancelled') AND " \
-      "((?3 IN ('queued', 'leased') AND ?2 IN ('succeeded', 'failed')) OR " \
-      "(?3 IN ('succeeded', 'failed') AND ?2 IN ('queued', 'leased')))) " \
-      "SELECT batch_id FROM u") \
+      STORE_PG_RESERVE("u", "CASE WHEN ?3 IN ('queued', 'leased') THEN -1 ELSE 1 END", \
+                       "(?3 IN ('queued', 'leased') AND ?2 IN ('succeeded', 'failed')) OR " \
+                       "(?3 IN ('succeeded', 'failed') AND ?2 IN ('queued', 'leased'))") \
+      " SELECT batch_id FROM u") \
     /* n_held from the parts its claims wrote (LEASE_CLAIM_MANY) */ \
     X(LEASE_INSERT, \
       "INSERT INTO leases(id, worker_id, model, n_requests, created_at, expires_at, n_held) " \
