@@ -187,6 +187,8 @@ _Static_assert(sizeof(struct act32) == 40, "act32 size");
 _Static_assert(sizeof(struct act256) == 292, "act256 size");
 
 #define SCRATCH_ALIGN 64
+#define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
+#define TILE_N 64 /* activation rows per tile */
 
 /* Round to nearest, ties to even, for |v| <= 2^22: adding 1.5 * 2^23 leaves
  * no fraction bits. Needs float arithmetic in float (SSE, not x87). */
@@ -303,17 +305,6 @@ typedef float (*dot_fn)(int k, const uint8_t *w, const void *a);
  * of four dot_fn calls (it only shares the weight unpacking). */
 typedef void (*dot4_fn)(int k, const uint8_t *w, const void *const *a, float *out);
 
-/* lanes[j] = fma(dv, sum_{e=4j..4j+3} wq[e] * aq[e], lanes[j]) */
-static inline void lanes_block(float lanes[8], float dv, const int wq[GGML_QK], const int8_t *aq)
-{
-    for (int j = 0; j < 8; j++) {
-        int isum = 0;
-        for (int e = 4 * j; e < 4 * j + 4; e++)
-            isum += wq[e] * aq[e];
-        lanes[j] = fmaf(dv, (float)isum, lanes[j]);
-    }
-}
-
 static void q5_unpack(const uint8_t qs[16], const uint8_t qh4[4], int bias, int wq[GGML_QK])
 {
     uint32_t qh;
@@ -355,24 +346,25 @@ static int has_offset32(int type)
     return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
 }
 
-/* 16 lanes: block b goes to lanes 8 * (b & 1) + j; offsets to accm[b & 1]. */
+/* Per block the exact integer sum of products, then one fma per block in
+ * block order: acc = fma(d_w * d_a, isum, acc); offsets (Q4_1/Q5_1) the
+ * same into accm with m_w * s_a; result acc + accm. */
 static float dot32_s(int type, int k, const uint8_t *w, const struct act32 *a)
 {
     size_t bs = ggml_type_block_bytes((uint32_t)type);
-    float lanes[16] = {0}, accm[2] = {0.0f, 0.0f};
+    float acc = 0.0f, accm = 0.0f;
     for (int b = 0; b < k / GGML_QK; b++) {
         int wq[GGML_QK];
         float d, m;
         unpack32_s(type, w + (size_t)b * bs, wq, &d, &m);
-        lanes_block(lanes + 8 * (b & 1), d * a[b].d, wq, a[b].q);
+        int isum = 0;
+        for (int e = 0; e < GGML_QK; e++)
+            isum += wq[e] * a[b].q[e];
+        acc = fmaf(d * a[b].d, (float)isum, acc);
         if (has_offset32(type))
-            accm[b & 1] = fmaf(m, a[b].s, accm[b & 1]);
+            accm = fmaf(m, a[b].s, accm);
     }
-    float v[8];
-    for (int j = 0; j < 8; j++)
-        v[j] = lanes[j] + lanes[8 + j];
-    float r = sum8(v);
-    return has_offset32(type) ? r + (accm[0] + accm[1]) : r;
+    return has_offset32(type) ? acc + accm : acc;
 }
 
 #define DOT32_S(name, T) \
@@ -494,6 +486,10 @@ static float dot_bf16_s(int k, const uint8_t *w, const void *av)
 
 #if MATQ_X86
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define FORCE_INLINE inline __attribute__((always_inline))
+/* the row and sub-block loops unrolled, so that the NR accumulators live in
+ * registers (GCC keeps an array indexed in a rolled loop on the stack) */
+#define UNROLL _Pragma("GCC unroll 8")
 
 AVX2 static inline float hsum8_avx2(__m256 v)
 {
@@ -535,20 +531,55 @@ AVX2 static inline __m256i bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
-/* Integer values of a 32-value block (Q4_0/Q5_0/Q8_0 signed, Q4_1/Q5_1
- * unsigned), as 32 bytes in element order. */
-AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
+/* Values of a 32-value block as unsigned bytes u = w + bias in element
+ * order (bias: Q4_0 8, Q5_0 16, Q8_0 128, Q4_1/Q5_1 0; see matq_x32v.h). */
+AVX2 static FORCE_INLINE __m256i unpack32u_avx2(int type, const uint8_t *p)
 {
     switch (type) {
-    case GGML_TYPE_Q4_0: return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
+    case GGML_TYPE_Q4_0: return nibbles32(p + 2);
     case GGML_TYPE_Q4_1: return nibbles32(p + 4);
-    case GGML_TYPE_Q5_0: /* nibble | 0xF0 where the 5th bit is clear: q - 16 as int8 */
-        return _mm256_or_si256(nibbles32(p + 6),
-                               _mm256_andnot_si256(bits32(p + 2), _mm256_set1_epi8((char)0xF0)));
-    case GGML_TYPE_Q5_1:
-        return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
-    default: return _mm256_loadu_si256((const __m256i *)(p + 2));
+    case GGML_TYPE_Q5_0: return _mm256_or_si256(nibbles32(p + 6), _mm256_and_si256(bits32(p + 2), _mm256_set1_epi8(0x10)));
+    case GGML_TYPE_Q5_1: return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
+    default: return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), _mm256_set1_epi8((char)0x80));
     }
+}
+
+/* 8 rows of 8 dwords transposed in place: afterwards W[j] dword l = dword j
+ * of row l. */
+AVX2 static FORCE_INLINE void transpose8_avx2(__m256i W[8])
+{
+    __m256i t0 = _mm256_unpacklo_epi32(W[0], W[1]), t1 = _mm256_unpackhi_epi32(W[0], W[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(W[2], W[3]), t3 = _mm256_unpackhi_epi32(W[2], W[3]);
+    __m256i t4 = _mm256_unpacklo_epi32(W[4], W[5]), t5 = _mm256_unpackhi_epi32(W[4], W[5]);
+    __m256i t6 = _mm256_unpacklo_epi32(W[6], W[7]), t7 = _mm256_unpackhi_epi32(W[6], W[7]);
+    /* u<q>, v<q>: rows 0-3, 4-7; 128-bit lane L = dword 4 L + q of the 4 rows */
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i v0 = _mm256_unpacklo_epi64(t4, t6), v1 = _mm256_unpackhi_epi64(t4, t6);
+    __m256i v2 = _mm256_unpacklo_epi64(t5, t7), v3 = _mm256_unpackhi_epi64(t5, t7);
+    W[0] = _mm256_permute2x128_si256(u0, v0, 0x20);
+    W[4] = _mm256_permute2x128_si256(u0, v0, 0x31);
+    W[1] = _mm256_permute2x128_si256(u1, v1, 0x20);
+    W[5] = _mm256_permute2x128_si256(u1, v1, 0x31);
+    W[2] = _mm256_permute2x128_si256(u2, v2, 0x20);
+    W[6] = _mm256_permute2x128_si256(u2, v2, 0x31);
+    W[3] = _mm256_permute2x128_si256(u3, v3, 0x20);
+    W[7] = _mm256_permute2x128_si256(u3, v3, 0x31);
+}
+
+/* The scales d (and offsets m: Q4_1/Q5_1) of block boff of the 8 rows
+ * base + vidx[l], as floats, lane l = row l. */
+AVX2 static FORCE_INLINE void scales8_avx2(const uint8_t *base, __m256i vidx, __m256 *dw, __m256 *mw)
+{
+    int32_t vi[8], gv[8];
+    _mm256_storeu_si256((__m256i *)(void *)vi, vidx);
+    for (int l = 0; l < 8; l++)
+        memcpy(&gv[l], base + vi[l], sizeof gv[l]);
+    __m256i g = _mm256_loadu_si256((const __m256i *)(const void *)gv);
+    __m256i p = _mm256_packus_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(g, 16));
+    p = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
+    *dw = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+    *mw = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
 }
 
 /* ---- K-quants, AVX2: NR activation rows per weight row ------------------------------
@@ -559,10 +590,6 @@ AVX2 static inline __m256i unpack32_avx2(int type, const uint8_t *p)
  * the same two fmas per super-block in block order (dot_q4_k_s). The sums
  * of mins (Q4_K/Q5_K) and the -32 correction of Q6_K are integer dots of
  * the 16 bsums with the scales, done with one madd: exact too. */
-#define FORCE_INLINE inline __attribute__((always_inline))
-/* the row and sub-block loops unrolled, so that the NR accumulators live in
- * registers (GCC keeps an array indexed in a rolled loop on the stack) */
-#define UNROLL _Pragma("GCC unroll 8")
 
 /* The 6-bit scales and mins of a Q4_K/Q5_K block (k4_scales) computed in
  * general registers, four bytes to a word: byte j of sc[w] is the scale of
@@ -732,10 +759,10 @@ FLOAT_DOT_AVX2(dot_bf16_avx2, BF16_LOAD8, BF16_LOAD1)
 
 /* ---- AVX2: the 32-value types, register tiles (matq_x32v.h) ---------------------------- */
 
-/* quant_block32_s with 8-lane vectors, bit for bit (as quant_block32_avx512):
+/* quant_block32_s with 8-lane vectors, bit for bit:
  * NaN lanes are skipped by the max and quantize to 0, rounding to nearest
  * even, the clamp to [-127, 127]. Returns the 32 values q in order. */
-AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_out)
+AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_out, int32_t *sum_out)
 {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     __m256 xv[4], mx = _mm256_setzero_ps();
@@ -759,6 +786,7 @@ AVX2 static __m256i quant_block32_avx2(const float *x, float *d_out, float *s_ou
     int sum = hsum_i32_avx2(_mm256_add_epi32(_mm256_add_epi32(iq[0], iq[1]), _mm256_add_epi32(iq[2], iq[3])));
     *d_out = d;
     *s_out = d * (float)sum;
+    *sum_out = sum;
     /* the packs interleave the 128-bit lanes: dwords 0 4 1 5 2 6 3 7 */
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iq[0], iq[1]), _mm256_packs_epi32(iq[2], iq[3]));
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -824,17 +852,22 @@ AVX2 static void quant_act256t_group_avx2(const float *x, size_t ldx, int k, str
     }
 }
 
-/* One activation row of nb blocks into ACT_32V: q (+ 128 if u8) at dst,
- * scale and offset of block b at side[8 b] and side[8 (nb + b)]. */
-AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side, int u8)
+/* One activation row of nb blocks into ACT_32V: the signed q at dst; the
+ * scale, offset and sum of q of block b at side[8 b], side[8 (nb + b)] and
+ * (int32) side[8 (2 nb + b)]. */
+AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side)
 {
-    const __m256i flip = _mm256_set1_epi8(u8 ? (char)0x80 : 0);
     for (int b = 0; b < nb; b++) {
-        __m256i q = quant_block32_avx2(x + (size_t)b * GGML_QK, side + 8 * b, side + 8 * (nb + b));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + 32 * (size_t)b), _mm256_xor_si256(q, flip));
+        int32_t sum;
+        __m256i q = quant_block32_avx2(x + (size_t)b * GGML_QK, side + 8 * b, side + 8 * (nb + b), &sum);
+        memcpy(side + 8 * (2 * nb + b), &sum, sizeof sum);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 32 * (size_t)b), q);
     }
 }
 
+#ifndef XV_PREFETCH
+#define XV_PREFETCH 384
+#endif
 #define XV_VNNI 0
 #define XV(name) name##_avx2
 #define XV_ATTR AVX2
@@ -1275,7 +1308,7 @@ KT_KERNEL(dott_q5_k, GGML_TYPE_Q5_K)
 KT_KERNEL(dott_q6_k, GGML_TYPE_Q6_K)
 
 /* quant_act256_row of one super-block with 16-lane vectors, bit for bit (as
- * quant_block32_avx512: NaN lanes skipped by the max and quantized to 0,
+ * quant_block32_avx2: NaN lanes skipped by the max and quantized to 0,
  * rounding to nearest even, the clamp to [-127, 127]), written as row r of
  * act256t t: q + 128 transposed, the 16 bsums (from vpsadbw of the u8
  * values: sums of 8, minus 8 * 128), d. */
@@ -1322,266 +1355,140 @@ AVX512 static void quant_act256t_group(const float *x, size_t ldx, int k, struct
             quant_sb_t_avx512(x + (size_t)r * ldx + (size_t)b * GGML_QK_K, out + b, r);
 }
 
-/* quant_block32_s with 16-lane vectors, bit for bit: NaN lanes are skipped
- * by the max (as `a > amax` skips them) and quantize to 0; the rounding is
- * to nearest even, as round_even; the clamp to [-127, 127] as quant_one. */
-AVX512 static void quant_block32_avx512(const float *x, float *d_out, float *s_out, int8_t *q)
-{
-    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-    __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
-    a0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a0, a0, _CMP_ORD_Q), a0);
-    a1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a1, a1, _CMP_ORD_Q), a1);
-    float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-    float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const __m512 vid = _mm512_set1_ps(id), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-    __m512i iq[2];
-    for (int h = 0; h < 2; h++) {
-        __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(h ? x1 : x0, vid),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        iq[h] = _mm512_cvttps_epi32(v);
-        _mm_storeu_si128((__m128i *)(void *)(q + 16 * h), _mm512_cvtepi32_epi8(iq[h]));
-    }
-    int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(iq[0], iq[1]));
-    *d_out = d;
-    *s_out = d * (float)sum;
-}
-
-/* ---- AVX-512 VNNI: the 32-value types, register tiles ---------------------------------
+/* ---- AVX-512 VNNI: the 32-value types ---------------------------------------------------
  *
- * A tile of 2 weight rows x 8 (or 4) activation rows per call of the
- * microkernel (1 x 1 when n % 8 == 1, e.g. decode). The activations are quantized once per call into
- * struct act32u: per row and block pair, the 64 int8 values of blocks 2p
- * and 2p+1 stored as unsigned bytes q + 128, and the two block scales
- * spread to the 16 lanes of their block (d[0..7] = d of block 2p, d[8..15]
- * = d of 2p+1). vpdpbusd (u8 x s8) then takes the activations as its
- * unsigned operand and the signed weight values w directly: lane j gets
- * sum (q + 128) w = sum q w + 128 sum w over the four elements 4j..4j+3,
- * and starting the lane at -128 sum w (one more vpdpbusd per weight pair,
- * shared by the tile's activation rows) leaves the exact integer of the
- * reference. So per (weight row, activation row, block pair) the inner step
- * is vpdpbusd + cvt + one multiply of the two 16-lane scale vectors (dw *
- * da: the reference's float product, lane by lane) + fma: no sign transfer,
- * no scale permute, and each weight pair is unpacked once for 8 activation
- * rows (the 4-row kernel this replaced unpacked it once per 4 and moved
- * the weight signs onto the activations row by row). Q4_1/Q5_1 have
- * unsigned weights: there the activations stay signed (q, not q + 128),
- * vpdpbusd takes the weights as its unsigned operand and needs no
- * correction, and the offsets m_w * s_a of 8 rows and both blocks of a pair
- * are one 16-lane fma per weight row (lane r / 8 + r = the reference's
- * accm0 / accm1 of row r; the s values of a group of 8 rows are stored
- * after the rows, 16 per block pair). Lanes, block parity and the final
- * sums are those of the reference (low half = lane set 0, high half = lane
- * set 1; a lone last block updates the low half only). Registers (2 x 8):
- * 16 accumulators, 2 weight pairs, 2 corrections, 2 scale vectors. */
-struct act32u {
-    uint8_t q[2 * GGML_QK]; /* q + 128 (Q4_1, Q5_1: q) of blocks 2p, 2p+1 */
-    float d[16];             /* lanes 0-7: d of block 2p; 8-15: of 2p+1 */
-};
+ * The tile of matq_x32v.h on 512-bit vectors: 16 weight rows (lane l = row
+ * l) x up to TILE_N activation rows of the ACT_32V layout. Per weight block
+ * the 16 rows are unpacked two at a time (rows i and i + 8 in one
+ * register) to u = w + bias and transposed, so that W[j] lane l holds the
+ * four values 4j..4j+3 of row l; the scales (and offsets) of the 16 rows
+ * are one gather. Per activation row: vpdpbusd x 8 (the row's 4 bytes
+ * broadcast) from -bias * sum(q), convert, and one fma with d_w * d_a -
+ * the reference's steps, lane by lane, no horizontal work. */
 
-_Static_assert(sizeof(struct act32u) == 128, "act32u size");
-
-/* quant_block32_s into the act32u layout (half h of pair ap; off: Q4_1 /
- * Q5_1, q stored signed, and the offset s written to *s_out). */
-AVX512 static void quant_block32u(const float *x, struct act32u *ap, int h, int off, float *s_out)
+/* Blocks p0 and p1 of a 32-value type as u = w + bias: 64 bytes, p0's 32
+ * values in element order, then p1's. */
+AVX512 static FORCE_INLINE __m512i unpack_two_u(int type, const uint8_t *p0, const uint8_t *p1)
 {
-    float d, s;
-    int8_t q[GGML_QK];
-    quant_block32_avx512(x, &d, &s, q);
-    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
-    if (!off)
-        v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
-    _mm256_storeu_si256((__m256i *)(void *)(ap->q + GGML_QK * h), v);
-    _mm256_storeu_ps(ap->d + 8 * h, _mm256_set1_ps(d));
-    *s_out = s;
-}
-
-/* A zero row (padding to the 8-row group): q = 0, d = 0. */
-static void act32u_zero(struct act32u *ap, int np, int off)
-{
-    for (int p = 0; p < np; p++) {
-        memset(ap[p].q, off ? 0 : 0x80, sizeof ap[p].q);
-        memset(ap[p].d, 0, sizeof ap[p].d);
-    }
-}
-
-/* Values of blocks b0 and b0 + bs (or b0 alone, upper half zero) as 64
- * bytes in element order: int8 for Q4_0/Q5_0/Q8_0, uint8 for Q4_1/Q5_1. */
-AVX512 static FORCE_INLINE __m512i unpack_pair_s(int type, const uint8_t *b0, size_t bs, int lone)
-{
-    if (type == GGML_TYPE_Q8_0) {
-        __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
-        return lone ? _mm512_zextsi256_si512(lo)
-                    : join256(lo, _mm256_loadu_si256((const __m256i *)(b0 + bs + 2)));
-    }
+    if (type == GGML_TYPE_Q8_0)
+        return _mm512_xor_si512(join256(_mm256_loadu_si256((const __m256i *)(p0 + 2)),
+                                        _mm256_loadu_si256((const __m256i *)(p1 + 2))),
+                                _mm512_set1_epi8((char)0x80));
     size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
-    __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + o));
-    __m128i q1 = lone ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)(b0 + bs + o));
-    __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+    __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + o))),
+                                        _mm_loadu_si128((const __m128i *)(p1 + o)), 1);
     /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
     __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
     z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-    if (type == GGML_TYPE_Q4_0)
-        z = _mm512_sub_epi8(z, _mm512_set1_epi8(8));
-    else if (type == GGML_TYPE_Q5_1) { /* unsigned: nibble + 16 where the 5th bit is set */
-        uint32_t h0, h1 = 0;
-        memcpy(&h0, b0 + 4, 4);
-        if (!lone)
-            memcpy(&h1, b0 + bs + 4, 4);
+    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) { /* + 16 where the 5th bit is set */
+        size_t h = type == GGML_TYPE_Q5_0 ? 2 : 4;
+        uint32_t h0, h1;
+        memcpy(&h0, p0 + h, 4);
+        memcpy(&h1, p1 + h, 4);
         z = _mm512_mask_add_epi8(z, _cvtu64_mask64((uint64_t)h1 << 32 | h0), z, _mm512_set1_epi8(16));
-    } else if (type == GGML_TYPE_Q5_0) { /* nibble - 16 where the 5th bit is clear */
-        uint32_t h0, h1 = 0xFFFFFFFFu;
-        memcpy(&h0, b0 + 2, 4);
-        if (!lone)
-            memcpy(&h1, b0 + bs + 2, 4);
-        __mmask64 clear = _cvtu64_mask64(~((uint64_t)h1 << 32 | h0));
-        z = _mm512_mask_sub_epi8(z, clear, z, _mm512_set1_epi8(16));
     }
-    return lone ? _mm512_zextsi256_si512(_mm512_castsi512_si256(z)) : z;
+    return z;
 }
 
-/* The weight scales (at = 0; offsets: at = 2) of a pair spread to 16 lanes
- * (lone: upper 8 zero). */
-AVX512 static FORCE_INLINE __m512 wscale16(const uint8_t *b0, size_t bs, int lone, int at)
-{
-    __m128i h0 = _mm_set1_epi16((short)rd16(b0 + at));
-    __m128i h1 = lone ? _mm_setzero_si128() : _mm_set1_epi16((short)rd16(b0 + bs + at));
-    return _mm512_cvtph_ps(_mm256_set_m128i(h1, h0));
-}
-
-/* NW (1, 2) weight rows from w (stride wrb) x NA (1, 4, 8) activation rows
- * from act (stride arow); out[r * os + c] for the first nr rows. */
-AVX512 static FORCE_INLINE void x32u_tile(int type, int k, const uint8_t *w, size_t wrb, const uint8_t *act,
-                                          size_t arow, const float *sg, int nr, float *out, size_t os,
-                                          const int NW, const int NA)
+/* nc (1..16) weight rows from w (stride wrb) x nr activation rows (stride
+ * arow; the side floats of row r's group at side + (r / 8) * sgrp):
+ * out[r * os + c]. */
+AVX512 static FORCE_INLINE void x32w_strip(int type, int k, const uint8_t *w, size_t wrb, int nc,
+                                           const uint8_t *act, size_t arow, const float *side, size_t sgrp,
+                                           int nr, float *out, size_t os, float (*acc)[16], float (*accm)[16])
 {
     const size_t bs = type == GGML_TYPE_Q4_0 ? 18 : type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22
                     : type == GGML_TYPE_Q5_1 ? 24 : 34;
-    const int off = has_offset32(type);
-    const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[2][8], accm[2];
-    UNROLL for (int c = 0; c < NW; c++) {
-        accm[c] = _mm512_setzero_ps();
-        UNROLL for (int r = 0; r < NA; r++)
-            acc[c][r] = _mm512_setzero_ps();
+    const int off = has_offset32(type), nb = k / GGML_QK, nbb = 8 * nb;
+    const int bias = type == GGML_TYPE_Q4_0 ? 8 : type == GGML_TYPE_Q5_0 ? 16 : type == GGML_TYPE_Q8_0 ? 128 : 0;
+    const uint8_t *rows[16];
+    int32_t vi[16];
+    for (int l = 0; l < 16; l++) {
+        rows[l] = w + (size_t)(l < nc ? l : nc - 1) * wrb;
+        vi[l] = (int32_t)(rows[l] - w);
     }
-    int nb = k / GGML_QK, p = 0;
-    for (; 2 * p + 1 < nb; p++) {
-        __m512i wq[2], neg[2];
-        __m512 dw[2];
-        UNROLL for (int c = 0; c < NW; c++) {
-            const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
-            wq[c] = unpack_pair_s(type, b0, bs, 0);
-            if (off) { /* the row's offsets: lane r / 8 + r = accm0 / accm1 of activation row r */
-                neg[c] = _mm512_setzero_si512();
-                __m512 mw = wscale16(b0, bs, 0, 2), sv = _mm512_load_ps(sg + 16 * p);
-                accm[c] = _mm512_fmadd_ps(mw, sv, accm[c]);
-            } else
-                neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
-            dw[c] = wscale16(b0, bs, 0, 0);
+    const __m512i vidx = _mm512_loadu_si512((const void *)vi);
+    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int r = 0; r < nr; r++) {
+        _mm512_store_ps(acc[r], _mm512_setzero_ps());
+        _mm512_store_ps(accm[r], _mm512_setzero_ps());
+    }
+    for (int b = 0; b < nb; b++) {
+        const size_t boff = (size_t)b * bs;
+        __m512i Z[8], t[8], u[8], W[8];
+        UNROLL for (int i = 0; i < 8; i++) /* 128-bit lanes: row i dwords 0-3, 4-7; row i + 8 dwords 0-3, 4-7 */
+        {
+            _mm_prefetch((const char *)(rows[i] + boff) + XV_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)(rows[i + 8] + boff) + XV_PREFETCH, _MM_HINT_T0);
+            Z[i] = unpack_two_u(type, rows[i] + boff, rows[i + 8] + boff);
         }
-        UNROLL for (int r = 0; r < NA; r++) {
-            const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
-            __m512i y = _mm512_load_si512((const void *)ap->q);
-            __m512 da = _mm512_load_ps(ap->d);
-            UNROLL for (int c = 0; c < NW; c++) {
-                __m512 f = _mm512_cvtepi32_ps(off ? _mm512_dpbusd_epi32(neg[c], wq[c], y)
-                                                  : _mm512_dpbusd_epi32(neg[c], y, wq[c]));
-                acc[c][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r]);
+        UNROLL for (int i = 0; i < 4; i++) {
+            t[2 * i] = _mm512_unpacklo_epi32(Z[2 * i], Z[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(Z[2 * i], Z[2 * i + 1]);
+        }
+        UNROLL for (int h = 0; h < 2; h++) { /* u[4h + q], lane L: dword (L & 1) * 4 + q of rows 4h.. / 4h + 8.. */
+            u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+            u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+            u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+            u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+        }
+        UNROLL for (int q = 0; q < 4; q++) {
+            W[q] = _mm512_permutex2var_epi64(u[q], lo_idx, u[4 + q]);
+            W[4 + q] = _mm512_permutex2var_epi64(u[q], hi_idx, u[4 + q]);
+        }
+        __m512i g = _mm512_i32gather_epi32(vidx, (const void *)(w + boff), 1);
+        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+        __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *a = act + (size_t)r * arow + 32 * (size_t)b;
+            const float *sd = side + (size_t)(r / 8) * sgrp + r % 8 + 8 * (size_t)b;
+            int32_t sq;
+            memcpy(&sq, sd + 2 * nbb, sizeof sq);
+            __m512i P = _mm512_set1_epi32(-bias * sq);
+            UNROLL for (int j = 0; j < 8; j++) {
+                int32_t a4;
+                memcpy(&a4, a + 4 * j, sizeof a4);
+                P = _mm512_dpbusd_epi32(P, W[j], _mm512_set1_epi32(a4));
             }
+            __m512 dv = _mm512_mul_ps(dw, _mm512_set1_ps(sd[0]));
+            _mm512_store_ps(acc[r], _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(P), _mm512_load_ps(acc[r])));
+            if (off)
+                _mm512_store_ps(accm[r], _mm512_fmadd_ps(mw, _mm512_set1_ps(sd[nbb]), _mm512_load_ps(accm[r])));
         }
     }
-    if (2 * p < nb) { /* a lone last block: lane set 0 only */
-        __m512i wq[2], neg[2];
-        __m512 dw[2];
-        UNROLL for (int c = 0; c < NW; c++) {
-            const uint8_t *b0 = w + (size_t)c * wrb + (size_t)(2 * p) * bs;
-            wq[c] = unpack_pair_s(type, b0, bs, 1);
-            if (off) { /* the row's offsets: lane r / 8 + r = accm0 / accm1 of activation row r */
-                neg[c] = _mm512_setzero_si512();
-                __m512 mw = wscale16(b0, bs, 1, 2), sv = _mm512_load_ps(sg + 16 * p);
-                accm[c] = _mm512_mask3_fmadd_ps(mw, sv, accm[c], 0x00FF);
-            } else
-                neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq[c]));
-            dw[c] = wscale16(b0, bs, 1, 0);
-        }
-        UNROLL for (int r = 0; r < NA; r++) {
-            const struct act32u *ap = (const struct act32u *)(const void *)(act + (size_t)r * arow) + p;
-            __m512i y = _mm512_load_si512((const void *)ap->q);
-            __m512 da = _mm512_load_ps(ap->d);
-            UNROLL for (int c = 0; c < NW; c++) {
-                __m512 f = _mm512_cvtepi32_ps(off ? _mm512_dpbusd_epi32(neg[c], wq[c], y)
-                                                  : _mm512_dpbusd_epi32(neg[c], y, wq[c]));
-                acc[c][r] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw[c], da), f, acc[c][r], 0x00FF);
-            }
-        }
+    const __mmask16 keep = (__mmask16)((1u << nc) - 1);
+    for (int r = 0; r < nr; r++) {
+        __m512 v = _mm512_load_ps(acc[r]);
+        if (off)
+            v = _mm512_add_ps(v, _mm512_load_ps(accm[r]));
+        _mm512_mask_storeu_ps(out + (size_t)r * os, keep, v);
     }
-    UNROLL for (int r = 0; r < NA; r++)
-        UNROLL for (int c = 0; c < NW; c++) {
-            if (r >= nr)
-                break;
-            __m256 lo = _mm512_castps512_ps256(acc[c][r]);
-            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c][r]), 1));
-            float v = hsum8_avx2(_mm256_add_ps(lo, hi));
-            if (off) {
-                float m[16];
-                _mm512_storeu_ps(m, accm[c]);
-                v = v + (m[r] + m[8 + r]);
-            }
-            out[(size_t)r * os + (size_t)c] = v;
-        }
 }
 
-/* nc weight rows x one group of nr (1..8) activation rows: one row against
- * one weight row at a time (decode: the weights stream from memory, and a
- * 4 weight rows x 1 row tile, reading four rows side by side, made
- * single-sequence decode 1.7x slower than this), else 2 weight rows x 4 or
- * 8 activation rows (the group's rows past nr, up to 4 or 8, must be
- * readable: see act_rows_u). sg: the group's floats after the rows
- * (ACT_32U: the offsets of Q4_1/Q5_1, else NULL; ACT_32V: the scales and
- * offsets); the AVX2 tiles of matq_x32v.h have the same signature. */
+/* nc weight rows x nr (<= TILE_N) activation rows of the ACT_32V layout
+ * (rows from act, stride arow; the side floats of row r's group of 8 at
+ * side + (r / 8) * sgrp): out[r * os + c]. The AVX2 tiles of matq_x32v.h
+ * have the same signature. */
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
-                        const float *sg, int nr, float *out, size_t os);
+                        const float *side, size_t sgrp, int nr, float *out, size_t os);
 
-#define XU_KERNEL(name, T)                                                                    \
-    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, \
-                            size_t arow, const float *sg, int nr, float *out, size_t os)      \
-    {                                                                                         \
-        int c = 0;                                                                            \
-        if (nr == 1) { /* one weight row at a time: see below */                             \
-            for (; c < nc; c++)                                                               \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, 1, out + c, os, 1, 1);  \
-            return;                                                                           \
-        }                                                                                     \
-        if (nr > 4) {                                                                         \
-            for (; c + 2 <= nc; c += 2)                                                       \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 2, 8); \
-            if (c < nc)                                                                       \
-                x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 8); \
-            return;                                                                           \
-        }                                                                                     \
-        for (; c + 2 <= nc; c += 2)                                                           \
-            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 2, 4);     \
-        if (c < nc)                                                                           \
-            x32u_tile(T, k, w0 + (size_t)c * wrb, wrb, act, arow, sg, nr, out + c, os, 1, 4);     \
+#define XW_KERNEL(name, T)                                                                                 \
+    AVX512 static void name(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,  \
+                            const float *side, size_t sgrp, int nr, float *out, size_t os)                  \
+    {                                                                                                      \
+        _Alignas(64) float acc[TILE_N][16], accm[TILE_N][16];                                              \
+        for (int c = 0; c < nc; c += 16)                                                                   \
+            x32w_strip(T, k, w0 + (size_t)c * wrb, wrb, nc - c < 16 ? nc - c : 16, act, arow, side, sgrp, nr, \
+                       out + c, os, acc, accm);                                                            \
     }
 
-XU_KERNEL(dotu_q4_0, GGML_TYPE_Q4_0)
-XU_KERNEL(dotu_q5_0, GGML_TYPE_Q5_0)
-XU_KERNEL(dotu_q8_0, GGML_TYPE_Q8_0)
-XU_KERNEL(dotu_q4_1, GGML_TYPE_Q4_1)
-XU_KERNEL(dotu_q5_1, GGML_TYPE_Q5_1)
-
-/* A call with n == 1 stores the ACT_32V activations signed (act_variant):
- * the AVX-VNNI tiles of the signed types then take their _sa form. */
-static dotu_fn dotv_one_row(dotu_fn f)
-{
-    return f == dotv_q4_0_vnni ? dotv_q4_0_sa_vnni
-         : f == dotv_q5_0_vnni ? dotv_q5_0_sa_vnni
-         : f == dotv_q8_0_vnni ? dotv_q8_0_sa_vnni : f;
-}
+XW_KERNEL(dotu_q4_0, GGML_TYPE_Q4_0)
+XW_KERNEL(dotu_q5_0, GGML_TYPE_Q5_0)
+XW_KERNEL(dotu_q8_0, GGML_TYPE_Q8_0)
+XW_KERNEL(dotu_q4_1, GGML_TYPE_Q4_1)
+XW_KERNEL(dotu_q5_1, GGML_TYPE_Q5_1)
+#undef XW_KERNEL
 
 /* AVX-VNNI (CPUID.(7,1):EAX bit 4), unless KN_NO_VNNI is set (to run the
  * plain AVX2 kernels: the results are the same bits either way). */
@@ -1600,19 +1507,18 @@ static int cpu_has_vnni(void)
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
-/* ACT_32U (AVX-512, the 32-value types): one struct act32u per row and
- * block pair, rows in groups of 8, then (Q4_1, Q5_1) the groups' offsets.
- * ACT_32V (AVX2, the 32-value types): 32 bytes per row and block, rows in
- * groups of 8, then per group the scales and offsets (matq_x32v.h). */
-enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32U, ACT_32V };
+/* ACT_32V (AVX2 and AVX-512, the 32-value types): 32 signed bytes per row
+ * and block, rows in groups of 8, then per group the scales, offsets and
+ * sums of q (matq_x32v.h). */
+enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32V };
 
 #if !MATQ_X86
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
-                        const float *sg, int nr, float *out, size_t os);
+                        const float *side, size_t sgrp, int nr, float *out, size_t os);
 #endif
 
 /* Kernel and activation format of a weight type; 0 or ERR_UNSUPPORTED.
- * dotu (may be NULL): the tile kernel of the ACT_32U or ACT_32V layout. */
+ * dotu (may be NULL): the tile kernel of the ACT_32V layout. */
 static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, enum act_kind *act)
 {
     dotu_fn vu = NULL;
@@ -1665,7 +1571,7 @@ static int pick(int type, int level, dot_fn *dot, dot4_fn *dot4, dotu_fn *dotu, 
         case GGML_TYPE_Q5_1: vu = dotu_q5_1; break;
         default: vu = dotu_q8_0; break;
         }
-        ak = ACT_32U;
+        ak = ACT_32V;
     }
     if (simd && ak == ACT_32 && level == KN_SIMD_AVX2) {
         int vn = cpu_has_vnni();
@@ -1745,7 +1651,6 @@ static size_t act_row_bytes(enum act_kind ak, int k)
 {
     switch (ak) {
     case ACT_32: return (size_t)(k / GGML_QK) * sizeof(struct act32);
-    case ACT_32U: return (size_t)((k / GGML_QK + 1) / 2) * 128; /* sizeof(struct act32u) */
     case ACT_32V: return (size_t)(k / GGML_QK) * 32;
     case ACT_256: return (size_t)(k / GGML_QK_K) * sizeof(struct act256);
     default: return 0;
@@ -1778,13 +1683,13 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
     if (check_args(n, k, w_type, 0, KN_SIMD_SCALAR, &dot, &dot4, NULL, &ak, &rb) ||
         ak == ACT_NONE || n == 0)
         return 0;
-    /* whatever the level: the 32-value types get room for the ACT_32U
-     * layout (rows rounded up to 8, blocks to 2, 64 bytes per row and
-     * block, plus 64 bytes per group of 8 rows and block pair for the
-     * offsets), which is never smaller than ACT_32 */
+    /* whatever the level: the 32-value types get room for the ACT_32V
+     * layout (rows in groups of 8; per group 8 rows of 32 bytes per block
+     * and 24 floats per block: scales, offsets, sums), which is never
+     * smaller than ACT_32 */
     size_t row = act_row_bytes(ak, k), rows = (size_t)n;
     if (ak == ACT_32) {
-        row = act_row_bytes(ACT_32U, k) * 8 + (size_t)((k / GGML_QK + 1) / 2) * 64;
+        row = act_row_bytes(ACT_32V, k) * 8 + (size_t)(k / GGML_QK) * 24 * sizeof(float);
         rows = ((size_t)n + 7) / 8;
     }
     if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
@@ -1792,8 +1697,6 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
     return rows * row + SCRATCH_ALIGN;
 }
 
-#define TILE_M 16 /* weight rows per tile: 16 rows of k=1536 Q4_1 = 15 KiB, in L1 */
-#define TILE_N 64 /* activation rows per tile */
 /* Calls of up to 8 rows (decode) read each weight row once whatever the
  * tile, so their tiles are only the unit of work sharing: about
  * TILES_PER_THREAD per thread and matrix, TILE_M to TILE_M_DECODE rows
@@ -1812,7 +1715,7 @@ struct matq_mat {
     dot_fn dot;
     dot4_fn dot4;         /* NULL: no 4-row kernel */
     dot4_fn dot8;         /* NULL: no 8-row kernel; else reads a[0..7] */
-    dotu_fn dotu;         /* ACT_32U, ACT_32V: the tile kernel */
+    dotu_fn dotu;         /* ACT_32V: the tile kernel */
 #if MATQ_X86
     dott_fn dott;         /* ACT_256 with n16 > 0: the act256t tile (AVX-512 K-quants) */
 #endif
@@ -1828,10 +1731,9 @@ struct matq_job {
     int n16;               /* ACT_256: rows in act256t groups (act_rows_t), else 0 */
     int vec_quant;         /* ACT_256: quantize with the AVX2 twin (a SIMD level) */
     int t512;              /* ACT_256, n16 > 0: the act256t groups by the AVX-512 quantizer */
-    float *act_s;          /* ACT_32U, Q4_1/Q5_1: per group of 8 rows and block pair, 16 offsets;
-                            * ACT_32V: per group of 8 rows, 8 scales then 8 offsets per block */
+    float *act_s;          /* ACT_32V: per group of 8 rows, 8 scales, then 8 offsets, then 8
+                            * sums of q (int32) per block */
     size_t side_group;     /* floats of act_s per group of 8 rows */
-    int u8;                /* ACT_32V: q stored as q + 128 (the signed types with AVX-VNNI) */
     size_t act_row;
     int n, k;
     enum act_kind ak;
@@ -1857,62 +1759,15 @@ static void quant_rows(struct matq_job *j, int r0, int r1)
     }
 }
 
-/* Rows of the ACT_32U layout the kernels read for n rows: whole groups of
- * 8, then the last group's rows rounded to 1, 4 or 8 (dotu_fn reads that
- * many). Rows past n are zero. */
-static int act_rows_u(int n)
-{
-    int rem = n % 8, full = n - rem;
-    return full + (rem == 0 ? 0 : rem == 1 ? 1 : rem <= 4 ? 4 : 8);
-}
-
-/* Rows r0..r1 (up to act_rows_u(n): the rows past n are zero) into act32u. */
-static void quant_rows_u(struct matq_job *j, int r0, int r1)
-{
-#if MATQ_X86
-    int nb = j->k / GGML_QK, np = (nb + 1) / 2, off = j->act_s != NULL;
-    float sdummy;
-    if (off) /* r0 is a multiple of 8: these groups are this thread's */
-        memset(j->act_s + (size_t)(r0 / 8) * (size_t)np * 16, 0,
-               (size_t)((r1 + 7) / 8 - r0 / 8) * (size_t)np * 16 * sizeof(float));
-    for (int r = r0; r < r1; r++) {
-        struct act32u *ap = (struct act32u *)(void *)(j->act + (size_t)r * j->act_row);
-        if (r >= j->n) {
-            act32u_zero(ap, np, off);
-            continue;
-        }
-        if (nb & 1)
-            act32u_zero(ap + np - 1, 1, off);
-        const float *xr = j->x + (size_t)r * (size_t)j->k;
-        float *sg = off ? j->act_s + (size_t)(r / 8) * (size_t)np * 16 + r % 8 : NULL;
-        for (int b = 0; b < nb; b++)
-            quant_block32u(xr + (size_t)b * GGML_QK, ap + b / 2, b & 1, off,
-                           off ? sg + 16 * (b / 2) + 8 * (b & 1) : &sdummy);
-    }
-#else
-    (void)j;
-    (void)r0;
-    (void)r1;
-#endif
-}
-
-/* Rows r0..r1 (r0 a multiple of 8, up to act_rows_u(n): the rows past n
- * are zero) into the ACT_32V layout; the groups' scales and offsets (rows
- * past n: 0) are these rows' thread's too. */
+/* Rows r0..r1 (r0 a multiple of 8) into the ACT_32V layout; the scales,
+ * offsets and sums of their groups are these rows' thread's too. */
 static void quant_rows_v(struct matq_job *j, int r0, int r1)
 {
 #if MATQ_X86
     int nb = j->k / GGML_QK;
-    memset(j->act_s + (size_t)(r0 / 8) * j->side_group, 0,
-           (size_t)((r1 + 7) / 8 - r0 / 8) * j->side_group * sizeof(float));
-    for (int r = r0; r < r1; r++) {
-        uint8_t *dst = j->act + (size_t)r * j->act_row;
-        if (r >= j->n)
-            memset(dst, j->u8 ? 0x80 : 0, j->act_row);
-        else
-            quant_row_v(j->x + (size_t)r * (size_t)j->k, nb, dst,
-                        j->act_s + (size_t)(r / 8) * j->side_group + r % 8, j->u8);
-    }
+    for (int r = r0; r < r1; r++)
+        quant_row_v(j->x + (size_t)r * (size_t)j->k, nb, j->act + (size_t)r * j->act_row,
+                    j->act_s + (size_t)(r / 8) * j->side_group + r % 8);
 #else
     (void)j;
     (void)r0;
@@ -1923,12 +1778,10 @@ static void quant_rows_v(struct matq_job *j, int r0, int r1)
 static void quant_worker(void *ctx, int ith, int nth)
 {
     struct matq_job *j = ctx;
-    if (j->ak == ACT_32U || j->ak == ACT_32V) {
-        int nr = act_rows_u(j->n), per = ((nr + 7) / 8 + nth - 1) / nth * 8, r0 = ith * per;
-        int r1 = r0 + per < nr ? r0 + per : nr;
-        if (r0 < r1 && j->ak == ACT_32U)
-            quant_rows_u(j, r0, r1);
-        else if (r0 < r1)
+    if (j->ak == ACT_32V) {
+        int per = ((j->n + 7) / 8 + nth - 1) / nth * 8, r0 = ith * per;
+        int r1 = r0 + per < j->n ? r0 + per : j->n;
+        if (r0 < r1)
             quant_rows_v(j, r0, r1);
         return;
     }
@@ -1981,11 +1834,10 @@ static void dot_worker(void *ctx, int ith, int nth)
         const struct matq_mat *mt = tile_of(j, t, &c0, &c1, &r0, &r1);
         const size_t wrb = mt->w_row_bytes, m = (size_t)mt->m;
         int r = r0;
-        if (mt->dotu) { /* groups of 8 rows (TILE_N is a multiple of 8) */
-            for (; r < r1; r += 8)
-                mt->dotu(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0, j->act + (size_t)r * j->act_row,
-                         j->act_row, j->act_s ? j->act_s + (size_t)(r / 8) * j->side_group : NULL,
-                         r1 - r < 8 ? r1 - r : 8, mt->out + (size_t)r * m + (size_t)c0, m);
+        if (mt->dotu) { /* the whole tile (r0: a multiple of 8, as TILE_N) */
+            mt->dotu(j->k, mt->w + (size_t)c0 * wrb, wrb, c1 - c0, j->act + (size_t)r0 * j->act_row, j->act_row,
+                     j->act_s + (size_t)(r0 / 8) * j->side_group, j->side_group, r1 - r0,
+                     mt->out + (size_t)r0 * m + (size_t)c0, m);
             continue;
         }
 #if MATQ_X86
@@ -2036,23 +1888,6 @@ static void dot_worker(void *ctx, int ith, int nth)
     }
 }
 
-/* The activation layout a weight type reads at a level for n rows, as one
- * number: matrices with the same one can share the quantized rows (ACT_32U
- * holds q + 128 for the signed types, q for Q4_1/Q5_1; ACT_32V the same
- * with AVX-VNNI, except for n == 1 - decode - where every type reads q:
- * see dotv_one_row - and q without it). */
-static int act_variant(enum act_kind ak, int w_type, int n)
-{
-    int sq = has_offset32(w_type); /* q stored signed */
-#if MATQ_X86
-    if (ak == ACT_32V && (!cpu_has_vnni() || n == 1))
-        sq = 1;
-#else
-    (void)n;
-#endif
-    return (int)ak * 2 + ((ak == ACT_32U || ak == ACT_32V) && sq);
-}
-
 int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const struct kn_wmat *w,
                       int n_w, void *scratch, size_t scratch_bytes)
 {
@@ -2060,7 +1895,8 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         return ERR_INVAL;
     struct matq_job j;
     memset(&j, 0, sizeof j);
-    int level = kn_simd_level(), variant = -1, shared = 1;
+    int level = kn_simd_level(), shared = 1;
+    enum act_kind ak0 = ACT_NONE;
     for (int i = 0; i < n_w; i++) {
         struct matq_mat *mt = &j.mat[i];
         enum act_kind ak;
@@ -2069,13 +1905,9 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         if (rc)
             return rc;
         mt->dot8 = pick8(w[i].w_type, level);
-#if MATQ_X86
-        if (ak == ACT_32V && n == 1)
-            mt->dotu = dotv_one_row(mt->dotu);
-#endif
-        if (variant >= 0 && act_variant(ak, w[i].w_type, n) != variant)
+        if (i > 0 && ak != ak0) /* one activation layout per kind, whatever the weight type */
             shared = 0;
-        variant = act_variant(ak, w[i].w_type, n);
+        ak0 = ak;
         j.ak = ak;
         if (n > 0 && w[i].m > 0 && (!w[i].out || !w[i].w || !x))
             return ERR_INVAL;
@@ -2134,15 +1966,11 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         }
 #endif
         float *side = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row); /* after the rows */
-        if (j.ak == ACT_32U && has_offset32(w[0].w_type)) {
+        if (j.ak == ACT_32V) {
             j.act_s = side;
-            j.side_group = (size_t)(k / GGML_QK + 1) / 2 * 16;
-        } else if (j.ak == ACT_32V) {
-            j.act_s = side;
-            j.side_group = (size_t)(k / GGML_QK) * 16;
-            j.u8 = act_variant(j.ak, w[0].w_type, n) % 2 == 0;
+            j.side_group = (size_t)(k / GGML_QK) * 24;
         }
-        if (n >= (j.ak == ACT_32U || j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
+        if (n >= (j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);
         else
             quant_worker(&j, 0, 1);

@@ -1,154 +1,152 @@
-/* matq_x32v.h - the AVX2 register-tile kernels of matq.c for the 32-value
- * types (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0), included once per integer-dot form
- * (private to kernels/cpu). The includer defines:
+/* matq_x32v.h - the AVX2 tile kernels of matq.c for the 32-value types
+ * (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0), included once per integer-dot form (private
+ * to kernels/cpu). The includer defines:
  *   XV_VNNI   1: AVX-VNNI vpdpbusd; 0: vpmaddubsw + vpmaddwd
  *   XV(name)  the name with the form's suffix
  *   XV_ATTR   the target attribute of the form
- * and has the AVX2 helpers of matq.c (unpack32_avx2, h2f_avx2, hsum8_avx2,
- * rd16, FORCE_INLINE, UNROLL) in scope.
+ * and has the AVX2 helpers of matq.c (unpack32u_avx2, transpose8_avx2,
+ * scales8_avx2, has_offset32, TILE_N, FORCE_INLINE, UNROLL) in scope.
  *
  * Layout read (ACT_32V, written by matq.c's quant_rows_v): per activation
- * row, 32 bytes per block: q + 128 (XV_VNNI and a signed weight type) or q
- * (otherwise); per group of 8 rows, floats side[8 b + r] = d of row r's
- * block b, side[8 nb + 8 b + r] = its offset s (Q4_1/Q5_1), lanes of rows
- * past the last one zero.
+ * row, the 32 signed bytes q of each block; per group of 8 rows, floats
+ * side[8 b + r] = d of row r's block b, side[8 nb + 8 b + r] = its offset
+ * s, and the int32 side[16 nb + 8 b + r] = sum of its q.
  *
- * One 256-bit register holds one block: the reference's lane set b & 1
- * (dot32_s). A tile is 1 weight row x NA (1, 4, 8) activation rows; with
- * NA > 1 it runs two passes over the blocks, even ones (lane set 0) then
- * odd ones (lane set 1), so that the NA accumulators of one set fill the
- * 16 ymm registers (both sets at once would need 2 NA); each lane is still
- * the reference's fma chain over its blocks in order. Per (weight block,
- * activation row) the inner step is the integer dot (VNNI: vpdpbusd
- * starting from -128 sum(w), the correction of the unsigned activations,
- * computed once per weight block; plain: the sign moved onto the
- * activations, maddubs, madd - exact, see dot_ss), convert, and one fma
- * with the scale d_w * d_a broadcast from memory: the scale products of
- * the NA rows are one vector multiply per weight block (the reference's
- * float product, lane by lane), stored and broadcast back per row. The
- * offsets of Q4_1/Q5_1 are one 8-lane fma per weight block (lane r = row
- * r's accm of that lane set). */
+ * A tile is 8 weight rows x up to TILE_N activation rows, lane l of every
+ * vector = weight row l (the last strip of a matrix repeats its last row in
+ * the lanes past it, never stored). Per weight block the 8 rows are
+ * unpacked to unsigned bytes u = w + bias (bias 8 for Q4_0, 16 for Q5_0,
+ * 128 for Q8_0, 0 for Q4_1/Q5_1) and transposed: W[j] lane l = the four
+ * values 4j..4j+3 of row l. Per activation row the integer sum of the
+ * block is then 8 steps of (4 bytes of the row broadcast) . W[j] from
+ * -bias * sum(q) (exact: sum q u - bias sum q = sum q w), one convert and
+ * one fma with d_w * d_a (dw: the 8 rows' scales, one vector; d_a
+ * broadcast): the reference's float steps (dot32_s), with no horizontal
+ * work. The accumulators of the tile's rows live in memory (L1). The
+ * plain form sums the vpmaddubsw pairs in 16 bits over 8 (Q4) or 4 (Q5)
+ * positions before one vpmaddwd (|sum| <= 8 * 2 * 15 * 127 = 30480, and 4
+ * * 2 * 31 * 127 = 31496: no saturation); Q8_0 there takes |w| and moves
+ * w's sign onto the activations (2 * 128 * 127 < 32768) from 0. */
 
-/* One block b (of parity set P's accumulators) of weight row w against NA
- * activation rows. */
-XV_ATTR static FORCE_INLINE void XV(x32v_block)(int type, const uint8_t *w, int b, const uint8_t *act,
-                                                size_t arow, const float *side, int nb, __m256 *acc,
-                                                __m256 *accm, const int NA, const int SA)
+/* nc (1..8) weight rows from w (stride wrb) x nr activation rows (stride
+ * arow; the side floats of row r's group at side + (r / 8) * sgrp):
+ * out[r * os + c]. */
+XV_ATTR static FORCE_INLINE void XV(x32v_strip)(int type, int k, const uint8_t *w, size_t wrb, int nc,
+                                                const uint8_t *act, size_t arow, const float *side,
+                                                size_t sgrp, int nr, float *out, size_t os, float (*acc)[8],
+                                                float (*accm)[8])
 {
     const size_t bs = type == GGML_TYPE_Q4_0 ? 18 : type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22
                     : type == GGML_TYPE_Q5_1 ? 24 : 34;
-    const int off = has_offset32(type);
-    const uint8_t *blk = w + (size_t)b * bs;
-    __m256i wq = unpack32_avx2(type, blk), wx;
-    float dw = h2f_avx2(rd16(blk));
-#if XV_VNNI
-    if (SA) /* signed activations: |w| as the unsigned operand, w's sign moved onto them */
-        wx = off ? wq : _mm256_sign_epi8(wq, wq);
-    else
-        wx = off ? _mm256_setzero_si256()
-                 : _mm256_sub_epi32(_mm256_setzero_si256(),
-                                    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), wq));
-#else
-    wx = off ? wq : _mm256_sign_epi8(wq, wq);
+    const int off = has_offset32(type), nb = k / GGML_QK;
+    const int bias = type == GGML_TYPE_Q4_0 ? 8 : type == GGML_TYPE_Q5_0 ? 16 : type == GGML_TYPE_Q8_0 ? 128 : 0;
+#if !XV_VNNI
+    const int sgn = type == GGML_TYPE_Q8_0; /* |w| and the sign transfer */
+    const int grp = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 8 : 4;
 #endif
-    if (off) /* lane r: row r's accm of this lane set */
-        *accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f_avx2(rd16(blk + 2))), _mm256_loadu_ps(side + 8 * nb + 8 * b), *accm);
-    float dv[8];
-    if (NA == 1)
-        dv[0] = dw * side[8 * b];
-    else
-        _mm256_storeu_ps(dv, _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(side + 8 * b)));
-    UNROLL for (int r = 0; r < NA; r++) {
-        __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(act + (size_t)r * arow + 32 * (size_t)b));
-#if XV_VNNI
-        __m256i isum = off ? _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wq, y)
-                     : SA  ? _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wx, _mm256_sign_epi8(y, wq))
-                           : _mm256_dpbusd_avx_epi32(wx, y, wq);
-#else
-        __m256i sy = off ? y : _mm256_sign_epi8(y, wq);
-        __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(wx, sy), _mm256_set1_epi16(1));
+    const uint8_t *rows[8];
+    int32_t vi[8];
+    for (int l = 0; l < 8; l++) {
+        rows[l] = w + (size_t)(l < nc ? l : nc - 1) * wrb;
+        vi[l] = (int32_t)(rows[l] - w);
+    }
+    const __m256i vidx = _mm256_loadu_si256((const __m256i *)(const void *)vi);
+    for (int r = 0; r < nr; r++) {
+        _mm256_store_ps(acc[r], _mm256_setzero_ps());
+        _mm256_store_ps(accm[r], _mm256_setzero_ps());
+    }
+    for (int b = 0; b < nb; b++) {
+        const size_t boff = (size_t)b * bs;
+        __m256i W[8];
+        UNROLL for (int l = 0; l < 8; l++) {
+            _mm_prefetch((const char *)(rows[l] + boff) + XV_PREFETCH, _MM_HINT_T0);
+            W[l] = unpack32u_avx2(type, rows[l] + boff);
+        }
+#if !XV_VNNI
+        if (sgn) /* the signed values back */
+            UNROLL for (int l = 0; l < 8; l++)
+                W[l] = _mm256_xor_si256(W[l], _mm256_set1_epi8((char)0x80));
 #endif
-        acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dv[r]), _mm256_cvtepi32_ps(isum), acc[r]);
+        transpose8_avx2(W);
+        __m256 dw, mw;
+        scales8_avx2(w + boff, vidx, &dw, &mw);
+#if !XV_VNNI
+        __m256i A[8];
+        if (sgn)
+            UNROLL for (int j = 0; j < 8; j++)
+                A[j] = _mm256_abs_epi8(W[j]);
+#endif
+        const int nbb = 8 * nb;
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *a = act + (size_t)r * arow + 32 * (size_t)b;
+            const float *sd = side + (size_t)(r / 8) * sgrp + r % 8 + 8 * (size_t)b;
+            int32_t sq;
+            memcpy(&sq, sd + 2 * nbb, sizeof sq);
+            __m256i P;
+#if XV_VNNI
+            P = _mm256_set1_epi32(-bias * sq);
+            UNROLL for (int j = 0; j < 8; j++) {
+                int32_t a4;
+                memcpy(&a4, a + 4 * j, sizeof a4);
+                P = _mm256_dpbusd_avx_epi32(P, W[j], _mm256_set1_epi32(a4));
+            }
+#else
+            const __m256i ones = _mm256_set1_epi16(1);
+            if (sgn) {
+                P = _mm256_setzero_si256();
+                UNROLL for (int j = 0; j < 8; j++) {
+                    int32_t a4;
+                    memcpy(&a4, a + 4 * j, sizeof a4);
+                    __m256i s = _mm256_sign_epi8(_mm256_set1_epi32(a4), W[j]);
+                    P = _mm256_add_epi32(P, _mm256_madd_epi16(_mm256_maddubs_epi16(A[j], s), ones));
+                }
+            } else {
+                P = _mm256_set1_epi32(-bias * sq);
+                UNROLL for (int j0 = 0; j0 < 8; j0 += 4) {
+                    if (grp == 8 && j0 == 4)
+                        break;
+                    __m256i h = _mm256_setzero_si256();
+                    UNROLL for (int j = j0; j < j0 + grp; j++) {
+                        int32_t a4;
+                        memcpy(&a4, a + 4 * j, sizeof a4);
+                        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(W[j], _mm256_set1_epi32(a4)));
+                    }
+                    P = _mm256_add_epi32(P, _mm256_madd_epi16(h, ones));
+                }
+            }
+#endif
+            __m256 dv = _mm256_mul_ps(dw, _mm256_broadcast_ss(sd));
+            _mm256_store_ps(acc[r], _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(P), _mm256_load_ps(acc[r])));
+            if (off)
+                _mm256_store_ps(accm[r], _mm256_fmadd_ps(mw, _mm256_broadcast_ss(sd + nbb), _mm256_load_ps(accm[r])));
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        __m256 v = _mm256_load_ps(acc[r]);
+        if (off)
+            v = _mm256_add_ps(v, _mm256_load_ps(accm[r]));
+        float o[8];
+        _mm256_storeu_ps(o, v);
+        for (int c = 0; c < nc; c++)
+            out[(size_t)r * os + (size_t)c] = o[c];
     }
 }
 
-/* One weight row w x NA activation rows (the first nr written, out[r * os]). */
-XV_ATTR static FORCE_INLINE void XV(x32v_tile)(int type, int k, const uint8_t *w, const uint8_t *act,
-                                               size_t arow, const float *side, int nr, float *out,
-                                               size_t os, const int NA, const int SA)
-{
-    const int nb = k / GGML_QK, off = has_offset32(type);
-    __m256 acc[2][8], accm[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    if (NA == 1) { /* both lane sets in one pass: two accumulators */
-        acc[0][0] = acc[1][0] = _mm256_setzero_ps();
-        int b = 0;
-        for (; b + 1 < nb; b += 2) {
-            XV(x32v_block)(type, w, b, act, arow, side, nb, acc[0], &accm[0], 1, SA);
-            XV(x32v_block)(type, w, b + 1, act, arow, side, nb, acc[1], &accm[1], 1, SA);
-        }
-        if (b < nb)
-            XV(x32v_block)(type, w, b, act, arow, side, nb, acc[0], &accm[0], 1, SA);
-    } else {
-        float set0[8][8];
-        UNROLL for (int r = 0; r < NA; r++)
-            acc[0][r] = _mm256_setzero_ps();
-        for (int b = 0; b < nb; b += 2)
-            XV(x32v_block)(type, w, b, act, arow, side, nb, acc[0], &accm[0], NA, SA);
-        UNROLL for (int r = 0; r < NA; r++) { /* lane set 0 to memory, registers for set 1 */
-            _mm256_storeu_ps(set0[r], acc[0][r]);
-            acc[0][r] = _mm256_setzero_ps();
-        }
-        for (int b = 1; b < nb; b += 2)
-            XV(x32v_block)(type, w, b, act, arow, side, nb, acc[0], &accm[1], NA, SA);
-        UNROLL for (int r = 0; r < NA; r++)
-            acc[1][r] = _mm256_loadu_ps(set0[r]);
+/* nc weight rows x nr (<= TILE_N) activation rows: strips of 8 weight rows
+ * (the dotu_fn of ACT_32V at AVX2). */
+#define XV_KERNEL(name, T)                                                                                  \
+    XV_ATTR static void XV(name)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act,           \
+                                 size_t arow, const float *side, size_t sgrp, int nr, float *out, size_t os) \
+    {                                                                                                       \
+        _Alignas(32) float acc[TILE_N][8], accm[TILE_N][8];                                                 \
+        for (int c = 0; c < nc; c += 8)                                                                     \
+            XV(x32v_strip)(T, k, w0 + (size_t)c * wrb, wrb, nc - c < 8 ? nc - c : 8, act, arow, side, sgrp, \
+                           nr, out + c, os, acc, accm);                                                     \
     }
-    float m[2][8];
-    _mm256_storeu_ps(m[0], accm[0]);
-    _mm256_storeu_ps(m[1], accm[1]);
-    UNROLL for (int r = 0; r < NA; r++) {
-        if (r >= nr)
-            break;
-        float v = hsum8_avx2(_mm256_add_ps(acc[0][r], acc[1][r]));
-        out[(size_t)r * os] = off ? v + (m[0][r] + m[1][r]) : v;
-    }
-}
-
-/* nc weight rows x one group of nr (1..8) activation rows (the dotu_fn of
- * ACT_32V): one weight row at a time against 1, 4 or 8 rows (the group's
- * rows past nr, up to 4 or 8, must be readable: see act_rows_u). The _sa
- * forms (AVX-VNNI only) read signed activations, the layout of a call with
- * n == 1: a lone row takes |w| and the sign transfer per block (abs, sign,
- * vpdpbusd: 3 instructions over two port groups) where the q + 128 layout
- * needs the correction per block (vpdpbusd, subtract, vpdpbusd: two of the
- * three on the vpdpbusd ports), which made the VNNI Q8_0 decode 7-12%
- * slower than the one-row kernel the tiles replaced (bench/NOTES.md,
- * 2026-12-03). The same exact integers either way. */
-#define XV_KERNEL_F(name, T, SA)                                                                  \
-    XV_ATTR static void XV(name)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, \
-                                 size_t arow, const float *side, int nr, float *out, size_t os)  \
-    {                                                                                             \
-        for (int c = 0; c < nc; c++) {                                                            \
-            const uint8_t *w = w0 + (size_t)c * wrb;                                              \
-            if (nr == 1)                                                                          \
-                XV(x32v_tile)(T, k, w, act, arow, side, 1, out + c, os, 1, SA);                   \
-            else if (nr > 4)                                                                      \
-                XV(x32v_tile)(T, k, w, act, arow, side, nr, out + c, os, 8, SA);                  \
-            else                                                                                  \
-                XV(x32v_tile)(T, k, w, act, arow, side, nr, out + c, os, 4, SA);                  \
-        }                                                                                         \
-    }
-#define XV_KERNEL(name, T) XV_KERNEL_F(name, T, 0)
 
 XV_KERNEL(dotv_q4_0, GGML_TYPE_Q4_0)
 XV_KERNEL(dotv_q4_1, GGML_TYPE_Q4_1)
 XV_KERNEL(dotv_q5_0, GGML_TYPE_Q5_0)
 XV_KERNEL(dotv_q5_1, GGML_TYPE_Q5_1)
 XV_KERNEL(dotv_q8_0, GGML_TYPE_Q8_0)
-#if XV_VNNI
-XV_KERNEL_F(dotv_q4_0_sa, GGML_TYPE_Q4_0, 1)
-XV_KERNEL_F(dotv_q5_0_sa, GGML_TYPE_Q5_0, 1)
-XV_KERNEL_F(dotv_q8_0_sa, GGML_TYPE_Q8_0, 1)
-#endif
 #undef XV_KERNEL
-#undef XV_KERNEL_F
