@@ -22,19 +22,18 @@
  *
  * Reduction order (fixed: the same for every n, thread count and SIMD path,
  * so results are bit-identical across them; tests/unit/kernels/test_matq.c checks):
- *   - 32-value types: sixteen float lanes; block b (in order) goes to lanes
- *     8 * (b & 1) + j, j = 0..7, lane j taking the exact integer dot of
- *     block elements 4j..4j+3: lane = fma(d_w * d_a, (float)isum_j, lane).
- *     Offsets (Q4_1, Q5_1: m * sum(x)) go to accm[b & 1] = fma(m_w, s_a,
- *     accm[b & 1]). With v_j = l_j + l_{8+j}: result
- *     ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)) [+ (accm0 + accm1)].
+ *   - 32-value types: per block b (in order) the exact integer dot isum_b
+ *     of block b's weight and activation quants, then acc = fma(d_w * d_a,
+ *     (float)isum_b, acc). Offsets (Q4_1, Q5_1: m * sum(x)) go to accm =
+ *     fma(m_w, s_a, accm) in the same order; result acc [+ accm].
  *   - K-quants: per 256-value super-block the whole integer sum (sub-block
  *     scales applied in integers) is exact; then acc = fma(d_w * d_a,
  *     (float)isum, acc), and for Q4_K/Q5_K accm = fma(dmin_w * d_a,
  *     (float)imins, accm); result acc - accm.
  *   - F32/F16/BF16: 32 lanes, lane j = fma chain over elements i = j mod 32
  *     in increasing i; lanes combined as v[j] = (l[j]+l[j+8]) +
- *     (l[j+16]+l[j+24]) for j < 8, then the 8-lane sum above.
+ *     (l[j+16]+l[j+24]) for j < 8, then ((v0+v4)+(v2+v6)) +
+ *     ((v1+v5)+(v3+v7)).
  *
  * Error vs the exact product with unquantized x (derived in
  * tests/unit/kernels/test_matq.c): activation rounding moves each x_i by at most
@@ -47,32 +46,22 @@
  * an AVX-512 (F, BW, VL, VNNI) path, chosen at run time (see kn_simd_*);
  * integer sums are exact and the float steps are the same operations in
  * the same order, so all give bit-identical results. For the 32-value
- * types the AVX2 path runs register tiles too (matq_x32v.h, twice: with
- * AVX-VNNI's 256-bit vpdpbusd where the CPU has it, else maddubs + madd):
- * the activations quantized once per call into the ACT_32V layout (32
- * bytes per row and block, the scales and offsets of a group of 8 rows
- * side by side), 1 weight row x 8 activation rows (4, 1 for short groups
- * and decode) per tile, in two passes over the blocks - the reference's
- * two lane sets, block parity - so that 8 accumulators fit the 16 ymm
- * registers; per (weight block, activation row) the integer dot, convert
- * and one fma with the scale product broadcast from memory (the products
- * of the 8 rows are one vector multiply per weight block). At n = 64, 1
- * thread, 1.5-1.9x the 4-row kernels they replaced (bench/NOTES.md,
- * 2026-12-03). The AVX-512 path quantizes the
- * activations once per call into a layout with blocks in pairs (struct
- * act32u: one 512-bit register holds two blocks - the reference's two lane
- * sets, block parity, side by side - and the two block scales spread to
- * their 16 lanes) and runs a register-tiled microkernel: 2 weight rows x 8
- * activation rows (4 for a short last group; 1 x 1 for decode) per call, each weight pair unpacked once per tile, the
- * inner step vpdpbusd + convert + scale multiply + fma per (weight row,
- * activation row, block pair). An odd last block updates the low half only.
- * At n = 64, 1 thread, about 25% of vpdpbusd's peak (Q4_0/Q5_0/Q8_0:
- * 1.5-2.3x the 4-row kernels it replaced; bench/NOTES.md, 2026-12-02).
+ * types both SIMD levels run one tile (matq_x32v.h at AVX2, twice: with
+ * AVX-VNNI's 256-bit vpdpbusd where the CPU has it, else maddubs + madd;
+ * the AVX-512 section on 512-bit vectors): the activations quantized once
+ * per call into the ACT_32V layout (32 signed bytes per row and block, the
+ * scales, offsets and sums of q of a group of 8 rows side by side), and a
+ * tile of 8 (AVX2) or 16 (AVX-512) weight rows x all the activation rows
+ * of a work tile, lane l of every vector = weight row l: per weight block
+ * the rows are unpacked to unsigned bytes (w + a bias, taken back from the
+ * activations' sum) and transposed, so that each activation row's block
+ * sum is 8 vpdpbusd of its 4 bytes broadcast against the 8 transposed
+ * dwords, then one convert and one fma - no horizontal work and no float
+ * step per 4 values. At n = 64, 1 thread (bench/NOTES.md, issue 34): the
+ * AVX-512 tile 33-38% of vpdpbusd's peak (from 16-18% for the 2 x 8 tile
+ * of the per-4-values reference it replaced), AVX2 ~2x the tiles before.
  * There is no load-time repacking: the tile reads the GGUF blocks in place
  * (the mapping is the only copy of the weights).
- * At AVX2 with AVX-VNNI a call with n == 1 (decode) stores its activations
- * signed and the signed types take |w| and the sign transfer instead of
- * the q + 128 correction (fewer instructions on the vpdpbusd ports).
  * The K-quants: at AVX2 (matq_kq2.h, twice: AVX-VNNI vpdpwssd, or madd +
  * add) one weight super-block is unpacked once and dotted with 1, 4 or
  * (VNNI only: the plain form spills) 8 activation rows, maddubs and the
@@ -491,13 +480,6 @@ static float dot_bf16_s(int k, const uint8_t *w, const void *av)
  * registers (GCC keeps an array indexed in a rolled loop on the stack) */
 #define UNROLL _Pragma("GCC unroll 8")
 
-AVX2 static inline float hsum8_avx2(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
 AVX2 static inline int hsum_i32_avx2(__m256i v)
 {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -511,71 +493,73 @@ AVX2 static inline float h2f_avx2(uint16_t h)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
-/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15), then high. */
-AVX2 static inline __m256i nibbles32(const uint8_t *qs)
+/* 16 bytes at p[l] + o of 8 rows, transposed: T[d] dword l = dword d of
+ * row l's 16 bytes (4 x 4 transposes within the 128-bit lanes of
+ * [row i | row i + 4]: 8 shuffles). */
+AVX2 static FORCE_INLINE void tr16x8_avx2(const uint8_t *const *p, size_t o, __m256i T[4])
 {
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    __m256i y[4];
+    UNROLL for (int i = 0; i < 4; i++)
+        y[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[i] + o))),
+                                       _mm_loadu_si128((const __m128i *)(p[i + 4] + o)), 1);
+    __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    T[0] = _mm256_unpacklo_epi64(t0, t2);
+    T[1] = _mm256_unpackhi_epi64(t0, t2);
+    T[2] = _mm256_unpacklo_epi64(t1, t3);
+    T[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-/* 32 bits -> 32 bytes, 0xFF where bit j of the LE u32 is set. */
-AVX2 static inline __m256i bits32(const uint8_t *p)
+/* Block boff of the 8 rows p[l] as unsigned bytes u = w + bias (bias: Q4_0
+ * 8, Q5_0 16, Q8_0 128, Q4_1/Q5_1 0; see matq_x32v.h), transposed: W[j]
+ * dword l = values 4j..4j+3 of row l. The nibble types transpose the 16
+ * bytes of nibbles (values j and 16 + j share byte j) and split them
+ * after; the 5th bits of Q5_0/Q5_1 (a gather of the 8 rows' 32 bits at
+ * vidx) go to bit 4 of their bytes with a byte shuffle and a compare. */
+AVX2 static FORCE_INLINE void wtile8_avx2(int type, const uint8_t *const *p, size_t boff, const uint8_t *base,
+                                          __m256i vidx, __m256i W[8])
 {
-    uint32_t x;
-    memcpy(&x, p, sizeof x);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                           0x0101010101010101, 0x0000000000000000);
-    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
-    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE));
-    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-}
-
-/* Values of a 32-value block as unsigned bytes u = w + bias in element
- * order (bias: Q4_0 8, Q5_0 16, Q8_0 128, Q4_1/Q5_1 0; see matq_x32v.h). */
-AVX2 static FORCE_INLINE __m256i unpack32u_avx2(int type, const uint8_t *p)
-{
-    switch (type) {
-    case GGML_TYPE_Q4_0: return nibbles32(p + 2);
-    case GGML_TYPE_Q4_1: return nibbles32(p + 4);
-    case GGML_TYPE_Q5_0: return _mm256_or_si256(nibbles32(p + 6), _mm256_and_si256(bits32(p + 2), _mm256_set1_epi8(0x10)));
-    case GGML_TYPE_Q5_1: return _mm256_or_si256(nibbles32(p + 8), _mm256_and_si256(bits32(p + 4), _mm256_set1_epi8(0x10)));
-    default: return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), _mm256_set1_epi8((char)0x80));
+    const uint8_t *q[8];
+    UNROLL for (int l = 0; l < 8; l++)
+        q[l] = p[l] + boff;
+    if (type == GGML_TYPE_Q8_0) {
+        tr16x8_avx2(q, 2, W);
+        tr16x8_avx2(q, 18, W + 4);
+        UNROLL for (int j = 0; j < 8; j++)
+            W[j] = _mm256_xor_si256(W[j], _mm256_set1_epi8((char)0x80));
+        return;
     }
-}
-
-/* 8 rows of 8 dwords transposed in place: afterwards W[j] dword l = dword j
- * of row l. */
-AVX2 static FORCE_INLINE void transpose8_avx2(__m256i W[8])
-{
-    __m256i t0 = _mm256_unpacklo_epi32(W[0], W[1]), t1 = _mm256_unpackhi_epi32(W[0], W[1]);
-    __m256i t2 = _mm256_unpacklo_epi32(W[2], W[3]), t3 = _mm256_unpackhi_epi32(W[2], W[3]);
-    __m256i t4 = _mm256_unpacklo_epi32(W[4], W[5]), t5 = _mm256_unpackhi_epi32(W[4], W[5]);
-    __m256i t6 = _mm256_unpacklo_epi32(W[6], W[7]), t7 = _mm256_unpackhi_epi32(W[6], W[7]);
-    /* u<q>, v<q>: rows 0-3, 4-7; 128-bit lane L = dword 4 L + q of the 4 rows */
-    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    __m256i v0 = _mm256_unpacklo_epi64(t4, t6), v1 = _mm256_unpackhi_epi64(t4, t6);
-    __m256i v2 = _mm256_unpacklo_epi64(t5, t7), v3 = _mm256_unpackhi_epi64(t5, t7);
-    W[0] = _mm256_permute2x128_si256(u0, v0, 0x20);
-    W[4] = _mm256_permute2x128_si256(u0, v0, 0x31);
-    W[1] = _mm256_permute2x128_si256(u1, v1, 0x20);
-    W[5] = _mm256_permute2x128_si256(u1, v1, 0x31);
-    W[2] = _mm256_permute2x128_si256(u2, v2, 0x20);
-    W[6] = _mm256_permute2x128_si256(u2, v2, 0x31);
-    W[3] = _mm256_permute2x128_si256(u3, v3, 0x20);
-    W[7] = _mm256_permute2x128_si256(u3, v3, 0x31);
+    size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
+    __m256i T[4];
+    tr16x8_avx2(q, o, T);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    UNROLL for (int j = 0; j < 4; j++) {
+        W[j] = _mm256_and_si256(T[j], m4);
+        W[4 + j] = _mm256_and_si256(_mm256_srli_epi16(T[j], 4), m4);
+    }
+    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
+        size_t h = type == GGML_TYPE_Q5_0 ? 2 : 4;
+        __m256i H = _mm256_i32gather_epi32((const int *)(const void *)(base + boff + h), vidx, 1);
+        UNROLL for (int j = 0; j < 8; j++) { /* byte i of dword l: bit 4j + i of row l's 32 */
+            const char b = (char)(j >> 1);
+            __m256i sh = _mm256_setr_epi8(b, b, b, b, (char)(4 + b), (char)(4 + b), (char)(4 + b), (char)(4 + b),
+                                          (char)(8 + b), (char)(8 + b), (char)(8 + b), (char)(8 + b), (char)(12 + b),
+                                          (char)(12 + b), (char)(12 + b), (char)(12 + b), b, b, b, b, (char)(4 + b),
+                                          (char)(4 + b), (char)(4 + b), (char)(4 + b), (char)(8 + b), (char)(8 + b),
+                                          (char)(8 + b), (char)(8 + b), (char)(12 + b), (char)(12 + b), (char)(12 + b),
+                                          (char)(12 + b));
+            __m256i bit = _mm256_set1_epi32(j & 1 ? (int)0x80402010 : 0x08040201);
+            __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(H, sh), bit), bit);
+            W[j] = _mm256_or_si256(W[j], _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+        }
+    }
 }
 
 /* The scales d (and offsets m: Q4_1/Q5_1) of block boff of the 8 rows
  * base + vidx[l], as floats, lane l = row l. */
 AVX2 static FORCE_INLINE void scales8_avx2(const uint8_t *base, __m256i vidx, __m256 *dw, __m256 *mw)
 {
-    int32_t vi[8], gv[8];
-    _mm256_storeu_si256((__m256i *)(void *)vi, vidx);
-    for (int l = 0; l < 8; l++)
-        memcpy(&gv[l], base + vi[l], sizeof gv[l]);
-    __m256i g = _mm256_loadu_si256((const __m256i *)(const void *)gv);
+    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)base, vidx, 1);
     __m256i p = _mm256_packus_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(g, 16));
     p = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
     *dw = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
@@ -865,9 +849,6 @@ AVX2 static void quant_row_v(const float *x, int nb, uint8_t *dst, float *side)
     }
 }
 
-#ifndef XV_PREFETCH
-#define XV_PREFETCH 384
-#endif
 #define XV_VNNI 0
 #define XV(name) name##_avx2
 #define XV_ATTR AVX2
@@ -1366,28 +1347,63 @@ AVX512 static void quant_act256t_group(const float *x, size_t ldx, int k, struct
  * broadcast) from -bias * sum(q), convert, and one fma with d_w * d_a -
  * the reference's steps, lane by lane, no horizontal work. */
 
-/* Blocks p0 and p1 of a 32-value type as u = w + bias: 64 bytes, p0's 32
- * values in element order, then p1's. */
-AVX512 static FORCE_INLINE __m512i unpack_two_u(int type, const uint8_t *p0, const uint8_t *p1)
+/* tr16x8_avx2 for 16 rows: T[d] dword l = dword d of row l's 16 bytes at
+ * p[l] + o (4 x 4 transposes within the 128-bit lanes of [row i | i + 4 |
+ * i + 8 | i + 12]). */
+AVX512 static FORCE_INLINE void tr16x16(const uint8_t *const *p, size_t o, __m512i T[4])
 {
-    if (type == GGML_TYPE_Q8_0)
-        return _mm512_xor_si512(join256(_mm256_loadu_si256((const __m256i *)(p0 + 2)),
-                                        _mm256_loadu_si256((const __m256i *)(p1 + 2))),
-                                _mm512_set1_epi8((char)0x80));
-    size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
-    __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + o))),
-                                        _mm_loadu_si128((const __m128i *)(p1 + o)), 1);
-    /* [qs0, qs1, qs0 >> 4, qs1 >> 4] -> [qs0, qs0 >> 4, qs1, qs1 >> 4], low nibbles */
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(u), _mm256_srli_epi16(u, 4), 1);
-    z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) { /* + 16 where the 5th bit is set */
-        size_t h = type == GGML_TYPE_Q5_0 ? 2 : 4;
-        uint32_t h0, h1;
-        memcpy(&h0, p0 + h, 4);
-        memcpy(&h1, p1 + h, 4);
-        z = _mm512_mask_add_epi8(z, _cvtu64_mask64((uint64_t)h1 << 32 | h0), z, _mm512_set1_epi8(16));
+    __m512i y[4];
+    UNROLL for (int i = 0; i < 4; i++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[i] + o)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[i + 4] + o)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[i + 8] + o)), 2);
+        y[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[i + 12] + o)), 3);
     }
-    return z;
+    __m512i t0 = _mm512_unpacklo_epi32(y[0], y[1]), t1 = _mm512_unpackhi_epi32(y[0], y[1]);
+    __m512i t2 = _mm512_unpacklo_epi32(y[2], y[3]), t3 = _mm512_unpackhi_epi32(y[2], y[3]);
+    T[0] = _mm512_unpacklo_epi64(t0, t2);
+    T[1] = _mm512_unpackhi_epi64(t0, t2);
+    T[2] = _mm512_unpacklo_epi64(t1, t3);
+    T[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* wtile8_avx2 for 16 rows: W[j] dword l = values 4j..4j+3 of row l of
+ * block boff, as u = w + bias. */
+AVX512 static FORCE_INLINE void wtile16(int type, const uint8_t *const *p, size_t boff, const uint8_t *base,
+                                        __m512i vidx, __m512i W[8])
+{
+    const uint8_t *q[16];
+    UNROLL for (int l = 0; l < 16; l++)
+        q[l] = p[l] + boff;
+    if (type == GGML_TYPE_Q8_0) {
+        tr16x16(q, 2, W);
+        tr16x16(q, 18, W + 4);
+        UNROLL for (int j = 0; j < 8; j++)
+            W[j] = _mm512_xor_si512(W[j], _mm512_set1_epi8((char)0x80));
+        return;
+    }
+    size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
+    __m512i T[4];
+    tr16x16(q, o, T);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int j = 0; j < 4; j++) {
+        W[j] = _mm512_and_si512(T[j], m4);
+        W[4 + j] = _mm512_and_si512(_mm512_srli_epi16(T[j], 4), m4);
+    }
+    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
+        size_t h = type == GGML_TYPE_Q5_0 ? 2 : 4;
+        __m512i H = _mm512_i32gather_epi32(vidx, (const void *)(base + boff + h), 1);
+        UNROLL for (int j = 0; j < 8; j++) { /* byte i of dword l: bit 4j + i of row l's 32 */
+            const char b = (char)(j >> 1);
+            __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(b, b, b, b, (char)(4 + b), (char)(4 + b), (char)(4 + b),
+                                                              (char)(4 + b), (char)(8 + b), (char)(8 + b), (char)(8 + b),
+                                                              (char)(8 + b), (char)(12 + b), (char)(12 + b),
+                                                              (char)(12 + b), (char)(12 + b)));
+            __m512i bit = _mm512_set1_epi32(j & 1 ? (int)0x80402010 : 0x08040201);
+            __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(H, sh), bit);
+            W[j] = _mm512_mask_add_epi8(W[j], set, W[j], _mm512_set1_epi8(0x10));
+        }
+    }
 }
 
 /* nc (1..16) weight rows from w (stride wrb) x nr activation rows (stride
@@ -1408,35 +1424,14 @@ AVX512 static FORCE_INLINE void x32w_strip(int type, int k, const uint8_t *w, si
         vi[l] = (int32_t)(rows[l] - w);
     }
     const __m512i vidx = _mm512_loadu_si512((const void *)vi);
-    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-    const __m512i hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     for (int r = 0; r < nr; r++) {
         _mm512_store_ps(acc[r], _mm512_setzero_ps());
         _mm512_store_ps(accm[r], _mm512_setzero_ps());
     }
     for (int b = 0; b < nb; b++) {
         const size_t boff = (size_t)b * bs;
-        __m512i Z[8], t[8], u[8], W[8];
-        UNROLL for (int i = 0; i < 8; i++) /* 128-bit lanes: row i dwords 0-3, 4-7; row i + 8 dwords 0-3, 4-7 */
-        {
-            _mm_prefetch((const char *)(rows[i] + boff) + XV_PREFETCH, _MM_HINT_T0);
-            _mm_prefetch((const char *)(rows[i + 8] + boff) + XV_PREFETCH, _MM_HINT_T0);
-            Z[i] = unpack_two_u(type, rows[i] + boff, rows[i + 8] + boff);
-        }
-        UNROLL for (int i = 0; i < 4; i++) {
-            t[2 * i] = _mm512_unpacklo_epi32(Z[2 * i], Z[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_epi32(Z[2 * i], Z[2 * i + 1]);
-        }
-        UNROLL for (int h = 0; h < 2; h++) { /* u[4h + q], lane L: dword (L & 1) * 4 + q of rows 4h.. / 4h + 8.. */
-            u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-            u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-            u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-            u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-        }
-        UNROLL for (int q = 0; q < 4; q++) {
-            W[q] = _mm512_permutex2var_epi64(u[q], lo_idx, u[4 + q]);
-            W[4 + q] = _mm512_permutex2var_epi64(u[q], hi_idx, u[4 + q]);
-        }
+        __m512i W[8];
+        wtile16(type, rows, boff, w, vidx, W);
         __m512i g = _mm512_i32gather_epi32(vidx, (const void *)(w + boff), 1);
         __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
         __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));

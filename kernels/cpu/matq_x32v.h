@@ -4,8 +4,7 @@
  *   XV_VNNI   1: AVX-VNNI vpdpbusd; 0: vpmaddubsw + vpmaddwd
  *   XV(name)  the name with the form's suffix
  *   XV_ATTR   the target attribute of the form
- * and has the AVX2 helpers of matq.c (unpack32u_avx2, transpose8_avx2,
- * scales8_avx2, has_offset32, TILE_N, FORCE_INLINE, UNROLL) in scope.
+ * and has the AVX2 helpers of matq.c (wtile8_avx2, scales8_avx2, has_offset32, TILE_N, FORCE_INLINE, UNROLL) in scope.
  *
  * Layout read (ACT_32V, written by matq.c's quant_rows_v): per activation
  * row, the 32 signed bytes q of each block; per group of 8 rows, floats
@@ -58,16 +57,12 @@ XV_ATTR static FORCE_INLINE void XV(x32v_strip)(int type, int k, const uint8_t *
     for (int b = 0; b < nb; b++) {
         const size_t boff = (size_t)b * bs;
         __m256i W[8];
-        UNROLL for (int l = 0; l < 8; l++) {
-            _mm_prefetch((const char *)(rows[l] + boff) + XV_PREFETCH, _MM_HINT_T0);
-            W[l] = unpack32u_avx2(type, rows[l] + boff);
-        }
+        wtile8_avx2(type, rows, boff, w, vidx, W);
 #if !XV_VNNI
         if (sgn) /* the signed values back */
-            UNROLL for (int l = 0; l < 8; l++)
-                W[l] = _mm256_xor_si256(W[l], _mm256_set1_epi8((char)0x80));
+            UNROLL for (int j = 0; j < 8; j++)
+                W[j] = _mm256_xor_si256(W[j], _mm256_set1_epi8((char)0x80));
 #endif
-        transpose8_avx2(W);
         __m256 dw, mw;
         scales8_avx2(w + boff, vidx, &dw, &mw);
 #if !XV_VNNI

@@ -282,12 +282,11 @@ TEST(matq_simd_all_types_vs_references)
     all_types_vs_refs(kn_simd_best());
 }
 
-/* Every SIMD level (AVX2 and AVX-512, each with register tiles for the
- * 32-value types: activation rows in groups of eight - four for a short
- * last group, one for decode - and blocks in pairs at AVX-512, in two
- * passes by parity at AVX2) against the scalar reference, bit for bit: row counts
- * 1..9 and 70 cover whole groups and every partial one, k = 32 and 96 an
- * odd block count (a lone last block), with and without a pool. */
+/* Every SIMD level (AVX2 and AVX-512; for the 32-value types tiles of 8
+ * or 16 weight rows x every activation row of a 64-row work tile) against
+ * the scalar reference, bit for bit: row counts 1..9 and 70 (two work
+ * tiles), m = 53 (a last strip of 5 weight rows), k = 32 and 96 (one and
+ * an odd count of blocks), with and without a pool. */
 static void simd_vs_scalar_bit_for_bit(void)
 {
     const int m = 53;
