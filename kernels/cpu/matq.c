@@ -1431,6 +1431,10 @@ AVX512 static FORCE_INLINE void x32w_strip(int type, int k, const uint8_t *w, si
     for (int b = 0; b < nb; b++) {
         const size_t boff = (size_t)b * bs;
         __m512i W[8];
+        /* the next strip (16 rows, contiguous) streams in while this one runs:
+         * its share of one block's worth of lines per block */
+        for (size_t z = 0; z < 16 * bs; z += 64)
+            _mm_prefetch((const char *)(w + 16 * wrb + 16 * boff + z), _MM_HINT_T0);
         wtile16(type, rows, boff, w, vidx, W);
         __m512i g = _mm512_i32gather_epi32(vidx, (const void *)(w + boff), 1);
         __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));

@@ -57,6 +57,9 @@ XV_ATTR static FORCE_INLINE void XV(x32v_strip)(int type, int k, const uint8_t *
     for (int b = 0; b < nb; b++) {
         const size_t boff = (size_t)b * bs;
         __m256i W[8];
+        /* the next strip (8 rows, contiguous) streams in while this one runs */
+        for (size_t z = 0; z < 8 * bs; z += 64)
+            _mm_prefetch((const char *)(w + 8 * wrb + 8 * boff + z), _MM_HINT_T0);
         wtile8_avx2(type, rows, boff, w, vidx, W);
 #if !XV_VNNI
         if (sgn) /* the signed values back */
