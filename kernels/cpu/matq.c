@@ -1375,11 +1375,26 @@ AVX512 static FORCE_INLINE void wtile16(int type, const uint8_t *const *p, size_
     const uint8_t *q[16];
     UNROLL for (int l = 0; l < 16; l++)
         q[l] = p[l] + boff;
-    if (type == GGML_TYPE_Q8_0) {
-        tr16x16(q, 2, W);
-        tr16x16(q, 18, W + 4);
-        UNROLL for (int j = 0; j < 8; j++)
-            W[j] = _mm512_xor_si512(W[j], _mm512_set1_epi8((char)0x80));
+    if (type == GGML_TYPE_Q8_0) { /* [row i | row i + 8], an 8 x 8 transpose in each 256-bit half */
+        __m512i z[8], t[8], u[8];
+        UNROLL for (int i = 0; i < 8; i++)
+            z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q[i] + 2))),
+                                      _mm256_loadu_si256((const __m256i *)(q[i + 8] + 2)), 1);
+        UNROLL for (int i = 0; i < 4; i++) {
+            t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+        }
+        UNROLL for (int h = 0; h < 2; h++) { /* u[4h + c], lane L: dword 4 (L & 1) + c of 4 rows */
+            u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+            u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+            u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+            u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+        }
+        const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        UNROLL for (int c = 0; c < 4; c++) {
+            W[c] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], lo, u[4 + c]), _mm512_set1_epi8((char)0x80));
+            W[4 + c] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], hi, u[4 + c]), _mm512_set1_epi8((char)0x80));
+        }
         return;
     }
     size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
