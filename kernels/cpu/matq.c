@@ -335,6 +335,37 @@ static int has_offset32(int type)
     return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
 }
 
+/* Where a 32-value type keeps its parts (the SIMD tiles' view): block
+ * bytes, offset of the quants (nibbles, or Q8_0's bytes), of the 32 fifth
+ * bits (Q5_0/Q5_1; else 0), and the bias that makes the values unsigned
+ * (u = w + bias). */
+struct x32_fmt {
+    size_t bs, qs, qh;
+    int bias;
+};
+
+static inline struct x32_fmt x32_fmt(int type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return (struct x32_fmt){18, 2, 0, 8};
+    case GGML_TYPE_Q4_1: return (struct x32_fmt){20, 4, 0, 0};
+    case GGML_TYPE_Q5_0: return (struct x32_fmt){22, 6, 2, 16};
+    case GGML_TYPE_Q5_1: return (struct x32_fmt){24, 8, 4, 0};
+    default: return (struct x32_fmt){34, 2, 0, 128}; /* Q8_0 */
+    }
+}
+
+/* The first weight row of a strip of L (8, 16) and the byte offsets of its
+ * rows; rows past the nc real ones repeat the last (their lanes are never
+ * stored). */
+static inline void strip_rows(const uint8_t *w, size_t wrb, int nc, int L, const uint8_t **rows, int32_t *vi)
+{
+    for (int l = 0; l < L; l++) {
+        rows[l] = w + (size_t)(l < nc ? l : nc - 1) * wrb;
+        vi[l] = (int32_t)(rows[l] - w);
+    }
+}
+
 /* Per block the exact integer sum of products, then one fma per block in
  * block order: acc = fma(d_w * d_a, isum, acc); offsets (Q4_1/Q5_1) the
  * same into accm with m_w * s_a; result acc + accm. */
@@ -493,6 +524,16 @@ AVX2 static inline float h2f_avx2(uint16_t h)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
+/* The byte shuffle that gives each byte of a dword of 32 fifth bits the
+ * byte holding its bit 4j + i (i = 0..3: byte j / 2 of the dword). */
+AVX2 static FORCE_INLINE __m128i q5_byte_index(int j)
+{
+    const char b = (char)(j >> 1);
+    return _mm_setr_epi8(b, b, b, b, (char)(4 + b), (char)(4 + b), (char)(4 + b), (char)(4 + b), (char)(8 + b),
+                         (char)(8 + b), (char)(8 + b), (char)(8 + b), (char)(12 + b), (char)(12 + b), (char)(12 + b),
+                         (char)(12 + b));
+}
+
 /* 16 bytes at p[l] + o of 8 rows, transposed: T[d] dword l = dword d of
  * row l's 16 bytes (4 x 4 transposes within the 128-bit lanes of
  * [row i | row i + 4]: 8 shuffles). */
@@ -515,39 +556,35 @@ AVX2 static FORCE_INLINE void tr16x8_avx2(const uint8_t *const *p, size_t o, __m
  * dword l = values 4j..4j+3 of row l. The nibble types transpose the 16
  * bytes of nibbles (values j and 16 + j share byte j) and split them
  * after; the 5th bits of Q5_0/Q5_1 (a gather of the 8 rows' 32 bits at
- * vidx) go to bit 4 of their bytes with a byte shuffle and a compare. */
+ * vidx) go to bit 4 of their bytes with a byte shuffle and a compare.
+ * Q8_0 with q8_signed: the bytes w themselves (the sign transfer of the
+ * plain AVX2 form). */
 AVX2 static FORCE_INLINE void wtile8_avx2(int type, const uint8_t *const *p, size_t boff, const uint8_t *base,
-                                          __m256i vidx, __m256i W[8])
+                                          __m256i vidx, int q8_signed, __m256i W[8])
 {
+    const struct x32_fmt f = x32_fmt(type);
     const uint8_t *q[8];
     UNROLL for (int l = 0; l < 8; l++)
         q[l] = p[l] + boff;
     if (type == GGML_TYPE_Q8_0) {
-        tr16x8_avx2(q, 2, W);
-        tr16x8_avx2(q, 18, W + 4);
-        UNROLL for (int j = 0; j < 8; j++)
-            W[j] = _mm256_xor_si256(W[j], _mm256_set1_epi8((char)0x80));
+        tr16x8_avx2(q, f.qs, W);
+        tr16x8_avx2(q, f.qs + 16, W + 4);
+        if (!q8_signed)
+            UNROLL for (int j = 0; j < 8; j++)
+                W[j] = _mm256_xor_si256(W[j], _mm256_set1_epi8((char)0x80));
         return;
     }
-    size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
     __m256i T[4];
-    tr16x8_avx2(q, o, T);
+    tr16x8_avx2(q, f.qs, T);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     UNROLL for (int j = 0; j < 4; j++) {
         W[j] = _mm256_and_si256(T[j], m4);
         W[4 + j] = _mm256_and_si256(_mm256_srli_epi16(T[j], 4), m4);
     }
-    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
-        size_t h = type == GGML_TYPE_Q5_0 ? 2 : 4;
-        __m256i H = _mm256_i32gather_epi32((const int *)(const void *)(base + boff + h), vidx, 1);
+    if (f.qh) {
+        __m256i H = _mm256_i32gather_epi32((const int *)(const void *)(base + boff + f.qh), vidx, 1);
         UNROLL for (int j = 0; j < 8; j++) { /* byte i of dword l: bit 4j + i of row l's 32 */
-            const char b = (char)(j >> 1);
-            __m256i sh = _mm256_setr_epi8(b, b, b, b, (char)(4 + b), (char)(4 + b), (char)(4 + b), (char)(4 + b),
-                                          (char)(8 + b), (char)(8 + b), (char)(8 + b), (char)(8 + b), (char)(12 + b),
-                                          (char)(12 + b), (char)(12 + b), (char)(12 + b), b, b, b, b, (char)(4 + b),
-                                          (char)(4 + b), (char)(4 + b), (char)(4 + b), (char)(8 + b), (char)(8 + b),
-                                          (char)(8 + b), (char)(8 + b), (char)(12 + b), (char)(12 + b), (char)(12 + b),
-                                          (char)(12 + b));
+            __m256i sh = _mm256_broadcastsi128_si256(q5_byte_index(j));
             __m256i bit = _mm256_set1_epi32(j & 1 ? (int)0x80402010 : 0x08040201);
             __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(H, sh), bit), bit);
             W[j] = _mm256_or_si256(W[j], _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
@@ -1372,14 +1409,15 @@ AVX512 static FORCE_INLINE void tr16x16(const uint8_t *const *p, size_t o, __m51
 AVX512 static FORCE_INLINE void wtile16(int type, const uint8_t *const *p, size_t boff, const uint8_t *base,
                                         __m512i vidx, __m512i W[8])
 {
+    const struct x32_fmt f = x32_fmt(type);
     const uint8_t *q[16];
     UNROLL for (int l = 0; l < 16; l++)
         q[l] = p[l] + boff;
     if (type == GGML_TYPE_Q8_0) { /* [row i | row i + 8], an 8 x 8 transpose in each 256-bit half */
         __m512i z[8], t[8], u[8];
         UNROLL for (int i = 0; i < 8; i++)
-            z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q[i] + 2))),
-                                      _mm256_loadu_si256((const __m256i *)(q[i + 8] + 2)), 1);
+            z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q[i] + f.qs))),
+                                      _mm256_loadu_si256((const __m256i *)(q[i + 8] + f.qs)), 1);
         UNROLL for (int i = 0; i < 4; i++) {
             t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
             t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
@@ -1397,23 +1435,17 @@ AVX512 static FORCE_INLINE void wtile16(int type, const uint8_t *const *p, size_
         }
         return;
     }
-    size_t o = type == GGML_TYPE_Q5_0 ? 6 : type == GGML_TYPE_Q4_1 ? 4 : type == GGML_TYPE_Q5_1 ? 8 : 2;
     __m512i T[4];
-    tr16x16(q, o, T);
+    tr16x16(q, f.qs, T);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int j = 0; j < 4; j++) {
         W[j] = _mm512_and_si512(T[j], m4);
         W[4 + j] = _mm512_and_si512(_mm512_srli_epi16(T[j], 4), m4);
     }
-    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
-        size_t h = type == GGML_TYPE_Q5_0 ? 2 : 4;
-        __m512i H = _mm512_i32gather_epi32(vidx, (const void *)(base + boff + h), 1);
+    if (f.qh) {
+        __m512i H = _mm512_i32gather_epi32(vidx, (const void *)(base + boff + f.qh), 1);
         UNROLL for (int j = 0; j < 8; j++) { /* byte i of dword l: bit 4j + i of row l's 32 */
-            const char b = (char)(j >> 1);
-            __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(b, b, b, b, (char)(4 + b), (char)(4 + b), (char)(4 + b),
-                                                              (char)(4 + b), (char)(8 + b), (char)(8 + b), (char)(8 + b),
-                                                              (char)(8 + b), (char)(12 + b), (char)(12 + b),
-                                                              (char)(12 + b), (char)(12 + b)));
+            __m512i sh = _mm512_broadcast_i32x4(q5_byte_index(j));
             __m512i bit = _mm512_set1_epi32(j & 1 ? (int)0x80402010 : 0x08040201);
             __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(H, sh), bit);
             W[j] = _mm512_mask_add_epi8(W[j], set, W[j], _mm512_set1_epi8(0x10));
@@ -1428,16 +1460,11 @@ AVX512 static FORCE_INLINE void x32w_strip(int type, int k, const uint8_t *w, si
                                            const uint8_t *act, size_t arow, const float *side, size_t sgrp,
                                            int nr, float *out, size_t os, float (*acc)[16], float (*accm)[16])
 {
-    const size_t bs = type == GGML_TYPE_Q4_0 ? 18 : type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22
-                    : type == GGML_TYPE_Q5_1 ? 24 : 34;
-    const int off = has_offset32(type), nb = k / GGML_QK, nbb = 8 * nb;
-    const int bias = type == GGML_TYPE_Q4_0 ? 8 : type == GGML_TYPE_Q5_0 ? 16 : type == GGML_TYPE_Q8_0 ? 128 : 0;
+    const size_t bs = x32_fmt(type).bs;
+    const int off = has_offset32(type), nb = k / GGML_QK, nbb = 8 * nb, bias = x32_fmt(type).bias;
     const uint8_t *rows[16];
     int32_t vi[16];
-    for (int l = 0; l < 16; l++) {
-        rows[l] = w + (size_t)(l < nc ? l : nc - 1) * wrb;
-        vi[l] = (int32_t)(rows[l] - w);
-    }
+    strip_rows(w, wrb, nc, 16, rows, vi);
     const __m512i vidx = _mm512_loadu_si512((const void *)vi);
     for (int r = 0; r < nr; r++) {
         _mm512_store_ps(acc[r], _mm512_setzero_ps());
@@ -1525,6 +1552,7 @@ static int cpu_has_vnni(void)
  * and block, rows in groups of 8, then per group the scales, offsets and
  * sums of q (matq_x32v.h). */
 enum act_kind { ACT_NONE, ACT_32, ACT_256, ACT_32V };
+#define ACT_32V_SIDE 24 /* floats per block and group of 8 rows: 8 scales, 8 offsets, 8 sums */
 
 #if !MATQ_X86
 typedef void (*dotu_fn)(int k, const uint8_t *w0, size_t wrb, int nc, const uint8_t *act, size_t arow,
@@ -1703,7 +1731,7 @@ size_t kn_matmul_w_scratch(int n, int k, int w_type)
      * smaller than ACT_32 */
     size_t row = act_row_bytes(ak, k), rows = (size_t)n;
     if (ak == ACT_32) {
-        row = act_row_bytes(ACT_32V, k) * 8 + (size_t)(k / GGML_QK) * 24 * sizeof(float);
+        row = act_row_bytes(ACT_32V, k) * 8 + (size_t)(k / GGML_QK) * ACT_32V_SIDE * sizeof(float);
         rows = ((size_t)n + 7) / 8;
     }
     if (rows > (SIZE_MAX - SCRATCH_ALIGN) / row)
@@ -1982,7 +2010,7 @@ int kn_matmul_w_multi(struct kn_pool *pool, const float *x, int n, int k, const 
         float *side = (float *)(void *)(j.act + (size_t)(n + 7) / 8 * 8 * j.act_row); /* after the rows */
         if (j.ak == ACT_32V) {
             j.act_s = side;
-            j.side_group = (size_t)(k / GGML_QK) * 24;
+            j.side_group = (size_t)(k / GGML_QK) * ACT_32V_SIDE;
         }
         if (n >= (j.ak == ACT_32V ? 8 : 4) && kn_pool_threads(pool) > 1)
             kn_pool_run(pool, quant_worker, &j);

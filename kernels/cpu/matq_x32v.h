@@ -4,7 +4,8 @@
  *   XV_VNNI   1: AVX-VNNI vpdpbusd; 0: vpmaddubsw + vpmaddwd
  *   XV(name)  the name with the form's suffix
  *   XV_ATTR   the target attribute of the form
- * and has the AVX2 helpers of matq.c (wtile8_avx2, scales8_avx2, has_offset32, TILE_N, FORCE_INLINE, UNROLL) in scope.
+ * and has the helpers of matq.c (x32_fmt, strip_rows, wtile8_avx2,
+ * scales8_avx2, has_offset32, TILE_N, FORCE_INLINE, UNROLL) in scope.
  *
  * Layout read (ACT_32V, written by matq.c's quant_rows_v): per activation
  * row, the 32 signed bytes q of each block; per group of 8 rows, floats
@@ -35,20 +36,17 @@ XV_ATTR static FORCE_INLINE void XV(x32v_strip)(int type, int k, const uint8_t *
                                                 size_t sgrp, int nr, float *out, size_t os, float (*acc)[8],
                                                 float (*accm)[8])
 {
-    const size_t bs = type == GGML_TYPE_Q4_0 ? 18 : type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22
-                    : type == GGML_TYPE_Q5_1 ? 24 : 34;
-    const int off = has_offset32(type), nb = k / GGML_QK;
-    const int bias = type == GGML_TYPE_Q4_0 ? 8 : type == GGML_TYPE_Q5_0 ? 16 : type == GGML_TYPE_Q8_0 ? 128 : 0;
-#if !XV_VNNI
+    const size_t bs = x32_fmt(type).bs;
+    const int off = has_offset32(type), nb = k / GGML_QK, bias = x32_fmt(type).bias;
+#if XV_VNNI
+    const int sgn = 0;
+#else
     const int sgn = type == GGML_TYPE_Q8_0; /* |w| and the sign transfer */
     const int grp = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 ? 8 : 4;
 #endif
     const uint8_t *rows[8];
     int32_t vi[8];
-    for (int l = 0; l < 8; l++) {
-        rows[l] = w + (size_t)(l < nc ? l : nc - 1) * wrb;
-        vi[l] = (int32_t)(rows[l] - w);
-    }
+    strip_rows(w, wrb, nc, 8, rows, vi);
     const __m256i vidx = _mm256_loadu_si256((const __m256i *)(const void *)vi);
     for (int r = 0; r < nr; r++) {
         _mm256_store_ps(acc[r], _mm256_setzero_ps());
@@ -60,12 +58,7 @@ XV_ATTR static FORCE_INLINE void XV(x32v_strip)(int type, int k, const uint8_t *
         /* the next strip (8 rows, contiguous) streams in while this one runs */
         for (size_t z = 0; z < 8 * bs; z += 64)
             _mm_prefetch((const char *)(w + 8 * wrb + 8 * boff + z), _MM_HINT_T0);
-        wtile8_avx2(type, rows, boff, w, vidx, W);
-#if !XV_VNNI
-        if (sgn) /* the signed values back */
-            UNROLL for (int j = 0; j < 8; j++)
-                W[j] = _mm256_xor_si256(W[j], _mm256_set1_epi8((char)0x80));
-#endif
+        wtile8_avx2(type, rows, boff, w, vidx, sgn, W);
         __m256 dw, mw;
         scales8_avx2(w + boff, vidx, &dw, &mw);
 #if !XV_VNNI
